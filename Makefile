@@ -1,0 +1,22 @@
+# Entry points. Each target does its own set-up (venv, dependencies, colcon build) first.
+SHELL := /bin/bash
+ENV := source scripts/env.sh
+CONTROLLER ?= pid
+OUT ?= out/run
+
+.PHONY: setup run test bench clean
+
+setup:
+	@bash scripts/setup.sh
+
+run: setup  ## the main job: simulated leg under closed-loop control through the triangle, recorded
+	@$(ENV) && python -m equimus_bringup.main_job --controller $(CONTROLLER) --out $(OUT)
+
+test: setup  ## the whole test suite
+	@$(ENV) && python -m pytest -q tests
+
+bench: setup  ## every benchmark; writes docs/benchmarks.md
+	@$(ENV) && python benchmarks/run_all.py
+
+clean:
+	rm -rf ros2_ws/build ros2_ws/install ros2_ws/log out

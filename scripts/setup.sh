@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# One-time (and idempotent) set-up: Python virtual environment, dependencies, colcon build.
+#
+# Without ROS 2 on the machine it installs real rclpy (ROS 2 Kilted, Fast DDS) from PyPI wheels.
+# With a sourced ROS 2 distro (ROS_DISTRO set) the distro's rclpy is used and only the non-ROS
+# Python packages go into the venv, which then sees the system site-packages.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="${EQUIMUS_VENV:-$ROOT/.venv}"
+PY="${PYTHON:-python3}"
+cd "$ROOT"
+
+log() { printf '[setup] %s\n' "$*" >&2; }
+
+if [ -n "${ROS_DISTRO:-}" ] && "$PY" -c 'import rclpy' 2>/dev/null; then
+  MODE=system-ros
+else
+  MODE=pypi-ros
+fi
+
+stamp="$VENV/.equimus-setup-$MODE"
+want="$(cat requirements.txt requirements-dev.txt | sha256sum | cut -c1-16)"
+if [ ! -x "$VENV/bin/python" ]; then
+  log "creating virtual environment $VENV ($MODE)"
+  if [ "$MODE" = system-ros ]; then "$PY" -m venv --system-site-packages "$VENV"; else "$PY" -m venv "$VENV"; fi
+fi
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  log "installing Python dependencies (one time, about a minute)"
+  "$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null 2>&1 || true
+  if [ "$MODE" = system-ros ]; then
+    sed -n '/^# --- non-ROS/,$p' requirements.txt | grep -v '^#' > "$VENV/req-nonros.txt"
+    "$VENV/bin/python" -m pip install -q -r "$VENV/req-nonros.txt" -r requirements-dev.txt 2>"$VENV/pip.err" || { grep -v "^WARNING: Location" "$VENV/pip.err" >&2; exit 1; }
+  else
+    "$VENV/bin/python" -m pip install -q -r requirements.txt -r requirements-dev.txt 2>"$VENV/pip.err" || { grep -v "^WARNING: Location" "$VENV/pip.err" >&2; exit 1; }
+  fi
+  echo "$want" > "$stamp"
+fi
+
+log "colcon build (ros2_ws, symlink install)"
+(
+  cd ros2_ws
+  # shellcheck disable=SC1091
+  source "$VENV/bin/activate"
+  colcon build --base-paths src --symlink-install --event-handlers console_cohesion- summary- >/dev/null 2>build.err \
+    || { cat build.err >&2; exit 1; }
+  rm -f build.err
+)
+log "ready: source scripts/env.sh"

@@ -1,0 +1,30 @@
+"""ament_python package equimus_bringup."""
+from glob import glob
+
+from setuptools import setup
+
+package_name = 'equimus_bringup'
+
+setup(
+    name=package_name,
+    version='0.1.0',
+    packages=['equimus_bringup'],
+    data_files=[
+        ('share/ament_index/resource_index/packages', ['resource/equimus_bringup']),
+        ('share/equimus_bringup', ['package.xml']),
+        ('share/equimus_bringup/launch', sorted(glob('launch/*.py'))),
+        ('share/equimus_bringup/config', sorted(glob('config/*.yaml'))),
+    ],
+    install_requires=['setuptools'],
+    zip_safe=True,
+    maintainer='EquiMus HIL maintainers',
+    maintainer_email='maintainers@equimus.dev',
+    description='See package.xml.',
+    license='MIT',
+    entry_points={
+        'console_scripts': [
+            'recorder = equimus_bringup.recorder_node:main',
+            'equimus = equimus_bringup.cli:main',
+        ],
+    },
+)

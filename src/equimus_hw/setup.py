@@ -1,0 +1,28 @@
+"""ament_python package equimus_hw."""
+from setuptools import setup
+
+package_name = 'equimus_hw'
+
+setup(
+    name=package_name,
+    version='0.1.0',
+    packages=['equimus_hw', 'equimus_hw.natnet', 'equimus_hw.valve'],
+    data_files=[
+        ('share/ament_index/resource_index/packages', ['resource/equimus_hw']),
+        ('share/equimus_hw', ['package.xml']),
+    ],
+    install_requires=['setuptools'],
+    zip_safe=True,
+    maintainer='EquiMus HIL maintainers',
+    maintainer_email='maintainers@equimus.dev',
+    description='See package.xml.',
+    license='MIT',
+    entry_points={
+        'console_scripts': [
+            'natnet_bridge = equimus_hw.natnet.bridge_node:main',
+            'natnet_emulator = equimus_hw.natnet.emulator:main',
+            'valve_driver = equimus_hw.valve.driver_node:main',
+            'dac_board_emulator = equimus_hw.valve.board_emulator:main',
+        ],
+    },
+)

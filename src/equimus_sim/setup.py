@@ -1,0 +1,27 @@
+"""ament_python package equimus_sim."""
+from setuptools import setup
+
+package_name = 'equimus_sim'
+
+setup(
+    name=package_name,
+    version='0.1.0',
+    packages=['equimus_sim'],
+    data_files=[
+        ('share/ament_index/resource_index/packages', ['resource/equimus_sim']),
+        ('share/equimus_sim', ['package.xml']),
+        ('share/equimus_sim/config', ['config/leg.yaml']),
+    ],
+    install_requires=['setuptools'],
+    zip_safe=True,
+    maintainer='EquiMus HIL maintainers',
+    maintainer_email='maintainers@equimus.dev',
+    description='See package.xml.',
+    license='MIT',
+    entry_points={
+        'console_scripts': [
+            'sim_node = equimus_sim.sim_node:main',
+            'equivalence = equimus_sim.equivalence:main',
+        ],
+    },
+)

@@ -1,0 +1,25 @@
+"""Shared test set-up: paths to ../shared and an isolated DDS domain per test session."""
+import os
+import pathlib
+
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / 'shared'
+
+# Concurrent test sessions on one machine must not hear each other's topics.
+os.environ.setdefault('ROS_DOMAIN_ID', str(1 + os.getpid() % 100))
+os.environ['ROS_AUTOMATIC_DISCOVERY_RANGE'] = 'LOCALHOST'
+
+
+@pytest.fixture(scope='session')
+def shared_dir() -> pathlib.Path:
+    if not SHARED.is_dir():
+        pytest.fail(f'{SHARED} not found: the tests read the reference data from ../shared '
+                    'beside the repository checkout')
+    return SHARED
+
+
+@pytest.fixture(scope='session')
+def repo_dir() -> pathlib.Path:
+    return REPO
