@@ -1,0 +1,10 @@
+"""The real leg: NatNet pose bridge + valve driver + estimator, controller, reference (+ recorder).
+
+    ros2 launch equimus_bringup hardware.launch.py serial_port:=/dev/ttyACM0 natnet_server:=10.0.0.2
+    ros2 launch equimus_bringup hardware.launch.py emulator:=true serial_port:=/tmp/equimus_dac
+"""
+from equimus_bringup.launch_common import generate
+
+
+def generate_launch_description():
+    return generate('hardware')

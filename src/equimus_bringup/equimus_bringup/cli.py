@@ -1,0 +1,90 @@
+"""`equimus`: the project's command line.
+
+    equimus launch sim [name:=value ...]       run the simulated-leg graph (same graph as sim.launch.py)
+    equimus launch hardware [name:=value ...]  run the real-leg graph (same as hardware.launch.py)
+    equimus args                                list the launch arguments
+    equimus bag repair <bag>                    make a bag cut short by a crash readable again
+    equimus bag info <bag>                      topics, counts and rates of a bag
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Dict, List, Optional
+
+from equimus_bringup.graph import ARGUMENTS, MODES, describe_graph, resolve_args
+
+
+def parse_assignments(items: List[str]) -> Dict[str, str]:
+    """`name:=value` pairs as `ros2 launch` takes them."""
+    out = {}
+    for item in items:
+        if ':=' not in item:
+            raise SystemExit(f'equimus: expected name:=value, got {item!r} (see `equimus args`)')
+        key, value = item.split(':=', 1)
+        out[key.strip()] = value
+    return out
+
+
+def cmd_launch(ns: argparse.Namespace) -> int:
+    from equimus_bringup.supervisor import GraphError, Supervisor
+    try:
+        overrides = parse_assignments(ns.assignments)
+        args = resolve_args(ns.mode, overrides)
+        specs = describe_graph(ns.mode, overrides)
+    except ValueError as exc:
+        print(f'equimus: {exc}', file=sys.stderr)
+        return 2
+    print(f'[equimus] {ns.mode} graph: {", ".join(s.name for s in specs)}'
+          + (f'; recording to {args["bag"]}' if args['record'] == 'true' else ''))
+    sup = Supervisor(specs, log_level=args['log_level'])
+    try:
+        sup.start()
+    except GraphError as exc:
+        sup.stop()
+        print(f'equimus: {exc}', file=sys.stderr)
+        return 2
+    return sup.run_until(timeout=ns.duration)
+
+
+def cmd_args(ns: argparse.Namespace) -> int:
+    for name, (default, text) in ARGUMENTS.items():
+        print(f'{name:22s} {text} [default: {default or "(per mode)"}]')
+    return 0
+
+
+def cmd_bag(ns: argparse.Namespace) -> int:
+    from equimus_bringup import bag
+    try:
+        if ns.action == 'repair':
+            report = bag.repair(ns.path)
+            print(report)
+        else:
+            print(bag.describe(ns.path))
+    except bag.BagError as exc:
+        print(f'equimus: {exc}', file=sys.stderr)
+        return 1
+    return 0
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog='equimus', description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest='command', required=True)
+    p = sub.add_parser('launch', help='run a graph (sim or hardware) without ros2 launch')
+    p.add_argument('mode', choices=MODES)
+    p.add_argument('assignments', nargs='*', help='launch arguments as name:=value')
+    p.add_argument('--duration', type=float, default=None, help='stop after this many wall seconds')
+    p.set_defaults(func=cmd_launch)
+    p = sub.add_parser('args', help='list launch arguments')
+    p.set_defaults(func=cmd_args)
+    p = sub.add_parser('bag', help='inspect or repair a recorded bag')
+    p.add_argument('action', choices=('info', 'repair'))
+    p.add_argument('path')
+    p.set_defaults(func=cmd_bag)
+    ns = parser.parse_args(argv)
+    return ns.func(ns)
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -1,0 +1,173 @@
+"""The one description of the node graph, shared by the launch files and `equimus launch`.
+
+`describe_graph('sim' | 'hardware', args)` returns the processes to start. The estimator,
+controller, reference and recorder are the same objects in both modes; only the leg side differs
+(the simulation node, or the NatNet bridge plus the valve driver). No node is remapped differently
+between the modes, so a controller cannot tell which leg it drives.
+
+This module must stay importable without `launch`/`launch_ros` (plain Python, no ROS imports):
+the launch files turn the specs into `launch_ros.actions.Node`, the CLI into subprocesses.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Dict, List, Mapping, Optional, Tuple
+
+MODES = ('sim', 'hardware')
+
+# Declared arguments: name -> (default, description). Defaults that depend on the mode are
+# resolved in `resolve_args`.
+ARGUMENTS: Dict[str, Tuple[str, str]] = {
+    'controller': ('pid', 'controller to run: pid | mpc | open_loop'),
+    'reference': ('triangle', 'reference trajectory: triangle | step | sine | hold'),
+    'record': ('false', 'record every topic to a rosbag2 (MCAP) bag: true | false'),
+    'bag': ('', 'bag directory to create (default: bags/equimus_<mode>_<date-time>)'),
+    'use_sim_time': ('', 'use /clock from the simulation (default: true in sim, false on hardware)'),
+    'sim_mode': ('lockstep', 'simulation pacing: lockstep | realtime'),
+    'rate_factor': ('1.0', 'realtime pacing: multiple of real time (0 = as fast as possible)'),
+    'variant': ('equimus', 'simulation model: equimus | pure'),
+    'natnet_server': ('127.0.0.1', 'Motive (NatNet server) address'),
+    'natnet_local': ('127.0.0.1', 'local interface address for NatNet'),
+    'natnet_multicast': ('true', 'NatNet data by multicast (true) or unicast (false)'),
+    'natnet_command_port': ('1510', 'NatNet command port of the server'),
+    'natnet_data_port': ('1511', 'NatNet data port'),
+    'serial_port': ('/dev/ttyACM0', 'serial device of the valve DAC board'),
+    'emulator': ('false', 'hardware mode only: start the NatNet and DAC board emulators'),
+    'auto_arm': ('false', 'hardware mode: arm the valve driver at start (default: start disarmed)'),
+    'params_file': ('', 'extra ROS parameter file applied to every node after the defaults'),
+    'config_dir': ('', 'folder with the default parameter files (default: the installed share)'),
+    'log_level': ('info', 'ROS log level for every node'),
+}
+
+# Lower rank stops first on shutdown: the loop is opened from the top, the valve driver vents last.
+SHUTDOWN_RANK = {
+    'reference': 0, 'controller': 1, 'estimator': 2, 'natnet_bridge': 3, 'sim': 3,
+    'recorder': 4, 'natnet_emulator': 5, 'valve_driver': 6, 'dac_board_emulator': 7,
+}
+
+
+def _truthy(value: str) -> bool:
+    return str(value).strip().lower() in ('1', 'true', 'yes', 'on')
+
+
+@dataclass
+class ProcessSpec:
+    """One process of the graph: a ROS node (`package`/`executable`) or a plain tool (`cmd`)."""
+
+    name: str
+    package: str
+    executable: str
+    parameter_files: List[str] = field(default_factory=list)
+    parameters: Dict[str, object] = field(default_factory=dict)
+    arguments: List[str] = field(default_factory=list)
+    is_ros_node: bool = True
+
+    @property
+    def shutdown_rank(self) -> int:
+        return SHUTDOWN_RANK.get(self.name, 2)
+
+
+def default_config_dir() -> str:
+    """The installed share/equimus_bringup/config, or the repository's config/ as a fallback."""
+    try:
+        from ament_index_python.packages import get_package_share_directory
+        path = os.path.join(get_package_share_directory('equimus_bringup'), 'config')
+        if os.path.isdir(path):
+            return path
+    except Exception:  # ament_index not importable or package not installed: use the repo
+        pass
+    return os.path.abspath(os.path.join(os.path.dirname(os.path.realpath(__file__)), '..', '..', '..', 'config'))
+
+
+def resolve_args(mode: str, overrides: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
+    """Merge user arguments over the declared defaults; reject unknown names with the valid list."""
+    if mode not in MODES:
+        raise ValueError(f'unknown mode {mode!r}: choose one of {", ".join(MODES)}')
+    overrides = dict(overrides or {})
+    unknown = sorted(set(overrides) - set(ARGUMENTS))
+    if unknown:
+        raise ValueError(f'unknown launch argument(s) {", ".join(unknown)}; valid: {", ".join(ARGUMENTS)}')
+    args = {k: str(overrides.get(k, default)) for k, (default, _) in ARGUMENTS.items()}
+    if not args['use_sim_time']:
+        args['use_sim_time'] = 'true' if mode == 'sim' else 'false'
+    if not args['config_dir']:
+        args['config_dir'] = default_config_dir()
+    if not args['bag']:
+        import time
+        args['bag'] = os.path.join('bags', f'equimus_{mode}_{time.strftime("%Y%m%d-%H%M%S")}')
+    if args['controller'] not in ('pid', 'mpc', 'open_loop'):
+        raise ValueError(f'controller:={args["controller"]} is not one of pid, mpc, open_loop')
+    return args
+
+
+def _files(args: Mapping[str, str], *names: str) -> List[str]:
+    """Default parameter files that exist, then the user's override file."""
+    out = [os.path.join(args['config_dir'], n) for n in names]
+    out = [p for p in out if os.path.isfile(p)]
+    if args['params_file']:
+        out.append(args['params_file'])
+    return out
+
+
+def describe_graph(mode: str, overrides: Optional[Mapping[str, str]] = None) -> List[ProcessSpec]:
+    """The processes of the graph for `mode`, in start order."""
+    args = resolve_args(mode, overrides)
+    sim_time = _truthy(args['use_sim_time'])
+    common = {'use_sim_time': sim_time}
+    specs: List[ProcessSpec] = []
+
+    if mode == 'sim':
+        specs.append(ProcessSpec(
+            'sim', 'equimus_sim', 'sim_node', _files(args, 'sim.yaml'),
+            {'mode': args['sim_mode'], 'rate_factor': float(args['rate_factor']),
+             'variant': args['variant']}))
+    else:
+        if _truthy(args['emulator']):
+            specs.append(ProcessSpec(
+                'natnet_emulator', 'equimus_hw', 'natnet_emulator', is_ros_node=False,
+                arguments=['--command-port', args['natnet_command_port'],
+                           '--data-port', args['natnet_data_port'],
+                           '--address', args['natnet_server'],
+                           '--mode', 'multicast' if _truthy(args['natnet_multicast']) else 'unicast']))
+            specs.append(ProcessSpec(
+                'dac_board_emulator', 'equimus_hw', 'dac_board_emulator', is_ros_node=False,
+                arguments=['--link', args['serial_port']]))
+        specs.append(ProcessSpec(
+            'natnet_bridge', 'equimus_hw', 'natnet_bridge', _files(args, 'natnet.yaml'),
+            dict(common, server_address=args['natnet_server'], local_address=args['natnet_local'],
+                 multicast=_truthy(args['natnet_multicast']),
+                 command_port=int(args['natnet_command_port']),
+                 data_port=int(args['natnet_data_port']))))
+        specs.append(ProcessSpec(
+            'valve_driver', 'equimus_hw', 'valve_driver', _files(args, 'valve.yaml'),
+            dict(common, port=args['serial_port'], auto_arm=_truthy(args['auto_arm']))))
+
+    specs.append(ProcessSpec('estimator', 'equimus_control', 'estimator',
+                             _files(args, 'control.yaml'), dict(common)))
+    specs.append(ProcessSpec('controller', 'equimus_control', 'controller',
+                             _files(args, 'control.yaml'), dict(common, controller=args['controller'])))
+    specs.append(ProcessSpec('reference', 'equimus_control', 'reference',
+                             _files(args, 'control.yaml'), dict(common, trajectory=args['reference'])))
+    if _truthy(args['record']):
+        specs.append(ProcessSpec('recorder', 'equimus_bringup', 'recorder',
+                                 _files(args, 'recorder.yaml'), dict(common, bag_path=args['bag'])))
+    return specs
+
+
+def ros_arguments(spec: ProcessSpec, log_level: str = 'info') -> List[str]:
+    """The `--ros-args` a ROS node gets outside `launch_ros` (same meaning as its Node action)."""
+    out = ['--ros-args', '-r', f'__node:={spec.name}', '--log-level', log_level]
+    for path in spec.parameter_files:
+        out += ['--params-file', path]
+    for key, value in spec.parameters.items():
+        out += ['-p', f'{key}:={_param_literal(value)}']
+    return out
+
+
+def _param_literal(value: object) -> str:
+    if isinstance(value, bool):
+        return 'true' if value else 'false'
+    if isinstance(value, str):
+        return value if value else "''"
+    return repr(value)

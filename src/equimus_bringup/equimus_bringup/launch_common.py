@@ -1,0 +1,36 @@
+"""Turns the graph description into launch_ros actions (used by launch/*.launch.py only).
+
+Imports `launch` and `launch_ros`, so it is only imported on a machine with a ROS 2 install.
+"""
+from launch import LaunchDescription
+from launch.actions import DeclareLaunchArgument, ExecuteProcess, OpaqueFunction
+from launch.substitutions import LaunchConfiguration
+from launch_ros.actions import Node
+from launch_ros.substitutions import ExecutableInPackage
+
+from equimus_bringup.graph import ARGUMENTS, describe_graph
+
+
+def generate(mode: str) -> LaunchDescription:
+    """Declare every graph argument, then build the nodes once the arguments are known."""
+    declared = [DeclareLaunchArgument(name, default_value=default, description=text)
+                for name, (default, text) in ARGUMENTS.items()]
+
+    def _actions(context):
+        values = {name: LaunchConfiguration(name).perform(context) for name in ARGUMENTS}
+        log_level = values['log_level'] or 'info'
+        actions = []
+        for spec in describe_graph(mode, values):
+            if spec.is_ros_node:
+                actions.append(Node(
+                    package=spec.package, executable=spec.executable, name=spec.name,
+                    parameters=[*spec.parameter_files, spec.parameters],
+                    arguments=['--ros-args', '--log-level', log_level],
+                    output='screen', emulate_tty=True))
+            else:
+                actions.append(ExecuteProcess(
+                    cmd=[ExecutableInPackage(spec.executable, spec.package), *spec.arguments],
+                    name=spec.name, output='screen'))
+        return actions
+
+    return LaunchDescription([*declared, OpaqueFunction(function=_actions)])

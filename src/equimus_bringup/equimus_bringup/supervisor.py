@@ -1,0 +1,162 @@
+"""Runs the graph description as processes where `ros2 launch` is not available.
+
+Each node is its own process started with the same parameters `launch_ros` would give it. Output
+is prefixed with the node name. Ctrl-C (or SIGTERM) stops the nodes one at a time in shutdown
+order, so the valve driver vents last; if any node dies on its own, the rest are stopped and the
+supervisor reports failure.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from typing import Dict, List, Optional, Sequence
+
+from equimus_bringup.graph import ProcessSpec, ros_arguments
+
+
+class GraphError(RuntimeError):
+    """A node could not be started or died while the graph was running."""
+
+
+def find_executable(package: str, executable: str) -> str:
+    """Where launch_ros would find it: <prefix>/lib/<package>/<executable>."""
+    try:
+        from ament_index_python.packages import PackageNotFoundError, get_package_prefix
+    except ImportError as exc:
+        raise GraphError('ament_index_python is missing: run `bash scripts/setup.sh` and '
+                         '`source scripts/env.sh` first') from exc
+    try:
+        prefix = get_package_prefix(package)
+    except PackageNotFoundError as exc:
+        raise GraphError(f'package {package!r} is not installed in the sourced workspace: run '
+                         '`bash scripts/setup.sh` and `source scripts/env.sh`') from exc
+    path = os.path.join(prefix, 'lib', package, executable)
+    if not os.access(path, os.X_OK):
+        found = shutil.which(executable)
+        if found:
+            return found
+        raise GraphError(f'{path} does not exist: rebuild the workspace (`bash scripts/setup.sh`)')
+    return path
+
+
+def command_for(spec: ProcessSpec, log_level: str = 'info') -> List[str]:
+    cmd = [find_executable(spec.package, spec.executable), *spec.arguments]
+    if spec.is_ros_node:
+        cmd += ros_arguments(spec, log_level)
+    return cmd
+
+
+class Supervisor:
+    """Start, watch and stop the processes of one graph."""
+
+    def __init__(self, specs: Sequence[ProcessSpec], log_level: str = 'info',
+                 stop_timeout: float = 5.0, echo: bool = True, env: Optional[Dict[str, str]] = None):
+        self.specs = list(specs)
+        self.log_level = log_level
+        self.stop_timeout = stop_timeout
+        self.echo = echo
+        self.env = dict(os.environ if env is None else env)
+        self.env.setdefault('PYTHONUNBUFFERED', '1')
+        self.procs: Dict[str, subprocess.Popen] = {}
+        self.failed: Optional[str] = None
+        self._stopping = False
+        self._threads: List[threading.Thread] = []
+        self.output: Dict[str, List[str]] = {}
+
+    def start(self) -> None:
+        for spec in self.specs:
+            cmd = command_for(spec, self.log_level)
+            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, env=self.env, text=True, bufsize=1,
+                                    start_new_session=True)
+            self.procs[spec.name] = proc
+            self.output[spec.name] = []
+            t = threading.Thread(target=self._pump, args=(spec.name, proc), daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    def _pump(self, name: str, proc: subprocess.Popen) -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            self.output[name].append(line)
+            if self.echo:
+                sys.stdout.write(f'[{name}] {line}')
+                sys.stdout.flush()
+
+    def poll(self) -> Optional[str]:
+        """Name and exit code of the first process that ended while the graph runs, else None."""
+        if self._stopping:
+            return None
+        for name, proc in self.procs.items():
+            code = proc.poll()
+            if code is not None:
+                self.failed = f'{name} exited with code {code}'
+                return self.failed
+        return None
+
+    def stop(self) -> Dict[str, int]:
+        """Interrupt each process in shutdown order and wait for it; returns exit codes."""
+        self._stopping = True
+        codes: Dict[str, int] = {}
+        for spec in sorted(self.specs, key=lambda s: s.shutdown_rank):
+            proc = self.procs.get(spec.name)
+            if proc is None:
+                continue
+            if proc.poll() is None:
+                self._signal(proc, signal.SIGINT)
+                try:
+                    proc.wait(self.stop_timeout)
+                except subprocess.TimeoutExpired:
+                    self._signal(proc, signal.SIGTERM)
+                    try:
+                        proc.wait(2.0)
+                    except subprocess.TimeoutExpired:
+                        self._signal(proc, signal.SIGKILL)
+                        proc.wait()
+            codes[spec.name] = proc.returncode
+        for t in self._threads:
+            t.join(timeout=1.0)
+        return codes
+
+    @staticmethod
+    def _signal(proc: subprocess.Popen, sig: int) -> None:
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            pass
+
+    def run_until(self, done=lambda: False, timeout: Optional[float] = None) -> int:
+        """Block until Ctrl-C/SIGTERM, `done()`, a node dying or `timeout`; then stop in order.
+
+        Returns 0 for a clean run, 1 if a node died on its own.
+        """
+        interrupted = threading.Event()
+
+        def _on_signal(signum, frame):
+            interrupted.set()
+
+        old = {s: signal.signal(s, _on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        start = time.monotonic()
+        try:
+            while not interrupted.is_set() and not done():
+                if self.poll():
+                    break
+                if timeout is not None and time.monotonic() - start > timeout:
+                    break
+                time.sleep(0.05)
+        finally:
+            codes = self.stop()
+            for s, h in old.items():
+                signal.signal(s, h)
+        if self.failed:
+            print(f'[equimus] graph stopped: {self.failed}', file=sys.stderr)
+            return 1
+        bad = {n: c for n, c in codes.items() if c not in (0, -signal.SIGINT, 130)}
+        if bad:
+            print(f'[equimus] unclean exits on shutdown: {bad}', file=sys.stderr)
+        return 0

@@ -1,0 +1,40 @@
+"""Helpers for tests that start real ROS 2 node processes (no mocks: real rclpy and DDS)."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+
+from equimus_bringup.supervisor import find_executable
+
+
+def start_node(package: str, executable: str, *ros_args: str, args=()) -> subprocess.Popen:
+    """Start an installed node in its own process group, output captured."""
+    cmd = [find_executable(package, executable), *args]
+    if ros_args:
+        cmd += ['--ros-args', *ros_args]
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True, env=dict(os.environ, PYTHONUNBUFFERED='1'))
+
+
+def stop(proc: subprocess.Popen, sig=signal.SIGINT, timeout: float = 10.0) -> str:
+    """Signal the process, wait, and return everything it printed."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, sig)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    return proc.stdout.read() if proc.stdout else ''
+
+
+def spin_until(node, predicate, timeout: float) -> bool:
+    import rclpy
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        rclpy.spin_once(node, timeout_sec=0.05)
+        if predicate():
+            return True
+    return False
