@@ -1,0 +1,389 @@
+"""NatNet UDP client (no ROS): handshake, frame reception, health counters, exposure timing.
+
+Time reconstruction (see docs/natnet.md): the server's tick clock is mapped onto this process's
+``perf_counter_ns`` by echo request/response (Cristian's algorithm, smallest round trip of the
+recent samples). For each frame the client computes ``exposure_age_s`` -- how long before the
+datagram arrived the cameras were mid-exposure -- and the caller stamps the pose with
+``arrival_time - exposure_age_s`` on its own clock (ROS time in the bridge).
+"""
+from __future__ import annotations
+
+import collections
+import select
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Deque, Dict, List, Optional, Tuple
+
+from . import protocol as P
+
+KEEPALIVE_PERIOD_S = 1.0
+ECHO_PERIOD_S = 1.0
+ECHO_WINDOW = 16
+RECV_BUFFER = 1 << 20
+MODELDEF_RETRY_S = 1.0
+
+
+class NatNetConnectError(RuntimeError):
+    """The server did not answer the handshake."""
+
+
+@dataclass
+class BodyPose:
+    id: int
+    name: str
+    position: Tuple[float, float, float]
+    orientation: Tuple[float, float, float, float]  # x, y, z, w
+    tracking_valid: bool
+    mean_error: float
+
+
+@dataclass
+class FrameEvent:
+    frame: P.Frame
+    arrival_ns: int            # perf_counter_ns when the datagram was read
+    exposure_age_s: float      # arrival - mid-exposure, in seconds (>= 0)
+    stamp_source: str          # 'mid_exposure', 'received+echo' or 'received'
+    bodies: List[BodyPose]
+
+
+@dataclass
+class ClientStats:
+    frames: int = 0
+    dropped_frames: int = 0
+    out_of_order: int = 0
+    rejected_packets: int = 0
+    last_reject_reason: str = ''
+    untracked_bodies: List[str] = field(default_factory=list)
+    untracked_body_frames: int = 0
+    unknown_body_ids: int = 0
+    last_frame_number: Optional[int] = None
+    last_exposure_age_s: float = float('nan')
+    last_system_latency_s: float = float('nan')
+    last_software_latency_s: float = float('nan')
+
+
+class NatNetClient:
+    """One connection to a NatNet server. Thread use: call :meth:`run` in one thread only."""
+
+    def __init__(self, server_address: str = '127.0.0.1', local_address: str = '127.0.0.1',
+                 command_port: int = 1510, data_port: int = 1511, multicast: bool = True,
+                 multicast_group: str = '239.255.42.99', stale_timeout: float = 0.5,
+                 on_frame: Optional[Callable[[FrameEvent], None]] = None,
+                 on_log: Optional[Callable[[str, str], None]] = None,
+                 clock_ns: Callable[[], int] = time.perf_counter_ns):
+        self.server = (server_address, int(command_port))
+        self.local_address = local_address
+        self.data_port = int(data_port)
+        self.multicast = bool(multicast)
+        self.group = multicast_group
+        self.stale_timeout = float(stale_timeout)
+        self.on_frame = on_frame
+        self.on_log = on_log or (lambda level, msg: None)
+        self.clock_ns = clock_ns
+        self.server_info: Optional[P.ServerInfo] = None
+        self.version: Optional[P.Version] = None
+        self.version_error: str = ''
+        self.model: Optional[P.ModelDefinitions] = None
+        self.names: Dict[int, str] = {}
+        self.stats = ClientStats()
+        self._lock = threading.Lock()
+        self._echo: Deque[Tuple[int, float]] = collections.deque(maxlen=ECHO_WINDOW)
+        self._arrivals: Deque[int] = collections.deque(maxlen=240)
+        self._last_keepalive = 0
+        self._last_echo = 0
+        self._last_modeldef_req = 0
+        self._last_reconnect = 0
+        self._connected_ns: Optional[int] = None
+        self.cmd_sock: Optional[socket.socket] = None
+        self.data_sock: Optional[socket.socket] = None
+
+    # -- sockets ------------------------------------------------------------------------------
+    def open(self) -> None:
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RECV_BUFFER)
+        s.bind((self.local_address, 0))
+        s.setblocking(False)
+        self.cmd_sock = s
+        if self.multicast:
+            d = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            d.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            d.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RECV_BUFFER)
+            # Bound to the group address, so only this group's datagrams arrive here.
+            d.bind((self.group, self.data_port))
+            d.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP,
+                         socket.inet_aton(self.group) + socket.inet_aton(self.local_address))
+            d.setblocking(False)
+            self.data_sock = d
+
+    def close(self) -> None:
+        if self.cmd_sock is not None and self._connected_ns is not None and not self.multicast:
+            try:
+                self.cmd_sock.sendto(P.packet(P.MessageId.DISCONNECT), self.server)
+            except OSError:
+                pass
+        for s in (self.cmd_sock, self.data_sock):
+            if s is not None:
+                s.close()
+        self.cmd_sock = self.data_sock = None
+
+    def send(self, msg: P.Message) -> None:
+        self.cmd_sock.sendto(P.encode_message(msg, self.version), self.server)
+
+    # -- handshake ----------------------------------------------------------------------------
+    def connect(self, timeout: float = 2.0) -> P.ServerInfo:
+        """CONNECT -> SERVERINFO, then model definitions and a first clock sync."""
+        if self.cmd_sock is None:
+            self.open()
+        self.server_info = None
+        deadline = time.monotonic() + timeout
+        next_send = 0.0
+        while self.server_info is None:
+            now = time.monotonic()
+            if now > deadline:
+                raise NatNetConnectError(
+                    f'no NatNet server info from {self.server[0]}:{self.server[1]} within '
+                    f'{timeout:.1f} s: is Motive (or natnet_emulator) running and streaming '
+                    'with this command port?')
+            if now >= next_send:
+                self.send(P.ConnectRequest('NatNetLib', (4, 1, 0, 0), (4, 1, 0, 0), False,
+                                           (0, 0, 0, 0)))
+                next_send = now + 0.25
+            self.poll(0.05)
+        self._connected_ns = self.clock_ns()
+        self.request_modeldef()
+        for _ in range(5):
+            self.send_echo()
+            self.poll(0.02)
+        end = time.monotonic() + min(timeout, 0.5)
+        while self.model is None and not self.version_error and time.monotonic() < end:
+            self.poll(0.02)
+        return self.server_info
+
+    def request_modeldef(self) -> None:
+        self._last_modeldef_req = self.clock_ns()
+        self.send(P.Empty(P.MessageId.REQUEST_MODELDEF))
+
+    def send_echo(self) -> None:
+        self._last_echo = self.clock_ns()
+        self.send(P.EchoRequest(self._last_echo))
+
+    # -- clock mapping ------------------------------------------------------------------------
+    @property
+    def clock_offset_ticks(self) -> Optional[float]:
+        """server_ticks - client_ns * clock_hz / 1e9, from the smallest-RTT recent echo."""
+        with self._lock:
+            if not self._echo:
+                return None
+            return min(self._echo)[1]
+
+    def server_ticks_at(self, client_ns: int) -> Optional[float]:
+        off = self.clock_offset_ticks
+        if off is None or not self.server_info:
+            return None
+        return client_ns * self.server_info.clock_hz / 1e9 + off
+
+    def _on_echo(self, msg: P.EchoResponse, arrival_ns: int) -> None:
+        if not self.server_info or not self.server_info.clock_hz:
+            return
+        rtt = arrival_ns - msg.client_time
+        if rtt < 0 or rtt > 1e9:
+            return  # not one of ours, or far too old to be useful
+        mid = (msg.client_time + arrival_ns) / 2
+        offset = msg.server_ticks - mid * self.server_info.clock_hz / 1e9
+        with self._lock:
+            self._echo.append((rtt, offset))
+
+    # -- receive ------------------------------------------------------------------------------
+    def poll(self, timeout: float) -> None:
+        """Wait up to ``timeout`` s for datagrams and handle all that are ready; housekeeping."""
+        socks = [s for s in (self.cmd_sock, self.data_sock) if s is not None]
+        try:
+            ready, _, _ = select.select(socks, [], [], timeout)
+        except (OSError, ValueError):
+            return
+        for s in ready:
+            for _ in range(256):
+                try:
+                    data, addr = s.recvfrom(65536)
+                except (BlockingIOError, InterruptedError):
+                    break
+                except OSError as e:  # e.g. ICMP port unreachable surfaced on the socket
+                    self.on_log('debug', f'receive error: {e}')
+                    break
+                self.handle_datagram(data, self.clock_ns())
+        self._housekeeping()
+
+    def _housekeeping(self) -> None:
+        if self._connected_ns is None or self.cmd_sock is None:
+            return
+        now = self.clock_ns()
+        try:
+            if not self.multicast and now - self._last_keepalive > KEEPALIVE_PERIOD_S * 1e9:
+                self._last_keepalive = now
+                self.send(P.Empty(P.MessageId.KEEPALIVE))
+            if now - self._last_echo > ECHO_PERIOD_S * 1e9:
+                self.send_echo()
+            if self.model is None and now - self._last_modeldef_req > MODELDEF_RETRY_S * 1e9:
+                self.request_modeldef()
+        except OSError as e:
+            self.on_log('warn', f'cannot send to the NatNet server: {e}')
+
+    def reject(self, reason: str) -> None:
+        self.stats.rejected_packets += 1
+        self.stats.last_reject_reason = reason
+        self.on_log('warn', f'rejected NatNet packet #{self.stats.rejected_packets}: {reason}')
+
+    def handle_datagram(self, data: bytes, arrival_ns: int) -> Optional[FrameEvent]:
+        """Decode and account one datagram. Never raises: bad input is counted as rejected."""
+        try:
+            msg = P.decode_message(data, self.version)
+        except P.NatNetDecodeError as e:
+            if self.version_error:
+                self.reject(self.version_error)
+            else:
+                self.reject(e.reason)
+            return None
+        except Exception as e:  # noqa: BLE001 - a decoder bug must not kill the receive loop
+            self.reject(f'internal decoder error {type(e).__name__}: {e}')
+            return None
+        try:
+            return self._dispatch(msg, arrival_ns)
+        except Exception as e:  # noqa: BLE001 - same: count, log, carry on
+            self.reject(f'error handling {type(msg).__name__}: {type(e).__name__}: {e}')
+            return None
+
+    def _dispatch(self, msg: P.Message, arrival_ns: int) -> Optional[FrameEvent]:
+        if isinstance(msg, P.Frame):
+            return self._on_frame(msg, arrival_ns)
+        if isinstance(msg, P.ServerInfo):
+            self.server_info = msg
+            v = P.parse_version(msg.natnet_version)
+            try:
+                self.version = P.check_version(v)
+                self.version_error = ''
+            except P.NatNetDecodeError as e:
+                self.version = None
+                self.version_error = e.reason
+                self.on_log('error', e.reason)
+            if msg.clock_hz is None:
+                self.version_error = self.version_error or 'server info without clock (pre-3.0)'
+        elif isinstance(msg, P.ModelDefinitions):
+            self.model = msg
+            self.names = {d.id: d.name for d in msg.rigid_bodies()}
+        elif isinstance(msg, P.EchoResponse):
+            self._on_echo(msg, arrival_ns)
+        elif isinstance(msg, P.MessageString):
+            self.on_log('info', f'server: {msg.text}')
+        return None
+
+    def _on_frame(self, f: P.Frame, arrival_ns: int) -> Optional[FrameEvent]:
+        st = self.stats
+        last = st.last_frame_number
+        if last is not None:
+            if f.frame_number <= last and last - f.frame_number < 1000:
+                st.out_of_order += 1
+                return None
+            if f.frame_number > last + 1:
+                st.dropped_frames += f.frame_number - last - 1
+        st.last_frame_number = f.frame_number
+        st.frames += 1
+        self._arrivals.append(arrival_ns)
+        if f.models_changed or any(b.id not in self.names for b in f.rigid_bodies):
+            if self.clock_ns() - self._last_modeldef_req > MODELDEF_RETRY_S * 1e9:
+                self.request_modeldef()
+        age, source = self.exposure_age(f, arrival_ns)
+        bodies = []
+        untracked = []
+        for b in f.rigid_bodies:
+            name = self.names.get(b.id)
+            if name is None:
+                st.unknown_body_ids += 1
+                continue
+            if not b.tracking_valid:
+                untracked.append(name)
+            bodies.append(BodyPose(b.id, name, b.position, b.orientation, b.tracking_valid,
+                                   b.mean_error))
+        st.untracked_bodies = untracked
+        if untracked:
+            st.untracked_body_frames += 1
+        ev = FrameEvent(f, arrival_ns, age, source, bodies)
+        if self.on_frame is not None:
+            self.on_frame(ev)
+        return ev
+
+    def exposure_age(self, f: P.Frame, arrival_ns: int) -> Tuple[float, str]:
+        """Seconds between mid-exposure and arrival (see module docstring and docs/natnet.md)."""
+        hz = self.server_info.clock_hz if self.server_info and self.server_info.clock_hz else None
+        st = self.stats
+        if hz is None:
+            return 0.0, 'arrival'
+        st.last_software_latency_s = (f.stamp_transmit - f.stamp_data_received) / hz
+        st.last_system_latency_s = ((f.stamp_transmit - f.stamp_mid_exposure) / hz
+                                    if f.stamp_mid_exposure else float('nan'))
+        now_ticks = self.server_ticks_at(arrival_ns)
+        if f.stamp_mid_exposure:
+            if now_ticks is not None:
+                age, src = (now_ticks - f.stamp_mid_exposure) / hz, 'mid_exposure'
+            else:
+                age, src = st.last_system_latency_s, 'mid_exposure-transit'
+        elif now_ticks is not None:
+            age, src = (now_ticks - f.stamp_data_received) / hz, 'received+echo'
+        else:
+            age, src = st.last_software_latency_s, 'received'
+        age = min(max(age, 0.0), 1.0)
+        st.last_exposure_age_s = age
+        return age, src
+
+    # -- health -------------------------------------------------------------------------------
+    def frame_rate(self) -> float:
+        a = self._arrivals
+        if len(a) < 2 or self.clock_ns() - a[-1] > self.stale_timeout * 1e9:
+            return 0.0
+        return (len(a) - 1) / ((a[-1] - a[0]) / 1e9)
+
+    def seconds_since_last_frame(self) -> Optional[float]:
+        ref = self._arrivals[-1] if self._arrivals else self._connected_ns
+        return None if ref is None else (self.clock_ns() - ref) / 1e9
+
+    def stream_stopped(self) -> bool:
+        s = self.seconds_since_last_frame()
+        return s is None or s > self.stale_timeout
+
+    @property
+    def connected(self) -> bool:
+        return self._connected_ns is not None
+
+    def run(self, stop: threading.Event, connect_timeout: float = 2.0,
+            retry_period: float = 1.0) -> None:
+        """Receive loop for a thread: (re)connects as needed, never raises on bad packets."""
+        while not stop.is_set():
+            if self._connected_ns is None:
+                try:
+                    self.connect(connect_timeout)
+                    self.on_log('info', f'connected to {self.server_info.app_name} '
+                                f'{".".join(map(str, self.server_info.app_version))}, NatNet '
+                                f'{".".join(map(str, self.server_info.natnet_version))}')
+                except NatNetConnectError as e:
+                    self.on_log('warn', str(e))
+                    stop.wait(retry_period)
+                    continue
+                except OSError as e:
+                    self.on_log('error', f'socket error while connecting: {e}')
+                    stop.wait(retry_period)
+                    continue
+            self.poll(0.05)
+            # A long-stopped stream may mean the server restarted: re-handshake (cheap, unicast
+            # re-registers the client; multicast just refreshes server info).
+            since = self.seconds_since_last_frame()
+            now = self.clock_ns()
+            if (since is not None and since > max(5 * self.stale_timeout, 2.0)
+                    and now - self._last_reconnect > retry_period * 1e9):
+                self._last_reconnect = now
+                try:
+                    self.send(P.ConnectRequest('NatNetLib', (4, 1, 0, 0), (4, 1, 0, 0), False,
+                                               (0, 0, 0, 0)))
+                except OSError:
+                    pass
+
