@@ -1,0 +1,230 @@
+"""The simulated leg as the controller sees it: valves, muscles and MuJoCo physics (no ROS).
+
+`LegSimulator` owns the MjModel/MjData (through `LegModel`) and adds what the model alone does
+not have: validation of incoming pressure commands, the valve's first-order lag, stepping to a
+target time, and recovery from a numerically unstable state.
+
+Pressure command safety (the same rules as the valve driver on the real rig):
+- wrong number of elements: the whole command is rejected and every channel vents to 0 kPa;
+- NaN or ±inf in a channel: that channel vents to 0 kPa (a non-finite number carries no intent,
+  so the only safe reading is "no pressure");
+- negative: clamped to 0 kPa; above `p_max` (50 kPa, the rig's range): clamped to `p_max`
+  (the sign and rough size are clear, only the range is wrong).
+Each rejection returns a reason string for the caller to log; the clamped/vented value is the
+applied command.
+
+Valve: each channel follows p ← a·p + (1−a)·u, a = exp(−Δt/τ), once per physics step of Δt,
+which is the exact zero-order-hold discretisation of the first-order lag τ·ṗ = u − p
+(so after n steps p = u + (p0 − u)·exp(−nΔt/τ)). τ comes from the leg description.
+
+Instability: after each `advance`, non-finite or runaway qpos/qvel, or a MuJoCo bad-state warning
+(MuJoCo would silently auto-reset to its loading pose), resets the leg to the initial pose and
+pressures, counts the event and keeps its reason; nothing is raised.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import mujoco
+import numpy as np
+
+P_MAX_KPA = 50.0
+MAX_JOINT_SPEED = 1.0e3   # rad/s or m/s in any dof: beyond this the integration has diverged
+
+_BAD_WARNINGS = (mujoco.mjtWarning.mjWARN_BADQACC, mujoco.mjtWarning.mjWARN_BADQPOS,
+                 mujoco.mjtWarning.mjWARN_BADQVEL)
+
+
+@dataclass
+class CommandCheck:
+    """Result of validating one pressure command."""
+
+    applied: np.ndarray          # kPa, what the valves are driven to
+    reasons: list                # empty when the command was accepted as is
+
+    @property
+    def rejected(self) -> bool:
+        return bool(self.reasons)
+
+
+def validate_command(p_kpa, n: int = 2, p_max: float = P_MAX_KPA,
+                     names: Sequence[str] = ('maa', 'baa')) -> CommandCheck:
+    """Check a pressure command (kPa) and return the safe value to apply plus reasons."""
+    try:
+        p = np.asarray(p_kpa, dtype=float).reshape(-1)
+    except (TypeError, ValueError):
+        return CommandCheck(np.zeros(n), [f'command {p_kpa!r} is not numeric: all valves vented to 0 kPa'])
+    if p.size != n:
+        return CommandCheck(np.zeros(n), [
+            f'command has {p.size} elements, expected {n} ({", ".join(names)}): all valves vented to 0 kPa'])
+    applied = p.copy()
+    reasons = []
+    for i in range(n):
+        v = p[i]
+        label = names[i] if i < len(names) else str(i)
+        if not math.isfinite(v):
+            applied[i] = 0.0
+            reasons.append(f'{label} command {v} kPa is not finite: vented to 0 kPa')
+        elif v < 0.0:
+            applied[i] = 0.0
+            reasons.append(f'{label} command {v:.3f} kPa is negative: clamped to 0 kPa')
+        elif v > p_max:
+            applied[i] = p_max
+            reasons.append(f'{label} command {v:.3f} kPa exceeds {p_max:g} kPa: clamped to {p_max:g} kPa')
+    return CommandCheck(applied, reasons)
+
+
+class ValveLag:
+    """First-order valve lag per channel, discretised exactly for a held input."""
+
+    def __init__(self, tau: float, n: int = 2, p0=None):
+        if not (tau > 0 and math.isfinite(tau)):
+            raise ValueError(f'valve time constant must be > 0 s, got {tau!r}')
+        self.tau = float(tau)
+        self.p = np.zeros(n) if p0 is None else np.array(p0, float).reshape(n)
+        self._dt = None
+        self._a = 0.0
+
+    def coefficient(self, dt: float) -> float:
+        if dt != self._dt:
+            self._dt = dt
+            self._a = math.exp(-dt / self.tau)
+        return self._a
+
+    def step(self, u, dt: float) -> np.ndarray:
+        a = self.coefficient(dt)
+        self.p = a * self.p + (1.0 - a) * np.asarray(u, float)
+        return self.p
+
+    @staticmethod
+    def closed_form(p0, u, t, tau):
+        """Response of τ·ṗ = u − p to a step held for time t."""
+        return np.asarray(u, float) + (np.asarray(p0, float) - np.asarray(u, float)) * np.exp(-np.asarray(t) / tau)
+
+
+class LegSimulator:
+    """MuJoCo leg + valve lag + command validation + instability recovery.
+
+    leg_model: an `equimus_sim.leg_model.LegModel` (owns MjModel, knows joints/actuators).
+    tau: valve time constant (s); initial_pressures (kPa) and initial_q (θ1, θ2 rad; None =
+    static equilibrium at the initial pressures) define the pose `reset()` returns to.
+    """
+
+    def __init__(self, leg_model, tau: float, p_max: float = P_MAX_KPA,
+                 initial_pressures: Sequence[float] = (0.0, 0.0),
+                 initial_q: Optional[Sequence[float]] = None):
+        self.leg = leg_model
+        self.model = leg_model.model
+        self.data = mujoco.MjData(self.model)
+        self.n = 2
+        self.p_max = float(p_max)
+        self.dt = float(self.model.opt.timestep)
+        init = validate_command(initial_pressures, self.n, self.p_max)
+        if init.rejected:
+            raise ValueError('invalid initial pressures: ' + '; '.join(init.reasons))
+        self.initial_pressures = init.applied
+        if initial_q is None:
+            initial_q = self.leg.static_equilibrium(self.initial_pressures)
+        self.initial_q = np.array(initial_q, float).reshape(2)
+        self.valve = ValveLag(tau, self.n, self.initial_pressures)
+        self.command = self.initial_pressures.copy()     # applied (validated) command, kPa
+        self.time = 0.0          # nominal sim time, s (monotonic across resets)
+        self.steps = 0
+        self.resets = 0
+        self.last_reset_reason = ''
+        self.rejected = 0
+        self.last_reject_reason = ''
+        self._warn_counts = self._bad_warning_count()
+        self._place(self.initial_q)
+
+    # ----- commands -------------------------------------------------------------------------
+    def set_command(self, p_kpa) -> CommandCheck:
+        """Validate and hold a new pressure command (kPa); see the module docstring for rules."""
+        check = validate_command(p_kpa, self.n, self.p_max)
+        if check.rejected:
+            self.rejected += 1
+            self.last_reject_reason = '; '.join(check.reasons)
+        self.command = check.applied
+        return check
+
+    # ----- stepping -------------------------------------------------------------------------
+    def advance(self, duration: float) -> int:
+        """Advance the nominal time by `duration` s with the held command; return physics steps.
+
+        The number of physics steps is chosen so that physics time stays within Δt/2 of the
+        nominal time (exact when Δt divides the period, e.g. Δt = 1/1200 s at 120 Hz).
+        """
+        if not (duration >= 0 and math.isfinite(duration)):
+            raise ValueError(f'advance duration must be a finite number >= 0 s, got {duration!r}')
+        target = self.time + duration
+        n = int(round((target - self.steps * self.dt) / self.dt))
+        model, data, dt = self.model, self.data, self.dt
+        a = self.valve.coefficient(dt)
+        u = self.command
+        p = self.valve.p
+        set_p = self.leg.set_pressures
+        for _ in range(max(n, 0)):
+            p = a * p + (1.0 - a) * u
+            set_p(data, p)
+            mujoco.mj_step(model, data)
+        self.valve.p = p
+        self.steps += max(n, 0)
+        self.time = target
+        self._check_stability()
+        return max(n, 0)
+
+    # ----- state ----------------------------------------------------------------------------
+    @property
+    def pressures(self) -> np.ndarray:
+        """Current valve (muscle) pressures, kPa."""
+        return self.valve.p.copy()
+
+    def joint_state(self):
+        """(θ, θ̇) of [hip, knee] in the paper's convention (rad, rad/s)."""
+        return (np.asarray(self.leg.joint_angles(self.data), float),
+                np.asarray(self.leg.joint_velocities(self.data), float))
+
+    def body_poses(self, names: Sequence[str] = ('base', 'thigh', 'calf')) -> dict:
+        """{name: (position (3,), quaternion wxyz (4,))} in MuJoCo world coordinates."""
+        out = {}
+        for name in names:
+            pos, quat = self.leg.body_pose(self.data, name)
+            out[name] = (np.array(pos, float), np.array(quat, float))
+        return out
+
+    # ----- recovery -------------------------------------------------------------------------
+    def reset(self, reason: str = 'reset requested') -> None:
+        """Return to the initial pose and pressures (time keeps running)."""
+        self.resets += 1
+        self.last_reset_reason = reason
+        self.valve.p = self.initial_pressures.copy()
+        self.command = self.initial_pressures.copy()
+        self._place(self.initial_q)
+
+    def _place(self, q) -> None:
+        self.leg.reset(self.data, q)
+        self.leg.set_pressures(self.data, self.valve.p)
+        mujoco.mj_forward(self.model, self.data)
+        # physics time is tracked as a step count; the nominal time continues over resets
+        self.steps = int(round(self.time / self.dt))
+        self.data.time = self.steps * self.dt
+        self._warn_counts = self._bad_warning_count()
+
+    def _bad_warning_count(self) -> tuple:
+        return tuple(int(self.data.warning[w].number) for w in _BAD_WARNINGS)
+
+    def _check_stability(self) -> None:
+        d = self.data
+        reason = ''
+        counts = self._bad_warning_count()
+        if counts != self._warn_counts:
+            names = [w.name for w, c0, c1 in zip(_BAD_WARNINGS, self._warn_counts, counts) if c1 != c0]
+            reason = f'MuJoCo reported an unstable state ({", ".join(names)})'
+        elif not (np.all(np.isfinite(d.qpos)) and np.all(np.isfinite(d.qvel))):
+            reason = 'non-finite joint position or velocity'
+        elif np.max(np.abs(d.qvel), initial=0.0) > MAX_JOINT_SPEED:
+            reason = f'joint speed above {MAX_JOINT_SPEED:g} (integration diverged)'
+        if reason:
+            self.reset(f'{reason} at t={self.time:.4f} s: reset to the initial pose')
