@@ -41,7 +41,9 @@ log "colcon build (ros2_ws, symlink install)"
   cd ros2_ws
   # shellcheck disable=SC1091
   source "$VENV/bin/activate"
-  colcon build --base-paths src --symlink-install --event-handlers console_cohesion- summary- >/dev/null 2>build.err \
+  build() { colcon build --base-paths src --symlink-install --event-handlers console_cohesion- summary- >/dev/null 2>build.err; }
+  # A stale symlink-install tree (a data file removed since) fails the build: rebuild from clean once.
+  build || { printf '[setup] build failed, retrying from a clean build/ install/\n' >&2; rm -rf build install; build; } \
     || { cat build.err >&2; exit 1; }
   rm -f build.err
 )

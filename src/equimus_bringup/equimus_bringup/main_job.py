@@ -1,0 +1,124 @@
+"""The main job: the simulated leg under closed-loop control through the triangle, recorded.
+
+Starts the sim graph (lockstep simulation, estimator, controller, reference, recorder) with the
+same description as `sim.launch.py`, runs it for the reference's length in sim time while printing
+progress, stops it in order, then reads the bag back and prints a tracking summary and writes a
+plot of reference vs measured joint angles and pressures.
+
+    make run                   # PID
+    make run CONTROLLER=mpc
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from equimus_bringup.graph import describe_graph
+from equimus_bringup.run_report import report
+from equimus_bringup.supervisor import GraphError, Supervisor
+
+
+class ClockWatch:
+    """Follows /clock from a small rclpy node of its own."""
+
+    def __init__(self):
+        import rclpy
+        from rclpy.qos import qos_profile_clock
+        from rosgraph_msgs.msg import Clock
+        self.rclpy = rclpy
+        rclpy.init(args=['--ros-args', '-r', '__node:=main_job_clock'])
+        self.node = rclpy.create_node('main_job_clock')
+        self.first = None
+        self.now = 0.0
+        self.node.create_subscription(Clock, '/clock', self._on_clock, qos_profile_clock)
+
+    def _on_clock(self, msg):
+        t = msg.clock.sec + msg.clock.nanosec * 1e-9
+        if self.first is None:
+            self.first = t
+        self.now = t - self.first
+
+    def spin(self, seconds: float):
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            self.rclpy.spin_once(self.node, timeout_sec=0.02)
+
+    def close(self):
+        self.node.destroy_node()
+        self.rclpy.try_shutdown()
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument('--controller', default='pid', choices=('pid', 'mpc', 'open_loop'))
+    p.add_argument('--reference', default='triangle')
+    p.add_argument('--duration', type=float, default=15.0, help='sim seconds to run (default 15)')
+    p.add_argument('--wall-timeout', type=float, default=300.0, help='give up after this many wall seconds')
+    p.add_argument('--out', default='out/run', help='output folder (a time-stamped run folder is made inside)')
+    p.add_argument('--set', action='append', default=[], metavar='NAME:=VALUE',
+                   help='extra launch arguments, e.g. --set variant:=pure')
+    ns = p.parse_args(argv)
+
+    run_dir = Path(ns.out) / time.strftime('%Y%m%d-%H%M%S')
+    run_dir.mkdir(parents=True, exist_ok=True)
+    bag_path = (run_dir / 'bag').resolve()
+    overrides = {'controller': ns.controller, 'reference': ns.reference, 'record': 'true',
+                 'bag': str(bag_path), 'sim_mode': 'lockstep'}
+    for item in ns.set:
+        key, _, value = item.partition(':=')
+        overrides[key] = value
+    specs = describe_graph('sim', overrides)
+    log_path = run_dir / 'graph.log'
+    print(f'[main] sim graph: {", ".join(s.name for s in specs)}; controller {ns.controller}, '
+          f'reference {ns.reference}, {ns.duration:.0f} s sim time; node logs in {log_path}', flush=True)
+
+    sup = Supervisor(specs, echo=False)
+    watch = ClockWatch()
+    wall0 = time.monotonic()
+    try:
+        sup.start()
+        next_report = 0.0
+        while watch.now < ns.duration:
+            watch.spin(0.2)
+            if sup.poll():
+                break
+            if time.monotonic() - wall0 > ns.wall_timeout:
+                sup.failed = f'no progress to {ns.duration} s sim time within {ns.wall_timeout} s wall time'
+                break
+            if watch.now >= next_report:
+                wall = time.monotonic() - wall0
+                print(f'[main] sim time {watch.now:5.1f} / {ns.duration:.0f} s   (wall {wall:5.1f} s)', flush=True)
+                next_report += 2.0
+    except KeyboardInterrupt:
+        print('[main] interrupted: stopping the graph and keeping the bag', flush=True)
+    except GraphError as exc:
+        sup.failed = str(exc)
+    finally:
+        codes = sup.stop()
+        watch.close()
+        with open(log_path, 'w') as fh:
+            for name, lines in sup.output.items():
+                fh.writelines(f'[{name}] {line}' for line in lines)
+    wall = time.monotonic() - wall0
+    if sup.failed:
+        print(f'[main] the graph failed: {sup.failed}. See {log_path}.', file=sys.stderr)
+        tail = ''.join(sup.output.get(sup.failed.split()[0], [])[-15:])
+        if tail:
+            print(tail, file=sys.stderr)
+        return 1
+    print(f'[main] stopped cleanly after {wall:.1f} s wall ({watch.now / max(wall, 1e-9):.2f}x real time); '
+          f'exit codes {codes}', flush=True)
+
+    plot_path = run_dir / 'tracking.png'
+    summary = report(bag_path, plot_path, title=f'EquiMus sim, {ns.controller}, {ns.reference}', settle=0.5)
+    print('\n' + summary.table())
+    (run_dir / 'summary.json').write_text(json.dumps(summary.__dict__, indent=2))
+    print(f'\nbag:  {bag_path}\nplot: {plot_path}\nsummary: {run_dir / "summary.json"}')
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -1,0 +1,142 @@
+"""Tracking summary and plot of a recorded run, read from its bag (no ROS imports)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import numpy as np
+
+from equimus_bringup import bag as bagio
+
+JOINTS = ('hip', 'knee')
+
+
+@dataclass
+class Series:
+    t: np.ndarray
+    values: np.ndarray  # (n, k)
+
+
+def _stamp(msg, log_ns: int) -> float:
+    h = getattr(msg, 'header', None)
+    if h is not None and (h.stamp.sec or h.stamp.nanosec):
+        return h.stamp.sec + h.stamp.nanosec * 1e-9
+    return log_ns * 1e-9
+
+
+def load_series(bag_path: Path) -> Dict[str, Series]:
+    """The topics a tracking report needs, as time series (seconds, header stamps when present)."""
+    wanted = {'/joint_states': 'position', '/sim/joint_states': 'position',
+              '/reference/joint': 'position', '/valve/command': 'data', '/valve/pressure': 'data',
+              '/valve/applied': 'data'}
+    rows: Dict[str, List] = {k: [] for k in wanted}
+    for topic, log_ns, msg in bagio.read_messages(bag_path, list(wanted)):
+        vals = np.asarray(getattr(msg, wanted[topic]), dtype=float)
+        if vals.size:
+            rows[topic].append((_stamp(msg, log_ns), vals))
+    out = {}
+    for topic, r in rows.items():
+        if r:
+            width = min(len(v) for _, v in r)
+            out[topic] = Series(np.array([t for t, _ in r]), np.array([v[:width] for _, v in r]))
+    return out
+
+
+@dataclass
+class Summary:
+    duration: float
+    rmse: Dict[str, float] = field(default_factory=dict)
+    maxae: Dict[str, float] = field(default_factory=dict)
+    estimator_rmse: Dict[str, float] = field(default_factory=dict)
+    pressure_max: float = float('nan')
+    pressure_min: float = float('nan')
+    counts: Dict[str, int] = field(default_factory=dict)
+
+    def table(self) -> str:
+        lines = [f'run length (sim time): {self.duration:.2f} s']
+        lines.append(f'{"joint":6s} {"tracking RMSE":>14s} {"tracking MaxAE":>15s} {"estimator RMSE":>15s}')
+        for j in JOINTS:
+            lines.append(f'{j:6s} {self.rmse.get(j, np.nan):11.4f} rad {self.maxae.get(j, np.nan):12.4f} rad '
+                         f'{self.estimator_rmse.get(j, np.nan):12.5f} rad')
+        lines.append(f'valve commands: {self.pressure_min:.2f} .. {self.pressure_max:.2f} kPa '
+                     '(hard limit 0 .. 50 kPa)')
+        lines.append('messages: ' + ', '.join(f'{k} {v}' for k, v in sorted(self.counts.items())))
+        return '\n'.join(lines)
+
+
+def summarize(series: Dict[str, Series], settle: float = 0.0) -> Summary:
+    """Tracking error of the true joint angles (sim) or the estimate (hardware) vs the reference."""
+    truth = series.get('/sim/joint_states') or series.get('/joint_states')
+    ref = series.get('/reference/joint')
+    if truth is None or ref is None:
+        missing = [t for t in ('/sim/joint_states or /joint_states', '/reference/joint')
+                   if (t.startswith('/ref') and ref is None) or (not t.startswith('/ref') and truth is None)]
+        raise bagio.BagError(f'the bag lacks {", ".join(missing)}: was the whole graph running?')
+    t0 = max(truth.t[0], ref.t[0]) + settle
+    mask = truth.t >= t0
+    s = Summary(duration=float(truth.t[-1] - truth.t[0]))
+    for i, j in enumerate(JOINTS):
+        r = np.interp(truth.t[mask], ref.t, ref.values[:, i])
+        e = truth.values[mask, i] - r
+        s.rmse[j] = float(np.sqrt(np.mean(e ** 2)))
+        s.maxae[j] = float(np.max(np.abs(e)))
+    est = series.get('/joint_states')
+    if est is not None and '/sim/joint_states' in series:
+        for i, j in enumerate(JOINTS):
+            tr = np.interp(est.t, truth.t, truth.values[:, i])
+            ok = np.isfinite(est.values[:, i])
+            s.estimator_rmse[j] = float(np.sqrt(np.mean((est.values[ok, i] - tr[ok]) ** 2)))
+    cmd = series.get('/valve/command')
+    if cmd is not None:
+        s.pressure_max = float(np.nanmax(cmd.values))
+        s.pressure_min = float(np.nanmin(cmd.values))
+    s.counts = {k: len(v.t) for k, v in series.items()}
+    return s
+
+
+def plot(series: Dict[str, Series], path: Path, title: str = '') -> Path:
+    """Reference vs measured joint angles and the valve pressures, one PNG."""
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(3, 1, figsize=(10, 8), sharex=True)
+    t0 = min(v.t[0] for v in series.values())
+    styles = {'/reference/joint': ('reference', 'k--'), '/sim/joint_states': ('true (sim)', 'C0-'),
+              '/joint_states': ('estimated (mocap)', 'C1:')}
+    for i, j in enumerate(JOINTS):
+        ax = axes[i]
+        for topic, (label, style) in styles.items():
+            if topic in series:
+                ax.plot(series[topic].t - t0, np.degrees(series[topic].values[:, i]), style, label=label, lw=1.2)
+        ax.set_ylabel(f'θ{i + 1} {j} (deg)')
+        ax.grid(alpha=0.3)
+        ax.legend(loc='best', fontsize=8)
+    ax = axes[2]
+    for topic, style in (('/valve/command', '-'), ('/valve/pressure', ':')):
+        if topic in series:
+            for k, name in enumerate(('MAA', 'BAA')):
+                ax.plot(series[topic].t - t0, series[topic].values[:, k], f'C{k}{style}',
+                        label=f'{name} {topic.rsplit("/", 1)[-1]}', lw=1.2)
+    ax.axhline(50.0, color='r', lw=0.8, alpha=0.5)
+    ax.set_ylabel('pressure (kPa)')
+    ax.set_xlabel('time (s)')
+    ax.grid(alpha=0.3)
+    ax.legend(loc='best', fontsize=8, ncol=2)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def report(bag_path: Path, plot_path: Optional[Path] = None, title: str = '', settle: float = 0.0) -> Summary:
+    series = load_series(bag_path)
+    s = summarize(series, settle=settle)
+    if plot_path is not None:
+        plot(series, plot_path, title)
+    return s

@@ -1,0 +1,84 @@
+"""The graph description shared by the launch files and `equimus launch`."""
+import ast
+from pathlib import Path
+
+import pytest
+
+from equimus_bringup.graph import ARGUMENTS, describe_graph, resolve_args, ros_arguments
+
+SHARED_NODES = {'estimator', 'controller', 'reference'}
+
+
+def names(specs):
+    return [s.name for s in specs]
+
+
+def test_sim_and_hardware_share_the_control_side():
+    sim = {s.name: s for s in describe_graph('sim', {'record': 'true', 'bag': 'b'})}
+    hw = {s.name: s for s in describe_graph('hardware', {'record': 'true', 'bag': 'b', 'use_sim_time': 'true'})}
+    assert set(sim) - set(hw) == {'sim'}
+    assert set(hw) - set(sim) == {'natnet_bridge', 'valve_driver'}
+    for n in SHARED_NODES | {'recorder'}:
+        a, b = sim[n], hw[n]
+        assert (a.package, a.executable, a.parameters, a.parameter_files) == \
+               (b.package, b.executable, b.parameters, b.parameter_files), n
+
+
+def test_sim_time_defaults_per_mode():
+    assert all(s.parameters['use_sim_time'] is True for s in describe_graph('sim') if s.name != 'sim')
+    assert all(s.parameters.get('use_sim_time') is False for s in describe_graph('hardware') if s.is_ros_node)
+    # The simulation node owns /clock and never listens to it.
+    assert 'use_sim_time' not in next(s for s in describe_graph('sim') if s.name == 'sim').parameters
+
+
+def test_emulators_only_on_request_and_valve_driver_stops_last():
+    plain = describe_graph('hardware')
+    emu = describe_graph('hardware', {'emulator': 'true', 'serial_port': '/tmp/dac'})
+    assert not any(not s.is_ros_node for s in plain)
+    tools = [s for s in emu if not s.is_ros_node]
+    assert {s.name for s in tools} == {'natnet_emulator', 'dac_board_emulator'}
+    order = [s.name for s in sorted(emu, key=lambda s: s.shutdown_rank)]
+    assert order[-2:] == ['valve_driver', 'dac_board_emulator']
+    assert order[0] == 'reference'
+
+
+def test_bad_arguments_are_refused_with_the_valid_list():
+    with pytest.raises(ValueError, match='valid:'):
+        resolve_args('sim', {'controler': 'pid'})
+    with pytest.raises(ValueError, match='pid, mpc, open_loop'):
+        describe_graph('sim', {'controller': 'lqr'})
+    with pytest.raises(ValueError, match='sim, hardware'):
+        describe_graph('simulation')
+
+
+def test_ros_arguments_carry_name_files_and_parameters():
+    spec = next(s for s in describe_graph('sim', {'controller': 'mpc'}) if s.name == 'controller')
+    argv = ros_arguments(spec)
+    assert argv[:3] == ['--ros-args', '-r', '__node:=controller']
+    assert 'controller:=mpc' in argv and 'use_sim_time:=true' in argv
+    for f in spec.parameter_files:
+        assert argv[argv.index(f) - 1] == '--params-file'
+
+
+@pytest.mark.parametrize('name', ['sim.launch.py', 'hardware.launch.py'])
+def test_launch_files_use_the_shared_description(repo_dir, name):
+    """launch/launch_ros are not installable here; check the files' structure instead."""
+    src = (repo_dir / 'launch' / name).read_text()
+    tree = ast.parse(src)
+    funcs = [n.name for n in tree.body if isinstance(n, ast.FunctionDef)]
+    assert funcs == ['generate_launch_description']
+    mode = name.split('.')[0]
+    assert f"generate('{mode}')" in src
+    common = (repo_dir / 'src/equimus_bringup/equimus_bringup/launch_common.py').read_text()
+    for needle in ('DeclareLaunchArgument', 'describe_graph(mode', 'launch_ros.actions import Node',
+                   'parameters=[*spec.parameter_files, spec.parameters]'):
+        assert needle in common
+    assert set(ARGUMENTS) >= {'controller', 'record', 'bag', 'use_sim_time', 'serial_port', 'natnet_server'}
+
+
+def test_launch_files_are_installed(repo_dir):
+    from ament_index_python.packages import get_package_share_directory
+    share = Path(get_package_share_directory('equimus_bringup'))
+    assert (share / 'launch' / 'sim.launch.py').exists()
+    assert (share / 'launch' / 'hardware.launch.py').exists()
+    assert (share / 'config' / 'recorder.yaml').exists()
