@@ -129,7 +129,7 @@ def describe_graph(mode: str, overrides: Optional[Mapping[str, str]] = None) -> 
                 arguments=['--command-port', args['natnet_command_port'],
                            '--data-port', args['natnet_data_port'],
                            '--address', args['natnet_server'],
-                           '--mode', 'multicast' if _truthy(args['natnet_multicast']) else 'unicast']))
+                           '--multicast' if _truthy(args['natnet_multicast']) else '--unicast']))
             specs.append(ProcessSpec(
                 'dac_board_emulator', 'equimus_hw', 'dac_board_emulator', is_ros_node=False,
                 arguments=['--link', args['serial_port']]))

@@ -1,0 +1,113 @@
+"""docs/interfaces.md against the running nodes: every topic, service and parameter is documented.
+
+Starts both graphs (the hardware one against the NatNet and DAC board emulators) through the same
+description the launch files use, then asks the ROS graph what each node really offers.
+"""
+import re
+import time
+
+import pytest
+import rclpy
+from rcl_interfaces.srv import ListParameters
+
+from equimus_bringup.graph import describe_graph
+from equimus_bringup.supervisor import Supervisor
+
+INFRA_TOPICS = {'/rosout', '/parameter_events'}
+INFRA_SERVICE_SUFFIXES = ('/describe_parameters', '/get_parameter_types', '/get_parameters',
+                          '/list_parameters', '/set_parameters', '/set_parameters_atomically',
+                          '/get_type_description')
+INFRA_PARAMS = {'use_sim_time', 'start_type_description_service'}
+
+
+def doc_sections(text):
+    """Node name -> the text of its '## <name>' section."""
+    sections = {}
+    for block in re.split(r'^## ', text, flags=re.M)[1:]:
+        title, _, body = block.partition('\n')
+        m = re.match(r'`?([a-z_]+)`?', title.strip())
+        if m:
+            sections[m.group(1)] = body
+    return sections
+
+
+def _documented_type(doc, topic, type_name):
+    short = type_name.split('/')[-1]
+    return any(f'`{topic}`' in line and short in line for line in doc.splitlines())
+
+
+def introspect(node, names, timeout=20.0):
+    """Topics (with types), services and parameter names of each node, once they have appeared."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        rclpy.spin_once(node, timeout_sec=0.1)
+        present = {n for n, ns in node.get_node_names_and_namespaces()}
+        if set(names) <= present:
+            break
+    time.sleep(2.0)  # let late publishers/subscribers appear
+    found = {}
+    for name in names:
+        pubs = node.get_publisher_names_and_types_by_node(name, '/')
+        subs = node.get_subscriber_names_and_types_by_node(name, '/')
+        srvs = node.get_service_names_and_types_by_node(name, '/')
+        cli = node.create_client(ListParameters, f'/{name}/list_parameters')
+        assert cli.wait_for_service(10.0), f'{name} offers no parameter services'
+        fut = cli.call_async(ListParameters.Request())
+        rclpy.spin_until_future_complete(node, fut, timeout_sec=10.0)
+        params = set(fut.result().result.names)
+        found[name] = (pubs + subs, srvs, params)
+    return found
+
+
+@pytest.fixture
+def ros():
+    rclpy.init()
+    n = rclpy.create_node('interfaces_test')
+    yield n
+    n.destroy_node()
+    rclpy.try_shutdown()
+
+
+@pytest.mark.parametrize('mode,overrides', [
+    ('sim', {'record': 'true'}),
+    ('hardware', {'emulator': 'true', 'auto_arm': 'true', 'record': 'true',
+                  'natnet_command_port': '16510', 'natnet_data_port': '16511',
+                  'natnet_multicast': 'false'}),
+])
+def test_running_nodes_match_docs(ros, repo_dir, tmp_path, mode, overrides):
+    overrides = dict(overrides, bag=str(tmp_path / 'bag'))
+    if mode == 'hardware':
+        overrides['serial_port'] = str(tmp_path / 'dac')
+    specs = describe_graph(mode, overrides)
+    sup = Supervisor(specs, echo=False)
+    sup.start()
+    try:
+        names = [s.name for s in specs if s.is_ros_node]
+        found = introspect(ros, names)
+        assert not sup.poll(), sup.failed
+    finally:
+        sup.stop()
+    doc = (repo_dir / 'docs' / 'interfaces.md').read_text()
+    sections = doc_sections(doc)
+    problems = []
+    for name, (topics, services, params) in found.items():
+        section = sections.get(name)
+        if section is None:
+            problems.append(f'no "## {name}" section')
+            continue
+        for topic, types in topics:
+            if topic in INFRA_TOPICS:
+                continue
+            if not _documented_type(doc, topic, types[0]):
+                problems.append(f'{name}: topic {topic} [{types[0]}] is not documented with its type')
+        for srv, types in services:
+            if srv.endswith(INFRA_SERVICE_SUFFIXES):
+                continue
+            if f'`{srv}`' not in section and f'`~/{srv.rsplit("/", 1)[-1]}`' not in section:
+                problems.append(f'{name}: service {srv} [{types[0]}] is not in its section')
+        for p in sorted(params - INFRA_PARAMS):
+            if p.startswith('qos_overrides.'):
+                continue
+            if f'`{p}`' not in section:
+                problems.append(f'{name}: parameter {p} is not in its section')
+    assert not problems, '\n'.join(problems)
