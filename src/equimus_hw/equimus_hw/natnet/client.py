@@ -80,7 +80,7 @@ class NatNetClient:
         self.group = multicast_group
         self.stale_timeout = float(stale_timeout)
         self.on_frame = on_frame
-        self.on_log = on_log or (lambda level, msg: None)
+        self._user_log = on_log
         self.clock_ns = clock_ns
         self.server_info: Optional[P.ServerInfo] = None
         self.version: Optional[P.Version] = None
@@ -90,7 +90,7 @@ class NatNetClient:
         self.stats = ClientStats()
         self._lock = threading.Lock()
         self._echo: Deque[Tuple[int, float]] = collections.deque(maxlen=ECHO_WINDOW)
-        self._arrivals: Deque[int] = collections.deque(maxlen=240)
+        self._arrivals: Deque[Tuple[int, int]] = collections.deque(maxlen=1024)
         self._last_keepalive = 0
         self._last_echo = 0
         self._last_modeldef_req = 0
@@ -98,6 +98,14 @@ class NatNetClient:
         self._connected_ns: Optional[int] = None
         self.cmd_sock: Optional[socket.socket] = None
         self.data_sock: Optional[socket.socket] = None
+
+    def on_log(self, level: str, msg: str) -> None:
+        """Forward to the user's logger; a failing logger must not break reception."""
+        if self._user_log is not None:
+            try:
+                self._user_log(level, msg)
+            except Exception:  # noqa: BLE001
+                pass
 
     # -- sockets ------------------------------------------------------------------------------
     def open(self) -> None:
@@ -289,7 +297,7 @@ class NatNetClient:
                 st.dropped_frames += f.frame_number - last - 1
         st.last_frame_number = f.frame_number
         st.frames += 1
-        self._arrivals.append(arrival_ns)
+        self._arrivals.append((arrival_ns, f.stamp_transmit))
         if f.models_changed or any(b.id not in self.names for b in f.rigid_bodies):
             if self.clock_ns() - self._last_modeldef_req > MODELDEF_RETRY_S * 1e9:
                 self.request_modeldef()
@@ -337,14 +345,21 @@ class NatNetClient:
         return age, src
 
     # -- health -------------------------------------------------------------------------------
-    def frame_rate(self) -> float:
-        a = self._arrivals
-        if len(a) < 2 or self.clock_ns() - a[-1] > self.stale_timeout * 1e9:
+    def frame_rate(self, window_s: float = 1.0) -> float:
+        """Frames received per second over the last ``window_s`` of arrivals, measured on the
+        server's transmit clock so that client-side scheduling bursts do not distort it; 0 when
+        the stream has stopped."""
+        now = self.clock_ns()
+        since = now - int(window_s * 1e9)
+        recent = [(a, t) for a, t in self._arrivals if a >= since]
+        if len(recent) < 2 or now - recent[-1][0] > self.stale_timeout * 1e9:
             return 0.0
-        return (len(a) - 1) / ((a[-1] - a[0]) / 1e9)
+        hz = self.server_info.clock_hz if self.server_info and self.server_info.clock_hz else 1e9
+        span = (recent[-1][1] - recent[0][1]) / hz
+        return (len(recent) - 1) / span if span > 0 else 0.0
 
     def seconds_since_last_frame(self) -> Optional[float]:
-        ref = self._arrivals[-1] if self._arrivals else self._connected_ns
+        ref = self._arrivals[-1][0] if self._arrivals else self._connected_ns
         return None if ref is None else (self.clock_ns() - ref) / 1e9
 
     def stream_stopped(self) -> bool:

@@ -1,0 +1,212 @@
+"""ROS 2 node ``natnet_bridge``: NatNet rigid bodies -> /mocap/<name>/pose (thin wrapper).
+
+The protocol, clock mapping and health counters live in :mod:`.client` (no ROS). This node only
+declares parameters, runs the client's receive loop in a thread, turns frames into
+PoseStamped messages and reports on /diagnostics.
+"""
+from __future__ import annotations
+
+import math
+import threading
+import time
+from typing import Dict, Optional
+
+import rclpy
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from geometry_msgs.msg import PoseStamped
+from rcl_interfaces.msg import ParameterDescriptor
+from rclpy.duration import Duration
+from rclpy.executors import ExternalShutdownException
+from rclpy.node import Node
+from rclpy.parameter import Parameter
+from rclpy.qos import qos_profile_sensor_data
+
+from .client import FrameEvent, NatNetClient
+
+NAN = float('nan')
+_S = math.sqrt(0.5)
+
+
+def y_up_to_z_up(p, q):
+    """Motive Y-up -> ROS Z-up: +90 deg about X. (x, y, z) -> (x, -z, y); same for q's vector."""
+    return (p[0], -p[2], p[1]), (q[0], -q[2], q[1], q[3])
+
+
+class NatNetBridge(Node):
+    def __init__(self, **kwargs):
+        super().__init__('natnet_bridge', **kwargs)
+
+        def p(name, default, text):
+            return self.declare_parameter(name, default, ParameterDescriptor(description=text)).value
+
+        self.server_address = p('server_address', '127.0.0.1', 'Motive host IPv4 address')
+        self.local_address = p('local_address', '127.0.0.1',
+                               'local interface IPv4 address (multicast join + command socket)')
+        self.multicast = p('multicast', True, 'true: multicast data stream; false: unicast')
+        self.command_port = p('command_port', 1510, 'server command port (UDP)')
+        self.data_port = p('data_port', 1511, 'server data port (UDP)')
+        self.group = p('multicast_group', '239.255.42.99', 'multicast group of the data stream')
+        self.frame_id = p('frame_id', 'mocap', 'frame_id of the published poses')
+        self.z_up = p('convert_to_z_up', False,
+                      'rotate Motive Y-up into Z-up (+90 deg about X) before publishing')
+        self.stale_timeout = p('stale_timeout', 0.5,
+                               's without frames before the stream counts as stopped (ERROR)')
+        bodies = self.declare_parameter(
+            'rigid_bodies', Parameter.Type.STRING_ARRAY,
+            ParameterDescriptor(description='rigid body names to publish; unset/empty = all in '
+                                'the model definitions')).value
+        self.wanted = set(bodies) if bodies else None
+
+        self.pubs: Dict[str, object] = {}
+        self.diag_pub = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
+        self.client = NatNetClient(
+            self.server_address, self.local_address, self.command_port, self.data_port,
+            self.multicast, self.group, self.stale_timeout, on_frame=self._on_frame,
+            on_log=self._log)
+        self._stop = threading.Event()
+        self._last_diag = 0.0
+        self._last_level: Optional[bytes] = None
+        self._prev = (0, 0, 0)
+        self._reject_log_t = 0.0
+        self._thread = threading.Thread(target=self._receive, daemon=True, name='natnet-rx')
+        self.create_timer(0.1, self._diagnostics)
+        self._thread.start()
+        mode = f'multicast {self.group}:{self.data_port}' if self.multicast else 'unicast'
+        self.get_logger().info(
+            f'NatNet bridge: server {self.server_address}:{self.command_port}, {mode}, '
+            f'frame {self.frame_id}{" (Z-up)" if self.z_up else " (Motive Y-up)"}')
+
+    # -- receive thread ---------------------------------------------------------------------
+    def _receive(self) -> None:
+        try:
+            self.client.open()
+        except OSError as e:
+            self.get_logger().fatal(
+                f'cannot open NatNet sockets ({e}); check local_address/data_port/multicast_group')
+            return
+        try:
+            self.client.run(self._stop)
+        finally:
+            self.client.close()
+
+    def _log(self, level: str, msg: str) -> None:
+        log = self.get_logger()
+        if msg.startswith('rejected'):
+            now = time.monotonic()  # rate-limit: a burst of garbage must not flood the log
+            if now - self._reject_log_t < 1.0:
+                return
+            self._reject_log_t = now
+        if level == 'error':
+            log.error(msg)
+        elif level == 'warn':
+            log.warning(msg)
+        elif level == 'info':
+            log.info(msg)
+        else:
+            log.debug(msg)
+
+    def _pub(self, name: str):
+        pub = self.pubs.get(name)
+        if pub is None:
+            pub = self.create_publisher(PoseStamped, f'/mocap/{name}/pose', qos_profile_sensor_data)
+            self.pubs[name] = pub
+        return pub
+
+    def _on_frame(self, ev: FrameEvent) -> None:
+        now = self.get_clock().now()
+        age = (time.perf_counter_ns() - ev.arrival_ns) / 1e9 + ev.exposure_age_s
+        stamp = (now - Duration(nanoseconds=int(age * 1e9))).to_msg()
+        for b in ev.bodies:
+            if self.wanted is not None and b.name not in self.wanted:
+                continue
+            msg = PoseStamped()
+            msg.header.stamp = stamp
+            msg.header.frame_id = self.frame_id
+            if b.tracking_valid:
+                pos, q = (y_up_to_z_up(b.position, b.orientation) if self.z_up
+                          else (b.position, b.orientation))
+            else:
+                pos, q = (NAN, NAN, NAN), (NAN, NAN, NAN, NAN)
+            o = msg.pose.position
+            o.x, o.y, o.z = (float(v) for v in pos)
+            r = msg.pose.orientation
+            r.x, r.y, r.z, r.w = (float(v) for v in q)
+            self._pub(b.name).publish(msg)
+
+    # -- diagnostics ------------------------------------------------------------------------
+    def _diagnostics(self) -> None:
+        c, st = self.client, self.client.stats
+        drops, rej = st.dropped_frames, st.rejected_packets
+        new_drops, new_rej = drops - self._prev[0], rej - self._prev[1]
+        if c.version_error:
+            level, text = DiagnosticStatus.ERROR, f'cannot decode the stream: {c.version_error}'
+        elif not c.connected:
+            level, text = DiagnosticStatus.ERROR, (
+                f'no answer from NatNet server {self.server_address}:{self.command_port}')
+        elif c.stream_stopped():
+            level, text = DiagnosticStatus.ERROR, (
+                f'stream stopped: no frame for {c.seconds_since_last_frame():.2f} s '
+                f'(stale_timeout {self.stale_timeout} s)')
+        elif st.untracked_bodies:
+            level, text = DiagnosticStatus.WARN, f'untracked: {", ".join(st.untracked_bodies)}'
+        elif new_drops or new_rej:
+            level, text = DiagnosticStatus.WARN, (
+                f'{new_drops} dropped frames, {new_rej} rejected packets since last report')
+        else:
+            level, text = DiagnosticStatus.OK, 'streaming'
+        now = time.monotonic()
+        if level == self._last_level and now - self._last_diag < 1.0:
+            return
+        self._last_level, self._last_diag = level, now
+        self._prev = (drops, rej, 0)
+        info = c.server_info
+        kv = {
+            'frame_rate_hz': f'{c.frame_rate():.1f}',
+            'frames': st.frames,
+            'dropped_frames': drops,
+            'rejected_packets': rej,
+            'last_reject_reason': st.last_reject_reason,
+            'out_of_order_frames': st.out_of_order,
+            'untracked_bodies': ','.join(st.untracked_bodies),
+            'untracked_body_frames': st.untracked_body_frames,
+            'exposure_age_ms': f'{st.last_exposure_age_s * 1e3:.3f}',
+            'system_latency_ms': f'{st.last_system_latency_s * 1e3:.3f}',
+            'software_latency_ms': f'{st.last_software_latency_s * 1e3:.3f}',
+            'clock_offset_ticks': '' if c.clock_offset_ticks is None else
+            f'{c.clock_offset_ticks:.0f}',
+            'stream_stopped': str(c.stream_stopped()).lower(),
+            'natnet_version': '' if info is None else '.'.join(map(str, info.natnet_version)),
+            'server_app': '' if info is None else info.app_name,
+            'version_error': c.version_error,
+        }
+        status = DiagnosticStatus(level=level, name='natnet_bridge: stream', message=text,
+                                  hardware_id=f'natnet://{self.server_address}:'
+                                              f'{self.command_port}',
+                                  values=[KeyValue(key=k, value=str(v)) for k, v in kv.items()])
+        arr = DiagnosticArray(status=[status])
+        arr.header.stamp = self.get_clock().now().to_msg()
+        self.diag_pub.publish(arr)
+
+    def destroy_node(self):
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=2.0)
+        return super().destroy_node()
+
+
+def main(args=None):
+    rclpy.init(args=args)
+    node = None
+    try:
+        node = NatNetBridge()
+        rclpy.spin(node)
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        if node is not None:
+            node.destroy_node()
+        rclpy.try_shutdown()
+
+
+if __name__ == '__main__':
+    main()
