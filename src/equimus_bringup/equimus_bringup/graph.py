@@ -27,6 +27,7 @@ ARGUMENTS: Dict[str, Tuple[str, str]] = {
     'sim_mode': ('lockstep', 'simulation pacing: lockstep | realtime'),
     'rate_factor': ('1.0', 'realtime pacing: multiple of real time (0 = as fast as possible)'),
     'variant': ('equimus', 'simulation model: equimus | pure'),
+    'leg_overrides': ('', 'fitted-parameter YAML from `equimus identify` applied to the simulated leg'),
     'natnet_server': ('127.0.0.1', 'Motive (NatNet server) address'),
     'natnet_local': ('127.0.0.1', 'local interface address for NatNet'),
     'natnet_multicast': ('true', 'NatNet data by multicast (true) or unicast (false)'),
@@ -121,7 +122,7 @@ def describe_graph(mode: str, overrides: Optional[Mapping[str, str]] = None) -> 
         specs.append(ProcessSpec(
             'sim', 'equimus_sim', 'sim_node', _files(args, 'sim.yaml'),
             {'mode': args['sim_mode'], 'rate_factor': float(args['rate_factor']),
-             'variant': args['variant']}))
+             'variant': args['variant'], 'parameter_overrides': args['leg_overrides']}))
     else:
         if _truthy(args['emulator']):
             specs.append(ProcessSpec(
