@@ -1,0 +1,188 @@
+"""LegModel: a thin handle around a built MjModel that speaks in the paper's quantities.
+
+Joint angles are the paper's θ (hinge qpos with ref = build angle, so no offset); forces are the
+actuator tensions F = S·P (N, positive pulls); pressures are kPa. Works for both variants and any
+number of joints/actuators in the description.
+"""
+from __future__ import annotations
+
+import copy
+from typing import Mapping, Optional, Sequence, Union
+
+import mujoco
+import numpy as np
+
+from .leg_description import LegDescription, load_leg
+from .mjcf_builder import build_model, point_names, seg_names
+
+ArrayLike = Union[Sequence[float], np.ndarray, Mapping[str, float]]
+
+
+class LegModel:
+    """Indices and conversions for one compiled model (one variant of one description)."""
+
+    def __init__(self, leg: Optional[LegDescription] = None, variant: str = 'equimus',
+                 model: Optional[mujoco.MjModel] = None, **build_kw):
+        self.leg = leg if leg is not None else load_leg()
+        self.variant = variant
+        self.model = model if model is not None else build_model(self.leg, variant, **build_kw)
+        m = self.model
+        self.joint_names = list(self.leg.joints)
+        self.actuator_names = list(self.leg.actuators)
+        jid = [m.joint(n).id for n in self.joint_names]
+        self.qpos_idx = np.array([m.jnt_qposadr[j] for j in jid], dtype=int)
+        self.qvel_idx = np.array([m.jnt_dofadr[j] for j in jid], dtype=int)
+        self.areas = np.array([a.area for a in self.leg.actuators.values()])
+        self.pressure_max_kpa = np.array([a.pressure_max_kpa for a in self.leg.actuators.values()])
+        self._axis = self.leg.joints[self.joint_names[0]].axis if self.joint_names else np.array([-1., 0, 0])
+        # ctrl indices: one motor per actuator ('pure') or one per segment ('equimus').
+        if variant == 'equimus':
+            self.ctrl_idx = np.array([[m.actuator(s).id for s in seg_names(a)] for a in self.actuator_names])
+            self._seg_q = np.array([[m.jnt_qposadr[m.joint(s).id] for s in seg_names(a)]
+                                    for a in self.actuator_names])
+            self._swing_q = np.array([m.jnt_qposadr[m.joint(f'{a}_swing').id] for a in self.actuator_names])
+            self._p_body = np.array([[m.body(p).id for p in point_names(a)] for a in self.actuator_names])
+            d = mujoco.MjData(m)
+            mujoco.mj_kinematics(m, d)
+            self._build_len = np.array([np.linalg.norm(d.xpos[p[2]] - d.xpos[p[0]]) for p in self._p_body])
+            self._build_dir = np.array([(d.xpos[p[2]] - d.xpos[p[0]]) / L
+                                        for p, L in zip(self._p_body, self._build_len)])
+        else:
+            self.ctrl_idx = np.array([[m.actuator(a).id] for a in self.actuator_names])
+            self._tendon = np.array([m.tendon(a).id for a in self.actuator_names])
+        self._site_base = np.array([m.site(f'{a}_base').id for a in self.actuator_names])
+        self._site_tip = np.array([m.site(f'{a}_tip').id for a in self.actuator_names])
+
+    # ----- inputs -----
+    def _vector(self, values: ArrayLike, names, what) -> np.ndarray:
+        if isinstance(values, Mapping):
+            unknown = set(values) - set(names)
+            if unknown:
+                raise KeyError(f'{what}: unknown names {sorted(unknown)} (have {names})')
+            return np.array([float(values.get(n, 0.0)) for n in names])
+        v = np.asarray(values, dtype=float).reshape(-1)
+        if v.size != len(names):
+            raise ValueError(f'{what}: expected {len(names)} values ({names}), got {v.size}')
+        return v
+
+    def forces_from_pressures(self, p_kpa: ArrayLike) -> np.ndarray:
+        """F = S·P in N from pressures in kPa."""
+        return self.areas * 1e3 * self._vector(p_kpa, self.actuator_names, 'pressures')
+
+    def set_forces(self, data: mujoco.MjData, forces: ArrayLike) -> np.ndarray:
+        """Write actuator tensions F (N, ≥ 0 pulls) to ctrl; every segment motor of an actuator gets F."""
+        F = self._vector(forces, self.actuator_names, 'forces')
+        if not np.all(np.isfinite(F)):
+            raise ValueError(f'forces must be finite, got {F}')
+        data.ctrl[self.ctrl_idx] = F[:, None]
+        return F
+
+    def set_pressures(self, data: mujoco.MjData, p_kpa: ArrayLike) -> np.ndarray:
+        """Apply pressures (kPa) as F = S·P; returns the forces written."""
+        return self.set_forces(data, self.forces_from_pressures(p_kpa))
+
+    # ----- outputs -----
+    def joint_angles(self, data: mujoco.MjData) -> np.ndarray:
+        return data.qpos[self.qpos_idx].copy()
+
+    def joint_velocities(self, data: mujoco.MjData) -> np.ndarray:
+        return data.qvel[self.qvel_idx].copy()
+
+    def actuator_lengths(self, data: mujoco.MjData) -> np.ndarray:
+        """The model's own actuator lengths: slide chain length ('equimus') or tendon length ('pure')."""
+        if self.variant == 'equimus':
+            return self._build_len + data.qpos[self._seg_q].sum(axis=1)
+        return data.ten_length[self._tendon].copy()
+
+    def anchor_distances(self, data: mujoco.MjData) -> np.ndarray:
+        """Distance between the skeleton's anchor sites (needs kinematics computed in data)."""
+        return np.linalg.norm(data.site_xpos[self._site_tip] - data.site_xpos[self._site_base], axis=1)
+
+    def loop_residuals(self, data: mujoco.MjData) -> np.ndarray:
+        """Per actuator: max(|chain end − tip anchor|, |seg1 − seg2|) in m; zeros for 'pure'."""
+        if self.variant != 'equimus':
+            return np.zeros(len(self.actuator_names))
+        gap = np.linalg.norm(data.xpos[self._p_body[:, 2]] - data.site_xpos[self._site_tip], axis=1)
+        seg = np.abs(data.qpos[self._seg_q[:, 0]] - data.qpos[self._seg_q[:, 1]])
+        return np.maximum(gap, seg)
+
+    def body_pose(self, data: mujoco.MjData, name: str):
+        """(world position (3,), quaternion wxyz (4,)) of a skeleton body frame."""
+        b = self.model.body(name).id
+        return data.xpos[b].copy(), data.xquat[b].copy()
+
+    # ----- states -----
+    def reset(self, data: mujoco.MjData, q: Optional[ArrayLike] = None,
+              qd: Optional[ArrayLike] = None) -> None:
+        """Reset to joint angles q (default: build pose) with every loop closure satisfied exactly.
+
+        The actuator chains are placed geometrically: swing hinge along the anchor line, both
+        slides at half the extension. With qd, the chain velocities follow the anchors too.
+        """
+        m = self.model
+        mujoco.mj_resetData(m, data)
+        if q is not None:
+            data.qpos[self.qpos_idx] = self._vector(q, self.joint_names, 'q')
+        if self.variant == 'equimus':
+            self._place_chains(data)
+        if qd is not None:
+            data.qvel[self.qvel_idx] = self._vector(qd, self.joint_names, 'qd')
+            if self.variant == 'equimus':
+                self._chain_velocities(data)
+        mujoco.mj_forward(m, data)
+
+    def _place_chains(self, data):
+        m = self.model
+        mujoco.mj_kinematics(m, data)
+        ax = self._axis
+        for i in range(len(self.actuator_names)):
+            # The chain's hinge frame moves with its parent body; express the anchor line there.
+            pa = data.site_xpos[self._site_base[i]]
+            pb = data.site_xpos[self._site_tip[i]]
+            R = data.xmat[m.body_parentid[self._p_body[i, 0]]].reshape(3, 3)
+            r = R.T @ (pb - pa)
+            L = np.linalg.norm(r)
+            e0, e = self._build_dir[i], r / L
+            data.qpos[self._swing_q[i]] = np.arctan2(ax @ np.cross(e0, e), e0 @ e)
+            data.qpos[self._seg_q[i]] = (L - self._build_len[i]) / 2.0
+        mujoco.mj_kinematics(m, data)
+
+    def _chain_velocities(self, data):
+        """Chain velocities consistent with the joint velocities (central difference of placement)."""
+        h = 1e-6
+        q = data.qpos[self.qpos_idx].copy()
+        qd = data.qvel[self.qvel_idx].copy()
+        chain = np.concatenate([self._swing_q, self._seg_q.ravel()])
+        dofs = [self.model.jnt_dofadr[np.where(self.model.jnt_qposadr == a)[0][0]] for a in chain]
+        out = []
+        for sgn in (1.0, -1.0):
+            data.qpos[self.qpos_idx] = q + sgn * h * qd
+            self._place_chains(data)
+            out.append(data.qpos[chain].copy())
+        data.qvel[dofs] = (out[0] - out[1]) / (2 * h)
+        data.qpos[self.qpos_idx] = q
+        self._place_chains(data)
+
+    def static_equilibrium(self, p_kpa: ArrayLike, q0: Optional[ArrayLike] = None,
+                           max_time: float = 60.0, vel_tol: float = 1e-9,
+                           extra_damping: float = 0.5) -> np.ndarray:
+        """Joint angles at rest under constant pressures, found by settling with extra joint damping.
+
+        Extra damping on the skeleton hinges changes how fast it settles, not where. Returns q;
+        raises RuntimeError if it has not settled within max_time simulated seconds.
+        """
+        m = copy.copy(self.model)
+        m.dof_damping[self.qvel_idx] += extra_damping
+        d = mujoco.MjData(m)
+        helper = LegModel(self.leg, self.variant, model=m)
+        helper.reset(d, q0)
+        helper.set_pressures(d, p_kpa)
+        steps = int(max_time / m.opt.timestep)
+        for k in range(steps):
+            mujoco.mj_step(m, d)
+            if k % 50 == 0 and np.max(np.abs(d.qvel)) < vel_tol:
+                return helper.joint_angles(d)
+            if not np.all(np.isfinite(d.qpos)):
+                raise RuntimeError(f'static_equilibrium({p_kpa}): simulation diverged')
+        raise RuntimeError(f'static_equilibrium({p_kpa}): not settled after {max_time} s '
+                           f'(|qvel| = {np.max(np.abs(d.qvel)):.2e})')
