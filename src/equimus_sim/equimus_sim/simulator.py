@@ -35,6 +35,7 @@ MAX_JOINT_SPEED = 1.0e3   # rad/s or m/s in any dof: beyond this the integration
 
 _BAD_WARNINGS = (mujoco.mjtWarning.mjWARN_BADQACC, mujoco.mjtWarning.mjWARN_BADQPOS,
                  mujoco.mjtWarning.mjWARN_BADQVEL)
+_BAD_WARNING_IDX = np.array([int(w) for w in _BAD_WARNINGS])
 
 
 @dataclass
@@ -49,9 +50,13 @@ class CommandCheck:
         return bool(self.reasons)
 
 
-def validate_command(p_kpa, n: int = 2, p_max: float = P_MAX_KPA,
+def validate_command(p_kpa, n: int = 2, p_max=P_MAX_KPA,
                      names: Sequence[str] = ('maa', 'baa')) -> CommandCheck:
-    """Check a pressure command (kPa) and return the safe value to apply plus reasons."""
+    """Check a pressure command (kPa) and return the safe value to apply plus reasons.
+
+    p_max: upper limit (kPa), one number or one per channel.
+    """
+    pmax = np.broadcast_to(np.asarray(p_max, dtype=float), (n,))
     try:
         p = np.asarray(p_kpa, dtype=float).reshape(-1)
     except (TypeError, ValueError):
@@ -70,9 +75,9 @@ def validate_command(p_kpa, n: int = 2, p_max: float = P_MAX_KPA,
         elif v < 0.0:
             applied[i] = 0.0
             reasons.append(f'{label} command {v:.3f} kPa is negative: clamped to 0 kPa')
-        elif v > p_max:
-            applied[i] = p_max
-            reasons.append(f'{label} command {v:.3f} kPa exceeds {p_max:g} kPa: clamped to {p_max:g} kPa')
+        elif v > pmax[i]:
+            applied[i] = pmax[i]
+            reasons.append(f'{label} command {v:.3f} kPa exceeds {pmax[i]:g} kPa: clamped to {pmax[i]:g} kPa')
     return CommandCheck(applied, reasons)
 
 
@@ -112,16 +117,17 @@ class LegSimulator:
     static equilibrium at the initial pressures) define the pose `reset()` returns to.
     """
 
-    def __init__(self, leg_model, tau: float, p_max: float = P_MAX_KPA,
+    def __init__(self, leg_model, tau: float, p_max=P_MAX_KPA,
                  initial_pressures: Sequence[float] = (0.0, 0.0),
                  initial_q: Optional[Sequence[float]] = None):
         self.leg = leg_model
         self.model = leg_model.model
         self.data = mujoco.MjData(self.model)
-        self.n = 2
-        self.p_max = float(p_max)
+        self.n = len(leg_model.actuator_names)
+        self.names = tuple(leg_model.actuator_names)
+        self.p_max = np.broadcast_to(np.asarray(p_max, float), (self.n,)).copy()
         self.dt = float(self.model.opt.timestep)
-        init = validate_command(initial_pressures, self.n, self.p_max)
+        init = validate_command(initial_pressures, self.n, self.p_max, self.names)
         if init.rejected:
             raise ValueError('invalid initial pressures: ' + '; '.join(init.reasons))
         self.initial_pressures = init.applied
@@ -129,6 +135,16 @@ class LegSimulator:
             initial_q = self.leg.static_equilibrium(self.initial_pressures)
         self.initial_q = np.array(initial_q, float).reshape(2)
         self.valve = ValveLag(tau, self.n, self.initial_pressures)
+        # Hot path: F = S·P written straight to the actuator motors (LegModel.set_pressures does
+        # the same with per-call argument checks that cost more than an mj_step).
+        self._gain = np.asarray(leg_model.areas, float) * 1e3     # N per kPa
+        ctrl_idx = np.asarray(leg_model.ctrl_idx).reshape(self.n, -1)
+        self._ctrl_act = np.full(self.model.nu, -1, dtype=int)
+        for i, row in enumerate(ctrl_idx):
+            self._ctrl_act[row] = i
+        if np.any(self._ctrl_act < 0):
+            raise ValueError('the model has motors that belong to no actuator of the leg description')
+        self._pow_n, self._pow_dt, self._pow = -1, None, None
         self.command = self.initial_pressures.copy()     # applied (validated) command, kPa
         self.time = 0.0          # nominal sim time, s (monotonic across resets)
         self.steps = 0
@@ -136,13 +152,14 @@ class LegSimulator:
         self.last_reset_reason = ''
         self.rejected = 0
         self.last_reject_reason = ''
+        self._warn_number = self.data.warning.number      # live view of MuJoCo's warning counters
         self._warn_counts = self._bad_warning_count()
         self._place(self.initial_q)
 
     # ----- commands -------------------------------------------------------------------------
     def set_command(self, p_kpa) -> CommandCheck:
         """Validate and hold a new pressure command (kPa); see the module docstring for rules."""
-        check = validate_command(p_kpa, self.n, self.p_max)
+        check = validate_command(p_kpa, self.n, self.p_max, self.names)
         if check.rejected:
             self.rejected += 1
             self.last_reject_reason = '; '.join(check.reasons)
@@ -160,20 +177,36 @@ class LegSimulator:
             raise ValueError(f'advance duration must be a finite number >= 0 s, got {duration!r}')
         target = self.time + duration
         n = int(round((target - self.steps * self.dt) / self.dt))
-        model, data, dt = self.model, self.data, self.dt
-        a = self.valve.coefficient(dt)
-        u = self.command
-        p = self.valve.p
-        set_p = self.leg.set_pressures
-        for _ in range(max(n, 0)):
-            p = a * p + (1.0 - a) * u
-            set_p(data, p)
-            mujoco.mj_step(model, data)
-        self.valve.p = p
-        self.steps += max(n, 0)
+        n = max(n, 0)
+        if n:
+            # The command is held over the interval, so the per-step recursion
+            # p ← a·p + (1−a)·u has the closed form p_k = u + (p_0 − u)·a^k (k = 1..n):
+            # all n motor commands F = S·p_k are computed at once, and the loop only steps.
+            model, data = self.model, self.data
+            u = self.command
+            powers = self._powers(n)
+            p_seq = u + (self.valve.p - u) * powers[:, None]          # (n, actuators) kPa
+            ctrl_seq = (p_seq * self._gain)[:, self._ctrl_act]        # (n, nu) N
+            ctrl, step = data.ctrl, mujoco.mj_step
+            for row in ctrl_seq:
+                ctrl[:] = row
+                step(model, data)
+            self.valve.p = p_seq[-1].copy()
+        self.steps += n
         self.time = target
         self._check_stability()
-        return max(n, 0)
+        return n
+
+    def _powers(self, n: int) -> np.ndarray:
+        if self._pow_n != n or self._pow_dt != self.dt:
+            a = self.valve.coefficient(self.dt)
+            self._pow = a ** np.arange(1, n + 1, dtype=float)
+            self._pow_n, self._pow_dt = n, self.dt
+        return self._pow
+
+    def advance_to(self, t: float) -> int:
+        """Advance to nominal time t (s); see `advance`."""
+        return self.advance(max(0.0, t - self.time))
 
     # ----- state ----------------------------------------------------------------------------
     @property
@@ -212,19 +245,37 @@ class LegSimulator:
         self.data.time = self.steps * self.dt
         self._warn_counts = self._bad_warning_count()
 
-    def _bad_warning_count(self) -> tuple:
-        return tuple(int(self.data.warning[w].number) for w in _BAD_WARNINGS)
+    def _bad_warning_count(self) -> int:
+        return int(self._warn_number[_BAD_WARNING_IDX].sum())
 
     def _check_stability(self) -> None:
+        """Cheap per-frame check: MuJoCo bad-state warnings, non-finite or runaway state."""
         d = self.data
         reason = ''
-        counts = self._bad_warning_count()
-        if counts != self._warn_counts:
-            names = [w.name for w, c0, c1 in zip(_BAD_WARNINGS, self._warn_counts, counts) if c1 != c0]
-            reason = f'MuJoCo reported an unstable state ({", ".join(names)})'
-        elif not (np.all(np.isfinite(d.qpos)) and np.all(np.isfinite(d.qvel))):
+        qvel_sq = float(d.qvel @ d.qvel)
+        if self._bad_warning_count() != self._warn_counts:
+            names = [w.name for w in _BAD_WARNINGS if d.warning[w].number]
+            reason = f'MuJoCo reported an unstable state ({", ".join(names)}) and auto-reset it'
+        elif not (math.isfinite(float(d.qpos.sum())) and math.isfinite(qvel_sq)):
             reason = 'non-finite joint position or velocity'
-        elif np.max(np.abs(d.qvel), initial=0.0) > MAX_JOINT_SPEED:
+        elif qvel_sq > MAX_JOINT_SPEED ** 2:
             reason = f'joint speed above {MAX_JOINT_SPEED:g} (integration diverged)'
         if reason:
             self.reset(f'{reason} at t={self.time:.4f} s: reset to the initial pose')
+
+
+def make_simulator(leg_path=None, overrides=None, variant: str = 'equimus',
+                   timestep: Optional[float] = None, **kwargs) -> LegSimulator:
+    """Build a LegSimulator from a leg YAML (default config/leg.yaml) and optional overrides.
+
+    overrides: dotted-key mapping or path to an override YAML (identification output).
+    timestep: physics Δt (s); None keeps the description's. The valve τ and the per-actuator
+    pressure limits come from the description.
+    """
+    from .leg_description import load_leg
+    from .leg_model import LegModel
+    leg = load_leg(leg_path, overrides)
+    if timestep:
+        leg = leg.with_timestep(float(timestep))
+    lm = LegModel(leg, variant)
+    return LegSimulator(lm, tau=leg.valve_time_constant, p_max=lm.pressure_max_kpa, **kwargs)

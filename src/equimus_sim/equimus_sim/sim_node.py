@@ -1,0 +1,339 @@
+"""ROS 2 node `sim`: the simulated leg behind the same topics as the real rig.
+
+A thin wrapper over `simulator.LegSimulator` (physics, valves, command safety) and
+`mocap.VirtualMocap` (what the NatNet bridge would publish). The node owns sim time: it
+publishes /clock and stamps everything with sim time, and never uses sim time itself.
+
+Threads: an executor thread receives /valve/command and serves ~/reset; the main thread runs
+the loop (one tick = one mocap frame = 1/mocap_rate sim seconds) and publishes. A lock guards
+the simulator.
+- realtime: ticks on absolute wall deadlines t0 + k·period/rate_factor (monotonic clock, no
+  drift); rate_factor 0 runs as fast as possible. The newest command is held between ticks.
+- lockstep: each received command advances exactly one tick and then that frame's outputs are
+  published. With no command for `lockstep_timeout` wall seconds (a dropped mocap frame broke
+  the loop, or the controller is not up yet) it advances anyway, holding the last command.
+"""
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections import deque
+
+import numpy as np
+import rclpy
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from geometry_msgs.msg import PoseStamped
+from rcl_interfaces.msg import FloatingPointRange, ParameterDescriptor
+from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
+from rclpy.node import Node
+from rclpy.parameter import Parameter
+from rclpy.qos import QoSProfile, ReliabilityPolicy, HistoryPolicy, DurabilityPolicy, qos_profile_sensor_data
+from rosgraph_msgs.msg import Clock
+from sensor_msgs.msg import JointState
+from std_msgs.msg import Float64MultiArray, MultiArrayDimension
+from std_srvs.srv import Trigger
+
+from .mocap import BODIES, MocapConfig, VirtualMocap
+from .pacing import JitterStats, Pacer
+from .simulator import make_simulator
+
+CLOCK_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.BEST_EFFORT,
+                       history=HistoryPolicy.KEEP_LAST, durability=DurabilityPolicy.VOLATILE)
+COMMAND_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE,
+                         history=HistoryPolicy.KEEP_LAST, durability=DurabilityPolicy.VOLATILE)
+DIAG_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
+MODES = ('realtime', 'lockstep')
+VARIANTS = ('equimus', 'pure')
+
+# name: (default, description, optional FloatingPointRange (lo, hi)); defaults mirror config/sim.yaml
+PARAMETERS = {
+    'leg_description': ('', 'leg YAML path; empty = equimus_sim.leg_description default (config/leg.yaml)', None),
+    'parameter_overrides': ('', 'YAML of dotted-key parameter overrides (identification output); empty = none', None),
+    'variant': ('equimus', 'model variant: equimus (3-2-1 massive actuators) | pure (massless baseline)', None),
+    'timestep': (1.0 / 1200.0, 'physics timestep Δt (s); 0 = the leg description\'s. 1/1200 divides the 1/120 s frame', (0.0, 0.01)),
+    'mode': ('realtime', 'pacing: realtime | lockstep', None),
+    'rate_factor': (1.0, 'realtime mode: sim seconds per wall second (1 = real time); 0 = as fast as possible', (0.0, 1000.0)),
+    'lockstep_timeout': (0.5, 'lockstep mode: wall seconds without a command before advancing anyway', (0.001, 3600.0)),
+    'mocap_rate': (120.0, 'virtual mocap frame rate (Hz) = loop tick rate; lockstep advances 1/mocap_rate s per command', (1.0, 2000.0)),
+    'mocap_position_noise': (0.0, 'Gaussian position noise σ per axis (m)', (0.0, 1.0)),
+    'mocap_orientation_noise': (0.0, 'Gaussian orientation noise σ per rotation-vector axis (rad)', (0.0, 1.0)),
+    'mocap_latency': (0.0, 'release delay of a mocap frame after capture (sim s); stamps stay at capture time', (0.0, 1.0)),
+    'mocap_drop_probability': (0.0, 'probability that a frame loss event starts at a frame', (0.0, 0.999)),
+    'mocap_drop_burst_mean': (1.0, 'mean length of a frame loss event (frames, geometric)', (1.0, 1000.0)),
+    'mocap_occlusion_probability': (0.0, 'per body and frame probability of an untracked (all-NaN) pose', (0.0, 1.0)),
+    'mocap_base_position': ([0.0, 0.7, 0.0], 'position of the base body in the Motive frame (m, Y up)', None),
+    'seed': (0, 'seed of the mocap noise/drop random generator', None),
+    'initial_pressures': ([0.0, 0.0], 'valve pressures at start and after a reset (kPa, [maa, baa])', None),
+    'initial_equilibrium': (True, 'start and reset at the static equilibrium of initial_pressures', None),
+    'initial_q': ([math.pi / 2, math.pi / 2], 'initial [θ1, θ2] (rad), used when initial_equilibrium is false', None),
+    'diagnostics_period': (1.0, 'wall seconds between /diagnostics reports', (0.05, 60.0)),
+}
+
+
+def _stamp(msg_stamp, t_ns: int) -> None:
+    msg_stamp.sec, msg_stamp.nanosec = divmod(int(t_ns), 1_000_000_000)
+
+
+def _pressure_msg() -> Float64MultiArray:
+    m = Float64MultiArray()
+    m.layout.dim = [MultiArrayDimension(label='maa,baa', size=2, stride=2)]
+    m.data = [0.0, 0.0]
+    return m
+
+
+class SimNode(Node):
+    """The `sim` node; see the module docstring."""
+
+    def __init__(self, **kwargs):
+        super().__init__('sim', **kwargs)
+        for name, (default, text, rng) in PARAMETERS.items():
+            desc = ParameterDescriptor(description=text, read_only=True)
+            if rng is not None:
+                desc.floating_point_range = [FloatingPointRange(from_value=rng[0], to_value=rng[1])]
+            self.declare_parameter(name, default, desc)
+        if self.get_parameter('use_sim_time').value:
+            self.get_logger().warning('use_sim_time=true ignored: the sim node publishes /clock and '
+                                      'must run on wall time; set use_sim_time only on the other nodes')
+            self.set_parameters([Parameter('use_sim_time', Parameter.Type.BOOL, False)])
+        p = {name: self.get_parameter(name).value for name in PARAMETERS}
+        self.mode = str(p['mode'])
+        if self.mode not in MODES:
+            raise ValueError(f"parameter mode={self.mode!r}: use one of {', '.join(MODES)}")
+        if p['variant'] not in VARIANTS:
+            raise ValueError(f"parameter variant={p['variant']!r}: use one of {', '.join(VARIANTS)}")
+        self.rate_factor = float(p['rate_factor'])
+        self.lockstep_timeout = float(p['lockstep_timeout'])
+        self.rate = float(p['mocap_rate'])
+        self.diag_period = float(p['diagnostics_period'])
+
+        self.sim = make_simulator(
+            leg_path=p['leg_description'] or None, overrides=p['parameter_overrides'] or None,
+            variant=p['variant'], timestep=float(p['timestep']) or None,
+            initial_pressures=list(p['initial_pressures']),
+            initial_q=None if p['initial_equilibrium'] else list(p['initial_q']))
+        self.mocap = VirtualMocap(MocapConfig(
+            rate=self.rate, position_noise=p['mocap_position_noise'],
+            orientation_noise=p['mocap_orientation_noise'], latency=p['mocap_latency'],
+            drop_probability=p['mocap_drop_probability'], drop_burst_mean=p['mocap_drop_burst_mean'],
+            occlusion_probability=p['mocap_occlusion_probability'],
+            base_position=list(p['mocap_base_position']), seed=int(p['seed'])))
+
+        self.lock = threading.Lock()
+        self.cond = threading.Condition(self.lock)
+        self.queue: deque = deque(maxlen=1000)
+        self.frame = 0
+        self.lockstep_timeouts = 0
+        self.commands = 0
+        self.work = JitterStats(2400)
+        self.pacer = Pacer(1.0 / (self.rate * self.rate_factor) if self.rate_factor > 0 else 0.0)
+        self._stop = threading.Event()
+        self._last_resets = 0
+        self._diag_wall = time.monotonic()
+        self._diag_sim = 0.0
+
+        self.pub_clock = self.create_publisher(Clock, '/clock', CLOCK_QOS)
+        self.pub_joints = self.create_publisher(JointState, '/sim/joint_states', qos_profile_sensor_data)
+        self.pub_pose = {b: self.create_publisher(PoseStamped, f'/mocap/{b}/pose', qos_profile_sensor_data)
+                         for b in BODIES}
+        self.pub_pressure = self.create_publisher(Float64MultiArray, '/valve/pressure', qos_profile_sensor_data)
+        self.pub_applied = self.create_publisher(Float64MultiArray, '/valve/applied', qos_profile_sensor_data)
+        self.pub_diag = self.create_publisher(DiagnosticArray, '/diagnostics', DIAG_QOS)
+        self.create_subscription(Float64MultiArray, '/valve/command', self._on_command, COMMAND_QOS)
+        self.create_service(Trigger, '~/reset', self._on_reset)
+        self.create_timer(self.diag_period, self._publish_diagnostics)
+
+        self._clock_msg = Clock()
+        self._joint_msg = JointState(name=['hip', 'knee'])
+        self._pressure_msg = _pressure_msg()
+        self._applied_msg = _pressure_msg()
+        self._pose_msg = {b: PoseStamped() for b in BODIES}
+        for m in self._pose_msg.values():
+            m.header.frame_id = 'mocap'
+        self.get_logger().info(
+            f'sim: {p["variant"]} model, Δt={self.sim.dt * 1e3:.4f} ms, {self.mode}'
+            + (f' x{self.rate_factor:g}' if self.mode == 'realtime' else f' (timeout {self.lockstep_timeout:g} s)')
+            + f', {self.rate:g} Hz frames, θ0={np.round(self.sim.initial_q, 4).tolist()} rad')
+
+    # ----- callbacks (executor thread) ------------------------------------------------------
+    def _on_command(self, msg: Float64MultiArray) -> None:
+        with self.cond:
+            self.commands += 1
+            check = self.sim.set_command(list(msg.data))
+            if self.mode == 'lockstep':
+                self.queue.append(check.applied)
+                self.cond.notify()
+        if check.rejected:
+            self.get_logger().warning(
+                f'rejected /valve/command {list(msg.data)}: {"; ".join(check.reasons)}',
+                throttle_duration_sec=1.0)
+
+    def _on_reset(self, request, response):
+        with self.lock:
+            self.sim.reset('reset service called')
+            self.mocap.clear_pending()
+        response.success = True
+        response.message = f'leg reset to θ={np.round(self.sim.initial_q, 4).tolist()} rad, ' \
+                           f'p={self.sim.initial_pressures.tolist()} kPa'
+        self.get_logger().info(response.message)
+        return response
+
+    # ----- the loop (main thread) -----------------------------------------------------------
+    def time_ns(self, frame: int) -> int:
+        return int(round(frame * 1e9 / self.rate))
+
+    def tick(self, command=None) -> None:
+        """Advance one frame (optionally with a lockstep command) and publish its outputs."""
+        t0 = time.perf_counter()
+        with self.lock:
+            if command is not None:
+                self.sim.command = command
+            self.frame += 1
+            t_ns = self.time_ns(self.frame)
+            self.sim.advance_to(t_ns * 1e-9)
+            self._publish_frame(t_ns)
+            resets = self.sim.resets
+        self.work.add(time.perf_counter() - t0)
+        if resets != self._last_resets:
+            self._last_resets = resets
+            self.get_logger().error(f'simulation reset ({resets} so far): {self.sim.last_reset_reason}')
+            self._publish_diagnostics()
+
+    def _publish_frame(self, t_ns: int) -> None:
+        sim = self.sim
+        _stamp(self._clock_msg.clock, t_ns)
+        self.pub_clock.publish(self._clock_msg)
+        theta, dtheta = sim.joint_state()
+        j = self._joint_msg
+        _stamp(j.header.stamp, t_ns)
+        j.position = theta.tolist()
+        j.velocity = dtheta.tolist()
+        self.pub_joints.publish(j)
+        self.mocap.capture(t_ns * 1e-9, sim.body_poses(BODIES))
+        for frame in self.mocap.release(t_ns * 1e-9):
+            cap_ns = int(round(frame.capture_time * 1e9))
+            for name, pose in frame.bodies.items():
+                m = self._pose_msg[name]
+                _stamp(m.header.stamp, cap_ns)
+                pp, q = m.pose.position, m.pose.orientation
+                pp.x, pp.y, pp.z = (float(v) for v in pose.position)
+                q.w, q.x, q.y, q.z = (float(v) for v in pose.orientation)
+                self.pub_pose[name].publish(m)
+        self._pressure_msg.data = sim.pressures.tolist()
+        self.pub_pressure.publish(self._pressure_msg)
+        self._applied_msg.data = sim.command.tolist()
+        self.pub_applied.publish(self._applied_msg)
+
+    def publish_initial(self) -> None:
+        with self.lock:
+            self._publish_frame(self.time_ns(0))
+
+    def run(self) -> None:
+        """Main loop until shutdown; the executor runs in a background thread."""
+        executor = SingleThreadedExecutor(context=self.context)
+        executor.add_node(self)
+        spinner = threading.Thread(target=self._spin, args=(executor,), daemon=True)
+        spinner.start()
+        try:
+            self.publish_initial()
+            self.pacer.restart()
+            while not self._stop.is_set() and self.context.ok():
+                if self.mode == 'realtime':
+                    self.pacer.wait()
+                    self.tick()
+                else:
+                    self._lockstep_once()
+        finally:
+            self._stop.set()
+            spinner.join(timeout=2.0)
+            executor.remove_node(self)
+            executor.shutdown(timeout_sec=0.5)
+
+    def _lockstep_once(self) -> None:
+        deadline = time.monotonic() + self.lockstep_timeout
+        with self.cond:
+            while not self.queue and not self._stop.is_set() and self.context.ok():
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                self.cond.wait(min(remaining, 0.1))
+            command = self.queue.popleft() if self.queue else None
+            if command is None:
+                if self._stop.is_set() or not self.context.ok():
+                    return
+                self.lockstep_timeouts += 1
+        self.tick(command)
+
+    def _spin(self, executor) -> None:
+        try:
+            while not self._stop.is_set() and self.context.ok():
+                executor.spin_once(timeout_sec=0.1)
+        except (ExternalShutdownException, KeyboardInterrupt):
+            pass
+        finally:
+            self._stop.set()
+            with self.cond:
+                self.cond.notify_all()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    # ----- diagnostics ----------------------------------------------------------------------
+    def _publish_diagnostics(self) -> None:
+        now = time.monotonic()
+        with self.lock:
+            sim = self.sim
+            sim_t = self.frame / self.rate
+            wall = now - self._diag_wall
+            rtf = (sim_t - self._diag_sim) / wall if wall > 0 else math.nan
+            self._diag_wall, self._diag_sim = now, sim_t
+            jit = self.pacer.jitter.summary()
+            self.pacer.jitter.clear()
+            work = self.work.summary()
+            self.work.clear()
+            values = {
+                'mode': self.mode, 'rate_factor': f'{self.rate_factor:g}',
+                'sim_time': f'{sim_t:.6f}', 'frames': str(self.frame),
+                'real_time_factor': f'{rtf:.4f}',
+                'jitter_p50_us': f'{jit["p50"] * 1e6:.1f}', 'jitter_p99_us': f'{jit["p99"] * 1e6:.1f}',
+                'jitter_max_us': f'{jit["max"] * 1e6:.1f}', 'jitter_samples': str(jit['n']),
+                'tick_work_p50_us': f'{work["p50"] * 1e6:.1f}', 'tick_work_p99_us': f'{work["p99"] * 1e6:.1f}',
+                'overruns': str(self.pacer.overruns),
+                'commands_received': str(self.commands), 'lockstep_timeouts': str(self.lockstep_timeouts),
+                'rejected_commands': str(sim.rejected), 'last_reject_reason': sim.last_reject_reason,
+                'resets': str(sim.resets), 'last_reset_reason': sim.last_reset_reason,
+                'mocap_dropped_frames': str(self.mocap.dropped), 'mocap_occluded_poses': str(self.mocap.occluded),
+                'valve_pressure_kpa': str(np.round(sim.pressures, 3).tolist()),
+                'applied_command_kpa': str(np.round(sim.command, 3).tolist()),
+            }
+            level = DiagnosticStatus.OK
+            message = f'{self.mode}, real-time factor {rtf:.2f}'
+            if sim.resets:
+                level, message = DiagnosticStatus.WARN, f'{message}; {sim.resets} unstable-state resets'
+            if sim.rejected:
+                level, message = DiagnosticStatus.WARN, f'{message}; {sim.rejected} commands rejected'
+        arr = DiagnosticArray()
+        arr.header.stamp = self.get_clock().now().to_msg()
+        arr.status = [DiagnosticStatus(level=level, name='sim: simulator', hardware_id='mujoco',
+                                       message=message,
+                                       values=[KeyValue(key=k, value=v) for k, v in values.items()])]
+        self.pub_diag.publish(arr)
+
+
+def main(args=None):
+    rclpy.init(args=args)
+    node = None
+    try:
+        node = SimNode()
+        node.run()
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        if node is not None:
+            node.stop()
+            node.destroy_node()
+        rclpy.try_shutdown()
+
+
+if __name__ == '__main__':
+    main()
