@@ -1,0 +1,175 @@
+"""NatNet benchmark: decode throughput per version vs the 120 Hz arrival rate, and end-to-end
+latency from a frame leaving the emulator to its pose arriving at a ROS subscriber.
+
+Run: ``source scripts/env.sh && python benchmarks/bench_natnet.py [--quick]``.
+The emulator runs in this process (real UDP sockets), the bridge in a subprocess (real DDS), the
+subscriber in this process. Both ends read CLOCK_MONOTONIC (perf_counter_ns), so the latency is
+the difference of two readings on one clock; the frame number travels in the pose's x field.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, 'src', 'equimus_hw'))
+
+from equimus_hw.natnet import protocol as P  # noqa: E402
+from equimus_hw.natnet.emulator import NatNetEmulator  # noqa: E402
+
+ARRIVAL_HZ = 120.0
+
+
+def three_body_frame(version):
+    e = NatNetEmulator(version='.'.join(map(str, version)))
+    return e._stamp_and_encode(e.build_frame(1.0))
+
+
+def decode_throughput(quick: bool) -> dict:
+    out = {}
+    n = 2000 if quick else 20000
+    for v in P.SUPPORTED_VERSIONS:
+        pkt = three_body_frame(v)
+        P.decode_message(pkt, v)
+        t0 = time.perf_counter()
+        for _ in range(n):
+            P.decode_message(pkt, v)
+        dt = time.perf_counter() - t0
+        out[f'{v[0]}.{v[1]}'] = {'bytes': len(pkt), 'frames_per_s': n / dt,
+                                 'x_arrival_rate': n / dt / ARRIVAL_HZ}
+    return out
+
+
+def _free_ports(k):
+    socks = []
+    for _ in range(k):
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.bind(('127.0.0.1', 0))
+        socks.append(s)
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+def end_to_end_latency(quick: bool, version='4.1', multicast=True) -> dict:
+    import rclpy
+    from geometry_msgs.msg import PoseStamped
+    from rclpy.executors import SingleThreadedExecutor
+    from rclpy.qos import qos_profile_sensor_data
+
+    n_target = 1200 if quick else 10200
+    warmup = 120
+    sent = {}
+    emu_rate = ARRIVAL_HZ
+
+    def on_sent(fn, _ticks):
+        sent[fn] = time.perf_counter_ns()
+
+    cmd, data = _free_ports(2)
+    group = '239.255.77.%d' % (1 + os.getpid() % 250)
+    emu = NatNetEmulator(version=version, command_port=cmd, data_port=data, multicast=multicast,
+                         multicast_group=group, rate_hz=emu_rate, on_sent=on_sent,
+                         bodies=('base', 'thigh', 'calf'))
+    emu.source = lambda t: {n: ((float(emu._frame_number), 1.0, 0.0), (0.0, 0.0, 0.0, 1.0))
+                            for n in emu.bodies}
+    emu.start()
+    bridge = subprocess.Popen(
+        [sys.executable, '-m', 'equimus_hw.natnet.bridge_node', '--ros-args',
+         '-p', f'command_port:={cmd}', '-p', f'data_port:={data}',
+         '-p', f'multicast:={"true" if multicast else "false"}', '-p', f'multicast_group:={group}',
+         '-p', 'rigid_bodies:=[calf]'],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    ctx = rclpy.Context()
+    rclpy.init(context=ctx)
+    node = rclpy.create_node('bench_natnet_sub', context=ctx)
+    lat = []
+    seen = []
+
+    def cb(msg):
+        now = time.perf_counter_ns()
+        fn = int(round(msg.pose.position.x))
+        t = sent.get(fn)
+        if t is not None:
+            lat.append((now - t) / 1e6)
+            seen.append(fn)
+
+    node.create_subscription(PoseStamped, '/mocap/calf/pose', cb, qos_profile_sensor_data)
+    ex = SingleThreadedExecutor(context=ctx)
+    ex.add_node(node)
+    deadline = time.monotonic() + n_target / emu_rate * 1.5 + 30
+    try:
+        while len(lat) < n_target and time.monotonic() < deadline:
+            ex.spin_once(timeout_sec=0.1)
+    finally:
+        bridge.send_signal(2)
+        try:
+            bridge.wait(10)
+        except subprocess.TimeoutExpired:
+            bridge.kill()
+        emu.stop()
+        ex.shutdown()
+        node.destroy_node()
+        rclpy.try_shutdown(context=ctx)
+    lat = sorted(lat[warmup:])
+    if not lat:
+        return {'error': 'no poses arrived'}
+    span = seen[-1] - seen[warmup] + 1 if len(seen) > warmup else 0
+
+    def q(p):
+        return lat[min(len(lat) - 1, int(p * len(lat)))]
+    return {'version': version, 'transport': 'multicast' if multicast else 'unicast',
+            'messages': len(lat), 'lost': span - len(lat), 'p50_ms': q(0.50),
+            'p99_ms': q(0.99), 'max_ms': lat[-1], 'target_p99_ms': 2.0}
+
+
+def measure(quick: bool) -> dict:
+    return {'decode': decode_throughput(quick),
+            'latency': [end_to_end_latency(quick, '4.1', True),
+                        end_to_end_latency(quick, '3.0', False)]}
+
+
+def run(quick: bool) -> dict:
+    """Flat dict of named figures (for benchmarks/run_all.py)."""
+    r = measure(quick)
+    out = {}
+    for v, d in r['decode'].items():
+        out[f'decode NatNet {v} 3-body frame (frames/s)'] = round(d['frames_per_s'])
+        out[f'decode NatNet {v} vs 120 Hz arrival (x)'] = round(d['x_arrival_rate'])
+    for d in r['latency']:
+        key = f'end-to-end NatNet {d.get("version")} {d.get("transport")}'
+        if 'error' in d:
+            out[key] = d['error']
+            continue
+        out[f'{key} messages'] = d['messages']
+        out[f'{key} lost'] = d['lost']
+        for k in ('p50_ms', 'p99_ms', 'max_ms'):
+            out[f'{key} {k[:-3]} (ms)'] = round(d[k], 3)
+    return out
+
+
+def main():
+    quick = '--quick' in sys.argv
+    r = measure(quick)
+    print(f'NatNet decode throughput (3-body frame, pure Python), arrival rate {ARRIVAL_HZ:g} Hz')
+    print(f'{"version":>8} {"bytes":>6} {"frames/s":>10} {"x 120 Hz":>9}')
+    for v, d in r['decode'].items():
+        print(f'{v:>8} {d["bytes"]:>6} {d["frames_per_s"]:>10.0f} {d["x_arrival_rate"]:>9.0f}')
+    print('\nEnd-to-end latency, frame sent by emulator -> PoseStamped at subscriber')
+    print(f'{"version":>8} {"transport":>10} {"msgs":>6} {"lost":>5} {"p50 ms":>7} {"p99 ms":>7} '
+          f'{"max ms":>7} {"p99<2ms":>8}')
+    for d in r['latency']:
+        if 'error' in d:
+            print('  ', d['error'])
+            continue
+        print(f'{d["version"]:>8} {d["transport"]:>10} {d["messages"]:>6} {d["lost"]:>5} '
+              f'{d["p50_ms"]:>7.3f} {d["p99_ms"]:>7.3f} {d["max_ms"]:>7.3f} '
+              f'{"yes" if d["p99_ms"] < 2.0 else "NO":>8}')
+
+
+if __name__ == '__main__':
+    main()
