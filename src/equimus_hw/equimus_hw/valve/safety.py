@@ -83,6 +83,7 @@ class SafetyFilter:
         """Arm (also clears a latched e-stop). Output stays 0 until a command newer than now."""
         self._armed = True
         self._estopped = False
+        self._last_step = now
         self.require_fresh_command(now)
 
     def disarm(self) -> None:
