@@ -6,7 +6,6 @@ number of joints/actuators in the description.
 """
 from __future__ import annotations
 
-import copy
 from typing import Mapping, Optional, Sequence, Union
 
 import mujoco
@@ -163,26 +162,37 @@ class LegModel:
         data.qpos[self.qpos_idx] = q
         self._place_chains(data)
 
+    def settle(self, data: mujoco.MjData, max_time: float = 60.0, vel_tol: float = 1e-9,
+               extra_damping: float = 0.5) -> float:
+        """Step with the current ctrl until at rest; extra hinge damping (removed afterwards) speeds
+        it up without moving the equilibrium. Returns the simulated time taken.
+
+        Raises RuntimeError if not at rest within max_time or if the state diverges."""
+        m = self.model
+        saved = m.dof_damping.copy()
+        m.dof_damping[self.qvel_idx] += extra_damping
+        try:
+            steps = int(max_time / m.opt.timestep)
+            for k in range(steps):
+                mujoco.mj_step(m, data)
+                if k % 50 == 0:
+                    if not np.all(np.isfinite(data.qpos)):
+                        raise RuntimeError('settle: simulation diverged (NaN state)')
+                    if np.max(np.abs(data.qvel)) < vel_tol:
+                        data.qvel[:] = 0.0
+                        data.time = 0.0
+                        mujoco.mj_forward(m, data)
+                        return (k + 1) * m.opt.timestep
+        finally:
+            m.dof_damping[:] = saved
+        raise RuntimeError(f'settle: not at rest after {max_time} s (|qvel| = {np.max(np.abs(data.qvel)):.2e})')
+
     def static_equilibrium(self, p_kpa: ArrayLike, q0: Optional[ArrayLike] = None,
                            max_time: float = 60.0, vel_tol: float = 1e-9,
                            extra_damping: float = 0.5) -> np.ndarray:
-        """Joint angles at rest under constant pressures, found by settling with extra joint damping.
-
-        Extra damping on the skeleton hinges changes how fast it settles, not where. Returns q;
-        raises RuntimeError if it has not settled within max_time simulated seconds.
-        """
-        m = copy.copy(self.model)
-        m.dof_damping[self.qvel_idx] += extra_damping
-        d = mujoco.MjData(m)
-        helper = LegModel(self.leg, self.variant, model=m)
-        helper.reset(d, q0)
-        helper.set_pressures(d, p_kpa)
-        steps = int(max_time / m.opt.timestep)
-        for k in range(steps):
-            mujoco.mj_step(m, d)
-            if k % 50 == 0 and np.max(np.abs(d.qvel)) < vel_tol:
-                return helper.joint_angles(d)
-            if not np.all(np.isfinite(d.qpos)):
-                raise RuntimeError(f'static_equilibrium({p_kpa}): simulation diverged')
-        raise RuntimeError(f'static_equilibrium({p_kpa}): not settled after {max_time} s '
-                           f'(|qvel| = {np.max(np.abs(d.qvel)):.2e})')
+        """Joint angles at rest under constant pressures (kPa), settled from q0 (default build pose)."""
+        d = mujoco.MjData(self.model)
+        self.reset(d, q0)
+        self.set_pressures(d, p_kpa)
+        self.settle(d, max_time, vel_tol, extra_damping)
+        return self.joint_angles(d)
