@@ -1,0 +1,156 @@
+"""Client <-> emulator in one process over real UDP sockets on loopback."""
+import socket
+import time
+
+import pytest
+
+from equimus_hw.natnet import protocol as P
+from equimus_hw.natnet.client import NatNetClient, NatNetConnectError
+from equimus_hw.natnet.emulator import Faults, NatNetEmulator, SwingingLeg, TrajectoryFile
+
+from conftest import random_group
+
+
+def pump(client, seconds):
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        client.poll(0.02)
+
+
+def request(ports, msg, version=None):
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.bind(('127.0.0.1', 0))
+    s.settimeout(2)
+    s.sendto(P.encode_message(msg, version), ('127.0.0.1', ports[0]))
+    data, addr = s.recvfrom(65536)
+    s.close()
+    return data, addr
+
+
+@pytest.mark.parametrize('version', ['3.0', '3.1', '4.0', '4.1'])
+def test_command_channel(ports, version):
+    with NatNetEmulator(version=version, command_port=ports[0], data_port=ports[1],
+                        multicast=False) as emu:
+        v = P.parse_version(version)
+        info = P.decode_message(request(ports, P.ConnectRequest())[0])
+        assert info.natnet_version[:2] == v and info.clock_hz == 10_000_000
+        assert info.data_port == ports[1] and not info.multicast
+        md = P.decode_message(request(ports, P.Empty(P.MessageId.REQUEST_MODELDEF))[0], v)
+        assert [d.name for d in md.rigid_bodies()] == ['base', 'thigh', 'calf']
+        assert any(isinstance(d, P.CameraDescription) for d in md.descriptions) == (v >= (4, 0))
+        fr = P.decode_message(request(ports, P.Request('FrameRate'))[0])
+        assert fr.as_float() == 120.0
+        bs = P.decode_message(request(ports, P.Request('Bitstream'))[0])
+        assert bs.text == f'Bitstream,{version}'
+        unk = P.decode_message(request(ports, P.Request('NoSuchCommand'))[0])
+        assert unk == P.Empty(P.MessageId.UNRECOGNIZED_REQUEST)
+        t0 = time.perf_counter_ns() // 100
+        echo = P.decode_message(request(ports, P.EchoRequest(12345))[0])
+        assert echo.client_time == 12345 and echo.server_ticks >= t0
+        frame = P.decode_message(request(ports, P.Empty(P.MessageId.REQUEST_FRAMEOFDATA))[0], v)
+        assert [b.id for b in frame.rigid_bodies] == [1, 2, 3]
+        assert (frame.precision_timestamp is not None) == (v == (4, 1))
+        assert emu.clients  # the CONNECT above registered a unicast client
+
+
+def test_bad_command_does_not_kill_emulator(ports):
+    with NatNetEmulator(command_port=ports[0], data_port=ports[1], multicast=False):
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.sendto(b'\xff\xff\x10', ('127.0.0.1', ports[0]))
+        s.close()
+        assert isinstance(P.decode_message(request(ports, P.ConnectRequest())[0]), P.ServerInfo)
+
+
+@pytest.mark.parametrize('multicast', [True, False])
+def test_stream_counts_drops_and_reconstructs_time(ports, multicast):
+    group = random_group()
+    emu = NatNetEmulator(version='4.1', command_port=ports[0], data_port=ports[1],
+                         multicast=multicast, multicast_group=group,
+                         faults=Faults(drop_every=10), exposure_latency_s=0.006).start()
+    events = []
+    c = NatNetClient(command_port=ports[0], data_port=ports[1], multicast=multicast,
+                     multicast_group=group, on_frame=events.append)
+    try:
+        c.connect()
+        pump(c, 1.0)
+    finally:
+        c.close()
+        emu.stop()
+    assert len(events) > 80
+    # Every 10th frame dropped by the emulator -> counted as gaps.
+    assert c.stats.dropped_frames >= len(events) // 9 - 2
+    assert all(e.frame.frame_number % 10 for e in events)
+    # Same host, same clock: the echo offset is ~0 ticks (< 1 ms).
+    assert abs(c.clock_offset_ticks) < 10_000
+    ages = sorted(e.exposure_age_s for e in events[10:])
+    assert all(e.stamp_source == 'mid_exposure' for e in events[10:])
+    assert 0.006 <= ages[len(ages) // 2] < 0.015
+    assert [b.name for b in events[-1].bodies] == ['base', 'thigh', 'calf']
+
+
+def test_fallback_without_mid_exposure(ports):
+    emu = NatNetEmulator(version='3.0', command_port=ports[0], data_port=ports[1],
+                         multicast=False, mid_exposure=False, software_latency_s=0.002).start()
+    events = []
+    c = NatNetClient(command_port=ports[0], data_port=ports[1], multicast=False,
+                     on_frame=events.append)
+    try:
+        c.connect()
+        pump(c, 0.4)
+        # Without echo answers: software latency only.
+        c._echo.clear()
+        ev = c.handle_datagram(P.encode_message(events[-1].frame, (3, 0)), time.perf_counter_ns())
+    finally:
+        c.close()
+        emu.stop()
+    assert events[-1].stamp_source == 'received+echo'
+    assert 0.002 <= events[-1].exposure_age_s < 0.02
+    assert ev is None or ev.stamp_source == 'received'  # a re-sent frame is a duplicate...
+    assert c.stats.out_of_order >= 1                      # ...and is discarded as such
+    f = events[-1].frame
+    f.frame_number += 1000
+    ev = c._on_frame(f, time.perf_counter_ns())
+    assert ev.stamp_source == 'received' and ev.exposure_age_s == pytest.approx(0.002, abs=2e-7)
+
+
+def test_bitstream_switch_unicast(ports):
+    emu = NatNetEmulator(version='4.1', command_port=ports[0], data_port=ports[1],
+                         multicast=False).start()
+    try:
+        resp = P.decode_message(request(ports, P.Request('Bitstream,3.1'))[0])
+        assert resp.as_int() == 0 and emu.version == (3, 1)
+        # Frames now decode as 3.1 and the first carries flag bit 3.
+        c = NatNetClient(command_port=ports[0], data_port=ports[1], multicast=False)
+        events = []
+        c.on_frame = events.append
+        c.connect()
+        pump(c, 0.3)
+        c.close()
+        assert c.version == (3, 1) and events and c.stats.rejected_packets == 0
+    finally:
+        emu.stop()
+
+
+def test_connect_timeout_message(ports):
+    c = NatNetClient(command_port=ports[0], data_port=ports[1], multicast=False)
+    with pytest.raises(NatNetConnectError, match='natnet_emulator'):
+        c.connect(timeout=0.3)
+    c.close()
+
+
+def test_pose_sources(tmp_path):
+    leg = SwingingLeg()
+    p = leg(0.5)
+    assert set(p) == {'base', 'thigh', 'calf'}
+    for _, q in p.values():
+        assert sum(x * x for x in q) == pytest.approx(1.0)
+    csv = tmp_path / 't.csv'
+    csv.write_text('time,body,x,y,z,qx,qy,qz,qw\n0,a,0,0,0,0,0,0,1\n1,a,1,2,3,0,0,1,0\n')
+    tr = TrajectoryFile(str(csv))
+    pos, q = tr(0.5)['a']
+    assert pos == pytest.approx((0.5, 1.0, 1.5))
+    assert q == pytest.approx((0, 0, 2 ** -0.5, 2 ** -0.5))
+    bad = tmp_path / 'bad.csv'
+    bad.write_text('time,body,x\n0,a,1\n')
+    with pytest.raises(ValueError, match='header must contain'):
+        TrajectoryFile(str(bad))
