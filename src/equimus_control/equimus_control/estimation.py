@@ -1,0 +1,189 @@
+"""Joint state from motion-capture rigid-body poses (no ROS).
+
+Angles: the relative rotation R_rel = R_parentᵀ R_child of two rigid bodies is reduced to the
+signed angle about the hinge axis, measured in the plane perpendicular to it (robust to small
+out-of-plane marker errors), plus a calibrated zero offset. The axis is given in the parent and
+in the child body frame, so the same code serves the simulation's virtual mocap (body frames =
+MuJoCo body frames) and the rig's Motive rigid bodies (arbitrary frames, calibrated).
+
+Velocities: a two-state constant-velocity Kalman filter per joint (white-acceleration model).
+At 120 Hz a raw finite difference multiplies angle noise by ~170 (√2·120); the filter is the
+optimal linear causal estimator for this model, has one physical tuning pair (measurement
+noise σ_m in rad, acceleration noise σ_a in rad/s²), and handles irregular or missing frames
+exactly by predicting over the true time step. Its steady state is an α-β filter.
+
+Lost tracking (NaN pose) or dropped frames: the last estimate is held (velocity reported as 0,
+never extrapolated) and flagged HELD; after `max_hold` seconds the state is INVALID and the
+filter re-initialises on the next good frame.
+"""
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass, field
+from typing import Optional, Sequence
+
+import numpy as np
+
+
+class Status(enum.IntEnum):
+    VALID = 0
+    HELD = 1
+    INVALID = 2
+
+
+def quat_to_matrix(q) -> np.ndarray:
+    """Rotation matrix of a quaternion given as (x, y, z, w) — the ROS/Motive order."""
+    x, y, z, w = (float(v) for v in q)
+    n = math.sqrt(x * x + y * y + z * z + w * w)
+    if not n > 1e-9:
+        raise ValueError('zero or non-finite quaternion')
+    x, y, z, w = x / n, y / n, z / n, w / n
+    return np.array([
+        [1 - 2 * (y * y + z * z), 2 * (x * y - z * w), 2 * (x * z + y * w)],
+        [2 * (x * y + z * w), 1 - 2 * (x * x + z * z), 2 * (y * z - x * w)],
+        [2 * (x * z - y * w), 2 * (y * z + x * w), 1 - 2 * (x * x + y * y)]])
+
+
+def _perpendicular(a: np.ndarray) -> np.ndarray:
+    """A fixed unit vector perpendicular to a (same rule everywhere, so offsets stay constant)."""
+    e = np.eye(3)[int(np.argmin(np.abs(a)))]
+    r = np.cross(a, e)
+    return r / np.linalg.norm(r)
+
+
+@dataclass(frozen=True)
+class HingeSpec:
+    """One joint: hinge axis in the parent and child body frames, zero offset (rad)."""
+
+    axis_parent: tuple = (-1.0, 0.0, 0.0)
+    axis_child: tuple = (-1.0, 0.0, 0.0)
+    offset: float = math.pi / 2
+
+    def angle(self, R_parent: np.ndarray, R_child: np.ndarray) -> float:
+        """Wrapped angle (−π, π] + offset of the child about the hinge, relative to the parent."""
+        ap = np.asarray(self.axis_parent, float)
+        ap = ap / np.linalg.norm(ap)
+        ac = np.asarray(self.axis_child, float)
+        ac = ac / np.linalg.norm(ac)
+        rp, rc = _perpendicular(ap), _perpendicular(ac)
+        v = R_parent.T @ (R_child @ rc)
+        return math.atan2(float(ap @ np.cross(rp, v)), float(rp @ v)) + self.offset
+
+
+@dataclass
+class EstimatorConfig:
+    hip: HingeSpec = field(default_factory=HingeSpec)
+    knee: HingeSpec = field(default_factory=HingeSpec)
+    period: float = 1.0 / 120.0     # nominal mocap period (s)
+    max_hold: float = 0.1           # s a held estimate stays usable, then INVALID
+    sigma_meas: float = 0.002       # rad, angle noise
+    sigma_acc: float = 60.0         # rad/s², white acceleration of the motion
+
+    @classmethod
+    def from_mapping(cls, d: dict) -> 'EstimatorConfig':
+        kw = {k: float(v) for k, v in d.items() if k in ('period', 'max_hold', 'sigma_meas',
+                                                          'sigma_acc')}
+        for j in ('hip', 'knee'):
+            if j in d:
+                h = d[j]
+                kw[j] = HingeSpec(tuple(h.get('axis_parent', (-1, 0, 0))),
+                                  tuple(h.get('axis_child', (-1, 0, 0))),
+                                  float(h.get('offset', math.pi / 2)))
+        return cls(**kw)
+
+
+@dataclass
+class JointEstimate:
+    stamp: float
+    position: np.ndarray
+    velocity: np.ndarray
+    status: Status
+    gap_frames: int = 0          # frames missed just before this one
+    held_for: float = 0.0        # s since the last good frame
+
+
+def pose_is_valid(position, quat) -> bool:
+    vals = list(position) + list(quat)
+    return all(math.isfinite(float(v)) for v in vals) and sum(float(v) ** 2 for v in quat) > 1e-9
+
+
+class JointStateEstimator:
+    """Feeds on synchronised (base, thigh, calf) poses; one estimate per frame."""
+
+    def __init__(self, cfg: EstimatorConfig = EstimatorConfig()):
+        self.cfg = cfg
+        self.reset()
+
+    def reset(self):
+        self.x = None                 # (2 joints, [angle, rate])
+        self.P = None                 # (2 joints, 2, 2)
+        self.last_good_stamp: Optional[float] = None
+        self.last_stamp: Optional[float] = None
+        self.last_wrapped = None
+        self.dropped_frames = 0
+        self.lost_frames = 0
+
+    def measure(self, poses: Sequence) -> Optional[np.ndarray]:
+        """Wrapped joint angles from [(pos, quat xyzw)] × (base, thigh, calf); None if untracked."""
+        if len(poses) != 3 or not all(pose_is_valid(p, q) for p, q in poses):
+            return None
+        Rb, Rt, Rc = (quat_to_matrix(q) for _, q in poses)
+        return np.array([self.cfg.hip.angle(Rb, Rt), self.cfg.knee.angle(Rt, Rc)])
+
+    def _unwrap(self, wrapped: np.ndarray) -> np.ndarray:
+        if self.x is None:
+            return wrapped
+        ref = self.x[:, 0]
+        return ref + (wrapped - ref + math.pi) % (2 * math.pi) - math.pi
+
+    def update(self, stamp: float, poses: Sequence) -> JointEstimate:
+        cfg = self.cfg
+        gap = 0
+        if self.last_stamp is not None:
+            dt_frame = stamp - self.last_stamp
+            if dt_frame <= 0:
+                raise ValueError(f'mocap stamp went backwards or repeated ({dt_frame:+.4f} s)')
+            gap = max(0, int(round(dt_frame / cfg.period)) - 1)
+            self.dropped_frames += gap
+        self.last_stamp = stamp
+        z = self.measure(poses)
+        if z is None:
+            self.lost_frames += 1
+            return self._held(stamp, gap)
+        if self.x is not None and self.last_good_stamp is not None and \
+                stamp - self.last_good_stamp > cfg.max_hold:
+            self.x = None  # too long without data: start afresh, do not bridge the gap
+        z = self._unwrap(z)
+        if self.x is None:
+            self.x = np.stack([z, np.zeros(2)], axis=1)
+            self.P = np.array([np.diag([cfg.sigma_meas ** 2, 10.0 ** 2])] * 2)
+        else:
+            dt = stamp - self.last_good_stamp
+            F = np.array([[1.0, dt], [0.0, 1.0]])
+            Q = cfg.sigma_acc ** 2 * np.array([[dt ** 4 / 4, dt ** 3 / 2], [dt ** 3 / 2, dt ** 2]])
+            R = cfg.sigma_meas ** 2
+            for j in range(2):
+                x = F @ self.x[j]
+                P = F @ self.P[j] @ F.T + Q
+                S = P[0, 0] + R
+                K = P[:, 0] / S
+                x = x + K * (z[j] - x[0])
+                P = P - np.outer(K, P[0, :])
+                self.x[j], self.P[j] = x, P
+        self.last_good_stamp = stamp
+        return JointEstimate(stamp, self.x[:, 0].copy(), self.x[:, 1].copy(), Status.VALID, gap)
+
+    def _held(self, stamp: float, gap: int) -> JointEstimate:
+        if self.x is None or self.last_good_stamp is None:
+            return JointEstimate(stamp, np.full(2, np.nan), np.full(2, np.nan), Status.INVALID,
+                                 gap, math.inf)
+        held = stamp - self.last_good_stamp
+        if held > self.cfg.max_hold:
+            return JointEstimate(stamp, np.full(2, np.nan), np.full(2, np.nan), Status.INVALID,
+                                 gap, held)
+        return JointEstimate(stamp, self.x[:, 0].copy(), np.zeros(2), Status.HELD, gap, held)
+
+    def update_gap(self, stamp: float) -> JointEstimate:
+        """No frame at all by `stamp` (e.g. a timer noticed silence): hold or invalidate."""
+        return self._held(stamp, 0)

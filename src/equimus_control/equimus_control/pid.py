@@ -1,0 +1,168 @@
+"""Joint-space PID with static feedforward, mapped to the two valve pressures (no ROS).
+
+Torque the pressures produce at pose θ: τ_P = σ J_A(θ)ᵀ S P  (σ = pressure_sign: +1 when
+pressure lengthens the actuator, −1 when it pulls), i.e. τ_P = A(θ) P with A = σ J_Aᵀ diag(S).
+Each cycle the PID asks for τ_fb on top of the static feedforward P_ff(θ_ref); the pressures are
+the solution of the box-constrained least squares
+        min ‖A (P − P_ff) − τ_fb‖²   subject to 0 ≤ P ≤ P_max,
+solved exactly by enumerating the 3² active sets of the two-variable problem (microseconds,
+no iterations). With two one-sided actuators for two joints the box is often active; the
+controller then reports saturation and which torque it could not deliver, and the integrator
+is protected by back-calculation with the achieved torque plus a hard clamp.
+
+`impedance_transfer` gives the actuator-space stiffness/damping that reproduce the joint-space
+PD (seeds/002 Sec. II-D, eqs. 26–31), including the term from ∂J_A/∂θ, for a faster inner loop
+(e.g. a valve driver) and for diagnostics.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+
+from equimus_sim.kinematics import actuation_derivatives
+
+from .statics import StaticParams, holding_pressures
+
+P_MAX_KPA = 50.0
+
+
+def pressure_torque_matrix(q, params: StaticParams) -> np.ndarray:
+    """A(θ) (N·m per kPa): joint torques τ = A P of the pressure forces."""
+    _, J, _ = actuation_derivatives(q, params.geometry)
+    return params.pressure_sign * J.T * (np.asarray(params.S) * 1e3)[None, :]
+
+
+def box_lsq(A: np.ndarray, b: np.ndarray, lo: np.ndarray, hi: np.ndarray):
+    """Exact min ‖A x − b‖² on a 2-D box, by active-set enumeration. Returns (x, saturated mask)."""
+    try:
+        x = np.linalg.solve(A, b)
+        if np.all(x >= lo) and np.all(x <= hi):
+            return x, np.zeros(2, bool)
+    except np.linalg.LinAlgError:
+        pass
+    best, best_cost = None, np.inf
+    for pattern in itertools.product((0, 1, 2), repeat=2):   # 0 free, 1 at lo, 2 at hi
+        x = np.where(np.array(pattern) == 1, lo, hi).astype(float)
+        free = [i for i in range(2) if pattern[i] == 0]
+        if len(free) == 2:
+            continue            # the unconstrained optimum was handled above
+        if free:
+            i, j = free[0], 1 - free[0]
+            a = A[:, i]
+            den = float(a @ a)
+            if den <= 0:
+                continue
+            xi = float(a @ (b - A[:, j] * x[j])) / den
+            if xi < lo[i] - 1e-12 or xi > hi[i] + 1e-12:
+                continue
+            x[i] = xi
+        cost = float(np.sum((A @ x - b) ** 2))
+        if cost < best_cost - 1e-15:
+            best, best_cost = x, cost
+    return best, (np.isclose(best, lo) | np.isclose(best, hi))
+
+
+def pressures_for_torque(q, tau_extra, p_ff, params: StaticParams, p_max=P_MAX_KPA):
+    """Pressures in [0, p_max] whose torque best matches A P_ff + τ_extra. → (P, saturated, τ_err)."""
+    A = pressure_torque_matrix(q, params)
+    p_ff = np.asarray(p_ff, float)
+    target = A @ p_ff + np.asarray(tau_extra, float)
+    lo, hi = np.zeros(2), np.full(2, float(p_max))
+    P, sat = box_lsq(A, target, lo, hi)
+    P = np.clip(P, lo, hi)
+    return P, sat, A @ P - target
+
+
+@dataclass
+class PIDGains:
+    kp: tuple = (3.0, 1.5)        # N·m/rad
+    ki: tuple = (4.0, 2.0)        # N·m/(rad·s)
+    kd: tuple = (0.15, 0.06)      # N·m·s/rad, on the measured velocity
+    i_max: tuple = (0.5, 0.3)     # N·m, clamp of the integral torque
+    k_aw: float = 5.0             # 1/s, back-calculation rate
+
+    @classmethod
+    def from_mapping(cls, d: dict) -> 'PIDGains':
+        kw = {}
+        for k in ('kp', 'ki', 'kd', 'i_max'):
+            if k in d:
+                kw[k] = tuple(float(v) for v in d[k])
+        if 'k_aw' in d:
+            kw['k_aw'] = float(d['k_aw'])
+        return cls(**kw)
+
+
+@dataclass
+class ControlOutput:
+    pressures: np.ndarray
+    saturated: np.ndarray
+    torque_error: np.ndarray
+    feedforward: np.ndarray
+
+
+class StaticFeedforward:
+    """Open loop: the pressures that hold the reference pose (clipped to the valve range)."""
+
+    def __init__(self, params: StaticParams, p_max=P_MAX_KPA):
+        self.params, self.p_max = params, p_max
+
+    def reset(self):
+        pass
+
+    def step(self, q, qd, q_ref, qd_ref, dt) -> ControlOutput:
+        raw = holding_pressures(q_ref, self.params)
+        P = np.clip(raw, 0.0, self.p_max)
+        return ControlOutput(P, (raw < 0) | (raw > self.p_max), np.zeros(2), P.copy())
+
+
+class PIDController:
+    """PID on (θ1, θ2) → torque → pressures (see module docstring)."""
+
+    def __init__(self, params: StaticParams, gains: PIDGains = PIDGains(), p_max=P_MAX_KPA):
+        self.params, self.g, self.p_max = params, gains, p_max
+        self.reset()
+
+    def reset(self):
+        self.integral = np.zeros(2)     # integral torque (N·m)
+
+    def step(self, q, qd, q_ref, qd_ref=None, dt: float = 1 / 120) -> ControlOutput:
+        q, qd, q_ref = (np.asarray(v, float) for v in (q, qd, q_ref))
+        qd_ref = np.zeros(2) if qd_ref is None else np.asarray(qd_ref, float)
+        kp, ki, kd = (np.asarray(v) for v in (self.g.kp, self.g.ki, self.g.kd))
+        e = q_ref - q
+        p_ff = np.clip(holding_pressures(q_ref, self.params), 0.0, self.p_max)
+        tau = kp * e + kd * (qd_ref - qd) + self.integral
+        P, sat, terr = pressures_for_torque(q, tau, p_ff, self.params, self.p_max)
+        # integrate, bleeding off what the valves could not deliver (back-calculation)
+        self.integral += dt * (ki * e + self.g.k_aw * terr * (np.abs(terr) > 1e-9))
+        i_max = np.asarray(self.g.i_max)
+        self.integral = np.clip(self.integral, -i_max, i_max)
+        return ControlOutput(P, sat, terr, p_ff)
+
+
+def impedance_transfer(q, qd, q_ref, kp, kd, params: StaticParams):
+    """Actuator-space force and gains equivalent to τ = Kp(q* − q) − Kd q̇ (seeds/002 eq. 26–31).
+
+    With τ = σ J_Aᵀ F (F the pressure forces), F*(q) = σ J_A⁻ᵀ τ(q). Returns (F*, K_Pm, K_Dm) with
+    K_Pm = −∂F/∂l at constant actuator velocity l̇ and K_Dm = −∂F/∂l̇:
+      K_Pm = σ[J⁻ᵀKpJ⁻¹ − (∂J⁻ᵀ/∂q·τ)J⁻¹ + J⁻ᵀKd ∂(J⁻¹l̇)/∂q J⁻¹],  K_Dm = σ J⁻ᵀ Kd J⁻¹.
+    """
+    q, qd, q_ref = (np.asarray(v, float) for v in (q, qd, q_ref))
+    Kp, Kd = np.diag(kp), np.diag(kd)
+    s = params.pressure_sign
+    _, J, H = actuation_derivatives(q, params.geometry)
+    Ji = np.linalg.inv(J)
+    tau = Kp @ (q_ref - q) - Kd @ qd
+    F = s * Ji.T @ tau
+    ld = J @ qd
+    # ∂(J⁻ᵀ)/∂q_j = −J⁻ᵀ (∂J/∂q_j)ᵀ J⁻ᵀ ;  ∂(J⁻¹ l̇)/∂q_j = −J⁻¹ (∂J/∂q_j) J⁻¹ l̇
+    dJ = [H[:, :, j] for j in range(2)]
+    A_term = np.column_stack([-Ji.T @ dJ[j].T @ Ji.T @ tau for j in range(2)])
+    dqd_dq = np.column_stack([-Ji @ dJ[j] @ Ji @ ld for j in range(2)])
+    dF_dq = s * (A_term - Ji.T @ Kp - Ji.T @ Kd @ dqd_dq)
+    K_Pm = -dF_dq @ Ji
+    K_Dm = s * Ji.T @ Kd @ Ji
+    return F, K_Pm, K_Dm

@@ -1,0 +1,194 @@
+"""Static model of the leg: pressures that hold a pose, and the pose that given pressures reach.
+
+Potential energy of the leg (planar y points along gravity):
+    V(θ) = −g Σ m_i y_i(θ) + Σ_a ½ k_a (l_a − l0_a)² − Σ_a S_a P_a l_a
+(the last term is the work of the pressure force S·P, which LENGTHENS the actuator: on the real
+rig more P1 raises θ1 and more P2 lowers θ2, and the static data only fit with this sign. The
+pressure force is one-sided, P ≥ 0; the elastic force k(l − l0) pulls the actuator back.)
+Equilibrium ∂V/∂θ = 0 gives  J_Aᵀ S P = J_Aᵀ k (l − l0) − g Σ m_i ∂y_i/∂θ,
+which is linear in P (feedforward) and is solved for θ by minimising V within the joint
+limits (inverse statics), so equilibria on a joint stop come out as they do on the rig.
+
+Masses follow the 3-2-1 actuator of the EquiMus paper: m/6 on the fixed anchor (no torque),
+2m/3 at the midpoint and m/6 on the moving anchor, i.e. an effective m/2 at the moving anchor.
+No ROS, no MuJoCo.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Mapping, Optional
+
+import numpy as np
+from scipy.optimize import minimize
+
+from equimus_sim.kinematics import PlanarGeometry, actuation_derivatives
+
+G = 9.81
+P_MAX_KPA = 50.0
+
+
+@dataclass(frozen=True)
+class StaticParams:
+    """Everything the static model needs (SI units; pressures handled in kPa at the API)."""
+
+    geometry: PlanarGeometry = field(default_factory=PlanarGeometry)
+    m_thigh: float = 0.086
+    m_calf: float = 0.1033
+    # centre of mass of each link: (distance along the link axis, offset perpendicular to it,
+    # positive towards increasing angle), from the authors' mesh inertia.
+    com_thigh: tuple = (0.12665, -0.00125)
+    com_calf: tuple = (0.13903, 0.00370)
+    m_act: tuple = (0.1865, 0.2727)          # actuator masses [maa, baa]
+    k: tuple = (203.94877985761158, 105.07337552294058)     # N/m (Table V, static)
+    S: tuple = (0.0004108979203914209, 0.0003244353052769064)  # m² (Table V, static)
+    l0: tuple = (0.1642, 0.2579)             # m (Table V, static)
+    # joint limits (rad) in paper angles: reference MJCF hip ±60°, knee [−90°, +30°] about 90°.
+    theta_min: tuple = (np.pi / 6, 0.0)
+    theta_max: tuple = (5 * np.pi / 6, 2 * np.pi / 3)
+    g: float = G
+    # +1: pressure lengthens the actuator (what the real static data show); −1: pressure pulls
+    # (shortens), the convention of the equimus_sim MuJoCo model (motor gear −1).
+    pressure_sign: float = 1.0
+
+    @classmethod
+    def from_leg(cls, leg, pressure_sign: float = -1.0) -> 'StaticParams':
+        """From an equimus_sim LegDescription (the plant model), so feedforward matches it.
+
+        Body-frame COMs at the build pose are turned into (along, perpendicular) link
+        coordinates; planar x = world y, planar y = −world z (config/leg.yaml). The default
+        sign −1 is the equimus_sim convention (pressure pulls).
+        """
+        hip, knee = leg.joints['hip'], leg.joints['knee']
+
+        def link_com(body, phi):
+            c = leg.bodies[body].com
+            v = np.array([c[1], -c[2]])
+            return (float(v @ _u(phi)), float(v @ _up(phi)))
+
+        acts = [leg.actuators[n] for n in ('maa', 'baa')]
+        return cls(geometry=leg.geometry, m_thigh=leg.bodies['thigh'].mass,
+                   m_calf=leg.bodies['calf'].mass,
+                   com_thigh=link_com('thigh', hip.ref), com_calf=link_com('calf', hip.ref + knee.ref),
+                   m_act=tuple(a.m for a in acts), k=tuple(a.k for a in acts),
+                   S=tuple(a.area for a in acts), l0=tuple(a.l0 for a in acts),
+                   theta_min=(hip.range[0], knee.range[0]), theta_max=(hip.range[1], knee.range[1]),
+                   g=leg.gravity, pressure_sign=pressure_sign)
+
+    @classmethod
+    def from_mapping(cls, values: Mapping) -> 'StaticParams':
+        """From a YAML dict (geometry as a sub-dict, tuples as lists)."""
+        kw = {}
+        for key, val in values.items():
+            if key == 'geometry':
+                kw['geometry'] = PlanarGeometry.from_mapping(val)
+            elif key in cls.__dataclass_fields__:
+                kw[key] = tuple(float(v) for v in val) if isinstance(val, (list, tuple)) \
+                    else float(val)
+        return cls(**kw)
+
+    def with_identified(self, k=None, S=None, l0=None) -> 'StaticParams':
+        return replace(self, **{n: tuple(v) for n, v in (('k', k), ('S', S), ('l0', l0))
+                                if v is not None})
+
+
+def _u(phi):
+    return np.array([np.cos(phi), np.sin(phi)])
+
+
+def _up(phi):
+    return np.array([-np.sin(phi), np.cos(phi)])
+
+
+def gravity_generalized(q, p: StaticParams):
+    """(y-weighted height U, ∂U/∂θ) where U = Σ m_i y_i; gravity torque is +g ∂U/∂θ."""
+    g = p.geometry
+    t1, t2 = float(q[0]), float(q[1])
+    a12 = t1 + t2
+    # thigh COM
+    c1 = p.com_thigh[0] * _u(t1) + p.com_thigh[1] * _up(t1)
+    dc1 = [p.com_thigh[0] * _up(t1) - p.com_thigh[1] * _u(t1), np.zeros(2)]
+    # calf COM
+    knee = g.a1 * _u(t1)
+    dknee = g.a1 * _up(t1)
+    cc = p.com_calf[0] * _u(a12) + p.com_calf[1] * _up(a12)
+    dcc = p.com_calf[0] * _up(a12) - p.com_calf[1] * _u(a12)
+    c2 = knee + cc
+    dc2 = [dknee + dcc, dcc]
+    # moving actuator anchors C (thigh) and D (calf), effective mass m/2 each
+    C = g.b1 * _u(t1 - g.beta1)
+    dC = [g.b1 * _up(t1 - g.beta1), np.zeros(2)]
+    D = knee + g.b2 * _u(a12 + g.beta2)
+    dDc = g.b2 * _up(a12 + g.beta2)
+    dD = [dknee + dDc, dDc]
+    ma, mb = 0.5 * p.m_act[0], 0.5 * p.m_act[1]
+    U = p.m_thigh * c1[1] + p.m_calf * c2[1] + ma * C[1] + mb * D[1]
+    dU = np.array([p.m_thigh * dc1[j][1] + p.m_calf * dc2[j][1] + ma * dC[j][1] + mb * dD[j][1]
+                   for j in range(2)])
+    return U, dU
+
+
+def potential(q, pressures_kpa, p: StaticParams) -> float:
+    """V(θ) in J for pressures in kPa (see module docstring)."""
+    l, _, _ = actuation_derivatives(q, p.geometry)
+    U, _ = gravity_generalized(q, p)
+    k, l0, S = np.asarray(p.k), np.asarray(p.l0), np.asarray(p.S)
+    P = np.asarray(pressures_kpa, float) * 1e3
+    return float(-p.g * U + 0.5 * np.sum(k * (l - l0) ** 2) - p.pressure_sign * np.sum(S * P * l))
+
+
+def potential_gradient(q, pressures_kpa, p: StaticParams) -> np.ndarray:
+    """∂V/∂θ = −τ_net (N·m): the joint torque the pressures leave unbalanced, negated."""
+    l, J, _ = actuation_derivatives(q, p.geometry)
+    _, dU = gravity_generalized(q, p)
+    k, l0, S = np.asarray(p.k), np.asarray(p.l0), np.asarray(p.S)
+    P = np.asarray(pressures_kpa, float) * 1e3
+    return -p.g * dU + J.T @ (k * (l - l0) - p.pressure_sign * S * P)
+
+
+def holding_forces(q, p: StaticParams) -> np.ndarray:
+    """Lengthening actuator forces F (N) that hold pose q: J_Aᵀ F = J_Aᵀ k(l−l0) − g ∂U/∂θ."""
+    l, J, _ = actuation_derivatives(q, p.geometry)
+    _, dU = gravity_generalized(q, p)
+    k, l0 = np.asarray(p.k), np.asarray(p.l0)
+    return k * (l - l0) - np.linalg.solve(J.T, p.g * dU)
+
+
+def holding_pressures(q, p: StaticParams, clip: bool = False) -> np.ndarray:
+    """Pressures (kPa) that hold pose q. Unclipped values < 0 mean the pose needs a pull."""
+    P = p.pressure_sign * holding_forces(q, p) / np.asarray(p.S) / 1e3
+    return np.clip(P, 0.0, P_MAX_KPA) if clip else P
+
+
+def equilibrium(pressures_kpa, p: StaticParams, q0: Optional[np.ndarray] = None) -> np.ndarray:
+    """Pose (θ1, θ2) reached at rest under the given pressures: minimum of V within the limits.
+
+    Starts from q0 (or a few spread starts) so the stable equilibrium is found, not a saddle.
+    """
+    bounds = list(zip(p.theta_min, p.theta_max))
+    starts = [np.asarray(q0, float)] if q0 is not None else \
+        [np.array([np.pi / 2, np.pi / 4]), np.array([1.2, 0.3]), np.array([1.8, 1.2])]
+    best = None
+    for s in starts:
+        r = minimize(potential, s, args=(pressures_kpa, p), jac=potential_gradient,
+                     method='L-BFGS-B', bounds=bounds, options={'ftol': 1e-14, 'gtol': 1e-10})
+        if best is None or r.fun < best.fun:
+            best = r
+    return best.x
+
+
+def fit_static(data_q, data_p_kpa, p: StaticParams) -> StaticParams:
+    """Linear least-squares fit of (k1, k2, S1, S2) to equilibria, as in the EquiMus paper.
+
+    Each row gives J_Aᵀ (k(l−l0) − S P) = g ∂U/∂θ: two equations linear in (k, S).
+    """
+    rows, rhs = [], []
+    for q, P in zip(data_q, np.asarray(data_p_kpa, float) * 1e3):
+        l, J, _ = actuation_derivatives(q, p.geometry)
+        _, dU = gravity_generalized(q, p)
+        dl = l - np.asarray(p.l0)
+        for j in range(2):
+            sg = -p.pressure_sign
+            rows.append([J[0, j] * dl[0], J[1, j] * dl[1], sg * J[0, j] * P[0], sg * J[1, j] * P[1]])
+            rhs.append(p.g * dU[j])
+    x, *_ = np.linalg.lstsq(np.array(rows), np.array(rhs), rcond=None)
+    return p.with_identified(k=x[:2], S=x[2:])
