@@ -53,6 +53,26 @@ def quat_mul(a, b) -> np.ndarray:
                      aw * bz + ax * by - ay * bx + az * bw])
 
 
+def quat_mul_rows(a, b) -> np.ndarray:
+    """Row-wise Hamilton product; a and b are (4,) or (N, 4) wxyz, broadcast against each other."""
+    a, b = np.asarray(a, float), np.asarray(b, float)
+    aw, ax, ay, az = a[..., 0], a[..., 1], a[..., 2], a[..., 3]
+    bw, bx, by, bz = b[..., 0], b[..., 1], b[..., 2], b[..., 3]
+    return np.stack([aw * bw - ax * bx - ay * by - az * bz,
+                     aw * bx + ax * bw + ay * bz - az * by,
+                     aw * by - ax * bz + ay * bw + az * bx,
+                     aw * bz + ax * by - ay * bx + az * bw], axis=-1)
+
+
+def rotvec_to_quat_rows(v) -> np.ndarray:
+    """wxyz quaternions of rotation vectors (N, 3)."""
+    v = np.asarray(v, float)
+    angle = np.linalg.norm(v, axis=-1, keepdims=True)
+    half = 0.5 * angle
+    scale = np.where(angle > 1e-12, np.sin(half) / np.where(angle > 1e-12, angle, 1.0), 0.5)
+    return np.concatenate([np.cos(half), scale * v], axis=-1)
+
+
 def quat_to_mat(q) -> np.ndarray:
     """Rotation matrix of a unit wxyz quaternion."""
     w, x, y, z = np.asarray(q, float) / np.linalg.norm(q)
@@ -82,12 +102,12 @@ def world_to_motive(pos_w, quat_w, offset=(0.0, 0.0, 0.0)):
 class BodyPose:
     """One rigid body in one frame, Motive frame; NaN everywhere when untracked."""
 
-    position: np.ndarray      # (3,) metres
-    orientation: np.ndarray   # (4,) wxyz
+    position: list       # [x, y, z] metres
+    orientation: list    # [w, x, y, z]
 
     @property
     def tracked(self) -> bool:
-        return bool(np.all(np.isfinite(self.position)) and np.all(np.isfinite(self.orientation)))
+        return all(math.isfinite(v) for v in self.position + self.orientation)
 
 
 @dataclass
@@ -150,6 +170,7 @@ class VirtualMocap:
     def calibrate(self, base_pos_w) -> None:
         """Choose the world→Motive offset so the base lands at `base_position` in the volume."""
         self.offset = np.asarray(self.config.base_position, float) - R_MW @ np.asarray(base_pos_w, float)
+        self._offset_t = tuple(self.offset.tolist())
 
     def _dropped_now(self) -> bool:
         if self._burst_left > 0:
@@ -163,34 +184,55 @@ class VirtualMocap:
         return False
 
     def capture(self, t: float, world_poses: Mapping[str, tuple]) -> MocapFrame | None:
-        """Capture one frame at sim time t from {body: (pos_w, quat_w wxyz)}.
+        """Capture one frame at sim time t from {body: (pos_w, quat_w wxyz)} (MuJoCo world).
 
         Returns the frame (also queued for release) or None when it is dropped.
         """
+        P = np.array([world_poses[b][0] for b in self.bodies], float)
+        Q = np.array([world_poses[b][1] for b in self.bodies], float)
+        return self.capture_arrays(t, P, Q)
+
+    def capture_arrays(self, t: float, P_w, Q_w) -> MocapFrame | None:
+        """As `capture`, with world positions (N, 3) and wxyz quaternions (N, 4) in body order."""
         if self.offset is None:
-            self.calibrate(world_poses['base'][0])
+            self.calibrate(P_w[0])
         self.frame_number += 1
         self.captured += 1
         if self._dropped_now():
             self.dropped += 1
             return None
         cfg = self.config
-        frame = MocapFrame(self.frame_number, float(t), float(t) + cfg.latency)
-        for name in self.bodies:
-            pos_w, quat_w = world_poses[name]
-            if cfg.occlusion_probability > 0 and self.rng.random() < cfg.occlusion_probability:
-                self.occluded += 1
-                frame.bodies[name] = BodyPose(np.full(3, np.nan), np.full(4, np.nan))
-                continue
-            p, q = world_to_motive(pos_w, quat_w, self.offset)
+        nb = len(self.bodies)
+        if cfg.position_noise > 0 or cfg.orientation_noise > 0:
+            P = np.asarray(P_w, float) @ R_MW.T + self.offset
+            Q = quat_mul_rows(Q_MW, Q_w)
             if cfg.position_noise > 0:
-                p = p + self.rng.normal(0.0, cfg.position_noise, 3)
+                P = P + self.rng.normal(0.0, cfg.position_noise, (nb, 3))
             if cfg.orientation_noise > 0:
-                q = quat_mul(q, quat_from_rotvec(self.rng.normal(0.0, cfg.orientation_noise, 3)))
-            q = q / np.linalg.norm(q)
-            if q[0] < 0:
-                q = -q
-            frame.bodies[name] = BodyPose(p, q)
+                Q = quat_mul_rows(Q, rotvec_to_quat_rows(self.rng.normal(0.0, cfg.orientation_noise, (nb, 3))))
+            Q = Q / np.linalg.norm(Q, axis=1, keepdims=True)
+            Q[Q[:, 0] < 0] *= -1.0
+            P, Q = P.tolist(), Q.tolist()
+        else:
+            # Noise-free fast path in plain floats (numpy costs more than the arithmetic here):
+            # (x, z, −y) + o, and q_MW ⊗ q with q_MW = (h, −h, 0, 0).
+            ox, oy, oz = self._offset_t
+            h = _H
+            P, Q = [], []
+            for (x, y, z), (w, qx, qy, qz) in zip(P_w.tolist(), Q_w.tolist()):
+                P.append([x + ox, z + oy, oz - y])
+                q = [h * (w + qx), h * (qx - w), h * (qy + qz), h * (qz - qy)]
+                if q[0] < 0:
+                    q = [-c for c in q]
+                Q.append(q)
+        if cfg.occlusion_probability > 0:
+            lost = self.rng.random(nb) < cfg.occlusion_probability
+            for i in np.flatnonzero(lost):
+                self.occluded += 1
+                P[i] = [math.nan] * 3
+                Q[i] = [math.nan] * 4
+        frame = MocapFrame(self.frame_number, float(t), float(t) + cfg.latency,
+                           {name: BodyPose(P[i], Q[i]) for i, name in enumerate(self.bodies)})
         self._pending.append(frame)
         return frame
 

@@ -51,7 +51,7 @@ PARAMETERS = {
     'leg_description': ('', 'leg YAML path; empty = equimus_sim.leg_description default (config/leg.yaml)', None),
     'parameter_overrides': ('', 'YAML of dotted-key parameter overrides (identification output); empty = none', None),
     'variant': ('equimus', 'model variant: equimus (3-2-1 massive actuators) | pure (massless baseline)', None),
-    'timestep': (1.0 / 1200.0, 'physics timestep Δt (s); 0 = the leg description\'s. 1/1200 divides the 1/120 s frame', (0.0, 0.01)),
+    'timestep': (1.0 / 600.0, 'physics timestep Δt (s); 0 = the leg description\'s. 1/600 gives exactly 5 steps per 1/120 s frame', (0.0, 0.01)),
     'mode': ('realtime', 'pacing: realtime | lockstep', None),
     'rate_factor': (1.0, 'realtime mode: sim seconds per wall second (1 = real time); 0 = as fast as possible', (0.0, 1000.0)),
     'lockstep_timeout': (0.5, 'lockstep mode: wall seconds without a command before advancing anyway', (0.001, 3600.0)),
@@ -209,15 +209,15 @@ class SimNode(Node):
         j.position = theta.tolist()
         j.velocity = dtheta.tolist()
         self.pub_joints.publish(j)
-        self.mocap.capture(t_ns * 1e-9, sim.body_poses(BODIES))
+        self.mocap.capture_arrays(t_ns * 1e-9, *sim.body_arrays(BODIES))
         for frame in self.mocap.release(t_ns * 1e-9):
             cap_ns = int(round(frame.capture_time * 1e9))
             for name, pose in frame.bodies.items():
                 m = self._pose_msg[name]
                 _stamp(m.header.stamp, cap_ns)
                 pp, q = m.pose.position, m.pose.orientation
-                pp.x, pp.y, pp.z = (float(v) for v in pose.position)
-                q.w, q.x, q.y, q.z = (float(v) for v in pose.orientation)
+                pp.x, pp.y, pp.z = pose.position
+                q.w, q.x, q.y, q.z = pose.orientation
                 self.pub_pose[name].publish(m)
         self._pressure_msg.data = sim.pressures.tolist()
         self.pub_pressure.publish(self._pressure_msg)
@@ -238,11 +238,16 @@ class SimNode(Node):
             self.publish_initial()
             self.pacer.restart()
             while not self._stop.is_set() and self.context.ok():
-                if self.mode == 'realtime':
-                    self.pacer.wait()
-                    self.tick()
-                else:
-                    self._lockstep_once()
+                try:
+                    if self.mode == 'realtime':
+                        self.pacer.wait()
+                        self.tick()
+                    else:
+                        self._lockstep_once()
+                except Exception:
+                    if self.context.ok():
+                        raise
+                    break       # shut down (SIGINT/SIGTERM) while publishing: leave quietly
         finally:
             self._stop.set()
             spinner.join(timeout=2.0)

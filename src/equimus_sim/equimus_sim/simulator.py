@@ -145,6 +145,9 @@ class LegSimulator:
         if np.any(self._ctrl_act < 0):
             raise ValueError('the model has motors that belong to no actuator of the leg description')
         self._pow_n, self._pow_dt, self._pow = -1, None, None
+        self._gain_t = tuple(self._gain.tolist())
+        self._ctrl_act_t = tuple(self._ctrl_act.tolist())
+        self._body_ids = {}
         self.command = self.initial_pressures.copy()     # applied (validated) command, kPa
         self.time = 0.0          # nominal sim time, s (monotonic across resets)
         self.steps = 0
@@ -180,27 +183,28 @@ class LegSimulator:
         n = max(n, 0)
         if n:
             # The command is held over the interval, so the per-step recursion
-            # p ← a·p + (1−a)·u has the closed form p_k = u + (p_0 − u)·a^k (k = 1..n):
-            # all n motor commands F = S·p_k are computed at once, and the loop only steps.
-            model, data = self.model, self.data
-            u = self.command
-            powers = self._powers(n)
-            p_seq = u + (self.valve.p - u) * powers[:, None]          # (n, actuators) kPa
-            ctrl_seq = (p_seq * self._gain)[:, self._ctrl_act]        # (n, nu) N
-            ctrl, step = data.ctrl, mujoco.mj_step
-            for row in ctrl_seq:
-                ctrl[:] = row
+            # p ← a·p + (1−a)·u has the closed form p_k = u + (p_0 − u)·a^k (k = 1..n).
+            # Plain floats: for two channels numpy's per-call cost exceeds the arithmetic.
+            model, data, step, ctrl = self.model, self.data, mujoco.mj_step, self.data.ctrl
+            u = self.command.tolist()
+            d0 = [p0 - ui for p0, ui in zip(self.valve.p.tolist(), u)]
+            gain, act = self._gain_t, self._ctrl_act_t
+            p = u
+            for ak in self._powers(n):
+                p = [ui + di * ak for ui, di in zip(u, d0)]
+                force = [g * pi for g, pi in zip(gain, p)]          # F = S·P, N
+                ctrl[:] = [force[i] for i in act]
                 step(model, data)
-            self.valve.p = p_seq[-1].copy()
+            self.valve.p = np.array(p)
         self.steps += n
         self.time = target
         self._check_stability()
         return n
 
-    def _powers(self, n: int) -> np.ndarray:
+    def _powers(self, n: int) -> list:
         if self._pow_n != n or self._pow_dt != self.dt:
             a = self.valve.coefficient(self.dt)
-            self._pow = a ** np.arange(1, n + 1, dtype=float)
+            self._pow = (a ** np.arange(1, n + 1, dtype=float)).tolist()
             self._pow_n, self._pow_dt = n, self.dt
         return self._pow
 
@@ -218,6 +222,15 @@ class LegSimulator:
         """(θ, θ̇) of [hip, knee] in the paper's convention (rad, rad/s)."""
         return (np.asarray(self.leg.joint_angles(self.data), float),
                 np.asarray(self.leg.joint_velocities(self.data), float))
+
+    def body_arrays(self, names: Sequence[str] = ('base', 'thigh', 'calf')):
+        """World positions (N, 3) and wxyz quaternions (N, 4) of skeleton bodies (fast path of
+        `LegModel.body_pose`, with the body ids looked up once)."""
+        key = tuple(names)
+        ids = self._body_ids.get(key)
+        if ids is None:
+            ids = self._body_ids[key] = np.array([self.model.body(n).id for n in names])
+        return self.data.xpos[ids], self.data.xquat[ids]
 
     def body_poses(self, names: Sequence[str] = ('base', 'thigh', 'calf')) -> dict:
         """{name: (position (3,), quaternion wxyz (4,))} in MuJoCo world coordinates."""
