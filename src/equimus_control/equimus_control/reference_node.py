@@ -1,0 +1,77 @@
+"""reference node: publishes /reference/joint (JointState position/velocity) at `rate` Hz in the
+node clock (sim time with use_sim_time), from the trajectory chosen by parameters."""
+from __future__ import annotations
+
+import numpy as np
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from rclpy.node import Node
+from sensor_msgs.msg import JointState
+
+from .reference import make_reference
+from .ros_common import COMMAND_QOS, DIAG_QOS, declare, spin_main
+from .statics import StaticParams
+
+
+class ReferenceNode(Node):
+    def __init__(self):
+        super().__init__('reference')
+        d = lambda n, v, t: declare(self, n, v, t)  # noqa: E731
+        kind = d('kind', 'triangle', 'triangle | steps | sine')
+        rate = d('rate', 120.0, 'Hz, publication rate in the node clock')
+        move, hold = d('move', 0.5, 's per move'), d('hold', 1.5, 's per hold')
+        tri = d('triangle_kpa', [6.15, 2.73, 3.76, 7.26, 19.80, 8.52], 'kPa pairs, flat')
+        sign = d('pressure_sign', -1.0, 'pressure convention of the model for the triangle')
+        steps = d('step_poses', [1.2, 1.2, 1.0, 1.5, 1.35, 0.9], 'rad pairs, flat')
+        center = d('sine_center', [1.2, 1.2], 'rad')
+        amp = d('sine_amplitude', [0.15, 0.2], 'rad')
+        freq = d('sine_frequency', 0.25, 'Hz')
+        if rate <= 0:
+            raise ValueError(f'parameter rate must be > 0 Hz, got {rate}')
+        if kind == 'triangle':
+            from equimus_sim.leg_description import load_leg
+            from .reference import triangle_poses
+            params = StaticParams.from_leg(load_leg(), pressure_sign=sign)
+            poses = triangle_poses(params, np.reshape(tri, (-1, 2)))
+            self.traj = make_reference('triangle', poses=poses, move=move, hold=hold)
+            self.get_logger().info(f'triangle poses (rad): {np.round(poses, 4).tolist()}')
+        elif kind == 'steps':
+            self.traj = make_reference('steps', poses=np.reshape(steps, (-1, 2)), move=move,
+                                       hold=hold)
+        else:
+            self.traj = make_reference(kind, center=center, amplitude=amp, frequency=freq)
+        self.kind = kind
+        self.t0 = None
+        self.count = 0
+        self.pub = self.create_publisher(JointState, '/reference/joint', COMMAND_QOS)
+        self.pub_diag = self.create_publisher(DiagnosticArray, '/diagnostics', DIAG_QOS)
+        self.create_timer(1.0 / rate, self._tick)
+        self.create_timer(1.0, self._diag)
+
+    def _tick(self):
+        now = self.get_clock().now()
+        if self.t0 is None:
+            self.t0 = now
+        t = (now - self.t0).nanoseconds * 1e-9
+        q, qd = self.traj(t)
+        m = JointState()
+        m.header.stamp = now.to_msg()
+        m.name = ['hip', 'knee']
+        m.position = [float(v) for v in q]
+        m.velocity = [float(v) for v in qd]
+        self.pub.publish(m)
+        self.count += 1
+
+    def _diag(self):
+        s = DiagnosticStatus(level=DiagnosticStatus.OK, name='reference', message=self.kind,
+                             values=[KeyValue(key='published', value=str(self.count))])
+        arr = DiagnosticArray(status=[s])
+        arr.header.stamp = self.get_clock().now().to_msg()
+        self.pub_diag.publish(arr)
+
+
+def main(args=None):
+    spin_main(ReferenceNode, args)
+
+
+if __name__ == '__main__':
+    main()
