@@ -1,0 +1,178 @@
+"""`equimus identify <bag or csv>... --out fit/`: fit the leg model to recordings.
+
+Static CSVs (StaticPoint_*.csv) give the static regression of (k, S); bags and ToCenter CSVs give
+step experiments for the dynamic fit (differential evolution + local refinement, candidates
+evaluated through a process pool). Writes into --out:
+  params.yaml   leg_description overrides (load_leg(overrides=...), sim node leg_overrides)
+  report.md     parameters before/after, per-experiment RMSE and MaxAE per joint
+  trajectories.png  measured vs simulated (before and after)
+  checkpoint.pkl    DE state after every generation (rerun the same command to resume)
+"""
+from __future__ import annotations
+
+import argparse
+import pathlib
+import shlex
+import sys
+from typing import List, Optional
+
+import numpy as np
+
+PRESETS = {
+    'paper': None,                     # Table V's ten, filled in below
+    'paper+valve': None,
+    'static': ('actuators.maa.k', 'actuators.baa.k', 'actuators.maa.area', 'actuators.baa.area'),
+}
+ALIASES = {'valve.tau': 'valve.time_constant', 'tau': 'valve.time_constant',
+           'hip.damping': 'joints.hip.damping', 'knee.damping': 'joints.knee.damping'}
+
+
+def parse_params(spec: str) -> List[str]:
+    from equimus_bringup.identification.dynamic import BOUNDS, PAPER_PARAMS
+    if spec == 'paper':
+        return list(PAPER_PARAMS)
+    if spec == 'paper+valve':
+        return list(PAPER_PARAMS) + ['valve.time_constant']
+    if spec in PRESETS:
+        return list(PRESETS[spec])
+    out = []
+    for s in spec.split(','):
+        s = s.strip()
+        key = ALIASES.get(s, s)
+        if key not in BOUNDS and f'actuators.{key}' in BOUNDS:
+            key = f'actuators.{key}'
+        if key not in BOUNDS:
+            raise SystemExit(f'equimus identify: unknown parameter {s!r}; use a preset '
+                             f'(paper, paper+valve, static) or names from {sorted(BOUNDS)}')
+        out.append(key)
+    return out
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog='equimus identify', description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument('inputs', nargs='+', help='rosbag2 folders, .mcap files, StaticPoint_*.csv, ToCenter_*.csv')
+    p.add_argument('--out', default='fit', help='output folder (default: fit/)')
+    p.add_argument('--leg', default=None, help='leg YAML (default: config/leg.yaml)')
+    p.add_argument('--parameter-set', default='table_v_dynamic',
+                   help="starting parameter set in the leg YAML ('' for the file's values)")
+    p.add_argument('--groups', default='effective', help="ToCenter groups: effective (13) or all (36)")
+    p.add_argument('--duration', type=float, default=4.0, help='seconds per experiment (default 4)')
+    p.add_argument('--params', default='paper',
+                   help='free parameters: paper (Table V ten), paper+valve, static, or a comma list')
+    p.add_argument('--loss', choices=('whole', 'shooting', 'both'), default='both',
+                   help="DE loss; 'both' = DE on multiple shooting, refinement on the whole trajectory")
+    p.add_argument('--horizon', type=float, default=0.3, help='multiple-shooting segment length (s)')
+    p.add_argument('--sign-weight', type=float, default=0.0,
+                   help='λ of the paper\'s MSE(sign θ̇) term in the whole-trajectory loss (paper: 100)')
+    p.add_argument('--dt', type=float, default=0.005, help='simulation step (s), the authors use 0.005')
+    p.add_argument('--popsize', type=int, default=3, help='DE population = popsize × #parameters')
+    p.add_argument('--maxiter', type=int, default=60, help='DE generations')
+    p.add_argument('--refine', default='nelder-mead', choices=('nelder-mead', 'lbfgsb', 'none'))
+    p.add_argument('--refine-maxfev', type=int, default=400)
+    p.add_argument('--workers', type=int, default=None, help='parallel evaluators (default: all cores)')
+    p.add_argument('--mapper', default='process', choices=('process', 'serial', 'dask'))
+    p.add_argument('--address', default=None, help='dask scheduler address for --mapper dask')
+    p.add_argument('--seed', type=int, default=0)
+    p.add_argument('--checkpoint', default=None, help='DE checkpoint (default: <out>/checkpoint.pkl)')
+    p.add_argument('--fresh', action='store_true', help='ignore an existing checkpoint')
+    p.add_argument('--static-method', default='pressure', choices=('pressure', 'torque'))
+    p.add_argument('--no-plots', action='store_true')
+    return p
+
+
+def run_static(sets, leg, method, log) -> dict:
+    from equimus_bringup.identification import static as S
+    base = S.static_params_from_leg(leg)
+    base = S.published_params(base)      # l0 fixed at the static Table V values as in the paper
+    fit_set = sets[0]
+    f = S.fit(fit_set, base, method=method)
+    angles = {s.name or f'set{i}': S.angle_errors(s, f.params) for i, s in enumerate(sets)}
+    log(f'static fit on {fit_set.name}: k = {f.k.round(2)}, S = {f.S}, pressure RMSE {f.pressure_rmse_kpa.round(3)} kPa')
+    for name, e in angles.items():
+        log(f'  {name}: angle RMSE {e["rmse"].round(4)} rad, MaxAE {e["maxae"].round(4)} rad')
+    return {'method': method, 'l0': list(map(float, f.l0)), 'fit_set': fit_set.name,
+            'parameters': f.overrides(), 'pressure_rmse': f.pressure_rmse_kpa.tolist(), 'angles': angles}
+
+
+def run_dynamic(exps, leg, a, out: pathlib.Path, log) -> dict:
+    from equimus_bringup.identification import dynamic as D
+    from equimus_bringup.identification.parallel import Mapper
+    names = parse_params(a.params)
+    de_loss = 'shooting' if a.loss in ('shooting', 'both') else 'whole'
+    ev = D.Evaluator(exps, names, leg=leg, loss=de_loss, horizon=a.horizon, dt=a.dt,
+                     sign_weight=a.sign_weight if de_loss == 'whole' else 0.0)
+    ref = D.Evaluator(exps, names, leg=leg, loss='whole', dt=a.dt, sign_weight=a.sign_weight) \
+        if a.loss == 'both' else None
+    x_before = np.array([D.leg_value(leg, n) for n in names])
+    ck = pathlib.Path(a.checkpoint) if a.checkpoint else out / 'checkpoint.pkl'
+    if a.fresh and ck.exists():
+        ck.unlink()
+    log(f'dynamic fit: {len(exps)} experiments, {len(ev.rollouts)} rollouts, {ev.steps_per_eval} steps '
+        f'per candidate, {len(names)} parameters, population {a.popsize * len(names)}, '
+        f'≤ {a.maxiter} generations, loss {a.loss}')
+    with Mapper(a.mapper, a.workers, a.address) as mapper:
+        r = D.fit(ev, popsize=a.popsize, maxiter=a.maxiter, workers=mapper, seed=a.seed,
+                  checkpoint=str(ck), refine='' if a.refine == 'none' else a.refine,
+                  refine_maxfev=a.refine_maxfev, refine_evaluator=ref, x0=x_before, log=log)
+    before = D.metrics(exps, x_before, names, leg=leg, dt=a.dt)
+    after = D.metrics(exps, r.x, names, leg=leg, dt=a.dt)
+    return {'names': names, 'loss': a.loss, 'parameters': r.parameters(),
+            'before': dict(zip(names, map(float, x_before))), 'generations': r.generations,
+            'evaluations': r.evaluations, 'wall_s': r.wall_s, 'interrupted': r.interrupted,
+            'metrics_before': before, 'metrics_after': after, 'result': r}
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    a = build_parser().parse_args(argv)
+    from equimus_bringup.identification import data, report
+    from equimus_sim.leg_description import LegDescriptionError, load_leg
+
+    def log(msg):
+        print(msg, flush=True)
+
+    try:
+        leg = load_leg(a.leg, parameter_set=a.parameter_set or None)
+        inputs = data.load_any(a.inputs, groups=a.groups, duration=a.duration)
+    except (data.DataError, LegDescriptionError, FileNotFoundError) as exc:
+        print(f'equimus identify: {exc}', file=sys.stderr)
+        return 2
+    if not inputs['static'] and not inputs['dynamic']:
+        print('equimus identify: nothing to identify from', file=sys.stderr)
+        return 2
+    out = pathlib.Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    command = 'equimus identify ' + ' '.join(shlex.quote(x) for x in (argv if argv is not None else sys.argv[1:]))
+    static = run_static(inputs['static'], leg, a.static_method, log) if inputs['static'] else None
+    dynamic = None
+    try:
+        if inputs['dynamic']:
+            dynamic = run_dynamic(inputs['dynamic'], leg, a, out, log)
+    except KeyboardInterrupt:
+        log('stopped')
+        return 130
+    params = dict(static['parameters']) if static and not dynamic else {}
+    if dynamic:
+        params.update(dynamic['parameters'])
+    info = {'command': command, 'inputs': [str(x) for x in a.inputs],
+            'start_parameter_set': a.parameter_set}
+    if dynamic:
+        s = report.summary(dynamic['metrics_after'])
+        info.update(rmse_mean_rad=s['rmse_mean'], rmse_max_rad=s['rmse_max'],
+                    interrupted=bool(dynamic['interrupted']))
+    if static:
+        info['static'] = {'parameters': static['parameters'], 'pressure_rmse_kpa': static['pressure_rmse']}
+    yml = report.write_params_yaml(out / 'params.yaml', params, info)
+    md = report.markdown('EquiMus identification report', static, dynamic, command)
+    (out / 'report.md').write_text(md)
+    print(md)
+    if dynamic and not a.no_plots:
+        png = report.plot_experiments(dynamic['metrics_before'], dynamic['metrics_after'],
+                                      out / 'trajectories.png', title=command[:120])
+        log(f'plot: {png}')
+    log(f'parameters: {yml}\nreport: {out / "report.md"}')
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
