@@ -145,6 +145,7 @@ class ValveDriver(Node):
     # ----------------------------------------------------------------- commands and output
     def _on_command(self, msg: Float64MultiArray) -> None:
         now = time.monotonic()
+        self._check_reconnect(now)
         self._last_commanded = list(msg.data)
         res = self.safety.command(msg.data, now)
         if res.warnings and now - self._last_warn_t > 1.0:
@@ -152,8 +153,8 @@ class ValveDriver(Node):
             self.get_logger().warning('; '.join(res.warnings))
         self._send(self.safety.step(now), now)
 
-    def _tick(self) -> None:
-        now = time.monotonic()
+    def _check_reconnect(self, now: float) -> None:
+        """After every (re)connect, vent until a command newer than the connect arrives."""
         if self.link.generation != self._generation:
             self._generation = self.link.generation
             if self._generation > 1:
@@ -161,6 +162,10 @@ class ValveDriver(Node):
                                           'command arrives')
             self.safety.require_fresh_command(now)
             self._last_sent = None
+
+    def _tick(self) -> None:
+        now = time.monotonic()
+        self._check_reconnect(now)
         out = self.safety.step(now)
         codes = self.cal.codes(out)
         if codes != self._last_sent or now - self._last_send_t >= self.keepalive_s:
@@ -225,7 +230,13 @@ class ValveDriver(Node):
 
     # ----------------------------------------------------------------- diagnostics
     def _link_log(self, level: str, text: str) -> None:
-        getattr(self.get_logger(), {'warn': 'warning'}.get(level, level))(text)
+        # rclpy requires one severity per call site, hence one call per level.
+        if level == 'error':
+            self.get_logger().error(text)
+        elif level == 'warn':
+            self.get_logger().warning(text)
+        else:
+            self.get_logger().info(text)
 
     def _publish_diagnostics(self) -> None:
         s, lk, st = self.safety, self.link, self.link.stats

@@ -152,15 +152,27 @@ class BoardLink:
     def _run(self) -> None:
         backoff = self.backoff_min_s
         while not self._stop.is_set():
-            if self._ser is None:
-                if self._connect():
-                    backoff = self.backoff_min_s
-                else:
-                    self.stats.connect_failures += 1
-                    self._stop.wait(backoff)
-                    backoff = min(self.backoff_max_s, backoff * 2)
-                continue
-            self._service()
+            try:
+                if self._ser is None:
+                    if self._connect():
+                        backoff = self.backoff_min_s
+                    else:
+                        self.stats.connect_failures += 1
+                        self._stop.wait(backoff)
+                        backoff = min(self.backoff_max_s, backoff * 2)
+                    continue
+                self._service()
+            except Exception as exc:  # noqa: BLE001 - the link thread must never die
+                self.last_error = f'internal error in the link thread: {exc!r}'
+                with self._wlock:
+                    self._close_locked('disconnected')
+                self._stop.wait(backoff)
+
+    def _emit(self, level: str, text: str) -> None:
+        try:
+            self._log(level, text)
+        except Exception:  # noqa: BLE001 - a logging failure must not stop the link
+            pass
 
     def _connect(self) -> bool:
         try:
@@ -202,11 +214,13 @@ class BoardLink:
             self._lost_reason = None
             self._last_rx = self._last_tx = time.monotonic()
             self.state = 'connected'
+            # Vent first: whatever the owner sends next, the first SET after (re)connecting is 0.
+            self._write_locked(P.Set(self._next_seq(), (0,) * self.channels))
             self.generation += 1
             if self.generation > 1:
                 self.stats.reconnects += 1
         self.last_error = ''
-        self._log('info', f'DAC board connected on {self.port}: firmware '
+        self._emit('info', f'DAC board connected on {self.port}: firmware '
                   f'{".".join(map(str, info.firmware))}, {info.channels} channels, '
                   f'{info.dac_bits}-bit DAC, watchdog {info.watchdog_ms} ms, '
                   f'max code {info.max_code}')
@@ -222,13 +236,13 @@ class BoardLink:
             return (f'board reports a {info.dac_bits}-bit DAC but dac_bits={self.cal.dac_bits}; '
                     'fix config/valve.yaml')
         if info.max_code < self.cal.max_code:
-            self._log('warn', f'board max code {info.max_code} is below the driver max code '
+            self._emit('warn', f'board max code {info.max_code} is below the driver max code '
                       f'{self.cal.max_code}: high pressures will be refused by the board')
         return ''
 
     def _set_error(self, state: str, text: str) -> None:
         if text != self.last_error:
-            self._log('error' if state == 'config_mismatch' else 'warn', text)
+            self._emit('error' if state == 'config_mismatch' else 'warn', text)
         self.last_error = text
         self.state = state
 

@@ -1,0 +1,164 @@
+"""Fixtures for the valve tests: the DAC board emulator on a real pty (in a thread of the test
+process), the valve_driver node in a separate process, and an rclpy harness node."""
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from equimus_hw.valve.board_emulator import BoardEmulator
+
+
+def wait_for(predicate, timeout, period=0.01):
+    """Poll predicate until it is truthy or timeout s pass; returns its last value."""
+    deadline = time.monotonic() + timeout
+    value = predicate()
+    while not value and time.monotonic() < deadline:
+        time.sleep(period)
+        value = predicate()
+    return value
+
+
+class Driver:
+    """valve_driver in its own process (python -m, the same module as the console script)."""
+
+    def __init__(self, port, log_dir: pathlib.Path, **params):
+        args = [sys.executable, '-m', 'equimus_hw.valve.driver_node', '--ros-args',
+                '-p', f'port:={port}']
+        for k, v in params.items():
+            args += ['-p', f'{k}:={str(v).lower() if isinstance(v, bool) else v}']
+        self.out_path = log_dir / f'valve_driver_{time.monotonic_ns()}.log'
+        self._out = open(self.out_path, 'w')
+        self.proc = subprocess.Popen(args, stdout=self._out, stderr=subprocess.STDOUT)
+
+    def output(self) -> str:
+        if not self._out.closed:
+            self._out.flush()
+        return self.out_path.read_text()
+
+    def stop(self, sig=signal.SIGINT, timeout=10.0) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._out.close()
+        return self.proc.returncode
+
+
+class Harness:
+    """Publishes /valve/command, records /valve/applied, /valve/pressure, /diagnostics, and
+    calls the driver's Trigger services. Spins in a background thread."""
+
+    def __init__(self):
+        import rclpy
+        from diagnostic_msgs.msg import DiagnosticArray
+        from rclpy.executors import SingleThreadedExecutor
+        from rclpy.qos import (QoSHistoryPolicy, QoSProfile, QoSReliabilityPolicy,
+                               qos_profile_sensor_data)
+        from std_msgs.msg import Float64MultiArray
+        from std_srvs.srv import Trigger
+        self.rclpy = rclpy
+        self.ctx = rclpy.Context()
+        rclpy.init(context=self.ctx)
+        self.node = rclpy.create_node('valve_test_harness', context=self.ctx)
+        command_qos = QoSProfile(reliability=QoSReliabilityPolicy.RELIABLE,
+                                 history=QoSHistoryPolicy.KEEP_LAST, depth=10)
+        self.Float64MultiArray = Float64MultiArray
+        self.pub = self.node.create_publisher(Float64MultiArray, '/valve/command', command_qos)
+        self.applied, self.pressure, self.diag = [], [], []
+        self.node.create_subscription(Float64MultiArray, '/valve/applied',
+                                      lambda m: self.applied.append((time.monotonic(),
+                                                                     list(m.data))),
+                                      qos_profile_sensor_data)
+        self.node.create_subscription(Float64MultiArray, '/valve/pressure',
+                                      lambda m: self.pressure.append((time.monotonic(),
+                                                                      list(m.data))),
+                                      qos_profile_sensor_data)
+        self.node.create_subscription(DiagnosticArray, '/diagnostics', self._on_diag, 50)
+        self.clients = {name: self.node.create_client(Trigger, f'/valve_driver/{name}')
+                        for name in ('arm', 'disarm', 'estop')}
+        self.Trigger = Trigger
+        self.executor = SingleThreadedExecutor(context=self.ctx)
+        self.executor.add_node(self.node)
+        self._thread = threading.Thread(target=self._spin, daemon=True)
+        self._thread.start()
+        self._stream = None
+        self._stream_stop = threading.Event()
+
+    def _spin(self):
+        try:
+            self.executor.spin()
+        except Exception:   # context shut down at teardown
+            pass
+
+    def _on_diag(self, msg):
+        for st in msg.status:
+            if st.name.startswith('valve_driver'):
+                level = st.level[0] if isinstance(st.level, bytes) else int(st.level)
+                self.diag.append((time.monotonic(), level, st.message,
+                                  {kv.key: kv.value for kv in st.values}))
+
+    def publish(self, values):
+        self.pub.publish(self.Float64MultiArray(data=[float(v) for v in values]))
+
+    def stream(self, values, rate_hz=100.0):
+        """Publish `values` (a list, or a callable returning one) continuously until stop."""
+        self.stop_stream()
+        self._stream_stop = threading.Event()
+        stop = self._stream_stop
+
+        def run():
+            while not stop.wait(1.0 / rate_hz):
+                self.publish(values() if callable(values) else values)
+        self._stream = threading.Thread(target=run, daemon=True)
+        self._stream.start()
+
+    def stop_stream(self):
+        if self._stream is not None:
+            self._stream_stop.set()
+            self._stream.join()
+            self._stream = None
+
+    def call(self, name, timeout=5.0):
+        client = self.clients[name]
+        assert client.wait_for_service(timeout_sec=timeout), f'/valve_driver/{name} not found'
+        future = client.call_async(self.Trigger.Request())
+        assert wait_for(future.done, timeout), f'/valve_driver/{name} did not answer'
+        return future.result()
+
+    def latest_diag(self):
+        return self.diag[-1] if self.diag else None
+
+    def close(self):
+        self.stop_stream()
+        self.executor.shutdown(timeout_sec=1.0)
+        self.node.destroy_node()
+        self.rclpy.try_shutdown(context=self.ctx)
+
+
+@pytest.fixture(scope='module')
+def harness():
+    h = Harness()
+    yield h
+    h.close()
+
+
+@pytest.fixture(scope='module')
+def tmp_module(tmp_path_factory):
+    return tmp_path_factory.mktemp('valve')
+
+
+def make_emulator(tmp: pathlib.Path, **kwargs) -> BoardEmulator:
+    link = tmp / f'dac_{time.monotonic_ns()}'
+    return BoardEmulator(link=str(link), **kwargs).start()
+
+
+def nonzero(frame):
+    return any(frame.codes)

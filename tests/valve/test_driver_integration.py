@@ -1,0 +1,240 @@
+"""valve_driver (separate process, real rclpy/DDS) against the DAC board emulator on a real pty.
+
+Every assertion about what reaches the valves is made on the SET frames the emulator decoded
+from the serial bytes."""
+import math
+import signal
+import time
+
+import pytest
+
+from equimus_hw.valve.calibration import ValveCalibration
+
+from .conftest import Driver, make_emulator, nonzero, wait_for
+
+CAL = ValveCalibration()
+C30, C20, C25 = CAL.kpa_to_code(30.0), CAL.kpa_to_code(20.0), CAL.kpa_to_code(25.0)
+PARAMS = dict(command_timeout_s=0.25, reconnect_backoff_max_s=0.5, link_timeout_s=0.4)
+
+
+@pytest.fixture(scope='module')
+def rig(harness, tmp_module):
+    emu = make_emulator(tmp_module, watchdog_ms=200)
+    drv = Driver(emu.link, tmp_module, **PARAMS)
+    ok = wait_for(lambda: (harness.latest_diag() or (0, 0, '', {}))[3].get('link')
+                  == 'connected', 20.0)
+    assert ok, f'driver never reported a connected link:\n{drv.output()}'
+    yield emu, drv
+    harness.stop_stream()
+    rc = drv.stop(signal.SIGINT)
+    out = drv.output()
+    emu.close()
+    assert rc == 0, out
+    assert 'Traceback' not in out, out
+    assert emu.invariant_violations == []
+    assert all(max(f.codes) <= CAL.max_code for f in emu.frames)
+
+
+def wait_frame(emu, since, pred, timeout=3.0):
+    """First SET frame decoded after `since` that satisfies pred."""
+    def find():
+        return next((f for f in emu.frames_since(since) if pred(f)), None)
+    return wait_for(find, timeout)
+
+
+def test_starts_disarmed_codes_zero_until_arm(rig, harness):
+    emu, drv = rig
+    t0 = time.monotonic()
+    harness.stream([30.0, 20.0])
+    time.sleep(0.6)
+    frames = emu.frames_since(t0)
+    assert len(frames) > 5
+    assert all(f.codes == (0, 0) for f in frames)
+    assert harness.latest_diag()[3]['armed'] == 'false'
+    assert all(v == [0.0, 0.0] for _, v in harness.applied if _ >= t0)
+
+    res = harness.call('arm')
+    assert res.success
+    t_arm = time.monotonic()
+    f = wait_frame(emu, t_arm, lambda f: f.codes == (C30, C20))
+    assert f is not None, emu.frames_since(t_arm)[-5:]
+    # Valve model lags (tau 0.2171 s); after ~1.2 s the measured pressure has settled.
+    time.sleep(1.2)
+    _, measured = harness.pressure[-1]
+    assert measured == pytest.approx([30.0, 20.0], abs=1.0)
+    _, applied = harness.applied[-1]
+    assert applied == pytest.approx([30.0, 20.0], abs=0.15)
+
+
+def test_nan_vents_channel_and_out_of_range_clamps_on_the_wire(rig, harness):
+    emu, _ = rig
+    harness.call('arm')
+    t0 = time.monotonic()
+    harness.stream([math.nan, 25.0])
+    f = wait_frame(emu, t0, lambda f: f.codes == (0, C25))
+    assert f is not None, emu.frames_since(t0)[-5:]
+    time.sleep(0.3)
+    assert all(fr.codes[0] == 0 for fr in emu.frames_since(f.t))
+    t1 = time.monotonic()
+    harness.stream([80.0, -5.0])
+    assert wait_frame(emu, t1, lambda f: f.codes == (CAL.max_code, 0)) is not None
+    harness.stream([math.inf, 1e12])
+    t2 = time.monotonic()
+    assert wait_frame(emu, t2, lambda f: f.codes == (0, CAL.max_code)) is not None
+    time.sleep(1.1)   # the next periodic diagnostics
+    d = harness.latest_diag()[3]
+    assert int(d['nonfinite_commands']) > 0 and int(d['saturations']) > 0
+
+
+def test_command_stop_trips_watchdog_within_timeout(rig, harness):
+    emu, _ = rig
+    harness.call('arm')
+    t0 = time.monotonic()
+    harness.stream([30.0, 30.0])
+    assert wait_frame(emu, t0, lambda f: f.codes == (C30, C30)) is not None
+    board_trips = emu.watchdog_trips
+    harness.stop_stream()
+    t_stop = time.monotonic()
+    f = wait_frame(emu, t_stop, lambda f: f.codes == (0, 0), timeout=2.0)
+    assert f is not None
+    assert f.t - t_stop <= PARAMS['command_timeout_s'] + 0.1
+    time.sleep(1.2)
+    d = harness.latest_diag()
+    assert int(d[3]['watchdog_trips']) >= 1
+    assert emu.watchdog_trips == board_trips       # the host vented, not the board watchdog
+
+
+def test_keepalive_holds_pressure_at_slow_command_rate(rig, harness):
+    emu, _ = rig
+    harness.call('arm')
+    t0 = time.monotonic()
+    harness.stream([30.0, 30.0], rate_hz=5.0)      # 200 ms apart: board watchdog is 200 ms
+    assert wait_frame(emu, t0, lambda f: f.codes == (C30, C30)) is not None
+    t1 = time.monotonic()
+    trips = emu.watchdog_trips
+    time.sleep(1.5)
+    harness.stop_stream()
+    frames = emu.frames_since(t1)
+    held = [f for f in frames if f.t < t1 + 1.4]
+    assert all(f.codes == (C30, C30) for f in held)
+    gaps = [b.t - a.t for a, b in zip(held, held[1:])]
+    assert max(gaps) < 0.15
+    assert emu.watchdog_trips == trips
+
+
+def test_estop_latches_until_rearm(rig, harness):
+    emu, _ = rig
+    harness.call('arm')
+    t0 = time.monotonic()
+    harness.stream([30.0, 30.0])
+    assert wait_frame(emu, t0, lambda f: f.codes == (C30, C30)) is not None
+    res = harness.call('estop')
+    assert res.success and 'arm' in res.message
+    t_e = time.monotonic()
+    time.sleep(0.6)                                  # still streaming 30 kPa
+    after = [f for f in emu.frames_since(t_e)]
+    assert after and all(f.codes == (0, 0) for f in after)
+    d = wait_for(lambda: harness.latest_diag() if harness.latest_diag()[3]['estopped'] == 'true'
+                 else None, 2.0)
+    assert d and d[1] == 2  # DiagnosticStatus.ERROR
+    assert harness.call('arm').success
+    t_a = time.monotonic()
+    assert wait_frame(emu, t_a, lambda f: f.codes == (C30, C30)) is not None
+    assert harness.call('disarm').success
+    t_d = time.monotonic()
+    time.sleep(0.3)
+    assert all(f.codes == (0, 0) for f in emu.frames_since(t_d + 0.02))
+    harness.stop_stream()
+
+
+def test_corrupted_and_dropped_bytes_are_nakked_and_recovered(rig, harness):
+    emu, drv = rig
+    harness.call('arm')
+    t0 = time.monotonic()
+    harness.stream([20.0, 20.0])
+    assert wait_frame(emu, t0, lambda f: f.codes == (C20, C20)) is not None
+    rejected_before = len(emu.rejections)
+    emu.corrupt_next_frames(3)
+    emu.drop_next_bytes(4)
+    assert wait_for(lambda: len(emu.rejections) >= rejected_before + 3, 2.0)
+    t1 = time.monotonic()
+    assert wait_frame(emu, t1, lambda f: f.codes == (C20, C20)) is not None
+    time.sleep(1.1)
+    d = harness.latest_diag()[3]
+    assert int(d['naks']) >= 3, d
+    assert drv.proc.poll() is None
+    harness.stop_stream()
+
+
+def _link_state_seen(harness, since, state):
+    return any(t >= since and d['link'] == state for t, _, _, d in list(harness.diag))
+
+
+def test_stall_is_detected_and_recovered(rig, harness):
+    emu, drv = rig
+    harness.call('arm')
+    harness.stream([20.0, 20.0])
+    t0 = time.monotonic()
+    emu.stall(True)
+    assert wait_for(lambda: _link_state_seen(harness, t0, 'disconnected'), 4.0)
+    emu.stall(False)
+    t1 = time.monotonic()
+    assert wait_for(lambda: _link_state_seen(harness, t1, 'connected'), 6.0)
+    assert wait_frame(emu, t1, lambda f: f.codes == (C20, C20)) is not None
+    assert drv.proc.poll() is None
+    harness.stop_stream()
+
+
+def test_unplug_and_replug(rig, harness):
+    emu, drv = rig
+    harness.call('arm')
+    harness.stream([20.0, 20.0])
+    t0 = time.monotonic()
+    assert wait_frame(emu, t0, lambda f: f.codes == (C20, C20)) is not None
+    reconnects = int(harness.latest_diag()[3]['reconnects'])
+    emu.disappear()
+    t_gone = time.monotonic()
+    assert wait_for(lambda: _link_state_seen(harness, t_gone, 'disconnected'), 3.0)
+    time.sleep(1.0)
+    assert drv.proc.poll() is None
+    d = harness.latest_diag()
+    assert d[1] == 2 and d[3]['link'] == 'disconnected', d
+    n_before = len(emu.frames)
+    emu.reappear()
+    t_back = time.monotonic()
+    assert wait_for(lambda: _link_state_seen(harness, t_back, 'connected'), 6.0)
+    f = wait_frame(emu, t_back, lambda f: f.codes == (C20, C20))
+    assert f is not None
+    first = emu.frames[n_before]
+    assert first.codes == (0, 0)                     # vented on reconnect before anything else
+    assert wait_for(lambda: int(harness.latest_diag()[3]['reconnects']) > reconnects, 2.0)
+    harness.stop_stream()
+
+
+@pytest.mark.parametrize('sig', [signal.SIGINT, signal.SIGTERM])
+def test_signal_vents_before_port_closes(sig, harness, tmp_module):
+    emu = make_emulator(tmp_module, watchdog_ms=200)
+    drv = Driver(emu.link, tmp_module, auto_arm=True, **PARAMS)
+    try:
+        t0 = time.monotonic()
+        harness.stream([30.0, 30.0])
+        assert wait_frame(emu, t0, lambda f: f.codes == (C30, C30), timeout=20.0) is not None, \
+            drv.output()
+        time.sleep(0.3)
+        rc = drv.stop(sig)
+        time.sleep(0.1)
+        harness.stop_stream()
+        out = drv.output()
+        assert rc == 0, out
+        assert 'Traceback' not in out, out
+        assert 'vented on shutdown (acknowledged)' in out, out
+        last, before = emu.frames[-1], emu.frames[-2]
+        assert last.codes == (0, 0)
+        assert nonzero(before)                       # the vent came from shutdown ...
+        assert last.t - before.t < 0.1               # ... not from the 0.25 s watchdog
+        assert emu.watchdog_trips == 0
+        assert emu.invariant_violations == []
+    finally:
+        harness.stop_stream()
+        drv.stop(signal.SIGKILL)
+        emu.close()
