@@ -1,0 +1,158 @@
+"""The DAC board emulator as firmware: boot state, watchdog, bad frames, valve lag, CLI."""
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import serial
+
+from equimus_hw.valve import protocol as P
+from equimus_hw.valve.calibration import ValveCalibration
+
+from .conftest import make_emulator, wait_for
+
+
+class Host:
+    """Minimal host on the real pty: write frames, collect decoded replies."""
+
+    def __init__(self, path):
+        self.ser = serial.Serial(path, 115200, timeout=0.01)
+        self.dec = P.FrameDecoder()
+
+    def send(self, msg):
+        self.ser.write(P.encode(msg))
+
+    def send_raw(self, data):
+        self.ser.write(data)
+
+    def replies(self, n=1, timeout=1.0):
+        out = []
+        deadline = time.monotonic() + timeout
+        while len(out) < n and time.monotonic() < deadline:
+            out += self.dec.feed(self.ser.read(256))
+        return out
+
+    def close(self):
+        self.ser.close()
+
+
+def test_hello_set_ping_and_refusals(tmp_path):
+    emu = make_emulator(tmp_path)
+    host = Host(emu.link)
+    try:
+        host.send(P.Hello(1))
+        (info,) = host.replies()
+        assert isinstance(info, P.Info) and info.seq == 1
+        assert (info.channels, info.dac_bits, info.max_code, info.watchdog_ms) == (2, 12, 341, 200)
+        host.send(P.Set(2, (100, 200)))
+        (ack,) = host.replies()
+        assert isinstance(ack, P.Ack) and ack.seq == 2 and ack.applied == (100, 200)
+        assert ack.flags & P.ACK_FRESH_BOOT and ack.measured is not None
+        host.send(P.Ping(3))
+        (ack,) = host.replies()
+        assert ack.applied == (100, 200) and not ack.flags & P.ACK_FRESH_BOOT
+        # A code above the 50 kPa code is refused, vents, and is recorded as a violation.
+        host.send(P.Set(4, (342, 0)))
+        (nak,) = host.replies()
+        assert nak == P.Nak(4, P.R_CODE_OUT_OF_RANGE, 0)
+        assert emu.codes == [0, 0] and len(emu.invariant_violations) == 1
+        host.send(P.Set(5, (1, 2, 3)))
+        assert host.replies()[0] == P.Nak(5, P.R_BAD_CHANNEL_COUNT, 2)
+        # A corrupted frame vents the outputs and is NAKed with seq 0.
+        host.send(P.Set(6, (150, 150)))
+        host.replies()
+        bad = bytearray(P.encode(P.Set(7, (150, 150))))
+        bad[3] ^= 0x10
+        host.send_raw(bytes(bad))
+        (nak,) = host.replies()
+        assert isinstance(nak, P.Nak) and nak.seq == 0 and nak.reason in (P.R_BAD_CRC,
+                                                                           P.R_BAD_COBS)
+        assert emu.codes == [0, 0]
+        host.send(P.Ping(8))
+        assert host.replies()[0].flags & P.ACK_BAD_FRAME_VENTED
+    finally:
+        host.close()
+        emu.close()
+
+
+def test_board_watchdog_vents_without_set(tmp_path):
+    emu = make_emulator(tmp_path, watchdog_ms=100)
+    host = Host(emu.link)
+    try:
+        host.send(P.Set(1, (200, 200)))
+        host.replies()
+        t0 = time.monotonic()
+        assert wait_for(lambda: emu.codes == [0, 0], 1.0)
+        assert 0.08 <= time.monotonic() - t0 <= 0.3
+        assert emu.watchdog_trips == 1
+        host.send(P.Ping(2))      # PING does not feed the watchdog but reports the trip
+        (ack,) = host.replies()
+        assert ack.flags & P.ACK_WATCHDOG_VENTED and ack.applied == (0, 0)
+    finally:
+        host.close()
+        emu.close()
+
+
+def test_valve_first_order_lag_in_measured_codes(tmp_path):
+    cal = ValveCalibration()
+    emu = make_emulator(tmp_path, watchdog_ms=2000)
+    host = Host(emu.link)
+    try:
+        code = cal.kpa_to_code(50.0)
+        host.send(P.Set(1, (code, 0)))
+        t0 = time.monotonic()
+        host.replies()
+        time.sleep(0.2171 - (time.monotonic() - t0))
+        host.send(P.Ping(2))
+        (ack,) = host.replies()
+        t = time.monotonic() - t0
+        p = cal.adc_to_kpa(ack.measured[0])
+        target = cal.code_to_kpa(code)
+        expected = target * (1 - math.exp(-t / 0.2171))
+        assert abs(p - expected) < 3.0, (p, expected, t)
+        assert cal.adc_to_kpa(ack.measured[1]) == 0.0
+    finally:
+        host.close()
+        emu.close()
+
+
+def test_cli_pty_link_log_and_clean_exit(tmp_path):
+    link = tmp_path / 'dac'
+    log = tmp_path / 'frames.jsonl'
+    proc = subprocess.Popen([sys.executable, '-m', 'equimus_hw.valve.board_emulator',
+                             '--link', str(link), '--log', str(log), '--disappear-after', '1.0',
+                             '--reappear-after', '0.5'],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        line = proc.stdout.readline()
+        assert 'DAC board emulator on /dev/pts/' in line, line
+        host = Host(str(link))
+        host.send(P.Set(9, (41, 341)))
+        (ack,) = host.replies()
+        assert ack.applied == (41, 341)
+        # Disappearing closes the pty under the host: reads fail like an unplugged USB device.
+        assert wait_for(lambda: not os.path.lexists(link), 3.0)
+        failed = False
+        try:
+            for _ in range(50):
+                host.ser.read(1)
+        except serial.SerialException:
+            failed = True
+        assert failed
+        host.ser.close()
+        assert wait_for(lambda: os.path.lexists(link), 3.0)
+        host = Host(str(link))
+        host.send(P.Hello(1))
+        assert isinstance(host.replies()[0], P.Info)
+        host.close()
+    finally:
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=5)
+    assert proc.returncode == 0 and 'Traceback' not in out, out
+    entries = [json.loads(x) for x in log.read_text().splitlines()]
+    sets = [e for e in entries if e['event'] == 'set']
+    assert sets[0]['codes'] == [41, 341] and sets[0]['seq'] == 9
+    assert '0 invariant violations' in out
