@@ -1,0 +1,127 @@
+"""Valve driver latency: pressure command published -> its SET bytes read on the serial line.
+
+The DAC board emulator runs as its own process on a real pty and logs the CLOCK_MONOTONIC time at
+which it read each SET frame; valve_driver runs as its own process; this script publishes the
+commands (reliable QoS, as the controller does) and stamps each publish with the same clock.
+Each command maps to a unique pair of DAC codes, so every publish is matched to its frame.
+
+    python benchmarks/bench_valve.py            # 10,000 commands at 500 Hz
+    python benchmarks/bench_valve.py --quick    # 1,000 commands
+"""
+import argparse
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+TARGET_P99_MS = 2.0
+WIRE_MS_115200 = 14 * 10 / 115200 * 1e3   # a 14-byte SET frame at 115200 baud 8N1
+
+
+def _percentile(sorted_vals, q):
+    return sorted_vals[min(len(sorted_vals) - 1, int(q * (len(sorted_vals) - 1) + 0.5))]
+
+
+def run(quick: bool = False, n: int = None, rate_hz: float = 500.0) -> dict:
+    import rclpy
+    from rclpy.qos import QoSHistoryPolicy, QoSProfile, QoSReliabilityPolicy
+    from std_msgs.msg import Float64MultiArray
+
+    from equimus_hw.valve.calibration import ValveCalibration
+
+    n = n or (1000 if quick else 10000)
+    cal = ValveCalibration()
+    tmp = pathlib.Path(tempfile.mkdtemp(prefix='bench_valve_'))
+    link, log = tmp / 'dac', tmp / 'frames.jsonl'
+    # A private DDS domain so other sessions on this machine do not interfere.
+    os.environ.setdefault('ROS_DOMAIN_ID', str(1 + os.getpid() % 100))
+    env = dict(os.environ)
+    emu = subprocess.Popen([sys.executable, '-m', 'equimus_hw.valve.board_emulator', '--link',
+                            str(link), '--log', str(log), '--watchdog-ms', '1000'],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    emu.stdout.readline()
+    drv = subprocess.Popen([sys.executable, '-m', 'equimus_hw.valve.driver_node', '--ros-args',
+                            '-p', f'port:={link}', '-p', 'auto_arm:=true',
+                            '-p', 'slew_rate_kpa_s:=1000000000.0',
+                            '-p', 'command_timeout_s:=1.0', '-p', 'keepalive_period_s:=0.5'],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    ctx = rclpy.Context()
+    rclpy.init(context=ctx)
+    node = rclpy.create_node('bench_valve', context=ctx)
+    pub = node.create_publisher(Float64MultiArray, '/valve/command',
+                                QoSProfile(reliability=QoSReliabilityPolicy.RELIABLE,
+                                           history=QoSHistoryPolicy.KEEP_LAST, depth=10))
+    codes_range = list(range(50, 340))
+    kpa = [cal.code_to_kpa(c) for c in range(cal.max_code + 1)]
+    sent = {}
+    try:
+        deadline = time.monotonic() + 30
+        while pub.get_subscription_count() < 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if pub.get_subscription_count() < 1:
+            raise RuntimeError('valve_driver did not subscribe to /valve/command within 30 s')
+        time.sleep(1.0)     # link handshake
+        for _ in range(50):  # warm-up, not measured
+            pub.publish(Float64MultiArray(data=[kpa[45], kpa[45]]))
+            time.sleep(1.0 / rate_hz)
+        period = 1.0 / rate_hz
+        t_next = time.monotonic()
+        for i in range(n):
+            pair = (codes_range[i % len(codes_range)],
+                    codes_range[(i // len(codes_range)) % len(codes_range)])
+            msg = Float64MultiArray(data=[kpa[pair[0]], kpa[pair[1]]])
+            t_next += period
+            sleep = t_next - time.monotonic()
+            if sleep > 0:
+                time.sleep(sleep)
+            sent[pair] = time.monotonic()
+            pub.publish(msg)
+        time.sleep(0.5)
+    finally:
+        node.destroy_node()
+        rclpy.try_shutdown(context=ctx)
+        drv.send_signal(signal.SIGINT)
+        drv.wait(10)
+        emu.send_signal(signal.SIGINT)
+        emu.communicate(timeout=10)
+
+    seen = {}
+    for line in log.read_text().splitlines():
+        e = json.loads(line)
+        if e.get('event') == 'set':
+            key = tuple(e['codes'])
+            if key in sent and key not in seen and e['t'] >= sent[key]:
+                seen[key] = e['t']
+    lat = sorted((seen[k] - sent[k]) * 1e3 for k in seen)
+    if not lat:
+        raise RuntimeError('no command reached the serial line')
+    res = {
+        'messages': n, 'rate_hz': rate_hz, 'matched': len(lat),
+        'p50_ms': _percentile(lat, 0.5), 'p99_ms': _percentile(lat, 0.99), 'max_ms': lat[-1],
+        'target_p99_ms': TARGET_P99_MS, 'wire_ms_at_115200': WIRE_MS_115200,
+    }
+    res['p99_vs_target'] = res['p99_ms'] / TARGET_P99_MS
+    return res
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument('--quick', action='store_true')
+    ap.add_argument('-n', type=int, default=None)
+    ap.add_argument('--rate', type=float, default=500.0)
+    ns = ap.parse_args()
+    r = run(ns.quick, ns.n, ns.rate)
+    print(f'valve command -> serial bytes latency ({r["matched"]}/{r["messages"]} commands '
+          f'matched, published at {r["rate_hz"]:g} Hz; pty, so no baud-rate delay)')
+    print(f'  {"p50":>8} {"p99":>8} {"max":>8}   target p99   p99/target')
+    print(f'  {r["p50_ms"]:7.3f}ms {r["p99_ms"]:7.3f}ms {r["max_ms"]:7.3f}ms   '
+          f'{r["target_p99_ms"]:.1f} ms       {r["p99_vs_target"]:.2f}')
+    print(f'  (a real 115200-baud link adds {r["wire_ms_at_115200"]:.2f} ms of wire time per frame)')
+
+
+if __name__ == '__main__':
+    main()
