@@ -320,7 +320,8 @@ def segment_steps(rec: Recording, max_duration: float = DURATION_S, min_duration
     bounds = list(steps) + [t_end]
     out = []
     for k, ts in enumerate(steps):
-        dur = min(max_duration, bounds[k + 1] - ts, rec.t_q[-1] - ts)
+        # stop one sample before the next step so every sample of the experiment has this command
+        dur = min(max_duration, bounds[k + 1] - ts - 1.0 / rate, rec.t_q[-1] - ts)
         if dur < min_duration:
             continue
         if rec.t_p is not None and len(rec.t_p) >= 2:

@@ -1,0 +1,101 @@
+"""Synthetic recordings with known parameters, for checking that identification recovers them.
+
+The leg is simulated in MuJoCo (equimus_sim's model, finer step than the identification uses) with
+the valve lag of equimus_sim.simulator.ValveLag, driven by a sequence of pressure steps, and
+written through equimus_bringup.bag.BagWriter on the topics and types the recorder writes
+(docs/interfaces.md): /valve/command, /valve/applied, /valve/pressure (Float64MultiArray kPa),
+/sim/joint_states (truth) and /joint_states (truth + mocap-like noise), all at 120 Hz.
+"""
+from __future__ import annotations
+
+import pathlib
+from typing import Mapping, Optional, Sequence
+
+import mujoco
+import numpy as np
+
+from equimus_sim.leg_description import load_leg
+from equimus_sim.leg_model import LegModel
+from equimus_sim.simulator import ValveLag
+
+from .dynamic import PRESSURE_LENGTHENS
+
+DEFAULT_STEPS = ((0, 0), (20, 0), (20, 15), (0, 15), (35, 5), (5, 25), (0, 0))
+
+
+def simulate_steps(truth: Mapping[str, float], steps_kpa: Sequence = DEFAULT_STEPS, hold_s: float = 1.5,
+                   dt: float = 0.001, rate_hz: float = 120.0, settle_s: float = 3.0,
+                   parameter_set: Optional[str] = 'table_v_dynamic') -> dict:
+    """Simulate pressure steps; returns t, command, valve pressure, q, qd sampled at rate_hz.
+
+    The leg first settles at the first step's pressures (not recorded), so the record starts at rest.
+    """
+    leg = load_leg(parameter_set=parameter_set, overrides=dict(truth)).with_timestep(dt)
+    lm = LegModel(leg)
+    m = lm.model
+    if PRESSURE_LENGTHENS:
+        m.actuator_gear[:, 0] = np.abs(m.actuator_gear[:, 0])
+    m.actuator_ctrllimited[:] = 0
+    d = mujoco.MjData(m)
+    lm.reset(d, (1.3, 1.0))
+    valve = ValveLag(leg.valve_time_constant, 2, p0=steps_kpa[0])
+    lm.set_pressures(d, valve.p)
+    for _ in range(int(settle_s / dt)):
+        mujoco.mj_step(m, d)
+    d.time = 0.0
+    every = int(round(1.0 / (rate_hz * dt)))
+    rows = {'t': [], 'command': [], 'pressure': [], 'q': [], 'qd': []}
+    n_hold = int(round(hold_s / dt))
+    for cmd in steps_kpa:
+        cmd = np.asarray(cmd, float)
+        for k in range(n_hold):
+            if k % every == 0:
+                rows['t'].append(d.time)
+                rows['command'].append(cmd.copy())
+                rows['pressure'].append(valve.p.copy())
+                rows['q'].append(lm.joint_angles(d))
+                rows['qd'].append(lm.joint_velocities(d))
+            lm.set_pressures(d, valve.step(cmd, dt))
+            mujoco.mj_step(m, d)
+    return {k: np.asarray(v) for k, v in rows.items()} | {'leg': leg}
+
+
+def write_bag(path, sim: dict, noise_rad: float = 0.002, seed: int = 0, t0_ns: int = 1_700_000_000_000_000_000):
+    """Write a simulated run as a rosbag2 (MCAP) recording with the recorder's topics and types."""
+    from rosbags.typesys import Stores, get_typestore
+    from equimus_bringup.bag import BagWriter
+    ts = get_typestore(Stores.ROS2_KILTED)
+    T = ts.types
+    rng = np.random.default_rng(seed)
+    w = BagWriter(pathlib.Path(path))
+    F64 = 'std_msgs/msg/Float64MultiArray'
+    JS = 'sensor_msgs/msg/JointState'
+    for topic in ('/valve/command', '/valve/applied', '/valve/pressure'):
+        w.add_topic(topic, F64)
+    for topic in ('/sim/joint_states', '/joint_states'):
+        w.add_topic(topic, JS)
+
+    def f64(x):
+        msg = T[F64](layout=T['std_msgs/msg/MultiArrayLayout'](dim=[], data_offset=0),
+                     data=np.asarray(x, dtype=np.float64))
+        return ts.serialize_cdr(msg, F64)
+
+    def js(stamp_ns, q, qd):
+        hdr = T['std_msgs/msg/Header'](
+            stamp=T['builtin_interfaces/msg/Time'](sec=int(stamp_ns // 10**9), nanosec=int(stamp_ns % 10**9)),
+            frame_id='')
+        msg = T[JS](header=hdr, name=['hip', 'knee'], position=np.asarray(q, np.float64),
+                    velocity=np.asarray(qd, np.float64), effort=np.zeros(0))
+        return ts.serialize_cdr(msg, JS)
+
+    try:
+        for i, t in enumerate(sim['t']):
+            ns = t0_ns + int(round(t * 1e9))
+            w.write('/valve/command', ns, f64(sim['command'][i]))
+            w.write('/valve/applied', ns, f64(sim['command'][i]))
+            w.write('/valve/pressure', ns, f64(sim['pressure'][i]))
+            w.write('/sim/joint_states', ns, js(ns, sim['q'][i], sim['qd'][i]))
+            w.write('/joint_states', ns, js(ns, sim['q'][i] + rng.normal(0, noise_rad, 2), sim['qd'][i]))
+    finally:
+        w.close()
+    return pathlib.Path(path)
