@@ -130,3 +130,9 @@ def test_fuzz_mutated_frames_rejected_or_valid(msg, mutations):
 @given(st.integers(0, 255), st.lists(st.integers(0, 0xFFFF), min_size=1, max_size=8))
 def test_fuzz_set_round_trip(seq, codes):
     assert P.FrameDecoder().feed(P.encode(P.Set(seq, tuple(codes)))) == [P.Set(seq, tuple(codes))]
+
+
+def test_documented_worked_example_matches_the_encoder(repo_dir):
+    doc = (repo_dir / 'docs' / 'dac_board_protocol.md').read_text()
+    wire = P.encode(P.Set(5, (341, 0))).hex(' ').upper()
+    assert f'on the wire:   {wire}' in doc

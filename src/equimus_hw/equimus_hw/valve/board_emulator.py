@@ -274,7 +274,8 @@ class BoardEmulator:
             if self.vent_on_bad_frame and any(self.codes):
                 self._flags |= P.ACK_BAD_FRAME_VENTED
                 self._write_codes([0] * self.channels, now)
-            self._send(P.Nak(0, item.reason))
+            # seq is 0 for undecodable frames, the request's for CRC-valid malformed ones.
+            self._send(P.Nak(item.seq, item.reason))
             return
         if isinstance(item, P.Set):
             self._handle_set(item, now)
