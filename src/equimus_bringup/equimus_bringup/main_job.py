@@ -26,14 +26,15 @@ class ClockWatch:
 
     def __init__(self):
         import rclpy
-        from rclpy.qos import qos_profile_clock
+        from rclpy.qos import QoSProfile, ReliabilityPolicy
         from rosgraph_msgs.msg import Clock
         self.rclpy = rclpy
         rclpy.init(args=['--ros-args', '-r', '__node:=main_job_clock'])
         self.node = rclpy.create_node('main_job_clock')
         self.first = None
         self.now = 0.0
-        self.node.create_subscription(Clock, '/clock', self._on_clock, qos_profile_clock)
+        self.node.create_subscription(Clock, '/clock', self._on_clock,
+                                 QoSProfile(depth=1, reliability=ReliabilityPolicy.BEST_EFFORT))
 
     def _on_clock(self, msg):
         t = msg.clock.sec + msg.clock.nanosec * 1e-9
