@@ -78,7 +78,7 @@ class EstimatorConfig:
     period: float = 1.0 / 120.0     # nominal mocap period (s)
     max_hold: float = 0.1           # s a held estimate stays usable, then INVALID
     sigma_meas: float = 0.002       # rad, angle noise
-    sigma_acc: float = 60.0         # rad/s², white acceleration of the motion
+    sigma_acc: float = 10.0         # rad/s², white acceleration of the motion
 
     @classmethod
     def from_mapping(cls, d: dict) -> 'EstimatorConfig':

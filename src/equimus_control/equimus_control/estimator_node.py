@@ -29,7 +29,7 @@ class EstimatorNode(Node):
                 ('period', 1 / 120, 'nominal mocap period (s)'),
                 ('max_hold', 0.1, 's a held estimate is published before it becomes invalid'),
                 ('sigma_meas', 0.002, 'angle measurement noise (rad)'),
-                ('sigma_acc', 60.0, 'white-acceleration process noise (rad/s²)'),
+                ('sigma_acc', 10.0, 'white-acceleration process noise (rad/s²)'),
                 ('sync_window', 0.05, 's an incomplete frame waits for its other bodies'),
                 ('hip_axis_parent', [-1.0, 0.0, 0.0], 'hip axis in the base body frame'),
                 ('hip_axis_child', [-1.0, 0.0, 0.0], 'hip axis in the thigh body frame'),

@@ -132,6 +132,10 @@ class LinearMPC:
         self.a_valve = math.exp(-cfg.period / cfg.valve_tau)
         self.node_key = None
         self._build_constraints()
+        c = cfg
+        self.Qd = np.tile(np.array([*c.q_theta, c.q_vel, c.q_vel, 0.0, 0.0]), self.N)
+        # all condensed matrices up front, so no control cycle pays for a node switch
+        self._cache = {k: self._condensed(n) for k, n in self.grid.nodes.items()}
         self.reset()
 
     def reset(self, p_valve=None):
@@ -171,27 +175,33 @@ class LinearMPC:
         Phi = np.zeros((N * NX, NX))
         Gam = np.zeros((N * NX, N * NU))
         Lam = np.zeros(N * NX)
-        Ak = np.eye(NX)
         lam = np.zeros(NX)
+        AkB = [Bb]
+        for k in range(1, N):
+            AkB.append(Ab @ AkB[-1])
+        Ak = np.eye(NX)
         for k in range(N):
             Ak = Ab @ Ak
             lam = Ab @ lam + cb
             Phi[k * NX:(k + 1) * NX] = Ak
             Lam[k * NX:(k + 1) * NX] = lam
             for j in range(k + 1):
-                Gam[k * NX:(k + 1) * NX, j * NU:(j + 1) * NU] = \
-                    np.linalg.matrix_power(Ab, k - j) @ Bb
+                Gam[k * NX:(k + 1) * NX, j * NU:(j + 1) * NU] = AkB[k - j]
         return Phi, Gam, Lam
 
-    def _set_node(self, key, node):
+    def _condensed(self, node):
+        """(Φ, Γ, Λ, H) of one grid node; computed once per node and cached."""
         q0, p0, A4, B4, c4 = node
         Phi, Gam, Lam = self._prediction(A4, B4, c4)
         c = self.cfg
-        qd = np.tile(np.array([*c.q_theta, c.q_vel, c.q_vel, 0.0, 0.0]), self.N)
-        self.Qd = qd
         R = c.r_u * np.eye(NU * self.N) + c.r_du * (self.D.T @ self.D)
-        H = Gam.T @ (qd[:, None] * Gam) + R
-        H = 0.5 * (H + H.T)
+        H = Gam.T @ (self.Qd[:, None] * Gam) + R
+        return Phi, Gam, Lam, 0.5 * (H + H.T)
+
+    def _set_node(self, key, node):
+        if key not in self._cache:
+            self._cache[key] = self._condensed(node)
+        Phi, Gam, Lam, H = self._cache[key]
         self.Phi, self.Gam, self.Lam, self.H = Phi, Gam, Lam, H
         self.node_key, self.node = key, node
         n = H.shape[0]

@@ -8,7 +8,7 @@ the solution of the box-constrained least squares
 solved exactly by enumerating the 3² active sets of the two-variable problem (microseconds,
 no iterations). With two one-sided actuators for two joints the box is often active; the
 controller then reports saturation and which torque it could not deliver, and the integrator
-is protected by back-calculation with the achieved torque plus a hard clamp.
+is protected by conditional integration with back-calculation plus a hard clamp.
 
 `impedance_transfer` gives the actuator-space stiffness/damping that reproduce the joint-space
 PD (seeds/002 Sec. II-D, eqs. 26–31), including the term from ∂J_A/∂θ, for a faster inner loop
@@ -136,8 +136,14 @@ class PIDController:
         p_ff = np.clip(holding_pressures(q_ref, self.params), 0.0, self.p_max)
         tau = kp * e + kd * (qd_ref - qd) + self.integral
         P, sat, terr = pressures_for_torque(q, tau, p_ff, self.params, self.p_max)
-        # integrate, bleeding off what the valves could not deliver (back-calculation)
-        self.integral += dt * (ki * e + self.g.k_aw * terr * (np.abs(terr) > 1e-9))
+        # Anti-windup. Conditional integration: a joint whose delivered torque falls short in
+        # the direction the integrator pushes stops integrating. Back-calculation: there, the
+        # integral also bleeds towards zero at rate k_aw·|shortfall| (never past zero).
+        short = (np.abs(terr) > 1e-9) & (np.sign(terr) != np.sign(ki * e))
+        di = np.where(short, 0.0, ki * e)
+        bleed = np.where(short & (np.sign(terr) == -np.sign(self.integral)),
+                         np.minimum(self.g.k_aw * np.abs(terr) * dt, np.abs(self.integral)), 0.0)
+        self.integral += dt * di - np.sign(self.integral) * bleed
         i_max = np.asarray(self.g.i_max)
         self.integral = np.clip(self.integral, -i_max, i_max)
         return ControlOutput(P, sat, terr, p_ff)
