@@ -211,13 +211,11 @@ def load_tocenter(path, groups='effective', duration: float = DURATION_S, rate: 
         i = release_index(g)
         # A release logged at sample i happened between samples i−1 and i: take the midpoint.
         t_rel = 0.5 * (g['t'][max(i - 1, 0)] + g['t'][i])
-        # command at the release instant onwards is the end pressure
-        cmd = g['command'].copy()
-        cmd[i:] = np.asarray(g['end'])
-        out.append(prepare(g['t'], g['q'], cmd, t_rel, duration, rate, smooth,
-                           p0_kpa=g['start'], name=f'P{key[0]:g}-{key[1]:g}',
-                           meta={'start_kpa': list(key), 'end_kpa': list(g['end']),
-                                 'source': str(path)}))
+        e = prepare(g['t'], g['q'], g['command'], t_rel, duration, rate, smooth,
+                    p0_kpa=g['start'], name=f'P{key[0]:g}-{key[1]:g}',
+                    meta={'start_kpa': list(key), 'end_kpa': list(g['end']), 'source': str(path)})
+        e.command_kpa[:] = np.asarray(g['end'])    # from the release instant on: the end pressure
+        out.append(e)
     if wanted is not None and len(out) != len(wanted):
         have = {tuple(e.meta['start_kpa']) for e in out}
         raise DataError(f'{path}: groups {sorted(wanted - have)} not found in the file')

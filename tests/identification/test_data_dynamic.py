@@ -1,0 +1,94 @@
+"""Experiments from the authors' ToCenter CSV, the dynamic evaluator, the mapper and resume."""
+import pickle
+
+import numpy as np
+import pytest
+
+from equimus_bringup import identify_cli
+from equimus_bringup.identification import data, dynamic as D
+from equimus_bringup.identification.parallel import Mapper
+from equimus_sim.leg_description import load_leg
+
+TOCENTER = 'data/equimus/physical/dynamic/ToCenter_2025-02-20_21-06-20_A2B_data.csv'
+
+
+@pytest.fixture(scope='module')
+def exps(shared_dir):
+    return data.load_tocenter(shared_dir / TOCENTER)
+
+
+def test_tocenter_effective_groups_prepared_like_the_authors(exps, shared_dir):
+    assert [tuple(e.meta['start_kpa']) for e in exps] == [tuple(map(float, p)) for p in data.EFFECTIVE_13]
+    for e in exps:
+        assert len(e) == 401 and e.dt == pytest.approx(0.01)          # 4 s at 100 Hz
+        assert np.all(e.command_kpa == 0.0)                           # released to 0
+        np.testing.assert_allclose(e.p0_kpa, e.meta['start_kpa'])
+    # at the release the leg rests near the static equilibrium of the same pressures
+    static = data.load_static_csv(shared_dir / 'data/equimus/physical/static/StaticPoint_effective_13.csv')
+    for e, q_static in zip(exps, static.q):
+        assert np.all(np.abs(e.q[0] - q_static) < 0.06), (e.name, e.q[0], q_static)
+    # and ends near the (0, 0) equilibrium after 4 s
+    assert np.all(np.abs(exps[-1].q[-1] - static.q[0]) < 0.06)
+    assert len(data.load_tocenter(shared_dir / TOCENTER, groups='all')) == 36
+
+
+def test_moving_average_keeps_length_and_constants():
+    x = np.column_stack([np.full(30, 2.0), np.arange(30.0)])
+    y = data.moving_average(x, 11)
+    assert y.shape == x.shape
+    np.testing.assert_allclose(y[:, 0], 2.0)
+    np.testing.assert_allclose(y[10:20, 1], x[10:20, 1])          # linear inside: unchanged
+
+
+def test_evaluator_prefers_the_paper_parameters_to_a_bad_guess(exps):
+    leg = load_leg(parameter_set='table_v_dynamic')
+    names = list(D.PAPER_PARAMS)
+    x = np.array([D.leg_value(leg, n) for n in names])
+    for loss in ('whole', 'shooting'):
+        ev = D.Evaluator(exps[:4], names, leg=leg, loss=loss, sign_weight=0.0)
+        good = ev(ev.to_unit(x))
+        bad_x = x.copy()
+        bad_x[names.index('actuators.baa.k')] *= 2.0
+        assert np.isfinite(good) and good < ev(ev.to_unit(bad_x)), loss
+    m = D.metrics(exps[:2], x, names, leg=leg)
+    assert all(np.all(r['rmse'] < 0.1) for r in m)
+
+
+def test_process_mapper_matches_serial_and_survives_pickling(exps):
+    ev = D.Evaluator([e.head(0.5) for e in exps[:3]], ['actuators.maa.k', 'joints.hip.damping'])
+    pts = [np.array([a, b]) for a in (0.2, 0.7) for b in (0.1, 0.9)]
+    serial = list(map(ev, pts))
+    ev2 = pickle.loads(pickle.dumps(ev))
+    with Mapper('process', workers=2) as mp:
+        par = mp(ev2, pts)
+    np.testing.assert_allclose(par, serial, rtol=1e-12)
+    assert len(set(np.round(serial, 12))) > 1
+
+
+def test_checkpoint_resume_continues_the_generation_count(exps, tmp_path):
+    ev = D.Evaluator([e.head(0.4) for e in exps[:2]], ['actuators.maa.k', 'actuators.maa.area'],
+                     loss='shooting', horizon=0.2)
+    ck = tmp_path / 'ck.pkl'
+    r1 = D.fit(ev, popsize=4, maxiter=2, checkpoint=str(ck), refine='', tol=0, log=lambda s: None)
+    assert r1.generations == 2 and D.load_checkpoint(ck)['generation'] == 2
+    lines = []
+    r2 = D.fit(ev, popsize=4, maxiter=4, checkpoint=str(ck), refine='', tol=0, log=lines.append)
+    assert r2.generations == 4 and lines[0].startswith('resuming')
+    assert r2.loss <= r1.loss + 1e-12
+    other = D.Evaluator([exps[0].head(0.4)], ['actuators.baa.k'], loss='shooting')
+    with pytest.raises(ValueError, match='checkpoint'):
+        D.fit(other, maxiter=1, checkpoint=str(ck), refine='', log=lambda s: None)
+
+
+def test_cli_errors_are_clear(tmp_path, capsys):
+    bad = tmp_path / 'x.txt'
+    bad.write_text('nothing')
+    assert identify_cli.main([str(bad), '--out', str(tmp_path / 'o')]) == 2
+    assert 'not a rosbag2 folder' in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        identify_cli.parse_params('maa.kk')
+
+
+def test_unknown_parameter_rejected(exps):
+    with pytest.raises(ValueError, match='unknown parameters'):
+        D.Evaluator(exps[:1], ['actuators.maa.stiffness'])
