@@ -238,3 +238,14 @@ def test_signal_vents_before_port_closes(sig, harness, tmp_module):
         harness.stop_stream()
         drv.stop(signal.SIGKILL)
         emu.close()
+
+
+@pytest.mark.parametrize('param', ['max_kpa:=60.0', 'low_band_policy:=maybe', 'max_kpa:=abc'])
+def test_invalid_parameters_exit_with_a_clear_message(param):
+    import subprocess
+    import sys
+    proc = subprocess.run([sys.executable, '-m', 'equimus_hw.valve.driver_node', '--ros-args',
+                           '-p', 'port:=/nonexistent/dac', '-p', param],
+                          capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 2
+    assert 'invalid parameters' in proc.stderr and 'Traceback' not in proc.stderr, proc.stderr

@@ -156,3 +156,27 @@ def test_cli_pty_link_log_and_clean_exit(tmp_path):
     sets = [e for e in entries if e['event'] == 'set']
     assert sets[0]['codes'] == [41, 341] and sets[0]['seq'] == 9
     assert '0 invariant violations' in out
+
+
+def test_random_garbage_never_kills_the_board_or_raises_a_code(tmp_path):
+    import random
+    rng = random.Random(1234)
+    emu = make_emulator(tmp_path)
+    host = Host(emu.link)
+    try:
+        for _ in range(40):
+            host.send_raw(bytes(rng.randrange(256) for _ in range(512)))
+            time.sleep(0.005)
+        time.sleep(0.2)
+        assert emu._thread.is_alive()
+        assert len(emu.rejections) > 20
+        assert all(max(f.codes) <= emu.max_code or not f.accepted for f in emu.frames)
+        assert max(emu.codes) <= emu.max_code
+        host.send_raw(b'\x00')
+        host.dec.reset()
+        host.ser.reset_input_buffer()
+        host.send(P.Hello(77))
+        assert any(isinstance(m, P.Info) and m.seq == 77 for m in host.replies(n=50, timeout=1.0))
+    finally:
+        host.close()
+        emu.close()

@@ -18,6 +18,7 @@ import rclpy
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
 from rclpy.clock import Clock, ClockType
+from rclpy.exceptions import ParameterException
 from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
 from rclpy.qos import (QoSDurabilityPolicy, QoSHistoryPolicy, QoSProfile, QoSReliabilityPolicy,
@@ -307,8 +308,9 @@ def main(args=None) -> None:
         rclpy.spin(node)
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
-    except ValueError as exc:       # invalid parameters: say what, exit without a traceback
-        print(f'valve_driver: {exc}', file=sys.stderr, flush=True)
+    except (ValueError, ParameterException) as exc:   # invalid parameters: say what, no traceback
+        print(f'valve_driver: invalid parameters: {exc}. Fix config/valve.yaml or the '
+              '--ros-args overrides.', file=sys.stderr, flush=True)
         sys.exit(2)
     finally:
         if node is not None:
