@@ -129,6 +129,11 @@ def test_body_arrays_match_leg_model_body_pose(sim_factory):
     for i, name in enumerate(('base', 'thigh', 'calf')):
         pos, quat = sim.leg.body_pose(sim.data, name)
         assert np.allclose(P[i], pos) and np.allclose(Q[i], quat)
+    # poses belong to the same instant as the joint state (not one physics step behind)
+    theta = sim.joint_state()[0]
+    knee_planar = 0.25 * np.array([math.cos(theta[0]), math.sin(theta[0])])
+    knee_world = np.array([0.0, knee_planar[0], -knee_planar[1]])     # planar x = +y_w, y = −z_w
+    assert np.allclose(P[2] - P[1], knee_world, atol=1e-9)
 
 
 def test_unpressurised_leg_hangs_near_the_measured_static_point(sim_factory, shared_dir):

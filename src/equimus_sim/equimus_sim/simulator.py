@@ -196,6 +196,9 @@ class LegSimulator:
                 ctrl[:] = [force[i] for i in act]
                 step(model, data)
             self.valve.p = np.array(p)
+            # mj_step leaves body poses at the pre-integration qpos; the mocap must see the
+            # same instant as the joint state, so refresh the kinematics (≈1 µs).
+            mujoco.mj_kinematics(model, data)
         self.steps += n
         self.time = target
         self._check_stability()

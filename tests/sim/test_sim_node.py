@@ -1,0 +1,266 @@
+"""The `sim` node over real DDS: started as its own process, driven from this test process."""
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import rclpy
+from rclpy.executors import SingleThreadedExecutor
+from diagnostic_msgs.msg import DiagnosticArray
+from geometry_msgs.msg import PoseStamped
+from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
+from rosgraph_msgs.msg import Clock
+from sensor_msgs.msg import JointState
+from std_msgs.msg import Float64MultiArray
+from std_srvs.srv import Trigger
+
+BODIES = ('base', 'thigh', 'calf')
+FRAME_NS = 1e9 / 120
+A1 = 0.25
+
+
+def _ns(stamp):
+    return stamp.sec * 1_000_000_000 + stamp.nanosec
+
+
+class SimProcess:
+    """`python -m equimus_sim.sim_node` with config/sim.yaml and extra -p overrides."""
+
+    def __init__(self, repo_dir, tmp_path, **params):
+        self.log_path = tmp_path / 'sim_node.log'
+        cmd = [sys.executable, '-m', 'equimus_sim.sim_node', '--ros-args',
+               '--params-file', str(repo_dir / 'config' / 'sim.yaml')]
+        for k, v in params.items():
+            cmd += ['-p', f'{k}:={v}']
+        self.log = open(self.log_path, 'w')
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=os.environ.copy())
+
+    def output(self):
+        if not self.log.closed:
+            self.log.flush()
+        return self.log_path.read_text()
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+        return self.proc.returncode
+
+
+class Probe:
+    """Test-side node: a command publisher and recorders for everything the sim publishes."""
+
+    def __init__(self, name):
+        self.node = rclpy.create_node(name)
+        self.executor = SingleThreadedExecutor()
+        self.executor.add_node(self.node)
+        n = self.node
+        self.clock, self.joints, self.applied, self.pressure, self.diag = [], [], [], [], []
+        self.poses = {b: [] for b in BODIES}
+        n.create_subscription(Clock, '/clock', lambda m: self.clock.append((time.monotonic(), _ns(m.clock))),
+                              QoSProfile(depth=50, reliability=ReliabilityPolicy.BEST_EFFORT))
+        n.create_subscription(JointState, '/sim/joint_states', self.joints.append, qos_profile_sensor_data)
+        n.create_subscription(Float64MultiArray, '/valve/applied', self.applied.append, qos_profile_sensor_data)
+        n.create_subscription(Float64MultiArray, '/valve/pressure', self.pressure.append, qos_profile_sensor_data)
+        n.create_subscription(DiagnosticArray, '/diagnostics', self.diag.append, 10)
+        for b in BODIES:
+            n.create_subscription(PoseStamped, f'/mocap/{b}/pose', self.poses[b].append, qos_profile_sensor_data)
+        self.cmd = n.create_publisher(Float64MultiArray, '/valve/command',
+                                      QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE))
+
+    def spin_until(self, cond, timeout, what):
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if cond():
+                return
+            self.executor.spin_once(timeout_sec=0.01)
+        if cond():
+            return
+        pytest.fail(f'timed out after {timeout} s waiting for {what}')
+
+    def spin_for(self, seconds):
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            self.executor.spin_once(timeout_sec=0.01)
+
+    def send(self, p):
+        self.cmd.publish(Float64MultiArray(data=[float(v) for v in p]))
+
+    def sim_status(self):
+        for arr in reversed(self.diag):
+            for s in arr.status:
+                if s.name == 'sim: simulator':
+                    return s, {kv.key: kv.value for kv in s.values}
+        return None, {}
+
+    def close(self):
+        self.executor.shutdown()
+        self.node.destroy_node()
+
+
+@pytest.fixture
+def ros():
+    rclpy.init()
+    yield
+    rclpy.try_shutdown()
+
+
+def _wait_connected(probe, sim):
+    def ready():
+        assert sim.proc.poll() is None, f'sim node exited:\n{sim.output()}'
+        return (probe.cmd.get_subscription_count() >= 1
+                and probe.node.count_publishers('/mocap/calf/pose') >= 1
+                and probe.node.count_publishers('/clock') >= 1)
+    probe.spin_until(ready, 30.0, 'the sim node to appear on the graph')
+    probe.spin_for(0.5)      # let both directions of every endpoint match
+
+
+def _step(probe, p, k):
+    """Send command k and wait for /clock to report frame k."""
+    probe.send(p)
+    target = round(k * FRAME_NS)
+    probe.spin_until(lambda: probe.clock and probe.clock[-1][1] >= target, 5.0, f'/clock of frame {k}')
+
+
+def test_lockstep_advances_one_frame_per_command(ros, repo_dir, tmp_path):
+    sim = SimProcess(repo_dir, tmp_path, mode='lockstep', lockstep_timeout=30.0, diagnostics_period=0.3)
+    probe = Probe('lockstep_probe')
+    try:
+        _wait_connected(probe, sim)
+        assert not probe.clock or probe.clock[-1][1] == 0, 'sim time moved without a command'
+        n_cmd = 90
+        for k in range(1, n_cmd + 1):
+            _step(probe, (40.0, 5.0) if k <= 60 else (0.0, 45.0), k)
+        probe.spin_for(0.2)
+        stamps = [c for _, c in probe.clock]
+        # exactly one 1/120 s frame per command: the k-th command gives sim time k/120 (ns rounding)
+        assert stamps[-1] == round(n_cmd * FRAME_NS)
+        assert all(s == round(round(s / FRAME_NS) * FRAME_NS) for s in stamps)
+        assert np.all(np.diff(stamps) > 0)
+        assert len(stamps) >= n_cmd - 5         # best-effort /clock: allow a few losses
+
+        # every output of a frame carries that frame's sim time; poses are Motive-frame mocap
+        js = {_ns(m.header.stamp): m for m in probe.joints}
+        assert set(js) <= set(round(k * FRAME_NS) for k in range(0, n_cmd + 1))
+        for b in BODIES:
+            assert probe.poses[b], f'no /mocap/{b}/pose received'
+            assert all(m.header.frame_id == 'mocap' for m in probe.poses[b])
+        common = set(js) & set.intersection(*(set(_ns(m.header.stamp) for m in probe.poses[b]) for b in BODIES))
+        assert len(common) > 50
+        by = {b: {_ns(m.header.stamp): m for m in probe.poses[b]} for b in BODIES}
+        moved = []
+        for t in sorted(common):
+            th1, th2 = js[t].position
+            pos = {b: np.array([by[b][t].pose.position.x, by[b][t].pose.position.y, by[b][t].pose.position.z])
+                   for b in BODIES}
+            quat = {b: np.array([by[b][t].pose.orientation.w, by[b][t].pose.orientation.x,
+                                 by[b][t].pose.orientation.y, by[b][t].pose.orientation.z]) for b in BODIES}
+            assert pos['base'][1] == pytest.approx(0.7, abs=1e-9)          # base 0.7 m above the floor
+            assert pos['base'][1] > pos['thigh'][1] > pos['calf'][1]   # Y up: base > hip > knee
+            knee_rel = pos['calf'] - pos['thigh']                            # knee − hip, Motive frame
+            assert np.allclose(knee_rel, [0.0, -A1 * math.sin(th1), -A1 * math.cos(th1)], atol=2e-4)
+            # the calf turns about the hinge (Motive x) by the knee angle relative to the thigh
+            qt, qc = quat['thigh'], quat['calf']
+            rel = np.array([qt[0] * qc[0] + qt[1:] @ qc[1:],
+                            *(qt[0] * qc[1:] - qc[0] * qt[1:] - np.cross(qt[1:], qc[1:]))])
+            angle = 2 * math.atan2(np.linalg.norm(rel[1:]), abs(rel[0]))
+            assert abs(rel[2]) < 1e-6 and abs(rel[3]) < 1e-6
+            assert angle == pytest.approx(abs(th2 - math.pi / 2), abs=2e-4)
+            moved.append((th1, th2))
+        moved = np.array(moved)
+        assert np.ptp(moved[:, 0]) > 0.1, 'the leg did not move under 40 kPa on the MAA'
+
+        # ~/reset service
+        client = probe.node.create_client(Trigger, '/sim/reset')
+        assert client.wait_for_service(timeout_sec=10.0)
+        fut = client.call_async(Trigger.Request())
+        probe.spin_until(fut.done, 10.0, 'the ~/reset response')
+        assert fut.result().success and 'reset' in fut.result().message
+    finally:
+        rc = sim.stop()
+        probe.close()
+    out = sim.output()
+    assert rc == 0 and 'Traceback' not in out, out
+
+
+def test_bad_commands_over_dds_are_warned_and_made_safe(ros, repo_dir, tmp_path):
+    sim = SimProcess(repo_dir, tmp_path, mode='lockstep', lockstep_timeout=30.0, diagnostics_period=0.3)
+    probe = Probe('badcmd_probe')
+    try:
+        _wait_connected(probe, sim)
+        _step(probe, (10.0, 10.0), 1)
+        cases = [((math.nan, 10.0), [0.0, 10.0]), ((80.0, -5.0), [50.0, 0.0]),
+                 ((math.inf, 20.0), [0.0, 20.0]), ((1.0, 2.0, 3.0), [0.0, 0.0])]
+        for k, (cmd, safe) in enumerate(cases, start=2):
+            probe.applied.clear()
+            _step(probe, cmd, k)
+            probe.spin_until(lambda: any(list(m.data) == safe for m in probe.applied), 2.0,
+                             f'/valve/applied = {safe} after command {cmd}')
+        assert all(0.0 <= v <= 50.0 for m in probe.applied + probe.pressure for v in m.data)
+        probe.spin_until(lambda: int(probe.sim_status()[1].get('rejected_commands', 0)) >= len(cases),
+                         5.0, '/diagnostics counting the rejected commands')
+        status, values = probe.sim_status()
+        level = ord(status.level) if isinstance(status.level, bytes) else int(status.level)
+        assert level == 1 and 'rejected' in status.message      # WARN
+        assert values['mode'] == 'lockstep' and values['resets'] == '0'
+        assert 'not finite' in values['last_reject_reason'] or 'expected 2' in values['last_reject_reason']
+    finally:
+        rc = sim.stop()
+        probe.close()
+    out = sim.output()
+    assert 'rejected /valve/command' in out and 'not finite' in out, out
+    assert rc == 0 and 'Traceback' not in out, out
+
+
+def test_lockstep_timeout_keeps_the_loop_alive(ros, repo_dir, tmp_path):
+    sim = SimProcess(repo_dir, tmp_path, mode='lockstep', lockstep_timeout=0.05, diagnostics_period=0.3)
+    probe = Probe('timeout_probe')
+    try:
+        _wait_connected(probe, sim)
+        probe.spin_until(lambda: len(probe.clock) >= 10, 10.0, 'sim time to advance without commands')
+        stamps = [c for _, c in probe.clock]
+        assert all(s == round(round(s / FRAME_NS) * FRAME_NS) for s in stamps)
+        probe.spin_until(lambda: int(probe.sim_status()[1].get('lockstep_timeouts', 0)) >= 10, 5.0,
+                         'lockstep_timeouts on /diagnostics')
+    finally:
+        rc = sim.stop()
+        probe.close()
+    assert rc == 0 and 'Traceback' not in sim.output()
+
+
+def test_realtime_mode_runs_at_real_time(ros, repo_dir, tmp_path):
+    sim = SimProcess(repo_dir, tmp_path, mode='realtime', rate_factor=1.0, diagnostics_period=0.5,
+                     mocap_position_noise=0.0005, mocap_drop_probability=0.02)
+    probe = Probe('realtime_probe')
+    try:
+        _wait_connected(probe, sim)
+        probe.clock.clear()
+        for b in BODIES:
+            probe.poses[b].clear()
+        probe.send((25.0, 25.0))
+        probe.spin_for(3.0)
+        (w0, s0), (w1, s1) = probe.clock[0], probe.clock[-1]
+        ratio = (s1 - s0) * 1e-9 / (w1 - w0)
+        print(f'realtime x1: sim/wall = {ratio:.4f} over {w1 - w0:.2f} s wall, '
+              f'{len(probe.poses["calf"]) / (w1 - w0):.1f} calf poses/s')
+        assert 0.9 < ratio < 1.1
+        # 120 Hz frames minus ~2 % dropped frames (and a little best-effort loss)
+        assert 100 < len(probe.poses['calf']) / (w1 - w0) < 125
+        status, values = probe.sim_status()
+        assert status is not None, 'no sim status on /diagnostics'
+        assert values['mode'] == 'realtime' and float(values['real_time_factor']) == pytest.approx(1.0, abs=0.1)
+        assert math.isfinite(float(values['jitter_p99_us']))
+        assert int(values['mocap_dropped_frames']) > 0
+    finally:
+        rc = sim.stop()
+        probe.close()
+    assert rc == 0 and 'Traceback' not in sim.output()
