@@ -146,3 +146,29 @@ def test_meshes_are_visual_only(shared_dir):
     assert a.ngeom >= 3
     np.testing.assert_allclose(a.body_mass, b.body_mass)
     np.testing.assert_allclose(a.body_inertia, b.body_inertia)
+
+
+def test_default_mesh_dir_and_missing_meshes_error(tmp_path):
+    m = mujoco.MjModel.from_xml_string(build_mjcf(LEG, meshes=True))
+    assert m.nmesh == 3
+    with pytest.raises(FileNotFoundError, match='meshes=False'):
+        build_mjcf(LEG, meshes=True, mesh_dir=tmp_path)
+
+
+@pytest.mark.parametrize('variant', ['equimus', 'pure'])
+def test_reset_with_velocity_keeps_constraints_at_rest(variant):
+    lm = LegModel(LEG, variant)
+    d = mujoco.MjData(lm.model)
+    lm.reset(d, [1.3, 0.7], qd=[0.8, -1.5])
+    np.testing.assert_allclose(lm.joint_velocities(d), [0.8, -1.5])
+    eq_rows = d.efc_type == mujoco.mjtConstraint.mjCNSTR_EQUALITY
+    assert eq_rows.sum() == (8 if variant == 'equimus' else 0)
+    if eq_rows.any():
+        assert np.max(np.abs(d.efc_vel[eq_rows])) < 1e-8
+    # the slide-length rate equals J_A θ̇ from the analytic kinematics
+    h = 1e-3
+    l0 = lm.actuator_lengths(d)
+    mujoco.mj_integratePos(lm.model, d.qpos, d.qvel, h)
+    mujoco.mj_forward(lm.model, d)
+    rate = (lm.actuator_lengths(d) - l0) / h
+    np.testing.assert_allclose(rate, K.actuation_jacobian([1.3, 0.7], LEG.geometry) @ [0.8, -1.5], atol=5e-3)

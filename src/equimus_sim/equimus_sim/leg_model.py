@@ -180,7 +180,6 @@ class LegModel:
                         raise RuntimeError('settle: simulation diverged (NaN state)')
                     if np.max(np.abs(data.qvel)) < vel_tol:
                         data.qvel[:] = 0.0
-                        data.time = 0.0
                         mujoco.mj_forward(m, data)
                         return (k + 1) * m.opt.timestep
         finally:

@@ -14,6 +14,7 @@ The swing plane is the world y–z plane: all hinge axes must be parallel.
 """
 from __future__ import annotations
 
+import os
 import pathlib
 import xml.etree.ElementTree as ET
 from typing import Optional
@@ -24,7 +25,20 @@ from .leg_description import LegDescription, anchor_world, load_leg
 
 VARIANTS = ('equimus', 'pure')
 POINT_INERTIA = 1e-9      # kg·m², tiny rotational inertia that MuJoCo needs on a point mass
-DEFAULT_MESH_DIR = pathlib.Path('/work/shared/data/equimus/models/meshes')
+
+
+def default_mesh_dir() -> pathlib.Path:
+    """$EQUIMUS_MESH_DIR, else ../shared/data/equimus/models/meshes beside the repository."""
+    env = os.environ.get('EQUIMUS_MESH_DIR')
+    if env:
+        return pathlib.Path(env)
+    here = pathlib.Path(os.path.realpath(__file__)).parent
+    for parent in here.parents:
+        cfg = parent / 'config' / 'leg.yaml'
+        if cfg.is_file():
+            repo = cfg.resolve().parent.parent     # config/ may be a symlink into the repository
+            return repo.parent / 'shared' / 'data' / 'equimus' / 'models' / 'meshes'
+    return here / 'meshes'
 
 
 def _f(x) -> str:
@@ -69,7 +83,7 @@ def build_mjcf(leg: Optional[LegDescription] = None, variant: str = 'equimus', *
     opt = _sub(root, 'option', timestep=dt, integrator=integrator or leg.integrator,
                gravity=[0.0, 0.0, -leg.gravity])
     _sub(opt, 'flag', contact='disable')
-    mesh_dir = pathlib.Path(mesh_dir) if mesh_dir is not None else DEFAULT_MESH_DIR
+    mesh_dir = pathlib.Path(mesh_dir) if mesh_dir is not None else default_mesh_dir()
     if meshes:
         asset = _sub(root, 'asset')
         for b in leg.bodies.values():
