@@ -18,6 +18,7 @@ def result():
 def test_equimus_swing_at_or_below_paper(result):
     sw = result['swing']
     assert result['swing_valid'] >= 3
+    assert 0 < result['max_loop_residual_m'] < 1e-4
     assert np.all(np.array(sw['equimus']['rmse']) <= np.array(PAPER['swing']['rmse'])), sw['equimus']
     assert np.all(np.array(sw['equimus']['maxae']) <= np.array(PAPER['swing']['maxae'])), sw['equimus']
 
