@@ -16,6 +16,8 @@ the simulator.
 from __future__ import annotations
 
 import math
+import os
+import sys
 import threading
 import time
 from collections import deque
@@ -67,6 +69,7 @@ PARAMETERS = {
     'initial_pressures': ([0.0, 0.0], 'valve pressures at start and after a reset (kPa, [maa, baa])', None),
     'initial_equilibrium': (True, 'start and reset at the static equilibrium of initial_pressures', None),
     'initial_q': ([math.pi / 2, math.pi / 2], 'initial [θ1, θ2] (rad), used when initial_equilibrium is false', None),
+    'realtime_priority': (0, 'realtime mode: SCHED_FIFO priority (1-99) for the loop thread; 0 = normal scheduling', None),
     'diagnostics_period': (1.0, 'wall seconds between /diagnostics reports', (0.05, 60.0)),
 }
 
@@ -234,6 +237,10 @@ class SimNode(Node):
         executor.add_node(self)
         spinner = threading.Thread(target=self._spin, args=(executor,), daemon=True)
         spinner.start()
+        if self.mode == 'realtime':
+            # A waking loop thread must not wait out the default 5 ms GIL switch interval.
+            sys.setswitchinterval(0.0005)
+            self._set_priority(int(self.get_parameter('realtime_priority').value))
         try:
             self.publish_initial()
             self.pacer.restart()
@@ -253,6 +260,16 @@ class SimNode(Node):
             spinner.join(timeout=2.0)
             executor.remove_node(self)
             executor.shutdown(timeout_sec=0.5)
+
+    def _set_priority(self, prio: int) -> None:
+        if prio <= 0:
+            return
+        try:
+            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(prio))   # this thread only
+            self.get_logger().info(f'loop thread runs SCHED_FIFO priority {prio}')
+        except (OSError, AttributeError) as e:
+            self.get_logger().warning(f'realtime_priority={prio} not applied ({e}); running with normal '
+                                      'scheduling. Grant CAP_SYS_NICE or an rtprio limit to use it.')
 
     def _lockstep_once(self) -> None:
         deadline = time.monotonic() + self.lockstep_timeout

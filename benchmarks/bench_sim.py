@@ -1,0 +1,156 @@
+"""Simulation node speed: real-time factor and loop jitter of `sim`, beside the bare model.
+
+    python benchmarks/bench_sim.py [--quick]
+
+Side by side, in one run, on the default model (config/leg.yaml, 'equimus' variant):
+- bare mj_step loop of the compiled model (the physical floor), and LegSimulator.advance
+  (valve lag + F = S·P + stability check) in 1/120 s frames, at Δt = 1/600 s (default) and 1/1200 s;
+- the `sim` node in its own process, realtime at 1x with 120 Hz publishing: real-time factor and
+  tick lateness (jitter) p50/p99/max against the absolute deadlines, from its /diagnostics;
+  a subscriber in this process also counts the /mocap/calf/pose rate;
+- the node free-running (rate_factor 0): sim seconds per wall second, from /diagnostics.
+Targets (issue 2): realtime holds 1.0 with p99 jitter < 1 ms; free-running >= 100x.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def bare_model(dt: float, sim_seconds: float) -> dict:
+    import mujoco
+    from equimus_sim.simulator import make_simulator
+    sim = make_simulator(timestep=dt)
+    m, d = sim.model, sim.data
+    n = int(round(sim_seconds / dt))
+    t = time.perf_counter()
+    for _ in range(n):
+        mujoco.mj_step(m, d)
+    bare = sim_seconds / (time.perf_counter() - t)
+    sim.reset('benchmark')
+    sim.set_command([30.0, 20.0])
+    frames = int(round(sim_seconds * 120))
+    t = time.perf_counter()
+    for k in range(1, frames + 1):
+        sim.advance_to(sim.time + 1 / 120)
+    adv = sim_seconds / (time.perf_counter() - t)
+    return {'mj_step_rtf': bare, 'simulator_rtf': adv, 'us_per_step': 1e6 * dt / bare}
+
+
+def node_run(params: dict, seconds: float, count_poses: bool) -> dict:
+    """Start the node, collect its /diagnostics for `seconds` after the first report."""
+    import rclpy
+    from diagnostic_msgs.msg import DiagnosticArray
+    from geometry_msgs.msg import PoseStamped
+    from rclpy.executors import SingleThreadedExecutor
+    from rclpy.qos import qos_profile_sensor_data
+
+    cmd = [sys.executable, '-m', 'equimus_sim.sim_node', '--ros-args',
+           '--params-file', str(REPO / 'config' / 'sim.yaml')]
+    for k, v in params.items():
+        cmd += ['-p', f'{k}:={v}']
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    rclpy.init()
+    node = rclpy.create_node('bench_sim_probe')
+    ex = SingleThreadedExecutor()
+    ex.add_node(node)
+    reports, poses = [], []
+
+    def on_diag(arr):
+        for s in arr.status:
+            if s.name == 'sim: simulator':
+                reports.append((time.monotonic(), {kv.key: kv.value for kv in s.values}))
+    node.create_subscription(DiagnosticArray, '/diagnostics', on_diag, 50)
+    if count_poses:
+        node.create_subscription(PoseStamped, '/mocap/calf/pose', lambda m: poses.append(time.monotonic()),
+                                 qos_profile_sensor_data)
+    try:
+        end = time.monotonic() + 60
+        while len(reports) < 2 and time.monotonic() < end and proc.poll() is None:
+            ex.spin_once(timeout_sec=0.05)
+        if len(reports) < 2:
+            raise RuntimeError(f'sim node gave no diagnostics: {proc.stderr.read() if proc.poll() is not None else ""}')
+        first = len(reports)
+        t0 = time.monotonic()
+        n_pose0 = len(poses)
+        while time.monotonic() - t0 < seconds:
+            ex.spin_once(timeout_sec=0.05)
+        win = [r for _, r in reports[first:]]
+        pose_rate = (len(poses) - n_pose0) / (time.monotonic() - t0)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        ex.shutdown()
+        node.destroy_node()
+        rclpy.try_shutdown()
+    (wa, a), (wb, b) = reports[first - 1], reports[-1]
+    rtf = (float(b['sim_time']) - float(a['sim_time'])) / (wb - wa)
+    f = lambda key: np.array([float(r[key]) for r in win if r[key] != 'nan'])  # noqa: E731
+    out = {'rtf': rtf, 'windows': len(win), 'pose_rate_hz': pose_rate,
+           'work_p50_us': float(np.median(f('tick_work_p50_us'))),
+           'work_p99_us': float(np.max(f('tick_work_p99_us'))),
+           'overruns': int(win[-1]['overruns']) if win else 0}
+    if params.get('rate_factor', 1.0) > 0:
+        out.update(jitter_p50_us=float(np.median(f('jitter_p50_us'))),
+                   jitter_p99_us_median=float(np.median(f('jitter_p99_us'))),
+                   jitter_p99_us_worst=float(np.max(f('jitter_p99_us'))),
+                   jitter_max_us=float(np.max(f('jitter_max_us'))))
+    return out
+
+
+def run(quick: bool) -> dict:
+    os.environ.setdefault('ROS_DOMAIN_ID', str(150 + os.getpid() % 80))
+    os.environ.setdefault('ROS_AUTOMATIC_DISCOVERY_RANGE', 'LOCALHOST')
+    res = {}
+    sim_s = 4.0 if quick else 20.0
+    for label, dt in (('dt600', 1 / 600), ('dt1200', 1 / 1200)):
+        b = bare_model(dt, sim_s)
+        res[f'bare_mj_step_rtf_{label}'] = b['mj_step_rtf']
+        res[f'simulator_advance_rtf_{label}'] = b['simulator_rtf']
+        res[f'us_per_mj_step_{label}'] = b['us_per_step']
+    wall = 6.0 if quick else 30.0
+    rt = node_run({'mode': 'realtime', 'rate_factor': 1.0, 'diagnostics_period': 1.0}, wall, True)
+    res.update({f'node_realtime_{k}': v for k, v in rt.items()})
+    free = node_run({'mode': 'realtime', 'rate_factor': 0.0, 'diagnostics_period': 1.0}, wall / 2, False)
+    res.update({f'node_free_{k}': v for k, v in free.items()})
+    free12 = node_run({'mode': 'realtime', 'rate_factor': 0.0, 'diagnostics_period': 1.0,
+                       'timestep': 1 / 1200}, wall / 2, False)
+    res['node_free_rtf_dt1200'] = free12['rtf']
+    res['target_realtime_p99_jitter_under_1ms'] = bool(rt.get('jitter_p99_us_worst', 1e9) < 1000)
+    res['target_free_running_100x'] = bool(free['rtf'] >= 100)
+    res['free_running_node_vs_bare_mj_step'] = free['rtf'] / res['bare_mj_step_rtf_dt600']
+    return res
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument('--quick', action='store_true', help='short runs (~30 s)')
+    ns = p.parse_args(argv)
+    r = run(ns.quick)
+    print(f'{"figure":48s} value')
+    for k, v in r.items():
+        print(f'{k:48s} {v:.4g}' if isinstance(v, float) else f'{k:48s} {v}')
+    print('\nside by side (sim seconds per wall second, Δt = 1/600 s):')
+    print(f'  bare mj_step loop        {r["bare_mj_step_rtf_dt600"]:8.1f}x')
+    print(f'  LegSimulator.advance     {r["simulator_advance_rtf_dt600"]:8.1f}x')
+    print(f'  sim node, free-running   {r["node_free_rtf"]:8.1f}x   (target >= 100x)')
+    print(f'  sim node, realtime 1x    {r["node_realtime_rtf"]:8.4f}x   jitter p50/p99/max '
+          f'{r["node_realtime_jitter_p50_us"]:.0f}/{r["node_realtime_jitter_p99_us_worst"]:.0f}/'
+          f'{r["node_realtime_jitter_max_us"]:.0f} us (target p99 < 1000 us)')
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
