@@ -20,8 +20,9 @@ class RunResult:
     q_ref: np.ndarray
     q_est: np.ndarray
     u: np.ndarray
-    compute: np.ndarray    # s per control cycle
+    compute: np.ndarray    # s per control cycle, wall clock (includes preemption by other load)
     saturated: np.ndarray
+    compute_cpu: np.ndarray = None   # s per control cycle, this thread's CPU time
 
     def rmse(self, skip: float = 0.0):
         m = self.t >= skip
@@ -41,7 +42,7 @@ def frame_poses(frame):
 def run(sim, mocap, controller, reference, duration: float, est_cfg=None) -> RunResult:
     est = JointStateEstimator(est_cfg or EstimatorConfig())
     n = int(round(duration / PERIOD))
-    T, Q, R, E, U, C, S = [], [], [], [], [], [], []
+    T, Q, R, E, U, C, S, CPU = [], [], [], [], [], [], [], []
     u = sim.pressures
     for k in range(n):
         sim.set_command(u)
@@ -53,7 +54,7 @@ def run(sim, mocap, controller, reference, duration: float, est_cfg=None) -> Run
         else:
             e = est.update(t, frame_poses(frame))
         q_ref, qd_ref = reference(t)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         if e.status == Status.INVALID:
             u, sat = np.zeros(2), np.zeros(2, bool)
         else:
@@ -63,6 +64,7 @@ def run(sim, mocap, controller, reference, duration: float, est_cfg=None) -> Run
             else:
                 u, sat = out.pressures, out.saturated
         C.append(time.perf_counter() - t0)
+        CPU.append(time.thread_time() - c0)
         q, _ = sim.joint_state()
         T.append(t), Q.append(q), R.append(q_ref), E.append(e.position), U.append(u), S.append(sat)
-    return RunResult(*(np.array(v) for v in (T, Q, R, E, U, C, S)))
+    return RunResult(*(np.array(v) for v in (T, Q, R, E, U, C, S, CPU)))

@@ -40,10 +40,10 @@ class ControllerNode(Node):
                          i_max=tuple(d('i_max', [0.5, 0.3], 'N·m, integral clamp')),
                          k_aw=d('k_aw', 5.0, '1/s, anti-windup back-calculation'))
         mpc_kw = {'horizon': d('horizon', 15, 'MPC steps'), 'block': d('block', 3, 'periods/step'),
-                  'q_theta': tuple(d('q_theta', [400.0, 400.0], 'angle weight')),
+                  'q_theta': tuple(d('q_theta', [4000.0, 4000.0], 'angle weight')),
                   'q_vel': d('q_vel', 0.5, 'velocity weight'), 'r_u': d('r_u', 1e-4, 'per kPa²'),
-                  'r_du': d('r_du', 2e-3, 'per kPa² change'),
-                  'du_max': d('du_max', 10.0, 'kPa per period rate limit'),
+                  'r_du': d('r_du', 1e-4, 'per kPa² change'),
+                  'du_max': d('du_max', 25.0, 'kPa per period rate limit'),
                   'grid_step': d('grid_step', 0.1, 'rad, linearisation grid'),
                   'grid_lo': tuple(d('grid_lo', [0.6, 0.1], 'rad')),
                   'grid_hi': tuple(d('grid_hi', [2.0, 2.0], 'rad')), 'p_max': p_max}
