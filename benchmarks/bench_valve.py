@@ -22,6 +22,58 @@ TARGET_P99_MS = 2.0
 WIRE_MS_115200 = 14 * 10 / 115200 * 1e3   # a 14-byte SET frame at 115200 baud 8N1
 
 
+# Baseline for comparison in the same run: the same publisher -> a bare rclpy subscriber in another
+# process (no driver, no serial), which stamps each message on arrival.
+_ECHO = r"""
+import sys, time, rclpy
+from rclpy.executors import ExternalShutdownException
+from rclpy.qos import QoSHistoryPolicy, QoSProfile, QoSReliabilityPolicy
+from std_msgs.msg import Float64MultiArray
+rclpy.init()
+node = rclpy.create_node('bench_valve_echo')
+out = open(sys.argv[1], 'w')
+qos = QoSProfile(reliability=QoSReliabilityPolicy.RELIABLE, history=QoSHistoryPolicy.KEEP_LAST,
+                 depth=10)
+node.create_subscription(Float64MultiArray, '/bench_valve/baseline',
+                         lambda m: out.write(f'{time.monotonic()} {int(m.data[0])}\n'), qos)
+try:
+    rclpy.spin(node)
+except (KeyboardInterrupt, ExternalShutdownException):
+    pass
+out.close()
+"""
+
+
+def _wait_subscriber(pub, what):
+    deadline = time.monotonic() + 30
+    while pub.get_subscription_count() < 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if pub.get_subscription_count() < 1:
+        raise RuntimeError(f'{what} did not subscribe within 30 s')
+
+
+def _publish_series(pub, n, rate_hz, make):
+    """Publish make(i) for i < n at rate_hz; returns the publish time of each i."""
+    period = 1.0 / rate_hz
+    times = []
+    t_next = time.monotonic()
+    for i in range(n):
+        msg = make(i)
+        t_next += period
+        sleep = t_next - time.monotonic()
+        if sleep > 0:
+            time.sleep(sleep)
+        times.append(time.monotonic())
+        pub.publish(msg)
+    return times
+
+
+def _stats(lat_ms):
+    lat = sorted(lat_ms)
+    return {'matched': len(lat), 'p50_ms': _percentile(lat, 0.5),
+            'p99_ms': _percentile(lat, 0.99), 'max_ms': lat[-1]}
+
+
 def _percentile(sorted_vals, q):
     return sorted_vals[min(len(sorted_vals) - 1, int(q * (len(sorted_vals) - 1) + 0.5))]
 
@@ -52,43 +104,45 @@ def run(quick: bool = False, n: int = None, rate_hz: float = 500.0) -> dict:
     ctx = rclpy.Context()
     rclpy.init(context=ctx)
     node = rclpy.create_node('bench_valve', context=ctx)
-    pub = node.create_publisher(Float64MultiArray, '/valve/command',
-                                QoSProfile(reliability=QoSReliabilityPolicy.RELIABLE,
-                                           history=QoSHistoryPolicy.KEEP_LAST, depth=10))
+    qos = QoSProfile(reliability=QoSReliabilityPolicy.RELIABLE,
+                     history=QoSHistoryPolicy.KEEP_LAST, depth=10)
+    pub = node.create_publisher(Float64MultiArray, '/valve/command', qos)
+    base_pub = node.create_publisher(Float64MultiArray, '/bench_valve/baseline', qos)
+    echo_log = tmp / 'echo.txt'
+    echo = subprocess.Popen([sys.executable, '-c', _ECHO, str(echo_log)], env=env)
     codes_range = list(range(50, 340))
     kpa = [cal.code_to_kpa(c) for c in range(cal.max_code + 1)]
-    sent = {}
+
+    def pair(i):
+        return (codes_range[i % len(codes_range)],
+                codes_range[(i // len(codes_range)) % len(codes_range)])
     try:
-        deadline = time.monotonic() + 30
-        while pub.get_subscription_count() < 1 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        if pub.get_subscription_count() < 1:
-            raise RuntimeError('valve_driver did not subscribe to /valve/command within 30 s')
+        _wait_subscriber(base_pub, 'the baseline subscriber')
+        _wait_subscriber(pub, 'valve_driver')
         time.sleep(1.0)     # link handshake
-        for _ in range(50):  # warm-up, not measured
-            pub.publish(Float64MultiArray(data=[kpa[45], kpa[45]]))
-            time.sleep(1.0 / rate_hz)
-        period = 1.0 / rate_hz
-        t_next = time.monotonic()
-        for i in range(n):
-            pair = (codes_range[i % len(codes_range)],
-                    codes_range[(i // len(codes_range)) % len(codes_range)])
-            msg = Float64MultiArray(data=[kpa[pair[0]], kpa[pair[1]]])
-            t_next += period
-            sleep = t_next - time.monotonic()
-            if sleep > 0:
-                time.sleep(sleep)
-            sent[pair] = time.monotonic()
-            pub.publish(msg)
+        _publish_series(base_pub, 50, rate_hz, lambda i: Float64MultiArray(data=[-1.0, 0.0]))
+        base_sent = _publish_series(base_pub, n, rate_hz,
+                                    lambda i: Float64MultiArray(data=[float(i), 0.0]))
+        _publish_series(pub, 50, rate_hz, lambda i: Float64MultiArray(data=[kpa[45], kpa[45]]))
+        sent_list = _publish_series(pub, n, rate_hz, lambda i: Float64MultiArray(
+            data=[kpa[pair(i)[0]], kpa[pair(i)[1]]]))
+        sent = {pair(i): t for i, t in enumerate(sent_list)}
         time.sleep(0.5)
     finally:
         node.destroy_node()
         rclpy.try_shutdown(context=ctx)
-        drv.send_signal(signal.SIGINT)
-        drv.wait(10)
-        emu.send_signal(signal.SIGINT)
-        emu.communicate(timeout=10)
+        for proc in (drv, echo, emu):
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.communicate(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
 
+    base = []
+    for line in echo_log.read_text().splitlines():
+        t, i = line.split()
+        if int(i) >= 0:
+            base.append((float(t) - base_sent[int(i)]) * 1e3)
     seen = {}
     for line in log.read_text().splitlines():
         e = json.loads(line)
@@ -96,14 +150,12 @@ def run(quick: bool = False, n: int = None, rate_hz: float = 500.0) -> dict:
             key = tuple(e['codes'])
             if key in sent and key not in seen and e['t'] >= sent[key]:
                 seen[key] = e['t']
-    lat = sorted((seen[k] - sent[k]) * 1e3 for k in seen)
-    if not lat:
-        raise RuntimeError('no command reached the serial line')
-    res = {
-        'messages': n, 'rate_hz': rate_hz, 'matched': len(lat),
-        'p50_ms': _percentile(lat, 0.5), 'p99_ms': _percentile(lat, 0.99), 'max_ms': lat[-1],
-        'target_p99_ms': TARGET_P99_MS, 'wire_ms_at_115200': WIRE_MS_115200,
-    }
+    lat = [(seen[k] - sent[k]) * 1e3 for k in seen]
+    if not lat or not base:
+        raise RuntimeError('no command reached the serial line / the baseline subscriber')
+    res = dict(_stats(lat), messages=n, rate_hz=rate_hz, target_p99_ms=TARGET_P99_MS,
+               wire_ms_at_115200=WIRE_MS_115200,
+               baseline={**_stats(base), 'what': 'DDS publish -> bare rclpy subscriber'})
     res['p99_vs_target'] = res['p99_ms'] / TARGET_P99_MS
     return res
 
@@ -120,6 +172,10 @@ def main():
     print(f'  {"p50":>8} {"p99":>8} {"max":>8}   target p99   p99/target')
     print(f'  {r["p50_ms"]:7.3f}ms {r["p99_ms"]:7.3f}ms {r["max_ms"]:7.3f}ms   '
           f'{r["target_p99_ms"]:.1f} ms       {r["p99_vs_target"]:.2f}')
+    b = r['baseline']
+    print(f'  baseline, same run: {b["what"]} ({b["matched"]}/{r["messages"]})')
+    print(f'  {b["p50_ms"]:7.3f}ms {b["p99_ms"]:7.3f}ms {b["max_ms"]:7.3f}ms   '
+          f'driver/baseline p50 {r["p50_ms"] / b["p50_ms"]:.2f}, p99 {r["p99_ms"] / b["p99_ms"]:.2f}')
     print(f'  (a real 115200-baud link adds {r["wire_ms_at_115200"]:.2f} ms of wire time per frame)')
 
 

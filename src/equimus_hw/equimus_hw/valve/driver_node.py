@@ -105,7 +105,7 @@ class ValveDriver(Node):
              _float_range(1.0, 1e9)),
             ('max_kpa', HARD_MAX_KPA, f'kPa output ceiling, at most {HARD_MAX_KPA:g}',
              _float_range(0.0, HARD_MAX_KPA)),
-            ('rate_hz', 100.0, 'Hz of the internal tick (slew steps, watchdog, publishing)',
+            ('rate_hz', 120.0, 'Hz of the internal tick (slew steps, watchdog, publishing)',
              _float_range(1.0, 1000.0)),
             ('keepalive_period_s', 0.05, 's: a SET is re-sent at least this often',
              _float_range(0.001, 1.0)),
