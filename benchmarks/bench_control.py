@@ -28,16 +28,16 @@ def run(quick: bool = True) -> dict:
     from equimus_control.statics import StaticParams, holding_pressures
 
     leg = load_leg()
-    params = StaticParams.from_leg(leg, pressure_sign=-1.0)
+    params = StaticParams.from_leg(leg)
     lm = LegModel(leg.with_timestep(1 / 1200))
-    cfg = MPCConfig(valve_tau=leg.valve_time_constant, grid_lo=(0.8, 0.8), grid_hi=(1.6, 1.8))
+    cfg = MPCConfig(valve_tau=leg.valve_time_constant, grid_lo=(1.1, 0.2), grid_hi=(1.8, 1.1))
     t0 = time.perf_counter()
     grid = LinearisationGrid(lm, params, cfg)
     out = {'mpc_grid_nodes': len(grid.nodes), 'mpc_grid_build_s': time.perf_counter() - t0}
     tri = triangle_poses(params)
     duration = 6.0 if quick else 18.0
     tasks = {'triangle': Waypoints(tri, move=0.5, hold=1.5),
-             'steps': Waypoints([[1.2, 1.2], [1.0, 1.5], [1.35, 1.0]], move=0.3, hold=1.5)}
+             'steps': Waypoints([[1.4, 0.8], [1.6, 0.5], [1.45, 0.55]], move=0.3, hold=1.5)}
     compute = {}
     for task, ref in tasks.items():
         q0 = ref(0.0)[0]

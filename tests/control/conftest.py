@@ -12,7 +12,7 @@ def leg():
 @pytest.fixture(scope='session')
 def sim_params(leg):
     from equimus_control.statics import StaticParams
-    return StaticParams.from_leg(leg, pressure_sign=-1.0)
+    return StaticParams.from_leg(leg)
 
 
 @pytest.fixture(scope='session')
@@ -24,7 +24,7 @@ def leg_model(leg):
 @pytest.fixture(scope='session')
 def mpc_grid(leg_model, sim_params):
     from equimus_control.mpc import LinearisationGrid, MPCConfig
-    return LinearisationGrid(leg_model, sim_params, MPCConfig(grid_lo=(0.9, 0.9), grid_hi=(1.5, 1.8)))
+    return LinearisationGrid(leg_model, sim_params, MPCConfig(grid_lo=(1.2, 0.3), grid_hi=(1.8, 1.0)))
 
 
 @pytest.fixture(scope='session')

@@ -9,7 +9,7 @@ from equimus_control.pid import PIDController, StaticFeedforward
 from equimus_control.reference import Waypoints
 from equimus_control.statics import holding_pressures
 
-STEPS = [[1.2, 1.2], [1.0, 1.5], [1.35, 1.0]]
+STEPS = [[1.4, 0.8], [1.6, 0.5], [1.45, 0.55]]
 
 
 @pytest.mark.parametrize('kind', ['triangle', 'steps'])
@@ -25,7 +25,7 @@ def test_pid_and_mpc_beat_open_loop(kind, triangle, sim_params, leg_model, mpc_g
         elif name == 'pid':
             c = PIDController(sim_params)
         else:
-            c = LinearMPC(leg_model, sim_params, MPCConfig(grid_lo=(0.9, 0.9), grid_hi=(1.5, 1.8)),
+            c = LinearMPC(leg_model, sim_params, MPCConfig(grid_lo=(1.2, 0.3), grid_hi=(1.8, 1.0)),
                           mpc_grid)
             c.reset(p_valve=p0)
         r = run(sim, mocap, c, ref, 6.0)

@@ -22,7 +22,7 @@ def drive(sim, mocap, n, u_fn):
 
 
 def test_angles_match_mujoco_exactly_without_noise(make_sim):
-    sim, mocap = make_sim([1.2, 1.2], (6.15, 2.73))
+    sim, mocap = make_sim([1.39, 0.85], (6.15, 2.73))
     rows = drive(sim, mocap, 120, lambda t: (20.0 * (t > 0.1), 10.0))
     err = max(np.max(np.abs(e.position - q)) for e, q, *_ in rows[:1])
     assert err < 1e-9
@@ -31,7 +31,7 @@ def test_angles_match_mujoco_exactly_without_noise(make_sim):
 
 
 def test_angles_match_mujoco_within_noise(make_sim):
-    sim, mocap = make_sim([1.2, 1.2], (6.15, 2.73), position_noise=0.0005,
+    sim, mocap = make_sim([1.39, 0.85], (6.15, 2.73), position_noise=0.0005,
                           orientation_noise=0.003, seed=3)
     rows = drive(sim, mocap, 360, lambda t: (6.15 + 10 * math.sin(3 * t), 2.73 + 5 * (t > 1)))
     err = np.array([e.position - q for e, q, *_ in rows[30:]])
@@ -42,7 +42,7 @@ def test_angles_match_mujoco_within_noise(make_sim):
 
 
 def test_velocity_filter_tracks_and_beats_raw_difference(make_sim):
-    sim, mocap = make_sim([1.2, 1.2], (6.15, 2.73), orientation_noise=0.002, seed=5)
+    sim, mocap = make_sim([1.39, 0.85], (6.15, 2.73), orientation_noise=0.002, seed=5)
     rows = drive(sim, mocap, 480, lambda t: (15 + 12 * math.sin(4 * t), 6 + 5 * math.sin(3 * t)))
     est_v = np.array([r[0].velocity for r in rows[60:]])
     true_v = np.array([r[2] for r in rows[60:]])

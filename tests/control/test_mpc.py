@@ -7,15 +7,15 @@ from equimus_control.statics import holding_pressures
 
 
 def test_constraints_hold_for_random_states(leg_model, sim_params, mpc_grid):
-    cfg = MPCConfig(grid_lo=(0.9, 0.9), grid_hi=(1.5, 1.8), du_max=4.0)
+    cfg = MPCConfig(grid_lo=(1.2, 0.3), grid_hi=(1.8, 1.0), du_max=4.0)
     mpc = LinearMPC(leg_model, sim_params, cfg, mpc_grid)
     rng = np.random.default_rng(0)
     u_prev = mpc.u_last.copy()
     sat_seen = False
     for k in range(300):
-        q = rng.uniform([0.8, 0.8], [1.6, 1.9])
+        q = rng.uniform([1.1, 0.2], [1.9, 1.1])
         qd = rng.normal(0, 1.0, 2)
-        ref = rng.uniform([0.8, 0.8], [1.6, 1.9]) if k % 20 == 0 else ref
+        ref = rng.uniform([1.1, 0.2], [1.9, 1.1]) if k % 20 == 0 else ref
         u, sat, info = mpc.step(q, qd, ref)
         assert np.all(u >= 0) and np.all(u <= 50)
         assert np.all(np.abs(u - u_prev) <= cfg.du_max + 1e-9)
@@ -25,7 +25,7 @@ def test_constraints_hold_for_random_states(leg_model, sim_params, mpc_grid):
 
 
 def test_linearisation_predicts_one_period_of_mujoco(leg_model, sim_params):
-    q0 = np.array([1.2, 1.2])
+    q0 = np.array([1.45, 0.55])
     p0 = holding_pressures(q0, sim_params)
     A, B, c = linearise(leg_model, q0, p0, 1 / 120)
     assert np.all(np.abs(c) < 1e-3)                   # a true equilibrium: no drift

@@ -7,7 +7,7 @@ from equimus_control.pid import (PIDController, box_lsq, impedance_transfer,
 from equimus_control.statics import StaticParams, holding_pressures
 from equimus_sim.kinematics import actuator_lengths, actuation_jacobian
 
-P_SIM = StaticParams(pressure_sign=-1.0)
+P_SIM = StaticParams(pressure_sign=1.0)
 angle = st.floats(0.6, 2.2)
 knee = st.floats(0.1, 1.9)
 big = st.floats(-1e3, 1e3, allow_nan=False)
@@ -44,7 +44,7 @@ def test_box_lsq_is_optimal(a, b, c, d, t1, t2):
 
 
 def test_feasible_torque_is_delivered_exactly_and_saturation_reported():
-    q = np.array([1.2, 1.2])
+    q = np.array([1.45, 0.55])
     p_ff = holding_pressures(q, P_SIM)
     A = pressure_torque_matrix(q, P_SIM)
     tau = A @ np.array([2.0, -1.0])

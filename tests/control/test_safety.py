@@ -17,7 +17,7 @@ def test_joint_limit_guard_trips_and_rearms_with_margin():
     assert not s.check_state([2.35, 1.0], 0.01) and s.reason.startswith('joint_limit')
     assert not s.check_state([2.28, 1.0], 0.02)      # inside but within the re-arm margin
     assert s.check_state([2.2, 1.0], 0.03)
-    assert not s.check_state([1.2, 0.0], 0.04) and s.trips['joint_limit'] == 2
+    assert not s.check_state([1.2, -0.2], 0.04) and s.trips['joint_limit'] == 2
 
 
 def test_invalid_state_guard_trips():
@@ -86,8 +86,8 @@ def test_guards_trip_through_the_node(controller_proc):
     try:
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:                 # discovery + node start-up
-            ref.publish(JointState(name=['hip', 'knee'], position=[1.2, 1.2], velocity=[0.0, 0.0]))
-            send([1.2, 1.2], 3)
+            ref.publish(JointState(name=['hip', 'knee'], position=[1.45, 0.55], velocity=[0.0, 0.0]))
+            send([1.45, 0.55], 3)
             if any(max(d) > 0.5 for _, d in got):
                 break
         assert any(max(d) > 0.5 for _, d in got), f'controller never commanded pressure: {got[-3:]}'
@@ -97,7 +97,7 @@ def test_guards_trip_through_the_node(controller_proc):
         spin(0.2)
         assert got and all(d == [0.0, 0.0] for _, d in got[-5:]), got[-5:]
 
-        send([1.2, 1.2], 20)
+        send([1.45, 0.55], 20)
         spin(0.1)
         assert max(got[-1][1]) > 0.5                        # re-armed
         got.clear()
@@ -105,7 +105,7 @@ def test_guards_trip_through_the_node(controller_proc):
         spin(0.2)
         assert got and all(d == [0.0, 0.0] for _, d in got[-5:]), got[-5:]
 
-        send([1.2, 1.2], 20)
+        send([1.45, 0.55], 20)
         spin(0.1)
         assert max(got[-1][1]) > 0.5
         t_last = time.monotonic()

@@ -27,11 +27,11 @@ class ControllerNode(Node):
         super().__init__('controller')
         d = lambda n, v, t: declare(self, n, v, t)  # noqa: E731
         kind = d('controller', 'pid', 'pid | mpc | open_loop')
-        sign = d('pressure_sign', -1.0, '+1 pressure lengthens the actuator (rig), −1 pulls (sim)')
+        sign = d('pressure_sign', 1.0, '+1 pressure lengthens the actuator (rig and sim), −1 pulls')
         pset = d('leg_parameter_set', '', 'parameter set of config/leg.yaml ('' = as is)')
         p_max = d('p_max', 50.0, 'kPa, upper command bound')
-        safety = SafetyConfig(safe_min=tuple(d('safe_min', [0.6, 0.05], 'rad, [hip, knee]')),
-                              safe_max=tuple(d('safe_max', [2.3, 2.0], 'rad, [hip, knee]')),
+        safety = SafetyConfig(safe_min=tuple(d('safe_min', [0.6, -0.1], 'rad, [hip, knee]')),
+                              safe_max=tuple(d('safe_max', [2.5, 2.0], 'rad, [hip, knee]')),
                               stale_timeout=d('stale_timeout', 0.25, 's without a valid state'),
                               p_max=p_max)
         gains = PIDGains(kp=tuple(d('kp', [3.0, 1.5], 'N·m/rad')),
@@ -45,8 +45,8 @@ class ControllerNode(Node):
                   'r_du': d('r_du', 1e-4, 'per kPa² change'),
                   'du_max': d('du_max', 25.0, 'kPa per period rate limit'),
                   'grid_step': d('grid_step', 0.1, 'rad, linearisation grid'),
-                  'grid_lo': tuple(d('grid_lo', [0.6, 0.1], 'rad')),
-                  'grid_hi': tuple(d('grid_hi', [2.0, 2.0], 'rad')), 'p_max': p_max}
+                  'grid_lo': tuple(d('grid_lo', [1.0, 0.05], 'rad')),
+                  'grid_hi': tuple(d('grid_hi', [2.0, 1.25], 'rad')), 'p_max': p_max}
         from equimus_sim.leg_description import load_leg
         leg = load_leg(parameter_set=pset or None)
         self.params = StaticParams.from_leg(leg, pressure_sign=sign)

@@ -85,8 +85,8 @@ class MPCConfig:
     p_max: float = 50.0
     valve_tau: float = 0.2171
     grid_step: float = 0.1        # rad, operating-point grid spacing
-    grid_lo: tuple = (0.6, 0.1)
-    grid_hi: tuple = (2.0, 2.0)
+    grid_lo: tuple = (1.0, 0.05)
+    grid_hi: tuple = (2.0, 1.25)
     max_iter: int = 200
 
     @classmethod

@@ -47,8 +47,8 @@ class Waypoints:
 
 @dataclass
 class Sinusoid:
-    center: Sequence[float] = (1.2, 1.2)
-    amplitude: Sequence[float] = (0.15, 0.2)
+    center: Sequence[float] = (1.5, 0.6)
+    amplitude: Sequence[float] = (0.1, 0.15)
     frequency: float = 0.25    # Hz
     phase: Sequence[float] = (0.0, math.pi / 2)
 

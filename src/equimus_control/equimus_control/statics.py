@@ -46,17 +46,17 @@ class StaticParams:
     theta_min: tuple = (np.pi / 6, 0.0)
     theta_max: tuple = (5 * np.pi / 6, 2 * np.pi / 3)
     g: float = G
-    # +1: pressure lengthens the actuator (what the real static data show); −1: pressure pulls
-    # (shortens), the convention of the equimus_sim MuJoCo model (motor gear −1).
+    # +1: pressure lengthens the actuator (what the real static data show, and the equimus_sim
+    # MuJoCo model's convention); −1: pressure pulls (shortens), for other actuators.
     pressure_sign: float = 1.0
 
     @classmethod
-    def from_leg(cls, leg, pressure_sign: float = -1.0) -> 'StaticParams':
+    def from_leg(cls, leg, pressure_sign: float = 1.0) -> 'StaticParams':
         """From an equimus_sim LegDescription (the plant model), so feedforward matches it.
 
         Body-frame COMs at the build pose are turned into (along, perpendicular) link
         coordinates; planar x = world y, planar y = −world z (config/leg.yaml). The default
-        sign −1 is the equimus_sim convention (pressure pulls).
+        sign +1 (pressure lengthens) is the rig's and equimus_sim's convention.
         """
         hip, knee = leg.joints['hip'], leg.joints['knee']
 

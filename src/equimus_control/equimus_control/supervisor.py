@@ -17,8 +17,8 @@ VENT = np.zeros(2)
 
 @dataclass
 class SafetyConfig:
-    safe_min: tuple = (0.6, 0.05)      # rad, [hip, knee]
-    safe_max: tuple = (2.3, 2.0)
+    safe_min: tuple = (0.6, -0.1)      # rad, [hip, knee]
+    safe_max: tuple = (2.5, 2.0)
     rearm_margin: float = 0.05         # rad inside the range before venting ends
     stale_timeout: float = 0.25        # s without a valid joint state → vent
     p_max: float = 50.0
