@@ -56,12 +56,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument('--leg', default=None, help='leg YAML (default: config/leg.yaml)')
     p.add_argument('--parameter-set', default='table_v_dynamic',
                    help="starting parameter set in the leg YAML ('' for the file's values)")
+    p.add_argument('--start', default=None,
+                   help='override YAML applied after the parameter set (e.g. a previous params.yaml): '
+                        'the fit starts from it and the report compares against it')
     p.add_argument('--groups', default='effective', help="ToCenter groups: effective (13) or all (36)")
     p.add_argument('--duration', type=float, default=4.0, help='seconds per experiment (default 4)')
     p.add_argument('--params', default='paper',
                    help='free parameters: paper (Table V ten), paper+valve, static, or a comma list')
     p.add_argument('--loss', choices=('whole', 'shooting', 'both'), default='both',
                    help="DE loss; 'both' = DE on multiple shooting, refinement on the whole trajectory")
+    p.add_argument('--aggregate', choices=('mean', 'max'), default='mean',
+                   help='whole-trajectory loss over experiments: mean, or max (worst experiment)')
     p.add_argument('--horizon', type=float, default=0.3, help='multiple-shooting segment length (s)')
     p.add_argument('--sign-weight', type=float, default=0.0,
                    help='λ of the paper\'s MSE(sign θ̇) term in the whole-trajectory loss (paper: 100)')
@@ -101,8 +106,10 @@ def run_dynamic(exps, leg, a, out: pathlib.Path, log) -> dict:
     names = parse_params(a.params)
     de_loss = 'shooting' if a.loss in ('shooting', 'both') else 'whole'
     ev = D.Evaluator(exps, names, leg=leg, loss=de_loss, horizon=a.horizon, dt=a.dt,
-                     sign_weight=a.sign_weight if de_loss == 'whole' else 0.0)
-    ref = D.Evaluator(exps, names, leg=leg, loss='whole', dt=a.dt, sign_weight=a.sign_weight) \
+                     sign_weight=a.sign_weight if de_loss == 'whole' else 0.0,
+                     aggregate=a.aggregate if de_loss == 'whole' else 'mean')
+    ref = D.Evaluator(exps, names, leg=leg, loss='whole', dt=a.dt, sign_weight=a.sign_weight,
+                      aggregate=a.aggregate) \
         if a.loss == 'both' else None
     x_before = np.array([D.leg_value(leg, n) for n in names])
     ck = pathlib.Path(a.checkpoint) if a.checkpoint else out / 'checkpoint.pkl'
@@ -132,7 +139,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(msg, flush=True)
 
     try:
-        leg = load_leg(a.leg, parameter_set=a.parameter_set or None)
+        leg = load_leg(a.leg, parameter_set=a.parameter_set or None, overrides=a.start)
         inputs = data.load_any(a.inputs, groups=a.groups, duration=a.duration)
     except (data.DataError, LegDescriptionError, FileNotFoundError) as exc:
         print(f'equimus identify: {exc}', file=sys.stderr)

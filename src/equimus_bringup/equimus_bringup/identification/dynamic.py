@@ -98,7 +98,11 @@ class Evaluator:
 
     def __init__(self, experiments: Sequence[Experiment], names: Sequence[str],
                  leg: Optional[LegDescription] = None, loss: str = 'whole', horizon: float = 0.3,
-                 dt: float = DT, sign_weight: Optional[float] = None, bounds: Optional[dict] = None):
+                 dt: float = DT, sign_weight: Optional[float] = None, bounds: Optional[dict] = None,
+                 aggregate: str = 'mean'):
+        if aggregate not in ('mean', 'max'):
+            raise ValueError(f"aggregate must be 'mean' or 'max', got {aggregate!r}")
+        self.aggregate = aggregate
         if loss not in ('whole', 'shooting'):
             raise ValueError(f"loss must be 'whole' or 'shooting', got {loss!r}")
         unknown = [n for n in names if n not in BOUNDS]
@@ -259,7 +263,8 @@ class Evaluator:
                 e += self.sign_weight * np.mean((np.sign(np.diff(q_sim, axis=0))
                                                  - np.sign(np.diff(q_meas, axis=0))) ** 2)
             per.append(e)
-        return float(np.mean(per))
+        # 'max' targets the worst rollout (the paper's 'RMSE under 0.0325 for all experiments')
+        return float(np.max(per) if self.aggregate == 'max' else np.mean(per))
 
     def __call__(self, u) -> float:
         """Loss of a point in the unit cube (what the optimisers see)."""

@@ -1,0 +1,140 @@
+#!/usr/bin/env python3
+"""Identification speed and accuracy on this machine.
+
+    python benchmarks/bench_identification.py           # full: ~10 min on 2 cores
+    python benchmarks/bench_identification.py --quick   # ~1 min
+
+Measures, side by side in one run:
+- rollout throughput (simulated steps/s): a single-threaded Python mj_step loop on the leg model vs
+  the candidate evaluator (mujoco.rollout per candidate) in this process vs the same evaluator
+  mapped over a population through the process pool (all cores);
+- wall time of the dynamic identification of the 13 effective ToCenter groups (the paper's ten
+  parameters + valve τ; quick mode: a few generations only) and its mean / max RMSE;
+- full mode only: the full ground truth (all eleven parameters from a synthetic bag with mocap
+  noise) and the largest relative parameter error.
+"""
+import argparse
+import pathlib
+import sys
+import tempfile
+import time
+
+import mujoco
+import numpy as np
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+TOCENTER = (ROOT / '..' / 'shared' / 'data/equimus/physical/dynamic').resolve()
+
+
+def _tocenter():
+    from equimus_bringup.identification import data
+    return data.load_tocenter(next(TOCENTER.glob('ToCenter_*.csv')))
+
+
+def throughput(exps, workers=2, population=20) -> dict:
+    from equimus_bringup.identification import dynamic as D
+    from equimus_bringup.identification.parallel import Mapper
+    from equimus_sim.leg_model import LegModel
+    from equimus_sim.leg_description import load_leg
+    lm = LegModel(load_leg(parameter_set='table_v_dynamic').with_timestep(D.DT))
+    m, d = lm.model, mujoco.MjData(lm.model)
+    lm.reset(d, exps[0].q[0])
+    n = 20000
+    t = time.perf_counter()
+    for _ in range(n):
+        mujoco.mj_step(m, d)
+    loop = n / (time.perf_counter() - t)
+    names = list(D.PAPER_PARAMS)
+    ev = D.Evaluator(exps, names, loss='whole', sign_weight=0.0)
+    rng = np.random.default_rng(0)
+    u0 = ev.to_unit([D.leg_value(lm.leg, k) for k in names])
+    pts = [np.clip(u0 + 0.05 * rng.standard_normal(len(names)), 0, 1) for _ in range(population)]
+    ev(pts[0])
+    t = time.perf_counter()
+    for p in pts[:5]:
+        ev(p)
+    single = 5 * ev.steps_per_eval / (time.perf_counter() - t)
+    with Mapper('process', workers=workers) as mp:
+        mp(ev, pts[:workers])          # start workers, compile their models
+        t = time.perf_counter()
+        mp(ev, pts)
+        pooled = population * ev.steps_per_eval / (time.perf_counter() - t)
+    return {'mj_step_loop_steps_per_s': loop, 'evaluator_1proc_steps_per_s': single,
+            'evaluator_pool_steps_per_s': pooled, 'pool_workers': workers,
+            'steps_per_candidate': ev.steps_per_eval}
+
+
+def dynamic_fit(quick: bool) -> dict:
+    from equimus_bringup import identify_cli
+    with tempfile.TemporaryDirectory() as tmp:
+        argv = [str(next(TOCENTER.glob('ToCenter_*.csv'))), '--out', tmp, '--params', 'paper+valve',
+                '--no-plots', '--fresh']
+        argv += ['--maxiter', '3', '--refine-maxfev', '20'] if quick else []
+        t = time.perf_counter()
+        import contextlib
+        import io
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf):
+            rc = identify_cli.main(argv)
+        wall = time.perf_counter() - t
+        import yaml
+        doc = yaml.safe_load((pathlib.Path(tmp) / 'params.yaml').read_text())
+    info = doc['identification']
+    return {'fit_rc': rc, 'fit_wall_s': wall, 'fit_rmse_mean_rad': info['rmse_mean_rad'],
+            'fit_rmse_max_rad': info['rmse_max_rad'], 'fit_budget': 'quick (3 gen)' if quick else 'CLI default'}
+
+
+GT_TRUTH = {'actuators.maa.k': 300.0, 'actuators.baa.k': 95.0, 'actuators.maa.area': 3.6e-4,
+            'actuators.baa.area': 4.8e-4, 'actuators.maa.l0': 0.176, 'actuators.baa.l0': 0.262,
+            'actuators.maa.c': 15.0, 'actuators.baa.c': 20.0, 'joints.hip.damping': 0.4,
+            'joints.knee.damping': 0.08, 'valve.time_constant': 0.15}
+
+
+def ground_truth_full() -> dict:
+    from equimus_bringup import identify_cli
+    from equimus_bringup.identification import synth
+    import contextlib
+    import io
+    import yaml
+    with tempfile.TemporaryDirectory() as tmp:
+        sim = synth.simulate_steps(GT_TRUTH, hold_s=2.0)
+        bag = synth.write_bag(pathlib.Path(tmp) / 'gt_bag', sim, noise_rad=0.002)
+        t = time.perf_counter()
+        with contextlib.redirect_stdout(io.StringIO()):
+            identify_cli.main([str(bag), '--out', f'{tmp}/fit', '--params', ','.join(GT_TRUTH),
+                               '--duration', '2.0', '--popsize', '4', '--maxiter', '80',
+                               '--refine-maxfev', '600', '--no-plots', '--fresh'])
+        wall = time.perf_counter() - t
+        fitted = yaml.safe_load((pathlib.Path(tmp) / 'fit/params.yaml').read_text())['parameters']
+    rel = {k: abs(fitted[k] - v) / v for k, v in GT_TRUTH.items()}
+    worst = max(rel, key=rel.get)
+    return {'gt_wall_s': wall, 'gt_max_rel_error': rel[worst], 'gt_worst_param': worst,
+            'gt_rel_errors': rel}
+
+
+def run(quick: bool) -> dict:
+    exps = _tocenter()
+    out = throughput(exps if not quick else [e.head(2.0) for e in exps])
+    out['pool_speedup_vs_mj_step_loop'] = out['evaluator_pool_steps_per_s'] / out['mj_step_loop_steps_per_s']
+    out.update(dynamic_fit(quick))
+    if not quick:
+        out.update(ground_truth_full())
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument('--quick', action='store_true')
+    r = run(ap.parse_args().quick)
+    print(f"{'measure':40s} value")
+    for k, v in r.items():
+        if isinstance(v, dict):
+            v = ', '.join(f'{a.split(".", 1)[-1]} {b:.3f}' for a, b in v.items())
+        elif isinstance(v, float):
+            v = f'{v:,.4g}'
+        print(f'{k:40s} {v}')
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
