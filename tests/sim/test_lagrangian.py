@@ -69,11 +69,12 @@ def test_damping_only_removes_energy():
     assert np.all(np.diff(E) <= 1e-9) and E[-1] < E[0] - 0.01
 
 
-def test_forces_enter_as_minus_jacobian_transpose():
+def test_pressure_forces_enter_as_jacobian_transpose():
+    # F = S·P extends the actuator: it is a negative tension, τ = −J_Aᵀ(−F) = J_Aᵀ F.
     for q, _ in STATES:
         F = np.array([12.0, 7.0])
         dQ = LAG.static_residual(q, F) - LAG.static_residual(q, [0.0, 0.0])
-        np.testing.assert_allclose(dQ, K.joint_torques(q, F, LEG.geometry), atol=1e-12)
+        np.testing.assert_allclose(dQ, K.joint_torques(q, -F, LEG.geometry), atol=1e-12)
 
 
 def test_statics_balancing_forces_and_equilibrium():
@@ -106,5 +107,8 @@ def test_massless_limit_matches_pure_mujoco():
         traj.append(lm.joint_angles(d))
     sol = lag.simulate(q0, F, np.arange(n + 1) * leg.timestep)
     err = np.array(traj) - sol.y[:2].T
-    assert np.ptp(sol.y[0]) > 0.05            # it moved
-    assert np.max(np.abs(err)) < 2e-4, np.max(np.abs(err), axis=0)
+    motion = np.ptp(sol.y[:2], axis=1)
+    assert motion[0] > 0.05            # it moved
+    # Agreement to 0.2 % of each joint's motion. Measured 0.04 % / 0.055 % at dt 1 ms, halving with
+    # dt (MuJoCo's first-order integration error), so a model mismatch would stand out.
+    assert np.all(np.max(np.abs(err), axis=0) < 0.002 * motion), (np.max(np.abs(err), axis=0), motion)

@@ -110,7 +110,7 @@ def test_point_masses_sum_to_actuator_mass_in_321_ratio():
         sum(b.mass for b in LEG.bodies.values()))
 
 
-def test_pressure_pulls_and_loops_stay_closed_while_swinging():
+def test_pressure_extends_and_loops_stay_closed_while_swinging():
     lm = LegModel(LEG)
     d = mujoco.MjData(lm.model)
     lm.reset(d, [1.2, 0.8])
@@ -122,10 +122,14 @@ def test_pressure_pulls_and_loops_stay_closed_while_swinging():
         mujoco.mj_step(lm.model, d)
         worst = max(worst, np.max(lm.loop_residuals(d)))
     assert worst < 1e-4, worst
-    # A pulling MAA shortens it relative to the unpressurised equilibrium.
+    # Pressure lengthens each actuator, as on the rig (StaticPoint_all_36.csv: l1 grows with P1,
+    # l2 with P2) and the hip opens with P_MAA.
     q0 = lm.static_equilibrium([0, 0])
     q1 = lm.static_equilibrium([40, 0])
-    assert K.actuator_lengths(q1, LEG.geometry)[0] < K.actuator_lengths(q0, LEG.geometry)[0] - 0.01
+    q2 = lm.static_equilibrium([0, 40])
+    l0, l1, l2 = (K.actuator_lengths(q, LEG.geometry) for q in (q0, q1, q2))
+    assert l1[0] > l0[0] + 0.01 and q1[0] > q0[0] + 0.1
+    assert l2[1] > l0[1] + 0.01
 
 
 def test_bad_inputs_are_rejected():

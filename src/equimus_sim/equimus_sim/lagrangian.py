@@ -7,7 +7,7 @@ uniform rod between its anchors A and B with
     kinetic energy      T = m/6 (v_A·v_B + v_A² + v_B²)            (Eq. 4)
     gravity             V_g = ½ m g k·(r_A + r_B)                   (Eq. 2)
     elastic             V_e = ½ k (l − l0)²                         (Eq. 10)
-    virtual work        δW = −(F + c l̇) δl                          (Eq. 11, F > 0 pulls)
+    virtual work        δW = (F − c l̇) δl                           (Eq. 11; F = S·P > 0 extends)
 
 plus the rigid links' energies and viscous joint damping. The Euler–Lagrange equations give
 M(θ) θ̈ + b(θ, θ̇) = Q(θ, θ̇, F), integrated with scipy's solve_ivp at tight tolerances.
@@ -162,7 +162,7 @@ class LagrangianLeg:
             r = rB - rA
             L = np.linalg.norm(r)
             dl = (r / L) @ (JB - JA)              # ∂l/∂θ
-            tension = a.k * (L - a.l0) + a.c * (dl @ qd) + F
+            tension = a.k * (L - a.l0) + a.c * (dl @ qd) - F
             Q -= dl * tension
         return M, b, Q
 
@@ -188,7 +188,7 @@ class LagrangianLeg:
 
     def simulate(self, q0, forces, t_eval, qd0=None, rtol=1e-10, atol=1e-12, method='DOP853',
                  events=None):
-        """Integrate from (q0, qd0) under constant forces F (N, > 0 pulls). Returns solve_ivp's result;
+        """Integrate from (q0, qd0) under constant forces F (N, > 0 extends). Returns solve_ivp's result;
         .y[:n] are the angles at t_eval."""
         n = self.n
         F = np.asarray(forces, float)

@@ -68,7 +68,7 @@ class Actuator:
     pressure_max_kpa: float = 50.0
 
     def force(self, p_kpa: float) -> float:
-        """F = S·P in newtons (P in kPa); positive pulls."""
+        """F = S·P in newtons (P in kPa); positive extends the actuator."""
         return self.area * 1e3 * float(p_kpa)
 
 

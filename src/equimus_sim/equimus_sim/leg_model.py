@@ -1,7 +1,7 @@
 """LegModel: a thin handle around a built MjModel that speaks in the paper's quantities.
 
 Joint angles are the paper's θ (hinge qpos with ref = build angle, so no offset); forces are the
-actuator tensions F = S·P (N, positive pulls); pressures are kPa. Works for both variants and any
+actuator tensions F = S·P (N, positive extends the actuator, as pressure does on the rig); pressures are kPa. Works for both variants and any
 number of joints/actuators in the description.
 """
 from __future__ import annotations
@@ -69,7 +69,7 @@ class LegModel:
         return self.areas * 1e3 * self._vector(p_kpa, self.actuator_names, 'pressures')
 
     def set_forces(self, data: mujoco.MjData, forces: ArrayLike) -> np.ndarray:
-        """Write actuator tensions F (N, ≥ 0 pulls) to ctrl; every segment motor of an actuator gets F."""
+        """Write actuator tensions F (N, ≥ 0 extends) to ctrl; every segment motor of an actuator gets F."""
         F = self._vector(forces, self.actuator_names, 'forces')
         if not np.all(np.isfinite(F)):
             raise ValueError(f'forces must be finite, got {F}')

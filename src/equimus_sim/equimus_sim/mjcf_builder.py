@@ -3,11 +3,11 @@
 'equimus' (paper Sec. III): each actuator of mass m becomes three point-mass bodies on its line
 at ξ = 0, ½, 1 (m/6, 2m/3, m/6). The first hangs on a hinge at the base anchor, the other two on
 slide joints along the line (each segment: stiffness 2k, damping 2c, rest length l0/2 through
-`springref`, force F from a motor with gear −1 so that ctrl = F > 0 shortens). A joint equality
+`springref`, force F from a motor with gear +1 so that ctrl = F = S·P > 0 extends, as pressure does on the rig). A joint equality
 keeps the two segments equal, a connect equality closes the loop onto the tip anchor's body.
 
 'pure' (Table VI 'PureMuJoCo'): a massless spatial tendon between the two anchors with stiffness
-k, damping c, spring length l0 and one motor (gear −1); no extra bodies or constraints.
+k, damping c, spring length l0 and one motor (gear +1); no extra bodies or constraints.
 
 Only the skeleton's inertial values carry mass; optional meshes are visual (no mass, no contact).
 The swing plane is the world y–z plane: all hinge axes must be parallel.
@@ -121,7 +121,7 @@ def build_mjcf(leg: Optional[LegDescription] = None, variant: str = 'equimus', *
                      width=0.003)
             _sub(t, 'site', site=f'{a.name}_base')
             _sub(t, 'site', site=f'{a.name}_tip')
-            _sub(actuator, 'motor', name=a.name, tendon=a.name, gear=[-1.0], ctrlrange=[0.0, fmax])
+            _sub(actuator, 'motor', name=a.name, tendon=a.name, gear=[1.0], ctrlrange=[0.0, fmax])
             continue
         pa, pb = anchor_world(leg, a.base), anchor_world(leg, a.tip)
         lb = float(np.linalg.norm(pb - pa))
@@ -144,7 +144,7 @@ def build_mjcf(leg: Optional[LegDescription] = None, variant: str = 'equimus', *
         _sub(equality, 'joint', name=f'{a.name}_mid', joint1=s_names[0], joint2=s_names[1],
              polycoef=[0, 1, 0, 0, 0], solref=solref, solimp=list(leg.equality_solimp))
         for s in s_names:
-            _sub(actuator, 'motor', name=s, joint=s, gear=[-1.0], ctrlrange=[0.0, fmax])
+            _sub(actuator, 'motor', name=s, joint=s, gear=[1.0], ctrlrange=[0.0, fmax])
     for el in (tendon, equality, actuator):
         if len(el):
             root.append(el)
