@@ -34,6 +34,11 @@ def spin_main(node_factory, args=None):
         rclpy.spin(node)
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
+    except RuntimeError:
+        # Ctrl-C can shut the context down while the executor is taking a message; rclpy then
+        # raises from take_message. That is a shutdown, not a failure; anything else is re-raised.
+        if rclpy.ok():
+            raise
     finally:
         if node is not None:
             node.destroy_node()
