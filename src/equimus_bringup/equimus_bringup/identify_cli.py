@@ -3,7 +3,8 @@
 Static CSVs (StaticPoint_*.csv) give the static regression of (k, S); bags and ToCenter CSVs give
 step experiments for the dynamic fit (differential evolution + local refinement, candidates
 evaluated through a process pool). Writes into --out:
-  params.yaml   leg_description overrides (load_leg(overrides=...), sim node leg_overrides)
+  params.yaml   leg_description overrides (load_leg(overrides=...); sim node parameter
+                parameter_overrides, launch argument leg_overrides)
   report.md     parameters before/after, per-experiment RMSE and MaxAE per joint
   trajectories.png  measured vs simulated (before and after)
   checkpoint.pkl    DE state after every generation (rerun the same command to resume)

@@ -29,7 +29,7 @@ def write_params_yaml(path, parameters: dict, info: Optional[dict] = None) -> pa
            'identification': dict(info or {}, written=datetime.datetime.now().isoformat(timespec='seconds'))}
     with open(path, 'w') as f:
         f.write('# EquiMus leg parameters fitted by `equimus identify` (leg_description overrides).\n'
-                '# Use: load_leg(overrides=<this file>), or the sim node parameter leg_overrides:=<this file>.\n')
+                '# Use: load_leg(overrides=<this file>), sim node parameter parameter_overrides:=<this file>, launch argument leg_overrides:=<this file>.\n')
         yaml.safe_dump(doc, f, sort_keys=False)
     return path
 
