@@ -25,6 +25,7 @@ setup(
         'console_scripts': [
             'recorder = equimus_bringup.recorder_node:main',
             'equimus = equimus_bringup.cli:main',
+            'rig_emulator = equimus_bringup.rig_emulator:main',
         ],
     },
 )

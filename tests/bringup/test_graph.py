@@ -36,9 +36,9 @@ def test_emulators_only_on_request_and_valve_driver_stops_last():
     emu = describe_graph('hardware', {'emulator': 'true', 'serial_port': '/tmp/dac'})
     assert not any(not s.is_ros_node for s in plain)
     tools = [s for s in emu if not s.is_ros_node]
-    assert {s.name for s in tools} == {'natnet_emulator', 'dac_board_emulator'}
+    assert [s.name for s in tools] == ['rig_emulator'] and '/tmp/dac' in tools[0].arguments
     order = [s.name for s in sorted(emu, key=lambda s: s.shutdown_rank)]
-    assert order[-2:] == ['valve_driver', 'dac_board_emulator']
+    assert order[-2:] == ['valve_driver', 'rig_emulator']
     assert order[0] == 'reference'
 
 

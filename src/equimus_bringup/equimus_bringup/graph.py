@@ -34,7 +34,7 @@ ARGUMENTS: Dict[str, Tuple[str, str]] = {
     'natnet_command_port': ('1510', 'NatNet command port of the server'),
     'natnet_data_port': ('1511', 'NatNet data port'),
     'serial_port': ('/dev/ttyACM0', 'serial device of the valve DAC board'),
-    'emulator': ('false', 'hardware mode only: start the NatNet and DAC board emulators'),
+    'emulator': ('false', 'hardware mode only: run against rig_emulator (simulated leg behind NatNet and DAC board emulators)'),
     'auto_arm': ('false', 'hardware mode: arm the valve driver at start (default: start disarmed)'),
     'params_file': ('', 'extra ROS parameter file applied to every node after the defaults'),
     'config_dir': ('', 'folder with the default parameter files (default: the installed share)'),
@@ -44,7 +44,7 @@ ARGUMENTS: Dict[str, Tuple[str, str]] = {
 # Lower rank stops first on shutdown: the loop is opened from the top, the valve driver vents last.
 SHUTDOWN_RANK = {
     'reference': 0, 'controller': 1, 'estimator': 2, 'natnet_bridge': 3, 'sim': 3,
-    'recorder': 4, 'natnet_emulator': 5, 'valve_driver': 6, 'dac_board_emulator': 7,
+    'recorder': 4, 'valve_driver': 5, 'rig_emulator': 6,
 }
 
 
@@ -125,15 +125,14 @@ def describe_graph(mode: str, overrides: Optional[Mapping[str, str]] = None) -> 
              'variant': args['variant'], 'parameter_overrides': args['leg_overrides']}))
     else:
         if _truthy(args['emulator']):
+            # The simulated leg behind a DAC board emulator (pty) and a NatNet server emulator.
             specs.append(ProcessSpec(
-                'natnet_emulator', 'equimus_hw', 'natnet_emulator', is_ros_node=False,
-                arguments=['--command-port', args['natnet_command_port'],
+                'rig_emulator', 'equimus_bringup', 'rig_emulator', is_ros_node=False,
+                arguments=['--link', args['serial_port'], '--address', args['natnet_server'],
+                           '--command-port', args['natnet_command_port'],
                            '--data-port', args['natnet_data_port'],
-                           '--address', args['natnet_server'],
-                           '--multicast' if _truthy(args['natnet_multicast']) else '--unicast']))
-            specs.append(ProcessSpec(
-                'dac_board_emulator', 'equimus_hw', 'dac_board_emulator', is_ros_node=False,
-                arguments=['--link', args['serial_port']]))
+                           '--multicast' if _truthy(args['natnet_multicast']) else '--unicast',
+                           *(['--leg-overrides', args['leg_overrides']] if args['leg_overrides'] else [])]))
         specs.append(ProcessSpec(
             'natnet_bridge', 'equimus_hw', 'natnet_bridge', _files(args, 'natnet.yaml'),
             dict(common, server_address=args['natnet_server'], local_address=args['natnet_local'],

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -24,7 +25,8 @@ from equimus_bringup.supervisor import GraphError, Supervisor
 class ClockWatch:
     """Follows /clock from a small rclpy node of its own."""
 
-    def __init__(self):
+    def __init__(self, wall: bool = False):
+        """wall=True: no /clock (the hardware graph); progress is wall time since the first message."""
         import rclpy
         from rclpy.qos import QoSProfile, ReliabilityPolicy
         from rosgraph_msgs.msg import Clock
@@ -33,6 +35,10 @@ class ClockWatch:
         self.node = rclpy.create_node('main_job_clock')
         self.first = None
         self.now = 0.0
+        self.wall = wall
+        self.t0 = time.monotonic()
+        if wall:
+            return
         self.node.create_subscription(Clock, '/clock', self._on_clock,
                                  QoSProfile(depth=1, reliability=ReliabilityPolicy.BEST_EFFORT))
 
@@ -46,6 +52,8 @@ class ClockWatch:
         end = time.monotonic() + seconds
         while time.monotonic() < end:
             self.rclpy.spin_once(self.node, timeout_sec=0.02)
+        if self.wall:
+            self.now = time.monotonic() - self.t0
 
     def close(self):
         self.node.destroy_node()
@@ -54,6 +62,9 @@ class ClockWatch:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument('--mode', default='sim', choices=('sim', 'hardware'),
+                   help='sim: lockstep simulation; hardware: the real-rig graph against rig_emulator '
+                        '(NatNet + DAC board emulators around the simulated leg), in real time')
     p.add_argument('--controller', default='pid', choices=('pid', 'mpc', 'open_loop'))
     p.add_argument('--reference', default='triangle')
     p.add_argument('--duration', type=float, default=15.0, help='sim seconds to run (default 15)')
@@ -67,17 +78,23 @@ def main(argv=None) -> int:
     run_dir.mkdir(parents=True, exist_ok=True)
     bag_path = (run_dir / 'bag').resolve()
     overrides = {'controller': ns.controller, 'reference': ns.reference, 'record': 'true',
-                 'bag': str(bag_path), 'sim_mode': 'lockstep'}
+                 'bag': str(bag_path)}
+    if ns.mode == 'sim':
+        overrides['sim_mode'] = 'lockstep'
+    else:
+        port = 20000 + os.getpid() % 20000
+        overrides.update(emulator='true', auto_arm='true', serial_port=str(run_dir.resolve() / 'dac'),
+                         natnet_command_port=str(port), natnet_data_port=str(port + 1))
     for item in ns.set:
         key, _, value = item.partition(':=')
         overrides[key] = value
-    specs = describe_graph('sim', overrides)
+    specs = describe_graph(ns.mode, overrides)
     log_path = run_dir / 'graph.log'
-    print(f'[main] sim graph: {", ".join(s.name for s in specs)}; controller {ns.controller}, '
-          f'reference {ns.reference}, {ns.duration:.0f} s sim time; node logs in {log_path}', flush=True)
+    print(f'[main] {ns.mode} graph: {", ".join(s.name for s in specs)}; controller {ns.controller}, '
+          f'reference {ns.reference}, {ns.duration:.0f} s; node logs in {log_path}', flush=True)
 
     sup = Supervisor(specs, echo=False)
-    watch = ClockWatch()
+    watch = ClockWatch(wall=ns.mode == 'hardware')
     wall0 = time.monotonic()
     try:
         sup.start()
@@ -114,7 +131,7 @@ def main(argv=None) -> int:
           f'exit codes {codes}', flush=True)
 
     plot_path = run_dir / 'tracking.png'
-    summary = report(bag_path, plot_path, title=f'EquiMus sim, {ns.controller}, {ns.reference}', settle=0.5)
+    summary = report(bag_path, plot_path, title=f'EquiMus {ns.mode}, {ns.controller}, {ns.reference}', settle=0.5)
     print('\n' + summary.table())
     (run_dir / 'summary.json').write_text(json.dumps(summary.__dict__, indent=2))
     print(f'\nbag:  {bag_path}\nplot: {plot_path}\nsummary: {run_dir / "summary.json"}')

@@ -57,8 +57,9 @@ class Summary:
         lines = [f'run length (sim time): {self.duration:.2f} s']
         lines.append(f'{"joint":6s} {"tracking RMSE":>14s} {"tracking MaxAE":>15s} {"estimator RMSE":>15s}')
         for j in JOINTS:
-            lines.append(f'{j:6s} {self.rmse.get(j, np.nan):11.4f} rad {self.maxae.get(j, np.nan):12.4f} rad '
-                         f'{self.estimator_rmse.get(j, np.nan):12.5f} rad')
+            est = self.estimator_rmse.get(j)
+            est_txt = f'{est:12.5f} rad' if est is not None else '   n/a (no ground truth)'
+            lines.append(f'{j:6s} {self.rmse.get(j, np.nan):11.4f} rad {self.maxae.get(j, np.nan):12.4f} rad {est_txt}')
         lines.append(f'valve commands: {self.pressure_min:.2f} .. {self.pressure_max:.2f} kPa '
                      '(hard limit 0 .. 50 kPa)')
         lines.append('messages: ' + ', '.join(f'{k} {v}' for k, v in sorted(self.counts.items())))
@@ -83,9 +84,11 @@ def summarize(series: Dict[str, Series], settle: float = 0.0) -> Summary:
         s.maxae[j] = float(np.max(np.abs(e)))
     est = series.get('/joint_states')
     if est is not None and '/sim/joint_states' in series:
+        # Only where both were recorded (the recorder may discover the topics at different times).
+        inside = (est.t >= truth.t[0]) & (est.t <= truth.t[-1])
         for i, j in enumerate(JOINTS):
             tr = np.interp(est.t, truth.t, truth.values[:, i])
-            ok = np.isfinite(est.values[:, i])
+            ok = inside & np.isfinite(est.values[:, i])
             s.estimator_rmse[j] = float(np.sqrt(np.mean((est.values[ok, i] - tr[ok]) ** 2)))
     cmd = series.get('/valve/command')
     if cmd is not None:

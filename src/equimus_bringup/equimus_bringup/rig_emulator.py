@@ -1,0 +1,139 @@
+"""An emulated rig: the simulated leg behind the real-rig protocols, for the hardware graph.
+
+One process holds a DAC board emulator on a pseudo-terminal (the valve driver's serial port), a
+NatNet server emulator (what the NatNet bridge connects to) and the MuJoCo leg between them:
+every 1/120 s it reads the valve pressures the board emulator's valve model has reached, applies
+them to the leg, steps the physics in real time and streams the rigid-body poses over NatNet.
+So `hardware.launch.py emulator:=true` closes the same loop as the real rig, through real bytes on
+a serial line and real UDP packets, with no ROS in this process.
+
+    rig_emulator --link /tmp/equimus_dac --command-port 1510 --data-port 1511 --multicast
+"""
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+import time
+from typing import List, Optional
+
+from equimus_hw.natnet.emulator import NatNetEmulator
+from equimus_hw.valve.board_emulator import BoardEmulator
+from equimus_sim.leg_description import load_leg
+from equimus_sim.leg_model import LegModel
+from equimus_sim.mocap import MocapConfig, VirtualMocap
+from equimus_sim.simulator import LegSimulator
+
+BODIES = ('base', 'thigh', 'calf')
+# The board emulator's valve model is the valve; the simulator's own lag is made negligible.
+NO_LAG_TAU = 1e-9
+
+
+class EmulatedRig:
+    """Board emulator → leg physics → NatNet emulator, paced at the mocap rate."""
+
+    def __init__(self, link: str, natnet: NatNetEmulator, rate: float = 120.0,
+                 leg_overrides: Optional[str] = None, position_noise: float = 0.0, seed: int = 0):
+        leg = load_leg(None, leg_overrides or None)
+        self.board = BoardEmulator(channels=len(leg.actuators), link=link, tau_s=leg.valve_time_constant)
+        lm = LegModel(leg.with_timestep(1.0 / (rate * 5)))
+        self.sim = LegSimulator(lm, tau=NO_LAG_TAU, p_max=lm.pressure_max_kpa)
+        self.mocap = VirtualMocap(MocapConfig(rate=rate, position_noise=position_noise, seed=seed))
+        self.natnet = natnet
+        self.period = 1.0 / rate
+        self.frames = 0
+        self.overruns = 0
+        self._stop = threading.Event()
+
+    @property
+    def serial_port(self) -> str:
+        return self.board.link or self.board.slave_path
+
+    def tick(self) -> None:
+        """One mocap period: valve pressures in, physics, poses out."""
+        self.sim.set_command(self.board.pressures())
+        self.sim.advance(self.period)
+        frame = self.mocap.capture(self.sim.time, self.sim.body_poses(BODIES))
+        self.frames += 1
+        if frame is None:
+            return
+        for name, pose in frame.bodies.items():
+            w, x, y, z = pose.orientation
+            self.natnet.set_pose(name, pose.position, (x, y, z, w), tracked=pose.tracked)
+
+    def run(self, duration: float = 0.0) -> None:
+        """Real-time loop on absolute deadlines until stop() (or `duration` s)."""
+        start = time.monotonic()
+        deadline = start
+        while not self._stop.is_set():
+            self.tick()
+            deadline += self.period
+            delay = deadline - time.monotonic()
+            if delay > 0:
+                self._stop.wait(delay)
+            elif delay < -0.25:
+                self.overruns += 1
+                deadline = time.monotonic()
+            if duration and time.monotonic() - start >= duration:
+                break
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def __enter__(self):
+        self.board.start()
+        self.natnet.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+        self.natnet.stop()
+        self.board.close()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog='rig_emulator', description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument('--link', default='/tmp/equimus_dac', help='symlink to the board pty (the driver opens it)')
+    p.add_argument('--version', default='4.1', choices=['3.0', '3.1', '4.0', '4.1'], help='NatNet bitstream')
+    p.add_argument('--address', default='127.0.0.1')
+    p.add_argument('--command-port', type=int, default=1510)
+    p.add_argument('--data-port', type=int, default=1511)
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument('--multicast', dest='multicast', action='store_true', default=True)
+    mode.add_argument('--unicast', dest='multicast', action='store_false')
+    p.add_argument('--rate', type=float, default=120.0, help='mocap rate (Hz)')
+    p.add_argument('--leg-overrides', default='', help='fitted-parameter YAML for the emulated leg')
+    p.add_argument('--position-noise', type=float, default=0.0002, help='mocap noise σ (m)')
+    p.add_argument('--duration', type=float, default=0.0, help='stop after this many s (0 = run)')
+    return p
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    a = build_parser().parse_args(argv)
+    natnet = NatNetEmulator(version=a.version, address=a.address, command_port=a.command_port,
+                            data_port=a.data_port, multicast=a.multicast, rate_hz=a.rate, bodies=BODIES)
+    try:
+        rig = EmulatedRig(a.link, natnet, rate=a.rate, leg_overrides=a.leg_overrides,
+                          position_noise=a.position_noise)
+    except (OSError, ValueError) as exc:
+        print(f'rig_emulator: cannot start: {exc}', file=sys.stderr)
+        return 2
+    signal.signal(signal.SIGTERM, lambda *_: rig.stop())
+    with rig:
+        print(f'rig_emulator: DAC board on {rig.serial_port}; NatNet {a.version} on '
+              f'{a.address}:{a.command_port}/{a.data_port} ({"multicast" if a.multicast else "unicast"})',
+              flush=True)
+        try:
+            rig.run(a.duration)
+        except KeyboardInterrupt:
+            pass
+    print(f'rig_emulator: {rig.frames} frames, {rig.overruns} overruns, '
+          f'board watchdog trips {rig.board.watchdog_trips}, '
+          f'code-limit violations {len(rig.board.invariant_violations)}', flush=True)
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
