@@ -5,6 +5,7 @@
     equimus args                                list the launch arguments
     equimus bag repair <bag>                    make a bag cut short by a crash readable again
     equimus bag info <bag>                      topics, counts and rates of a bag
+    equimus identify <bags or CSVs> --out fit/  fit the model to recordings (see --help)
 """
 from __future__ import annotations
 
@@ -68,6 +69,10 @@ def cmd_bag(ns: argparse.Namespace) -> int:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ['identify']:
+        from equimus_bringup.identify_cli import main as identify
+        return identify(argv[1:])
     parser = argparse.ArgumentParser(prog='equimus', description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest='command', required=True)
@@ -78,6 +83,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.set_defaults(func=cmd_launch)
     p = sub.add_parser('args', help='list launch arguments')
     p.set_defaults(func=cmd_args)
+    sub.add_parser('identify', help='system identification from bags or CSVs (equimus identify --help)')
     p = sub.add_parser('bag', help='inspect or repair a recorded bag')
     p.add_argument('action', choices=('info', 'repair'))
     p.add_argument('path')
