@@ -16,7 +16,7 @@ class ReferenceNode(Node):
     def __init__(self):
         super().__init__('reference')
         d = lambda n, v, t: declare(self, n, v, t)  # noqa: E731
-        kind = d('kind', 'triangle', 'triangle | steps | sine')
+        kind = d('trajectory', 'triangle', 'triangle | step | sine | hold')
         rate = d('rate', 120.0, 'Hz, publication rate in the node clock')
         move, hold = d('move', 0.5, 's per move'), d('hold', 1.5, 's per hold')
         tri = d('triangle_kpa', [6.15, 2.73, 3.76, 7.26, 19.80, 8.52], 'kPa pairs, flat')
@@ -25,6 +25,7 @@ class ReferenceNode(Node):
         center = d('sine_center', [1.5, 0.6], 'rad')
         amp = d('sine_amplitude', [0.1, 0.15], 'rad')
         freq = d('sine_frequency', 0.25, 'Hz')
+        hold_pose = d('hold_pose', [1.3909, 0.8533], 'rad, pose for trajectory hold')
         if rate <= 0:
             raise ValueError(f'parameter rate must be > 0 Hz, got {rate}')
         if kind == 'triangle':
@@ -34,11 +35,15 @@ class ReferenceNode(Node):
             poses = triangle_poses(params, np.reshape(tri, (-1, 2)))
             self.traj = make_reference('triangle', poses=poses, move=move, hold=hold)
             self.get_logger().info(f'triangle poses (rad): {np.round(poses, 4).tolist()}')
-        elif kind == 'steps':
+        elif kind in ('step', 'steps'):
             self.traj = make_reference('steps', poses=np.reshape(steps, (-1, 2)), move=move,
                                        hold=hold)
-        else:
+        elif kind == 'hold':
+            self.traj = make_reference('steps', poses=[hold_pose], move=0.0, hold=1.0)
+        elif kind == 'sine':
             self.traj = make_reference(kind, center=center, amplitude=amp, frequency=freq)
+        else:
+            raise ValueError(f"parameter trajectory={kind!r}: use triangle, step, sine or hold")
         self.kind = kind
         self.t0 = None
         self.count = 0
