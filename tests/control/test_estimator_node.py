@@ -1,0 +1,92 @@
+"""The estimator node over DDS: angles from PoseStamped triples, held then invalid (NaN) when a
+body loses tracking, diagnostics levels follow."""
+import math
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+rclpy = pytest.importorskip('rclpy')
+
+
+def _quat_about_minus_x(a):
+    return (-math.sin(a / 2), 0.0, 0.0, math.cos(a / 2))
+
+
+def test_estimator_node_angles_hold_and_invalid():
+    from diagnostic_msgs.msg import DiagnosticArray
+    from geometry_msgs.msg import PoseStamped
+    from rclpy.qos import qos_profile_sensor_data
+    from sensor_msgs.msg import JointState
+    from equimus_control.ros_common import DIAG_QOS
+
+    proc = subprocess.Popen([sys.executable, '-m', 'equimus_control.estimator_node', '--ros-args',
+                             '-p', 'max_hold:=0.05'],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    rclpy.init()
+    node = rclpy.create_node('estimator_probe')
+    states, diags = [], []
+    node.create_subscription(JointState, '/joint_states', lambda m: states.append(m),
+                             qos_profile_sensor_data)
+    node.create_subscription(DiagnosticArray, '/diagnostics',
+                             lambda m: diags.extend(s for s in m.status
+                                                    if s.name.startswith('estimator')), DIAG_QOS)
+    pubs = {b: node.create_publisher(PoseStamped, f'/mocap/{b}/pose', qos_profile_sensor_data)
+            for b in ('base', 'thigh', 'calf')}
+    frame = [0]
+
+    def send(q1, q2, lost=False):
+        frame[0] += 1
+        sec, ns = divmod(frame[0] * 8_333_333, 1_000_000_000)
+        quats = {'base': (0.0, 0.0, 0.0, 1.0), 'thigh': _quat_about_minus_x(q1 - math.pi / 2),
+                 'calf': _quat_about_minus_x(q1 + q2 - math.pi)}
+        for b, pub in pubs.items():
+            m = PoseStamped()
+            m.header.stamp.sec, m.header.stamp.nanosec = sec, ns
+            m.header.frame_id = 'mocap'
+            x, y, z, w = quats[b]
+            if lost and b == 'calf':
+                x = y = z = w = math.nan
+                m.pose.position.x = m.pose.position.y = m.pose.position.z = math.nan
+            m.pose.orientation.x, m.pose.orientation.y = x, y
+            m.pose.orientation.z, m.pose.orientation.w = z, w
+            pub.publish(m)
+        rclpy.spin_once(node, timeout_sec=0.005)
+
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and not states:
+            send(1.4, 0.8)
+            time.sleep(0.008)
+        assert states, 'estimator published nothing'
+        for _ in range(30):
+            send(1.4, 0.8)
+        end = time.monotonic() + 0.5
+        while time.monotonic() < end:
+            rclpy.spin_once(node, timeout_sec=0.01)
+        last = states[-1]
+        assert list(last.name) == ['hip', 'knee']
+        assert np.allclose(last.position, [1.4, 0.8], atol=1e-6)
+        n0 = len(states)
+        for _ in range(12):                       # 100 ms of lost calf tracking
+            send(1.4, 0.8, lost=True)
+        end = time.monotonic() + 0.5
+        while time.monotonic() < end:
+            rclpy.spin_once(node, timeout_sec=0.01)
+        lost = states[n0:]
+        assert lost, 'nothing published while tracking was lost'
+        held = [s for s in lost if np.all(np.isfinite(s.position))]
+        invalid = [s for s in lost if np.all(np.isnan(s.position))]
+        assert held and np.allclose(held[0].position, [1.4, 0.8]) and held[0].velocity[0] == 0.0
+        assert invalid and lost[-1] in invalid
+        levels = {d.level for d in diags}
+        assert bytes([2]) in levels or 2 in levels, levels   # ERROR reported
+    finally:
+        node.destroy_node()
+        rclpy.try_shutdown()
+        proc.send_signal(signal.SIGINT)
+        out = proc.communicate(timeout=15)[0]
+    assert 'Traceback' not in out, out
