@@ -113,6 +113,8 @@ class NatNetBridge(Node):
         return pub
 
     def _on_frame(self, ev: FrameEvent) -> None:
+        if self._stop.is_set() or not self.context.ok():
+            return  # shutting down (Ctrl-C invalidates the context before the receive thread stops)
         now = self.get_clock().now()
         age = (time.perf_counter_ns() - ev.arrival_ns) / 1e9 + ev.exposure_age_s
         stamp = (now - Duration(nanoseconds=int(age * 1e9))).to_msg()
