@@ -132,8 +132,7 @@ class LinearMPC:
         self.a_valve = math.exp(-cfg.period / cfg.valve_tau)
         self.node_key = None
         self._build_constraints()
-        c = cfg
-        self.Qd = np.tile(np.array([*c.q_theta, c.q_vel, c.q_vel, 0.0, 0.0]), self.N)
+        self.Qd = np.tile(np.array([*cfg.q_theta, cfg.q_vel, cfg.q_vel, 0.0, 0.0]), self.N)
         # all condensed matrices up front, so no control cycle pays for a node switch
         self._cache = {k: self._condensed(n) for k, n in self.grid.nodes.items()}
         self.reset()
@@ -147,7 +146,7 @@ class LinearMPC:
         self.last_iters = 0
 
     def _build_constraints(self):
-        N, c = self.N, self.cfg
+        N = self.N
         I = sp.eye(2 * N, format='csc')
         D = sp.eye(2 * N, format='lil')
         for k in range(1, N):
@@ -191,7 +190,7 @@ class LinearMPC:
 
     def _condensed(self, node):
         """(Φ, Γ, Λ, H) of one grid node; computed once per node and cached."""
-        q0, p0, A4, B4, c4 = node
+        _, _, A4, B4, c4 = node
         Phi, Gam, Lam = self._prediction(A4, B4, c4)
         c = self.cfg
         R = c.r_u * np.eye(NU * self.N) + c.r_du * (self.D.T @ self.D)

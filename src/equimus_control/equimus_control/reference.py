@@ -8,7 +8,7 @@ The triangle's vertices are the poses the leg reaches at rest under the paper's 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
