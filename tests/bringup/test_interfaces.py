@@ -11,6 +11,7 @@ import rclpy
 from rcl_interfaces.srv import ListParameters
 
 from equimus_bringup.graph import describe_graph
+from equimus_bringup.main_job import free_udp_port_pair
 from equimus_bringup.supervisor import Supervisor
 
 INFRA_TOPICS = {'/rosout', '/parameter_events'}
@@ -70,14 +71,14 @@ def ros():
 
 @pytest.mark.parametrize('mode,overrides', [
     ('sim', {'record': 'true'}),
-    ('hardware', {'emulator': 'true', 'auto_arm': 'true', 'record': 'true',
-                  'natnet_command_port': '16510', 'natnet_data_port': '16511',
-                  'natnet_multicast': 'false'}),
+    ('hardware', {'emulator': 'true', 'auto_arm': 'true', 'record': 'true', 'natnet_multicast': 'false'}),
 ])
 def test_running_nodes_match_docs(ros, repo_dir, tmp_path, mode, overrides):
     overrides = dict(overrides, bag=str(tmp_path / 'bag'))
     if mode == 'hardware':
-        overrides['serial_port'] = str(tmp_path / 'dac')
+        port = free_udp_port_pair()
+        overrides.update(serial_port=str(tmp_path / 'dac'), natnet_command_port=str(port),
+                         natnet_data_port=str(port + 1))
     specs = describe_graph(mode, overrides)
     sup = Supervisor(specs, echo=False)
     sup.start()

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -20,6 +19,24 @@ from pathlib import Path
 from equimus_bringup.graph import describe_graph
 from equimus_bringup.run_report import report
 from equimus_bringup.supervisor import GraphError, Supervisor
+
+
+def free_udp_port_pair(address: str = '127.0.0.1') -> int:
+    """A port p with p and p + 1 both free for UDP on `address` (NatNet command and data ports)."""
+    import socket
+    for _ in range(100):
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as a:
+            a.bind((address, 0))
+            port = a.getsockname()[1]
+            if port >= 65535:
+                continue
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as b:
+                try:
+                    b.bind((address, port + 1))
+                except OSError:
+                    continue
+            return port
+    raise RuntimeError('no free pair of UDP ports on loopback')
 
 
 class ClockWatch:
@@ -82,7 +99,7 @@ def main(argv=None) -> int:
     if ns.mode == 'sim':
         overrides['sim_mode'] = 'lockstep'
     else:
-        port = 20000 + os.getpid() % 20000
+        port = free_udp_port_pair()
         overrides.update(emulator='true', auto_arm='true', serial_port=str(run_dir.resolve() / 'dac'),
                          natnet_command_port=str(port), natnet_data_port=str(port + 1))
     for item in ns.set:
@@ -122,10 +139,7 @@ def main(argv=None) -> int:
                 fh.writelines(f'[{name}] {line}' for line in lines)
     wall = time.monotonic() - wall0
     if sup.failed:
-        print(f'[main] the graph failed: {sup.failed}. See {log_path}.', file=sys.stderr)
-        tail = ''.join(sup.output.get(sup.failed.split()[0], [])[-15:])
-        if tail:
-            print(tail, file=sys.stderr)
+        print(f'[main] the graph failed: {sup.failed}\nAll node output: {log_path}', file=sys.stderr)
         return 1
     print(f'[main] stopped cleanly after {wall:.1f} s wall ({watch.now / max(wall, 1e-9):.2f}x real time); '
           f'exit codes {codes}', flush=True)

@@ -34,9 +34,12 @@ class EmulatedRig:
     """Board emulator → leg physics → NatNet emulator, paced at the mocap rate."""
 
     def __init__(self, link: str, natnet: NatNetEmulator, rate: float = 120.0,
-                 leg_overrides: Optional[str] = None, position_noise: float = 0.0, seed: int = 0):
+                 leg_overrides: Optional[str] = None, position_noise: float = 0.0, seed: int = 0,
+                 board_log: Optional[str] = None):
+        """board_log: JSON-lines file of every frame and vent event the board sees (soak checks)."""
         leg = load_leg(None, leg_overrides or None)
-        self.board = BoardEmulator(channels=len(leg.actuators), link=link, tau_s=leg.valve_time_constant)
+        self.board = BoardEmulator(channels=len(leg.actuators), link=link, tau_s=leg.valve_time_constant,
+                                   log_path=board_log)
         lm = LegModel(leg.with_timestep(1.0 / (rate * 5)))
         self.sim = LegSimulator(lm, tau=NO_LAG_TAU, p_max=lm.pressure_max_kpa)
         self.mocap = VirtualMocap(MocapConfig(rate=rate, position_noise=position_noise, seed=seed))

@@ -95,7 +95,9 @@ class Supervisor:
         for name, proc in self.procs.items():
             code = proc.poll()
             if code is not None:
-                self.failed = f'{name} exited with code {code}'
+                time.sleep(0.2)  # let the pump thread collect its last words
+                tail = ''.join(self.output.get(name, [])[-12:]).rstrip()
+                self.failed = f'{name} exited with code {code}' + (f'; its last output:\n{tail}' if tail else '')
                 return self.failed
         return None
 

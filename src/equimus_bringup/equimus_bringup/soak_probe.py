@@ -1,0 +1,119 @@
+"""soak_probe: the soak harness's own ROS node, in its own process.
+
+It records every /valve/command (arrival time on the monotonic clock, values) and every
+/diagnostics status, and publishes the bad commands the soak injects (NaN, out of range, wrong
+length) on /valve/command. It runs in a separate process so its callbacks never hold the GIL of
+the process that hosts the rig emulators (whose frame times are the latency measurement).
+
+Driven by JSON lines on stdin, answering on stdout:
+    {"op": "publish", "data": [NaN, 20.0]}   -> {"op": "published", "t": <monotonic s>}
+    {"op": "dump", "path": "probe.json"}     -> {"op": "dumped"}
+    {"op": "quit"}
+`python -m equimus_bringup.soak_probe` prints {"op": "ready"} once its node exists.
+"""
+from __future__ import annotations
+
+import json
+import queue
+import sys
+import threading
+import time
+
+import rclpy
+from diagnostic_msgs.msg import DiagnosticArray
+from rclpy.executors import ExternalShutdownException
+from rclpy.node import Node
+from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
+from std_msgs.msg import Float64MultiArray, MultiArrayDimension
+
+COMMAND_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE,
+                         history=HistoryPolicy.KEEP_LAST, durability=DurabilityPolicy.VOLATILE)
+LISTEN_QOS = QoSProfile(depth=200, reliability=ReliabilityPolicy.RELIABLE,
+                        history=HistoryPolicy.KEEP_LAST, durability=DurabilityPolicy.VOLATILE)
+
+
+def _say(obj: dict) -> None:
+    sys.stdout.write(json.dumps(obj) + '\n')
+    sys.stdout.flush()
+
+
+class SoakProbe(Node):
+    def __init__(self):
+        super().__init__('soak_probe')
+        self.commands = []      # [t_monotonic, t_ros_ns, values]
+        self.diagnostics = []   # [t_monotonic, name, level, message, {key: value}]
+        self.injected = []      # [t_monotonic, values]
+        self.ops: 'queue.Queue[dict]' = queue.Queue()
+        self.quit = threading.Event()
+        self.pub = self.create_publisher(Float64MultiArray, '/valve/command', COMMAND_QOS)
+        self.create_subscription(Float64MultiArray, '/valve/command', self._on_command, LISTEN_QOS)
+        self.create_subscription(DiagnosticArray, '/diagnostics', self._on_diag, LISTEN_QOS)
+        self.create_timer(0.005, self._run_ops)
+
+    def _on_command(self, msg: Float64MultiArray) -> None:
+        self.commands.append([time.monotonic(), time.time_ns(), list(msg.data)])
+
+    def _on_diag(self, msg: DiagnosticArray) -> None:
+        t = time.monotonic()
+        for s in msg.status:
+            self.diagnostics.append([t, s.name, int.from_bytes(s.level, 'little')
+                                     if isinstance(s.level, bytes) else int(s.level),
+                                     s.message, {kv.key: kv.value for kv in s.values}])
+
+    def _run_ops(self) -> None:
+        while True:
+            try:
+                op = self.ops.get_nowait()
+            except queue.Empty:
+                return
+            kind = op.get('op')
+            if kind == 'publish':
+                m = Float64MultiArray()
+                m.layout.dim = [MultiArrayDimension(label='maa,baa', size=len(op['data']), stride=1)]
+                m.data = [float(v) for v in op['data']]
+                t = time.monotonic()
+                self.pub.publish(m)
+                self.injected.append([t, m.data.tolist() if hasattr(m.data, 'tolist')
+                                      else list(m.data)])
+                _say({'op': 'published', 't': t})
+            elif kind == 'dump':
+                with open(op['path'], 'w') as fh:
+                    json.dump({'commands': self.commands, 'diagnostics': self.diagnostics,
+                               'injected': self.injected}, fh)
+                _say({'op': 'dumped'})
+            elif kind == 'quit':
+                self.quit.set()
+
+
+def _read_stdin(node: SoakProbe) -> None:
+    for line in sys.stdin:
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            node.ops.put(json.loads(line))
+        except ValueError:
+            _say({'op': 'error', 'message': f'not JSON: {line[:80]}'})
+    node.ops.put({'op': 'quit'})
+
+
+def main(args=None) -> int:
+    rclpy.init(args=args)
+    node = None
+    try:
+        node = SoakProbe()
+        threading.Thread(target=_read_stdin, args=(node,), daemon=True).start()
+        _say({'op': 'ready'})
+        while rclpy.ok() and not node.quit.is_set():
+            rclpy.spin_once(node, timeout_sec=0.05)
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        if node is not None:
+            node.destroy_node()
+        rclpy.try_shutdown()
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
