@@ -47,6 +47,7 @@ class EmulatedRig:
         self.period = 1.0 / rate
         self.frames = 0
         self.overruns = 0
+        self._untracked_until = {}
         self._stop = threading.Event()
 
     @property
@@ -61,9 +62,16 @@ class EmulatedRig:
         self.frames += 1
         if frame is None:
             return
+        now = time.monotonic()
         for name, pose in frame.bodies.items():
             w, x, y, z = pose.orientation
-            self.natnet.set_pose(name, pose.position, (x, y, z, w), tracked=pose.tracked)
+            lost = self._untracked_until.get(name, 0.0) > now
+            self.natnet.set_pose(name, pose.position, (x, y, z, w), tracked=pose.tracked and not lost)
+
+    def untrack(self, name: str, duration: float) -> None:
+        """Body `name` loses tracking for `duration` s (NatNetEmulator.untrack would be undone
+        by the next set_pose, which marks the body tracked again)."""
+        self._untracked_until[name] = time.monotonic() + duration
 
     def run(self, duration: float = 0.0) -> None:
         """Real-time loop on absolute deadlines until stop() (or `duration` s)."""
