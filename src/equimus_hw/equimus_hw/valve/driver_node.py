@@ -171,6 +171,8 @@ class ValveDriver(Node):
         codes = self.cal.codes(out)
         if codes != self._last_sent or now - self._last_send_t >= self.keepalive_s:
             self._send(out, now)
+        if not self.context.ok():
+            return
         if self.link.measured_count != self._measured_count and self.link.measured_kpa:
             self._measured_count = self.link.measured_count
             self.pub_pressure.publish(self._array(self.link.measured_kpa))
@@ -186,7 +188,8 @@ class ValveDriver(Node):
         self._last_send_t = now
         applied = [self.cal.code_to_kpa(c) for c in codes] if seq is not None \
             else [0.0] * len(ACTUATORS)
-        self.pub_applied.publish(self._array(applied))
+        if self.context.ok():  # a signal may have shut ROS down already; the serial side still runs
+            self.pub_applied.publish(self._array(applied))
 
     @staticmethod
     def _array(values: List[float]) -> Float64MultiArray:

@@ -1,0 +1,140 @@
+"""Recorder throughput and the full sim graph's lockstep speed.
+
+    python benchmarks/bench_bringup.py [--quick]
+
+Recorder: a publisher process sends reliable messages (Float64MultiArray, 128 doubles, ~1 KiB)
+at stepped target rates to the real recorder node; after each step the bag is read back and the
+messages in it are compared with the ones sent. The sustained rate is the highest step with no
+message missing. Lockstep graph: the sim graph (sim, estimator, controller, reference, recorder)
+as separate processes; simulated seconds per wall second once it runs, with a plain mj_step loop
+of the same model as the baseline measured in the same run.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+PUBLISHER = r'''
+import sys, time, rclpy
+from rclpy.qos import QoSProfile, ReliabilityPolicy
+from std_msgs.msg import Float64MultiArray
+rate, seconds = float(sys.argv[1]), float(sys.argv[2])
+rclpy.init()
+n = rclpy.create_node('bench_publisher')
+pub = n.create_publisher(Float64MultiArray, '/bench/data', QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE))
+t0 = time.monotonic()
+while pub.get_subscription_count() == 0 and time.monotonic() - t0 < 20:
+    rclpy.spin_once(n, timeout_sec=0.05)
+time.sleep(1.0)
+msg = Float64MultiArray(data=[0.0] * 128)
+sent, start = 0, time.monotonic()
+while True:
+    now = time.monotonic() - start
+    if now >= seconds:
+        break
+    due = int(now * rate) + 1
+    while sent < due:
+        msg.data[0] = float(sent)
+        pub.publish(msg)
+        sent += 1
+    time.sleep(0.0005)
+elapsed = time.monotonic() - start
+time.sleep(1.0)
+print(sent, elapsed, flush=True)
+'''
+
+
+def recorder_step(rate: float, seconds: float, workdir: Path) -> dict:
+    from equimus_bringup import bag
+    from equimus_bringup.supervisor import find_executable
+    path = workdir / f'bag_{int(rate)}'
+    env = dict(os.environ, PYTHONUNBUFFERED='1')
+    rec = subprocess.Popen([find_executable('equimus_bringup', 'recorder'), '--ros-args',
+                            '-p', f'bag_path:={path}', '-p', "exclude_topics:=['/rosout']"],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    try:
+        out = subprocess.run([sys.executable, '-c', PUBLISHER, str(rate), str(seconds)], capture_output=True,
+                             text=True, env=env, timeout=seconds + 60)
+        sent, elapsed = out.stdout.split()
+        sent, elapsed = int(sent), float(elapsed)
+    finally:
+        os.killpg(rec.pid, signal.SIGINT)
+        rec.wait(20)
+    got = [m.data[0] for _, _, m in bag.read_messages(path, ['/bench/data'])]
+    size = sum(f.stat().st_size for f in path.glob('*.mcap'))
+    return {'target': rate, 'sent': sent, 'recorded': len(got), 'rate': sent / elapsed,
+            'mb_s': size / 2**20 / elapsed, 'missing': sent - len(set(got))}
+
+
+def lockstep_speed(seconds: float) -> dict:
+    from equimus_bringup.graph import describe_graph
+    from equimus_bringup.main_job import ClockWatch
+    from equimus_bringup.supervisor import Supervisor
+    with tempfile.TemporaryDirectory() as d:
+        sup = Supervisor(describe_graph('sim', {'record': 'true', 'bag': str(Path(d) / 'bag'),
+                                                'sim_mode': 'lockstep'}), echo=False)
+        watch = ClockWatch()
+        sup.start()
+        try:
+            while watch.now < 1.0:
+                watch.spin(0.05)
+                if sup.poll():
+                    raise RuntimeError(sup.failed)
+            t0, s0 = time.monotonic(), watch.now
+            while watch.now - s0 < seconds:
+                watch.spin(0.05)
+            wall, sim = time.monotonic() - t0, watch.now - s0
+        finally:
+            sup.stop()
+            watch.close()
+    return {'sim_s': sim, 'wall_s': wall, 'speed': sim / wall}
+
+
+def mj_step_baseline(seconds: float = 2.0) -> float:
+    import mujoco
+    from equimus_sim.leg_description import load_leg
+    from equimus_sim.leg_model import LegModel
+    lm = LegModel(load_leg().with_timestep(1.0 / 600))
+    d = mujoco.MjData(lm.model)
+    lm.reset(d)
+    n = int(seconds / lm.model.opt.timestep)
+    t0 = time.perf_counter()
+    for _ in range(n):
+        mujoco.mj_step(lm.model, d)
+    return seconds / (time.perf_counter() - t0)
+
+
+def run(quick: bool = False) -> dict:
+    rates = [1000, 4000] if quick else [1000, 2000, 4000, 8000, 16000]
+    seconds = 3.0 if quick else 10.0
+    figures = {}
+    best = None
+    with tempfile.TemporaryDirectory() as d:
+        for rate in rates:
+            r = recorder_step(rate, seconds, Path(d))
+            figures[f'recorder at {rate} msg/s target: sent rate / recorded / missing'] = \
+                f"{r['rate']:.0f} msg/s / {r['recorded']} of {r['sent']} / {r['missing']}"
+            if r['missing'] == 0:
+                best = r
+    if best:
+        figures['recorder sustained without drops (msg/s)'] = round(best['rate'])
+        figures['recorder sustained without drops (MB/s in the bag, ZSTD)'] = round(best['mb_s'], 3)
+    ls = lockstep_speed(5.0 if quick else 20.0)
+    base = mj_step_baseline()
+    figures['sim graph, lockstep: simulated s per wall s'] = round(ls['speed'], 2)
+    figures['plain mj_step loop, same model, dt 1/600 s: simulated s per wall s'] = round(base, 1)
+    figures['graph / plain loop'] = f"{ls['speed'] / base:.4f}"
+    return figures
+
+
+if __name__ == '__main__':
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument('--quick', action='store_true')
+    for k, v in run(p.parse_args().quick).items():
+        print(f'{k:75s} {v}')
