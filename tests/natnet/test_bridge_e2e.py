@@ -11,7 +11,7 @@ from rclpy.executors import SingleThreadedExecutor
 from rclpy.qos import qos_profile_sensor_data
 
 from equimus_hw.natnet.emulator import NatNetEmulator
-from conftest import random_group, wait_for
+from natnet_util import random_group, wait_for
 
 BODIES = {
     'base': ((0.0, 1.0, 0.0), (0.0, 0.0, 0.0, 1.0)),

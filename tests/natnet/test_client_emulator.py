@@ -8,7 +8,7 @@ from equimus_hw.natnet import protocol as P
 from equimus_hw.natnet.client import NatNetClient, NatNetConnectError
 from equimus_hw.natnet.emulator import Faults, NatNetEmulator, SwingingLeg, TrajectoryFile
 
-from conftest import random_group
+from natnet_util import random_group
 
 
 def pump(client, seconds):

@@ -48,7 +48,7 @@ def test_random_payload_with_valid_header(payload, mid):
 
 @pytest.fixture(scope='module')
 def seed_packets(shared_dir):
-    from conftest import DATA
+    from natnet_util import DATA
     return seeds(shared_dir / DATA)
 
 

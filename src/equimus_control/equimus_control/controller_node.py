@@ -6,6 +6,7 @@ invalid state (NaN from the estimator) and a stale-state timer on the steady clo
 """
 from __future__ import annotations
 
+import collections
 import time
 
 import numpy as np
@@ -69,7 +70,7 @@ class ControllerNode(Node):
         self.q_ref = None
         self.qd_ref = np.zeros(2)
         self.last_stamp = None
-        self.compute = []
+        self.compute = collections.deque(maxlen=1000)  # recent cycles only: bounded memory
         self.cycles = 0
         self.saturated = np.zeros(2, int)
         self.last_reason = None
@@ -138,7 +139,7 @@ class ControllerNode(Node):
         s.level = DiagnosticStatus.ERROR if self.sup.venting else (
             DiagnosticStatus.WARN if self.saturated.any() else DiagnosticStatus.OK)
         s.message = f'venting: {self.sup.reason}' if self.sup.venting else 'controlling'
-        c = np.array(self.compute[-1000:]) * 1e3
+        c = np.array(self.compute) * 1e3
         vals = {'controller': self.kind, 'cycles': self.cycles,
                 'saturated_cycles_maa': int(self.saturated[0]),
                 'saturated_cycles_baa': int(self.saturated[1]),

@@ -351,7 +351,9 @@ class NatNetClient:
         the stream has stopped."""
         now = self.clock_ns()
         since = now - int(window_s * 1e9)
-        recent = [(a, t) for a, t in self._arrivals if a >= since]
+        # deque.copy() is one C call under the GIL, so the receive thread cannot append mid-copy;
+        # iterating the live deque here once killed the bridge ("deque mutated during iteration").
+        recent = [(a, t) for a, t in self._arrivals.copy() if a >= since]
         if len(recent) < 2 or now - recent[-1][0] > self.stale_timeout * 1e9:
             return 0.0
         hz = self.server_info.clock_hz if self.server_info and self.server_info.clock_hz else 1e9
@@ -359,7 +361,10 @@ class NatNetClient:
         return (len(recent) - 1) / span if span > 0 else 0.0
 
     def seconds_since_last_frame(self) -> Optional[float]:
-        ref = self._arrivals[-1][0] if self._arrivals else self._connected_ns
+        try:
+            ref = self._arrivals[-1][0]
+        except IndexError:
+            ref = self._connected_ns
         return None if ref is None else (self.clock_ns() - ref) / 1e9
 
     def stream_stopped(self) -> bool:

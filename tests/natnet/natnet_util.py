@@ -1,0 +1,64 @@
+"""Helpers for the NatNet tests: free UDP ports, subprocess launch of emulator and bridge.
+
+A module of its own, not conftest, so no other test folder's conftest can shadow it.
+"""
+import os
+import random
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+DATA = 'data/natnet/motive2.1_natnet3.0'
+
+
+def free_udp_ports(n: int):
+    """n distinct UDP ports that are free right now on 127.0.0.1."""
+    socks, ports = [], []
+    while len(ports) < n:
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.bind(('127.0.0.1', 0))
+        socks.append(s)
+        ports.append(s.getsockname()[1])
+    for s in socks:
+        s.close()
+    return ports
+
+
+def random_group() -> str:
+    """A multicast group of our own so parallel runs on one host never hear each other."""
+    return f'239.255.{random.randint(1, 254)}.{random.randint(1, 254)}'
+
+
+class Proc:
+    def __init__(self, args, name):
+        self.name = name
+        env = dict(os.environ, PYTHONUNBUFFERED='1')
+        self.p = subprocess.Popen([sys.executable, *args], stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True, env=env)
+
+    def alive(self):
+        return self.p.poll() is None
+
+    def stop(self, timeout=10.0):
+        """SIGINT (like Ctrl-C) and return (returncode, output)."""
+        if self.p.poll() is None:
+            self.p.send_signal(2)
+            try:
+                self.p.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.p.kill()
+                self.p.wait()
+        out = self.p.stdout.read()
+        return self.p.returncode, out
+
+
+def wait_for(cond, timeout, step=0.02):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if cond():
+            return True
+        time.sleep(step)
+    return cond()
