@@ -6,7 +6,6 @@ pseudo-terminal around the simulated leg.
 """
 import json
 
-import pytest
 
 from equimus_bringup import bag, main_job
 

@@ -9,7 +9,7 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
 
 from equimus_bringup import bag
-from rosproc import spin_until, start_node, stop
+from rosproc import start_node, stop
 
 
 @pytest.fixture

@@ -9,7 +9,6 @@ import subprocess
 import sys
 import time
 
-import pytest
 
 DATA = 'data/natnet/motive2.1_natnet3.0'
 

@@ -1,7 +1,6 @@
 """End to end over real sockets and real DDS: natnet_emulator <-> natnet_bridge <-> subscriber."""
 import math
 import threading
-import time
 
 import pytest
 import rclpy

@@ -2,7 +2,6 @@
 import sys
 import threading
 
-import pytest
 
 from equimus_hw.natnet.client import NatNetClient
 

@@ -1,6 +1,5 @@
 """Fixtures for the valve tests: the DAC board emulator on a real pty (in a thread of the test
 process), the valve_driver node in a separate process, and an rclpy harness node."""
-import os
 import pathlib
 import signal
 import subprocess

@@ -27,8 +27,6 @@ import copy
 import math
 import os
 import pickle
-import signal
-import sys
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -251,7 +249,6 @@ class Evaluator:
         return out
 
     def loss_of_sims(self, sims) -> float:
-        total = 0.0
         per = []
         for ro, q_sim in zip(self.rollouts, sims):
             q_meas = self.experiments[ro.exp].q[ro.i0:ro.i0 + ro.n]

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import datetime
 import pathlib
-from typing import List, Optional, Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 import yaml
