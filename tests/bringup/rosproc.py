@@ -4,7 +4,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import time
 
 from equimus_bringup.supervisor import find_executable
 
@@ -29,12 +28,3 @@ def stop(proc: subprocess.Popen, sig=signal.SIGINT, timeout: float = 10.0) -> st
             proc.wait()
     return proc.stdout.read() if proc.stdout else ''
 
-
-def spin_until(node, predicate, timeout: float) -> bool:
-    import rclpy
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        rclpy.spin_once(node, timeout_sec=0.05)
-        if predicate():
-            return True
-    return False
