@@ -241,16 +241,24 @@ def read_messages(bag: Path, topics: Optional[List[str]] = None) -> Iterator[Tup
 
 
 def topic_counts(bag: Path) -> Dict[str, Tuple[str, int, float]]:
-    """topic -> (type, message count, mean rate in Hz over the bag's duration)."""
+    """topic -> (type, message count, mean rate in Hz between that topic's first and last message).
+
+    Each topic's own span, not the bag's: topics are discovered (and so recorded) at different times.
+    """
     from rosbags.highlevel import AnyReader
     bag = Path(bag)
     if not (bag / 'metadata.yaml').exists() or not is_complete(bag):
         repair(bag)
-    out = {}
+    spans: Dict[str, List[int]] = {}
     with AnyReader([bag], default_typestore=_typestore()) as reader:
-        duration = max(1e-9, (reader.end_time - reader.start_time) * 1e-9)
-        for c in reader.connections:
-            out[c.topic] = (c.msgtype, c.msgcount, c.msgcount / duration)
+        types = {c.topic: c.msgtype for c in reader.connections}
+        for conn, stamp, _ in reader.messages():
+            span = spans.setdefault(conn.topic, [stamp, stamp, 0])
+            span[0], span[1], span[2] = min(span[0], stamp), max(span[1], stamp), span[2] + 1
+    out = {}
+    for topic, (first, last, n) in spans.items():
+        rate = (n - 1) / ((last - first) * 1e-9) if n > 1 and last > first else 0.0
+        out[topic] = (types[topic], n, rate)
     return out
 
 

@@ -8,6 +8,7 @@ while the rest of the graph keeps running.
 from __future__ import annotations
 
 import importlib
+import sys
 
 import rclpy
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
@@ -121,11 +122,13 @@ class Recorder(Node):
     def close(self):
         if self.error:
             return
+        # Called after Ctrl-C has shut ROS down, so this reports on stdout, not /rosout.
         try:
             self.writer.close()
-            self.get_logger().info(f'bag closed: {self.writer.count} messages in {self.writer.path}')
+            print(f'recorder: bag closed: {self.writer.count} messages in {self.writer.path}', flush=True)
         except OSError as exc:
-            self.get_logger().error(f'closing the bag failed: {exc}; run `equimus bag repair {self.writer.path}`')
+            print(f'recorder: closing the bag failed: {exc}; run `equimus bag repair {self.writer.path}`',
+                  file=sys.stderr, flush=True)
 
 
 def main(args=None):
