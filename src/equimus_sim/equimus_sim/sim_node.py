@@ -292,6 +292,10 @@ class SimNode(Node):
                 executor.spin_once(timeout_sec=0.1)
         except (ExternalShutdownException, KeyboardInterrupt):
             pass
+        except Exception:
+            if self.context.ok():
+                raise
+            # a signal shut the context down between the check and spin_once: leave quietly
         finally:
             self._stop.set()
             with self.cond:
