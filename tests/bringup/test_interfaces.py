@@ -61,12 +61,8 @@ def introspect(node, names, timeout=20.0):
 
 
 @pytest.fixture
-def ros():
-    rclpy.init()
-    n = rclpy.create_node('interfaces_test')
-    yield n
-    n.destroy_node()
-    rclpy.try_shutdown()
+def ros(ros_node):
+    return ros_node
 
 
 @pytest.mark.parametrize('mode,overrides', [

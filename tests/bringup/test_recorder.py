@@ -13,12 +13,8 @@ from rosproc import start_node, stop
 
 
 @pytest.fixture
-def node():
-    rclpy.init()
-    n = rclpy.create_node('recorder_test_publisher')
-    yield n
-    n.destroy_node()
-    rclpy.try_shutdown()
+def node(ros_node):
+    return ros_node
 
 
 def _publish(node, pubs, n, period=0.004):

@@ -139,6 +139,11 @@ def main(args=None):
         rclpy.spin(node)
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
+    except RuntimeError:
+        # A signal can shut the context down while the executor is mid-wait (rclpy raises RCLError
+        # then): that is a shutdown, not a failure. Anything else is re-raised.
+        if rclpy.ok():
+            raise
     finally:
         if node is not None:
             node.close()

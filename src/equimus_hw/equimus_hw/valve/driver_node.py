@@ -311,6 +311,11 @@ def main(args=None) -> None:
         rclpy.spin(node)
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
+    except RuntimeError:
+        # A signal can shut the context down while the executor is mid-wait (rclpy raises RCLError
+        # then): that is a shutdown, not a failure. Anything else is re-raised.
+        if rclpy.ok():
+            raise
     except (ValueError, ParameterException) as exc:   # invalid parameters: say what, no traceback
         print(f'valve_driver: invalid parameters: {exc}. Fix config/valve.yaml or the '
               '--ros-args overrides.', file=sys.stderr, flush=True)
