@@ -47,3 +47,28 @@ def test_hardware_graph_against_the_emulated_rig(tmp_path):
     assert applied and all(0.0 <= p <= 50.0 for row in applied for p in row)
     summary = json.loads((run_dir / 'summary.json').read_text())
     assert summary['rmse']['hip'] < 0.15 and summary['rmse']['knee'] < 0.2, summary
+
+
+def test_a_node_dying_stops_the_graph_with_failure(tmp_path):
+    """`equimus launch` exits non-zero when a node dies, after stopping the others in order."""
+    import os
+    import signal
+    import time
+
+    from equimus_bringup.graph import describe_graph
+    from equimus_bringup.supervisor import Supervisor
+
+    sup = Supervisor(describe_graph('sim', {'record': 'true', 'bag': str(tmp_path / 'bag')}), echo=False)
+    sup.start()
+    try:
+        time.sleep(3.0)
+        assert sup.poll() is None, sup.failed
+        os.kill(sup.procs['controller'].pid, signal.SIGKILL)
+        rc = sup.run_until(timeout=20.0)
+    finally:
+        sup.stop()
+    assert rc == 1
+    assert sup.failed.startswith('controller exited with code -9'), sup.failed
+    assert all(p.poll() is not None for p in sup.procs.values())
+    assert sup.procs['recorder'].returncode == 0      # stopped cleanly, bag closed
+    assert bag.is_complete(tmp_path / 'bag')

@@ -10,14 +10,13 @@ from __future__ import annotations
 import importlib
 import sys
 
-import rclpy
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rcl_interfaces.msg import ParameterDescriptor
-from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 
 from equimus_bringup.bag import BagError, BagWriter
+from equimus_control.ros_common import spin_main
 
 
 def message_class(type_name: str):
@@ -119,8 +118,12 @@ class Recorder(Node):
         msg.header.stamp = self.get_clock().now().to_msg()
         self.diag_pub.publish(msg)
 
+    def destroy_node(self):
+        self.close()
+        return super().destroy_node()
+
     def close(self):
-        if self.error:
+        if self.error or self.writer.closed:
             return
         # Called after Ctrl-C has shut ROS down, so this reports on stdout, not /rosout.
         try:
@@ -132,23 +135,7 @@ class Recorder(Node):
 
 
 def main(args=None):
-    rclpy.init(args=args)
-    node = None
-    try:
-        node = Recorder()
-        rclpy.spin(node)
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    except RuntimeError:
-        # A signal can shut the context down while the executor is mid-wait (rclpy raises RCLError
-        # then): that is a shutdown, not a failure. Anything else is re-raised.
-        if rclpy.ok():
-            raise
-    finally:
-        if node is not None:
-            node.close()
-            node.destroy_node()
-        rclpy.try_shutdown()
+    spin_main(Recorder, args)
 
 
 if __name__ == '__main__':
