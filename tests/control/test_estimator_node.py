@@ -21,7 +21,7 @@ def test_estimator_node_angles_hold_and_invalid():
     from geometry_msgs.msg import PoseStamped
     from rclpy.qos import qos_profile_sensor_data
     from sensor_msgs.msg import JointState
-    from equimus_control.ros_common import DIAG_QOS
+    from equimus_ros.qos import DIAG_QOS
 
     proc = subprocess.Popen([sys.executable, '-m', 'equimus_control.estimator_node', '--ros-args',
                              '-p', 'max_hold:=0.05'],

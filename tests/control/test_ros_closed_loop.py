@@ -21,7 +21,7 @@ def _start(mod, *args):
 def test_lockstep_graph_tracks_triangle(kind):
     from rclpy.qos import qos_profile_sensor_data
     from sensor_msgs.msg import JointState
-    from equimus_control.ros_common import COMMAND_QOS
+    from equimus_ros.qos import COMMAND_QOS
 
     procs = [_start('equimus_sim.sim_node', '-p', 'mode:=lockstep',
                     '-p', 'initial_pressures:=[6.15, 2.73]', '-p', 'mocap_orientation_noise:=0.002'),

@@ -61,7 +61,7 @@ def test_guards_trip_through_the_node(controller_proc):
     from rclpy.qos import qos_profile_sensor_data
     from sensor_msgs.msg import JointState
     from std_msgs.msg import Float64MultiArray
-    from equimus_control.ros_common import COMMAND_QOS
+    from equimus_ros.qos import COMMAND_QOS
 
     rclpy.init()
     node = rclpy.create_node('safety_probe')

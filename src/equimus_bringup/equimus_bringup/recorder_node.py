@@ -16,7 +16,7 @@ from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 
 from equimus_bringup.bag import BagError, BagWriter
-from equimus_control.ros_common import spin_main
+from equimus_ros.main import run_node
 
 
 def message_class(type_name: str):
@@ -134,9 +134,9 @@ class Recorder(Node):
                   file=sys.stderr, flush=True)
 
 
-def main(args=None):
-    spin_main(Recorder, args)
+def main(args=None) -> int:
+    return run_node(Recorder, args, config_hint='Fix config/recorder.yaml or the --ros-args overrides.')
 
 
 if __name__ == '__main__':
-    main()
+    sys.exit(main())

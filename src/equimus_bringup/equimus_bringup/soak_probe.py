@@ -21,13 +21,13 @@ import time
 
 import rclpy
 from diagnostic_msgs.msg import DiagnosticArray
-from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 from std_msgs.msg import Float64MultiArray, MultiArrayDimension
 
-COMMAND_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE,
-                         history=HistoryPolicy.KEEP_LAST, durability=DurabilityPolicy.VOLATILE)
+from equimus_ros.main import run_node
+from equimus_ros.qos import COMMAND_QOS
+
 LISTEN_QOS = QoSProfile(depth=200, reliability=ReliabilityPolicy.RELIABLE,
                         history=HistoryPolicy.KEEP_LAST, durability=DurabilityPolicy.VOLATILE)
 
@@ -97,27 +97,15 @@ def _read_stdin(node: SoakProbe) -> None:
     node.ops.put({'op': 'quit'})
 
 
+def _serve(node: SoakProbe) -> None:
+    threading.Thread(target=_read_stdin, args=(node,), daemon=True).start()
+    _say({'op': 'ready'})
+    while rclpy.ok() and not node.quit.is_set():
+        rclpy.spin_once(node, timeout_sec=0.05)
+
+
 def main(args=None) -> int:
-    rclpy.init(args=args)
-    node = None
-    try:
-        node = SoakProbe()
-        threading.Thread(target=_read_stdin, args=(node,), daemon=True).start()
-        _say({'op': 'ready'})
-        while rclpy.ok() and not node.quit.is_set():
-            rclpy.spin_once(node, timeout_sec=0.05)
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    except RuntimeError:
-        # A signal can shut the context down while the executor is mid-wait (rclpy raises RCLError
-        # then): that is a shutdown, not a failure. Anything else is re-raised.
-        if rclpy.ok():
-            raise
-    finally:
-        if node is not None:
-            node.destroy_node()
-        rclpy.try_shutdown()
-    return 0
+    return run_node(SoakProbe, args, spin=_serve)
 
 
 if __name__ == '__main__':

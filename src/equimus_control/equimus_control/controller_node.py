@@ -7,6 +7,7 @@ invalid state (NaN from the estimator) and a stale-state timer on the steady clo
 from __future__ import annotations
 
 import collections
+import sys
 import time
 
 import numpy as np
@@ -17,8 +18,11 @@ from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray, MultiArrayDimension
 
+from equimus_ros.main import run_node
+from equimus_ros.params import declare
+from equimus_ros.qos import COMMAND_QOS, DIAG_QOS
+
 from .pid import PIDController, PIDGains, StaticFeedforward
-from .ros_common import COMMAND_QOS, DIAG_QOS, declare, spin_main
 from .statics import StaticParams
 from .supervisor import VENT, SafetyConfig, Supervisor
 
@@ -153,9 +157,9 @@ class ControllerNode(Node):
         self.pub_diag.publish(arr)
 
 
-def main(args=None):
-    spin_main(ControllerNode, args)
+def main(args=None) -> int:
+    return run_node(ControllerNode, args, config_hint='Fix config/control.yaml or the --ros-args overrides.')
 
 
 if __name__ == '__main__':
-    main()
+    sys.exit(main())

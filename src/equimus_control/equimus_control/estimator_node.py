@@ -6,6 +6,7 @@ newest stamp counts as lost tracking. Invalid state is published as NaN position
 from __future__ import annotations
 
 import math
+import sys
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from geometry_msgs.msg import PoseStamped
@@ -13,8 +14,11 @@ from rclpy.node import Node
 from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import JointState
 
+from equimus_ros.main import run_node
+from equimus_ros.params import declare
+from equimus_ros.qos import DIAG_QOS
+
 from .estimation import EstimatorConfig, HingeSpec, JointStateEstimator, Status
-from .ros_common import DIAG_QOS, declare, spin_main
 
 BODIES = ('base', 'thigh', 'calf')
 LEVEL = {Status.VALID: DiagnosticStatus.OK, Status.HELD: DiagnosticStatus.WARN,
@@ -110,9 +114,9 @@ class EstimatorNode(Node):
         self.pub_diag.publish(arr)
 
 
-def main(args=None):
-    spin_main(EstimatorNode, args)
+def main(args=None) -> int:
+    return run_node(EstimatorNode, args, config_hint='Fix config/control.yaml or the --ros-args overrides.')
 
 
 if __name__ == '__main__':
-    main()
+    sys.exit(main())

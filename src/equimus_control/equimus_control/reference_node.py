@@ -2,13 +2,18 @@
 node clock (sim time with use_sim_time), from the trajectory chosen by parameters."""
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rclpy.node import Node
 from sensor_msgs.msg import JointState
 
+from equimus_ros.main import run_node
+from equimus_ros.params import declare
+from equimus_ros.qos import COMMAND_QOS, DIAG_QOS
+
 from .reference import make_reference
-from .ros_common import COMMAND_QOS, DIAG_QOS, declare, spin_main
 from .statics import StaticParams
 
 
@@ -74,9 +79,9 @@ class ReferenceNode(Node):
         self.pub_diag.publish(arr)
 
 
-def main(args=None):
-    spin_main(ReferenceNode, args)
+def main(args=None) -> int:
+    return run_node(ReferenceNode, args, config_hint='Fix config/control.yaml or the --ros-args overrides.')
 
 
 if __name__ == '__main__':
-    main()
+    sys.exit(main())

@@ -23,28 +23,25 @@ import time
 from collections import deque
 
 import numpy as np
-import rclpy
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from geometry_msgs.msg import PoseStamped
 from rcl_interfaces.msg import FloatingPointRange, ParameterDescriptor
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.parameter import Parameter
-from rclpy.qos import QoSProfile, ReliabilityPolicy, HistoryPolicy, DurabilityPolicy, qos_profile_sensor_data
+from rclpy.qos import qos_profile_sensor_data
 from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray, MultiArrayDimension
 from std_srvs.srv import Trigger
 
+from equimus_ros.main import is_shutting_down, run_node
+from equimus_ros.qos import CLOCK_QOS, COMMAND_QOS, DIAG_QOS
+
 from .mocap import BODIES, MocapConfig, VirtualMocap
 from .pacing import JitterStats, Pacer
 from .simulator import make_simulator
 
-CLOCK_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.BEST_EFFORT,
-                       history=HistoryPolicy.KEEP_LAST, durability=DurabilityPolicy.VOLATILE)
-COMMAND_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE,
-                         history=HistoryPolicy.KEEP_LAST, durability=DurabilityPolicy.VOLATILE)
-DIAG_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
 MODES = ('realtime', 'lockstep')
 VARIANTS = ('equimus', 'pure')
 
@@ -127,6 +124,7 @@ class SimNode(Node):
         self.queue: deque = deque(maxlen=1000)
         self.frame = 0
         self.lockstep_timeouts = 0
+        self.lockstep_discarded = 0
         self.commands = 0
         self.work = JitterStats(2400)
         self.pacer = Pacer(1.0 / (self.rate * self.rate_factor) if self.rate_factor > 0 else 0.0)
@@ -194,6 +192,7 @@ class SimNode(Node):
             self.frame += 1
             t_ns = self.time_ns(self.frame)
             self.sim.advance_to(t_ns * 1e-9)
+            self._drop_unanswered_commands()
             self._publish_frame(t_ns)
             resets = self.sim.resets
         self.work.add(time.perf_counter() - t0)
@@ -227,8 +226,17 @@ class SimNode(Node):
         self._applied_msg.data = sim.command.tolist()
         self.pub_applied.publish(self._applied_msg)
 
+    def _drop_unanswered_commands(self) -> None:
+        # Lockstep: only a command sent after a frame was published answers that frame. Commands
+        # queued earlier (start-up vents, a late answer after a timeout) would otherwise keep the
+        # loop permanently that many frames behind, varying from run to run.
+        if self.mode == 'lockstep':
+            self.lockstep_discarded += len(self.queue)
+            self.queue.clear()
+
     def publish_initial(self) -> None:
         with self.lock:
+            self._drop_unanswered_commands()
             self._publish_frame(self.time_ns(0))
 
     def run(self) -> None:
@@ -292,10 +300,10 @@ class SimNode(Node):
                 executor.spin_once(timeout_sec=0.1)
         except (ExternalShutdownException, KeyboardInterrupt):
             pass
-        except Exception:
-            if self.context.ok():
-                raise
+        except RuntimeError:
             # a signal shut the context down between the check and spin_once: leave quietly
+            if not is_shutting_down():
+                raise
         finally:
             self._stop.set()
             with self.cond:
@@ -326,6 +334,7 @@ class SimNode(Node):
                 'tick_work_p50_us': f'{work["p50"] * 1e6:.1f}', 'tick_work_p99_us': f'{work["p99"] * 1e6:.1f}',
                 'overruns': str(self.pacer.overruns),
                 'commands_received': str(self.commands), 'lockstep_timeouts': str(self.lockstep_timeouts),
+                'lockstep_discarded': str(self.lockstep_discarded),
                 'rejected_commands': str(sim.rejected), 'last_reject_reason': sim.last_reject_reason,
                 'resets': str(sim.resets), 'last_reset_reason': sim.last_reset_reason,
                 'mocap_dropped_frames': str(self.mocap.dropped), 'mocap_occluded_poses': str(self.mocap.occluded),
@@ -346,25 +355,9 @@ class SimNode(Node):
         self.pub_diag.publish(arr)
 
 
-def main(args=None):
-    rclpy.init(args=args)
-    node = None
-    try:
-        node = SimNode()
-        node.run()
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    except RuntimeError:
-        # A signal can shut the context down while the executor is mid-wait (rclpy raises RCLError
-        # then): that is a shutdown, not a failure. Anything else is re-raised.
-        if rclpy.ok():
-            raise
-    finally:
-        if node is not None:
-            node.stop()
-            node.destroy_node()
-        rclpy.try_shutdown()
-
+def main(args=None) -> int:
+    return run_node(SimNode, args, spin=SimNode.run, close=SimNode.stop,
+                    config_hint='Fix config/sim.yaml or the --ros-args overrides.')
 
 if __name__ == '__main__':
-    main()
+    sys.exit(main())

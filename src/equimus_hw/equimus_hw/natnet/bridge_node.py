@@ -7,19 +7,21 @@ PoseStamped messages and reports on /diagnostics.
 from __future__ import annotations
 
 import math
+import sys
 import threading
 import time
 from typing import Dict, Optional
 
-import rclpy
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from geometry_msgs.msg import PoseStamped
 from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.duration import Duration
-from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.qos import qos_profile_sensor_data
+
+from equimus_ros.main import run_node
+from equimus_ros.qos import DIAG_QOS
 
 from .client import FrameEvent, NatNetClient
 
@@ -58,7 +60,7 @@ class NatNetBridge(Node):
         self.wanted = set(bodies) if bodies else None
 
         self.pubs: Dict[str, object] = {}
-        self.diag_pub = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
+        self.diag_pub = self.create_publisher(DiagnosticArray, '/diagnostics', DIAG_QOS)
         self.client = NatNetClient(
             self.server_address, self.local_address, self.command_port, self.data_port,
             self.multicast, self.group, self.stale_timeout, on_frame=self._on_frame,
@@ -196,24 +198,9 @@ class NatNetBridge(Node):
         return super().destroy_node()
 
 
-def main(args=None):
-    rclpy.init(args=args)
-    node = None
-    try:
-        node = NatNetBridge()
-        rclpy.spin(node)
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    except RuntimeError:
-        # A signal can shut the context down while the executor is mid-wait (rclpy raises RCLError
-        # then): that is a shutdown, not a failure. Anything else is re-raised.
-        if rclpy.ok():
-            raise
-    finally:
-        if node is not None:
-            node.destroy_node()
-        rclpy.try_shutdown()
-
+def main(args=None) -> int:
+    return run_node(NatNetBridge, args,
+                    config_hint='Fix config/natnet.yaml or the --ros-args overrides.')
 
 if __name__ == '__main__':
-    main()
+    sys.exit(main())

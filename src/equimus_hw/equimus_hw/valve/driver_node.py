@@ -14,26 +14,22 @@ import sys
 import time
 from typing import List, Optional
 
-import rclpy
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
 from rclpy.clock import Clock, ClockType
-from rclpy.exceptions import ParameterException
-from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
-from rclpy.qos import (QoSDurabilityPolicy, QoSHistoryPolicy, QoSProfile, QoSReliabilityPolicy,
-                       qos_profile_sensor_data)
+from rclpy.qos import qos_profile_sensor_data
 from std_msgs.msg import Float64MultiArray, MultiArrayDimension
 from std_srvs.srv import Trigger
+
+from equimus_ros.main import run_node
+from equimus_ros.qos import COMMAND_QOS, DIAG_QOS
 
 from .calibration import HARD_MAX_KPA, ValveCalibration
 from .link import BoardLink
 from .safety import SafetyFilter
 
 ACTUATORS = ('maa', 'baa')
-COMMAND_QOS = QoSProfile(reliability=QoSReliabilityPolicy.RELIABLE,
-                         history=QoSHistoryPolicy.KEEP_LAST, depth=10,
-                         durability=QoSDurabilityPolicy.VOLATILE)
 
 
 def _float_range(lo: float, hi: float) -> List[FloatingPointRange]:
@@ -72,7 +68,7 @@ class ValveDriver(Node):
                                                  qos_profile_sensor_data)
         self.pub_pressure = self.create_publisher(Float64MultiArray, '/valve/pressure',
                                                   qos_profile_sensor_data)
-        self.pub_diag = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
+        self.pub_diag = self.create_publisher(DiagnosticArray, '/diagnostics', DIAG_QOS)
         self.create_subscription(Float64MultiArray, '/valve/command', self._on_command,
                                  COMMAND_QOS)
         self.create_service(Trigger, '~/arm', self._srv_arm)
@@ -303,32 +299,16 @@ class ValveDriver(Node):
         return acked
 
 
-def main(args=None) -> None:
-    rclpy.init(args=args)
-    node = None
-    try:
-        node = ValveDriver()
-        rclpy.spin(node)
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    except RuntimeError:
-        # A signal can shut the context down while the executor is mid-wait (rclpy raises RCLError
-        # then): that is a shutdown, not a failure. Anything else is re-raised.
-        if rclpy.ok():
-            raise
-    except (ValueError, ParameterException) as exc:   # invalid parameters: say what, no traceback
-        print(f'valve_driver: invalid parameters: {exc}. Fix config/valve.yaml or the '
-              '--ros-args overrides.', file=sys.stderr, flush=True)
-        sys.exit(2)
-    finally:
-        if node is not None:
-            acked = node.vent_and_close()
-            print('valve_driver: vented on shutdown ('
-                  + ('acknowledged' if acked else
-                     'NOT acknowledged: board unreachable, its watchdog vents') + ')', flush=True)
-            node.destroy_node()
-        rclpy.try_shutdown()
+def _vent_on_exit(node: 'ValveDriver') -> None:
+    acked = node.vent_and_close()
+    print('valve_driver: vented on shutdown ('
+          + ('acknowledged' if acked else 'NOT acknowledged: board unreachable, its watchdog vents')
+          + ')', flush=True)
 
+
+def main(args=None) -> int:
+    return run_node(ValveDriver, args, close=_vent_on_exit,
+                    config_hint='Fix config/valve.yaml or the --ros-args overrides.')
 
 if __name__ == '__main__':
-    main()
+    sys.exit(main())

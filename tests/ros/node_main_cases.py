@@ -1,0 +1,54 @@
+"""Small programs built on equimus_ros.main.run_node, run as processes by test_node_main.py.
+
+`python node_main_cases.py CASE` prints what happened on stdout and exits with run_node's code.
+"""
+import sys
+
+import rclpy
+from diagnostic_msgs.msg import DiagnosticArray
+from rclpy.node import Node
+
+from equimus_ros.main import run_node
+
+
+class Listener(Node):
+    """Subscribes to /flood, where converting each message costs the executor real time."""
+
+    def __init__(self):
+        super().__init__('listener')
+        self.received = 0
+        self.create_subscription(DiagnosticArray, '/flood', self._on_flood, 100)
+        print('ready', flush=True)
+
+    def _on_flood(self, msg):
+        self.received += 1
+
+
+class BadParameters(Node):
+    def __init__(self):
+        super().__init__('bad_parameters')
+        raise ValueError('parameter gain=-1: must be positive')
+
+
+def _closed(node):
+    print(f'closed {type(node).__name__}', flush=True)
+
+
+def _fail_in_spin(node):
+    raise RuntimeError('a bug, not a shutdown')
+
+
+def _shutdown_then_fail(node):
+    rclpy.shutdown()
+    raise RuntimeError('rcl error after the context went down')
+
+
+CASES = {
+    'listen': lambda: run_node(Listener, close=_closed),
+    'bad_parameters': lambda: run_node(BadParameters, config_hint='Fix config/x.yaml.'),
+    'bug_in_spin': lambda: run_node(Listener, spin=_fail_in_spin, close=_closed),
+    'error_at_shutdown': lambda: run_node(Listener, spin=_shutdown_then_fail, close=_closed),
+}
+
+if __name__ == '__main__':
+    sys.exit(CASES[sys.argv[1]]())

@@ -1,0 +1,81 @@
+"""equimus_ros.main.run_node: the shared main() of every node, with real rclpy processes."""
+import pathlib
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+CASES = pathlib.Path(__file__).with_name('node_main_cases.py')
+
+
+def _run(case, timeout=30):
+    return subprocess.run([sys.executable, str(CASES), case], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_invalid_parameters_exit_2_with_the_reason_and_no_traceback():
+    proc = _run('bad_parameters')
+    assert proc.returncode == 2, proc.stderr
+    assert 'BadParameters: invalid parameters: parameter gain=-1: must be positive.' in proc.stderr
+    assert 'Fix config/x.yaml.' in proc.stderr
+    assert 'Traceback' not in proc.stderr
+
+
+def test_a_bug_while_spinning_propagates_and_the_node_is_still_closed():
+    proc = _run('bug_in_spin')
+    assert proc.returncode == 1
+    assert 'RuntimeError: a bug, not a shutdown' in proc.stderr
+    assert 'closed Listener' in proc.stdout
+
+
+def test_an_rcl_error_once_the_context_is_down_is_a_clean_shutdown():
+    proc = _run('error_at_shutdown')
+    assert proc.returncode == 0, proc.stderr
+    assert 'Traceback' not in proc.stderr
+    assert 'closed Listener' in proc.stdout
+
+
+@pytest.mark.slow
+def test_ctrl_c_while_messages_are_being_converted_is_a_clean_shutdown():
+    """Ctrl-C under a flood of messages that are costly to convert: exit 0, node closed, no traceback.
+
+    A KeyboardInterrupt raised inside rclpy's message conversion once surfaced in CI as
+    'RuntimeError: Unable to convert call argument'. A stand-alone script of this kind hit it in 5
+    of 55 stops; the race is load-dependent, so this test catches a regression only sometimes.
+    """
+    import rclpy
+    from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+
+    rclpy.init()
+    node = rclpy.create_node('flooder')
+    pub = node.create_publisher(DiagnosticArray, '/flood', 100)
+    heavy = DiagnosticArray(status=[DiagnosticStatus(name=str(i), values=[KeyValue(key='k', value='v')] * 5)
+                                    for i in range(300)])
+    stop = threading.Event()
+
+    def flood():
+        while not stop.is_set():
+            pub.publish(heavy)
+
+    flooder = threading.Thread(target=flood, daemon=True)
+    flooder.start()
+    failures = []
+    try:
+        for i in range(10):
+            proc = subprocess.Popen([sys.executable, str(CASES), 'listen'], stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, text=True)
+            assert proc.stdout.readline().strip() == 'ready'
+            time.sleep(0.4 + 0.013 * (i % 7))
+            proc.send_signal(signal.SIGINT)
+            out = proc.communicate(timeout=20)[0]
+            if proc.returncode != 0 or 'Traceback' in out or 'closed Listener' not in out:
+                failures.append(f'exit {proc.returncode}: {out[-800:]}')
+    finally:
+        stop.set()
+        flooder.join(timeout=5)
+        node.destroy_node()
+        rclpy.try_shutdown()
+    assert not failures, f'{len(failures)} of 10 stops failed; first:\n{failures[0]}'
