@@ -71,10 +71,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument('--horizon', type=float, default=0.3, help='multiple-shooting segment length (s)')
     p.add_argument('--sign-weight', type=float, default=0.0,
                    help='λ of the paper\'s MSE(sign θ̇) term in the whole-trajectory loss (paper: 100)')
-    p.add_argument('--dt', type=float, default=0.005, help='simulation step (s), the authors use 0.005')
+    p.add_argument('--dt', type=float, default=None,
+                   help='simulation step (s); default: the authors\' 0.005 for their CSVs, the simulation '
+                        'node\'s 1/600 for 120 Hz recordings')
     p.add_argument('--popsize', type=int, default=3, help='DE population = popsize × #parameters')
     p.add_argument('--maxiter', type=int, default=60, help='DE generations')
-    p.add_argument('--refine', default='nelder-mead', choices=('nelder-mead', 'lbfgsb', 'none'))
+    p.add_argument('--refine', default='auto', choices=('auto', 'lm', 'nelder-mead', 'lbfgsb', 'none'),
+                   help="local refinement; auto = lm (least squares) for --loss shooting, else nelder-mead")
     p.add_argument('--refine-maxfev', type=int, default=400)
     p.add_argument('--workers', type=int, default=None, help='parallel evaluators (default: all cores)')
     p.add_argument('--mapper', default='process', choices=('process', 'serial', 'dask'))
@@ -101,15 +104,25 @@ def run_static(sets, leg, method, log) -> dict:
             'parameters': f.overrides(), 'pressure_rmse': f.pressure_rmse_kpa.tolist(), 'angles': angles}
 
 
+def default_dt(exps) -> float:
+    """The authors' 0.005 s when every experiment's sample period is a multiple of it (their
+    100 Hz CSVs), else the simulation node's 1/600 s (five steps per 120 Hz mocap frame)."""
+    def fits(step):
+        return all(abs(e.dt / step - round(e.dt / step)) < 1e-6 for e in exps)
+    return 0.005 if fits(0.005) else 1.0 / 600.0
+
+
 def run_dynamic(exps, leg, a, out: pathlib.Path, log) -> dict:
     from equimus_bringup.identification import dynamic as D
     from equimus_bringup.identification.parallel import Mapper
     names = parse_params(a.params)
+    dt = a.dt or default_dt(exps)
+    refine = {'auto': 'lm' if a.loss == 'shooting' else 'nelder-mead', 'none': ''}.get(a.refine, a.refine)
     de_loss = 'shooting' if a.loss in ('shooting', 'both') else 'whole'
-    ev = D.Evaluator(exps, names, leg=leg, loss=de_loss, horizon=a.horizon, dt=a.dt,
+    ev = D.Evaluator(exps, names, leg=leg, loss=de_loss, horizon=a.horizon, dt=dt,
                      sign_weight=a.sign_weight if de_loss == 'whole' else 0.0,
                      aggregate=a.aggregate if de_loss == 'whole' else 'mean')
-    ref = D.Evaluator(exps, names, leg=leg, loss='whole', dt=a.dt, sign_weight=a.sign_weight,
+    ref = D.Evaluator(exps, names, leg=leg, loss='whole', dt=dt, sign_weight=a.sign_weight,
                       aggregate=a.aggregate) \
         if a.loss == 'both' else None
     x_before = np.array([D.leg_value(leg, n) for n in names])
@@ -121,14 +134,21 @@ def run_dynamic(exps, leg, a, out: pathlib.Path, log) -> dict:
         f'≤ {a.maxiter} generations, loss {a.loss}')
     with Mapper(a.mapper, a.workers, a.address) as mapper:
         r = D.fit(ev, popsize=a.popsize, maxiter=a.maxiter, workers=mapper, seed=a.seed,
-                  checkpoint=str(ck), refine='' if a.refine == 'none' else a.refine,
+                  checkpoint=str(ck), refine=refine,
                   refine_maxfev=a.refine_maxfev, refine_evaluator=ref, x0=x_before, log=log)
-    before = D.metrics(exps, x_before, names, leg=leg, dt=a.dt)
-    after = D.metrics(exps, r.x, names, leg=leg, dt=a.dt)
+    before = D.metrics(exps, x_before, names, leg=leg, dt=dt)
+    after = D.metrics(exps, r.x, names, leg=leg, dt=dt)
+    log(f'identifiability at the fit ({len(names) + 1} simulations) ...')
+    ident = D.identifiability(ev, r.x)
+    ident['threshold'] = D.DETERMINED_RSE
+    for n, e in ident['relative_std_error'].items():
+        log(f'  {n:28s} relative std. error {100 * e:7.2f} %'
+            + ('' if e <= D.DETERMINED_RSE else '  NOT determined by these data'))
     return {'names': names, 'loss': a.loss, 'parameters': r.parameters(),
             'before': dict(zip(names, map(float, x_before))), 'generations': r.generations,
             'evaluations': r.evaluations, 'wall_s': r.wall_s, 'interrupted': r.interrupted,
-            'metrics_before': before, 'metrics_after': after, 'result': r}
+            'metrics_before': before, 'metrics_after': after, 'result': r, 'identifiability': ident,
+            'dt': dt}
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -166,8 +186,12 @@ def main(argv: Optional[List[str]] = None) -> int:
             'start_parameter_set': a.parameter_set}
     if dynamic:
         s = report.summary(dynamic['metrics_after'])
+        ident = dynamic['identifiability']
         info.update(rmse_mean_rad=s['rmse_mean'], rmse_max_rad=s['rmse_max'],
-                    interrupted=bool(dynamic['interrupted']))
+                    interrupted=bool(dynamic['interrupted']), timestep_s=dynamic['dt'],
+                    relative_std_error=ident['relative_std_error'],
+                    not_determined=[n for n, e in ident['relative_std_error'].items()
+                                    if e > ident['threshold']])
     if static:
         info['static'] = {'parameters': static['parameters'], 'pressure_rmse_kpa': static['pressure_rmse']}
     yml = report.write_params_yaml(out / 'params.yaml', params, info)

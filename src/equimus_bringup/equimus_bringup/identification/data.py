@@ -2,7 +2,9 @@
 
 Two sources:
 - rosbag2 recordings of this project (`/valve/applied` or `/valve/command`, `/valve/pressure`,
-  `/joint_states` or `/sim/joint_states`), cut into one experiment per pressure step;
+  `/joint_states` or `/sim/joint_states`), cut into one experiment per pressure step, kept on
+  their 120 Hz grid and fitted against the raw angles (a moving average flattens step
+  transients and biased the damping and valve-lag estimates by tens of per cent);
 - the EquiMus authors' CSVs (../shared/data/equimus/physical/): static equilibria (Set A / B) and the
   ToCenter step releases, prepared as the authors do: from the release onwards, 4 s resampled
   to 100 Hz by linear interpolation, then an 11-sample moving average.
@@ -18,9 +20,12 @@ from dataclasses import dataclass, field
 from typing import Iterable, List, Optional, Sequence
 
 import numpy as np
+from scipy.signal import savgol_filter
 
 RATE_HZ = 100.0          # the authors' resampling rate
 SMOOTH_SAMPLES = 11      # the authors' moving-average window
+BAG_RATE_HZ = 120.0      # our recordings: the mocap frame rate, so nothing is interpolated
+START_WINDOW = 11        # samples of the local cubic fit that estimates restart angles and velocities
 DURATION_S = 4.0         # the authors' identification window after the release
 HOLD_S = 5.0             # ToCenter: start pressures are held this long, then released
 
@@ -61,6 +66,11 @@ class Experiment:
     command_kpa: np.ndarray     # (N, 2) valve command, held from t[i] to t[i+1]
     p0_kpa: np.ndarray          # (2,) valve pressure at t = 0
     meta: dict = field(default_factory=dict)
+    q_start: Optional[np.ndarray] = None   # (N, 2) angles a simulation restarts from; None = q
+
+    @property
+    def start_q(self) -> np.ndarray:
+        return self.q if self.q_start is None else self.q_start
 
     @property
     def dt(self) -> float:
@@ -73,7 +83,8 @@ class Experiment:
         """The first `duration` seconds (for quick fits and tests)."""
         n = max(2, int(round(duration / self.dt)) + 1)
         return Experiment(self.name, self.t[:n], self.q[:n], self.qd[:n], self.command_kpa[:n],
-                          self.p0_kpa.copy(), dict(self.meta))
+                          self.p0_kpa.copy(), dict(self.meta),
+                          None if self.q_start is None else self.q_start[:n])
 
 
 def moving_average(x: np.ndarray, window: int = SMOOTH_SAMPLES) -> np.ndarray:
@@ -171,16 +182,39 @@ def release_index(g: dict, hold_s: float = HOLD_S) -> int:
     return int(np.searchsorted(g['t'], hold_s))
 
 
-def prepare(t_src, q_src, command_src, t0: float, duration: float, rate: float, smooth: int,
-            p0_kpa, name: str, meta: Optional[dict] = None) -> Experiment:
-    """Resample the whole signal to `rate`, smooth it, then cut [t0, t0 + duration].
+def local_cubic(q: np.ndarray, rate: float, window: int = START_WINDOW):
+    """Angles and velocities from a sliding local cubic fit (Savitzky-Golay).
 
-    Smoothing before cutting keeps the window's edges honest (no padding at the release).
+    Unlike a moving average it follows a step transient without flattening it, so simulations
+    restarted from these states are not biased towards slower dynamics.
     """
+    w = min(window, len(q) if len(q) % 2 else len(q) - 1)
+    if w < 5:
+        return q.copy(), np.gradient(q, 1.0 / rate, axis=0)
+    return (savgol_filter(q, w, 3, axis=0, mode='interp'),
+            savgol_filter(q, w, 3, deriv=1, delta=1.0 / rate, axis=0, mode='interp'))
+
+
+def prepare(t_src, q_src, command_src, t0: float, duration: float, rate: float, smooth: int,
+            p0_kpa, name: str, meta: Optional[dict] = None, target: str = 'smoothed') -> Experiment:
+    """Resample the whole signal to `rate`, filter it, then cut [t0, t0 + duration].
+
+    target 'smoothed' (the authors' way, for their CSVs): the fit compares with the moving average
+    of `smooth` samples and restarts from it. target 'raw' (our bags): the fit compares with the
+    measured angles themselves, which is unbiased under noise, and restarts from a local cubic fit.
+    Filtering before cutting keeps the window's edges honest (no padding at the release).
+    """
+    if target not in ('smoothed', 'raw'):
+        raise ValueError(f"target must be 'smoothed' or 'raw', got {target!r}")
     t_src = np.asarray(t_src, float)
     grid = np.arange(t_src[0], t_src[-1] + 1e-9, 1.0 / rate)
-    qs = moving_average(resample(t_src, q_src, grid), smooth)
-    qd = np.gradient(qs, 1.0 / rate, axis=0)
+    q_grid = resample(t_src, q_src, grid)
+    if target == 'smoothed':
+        qs = moving_average(q_grid, smooth)
+        q_start, qd = None, np.gradient(qs, 1.0 / rate, axis=0)
+    else:
+        qs = q_grid
+        q_start, qd = local_cubic(q_grid, rate)
     i0 = int(np.searchsorted(grid, t0 - 1e-9))
     n = int(round(duration * rate)) + 1
     if i0 + n > len(grid):
@@ -190,7 +224,8 @@ def prepare(t_src, q_src, command_src, t0: float, duration: float, rate: float, 
     sl = slice(i0, i0 + n)
     cmd = hold(t_src, command_src, grid[sl])
     return Experiment(name=name, t=grid[sl] - grid[i0], q=qs[sl], qd=qd[sl], command_kpa=cmd,
-                      p0_kpa=np.asarray(p0_kpa, float).copy(), meta=dict(meta or {}))
+                      p0_kpa=np.asarray(p0_kpa, float).copy(), meta=dict(meta or {}),
+                      q_start=None if q_start is None else q_start[sl])
 
 
 def load_tocenter(path, groups='effective', duration: float = DURATION_S, rate: float = RATE_HZ,
@@ -306,9 +341,11 @@ def step_times(rec: Recording, threshold_kpa: float = 0.5) -> np.ndarray:
 
 
 def segment_steps(rec: Recording, max_duration: float = DURATION_S, min_duration: float = 0.5,
-                  rate: float = RATE_HZ, smooth: int = SMOOTH_SAMPLES,
-                  threshold_kpa: float = 0.5, name: str = 'bag') -> List[Experiment]:
+                  rate: float = BAG_RATE_HZ, smooth: int = SMOOTH_SAMPLES,
+                  threshold_kpa: float = 0.5, name: str = 'bag', target: str = 'raw') -> List[Experiment]:
     """One experiment per pressure step: from the step to the next step (at most max_duration).
+
+    By default on the recording's own 120 Hz grid, fitted against the raw angles (see `prepare`).
 
     The valve pressure at the step is the measured `/valve/pressure` when recorded, else the
     command held before the step (assumes the valve had settled).
@@ -328,7 +365,7 @@ def segment_steps(rec: Recording, max_duration: float = DURATION_S, min_duration
             p0 = hold(rec.t_cmd, rec.command_kpa, np.array([ts - 1e-6]))[0]
         q_src_t = rec.t_q
         exp = prepare(q_src_t, rec.q, hold(rec.t_cmd, rec.command_kpa, q_src_t), ts, dur, rate, smooth,
-                      p0_kpa=p0, name=f'{name}#{k}',
+                      p0_kpa=p0, name=f'{name}#{k}', target=target,
                       meta={'source': rec.source, 't_step': float(ts),
                             'command_kpa': hold(rec.t_cmd, rec.command_kpa, np.array([ts]))[0].tolist()})
         # the command on the experiment grid from the recorded command itself (exact step time)

@@ -82,8 +82,22 @@ def markdown(title: str, static: Optional[dict] = None, dynamic: Optional[dict] 
                 f"Loss: {dynamic['loss']}; DE generations {dynamic['generations']}, "
                 f"evaluations {dynamic['evaluations']}, wall time {dynamic['wall_s']:.1f} s"
                 + (' (interrupted)' if dynamic.get('interrupted') else '') + '.', '',
-                '| parameter | before | after |', '|---|---|---|']
-        out += [f"| {k} | {dynamic['before'][k]:.6g} | {v:.6g} |" for k, v in dynamic['parameters'].items()]
+                '| parameter | before | after | relative std. error | determined by the data |',
+                '|---|---|---|---|---|']
+        ident = dynamic.get('identifiability') or {}
+        rse = ident.get('relative_std_error', {})
+        for k, v in dynamic['parameters'].items():
+            e = rse.get(k)
+            out.append(f"| {k} | {dynamic['before'][k]:.6g} | {v:.6g} | "
+                       + (f"{100 * e:.2f} % | {'yes' if e <= ident['threshold'] else '**no**'} |"
+                          if e is not None else '– | – |'))
+        if ident:
+            weak = ', '.join(f'{k} {v:+.2f}' for k, v in ident['weakest_direction'].items())
+            out += ['', f"Relative standard errors from the Gauss-Newton covariance at the fit (lower "
+                    f"bounds: residuals are treated as white). 'Determined' means under "
+                    f"{100 * ident['threshold']:g} %. Condition number {ident['condition_number']:.3g}; "
+                    f"the least determined combination of log-parameters: {weak}. Parameters "
+                    'marked **no** need richer excitation (or fixing), not a longer search.']
         out += ['', 'Per experiment, whole-trajectory simulation from the measured start (rad):', '',
                 dynamic_table(dynamic['metrics_before'], dynamic['metrics_after']), '']
     return '\n'.join(out) + '\n'

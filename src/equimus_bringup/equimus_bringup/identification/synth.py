@@ -1,6 +1,6 @@
 """Synthetic recordings with known parameters, for checking that identification recovers them.
 
-The leg is simulated in MuJoCo (equimus_sim's model, finer step than the identification uses) with
+The leg is simulated in MuJoCo (equimus_sim's model at the simulation node's 1/600 s step) with
 the valve lag of equimus_sim.simulator.ValveLag, driven by a sequence of pressure steps, and
 written through equimus_bringup.bag.BagWriter on the topics and types the recorder writes
 (docs/interfaces.md): /valve/command, /valve/applied, /valve/pressure (Float64MultiArray kPa),
@@ -21,10 +21,30 @@ from equimus_sim.simulator import ValveLag
 from .dynamic import PRESSURE_LENGTHENS
 
 DEFAULT_STEPS = ((0, 0), (20, 0), (20, 15), (0, 15), (35, 5), (5, 25), (0, 0))
+SIM_DT = 1.0 / 600.0     # the simulation node's default step (config/sim.yaml)
+
+# Known parameters for ground-truth checks: every identifiable one, each clearly off the
+# table_v_dynamic start set.
+GROUND_TRUTH = {'actuators.maa.k': 300.0, 'actuators.baa.k': 95.0, 'actuators.maa.area': 3.6e-4,
+                'actuators.baa.area': 4.8e-4, 'actuators.maa.l0': 0.176, 'actuators.baa.l0': 0.262,
+                'actuators.maa.c': 15.0, 'actuators.baa.c': 20.0, 'joints.hip.damping': 0.4,
+                'joints.knee.damping': 0.08, 'valve.time_constant': 0.15}
+
+
+def random_steps(n: int, seed: int = 0, max_kpa: float = 45.0) -> tuple:
+    """n pressure steps drawn uniformly over [0, max_kpa]², starting and ending vented.
+
+    Steps of both channels at once, to every level, excite both actuators over the workspace;
+    a handful of hand-picked steps leaves some parameters undetermined (see
+    dynamic.identifiability).
+    """
+    rng = np.random.default_rng(seed)
+    levels = rng.uniform(0.0, max_kpa, (n, 2)).round(1)
+    return ((0.0, 0.0),) + tuple(map(tuple, levels)) + ((0.0, 0.0),)
 
 
 def simulate_steps(truth: Mapping[str, float], steps_kpa: Sequence = DEFAULT_STEPS, hold_s: float = 1.5,
-                   dt: float = 0.001, rate_hz: float = 120.0, settle_s: float = 3.0,
+                   dt: float = SIM_DT, rate_hz: float = 120.0, settle_s: float = 3.0,
                    parameter_set: Optional[str] = 'table_v_dynamic') -> dict:
     """Simulate pressure steps; returns t, command, valve pressure, q, qd sampled at rate_hz.
 
