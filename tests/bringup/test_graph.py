@@ -4,7 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from equimus_bringup.graph import ARGUMENTS, describe_graph, resolve_args, ros_arguments
+from equimus_bringup.graph import (ARGUMENTS, CONTROL_PATH, describe_graph, realtime_problem,
+                                   resolve_args, ros_arguments)
 
 SHARED_NODES = {'estimator', 'controller', 'reference'}
 
@@ -60,6 +61,39 @@ def test_ros_arguments_carry_name_files_and_parameters():
         assert argv[argv.index(f) - 1] == '--params-file'
 
 
+def test_rt_priority_applies_to_the_control_path_only():
+    for mode, extra in (('sim', {}), ('hardware', {'emulator': 'true'})):
+        specs = describe_graph(mode, dict(extra, rt_priority='20', record='true', bag='b'))
+        rt = {s.name for s in specs if s.prefix == ['chrt', '-f', '20']}
+        assert rt == {s.name for s in specs if s.name in CONTROL_PATH}
+        assert {'estimator', 'controller'} <= rt and not rt & {'reference', 'recorder'}
+    assert all(s.prefix == [] for s in describe_graph('hardware'))      # off by default
+    for bad in ('-1', '99', 'high'):
+        with pytest.raises(ValueError, match='rt_priority'):
+            describe_graph('sim', {'rt_priority': bad})
+
+
+def test_supervised_nodes_really_run_sched_fifo(tmp_path):
+    """`equimus launch` starts the control path under chrt: read the policy back from /proc."""
+    import os
+    import time
+    from equimus_bringup.supervisor import Supervisor
+    if realtime_problem(10):
+        pytest.skip(f'SCHED_FIFO not permitted here: {realtime_problem(10)}')
+    specs = [s for s in describe_graph('sim', {'rt_priority': '10'})
+             if s.name in ('estimator', 'reference')]
+    sup = Supervisor(specs, echo=False)
+    sup.start()
+    try:
+        time.sleep(1.0)
+        policy = {n: os.sched_getscheduler(p.pid) for n, p in sup.procs.items()}
+        prio = {n: os.sched_getparam(p.pid).sched_priority for n, p in sup.procs.items()}
+    finally:
+        sup.stop()
+    assert policy == {'estimator': os.SCHED_FIFO, 'reference': os.SCHED_OTHER}
+    assert prio['estimator'] == 10
+
+
 @pytest.mark.parametrize('name', ['sim.launch.py', 'hardware.launch.py'])
 def test_launch_files_use_the_shared_description(repo_dir, name):
     """launch/launch_ros are not installable here; check the files' structure instead."""
@@ -71,7 +105,8 @@ def test_launch_files_use_the_shared_description(repo_dir, name):
     assert f"generate('{mode}')" in src
     common = (repo_dir / 'src/equimus_bringup/equimus_bringup/launch_common.py').read_text()
     for needle in ('DeclareLaunchArgument', 'describe_graph(mode', 'launch_ros.actions import Node',
-                   'parameters=[*spec.parameter_files, spec.parameters]'):
+                   'parameters=[*spec.parameter_files, spec.parameters]',
+                   "prefix=' '.join(spec.prefix) or None"):
         assert needle in common
     assert set(ARGUMENTS) >= {'controller', 'record', 'bag', 'use_sim_time', 'serial_port', 'natnet_server'}
 

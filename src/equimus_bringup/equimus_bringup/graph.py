@@ -39,7 +39,14 @@ ARGUMENTS: Dict[str, Tuple[str, str]] = {
     'params_file': ('', 'extra ROS parameter file applied to every node after the defaults'),
     'config_dir': ('', 'folder with the default parameter files (default: the installed share)'),
     'log_level': ('info', 'ROS log level for every node'),
+    'rt_priority': ('0', 'SCHED_FIFO priority (1-98) for the control path: the leg side (sim, or rig '
+                         'emulator, NatNet bridge and valve driver), estimator and controller; 0 = '
+                         'normal scheduling. Needs CAP_SYS_NICE or `ulimit -r` >= the priority'),
 }
+
+# The processes between a mocap frame and the valve command; rt_priority applies to these only
+# (the reference, recorder and tools keep normal scheduling, so they can never starve the loop).
+CONTROL_PATH = ('sim', 'rig_emulator', 'natnet_bridge', 'valve_driver', 'estimator', 'controller')
 
 # Lower rank stops first on shutdown: the loop is opened from the top, the valve driver vents last.
 SHUTDOWN_RANK = {
@@ -63,6 +70,12 @@ class ProcessSpec:
     parameters: Dict[str, object] = field(default_factory=dict)
     arguments: List[str] = field(default_factory=list)
     is_ros_node: bool = True
+    rt_priority: int = 0
+
+    @property
+    def prefix(self) -> List[str]:
+        """Command prefix (launch_ros `prefix`): `chrt -f N` for a real-time process."""
+        return ['chrt', '-f', str(self.rt_priority)] if self.rt_priority > 0 else []
 
     @property
     def shutdown_rank(self) -> int:
@@ -99,7 +112,28 @@ def resolve_args(mode: str, overrides: Optional[Mapping[str, str]] = None) -> Di
         args['bag'] = os.path.join('bags', f'equimus_{mode}_{time.strftime("%Y%m%d-%H%M%S")}')
     if args['controller'] not in ('pid', 'mpc', 'open_loop'):
         raise ValueError(f'controller:={args["controller"]} is not one of pid, mpc, open_loop')
+    try:
+        prio = int(args['rt_priority'])
+    except ValueError:
+        prio = -1
+    if not 0 <= prio <= 98:
+        raise ValueError(f'rt_priority:={args["rt_priority"]} must be an integer 0 (off) to 98')
     return args
+
+
+def realtime_problem(priority: int) -> Optional[str]:
+    """None if processes can be started with SCHED_FIFO `priority` here, else what stops it."""
+    if priority <= 0:
+        return None
+    import shutil
+    import subprocess
+    if shutil.which('chrt') is None:
+        return 'chrt (util-linux) is not installed'
+    r = subprocess.run(['chrt', '-f', str(priority), 'true'], capture_output=True, text=True)
+    if r.returncode != 0:
+        return (f'{r.stderr.strip() or "chrt failed"}: grant CAP_SYS_NICE or raise the rtprio limit '
+                f'(`ulimit -r {priority}`, /etc/security/limits.conf), or use rt_priority:=0')
+    return None
 
 
 def _files(args: Mapping[str, str], *names: str) -> List[str]:
@@ -152,6 +186,9 @@ def describe_graph(mode: str, overrides: Optional[Mapping[str, str]] = None) -> 
     if _truthy(args['record']):
         specs.append(ProcessSpec('recorder', 'equimus_bringup', 'recorder',
                                  _files(args, 'recorder.yaml'), dict(common, bag_path=args['bag'])))
+    for spec in specs:
+        if spec.name in CONTROL_PATH:
+            spec.rt_priority = int(args['rt_priority'])
     return specs
 
 

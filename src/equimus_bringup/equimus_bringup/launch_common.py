@@ -26,11 +26,11 @@ def generate(mode: str) -> LaunchDescription:
                     package=spec.package, executable=spec.executable, name=spec.name,
                     parameters=[*spec.parameter_files, spec.parameters],
                     arguments=['--ros-args', '--log-level', log_level],
-                    output='screen', emulate_tty=True))
+                    prefix=' '.join(spec.prefix) or None, output='screen', emulate_tty=True))
             else:
                 actions.append(ExecuteProcess(
                     cmd=[ExecutableInPackage(spec.executable, spec.package), *spec.arguments],
-                    name=spec.name, output='screen'))
+                    prefix=' '.join(spec.prefix) or None, name=spec.name, output='screen'))
         return actions
 
     return LaunchDescription([*declared, OpaqueFunction(function=_actions)])

@@ -48,7 +48,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import yaml
 
 from equimus_bringup import soak_analysis as A
-from equimus_bringup.graph import default_config_dir, describe_graph
+from equimus_bringup.graph import default_config_dir, describe_graph, realtime_problem
 from equimus_bringup.supervisor import Supervisor, command_for
 
 FAULTS = ('mocap_stall', 'untrack', 'natnet_garbage', 'serial_faults', 'serial_unplug',
@@ -94,6 +94,7 @@ class SoakSupervisor(Supervisor):
     """The graph's processes, with SIGKILL/restart; the recorder ignores SIGXFSZ (disk full)."""
 
     def start(self) -> None:
+        self.check_realtime()
         for spec in self.specs:
             self.spawn(spec.name)
 
@@ -210,11 +211,12 @@ class Soak:
     def __init__(self, duration: float = 60.0, faults: Sequence[str] = FAULTS,
                  out: Optional[str] = None, controller: str = 'pid', reference: str = 'sine',
                  gap: Optional[float] = None, echo: bool = False, log: Callable[[str], None] = print,
-                 domain_id: Optional[int] = None):
+                 domain_id: Optional[int] = None, rt_priority: int = 0):
         unknown = sorted(set(faults) - set(FAULTS))
         if unknown:
             raise ValueError(f'unknown fault(s) {unknown}; choose from {", ".join(FAULTS)} or all')
         self.duration = float(duration)
+        self.rt_priority = int(rt_priority)
         self.faults = [f for f in FAULTS if f in faults]
         self.out = Path(out or tempfile.mkdtemp(prefix='equimus_soak_')).resolve()
         self.controller = controller
@@ -417,9 +419,21 @@ class Soak:
         n = max(1, int(body // (need + gap * len(cyc)))) if body > need else 1
         return cyc * n, gap, warmup
 
+    def _emulate_hardware_priority(self) -> None:
+        # The emulators stand in for Motive and the DAC board, which on the rig are other machines
+        # and a microcontroller: with rt_priority the threads created from here on run one
+        # level above the graph's control path, and the graph's processes do not inherit it.
+        problem = realtime_problem(self.rt_priority + 1)
+        if problem:
+            raise ValueError(f'--rt-priority {self.rt_priority}: {problem}')
+        os.sched_setscheduler(0, os.SCHED_FIFO | os.SCHED_RESET_ON_FORK,
+                              os.sched_param(self.rt_priority + 1))
+
     def run(self) -> Tuple[Dict[str, object], List[Check]]:
         from equimus_bringup.rig_emulator import BODIES, EmulatedRig
         from equimus_hw.natnet.emulator import NatNetEmulator
+        if self.rt_priority:
+            self._emulate_hardware_priority()
         self.out.mkdir(parents=True, exist_ok=True)
         self.bag = self.out / 'bag'
         if self.bag.exists():
@@ -434,6 +448,7 @@ class Soak:
         self.rig = rig
         specs = describe_graph('hardware', {
             'controller': self.controller, 'reference': self.reference, 'record': 'true',
+            'rt_priority': str(self.rt_priority),
             'bag': str(self.bag), 'auto_arm': 'true', 'serial_port': link,
             'natnet_command_port': str(cmd_port), 'natnet_data_port': str(data_port)})
         # A DDS domain of its own: the soak kills nodes and injects bad commands, which must
@@ -839,6 +854,9 @@ def main(argv=None) -> int:
     p.add_argument('--domain-id', type=int, default=None,
                    help='ROS_DOMAIN_ID for the whole soak (default: 102 + pid %% 100, never 0)')
     p.add_argument('--echo', action='store_true', help="print the nodes' output as it comes")
+    p.add_argument('--rt-priority', type=int, default=0,
+                   help='SCHED_FIFO priority of the control path (graph argument rt_priority); the '
+                        'emulated rig runs one above it. 0 = normal scheduling (default)')
     ns = p.parse_args(argv)
     faults = FAULTS if ns.faults == 'all' else () if ns.faults == 'none' else \
         tuple(f.strip() for f in ns.faults.split(',') if f.strip())
@@ -847,7 +865,7 @@ def main(argv=None) -> int:
         out = os.path.join(out, time.strftime('%Y%m%d-%H%M%S'))
     try:
         soak = Soak(ns.duration, faults, out, ns.controller, ns.reference, ns.gap, ns.echo,
-                    domain_id=ns.domain_id)
+                    domain_id=ns.domain_id, rt_priority=ns.rt_priority)
         fig, checks = soak.run()
     except (ValueError, RuntimeError) as exc:
         print(f'soak: {exc}', file=sys.stderr)

@@ -16,7 +16,7 @@ import threading
 import time
 from typing import Dict, List, Optional, Sequence
 
-from equimus_bringup.graph import ProcessSpec, ros_arguments
+from equimus_bringup.graph import ProcessSpec, realtime_problem, ros_arguments
 
 
 class GraphError(RuntimeError):
@@ -45,7 +45,7 @@ def find_executable(package: str, executable: str) -> str:
 
 
 def command_for(spec: ProcessSpec, log_level: str = 'info') -> List[str]:
-    cmd = [find_executable(spec.package, spec.executable), *spec.arguments]
+    cmd = [*spec.prefix, find_executable(spec.package, spec.executable), *spec.arguments]
     if spec.is_ros_node:
         cmd += ros_arguments(spec, log_level)
     return cmd
@@ -68,7 +68,15 @@ class Supervisor:
         self._threads: List[threading.Thread] = []
         self.output: Dict[str, List[str]] = {}
 
+    def check_realtime(self) -> None:
+        """Refuse to start a graph whose real-time processes could not get their priority."""
+        prio = max((s.rt_priority for s in self.specs), default=0)
+        problem = realtime_problem(prio)
+        if problem:
+            raise GraphError(f'rt_priority:={prio} is not available here: {problem}')
+
     def start(self) -> None:
+        self.check_realtime()
         for spec in self.specs:
             cmd = command_for(spec, self.log_level)
             proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

@@ -73,7 +73,7 @@ class BoardEmulator:
                  tau_s: float = 0.2171, dead_time_s: float = 0.0, adc: bool = True,
                  vent_on_bad_frame: bool = True, drop_rate: float = 0.0,
                  corrupt_rate: float = 0.0, log_path: Optional[str] = None,
-                 verbose: bool = False, seed: Optional[int] = None):
+                 verbose: bool = False, seed: Optional[int] = None, history: int = 20000):
         self.cal = calibration or ValveCalibration()
         self.channels = channels
         self.link = link
@@ -90,7 +90,10 @@ class BoardEmulator:
         self._lock = threading.RLock()
         self.valves = [ValveModel(self.cal, tau_s, dead_time_s) for _ in range(channels)]
         self.codes = [0] * channels
-        self.frames: List[FrameRecord] = []
+        # The newest `history` SET frames for inspection (the log file keeps all of them); a
+        # bounded deque so a long soak neither grows nor scans ever longer lists under the lock.
+        self.frames: Deque[FrameRecord] = deque(maxlen=history)
+        self.frames_total = 0
         self.rejections: List[Tuple[float, int, str]] = []
         self.invariant_violations: List[FrameRecord] = []
         self.watchdog_trips = 0
@@ -303,6 +306,7 @@ class BoardEmulator:
                     break
         rec = FrameRecord(now, msg.seq, codes, reason == 0)
         self.frames.append(rec)
+        self.frames_total += 1
         self._log({'event': 'set', 't': now, 'seq': msg.seq, 'codes': list(codes),
                    'accepted': reason == 0})
         if self.verbose:
@@ -351,8 +355,15 @@ class BoardEmulator:
             return [v.pressure for v in self.valves]
 
     def frames_since(self, t: float) -> List[FrameRecord]:
+        """Frames received at or after t (among the newest `history`), oldest first."""
+        out = []
         with self._lock:
-            return [f for f in self.frames if f.t >= t]
+            for f in reversed(self.frames):
+                if f.t < t:
+                    break
+                out.append(f)
+        out.reverse()
+        return out
 
     def last_frame(self) -> Optional[FrameRecord]:
         with self._lock:
@@ -420,7 +431,7 @@ def main(args=None) -> int:
                 print(f'reappeared on {emu.slave_path}', flush=True)
     finally:
         emu.close()
-        print(f'DAC board emulator stopped: {len(emu.frames)} SET frames, '
+        print(f'DAC board emulator stopped: {emu.frames_total} SET frames, '
               f'{len(emu.rejections)} rejected, {emu.watchdog_trips} watchdog trips, '
               f'{len(emu.invariant_violations)} invariant violations', flush=True)
     return 0
