@@ -35,3 +35,11 @@ def test_triangle_vertices_are_static_equilibria(sim_params, triangle):
 def test_unknown_kind_is_a_clear_error():
     with pytest.raises(ValueError, match='triangle'):
         make_reference('zigzag')
+
+
+def test_a_late_reference_is_carried_to_the_state_time_and_no_further():
+    from equimus_control.reference import reference_at
+    q, qd = [1.0, 0.5], [0.2, -0.4]
+    np.testing.assert_allclose(reference_at(q, qd, 10.0, 10.025), [1.005, 0.49])
+    np.testing.assert_allclose(reference_at(q, qd, 10.0, 9.9), q)           # newer than the state
+    np.testing.assert_allclose(reference_at(q, qd, 10.0, 12.0, 0.1), [1.02, 0.46])   # capped

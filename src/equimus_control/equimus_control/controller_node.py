@@ -23,8 +23,12 @@ from equimus_ros.params import declare
 from equimus_ros.qos import COMMAND_QOS, DIAG_QOS
 
 from .pid import PIDController, PIDGains, StaticFeedforward
+from .reference import reference_at
 from .statics import StaticParams
 from .supervisor import VENT, SafetyConfig, Supervisor
+
+
+REF_PREVIEW_MAX = 0.1   # s; beyond this a late reference is held, not extrapolated
 
 
 class ControllerNode(Node):
@@ -73,6 +77,7 @@ class ControllerNode(Node):
         self.sup = Supervisor(safety)
         self.q_ref = None
         self.qd_ref = np.zeros(2)
+        self.ref_stamp = None
         self.last_stamp = None
         self.compute = collections.deque(maxlen=1000)  # recent cycles only: bounded memory
         self.cycles = 0
@@ -100,6 +105,7 @@ class ControllerNode(Node):
             self.q_ref = np.array(msg.position[:2], float)
             v = msg.velocity[:2] if len(msg.velocity) >= 2 else [0.0, 0.0]
             self.qd_ref = np.nan_to_num(np.array(v, float))
+            self.ref_stamp = msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9
 
     def _on_state(self, msg: JointState):
         t0 = time.perf_counter()
@@ -116,7 +122,7 @@ class ControllerNode(Node):
             return
         if self.q_ref is None:
             self.q_ref = q.copy()     # no reference yet: hold where the leg is
-        out = self.ctrl.step(q, qd, self.q_ref, self.qd_ref, dt)
+        out = self.ctrl.step(q, qd, self._reference_at(stamp), self.qd_ref, dt)
         u, sat = (out[0], out[1]) if isinstance(out, tuple) else (out.pressures, out.saturated)
         u = self.sup.clip(u)
         self._publish(u)
@@ -124,6 +130,11 @@ class ControllerNode(Node):
         self.saturated += np.asarray(sat, bool)
         self.compute.append(time.perf_counter() - t0)
         self._reason_changed()
+
+    def _reference_at(self, stamp: float) -> np.ndarray:
+        if self.ref_stamp is None:
+            return self.q_ref
+        return reference_at(self.q_ref, self.qd_ref, self.ref_stamp, stamp, REF_PREVIEW_MAX)
 
     def _stale_check(self):
         if self.sup.check_stale(self._now()):

@@ -76,3 +76,13 @@ def make_reference(kind: str, params=None, **kw):
     if kind == 'sine':
         return Sinusoid(**kw)
     raise ValueError(f"unknown reference kind {kind!r}: use 'triangle', 'steps' or 'sine'")
+
+
+def reference_at(q_ref, qd_ref, ref_stamp: float, stamp: float, max_preview: float = 0.1) -> np.ndarray:
+    """The reference at a state's time `stamp` from the latest sample (q_ref, qd_ref at ref_stamp).
+
+    A reference that arrives late (its node delayed by load) is carried forward along its own
+    velocity, at most `max_preview` s; one stamped after the state is used as it is.
+    """
+    ahead = min(max(stamp - ref_stamp, 0.0), max_preview)
+    return np.asarray(q_ref, float) + np.asarray(qd_ref, float) * ahead
