@@ -29,3 +29,20 @@ def test_frame_rate_is_safe_while_frames_arrive():
         stop.set()
         t.join()
         sys.setswitchinterval(old)
+
+
+def test_emulated_rig_keeps_no_frame_queue(tmp_path):
+    """EmulatedRig used the frame VirtualMocap.capture returns and never released it, so every
+    frame stayed queued: +14 MB/min in the soak process, whose garbage collection then stalled the
+    emulated board (a 661 ms watchdog miss at t=500 s of the 10-minute soak)."""
+    from equimus_bringup.rig_emulator import BODIES, EmulatedRig
+    from equimus_hw.natnet.emulator import NatNetEmulator
+    natnet = NatNetEmulator(bodies=BODIES)
+    rig = EmulatedRig(str(tmp_path / 'dac'), natnet)
+    for _ in range(240):
+        rig.tick()
+    assert rig.mocap.pending == 0
+    assert rig.frames == 240
+    frame = natnet.build_frame(0.0)
+    assert len(frame.rigid_bodies) == len(BODIES)
+    assert all(rb.tracking_valid for rb in frame.rigid_bodies)

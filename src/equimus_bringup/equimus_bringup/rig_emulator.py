@@ -58,15 +58,17 @@ class EmulatedRig:
         """One mocap period: valve pressures in, physics, poses out."""
         self.sim.set_command(self.board.pressures())
         self.sim.advance(self.period)
-        frame = self.mocap.capture(self.sim.time, self.sim.body_poses(BODIES))
+        self.mocap.capture(self.sim.time, self.sim.body_poses(BODIES))
         self.frames += 1
-        if frame is None:
-            return
         now = time.monotonic()
-        for name, pose in frame.bodies.items():
-            w, x, y, z = pose.orientation
-            lost = self._untracked_until.get(name, 0.0) > now
-            self.natnet.set_pose(name, pose.position, (x, y, z, w), tracked=pose.tracked and not lost)
+        # NatNet carries the latency in its own timestamps, so each frame is released as soon as
+        # it is captured (a frame left queued would stay for the life of the process).
+        for frame in self.mocap.release(self.sim.time + self.mocap.config.latency):
+            for name, pose in frame.bodies.items():
+                w, x, y, z = pose.orientation
+                lost = self._untracked_until.get(name, 0.0) > now
+                self.natnet.set_pose(name, pose.position, (x, y, z, w),
+                                     tracked=pose.tracked and not lost)
 
     def untrack(self, name: str, duration: float) -> None:
         """Body `name` loses tracking for `duration` s (NatNetEmulator.untrack would be undone
