@@ -38,6 +38,11 @@ def _fail_in_spin(node):
     raise RuntimeError('a bug, not a shutdown')
 
 
+def _report_gc(node):
+    import gc
+    print(f'frozen {gc.get_freeze_count()} tracked {len(gc.get_objects())}', flush=True)
+
+
 def _shutdown_then_fail(node):
     rclpy.shutdown()
     raise RuntimeError('rcl error after the context went down')
@@ -47,6 +52,7 @@ CASES = {
     'listen': lambda: run_node(Listener, close=_closed),
     'bad_parameters': lambda: run_node(BadParameters, config_hint='Fix config/x.yaml.'),
     'bug_in_spin': lambda: run_node(Listener, spin=_fail_in_spin, close=_closed),
+    'gc': lambda: run_node(Listener, spin=_report_gc),
     'error_at_shutdown': lambda: run_node(Listener, spin=_shutdown_then_fail, close=_closed),
 }
 

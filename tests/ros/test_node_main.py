@@ -38,6 +38,14 @@ def test_an_rcl_error_once_the_context_is_down_is_a_clean_shutdown():
     assert 'closed Listener' in proc.stdout
 
 
+def test_start_up_objects_are_frozen_before_spinning():
+    """Full garbage collections in the loop must not scan modules and models built at start-up."""
+    proc = _run('gc')
+    assert proc.returncode == 0, proc.stderr
+    frozen, tracked = (int(w) for w in proc.stdout.split('frozen ')[1].split()[::2][:2])
+    assert frozen > 10_000 and tracked < frozen / 10, proc.stdout
+
+
 @pytest.mark.slow
 def test_ctrl_c_while_messages_are_being_converted_is_a_clean_shutdown():
     """Ctrl-C under a flood of messages that are costly to convert: exit 0, node closed, no traceback.

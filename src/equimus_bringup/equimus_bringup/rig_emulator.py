@@ -133,7 +133,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     except (OSError, ValueError) as exc:
         print(f'rig_emulator: cannot start: {exc}', file=sys.stderr)
         return 2
-    signal.signal(signal.SIGTERM, lambda *_: rig.stop())
+    # Explicit for SIGINT too: started from a background job, a process inherits SIGINT ignored,
+    # and the supervisor stops the rig with SIGINT.
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: rig.stop())
     with rig:
         print(f'rig_emulator: DAC board on {rig.serial_port}; NatNet {a.version} on '
               f'{a.address}:{a.command_port}/{a.data_port} ({"multicast" if a.multicast else "unicast"})',

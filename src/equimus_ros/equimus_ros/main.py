@@ -7,6 +7,7 @@ as "RuntimeError: Unable to convert call argument" from take_message instead of 
 """
 from __future__ import annotations
 
+import gc
 import signal
 import sys
 import threading
@@ -40,6 +41,14 @@ def _quiet_python_sigint() -> None:
     if (threading.current_thread() is threading.main_thread()
             and signal.getsignal(signal.SIGINT) is signal.default_int_handler):
         signal.signal(signal.SIGINT, _Interrupts.note)
+
+
+def _freeze_startup_objects() -> None:
+    # Everything built at start-up (modules, models, solver set-up) lives as long as the node.
+    # Frozen, it is no longer scanned by full garbage collections, which otherwise take ~30 ms
+    # in the controller process (79,000 objects) and stall the 120 Hz loop whenever they run.
+    gc.collect()
+    gc.freeze()
 
 
 def is_shutting_down(grace_s: float = SHUTDOWN_GRACE_S) -> bool:
@@ -77,6 +86,7 @@ def run_node(factory: Callable[[], object], args=None, *,
             print(f'{name}: invalid parameters: {exc}.'
                   + (f' {config_hint}' if config_hint else ''), file=sys.stderr, flush=True)
             return EXIT_INVALID_PARAMETERS
+        _freeze_startup_objects()
         spin(node)
     except (KeyboardInterrupt, ExternalShutdownException):
         pass

@@ -550,7 +550,10 @@ def main(argv: Optional[List[str]] = None) -> int:
               'Choose other ports with --command-port/--data-port.', file=sys.stderr)
         return 2
     stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    # Both signals set the event explicitly: a process started from a background job inherits
+    # SIGINT ignored, and Ctrl-C or a supervisor's SIGINT must still stop the emulator.
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
     emu.start()
     dest = f'multicast {args.multicast_group}:{args.data_port}' if args.multicast else \
         'unicast to connected clients'
