@@ -94,6 +94,30 @@ def test_supervised_nodes_really_run_sched_fifo(tmp_path):
     assert prio['estimator'] == 10
 
 
+def test_rt_priority_is_refused_clearly_without_the_privilege():
+    """As a user without CAP_SYS_NICE the graph must not start half real-time: it refuses."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+    if os.geteuid() != 0 or shutil.which('setpriv') is None:
+        pytest.skip('needs root and setpriv to run the check as an unprivileged user')
+    probe = ('from equimus_bringup.graph import describe_graph\n'
+             'from equimus_bringup.supervisor import GraphError, Supervisor\n'
+             "specs = [s for s in describe_graph('sim', {'rt_priority': '10'}) if s.name == 'estimator']\n"
+             'sup = Supervisor(specs, echo=False)\n'
+             'try:\n'
+             '    sup.start()\n'
+             "    print('STARTED', list(sup.procs)); sup.stop()\n"
+             'except GraphError as exc:\n'
+             "    print('REFUSED', exc)\n")
+    r = subprocess.run(['setpriv', '--reuid=65534', '--regid=65534', '--clear-groups',
+                        '--inh-caps=-all', '--bounding-set=-all', sys.executable, '-c', probe],
+                       capture_output=True, text=True, timeout=60)
+    assert r.stdout.startswith('REFUSED rt_priority:=10 is not available here'), r.stdout + r.stderr
+    assert 'rt_priority:=0' in r.stdout          # says what to do
+
+
 @pytest.mark.parametrize('name', ['sim.launch.py', 'hardware.launch.py'])
 def test_launch_files_use_the_shared_description(repo_dir, name):
     """launch/launch_ros are not installable here; check the files' structure instead."""

@@ -180,3 +180,21 @@ def test_random_garbage_never_kills_the_board_or_raises_a_code(tmp_path):
     finally:
         host.close()
         emu.close()
+
+
+def test_frame_history_is_bounded_and_frames_since_reads_the_newest(tmp_path):
+    """A long soak polls frames_since every 50 ms: the history must not grow with the run."""
+    emu = make_emulator(tmp_path, history=5)
+    host = Host(emu.link)
+    try:
+        for seq in range(1, 13):
+            host.send(P.Set(seq, (seq, seq)))
+            assert host.replies(), f'no reply to SET {seq}'
+        assert emu.frames_total == 12 and len(emu.frames) == 5
+        assert [f.seq for f in emu.frames] == list(range(8, 13))
+        t_mid = emu.frames[2].t
+        assert [f.seq for f in emu.frames_since(t_mid)] == [10, 11, 12]
+        assert emu.frames_since(time.monotonic() + 1.0) == []
+    finally:
+        host.close()
+        emu.close()

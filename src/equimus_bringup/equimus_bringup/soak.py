@@ -274,33 +274,30 @@ class Soak:
         """First accepted non-zero SET after t_from (control has resumed), waiting up to timeout."""
         end = time.monotonic() + timeout
         while time.monotonic() < end:
-            for f in reversed(self.board.frames_since(t_from)):
-                if f.accepted and any(f.codes):
-                    return next(g.t for g in self.board.frames_since(t_from)
-                                if g.accepted and any(g.codes))
+            first = next((f.t for f in self.board.frames_since(t_from)
+                          if f.accepted and any(f.codes)), None)
+            if first is not None:
+                return first
             self.sleep(0.05)
         return None
 
     # ------------------------------------------------------------------ faults
-    def fault_mocap_stall(self) -> FaultRecord:
+    def _mocap_outage(self, name: str, start: Callable[[float], None], seconds: float = 1.0) -> FaultRecord:
+        """A mocap fault that lasts `seconds` once started; control must resume after it."""
         nz = self.wait_nonzero()
         t0 = time.monotonic()
-        self.natnet.stall(1.0)
-        self.sleep(1.0)
+        start(seconds)
+        self.sleep(seconds)
         t1 = time.monotonic()
         resumed = self.wait_resumed(t1, 3.0)
         self.sleep(1.0)
-        return FaultRecord('mocap_stall', t0, t1, time.monotonic(), {'nonzero_before': nz, 'resumed': resumed})
+        return FaultRecord(name, t0, t1, time.monotonic(), {'nonzero_before': nz, 'resumed': resumed})
+
+    def fault_mocap_stall(self) -> FaultRecord:
+        return self._mocap_outage('mocap_stall', self.natnet.stall)
 
     def fault_untrack(self) -> FaultRecord:
-        nz = self.wait_nonzero()
-        t0 = time.monotonic()
-        self.rig.untrack('thigh', 1.0)
-        self.sleep(1.0)
-        t1 = time.monotonic()
-        resumed = self.wait_resumed(t1, 3.0)
-        self.sleep(1.0)
-        return FaultRecord('untrack', t0, t1, time.monotonic(), {'nonzero_before': nz, 'resumed': resumed})
+        return self._mocap_outage('untrack', lambda s: self.rig.untrack('thigh', s))
 
     def fault_natnet_garbage(self) -> FaultRecord:
         from equimus_hw.natnet import protocol as NP

@@ -339,8 +339,7 @@ def identifiability(ev: Evaluator, x, rel_step: float = 1e-3) -> dict:
     jtj = J.T @ J
     cov = np.linalg.pinv(jtj) * sigma2
     rse = np.sqrt(np.clip(np.diag(cov), 0.0, None))
-    sv = np.linalg.svd(J, compute_uv=False)
-    _, _, vt = np.linalg.svd(J, full_matrices=False)
+    _, sv, vt = np.linalg.svd(J, full_matrices=False)
     weakest = {n: float(v) for n, v in zip(ev.names, vt[-1]) if abs(v) > 0.2}
     return {'relative_std_error': dict(zip(ev.names, map(float, rse))),
             'residual_rms_rad': math.sqrt(float(r0 @ r0) / r0.size),
@@ -475,7 +474,7 @@ def fit(ev: Evaluator, popsize: int = 15, maxiter: int = 100, workers: Callable 
                 raise ValueError(f"refine must be 'lm', 'nelder-mead', 'lbfgsb' or '', got {refine!r}")
             if r.fun <= loss_start:
                 u = np.clip(r.x, 0, 1)
-                loss = float(ev(u))
+                loss = float(r.fun) if rev is ev else float(ev(u))
             used = ev.n_evals + (rev.n_evals if rev is not ev else 0) - evals0
             log(f'refined loss {r.fun:.6g} after {used} evaluations')
         except KeyboardInterrupt:
