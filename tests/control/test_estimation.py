@@ -120,3 +120,33 @@ def test_backwards_stamp_rejected():
         assert 'backwards' in str(exc)
     else:
         raise AssertionError('repeated stamp accepted')
+
+
+def test_filter_equals_the_matrix_kalman_equations_on_irregular_steps():
+    """The per-joint scalar filter is the textbook x = Fx, P = FPFᵀ + Q, K = PHᵀ/S update."""
+    cfg = EstimatorConfig()
+    est = JointStateEstimator(cfg)
+    rng = np.random.default_rng(3)
+    t, x, P = 0.0, None, None
+    for k in range(200):
+        t += PERIOD * (1 + 3 * (k % 37 == 0)) * rng.uniform(0.8, 1.2)
+        q = np.array([1.2 + 0.3 * math.sin(2 * t), 0.6 + 0.2 * math.cos(3 * t)])
+        q = q + rng.normal(0, 0.002, 2)
+        e = est.update(t, poses_at(q[0], q[1]))
+        z = est.measure(poses_at(q[0], q[1]))
+        if x is None:
+            x = [np.array([z[j], 0.0]) for j in range(2)]
+            P = [np.diag([cfg.sigma_meas ** 2, 100.0]) for _ in range(2)]
+        else:
+            dt = t - t_prev
+            F = np.array([[1, dt], [0, 1]])
+            Q = cfg.sigma_acc ** 2 * np.array([[dt ** 4 / 4, dt ** 3 / 2], [dt ** 3 / 2, dt ** 2]])
+            H = np.array([[1.0, 0.0]])
+            for j in range(2):
+                xp, Pp = F @ x[j], F @ P[j] @ F.T + Q
+                K = Pp @ H.T / (H @ Pp @ H.T + cfg.sigma_meas ** 2)
+                x[j] = xp + (K * (z[j] - xp[0])).ravel()
+                P[j] = (np.eye(2) - K @ H) @ Pp
+        t_prev = t
+        assert np.allclose(e.position, [x[0][0], x[1][0]], atol=1e-12)
+        assert np.allclose(e.velocity, [x[0][1], x[1][1]], rtol=1e-9, atol=1e-9)

@@ -19,9 +19,10 @@ filter re-initialises on the next good frame.
 from __future__ import annotations
 
 import enum
+import functools
 import math
 from dataclasses import dataclass, field
-from typing import Optional, Sequence
+from typing import Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -32,24 +33,58 @@ class Status(enum.IntEnum):
     INVALID = 2
 
 
-def quat_to_matrix(q) -> np.ndarray:
-    """Rotation matrix of a quaternion given as (x, y, z, w) — the ROS/Motive order."""
+# The per-frame maths below is plain-float Python, not numpy: on 3-vectors numpy's per-call
+# overhead dominates (the numpy version took 180 us per frame, most of the fused control loop's
+# budget; see docs/benchmarks.md).
+Vec3 = Tuple[float, float, float]
+
+
+def _unit_quat(q) -> Tuple[float, float, float, float]:
     x, y, z, w = (float(v) for v in q)
     n = math.sqrt(x * x + y * y + z * z + w * w)
     if not n > 1e-9:
         raise ValueError('zero or non-finite quaternion')
-    x, y, z, w = x / n, y / n, z / n, w / n
+    return x / n, y / n, z / n, w / n
+
+
+def quat_to_matrix(q) -> np.ndarray:
+    """Rotation matrix of a quaternion given as (x, y, z, w) — the ROS/Motive order."""
+    x, y, z, w = _unit_quat(q)
     return np.array([
         [1 - 2 * (y * y + z * z), 2 * (x * y - z * w), 2 * (x * z + y * w)],
         [2 * (x * y + z * w), 1 - 2 * (x * x + z * z), 2 * (y * z - x * w)],
         [2 * (x * z - y * w), 2 * (y * z + x * w), 1 - 2 * (x * x + y * y)]])
 
 
-def _perpendicular(a: np.ndarray) -> np.ndarray:
+def _cross(a: Vec3, b: Vec3) -> Vec3:
+    return (a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0])
+
+
+def _dot(a: Vec3, b: Vec3) -> float:
+    return a[0] * b[0] + a[1] * b[1] + a[2] * b[2]
+
+
+def _rotate(q, v: Vec3, inverse: bool = False) -> Vec3:
+    """v rotated by the unit quaternion q = (x, y, z, w) (or by its inverse)."""
+    u = (-q[0], -q[1], -q[2]) if inverse else (q[0], q[1], q[2])
+    t = _cross(u, v)
+    t = (2 * t[0], 2 * t[1], 2 * t[2])
+    c = _cross(u, t)
+    w = q[3]
+    return (v[0] + w * t[0] + c[0], v[1] + w * t[1] + c[1], v[2] + w * t[2] + c[2])
+
+
+def _normalized(a) -> Vec3:
+    x, y, z = (float(v) for v in a)
+    n = math.sqrt(x * x + y * y + z * z)
+    return x / n, y / n, z / n
+
+
+def _perpendicular(a: Vec3) -> Vec3:
     """A fixed unit vector perpendicular to a (same rule everywhere, so offsets stay constant)."""
-    e = np.eye(3)[int(np.argmin(np.abs(a)))]
-    r = np.cross(a, e)
-    return r / np.linalg.norm(r)
+    i = min(range(3), key=lambda k: abs(a[k]))
+    e = tuple(1.0 if k == i else 0.0 for k in range(3))
+    return _normalized(_cross(a, e))
 
 
 @dataclass(frozen=True)
@@ -60,15 +95,19 @@ class HingeSpec:
     axis_child: tuple = (-1.0, 0.0, 0.0)
     offset: float = math.pi / 2
 
-    def angle(self, R_parent: np.ndarray, R_child: np.ndarray) -> float:
-        """Wrapped angle (−π, π] + offset of the child about the hinge, relative to the parent."""
-        ap = np.asarray(self.axis_parent, float)
-        ap = ap / np.linalg.norm(ap)
-        ac = np.asarray(self.axis_child, float)
-        ac = ac / np.linalg.norm(ac)
-        rp, rc = _perpendicular(ap), _perpendicular(ac)
-        v = R_parent.T @ (R_child @ rc)
-        return math.atan2(float(ap @ np.cross(rp, v)), float(rp @ v)) + self.offset
+    @functools.cached_property
+    def _frames(self) -> Tuple[Vec3, Vec3, Vec3]:
+        """(unit parent axis, reference vectors ⟂ the axis in the parent and child frames)."""
+        ap, ac = _normalized(self.axis_parent), _normalized(self.axis_child)
+        return ap, _perpendicular(ap), _perpendicular(ac)
+
+    def angle(self, q_parent, q_child) -> float:
+        """Wrapped angle (−π, π] + offset of the child about the hinge, relative to the parent.
+
+        q_parent, q_child: unit quaternions (x, y, z, w) of the two bodies in the world."""
+        ap, rp, rc = self._frames
+        v = _rotate(q_parent, _rotate(q_child, rc), inverse=True)
+        return math.atan2(_dot(ap, _cross(rp, v)), _dot(rp, v)) + self.offset
 
 
 @dataclass
@@ -128,8 +167,8 @@ class JointStateEstimator:
         """Wrapped joint angles from [(pos, quat xyzw)] × (base, thigh, calf); None if untracked."""
         if len(poses) != 3 or not all(pose_is_valid(p, q) for p, q in poses):
             return None
-        Rb, Rt, Rc = (quat_to_matrix(q) for _, q in poses)
-        return np.array([self.cfg.hip.angle(Rb, Rt), self.cfg.knee.angle(Rt, Rc)])
+        qb, qt, qc = (_unit_quat(q) for _, q in poses)
+        return np.array([self.cfg.hip.angle(qb, qt), self.cfg.knee.angle(qt, qc)])
 
     def _unwrap(self, wrapped: np.ndarray) -> np.ndarray:
         if self.x is None:
@@ -159,20 +198,28 @@ class JointStateEstimator:
             self.x = np.stack([z, np.zeros(2)], axis=1)
             self.P = np.array([np.diag([cfg.sigma_meas ** 2, 10.0 ** 2])] * 2)
         else:
-            dt = stamp - self.last_good_stamp
-            F = np.array([[1.0, dt], [0.0, 1.0]])
-            Q = cfg.sigma_acc ** 2 * np.array([[dt ** 4 / 4, dt ** 3 / 2], [dt ** 3 / 2, dt ** 2]])
-            R = cfg.sigma_meas ** 2
-            for j in range(2):
-                x = F @ self.x[j]
-                P = F @ self.P[j] @ F.T + Q
-                S = P[0, 0] + R
-                K = P[:, 0] / S
-                x = x + K * (z[j] - x[0])
-                P = P - np.outer(K, P[0, :])
-                self.x[j], self.P[j] = x, P
+            self._kalman_step(stamp - self.last_good_stamp, z)
         self.last_good_stamp = stamp
         return JointEstimate(stamp, self.x[:, 0].copy(), self.x[:, 1].copy(), Status.VALID, gap)
+
+    def _kalman_step(self, dt: float, z: np.ndarray) -> None:
+        """Predict over dt with F = [[1, dt], [0, 1]], then update with the angle z (scalars)."""
+        qa = self.cfg.sigma_acc ** 2
+        q00, q01, q11 = qa * dt ** 4 / 4, qa * dt ** 3 / 2, qa * dt ** 2
+        R = self.cfg.sigma_meas ** 2
+        for j in range(2):
+            a, v = float(self.x[j, 0]), float(self.x[j, 1])
+            (p00, p01), (_, p11) = self.P[j].tolist()
+            a += dt * v                                        # x = F x
+            p00, p01, p11 = (p00 + 2 * dt * p01 + dt * dt * p11 + q00,   # P = F P Fᵀ + Q
+                             p01 + dt * p11 + q01, p11 + q11)
+            s = p00 + R
+            k0, k1 = p00 / s, p01 / s
+            r = float(z[j]) - a
+            a, v = a + k0 * r, v + k1 * r
+            p00, p01, p11 = p00 - k0 * p00, p01 - k0 * p01, p11 - k1 * p01
+            self.x[j, 0], self.x[j, 1] = a, v
+            self.P[j] = ((p00, p01), (p01, p11))
 
     def _held(self, stamp: float, gap: int) -> JointEstimate:
         if self.x is None or self.last_good_stamp is None:

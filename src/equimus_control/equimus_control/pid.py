@@ -17,6 +17,7 @@ PD (seeds/002 Sec. II-D, eqs. 26–31), including the term from ∂J_A/∂θ, fo
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -34,34 +35,47 @@ def pressure_torque_matrix(q, params: StaticParams) -> np.ndarray:
     return params.pressure_sign * J.T * (np.asarray(params.S) * 1e3)[None, :]
 
 
+def _isclose(a: float, b: float) -> bool:
+    return abs(a - b) <= 1e-8 + 1e-5 * abs(b)     # numpy.isclose's default tolerances
+
+
 def box_lsq(A: np.ndarray, b: np.ndarray, lo: np.ndarray, hi: np.ndarray):
-    """Exact min ‖A x − b‖² on a 2-D box, by active-set enumeration. Returns (x, saturated mask)."""
-    try:
-        x = np.linalg.solve(A, b)
-        if np.all(x >= lo) and np.all(x <= hi):
-            return x, np.zeros(2, bool)
-    except np.linalg.LinAlgError:
-        pass
-    best, best_cost = None, np.inf
+    """Exact min ‖A x − b‖² on a 2-D box, by active-set enumeration. Returns (x, saturated mask).
+
+    Plain floats: it runs every control cycle, and on 2×2 problems numpy's call overhead was
+    most of the controller's compute time."""
+    (a00, a01), (a10, a11) = np.asarray(A, float).tolist()
+    b0, b1 = (float(v) for v in b)
+    lo, hi = [float(v) for v in lo], [float(v) for v in hi]
+    cols = ((a00, a10), (a01, a11))
+    det = a00 * a11 - a01 * a10
+    if det != 0.0:
+        x = ((b0 * a11 - a01 * b1) / det, (a00 * b1 - a10 * b0) / det)
+        if all(lo[i] <= x[i] <= hi[i] for i in range(2)):
+            return np.array(x), np.zeros(2, bool)
+    best, best_cost = None, math.inf
     for pattern in itertools.product((0, 1, 2), repeat=2):   # 0 free, 1 at lo, 2 at hi
-        x = np.where(np.array(pattern) == 1, lo, hi).astype(float)
+        x = [lo[i] if pattern[i] == 1 else hi[i] for i in range(2)]
         free = [i for i in range(2) if pattern[i] == 0]
         if len(free) == 2:
             continue            # the unconstrained optimum was handled above
         if free:
             i, j = free[0], 1 - free[0]
-            a = A[:, i]
-            den = float(a @ a)
+            a, c = cols[i], cols[j]
+            den = a[0] * a[0] + a[1] * a[1]
             if den <= 0:
                 continue
-            xi = float(a @ (b - A[:, j] * x[j])) / den
+            xi = (a[0] * (b0 - c[0] * x[j]) + a[1] * (b1 - c[1] * x[j])) / den
             if xi < lo[i] - 1e-12 or xi > hi[i] + 1e-12:
                 continue
             x[i] = xi
-        cost = float(np.sum((A @ x - b) ** 2))
+        r0 = a00 * x[0] + a01 * x[1] - b0
+        r1 = a10 * x[0] + a11 * x[1] - b1
+        cost = r0 * r0 + r1 * r1
         if cost < best_cost - 1e-15:
             best, best_cost = x, cost
-    return best, (np.isclose(best, lo) | np.isclose(best, hi))
+    sat = [_isclose(best[i], lo[i]) or _isclose(best[i], hi[i]) for i in range(2)]
+    return np.array(best), np.array(sat)
 
 
 def pressures_for_torque(q, tau_extra, p_ff, params: StaticParams, p_max=P_MAX_KPA):

@@ -15,6 +15,7 @@ No ROS, no MuJoCo.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from typing import Mapping, Optional
 
@@ -100,31 +101,29 @@ def _up(phi):
 
 
 def gravity_generalized(q, p: StaticParams):
-    """(y-weighted height U, ∂U/∂θ) where U = Σ m_i y_i; gravity torque is +g ∂U/∂θ."""
+    """(y-weighted height U, ∂U/∂θ) where U = Σ m_i y_i; gravity torque is +g ∂U/∂θ.
+
+    Only y components are needed: with u(φ) = (cos φ, sin φ) and u⊥(φ) = (−sin φ, cos φ),
+    y of u is sin φ and y of u⊥ is cos φ (plain floats: this runs every control cycle)."""
     g = p.geometry
     t1, t2 = float(q[0]), float(q[1])
     a12 = t1 + t2
-    # thigh COM
-    c1 = p.com_thigh[0] * _u(t1) + p.com_thigh[1] * _up(t1)
-    dc1 = [p.com_thigh[0] * _up(t1) - p.com_thigh[1] * _u(t1), np.zeros(2)]
-    # calf COM
-    knee = g.a1 * _u(t1)
-    dknee = g.a1 * _up(t1)
-    cc = p.com_calf[0] * _u(a12) + p.com_calf[1] * _up(a12)
-    dcc = p.com_calf[0] * _up(a12) - p.com_calf[1] * _u(a12)
-    c2 = knee + cc
-    dc2 = [dknee + dcc, dcc]
-    # moving actuator anchors C (thigh) and D (calf), effective mass m/2 each
-    C = g.b1 * _u(t1 - g.beta1)
-    dC = [g.b1 * _up(t1 - g.beta1), np.zeros(2)]
-    D = knee + g.b2 * _u(a12 + g.beta2)
-    dDc = g.b2 * _up(a12 + g.beta2)
-    dD = [dknee + dDc, dDc]
-    ma, mb = 0.5 * p.m_act[0], 0.5 * p.m_act[1]
-    U = p.m_thigh * c1[1] + p.m_calf * c2[1] + ma * C[1] + mb * D[1]
-    dU = np.array([p.m_thigh * dc1[j][1] + p.m_calf * dc2[j][1] + ma * dC[j][1] + mb * dD[j][1]
-                   for j in range(2)])
-    return U, dU
+    s1, c1 = math.sin(t1), math.cos(t1)
+    s12, c12 = math.sin(a12), math.cos(a12)
+    sC, cC = math.sin(t1 - g.beta1), math.cos(t1 - g.beta1)
+    sD, cD = math.sin(a12 + g.beta2), math.cos(a12 + g.beta2)
+    (ht, vt), (hc, vc) = p.com_thigh, p.com_calf
+    y_thigh, dy_thigh = ht * s1 + vt * c1, ht * c1 - vt * s1          # thigh COM, ∂/∂θ1
+    y_cc, dy_cc = hc * s12 + vc * c12, hc * c12 - vc * s12            # calf COM from the knee
+    y_knee, dy_knee = g.a1 * s1, g.a1 * c1
+    y_C, dy_C = g.b1 * sC, g.b1 * cC                                  # anchor C on the thigh
+    y_Dc, dy_Dc = g.b2 * sD, g.b2 * cD                                # anchor D from the knee
+    ma, mb = 0.5 * p.m_act[0], 0.5 * p.m_act[1]                       # effective m/2 each
+    U = p.m_thigh * y_thigh + p.m_calf * (y_knee + y_cc) + ma * y_C + mb * (y_knee + y_Dc)
+    dU1 = (p.m_thigh * dy_thigh + p.m_calf * (dy_knee + dy_cc) + ma * dy_C
+           + mb * (dy_knee + dy_Dc))
+    dU2 = p.m_calf * dy_cc + mb * dy_Dc
+    return U, np.array([dU1, dU2])
 
 
 def potential(q, pressures_kpa, p: StaticParams) -> float:

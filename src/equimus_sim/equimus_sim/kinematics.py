@@ -11,6 +11,7 @@ transfer (which needs ∂J_A/∂θ) costs no finite differencing on the hot path
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields
 from typing import Mapping
 
@@ -72,19 +73,23 @@ def link_points(q, g: PlanarGeometry) -> dict:
 
 
 def _anchor_derivatives(q, g: PlanarGeometry):
-    """Moving anchors p_i, their first (∂p/∂θ) and second (∂²p/∂θ²) derivatives."""
+    """Moving anchors p_i, their first (∂p/∂θ) and second (∂²p/∂θ²) derivatives, as float pairs.
+
+    Plain floats, not numpy: this runs twice per control cycle, where numpy's per-call overhead
+    on 2-vectors cost more than the arithmetic (docs/benchmarks.md, control section)."""
     t1, t2 = float(q[0]), float(q[1])
-    ph1 = t1 - g.beta1
-    ph2 = t1 + t2 + g.beta2
-    z = np.zeros(2)
-    C = g.b1 * _u(ph1)
-    dC = [g.b1 * _up(ph1), z]
-    ddC = [[-C, z], [z, z]]
-    D = g.a1 * _u(t1) + g.b2 * _u(ph2)
-    d2 = g.b2 * _up(ph2)
-    dD = [g.a1 * _up(t1) + d2, d2]
-    u2 = -g.b2 * _u(ph2)
-    ddD = [[-g.a1 * _u(t1) + u2, u2], [u2, u2]]
+    c1, s1 = math.cos(t1 - g.beta1), math.sin(t1 - g.beta1)
+    ck, sk = math.cos(t1), math.sin(t1)
+    c2, s2 = math.cos(t1 + t2 + g.beta2), math.sin(t1 + t2 + g.beta2)
+    z = (0.0, 0.0)
+    C = (g.b1 * c1, g.b1 * s1)
+    dC = [(-g.b1 * s1, g.b1 * c1), z]
+    ddC = [[(-C[0], -C[1]), z], [z, z]]
+    D = (g.a1 * ck + g.b2 * c2, g.a1 * sk + g.b2 * s2)
+    d2 = (-g.b2 * s2, g.b2 * c2)
+    dD = [(-g.a1 * sk + d2[0], g.a1 * ck + d2[1]), d2]
+    u2 = (-g.b2 * c2, -g.b2 * s2)
+    ddD = [[(-g.a1 * ck + u2[0], -g.a1 * sk + u2[1]), u2], [u2, u2]]
     return (C, dC, ddC), (D, dD, ddD)
 
 
@@ -100,22 +105,25 @@ def actuation_jacobian(q, g: PlanarGeometry = PlanarGeometry()) -> np.ndarray:
     return actuation_derivatives(q, g)[1]
 
 
+def _dot2(a, b) -> float:
+    return a[0] * b[0] + a[1] * b[1]
+
+
 def actuation_derivatives(q, g: PlanarGeometry = PlanarGeometry()):
     """(l, J_A, H) with H[a, i, j] = ∂²l_a/∂θ_i∂θ_j, all analytic."""
-    A = base_anchors(g)
-    l = np.zeros(2)
-    J = np.zeros((2, 2))
-    H = np.zeros((2, 2, 2))
+    bases = ((g.d1, 0.0), (-g.d2, 0.0))
+    l, J, H = [0.0, 0.0], [[0.0, 0.0], [0.0, 0.0]], [[[0.0] * 2 for _ in range(2)] for _ in range(2)]
     for a, (p, dp, ddp) in enumerate(_anchor_derivatives(q, g)):
-        r = p - A[a]
-        la = np.linalg.norm(r)
+        r = (p[0] - bases[a][0], p[1] - bases[a][1])
+        la = math.hypot(r[0], r[1])
         l[a] = la
+        Ja = J[a]
         for i in range(2):
-            J[a, i] = r @ dp[i] / la
+            Ja[i] = _dot2(r, dp[i]) / la
         for i in range(2):
             for j in range(2):
-                H[a, i, j] = (dp[i] @ dp[j] + r @ ddp[i][j] - J[a, i] * J[a, j]) / la
-    return l, J, H
+                H[a][i][j] = (_dot2(dp[i], dp[j]) + _dot2(r, ddp[i][j]) - Ja[i] * Ja[j]) / la
+    return np.array(l), np.array(J), np.array(H)
 
 
 def jacobian_rate(q, qd, g: PlanarGeometry = PlanarGeometry()) -> np.ndarray:
