@@ -1,12 +1,16 @@
 """Reliability soak benchmark: the hardware graph against the emulated rig, every fault, 120 Hz.
 
-    python benchmarks/bench_soak.py --quick     # 60 s
-    python benchmarks/bench_soak.py             # 10 minutes (fault cycles repeated), then 60 s
-                                                #   with normal scheduling as the baseline
+    python benchmarks/bench_soak.py --quick     # 60 s fused loop, then 60 s one process per node
+    python benchmarks/bench_soak.py             # 10 minutes each (fault cycles repeated), then
+                                                #   60 s with normal scheduling
 
-The main soak runs the control path with rt_priority (SCHED_FIFO 20, the emulated rig at 21) when
-this machine permits it, as a rig would be run; the full mode adds a 60 s soak with normal
-scheduling, so the effect of the priorities is measured in the same run.
+Two graphs, measured one after the other in the same run: the fused control loop
+(fused_loop:=true: NatNet bridge, estimator, controller and valve driver in one process, a frame
+driving the chain by direct calls; every fault except kill_controller, which has no process of
+its own there) and the default graph with one process per node (every fault). Both run the
+control path with rt_priority (SCHED_FIFO 20, the emulated rig at 21) when this machine permits
+it, as a rig would be run; the full mode adds a 60 s soak of the default graph with normal
+scheduling, so the effect of the priorities is measured in the same run too.
 
 Figures from equimus_bringup.soak: missed cycles, command inter-arrival (jitter) at the DAC board,
 mocap frame (NatNet transmit tick) -> SET bytes read by the board, vent times against the watchdog
@@ -28,14 +32,19 @@ BASELINE_KEYS = ('cycles_missed', 'mocap_frames_steady', 'e2e_mocap_to_serial_p5
                  'checks_passed', 'checks_total')
 
 
+SPLIT_KEYS = BASELINE_KEYS + ('jitter_abs_p99_ms', 'recorder_lost_valve_command')
+
+
 def run(quick: bool = True, duration: float = None) -> dict:
     from equimus_bringup.graph import realtime_problem
     from equimus_bringup.soak import FAULTS, Soak
     duration = duration or (60.0 if quick else 600.0)
     rt = 0 if realtime_problem(RT_PRIORITY + 1) else RT_PRIORITY
-    soak = Soak(duration=duration, faults=FAULTS, log=lambda *_: None, rt_priority=rt)
+    soak = Soak(duration=duration, faults=FAULTS, log=lambda *_: None, rt_priority=rt,
+                fused_loop=True)
     fig, checks = soak.run()
-    out = {'duration_s': duration, 'rate_hz': 120.0,
+    out = {'graph': 'fused control loop (fused_loop:=true)', 'duration_s': duration,
+           'rate_hz': 120.0,
            'scheduling': f'SCHED_FIFO {rt} (rig {rt + 1})' if rt else 'normal (SCHED_FIFO not permitted)'}
     out.update(fig)
     out['target_e2e_p99_ms'] = TARGETS['e2e_mocap_to_serial_p99_ms']
@@ -50,13 +59,21 @@ def run(quick: bool = True, duration: float = None) -> dict:
     except OSError:
         pass
     out['records'] = str(soak.out)
+    split, split_checks = Soak(duration=duration, faults=FAULTS, log=lambda *_: None,
+                               rt_priority=rt).run()
+    for k in SPLIT_KEYS:
+        out[f'split_graph_{k}'] = split[k]
+    out['split_graph_failed_checks'] = '; '.join(c.name for c in split_checks if not c.ok) or 'none'
+    for q in ('p50', 'p99'):
+        key = f'e2e_mocap_to_serial_{q}_ms'
+        out[f'e2e_{q}_fused_vs_split_graph'] = round(fig[key] / split[key], 2)
     if rt and not quick:
         base, base_checks = Soak(duration=60.0, faults=FAULTS, log=lambda *_: None).run()
         for k in BASELINE_KEYS:
             out[f'normal_sched_60s_{k}'] = base[k]
         out['normal_sched_60s_failed_checks'] = '; '.join(c.name for c in base_checks if not c.ok) or 'none'
-        out['e2e_p99_rt_vs_normal_sched'] = round(fig['e2e_mocap_to_serial_p99_ms']
-                                                  / base['e2e_mocap_to_serial_p99_ms'], 2)
+        out['e2e_p99_split_graph_rt_vs_normal_sched'] = round(
+            split['e2e_mocap_to_serial_p99_ms'] / base['e2e_mocap_to_serial_p99_ms'], 2)
     return out
 
 
@@ -66,7 +83,7 @@ def main() -> int:
     ap.add_argument('--duration', type=float, default=None, help='seconds (overrides --quick)')
     ns = ap.parse_args()
     r = run(ns.quick, ns.duration)
-    print(f'soak {r["duration_s"]:.0f} s at 120 Hz, {r["faults_injected"]} faults, '
+    print(f'{r["graph"]}: soak {r["duration_s"]:.0f} s at 120 Hz, {r["faults_injected"]} faults, '
           f'{r["checks_passed"]}/{r["checks_total"]} checks passed (load average {r.get("load_average_1min")}); '
           f'scheduling: {r["scheduling"]}')
     print(f'  {"figure":36s} {"p50":>9} {"p99":>9} {"max":>9}')
@@ -85,7 +102,7 @@ def main() -> int:
             print(f'  {k:44s} {v}')
     print(f'  failed checks: {r["failed_checks"]}; records in {r["records"]}')
     for k, v in r.items():
-        if k.startswith('normal_sched_') or k == 'e2e_p99_rt_vs_normal_sched':
+        if k.startswith(('split_graph_', 'normal_sched_', 'e2e_p50_', 'e2e_p99_')):
             print(f'  {k:44s} {v}')
     return 0
 

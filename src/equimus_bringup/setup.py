@@ -26,6 +26,7 @@ setup(
             'recorder = equimus_bringup.recorder_node:main',
             'equimus = equimus_bringup.cli:main',
             'rig_emulator = equimus_bringup.rig_emulator:main',
+            'control_loop = equimus_bringup.control_loop:main',
         ],
     },
 )

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from equimus_bringup.graph import (ARGUMENTS, CONTROL_PATH, describe_graph, realtime_problem,
-                                   resolve_args, ros_arguments)
+from equimus_bringup.graph import (ARGUMENTS, CONTROL_PATH, FUSED_NODES, describe_graph,
+                                   realtime_problem, resolve_args, ros_arguments)
 
 SHARED_NODES = {'estimator', 'controller', 'reference'}
 
@@ -141,3 +141,42 @@ def test_launch_files_are_installed(repo_dir):
     assert (share / 'launch' / 'sim.launch.py').exists()
     assert (share / 'launch' / 'hardware.launch.py').exists()
     assert (share / 'config' / 'recorder.yaml').exists()
+
+
+def test_fused_loop_puts_the_control_path_in_one_process():
+    args = {'emulator': 'true', 'serial_port': '/tmp/dac', 'controller': 'mpc', 'rt_priority': '20',
+            'record': 'true', 'bag': 'b', 'natnet_data_port': '4011'}
+    split = {s.name: s for s in describe_graph('hardware', args)}
+    fused = {s.name: s for s in describe_graph('hardware', dict(args, fused_loop='true'))}
+    assert set(split) - set(fused) == set(FUSED_NODES)
+    assert set(fused) - set(split) == {'control_loop'}
+    loop = fused['control_loop']
+    assert loop.nodes == FUSED_NODES and loop.prefix == ['chrt', '-f', '20']
+    # Each node keeps its own parameter files and overrides, scoped to its name.
+    assert set(loop.parameter_files) == {f for n in FUSED_NODES for f in split[n].parameter_files}
+    for n in FUSED_NODES:
+        for key, value in split[n].parameters.items():
+            if key != 'use_sim_time':
+                assert loop.node_parameters[n][key] == value
+    argv = ros_arguments(loop)
+    assert '__node:=control_loop' not in ' '.join(argv)         # the nodes keep their names
+    assert 'valve_driver:port:=/tmp/dac' in argv and 'controller:controller:=mpc' in argv
+    assert 'natnet_bridge:data_port:=4011' in argv
+    order = [s.name for s in sorted(fused.values(), key=lambda s: s.shutdown_rank)]
+    assert order[0] == 'reference' and order[-2:] == ['control_loop', 'rig_emulator']
+    with pytest.raises(ValueError, match='hardware mode only'):
+        describe_graph('sim', {'fused_loop': 'true'})
+
+
+def test_node_scoped_overrides_reach_only_their_node():
+    """What the fused process relies on: `-p node:name:=value` sets `name` on `node` alone."""
+    import subprocess
+    import sys
+    code = ('import rclpy, sys; rclpy.init(args=sys.argv); '
+            'a = rclpy.create_node("controller"); b = rclpy.create_node("natnet_bridge"); '
+            'print(a.declare_parameter("stale_timeout", 0.0).value, '
+            'b.declare_parameter("stale_timeout", 0.0).value)')
+    out = subprocess.run([sys.executable, '-c', code, '--ros-args', '-p', 'controller:stale_timeout:=0.25',
+                          '-p', 'natnet_bridge:stale_timeout:=0.5'], capture_output=True, text=True,
+                         timeout=30)
+    assert out.stdout.split() == ['0.25', '0.5'], out.stderr

@@ -72,3 +72,23 @@ def test_a_node_dying_stops_the_graph_with_failure(tmp_path):
     assert all(p.poll() is not None for p in sup.procs.values())
     assert sup.procs['recorder'].returncode == 0      # stopped cleanly, bag closed
     assert bag.is_complete(tmp_path / 'bag')
+
+
+def test_fused_control_loop_against_the_emulated_rig(tmp_path):
+    """fused_loop:=true: one process, the same topics recorded, the same clamp, the same vent."""
+    run_dir = _run(tmp_path, '--mode', 'hardware', '--controller', 'pid', '--duration', '8',
+                   '--set', 'fused_loop:=true')
+    counts = bag.topic_counts(run_dir / 'bag')
+    for topic in CONTROL_TOPICS + ['/diagnostics']:
+        assert topic in counts, f'{topic} missing from the bag: {sorted(counts)}'
+    for topic in ('/mocap/calf/pose', '/joint_states', '/valve/command'):
+        assert 90 < counts[topic][2] < 135, (topic, counts[topic])
+    applied = [m.data for _, _, m in bag.read_messages(run_dir / 'bag', ['/valve/applied'])]
+    assert applied and all(0.0 <= p <= 50.0 for row in applied for p in row)
+    summary = json.loads((run_dir / 'summary.json').read_text())
+    assert summary['rmse']['hip'] < 0.15 and summary['rmse']['knee'] < 0.2, summary
+    log = (run_dir / 'graph.log').read_text()
+    assert '[control_loop] valve_driver: vented on shutdown (acknowledged)' in log, log[-3000:]
+    processes = {line.split(']')[0] + ']' for line in log.splitlines() if line.startswith('[')}
+    assert processes == {'[rig_emulator]', '[control_loop]', '[reference]', '[recorder]'}, processes
+    assert 'Traceback' not in log

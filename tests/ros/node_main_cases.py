@@ -30,6 +30,30 @@ class BadParameters(Node):
         raise ValueError('parameter gain=-1: must be positive')
 
 
+class Named(Node):
+    """Reports its parameter `tag`, and its destruction, on stdout."""
+
+    def __init__(self, name):
+        super().__init__(name)
+        self.tag = self.declare_parameter('tag', '').value
+        self.timer = self.create_timer(0.05, lambda: print(f'tick {self.get_name()} {self.tag}',
+                                                             flush=True))
+
+    def destroy_node(self):
+        print(f'destroyed {self.get_name()}', flush=True)
+        return super().destroy_node()
+
+
+def _two_nodes():
+    nodes = [Named('upstream'), Named('downstream')]
+    print('ready', flush=True)
+    return nodes
+
+
+def _closed_all(nodes):
+    print('closed ' + ','.join(n.get_name() for n in nodes), flush=True)
+
+
 def _closed(node):
     print(f'closed {type(node).__name__}', flush=True)
 
@@ -54,6 +78,7 @@ CASES = {
     'bug_in_spin': lambda: run_node(Listener, spin=_fail_in_spin, close=_closed),
     'gc': lambda: run_node(Listener, spin=_report_gc),
     'error_at_shutdown': lambda: run_node(Listener, spin=_shutdown_then_fail, close=_closed),
+    'two_nodes': lambda: run_node(_two_nodes, sys.argv, close=_closed_all),
 }
 
 if __name__ == '__main__':

@@ -87,3 +87,20 @@ def test_ctrl_c_while_messages_are_being_converted_is_a_clean_shutdown():
         node.destroy_node()
         rclpy.try_shutdown()
     assert not failures, f'{len(failures)} of 10 stops failed; first:\n{failures[0]}'
+
+
+def test_several_nodes_in_one_process_spin_together_and_stop_in_order():
+    """The fused control loop's main: node-scoped parameters, one executor, close, then destroy
+    in list order on Ctrl-C."""
+    proc = subprocess.Popen([sys.executable, str(CASES), 'two_nodes', '--ros-args',
+                             '-p', 'upstream:tag:=a', '-p', 'downstream:tag:=b'],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == 'ready'
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=20)
+    assert proc.returncode == 0 and 'Traceback' not in err, err
+    lines = out.splitlines()
+    assert 'tick upstream a' in lines and 'tick downstream b' in lines, out
+    tail = [l for l in lines if not l.startswith('tick')]
+    assert tail == ['closed upstream,downstream', 'destroyed upstream', 'destroyed downstream'], out

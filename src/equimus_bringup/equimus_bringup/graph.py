@@ -39,6 +39,9 @@ ARGUMENTS: Dict[str, Tuple[str, str]] = {
     'params_file': ('', 'extra ROS parameter file applied to every node after the defaults'),
     'config_dir': ('', 'folder with the default parameter files (default: the installed share)'),
     'log_level': ('info', 'ROS log level for every node'),
+    'fused_loop': ('false', 'hardware mode: run the NatNet bridge, estimator, controller and valve '
+                            'driver as one process (control_loop) in which a mocap frame reaches '
+                            'the serial line by direct calls; same nodes, topics and parameters'),
     'rt_priority': ('0', 'SCHED_FIFO priority (1-98) for the control path: the leg side (sim, or rig '
                          'emulator, NatNet bridge and valve driver), estimator and controller; 0 = '
                          'normal scheduling. Needs CAP_SYS_NICE or `ulimit -r` >= the priority'),
@@ -46,12 +49,16 @@ ARGUMENTS: Dict[str, Tuple[str, str]] = {
 
 # The processes between a mocap frame and the valve command; rt_priority applies to these only
 # (the reference, recorder and tools keep normal scheduling, so they can never starve the loop).
-CONTROL_PATH = ('sim', 'rig_emulator', 'natnet_bridge', 'valve_driver', 'estimator', 'controller')
+CONTROL_PATH = ('sim', 'rig_emulator', 'natnet_bridge', 'valve_driver', 'estimator', 'controller',
+                'control_loop')
+
+# The nodes the fused control_loop process holds, in place of their own processes.
+FUSED_NODES = ('natnet_bridge', 'estimator', 'controller', 'valve_driver')
 
 # Lower rank stops first on shutdown: the loop is opened from the top, the valve driver vents last.
 SHUTDOWN_RANK = {
     'reference': 0, 'controller': 1, 'estimator': 2, 'natnet_bridge': 3, 'sim': 3,
-    'recorder': 4, 'valve_driver': 5, 'rig_emulator': 6,
+    'recorder': 4, 'valve_driver': 5, 'control_loop': 5, 'rig_emulator': 6,
 }
 
 
@@ -71,6 +78,9 @@ class ProcessSpec:
     arguments: List[str] = field(default_factory=list)
     is_ros_node: bool = True
     rt_priority: int = 0
+    # A process holding several nodes: their names (not remapped) and per-node parameters.
+    nodes: Tuple[str, ...] = ()
+    node_parameters: Dict[str, Dict[str, object]] = field(default_factory=dict)
 
     @property
     def prefix(self) -> List[str]:
@@ -118,6 +128,9 @@ def resolve_args(mode: str, overrides: Optional[Mapping[str, str]] = None) -> Di
         prio = -1
     if not 0 <= prio <= 98:
         raise ValueError(f'rt_priority:={args["rt_priority"]} must be an integer 0 (off) to 98')
+    if mode == 'sim' and _truthy(args['fused_loop']):
+        raise ValueError('fused_loop:=true applies to hardware mode only (the simulation node '
+                         'is the leg side there); drop it or use hardware.launch.py')
     return args
 
 
@@ -186,20 +199,47 @@ def describe_graph(mode: str, overrides: Optional[Mapping[str, str]] = None) -> 
     if _truthy(args['record']):
         specs.append(ProcessSpec('recorder', 'equimus_bringup', 'recorder',
                                  _files(args, 'recorder.yaml'), dict(common, bag_path=args['bag'])))
+    if mode == 'hardware' and _truthy(args['fused_loop']):
+        specs = _fuse(specs, args)
     for spec in specs:
         if spec.name in CONTROL_PATH:
             spec.rt_priority = int(args['rt_priority'])
     return specs
 
 
+def _fuse(specs: List[ProcessSpec], args: Mapping[str, str]) -> List[ProcessSpec]:
+    """Replace the FUSED_NODES' processes by one control_loop process with their parameters."""
+    fused = [s for s in specs if s.name in FUSED_NODES]
+    files: List[str] = []
+    for s in fused:
+        files += [f for f in s.parameter_files if f not in files]
+    loop = ProcessSpec(
+        'control_loop', 'equimus_bringup', 'control_loop', files,
+        {'use_sim_time': _truthy(args['use_sim_time'])}, nodes=FUSED_NODES,
+        node_parameters={s.name: {k: v for k, v in s.parameters.items() if k != 'use_sim_time'}
+                         for s in fused})
+    at = specs.index(fused[0])
+    return [*specs[:at], loop, *(s for s in specs[at:] if s.name not in FUSED_NODES)]
+
+
+def node_parameter_arguments(spec: ProcessSpec) -> List[str]:
+    """`-p node:name:=value` for each per-node parameter of a multi-node process."""
+    out: List[str] = []
+    for node, params in spec.node_parameters.items():
+        for key, value in params.items():
+            out += ['-p', f'{node}:{key}:={_param_literal(value)}']
+    return out
+
+
 def ros_arguments(spec: ProcessSpec, log_level: str = 'info') -> List[str]:
     """The `--ros-args` a ROS node gets outside `launch_ros` (same meaning as its Node action)."""
-    out = ['--ros-args', '-r', f'__node:={spec.name}', '--log-level', log_level]
+    out = ['--ros-args'] + ([] if spec.nodes else ['-r', f'__node:={spec.name}'])
+    out += ['--log-level', log_level]
     for path in spec.parameter_files:
         out += ['--params-file', path]
     for key, value in spec.parameters.items():
         out += ['-p', f'{key}:={_param_literal(value)}']
-    return out
+    return out + node_parameter_arguments(spec)
 
 
 def _param_literal(value: object) -> str:

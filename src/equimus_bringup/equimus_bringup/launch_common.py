@@ -8,7 +8,7 @@ from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node
 from launch_ros.substitutions import ExecutableInPackage
 
-from equimus_bringup.graph import ARGUMENTS, describe_graph
+from equimus_bringup.graph import ARGUMENTS, describe_graph, node_parameter_arguments
 
 
 def generate(mode: str) -> LaunchDescription:
@@ -22,10 +22,14 @@ def generate(mode: str) -> LaunchDescription:
         actions = []
         for spec in describe_graph(mode, values):
             if spec.is_ros_node:
+                # A multi-node process keeps its nodes' own names: no name remap, and per-node
+                # parameters as node-scoped overrides.
                 actions.append(Node(
-                    package=spec.package, executable=spec.executable, name=spec.name,
+                    package=spec.package, executable=spec.executable,
+                    name=None if spec.nodes else spec.name,
                     parameters=[*spec.parameter_files, spec.parameters],
-                    arguments=['--ros-args', '--log-level', log_level],
+                    arguments=['--ros-args', '--log-level', log_level,
+                               *node_parameter_arguments(spec)],
                     prefix=' '.join(spec.prefix) or None, output='screen', emulate_tty=True))
             else:
                 actions.append(ExecuteProcess(

@@ -25,6 +25,8 @@ from equimus_sim.leg_model import LegModel
 from equimus_sim.mocap import MocapConfig, VirtualMocap
 from equimus_sim.simulator import LegSimulator
 
+SWITCH_INTERVAL_S = 0.0005   # GIL hand-over bound for the emulators' threads (CPython: 5 ms)
+
 BODIES = ('base', 'thigh', 'calf')
 # The board emulator's valve model is the valve; the simulator's own lag is made negligible.
 NO_LAG_TAU = 1e-9
@@ -95,6 +97,9 @@ class EmulatedRig:
         self._stop.set()
 
     def __enter__(self):
+        # The board answers and the NatNet server sends from threads of this process; neither may
+        # wait out CPython's default 5 ms GIL switch interval behind the physics thread.
+        sys.setswitchinterval(SWITCH_INTERVAL_S)
         self.board.start()
         self.natnet.start()
         return self

@@ -55,7 +55,11 @@ FAULTS = ('mocap_stall', 'untrack', 'natnet_garbage', 'serial_faults', 'serial_u
           'kill_controller', 'kill_driver', 'disk_full')
 RATE_HZ = 120.0
 VENT_MARGIN_S = 0.1          # target: vented within 100 ms of the watchdog deadline
-RSS_SLOPE_LIMIT_MB_MIN = 1.0  # a node growing faster than this after warm-up is unbounded
+RSS_SLOPE_LIMIT_MB_MIN = 1.0
+# After a killed node is restarted, the other processes discover its publishers within one Fast DDS
+# participant announcement period (3 s); until then the recorder and the probe may miss its
+# messages, so the fault-free window starts this long after control resumed.
+RESTART_SETTLE_S = 3.5  # a node growing faster than this after warm-up is unbounded
 BAD_COMMANDS = ([1e6, 1e6], [math.nan, 20.0], [-10.0, math.inf], [30.0, 30.0, 30.0],
                 [math.inf, -math.inf], [math.nan, math.nan])
 
@@ -211,13 +215,18 @@ class Soak:
     def __init__(self, duration: float = 60.0, faults: Sequence[str] = FAULTS,
                  out: Optional[str] = None, controller: str = 'pid', reference: str = 'sine',
                  gap: Optional[float] = None, echo: bool = False, log: Callable[[str], None] = print,
-                 domain_id: Optional[int] = None, rt_priority: int = 0):
+                 domain_id: Optional[int] = None, rt_priority: int = 0, fused_loop: bool = False):
         unknown = sorted(set(faults) - set(FAULTS))
         if unknown:
             raise ValueError(f'unknown fault(s) {unknown}; choose from {", ".join(FAULTS)} or all')
         self.duration = float(duration)
         self.rt_priority = int(rt_priority)
-        self.faults = [f for f in FAULTS if f in faults]
+        self.fused_loop = bool(fused_loop)
+        # With the fused loop the controller and the valve driver share one process: killing it
+        # is kill_driver (the board's watchdog vents); there is no controller alone to kill.
+        self.faults = [f for f in FAULTS if f in faults
+                       and not (self.fused_loop and f == 'kill_controller')]
+        self.driver_process = 'control_loop' if self.fused_loop else 'valve_driver'
         self.out = Path(out or tempfile.mkdtemp(prefix='equimus_soak_')).resolve()
         self.controller = controller
         self.reference = reference
@@ -370,23 +379,23 @@ class Soak:
         self.expected_down.discard('controller')
         resumed = self.wait_resumed(t_restart, 20.0)
         t1 = time.monotonic()
-        self.sleep(1.0)
+        self.sleep(RESTART_SETTLE_S)
         return FaultRecord('kill_controller', t0, t1, time.monotonic(),
                            {'nonzero_before': nz, 'injected': injected, 't_restart': t_restart,
                             'resumed': resumed})
 
     def fault_kill_driver(self) -> FaultRecord:
         nz = self.wait_nonzero()
-        self.expected_down.add('valve_driver')
+        self.expected_down.add(self.driver_process)
         t0 = time.monotonic()
-        self.sup.kill('valve_driver')
+        self.sup.kill(self.driver_process)
         self.sleep(0.6)
         t_restart = time.monotonic()
-        self.sup.spawn('valve_driver')
-        self.expected_down.discard('valve_driver')
+        self.sup.spawn(self.driver_process)
+        self.expected_down.discard(self.driver_process)
         resumed = self.wait_resumed(t_restart, 20.0)
         t1 = time.monotonic()
-        self.sleep(1.0)
+        self.sleep(RESTART_SETTLE_S)
         return FaultRecord('kill_driver', t0, t1, time.monotonic(),
                            {'nonzero_before': nz, 't_restart': t_restart, 'resumed': resumed})
 
@@ -404,7 +413,7 @@ class Soak:
     def schedule(self) -> Tuple[List[str], float, float]:
         """(fault order, gap between faults, warm-up): repeated cycles in a long soak."""
         nominal = {'mocap_stall': 3.5, 'untrack': 3.5, 'natnet_garbage': 2.2, 'serial_faults': 2.5,
-                   'serial_unplug': 3.5, 'kill_controller': 6.0, 'kill_driver': 4.5}
+                   'serial_unplug': 3.5, 'kill_controller': 8.5, 'kill_driver': 7.0}
         cyc = [f for f in self.faults if f != 'disk_full']
         warmup = 4.0
         tail = 4.0 + (4.0 if 'disk_full' in self.faults else 0.0)
@@ -445,7 +454,7 @@ class Soak:
         self.rig = rig
         specs = describe_graph('hardware', {
             'controller': self.controller, 'reference': self.reference, 'record': 'true',
-            'rt_priority': str(self.rt_priority),
+            'rt_priority': str(self.rt_priority), 'fused_loop': str(self.fused_loop).lower(),
             'bag': str(self.bag), 'auto_arm': 'true', 'serial_port': link,
             'natnet_command_port': str(cmd_port), 'natnet_data_port': str(data_port)})
         # A DDS domain of its own: the soak kills nodes and injects bad commands, which must
@@ -455,7 +464,7 @@ class Soak:
         self.sup = SoakSupervisor(specs, echo=self.echo, env=env)
         self.t_start = time.monotonic()
         wall0, real0 = time.monotonic(), time.time()
-        self.log(f'[soak] {self.duration:.0f} s, faults: {", ".join(self.faults) or "none"}; '
+        self.log(f'[soak] {self.duration:.0f} s, {"fused control_loop" if self.fused_loop else "one process per node"}, faults: {", ".join(self.faults) or "none"}; '
                  f'records in {self.out}')
         probe = sampler = None
         rig_thread = None
@@ -875,6 +884,9 @@ def main(argv=None) -> int:
     p.add_argument('--rt-priority', type=int, default=0,
                    help='SCHED_FIFO priority of the control path (graph argument rt_priority); the '
                         'emulated rig runs one above it. 0 = normal scheduling (default)')
+    p.add_argument('--fused-loop', action='store_true',
+                   help='run the control path as one process (graph argument fused_loop); '
+                        'kill_controller does not apply then')
     ns = p.parse_args(argv)
     faults = FAULTS if ns.faults == 'all' else () if ns.faults == 'none' else \
         tuple(f.strip() for f in ns.faults.split(',') if f.strip())
@@ -883,7 +895,7 @@ def main(argv=None) -> int:
         out = os.path.join(out, time.strftime('%Y%m%d-%H%M%S'))
     try:
         soak = Soak(ns.duration, faults, out, ns.controller, ns.reference, ns.gap, ns.echo,
-                    domain_id=ns.domain_id, rt_priority=ns.rt_priority)
+                    domain_id=ns.domain_id, rt_priority=ns.rt_priority, fused_loop=ns.fused_loop)
         fig, checks = soak.run()
     except (ValueError, RuntimeError) as exc:
         print(f'soak: {exc}', file=sys.stderr)

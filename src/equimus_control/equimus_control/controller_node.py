@@ -9,6 +9,7 @@ from __future__ import annotations
 import collections
 import sys
 import time
+from typing import Callable, Optional
 
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
@@ -32,8 +33,13 @@ REF_PREVIEW_MAX = 0.1   # s; beyond this a late reference is held, not extrapola
 
 
 class ControllerNode(Node):
-    def __init__(self):
+    """`subscribe_state=False` and `downstream` are for the fused control loop: states come by
+    call (`on_state`) and each command goes to `downstream` before it is published."""
+
+    def __init__(self, subscribe_state: bool = True,
+                 downstream: Optional[Callable[[Float64MultiArray], None]] = None):
         super().__init__('controller')
+        self.downstream = downstream
         d = lambda n, v, t: declare(self, n, v, t)  # noqa: E731
         kind = d('controller', 'pid', 'pid | mpc | open_loop')
         sign = d('pressure_sign', 1.0, '+1 pressure lengthens the actuator (rig and sim), −1 pulls')
@@ -85,7 +91,9 @@ class ControllerNode(Node):
         self.last_reason = None
         self.pub = self.create_publisher(Float64MultiArray, '/valve/command', COMMAND_QOS)
         self.pub_diag = self.create_publisher(DiagnosticArray, '/diagnostics', DIAG_QOS)
-        self.create_subscription(JointState, '/joint_states', self._on_state, qos_profile_sensor_data)
+        if subscribe_state:
+            self.create_subscription(JointState, '/joint_states', self.on_state,
+                                     qos_profile_sensor_data)
         self.create_subscription(JointState, '/reference/joint', self._on_ref, COMMAND_QOS)
         self.steady = Clock(clock_type=ClockType.STEADY_TIME)
         self.create_timer(0.05, self._stale_check, clock=self.steady)
@@ -98,6 +106,8 @@ class ControllerNode(Node):
         m = Float64MultiArray()
         m.layout.dim = [MultiArrayDimension(label='maa,baa', size=2, stride=2)]
         m.data = [float(u[0]), float(u[1])]
+        if self.downstream is not None:
+            self.downstream(m)
         self.pub.publish(m)
 
     def _on_ref(self, msg: JointState):
@@ -107,7 +117,7 @@ class ControllerNode(Node):
             self.qd_ref = np.nan_to_num(np.array(v, float))
             self.ref_stamp = msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9
 
-    def _on_state(self, msg: JointState):
+    def on_state(self, msg: JointState) -> None:
         t0 = time.perf_counter()
         q = np.array(msg.position[:2], float) if len(msg.position) >= 2 else np.full(2, np.nan)
         qd = np.array(msg.velocity[:2], float) if len(msg.velocity) >= 2 else np.zeros(2)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import sys
+from typing import Callable, Optional
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from geometry_msgs.msg import PoseStamped
@@ -26,8 +27,13 @@ LEVEL = {Status.VALID: DiagnosticStatus.OK, Status.HELD: DiagnosticStatus.WARN,
 
 
 class EstimatorNode(Node):
-    def __init__(self):
+    """`subscribe=False` and `downstream` are for the fused control loop: poses come by call
+    (`on_pose`) and each joint state goes to `downstream` before it is published."""
+
+    def __init__(self, subscribe: bool = True,
+                 downstream: Optional[Callable[[JointState], None]] = None):
         super().__init__('estimator')
+        self.downstream = downstream
         p = {}
         for name, default, desc in [
                 ('period', 1 / 120, 'nominal mocap period (s)'),
@@ -57,12 +63,12 @@ class EstimatorNode(Node):
         self.counts = {s: 0 for s in Status}
         self.pub = self.create_publisher(JointState, '/joint_states', qos_profile_sensor_data)
         self.pub_diag = self.create_publisher(DiagnosticArray, '/diagnostics', DIAG_QOS)
-        for b in BODIES:
+        for b in BODIES if subscribe else ():
             self.create_subscription(PoseStamped, f'/mocap/{b}/pose',
-                                     lambda m, b=b: self._on_pose(b, m), qos_profile_sensor_data)
+                                     lambda m, b=b: self.on_pose(b, m), qos_profile_sensor_data)
         self.create_timer(1.0, self._diag)
 
-    def _on_pose(self, body, msg: PoseStamped):
+    def on_pose(self, body: str, msg: PoseStamped) -> None:
         ns = msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec
         if ns <= self.last_done_ns:
             return
@@ -93,6 +99,8 @@ class EstimatorNode(Node):
         out.name = ['hip', 'knee']
         out.position = [float(v) for v in e.position]
         out.velocity = [float(v) for v in e.velocity]
+        if self.downstream is not None:
+            self.downstream(out)
         self.pub.publish(out)
         if e.status != self.last_status:
             self.last_status = e.status

@@ -246,8 +246,6 @@ class SimNode(Node):
         spinner = threading.Thread(target=self._spin, args=(executor,), daemon=True)
         spinner.start()
         if self.mode == 'realtime':
-            # A waking loop thread must not wait out the default 5 ms GIL switch interval.
-            sys.setswitchinterval(0.0005)
             self._set_priority(int(self.get_parameter('realtime_priority').value))
         try:
             self.publish_initial()

@@ -10,7 +10,7 @@ import math
 import sys
 import threading
 import time
-from typing import Dict, Optional
+from typing import Callable, Dict, Optional
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from geometry_msgs.msg import PoseStamped
@@ -34,9 +34,16 @@ def y_up_to_z_up(p, q):
     return (p[0], -p[2], p[1]), (q[0], -q[2], q[1], q[3])
 
 
+PoseSink = Callable[[str, PoseStamped], None]
+
+
 class NatNetBridge(Node):
-    def __init__(self, **kwargs):
+    """`downstream`, if given, gets every pose in the receive thread before it is published: the
+    fused control loop (equimus_bringup.control_loop) chains the estimator there without a DDS hop."""
+
+    def __init__(self, downstream: Optional[PoseSink] = None, **kwargs):
         super().__init__('natnet_bridge', **kwargs)
+        self.downstream = downstream
 
         def p(name, default, text):
             return self.declare_parameter(name, default, ParameterDescriptor(description=text)).value
@@ -120,6 +127,7 @@ class NatNetBridge(Node):
         now = self.get_clock().now()
         age = (time.perf_counter_ns() - ev.arrival_ns) / 1e9 + ev.exposure_age_s
         stamp = (now - Duration(nanoseconds=int(age * 1e9))).to_msg()
+        out = []
         for b in ev.bodies:
             if self.wanted is not None and b.name not in self.wanted:
                 continue
@@ -135,7 +143,17 @@ class NatNetBridge(Node):
             o.x, o.y, o.z = (float(v) for v in pos)
             r = msg.pose.orientation
             r.x, r.y, r.z, r.w = (float(v) for v in q)
-            self._pub(b.name).publish(msg)
+            out.append((b.name, msg))
+        if self.downstream is not None:     # the whole frame first, then publish
+            for name, msg in out:
+                self.downstream(name, msg)
+        try:
+            for name, msg in out:
+                self._pub(name).publish(msg)
+        except Exception:
+            # Ctrl-C may shut the context down mid-frame: that is the end, not a bad packet.
+            if self.context.ok():
+                raise
 
     # -- diagnostics ------------------------------------------------------------------------
     def _diagnostics(self) -> None:
@@ -191,10 +209,14 @@ class NatNetBridge(Node):
         arr.header.stamp = self.get_clock().now().to_msg()
         self.diag_pub.publish(arr)
 
-    def destroy_node(self):
+    def stop_receiving(self) -> None:
+        """Stop the receive thread (no frame is handled after this returns, unless it hangs)."""
         self._stop.set()
-        if self._thread.is_alive():
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join(timeout=2.0)
+
+    def destroy_node(self):
+        self.stop_receiving()
         return super().destroy_node()
 
 

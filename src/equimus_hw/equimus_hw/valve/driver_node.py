@@ -37,7 +37,10 @@ def _float_range(lo: float, hi: float) -> List[FloatingPointRange]:
 
 
 class ValveDriver(Node):
-    def __init__(self, **kwargs):
+    """`subscribe=False` is for the fused control loop: commands come by call (`on_command`)
+    from the controller in the same process; /valve/command is then published, not read."""
+
+    def __init__(self, subscribe: bool = True, **kwargs):
         super().__init__('valve_driver', **kwargs)
         p = self._declare_parameters()
         self.cal = ValveCalibration(
@@ -69,8 +72,9 @@ class ValveDriver(Node):
         self.pub_pressure = self.create_publisher(Float64MultiArray, '/valve/pressure',
                                                   qos_profile_sensor_data)
         self.pub_diag = self.create_publisher(DiagnosticArray, '/diagnostics', DIAG_QOS)
-        self.create_subscription(Float64MultiArray, '/valve/command', self._on_command,
-                                 COMMAND_QOS)
+        if subscribe:
+            self.create_subscription(Float64MultiArray, '/valve/command', self.on_command,
+                                     COMMAND_QOS)
         self.create_service(Trigger, '~/arm', self._srv_arm)
         self.create_service(Trigger, '~/disarm', self._srv_disarm)
         self.create_service(Trigger, '~/estop', self._srv_estop)
@@ -140,7 +144,7 @@ class ValveDriver(Node):
         return values
 
     # ----------------------------------------------------------------- commands and output
-    def _on_command(self, msg: Float64MultiArray) -> None:
+    def on_command(self, msg: Float64MultiArray) -> None:
         now = time.monotonic()
         self._check_reconnect(now)
         self._last_commanded = list(msg.data)
@@ -299,7 +303,7 @@ class ValveDriver(Node):
         return acked
 
 
-def _vent_on_exit(node: 'ValveDriver') -> None:
+def vent_on_exit(node: 'ValveDriver') -> None:
     acked = node.vent_and_close()
     print('valve_driver: vented on shutdown ('
           + ('acknowledged' if acked else 'NOT acknowledged: board unreachable, its watchdog vents')
@@ -307,7 +311,7 @@ def _vent_on_exit(node: 'ValveDriver') -> None:
 
 
 def main(args=None) -> int:
-    return run_node(ValveDriver, args, close=_vent_on_exit,
+    return run_node(ValveDriver, args, close=vent_on_exit,
                     config_hint='Fix config/valve.yaml or the --ros-args overrides.')
 
 if __name__ == '__main__':

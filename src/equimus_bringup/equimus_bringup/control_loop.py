@@ -1,0 +1,95 @@
+"""control_loop: the hardware control path in one process, driven by the mocap frame.
+
+    ros2 launch equimus_bringup hardware.launch.py fused_loop:=true
+
+The same four nodes as the multi-process graph (natnet_bridge, estimator, controller,
+valve_driver, with the same names, parameters, topics, services and diagnostics), but a NatNet
+frame travels from the socket to the serial line by direct calls in the bridge's receive thread:
+decode -> estimator -> controller -> safety filter -> DAC frame. Every intermediate message is
+still published (after it has been passed on), so recording and monitoring see the full graph.
+This removes the four DDS hops and executor wake-ups between a frame and its valve command, which
+dominate the latency of the multi-process graph (docs/benchmarks.md, soak section).
+
+Threads: the receive thread runs the chain; one executor thread runs the nodes' timers
+(valve keep-alive, slew and watchdog, the controller's stale-state guard, diagnostics), the
+reference subscription and the driver's services. One lock serialises the two, so the control
+state is only ever touched by one of them at a time.
+
+The valve driver does not read /valve/command in this mode: the in-process controller is its
+only command source.
+"""
+from __future__ import annotations
+
+import functools
+import sys
+import threading
+from typing import Callable, List
+
+from rclpy.node import Node
+
+from equimus_control.controller_node import ControllerNode
+from equimus_control.estimator_node import EstimatorNode
+from equimus_hw.natnet.bridge_node import NatNetBridge
+from equimus_hw.valve.driver_node import ValveDriver, vent_on_exit
+from equimus_ros.main import run_node
+
+NODE_NAMES = ('natnet_bridge', 'estimator', 'controller', 'valve_driver')
+
+
+def _locked(lock: threading.RLock, fn: Callable) -> Callable:
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        with lock:
+            return fn(*args, **kwargs)
+    return call
+
+
+def serialise_callbacks(node: Node, lock: threading.RLock) -> None:
+    """Make every timer, subscription and service callback of `node` hold `lock`."""
+    for entity in (*node.timers, *node.subscriptions, *node.services):
+        entity.callback = _locked(lock, entity.callback)
+
+
+def build() -> List[Node]:
+    """The nodes, upstream first (the order they are stopped in)."""
+    lock = threading.RLock()
+    nodes: List[Node] = []
+    try:
+        driver = ValveDriver(subscribe=False)
+        nodes.append(driver)
+        controller = ControllerNode(subscribe_state=False, downstream=driver.on_command)
+        nodes.append(controller)
+        estimator = EstimatorNode(subscribe=False, downstream=controller.on_state)
+        nodes.append(estimator)
+        for node in nodes:
+            serialise_callbacks(node, lock)
+        # Last: the bridge starts receiving (and driving the chain) in its constructor.
+        bridge = NatNetBridge(downstream=_locked(lock, estimator.on_pose))
+        nodes.append(bridge)
+    except BaseException:
+        for node in nodes:
+            if isinstance(node, ValveDriver):
+                node.vent_and_close()
+            node.destroy_node()
+        raise
+    return nodes[::-1]
+
+
+def _close(nodes: List[Node]) -> None:
+    """No frame may reach the valves once the driver has vented: stop the receiver first."""
+    for node in nodes:
+        if isinstance(node, NatNetBridge):
+            node.stop_receiving()
+    for node in nodes:
+        if isinstance(node, ValveDriver):
+            vent_on_exit(node)
+
+
+def main(args=None) -> int:
+    return run_node(build, args, close=_close,
+                    config_hint='Fix config/natnet.yaml, valve.yaml, control.yaml or the '
+                                '--ros-args overrides.')
+
+
+if __name__ == '__main__':
+    sys.exit(main())
