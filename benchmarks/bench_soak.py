@@ -88,6 +88,7 @@ def main() -> int:
           f'scheduling: {r["scheduling"]}')
     print(f'  {"figure":36s} {"p50":>9} {"p99":>9} {"max":>9}')
     for key, label in (('e2e_mocap_to_serial', 'mocap frame -> SET bytes at board'),
+                       ('fused_frame_to_write', 'in the loop: datagram -> SET written'),
                        ('mocap_to_command', 'mocap frame -> /valve/command'),
                        ('command_interarrival_at_board', 'command inter-arrival at board'),
                        ('baseline_mocap_send_interval', 'baseline: NatNet send interval')):

@@ -151,7 +151,7 @@ def test_fused_loop_puts_the_control_path_in_one_process():
     assert set(split) - set(fused) == set(FUSED_NODES)
     assert set(fused) - set(split) == {'control_loop'}
     loop = fused['control_loop']
-    assert loop.nodes == FUSED_NODES and loop.prefix == ['chrt', '-f', '20']
+    assert loop.nodes == FUSED_NODES + ('control_loop',) and loop.prefix == ['chrt', '-f', '20']
     # Each node keeps its own parameter files and overrides, scoped to its name.
     assert set(loop.parameter_files) == {f for n in FUSED_NODES for f in split[n].parameter_files}
     for n in FUSED_NODES:

@@ -68,6 +68,7 @@ def ros(ros_node):
 @pytest.mark.parametrize('mode,overrides', [
     ('sim', {'record': 'true'}),
     ('hardware', {'emulator': 'true', 'auto_arm': 'true', 'record': 'true', 'natnet_multicast': 'false'}),
+    ('hardware', {'emulator': 'true', 'auto_arm': 'true', 'record': 'true', 'fused_loop': 'true'}),
 ])
 def test_running_nodes_match_docs(ros, repo_dir, tmp_path, mode, overrides):
     overrides = dict(overrides, bag=str(tmp_path / 'bag'))
@@ -79,7 +80,7 @@ def test_running_nodes_match_docs(ros, repo_dir, tmp_path, mode, overrides):
     sup = Supervisor(specs, echo=False)
     sup.start()
     try:
-        names = [s.name for s in specs if s.is_ros_node]
+        names = [n for s in specs if s.is_ros_node for n in (s.nodes or (s.name,))]
         found = introspect(ros, names)
         assert not sup.poll(), sup.failed
     finally:

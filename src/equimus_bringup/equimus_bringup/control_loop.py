@@ -20,11 +20,16 @@ only command source.
 """
 from __future__ import annotations
 
+import collections
 import functools
 import sys
 import threading
+import time
 from typing import Callable, List
 
+import numpy as np
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from rclpy.clock import Clock, ClockType
 from rclpy.node import Node
 
 from equimus_control.controller_node import ControllerNode
@@ -32,6 +37,7 @@ from equimus_control.estimator_node import EstimatorNode
 from equimus_hw.natnet.bridge_node import NatNetBridge
 from equimus_hw.valve.driver_node import ValveDriver, vent_on_exit
 from equimus_ros.main import run_node
+from equimus_ros.qos import DIAG_QOS
 
 NODE_NAMES = ('natnet_bridge', 'estimator', 'controller', 'valve_driver')
 
@@ -50,14 +56,57 @@ def serialise_callbacks(node: Node, lock: threading.RLock) -> None:
         entity.callback = _locked(lock, entity.callback)
 
 
+class LoopLatency(Node):
+    """Node `control_loop`: per frame, NatNet datagram read -> its SET frame written to the serial
+    port, measured in this process; p50/p99/max of the last 1200 frames (10 s) on /diagnostics."""
+
+    def __init__(self):
+        super().__init__('control_loop')
+        self.bridge: NatNetBridge = None     # set once the bridge exists (it is built last)
+        self.samples = collections.deque(maxlen=1200)
+        self.frames = 0
+        self.pub = self.create_publisher(DiagnosticArray, '/diagnostics', DIAG_QOS)
+        self.create_timer(1.0, self._diag, clock=Clock(clock_type=ClockType.STEADY_TIME))
+
+    def timed(self, command_sink: Callable) -> Callable:
+        """`command_sink` (the valve driver's on_command), timing the calls a frame makes.
+
+        Commands from the executor thread (the stale-state vent) are not frame answers."""
+        def call(msg):
+            command_sink(msg)
+            bridge = self.bridge
+            if bridge is not None and bridge.is_receive_thread() and bridge.frame_arrival_ns:
+                self.samples.append((time.perf_counter_ns() - bridge.frame_arrival_ns) * 1e-6)
+                bridge.frame_arrival_ns = 0
+                self.frames += 1
+        return call
+
+    def _diag(self) -> None:
+        s = DiagnosticStatus(name='control_loop: frame -> serial write', hardware_id='fused')
+        v = np.array(self.samples)
+        s.level = DiagnosticStatus.OK
+        s.message = (f'p99 {np.percentile(v, 99):.2f} ms over the last {v.size} frames' if v.size
+                     else 'no frame yet')
+        vals = {'frames': self.frames}
+        for name, q in (('p50', 50), ('p99', 99), ('max', 100)):
+            vals[f'latency_{name}_ms'] = f'{np.percentile(v, q):.3f}' if v.size else 'nan'
+        s.values = [KeyValue(key=k, value=str(x)) for k, x in vals.items()]
+        arr = DiagnosticArray(status=[s])
+        arr.header.stamp = self.get_clock().now().to_msg()
+        self.pub.publish(arr)
+
+
 def build() -> List[Node]:
-    """The nodes, upstream first (the order they are stopped in)."""
+    """The nodes, upstream first (the order they are stopped in), and the latency monitor."""
     lock = threading.RLock()
     nodes: List[Node] = []
     try:
         driver = ValveDriver(subscribe=False)
         nodes.append(driver)
-        controller = ControllerNode(subscribe_state=False, downstream=driver.on_command)
+        monitor = LoopLatency()
+        nodes.append(monitor)
+        controller = ControllerNode(subscribe_state=False,
+                                    downstream=monitor.timed(driver.on_command))
         nodes.append(controller)
         estimator = EstimatorNode(subscribe=False, downstream=controller.on_state)
         nodes.append(estimator)
@@ -65,6 +114,7 @@ def build() -> List[Node]:
             serialise_callbacks(node, lock)
         # Last: the bridge starts receiving (and driving the chain) in its constructor.
         bridge = NatNetBridge(downstream=_locked(lock, estimator.on_pose))
+        monitor.bridge = bridge
         nodes.append(bridge)
     except BaseException:
         for node in nodes:

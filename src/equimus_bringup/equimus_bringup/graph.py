@@ -52,7 +52,8 @@ ARGUMENTS: Dict[str, Tuple[str, str]] = {
 CONTROL_PATH = ('sim', 'rig_emulator', 'natnet_bridge', 'valve_driver', 'estimator', 'controller',
                 'control_loop')
 
-# The nodes the fused control_loop process holds, in place of their own processes.
+# The nodes the fused control_loop process holds in place of their own processes (it adds one
+# node of its own, also named control_loop, that reports the loop's latency).
 FUSED_NODES = ('natnet_bridge', 'estimator', 'controller', 'valve_driver')
 
 # Lower rank stops first on shutdown: the loop is opened from the top, the valve driver vents last.
@@ -215,7 +216,7 @@ def _fuse(specs: List[ProcessSpec], args: Mapping[str, str]) -> List[ProcessSpec
         files += [f for f in s.parameter_files if f not in files]
     loop = ProcessSpec(
         'control_loop', 'equimus_bringup', 'control_loop', files,
-        {'use_sim_time': _truthy(args['use_sim_time'])}, nodes=FUSED_NODES,
+        {'use_sim_time': _truthy(args['use_sim_time'])}, nodes=FUSED_NODES + ('control_loop',),
         node_parameters={s.name: {k: v for k, v in s.parameters.items() if k != 'use_sim_time'}
                          for s in fused})
     at = specs.index(fused[0])

@@ -33,7 +33,13 @@ NO_LAG_TAU = 1e-9
 
 
 class EmulatedRig:
-    """Board emulator → leg physics → NatNet emulator, paced at the mocap rate."""
+    """Board emulator → leg physics → NatNet emulator, paced by the NatNet stream.
+
+    The physics steps in the NatNet emulator's stream thread just before each frame is built, as
+    a camera system computes poses and then sends them: after a frame has gone out this process
+    stays idle for the rest of the period, so the board emulator's thread reads the controller's
+    answer at once instead of waiting for a physics step to release the GIL.
+    """
 
     def __init__(self, link: str, natnet: NatNetEmulator, rate: float = 120.0,
                  leg_overrides: Optional[str] = None, position_noise: float = 0.0, seed: int = 0,
@@ -46,9 +52,12 @@ class EmulatedRig:
         self.sim = LegSimulator(lm, tau=NO_LAG_TAU, p_max=lm.pressure_max_kpa)
         self.mocap = VirtualMocap(MocapConfig(rate=rate, position_noise=position_noise, seed=seed))
         self.natnet = natnet
-        self.period = 1.0 / rate
+        self.period = 1.0 / natnet.rate_hz
+        if abs(natnet.rate_hz - rate) > 1e-9:
+            raise ValueError(f'rig rate {rate} Hz differs from the NatNet stream rate '
+                             f'{natnet.rate_hz} Hz')
+        natnet.before_frame = self.tick
         self.frames = 0
-        self.overruns = 0
         self._untracked_until = {}
         self._stop = threading.Event()
 
@@ -78,20 +87,8 @@ class EmulatedRig:
         self._untracked_until[name] = time.monotonic() + duration
 
     def run(self, duration: float = 0.0) -> None:
-        """Real-time loop on absolute deadlines until stop() (or `duration` s)."""
-        start = time.monotonic()
-        deadline = start
-        while not self._stop.is_set():
-            self.tick()
-            deadline += self.period
-            delay = deadline - time.monotonic()
-            if delay > 0:
-                self._stop.wait(delay)
-            elif delay < -0.25:
-                self.overruns += 1
-                deadline = time.monotonic()
-            if duration and time.monotonic() - start >= duration:
-                break
+        """Wait until stop() (or `duration` s); the NatNet stream thread drives the physics."""
+        self._stop.wait(duration or None)
 
     def stop(self) -> None:
         self._stop.set()
@@ -150,7 +147,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             rig.run(a.duration)
         except KeyboardInterrupt:
             pass
-    print(f'rig_emulator: {rig.frames} frames, {rig.overruns} overruns, '
+    print(f'rig_emulator: {rig.frames} frames, {rig.natnet.frames_sent} sent, '
           f'board watchdog trips {rig.board.watchdog_trips}, '
           f'code-limit violations {len(rig.board.invariant_violations)}', flush=True)
     return 0

@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
+import numpy as np
 import yaml
 
 from equimus_bringup import soak_analysis as A
@@ -721,6 +722,14 @@ class Soak:
         fig['jitter_abs_p99_ms'] = round(A.percentiles_ms(jit)['p99'], 3)
         fig['e2e_frames_matched'] = len(lat_e2e)
         fig['e2e_frames_unmatched'] = unmatched
+        if self.fused_loop:
+            # The fused loop's own share, measured inside it (datagram read -> SET written) and
+            # reported on /diagnostics over 10 s windows: the rest of e2e is UDP and the pty.
+            reps = [d[4] for d in diags if d[1].startswith('control_loop:')
+                    and d[4].get('latency_p99_ms', 'nan') != 'nan']
+            for q, agg in (('p50', np.median), ('p99', np.median), ('max', np.max)):
+                vals = [float(r[f'latency_{q}_ms']) for r in reps]
+                fig[f'fused_frame_to_write_{q}_ms'] = round(float(agg(vals)), 3) if vals else math.nan
         # A speed figure, not a pass/fail check (benchmarks judge speed): the loop only has to run.
         checks.append(Check('loop: the controller answers mocap frames in fault-free windows',
                             n_frames > 0 and n_served >= 0.5 * n_frames,

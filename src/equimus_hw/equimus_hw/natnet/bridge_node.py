@@ -44,6 +44,7 @@ class NatNetBridge(Node):
     def __init__(self, downstream: Optional[PoseSink] = None, **kwargs):
         super().__init__('natnet_bridge', **kwargs)
         self.downstream = downstream
+        self.frame_arrival_ns = 0      # perf_counter_ns of the datagram being handled
 
         def p(name, default, text):
             return self.declare_parameter(name, default, ParameterDescriptor(description=text)).value
@@ -124,6 +125,7 @@ class NatNetBridge(Node):
     def _on_frame(self, ev: FrameEvent) -> None:
         if self._stop.is_set() or not self.context.ok():
             return  # shutting down (Ctrl-C invalidates the context before the receive thread stops)
+        self.frame_arrival_ns = ev.arrival_ns
         now = self.get_clock().now()
         age = (time.perf_counter_ns() - ev.arrival_ns) / 1e9 + ev.exposure_age_s
         stamp = (now - Duration(nanoseconds=int(age * 1e9))).to_msg()
@@ -208,6 +210,9 @@ class NatNetBridge(Node):
         arr = DiagnosticArray(status=[status])
         arr.header.stamp = self.get_clock().now().to_msg()
         self.diag_pub.publish(arr)
+
+    def is_receive_thread(self) -> bool:
+        return threading.current_thread() is self._thread
 
     def stop_receiving(self) -> None:
         """Stop the receive thread (no frame is handled after this returns, unless it hangs)."""

@@ -138,7 +138,8 @@ class NatNetEmulator:
                  source: Optional[Callable[[float], Dict[str, Pose]]] = None,
                  faults: Optional[Faults] = None, exposure_latency_s: float = 0.004,
                  software_latency_s: float = 0.0008, mid_exposure: bool = True,
-                 seed: int = 0, on_sent: Optional[Callable[[int, int], None]] = None):
+                 seed: int = 0, on_sent: Optional[Callable[[int, int], None]] = None,
+                 before_frame: Optional[Callable[[], None]] = None):
         self.version = P.check_version(P.parse_version(version))
         self.address = address
         self.command_port = int(command_port)
@@ -154,6 +155,9 @@ class NatNetEmulator:
         self.software_latency_s = software_latency_s
         self.mid_exposure = mid_exposure
         self.on_sent = on_sent
+        # Called in the stream thread once per frame period, before the frame is built (also
+        # while the stream is stalled): a pose source that must step in time with the frames.
+        self.before_frame = before_frame
         self.rng = random.Random(seed)
         self._pushed: Dict[str, Pose] = {}
         self._untracked_until: Dict[str, float] = {}
@@ -422,6 +426,8 @@ class NatNetEmulator:
                 next_t = now + period
             self._frame_number += 1
             t = now - self.t_start
+            if self.before_frame is not None:
+                self.before_frame()
             with self._lock:
                 stalled = now < self._stall_until
             stalled = stalled or any(s <= t < s + d for s, d in self.faults.stall)
