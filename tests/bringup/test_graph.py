@@ -180,3 +180,17 @@ def test_node_scoped_overrides_reach_only_their_node():
                           '-p', 'natnet_bridge:stale_timeout:=0.5'], capture_output=True, text=True,
                          timeout=30)
     assert out.stdout.split() == ['0.25', '0.5'], out.stderr
+
+
+def test_fused_loop_refuses_bad_parameters_before_touching_the_port(tmp_path):
+    """A node-scoped parameter out of range stops the whole process with exit 2 and the reason;
+    the serial port is never opened (the emulator link does not even exist)."""
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, '-m', 'equimus_bringup.control_loop', '--ros-args',
+                          '-p', f'valve_driver:port:={tmp_path / "dac"}',
+                          '-p', 'valve_driver:max_kpa:=80.0'],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert 'control_loop: invalid parameters' in out.stderr and 'max_kpa' in out.stderr
+    assert 'Traceback' not in out.stderr

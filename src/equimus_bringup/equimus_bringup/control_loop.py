@@ -39,9 +39,6 @@ from equimus_hw.valve.driver_node import ValveDriver, vent_on_exit
 from equimus_ros.main import run_node
 from equimus_ros.qos import DIAG_QOS
 
-NODE_NAMES = ('natnet_bridge', 'estimator', 'controller', 'valve_driver')
-
-
 def _locked(lock: threading.RLock, fn: Callable) -> Callable:
     @functools.wraps(fn)
     def call(*args, **kwargs):
@@ -96,7 +93,7 @@ class LoopLatency(Node):
         self.pub.publish(arr)
 
 
-def build() -> List[Node]:
+def control_loop() -> List[Node]:
     """The nodes, upstream first (the order they are stopped in), and the latency monitor."""
     lock = threading.RLock()
     nodes: List[Node] = []
@@ -136,7 +133,7 @@ def _close(nodes: List[Node]) -> None:
 
 
 def main(args=None) -> int:
-    return run_node(build, args, close=_close,
+    return run_node(control_loop, args, close=_close,
                     config_hint='Fix config/natnet.yaml, valve.yaml, control.yaml or the '
                                 '--ros-args overrides.')
 
