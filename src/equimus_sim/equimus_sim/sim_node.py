@@ -35,6 +35,7 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray, MultiArrayDimension
 from std_srvs.srv import Trigger
 
+from equimus_ros.cdr import ArrayWriter, ClockWriter, JointStateWriter, PoseWriter
 from equimus_ros.main import is_shutting_down, run_node
 from equimus_ros.qos import CLOCK_QOS, COMMAND_QOS, DIAG_QOS
 
@@ -69,10 +70,6 @@ PARAMETERS = {
     'realtime_priority': (0, 'realtime mode: SCHED_FIFO priority (1-99) for the loop thread; 0 = normal scheduling', None),
     'diagnostics_period': (1.0, 'wall seconds between /diagnostics reports', (0.05, 60.0)),
 }
-
-
-def _stamp(msg_stamp, t_ns: int) -> None:
-    msg_stamp.sec, msg_stamp.nanosec = divmod(int(t_ns), 1_000_000_000)
 
 
 def _pressure_msg() -> Float64MultiArray:
@@ -144,13 +141,11 @@ class SimNode(Node):
         self.create_service(Trigger, '~/reset', self._on_reset)
         self.create_timer(self.diag_period, self._publish_diagnostics)
 
-        self._clock_msg = Clock()
-        self._joint_msg = JointState(name=['hip', 'knee'])
-        self._pressure_msg = _pressure_msg()
-        self._applied_msg = _pressure_msg()
-        self._pose_msg = {b: PoseStamped() for b in BODIES}
-        for m in self._pose_msg.values():
-            m.header.frame_id = 'mocap'
+        self.out_clock = ClockWriter(self.pub_clock)
+        self.out_joints = JointStateWriter(self.pub_joints, ['hip', 'knee'])
+        self.out_pose = {b: PoseWriter(self.pub_pose[b], 'mocap') for b in BODIES}
+        self.out_pressure = ArrayWriter(self.pub_pressure, _pressure_msg())
+        self.out_applied = ArrayWriter(self.pub_applied, _pressure_msg())
         self.get_logger().info(
             f'sim: {p["variant"]} model, Δt={self.sim.dt * 1e3:.4f} ms, {self.mode}'
             + (f' x{self.rate_factor:g}' if self.mode == 'realtime' else f' (timeout {self.lockstep_timeout:g} s)')
@@ -203,28 +198,15 @@ class SimNode(Node):
 
     def _publish_frame(self, t_ns: int) -> None:
         sim = self.sim
-        _stamp(self._clock_msg.clock, t_ns)
-        self.pub_clock.publish(self._clock_msg)
-        theta, dtheta = sim.joint_state()
-        j = self._joint_msg
-        _stamp(j.header.stamp, t_ns)
-        j.position = theta.tolist()
-        j.velocity = dtheta.tolist()
-        self.pub_joints.publish(j)
+        self.out_clock.write(t_ns)
+        self.out_joints.write(t_ns, *sim.joint_state())
         self.mocap.capture_arrays(t_ns * 1e-9, *sim.body_arrays(BODIES))
         for frame in self.mocap.release(t_ns * 1e-9):
             cap_ns = int(round(frame.capture_time * 1e9))
             for name, pose in frame.bodies.items():
-                m = self._pose_msg[name]
-                _stamp(m.header.stamp, cap_ns)
-                pp, q = m.pose.position, m.pose.orientation
-                pp.x, pp.y, pp.z = pose.position
-                q.w, q.x, q.y, q.z = pose.orientation
-                self.pub_pose[name].publish(m)
-        self._pressure_msg.data = sim.pressures.tolist()
-        self.pub_pressure.publish(self._pressure_msg)
-        self._applied_msg.data = sim.command.tolist()
-        self.pub_applied.publish(self._applied_msg)
+                self.out_pose[name].write(cap_ns, pose.position, pose.orientation)
+        self.out_pressure.write(sim.valve.p)
+        self.out_applied.write(sim.command)
 
     def _drop_unanswered_commands(self) -> None:
         # Lockstep: only a command sent after a frame was published answers that frame. Commands
