@@ -56,12 +56,14 @@ class _Writer:
     """A publisher with a template. Subclasses give `_encode(*args) -> bytes` (pack into the
     template) and `_message(*args)` (the equivalent message: the self-check and the fallback)."""
 
-    def __init__(self, publisher, prototype, probe: Sequence):
+    def __init__(self, publisher, prototype, probe: Sequence, size: int):
         self.publisher = publisher
         # rclpy's Publisher.publish(bytes) ends in the binding's publish_raw; calling it directly
         # saves the wrapper's type checks (≈1.5 µs). Distros without it use the public call.
         self._publish_raw = getattr(getattr(publisher, 'handle', None), 'publish_raw', publisher.publish)
-        self._buf = bytearray(serialize_message(prototype))
+        # serialize_message may append alignment bytes after the last field (4 for JointState);
+        # on the wire a message ends at its last field, and strict readers (rosbags) insist.
+        self._buf = bytearray(serialize_message(prototype)[:_HEADER + size])
         self.packed = self._check(probe)
 
     def _check(self, probe) -> bool:
@@ -69,7 +71,7 @@ class _Writer:
         # uninitialised, so equal messages may differ there.
         try:
             packed, msg = self._encode(*probe), self._message(*probe)
-            return (len(packed) == len(serialize_message(msg))
+            return (len(packed) <= len(serialize_message(msg))
                     and deserialize_message(packed, type(msg)) == msg)
         except Exception:       # any failure of the check means: publish message objects
             return False
@@ -87,7 +89,7 @@ class ClockWriter(_Writer):
     def __init__(self, publisher):
         from rosgraph_msgs.msg import Clock
         self._stamp = _Layout().take(8, 4)
-        super().__init__(publisher, Clock(), [1_700_000_003_123_456_789])
+        super().__init__(publisher, Clock(), [1_700_000_003_123_456_789], 8)
 
     def _encode(self, t_ns: int) -> bytes:
         _STAMP.pack_into(self._buf, self._stamp, *divmod(int(t_ns), 1_000_000_000))
@@ -114,7 +116,8 @@ class PoseWriter(_Writer):
         self._quat = lay.take(32, 8)
         proto = PoseStamped()
         proto.header.frame_id = frame_id
-        super().__init__(publisher, proto, [17_999_999_999, (0.1, -2.5, 3e-7), (0.625, 0.5, -0.5, 0.25)])
+        super().__init__(publisher, proto, [17_999_999_999, (0.1, -2.5, 3e-7), (0.625, 0.5, -0.5, 0.25)],
+                         lay.pos)
 
     def _encode(self, t_ns: int, position, quat_wxyz) -> bytes:
         buf = self._buf
@@ -156,7 +159,7 @@ class JointStateWriter(_Writer):
         proto = JointState(name=self.names, position=[0.0] * n, velocity=[0.0] * n)
         proto.header.frame_id = frame_id
         super().__init__(publisher, proto, [5_000_000_042, [0.5 + i for i in range(n)],
-                                            [-1.25 * i for i in range(n)]])
+                                            [-1.25 * i for i in range(n)]], lay.pos)
 
     def _encode(self, t_ns: int, position, velocity) -> bytes:
         buf = self._buf
@@ -188,7 +191,7 @@ class ArrayWriter(_Writer):
         self._vec = struct.Struct(f'<{n}d')
         self._data = lay.doubles(n)
         self._layout = prototype.layout
-        super().__init__(publisher, prototype, [[0.5 - 3 * i for i in range(n)]])
+        super().__init__(publisher, prototype, [[0.5 - 3 * i for i in range(n)]], lay.pos)
 
     def _encode(self, values) -> bytes:
         self._vec.pack_into(self._buf, self._data, *values)
