@@ -9,7 +9,9 @@ Side by side, in one run, on the default model (config/leg.yaml, 'equimus' varia
   tick lateness (jitter) p50/p99/max against the absolute deadlines, from its /diagnostics;
   a subscriber in this process also counts the /mocap/calf/pose rate;
 - the same with the loop thread at SCHED_FIFO priority 50 (parameter realtime_priority);
-- the node free-running (rate_factor 0): sim seconds per wall second, from /diagnostics.
+- the node free-running (rate_factor 0): sim seconds per wall second, from /diagnostics;
+- the node's per-frame cost in this process, publishing pre-serialised messages against message
+  objects, in alternating blocks.
 Targets (issue 2): realtime holds 1.0 with p99 jitter < 1 ms; free-running >= 100x.
 """
 from __future__ import annotations
@@ -111,6 +113,42 @@ def node_run(params: dict, seconds: float, count_poses: bool) -> dict:
     return out
 
 
+def publish_paths(blocks: int, ticks: int) -> dict:
+    """The node's per-frame cost (tick: physics, virtual mocap, 7 publishes) in this process,
+    pre-serialised (equimus_ros.cdr) against message objects (the writers' fallback path: a
+    message object built and converted by rclpy per publish), in alternating blocks so that
+    machine drift hits both alike."""
+    import rclpy
+    from rclpy.parameter import Parameter
+
+    from equimus_sim.sim_node import SimNode
+    ctx = rclpy.Context()
+    rclpy.init(context=ctx)
+    node = SimNode(context=ctx, parameter_overrides=[Parameter('rate_factor', value=0.0)])
+    writers = [node.out_clock, node.out_joints, *node.out_pose.values(), node.out_pressure,
+               node.out_applied]
+    per_tick = {True: [], False: []}
+    try:
+        for _ in range(200):
+            node.tick()
+        for _ in range(blocks):
+            for packed in (True, False):
+                for w in writers:
+                    w.packed = packed
+                t = time.perf_counter()
+                for _ in range(ticks):
+                    node.tick()
+                per_tick[packed].append((time.perf_counter() - t) / ticks)
+    finally:
+        node.destroy_node()
+        rclpy.try_shutdown(context=ctx)
+    fast, slow = (float(np.median(per_tick[k])) for k in (True, False))
+    return {'tick_us_preserialised': 1e6 * fast, 'tick_us_message_objects': 1e6 * slow,
+            'tick_preserialised_vs_message_objects': fast / slow,
+            'tick_loop_rtf_preserialised': (1 / 120) / fast,
+            'tick_loop_rtf_message_objects': (1 / 120) / slow}
+
+
 def run(quick: bool) -> dict:
     os.environ.setdefault('ROS_DOMAIN_ID', str(150 + os.getpid() % 80))
     os.environ.setdefault('ROS_AUTOMATIC_DISCOVERY_RANGE', 'LOCALHOST')
@@ -121,6 +159,7 @@ def run(quick: bool) -> dict:
         res[f'bare_mj_step_rtf_{label}'] = b['mj_step_rtf']
         res[f'simulator_advance_rtf_{label}'] = b['simulator_rtf']
         res[f'us_per_mj_step_{label}'] = b['us_per_step']
+    res.update(publish_paths(4 if quick else 20, 300))
     wall = 6.0 if quick else 30.0
     rt = node_run({'mode': 'realtime', 'rate_factor': 1.0, 'diagnostics_period': 1.0}, wall, True)
     res.update({f'node_realtime_{k}': v for k, v in rt.items()})
@@ -150,6 +189,8 @@ def main(argv=None) -> int:
     print(f'  bare mj_step loop        {r["bare_mj_step_rtf_dt600"]:8.1f}x')
     print(f'  LegSimulator.advance     {r["simulator_advance_rtf_dt600"]:8.1f}x')
     print(f'  sim node, free-running   {r["node_free_rtf"]:8.1f}x   (target >= 100x)')
+    print(f'  node loop in-process     {r["tick_loop_rtf_preserialised"]:8.1f}x   pre-serialised publishing, '
+          f'{r["tick_loop_rtf_message_objects"]:.1f}x with message objects')
     print(f'  sim node, realtime 1x    {r["node_realtime_rtf"]:8.4f}x   jitter p50/p99/max '
           f'{r["node_realtime_jitter_p50_us"]:.0f}/{r["node_realtime_jitter_p99_us_worst"]:.0f}/'
           f'{r["node_realtime_jitter_max_us"]:.0f} us (target p99 < 1000 us)')
