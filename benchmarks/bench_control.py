@@ -1,7 +1,7 @@
 """Control benchmark: closed loop with the MuJoCo leg (valve lag τ = 0.2171 s, mocap noise
 0.3 mm / 2 mrad), plain Python at 120 Hz. Tracking RMSE per joint for open-loop static
-feedforward, PID and MPC side by side on the paper's triangle and on a step set, and each
-controller's compute time per cycle (p50/p99).
+feedforward, PID, linear MPC and predictive sampling side by side on the paper's triangle and
+on a step set, and each controller's compute time per cycle (p50/p99).
 
     python benchmarks/bench_control.py [--quick]
 """
@@ -14,6 +14,8 @@ import warnings
 
 import numpy as np
 
+NAMES = ('open_loop', 'pid', 'mpc', 'sampling')
+
 
 def run(quick: bool = True) -> dict:
     warnings.simplefilter('ignore')
@@ -24,12 +26,14 @@ def run(quick: bool = True) -> dict:
     from equimus_control.closed_loop import run as run_loop
     from equimus_control.mpc import LinearisationGrid, LinearMPC, MPCConfig
     from equimus_control.pid import PIDController, StaticFeedforward
+    from equimus_control.sampling import PredictiveSampling, SamplingConfig
     from equimus_control.reference import Waypoints, triangle_poses
     from equimus_control.statics import StaticParams, holding_pressures
 
     leg = load_leg()
     params = StaticParams.from_leg(leg)
     lm = LegModel(leg.with_timestep(1 / 1200))
+    lm_plan = LegModel(leg.with_timestep(1 / 120))     # predictive sampling steps at the period
     cfg = MPCConfig(valve_tau=leg.valve_time_constant, grid_lo=(1.1, 0.2), grid_hi=(1.8, 1.1))
     t0 = time.perf_counter()
     grid = LinearisationGrid(lm, params, cfg)
@@ -42,21 +46,26 @@ def run(quick: bool = True) -> dict:
     for task, ref in tasks.items():
         q0 = ref(0.0)[0]
         p0 = np.clip(holding_pressures(q0, params), 0, 50)
-        for name in ('open_loop', 'pid', 'mpc'):
+        for name in NAMES:
             sim = make_simulator(timestep=1 / 1200, initial_q=q0, initial_pressures=tuple(p0))
             mocap = VirtualMocap(MocapConfig(position_noise=0.0003, orientation_noise=0.002, seed=7))
             if name == 'open_loop':
                 c = StaticFeedforward(params)
             elif name == 'pid':
                 c = PIDController(params)
-            else:
+            elif name == 'mpc':
                 c = LinearMPC(lm, params, cfg, grid)
+                c.reset(p_valve=p0)
+            else:
+                c = PredictiveSampling(lm_plan, params, SamplingConfig(valve_tau=leg.valve_time_constant))
                 c.reset(p_valve=p0)
             r = run_loop(sim, mocap, c, ref, duration)
             e = r.rmse(skip=0.5)
             out[f'{task}_{name}_rmse_hip'] = float(e[0])
             out[f'{task}_{name}_rmse_knee'] = float(e[1])
             compute.setdefault(name, []).append((r.compute, r.compute_cpu))
+            if name == 'sampling':
+                c.close()
     for name, cs in compute.items():
         c = np.concatenate([w for w, _ in cs]) * 1e3
         cpu = np.concatenate([u for _, u in cs]) * 1e3
@@ -70,9 +79,10 @@ def run(quick: bool = True) -> dict:
     except OSError:
         pass
     for task in tasks:
-        out[f'{task}_rmse_ratio_mpc_over_pid'] = (
-            (out[f'{task}_mpc_rmse_hip'] + out[f'{task}_mpc_rmse_knee'])
-            / (out[f'{task}_pid_rmse_hip'] + out[f'{task}_pid_rmse_knee']))
+        for name in ('mpc', 'sampling'):
+            out[f'{task}_rmse_ratio_{name}_over_pid'] = (
+                (out[f'{task}_{name}_rmse_hip'] + out[f'{task}_{name}_rmse_knee'])
+                / (out[f'{task}_pid_rmse_hip'] + out[f'{task}_pid_rmse_knee']))
     return out
 
 
@@ -84,14 +94,15 @@ def main(argv=None) -> int:
     print(f"MPC grid: {r['mpc_grid_nodes']} linearisations in {r['mpc_grid_build_s']:.2f} s")
     print(f"{'task':10s} {'controller':10s} {'RMSE hip (rad)':>15s} {'RMSE knee (rad)':>16s}")
     for task in ('triangle', 'steps'):
-        for name in ('open_loop', 'pid', 'mpc'):
+        for name in NAMES:
             print(f"{task:10s} {name:10s} {r[f'{task}_{name}_rmse_hip']:15.4f} "
                   f"{r[f'{task}_{name}_rmse_knee']:16.4f}")
-        print(f"{task:10s} MPC/PID summed RMSE ratio: {r[f'{task}_rmse_ratio_mpc_over_pid']:.3f}")
+        print(f"{task:10s} summed RMSE over PID's: MPC {r[f'{task}_rmse_ratio_mpc_over_pid']:.3f}, "
+              f"sampling {r[f'{task}_rmse_ratio_sampling_over_pid']:.3f}")
     print(f"compute per cycle (target p99 < 4 ms); wall clock includes preemption by other load "
           f"(1-min load average {r.get('load_average_1min', float('nan')):.1f}), CPU = thread time")
     print(f"{'controller':10s} {'wall p50':>9s} {'wall p99':>9s} {'CPU p50':>9s} {'CPU p99':>9s}  (ms)")
-    for name in ('open_loop', 'pid', 'mpc'):
+    for name in NAMES:
         print(f"{name:10s} {r[f'{name}_compute_p50_ms']:9.3f} {r[f'{name}_compute_p99_ms']:9.3f} "
               f"{r[f'{name}_cpu_p50_ms']:9.3f} {r[f'{name}_cpu_p99_ms']:9.3f}")
     return 0

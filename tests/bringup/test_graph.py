@@ -46,7 +46,7 @@ def test_emulators_only_on_request_and_valve_driver_stops_last():
 def test_bad_arguments_are_refused_with_the_valid_list():
     with pytest.raises(ValueError, match='valid:'):
         resolve_args('sim', {'controler': 'pid'})
-    with pytest.raises(ValueError, match='pid, mpc, open_loop'):
+    with pytest.raises(ValueError, match='pid, mpc, sampling, open_loop'):
         describe_graph('sim', {'controller': 'lqr'})
     with pytest.raises(ValueError, match='sim, hardware'):
         describe_graph('simulation')

@@ -17,7 +17,7 @@ def _start(mod, *args):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize('kind', ['pid', 'mpc'])
+@pytest.mark.parametrize('kind', ['pid', 'mpc', 'sampling'])
 def test_lockstep_graph_tracks_triangle(kind):
     from rclpy.qos import qos_profile_sensor_data
     from sensor_msgs.msg import JointState

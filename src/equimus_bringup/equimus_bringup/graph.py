@@ -14,12 +14,14 @@ import os
 from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional, Tuple
 
+from equimus_control import CONTROLLERS
+
 MODES = ('sim', 'hardware')
 
 # Declared arguments: name -> (default, description). Defaults that depend on the mode are
 # resolved in `resolve_args`.
 ARGUMENTS: Dict[str, Tuple[str, str]] = {
-    'controller': ('pid', 'controller to run: pid | mpc | open_loop'),
+    'controller': ('pid', 'controller to run: pid | mpc | sampling | open_loop'),
     'reference': ('triangle', 'reference trajectory: triangle | step | sine | hold'),
     'record': ('false', 'record every topic to a rosbag2 (MCAP) bag: true | false'),
     'bag': ('', 'bag directory to create (default: bags/equimus_<mode>_<date-time>)'),
@@ -121,8 +123,8 @@ def resolve_args(mode: str, overrides: Optional[Mapping[str, str]] = None) -> Di
     if not args['bag']:
         import time
         args['bag'] = os.path.join('bags', f'equimus_{mode}_{time.strftime("%Y%m%d-%H%M%S")}')
-    if args['controller'] not in ('pid', 'mpc', 'open_loop'):
-        raise ValueError(f'controller:={args["controller"]} is not one of pid, mpc, open_loop')
+    if args['controller'] not in CONTROLLERS:
+        raise ValueError(f'controller:={args["controller"]} is not one of {", ".join(CONTROLLERS)}')
     try:
         prio = int(args['rt_priority'])
     except ValueError:

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from equimus_bringup.graph import describe_graph
+from equimus_control import CONTROLLERS
 from equimus_bringup.run_report import report
 from equimus_bringup.supervisor import GraphError, Supervisor
 
@@ -82,7 +83,7 @@ def main(argv=None) -> int:
     p.add_argument('--mode', default='sim', choices=('sim', 'hardware'),
                    help='sim: lockstep simulation; hardware: the real-rig graph against rig_emulator '
                         '(NatNet + DAC board emulators around the simulated leg), in real time')
-    p.add_argument('--controller', default='pid', choices=('pid', 'mpc', 'open_loop'))
+    p.add_argument('--controller', default='pid', choices=CONTROLLERS)
     p.add_argument('--reference', default='triangle')
     p.add_argument('--duration', type=float, default=15.0, help='sim seconds to run (default 15)')
     p.add_argument('--wall-timeout', type=float, default=300.0, help='give up after this many wall seconds')

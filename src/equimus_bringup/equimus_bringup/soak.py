@@ -51,6 +51,7 @@ import yaml
 from equimus_bringup import soak_analysis as A
 from equimus_bringup.graph import default_config_dir, describe_graph, realtime_problem
 from equimus_bringup.supervisor import Supervisor, command_for
+from equimus_control import CONTROLLERS
 
 FAULTS = ('mocap_stall', 'untrack', 'natnet_garbage', 'serial_faults', 'serial_unplug',
           'kill_controller', 'kill_driver', 'disk_full')
@@ -884,7 +885,7 @@ def main(argv=None) -> int:
     p.add_argument('--duration', type=float, default=60.0, help='seconds of soak (default 60)')
     p.add_argument('--faults', default='all', help=f'all | none | comma list of {",".join(FAULTS)}')
     p.add_argument('--out', default='', help='folder for the records (default: a new temp folder)')
-    p.add_argument('--controller', default='pid', choices=('pid', 'mpc', 'open_loop'))
+    p.add_argument('--controller', default='pid', choices=CONTROLLERS)
     p.add_argument('--reference', default='sine', help='reference trajectory (default sine)')
     p.add_argument('--gap', type=float, default=None, help='fault-free seconds between faults')
     p.add_argument('--domain-id', type=int, default=None,

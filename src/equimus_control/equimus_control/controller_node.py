@@ -1,6 +1,6 @@
 """controller node: one valve command per /joint_states message (the mocap frame clocks the loop).
 
-controller = pid | mpc | open_loop. Safety (equimus_control.supervisor): joint-limit guard,
+controller = pid | mpc | sampling | open_loop. Safety (equimus_control.supervisor): joint-limit guard,
 invalid state (NaN from the estimator) and a stale-state timer on the steady clock all publish
 0 kPa. Saturation, guard trips and per-cycle compute time go to /diagnostics.
 """
@@ -23,6 +23,7 @@ from equimus_ros.main import run_node
 from equimus_ros.params import declare
 from equimus_ros.qos import COMMAND_QOS, DIAG_QOS
 
+from . import CONTROLLERS
 from .pid import PIDController, PIDGains, StaticFeedforward
 from .reference import reference_at
 from .statics import StaticParams
@@ -41,7 +42,7 @@ class ControllerNode(Node):
         super().__init__('controller')
         self.downstream = downstream
         d = lambda n, v, t: declare(self, n, v, t)  # noqa: E731
-        kind = d('controller', 'pid', 'pid | mpc | open_loop')
+        kind = d('controller', 'pid', 'pid | mpc | sampling | open_loop')
         sign = d('pressure_sign', 1.0, '+1 pressure lengthens the actuator (rig and sim), −1 pulls')
         pset = d('leg_parameter_set', '', 'parameter set of config/leg.yaml ('' = as is)')
         p_max = d('p_max', 50.0, 'kPa, upper command bound')
@@ -62,6 +63,12 @@ class ControllerNode(Node):
                   'grid_step': d('grid_step', 0.1, 'rad, linearisation grid'),
                   'grid_lo': tuple(d('grid_lo', [1.0, 0.05], 'rad')),
                   'grid_hi': tuple(d('grid_hi', [2.0, 1.25], 'rad')), 'p_max': p_max}
+        ps_kw = {'samples': d('sampling_samples', 12, 'rollouts per cycle'),
+                 'horizon': d('sampling_horizon', 0.25, 's'),
+                 'knots': d('sampling_knots', 4, 'plan values per valve over the horizon'),
+                 'sigma': d('sampling_sigma', 6.0, 'kPa, knot perturbation'),
+                 'threads': d('sampling_threads', 2, 'rollout threads'),
+                 'du_max': mpc_kw['du_max'], 'p_max': p_max}
         from equimus_sim.leg_description import load_leg
         leg = load_leg(parameter_set=pset or None)
         self.params = StaticParams.from_leg(leg, pressure_sign=sign)
@@ -77,8 +84,14 @@ class ControllerNode(Node):
             self.ctrl = LinearMPC(lm, self.params, MPCConfig(valve_tau=leg.valve_time_constant,
                                                              **mpc_kw))
             self.get_logger().info(f'MPC linearisation grid ready in {time.perf_counter() - t0:.1f} s')
+        elif kind == 'sampling':
+            from equimus_sim.leg_model import LegModel
+            from .sampling import PredictiveSampling, SamplingConfig
+            lm = LegModel(leg.with_timestep(1 / 120))
+            self.ctrl = PredictiveSampling(lm, self.params, SamplingConfig(
+                valve_tau=leg.valve_time_constant, **ps_kw))
         else:
-            raise ValueError(f"parameter controller={kind!r}: use 'pid', 'mpc' or 'open_loop'")
+            raise ValueError(f"parameter controller={kind!r}: use one of {', '.join(CONTROLLERS)}")
         self.kind = kind
         self.sup = Supervisor(safety)
         self.q_ref = None

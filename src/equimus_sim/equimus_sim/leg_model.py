@@ -151,8 +151,7 @@ class LegModel:
         h = 1e-6
         q = data.qpos[self.qpos_idx].copy()
         qd = data.qvel[self.qvel_idx].copy()
-        chain = np.concatenate([self._swing_q, self._seg_q.ravel()])
-        dofs = [self.model.jnt_dofadr[np.where(self.model.jnt_qposadr == a)[0][0]] for a in chain]
+        chain, dofs = self._chain_dofs()
         out = []
         for sgn in (1.0, -1.0):
             data.qpos[self.qpos_idx] = q + sgn * h * qd
@@ -161,6 +160,14 @@ class LegModel:
         data.qvel[dofs] = (out[0] - out[1]) / (2 * h)
         data.qpos[self.qpos_idx] = q
         self._place_chains(data)
+
+    def _chain_dofs(self):
+        """qpos and dof addresses of every chain joint (swing hinges, then slide segments)."""
+        if getattr(self, '_chain_cache', None) is None:
+            chain = np.concatenate([self._swing_q, self._seg_q.ravel()])
+            dofs = [self.model.jnt_dofadr[np.where(self.model.jnt_qposadr == a)[0][0]] for a in chain]
+            self._chain_cache = (chain, np.array(dofs))
+        return self._chain_cache
 
     def settle(self, data: mujoco.MjData, max_time: float = 60.0, vel_tol: float = 1e-9,
                extra_damping: float = 0.5) -> float:
