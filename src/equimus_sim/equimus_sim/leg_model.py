@@ -6,6 +6,7 @@ number of joints/actuators in the description.
 """
 from __future__ import annotations
 
+import math
 from typing import Mapping, Optional, Sequence, Union
 
 import mujoco
@@ -133,17 +134,28 @@ class LegModel:
     def _place_chains(self, data):
         m = self.model
         mujoco.mj_kinematics(m, data)
-        ax = self._axis
-        for i in range(len(self.actuator_names)):
+        if getattr(self, '_chain_geom', None) is None:
+            self._chain_geom = [
+                (int(self._site_base[i]), int(self._site_tip[i]),
+                 int(m.body_parentid[self._p_body[i, 0]]), tuple(self._build_dir[i].tolist()),
+                 float(self._build_len[i]), int(self._swing_q[i]), self._seg_q[i].tolist())
+                for i in range(len(self.actuator_names))]
+            self._axis_t = tuple(np.asarray(self._axis, float).tolist())
+        a0, a1, a2 = self._axis_t
+        site, xmat, qpos = data.site_xpos, data.xmat, data.qpos
+        # Plain floats: on 3-vectors numpy's per-call cost is most of the time (100 -> 30 µs).
+        for base, tip, parent, (b0, b1, b2), build_len, swing, segs in self._chain_geom:
             # The chain's hinge frame moves with its parent body; express the anchor line there.
-            pa = data.site_xpos[self._site_base[i]]
-            pb = data.site_xpos[self._site_tip[i]]
-            R = data.xmat[m.body_parentid[self._p_body[i, 0]]].reshape(3, 3)
-            r = R.T @ (pb - pa)
-            L = np.linalg.norm(r)
-            e0, e = self._build_dir[i], r / L
-            data.qpos[self._swing_q[i]] = np.arctan2(ax @ np.cross(e0, e), e0 @ e)
-            data.qpos[self._seg_q[i]] = (L - self._build_len[i]) / 2.0
+            pa, pb, R = site[base].tolist(), site[tip].tolist(), xmat[parent].tolist()
+            d0, d1, d2 = pb[0] - pa[0], pb[1] - pa[1], pb[2] - pa[2]
+            r0 = R[0] * d0 + R[3] * d1 + R[6] * d2          # Rᵀ·d, R row-major
+            r1 = R[1] * d0 + R[4] * d1 + R[7] * d2
+            r2 = R[2] * d0 + R[5] * d1 + R[8] * d2
+            L = math.sqrt(r0 * r0 + r1 * r1 + r2 * r2)
+            e0, e1, e2 = r0 / L, r1 / L, r2 / L
+            sin = a0 * (b1 * e2 - b2 * e1) + a1 * (b2 * e0 - b0 * e2) + a2 * (b0 * e1 - b1 * e0)
+            qpos[swing] = math.atan2(sin, b0 * e0 + b1 * e1 + b2 * e2)
+            qpos[segs] = (L - build_len) / 2.0
         mujoco.mj_kinematics(m, data)
 
     def _chain_velocities(self, data):
