@@ -65,17 +65,19 @@ class LoopLatency(Node):
         self.pub = self.create_publisher(DiagnosticArray, '/diagnostics', DIAG_QOS)
         self.create_timer(1.0, self._diag, clock=Clock(clock_type=ClockType.STEADY_TIME))
 
-    def timed(self, command_sink: Callable) -> Callable:
-        """`command_sink` (the valve driver's on_command), timing the calls a frame makes.
+    def timed(self, driver: ValveDriver) -> Callable:
+        """The driver's on_command, timing each frame from its datagram to the end of the serial
+        write (not of the driver's publishing after it).
 
         Commands from the executor thread (the stale-state vent) are not frame answers."""
         def call(msg):
-            command_sink(msg)
+            driver.on_command(msg)
             bridge = self.bridge
             if bridge is not None and bridge.is_receive_thread() and bridge.frame_arrival_ns:
-                self.samples.append((time.perf_counter_ns() - bridge.frame_arrival_ns) * 1e-6)
+                if driver.last_write_ns > bridge.frame_arrival_ns:
+                    self.samples.append((driver.last_write_ns - bridge.frame_arrival_ns) * 1e-6)
+                    self.frames += 1
                 bridge.frame_arrival_ns = 0
-                self.frames += 1
         return call
 
     def _diag(self) -> None:
@@ -103,7 +105,7 @@ def control_loop() -> List[Node]:
         monitor = LoopLatency()
         nodes.append(monitor)
         controller = ControllerNode(subscribe_state=False,
-                                    downstream=monitor.timed(driver.on_command))
+                                    downstream=monitor.timed(driver))
         nodes.append(controller)
         estimator = EstimatorNode(subscribe=False, downstream=controller.on_state)
         nodes.append(estimator)

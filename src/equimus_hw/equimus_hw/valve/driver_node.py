@@ -59,6 +59,7 @@ class ValveDriver(Node):
                               backoff_min_s=p['reconnect_backoff_min_s'],
                               backoff_max_s=p['reconnect_backoff_max_s'], log=self._link_log)
         self._closing = False
+        self.last_write_ns = 0
         self._last_sent: Optional[List[int]] = None
         self._last_send_t = 0.0
         self._generation = 0
@@ -184,6 +185,7 @@ class ValveDriver(Node):
     def _send(self, out_kpa: List[float], now: float) -> None:
         codes = [0] * len(ACTUATORS) if self._closing else self.cal.codes(out_kpa)
         seq = self.link.send_codes(codes)
+        self.last_write_ns = time.perf_counter_ns()    # the fused loop's latency ends here
         self._last_sent = codes
         self._last_send_t = now
         applied = [self.cal.code_to_kpa(c) for c in codes] if seq is not None \
