@@ -101,6 +101,24 @@ def test_nan_state_resets_and_reports_without_raising(sim_factory, field):
     assert sim.resets == 1 and np.all(np.isfinite(sim.data.qpos))
 
 
+def test_mujoco_bad_state_warning_resets_but_other_warnings_do_not(sim_factory):
+    """The stability check reads MuJoCo's warning counters: a harmless warning (here a full
+    contact buffer) changes them without a reset, and a bad-state warning after it still trips."""
+    import mujoco
+    sim = sim_factory(timestep=1 / 600)
+    sim.set_command([20.0, 20.0])
+    sim.advance(FRAME)
+    sim.data.warning[mujoco.mjtWarning.mjWARN_CONTACTFULL].number += 1
+    sim.advance(FRAME)
+    assert sim.resets == 0
+    sim.data.qvel[:] = np.nan       # mj_step flags BADQVEL and auto-resets its own state
+    sim.advance(FRAME)
+    assert sim.resets == 1
+    assert 'MuJoCo reported an unstable state (mjWARN_BADQVEL' in sim.last_reset_reason
+    sim.advance(FRAME)
+    assert sim.resets == 1
+
+
 def test_runaway_velocity_is_detected(sim_factory):
     sim = sim_factory(timestep=1 / 600)
     sim.data.qvel[:] = 1e6

@@ -39,6 +39,7 @@ from equimus_hw.valve.driver_node import ValveDriver, vent_on_exit
 from equimus_ros.main import run_node
 from equimus_ros.qos import DIAG_QOS
 
+
 def _locked(lock: threading.RLock, fn: Callable) -> Callable:
     @functools.wraps(fn)
     def call(*args, **kwargs):

@@ -17,9 +17,9 @@ import time
 from pathlib import Path
 
 from equimus_bringup.graph import describe_graph
-from equimus_control import CONTROLLERS
 from equimus_bringup.run_report import report
 from equimus_bringup.supervisor import GraphError, Supervisor
+from equimus_control import CONTROLLERS
 
 
 def free_udp_port_pair(address: str = '127.0.0.1') -> int:

@@ -75,11 +75,12 @@ class PredictiveSampling:
         self._state = np.zeros((cfg.samples, self.steps, nstate))
         self._qcols = 1 + np.asarray(leg_model.qpos_idx)
         self._vcols = 1 + m.nq + np.asarray(leg_model.qvel_idx)
-        self._force = np.zeros((m.nu, 2))          # ctrl = F_per_valve · this, F = S·P
+        # ctrl = pressures (kPa) · _force.T: every motor of an actuator gets its F = S·P
+        per_kpa = leg_model.forces_from_pressures(np.ones(len(leg_model.actuator_names)))
+        self._force = np.zeros((m.nu, len(per_kpa)))
         for i, idx in enumerate(leg_model.ctrl_idx):
-            self._force[idx, i] = leg_model.areas[i] * 1e3
-        w = np.asarray(cfg.w_theta, float)
-        self._w_theta = w / np.sum(w) * 2.0
+            self._force[idx, i] = per_kpa[i]
+        self._w_theta = np.asarray(cfg.w_theta, float)
         self.rng = np.random.default_rng(cfg.seed)
         self.reset()
 

@@ -8,8 +8,8 @@ serialisation of a prototype as a template and packs the changing numbers into i
 given by the CDR rules.
 
 Each writer checks itself when it is made: it packs probe values and reads them back with
-rclpy's deserialiser. If the message differs (another RMW or CDR encoding), it publishes message objects instead,
-so it is never wrong, only sometimes not faster. Subscribers, recorders and ``ros2 bag`` see
+rclpy's deserialiser. If the message differs (another RMW or CDR encoding), it publishes message
+objects instead, so it is never wrong, only sometimes not faster. Subscribers, recorders and ``ros2 bag`` see
 ordinary messages either way.
 """
 from __future__ import annotations

@@ -52,6 +52,17 @@ class LegModel:
             self._tendon = np.array([m.tendon(a).id for a in self.actuator_names])
         self._site_base = np.array([m.site(f'{a}_base').id for a in self.actuator_names])
         self._site_tip = np.array([m.site(f'{a}_tip').id for a in self.actuator_names])
+        if variant == 'equimus':
+            # the chain placement runs in plain floats (it is in every reset): its constants once
+            self._chain_geom = [
+                (int(self._site_base[i]), int(self._site_tip[i]),
+                 int(m.body_parentid[self._p_body[i, 0]]), tuple(self._build_dir[i].tolist()),
+                 float(self._build_len[i]), int(self._swing_q[i]), self._seg_q[i].tolist())
+                for i in range(len(self.actuator_names))]
+            self._axis_t = tuple(np.asarray(self._axis, float).tolist())
+            chain = np.concatenate([self._swing_q, self._seg_q.ravel()])
+            self._chain_dofs = (chain, np.array([m.jnt_dofadr[np.where(m.jnt_qposadr == a)[0][0]]
+                                                 for a in chain]))
 
     # ----- inputs -----
     def _vector(self, values: ArrayLike, names, what) -> np.ndarray:
@@ -134,16 +145,10 @@ class LegModel:
     def _place_chains(self, data):
         m = self.model
         mujoco.mj_kinematics(m, data)
-        if getattr(self, '_chain_geom', None) is None:
-            self._chain_geom = [
-                (int(self._site_base[i]), int(self._site_tip[i]),
-                 int(m.body_parentid[self._p_body[i, 0]]), tuple(self._build_dir[i].tolist()),
-                 float(self._build_len[i]), int(self._swing_q[i]), self._seg_q[i].tolist())
-                for i in range(len(self.actuator_names))]
-            self._axis_t = tuple(np.asarray(self._axis, float).tolist())
         a0, a1, a2 = self._axis_t
         site, xmat, qpos = data.site_xpos, data.xmat, data.qpos
-        # Plain floats: on 3-vectors numpy's per-call cost is most of the time (100 -> 30 µs).
+        # Plain floats: on 3-vectors numpy's per-call cost was most of the time (reset with
+        # velocities, four placements: 247 -> 47 µs).
         for base, tip, parent, (b0, b1, b2), build_len, swing, segs in self._chain_geom:
             # The chain's hinge frame moves with its parent body; express the anchor line there.
             pa, pb, R = site[base].tolist(), site[tip].tolist(), xmat[parent].tolist()
@@ -163,7 +168,7 @@ class LegModel:
         h = 1e-6
         q = data.qpos[self.qpos_idx].copy()
         qd = data.qvel[self.qvel_idx].copy()
-        chain, dofs = self._chain_dofs()
+        chain, dofs = self._chain_dofs
         out = []
         for sgn in (1.0, -1.0):
             data.qpos[self.qpos_idx] = q + sgn * h * qd
@@ -172,14 +177,6 @@ class LegModel:
         data.qvel[dofs] = (out[0] - out[1]) / (2 * h)
         data.qpos[self.qpos_idx] = q
         self._place_chains(data)
-
-    def _chain_dofs(self):
-        """qpos and dof addresses of every chain joint (swing hinges, then slide segments)."""
-        if getattr(self, '_chain_cache', None) is None:
-            chain = np.concatenate([self._swing_q, self._seg_q.ravel()])
-            dofs = [self.model.jnt_dofadr[np.where(self.model.jnt_qposadr == a)[0][0]] for a in chain]
-            self._chain_cache = (chain, np.array(dofs))
-        return self._chain_cache
 
     def settle(self, data: mujoco.MjData, max_time: float = 60.0, vel_tol: float = 1e-9,
                extra_damping: float = 0.5) -> float:

@@ -185,7 +185,8 @@ class ValveDriver(Node):
     def _send(self, out_kpa: List[float], now: float) -> None:
         codes = [0] * len(ACTUATORS) if self._closing else self.cal.codes(out_kpa)
         seq = self.link.send_codes(codes)
-        self.last_write_ns = time.perf_counter_ns()    # the fused loop's latency ends here
+        if seq is not None:                            # written: the fused loop's latency ends here
+            self.last_write_ns = time.perf_counter_ns()
         self._last_sent = codes
         self._last_send_t = now
         applied = [self.cal.code_to_kpa(c) for c in codes] if seq is not None \
