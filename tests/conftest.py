@@ -5,7 +5,8 @@ import pathlib
 import pytest
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / 'shared'
+# ../shared beside the checkout, or wherever EQUIMUS_SHARED points (a clone made elsewhere)
+SHARED = pathlib.Path(os.environ.get('EQUIMUS_SHARED') or REPO.parent / 'shared')
 
 # Concurrent test sessions on one machine must not hear each other's topics.
 os.environ.setdefault('ROS_DOMAIN_ID', str(1 + os.getpid() % 100))
@@ -16,7 +17,8 @@ os.environ['ROS_AUTOMATIC_DISCOVERY_RANGE'] = 'LOCALHOST'
 def shared_dir() -> pathlib.Path:
     if not SHARED.is_dir():
         pytest.fail(f'{SHARED} not found: the tests read the reference data from ../shared '
-                    'beside the repository checkout')
+                    'beside the repository checkout; clone there, or set EQUIMUS_SHARED to the '
+                    'shared folder')
     return SHARED
 
 
