@@ -102,6 +102,11 @@ def test_rt_priority_is_refused_clearly_without_the_privilege():
     import sys
     if os.geteuid() != 0 or shutil.which('setpriv') is None:
         pytest.skip('needs root and setpriv to run the check as an unprivileged user')
+    drop = ['setpriv', '--reuid=65534', '--regid=65534', '--clear-groups', '--inh-caps=-all',
+            '--bounding-set=-all', sys.executable, '-c']
+    if subprocess.run(drop + ['import equimus_bringup.graph'], capture_output=True).returncode:
+        pytest.skip('the unprivileged user cannot read this checkout or its venv '
+                    '(e.g. a clone in a mode-700 temp folder)')
     probe = ('from equimus_bringup.graph import describe_graph\n'
              'from equimus_bringup.supervisor import GraphError, Supervisor\n'
              "specs = [s for s in describe_graph('sim', {'rt_priority': '10'}) if s.name == 'estimator']\n"
@@ -111,9 +116,7 @@ def test_rt_priority_is_refused_clearly_without_the_privilege():
              "    print('STARTED', list(sup.procs)); sup.stop()\n"
              'except GraphError as exc:\n'
              "    print('REFUSED', exc)\n")
-    r = subprocess.run(['setpriv', '--reuid=65534', '--regid=65534', '--clear-groups',
-                        '--inh-caps=-all', '--bounding-set=-all', sys.executable, '-c', probe],
-                       capture_output=True, text=True, timeout=60)
+    r = subprocess.run(drop + [probe], capture_output=True, text=True, timeout=60)
     assert r.stdout.startswith('REFUSED rt_priority:=10 is not available here'), r.stdout + r.stderr
     assert 'rt_priority:=0' in r.stdout          # says what to do
 

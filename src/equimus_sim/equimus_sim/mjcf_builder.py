@@ -28,10 +28,13 @@ POINT_INERTIA = 1e-9      # kg·m², tiny rotational inertia that MuJoCo needs o
 
 
 def default_mesh_dir() -> pathlib.Path:
-    """$EQUIMUS_MESH_DIR, else ../shared/data/equimus/models/meshes beside the repository."""
+    """$EQUIMUS_MESH_DIR, else data/equimus/models/meshes in $EQUIMUS_SHARED or in ../shared
+    beside the repository."""
     env = os.environ.get('EQUIMUS_MESH_DIR')
     if env:
         return pathlib.Path(env)
+    if os.environ.get('EQUIMUS_SHARED'):
+        return pathlib.Path(os.environ['EQUIMUS_SHARED']) / 'data' / 'equimus' / 'models' / 'meshes'
     here = pathlib.Path(os.path.realpath(__file__)).parent
     for parent in here.parents:
         cfg = parent / 'config' / 'leg.yaml'
