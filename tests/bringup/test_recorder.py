@@ -82,3 +82,27 @@ def test_killed_recorder_leaves_a_readable_bag(node, tmp_path):
     # Only the messages after the last flush may be lost; the flush ran ≥ 4 times after the last one.
     assert len(values) == 200
     assert bag.is_complete(path)
+
+
+def test_a_stream_that_goes_quiet_is_flushed_by_the_timer(tmp_path):
+    """BagWriter: the tail of a stream is made durable by `flush_if_due` (the recorder's timer)
+    within one flush period, without waiting for a next message; nothing pending, no flush."""
+    import shutil
+
+    from rclpy.serialization import serialize_message
+    w = bag.BagWriter(tmp_path / 'bag', flush_period=0.05)
+    w.add_topic('/valve/command', 'std_msgs/msg/Float64MultiArray')
+    for i in range(5):
+        w.write('/valve/command', 1_000_000 * (i + 1), serialize_message(Float64MultiArray(data=[float(i)])))
+    assert w.flushed_count < 5            # written within one period: still pending
+    assert not w.flush_if_due()           # the period has not passed yet
+    time.sleep(0.06)
+    assert w.flush_if_due() and w.flushed_count == 5
+    time.sleep(0.06)
+    assert not w.flush_if_due()           # nothing new
+    # what a crash now would leave: the flushed bytes, read back without the writer closing
+    copy = tmp_path / 'crashed'
+    shutil.copytree(tmp_path / 'bag', copy)
+    values = [m.data[0] for _, _, m in bag.read_messages(copy, ['/valve/command'])]
+    assert values == [0.0, 1.0, 2.0, 3.0, 4.0]
+    w.close()

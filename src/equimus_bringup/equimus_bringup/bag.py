@@ -94,8 +94,18 @@ class BagWriter:
         t.count += 1
         self.start_ns = stamp_ns if self.start_ns is None else min(self.start_ns, stamp_ns)
         self.end_ns = max(self.end_ns, stamp_ns)
-        if time.monotonic() - self._last_flush >= self.flush_period:
+        self.flush_if_due()
+
+    def flush_if_due(self) -> bool:
+        """Flush if messages are pending and `flush_period` has passed since the last flush.
+
+        Called on every write and by the owner's timer, so the tail of a stream that has gone
+        quiet is on disk within one period too, not only when the next message arrives."""
+        if time.monotonic() - self._last_flush >= self.flush_period and \
+                self.count != self.flushed_count:
             self.flush()
+            return True
+        return False
 
     @property
     def count(self) -> int:

@@ -61,6 +61,7 @@ class Recorder(Node):
         self.diag_pub = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
         self.create_timer(float(self.get_parameter('discovery_period').value), self.discover)
         self.create_timer(1.0, self.publish_diagnostics)
+        self.create_timer(self.writer.flush_period, self._flush_if_due)
         self.get_logger().info(f'recording every topic to {path}')
         self.discover()
 
@@ -96,6 +97,14 @@ class Recorder(Node):
             return
         try:
             self.writer.write(topic, self.get_clock().now().nanoseconds, data)
+        except OSError as exc:
+            self.stop_recording(exc)
+
+    def _flush_if_due(self):
+        if self.error or self.writer.closed:
+            return
+        try:
+            self.writer.flush_if_due()
         except OSError as exc:
             self.stop_recording(exc)
 
