@@ -51,11 +51,11 @@ print(sent, elapsed, flush=True)
 
 
 def recorder_step(rate: float, seconds: float, workdir: Path) -> dict:
-    from equimus_bringup import bag
+    from equimus_record import bag
     from equimus_bringup.supervisor import find_executable
     path = workdir / f'bag_{int(rate)}'
     env = dict(os.environ, PYTHONUNBUFFERED='1')
-    rec = subprocess.Popen([find_executable('equimus_bringup', 'recorder'), '--ros-args',
+    rec = subprocess.Popen([find_executable('equimus_record', 'recorder'), '--ros-args',
                             '-p', f'bag_path:={path}', '-p', "exclude_topics:=['/rosout']"],
                            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     try:
@@ -98,7 +98,7 @@ def lockstep_speed(seconds: float) -> dict:
 
 def mj_step_baseline(seconds: float = 2.0) -> float:
     import mujoco
-    from equimus_sim.leg_description import load_leg
+    from equimus_description.leg import load_leg
     from equimus_sim.leg_model import LegModel
     lm = LegModel(load_leg().with_timestep(1.0 / 600))
     d = mujoco.MjData(lm.model)

@@ -19,7 +19,7 @@ NAMES = ('open_loop', 'pid', 'mpc', 'sampling')
 
 def run(quick: bool = True) -> dict:
     warnings.simplefilter('ignore')
-    from equimus_sim.leg_description import load_leg
+    from equimus_description.leg import load_leg
     from equimus_sim.leg_model import LegModel
     from equimus_sim.mocap import MocapConfig, VirtualMocap
     from equimus_sim.simulator import make_simulator
@@ -28,7 +28,7 @@ def run(quick: bool = True) -> dict:
     from equimus_control.pid import PIDController, StaticFeedforward
     from equimus_control.sampling import PredictiveSampling, SamplingConfig
     from equimus_control.reference import Waypoints, triangle_poses
-    from equimus_control.statics import StaticParams, holding_pressures
+    from equimus_description.statics import StaticParams, holding_pressures
 
     leg = load_leg()
     params = StaticParams.from_leg(leg)

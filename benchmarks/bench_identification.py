@@ -28,15 +28,15 @@ TOCENTER = (ROOT / '..' / 'shared' / 'data/equimus/physical/dynamic').resolve()
 
 
 def _tocenter():
-    from equimus_bringup.identification import data
+    from equimus_identification import data
     return data.load_tocenter(next(TOCENTER.glob('ToCenter_*.csv')))
 
 
 def throughput(exps, workers=2, population=20) -> dict:
-    from equimus_bringup.identification import dynamic as D
-    from equimus_bringup.identification.parallel import Mapper
+    from equimus_identification import dynamic as D
+    from equimus_identification.parallel import Mapper
     from equimus_sim.leg_model import LegModel
-    from equimus_sim.leg_description import load_leg
+    from equimus_description.leg import load_leg
     lm = LegModel(load_leg(parameter_set='table_v_dynamic').with_timestep(D.DT))
     m, d = lm.model, mujoco.MjData(lm.model)
     lm.reset(d, exps[0].q[0])
@@ -66,7 +66,7 @@ def throughput(exps, workers=2, population=20) -> dict:
 
 
 def dynamic_fit(quick: bool) -> dict:
-    from equimus_bringup import identify_cli
+    from equimus_identification import cli as identify_cli
     with tempfile.TemporaryDirectory() as tmp:
         argv = [str(next(TOCENTER.glob('ToCenter_*.csv'))), '--out', tmp, '--params', 'paper+valve',
                 '--no-plots', '--fresh']
@@ -87,8 +87,8 @@ def dynamic_fit(quick: bool) -> dict:
 
 def ground_truth_full() -> dict:
     """All eleven parameters from a synthetic bag (20 random 1 s steps, 0.002 rad mocap noise)."""
-    from equimus_bringup import identify_cli
-    from equimus_bringup.identification import synth
+    from equimus_identification import cli as identify_cli
+    from equimus_identification import synth
     import contextlib
     import io
     import yaml

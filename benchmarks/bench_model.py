@@ -43,7 +43,7 @@ def load_reference(path: Path = REF_XML) -> mujoco.MjModel:
 
 def equimus_model(dt: float) -> mujoco.MjModel:
     sys.path.insert(0, str(REPO / 'src' / 'equimus_sim'))
-    from equimus_sim.leg_description import load_leg
+    from equimus_description.leg import load_leg
     from equimus_sim.mjcf_builder import build_model
     return build_model(load_leg().with_timestep(dt), 'equimus')
 

@@ -12,7 +12,7 @@ control path with rt_priority (SCHED_FIFO 20, the emulated rig at 21) when this 
 it, as a rig would be run; the full mode adds a 60 s soak of the default graph with normal
 scheduling, so the effect of the priorities is measured in the same run too.
 
-Figures from equimus_bringup.soak: missed cycles, command inter-arrival (jitter) at the DAC board,
+Figures from equimus_soak.soak: missed cycles, command inter-arrival (jitter) at the DAC board,
 mocap frame (NatNet transmit tick) -> SET bytes read by the board, vent times against the watchdog
 deadlines, recorder acknowledged vs read back, CPU and RSS growth of every node. Baselines in the
 same run: the NatNet emulator's own send interval (the source jitter every later figure includes).
@@ -37,7 +37,7 @@ SPLIT_KEYS = BASELINE_KEYS + ('jitter_abs_p99_ms', 'recorder_lost_valve_command'
 
 def run(quick: bool = True, duration: float = None) -> dict:
     from equimus_bringup.graph import realtime_problem
-    from equimus_bringup.soak import FAULTS, Soak
+    from equimus_soak.soak import FAULTS, Soak
     duration = duration or (60.0 if quick else 600.0)
     rt = 0 if realtime_problem(RT_PRIORITY + 1) else RT_PRIORITY
     soak = Soak(duration=duration, faults=FAULTS, log=lambda *_: None, rt_priority=rt,

@@ -22,10 +22,10 @@ def main(argv=None):
     ap.add_argument('--fit', default=None, help='folder with params.yaml from equimus identify')
     ap.add_argument('--data', default=str(DATA), help='folder holding static/ and dynamic/')
     a = ap.parse_args(argv)
-    from equimus_bringup.identification import data, dynamic as D, static as S
-    from equimus_bringup.identification.report import PAPER
-    from equimus_control.statics import StaticParams
-    from equimus_sim.leg_description import load_leg, load_overrides
+    from equimus_identification import data, dynamic as D, static as S
+    from equimus_identification.report import PAPER
+    from equimus_description.statics import StaticParams
+    from equimus_description.leg import load_leg, load_overrides
     root = pathlib.Path(a.data)
     set_a = data.load_static_csv(root / 'static/StaticPoint_effective_13.csv')
     set_b = data.load_static_csv(root / 'static/StaticPoint_all_36.csv')

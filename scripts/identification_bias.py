@@ -17,8 +17,8 @@ import tempfile
 import numpy as np
 from scipy.optimize import least_squares
 
-from equimus_bringup.identification import data, dynamic, synth
-from equimus_sim.leg_description import load_leg
+from equimus_identification import data, dynamic, synth
+from equimus_description.leg import load_leg
 
 
 def main(argv=None) -> int:

@@ -1,12 +1,18 @@
 """Shared test set-up: paths to ../shared and an isolated DDS domain per test session."""
 import os
 import pathlib
+import sys
 
 import pytest
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 # ../shared beside the checkout, or wherever EQUIMUS_SHARED points (a clone made elsewhere)
 SHARED = pathlib.Path(os.environ.get('EQUIMUS_SHARED') or REPO.parent / 'shared')
+if SHARED.is_dir():
+    os.environ['EQUIMUS_SHARED'] = str(SHARED)     # the library's mesh lookup reads it too
+
+# Shared test helpers (rosproc: start and stop real node processes) for every test folder.
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
 
 # Concurrent test sessions on one machine must not hear each other's topics.
 os.environ.setdefault('ROS_DOMAIN_ID', str(1 + os.getpid() % 100))
@@ -25,3 +31,14 @@ def shared_dir() -> pathlib.Path:
 @pytest.fixture(scope='session')
 def repo_dir() -> pathlib.Path:
     return REPO
+
+
+@pytest.fixture
+def ros_node(request):
+    """A fresh rclpy context and node for the test process, named after the test."""
+    import rclpy
+    rclpy.init()
+    n = rclpy.create_node('test_' + request.node.name.split('[')[0][:40])
+    yield n
+    n.destroy_node()
+    rclpy.try_shutdown()

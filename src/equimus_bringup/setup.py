@@ -7,7 +7,7 @@ package_name = 'equimus_bringup'
 
 setup(
     name=package_name,
-    version='0.1.0',
+    version='0.2.0',
     packages=['equimus_bringup'],
     data_files=[
         ('share/ament_index/resource_index/packages', ['resource/equimus_bringup']),
@@ -23,7 +23,6 @@ setup(
     license='MIT',
     entry_points={
         'console_scripts': [
-            'recorder = equimus_bringup.recorder_node:main',
             'equimus = equimus_bringup.cli:main',
             'rig_emulator = equimus_bringup.rig_emulator:main',
             'control_loop = equimus_bringup.control_loop:main',

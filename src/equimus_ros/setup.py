@@ -5,7 +5,7 @@ package_name = 'equimus_ros'
 
 setup(
     name=package_name,
-    version='0.1.0',
+    version='0.2.0',
     packages=['equimus_ros'],
     data_files=[
         ('share/ament_index/resource_index/packages', ['resource/equimus_ros']),

@@ -5,12 +5,11 @@ package_name = 'equimus_sim'
 
 setup(
     name=package_name,
-    version='0.1.0',
+    version='0.2.0',
     packages=['equimus_sim'],
     data_files=[
         ('share/ament_index/resource_index/packages', ['resource/equimus_sim']),
         ('share/equimus_sim', ['package.xml']),
-        ('share/equimus_sim/config', ['config/leg.yaml']),
     ],
     install_requires=['setuptools'],
     zip_safe=True,

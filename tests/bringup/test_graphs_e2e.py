@@ -7,7 +7,8 @@ pseudo-terminal around the simulated leg.
 import json
 
 
-from equimus_bringup import bag, main_job
+from equimus_bringup import main_job
+from equimus_record import bag
 
 CONTROL_TOPICS = ['/mocap/base/pose', '/mocap/thigh/pose', '/mocap/calf/pose', '/joint_states',
                   '/valve/command', '/valve/applied', '/valve/pressure', '/reference/joint']

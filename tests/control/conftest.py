@@ -5,13 +5,13 @@ import pytest
 
 @pytest.fixture(scope='session')
 def leg():
-    from equimus_sim.leg_description import load_leg
+    from equimus_description.leg import load_leg
     return load_leg()
 
 
 @pytest.fixture(scope='session')
 def sim_params(leg):
-    from equimus_control.statics import StaticParams
+    from equimus_description.statics import StaticParams
     return StaticParams.from_leg(leg)
 
 

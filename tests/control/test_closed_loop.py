@@ -7,7 +7,7 @@ from equimus_control.closed_loop import run
 from equimus_control.mpc import LinearMPC, MPCConfig
 from equimus_control.pid import PIDController, StaticFeedforward
 from equimus_control.reference import Waypoints
-from equimus_control.statics import holding_pressures
+from equimus_description.statics import holding_pressures
 
 STEPS = [[1.4, 0.8], [1.6, 0.5], [1.45, 0.55]]
 

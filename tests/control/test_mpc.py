@@ -3,7 +3,7 @@ import mujoco
 import numpy as np
 
 from equimus_control.mpc import LinearMPC, MPCConfig, linearise
-from equimus_control.statics import holding_pressures
+from equimus_description.statics import holding_pressures
 
 
 def test_constraints_hold_for_random_states(leg_model, sim_params, mpc_grid):

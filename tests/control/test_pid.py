@@ -4,8 +4,8 @@ from hypothesis import given, settings, strategies as st
 
 from equimus_control.pid import (PIDController, box_lsq, impedance_transfer,
                                  pressure_torque_matrix, pressures_for_torque)
-from equimus_control.statics import StaticParams, holding_pressures
-from equimus_sim.kinematics import actuator_lengths, actuation_jacobian
+from equimus_description.statics import StaticParams, holding_pressures
+from equimus_description.kinematics import actuator_lengths, actuation_jacobian
 
 P_SIM = StaticParams(pressure_sign=1.0)
 angle = st.floats(0.6, 2.2)

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from equimus_control.reference import Sinusoid, Waypoints, make_reference, triangle_poses
-from equimus_control.statics import equilibrium
+from equimus_description.statics import equilibrium
 
 
 @pytest.mark.parametrize('traj', [Waypoints([[1.4, 0.8], [1.6, 0.5], [1.45, 0.55]], move=0.5,

@@ -11,7 +11,7 @@ from equimus_control.closed_loop import run
 from equimus_control.pid import PIDController
 from equimus_control.reference import Waypoints
 from equimus_control.sampling import PredictiveSampling, SamplingConfig
-from equimus_control.statics import holding_pressures
+from equimus_description.statics import holding_pressures
 
 PERIOD = 1 / 120
 

@@ -2,8 +2,9 @@
 import numpy as np
 import pytest
 
-from equimus_control.statics import (StaticParams, equilibrium, fit_static, holding_pressures,
-                                     potential_gradient)
+from equimus_description.statics import (StaticParams, equilibrium, holding_pressures,
+                                         potential_gradient)
+from equimus_identification.static import fit_static
 
 
 def load(shared_dir, name):

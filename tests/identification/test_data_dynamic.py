@@ -4,10 +4,10 @@ import pickle
 import numpy as np
 import pytest
 
-from equimus_bringup import identify_cli
-from equimus_bringup.identification import data, dynamic as D
-from equimus_bringup.identification.parallel import Mapper
-from equimus_sim.leg_description import load_leg
+from equimus_identification import cli as identify_cli
+from equimus_identification import data, dynamic as D
+from equimus_identification.parallel import Mapper
+from equimus_description.leg import load_leg
 
 TOCENTER = 'data/equimus/physical/dynamic/ToCenter_2025-02-20_21-06-20_A2B_data.csv'
 

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import yaml
 
-from equimus_bringup import identify_cli
-from equimus_bringup.identification import data, dynamic, synth
-from equimus_sim.leg_description import load_leg
+from equimus_identification import cli as identify_cli
+from equimus_identification import data, dynamic, synth
+from equimus_description.leg import load_leg
 
 TRUTH = synth.GROUND_TRUTH
 STEPS = synth.random_steps(16, seed=3)

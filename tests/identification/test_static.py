@@ -2,8 +2,8 @@
 import numpy as np
 import pytest
 
-from equimus_bringup.identification import data, static
-from equimus_control.statics import StaticParams, equilibrium
+from equimus_identification import data, static
+from equimus_description.statics import StaticParams, equilibrium
 
 
 @pytest.fixture(scope='module')

@@ -3,9 +3,9 @@ import mujoco
 import numpy as np
 import pytest
 
-from equimus_sim import kinematics as K
+from equimus_description import kinematics as K
 from equimus_sim.lagrangian import LagrangianLeg
-from equimus_sim.leg_description import load_leg
+from equimus_description.leg import load_leg
 from equimus_sim.leg_model import LegModel
 
 LEG = load_leg()

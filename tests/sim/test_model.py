@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import yaml
 
-from equimus_sim import kinematics as K
-from equimus_sim.leg_description import LegDescriptionError, default_leg_path, load_leg
+from equimus_description import kinematics as K
+from equimus_description.leg import LegDescriptionError, default_leg_path, load_leg
 from equimus_sim.leg_model import LegModel
 from equimus_sim.mjcf_builder import build_mjcf, point_names
 

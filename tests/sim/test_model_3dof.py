@@ -5,7 +5,7 @@ import mujoco
 import numpy as np
 
 from equimus_sim.lagrangian import LagrangianLeg
-from equimus_sim.leg_description import from_dict
+from equimus_description.leg import from_dict
 from equimus_sim.leg_model import LegModel
 
 PAPER_3DOF_RMSE = (0.0035, 0.0066, 0.0041)

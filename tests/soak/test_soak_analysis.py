@@ -2,7 +2,7 @@
 import json
 import math
 
-from equimus_bringup import soak_analysis as A
+from equimus_soak import analysis as A
 
 
 def _timeline(tmp_path, events, extra=()):

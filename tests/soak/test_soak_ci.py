@@ -9,7 +9,7 @@ import math
 
 import pytest
 
-from equimus_bringup.soak import FAULTS, Soak
+from equimus_soak.soak import FAULTS, Soak
 
 EXPECTED = [
     'invariant: no code above the 50 kPa code on the wire',

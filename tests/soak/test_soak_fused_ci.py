@@ -6,7 +6,7 @@ board's own watchdog must vent (kill_driver); kill_controller has no separate pr
 """
 import pytest
 
-from equimus_bringup.soak import Soak
+from equimus_soak.soak import Soak
 
 FAULTS = ('mocap_stall', 'untrack', 'serial_unplug', 'kill_driver')
 EXPECTED = [

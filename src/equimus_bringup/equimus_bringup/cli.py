@@ -55,7 +55,7 @@ def cmd_args(ns: argparse.Namespace) -> int:
 
 
 def cmd_bag(ns: argparse.Namespace) -> int:
-    from equimus_bringup import bag
+    from equimus_record import bag
     try:
         if ns.action == 'repair':
             report = bag.repair(ns.path)
@@ -71,7 +71,7 @@ def cmd_bag(ns: argparse.Namespace) -> int:
 def main(argv: Optional[List[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ['identify']:
-        from equimus_bringup.identify_cli import main as identify
+        from equimus_identification.cli import main as identify
         return identify(argv[1:])
     parser = argparse.ArgumentParser(prog='equimus', description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -96,15 +96,19 @@ class ProcessSpec:
 
 
 def default_config_dir() -> str:
-    """The installed share/equimus_bringup/config, or the repository's config/ as a fallback."""
+    """share/equimus_bringup/config of the installed (colcon-built) package."""
     try:
-        from ament_index_python.packages import get_package_share_directory
-        path = os.path.join(get_package_share_directory('equimus_bringup'), 'config')
-        if os.path.isdir(path):
-            return path
-    except Exception:  # ament_index not importable or package not installed: use the repo
-        pass
-    return os.path.abspath(os.path.join(os.path.dirname(os.path.realpath(__file__)), '..', '..', '..', 'config'))
+        from ament_index_python.packages import (PackageNotFoundError,
+                                                 get_package_share_directory)
+    except ImportError:
+        raise ValueError('ament_index_python is not importable: source the workspace '
+                         '(source scripts/env.sh) or pass config_dir:=<folder>') from None
+    try:
+        return os.path.join(get_package_share_directory('equimus_bringup'), 'config')
+    except PackageNotFoundError:
+        raise ValueError('equimus_bringup is not installed in the sourced workspace: run '
+                         'scripts/setup.sh and source scripts/env.sh, or pass config_dir:=<folder>'
+                         ) from None
 
 
 def resolve_args(mode: str, overrides: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
@@ -200,7 +204,7 @@ def describe_graph(mode: str, overrides: Optional[Mapping[str, str]] = None) -> 
     specs.append(ProcessSpec('reference', 'equimus_control', 'reference',
                              _files(args, 'control.yaml'), dict(common, trajectory=args['reference'])))
     if _truthy(args['record']):
-        specs.append(ProcessSpec('recorder', 'equimus_bringup', 'recorder',
+        specs.append(ProcessSpec('recorder', 'equimus_record', 'recorder',
                                  _files(args, 'recorder.yaml'), dict(common, bag_path=args['bag'])))
     if mode == 'hardware' and _truthy(args['fused_loop']):
         specs = _fuse(specs, args)

@@ -20,7 +20,7 @@ from typing import List, Optional
 
 from equimus_hw.natnet.emulator import NatNetEmulator
 from equimus_hw.valve.board_emulator import BoardEmulator
-from equimus_sim.leg_description import load_leg
+from equimus_description.leg import load_leg
 from equimus_sim.leg_model import LegModel
 from equimus_sim.mocap import MocapConfig, VirtualMocap
 from equimus_sim.simulator import LegSimulator

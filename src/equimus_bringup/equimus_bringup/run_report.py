@@ -7,7 +7,7 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
-from equimus_bringup import bag as bagio
+from equimus_record import bag as bagio
 
 JOINTS = ('hip', 'knee')
 

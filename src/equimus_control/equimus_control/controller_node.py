@@ -26,7 +26,7 @@ from equimus_ros.qos import COMMAND_QOS, DIAG_QOS
 from . import CONTROLLERS
 from .pid import PIDController, PIDGains, StaticFeedforward
 from .reference import reference_at
-from .statics import StaticParams
+from equimus_description.statics import StaticParams
 from .supervisor import VENT, SafetyConfig, Supervisor
 
 
@@ -69,7 +69,7 @@ class ControllerNode(Node):
                  'sigma': d('sampling_sigma', 6.0, 'kPa, knot perturbation'),
                  'threads': d('sampling_threads', 2, 'rollout threads'),
                  'du_max': mpc_kw['du_max'], 'p_max': p_max}
-        from equimus_sim.leg_description import load_leg
+        from equimus_description.leg import load_leg
         leg = load_leg(parameter_set=pset or None)
         self.params = StaticParams.from_leg(leg, pressure_sign=sign)
         if kind == 'pid':

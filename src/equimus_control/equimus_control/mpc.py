@@ -30,7 +30,7 @@ import numpy as np
 import osqp
 import scipy.sparse as sp
 
-from .statics import StaticParams, holding_pressures
+from equimus_description.statics import StaticParams, holding_pressures
 
 NX, NU = 6, 2
 

@@ -22,9 +22,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from equimus_sim.kinematics import actuation_derivatives
+from equimus_description.kinematics import actuation_derivatives
 
-from .statics import StaticParams, holding_pressures
+from equimus_description.statics import StaticParams, holding_pressures
 
 P_MAX_KPA = 50.0
 

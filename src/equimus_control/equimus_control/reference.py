@@ -60,7 +60,7 @@ class Sinusoid:
 
 
 def triangle_poses(params, pressures=TRIANGLE_KPA) -> np.ndarray:
-    from .statics import equilibrium
+    from equimus_description.statics import equilibrium
     return np.array([equilibrium(p, params) for p in pressures])
 
 

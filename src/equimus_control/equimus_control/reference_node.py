@@ -14,7 +14,7 @@ from equimus_ros.params import declare
 from equimus_ros.qos import COMMAND_QOS, DIAG_QOS
 
 from .reference import make_reference
-from .statics import StaticParams
+from equimus_description.statics import StaticParams
 
 
 class ReferenceNode(Node):
@@ -34,7 +34,7 @@ class ReferenceNode(Node):
         if rate <= 0:
             raise ValueError(f'parameter rate must be > 0 Hz, got {rate}')
         if kind == 'triangle':
-            from equimus_sim.leg_description import load_leg
+            from equimus_description.leg import load_leg
             from .reference import triangle_poses
             params = StaticParams.from_leg(load_leg(), pressure_sign=sign)
             poses = triangle_poses(params, np.reshape(tri, (-1, 2)))

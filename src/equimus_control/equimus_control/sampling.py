@@ -26,7 +26,7 @@ import mujoco.rollout
 import numpy as np
 from scipy.signal import lfilter
 
-from .statics import StaticParams, holding_pressures
+from equimus_description.statics import StaticParams, holding_pressures
 
 
 @dataclass(frozen=True)

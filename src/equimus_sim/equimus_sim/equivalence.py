@@ -23,7 +23,7 @@ import mujoco
 import numpy as np
 
 from .lagrangian import LagrangianLeg
-from .leg_description import load_leg
+from equimus_description.leg import load_leg
 from .leg_model import LegModel
 
 WORKSPACE = ((np.pi / 6, 2 * np.pi / 3), (0.0, np.pi / 2))

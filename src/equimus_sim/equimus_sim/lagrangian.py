@@ -25,7 +25,7 @@ import numpy as np
 from scipy.integrate import solve_ivp
 from scipy.optimize import least_squares
 
-from .leg_description import LegDescription, load_leg, world_points_at_build
+from equimus_description.leg import LegDescription, load_leg, world_points_at_build
 
 
 def _planar(p):

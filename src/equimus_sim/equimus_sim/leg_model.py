@@ -12,7 +12,7 @@ from typing import Mapping, Optional, Sequence, Union
 import mujoco
 import numpy as np
 
-from .leg_description import LegDescription, load_leg
+from equimus_description.leg import LegDescription, load_leg
 from .mjcf_builder import build_model, point_names, seg_names
 
 ArrayLike = Union[Sequence[float], np.ndarray, Mapping[str, float]]

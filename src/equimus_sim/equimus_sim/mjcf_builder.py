@@ -21,27 +21,23 @@ from typing import Optional
 
 import numpy as np
 
-from .leg_description import LegDescription, anchor_world, load_leg
+from equimus_description.leg import LegDescription, anchor_world, load_leg
 
 VARIANTS = ('equimus', 'pure')
 POINT_INERTIA = 1e-9      # kg·m², tiny rotational inertia that MuJoCo needs on a point mass
 
 
 def default_mesh_dir() -> pathlib.Path:
-    """$EQUIMUS_MESH_DIR, else data/equimus/models/meshes in $EQUIMUS_SHARED or in ../shared
-    beside the repository."""
+    """$EQUIMUS_MESH_DIR, else data/equimus/models/meshes in $EQUIMUS_SHARED (the EquiMus authors'
+    data; scripts/env.sh points it at the shared folder beside the checkout when there is one)."""
     env = os.environ.get('EQUIMUS_MESH_DIR')
     if env:
         return pathlib.Path(env)
-    if os.environ.get('EQUIMUS_SHARED'):
-        return pathlib.Path(os.environ['EQUIMUS_SHARED']) / 'data' / 'equimus' / 'models' / 'meshes'
-    here = pathlib.Path(os.path.realpath(__file__)).parent
-    for parent in here.parents:
-        cfg = parent / 'config' / 'leg.yaml'
-        if cfg.is_file():
-            repo = cfg.resolve().parent.parent     # config/ may be a symlink into the repository
-            return repo.parent / 'shared' / 'data' / 'equimus' / 'models' / 'meshes'
-    return here / 'meshes'
+    shared = os.environ.get('EQUIMUS_SHARED')
+    if shared:
+        return pathlib.Path(shared) / 'data' / 'equimus' / 'models' / 'meshes'
+    raise FileNotFoundError('no mesh folder: set EQUIMUS_MESH_DIR (the STL meshes) or '
+                            'EQUIMUS_SHARED (the shared data folder), pass mesh_dir, or meshes=False')
 
 
 def _f(x) -> str:

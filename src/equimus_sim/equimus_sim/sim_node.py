@@ -48,7 +48,7 @@ VARIANTS = ('equimus', 'pure')
 
 # name: (default, description, optional FloatingPointRange (lo, hi)); defaults mirror config/sim.yaml
 PARAMETERS = {
-    'leg_description': ('', 'leg YAML path; empty = equimus_sim.leg_description default (config/leg.yaml)', None),
+    'leg_description': ('', 'leg YAML path; empty = equimus_description.leg default (config/leg.yaml)', None),
     'parameter_overrides': ('', 'YAML of dotted-key parameter overrides (identification output); empty = none', None),
     'variant': ('equimus', 'model variant: equimus (3-2-1 massive actuators) | pure (massless baseline)', None),
     'timestep': (1.0 / 600.0, 'physics timestep Δt (s); 0 = the leg description\'s. 1/600 gives exactly 5 steps per 1/120 s frame', (0.0, 0.01)),

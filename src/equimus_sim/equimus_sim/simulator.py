@@ -30,7 +30,9 @@ from typing import Optional, Sequence
 import mujoco
 import numpy as np
 
-P_MAX_KPA = 50.0
+from equimus_description.valve import HARD_MAX_KPA as P_MAX_KPA
+from equimus_description.valve import ValveLag
+
 MAX_JOINT_SPEED = 1.0e3   # rad/s or m/s in any dof: beyond this the integration has diverged
 
 _BAD_WARNINGS = (mujoco.mjtWarning.mjWARN_BADQACC, mujoco.mjtWarning.mjWARN_BADQPOS,
@@ -79,34 +81,6 @@ def validate_command(p_kpa, n: int = 2, p_max=P_MAX_KPA,
             applied[i] = pmax[i]
             reasons.append(f'{label} command {v:.3f} kPa exceeds {pmax[i]:g} kPa: clamped to {pmax[i]:g} kPa')
     return CommandCheck(applied, reasons)
-
-
-class ValveLag:
-    """First-order valve lag per channel, discretised exactly for a held input."""
-
-    def __init__(self, tau: float, n: int = 2, p0=None):
-        if not (tau > 0 and math.isfinite(tau)):
-            raise ValueError(f'valve time constant must be > 0 s, got {tau!r}')
-        self.tau = float(tau)
-        self.p = np.zeros(n) if p0 is None else np.array(p0, float).reshape(n)
-        self._dt = None
-        self._a = 0.0
-
-    def coefficient(self, dt: float) -> float:
-        if dt != self._dt:
-            self._dt = dt
-            self._a = math.exp(-dt / self.tau)
-        return self._a
-
-    def step(self, u, dt: float) -> np.ndarray:
-        a = self.coefficient(dt)
-        self.p = a * self.p + (1.0 - a) * np.asarray(u, float)
-        return self.p
-
-    @staticmethod
-    def closed_form(p0, u, t, tau):
-        """Response of τ·ṗ = u − p to a step held for time t."""
-        return np.asarray(u, float) + (np.asarray(p0, float) - np.asarray(u, float)) * np.exp(-np.asarray(t) / tau)
 
 
 class LegSimulator:
@@ -296,7 +270,7 @@ def make_simulator(leg_path=None, overrides=None, variant: str = 'equimus',
     timestep: physics Δt (s); None keeps the description's. The valve τ and the per-actuator
     pressure limits come from the description.
     """
-    from .leg_description import load_leg
+    from equimus_description.leg import load_leg
     from .leg_model import LegModel
     leg = load_leg(leg_path, overrides)
     if timestep:

@@ -16,8 +16,7 @@ import dataclasses
 import math
 from typing import Iterable, List, Optional
 
-HARD_MAX_KPA = 50.0
-"""The rig's absolute pressure ceiling. Changing it requires editing this file, on purpose."""
+from equimus_description.valve import HARD_MAX_KPA
 
 VPPE_VENT_BELOW_V = 0.1
 """VPPE datasheet: setpoints below 0.1 V are treated as zero and the valve exhausts."""

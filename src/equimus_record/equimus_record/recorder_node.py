@@ -15,7 +15,7 @@ from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 
-from equimus_bringup.bag import BagError, BagWriter
+from equimus_record.bag import BagError, BagWriter
 from equimus_ros.main import run_node
 
 

@@ -29,7 +29,7 @@ ALIASES = {'valve.tau': 'valve.time_constant', 'tau': 'valve.time_constant',
 
 
 def parse_params(spec: str) -> List[str]:
-    from equimus_bringup.identification.dynamic import BOUNDS, PAPER_PARAMS
+    from equimus_identification.dynamic import BOUNDS, PAPER_PARAMS
     if spec == 'paper':
         return list(PAPER_PARAMS)
     if spec == 'paper+valve':
@@ -91,7 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def run_static(sets, leg, method, log) -> dict:
-    from equimus_bringup.identification import static as S
+    from equimus_identification import static as S
     base = S.static_params_from_leg(leg)
     base = S.published_params(base)      # l0 fixed at the static Table V values as in the paper
     fit_set = sets[0]
@@ -113,8 +113,8 @@ def default_dt(exps) -> float:
 
 
 def run_dynamic(exps, leg, a, out: pathlib.Path, log) -> dict:
-    from equimus_bringup.identification import dynamic as D
-    from equimus_bringup.identification.parallel import Mapper
+    from equimus_identification import dynamic as D
+    from equimus_identification.parallel import Mapper
     names = parse_params(a.params)
     dt = a.dt or default_dt(exps)
     refine = {'auto': 'lm' if a.loss == 'shooting' else 'nelder-mead', 'none': ''}.get(a.refine, a.refine)
@@ -153,8 +153,8 @@ def run_dynamic(exps, leg, a, out: pathlib.Path, log) -> dict:
 
 def main(argv: Optional[List[str]] = None) -> int:
     a = build_parser().parse_args(argv)
-    from equimus_bringup.identification import data, report
-    from equimus_sim.leg_description import LegDescriptionError, load_leg
+    from equimus_identification import data, report
+    from equimus_description.leg import LegDescriptionError, load_leg
 
     def log(msg):
         print(msg, flush=True)

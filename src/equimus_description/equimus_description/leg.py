@@ -8,6 +8,7 @@ simulation as it is.
 from __future__ import annotations
 
 import copy
+import importlib.resources
 import math
 import os
 import pathlib
@@ -18,8 +19,8 @@ import numpy as np
 import yaml
 
 from .kinematics import PlanarGeometry
+from .valve import VALVE_TAU_S
 
-CONFIG_RELPATH = pathlib.Path('config') / 'leg.yaml'
 
 
 class LegDescriptionError(ValueError):
@@ -116,25 +117,8 @@ class LegDescription:
 
 
 def default_leg_path() -> pathlib.Path:
-    """config/leg.yaml: the installed share dir first, else the repository beside this file."""
-    try:
-        from ament_index_python.packages import get_package_share_directory
-        try:
-            p = pathlib.Path(get_package_share_directory('equimus_sim')) / CONFIG_RELPATH
-            if p.is_file():
-                return p
-        except Exception:   # package not installed in this overlay: fall through to the repo
-            pass
-    except ImportError:
-        pass
-    here = pathlib.Path(os.path.realpath(__file__)).parent
-    for parent in [here, *here.parents]:
-        p = parent / CONFIG_RELPATH
-        if p.is_file():
-            return p
-    raise FileNotFoundError(
-        'config/leg.yaml not found: neither share/equimus_sim/config/leg.yaml (build the workspace '
-        'with scripts/setup.sh) nor a config/ folder above ' + str(here))
+    """The EquiMus leg (data/leg.yaml of this package; config/leg.yaml in the repository links to it)."""
+    return pathlib.Path(str(importlib.resources.files('equimus_description') / 'data' / 'leg.yaml'))
 
 
 def _flatten(d: Mapping, prefix: str = '') -> dict:
@@ -284,7 +268,7 @@ def from_dict(raw: Mapping, source: Optional[str] = None) -> LegDescription:
     leg = LegDescription(
         name=str(raw.get('name', 'leg')), bodies=bodies, joints=joints, actuators=actuators,
         geometry=geometry,
-        valve_time_constant=_positive((raw.get('valve') or {}).get('time_constant', 0.2171),
+        valve_time_constant=_positive((raw.get('valve') or {}).get('time_constant', VALVE_TAU_S),
                                       'valve.time_constant', True),
         timestep=_positive(sim.get('timestep', 0.001), 'sim.timestep'),
         integrator=integrator, gravity=float(sim.get('gravity', 9.81)),

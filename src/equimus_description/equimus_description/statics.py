@@ -22,7 +22,7 @@ from typing import Mapping, Optional
 import numpy as np
 from scipy.optimize import minimize
 
-from equimus_sim.kinematics import PlanarGeometry, actuation_derivatives
+from equimus_description.kinematics import PlanarGeometry, actuation_derivatives
 
 G = 9.81
 P_MAX_KPA = 50.0
@@ -173,52 +173,3 @@ def equilibrium(pressures_kpa, p: StaticParams, q0: Optional[np.ndarray] = None)
         if best is None or r.fun < best.fun:
             best = r
     return best.x
-
-
-def fit_static(data_q, data_p_kpa, p: StaticParams) -> StaticParams:
-    """Linear least-squares fit of (k1, k2, S1, S2) to equilibria, as in the EquiMus paper.
-
-    Each row gives J_Aᵀ (k(l−l0) − S P) = g ∂U/∂θ: two equations linear in (k, S).
-    """
-    rows, rhs = [], []
-    for q, P in zip(data_q, np.asarray(data_p_kpa, float) * 1e3):
-        l, J, _ = actuation_derivatives(q, p.geometry)
-        _, dU = gravity_generalized(q, p)
-        dl = l - np.asarray(p.l0)
-        for j in range(2):
-            sg = -p.pressure_sign
-            rows.append([J[0, j] * dl[0], J[1, j] * dl[1], sg * J[0, j] * P[0], sg * J[1, j] * P[1]])
-            rhs.append(p.g * dU[j])
-    x, *_ = np.linalg.lstsq(np.array(rows), np.array(rhs), rcond=None)
-    return p.with_identified(k=x[:2], S=x[2:])
-
-
-def _report(static_dir: str) -> None:
-    """Print the static-model accuracy on the rig's data (python -m equimus_control.statics DIR)."""
-    import os
-    d13 = np.loadtxt(os.path.join(static_dir, 'StaticPoint_effective_13.csv'), delimiter=',',
-                     skiprows=1)
-    d36 = np.loadtxt(os.path.join(static_dir, 'StaticPoint_all_36.csv'), delimiter=',', skiprows=1)
-    k1, k2, s1, s2 = np.loadtxt(os.path.join(static_dir, 'published_static_sysid_parameters.csv'),
-                                delimiter=',', skiprows=1)
-    pub = StaticParams(k=(k1, k2), S=(s1, s2), l0=(0.1642, 0.2579), pressure_sign=1.0)
-    fit = fit_static(np.deg2rad(d13[:, 2:]), d13[:, :2], pub)
-
-    def err(p, d):
-        e = np.array([equilibrium(x, p) for x in d[:, :2]]) - np.deg2rad(d[:, 2:])
-        return np.sqrt(np.mean(e ** 2, axis=0)), np.max(np.abs(e), axis=0)
-
-    print(f'refit on Set A: k = {fit.k[0]:.1f}, {fit.k[1]:.1f} N/m; '
-          f'S = {fit.S[0] * 1e4:.3f}, {fit.S[1] * 1e4:.3f} cm²')
-    print(f"{'parameters':22s} {'set':6s} {'RMSE θ1':>8s} {'RMSE θ2':>8s} {'MaxAE θ1':>9s} {'MaxAE θ2':>9s}")
-    for name, p in (('published static', pub), ('refit on Set A', fit)):
-        for sname, d in (('A (13)', d13), ('B (36)', d36)):
-            r, m = err(p, d)
-            print(f'{name:22s} {sname:6s} {r[0]:8.4f} {r[1]:8.4f} {m[0]:9.4f} {m[1]:9.4f}')
-    print('paper Table IV         A (13)   0.0170   0.0566    0.0336    0.1463')
-    print('paper Table IV         B (36)   0.0203   0.0416    0.0418    0.1463')
-
-
-if __name__ == '__main__':
-    import sys
-    _report(sys.argv[1] if len(sys.argv) > 1 else '../shared/data/equimus/physical/static')

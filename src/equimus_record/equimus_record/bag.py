@@ -58,7 +58,7 @@ class BagWriter:
         self.file_name = f'{self.path.name}_0.mcap'
         self._fh = open(self.path / self.file_name, 'wb')
         self._mcap = Writer(self._fh, chunk_size=self.chunk_size, compression=CompressionType.ZSTD)
-        self._mcap.start(profile='ros2', library='equimus_bringup')
+        self._mcap.start(profile='ros2', library='equimus_record')
         self._ts = _typestore()
         self._schemas: Dict[str, int] = {}
         self._last_flush = time.monotonic()
@@ -211,7 +211,7 @@ def repair(bag: Path) -> str:
     counts: Dict[int, int] = {}
     with open(src, 'wb') as fh:
         w = Writer(fh, compression=CompressionType.ZSTD)
-        w.start(profile='ros2', library='equimus_bringup repair')
+        w.start(profile='ros2', library='equimus_record repair')
         sid = {k: w.register_schema(s.name, s.encoding, s.data) for k, s in schemas.items()}
         cid = {k: w.register_channel(c.topic, c.message_encoding, sid[c.schema_id], c.metadata)
                for k, c in channels.items() if c.schema_id in sid}

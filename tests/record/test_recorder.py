@@ -8,7 +8,7 @@ from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
 
-from equimus_bringup import bag
+from equimus_record import bag
 from rosproc import start_node, stop
 
 
@@ -44,7 +44,7 @@ def test_records_every_message_and_closes_on_signal(node, tmp_path, sig):
     path = tmp_path / 'bag'
     pubs = [node.create_publisher(Float64MultiArray, '/valve/command', 10),
             node.create_publisher(JointState, '/joint_states', qos_profile_sensor_data)]
-    proc = start_node('equimus_bringup', 'recorder', '-p', f'bag_path:={path}')
+    proc = start_node('equimus_record', 'recorder', '-p', f'bag_path:={path}')
     try:
         _wait_recording(node, proc, ['/valve/command', '/joint_states'])
         time.sleep(0.5)
@@ -66,7 +66,7 @@ def test_records_every_message_and_closes_on_signal(node, tmp_path, sig):
 def test_killed_recorder_leaves_a_readable_bag(node, tmp_path):
     path = tmp_path / 'bag'
     pub = node.create_publisher(Float64MultiArray, '/valve/command', 10)
-    proc = start_node('equimus_bringup', 'recorder', '-p', f'bag_path:={path}', '-p', 'flush_period:=0.2')
+    proc = start_node('equimus_record', 'recorder', '-p', f'bag_path:={path}', '-p', 'flush_period:=0.2')
     try:
         _wait_recording(node, proc, ['/valve/command'])
         time.sleep(0.3)

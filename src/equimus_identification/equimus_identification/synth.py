@@ -1,8 +1,8 @@
 """Synthetic recordings with known parameters, for checking that identification recovers them.
 
 The leg is simulated in MuJoCo (equimus_sim's model at the simulation node's 1/600 s step) with
-the valve lag of equimus_sim.simulator.ValveLag, driven by a sequence of pressure steps, and
-written through equimus_bringup.bag.BagWriter on the topics and types the recorder writes
+the valve lag of equimus_description.valve.ValveLag, driven by a sequence of pressure steps, and
+written through equimus_record.bag.BagWriter on the topics and types the recorder writes
 (docs/interfaces.md): /valve/command, /valve/applied, /valve/pressure (Float64MultiArray kPa),
 /sim/joint_states (truth) and /joint_states (truth + mocap-like noise), all at 120 Hz.
 """
@@ -14,9 +14,9 @@ from typing import Mapping, Optional, Sequence
 import mujoco
 import numpy as np
 
-from equimus_sim.leg_description import load_leg
+from equimus_description.leg import load_leg
 from equimus_sim.leg_model import LegModel
-from equimus_sim.simulator import ValveLag
+from equimus_description.valve import ValveLag
 
 from .dynamic import PRESSURE_LENGTHENS
 
@@ -83,7 +83,7 @@ def simulate_steps(truth: Mapping[str, float], steps_kpa: Sequence = DEFAULT_STE
 def write_bag(path, sim: dict, noise_rad: float = 0.002, seed: int = 0, t0_ns: int = 1_700_000_000_000_000_000):
     """Write a simulated run as a rosbag2 (MCAP) recording with the recorder's topics and types."""
     from rosbags.typesys import Stores, get_typestore
-    from equimus_bringup.bag import BagWriter
+    from equimus_record.bag import BagWriter
     ts = get_typestore(Stores.ROS2_KILTED)
     T = ts.types
     rng = np.random.default_rng(seed)

@@ -1,6 +1,6 @@
 """Reliability soak: the full hardware-mode graph against the emulated rig, with faults thrown at it.
 
-    python -m equimus_bringup.soak --duration 60 --faults all --out out/soak
+    python -m equimus_soak.soak --duration 60 --faults all --out out/soak
 
 The ROS nodes of `describe_graph('hardware')` (NatNet bridge, valve driver, estimator,
 controller, reference, recorder) run as processes started here, so the soak can SIGKILL and
@@ -48,7 +48,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 import yaml
 
-from equimus_bringup import soak_analysis as A
+from equimus_soak import analysis as A
 from equimus_bringup.graph import default_config_dir, describe_graph, realtime_problem
 from equimus_bringup.supervisor import Supervisor, command_for
 from equimus_control import CONTROLLERS
@@ -133,7 +133,7 @@ class ProbeClient:
     """The soak_probe process, driven over its stdin/stdout."""
 
     def __init__(self, env: Dict[str, str]):
-        self.proc = subprocess.Popen([sys.executable, '-m', 'equimus_bringup.soak_probe'],
+        self.proc = subprocess.Popen([sys.executable, '-m', 'equimus_soak.probe'],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, text=True, bufsize=1, env=env,
                                      start_new_session=True)
@@ -800,7 +800,7 @@ class Soak:
 
     def _check_recorder(self, probe: dict, cmd_real: list, checks: List[Check], fig: dict,
                         windows: List[Tuple[float, float]]) -> None:
-        from equimus_bringup import bag as bagio
+        from equimus_record import bag as bagio
         rec_diags = [d for d in probe['diagnostics'] if d[1] == 'recorder']
         acked = max((int(d[4].get('messages_on_disk', 0)) for d in rec_diags), default=0)
         try:
@@ -880,7 +880,7 @@ def format_report(fig: Dict[str, object], checks: List[Check]) -> str:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog='python -m equimus_bringup.soak', description=__doc__,
+    p = argparse.ArgumentParser(prog='python -m equimus_soak.soak', description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument('--duration', type=float, default=60.0, help='seconds of soak (default 60)')
     p.add_argument('--faults', default='all', help=f'all | none | comma list of {",".join(FAULTS)}')

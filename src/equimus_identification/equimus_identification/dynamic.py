@@ -18,7 +18,7 @@ Losses (both over experiments from `data`):
   Short horizons keep the loss smooth in the parameters and errors from compounding.
 
 Force direction: on the rig a pressure LENGTHENS the actuator (more P1 raises θ1, more P2
-straightens the knee; see equimus_control.statics and the static data), so the evaluator drives
+straightens the knee; see equimus_description.statics and the static data), so the evaluator drives
 the segment motors with positive gear whatever sign the builder uses (`PRESSURE_LENGTHENS`).
 """
 from __future__ import annotations
@@ -38,7 +38,7 @@ import numpy as np
 from scipy.optimize import least_squares, minimize
 from scipy.signal import lfilter
 
-from equimus_sim.leg_description import LegDescription, load_leg
+from equimus_description.leg import LegDescription, load_leg
 from equimus_sim.leg_model import LegModel
 from equimus_sim.mjcf_builder import seg_names
 
@@ -159,7 +159,7 @@ class Evaluator:
         return st
 
     def _compile(self) -> dict:
-        from equimus_sim.leg_description import from_dict
+        from equimus_description.leg import from_dict
         leg = from_dict(self.leg_raw).with_timestep(self.dt)
         lm = LegModel(leg)
         m = lm.model

@@ -20,7 +20,7 @@ def write_params_yaml(path, parameters: dict, info: Optional[dict] = None) -> pa
     """The fitted parameters as a leg_description override file.
 
     `parameters` holds dotted override keys (actuators.maa.k, joints.hip.damping, ...), which
-    equimus_sim.leg_description.load_overrides / load_leg(overrides=path) apply directly; the
+    equimus_description.leg.load_overrides / load_leg(overrides=path) apply directly; the
     `identification` block is provenance only and is ignored by the loader.
     """
     path = pathlib.Path(path)

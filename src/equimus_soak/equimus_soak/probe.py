@@ -9,7 +9,7 @@ Driven by JSON lines on stdin, answering on stdout:
     {"op": "publish", "data": [NaN, 20.0]}   -> {"op": "published", "t": <monotonic s>}
     {"op": "dump", "path": "probe.json"}     -> {"op": "dumped"}
     {"op": "quit"}
-`python -m equimus_bringup.soak_probe` prints {"op": "ready"} once its node exists.
+`python -m equimus_soak.probe` prints {"op": "ready"} once its node exists.
 """
 from __future__ import annotations
 

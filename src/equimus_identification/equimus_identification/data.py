@@ -288,7 +288,7 @@ def load_bag(path, joint_topic: Optional[str] = None, command_topic: Optional[st
     `/sim/joint_states`; the command is `/valve/applied` (after the safety clamp), falling back to
     `/valve/command`.
     """
-    from equimus_bringup.bag import read_messages
+    from equimus_record.bag import read_messages
     path = pathlib.Path(path)
     series = {}
     for topic, stamp, msg in read_messages(path, list(JOINT_TOPICS + COMMAND_TOPICS + (PRESSURE_TOPIC,))):

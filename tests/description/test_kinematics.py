@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from equimus_sim import kinematics as K
+from equimus_description import kinematics as K
 
 G = K.PlanarGeometry()
 RNG = np.random.default_rng(3)

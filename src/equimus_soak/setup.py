@@ -1,0 +1,26 @@
+"""ament_python package equimus_soak."""
+from setuptools import setup
+
+package_name = 'equimus_soak'
+
+setup(
+    name=package_name,
+    version='0.2.0',
+    packages=[package_name],
+    data_files=[
+        ('share/ament_index/resource_index/packages', ['resource/equimus_soak']),
+        ('share/equimus_soak', ['package.xml']),
+    ],
+    install_requires=['setuptools'],
+    zip_safe=True,
+    maintainer='EquiMus HIL maintainers',
+    maintainer_email='maintainers@equimus.dev',
+    description='See package.xml.',
+    license='MIT',
+    entry_points={
+        'console_scripts': [
+            'soak = equimus_soak.soak:main',
+            'soak_probe = equimus_soak.probe:main',
+        ],
+    },
+)
