@@ -7,9 +7,14 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
+from equimus_description.interface import (ACTUATORS, JOINT_STATES, JOINTS, REFERENCE,
+                                           SIM_JOINT_STATES, VALVE_APPLIED, VALVE_COMMAND,
+                                           VALVE_PRESSURE)
+from equimus_description.valve import HARD_MAX_KPA, P_MIN_KPA
 from equimus_record import bag as bagio
 
-JOINTS = ('hip', 'knee')
+JS, TRUTH, REF = JOINT_STATES.name, SIM_JOINT_STATES.name, REFERENCE.name
+CMD, APPLIED, PRESSURE = VALVE_COMMAND.name, VALVE_APPLIED.name, VALVE_PRESSURE.name
 
 
 @dataclass
@@ -27,9 +32,8 @@ def _stamp(msg, log_ns: int) -> float:
 
 def load_series(bag_path: Path) -> Dict[str, Series]:
     """The topics a tracking report needs, as time series (seconds, header stamps when present)."""
-    wanted = {'/joint_states': 'position', '/sim/joint_states': 'position',
-              '/reference/joint': 'position', '/valve/command': 'data', '/valve/pressure': 'data',
-              '/valve/applied': 'data'}
+    wanted = {JS: 'position', TRUTH: 'position', REF: 'position', CMD: 'data',
+              PRESSURE: 'data', APPLIED: 'data'}
     rows: Dict[str, List] = {k: [] for k in wanted}
     for topic, log_ns, msg in bagio.read_messages(bag_path, list(wanted)):
         vals = np.asarray(getattr(msg, wanted[topic]), dtype=float)
@@ -61,18 +65,17 @@ class Summary:
             est_txt = f'{est:12.5f} rad' if est is not None else '   n/a (no ground truth)'
             lines.append(f'{j:6s} {self.rmse.get(j, np.nan):11.4f} rad {self.maxae.get(j, np.nan):12.4f} rad {est_txt}')
         lines.append(f'valve commands: {self.pressure_min:.2f} .. {self.pressure_max:.2f} kPa '
-                     '(hard limit 0 .. 50 kPa)')
+                     f'(hard limit {P_MIN_KPA:g} .. {HARD_MAX_KPA:g} kPa)')
         lines.append('messages: ' + ', '.join(f'{k} {v}' for k, v in sorted(self.counts.items())))
         return '\n'.join(lines)
 
 
 def summarize(series: Dict[str, Series], settle: float = 0.0) -> Summary:
     """Tracking error of the true joint angles (sim) or the estimate (hardware) vs the reference."""
-    truth = series.get('/sim/joint_states') or series.get('/joint_states')
-    ref = series.get('/reference/joint')
+    truth = series.get(TRUTH) or series.get(JS)
+    ref = series.get(REF)
     if truth is None or ref is None:
-        missing = [t for t in ('/sim/joint_states or /joint_states', '/reference/joint')
-                   if (t.startswith('/ref') and ref is None) or (not t.startswith('/ref') and truth is None)]
+        missing = ([f'{TRUTH} or {JS}'] if truth is None else []) + ([REF] if ref is None else [])
         raise bagio.BagError(f'the bag lacks {", ".join(missing)}: was the whole graph running?')
     t0 = max(truth.t[0], ref.t[0]) + settle
     mask = truth.t >= t0
@@ -82,15 +85,15 @@ def summarize(series: Dict[str, Series], settle: float = 0.0) -> Summary:
         e = truth.values[mask, i] - r
         s.rmse[j] = float(np.sqrt(np.mean(e ** 2)))
         s.maxae[j] = float(np.max(np.abs(e)))
-    est = series.get('/joint_states')
-    if est is not None and '/sim/joint_states' in series:
+    est = series.get(JS)
+    if est is not None and TRUTH in series:
         # Only where both were recorded (the recorder may discover the topics at different times).
         inside = (est.t >= truth.t[0]) & (est.t <= truth.t[-1])
         for i, j in enumerate(JOINTS):
             tr = np.interp(est.t, truth.t, truth.values[:, i])
             ok = inside & np.isfinite(est.values[:, i])
             s.estimator_rmse[j] = float(np.sqrt(np.mean((est.values[ok, i] - tr[ok]) ** 2)))
-    cmd = series.get('/valve/command')
+    cmd = series.get(CMD)
     if cmd is not None:
         s.pressure_max = float(np.nanmax(cmd.values))
         s.pressure_min = float(np.nanmin(cmd.values))
@@ -106,8 +109,8 @@ def plot(series: Dict[str, Series], path: Path, title: str = '') -> Path:
 
     fig, axes = plt.subplots(3, 1, figsize=(10, 8), sharex=True)
     t0 = min(v.t[0] for v in series.values())
-    styles = {'/reference/joint': ('reference', 'k--'), '/sim/joint_states': ('true (sim)', 'C0-'),
-              '/joint_states': ('estimated (mocap)', 'C1:')}
+    styles = {REF: ('reference', 'k--'), TRUTH: ('true (sim)', 'C0-'),
+              JS: ('estimated (mocap)', 'C1:')}
     for i, j in enumerate(JOINTS):
         ax = axes[i]
         for topic, (label, style) in styles.items():
@@ -117,12 +120,12 @@ def plot(series: Dict[str, Series], path: Path, title: str = '') -> Path:
         ax.grid(alpha=0.3)
         ax.legend(loc='best', fontsize=8)
     ax = axes[2]
-    for topic, style in (('/valve/command', '-'), ('/valve/pressure', ':')):
+    for topic, style in ((CMD, '-'), (PRESSURE, ':')):
         if topic in series:
-            for k, name in enumerate(('MAA', 'BAA')):
+            for k, name in enumerate(a.upper() for a in ACTUATORS):
                 ax.plot(series[topic].t - t0, series[topic].values[:, k], f'C{k}{style}',
                         label=f'{name} {topic.rsplit("/", 1)[-1]}', lw=1.2)
-    ax.axhline(50.0, color='r', lw=0.8, alpha=0.5)
+    ax.axhline(HARD_MAX_KPA, color='r', lw=0.8, alpha=0.5)
     ax.set_ylabel('pressure (kPa)')
     ax.set_xlabel('time (s)')
     ax.grid(alpha=0.3)
