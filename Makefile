@@ -4,7 +4,7 @@ ENV := source scripts/env.sh
 CONTROLLER ?= pid
 OUT ?= out/run
 
-.PHONY: setup run test bench clean
+.PHONY: setup run test lint bench clean
 
 setup:
 	@bash scripts/setup.sh
@@ -14,6 +14,9 @@ run: setup  ## the main job: simulated leg under closed-loop control through the
 
 test: setup  ## the whole test suite
 	@$(ENV) && python -m pytest -q tests
+
+lint: setup  ## ruff (lint, format check) and mypy
+	@bash scripts/lint.sh
 
 bench: setup  ## every benchmark; writes docs/benchmarks.md
 	@$(ENV) && python benchmarks/run_all.py
