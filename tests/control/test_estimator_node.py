@@ -18,10 +18,10 @@ def _quat_about_minus_x(a):
 
 def test_estimator_node_angles_hold_and_invalid():
     from diagnostic_msgs.msg import DiagnosticArray
+    from equimus_ros.qos import DIAG_QOS
     from geometry_msgs.msg import PoseStamped
     from rclpy.qos import qos_profile_sensor_data
     from sensor_msgs.msg import JointState
-    from equimus_ros.qos import DIAG_QOS
 
     proc = subprocess.Popen([sys.executable, '-m', 'equimus_control.estimator_node', '--ros-args',
                              '-p', 'max_hold:=0.05'],
@@ -95,9 +95,8 @@ def test_estimator_node_angles_hold_and_invalid():
 def test_estimator_parameters_from_the_config_file_runtime_set_and_read_only(repo_dir):
     """control.yaml reaches the node; a filter setting set over DDS reaches the estimator; the
     hinge calibration is read-only; a NaN or out-of-range setting is refused with its reason."""
-    from paramclient import get_parameters, set_parameters
-
     from equimus_control.estimator_node import EstimatorNode
+    from paramclient import get_parameters, set_parameters
 
     rclpy.init(args=['--ros-args', '--params-file', str(repo_dir / 'config' / 'control.yaml'),
                      '-p', 'estimator:sigma_acc:=12.5'])

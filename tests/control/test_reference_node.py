@@ -12,9 +12,8 @@ rclpy = pytest.importorskip('rclpy')
 
 @pytest.fixture
 def reference(repo_dir, request):
-    from rclpy.executors import SingleThreadedExecutor
-
     from equimus_control.reference_node import ReferenceNode
+    from rclpy.executors import SingleThreadedExecutor
 
     rclpy.init(args=['--ros-args', '--params-file', str(repo_dir / 'config' / 'control.yaml'),
                      *request.param])

@@ -12,13 +12,13 @@ rclpy = pytest.importorskip('rclpy')
 
 
 def test_stale_timeout_applies_at_run_time_and_the_connection_is_read_only(repo_dir):
+    from equimus_hw.natnet.bridge_node import NatNetBridge
     from paramclient import get_parameters, set_parameters
     from rclpy.executors import SingleThreadedExecutor
 
-    from equimus_hw.natnet.bridge_node import NatNetBridge
-
     rclpy.init(args=['--ros-args', '--params-file', str(repo_dir / 'config' / 'natnet.yaml'),
-                     '-p', 'natnet_bridge:multicast:=false', '-p', f'natnet_bridge:data_port:={40000 + os.getpid() % 20000}',
+                     '-p', 'natnet_bridge:multicast:=false',
+                     '-p', f'natnet_bridge:data_port:={40000 + os.getpid() % 20000}',
                      '-p', 'natnet_bridge:command_port:=9'])
     bridge = NatNetBridge()
     client = rclpy.create_node('bridge_param_client')

@@ -13,7 +13,6 @@ import time
 from typing import Tuple
 
 import pytest
-
 from equimus_description.config import ConfigError, param, validate_fields
 
 rclpy = pytest.importorskip('rclpy')
@@ -39,9 +38,8 @@ class Gains:
 @pytest.fixture
 def graph(tmp_path):
     """(bound node's binding, list of applied configs, client node, executor spin helper)."""
-    from rclpy.executors import SingleThreadedExecutor
-
     from equimus_ros.params import bind
+    from rclpy.executors import SingleThreadedExecutor
 
     yaml = tmp_path / 'gains.yaml'
     yaml.write_text('gains_under_test:\n  ros__parameters:\n    kp: 2.5\n    horizon: 20\n'
@@ -148,9 +146,8 @@ def test_a_wrong_type_is_refused(graph):
 
 def test_an_invalid_launch_value_fails_construction_with_the_reason(tmp_path):
     """A value from the launch outside its range stops the node at start (run_node: exit 2)."""
-    from rclpy.exceptions import ParameterException
-
     from equimus_ros.params import bind
+    from rclpy.exceptions import ParameterException
 
     context = rclpy.Context()
     rclpy.init(context=context, args=['--ros-args', '-p', 'kp:=500.0'])

@@ -10,17 +10,22 @@ import math
 import sys
 from typing import Callable, Optional, Tuple
 
-from geometry_msgs.msg import PoseStamped
-from rclpy.node import Node
-from sensor_msgs.msg import JointState
-
 from equimus_description.config import ConfigError, param, validate_fields
-from equimus_description.interface import (BODIES, DIAGNOSTICS, FRAME_MOCAP, JOINT_STATES, JOINTS,
-                                           mocap_pose)
+from equimus_description.interface import (
+    BODIES,
+    DIAGNOSTICS,
+    FRAME_MOCAP,
+    JOINT_STATES,
+    JOINTS,
+    mocap_pose,
+)
 from equimus_ros.diagnostics import Diagnostics, Level
 from equimus_ros.main import run_node
 from equimus_ros.params import bind
 from equimus_ros.qos import publisher, subscription
+from geometry_msgs.msg import PoseStamped
+from rclpy.node import Node
+from sensor_msgs.msg import JointState
 
 from .estimation import EstimatorConfig, HingeSpec, JointStateEstimator, Status
 
@@ -43,12 +48,14 @@ class EstimatorParams:
                              range=(1e-6, 1e6), runtime=True)
     sync_window: float = param(0.05, 's an incomplete frame waits for its other bodies',
                                range=(0.0, 1.0), runtime=True)
-    hip_axis_parent: Tuple[float, ...] = param(_HINGE.axis_parent, 'hip axis in the base body frame')
+    hip_axis_parent: Tuple[float, ...] = param(_HINGE.axis_parent,
+                                               'hip axis in the base body frame')
     hip_axis_child: Tuple[float, ...] = param(_HINGE.axis_child, 'hip axis in the thigh body frame')
     hip_offset: float = param(_HINGE.offset, 'hip zero offset (rad)', range=(-10.0, 10.0))
     knee_axis_parent: Tuple[float, ...] = param(_HINGE.axis_parent,
                                                 'knee axis in the thigh body frame')
-    knee_axis_child: Tuple[float, ...] = param(_HINGE.axis_child, 'knee axis in the calf body frame')
+    knee_axis_child: Tuple[float, ...] = param(_HINGE.axis_child,
+                                               'knee axis in the calf body frame')
     knee_offset: float = param(_HINGE.offset, 'knee zero offset (rad)', range=(-10.0, 10.0))
 
     def __post_init__(self) -> None:
@@ -145,7 +152,8 @@ class EstimatorNode(Node):
             'invalid_frames': self.counts[Status.INVALID]})
 
 def main(args=None) -> int:
-    return run_node(EstimatorNode, args, config_hint='Fix config/control.yaml or the --ros-args overrides.')
+    return run_node(EstimatorNode, args,
+                    config_hint='Fix config/control.yaml or the --ros-args overrides.')
 
 
 if __name__ == '__main__':

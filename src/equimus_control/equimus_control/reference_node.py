@@ -8,9 +8,6 @@ import sys
 from typing import Callable, Tuple
 
 import numpy as np
-from rclpy.node import Node
-from sensor_msgs.msg import JointState
-
 from equimus_description.config import ConfigError, param, validate_fields
 from equimus_description.interface import DIAGNOSTICS, JOINTS, REFERENCE
 from equimus_description.valve import HARD_MAX_KPA
@@ -18,6 +15,8 @@ from equimus_ros.diagnostics import Diagnostics, Level
 from equimus_ros.main import run_node
 from equimus_ros.params import bind
 from equimus_ros.qos import publisher
+from rclpy.node import Node
+from sensor_msgs.msg import JointState
 
 from .reference import TRIANGLE_KPA, Sinusoid, Waypoints, make_reference
 

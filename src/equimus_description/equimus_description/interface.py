@@ -12,7 +12,8 @@ from .valve import ACTUATORS
 __all__ = [
     'ACTUATORS', 'BODIES', 'CLOCK', 'DIAGNOSTICS', 'FRAME_MOCAP', 'FRAME_WORLD', 'JOINTS',
     'JOINT_STATES', 'MOCAP_TOPICS', 'PRESSURE_LAYOUT', 'QosClass', 'REFERENCE', 'SIM_JOINT_STATES',
-    'TOPICS', 'Topic', 'VALVE_APPLIED', 'VALVE_COMMAND', 'VALVE_PRESSURE', 'mocap_pose', 'mocap_topic',
+    'TOPICS', 'Topic', 'VALVE_APPLIED', 'VALVE_COMMAND', 'VALVE_PRESSURE',
+    'mocap_pose', 'mocap_topic',
 ]
 
 

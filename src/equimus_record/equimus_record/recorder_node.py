@@ -12,15 +12,14 @@ import importlib
 import sys
 from typing import Tuple
 
-from rclpy.node import Node
-from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
-
 from equimus_description.config import param, validate_fields
 from equimus_description.interface import DIAGNOSTICS
 from equimus_record.bag import BagError, BagWriter
 from equimus_ros.diagnostics import Diagnostics, Level
 from equimus_ros.main import run_node
 from equimus_ros.params import bind
+from rclpy.node import Node
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 
 
 @dataclasses.dataclass(frozen=True)

@@ -17,8 +17,13 @@ import dataclasses
 import math
 from typing import Any, Callable, Dict, Generic, List, Optional, Sequence, TypeVar
 
-from rcl_interfaces.msg import (FloatingPointRange, IntegerRange, ParameterDescriptor, ParameterType,
-                                SetParametersResult)
+from rcl_interfaces.msg import (
+    FloatingPointRange,
+    IntegerRange,
+    ParameterDescriptor,
+    ParameterType,
+    SetParametersResult,
+)
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 
@@ -124,7 +129,8 @@ class ConfigBinding(Generic[C]):
     def _validate(self, params: List[Parameter]) -> SetParametersResult:
         try:
             for p in params:
-                values = [p.value] if isinstance(p.value, (str, bool, int, float)) else list(p.value or [])
+                scalar = isinstance(p.value, (str, bool, int, float))
+                values = [p.value] if scalar else list(p.value or [])
                 if p.name in self._fields and any(isinstance(v, float) and not math.isfinite(v)
                                                   for v in values):
                     raise ValueError(f'{p.name}={p.value}: must be a finite number')

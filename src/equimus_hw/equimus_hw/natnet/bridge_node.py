@@ -13,16 +13,15 @@ import threading
 import time
 from typing import Callable, Dict, Optional, Tuple
 
-from geometry_msgs.msg import PoseStamped
-from rclpy.duration import Duration
-from rclpy.node import Node
-
 from equimus_description.config import param, validate_fields
 from equimus_description.interface import BODIES, DIAGNOSTICS, FRAME_MOCAP, mocap_pose
 from equimus_ros.diagnostics import Diagnostics, Level
 from equimus_ros.main import run_node
 from equimus_ros.params import bind
 from equimus_ros.qos import publisher
+from geometry_msgs.msg import PoseStamped
+from rclpy.duration import Duration
+from rclpy.node import Node
 
 from .client import FrameEvent, NatNetClient, NatNetConfig
 
@@ -65,7 +64,8 @@ class NatNetBridge(Node):
         bridge = bind(self, BridgeConfig()).config
         net = self.connection.config
         self.server_address, self.command_port = net.server_address, net.command_port
-        self.multicast, self.group, self.data_port = net.multicast, net.multicast_group, net.data_port
+        self.multicast, self.group = net.multicast, net.multicast_group
+        self.data_port = net.data_port
         self.frame_id, self.z_up = bridge.frame_id, bridge.convert_to_z_up
         wanted = [b for b in bridge.rigid_bodies if b]
         self.wanted = set(wanted) if wanted else None
