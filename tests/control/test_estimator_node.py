@@ -18,10 +18,10 @@ def _quat_about_minus_x(a):
 
 def test_estimator_node_angles_hold_and_invalid():
     from diagnostic_msgs.msg import DiagnosticArray
+    from equimus_ros.qos import DIAG_QOS
     from geometry_msgs.msg import PoseStamped
     from rclpy.qos import qos_profile_sensor_data
     from sensor_msgs.msg import JointState
-    from equimus_ros.qos import DIAG_QOS
 
     proc = subprocess.Popen([sys.executable, '-m', 'equimus_control.estimator_node', '--ros-args',
                              '-p', 'max_hold:=0.05'],
@@ -90,3 +90,52 @@ def test_estimator_node_angles_hold_and_invalid():
         proc.send_signal(signal.SIGINT)
         out = proc.communicate(timeout=15)[0]
     assert 'Traceback' not in out, out
+
+
+def test_estimator_parameters_from_the_config_file_runtime_set_and_read_only(repo_dir):
+    """control.yaml reaches the node; a filter setting set over DDS reaches the estimator; the
+    hinge calibration is read-only; a NaN or out-of-range setting is refused with its reason."""
+    from equimus_control.estimator_node import EstimatorNode
+    from paramclient import get_parameters, set_parameters
+
+    rclpy.init(args=['--ros-args', '--params-file', str(repo_dir / 'config' / 'control.yaml'),
+                     '-p', 'estimator:sigma_acc:=12.5'])
+    est = EstimatorNode()
+    client = rclpy.create_node('estimator_param_client')
+    from rclpy.executors import SingleThreadedExecutor
+    executor = SingleThreadedExecutor()
+    executor.add_node(est)
+    import threading
+    spinner = threading.Thread(target=executor.spin, daemon=True)
+    spinner.start()
+    try:
+        assert est.est.cfg.sigma_acc == 12.5 and est.sync_window == 0.05
+        assert get_parameters(client, 'estimator', 'sigma_acc', 'hip_offset') == [
+            12.5, pytest.approx(math.pi / 2)]
+        (ok,) = set_parameters(client, 'estimator', sigma_meas=0.004)
+        assert ok.successful, ok.reason
+        assert est.est.cfg.sigma_meas == 0.004 and est.est.cfg.sigma_acc == 12.5
+        (ok,) = set_parameters(client, 'estimator', sync_window=0.02)
+        assert ok.successful and est.sync_window == 0.02
+        (ro,) = set_parameters(client, 'estimator', hip_offset=1.0)
+        assert not ro.successful and 'read-only' in ro.reason
+        (nan,) = set_parameters(client, 'estimator', sigma_acc=math.nan)
+        assert not nan.successful and 'sigma_acc' in nan.reason
+        (neg,) = set_parameters(client, 'estimator', max_hold=-1.0)
+        assert not neg.successful and 'max_hold' in neg.reason
+        assert est.est.cfg.hip.offset == pytest.approx(math.pi / 2)
+        assert est.est.cfg.sigma_acc == 12.5 and est.est.cfg.max_hold == 0.1
+    finally:
+        executor.shutdown()
+        client.destroy_node()
+        est.destroy_node()
+        rclpy.try_shutdown()
+
+
+def test_an_invalid_hinge_axis_stops_the_node_with_the_reason():
+    proc = subprocess.run([sys.executable, '-m', 'equimus_control.estimator_node', '--ros-args',
+                           '-p', 'knee_axis_child:=[0.0, 0.0, 0.0]'],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert 'knee_axis_child=[0.0, 0.0, 0.0]: must be a non-zero 3-vector' in proc.stderr
+    assert 'Traceback' not in proc.stderr

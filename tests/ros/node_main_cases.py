@@ -6,9 +6,8 @@ import sys
 
 import rclpy
 from diagnostic_msgs.msg import DiagnosticArray
-from rclpy.node import Node
-
 from equimus_ros.main import run_node
+from rclpy.node import Node
 
 
 class Listener(Node):

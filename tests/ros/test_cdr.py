@@ -8,13 +8,12 @@ import pytest
 
 rclpy = pytest.importorskip('rclpy')
 
+from equimus_ros.cdr import ArrayWriter, ClockWriter, JointStateWriter, PoseWriter  # noqa: E402
 from geometry_msgs.msg import PoseStamped  # noqa: E402
 from rclpy.serialization import deserialize_message, serialize_message  # noqa: E402
 from rosgraph_msgs.msg import Clock  # noqa: E402
 from sensor_msgs.msg import JointState  # noqa: E402
 from std_msgs.msg import Float64MultiArray, MultiArrayDimension  # noqa: E402
-
-from equimus_ros.cdr import ArrayWriter, ClockWriter, JointStateWriter, PoseWriter  # noqa: E402
 
 
 class Captured:

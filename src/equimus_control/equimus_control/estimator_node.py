@@ -5,25 +5,74 @@ newest stamp counts as lost tracking. Invalid state is published as NaN position
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import sys
-from typing import Callable, Optional
+from typing import Callable, Optional, Tuple
 
-from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from equimus_description.config import ConfigError, param, validate_fields
+from equimus_description.interface import (
+    BODIES,
+    DIAGNOSTICS,
+    FRAME_MOCAP,
+    JOINT_STATES,
+    JOINTS,
+    mocap_pose,
+)
+from equimus_ros.diagnostics import Diagnostics, Level
+from equimus_ros.main import run_node
+from equimus_ros.params import bind
+from equimus_ros.qos import publisher, subscription
 from geometry_msgs.msg import PoseStamped
 from rclpy.node import Node
-from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import JointState
-
-from equimus_ros.main import run_node
-from equimus_ros.params import declare
-from equimus_ros.qos import DIAG_QOS
 
 from .estimation import EstimatorConfig, HingeSpec, JointStateEstimator, Status
 
-BODIES = ('base', 'thigh', 'calf')
-LEVEL = {Status.VALID: DiagnosticStatus.OK, Status.HELD: DiagnosticStatus.WARN,
-         Status.INVALID: DiagnosticStatus.ERROR}
+LEVEL = {Status.VALID: Level.OK, Status.HELD: Level.WARN, Status.INVALID: Level.ERROR}
+_EST, _HINGE = EstimatorConfig(), HingeSpec()    # the plain estimator's defaults
+
+
+@dataclasses.dataclass(frozen=True)
+class EstimatorParams:
+    """The estimator node's parameters. The filter's tuning and the hold/sync times apply while
+    running; the hinge geometry and the nominal period are calibration, fixed at start (a new
+    offset would make the published angle jump under a running controller)."""
+
+    period: float = param(_EST.period, 'nominal mocap period (s)', range=(1e-4, 1.0))
+    max_hold: float = param(_EST.max_hold, 's a held estimate is published before it becomes '
+                            'invalid (NaN)', range=(0.0, 10.0), runtime=True)
+    sigma_meas: float = param(_EST.sigma_meas, 'angle measurement noise (rad)',
+                              range=(1e-9, 1.0), runtime=True)
+    sigma_acc: float = param(_EST.sigma_acc, 'white-acceleration process noise (rad/s²)',
+                             range=(1e-6, 1e6), runtime=True)
+    sync_window: float = param(0.05, 's an incomplete frame waits for its other bodies',
+                               range=(0.0, 1.0), runtime=True)
+    hip_axis_parent: Tuple[float, ...] = param(_HINGE.axis_parent,
+                                               'hip axis in the base body frame')
+    hip_axis_child: Tuple[float, ...] = param(_HINGE.axis_child, 'hip axis in the thigh body frame')
+    hip_offset: float = param(_HINGE.offset, 'hip zero offset (rad)', range=(-10.0, 10.0))
+    knee_axis_parent: Tuple[float, ...] = param(_HINGE.axis_parent,
+                                                'knee axis in the thigh body frame')
+    knee_axis_child: Tuple[float, ...] = param(_HINGE.axis_child,
+                                               'knee axis in the calf body frame')
+    knee_offset: float = param(_HINGE.offset, 'knee zero offset (rad)', range=(-10.0, 10.0))
+
+    def __post_init__(self) -> None:
+        validate_fields(self)
+        for name in ('hip_axis_parent', 'hip_axis_child', 'knee_axis_parent', 'knee_axis_child'):
+            axis = getattr(self, name)
+            if len(axis) != 3 or not math.hypot(*axis) > 1e-9:
+                raise ConfigError(f'{name}={list(axis)}: must be a non-zero 3-vector')
+
+    def estimator(self) -> EstimatorConfig:
+        """The plain estimator's configuration."""
+        return EstimatorConfig(
+            hip=HingeSpec(tuple(self.hip_axis_parent), tuple(self.hip_axis_child), self.hip_offset),
+            knee=HingeSpec(tuple(self.knee_axis_parent), tuple(self.knee_axis_child),
+                           self.knee_offset),
+            period=self.period, max_hold=self.max_hold, sigma_meas=self.sigma_meas,
+            sigma_acc=self.sigma_acc)
 
 
 class EstimatorNode(Node):
@@ -34,39 +83,25 @@ class EstimatorNode(Node):
                  downstream: Optional[Callable[[JointState], None]] = None):
         super().__init__('estimator')
         self.downstream = downstream
-        p = {}
-        for name, default, desc in [
-                ('period', 1 / 120, 'nominal mocap period (s)'),
-                ('max_hold', 0.1, 's a held estimate is published before it becomes invalid'),
-                ('sigma_meas', 0.002, 'angle measurement noise (rad)'),
-                ('sigma_acc', 10.0, 'white-acceleration process noise (rad/s²)'),
-                ('sync_window', 0.05, 's an incomplete frame waits for its other bodies'),
-                ('hip_axis_parent', [-1.0, 0.0, 0.0], 'hip axis in the base body frame'),
-                ('hip_axis_child', [-1.0, 0.0, 0.0], 'hip axis in the thigh body frame'),
-                ('hip_offset', math.pi / 2, 'hip zero offset (rad)'),
-                ('knee_axis_parent', [-1.0, 0.0, 0.0], 'knee axis in the thigh body frame'),
-                ('knee_axis_child', [-1.0, 0.0, 0.0], 'knee axis in the calf body frame'),
-                ('knee_offset', math.pi / 2, 'knee zero offset (rad)')]:
-            p[name] = declare(self, name, default, desc)
-        cfg = EstimatorConfig(
-            hip=HingeSpec(tuple(p['hip_axis_parent']), tuple(p['hip_axis_child']), p['hip_offset']),
-            knee=HingeSpec(tuple(p['knee_axis_parent']), tuple(p['knee_axis_child']),
-                           p['knee_offset']),
-            period=p['period'], max_hold=p['max_hold'], sigma_meas=p['sigma_meas'],
-            sigma_acc=p['sigma_acc'])
-        self.sync_window = p['sync_window']
-        self.est = JointStateEstimator(cfg)
+        self.params = bind(self, EstimatorParams(), apply=self._apply)
+        cfg = self.params.config
+        self.sync_window = cfg.sync_window
+        self.est = JointStateEstimator(cfg.estimator())
         self.pending = {}            # stamp ns → {body: (pos, quat)}
         self.last_status = None
         self.last_done_ns = -1
         self.frames = 0
         self.counts = {s: 0 for s in Status}
-        self.pub = self.create_publisher(JointState, '/joint_states', qos_profile_sensor_data)
-        self.pub_diag = self.create_publisher(DiagnosticArray, '/diagnostics', DIAG_QOS)
+        self.pub = publisher(self, JointState, JOINT_STATES)
+        self.diagnostics = Diagnostics(self, DIAGNOSTICS, 'estimator: joint state', 'mocap')
         for b in BODIES if subscribe else ():
-            self.create_subscription(PoseStamped, f'/mocap/{b}/pose',
-                                     lambda m, b=b: self.on_pose(b, m), qos_profile_sensor_data)
+            subscription(self, PoseStamped, mocap_pose(b), lambda m, b=b: self.on_pose(b, m))
         self.create_timer(1.0, self._diag)
+
+    def _apply(self, cfg: EstimatorParams) -> None:
+        """Runtime parameters: the estimator reads its config on every frame."""
+        self.sync_window = cfg.sync_window
+        self.est.cfg = cfg.estimator()
 
     def on_pose(self, body: str, msg: PoseStamped) -> None:
         ns = msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec
@@ -95,8 +130,8 @@ class EstimatorNode(Node):
         self.counts[e.status] += 1
         out = JointState()
         out.header.stamp.sec, out.header.stamp.nanosec = divmod(ns, 1_000_000_000)
-        out.header.frame_id = 'mocap'
-        out.name = ['hip', 'knee']
+        out.header.frame_id = FRAME_MOCAP
+        out.name = list(JOINTS)
         out.position = [float(v) for v in e.position]
         out.velocity = [float(v) for v in e.velocity]
         if self.downstream is not None:
@@ -108,22 +143,17 @@ class EstimatorNode(Node):
 
     def _diag(self):
         st = self.last_status if self.last_status is not None else Status.INVALID
-        s = DiagnosticStatus(level=LEVEL[st], name='estimator: joint state', hardware_id='mocap')
-        s.message = {Status.VALID: 'valid', Status.HELD: 'held (tracking lost or frames dropped)',
-                     Status.INVALID: 'invalid: no usable mocap (check that base, thigh and calf '
-                                     'are tracked)'}[st]
-        s.values = [KeyValue(key='frames', value=str(self.frames)),
-                    KeyValue(key='dropped_frames', value=str(self.est.dropped_frames)),
-                    KeyValue(key='lost_frames', value=str(self.est.lost_frames)),
-                    KeyValue(key='held_frames', value=str(self.counts[Status.HELD])),
-                    KeyValue(key='invalid_frames', value=str(self.counts[Status.INVALID]))]
-        arr = DiagnosticArray(status=[s])
-        arr.header.stamp = self.get_clock().now().to_msg()
-        self.pub_diag.publish(arr)
-
+        message = {Status.VALID: 'valid', Status.HELD: 'held (tracking lost or frames dropped)',
+                   Status.INVALID: 'invalid: no usable mocap (check that base, thigh and calf '
+                                   'are tracked)'}[st]
+        self.diagnostics.publish(LEVEL[st], message, {
+            'frames': self.frames, 'dropped_frames': self.est.dropped_frames,
+            'lost_frames': self.est.lost_frames, 'held_frames': self.counts[Status.HELD],
+            'invalid_frames': self.counts[Status.INVALID]})
 
 def main(args=None) -> int:
-    return run_node(EstimatorNode, args, config_hint='Fix config/control.yaml or the --ros-args overrides.')
+    return run_node(EstimatorNode, args,
+                    config_hint='Fix config/control.yaml or the --ros-args overrides.')
 
 
 if __name__ == '__main__':

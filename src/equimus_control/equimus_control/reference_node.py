@@ -2,60 +2,120 @@
 node clock (sim time with use_sim_time), from the trajectory chosen by parameters."""
 from __future__ import annotations
 
+import dataclasses
+import math
 import sys
+from typing import Callable, Tuple
 
 import numpy as np
-from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from equimus_description.config import ConfigError, param, validate_fields
+from equimus_description.interface import DIAGNOSTICS, JOINTS, REFERENCE
+from equimus_description.valve import HARD_MAX_KPA
+from equimus_ros.diagnostics import Diagnostics, Level
+from equimus_ros.main import run_node
+from equimus_ros.params import bind
+from equimus_ros.qos import publisher
 from rclpy.node import Node
 from sensor_msgs.msg import JointState
 
-from equimus_ros.main import run_node
-from equimus_ros.params import declare
-from equimus_ros.qos import COMMAND_QOS, DIAG_QOS
+from .reference import TRIANGLE_KPA, Sinusoid, Waypoints, make_reference
 
-from .reference import make_reference
-from equimus_description.statics import StaticParams
+TRAJECTORIES = ('triangle', 'step', 'sine', 'hold')
+_WAY, _SINE = Waypoints(poses=()), Sinusoid()    # the plain trajectories' defaults
+
+
+@dataclasses.dataclass(frozen=True)
+class ReferenceParams:
+    """The reference node's parameters. The sine's amplitude and frequency apply while running
+    (the phase stays continuous; a new amplitude moves the reference by at most the change, a
+    step the controller and its safety limits handle like any reference step); the rest shapes
+    the trajectory and is fixed at start."""
+
+    trajectory: str = param('triangle', 'triangle | step | sine | hold')
+    rate: float = param(120.0, 'Hz, publication rate in the node clock', range=(1.0, 1000.0))
+    move: float = param(_WAY.move, 's minimum-jerk move between waypoints', range=(0.0, 60.0))
+    hold: float = param(_WAY.hold, 's hold at each waypoint', range=(0.0, 600.0))
+    triangle_kpa: Tuple[float, ...] = param(
+        tuple(p for pair in TRIANGLE_KPA for p in pair),
+        'kPa pairs (maa, baa), flat: the triangle\'s vertices are the rest poses under these',
+        range=(0.0, HARD_MAX_KPA))
+    pressure_sign: float = param(1.0, '+1: pressure lengthens the actuator (the rig and the '
+                                 'simulated leg), -1: it pulls; for the triangle\'s poses',
+                                 range=(-1.0, 1.0))
+    leg_parameter_set: str = param('', 'parameter set of the leg description used for the '
+                                   'triangle\'s poses (\'\' = the description as is)')
+    step_poses: Tuple[float, ...] = param((1.4, 0.8, 1.6, 0.5, 1.45, 0.55),
+                                          'rad pairs (hip, knee), flat, for trajectory step')
+    sine_center: Tuple[float, ...] = param(tuple(_SINE.center), 'rad (hip, knee)')
+    sine_amplitude: Tuple[float, ...] = param(tuple(_SINE.amplitude), 'rad (hip, knee)',
+                                              range=(0.0, 0.5), runtime=True)
+    sine_frequency: float = param(_SINE.frequency, 'Hz', range=(0.0, 5.0), runtime=True)
+    hold_pose: Tuple[float, ...] = param((1.3909, 0.8533), 'rad (hip, knee), for trajectory hold')
+
+    def __post_init__(self) -> None:
+        validate_fields(self)
+        if self.trajectory not in TRAJECTORIES:
+            raise ConfigError(f'trajectory={self.trajectory!r}: use {", ".join(TRAJECTORIES)}')
+        if abs(self.pressure_sign) != 1.0:
+            raise ConfigError(f'pressure_sign={self.pressure_sign}: must be +1 or -1')
+        for name in ('triangle_kpa', 'step_poses'):
+            value = getattr(self, name)
+            if not value or len(value) % 2:
+                raise ConfigError(f'{name}={list(value)}: needs pairs (hip, knee), flat')
+        for name in ('sine_center', 'sine_amplitude', 'hold_pose'):
+            if len(getattr(self, name)) != 2:
+                raise ConfigError(f'{name}={list(getattr(self, name))}: needs 2 values (hip, knee)')
+
+    def trajectory_fn(self) -> Callable[[float], tuple]:
+        """The plain trajectory these parameters describe (t in s → q, qd)."""
+        if self.trajectory == 'triangle':
+            from equimus_description.leg import load_leg
+            from equimus_description.statics import StaticParams
+
+            from .reference import triangle_poses
+            leg = load_leg(parameter_set=self.leg_parameter_set or None)
+            params = StaticParams.from_leg(leg, pressure_sign=self.pressure_sign)
+            poses = triangle_poses(params, np.reshape(self.triangle_kpa, (-1, 2)))
+            return make_reference('triangle', poses=poses, move=self.move, hold=self.hold)
+        if self.trajectory == 'step':
+            return make_reference('steps', poses=np.reshape(self.step_poses, (-1, 2)),
+                                  move=self.move, hold=self.hold)
+        if self.trajectory == 'hold':
+            return make_reference('steps', poses=[self.hold_pose], move=0.0, hold=1.0)
+        return make_reference('sine', center=self.sine_center, amplitude=self.sine_amplitude,
+                              frequency=self.sine_frequency)
 
 
 class ReferenceNode(Node):
     def __init__(self):
         super().__init__('reference')
-        d = lambda n, v, t: declare(self, n, v, t)  # noqa: E731
-        kind = d('trajectory', 'triangle', 'triangle | step | sine | hold')
-        rate = d('rate', 120.0, 'Hz, publication rate in the node clock')
-        move, hold = d('move', 0.5, 's per move'), d('hold', 1.5, 's per hold')
-        tri = d('triangle_kpa', [6.15, 2.73, 3.76, 7.26, 19.80, 8.52], 'kPa pairs, flat')
-        sign = d('pressure_sign', 1.0, 'pressure convention of the model for the triangle')
-        steps = d('step_poses', [1.4, 0.8, 1.6, 0.5, 1.45, 0.55], 'rad pairs, flat')
-        center = d('sine_center', [1.5, 0.6], 'rad')
-        amp = d('sine_amplitude', [0.1, 0.15], 'rad')
-        freq = d('sine_frequency', 0.25, 'Hz')
-        hold_pose = d('hold_pose', [1.3909, 0.8533], 'rad, pose for trajectory hold')
-        if rate <= 0:
-            raise ValueError(f'parameter rate must be > 0 Hz, got {rate}')
-        if kind == 'triangle':
-            from equimus_description.leg import load_leg
-            from .reference import triangle_poses
-            params = StaticParams.from_leg(load_leg(), pressure_sign=sign)
-            poses = triangle_poses(params, np.reshape(tri, (-1, 2)))
-            self.traj = make_reference('triangle', poses=poses, move=move, hold=hold)
-            self.get_logger().info(f'triangle poses (rad): {np.round(poses, 4).tolist()}')
-        elif kind in ('step', 'steps'):
-            self.traj = make_reference('steps', poses=np.reshape(steps, (-1, 2)), move=move,
-                                       hold=hold)
-        elif kind == 'hold':
-            self.traj = make_reference('steps', poses=[hold_pose], move=0.0, hold=1.0)
-        elif kind == 'sine':
-            self.traj = make_reference(kind, center=center, amplitude=amp, frequency=freq)
-        else:
-            raise ValueError(f"parameter trajectory={kind!r}: use triangle, step, sine or hold")
-        self.kind = kind
+        self.params = bind(self, ReferenceParams(), apply=self._apply)
+        cfg = self.params.config
+        self.traj = cfg.trajectory_fn()
+        if isinstance(self.traj, Waypoints):
+            self.get_logger().info(f'{cfg.trajectory} poses (rad): '
+                                   f'{np.round(self.traj.poses, 4).tolist()}')
+        self.kind = cfg.trajectory
         self.t0 = None
         self.count = 0
-        self.pub = self.create_publisher(JointState, '/reference/joint', COMMAND_QOS)
-        self.pub_diag = self.create_publisher(DiagnosticArray, '/diagnostics', DIAG_QOS)
-        self.create_timer(1.0 / rate, self._tick)
+        self.pub = publisher(self, JointState, REFERENCE)
+        self.diagnostics = Diagnostics(self, DIAGNOSTICS, 'reference')
+        self.create_timer(1.0 / cfg.rate, self._tick)
         self.create_timer(1.0, self._diag)
+
+    def _elapsed(self) -> float:
+        return 0.0 if self.t0 is None else (self.get_clock().now() - self.t0).nanoseconds * 1e-9
+
+    def _apply(self, cfg: ReferenceParams) -> None:
+        """A new sine amplitude or frequency, from now on, with a continuous phase."""
+        old = self.traj
+        if not isinstance(old, Sinusoid):
+            return
+        t = self._elapsed()
+        dw = 2 * math.pi * (old.frequency - cfg.sine_frequency)
+        self.traj = Sinusoid(center=old.center, amplitude=tuple(cfg.sine_amplitude),
+                             frequency=cfg.sine_frequency,
+                             phase=tuple(p + dw * t for p in old.phase))
 
     def _tick(self):
         now = self.get_clock().now()
@@ -65,22 +125,19 @@ class ReferenceNode(Node):
         q, qd = self.traj(t)
         m = JointState()
         m.header.stamp = now.to_msg()
-        m.name = ['hip', 'knee']
+        m.name = list(JOINTS)
         m.position = [float(v) for v in q]
         m.velocity = [float(v) for v in qd]
         self.pub.publish(m)
         self.count += 1
 
     def _diag(self):
-        s = DiagnosticStatus(level=DiagnosticStatus.OK, name='reference', message=self.kind,
-                             values=[KeyValue(key='published', value=str(self.count))])
-        arr = DiagnosticArray(status=[s])
-        arr.header.stamp = self.get_clock().now().to_msg()
-        self.pub_diag.publish(arr)
+        self.diagnostics.publish(Level.OK, self.kind, {'published': self.count})
 
 
 def main(args=None) -> int:
-    return run_node(ReferenceNode, args, config_hint='Fix config/control.yaml or the --ros-args overrides.')
+    return run_node(ReferenceNode, args,
+                    config_hint='Fix config/control.yaml or the --ros-args overrides.')
 
 
 if __name__ == '__main__':

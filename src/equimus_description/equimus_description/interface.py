@@ -12,7 +12,8 @@ from .valve import ACTUATORS
 __all__ = [
     'ACTUATORS', 'BODIES', 'CLOCK', 'DIAGNOSTICS', 'FRAME_MOCAP', 'FRAME_WORLD', 'JOINTS',
     'JOINT_STATES', 'MOCAP_TOPICS', 'PRESSURE_LAYOUT', 'QosClass', 'REFERENCE', 'SIM_JOINT_STATES',
-    'TOPICS', 'Topic', 'VALVE_APPLIED', 'VALVE_COMMAND', 'VALVE_PRESSURE', 'mocap_topic',
+    'TOPICS', 'Topic', 'VALVE_APPLIED', 'VALVE_COMMAND', 'VALVE_PRESSURE',
+    'mocap_pose', 'mocap_topic',
 ]
 
 
@@ -47,6 +48,12 @@ def mocap_topic(body: str) -> str:
     return f'/mocap/{body}/pose'
 
 
+def mocap_pose(body: str) -> Topic:
+    """The pose topic of one rigid body (any name Motive streams; BODIES are the leg's)."""
+    return Topic(mocap_topic(body), 'geometry_msgs/msg/PoseStamped', QosClass.SENSOR,
+                 f'pose of the {body} rigid body')
+
+
 MOCAP_TOPICS = tuple(mocap_topic(b) for b in BODIES)
 
 JOINT_STATES = Topic('/joint_states', 'sensor_msgs/msg/JointState', QosClass.SENSOR,
@@ -66,8 +73,7 @@ DIAGNOSTICS = Topic('/diagnostics', 'diagnostic_msgs/msg/DiagnosticArray', QosCl
 CLOCK = Topic('/clock', 'rosgraph_msgs/msg/Clock', QosClass.CLOCK, 'simulation time')
 
 TOPICS: Tuple[Topic, ...] = (
-    *(Topic(mocap_topic(b), 'geometry_msgs/msg/PoseStamped', QosClass.SENSOR,
-            f'pose of the {b} rigid body') for b in BODIES),
+    *(mocap_pose(b) for b in BODIES),
     JOINT_STATES, SIM_JOINT_STATES, REFERENCE, VALVE_COMMAND, VALVE_APPLIED, VALVE_PRESSURE,
     DIAGNOSTICS, CLOCK,
 )

@@ -22,7 +22,6 @@ from .kinematics import PlanarGeometry
 from .valve import VALVE_TAU_S
 
 
-
 class LegDescriptionError(ValueError):
     """The leg YAML or an override is malformed; the message says which key and why."""
 

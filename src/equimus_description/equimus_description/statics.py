@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Mapping, Optional
+from typing import Optional
 
 import numpy as np
 from scipy.optimize import minimize
@@ -74,18 +74,6 @@ class StaticParams:
                    S=tuple(a.area for a in acts), l0=tuple(a.l0 for a in acts),
                    theta_min=(hip.range[0], knee.range[0]), theta_max=(hip.range[1], knee.range[1]),
                    g=leg.gravity, pressure_sign=pressure_sign)
-
-    @classmethod
-    def from_mapping(cls, values: Mapping) -> 'StaticParams':
-        """From a YAML dict (geometry as a sub-dict, tuples as lists)."""
-        kw = {}
-        for key, val in values.items():
-            if key == 'geometry':
-                kw['geometry'] = PlanarGeometry.from_mapping(val)
-            elif key in cls.__dataclass_fields__:
-                kw[key] = tuple(float(v) for v in val) if isinstance(val, (list, tuple)) \
-                    else float(val)
-        return cls(**kw)
 
     def with_identified(self, k=None, S=None, l0=None) -> 'StaticParams':
         return replace(self, **{n: tuple(v) for n, v in (('k', k), ('S', S), ('l0', l0))

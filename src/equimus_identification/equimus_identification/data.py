@@ -22,6 +22,9 @@ from typing import Iterable, List, Optional, Sequence
 import numpy as np
 from scipy.signal import savgol_filter
 
+from equimus_description.interface import (JOINT_STATES, SIM_JOINT_STATES, VALVE_APPLIED,
+                                           VALVE_COMMAND, VALVE_PRESSURE)
+
 RATE_HZ = 100.0          # the authors' resampling rate
 SMOOTH_SAMPLES = 11      # the authors' moving-average window
 BAG_RATE_HZ = 120.0      # our recordings: the mocap frame rate, so nothing is interpolated
@@ -34,9 +37,9 @@ HOLD_S = 5.0             # ToCenter: start pressures are held this long, then re
 EFFECTIVE_13 = ((0, 0), (0, 10), (0, 20), (0, 30), (10, 0), (10, 10), (10, 20), (20, 0),
                 (20, 10), (30, 0), (30, 10), (40, 0), (50, 0))
 
-JOINT_TOPICS = ('/joint_states', '/sim/joint_states')
-COMMAND_TOPICS = ('/valve/applied', '/valve/command')
-PRESSURE_TOPIC = '/valve/pressure'
+JOINT_TOPICS = (JOINT_STATES.name, SIM_JOINT_STATES.name)
+COMMAND_TOPICS = (VALVE_APPLIED.name, VALVE_COMMAND.name)
+PRESSURE_TOPIC = VALVE_PRESSURE.name
 
 
 class DataError(ValueError):

@@ -14,6 +14,8 @@ from typing import Mapping, Optional, Sequence
 import mujoco
 import numpy as np
 
+from equimus_description.interface import (JOINT_STATES, JOINTS, SIM_JOINT_STATES, VALVE_APPLIED,
+                                           VALVE_COMMAND, VALVE_PRESSURE)
 from equimus_description.leg import load_leg
 from equimus_sim.leg_model import LegModel
 from equimus_description.valve import ValveLag
@@ -88,12 +90,9 @@ def write_bag(path, sim: dict, noise_rad: float = 0.002, seed: int = 0, t0_ns: i
     T = ts.types
     rng = np.random.default_rng(seed)
     w = BagWriter(pathlib.Path(path))
-    F64 = 'std_msgs/msg/Float64MultiArray'
-    JS = 'sensor_msgs/msg/JointState'
-    for topic in ('/valve/command', '/valve/applied', '/valve/pressure'):
-        w.add_topic(topic, F64)
-    for topic in ('/sim/joint_states', '/joint_states'):
-        w.add_topic(topic, JS)
+    F64, JS = VALVE_COMMAND.type, JOINT_STATES.type
+    for topic in (VALVE_COMMAND, VALVE_APPLIED, VALVE_PRESSURE, SIM_JOINT_STATES, JOINT_STATES):
+        w.add_topic(topic.name, topic.type)
 
     def f64(x):
         msg = T[F64](layout=T['std_msgs/msg/MultiArrayLayout'](dim=[], data_offset=0),
@@ -104,18 +103,19 @@ def write_bag(path, sim: dict, noise_rad: float = 0.002, seed: int = 0, t0_ns: i
         hdr = T['std_msgs/msg/Header'](
             stamp=T['builtin_interfaces/msg/Time'](sec=int(stamp_ns // 10**9), nanosec=int(stamp_ns % 10**9)),
             frame_id='')
-        msg = T[JS](header=hdr, name=['hip', 'knee'], position=np.asarray(q, np.float64),
+        msg = T[JS](header=hdr, name=list(JOINTS), position=np.asarray(q, np.float64),
                     velocity=np.asarray(qd, np.float64), effort=np.zeros(0))
         return ts.serialize_cdr(msg, JS)
 
     try:
         for i, t in enumerate(sim['t']):
             ns = t0_ns + int(round(t * 1e9))
-            w.write('/valve/command', ns, f64(sim['command'][i]))
-            w.write('/valve/applied', ns, f64(sim['command'][i]))
-            w.write('/valve/pressure', ns, f64(sim['pressure'][i]))
-            w.write('/sim/joint_states', ns, js(ns, sim['q'][i], sim['qd'][i]))
-            w.write('/joint_states', ns, js(ns, sim['q'][i] + rng.normal(0, noise_rad, 2), sim['qd'][i]))
+            w.write(VALVE_COMMAND.name, ns, f64(sim['command'][i]))
+            w.write(VALVE_APPLIED.name, ns, f64(sim['command'][i]))
+            w.write(VALVE_PRESSURE.name, ns, f64(sim['pressure'][i]))
+            w.write(SIM_JOINT_STATES.name, ns, js(ns, sim['q'][i], sim['qd'][i]))
+            w.write(JOINT_STATES.name, ns,
+                    js(ns, sim['q'][i] + rng.normal(0, noise_rad, 2), sim['qd'][i]))
     finally:
         w.close()
     return pathlib.Path(path)

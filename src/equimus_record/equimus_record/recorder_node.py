@@ -7,16 +7,33 @@ while the rest of the graph keeps running.
 """
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import sys
+from typing import Tuple
 
-from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
-from rcl_interfaces.msg import ParameterDescriptor
+from equimus_description.config import param, validate_fields
+from equimus_description.interface import DIAGNOSTICS
+from equimus_record.bag import BagError, BagWriter
+from equimus_ros.diagnostics import Diagnostics, Level
+from equimus_ros.main import run_node
+from equimus_ros.params import bind
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 
-from equimus_record.bag import BagError, BagWriter
-from equimus_ros.main import run_node
+
+@dataclasses.dataclass(frozen=True)
+class RecorderConfig:
+    """The recorder's parameters, fixed for a recording (a bag is one run)."""
+
+    bag_path: str = param('bags/equimus', 'bag directory to create (must not exist)')
+    flush_period: float = param(0.5, 's between durable flushes to disk: the most a crash can '
+                                'lose', range=(0.01, 60.0))
+    discovery_period: float = param(0.25, 's between topic discovery passes', range=(0.01, 60.0))
+    exclude_topics: Tuple[str, ...] = param(('',), "topics never recorded (e.g. ['/rosout'])")
+
+    def __post_init__(self) -> None:
+        validate_fields(self)
 
 
 def message_class(type_name: str):
@@ -44,22 +61,18 @@ def qos_dicts(profiles) -> list:
 class Recorder(Node):
     def __init__(self):
         super().__init__('recorder')
-        d = ParameterDescriptor
-        self.declare_parameter('bag_path', 'bags/equimus', d(description='bag directory to create (must not exist)'))
-        self.declare_parameter('flush_period', 0.5, d(description='seconds between durable flushes to disk'))
-        self.declare_parameter('discovery_period', 0.25, d(description='seconds between topic discovery passes'))
-        self.declare_parameter('exclude_topics', [''], d(description='topics never recorded'))
-        path = self.get_parameter('bag_path').value
-        self.exclude = {t for t in self.get_parameter('exclude_topics').value if t}
+        cfg = bind(self, RecorderConfig()).config
+        path = cfg.bag_path
+        self.exclude = {t for t in cfg.exclude_topics if t}
         self.error = ''
         try:
-            self.writer = BagWriter(path, flush_period=float(self.get_parameter('flush_period').value))
+            self.writer = BagWriter(path, flush_period=cfg.flush_period)
         except (BagError, OSError) as exc:
             raise SystemExit(f'recorder: cannot create bag {path}: {exc}')
         self.subs = {}
         self.skipped = set()
-        self.diag_pub = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
-        self.create_timer(float(self.get_parameter('discovery_period').value), self.discover)
+        self.diagnostics = Diagnostics(self, DIAGNOSTICS, 'recorder', 'rosbag2')
+        self.create_timer(cfg.discovery_period, self.discover)
         self.create_timer(1.0, self.publish_diagnostics)
         self.create_timer(self.writer.flush_period, self._flush_if_due)
         self.get_logger().info(f'recording every topic to {path}')
@@ -117,15 +130,11 @@ class Recorder(Node):
         self.subs.clear()
 
     def publish_diagnostics(self):
-        st = DiagnosticStatus(name='recorder', hardware_id='rosbag2')
-        st.level = DiagnosticStatus.ERROR if self.error else DiagnosticStatus.OK
-        st.message = self.error or f'recording {len(self.subs)} topics'
-        st.values = [KeyValue(key='bag', value=str(self.writer.path)),
-                     KeyValue(key='messages', value=str(self.writer.count)),
-                     KeyValue(key='messages_on_disk', value=str(self.writer.flushed_count))]
-        msg = DiagnosticArray(status=[st])
-        msg.header.stamp = self.get_clock().now().to_msg()
-        self.diag_pub.publish(msg)
+        self.diagnostics.publish(
+            Level.ERROR if self.error else Level.OK,
+            self.error or f'recording {len(self.subs)} topics',
+            {'bag': self.writer.path, 'messages': self.writer.count,
+             'messages_on_disk': self.writer.flushed_count})
 
     def destroy_node(self):
         self.close()

@@ -17,8 +17,13 @@ import dataclasses
 import math
 from typing import Any, Callable, Dict, Generic, List, Optional, Sequence, TypeVar
 
-from rcl_interfaces.msg import (FloatingPointRange, IntegerRange, ParameterDescriptor, ParameterType,
-                                SetParametersResult)
+from rcl_interfaces.msg import (
+    FloatingPointRange,
+    IntegerRange,
+    ParameterDescriptor,
+    ParameterType,
+    SetParametersResult,
+)
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 
@@ -48,9 +53,9 @@ def _ros_value(default: Any) -> Any:
     return default
 
 
-def _descriptor(f: dataclasses.Field, default: Any) -> ParameterDescriptor:
+def _descriptor(f: dataclasses.Field, default: Any, runtime: bool) -> ParameterDescriptor:
     meta = f.metadata[METADATA_KEY]
-    runtime, doc = bool(meta.runtime), str(meta.doc)
+    doc = str(meta.doc)
     desc = ParameterDescriptor(description=doc + ('' if runtime else ' (read-only: set at start)'),
                                type=_ptype(default), read_only=not runtime)
     rng = meta.range
@@ -90,8 +95,11 @@ class ConfigBinding(Generic[C]):
             default = getattr(config, f.name)
             name = prefix + f.name
             self._fields[name] = f
+            # Without `apply` nothing would act on a new value: every field is then read-only,
+            # so `ros2 param set` fails loudly instead of being accepted and ignored.
+            runtime = apply is not None and bool(f.metadata[METADATA_KEY].runtime)
             value = node.declare_parameter(
-                name, _ros_value(default), _descriptor(f, default)).value
+                name, _ros_value(default), _descriptor(f, default, runtime)).value
             values[f.name] = _from_ros(default, value)
         self.config: C = dataclasses.replace(config, **values)   # type: ignore[type-var]
         if apply is not None:
@@ -103,6 +111,9 @@ class ConfigBinding(Generic[C]):
         return list(self._fields)
 
     def runtime_names(self) -> List[str]:
+        """Parameters that may be set while the node runs (none without `apply`)."""
+        if self._apply is None:
+            return []
         return [n for n, f in self._fields.items() if f.metadata[METADATA_KEY].runtime]
 
     def _candidate(self, params: Sequence[Parameter]) -> Optional[C]:
@@ -118,8 +129,10 @@ class ConfigBinding(Generic[C]):
     def _validate(self, params: List[Parameter]) -> SetParametersResult:
         try:
             for p in params:
-                if p.name in self._fields and isinstance(p.value, float) \
-                        and not math.isfinite(p.value):
+                scalar = isinstance(p.value, (str, bool, int, float))
+                values = [p.value] if scalar else list(p.value or [])
+                if p.name in self._fields and any(isinstance(v, float) and not math.isfinite(v)
+                                                  for v in values):
                     raise ValueError(f'{p.name}={p.value}: must be a finite number')
             self._candidate(params)
         except (ValueError, TypeError) as exc:

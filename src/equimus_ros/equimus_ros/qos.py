@@ -7,8 +7,13 @@ Sensor streams (poses, joint states) use rclpy's ``qos_profile_sensor_data``.
 from typing import Any, Dict
 
 from rclpy.node import Node
-from rclpy.qos import (DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy,
-                       qos_profile_sensor_data)
+from rclpy.qos import (
+    DurabilityPolicy,
+    HistoryPolicy,
+    QoSProfile,
+    ReliabilityPolicy,
+    qos_profile_sensor_data,
+)
 
 __all__ = ['CLOCK_QOS', 'COMMAND_QOS', 'DIAG_QOS', 'PROFILES', 'SENSOR_QOS', 'publisher', 'qos_for',
            'subscription']

@@ -21,13 +21,14 @@ import time
 
 import rclpy
 from diagnostic_msgs.msg import DiagnosticArray
+from equimus_description.interface import DIAGNOSTICS, PRESSURE_LAYOUT, VALVE_COMMAND
+from equimus_ros.main import run_node
+from equimus_ros.qos import publisher
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 from std_msgs.msg import Float64MultiArray, MultiArrayDimension
 
-from equimus_ros.main import run_node
-from equimus_ros.qos import COMMAND_QOS
-
+#: Deeper than the shared profiles (same reliability): no message is lost while the soak floods.
 LISTEN_QOS = QoSProfile(depth=200, reliability=ReliabilityPolicy.RELIABLE,
                         history=HistoryPolicy.KEEP_LAST, durability=DurabilityPolicy.VOLATILE)
 
@@ -45,9 +46,10 @@ class SoakProbe(Node):
         self.injected = []      # [t_monotonic, values]
         self.ops: 'queue.Queue[dict]' = queue.Queue()
         self.quit = threading.Event()
-        self.pub = self.create_publisher(Float64MultiArray, '/valve/command', COMMAND_QOS)
-        self.create_subscription(Float64MultiArray, '/valve/command', self._on_command, LISTEN_QOS)
-        self.create_subscription(DiagnosticArray, '/diagnostics', self._on_diag, LISTEN_QOS)
+        self.pub = publisher(self, Float64MultiArray, VALVE_COMMAND)
+        self.create_subscription(Float64MultiArray, VALVE_COMMAND.name, self._on_command,
+                                 LISTEN_QOS)
+        self.create_subscription(DiagnosticArray, DIAGNOSTICS.name, self._on_diag, LISTEN_QOS)
         self.create_timer(0.005, self._run_ops)
 
     def _on_command(self, msg: Float64MultiArray) -> None:
@@ -69,7 +71,8 @@ class SoakProbe(Node):
             kind = op.get('op')
             if kind == 'publish':
                 m = Float64MultiArray()
-                m.layout.dim = [MultiArrayDimension(label='maa,baa', size=len(op['data']), stride=1)]
+                m.layout.dim = [MultiArrayDimension(label=PRESSURE_LAYOUT, size=len(op['data']),
+                                                    stride=1)]
                 m.data = [float(v) for v in op['data']]
                 t = time.monotonic()
                 self.pub.publish(m)

@@ -52,16 +52,19 @@ from equimus_soak import analysis as A
 from equimus_bringup.graph import default_config_dir, describe_graph, realtime_problem
 from equimus_bringup.supervisor import Supervisor, command_for
 from equimus_control import CONTROLLERS
+from equimus_description.interface import VALVE_COMMAND, mocap_topic
 
 FAULTS = ('mocap_stall', 'untrack', 'natnet_garbage', 'serial_faults', 'serial_unplug',
           'kill_controller', 'kill_driver', 'disk_full')
 RATE_HZ = 120.0
 VENT_MARGIN_S = 0.1          # target: vented within 100 ms of the watchdog deadline
-RSS_SLOPE_LIMIT_MB_MIN = 1.0
+RSS_SLOPE_LIMIT_MB_MIN = 1.0  # a node growing faster than this after warm-up is unbounded
 # After a killed node is restarted, the other processes discover its publishers within one Fast DDS
 # participant announcement period (3 s); until then the recorder and the probe may miss its
 # messages, so the fault-free window starts this long after control resumed.
-RESTART_SETTLE_S = 3.5  # a node growing faster than this after warm-up is unbounded
+RESTART_SETTLE_S = 3.5
+#: The pose stream whose recording is checked against what the emulated Motive sent.
+THIGH_POSE = mocap_topic('thigh')
 BAD_COMMANDS = ([1e6, 1e6], [math.nan, 20.0], [-10.0, math.inf], [30.0, 30.0, 30.0],
                 [math.inf, -math.inf], [math.nan, math.nan])
 
@@ -813,9 +816,9 @@ class Soak:
             with AnyReader([self.bag], default_typestore=bagio._typestore()) as reader:
                 for conn, stamp, raw in reader.messages():
                     counts[conn.topic] = counts.get(conn.topic, 0) + 1
-                    if conn.topic in ('/valve/command', '/mocap/thigh/pose'):
+                    if conn.topic in (VALVE_COMMAND.name, THIGH_POSE):
                         times.setdefault(conn.topic, []).append(stamp)
-                    if conn.topic == '/valve/command':
+                    if conn.topic == VALVE_COMMAND.name:
                         key = _command_key(reader.deserialize(raw, conn.msgtype).data)
                         recorded_commands[key] = recorded_commands.get(key, 0) + 1
             read_back = sum(counts.values())
@@ -828,8 +831,8 @@ class Soak:
                             read_back >= acked > 0,
                             err or f'read back {read_back} >= {acked} reported on disk'))
         # recorded vs published over the span the bag covers (ends where the disk filled up)
-        for topic, published in (('/valve/command', [c[1] for c in cmd_real]),
-                                 ('/mocap/thigh/pose',
+        for topic, published in ((VALVE_COMMAND.name, [c[1] for c in cmd_real]),
+                                 (THIGH_POSE,
                                   [int((t + self.real_offset) * 1e9) for _, t in self.frames])):
             ts = times.get(topic, [])
             key = topic.strip('/').replace('/', '_')
@@ -844,7 +847,7 @@ class Soak:
             pub_n = sum(x <= t <= y for t in published for x, y in spans)
             fig[f'recorded_{key}'] = rec_n
             fig[f'published_{key}'] = pub_n
-            if topic == '/valve/command':
+            if topic == VALVE_COMMAND.name:
                 # Matched by content: the recorder and the probe stamp arrivals in different
                 # processes, so counting by time loses messages at window edges under load.
                 left = dict(recorded_commands)

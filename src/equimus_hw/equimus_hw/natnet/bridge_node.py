@@ -6,24 +6,24 @@ PoseStamped messages and reports on /diagnostics.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import sys
 import threading
 import time
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict, Optional, Tuple
 
-from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from equimus_description.config import param, validate_fields
+from equimus_description.interface import BODIES, DIAGNOSTICS, FRAME_MOCAP, mocap_pose
+from equimus_ros.diagnostics import Diagnostics, Level
+from equimus_ros.main import run_node
+from equimus_ros.params import bind
+from equimus_ros.qos import publisher
 from geometry_msgs.msg import PoseStamped
-from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.duration import Duration
 from rclpy.node import Node
-from rclpy.parameter import Parameter
-from rclpy.qos import qos_profile_sensor_data
 
-from equimus_ros.main import run_node
-from equimus_ros.qos import DIAG_QOS
-
-from .client import FrameEvent, NatNetClient
+from .client import FrameEvent, NatNetClient, NatNetConfig
 
 NAN = float('nan')
 _S = math.sqrt(0.5)
@@ -37,6 +37,20 @@ def y_up_to_z_up(p, q):
 PoseSink = Callable[[str, PoseStamped], None]
 
 
+@dataclasses.dataclass(frozen=True)
+class BridgeConfig:
+    """What the bridge publishes (the connection is NatNetConfig's)."""
+
+    frame_id: str = param(FRAME_MOCAP, 'frame_id of the published poses')
+    convert_to_z_up: bool = param(False, 'rotate Motive Y-up into Z-up (+90 deg about X) before '
+                                  'publishing (the graph\'s topics are in Motive\'s Y-up frame)')
+    rigid_bodies: Tuple[str, ...] = param(BODIES, "rigid body names to publish; [''] = every "
+                                          "body of Motive's model")
+
+    def __post_init__(self) -> None:
+        validate_fields(self)
+
+
 class NatNetBridge(Node):
     """`downstream`, if given, gets every pose in the receive thread before it is published: the
     fused control loop (equimus_bringup.control_loop) chains the estimator there without a DDS hop."""
@@ -46,36 +60,26 @@ class NatNetBridge(Node):
         self.downstream = downstream
         self.frame_arrival_ns = 0      # perf_counter_ns of the datagram being handled
 
-        def p(name, default, text):
-            return self.declare_parameter(name, default, ParameterDescriptor(description=text)).value
-
-        self.server_address = p('server_address', '127.0.0.1', 'Motive host IPv4 address')
-        self.local_address = p('local_address', '127.0.0.1',
-                               'local interface IPv4 address (multicast join + command socket)')
-        self.multicast = p('multicast', True, 'true: multicast data stream; false: unicast')
-        self.command_port = p('command_port', 1510, 'server command port (UDP)')
-        self.data_port = p('data_port', 1511, 'server data port (UDP)')
-        self.group = p('multicast_group', '239.255.42.99', 'multicast group of the data stream')
-        self.frame_id = p('frame_id', 'mocap', 'frame_id of the published poses')
-        self.z_up = p('convert_to_z_up', False,
-                      'rotate Motive Y-up into Z-up (+90 deg about X) before publishing')
-        self.stale_timeout = p('stale_timeout', 0.5,
-                               's without frames before the stream counts as stopped (ERROR)')
-        bodies = self.declare_parameter(
-            'rigid_bodies', Parameter.Type.STRING_ARRAY,
-            ParameterDescriptor(description='rigid body names to publish; unset/empty = all in '
-                                'the model definitions')).value
-        self.wanted = set(bodies) if bodies else None
+        self.connection = bind(self, NatNetConfig(), apply=self._apply)
+        bridge = bind(self, BridgeConfig()).config
+        net = self.connection.config
+        self.server_address, self.command_port = net.server_address, net.command_port
+        self.multicast, self.group = net.multicast, net.multicast_group
+        self.data_port = net.data_port
+        self.frame_id, self.z_up = bridge.frame_id, bridge.convert_to_z_up
+        wanted = [b for b in bridge.rigid_bodies if b]
+        self.wanted = set(wanted) if wanted else None
 
         self.pubs: Dict[str, object] = {}
-        self.diag_pub = self.create_publisher(DiagnosticArray, '/diagnostics', DIAG_QOS)
+        self.diagnostics = Diagnostics(self, DIAGNOSTICS, 'natnet_bridge: stream',
+                                       f'natnet://{self.server_address}:{self.command_port}')
         self.client = NatNetClient(
-            self.server_address, self.local_address, self.command_port, self.data_port,
-            self.multicast, self.group, self.stale_timeout, on_frame=self._on_frame,
+            net.server_address, net.local_address, net.command_port, net.data_port,
+            net.multicast, net.multicast_group, net.stale_timeout, on_frame=self._on_frame,
             on_log=self._log)
         self._stop = threading.Event()
         self._last_diag = 0.0
-        self._last_level: Optional[bytes] = None
+        self._last_level: Optional[Level] = None
         self._prev = (0, 0, 0)
         self._reject_log_t = 0.0
         self._thread = threading.Thread(target=self._receive, daemon=True, name='natnet-rx')
@@ -85,6 +89,10 @@ class NatNetBridge(Node):
         self.get_logger().info(
             f'NatNet bridge: server {self.server_address}:{self.command_port}, {mode}, '
             f'frame {self.frame_id}{" (Z-up)" if self.z_up else " (Motive Y-up)"}')
+
+    def _apply(self, cfg: NatNetConfig) -> None:
+        """Runtime: the stale timeout (the receive thread reads it on every check)."""
+        self.client.stale_timeout = cfg.stale_timeout
 
     # -- receive thread ---------------------------------------------------------------------
     def _receive(self) -> None:
@@ -118,7 +126,7 @@ class NatNetBridge(Node):
     def _pub(self, name: str):
         pub = self.pubs.get(name)
         if pub is None:
-            pub = self.create_publisher(PoseStamped, f'/mocap/{name}/pose', qos_profile_sensor_data)
+            pub = publisher(self, PoseStamped, mocap_pose(name))
             self.pubs[name] = pub
         return pub
 
@@ -163,21 +171,21 @@ class NatNetBridge(Node):
         drops, rej = st.dropped_frames, st.rejected_packets
         new_drops, new_rej = drops - self._prev[0], rej - self._prev[1]
         if c.version_error:
-            level, text = DiagnosticStatus.ERROR, f'cannot decode the stream: {c.version_error}'
+            level, text = Level.ERROR, f'cannot decode the stream: {c.version_error}'
         elif not c.connected:
-            level, text = DiagnosticStatus.ERROR, (
+            level, text = Level.ERROR, (
                 f'no answer from NatNet server {self.server_address}:{self.command_port}')
         elif c.stream_stopped():
-            level, text = DiagnosticStatus.ERROR, (
+            level, text = Level.ERROR, (
                 f'stream stopped: no frame for {c.seconds_since_last_frame():.2f} s '
-                f'(stale_timeout {self.stale_timeout} s)')
+                f'(stale_timeout {c.stale_timeout} s)')
         elif st.untracked_bodies:
-            level, text = DiagnosticStatus.WARN, f'untracked: {", ".join(st.untracked_bodies)}'
+            level, text = Level.WARN, f'untracked: {", ".join(st.untracked_bodies)}'
         elif new_drops or new_rej:
-            level, text = DiagnosticStatus.WARN, (
+            level, text = Level.WARN, (
                 f'{new_drops} dropped frames, {new_rej} rejected packets since last report')
         else:
-            level, text = DiagnosticStatus.OK, 'streaming'
+            level, text = Level.OK, 'streaming'
         now = time.monotonic()
         if level == self._last_level and now - self._last_diag < 1.0:
             return
@@ -203,13 +211,7 @@ class NatNetBridge(Node):
             'server_app': '' if info is None else info.app_name,
             'version_error': c.version_error,
         }
-        status = DiagnosticStatus(level=level, name='natnet_bridge: stream', message=text,
-                                  hardware_id=f'natnet://{self.server_address}:'
-                                              f'{self.command_port}',
-                                  values=[KeyValue(key=k, value=str(v)) for k, v in kv.items()])
-        arr = DiagnosticArray(status=[status])
-        arr.header.stamp = self.get_clock().now().to_msg()
-        self.diag_pub.publish(arr)
+        self.diagnostics.publish(level, text, kv)
 
     def is_receive_thread(self) -> bool:
         return threading.current_thread() is self._thread

@@ -9,12 +9,15 @@ datagram arrived the cameras were mid-exposure -- and the caller stamps the pose
 from __future__ import annotations
 
 import collections
+import dataclasses
 import select
 import socket
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Deque, Dict, List, Optional, Tuple
+
+from equimus_description.config import ConfigError, param, validate_fields
 
 from . import protocol as P
 
@@ -64,12 +67,41 @@ class ClientStats:
     last_software_latency_s: float = float('nan')
 
 
+@dataclasses.dataclass(frozen=True)
+class NatNetConfig:
+    """Where the NatNet server is and how its stream arrives (the bridge node's parameters)."""
+
+    server_address: str = param('127.0.0.1', 'Motive host IPv4 address')
+    local_address: str = param('127.0.0.1', 'local interface IPv4 address (multicast join + '
+                               'command socket)')
+    multicast: bool = param(True, 'true: multicast data stream; false: unicast (keep-alives are '
+                            'sent automatically)')
+    command_port: int = param(1510, 'server command port (UDP)', range=(1, 65535))
+    data_port: int = param(1511, 'data port (UDP)', range=(1, 65535))
+    multicast_group: str = param('239.255.42.99', 'multicast group of the data stream')
+    stale_timeout: float = param(0.5, 's without frames before the stream counts as stopped '
+                                 '(diagnostics ERROR)', range=(0.01, 60.0), runtime=True)
+
+    def __post_init__(self) -> None:
+        validate_fields(self)
+        for name in ('server_address', 'local_address', 'multicast_group'):
+            try:
+                socket.inet_aton(getattr(self, name))
+            except OSError:
+                raise ConfigError(f'{name}={getattr(self, name)!r}: not an IPv4 address') from None
+
+
+_D = NatNetConfig()
+
+
 class NatNetClient:
     """One connection to a NatNet server. Thread use: call :meth:`run` in one thread only."""
 
-    def __init__(self, server_address: str = '127.0.0.1', local_address: str = '127.0.0.1',
-                 command_port: int = 1510, data_port: int = 1511, multicast: bool = True,
-                 multicast_group: str = '239.255.42.99', stale_timeout: float = 0.5,
+    def __init__(self, server_address: str = _D.server_address,
+                 local_address: str = _D.local_address, command_port: int = _D.command_port,
+                 data_port: int = _D.data_port, multicast: bool = _D.multicast,
+                 multicast_group: str = _D.multicast_group,
+                 stale_timeout: float = _D.stale_timeout,
                  on_frame: Optional[Callable[[FrameEvent], None]] = None,
                  on_log: Optional[Callable[[str, str], None]] = None,
                  clock_ns: Callable[[], int] = time.perf_counter_ns):

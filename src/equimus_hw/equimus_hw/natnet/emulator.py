@@ -19,10 +19,12 @@ from bisect import bisect_right
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
+from equimus_description.interface import BODIES
+
 from . import protocol as P
 
 CLOCK_HZ = 10_000_000
-DEFAULT_BODIES = ('base', 'thigh', 'calf')
+DEFAULT_BODIES = BODIES
 UNICAST_LEASE_S = 10.0
 Pose = Tuple[Tuple[float, float, float], Tuple[float, float, float, float]]
 

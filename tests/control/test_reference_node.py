@@ -1,0 +1,84 @@
+"""The reference node over real rclpy: its parameters come from control.yaml, the leg's parameter
+set shapes the triangle, the sine's amplitude and frequency follow `ros2 param set` without a
+phase jump, and the trajectory's shape is read-only."""
+import math
+import threading
+
+import numpy as np
+import pytest
+
+rclpy = pytest.importorskip('rclpy')
+
+
+@pytest.fixture
+def reference(repo_dir, request):
+    from equimus_control.reference_node import ReferenceNode
+    from rclpy.executors import SingleThreadedExecutor
+
+    rclpy.init(args=['--ros-args', '--params-file', str(repo_dir / 'config' / 'control.yaml'),
+                     *request.param])
+    node = ReferenceNode()
+    client = rclpy.create_node('reference_param_client')
+    executor = SingleThreadedExecutor()
+    executor.add_node(node)
+    threading.Thread(target=executor.spin, daemon=True).start()
+    yield node, client
+    executor.shutdown()
+    client.destroy_node()
+    node.destroy_node()
+    rclpy.try_shutdown()
+
+
+@pytest.mark.parametrize('reference', [['-p', 'reference:trajectory:=sine']], indirect=True)
+def test_sine_amplitude_and_frequency_apply_at_run_time_with_a_continuous_phase(reference):
+    from paramclient import set_parameters
+
+    node, client = reference
+    assert node.traj.frequency == 0.25 and tuple(node.traj.amplitude) == (0.1, 0.15)
+    t = 3.7
+    before = node.traj(t)[0]
+    node.t0 = node.get_clock().now() - rclpy.duration.Duration(seconds=t)
+    (ok,) = set_parameters(client, 'reference', sine_frequency=0.5)
+    assert ok.successful, ok.reason
+    assert node.traj.frequency == 0.5
+    # the phase is continuous: the new sine has the old one's angle at the switch time t_a,
+    # which lies between the request and its answer
+    t_answer = node._elapsed()
+    w_old, w_new = 2 * math.pi * 0.25, 2 * math.pi * 0.5
+    phase = np.asarray(node.traj.phase)
+    t_a = phase[0] / (w_old - w_new)
+    assert t - 0.01 <= t_a <= t_answer + 0.01, (t, t_a, t_answer)
+    assert phase[1] - phase[0] == pytest.approx(math.pi / 2)
+    assert np.allclose(node.traj(t_a)[0], [1.5 + 0.1 * math.sin(w_old * t_a),
+                                           0.6 + 0.15 * math.cos(w_old * t_a)])
+    assert np.all(np.abs(node.traj(t_answer)[0] - before) < 0.15)
+    (ok,) = set_parameters(client, 'reference', sine_amplitude=[0.2, 0.05])
+    assert ok.successful and tuple(node.traj.amplitude) == (0.2, 0.05)
+    (big,) = set_parameters(client, 'reference', sine_amplitude=[2.0, 0.05])
+    assert not big.successful and 'sine_amplitude' in big.reason
+    (ro,) = set_parameters(client, 'reference', sine_center=[1.0, 1.0])
+    assert not ro.successful and 'read-only' in ro.reason
+    assert tuple(node.traj.amplitude) == (0.2, 0.05)
+
+
+@pytest.mark.parametrize('reference', [['-p', 'reference:leg_parameter_set:=table_v_static']],
+                         indirect=True)
+def test_the_triangle_follows_the_leg_parameter_set(reference):
+    from equimus_control.reference_node import ReferenceParams
+
+    node, _ = reference
+    as_is = ReferenceParams().trajectory_fn().poses
+    assert node.params.config.leg_parameter_set == 'table_v_static'
+    assert np.abs(np.asarray(node.traj.poses) - as_is).max() > 0.02
+
+
+def test_an_unknown_parameter_set_or_trajectory_stops_the_node_with_the_reason():
+    import subprocess
+    import sys
+    for arg, text in (('leg_parameter_set:=nope', "no parameter set 'nope'"),
+                      ('trajectory:=zigzag', "trajectory='zigzag': use triangle, step")):
+        proc = subprocess.run([sys.executable, '-m', 'equimus_control.reference_node',
+                               '--ros-args', '-p', arg], capture_output=True, text=True,
+                              timeout=60)
+        assert proc.returncode == 2, proc.stderr
+        assert text in proc.stderr and 'Traceback' not in proc.stderr

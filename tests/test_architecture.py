@@ -1,0 +1,105 @@
+"""The packages' import rule (docs/architecture.md) holds for every file under src/.
+
+The table in docs/architecture.md is the one source of the rule: this test reads its `may import`
+column, parses every Python file of every package (imports inside functions included) and fails on
+an import of an equimus package that the table does not allow, or on a package missing from it.
+"""
+from __future__ import annotations
+
+import ast
+import pathlib
+import re
+from typing import Dict, Set, Tuple
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+DOC = REPO / 'docs' / 'architecture.md'
+SRC = REPO / 'src'
+
+#: Imports the rule forbids that are known and being removed, as (file relative to src/, imported
+#: package). The lead empties this set once the branches of issue 12 are merged; any import
+#: not listed here that the table forbids fails the test.
+KNOWN_VIOLATIONS: Set[Tuple[str, str]] = {
+    # equimus_control's controller node still builds the LegModel of equimus_sim (helper A moves it)
+    ('equimus_control/equimus_control/controller_node.py', 'equimus_sim'),
+}
+
+
+def allowed_imports() -> Dict[str, Set[str]]:
+    """{package: packages it may import} from the table in docs/architecture.md."""
+    text = DOC.read_text()
+    header = re.search(r'^\| package \| one job \| may import \|$', text, re.M)
+    assert header, f'{DOC}: the package table (| package | one job | may import |) is missing'
+    table: Dict[str, Set[str]] = {}
+    for line in text[header.end():].splitlines()[2:]:
+        if not line.startswith('|'):
+            break
+        cells = [c.strip() for c in line.strip('|').split('|')]
+        package, may = cells[0], cells[-1]
+        table[package] = {p.strip() for p in may.split(',') if p.strip() not in ('', '—', '-')}
+    return table
+
+
+def packages() -> Dict[str, pathlib.Path]:
+    """Every ament package under src/ (a folder with a package.xml)."""
+    return {p.name: p for p in sorted(SRC.iterdir()) if (p / 'package.xml').exists()}
+
+
+def equimus_imports(path: pathlib.Path) -> Set[str]:
+    """Top-level equimus packages that one file imports (absolute imports, anywhere in it)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module]
+        else:
+            continue
+        found.update(n.split('.')[0] for n in names if n.startswith('equimus_'))
+    return found
+
+
+def violations() -> Set[Tuple[str, str]]:
+    table = allowed_imports()
+    out = set()
+    for name, root in packages().items():
+        for path in sorted(root.rglob('*.py')):
+            for imported in equimus_imports(path) - {name} - table.get(name, set()):
+                out.add((str(path.relative_to(SRC)), imported))
+    return out
+
+
+def test_every_package_is_in_the_table():
+    table = allowed_imports()
+    missing = sorted(set(packages()) - set(table))
+    assert not missing, f'packages missing from the table in {DOC.name}: {missing}'
+    unknown = sorted(p for may in table.values() for p in may if p not in packages())
+    assert not unknown, f'the table names packages that do not exist: {unknown}'
+
+
+def test_imports_follow_the_table():
+    found = violations()
+    new = sorted(found - KNOWN_VIOLATIONS)
+    assert not new, ('imports that docs/architecture.md forbids (file, imported package): '
+                     f'{new}')
+
+
+def test_known_violations_are_still_real():
+    """A fixed violation must leave KNOWN_VIOLATIONS, so the list never hides a new one."""
+    gone = sorted(KNOWN_VIOLATIONS - violations())
+    assert not gone, f'fixed: remove from KNOWN_VIOLATIONS: {gone}'
+
+
+def test_the_checker_sees_imports_inside_functions(tmp_path):
+    """The parser must not miss an import hidden in a function body or an `from x.y import`."""
+    f = tmp_path / 'm.py'
+    f.write_text('import os\n\ndef f():\n    from equimus_sim.simulator import Simulator\n'
+                 '    import equimus_hw.valve as v\n    from . import sibling\n')
+    assert equimus_imports(f) == {'equimus_sim', 'equimus_hw'}
+
+
+def test_the_table_forbids_upward_imports():
+    """The rule itself: the lower layers import no equimus package above them."""
+    table = allowed_imports()
+    assert table['equimus_ros'] == set() and table['equimus_description'] == set()
+    assert 'equimus_sim' not in table['equimus_control'] | table['equimus_hw']
+    assert 'equimus_soak' not in table['equimus_bringup']
