@@ -58,6 +58,7 @@ def test_commands_respect_bounds_and_rate_limit(plan_model, sim_params, leg):
     rng = np.random.default_rng(0)
     u_prev = ps.u_last.copy()
     sat_seen = False
+    ref = np.array([1.5, 0.6])
     try:
         for k in range(150):
             q = rng.uniform([1.1, 0.2], [1.9, 1.1])

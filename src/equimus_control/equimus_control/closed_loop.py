@@ -53,7 +53,8 @@ def run(sim: Any, mocap: Any, controller: Controller, reference: ReferenceFn, du
     est = JointStateEstimator(est_cfg or EstimatorConfig())
     step = ControlStep(controller, safety)
     n = int(round(duration / PERIOD))
-    T, Q, R, E, U, C, S, CPU, V = [], [], [], [], [], [], [], [], []
+    series: List[List[Any]] = [[] for _ in range(9)]
+    T, Q, R, E, U, C, S, CPU, V = series
     u = sim.pressures
     for k in range(n):
         sim.set_command(u)
@@ -69,6 +70,7 @@ def run(sim: Any, mocap: Any, controller: Controller, reference: ReferenceFn, du
         CPU.append(time.thread_time() - c0)
         u = cmd.pressures
         q, _ = sim.joint_state()
-        T.append(t), Q.append(q), R.append(q_ref), E.append(e.position), U.append(u)
-        S.append(cmd.saturated), V.append(cmd.vented)
-    return RunResult(*(np.array(v) for v in (T, Q, R, E, U, C, S, CPU, V)))
+        for store, value in ((T, t), (Q, q), (R, q_ref), (E, e.position), (U, u),
+                             (S, cmd.saturated), (V, cmd.vented)):
+            store.append(value)
+    return RunResult(*(np.array(v) for v in series))

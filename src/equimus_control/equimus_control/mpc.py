@@ -21,7 +21,6 @@ measured; it is predicted from the commands sent (open-loop observer with the kn
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any, Dict, Optional, Tuple
 
@@ -40,7 +39,9 @@ from .plant import PlantModel
 NX, NU = 6, 2
 
 
-def linearise(leg_model: PlantModel, q0, p0, period: float, eps_q: float = 1e-4, eps_p: float = 0.05):
+def linearise(leg_model: PlantModel, q0: np.ndarray, p0: np.ndarray, period: float,
+              eps_q: float = 1e-4,
+              eps_p: float = 0.05) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(A (4×4), B (4×2), c (4,)) with (θ, θ̇)⁺ ≈ x0 + A(x − x0) + B(p − p0) + c over one period.
 
     x0 = (q0, 0). c is the drift f(x0, p0) − x0: zero at a true equilibrium, non-zero when p0 had
@@ -164,12 +165,12 @@ class LinearMPC:
 
     def _build_constraints(self):
         N = self.N
-        I = sp.eye(2 * N, format='csc')
+        eye = sp.eye(2 * N, format='csc')
         D = sp.eye(2 * N, format='lil')
         for k in range(1, N):
             D[2 * k, 2 * (k - 1)] = -1
             D[2 * k + 1, 2 * (k - 1) + 1] = -1
-        self.C = sp.vstack([I, D.tocsc()], format='csc')
+        self.C = sp.vstack([eye, D.tocsc()], format='csc')
         self.D = D.toarray()
 
     def _prediction(self, A4, B4, c4):

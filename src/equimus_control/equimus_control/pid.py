@@ -81,7 +81,9 @@ def box_lsq(A: np.ndarray, b: np.ndarray, lo: np.ndarray, hi: np.ndarray):
 
 
 def pressures_for_torque(q, tau_extra, p_ff, params: StaticParams, p_max=HARD_MAX_KPA):
-    """Pressures in [0, p_max] whose torque best matches A P_ff + τ_extra. → (P, saturated, τ_err)."""
+    """Pressures in [0, p_max] whose torque best matches A P_ff + τ_extra.
+
+    Returns (P, saturated, τ_err)."""
     A = pressure_torque_matrix(q, params)
     p_ff = np.asarray(p_ff, float)
     target = A @ p_ff + np.asarray(tau_extra, float)

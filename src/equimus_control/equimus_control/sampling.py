@@ -73,7 +73,8 @@ class PredictiveSampling:
         self.cfg, self.params, self.lm = cfg, params, leg_model
         m = leg_model.model
         if abs(m.opt.timestep - cfg.period) > 1e-12:
-            raise ValueError(f'the planning model must step at the control period ({cfg.period:g} s), '
+            raise ValueError(f'the planning model must step at the control period '
+                             f'({cfg.period:g} s), '
                              f'not {m.opt.timestep:g} s: build it with leg.with_timestep(period)')
         self.model = m
         self.steps = max(2, int(round(cfg.horizon / cfg.period)))

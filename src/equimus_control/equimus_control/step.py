@@ -9,13 +9,15 @@ as arguments only: `now` (steady-clock s) drives the stale-state guard, the esti
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Optional, Sequence, Union
 
 import numpy as np
 
 from .controller import MAX_PREVIEW_S, ControlOutput, Controller, Estimate, Reference
 from .reference import reference_at
 from .supervisor import VENT, SafetyConfig, Supervisor
+
+Vector = Union[Sequence[float], np.ndarray]
 
 #: s, the nominal control period: the first cycle's time step (there is no previous stamp).
 PERIOD = 1.0 / 120.0
@@ -63,7 +65,7 @@ class ControlStep:
         """New guard range, stale timeout or p_max, from the next cycle on."""
         self.supervisor.cfg = safety
 
-    def set_reference(self, q: Sequence[float], qd: Sequence[float], stamp: float) -> bool:
+    def set_reference(self, q: Vector, qd: Vector, stamp: float) -> bool:
         """The latest reference sample (rad, rad/s at `stamp` s). A non-finite pose is ignored
         (False); a non-finite velocity counts as 0."""
         q_arr = np.asarray(q, float)[:2]
@@ -74,7 +76,7 @@ class ControlStep:
         self.ref_stamp = stamp
         return True
 
-    def step(self, q: Sequence[float], qd: Sequence[float], stamp: float, now: float) -> Command:
+    def step(self, q: Vector, qd: Vector, stamp: float, now: float) -> Command:
         """The command for the estimate (q, qd) taken at `stamp`; `now` is the steady clock."""
         q_arr = np.asarray(q, float)[:2] if len(q) >= 2 else np.full(2, np.nan)
         qd_arr = np.asarray(qd, float)[:2] if len(qd) >= 2 else np.zeros(2)
