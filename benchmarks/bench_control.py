@@ -1,5 +1,6 @@
-"""Control benchmark: closed loop with the MuJoCo leg (valve lag τ = 0.2171 s, mocap noise
-0.3 mm / 2 mrad), plain Python at 120 Hz. Tracking RMSE per joint for open-loop static
+"""Control benchmark: closed loop with the MuJoCo leg (valve lag τ of the leg description, mocap
+noise 0.3 mm / 2 mrad), plain Python at 120 Hz, through the same ControlStep the controller node
+runs (guards, reference preview, clipping). Tracking RMSE per joint for open-loop static
 feedforward, PID, linear MPC and predictive sampling side by side on the paper's triangle and
 on a step set, and each controller's compute time per cycle (p50/p99).
 
@@ -35,6 +36,7 @@ def run(quick: bool = True) -> dict:
     lm = LegModel(leg.with_timestep(1 / 1200))
     lm_plan = LegModel(leg.with_timestep(1 / 120))     # predictive sampling steps at the period
     cfg = MPCConfig(valve_tau=leg.valve_time_constant, grid_lo=(1.1, 0.2), grid_hi=(1.8, 1.1))
+    ps_cfg = SamplingConfig(valve_tau=leg.valve_time_constant)
     t0 = time.perf_counter()
     grid = LinearisationGrid(lm, params, cfg)
     out = {'mpc_grid_nodes': len(grid.nodes), 'mpc_grid_build_s': time.perf_counter() - t0}
@@ -57,7 +59,7 @@ def run(quick: bool = True) -> dict:
                 c = LinearMPC(lm, params, cfg, grid)
                 c.reset(p_valve=p0)
             else:
-                c = PredictiveSampling(lm_plan, params, SamplingConfig(valve_tau=leg.valve_time_constant))
+                c = PredictiveSampling(lm_plan, params, ps_cfg)
                 c.reset(p_valve=p0)
             r = run_loop(sim, mocap, c, ref, duration)
             e = r.rmse(skip=0.5)

@@ -22,5 +22,6 @@ setup(
             'sim_node = equimus_sim.sim_node:main',
             'equivalence = equimus_sim.equivalence:main',
         ],
+        'equimus.plant_models': ['mujoco = equimus_sim.leg_model:LegModel'],
     },
 )

@@ -135,6 +135,7 @@ def test_filter_equals_the_matrix_kalman_equations_on_irregular_steps():
         e = est.update(t, poses_at(q[0], q[1]))
         z = est.measure(poses_at(q[0], q[1]))
         if x is None:
+            t_prev = t
             x = [np.array([z[j], 0.0]) for j in range(2)]
             P = [np.diag([cfg.sigma_meas ** 2, 100.0]) for _ in range(2)]
         else:

@@ -2,7 +2,8 @@
 import numpy as np
 from hypothesis import given, settings, strategies as st
 
-from equimus_control.pid import (PIDController, box_lsq, impedance_transfer,
+from equimus_control.controller import Estimate, Reference
+from equimus_control.pid import (PIDController, PIDGains, box_lsq, impedance_transfer,
                                  pressure_torque_matrix, pressures_for_torque)
 from equimus_description.statics import StaticParams, holding_pressures
 from equimus_description.kinematics import actuator_lengths, actuation_jacobian
@@ -13,6 +14,12 @@ knee = st.floats(0.1, 1.9)
 big = st.floats(-1e3, 1e3, allow_nan=False)
 
 
+def pid_step(pid, q, qd, q_ref, p_max=50.0):
+    """One PID step through the Controller interface at 120 Hz, reference at rest."""
+    return pid.step(Estimate(np.asarray(q, float), np.asarray(qd, float), 0.0),
+                    Reference(np.asarray(q_ref, float), np.zeros(2)), 1 / 120, p_max)
+
+
 @settings(max_examples=300, deadline=None)
 @given(angle, knee, angle, knee, big, big, st.floats(0, 50), st.floats(0, 50),
        st.sampled_from([1.0, -1.0]))
@@ -21,7 +28,7 @@ def test_pid_pressures_always_in_range(q1, q2, r1, r2, v1, v2, p1, p2, sign):
     params = replace(P_SIM, pressure_sign=sign)
     pid = PIDController(params)
     for _ in range(3):
-        out = pid.step([q1, q2], [v1, v2], [r1, r2], [0, 0], 1 / 120)
+        out = pid_step(pid, [q1, q2], [v1, v2], [r1, r2])
         assert np.all(out.pressures >= 0) and np.all(out.pressures <= 50)
         assert np.all(np.isfinite(out.pressures))
     P, sat, err = pressures_for_torque([q1, q2], [v1 / 100, v2 / 100], [p1, p2], params)
@@ -57,7 +64,7 @@ def test_feasible_torque_is_delivered_exactly_and_saturation_reported():
 def test_anti_windup_keeps_integral_bounded_when_saturated():
     pid = PIDController(P_SIM)
     for _ in range(2000):                            # unreachable target, 16 s
-        out = pid.step([1.2, 1.2], [0, 0], [2.5, 0.0], [0, 0], 1 / 120)
+        out = pid_step(pid, [1.2, 1.2], [0, 0], [2.5, 0.0])
     assert out.saturated.any()
     # conditional integration: no wind-up at all while the valves cannot deliver
     assert np.all(np.abs(pid.integral) < 0.05 * np.array(pid.g.i_max)), pid.integral
@@ -66,20 +73,19 @@ def test_anti_windup_keeps_integral_bounded_when_saturated():
 def test_back_calculation_bleeds_a_wound_integral():
     runs = {}
     for k_aw in (0.0, 5.0):
-        pid = PIDController(P_SIM)
-        pid.g.k_aw = k_aw
+        pid = PIDController(P_SIM, PIDGains(k_aw=k_aw))
         pid.integral = -np.array(pid.g.i_max)         # wound up the other way
         for _ in range(240):
-            pid.step([1.2, 1.2], [0, 0], [2.5, 0.0], [0, 0], 1 / 120)
+            pid_step(pid, [1.2, 1.2], [0, 0], [2.5, 0.0])
         runs[k_aw] = np.abs(pid.integral).sum()
     assert runs[5.0] < runs[0.0] - 0.2, runs      # the joint that falls short bleeds to 0
 
 
 def test_derivative_on_measurement_no_kick_on_reference_step():
     pid = PIDController(P_SIM)
-    a = pid.step([1.2, 1.2], [0, 0], [1.2, 1.2], [0, 0], 1 / 120)
+    a = pid_step(pid, [1.2, 1.2], [0, 0], [1.2, 1.2])
     pid.reset()
-    b = pid.step([1.2, 1.2], [0, 0], [1.25, 1.2], [0, 0], 1 / 120)
+    b = pid_step(pid, [1.2, 1.2], [0, 0], [1.25, 1.2])
     assert np.all(np.abs(b.pressures - a.pressures) < 20)
 
 
@@ -113,3 +119,18 @@ def test_impedance_transfer_matches_finite_differences():
         Ji = np.linalg.inv(J)
         naive = P_SIM.pressure_sign * Ji.T @ np.diag(kp) @ Ji
         assert np.linalg.norm(naive - KP_fd) > 1e-2 * np.linalg.norm(KP_fd)
+
+
+def test_pid_output_respects_a_lowered_p_max():
+    pid = PIDController(P_SIM)
+    out = pid_step(pid, [1.2, 1.2], [0, 0], [2.5, 0.0], p_max=10.0)
+    assert np.all(out.pressures <= 10.0) and out.saturated.any()
+
+
+def test_gains_are_validated():
+    import pytest
+    from equimus_description.config import ConfigError
+    with pytest.raises(ConfigError, match='kp'):
+        PIDGains(kp=(float('nan'), 1.0))
+    with pytest.raises(ConfigError, match='ki'):
+        PIDGains(ki=(1.0,))

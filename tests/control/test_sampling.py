@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from equimus_control.closed_loop import run
+from equimus_control.controller import Estimate, Reference
 from equimus_control.pid import PIDController
 from equimus_control.reference import Waypoints
 from equimus_control.sampling import PredictiveSampling, SamplingConfig
@@ -57,12 +58,14 @@ def test_commands_respect_bounds_and_rate_limit(plan_model, sim_params, leg):
     rng = np.random.default_rng(0)
     u_prev = ps.u_last.copy()
     sat_seen = False
+    ref = np.array([1.5, 0.6])
     try:
         for k in range(150):
             q = rng.uniform([1.1, 0.2], [1.9, 1.1])
             qd = rng.normal(0, 1.0, 2)
             ref = rng.uniform([1.1, 0.2], [1.9, 1.1]) if k % 20 == 0 else ref
-            u, sat, info = ps.step(q, qd, ref)
+            out = ps.step(Estimate(q, qd, 0.0), Reference(ref, np.zeros(2)), PERIOD, 50.0)
+            u, sat, info = out.pressures, out.saturated, out.info
             assert np.all(u >= 0) and np.all(u <= 50), u
             assert np.all(np.abs(u - u_prev) <= cfg.du_max + 1e-9)
             assert math.isfinite(info['cost'])

@@ -12,8 +12,11 @@ dominate the latency of the multi-process graph (docs/benchmarks.md, soak sectio
 
 Threads: the receive thread runs the chain; one executor thread runs the nodes' timers
 (valve keep-alive, slew and watchdog, the controller's stale-state guard, diagnostics), the
-reference subscription and the driver's services. One lock serialises the two, so the control
-state is only ever touched by one of them at a time.
+reference subscription, parameter changes and the driver's services. Each node guards its own
+state: the controller's ControlStep and the valve driver's safety filter and link each sit behind
+their node's lock, so nothing here wraps another node's callbacks or reads its private fields.
+The controller in this process is the same `ControllerNode` (and so the same
+`equimus_control.step.ControlStep`) as in the split graph.
 
 The valve driver does not read /valve/command in this mode: the in-process controller is its
 only command source.
@@ -21,57 +24,44 @@ only command source.
 from __future__ import annotations
 
 import collections
-import functools
 import sys
-import threading
-import time
-from typing import Callable, List
+from typing import Any, Callable, Deque, List, Optional
 
 import numpy as np
-from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rclpy.clock import Clock, ClockType
 from rclpy.node import Node
+from std_msgs.msg import Float64MultiArray
 
 from equimus_control.controller_node import ControllerNode
 from equimus_control.estimator_node import EstimatorNode
+from equimus_description.interface import DIAGNOSTICS
 from equimus_hw.natnet.bridge_node import NatNetBridge
 from equimus_hw.valve.driver_node import ValveDriver, vent_on_exit
+from equimus_ros.diagnostics import Diagnostics, Level
 from equimus_ros.main import run_node
-from equimus_ros.qos import DIAG_QOS
 
-
-def _locked(lock: threading.RLock, fn: Callable) -> Callable:
-    @functools.wraps(fn)
-    def call(*args, **kwargs):
-        with lock:
-            return fn(*args, **kwargs)
-    return call
-
-
-def serialise_callbacks(node: Node, lock: threading.RLock) -> None:
-    """Make every timer, subscription and service callback of `node` hold `lock`."""
-    for entity in (*node.timers, *node.subscriptions, *node.services):
-        entity.callback = _locked(lock, entity.callback)
+LATENCY_WINDOW = 1200      # frames (10 s at 120 Hz) behind the latency percentiles
 
 
 class LoopLatency(Node):
     """Node `control_loop`: per frame, NatNet datagram read -> its SET frame written to the serial
     port, measured in this process; p50/p99/max of the last 1200 frames (10 s) on /diagnostics."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__('control_loop')
-        self.bridge: NatNetBridge = None     # set once the bridge exists (it is built last)
-        self.samples = collections.deque(maxlen=1200)
+        self.bridge: Optional[NatNetBridge] = None   # set once the bridge exists (built last)
+        self.samples: Deque[float] = collections.deque(maxlen=LATENCY_WINDOW)
         self.frames = 0
-        self.pub = self.create_publisher(DiagnosticArray, '/diagnostics', DIAG_QOS)
+        self.diagnostics = Diagnostics(self, DIAGNOSTICS, 'control_loop: frame -> serial write',
+                                       hardware_id='fused')
         self.create_timer(1.0, self._diag, clock=Clock(clock_type=ClockType.STEADY_TIME))
 
-    def timed(self, driver: ValveDriver) -> Callable:
+    def timed(self, driver: ValveDriver) -> Callable[[Float64MultiArray], None]:
         """The driver's on_command, timing each frame from its datagram to the end of the serial
         write (not of the driver's publishing after it).
 
         Commands from the executor thread (the stale-state vent) are not frame answers."""
-        def call(msg):
+        def call(msg: Float64MultiArray) -> None:
             driver.on_command(msg)
             bridge = self.bridge
             if bridge is not None and bridge.is_receive_thread() and bridge.frame_arrival_ns:
@@ -82,23 +72,17 @@ class LoopLatency(Node):
         return call
 
     def _diag(self) -> None:
-        s = DiagnosticStatus(name='control_loop: frame -> serial write', hardware_id='fused')
         v = np.array(self.samples)
-        s.level = DiagnosticStatus.OK
-        s.message = (f'p99 {np.percentile(v, 99):.2f} ms over the last {v.size} frames' if v.size
-                     else 'no frame yet')
-        vals = {'frames': self.frames}
+        values: dict = {'frames': self.frames}
         for name, q in (('p50', 50), ('p99', 99), ('max', 100)):
-            vals[f'latency_{name}_ms'] = f'{np.percentile(v, q):.3f}' if v.size else 'nan'
-        s.values = [KeyValue(key=k, value=str(x)) for k, x in vals.items()]
-        arr = DiagnosticArray(status=[s])
-        arr.header.stamp = self.get_clock().now().to_msg()
-        self.pub.publish(arr)
+            values[f'latency_{name}_ms'] = f'{np.percentile(v, q):.3f}' if v.size else 'nan'
+        self.diagnostics.publish(
+            Level.OK, f'p99 {np.percentile(v, 99):.2f} ms over the last {v.size} frames'
+            if v.size else 'no frame yet', values)
 
 
 def control_loop() -> List[Node]:
     """The nodes, upstream first (the order they are stopped in), and the latency monitor."""
-    lock = threading.RLock()
     nodes: List[Node] = []
     try:
         driver = ValveDriver(subscribe=False)
@@ -110,10 +94,8 @@ def control_loop() -> List[Node]:
         nodes.append(controller)
         estimator = EstimatorNode(subscribe=False, downstream=controller.on_state)
         nodes.append(estimator)
-        for node in nodes:
-            serialise_callbacks(node, lock)
         # Last: the bridge starts receiving (and driving the chain) in its constructor.
-        bridge = NatNetBridge(downstream=_locked(lock, estimator.on_pose))
+        bridge = NatNetBridge(downstream=estimator.on_pose)
         monitor.bridge = bridge
         nodes.append(bridge)
     except BaseException:
@@ -125,7 +107,7 @@ def control_loop() -> List[Node]:
     return nodes[::-1]
 
 
-def _close(nodes: List[Node]) -> None:
+def _close(nodes: Any) -> None:
     """No frame may reach the valves once the driver has vented: stop the receiver first."""
     for node in nodes:
         if isinstance(node, NatNetBridge):
@@ -135,7 +117,7 @@ def _close(nodes: List[Node]) -> None:
             vent_on_exit(node)
 
 
-def main(args=None) -> int:
+def main(args: Any = None) -> int:
     return run_node(control_loop, args, close=_close,
                     config_hint='Fix config/natnet.yaml, valve.yaml, control.yaml or the '
                                 '--ros-args overrides.')

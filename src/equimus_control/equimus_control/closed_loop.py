@@ -1,16 +1,21 @@
-"""Closed loop in plain Python: MuJoCo leg (equimus_sim simulator, valve lag) + virtual mocap
-+ estimator + controller at 120 Hz, stepping in lockstep like the ROS graph does. Used by the
-tests and benchmarks/bench_control.py."""
+"""Closed loop in plain Python: a simulated leg (valve lag) + virtual mocap + estimator + the one
+`step.ControlStep` at 120 Hz, stepping in lockstep like the ROS graph does. Used by the tests
+and benchmarks/bench_control.py; the simulator and mocap are passed in (duck-typed), so this
+module imports no simulator."""
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .estimation import EstimatorConfig, JointStateEstimator, Status
+from .controller import Controller
+from .estimation import EstimatorConfig, JointStateEstimator
+from .step import PERIOD, ControlStep
+from .supervisor import SafetyConfig
 
-PERIOD = 1.0 / 120.0
+ReferenceFn = Callable[[float], Tuple[np.ndarray, np.ndarray]]
 
 
 @dataclass
@@ -22,14 +27,15 @@ class RunResult:
     u: np.ndarray
     compute: np.ndarray    # s per control cycle, wall clock (includes preemption by other load)
     saturated: np.ndarray
-    compute_cpu: np.ndarray = None   # s per control cycle, this thread's CPU time
+    compute_cpu: np.ndarray   # s per control cycle, this thread's CPU time
+    vented: np.ndarray
 
-    def rmse(self, skip: float = 0.0):
+    def rmse(self, skip: float = 0.0) -> np.ndarray:
         m = self.t >= skip
         return np.sqrt(np.mean((self.q[m] - self.q_ref[m]) ** 2, axis=0))
 
 
-def frame_poses(frame):
+def frame_poses(frame: Any) -> List[Tuple[Sequence[float], Tuple[float, float, float, float]]]:
     """[(position, quaternion xyzw)] × (base, thigh, calf) from a VirtualMocap frame (wxyz)."""
     out = []
     for name in ('base', 'thigh', 'calf'):
@@ -39,32 +45,32 @@ def frame_poses(frame):
     return out
 
 
-def run(sim, mocap, controller, reference, duration: float, est_cfg=None) -> RunResult:
+def run(sim: Any, mocap: Any, controller: Controller, reference: ReferenceFn, duration: float,
+        est_cfg: Optional[EstimatorConfig] = None,
+        safety: Optional[SafetyConfig] = None) -> RunResult:
+    """`duration` s of closed loop; the reference is sampled at each frame's time, the guard's
+    clock is the simulation time."""
     est = JointStateEstimator(est_cfg or EstimatorConfig())
+    step = ControlStep(controller, safety)
     n = int(round(duration / PERIOD))
-    T, Q, R, E, U, C, S, CPU = [], [], [], [], [], [], [], []
+    series: List[List[Any]] = [[] for _ in range(9)]
+    T, Q, R, E, U, C, S, CPU, V = series
     u = sim.pressures
     for k in range(n):
         sim.set_command(u)
         sim.advance(PERIOD)
         t = (k + 1) * PERIOD
         frame = mocap.capture(t, sim.body_poses())
-        if frame is None:
-            e = est.update_gap(t)
-        else:
-            e = est.update(t, frame_poses(frame))
+        e = est.update_gap(t) if frame is None else est.update(t, frame_poses(frame))
         q_ref, qd_ref = reference(t)
+        step.set_reference(q_ref, qd_ref, t)
         t0, c0 = time.perf_counter(), time.thread_time()
-        if e.status == Status.INVALID:
-            u, sat = np.zeros(2), np.zeros(2, bool)
-        else:
-            out = controller.step(e.position, e.velocity, q_ref, qd_ref, PERIOD)
-            if isinstance(out, tuple):
-                u, sat = out[0], out[1]
-            else:
-                u, sat = out.pressures, out.saturated
+        cmd = step.step(e.position, e.velocity, t, t)
         C.append(time.perf_counter() - t0)
         CPU.append(time.thread_time() - c0)
+        u = cmd.pressures
         q, _ = sim.joint_state()
-        T.append(t), Q.append(q), R.append(q_ref), E.append(e.position), U.append(u), S.append(sat)
-    return RunResult(*(np.array(v) for v in (T, Q, R, E, U, C, S, CPU)))
+        for store, value in ((T, t), (Q, q), (R, q_ref), (E, e.position), (U, u),
+                             (S, cmd.saturated), (V, cmd.vented)):
+            store.append(value)
+    return RunResult(*(np.array(v) for v in series))

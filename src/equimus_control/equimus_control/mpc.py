@@ -21,21 +21,27 @@ measured; it is predicted from the commands sent (open-loop observer with the kn
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Dict, Optional, Tuple
 
 import mujoco
 import numpy as np
 import osqp
 import scipy.sparse as sp
 
+from equimus_description.config import check_pair, param, validate_fields
 from equimus_description.statics import StaticParams, holding_pressures
+from equimus_description.valve import HARD_MAX_KPA, VALVE_TAU_S, lag_coefficient
+
+from .controller import ControlOutput, Estimate, Reference
+from .plant import PlantModel
 
 NX, NU = 6, 2
 
 
-def linearise(leg_model, q0, p0, period: float, eps_q: float = 1e-4, eps_p: float = 0.05):
+def linearise(leg_model: PlantModel, q0: np.ndarray, p0: np.ndarray, period: float,
+              eps_q: float = 1e-4,
+              eps_p: float = 0.05) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(A (4×4), B (4×2), c (4,)) with (θ, θ̇)⁺ ≈ x0 + A(x − x0) + B(p − p0) + c over one period.
 
     x0 = (q0, 0). c is the drift f(x0, p0) − x0: zero at a true equilibrium, non-zero when p0 had
@@ -72,37 +78,41 @@ def linearise(leg_model, q0, p0, period: float, eps_q: float = 1e-4, eps_p: floa
     return A, B, c
 
 
-@dataclass
+@dataclass(frozen=True)
 class MPCConfig:
-    period: float = 1.0 / 120.0
-    horizon: int = 15             # prediction steps (each `block` periods)
-    block: int = 3                # periods per step (move blocking)
-    q_theta: tuple = (4000.0, 4000.0)
-    q_vel: float = 0.5
-    r_u: float = 1e-4             # per kPa², towards the static pressures of the target
-    r_du: float = 1e-4            # per kPa² of change between steps
-    du_max: float = 25.0          # kPa per period (rate limit)
-    p_max: float = 50.0
-    valve_tau: float = 0.2171
-    grid_step: float = 0.1        # rad, operating-point grid spacing
-    grid_lo: tuple = (1.0, 0.05)
-    grid_hi: tuple = (2.0, 1.25)
-    max_iter: int = 200
+    """Linear MPC settings. All are fixed at start-up: the grid and the condensed QP matrices
+    are built from them once."""
 
-    @classmethod
-    def from_mapping(cls, d: dict) -> 'MPCConfig':
-        kw = {}
-        for k, v in d.items():
-            if k in cls.__dataclass_fields__:
-                kw[k] = tuple(float(x) for x in v) if isinstance(v, (list, tuple)) else \
-                    (int(v) if k in ('horizon', 'block', 'max_iter') else float(v))
-        return cls(**kw)
+    horizon: int = param(15, 'MPC prediction steps (each `block` periods)', range=(1, 200))
+    block: int = param(3, 'control periods per MPC step (move blocking)', range=(1, 50))
+    q_theta: Tuple[float, float] = param((4000.0, 4000.0), '1/rad², weight of the angle error '
+                                         '[hip, knee]', range=(0.0, 1e9))
+    q_vel: float = param(0.5, 's²/rad², weight of the joint velocities', range=(0.0, 1e9))
+    r_u: float = param(1e-4, '1/kPa², weight of the pressures (towards the static pressures of '
+                       'the target)', range=(0.0, 1e9))
+    r_du: float = param(1e-4, '1/kPa², weight of the pressure change between steps',
+                        range=(0.0, 1e9))
+    du_max: float = param(25.0, 'kPa per control period, rate limit of the command',
+                          range=(0.01, HARD_MAX_KPA))
+    grid_step: float = param(0.1, 'rad, spacing of the linearisation grid', range=(0.01, 1.0))
+    grid_lo: Tuple[float, float] = param((1.0, 0.05), 'rad, linearisation grid lower corner',
+                                         range=(-3.2, 3.2))
+    grid_hi: Tuple[float, float] = param((2.0, 1.25), 'rad, linearisation grid upper corner',
+                                         range=(-3.2, 3.2))
+    max_iter: int = param(200, 'OSQP iterations per control cycle', range=(1, 100000))
+    period: float = 1.0 / 120.0           # s, control period (the discretisation)
+    valve_tau: float = VALVE_TAU_S        # s; the node takes it from the leg description
+
+    def __post_init__(self) -> None:
+        validate_fields(self)
+        for name in ('q_theta', 'grid_lo', 'grid_hi'):
+            check_pair(name, getattr(self, name))
 
 
 class LinearisationGrid:
     """Precomputed (θ0, p0, A, B) over a grid of equilibria; nearest-node look-up."""
 
-    def __init__(self, leg_model, params: StaticParams, cfg: MPCConfig):
+    def __init__(self, leg_model: PlantModel, params: StaticParams, cfg: MPCConfig) -> None:
         self.cfg = cfg
         ax = [np.arange(lo, hi + 1e-9, cfg.grid_step) for lo, hi in zip(cfg.grid_lo, cfg.grid_hi)]
         self.axes = ax
@@ -111,7 +121,7 @@ class LinearisationGrid:
             for j, t2 in enumerate(ax[1]):
                 q0 = np.array([t1, t2])
                 # the valve clamps negative pressures: linearise inside the range, keep the drift
-                p0 = np.clip(holding_pressures(q0, params), 0.1, cfg.p_max - 0.1)
+                p0 = np.clip(holding_pressures(q0, params), 0.1, HARD_MAX_KPA - 0.1)
                 A, B, c = linearise(leg_model, q0, p0, cfg.period)
                 self.nodes[(i, j)] = (q0, p0, A, B, c)
 
@@ -122,14 +132,22 @@ class LinearisationGrid:
 
 
 class LinearMPC:
-    """Receding-horizon pressure commands from (θ, θ̇) and the reference pose."""
+    """Receding-horizon pressure commands from (θ, θ̇) and the reference pose.
 
-    def __init__(self, leg_model, params: StaticParams, cfg: MPCConfig = MPCConfig(),
-                 grid: Optional[LinearisationGrid] = None):
+    A QP the solver cannot solve (infeasible after p_max was lowered below the last command
+    minus the rate limit, or numerically failed) gives the static pressures of the target moved
+    towards it within the rate limit, clipped to [0, p_max]; `info['qp_failed']` reports it and
+    `failures` counts it."""
+
+    def __init__(self, leg_model: PlantModel, params: StaticParams,
+                 cfg: Optional[MPCConfig] = None,
+                 grid: Optional[LinearisationGrid] = None) -> None:
+        cfg = cfg if cfg is not None else MPCConfig()
         self.cfg, self.params = cfg, params
         self.grid = grid if grid is not None else LinearisationGrid(leg_model, params, cfg)
         self.N = cfg.horizon
-        self.a_valve = math.exp(-cfg.period / cfg.valve_tau)
+        self.a_valve = lag_coefficient(cfg.period, cfg.valve_tau)
+        self.failures = 0
         self.node_key = None
         self._build_constraints()
         self.Qd = np.tile(np.array([*cfg.q_theta, cfg.q_vel, cfg.q_vel, 0.0, 0.0]), self.N)
@@ -137,7 +155,7 @@ class LinearMPC:
         self._cache = {k: self._condensed(n) for k, n in self.grid.nodes.items()}
         self.reset()
 
-    def reset(self, p_valve=None):
+    def reset(self, p_valve: Optional[np.ndarray] = None) -> None:
         self.p_valve = np.zeros(2) if p_valve is None else np.asarray(p_valve, float)
         self.u_last = self.p_valve.copy()
         self._solver = None
@@ -147,12 +165,12 @@ class LinearMPC:
 
     def _build_constraints(self):
         N = self.N
-        I = sp.eye(2 * N, format='csc')
+        eye = sp.eye(2 * N, format='csc')
         D = sp.eye(2 * N, format='lil')
         for k in range(1, N):
             D[2 * k, 2 * (k - 1)] = -1
             D[2 * k + 1, 2 * (k - 1) + 1] = -1
-        self.C = sp.vstack([I, D.tocsc()], format='csc')
+        self.C = sp.vstack([eye, D.tocsc()], format='csc')
         self.D = D.toarray()
 
     def _prediction(self, A4, B4, c4):
@@ -218,10 +236,11 @@ class LinearMPC:
         else:
             self._solver.update(Px=H[self._tri])
 
-    def step(self, q, qd, q_ref, qd_ref=None, dt: float = None):
-        """One command (kPa) for the next period. Returns (u, saturated mask, info dict)."""
+    def step(self, state: Estimate, ref: Reference, dt: float, p_max: float) -> ControlOutput:
+        """One command (kPa) for the next period."""
         c = self.cfg
-        q, qd, q_ref = (np.asarray(v, float) for v in (q, qd, q_ref))
+        q, qd = np.asarray(state.q, float), np.asarray(state.qd, float)
+        q_ref = np.asarray(ref.q, float)
         key, node = self.grid.nearest(q)
         if self._solver is None or key != self.node_key:
             self._set_node(key, node)
@@ -229,7 +248,7 @@ class LinearMPC:
         # deviation coordinates about the node's equilibrium (x0, u0 = p0)
         x0 = np.array([*q0, 0.0, 0.0, *p0])
         x = np.concatenate([q, qd, self.p_valve]) - x0
-        u_star = np.clip(holding_pressures(q_ref, self.params), 0.0, c.p_max)
+        u_star = np.clip(holding_pressures(q_ref, self.params), 0.0, p_max)
         x_ref = np.concatenate([q_ref - q0, np.zeros(2), u_star - p0])
         xr = np.tile(x_ref, self.N)
         ur = np.tile(u_star - p0, self.N)
@@ -241,23 +260,28 @@ class LinearMPC:
         nb = 2 * self.N
         du = c.du_max * c.block
         lo_u = np.tile(-p0, self.N)
-        hi_u = np.tile(c.p_max - p0, self.N)
+        hi_u = np.tile(p_max - p0, self.N)
         lo_d = np.full(nb, -du)
         hi_d = np.full(nb, du)
         lo_d[:2] = self.u_last - p0 - c.du_max
         hi_d[:2] = self.u_last - p0 + c.du_max
         self._solver.update(q=lin, l=np.concatenate([lo_u, lo_d]), u=np.concatenate([hi_u, hi_d]))
         res = self._solver.solve(raise_error=False)
-        status = res.info.status
+        status = str(res.info.status)
         self.last_status, self.last_iters = status, res.info.iter
-        if res.x is None or not np.all(np.isfinite(res.x)):
-            u = np.clip(u_star, self.u_last - c.du_max, self.u_last + c.du_max)
+        failed = (res.x is None or not np.all(np.isfinite(res.x))
+                  or 'infeasible' in status or 'non_cvx' in status or 'non-convex' in status)
+        if failed:
+            self.failures += 1
+            u = u_star
         else:
             u = res.x[:2] + p0
-        # the solver tolerance may leave tiny violations: enforce the hard limits exactly
+        # the solver tolerance may leave tiny violations: enforce the hard limits exactly (the
+        # pressure bounds last: they win over the rate limit when both cannot hold)
         u = np.clip(u, self.u_last - c.du_max, self.u_last + c.du_max)
-        u = np.clip(u, 0.0, c.p_max)
-        sat = (u <= 1e-6) | (u >= c.p_max - 1e-6)
+        u = np.clip(u, 0.0, p_max)
+        sat = (u <= 1e-6) | (u >= p_max - 1e-6)
         self.u_last = u.copy()
         self.p_valve = self.a_valve * self.p_valve + (1 - self.a_valve) * u
-        return u, sat, {'status': status, 'iters': res.info.iter}
+        info: Dict[str, Any] = {'status': status, 'iters': res.info.iter, 'qp_failed': failed}
+        return ControlOutput(u, sat, info)

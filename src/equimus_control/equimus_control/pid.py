@@ -19,14 +19,16 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass
+from typing import Optional, Tuple
 
 import numpy as np
 
+from equimus_description.config import check_pair, param, validate_fields
 from equimus_description.kinematics import actuation_derivatives
-
 from equimus_description.statics import StaticParams, holding_pressures
+from equimus_description.valve import HARD_MAX_KPA
 
-P_MAX_KPA = 50.0
+from .controller import ControlOutput, Estimate, Reference
 
 
 def pressure_torque_matrix(q, params: StaticParams) -> np.ndarray:
@@ -78,8 +80,10 @@ def box_lsq(A: np.ndarray, b: np.ndarray, lo: np.ndarray, hi: np.ndarray):
     return np.array(best), np.array(sat)
 
 
-def pressures_for_torque(q, tau_extra, p_ff, params: StaticParams, p_max=P_MAX_KPA):
-    """Pressures in [0, p_max] whose torque best matches A P_ff + τ_extra. → (P, saturated, τ_err)."""
+def pressures_for_torque(q, tau_extra, p_ff, params: StaticParams, p_max=HARD_MAX_KPA):
+    """Pressures in [0, p_max] whose torque best matches A P_ff + τ_extra.
+
+    Returns (P, saturated, τ_err)."""
     A = pressure_torque_matrix(q, params)
     p_ff = np.asarray(p_ff, float)
     target = A @ p_ff + np.asarray(tau_extra, float)
@@ -89,66 +93,67 @@ def pressures_for_torque(q, tau_extra, p_ff, params: StaticParams, p_max=P_MAX_K
     return P, sat, A @ P - target
 
 
-@dataclass
+@dataclass(frozen=True)
 class PIDGains:
-    kp: tuple = (3.0, 1.5)        # N·m/rad
-    ki: tuple = (4.0, 2.0)        # N·m/(rad·s)
-    kd: tuple = (0.15, 0.06)      # N·m·s/rad, on the measured velocity
-    i_max: tuple = (0.5, 0.3)     # N·m, clamp of the integral torque
-    k_aw: float = 5.0             # 1/s, back-calculation rate
+    """PID gains in joint-torque units; all of them may change while the controller runs."""
 
-    @classmethod
-    def from_mapping(cls, d: dict) -> 'PIDGains':
-        kw = {}
-        for k in ('kp', 'ki', 'kd', 'i_max'):
-            if k in d:
-                kw[k] = tuple(float(v) for v in d[k])
-        if 'k_aw' in d:
-            kw['k_aw'] = float(d['k_aw'])
-        return cls(**kw)
+    kp: Tuple[float, float] = param((3.0, 1.5), 'N·m/rad, proportional gain [hip, knee]',
+                                    range=(0.0, 1e3), runtime=True)
+    ki: Tuple[float, float] = param((4.0, 2.0), 'N·m/(rad·s), integral gain [hip, knee]',
+                                    range=(0.0, 1e3), runtime=True)
+    kd: Tuple[float, float] = param((0.15, 0.06), 'N·m·s/rad, derivative gain on the measured '
+                                    'velocity [hip, knee]', range=(0.0, 1e2), runtime=True)
+    i_max: Tuple[float, float] = param((0.5, 0.3), 'N·m, clamp of the integral torque',
+                                       range=(0.0, 1e2), runtime=True)
+    k_aw: float = param(5.0, '1/s, anti-windup back-calculation rate', range=(0.0, 1e3),
+                        runtime=True)
 
-
-@dataclass
-class ControlOutput:
-    pressures: np.ndarray
-    saturated: np.ndarray
-    torque_error: np.ndarray
-    feedforward: np.ndarray
+    def __post_init__(self) -> None:
+        validate_fields(self)
+        for name in ('kp', 'ki', 'kd', 'i_max'):
+            check_pair(name, getattr(self, name))
 
 
 class StaticFeedforward:
     """Open loop: the pressures that hold the reference pose (clipped to the valve range)."""
 
-    def __init__(self, params: StaticParams, p_max=P_MAX_KPA):
-        self.params, self.p_max = params, p_max
+    def __init__(self, params: StaticParams) -> None:
+        self.params = params
 
-    def reset(self):
+    def reset(self) -> None:
         pass
 
-    def step(self, q, qd, q_ref, qd_ref, dt) -> ControlOutput:
-        raw = holding_pressures(q_ref, self.params)
-        P = np.clip(raw, 0.0, self.p_max)
-        return ControlOutput(P, (raw < 0) | (raw > self.p_max), np.zeros(2), P.copy())
+    def step(self, state: Estimate, ref: Reference, dt: float, p_max: float) -> ControlOutput:
+        raw = holding_pressures(ref.q, self.params)
+        P = np.clip(raw, 0.0, p_max)
+        return ControlOutput(P, (raw < 0) | (raw > p_max), {'feedforward': P.copy()})
 
 
 class PIDController:
     """PID on (θ1, θ2) → torque → pressures (see module docstring)."""
 
-    def __init__(self, params: StaticParams, gains: PIDGains = PIDGains(), p_max=P_MAX_KPA):
-        self.params, self.g, self.p_max = params, gains, p_max
+    def __init__(self, params: StaticParams, gains: Optional[PIDGains] = None) -> None:
+        self.params = params
+        self.g = gains if gains is not None else PIDGains()
         self.reset()
 
-    def reset(self):
+    def reset(self) -> None:
         self.integral = np.zeros(2)     # integral torque (N·m)
 
-    def step(self, q, qd, q_ref, qd_ref=None, dt: float = 1 / 120) -> ControlOutput:
-        q, qd, q_ref = (np.asarray(v, float) for v in (q, qd, q_ref))
-        qd_ref = np.zeros(2) if qd_ref is None else np.asarray(qd_ref, float)
+    def set_gains(self, gains: PIDGains) -> None:
+        """New gains from the next step on (the integral torque is kept, clamped to i_max)."""
+        self.g = gains
+        i_max = np.asarray(gains.i_max)
+        self.integral = np.clip(self.integral, -i_max, i_max)
+
+    def step(self, state: Estimate, ref: Reference, dt: float, p_max: float) -> ControlOutput:
+        q, qd = np.asarray(state.q, float), np.asarray(state.qd, float)
+        q_ref, qd_ref = np.asarray(ref.q, float), np.asarray(ref.qd, float)
         kp, ki, kd = (np.asarray(v) for v in (self.g.kp, self.g.ki, self.g.kd))
         e = q_ref - q
-        p_ff = np.clip(holding_pressures(q_ref, self.params), 0.0, self.p_max)
+        p_ff = np.clip(holding_pressures(q_ref, self.params), 0.0, p_max)
         tau = kp * e + kd * (qd_ref - qd) + self.integral
-        P, sat, terr = pressures_for_torque(q, tau, p_ff, self.params, self.p_max)
+        P, sat, terr = pressures_for_torque(q, tau, p_ff, self.params, p_max)
         # Anti-windup. Conditional integration: a joint whose delivered torque falls short in
         # the direction the integrator pushes stops integrating. Back-calculation: there, the
         # integral also bleeds towards zero at rate k_aw·|shortfall| (never past zero).
@@ -159,7 +164,7 @@ class PIDController:
         self.integral += dt * di - np.sign(self.integral) * bleed
         i_max = np.asarray(self.g.i_max)
         self.integral = np.clip(self.integral, -i_max, i_max)
-        return ControlOutput(P, sat, terr, p_ff)
+        return ControlOutput(P, sat, {'torque_error': terr, 'feedforward': p_ff})
 
 
 def impedance_transfer(q, qd, q_ref, kp, kd, params: StaticParams):

@@ -20,46 +20,65 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Optional, Tuple
 
 import mujoco
 import mujoco.rollout
 import numpy as np
 from scipy.signal import lfilter
 
+from equimus_description.config import check_pair, param, validate_fields
 from equimus_description.statics import StaticParams, holding_pressures
+from equimus_description.valve import HARD_MAX_KPA, VALVE_TAU_S, lag_coefficient
+
+from .controller import ControlOutput, Estimate, Reference
+from .plant import PlantModel
 
 
 @dataclass(frozen=True)
 class SamplingConfig:
-    period: float = 1.0 / 120.0
-    horizon: float = 0.25         # s
-    knots: int = 4                # plan values per valve over the horizon
-    samples: int = 12             # rollouts per period (nominal + static plan + perturbations)
-    sigma: float = 6.0            # kPa, perturbation of each knot
-    w_theta: tuple = (1.0, 1.0)   # cost per rad² (per step)
-    w_vel: float = 0.002          # per (rad/s)²
-    w_u: float = 2e-6             # per kPa², towards the static pressures of the target
-    du_max: float = 25.0          # kPa per period (rate limit on the command)
-    p_max: float = 50.0
-    valve_tau: float = 0.2171
-    threads: int = 2
-    seed: int = 0
+    """Predictive sampling settings, fixed at start-up (buffers and thread pool are sized from
+    them). Parameter names carry the prefix `sampling_`."""
+
+    horizon: float = param(0.25, 's, planning horizon', range=(0.02, 5.0))
+    knots: int = param(4, 'plan values per valve over the horizon', range=(2, 100))
+    samples: int = param(12, 'rollouts per control period (nominal + static plan + '
+                         'perturbations)', range=(3, 10000))
+    sigma: float = param(6.0, 'kPa, perturbation of each plan value', range=(0.0, HARD_MAX_KPA))
+    w_theta: Tuple[float, float] = param((1.0, 1.0), 'cost per rad² of angle error per step '
+                                         '[hip, knee]', range=(0.0, 1e9))
+    w_vel: float = param(0.002, 'cost per (rad/s)² per step', range=(0.0, 1e9))
+    w_u: float = param(2e-6, 'cost per kPa² away from the static pressures of the target',
+                       range=(0.0, 1e9))
+    du_max: float = param(25.0, 'kPa per control period, rate limit of the command',
+                          range=(0.01, HARD_MAX_KPA))
+    threads: int = param(2, 'rollout threads', range=(1, 64))
+    seed: int = param(0, 'seed of the perturbations', range=(0, 2 ** 31 - 1))
+    period: float = 1.0 / 120.0           # s, control period = the planning model's step
+    valve_tau: float = VALVE_TAU_S        # s; the node takes it from the leg description
+
+    def __post_init__(self) -> None:
+        validate_fields(self)
+        check_pair('w_theta', self.w_theta)
 
 
 class PredictiveSampling:
     """Receding-horizon pressure commands from (θ, θ̇) and the reference pose."""
 
-    def __init__(self, leg_model, params: StaticParams, cfg: SamplingConfig = SamplingConfig()):
+    def __init__(self, leg_model: PlantModel, params: StaticParams,
+                 cfg: Optional[SamplingConfig] = None) -> None:
+        cfg = cfg if cfg is not None else SamplingConfig()
         if cfg.samples < 3 or cfg.knots < 2:
             raise ValueError('predictive sampling needs samples >= 3 and knots >= 2')
         self.cfg, self.params, self.lm = cfg, params, leg_model
         m = leg_model.model
         if abs(m.opt.timestep - cfg.period) > 1e-12:
-            raise ValueError(f'the planning model must step at the control period ({cfg.period:g} s), '
+            raise ValueError(f'the planning model must step at the control period '
+                             f'({cfg.period:g} s), '
                              f'not {m.opt.timestep:g} s: build it with leg.with_timestep(period)')
         self.model = m
         self.steps = max(2, int(round(cfg.horizon / cfg.period)))
-        self.a_valve = math.exp(-cfg.period / cfg.valve_tau)
+        self.a_valve = lag_coefficient(cfg.period, cfg.valve_tau)
         self.knot_t = np.linspace(0.0, self.steps * cfg.period, cfg.knots)
         self.step_t = np.arange(self.steps) * cfg.period
         self.spec = mujoco.mjtState.mjSTATE_FULLPHYSICS
@@ -84,35 +103,34 @@ class PredictiveSampling:
         self.rng = np.random.default_rng(cfg.seed)
         self.reset()
 
-    def reset(self, p_valve=None):
+    def reset(self, p_valve: Optional[np.ndarray] = None) -> None:
         self.p_valve = np.zeros(2) if p_valve is None else np.asarray(p_valve, float)
         self.u_last = self.p_valve.copy()
         self.nominal = None            # (knots, 2) kPa at knot_t from the last plan's start
         self.last_cost = math.nan
 
     # ----- one period ------------------------------------------------------------------------
-    def step(self, q, qd, q_ref, qd_ref=None, dt: float = None):
-        """One command (kPa) for the next period. Returns (u, saturated mask, info dict)."""
+    def step(self, state: Estimate, ref: Reference, dt: float, p_max: float) -> ControlOutput:
+        """One command (kPa) for the next period."""
         c = self.cfg
-        q, qd, q_ref = (np.asarray(v, float) for v in (q, qd, q_ref))
-        qd_ref = np.zeros(2) if qd_ref is None else np.nan_to_num(np.asarray(qd_ref, float))
-        u_star = np.clip(holding_pressures(q_ref, self.params), 0.0, c.p_max)
-        plans = self._candidates(u_star)
+        q, qd = np.asarray(state.q, float), np.asarray(state.qd, float)
+        u_star = np.clip(holding_pressures(ref.q, self.params), 0.0, p_max)
+        plans = self._candidates(u_star, p_max)
         commands = self._interpolate(plans)                   # (S, steps, 2)
         states = self._rollout(q, qd, commands)
-        cost = self._cost(states, commands, q_ref, qd_ref, u_star)
+        cost = self._cost(states, commands, ref.at(self.step_t), u_star)
         best = int(np.argmin(cost))
         self.nominal = plans[best]
         self.last_cost = float(cost[best])
         u = commands[best, 0]
         u = np.clip(u, self.u_last - c.du_max, self.u_last + c.du_max)
-        u = np.clip(u, 0.0, c.p_max)
-        sat = (u <= 1e-6) | (u >= c.p_max - 1e-6)
+        u = np.clip(u, 0.0, p_max)
+        sat = (u <= 1e-6) | (u >= p_max - 1e-6)
         self.u_last = u.copy()
         self.p_valve = self.a_valve * self.p_valve + (1 - self.a_valve) * u
-        return u, sat, {'best': best, 'cost': self.last_cost}
+        return ControlOutput(u, sat, {'best': best, 'cost': self.last_cost})
 
-    def _candidates(self, u_star) -> np.ndarray:
+    def _candidates(self, u_star: np.ndarray, p_max: float) -> np.ndarray:
         """(samples, knots, 2): shifted nominal, the static plan, perturbations of the nominal."""
         c = self.cfg
         if self.nominal is None:
@@ -124,7 +142,7 @@ class PredictiveSampling:
         plans[0] = nominal
         plans[1] = u_star
         plans[2:] = nominal + self.rng.normal(0.0, c.sigma, (c.samples - 2, c.knots, 2))
-        return np.clip(plans, 0.0, c.p_max)
+        return np.clip(plans, 0.0, p_max)
 
     def _interpolate(self, plans) -> np.ndarray:
         # linear interpolation of every plan at the step times, vectorised over plans and valves
@@ -153,11 +171,12 @@ class PredictiveSampling:
         """Stop the rollout threads (also done when the controller is garbage-collected)."""
         self._roller.close()
 
-    def _cost(self, states, commands, q_ref, qd_ref, u_star) -> np.ndarray:
+    def _cost(self, states: np.ndarray, commands: np.ndarray, target: np.ndarray,
+              u_star: np.ndarray) -> np.ndarray:
+        """Cost of each rollout; `target` (steps, 2) is the reference previewed at each step."""
         theta = states[:, :, self._qcols]
         vel = states[:, :, self._vcols]
-        target = q_ref[None, None, :] + qd_ref[None, None, :] * np.minimum(self.step_t, 0.1)[None, :, None]
-        e = theta - target
+        e = theta - target[None, :, :]
         c = self.cfg
         cost = (np.einsum('skj,j->s', e * e, self._w_theta)
                 + c.w_vel * np.einsum('skj->s', vel * vel)

@@ -8,51 +8,67 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Optional
+from typing import Dict, Optional, Tuple
 
 import numpy as np
 
-VENT = np.zeros(2)
+from equimus_description.config import ConfigError, check_pair, param, validate_fields
+from equimus_description.valve import HARD_MAX_KPA, P_MIN_KPA
+
+VENT = np.full(2, P_MIN_KPA)
 
 
-@dataclass
+@dataclass(frozen=True)
 class SafetyConfig:
-    safe_min: tuple = (0.6, -0.1)      # rad, [hip, knee]
-    safe_max: tuple = (2.5, 2.0)
-    rearm_margin: float = 0.05         # rad inside the range before venting ends
-    stale_timeout: float = 0.25        # s without a valid joint state → vent
-    p_max: float = 50.0
+    """The control step's guard and command bound; every field may change while running."""
 
-    @classmethod
-    def from_mapping(cls, d: dict) -> 'SafetyConfig':
-        kw = {}
-        for k, v in d.items():
-            if k in cls.__dataclass_fields__:
-                kw[k] = tuple(float(x) for x in v) if isinstance(v, (list, tuple)) else float(v)
-        return cls(**kw)
+    safe_min: Tuple[float, float] = param((0.6, -0.1), 'rad, joint-limit guard lower bound '
+                                          '[hip, knee] (the knee may rest on its stop at 0)',
+                                          range=(-3.2, 3.2), runtime=True)
+    safe_max: Tuple[float, float] = param((2.5, 2.0), 'rad, joint-limit guard upper bound '
+                                          '[hip, knee]', range=(-3.2, 3.2), runtime=True)
+    rearm_margin: float = param(0.05, 'rad inside the safe range before venting ends',
+                                range=(0.0, 1.0), runtime=True)
+    stale_timeout: float = param(0.25, 's without a valid joint state (steady clock) -> vent',
+                                 range=(0.01, 10.0), runtime=True)
+    p_max: float = param(HARD_MAX_KPA, f'kPa, upper command bound (lower bound 0), at most '
+                         f'{HARD_MAX_KPA:g}', range=(0.0, HARD_MAX_KPA), runtime=True)
+
+    def __post_init__(self) -> None:
+        validate_fields(self)
+        check_pair('safe_min', self.safe_min)
+        check_pair('safe_max', self.safe_max)
+        if not self.p_max > 0:
+            raise ConfigError(f'p_max={self.p_max!r}: must be > 0 kPa and <= {HARD_MAX_KPA:g}')
+        if any(lo >= hi for lo, hi in zip(self.safe_min, self.safe_max)):
+            raise ConfigError(f'safe_min={self.safe_min!r} must be below safe_max='
+                              f'{self.safe_max!r} for every joint')
 
 
 class Supervisor:
-    def __init__(self, cfg: SafetyConfig = SafetyConfig()):
-        self.cfg = cfg
+    def __init__(self, cfg: Optional[SafetyConfig] = None) -> None:
+        self.cfg = cfg if cfg is not None else SafetyConfig()
         self.last_valid_time: Optional[float] = None
         self.reason = 'no joint state yet'
         self.venting = True
-        self.trips = {'joint_limit': 0, 'invalid': 0, 'stale': 0}
+        self.trips: Dict[str, int] = {'joint_limit': 0, 'invalid': 0, 'stale': 0}
 
-    def _trip(self, kind: str, reason: str):
+    def _trip(self, kind: str, reason: str) -> None:
         if not self.venting or not self.reason.startswith(kind):
             self.trips[kind] += 1
         self.venting = True
         self.reason = f'{kind}: {reason}'
 
-    def check_state(self, q, now: float) -> bool:
-        """True if the controller may act on this state; False → publish VENT."""
+    def check_state(self, q: np.ndarray, now: float, qd: Optional[np.ndarray] = None) -> bool:
+        """True if the controller may act on this state (angles q, rates qd); False → VENT."""
         q = np.asarray(q, float)
         c = self.cfg
         if q.shape != (2,) or not np.all(np.isfinite(q)):
             self._trip('invalid', 'estimator reports no valid joint state (NaN); '
                        'check mocap tracking of base/thigh/calf')
+            return False
+        if qd is not None and not np.all(np.isfinite(qd)):
+            self._trip('invalid', 'estimator reports a non-finite joint velocity')
             return False
         self.last_valid_time = now
         lo, hi = np.asarray(c.safe_min), np.asarray(c.safe_max)
@@ -77,7 +93,7 @@ class Supervisor:
             return True
         return False
 
-    def clip(self, u) -> np.ndarray:
+    def clip(self, u: np.ndarray) -> np.ndarray:
         u = np.asarray(u, float)
         if u.shape != (2,) or not np.all(np.isfinite(u)):
             self._trip('invalid', f'controller produced a non-finite command {u}')

@@ -9,8 +9,10 @@ ACK before the port closes.
 """
 from __future__ import annotations
 
+import functools
 import math
 import sys
+import threading
 import time
 from typing import List, Optional
 
@@ -32,6 +34,16 @@ from .safety import SafetyFilter
 ACTUATORS = ('maa', 'baa')
 
 
+def _serialised(method):
+    """Hold the driver's lock: its safety filter and link are driven from the executor (timers,
+    services) and, in the fused control loop, from the NatNet receive thread (on_command)."""
+    @functools.wraps(method)
+    def call(self, *args, **kwargs):
+        with self._lock:
+            return method(self, *args, **kwargs)
+    return call
+
+
 def _float_range(lo: float, hi: float) -> List[FloatingPointRange]:
     return [FloatingPointRange(from_value=lo, to_value=hi, step=0.0)]
 
@@ -42,6 +54,7 @@ class ValveDriver(Node):
 
     def __init__(self, subscribe: bool = True, **kwargs):
         super().__init__('valve_driver', **kwargs)
+        self._lock = threading.RLock()
         p = self._declare_parameters()
         self.cal = ValveCalibration(
             kpa_per_volt=p['kpa_per_volt'], zero_offset_v=p['zero_offset_v'],
@@ -145,6 +158,7 @@ class ValveDriver(Node):
         return values
 
     # ----------------------------------------------------------------- commands and output
+    @_serialised
     def on_command(self, msg: Float64MultiArray) -> None:
         now = time.monotonic()
         self._check_reconnect(now)
@@ -165,6 +179,7 @@ class ValveDriver(Node):
             self.safety.require_fresh_command(now)
             self._last_sent = None
 
+    @_serialised
     def _tick(self) -> None:
         now = time.monotonic()
         self._check_reconnect(now)
@@ -202,6 +217,7 @@ class ValveDriver(Node):
         return msg
 
     # ----------------------------------------------------------------- services
+    @_serialised
     def _srv_arm(self, request, response):
         now = time.monotonic()
         self.safety.arm(now)
@@ -214,6 +230,7 @@ class ValveDriver(Node):
         self._publish_diagnostics()
         return response
 
+    @_serialised
     def _srv_disarm(self, request, response):
         now = time.monotonic()
         self.safety.disarm()
@@ -224,6 +241,7 @@ class ValveDriver(Node):
         self._publish_diagnostics()
         return response
 
+    @_serialised
     def _srv_estop(self, request, response):
         now = time.monotonic()
         self.safety.estop()

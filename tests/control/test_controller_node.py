@@ -1,0 +1,222 @@
+"""The controller node over real rclpy/DDS (node in its own process): `ros2 param set` semantics
+(runtime values apply, invalid and read-only values are refused with a reason), and the node's
+commands are bit-identical to the offline harness's ControlStep for one recorded input sequence."""
+import math
+import struct
+import time
+
+import numpy as np
+import pytest
+
+rclpy = pytest.importorskip('rclpy')
+
+from rcl_interfaces.msg import Parameter as ParameterMsg  # noqa: E402
+from rcl_interfaces.srv import GetParameters, SetParameters  # noqa: E402
+from rclpy.parameter import Parameter  # noqa: E402
+from sensor_msgs.msg import JointState  # noqa: E402
+from std_msgs.msg import Float64MultiArray  # noqa: E402
+
+from equimus_description.interface import JOINT_STATES, JOINTS, REFERENCE, VALVE_COMMAND  # noqa: E402
+from equimus_ros.qos import publisher, subscription  # noqa: E402
+from rosproc import start_node, stop  # noqa: E402
+
+STALE_TIMEOUT = 5.0      # s: the test's pauses must never trip the stale guard
+
+
+class Probe:
+    """The test's side of the graph: publishes states and references, collects commands."""
+
+    def __init__(self, node):
+        self.node = node
+        self.commands = []
+        subscription(node, Float64MultiArray, VALVE_COMMAND,
+                     lambda m: self.commands.append(list(m.data)))
+        self.state_pub = publisher(node, JointState, JOINT_STATES)
+        self.ref_pub = publisher(node, JointState, REFERENCE)
+
+    def spin(self, seconds):
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            rclpy.spin_once(self.node, timeout_sec=0.01)
+
+    def wait_for(self, predicate, timeout, what):
+        end = time.monotonic() + timeout
+        while time.monotonic() < end and not predicate():
+            rclpy.spin_once(self.node, timeout_sec=0.02)
+        assert predicate(), f'timed out waiting for {what}'
+
+    def wait_connected(self, timeout=30.0):
+        self.wait_for(lambda: self.state_pub.get_subscription_count() > 0
+                      and self.ref_pub.get_subscription_count() > 0
+                      and self.node.count_publishers(VALVE_COMMAND.name) > 0,
+                      timeout, 'the controller node to come up and match')
+
+    @staticmethod
+    def message(q, qd, sec, nanosec):
+        m = JointState(name=list(JOINTS), position=[float(v) for v in q],
+                       velocity=[float(v) for v in qd])
+        m.header.stamp.sec, m.header.stamp.nanosec = sec, nanosec
+        return m
+
+    def state(self, q, qd, sec, nanosec, timeout=10.0):
+        """Send one joint state and return the command it produced."""
+        n = len(self.commands)
+        self.state_pub.publish(self.message(q, qd, sec, nanosec))
+        self.wait_for(lambda: len(self.commands) > n, timeout, 'a /valve/command')
+        assert len(self.commands) == n + 1, 'more than one command for one state'
+        return self.commands[-1]
+
+    def set(self, **values):
+        cli = self.node.create_client(SetParameters, '/controller/set_parameters')
+        assert cli.wait_for_service(10.0)
+        req = SetParameters.Request(parameters=[Parameter(k, value=v).to_parameter_msg()
+                                                for k, v in values.items()])
+        fut = cli.call_async(req)
+        rclpy.spin_until_future_complete(self.node, fut, timeout_sec=10.0)
+        return fut.result().results
+
+    def get(self, *names):
+        cli = self.node.create_client(GetParameters, '/controller/get_parameters')
+        assert cli.wait_for_service(10.0)
+        fut = cli.call_async(GetParameters.Request(names=list(names)))
+        rclpy.spin_until_future_complete(self.node, fut, timeout_sec=10.0)
+        values = [Parameter.from_parameter_msg(ParameterMsg(name=n, value=v)).value
+                  for n, v in zip(names, fut.result().values)]
+        return [list(v) if not isinstance(v, (int, float, str, bool)) else v for v in values]
+
+
+@pytest.fixture
+def controller(request):
+    kind = getattr(request, 'param', 'pid')
+    proc = start_node('equimus_control', 'controller', '-p', f'controller:={kind}',
+                      '-p', f'stale_timeout:={STALE_TIMEOUT}')
+    yield kind, proc
+    out = stop(proc)
+    assert 'Traceback' not in out, out[-3000:]
+
+
+def test_parameters_follow_ros2_param_set(controller, ros_node):
+    from equimus_control.reference import triangle_poses
+    from equimus_description.leg import load_leg
+    from equimus_description.statics import StaticParams, holding_pressures
+    params = StaticParams.from_leg(load_leg())
+    pose = triangle_poses(params)[2]               # held by (19.80, 8.52) kPa
+    assert holding_pressures(pose, params)[0] > 15.0
+    probe = Probe(ros_node)
+    probe.wait_connected()
+    probe.ref_pub.publish(probe.message(pose, [0.0, 0.0], 0, 0))
+    probe.spin(0.3)
+    u = [probe.state(pose, [0.0, 0.0], 1, k * 8_333_333) for k in range(5)][-1]
+    assert u[0] > 15.0, u
+
+    # runtime: p_max applies from the next command on
+    (r,) = probe.set(p_max=10.0)
+    assert r.successful, r.reason
+    u = probe.state(pose, [0.0, 0.0], 2, 0)
+    assert max(u) <= 10.0 and u[0] == pytest.approx(10.0), u
+    assert probe.get('p_max') == [10.0]
+
+    # runtime: PID gains, read back
+    (r,) = probe.set(kp=[3.5, 1.0])
+    assert r.successful, r.reason
+    assert probe.get('kp') == [[3.5, 1.0]]
+
+    # invalid values are refused with a reason, the old value stays
+    (r,) = probe.set(p_max=60.0)
+    assert not r.successful and 'p_max' in r.reason, r.reason
+    (r,) = probe.set(p_max=math.nan)
+    assert not r.successful and r.reason, r.reason
+    (r,) = probe.set(kp=[math.nan, 1.5])
+    assert not r.successful and 'kp' in r.reason, r.reason
+    (r,) = probe.set(safe_min=[2.6, -0.1])
+    assert not r.successful and 'safe_min' in r.reason, r.reason
+    assert probe.get('p_max', 'kp') == [10.0, [3.5, 1.0]]
+    u = probe.state(pose, [0.0, 0.0], 3, 0)
+    assert max(u) <= 10.0, u
+
+    # read-only: fixed at start, refused with a reason
+    for name, value in (('controller', 'mpc'), ('leg_parameter_set', 'rig'),
+                        ('pressure_sign', -1.0)):
+        (r,) = probe.set(**{name: value})
+        assert not r.successful and 'read-only' in r.reason.lower(), (name, r.reason)
+
+    # the guard range is runtime too: a range that excludes the pose vents
+    (r,) = probe.set(safe_max=[pose[0] - 0.1, 2.0])
+    assert r.successful, r.reason
+    assert probe.state(pose, [0.0, 0.0], 4, 0) == [0.0, 0.0]
+
+
+def recorded_sequence():
+    """A joint-state and reference record (what /joint_states and /reference/joint carried):
+    the leg lagging a moving reference with noise, one lost-tracking frame (NaN) and one
+    joint-limit breach; the references arrive every 15 frames, late and early w.r.t. the states.
+    Events: ('ref', q, qd, sec, nsec) and ('state', q, qd, sec, nsec)."""
+    rng = np.random.default_rng(12)
+    events = []
+    t0_ns = 1_700_000_000 * 10 ** 9
+    for k in range(90):
+        t = k / 120
+        ns = t0_ns + k * 8_333_333
+        if k % 15 == 0:
+            rq = np.array([1.4 + 0.2 * math.sin(t), 0.6 + 0.3 * math.sin(2 * t)])
+            rqd = np.array([0.2 * math.cos(t), 0.6 * math.cos(2 * t)])
+            ref_ns = ns - 30_000_000 if k % 30 == 0 else ns + 5_000_000
+            events.append(('ref', rq, rqd, *divmod(ref_ns, 10 ** 9)))
+        q = np.array([1.38 + 0.15 * math.sin(t - 0.1), 0.62 + 0.25 * math.sin(2 * t - 0.2)])
+        q += rng.normal(0, 0.002, 2)
+        qd = np.array([0.15 * math.cos(t), 0.5 * math.cos(2 * t)]) + rng.normal(0, 0.05, 2)
+        if k == 40:
+            q = np.array([math.nan, math.nan])
+            qd = q.copy()
+        if k == 60:
+            q = np.array([2.6, 0.6])
+        events.append(('state', q, qd, *divmod(ns, 10 ** 9)))
+    return events
+
+
+def harness_commands(kind, events):
+    """The same events through the offline harness's ControlStep, built like the node builds
+    its controller."""
+    from equimus_control.controllers import controller_kind
+    from equimus_control.plant import plant_factory
+    from equimus_control.step import ControlStep, stamp_seconds
+    from equimus_control.supervisor import SafetyConfig
+    from equimus_description.leg import load_leg
+    from equimus_description.statics import StaticParams
+    leg = load_leg()
+    k = controller_kind(kind)
+    ctrl = k.build(k.config(), StaticParams.from_leg(leg), leg, plant_factory)
+    step = ControlStep(ctrl, SafetyConfig(stale_timeout=STALE_TIMEOUT))
+    out = []
+    for i, (what, q, qd, sec, nsec) in enumerate(events):
+        # through the message types, as the node sees them
+        m = Probe.message(q, qd, sec, nsec)
+        if what == 'ref':
+            step.set_reference(m.position, m.velocity, stamp_seconds(sec, nsec))
+        else:
+            out.append(step.step(m.position, m.velocity, stamp_seconds(sec, nsec), float(i)))
+    return [list(c.pressures) for c in out], out
+
+
+def bits(values):
+    return [struct.pack('<d', float(v)).hex() for v in values]
+
+
+@pytest.mark.parametrize('controller', ['pid', 'mpc'], indirect=True)
+def test_node_and_harness_give_bit_identical_commands(controller, ros_node):
+    kind, _ = controller
+    events = recorded_sequence()
+    expected, cmds = harness_commands(kind, events)
+    assert any(c.vented for c in cmds) and sum(not c.vented for c in cmds) > 80
+    probe = Probe(ros_node)
+    probe.wait_connected(timeout=60.0)
+    got = []
+    for what, q, qd, sec, nsec in events:
+        if what == 'ref':
+            probe.ref_pub.publish(probe.message(q, qd, sec, nsec))
+            probe.spin(0.3)          # the reference is in before the next state
+        else:
+            got.append(probe.state(q, qd, sec, nsec))
+    assert len(got) == len(expected)
+    mismatches = [(i, g, e) for i, (g, e) in enumerate(zip(got, expected)) if bits(g) != bits(e)]
+    assert not mismatches, mismatches[:5]
