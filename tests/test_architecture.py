@@ -15,13 +15,6 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 DOC = REPO / 'docs' / 'architecture.md'
 SRC = REPO / 'src'
 
-#: Imports the rule forbids that are known and being removed, as (file relative to src/, imported
-#: package). The lead empties this set once the branches of issue 12 are merged; any import
-#: not listed here that the table forbids fails the test.
-KNOWN_VIOLATIONS: Set[Tuple[str, str]] = {
-    # equimus_control's controller node still builds the LegModel of equimus_sim (helper A moves it)
-    ('equimus_control/equimus_control/controller_node.py', 'equimus_sim'),
-}
 
 
 def allowed_imports() -> Dict[str, Set[str]]:
@@ -78,15 +71,9 @@ def test_every_package_is_in_the_table():
 
 def test_imports_follow_the_table():
     found = violations()
-    new = sorted(found - KNOWN_VIOLATIONS)
+    new = sorted(found)
     assert not new, ('imports that docs/architecture.md forbids (file, imported package): '
                      f'{new}')
-
-
-def test_known_violations_are_still_real():
-    """A fixed violation must leave KNOWN_VIOLATIONS, so the list never hides a new one."""
-    gone = sorted(KNOWN_VIOLATIONS - violations())
-    assert not gone, f'fixed: remove from KNOWN_VIOLATIONS: {gone}'
 
 
 def test_the_checker_sees_imports_inside_functions(tmp_path):
