@@ -6,7 +6,7 @@ elements (dim[0].stride = size of the whole array). This module imports no equim
 """
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from std_msgs.msg import Float64MultiArray, MultiArrayDimension
 

@@ -12,7 +12,7 @@ from equimus_description.config import ConfigError, check_pair, param, validate_
 
 from .mocap import MocapConfig
 
-__all__ = ['MODES', 'SimConfig', 'VARIANTS']
+__all__ = ['MODES', 'VARIANTS', 'SimConfig']
 
 MODES = ('realtime', 'lockstep')
 VARIANTS = ('equimus', 'pure')

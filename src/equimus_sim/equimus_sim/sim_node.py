@@ -29,6 +29,26 @@ import time
 from collections import deque
 
 import numpy as np
+from equimus_description.interface import (
+    ACTUATORS,
+    BODIES,
+    CLOCK,
+    DIAGNOSTICS,
+    FRAME_MOCAP,
+    JOINTS,
+    PRESSURE_LAYOUT,
+    SIM_JOINT_STATES,
+    TOPICS,
+    VALVE_APPLIED,
+    VALVE_PRESSURE,
+    mocap_topic,
+)
+from equimus_ros.arrays import float_array
+from equimus_ros.cdr import ArrayWriter, ClockWriter, JointStateWriter, PoseWriter
+from equimus_ros.diagnostics import Diagnostics, Level
+from equimus_ros.main import is_shutting_down, run_node
+from equimus_ros.params import bind
+from equimus_ros.qos import publisher, subscription
 from geometry_msgs.msg import PoseStamped
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.node import Node
@@ -37,16 +57,6 @@ from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
 from std_srvs.srv import Trigger
-
-from equimus_description.interface import (ACTUATORS, BODIES, CLOCK, DIAGNOSTICS, FRAME_MOCAP,
-                                           JOINTS, PRESSURE_LAYOUT, SIM_JOINT_STATES, TOPICS,
-                                           VALVE_APPLIED, VALVE_PRESSURE, mocap_topic)
-from equimus_ros.arrays import float_array
-from equimus_ros.cdr import ArrayWriter, ClockWriter, JointStateWriter, PoseWriter
-from equimus_ros.diagnostics import Diagnostics, Level
-from equimus_ros.main import is_shutting_down, run_node
-from equimus_ros.params import bind
-from equimus_ros.qos import publisher, subscription
 
 from .config import SimConfig
 from .mocap import VirtualMocap

@@ -10,7 +10,7 @@ board differs:
 """
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Protocol
+from typing import Protocol
 
 from . import protocol as P
 from .calibration import ValveCalibration
@@ -29,11 +29,11 @@ class Board(Protocol):
     state: str                        # 'connecting' | 'connected' | 'disconnected' | 'closed' ...
     last_error: str
     generation: int                   # +1 on every (re)connect: the driver vents after each
-    info: Optional[P.Info]
+    info: P.Info | None
     stats: LinkStats
-    measured_kpa: Optional[List[float]]   # read-back pressures, None without a read-back
+    measured_kpa: list[float] | None   # read-back pressures, None without a read-back
     measured_count: int                   # +1 on every new read-back
-    board_codes: Optional[List[int]]      # codes the board reports it outputs
+    board_codes: list[int] | None      # codes the board reports it outputs
     #: True when the board vents by itself unless a SET arrives regularly.
     needs_keepalive: bool
 
@@ -42,13 +42,13 @@ class Board(Protocol):
 
     def start(self) -> None: ...
 
-    def send_codes(self, codes: List[int]) -> Optional[int]:
+    def send_codes(self, codes: list[int]) -> int | None:
         """Output these DAC codes now; the frame's seq, or None when the board is unreachable."""
 
     def vent_and_close(self, timeout_s: float = 0.2) -> bool:
         """Output zero on every channel and close; True when the board confirmed the vent."""
 
-    def latency_percentiles_ms(self) -> Dict[str, float]: ...
+    def latency_percentiles_ms(self) -> dict[str, float]: ...
 
 
 class SimBoard:
@@ -63,11 +63,11 @@ class SimBoard:
         self.state = 'connecting'
         self.last_error = ''
         self.generation = 0
-        self.info: Optional[P.Info] = None
+        self.info: P.Info | None = None
         self.stats = LinkStats()
-        self.measured_kpa: Optional[List[float]] = None   # the sim node publishes /valve/pressure
+        self.measured_kpa: list[float] | None = None   # the sim node publishes /valve/pressure
         self.measured_count = 0
-        self.board_codes: Optional[List[int]] = [0] * channels
+        self.board_codes: list[int] | None = [0] * channels
         self._seq = 0
 
     @property
@@ -78,7 +78,7 @@ class SimBoard:
         self.state = 'connected'
         self.generation += 1
 
-    def send_codes(self, codes: List[int]) -> Optional[int]:
+    def send_codes(self, codes: list[int]) -> int | None:
         if self.state != 'connected':
             return None
         if len(codes) != self.channels or any(not 0 <= int(c) <= self.cal.max_code for c in codes):
@@ -90,7 +90,7 @@ class SimBoard:
         self.stats.acks += 1
         return self._seq
 
-    def pressures(self) -> List[float]:
+    def pressures(self) -> list[float]:
         """kPa the simulated valves regulate to for the last codes."""
         return [self.cal.code_to_kpa(c) for c in self.board_codes or []]
 
@@ -99,5 +99,5 @@ class SimBoard:
         self.state = 'closed'
         return True
 
-    def latency_percentiles_ms(self) -> Dict[str, float]:
+    def latency_percentiles_ms(self) -> dict[str, float]:
         return {}

@@ -20,20 +20,24 @@ from __future__ import annotations
 import math
 import sys
 import time
-from typing import List, Optional
 
-from rclpy.clock import Clock, ClockType
-from rclpy.node import Node
-from std_msgs.msg import Float64MultiArray
-from std_srvs.srv import Trigger
-
-from equimus_description.interface import (ACTUATORS, DIAGNOSTICS, PRESSURE_LAYOUT, VALVE_APPLIED,
-                                           VALVE_COMMAND, VALVE_PRESSURE)
+from equimus_description.interface import (
+    ACTUATORS,
+    DIAGNOSTICS,
+    PRESSURE_LAYOUT,
+    VALVE_APPLIED,
+    VALVE_COMMAND,
+    VALVE_PRESSURE,
+)
 from equimus_ros.arrays import float_array
 from equimus_ros.diagnostics import Diagnostics, Level
 from equimus_ros.main import run_node
 from equimus_ros.params import bind
 from equimus_ros.qos import publisher, subscription
+from rclpy.clock import Clock, ClockType
+from rclpy.node import Node
+from std_msgs.msg import Float64MultiArray
+from std_srvs.srv import Trigger
 
 from .board import Board, SimBoard
 from .config import DriverConfig
@@ -61,9 +65,9 @@ class ValveDriver(Node):
             backoff_max_s=p.reconnect_backoff_max_s, log=self._link_log)
         self._closing = False
         self.last_write_ns = 0
-        self._last_sent: Optional[List[int]] = None
+        self._last_sent: list[int] | None = None
         self._last_send_t = 0.0
-        self._slew_t: Optional[float] = None
+        self._slew_t: float | None = None
         self._generation = 0
         self._measured_count = 0
         self._last_commanded = [math.nan] * len(ACTUATORS)
@@ -153,7 +157,7 @@ class ValveDriver(Node):
         if key != self._diag_key:
             self._publish_diagnostics()
 
-    def _send(self, out_kpa: List[float], now: float) -> None:
+    def _send(self, out_kpa: list[float], now: float) -> None:
         codes = [0] * len(ACTUATORS) if self._closing else self.cal.codes(out_kpa)
         seq = self.board.send_codes(codes)
         if seq is not None:                            # written: the fused loop's latency ends here
@@ -267,7 +271,7 @@ class ValveDriver(Node):
         return acked
 
 
-def vent_on_exit(node: 'ValveDriver') -> None:
+def vent_on_exit(node: ValveDriver) -> None:
     acked = node.vent_and_close()
     print('valve_driver: vented on shutdown ('
           + ('acknowledged' if acked else 'NOT acknowledged: board unreachable, its watchdog vents')

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import List, Optional, Sequence
+from collections.abc import Sequence
 
 from equimus_description.valve import HARD_MAX_KPA
 
@@ -27,9 +27,9 @@ from equimus_description.valve import HARD_MAX_KPA
 @dataclasses.dataclass
 class CommandResult:
     accepted: bool
-    warnings: List[str]
-    vented_channels: List[int]
-    saturated_channels: List[int]
+    warnings: list[str]
+    vented_channels: list[int]
+    saturated_channels: list[int]
 
 
 class SafetyFilter:
@@ -45,9 +45,9 @@ class SafetyFilter:
         self._estopped = False
         self._target = [0.0] * n_channels
         self._output = [0.0] * n_channels
-        self._last_cmd: Optional[float] = None
+        self._last_cmd: float | None = None
         self._fresh_after = -math.inf
-        self._last_step: Optional[float] = None
+        self._last_step: float | None = None
         self._watchdog_active = False
         # Counters for diagnostics.
         self.watchdog_trips = 0
@@ -83,7 +83,7 @@ class SafetyFilter:
         return self._watchdog_active
 
     @property
-    def output(self) -> List[float]:
+    def output(self) -> list[float]:
         return list(self._output)
 
     def arm(self, now: float) -> None:
@@ -117,7 +117,7 @@ class SafetyFilter:
     # ----------------------------------------------------------------- inputs
     def command(self, values: Sequence[float], now: float) -> CommandResult:
         """Take a command (kPa per channel). A wrong length is rejected as a whole."""
-        warnings: List[str] = []
+        warnings: list[str] = []
         try:
             vals = [float(v) for v in values]
         except (TypeError, ValueError):
@@ -150,7 +150,7 @@ class SafetyFilter:
         self._last_cmd = now
         return CommandResult(True, warnings, vented, saturated)
 
-    def step(self, now: float, elapsed: Optional[float] = None) -> List[float]:
+    def step(self, now: float, elapsed: float | None = None) -> list[float]:
         """Advance to time now and return the pressures (kPa) to apply.
 
         elapsed: the time the slew limit allows for (s); default: now minus the previous step."""
