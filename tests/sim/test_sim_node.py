@@ -269,3 +269,40 @@ def test_realtime_mode_runs_at_real_time(ros, repo_dir, tmp_path):
         rc = sim.stop()
         probe.close()
     assert rc == 0 and 'Traceback' not in sim.output()
+
+
+def test_the_valve_driver_advances_lockstep_once_per_command(ros, repo_dir, tmp_path):
+    """Sim graph wiring: /valve/command → valve_driver (board: sim) → /valve/applied → sim.
+    Commands paced far slower than the driver's tick and keep-alive period: sim time still
+    advances exactly one frame per command (no keep-alive reaches the sim), and the sim's valves
+    are set to the driver's DAC-quantised output."""
+    from equimus_description.interface import VALVE_COMMAND
+    from equimus_hw.valve.calibration import ValveCalibration
+    from rosproc import start_node, stop
+
+    sim = SimProcess(repo_dir, tmp_path, mode='lockstep', lockstep_timeout=30.0, diagnostics_period=0.3)
+    driver = start_node('equimus_hw', 'valve_driver', '-p', 'board:=sim', '-p', 'auto_arm:=true',
+                        '-p', 'use_sim_time:=true', '-p', 'command_timeout_s:=5.0')
+    probe = Probe('driver_lockstep_probe')
+    command = publisher(probe.node, Float64MultiArray, VALVE_COMMAND)
+    try:
+        _wait_connected(probe, sim)
+        probe.spin_until(lambda: command.get_subscription_count() >= 1, 30.0, 'the valve driver')
+        probe.spin_for(0.5)
+        n = 15
+        for k in range(1, n + 1):
+            command.publish(Float64MultiArray(data=[25.0, 12.0]))
+            target = round(k * FRAME_NS)
+            probe.spin_until(lambda: probe.clock and probe.clock[-1][1] >= target, 5.0, f'frame {k}')
+            probe.spin_for(0.15)             # 3 keep-alive periods, 18 driver ticks
+            assert probe.clock[-1][1] == target, (k, probe.clock[-3:])
+        cal = ValveCalibration()
+        setpoint = [cal.code_to_kpa(cal.kpa_to_code(v)) for v in (25.0, 12.0)]
+        probe.spin_until(lambda: probe.sim_status()[1].get('valve_setpoint_kpa')
+                         == str([round(v, 3) for v in setpoint]), 5.0, 'the quantised setpoint')
+    finally:
+        out = stop(driver)
+        rc = sim.stop()
+        probe.close()
+    assert rc == 0 and 'Traceback' not in sim.output(), sim.output()
+    assert driver.returncode == 0 and 'Traceback' not in out, out
