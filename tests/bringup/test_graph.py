@@ -18,7 +18,14 @@ def test_sim_and_hardware_share_the_control_side():
     sim = {s.name: s for s in describe_graph('sim', {'record': 'true', 'bag': 'b'})}
     hw = {s.name: s for s in describe_graph('hardware', {'record': 'true', 'bag': 'b', 'use_sim_time': 'true'})}
     assert set(sim) - set(hw) == {'sim'}
-    assert set(hw) - set(sim) == {'natnet_bridge', 'valve_driver'}
+    assert set(hw) - set(sim) == {'natnet_bridge'}
+    # The safety layer runs on both legs; only its board differs, and only the sim arms at start.
+    drv_sim, drv_hw = sim['valve_driver'], hw['valve_driver']
+    assert (drv_sim.package, drv_sim.executable, drv_sim.parameter_files) == \
+           (drv_hw.package, drv_hw.executable, drv_hw.parameter_files)
+    assert drv_sim.parameters['board'] == 'sim' and drv_hw.parameters['board'] == 'serial'
+    assert drv_sim.parameters['auto_arm'] is True and drv_hw.parameters['auto_arm'] is False
+    assert describe_graph('sim', {'auto_arm': 'false'})[1].parameters['auto_arm'] is False
     for n in SHARED_NODES | {'recorder'}:
         a, b = sim[n], hw[n]
         assert (a.package, a.executable, a.parameters, a.parameter_files) == \

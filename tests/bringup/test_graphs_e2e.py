@@ -6,6 +6,7 @@ pseudo-terminal around the simulated leg.
 """
 import json
 
+import pytest
 
 from equimus_bringup import main_job
 from equimus_record import bag
@@ -93,3 +94,104 @@ def test_fused_control_loop_against_the_emulated_rig(tmp_path):
     processes = {line.split(']')[0] + ']' for line in log.splitlines() if line.startswith('[')}
     assert processes == {'[rig_emulator]', '[control_loop]', '[reference]', '[recorder]'}, processes
     assert 'Traceback' not in log
+
+
+def _watch(topics):
+    """A probe node in this process recording (arrival time, data) per topic, spun by a thread."""
+    import threading
+    import time
+
+    import rclpy
+    from rclpy.executors import SingleThreadedExecutor
+    from std_msgs.msg import Float64MultiArray
+
+    from equimus_ros.qos import subscription
+
+    ctx = rclpy.Context()
+    rclpy.init(context=ctx)
+    node = rclpy.create_node('vent_probe', context=ctx)
+    seen = {t.name: [] for t in topics}
+    for t in topics:
+        subscription(node, Float64MultiArray, t,
+                     lambda m, name=t.name: seen[name].append((time.monotonic(), list(m.data))))
+    ex = SingleThreadedExecutor(context=ctx)
+    ex.add_node(node)
+    thread = threading.Thread(target=lambda: _spin_quietly(ex), daemon=True)
+    thread.start()
+
+    def close():
+        ex.shutdown(timeout_sec=1.0)
+        node.destroy_node()
+        rclpy.try_shutdown(context=ctx)
+    return seen, close
+
+
+def _spin_quietly(ex):
+    try:
+        ex.spin()
+    except Exception:       # the context shut down at teardown
+        pass
+
+
+@pytest.mark.parametrize('mode', ['sim', 'hardware'])
+def test_a_dead_controller_vents_the_valves_within_the_watchdog_period(mode, tmp_path, repo_dir):
+    """The safety layer is the same on both legs: kill the controller and the valve driver vents
+    every channel within its command timeout (+ a tick and DDS delivery: margin 0.1 s); the
+    simulated leg's pressures then decay (in the sim graph exactly as the valve lag says)."""
+    import math
+    import os
+    import signal
+    import time
+
+    import yaml
+
+    from equimus_bringup.graph import describe_graph
+    from equimus_bringup.supervisor import Supervisor
+    from equimus_description.interface import VALVE_APPLIED, VALVE_PRESSURE
+    from equimus_description.leg import load_leg
+
+    timeout_s = yaml.safe_load((repo_dir / 'config' / 'valve.yaml').read_text())[
+        'valve_driver']['ros__parameters']['command_timeout_s']
+    margin_s = 0.1
+    overrides = {}
+    if mode == 'hardware':
+        port = main_job.free_udp_port_pair()
+        overrides = dict(emulator='true', auto_arm='true', serial_port=str(tmp_path / 'dac'),
+                         natnet_command_port=str(port), natnet_data_port=str(port + 1))
+    seen, close = _watch([VALVE_APPLIED, VALVE_PRESSURE])
+    applied, pressure = seen[VALVE_APPLIED.name], seen[VALVE_PRESSURE.name]
+    sup = Supervisor(describe_graph(mode, overrides), echo=False)
+    try:
+        sup.start()
+        end = time.monotonic() + 60.0
+        while not (len(applied) > 60 and all(any(v > 6.0 for v in d) for _, d in applied[-20:])):
+            assert time.monotonic() < end, f'the loop never pressurised the valves: {applied[-5:]}'
+            assert sup.poll() is None, sup.failed
+            time.sleep(0.1)
+        t_kill = time.monotonic()
+        os.kill(sup.procs['controller'].pid, signal.SIGKILL)
+        time.sleep(3.0)
+        after = [(t, d) for t, d in applied if t > t_kill]
+        vent = next((i for i in range(len(after))
+                     if all(d == [0.0, 0.0] for _, d in after[i:])), None)
+        assert vent is not None, f'the valves were never vented: {after[-5:]}'
+        t_vent = after[vent][0]
+        print(f'{mode}: vented {t_vent - t_kill:.3f} s after the controller died '
+              f'(watchdog {timeout_s} s)')
+        assert t_vent - t_kill <= timeout_s + margin_s, (t_vent - t_kill, after[:vent + 2])
+        # ... and not earlier than the watchdog allows (the loop ran until the kill).
+        assert t_vent - t_kill > 0.5 * timeout_s, (t_vent - t_kill, after[:vent + 2])
+        decay = [d for t, d in pressure if t > t_vent]
+        assert len(decay) >= 3, pressure[-5:]
+        for ch in range(2):
+            series = [d[ch] for d in decay]
+            assert all(b <= a + 1e-9 for a, b in zip(series, series[1:])), series
+            assert series[-1] < series[0] or series[0] < 0.5, series
+        if mode == 'sim':
+            # Frame by frame (1/120 s of sim time), p ← a·p with a = exp(−Δt/τ): the valve lag.
+            a = math.exp(-1 / 120 / load_leg().valve_time_constant)
+            for prev, nxt in zip(decay, decay[1:]):
+                assert nxt == pytest.approx([a * v for v in prev], rel=1e-6, abs=1e-9)
+    finally:
+        sup.stop()
+        close()

@@ -6,6 +6,7 @@ import yaml
 
 from equimus_description import kinematics as K
 from equimus_description.leg import LegDescriptionError, default_leg_path, load_leg
+from equimus_description.valve import VALVE_TAU_S
 from equimus_sim.leg_model import LegModel
 from equimus_sim.mjcf_builder import build_mjcf, point_names
 
@@ -21,7 +22,7 @@ def test_default_yaml_holds_the_paper_values():
     maa, baa = LEG.actuators['maa'], LEG.actuators['baa']
     assert (maa.m, maa.k, maa.c, maa.l0, maa.area) == (0.1865, 265.82, 12.48, 0.1803, 0.000403)
     assert (baa.m, baa.k, baa.c, baa.l0, baa.area) == (0.2727, 110.36, 24.79, 0.2565, 0.000436)
-    assert LEG.valve_time_constant == 0.2171 and LEG.timestep == 0.001
+    assert LEG.valve_time_constant == VALVE_TAU_S and LEG.timestep == 0.001
     assert LEG.geometry == K.PlanarGeometry()
 
 

@@ -1,4 +1,7 @@
-"""The `sim` node over real DDS: started as its own process, driven from this test process."""
+"""The `sim` node over real DDS: started as its own process, driven from this test process.
+
+The test process plays the valve driver: it publishes /valve/applied, which the sim's valves
+follow (lockstep: one frame per message)."""
 import math
 import os
 import signal
@@ -17,6 +20,9 @@ from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
 from std_srvs.srv import Trigger
+
+from equimus_description.interface import VALVE_APPLIED
+from equimus_ros.qos import publisher
 
 BODIES = ('base', 'thigh', 'calf')
 FRAME_NS = 1e9 / 120
@@ -64,18 +70,16 @@ class Probe:
         self.executor = SingleThreadedExecutor()
         self.executor.add_node(self.node)
         n = self.node
-        self.clock, self.joints, self.applied, self.pressure, self.diag = [], [], [], [], []
+        self.clock, self.joints, self.pressure, self.diag = [], [], [], []
         self.poses = {b: [] for b in BODIES}
         n.create_subscription(Clock, '/clock', lambda m: self.clock.append((time.monotonic(), _ns(m.clock))),
                               QoSProfile(depth=50, reliability=ReliabilityPolicy.BEST_EFFORT))
         n.create_subscription(JointState, '/sim/joint_states', self.joints.append, qos_profile_sensor_data)
-        n.create_subscription(Float64MultiArray, '/valve/applied', self.applied.append, qos_profile_sensor_data)
         n.create_subscription(Float64MultiArray, '/valve/pressure', self.pressure.append, qos_profile_sensor_data)
         n.create_subscription(DiagnosticArray, '/diagnostics', self.diag.append, 10)
         for b in BODIES:
             n.create_subscription(PoseStamped, f'/mocap/{b}/pose', self.poses[b].append, qos_profile_sensor_data)
-        self.cmd = n.create_publisher(Float64MultiArray, '/valve/command',
-                                      QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE))
+        self.cmd = publisher(n, Float64MultiArray, VALVE_APPLIED)
 
     def spin_until(self, cond, timeout, what):
         end = time.monotonic() + timeout
@@ -192,32 +196,33 @@ def test_lockstep_advances_one_frame_per_command(ros, repo_dir, tmp_path):
     assert rc == 0 and 'Traceback' not in out, out
 
 
-def test_bad_commands_over_dds_are_warned_and_made_safe(ros, repo_dir, tmp_path):
+def test_impossible_pressures_are_refused_and_the_valves_hold(ros, repo_dir, tmp_path):
+    """No safety rules in the sim (the driver has them): pressures no valve can produce are
+    refused with a reason, the valves keep their setpoint, and lockstep still advances."""
     sim = SimProcess(repo_dir, tmp_path, mode='lockstep', lockstep_timeout=30.0, diagnostics_period=0.3)
     probe = Probe('badcmd_probe')
     try:
         _wait_connected(probe, sim)
-        _step(probe, (10.0, 10.0), 1)
-        cases = [((math.nan, 10.0), [0.0, 10.0]), ((80.0, -5.0), [50.0, 0.0]),
-                 ((math.inf, 20.0), [0.0, 20.0]), ((1.0, 2.0, 3.0), [0.0, 0.0])]
-        for k, (cmd, safe) in enumerate(cases, start=2):
-            probe.applied.clear()
+        _step(probe, (30.0, 10.0), 1)
+        cases = [(math.nan, 10.0), (80.0, -5.0), (math.inf, 20.0), (1.0, 2.0, 3.0)]
+        for k, cmd in enumerate(cases, start=2):
             _step(probe, cmd, k)
-            probe.spin_until(lambda: any(list(m.data) == safe for m in probe.applied), 2.0,
-                             f'/valve/applied = {safe} after command {cmd}')
-        assert all(0.0 <= v <= 50.0 for m in probe.applied + probe.pressure for v in m.data)
-        probe.spin_until(lambda: int(probe.sim_status()[1].get('rejected_commands', 0)) >= len(cases),
-                         5.0, '/diagnostics counting the rejected commands')
+        probe.spin_until(lambda: int(probe.sim_status()[1].get('refused_pressures', 0)) >= len(cases),
+                         5.0, '/diagnostics counting the refused pressures')
         status, values = probe.sim_status()
+        assert values['valve_setpoint_kpa'] == '[30.0, 10.0]', values
+        # the valves kept following the held setpoint: pressures rise towards it, never beyond
+        last = list(probe.pressure[-1].data)
+        assert 0.0 < last[0] < 30.0 and 0.0 < last[1] < 10.0, last
         level = ord(status.level) if isinstance(status.level, bytes) else int(status.level)
-        assert level == 1 and 'rejected' in status.message      # WARN
+        assert level == 1 and 'refused' in status.message      # WARN
         assert values['mode'] == 'lockstep' and values['resets'] == '0'
-        assert 'not finite' in values['last_reject_reason'] or 'expected 2' in values['last_reject_reason']
+        assert 'expected 2' in values['last_refusal'], values
     finally:
         rc = sim.stop()
         probe.close()
     out = sim.output()
-    assert 'rejected /valve/command' in out and 'not finite' in out, out
+    assert 'refused /valve/applied' in out and 'not finite' in out, out
     assert rc == 0 and 'Traceback' not in out, out
 
 
@@ -264,3 +269,40 @@ def test_realtime_mode_runs_at_real_time(ros, repo_dir, tmp_path):
         rc = sim.stop()
         probe.close()
     assert rc == 0 and 'Traceback' not in sim.output()
+
+
+def test_the_valve_driver_advances_lockstep_once_per_command(ros, repo_dir, tmp_path):
+    """Sim graph wiring: /valve/command → valve_driver (board: sim) → /valve/applied → sim.
+    Commands paced far slower than the driver's tick and keep-alive period: sim time still
+    advances exactly one frame per command (no keep-alive reaches the sim), and the sim's valves
+    are set to the driver's DAC-quantised output."""
+    from equimus_description.interface import VALVE_COMMAND
+    from equimus_hw.valve.calibration import ValveCalibration
+    from rosproc import start_node, stop
+
+    sim = SimProcess(repo_dir, tmp_path, mode='lockstep', lockstep_timeout=30.0, diagnostics_period=0.3)
+    driver = start_node('equimus_hw', 'valve_driver', '-p', 'board:=sim', '-p', 'auto_arm:=true',
+                        '-p', 'use_sim_time:=true', '-p', 'command_timeout_s:=5.0')
+    probe = Probe('driver_lockstep_probe')
+    command = publisher(probe.node, Float64MultiArray, VALVE_COMMAND)
+    try:
+        _wait_connected(probe, sim)
+        probe.spin_until(lambda: command.get_subscription_count() >= 1, 30.0, 'the valve driver')
+        probe.spin_for(0.5)
+        n = 15
+        for k in range(1, n + 1):
+            command.publish(Float64MultiArray(data=[25.0, 12.0]))
+            target = round(k * FRAME_NS)
+            probe.spin_until(lambda: probe.clock and probe.clock[-1][1] >= target, 5.0, f'frame {k}')
+            probe.spin_for(0.15)             # 3 keep-alive periods, 18 driver ticks
+            assert probe.clock[-1][1] == target, (k, probe.clock[-3:])
+        cal = ValveCalibration()
+        setpoint = [cal.code_to_kpa(cal.kpa_to_code(v)) for v in (25.0, 12.0)]
+        probe.spin_until(lambda: probe.sim_status()[1].get('valve_setpoint_kpa')
+                         == str([round(v, 3) for v in setpoint]), 5.0, 'the quantised setpoint')
+    finally:
+        out = stop(driver)
+        rc = sim.stop()
+        probe.close()
+    assert rc == 0 and 'Traceback' not in sim.output(), sim.output()
+    assert driver.returncode == 0 and 'Traceback' not in out, out

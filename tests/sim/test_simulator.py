@@ -1,11 +1,15 @@
-"""LegSimulator on the real MuJoCo model: valve lag, command safety, instability recovery, statics."""
+"""LegSimulator on the real MuJoCo model: valve lag, physical sanity check, instability recovery,
+statics."""
 import csv
 import math
 
 import numpy as np
 import pytest
 
-from equimus_sim.simulator import LegSimulator, ValveLag, make_simulator, validate_command
+from equimus_description.leg import load_leg
+from equimus_sim.simulator import LegSimulator, ValveLag, make_simulator, physical_problem
+
+TAU = load_leg().valve_time_constant
 
 FRAME = 1.0 / 120.0
 
@@ -27,11 +31,11 @@ def sim_factory():
 
 
 def test_valve_recursion_is_the_exact_first_order_response():
-    v = ValveLag(0.2171, 2, p0=[5.0, 40.0])
+    v = ValveLag(TAU, 2, p0=[5.0, 40.0])
     dt = 1 / 600
     for _ in range(300):
         v.step([30.0, 0.0], dt)
-    assert np.allclose(v.p, ValveLag.closed_form([5.0, 40.0], [30.0, 0.0], 300 * dt, 0.2171), atol=1e-9)
+    assert np.allclose(v.p, ValveLag.closed_form([5.0, 40.0], [30.0, 0.0], 300 * dt, TAU), atol=1e-9)
 
 
 def test_simulated_valve_pressure_follows_closed_form(sim_factory):
@@ -43,43 +47,49 @@ def test_simulated_valve_pressure_follows_closed_form(sim_factory):
         sim.advance(FRAME)
         expected = ValveLag.closed_form(p0, [30.0, 12.5], sim.time - t0, sim.valve.tau)
         assert np.allclose(sim.pressures, expected, atol=1e-9), k
-    assert sim.valve.tau == pytest.approx(0.2171)
+    assert sim.valve.tau == TAU
     # after 0.5 s (2.3 τ) the valve is at 1 − e^(−0.5/τ) ≈ 90 % of the step
-    assert sim.pressures[0] == pytest.approx(30.0 * (1 - math.exp(-0.5 / 0.2171)), rel=1e-9)
+    assert sim.pressures[0] == pytest.approx(30.0 * (1 - math.exp(-0.5 / TAU)), rel=1e-9)
 
 
-@pytest.mark.parametrize('cmd,applied,words', [
-    ([math.nan, 10.0], [0.0, 10.0], 'not finite'),
-    ([20.0, math.inf], [20.0, 0.0], 'not finite'),
-    ([-math.inf, 5.0], [0.0, 5.0], 'not finite'),
-    ([-3.0, 5.0], [0.0, 5.0], 'negative'),
-    ([10.0, 75.0], [10.0, 50.0], 'exceeds 50'),
-    ([10.0], [0.0, 0.0], 'expected 2'),
-    ([1.0, 2.0, 3.0], [0.0, 0.0], 'expected 2'),
-    (['a', 'b'], [0.0, 0.0], 'not numeric'),
+@pytest.mark.parametrize('cmd,words', [
+    ([math.nan, 10.0], 'not finite'),
+    ([20.0, math.inf], 'not finite'),
+    ([-3.0, 5.0], 'outside'),
+    ([10.0, 75.0], 'outside'),
+    ([10.0], 'expected 2'),
+    ([1.0, 2.0, 3.0], 'expected 2'),
+    (['a', 'b'], 'not numbers'),
 ])
-def test_bad_commands_are_rejected_with_a_safe_value(cmd, applied, words):
-    check = validate_command(cmd)
-    assert check.rejected
-    assert np.array_equal(check.applied, applied)
-    assert words in '; '.join(check.reasons)
+def test_pressures_no_valve_can_produce_are_named(cmd, words):
+    assert words in physical_problem(cmd)
 
 
-def test_good_command_passes_unchanged():
-    check = validate_command([0.0, 50.0])
-    assert not check.rejected and np.array_equal(check.applied, [0.0, 50.0])
+def test_pressures_within_the_valve_range_pass():
+    assert physical_problem([0.0, 50.0]) is None
 
 
-def test_simulator_never_drives_unsafe_pressure(sim_factory):
+def test_impossible_pressures_leave_the_valves_at_their_setpoint(sim_factory):
+    """A sanity check, not the safety layer: no clamping or venting here (the driver does it)."""
     sim = sim_factory(timestep=1 / 600)
+    assert sim.set_command([20.0, 10.0]) is None
     for cmd in ([math.nan, 80.0], [-10.0, math.inf], [1e9, -1e9]):
-        check = sim.set_command(cmd)
-        assert check.rejected
-        for _ in range(30):
-            sim.advance(FRAME)
-            assert np.all(sim.pressures >= 0.0) and np.all(sim.pressures <= 50.0 + 1e-12)
+        assert sim.set_command(cmd)
+        assert np.array_equal(sim.command, [20.0, 10.0])
+        sim.advance(FRAME)
+        assert np.all(np.isfinite(sim.pressures)) and np.all(sim.pressures <= 20.0)
     assert sim.rejected == 3 and 'kPa' in sim.last_reject_reason
     assert np.all(np.isfinite(sim.joint_state()[0]))
+
+
+def test_without_a_valve_the_pressures_act_at_once(sim_factory):
+    """tau=None (the rig emulator: the board emulator's valve is the valve)."""
+    lagged = sim_factory(timestep=1 / 600)
+    sim = LegSimulator(lagged.leg, tau=None)
+    assert sim.valve is None
+    sim.set_command([30.0, 12.5])
+    sim.advance(FRAME)
+    assert np.array_equal(sim.pressures, [30.0, 12.5])
 
 
 @pytest.mark.parametrize('field', ['qvel', 'qpos'])

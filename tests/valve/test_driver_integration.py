@@ -58,7 +58,7 @@ def test_starts_disarmed_codes_zero_until_arm(rig, harness):
     t_arm = time.monotonic()
     f = wait_frame(emu, t_arm, lambda f: f.codes == (C30, C20))
     assert f is not None, emu.frames_since(t_arm)[-5:]
-    # Valve model lags (tau 0.2171 s); after ~1.2 s the measured pressure has settled.
+    # Valve model lags (tau ~0.22 s); after ~1.2 s the measured pressure has settled.
     time.sleep(1.2)
     _, measured = harness.pressure[-1]
     assert measured == pytest.approx([30.0, 20.0], abs=1.0)

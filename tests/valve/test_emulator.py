@@ -9,6 +9,7 @@ import time
 
 import serial
 
+from equimus_description.valve import VALVE_TAU_S
 from equimus_hw.valve import protocol as P
 from equimus_hw.valve.calibration import ValveCalibration
 
@@ -105,13 +106,15 @@ def test_valve_first_order_lag_in_measured_codes(tmp_path):
         host.send(P.Set(1, (code, 0)))
         t0 = time.monotonic()
         host.replies()
-        time.sleep(0.2171 - (time.monotonic() - t0))
+        tau = emu.valves[0].tau
+        assert tau == VALVE_TAU_S
+        time.sleep(tau - (time.monotonic() - t0))
         host.send(P.Ping(2))
         (ack,) = host.replies()
         t = time.monotonic() - t0
         p = cal.adc_to_kpa(ack.measured[0])
         target = cal.code_to_kpa(code)
-        expected = target * (1 - math.exp(-t / 0.2171))
+        expected = target * (1 - math.exp(-t / tau))
         assert abs(p - expected) < 3.0, (p, expected, t)
         assert cal.adc_to_kpa(ack.measured[1]) == 0.0
     finally:

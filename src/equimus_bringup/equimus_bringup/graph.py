@@ -1,9 +1,11 @@
 """The one description of the node graph, shared by the launch files and `equimus launch`.
 
 `describe_graph('sim' | 'hardware', args)` returns the processes to start. The estimator,
-controller, reference and recorder are the same objects in both modes; only the leg side differs
-(the simulation node, or the NatNet bridge plus the valve driver). No node is remapped differently
-between the modes, so a controller cannot tell which leg it drives.
+controller, reference, valve driver and recorder are the same objects in both modes; only the leg
+side differs: the simulation node (whose valves follow the driver's /valve/applied, the driver on
+its simulated board), or the NatNet bridge and the driver on the serial DAC board. The safety
+layer (clamp, NaN vent, slew, watchdog, arming) thus runs on both legs. No node is remapped
+differently between the modes, so a controller cannot tell which leg it drives.
 
 This module must stay importable without `launch`/`launch_ros` (plain Python, no ROS imports):
 the launch files turn the specs into `launch_ros.actions.Node`, the CLI into subprocesses.
@@ -37,7 +39,8 @@ ARGUMENTS: Dict[str, Tuple[str, str]] = {
     'natnet_data_port': ('1511', 'NatNet data port'),
     'serial_port': ('/dev/ttyACM0', 'serial device of the valve DAC board'),
     'emulator': ('false', 'hardware mode only: run against rig_emulator (simulated leg behind NatNet and DAC board emulators)'),
-    'auto_arm': ('false', 'hardware mode: arm the valve driver at start (default: start disarmed)'),
+    'auto_arm': ('', 'arm the valve driver at start (default: true in sim, false on hardware, '
+                     'where the driver starts disarmed until /valve_driver/arm)'),
     'params_file': ('', 'extra ROS parameter file applied to every node after the defaults'),
     'config_dir': ('', 'folder with the default parameter files (default: the installed share)'),
     'log_level': ('info', 'ROS log level for every node'),
@@ -122,6 +125,8 @@ def resolve_args(mode: str, overrides: Optional[Mapping[str, str]] = None) -> Di
     args = {k: str(overrides.get(k, default)) for k, (default, _) in ARGUMENTS.items()}
     if not args['use_sim_time']:
         args['use_sim_time'] = 'true' if mode == 'sim' else 'false'
+    if not args['auto_arm']:
+        args['auto_arm'] = 'true' if mode == 'sim' else 'false'
     if not args['config_dir']:
         args['config_dir'] = default_config_dir()
     if not args['bag']:
@@ -177,6 +182,9 @@ def describe_graph(mode: str, overrides: Optional[Mapping[str, str]] = None) -> 
             'sim', 'equimus_sim', 'sim_node', _files(args, 'sim.yaml'),
             {'mode': args['sim_mode'], 'rate_factor': float(args['rate_factor']),
              'variant': args['variant'], 'parameter_overrides': args['leg_overrides']}))
+        specs.append(ProcessSpec(
+            'valve_driver', 'equimus_hw', 'valve_driver', _files(args, 'valve.yaml'),
+            dict(common, board='sim', auto_arm=_truthy(args['auto_arm']))))
     else:
         if _truthy(args['emulator']):
             # The simulated leg behind a DAC board emulator (pty) and a NatNet server emulator.
@@ -195,7 +203,8 @@ def describe_graph(mode: str, overrides: Optional[Mapping[str, str]] = None) -> 
                  data_port=int(args['natnet_data_port']))))
         specs.append(ProcessSpec(
             'valve_driver', 'equimus_hw', 'valve_driver', _files(args, 'valve.yaml'),
-            dict(common, port=args['serial_port'], auto_arm=_truthy(args['auto_arm']))))
+            dict(common, board='serial', port=args['serial_port'],
+                 auto_arm=_truthy(args['auto_arm']))))
 
     specs.append(ProcessSpec('estimator', 'equimus_control', 'estimator',
                              _files(args, 'control.yaml'), dict(common)))

@@ -1,6 +1,7 @@
 """The main job: the simulated leg under closed-loop control through the triangle, recorded.
 
-Starts the sim graph (lockstep simulation, estimator, controller, reference, recorder) with the
+Starts the sim graph (lockstep simulation, valve driver on its simulated board, estimator,
+controller, reference, recorder) with the
 same description as `sim.launch.py`, runs it for the reference's length in sim time while printing
 progress, stops it in order, then reads the bag back and prints a tracking summary and writes a
 plot of reference vs measured joint angles and pressures.

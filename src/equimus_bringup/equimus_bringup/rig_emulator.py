@@ -18,18 +18,16 @@ import threading
 import time
 from typing import List, Optional
 
+from equimus_description.interface import BODIES
+from equimus_description.leg import load_leg
 from equimus_hw.natnet.emulator import NatNetEmulator
 from equimus_hw.valve.board_emulator import BoardEmulator
-from equimus_description.leg import load_leg
 from equimus_sim.leg_model import LegModel
 from equimus_sim.mocap import MocapConfig, VirtualMocap
 from equimus_sim.simulator import LegSimulator
 
 SWITCH_INTERVAL_S = 0.0005   # GIL hand-over bound for the emulators' threads (CPython: 5 ms)
 
-BODIES = ('base', 'thigh', 'calf')
-# The board emulator's valve model is the valve; the simulator's own lag is made negligible.
-NO_LAG_TAU = 1e-9
 
 
 class EmulatedRig:
@@ -49,7 +47,8 @@ class EmulatedRig:
         self.board = BoardEmulator(channels=len(leg.actuators), link=link, tau_s=leg.valve_time_constant,
                                    log_path=board_log)
         lm = LegModel(leg.with_timestep(1.0 / (rate * 5)))
-        self.sim = LegSimulator(lm, tau=NO_LAG_TAU, p_max=lm.pressure_max_kpa)
+        # The board emulator's valve model is the valve: the simulator has none of its own.
+        self.sim = LegSimulator(lm, tau=None, p_max=lm.pressure_max_kpa)
         self.mocap = VirtualMocap(MocapConfig(rate=rate, position_noise=position_noise, seed=seed))
         self.natnet = natnet
         self.period = 1.0 / natnet.rate_hz

@@ -64,8 +64,9 @@ REFERENCE = Topic('/reference/joint', 'sensor_msgs/msg/JointState', QosClass.COM
                   'joint reference (rad) with its velocity')
 VALVE_COMMAND = Topic('/valve/command', 'std_msgs/msg/Float64MultiArray', QosClass.COMMAND,
                       'commanded valve pressures (kPa, [maa, baa]) before the safety layer')
-VALVE_APPLIED = Topic('/valve/applied', 'std_msgs/msg/Float64MultiArray', QosClass.SENSOR,
-                      'pressures the valve driver applies after its safety filter (kPa)')
+VALVE_APPLIED = Topic('/valve/applied', 'std_msgs/msg/Float64MultiArray', QosClass.COMMAND,
+                      'pressures the valve driver applies after its safety filter (kPa); the '
+                      "simulated leg's valves follow it (reliable: each message is a lockstep step)")
 VALVE_PRESSURE = Topic('/valve/pressure', 'std_msgs/msg/Float64MultiArray', QosClass.SENSOR,
                        'pressures measured at the valves (kPa)')
 DIAGNOSTICS = Topic('/diagnostics', 'diagnostic_msgs/msg/DiagnosticArray', QosClass.DIAGNOSTICS,

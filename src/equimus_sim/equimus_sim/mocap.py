@@ -34,7 +34,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-BODIES = ('base', 'thigh', 'calf')
+from equimus_description.interface import BODIES
 
 R_MW = np.array([[1.0, 0.0, 0.0],
                  [0.0, 0.0, 1.0],

@@ -1,17 +1,23 @@
 """ROS 2 node `sim`: the simulated leg behind the same topics as the real rig.
 
-A thin wrapper over `simulator.LegSimulator` (physics, valves, command safety) and
-`mocap.VirtualMocap` (what the NatNet bridge would publish). The node owns sim time: it
-publishes /clock and stamps everything with sim time, and never uses sim time itself.
+A thin wrapper over `simulator.LegSimulator` (physics, valves) and `mocap.VirtualMocap` (what the
+NatNet bridge would publish). The node owns sim time: it publishes /clock and stamps everything
+with sim time, and never uses sim time itself.
 
-Threads: an executor thread receives /valve/command and serves ~/reset; the main thread runs
+Its valves follow /valve/applied: the pressures the valve driver (`board: sim`) applies after its
+safety layer, exactly as the rig's valves follow the driver's DAC codes. The node applies no
+safety rule of its own; pressures no valve could produce are refused (counted, logged) and the
+valves keep their setpoint.
+
+Threads: an executor thread receives /valve/applied and serves ~/reset; the main thread runs
 the loop (one tick = one mocap frame = 1/mocap_rate sim seconds) and publishes. A lock guards
 the simulator.
 - realtime: ticks on absolute wall deadlines t0 + k·period/rate_factor (monotonic clock, no
-  drift); rate_factor 0 runs as fast as possible. The newest command is held between ticks.
-- lockstep: each received command advances exactly one tick and then that frame's outputs are
-  published. With no command for `lockstep_timeout` wall seconds (a dropped mocap frame broke
-  the loop, or the controller is not up yet) it advances anyway, holding the last command.
+  drift); rate_factor 0 runs as fast as possible. The newest pressures are held between ticks.
+- lockstep: each /valve/applied message (the driver's answer to a command, or a vent of its
+  safety layer) advances exactly one tick and then that frame's outputs are published. With no
+  message for `lockstep_timeout` wall seconds (a dropped mocap frame broke the loop, or the
+  controller is not up yet or has stopped) it advances anyway, holding the last pressures.
 """
 from __future__ import annotations
 
@@ -23,60 +29,41 @@ import time
 from collections import deque
 
 import numpy as np
-from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from equimus_description.interface import (
+    ACTUATORS,
+    BODIES,
+    CLOCK,
+    DIAGNOSTICS,
+    FRAME_MOCAP,
+    JOINTS,
+    PRESSURE_LAYOUT,
+    SIM_JOINT_STATES,
+    TOPICS,
+    VALVE_APPLIED,
+    VALVE_PRESSURE,
+    mocap_topic,
+)
+from equimus_ros.arrays import float_array
+from equimus_ros.cdr import ArrayWriter, ClockWriter, JointStateWriter, PoseWriter
+from equimus_ros.diagnostics import Diagnostics, Level
+from equimus_ros.main import is_shutting_down, run_node
+from equimus_ros.params import bind
+from equimus_ros.qos import publisher, subscription
 from geometry_msgs.msg import PoseStamped
-from rcl_interfaces.msg import FloatingPointRange, ParameterDescriptor
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.parameter import Parameter
-from rclpy.qos import qos_profile_sensor_data
 from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import JointState
-from std_msgs.msg import Float64MultiArray, MultiArrayDimension
+from std_msgs.msg import Float64MultiArray
 from std_srvs.srv import Trigger
 
-from equimus_ros.cdr import ArrayWriter, ClockWriter, JointStateWriter, PoseWriter
-from equimus_ros.main import is_shutting_down, run_node
-from equimus_ros.qos import CLOCK_QOS, COMMAND_QOS, DIAG_QOS
-
-from .mocap import BODIES, MocapConfig, VirtualMocap
+from .config import SimConfig
+from .mocap import VirtualMocap
 from .pacing import JitterStats, Pacer
 from .simulator import make_simulator
 
-MODES = ('realtime', 'lockstep')
-VARIANTS = ('equimus', 'pure')
-
-# name: (default, description, optional FloatingPointRange (lo, hi)); defaults mirror config/sim.yaml
-PARAMETERS = {
-    'leg_description': ('', 'leg YAML path; empty = equimus_description.leg default (config/leg.yaml)', None),
-    'parameter_overrides': ('', 'YAML of dotted-key parameter overrides (identification output); empty = none', None),
-    'variant': ('equimus', 'model variant: equimus (3-2-1 massive actuators) | pure (massless baseline)', None),
-    'timestep': (1.0 / 600.0, 'physics timestep Δt (s); 0 = the leg description\'s. 1/600 gives exactly 5 steps per 1/120 s frame', (0.0, 0.01)),
-    'mode': ('realtime', 'pacing: realtime | lockstep', None),
-    'rate_factor': (1.0, 'realtime mode: sim seconds per wall second (1 = real time); 0 = as fast as possible', (0.0, 1000.0)),
-    'lockstep_timeout': (0.5, 'lockstep mode: wall seconds without a command before advancing anyway', (0.001, 3600.0)),
-    'mocap_rate': (120.0, 'virtual mocap frame rate (Hz) = loop tick rate; lockstep advances 1/mocap_rate s per command', (1.0, 2000.0)),
-    'mocap_position_noise': (0.0, 'Gaussian position noise σ per axis (m)', (0.0, 1.0)),
-    'mocap_orientation_noise': (0.0, 'Gaussian orientation noise σ per rotation-vector axis (rad)', (0.0, 1.0)),
-    'mocap_latency': (0.0, 'release delay of a mocap frame after capture (sim s); stamps stay at capture time', (0.0, 1.0)),
-    'mocap_drop_probability': (0.0, 'probability that a frame loss event starts at a frame', (0.0, 0.999)),
-    'mocap_drop_burst_mean': (1.0, 'mean length of a frame loss event (frames, geometric)', (1.0, 1000.0)),
-    'mocap_occlusion_probability': (0.0, 'per body and frame probability of an untracked (all-NaN) pose', (0.0, 1.0)),
-    'mocap_base_position': ([0.0, 0.7, 0.0], 'position of the base body in the Motive frame (m, Y up)', None),
-    'seed': (0, 'seed of the mocap noise/drop random generator', None),
-    'initial_pressures': ([0.0, 0.0], 'valve pressures at start and after a reset (kPa, [maa, baa])', None),
-    'initial_equilibrium': (True, 'start and reset at the static equilibrium of initial_pressures', None),
-    'initial_q': ([math.pi / 2, math.pi / 2], 'initial [θ1, θ2] (rad), used when initial_equilibrium is false', None),
-    'realtime_priority': (0, 'realtime mode: SCHED_FIFO priority (1-99) for the loop thread; 0 = normal scheduling', None),
-    'diagnostics_period': (1.0, 'wall seconds between /diagnostics reports', (0.05, 60.0)),
-}
-
-
-def _pressure_msg() -> Float64MultiArray:
-    m = Float64MultiArray()
-    m.layout.dim = [MultiArrayDimension(label='maa,baa', size=2, stride=2)]
-    m.data = [0.0, 0.0]
-    return m
+_TOPICS = {t.name: t for t in TOPICS}
 
 
 class SimNode(Node):
@@ -84,37 +71,25 @@ class SimNode(Node):
 
     def __init__(self, **kwargs):
         super().__init__('sim', **kwargs)
-        for name, (default, text, rng) in PARAMETERS.items():
-            desc = ParameterDescriptor(description=text, read_only=True)
-            if rng is not None:
-                desc.floating_point_range = [FloatingPointRange(from_value=rng[0], to_value=rng[1])]
-            self.declare_parameter(name, default, desc)
         if self.get_parameter('use_sim_time').value:
             self.get_logger().warning('use_sim_time=true ignored: the sim node publishes /clock and '
                                       'must run on wall time; set use_sim_time only on the other nodes')
             self.set_parameters([Parameter('use_sim_time', Parameter.Type.BOOL, False)])
-        p = {name: self.get_parameter(name).value for name in PARAMETERS}
-        self.mode = str(p['mode'])
-        if self.mode not in MODES:
-            raise ValueError(f"parameter mode={self.mode!r}: use one of {', '.join(MODES)}")
-        if p['variant'] not in VARIANTS:
-            raise ValueError(f"parameter variant={p['variant']!r}: use one of {', '.join(VARIANTS)}")
-        self.rate_factor = float(p['rate_factor'])
-        self.lockstep_timeout = float(p['lockstep_timeout'])
-        self.rate = float(p['mocap_rate'])
-        self.diag_period = float(p['diagnostics_period'])
+        self.params = bind(self, SimConfig())
+        p = self.params.config
+        self.mode = p.mode
+        self.rate_factor = p.rate_factor
+        self.lockstep_timeout = p.lockstep_timeout
+        self.rate = p.mocap_rate
+        self.diag_period = p.diagnostics_period
+        self.realtime_priority = p.realtime_priority
 
         self.sim = make_simulator(
-            leg_path=p['leg_description'] or None, overrides=p['parameter_overrides'] or None,
-            variant=p['variant'], timestep=float(p['timestep']) or None,
-            initial_pressures=list(p['initial_pressures']),
-            initial_q=None if p['initial_equilibrium'] else list(p['initial_q']))
-        self.mocap = VirtualMocap(MocapConfig(
-            rate=self.rate, position_noise=p['mocap_position_noise'],
-            orientation_noise=p['mocap_orientation_noise'], latency=p['mocap_latency'],
-            drop_probability=p['mocap_drop_probability'], drop_burst_mean=p['mocap_drop_burst_mean'],
-            occlusion_probability=p['mocap_occlusion_probability'],
-            base_position=list(p['mocap_base_position']), seed=int(p['seed'])))
+            leg_path=p.leg_description or None, overrides=p.parameter_overrides or None,
+            variant=p.variant, timestep=p.timestep or None,
+            initial_pressures=list(p.initial_pressures),
+            initial_q=None if p.initial_equilibrium else list(p.initial_q))
+        self.mocap = VirtualMocap(p.mocap())
 
         self.lock = threading.Lock()
         self.cond = threading.Condition(self.lock)
@@ -130,39 +105,38 @@ class SimNode(Node):
         self._diag_wall = time.monotonic()
         self._diag_sim = 0.0
 
-        self.pub_clock = self.create_publisher(Clock, '/clock', CLOCK_QOS)
-        self.pub_joints = self.create_publisher(JointState, '/sim/joint_states', qos_profile_sensor_data)
-        self.pub_pose = {b: self.create_publisher(PoseStamped, f'/mocap/{b}/pose', qos_profile_sensor_data)
-                         for b in BODIES}
-        self.pub_pressure = self.create_publisher(Float64MultiArray, '/valve/pressure', qos_profile_sensor_data)
-        self.pub_applied = self.create_publisher(Float64MultiArray, '/valve/applied', qos_profile_sensor_data)
-        self.pub_diag = self.create_publisher(DiagnosticArray, '/diagnostics', DIAG_QOS)
-        self.create_subscription(Float64MultiArray, '/valve/command', self._on_command, COMMAND_QOS)
+        self.pub_clock = publisher(self, Clock, CLOCK)
+        self.pub_joints = publisher(self, JointState, SIM_JOINT_STATES)
+        self.pub_pose = {b: publisher(self, PoseStamped, _TOPICS[mocap_topic(b)]) for b in BODIES}
+        self.pub_pressure = publisher(self, Float64MultiArray, VALVE_PRESSURE)
+        self.diagnostics = Diagnostics(self, DIAGNOSTICS, 'sim: simulator', 'mujoco')
+        subscription(self, Float64MultiArray, VALVE_APPLIED, self._on_applied)
         self.create_service(Trigger, '~/reset', self._on_reset)
         self.create_timer(self.diag_period, self._publish_diagnostics)
 
         self.out_clock = ClockWriter(self.pub_clock)
-        self.out_joints = JointStateWriter(self.pub_joints, ['hip', 'knee'])
-        self.out_pose = {b: PoseWriter(self.pub_pose[b], 'mocap') for b in BODIES}
-        self.out_pressure = ArrayWriter(self.pub_pressure, _pressure_msg())
-        self.out_applied = ArrayWriter(self.pub_applied, _pressure_msg())
+        self.out_joints = JointStateWriter(self.pub_joints, list(JOINTS))
+        self.out_pose = {b: PoseWriter(self.pub_pose[b], FRAME_MOCAP) for b in BODIES}
+        self.out_pressure = ArrayWriter(self.pub_pressure,
+                                        float_array([0.0] * len(ACTUATORS), PRESSURE_LAYOUT))
         self.get_logger().info(
-            f'sim: {p["variant"]} model, Δt={self.sim.dt * 1e3:.4f} ms, {self.mode}'
+            f'sim: {p.variant} model, Δt={self.sim.dt * 1e3:.4f} ms, {self.mode}'
             + (f' x{self.rate_factor:g}' if self.mode == 'realtime' else f' (timeout {self.lockstep_timeout:g} s)')
-            + f', {self.rate:g} Hz frames, θ0={np.round(self.sim.initial_q, 4).tolist()} rad')
+            + f', {self.rate:g} Hz frames, θ0={np.round(self.sim.initial_q, 4).tolist()} rad; '
+            f'valves follow {VALVE_APPLIED.name}')
 
     # ----- callbacks (executor thread) ------------------------------------------------------
-    def _on_command(self, msg: Float64MultiArray) -> None:
+    def _on_applied(self, msg: Float64MultiArray) -> None:
         with self.cond:
             self.commands += 1
-            check = self.sim.set_command(list(msg.data))
+            problem = self.sim.set_command(list(msg.data))
             if self.mode == 'lockstep':
-                self.queue.append(check.applied)
+                self.queue.append(self.sim.command.copy())
                 self.cond.notify()
-        if check.rejected:
+        if problem:
             self.get_logger().warning(
-                f'rejected /valve/command {list(msg.data)}: {"; ".join(check.reasons)}',
-                throttle_duration_sec=1.0)
+                f'refused {VALVE_APPLIED.name} {list(msg.data)}: {problem}; the valves keep '
+                f'{self.sim.command.tolist()} kPa', throttle_duration_sec=1.0)
 
     def _on_reset(self, request, response):
         with self.lock:
@@ -205,8 +179,7 @@ class SimNode(Node):
             cap_ns = int(round(frame.capture_time * 1e9))
             for name, pose in frame.bodies.items():
                 self.out_pose[name].write(cap_ns, pose.position, pose.orientation)
-        self.out_pressure.write(sim.valve.p)
-        self.out_applied.write(sim.command)
+        self.out_pressure.write(sim.pressures)
 
     def _drop_unanswered_commands(self) -> None:
         # Lockstep: only a command sent after a frame was published answers that frame. Commands
@@ -228,7 +201,7 @@ class SimNode(Node):
         spinner = threading.Thread(target=self._spin, args=(executor,), daemon=True)
         spinner.start()
         if self.mode == 'realtime':
-            self._set_priority(int(self.get_parameter('realtime_priority').value))
+            self._set_priority(self.realtime_priority)
         try:
             self.publish_initial()
             self.pacer.restart()
@@ -313,31 +286,27 @@ class SimNode(Node):
                 'jitter_max_us': f'{jit["max"] * 1e6:.1f}', 'jitter_samples': str(jit['n']),
                 'tick_work_p50_us': f'{work["p50"] * 1e6:.1f}', 'tick_work_p99_us': f'{work["p99"] * 1e6:.1f}',
                 'overruns': str(self.pacer.overruns),
-                'commands_received': str(self.commands), 'lockstep_timeouts': str(self.lockstep_timeouts),
+                'applied_received': str(self.commands), 'lockstep_timeouts': str(self.lockstep_timeouts),
                 'lockstep_discarded': str(self.lockstep_discarded),
-                'rejected_commands': str(sim.rejected), 'last_reject_reason': sim.last_reject_reason,
+                'refused_pressures': str(sim.rejected), 'last_refusal': sim.last_reject_reason,
                 'resets': str(sim.resets), 'last_reset_reason': sim.last_reset_reason,
                 'mocap_dropped_frames': str(self.mocap.dropped), 'mocap_occluded_poses': str(self.mocap.occluded),
                 'valve_pressure_kpa': str(np.round(sim.pressures, 3).tolist()),
-                'applied_command_kpa': str(np.round(sim.command, 3).tolist()),
+                'valve_setpoint_kpa': str(np.round(sim.command, 3).tolist()),
             }
-            level = DiagnosticStatus.OK
+            level = Level.OK
             message = f'{self.mode}, real-time factor {rtf:.2f}'
             if sim.resets:
-                level, message = DiagnosticStatus.WARN, f'{message}; {sim.resets} unstable-state resets'
+                level, message = Level.WARN, f'{message}; {sim.resets} unstable-state resets'
             if sim.rejected:
-                level, message = DiagnosticStatus.WARN, f'{message}; {sim.rejected} commands rejected'
-        arr = DiagnosticArray()
-        arr.header.stamp = self.get_clock().now().to_msg()
-        arr.status = [DiagnosticStatus(level=level, name='sim: simulator', hardware_id='mujoco',
-                                       message=message,
-                                       values=[KeyValue(key=k, value=v) for k, v in values.items()])]
-        self.pub_diag.publish(arr)
+                level, message = Level.WARN, f'{message}; {sim.rejected} impossible pressures refused'
+        self.diagnostics.publish(level, message, values)
 
 
 def main(args=None) -> int:
     return run_node(SimNode, args, spin=SimNode.run, close=SimNode.stop,
                     config_hint='Fix config/sim.yaml or the --ros-args overrides.')
+
 
 if __name__ == '__main__':
     sys.exit(main())

@@ -1,21 +1,19 @@
 """The simulated leg as the controller sees it: valves, muscles and MuJoCo physics (no ROS).
 
 `LegSimulator` owns the MjModel/MjData (through `LegModel`) and adds what the model alone does
-not have: validation of incoming pressure commands, the valve's first-order lag, stepping to a
-target time, and recovery from a numerically unstable state.
+not have: the valves' first-order lag, stepping to a target time, and recovery from a numerically
+unstable state.
 
-Pressure command safety (the same rules as the valve driver on the real rig):
-- wrong number of elements: the whole command is rejected and every channel vents to 0 kPa;
-- NaN or ±inf in a channel: that channel vents to 0 kPa (a non-finite number carries no intent,
-  so the only safe reading is "no pressure");
-- negative: clamped to 0 kPa; above `p_max` (50 kPa, the rig's range): clamped to `p_max`
-  (the sign and rough size are clear, only the range is wrong).
-Each rejection returns a reason string for the caller to log; the clamped/vented value is the
-applied command.
+Pressures in: the pressures the valves are set to (kPa), i.e. what the valve driver applies after
+its safety layer (clamp, NaN vent, slew, watchdog, arming: equimus_hw.valve, the same on the real
+rig). The simulator repeats none of those rules; it only refuses what no valve could produce (a
+wrong number of values, a non-finite value, outside 0..p_max): the valves then keep their last
+setpoint and the refusal is counted with its reason.
 
-Valve: each channel follows p ← a·p + (1−a)·u, a = exp(−Δt/τ), once per physics step of Δt,
-which is the exact zero-order-hold discretisation of the first-order lag τ·ṗ = u − p
-(so after n steps p = u + (p0 − u)·exp(−nΔt/τ)). τ comes from the leg description.
+Valve: each channel follows the description's one valve model (equimus_description.valve.ValveLag,
+τ from the leg description) stepped once per physics step of Δt with the setpoint held. With
+`tau=None` the simulator has no valve of its own and the pressures act at once (the rig emulator:
+the DAC board emulator's valve model is the valve there).
 
 Instability: after each `advance`, non-finite or runaway qpos/qvel, or a MuJoCo bad-state warning
 (MuJoCo would silently auto-reset to its loading pose), resets the leg to the initial pose and
@@ -24,14 +22,14 @@ pressures, counts the event and keeps its reason; nothing is raised.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Optional, Sequence
 
 import mujoco
 import numpy as np
 
+from equimus_description.interface import BODIES
+from equimus_description.valve import ACTUATORS, ValveLag
 from equimus_description.valve import HARD_MAX_KPA as P_MAX_KPA
-from equimus_description.valve import ValveLag
 
 MAX_JOINT_SPEED = 1.0e3   # rad/s or m/s in any dof: beyond this the integration has diverged
 
@@ -40,58 +38,33 @@ _BAD_WARNINGS = (mujoco.mjtWarning.mjWARN_BADQACC, mujoco.mjtWarning.mjWARN_BADQ
 _BAD_WARNING_IDX = np.array([int(w) for w in _BAD_WARNINGS])
 
 
-@dataclass
-class CommandCheck:
-    """Result of validating one pressure command."""
+def physical_problem(p_kpa, n: int = len(ACTUATORS), p_max=P_MAX_KPA) -> Optional[str]:
+    """Why valves cannot be set to `p_kpa` (kPa), or None when they can (a sanity check only).
 
-    applied: np.ndarray          # kPa, what the valves are driven to
-    reasons: list                # empty when the command was accepted as is
-
-    @property
-    def rejected(self) -> bool:
-        return bool(self.reasons)
-
-
-def validate_command(p_kpa, n: int = 2, p_max=P_MAX_KPA,
-                     names: Sequence[str] = ('maa', 'baa')) -> CommandCheck:
-    """Check a pressure command (kPa) and return the safe value to apply plus reasons.
-
-    p_max: upper limit (kPa), one number or one per channel.
-    """
-    pmax = np.broadcast_to(np.asarray(p_max, dtype=float), (n,))
+    p_max: upper limit (kPa), one number or one per channel."""
     try:
         p = np.asarray(p_kpa, dtype=float).reshape(-1)
     except (TypeError, ValueError):
-        return CommandCheck(np.zeros(n), [f'command {p_kpa!r} is not numeric: all valves vented to 0 kPa'])
+        return f'pressures {p_kpa!r} are not numbers'
     if p.size != n:
-        return CommandCheck(np.zeros(n), [
-            f'command has {p.size} elements, expected {n} ({", ".join(names)}): all valves vented to 0 kPa'])
-    applied = p.copy()
-    reasons = []
-    for i in range(n):
-        v = p[i]
-        label = names[i] if i < len(names) else str(i)
-        if not math.isfinite(v):
-            applied[i] = 0.0
-            reasons.append(f'{label} command {v} kPa is not finite: vented to 0 kPa')
-        elif v < 0.0:
-            applied[i] = 0.0
-            reasons.append(f'{label} command {v:.3f} kPa is negative: clamped to 0 kPa')
-        elif v > pmax[i]:
-            applied[i] = pmax[i]
-            reasons.append(f'{label} command {v:.3f} kPa exceeds {pmax[i]:g} kPa: clamped to {pmax[i]:g} kPa')
-    return CommandCheck(applied, reasons)
+        return f'{p.size} pressures, expected {n} ({", ".join(ACTUATORS[:n])})'
+    pmax = np.broadcast_to(np.asarray(p_max, dtype=float), (n,))
+    if not np.all(np.isfinite(p)):
+        return f'pressures {p.tolist()} kPa are not finite'
+    if np.any(p < 0.0) or np.any(p > pmax):
+        return f'pressures {p.tolist()} kPa outside the valves\' range [0, {pmax.tolist()}] kPa'
+    return None
 
 
 class LegSimulator:
-    """MuJoCo leg + valve lag + command validation + instability recovery.
+    """MuJoCo leg + valve lag + instability recovery.
 
     leg_model: an `equimus_sim.leg_model.LegModel` (owns MjModel, knows joints/actuators).
-    tau: valve time constant (s); initial_pressures (kPa) and initial_q (θ1, θ2 rad; None =
+    tau: valve time constant (s), None = no valve lag here; initial_pressures (kPa) and initial_q (θ1, θ2 rad; None =
     static equilibrium at the initial pressures) define the pose `reset()` returns to.
     """
 
-    def __init__(self, leg_model, tau: float, p_max=P_MAX_KPA,
+    def __init__(self, leg_model, tau: Optional[float], p_max=P_MAX_KPA,
                  initial_pressures: Sequence[float] = (0.0, 0.0),
                  initial_q: Optional[Sequence[float]] = None):
         self.leg = leg_model
@@ -101,14 +74,14 @@ class LegSimulator:
         self.names = tuple(leg_model.actuator_names)
         self.p_max = np.broadcast_to(np.asarray(p_max, float), (self.n,)).copy()
         self.dt = float(self.model.opt.timestep)
-        init = validate_command(initial_pressures, self.n, self.p_max, self.names)
-        if init.rejected:
-            raise ValueError('invalid initial pressures: ' + '; '.join(init.reasons))
-        self.initial_pressures = init.applied
+        problem = physical_problem(initial_pressures, self.n, self.p_max)
+        if problem:
+            raise ValueError(f'invalid initial pressures: {problem}')
+        self.initial_pressures = np.asarray(initial_pressures, float).reshape(self.n)
         if initial_q is None:
             initial_q = self.leg.static_equilibrium(self.initial_pressures)
         self.initial_q = np.array(initial_q, float).reshape(2)
-        self.valve = ValveLag(tau, self.n, self.initial_pressures)
+        self.valve = None if tau is None else ValveLag(tau, self.n, self.initial_pressures)
         # Hot path: F = S·P written straight to the actuator motors (LegModel.set_pressures does
         # the same with per-call argument checks that cost more than an mj_step).
         self._gain = np.asarray(leg_model.areas, float) * 1e3     # N per kPa
@@ -122,7 +95,7 @@ class LegSimulator:
         self._gain_t = tuple(self._gain.tolist())
         self._ctrl_act_t = tuple(self._ctrl_act.tolist())
         self._body_ids = {}
-        self.command = self.initial_pressures.copy()     # applied (validated) command, kPa
+        self.command = self.initial_pressures.copy()     # the valves' setpoint, kPa
         self.time = 0.0          # nominal sim time, s (monotonic across resets)
         self.steps = 0
         self.resets = 0
@@ -135,14 +108,16 @@ class LegSimulator:
         self._place(self.initial_q)
 
     # ----- commands -------------------------------------------------------------------------
-    def set_command(self, p_kpa) -> CommandCheck:
-        """Validate and hold a new pressure command (kPa); see the module docstring for rules."""
-        check = validate_command(p_kpa, self.n, self.p_max, self.names)
-        if check.rejected:
+    def set_command(self, p_kpa) -> Optional[str]:
+        """Set the valves to p_kpa (kPa) from now on; the reason when that is impossible (the
+        valves then keep their setpoint; see the module docstring)."""
+        problem = physical_problem(p_kpa, self.n, self.p_max)
+        if problem:
             self.rejected += 1
-            self.last_reject_reason = '; '.join(check.reasons)
-        self.command = check.applied
-        return check
+            self.last_reject_reason = problem
+            return problem
+        self.command = np.asarray(p_kpa, float).reshape(self.n)
+        return None
 
     # ----- stepping -------------------------------------------------------------------------
     def advance(self, duration: float) -> int:
@@ -162,7 +137,7 @@ class LegSimulator:
             # Plain floats: for two channels numpy's per-call cost exceeds the arithmetic.
             model, data, step, ctrl = self.model, self.data, mujoco.mj_step, self.data.ctrl
             u = self.command.tolist()
-            d0 = [p0 - ui for p0, ui in zip(self.valve.p.tolist(), u)]
+            d0 = [p0 - ui for p0, ui in zip(self.pressures.tolist(), u)]
             gain, act = self._gain_t, self._ctrl_act_t
             p = u
             for ak in self._powers(n):
@@ -170,7 +145,8 @@ class LegSimulator:
                 force = [g * pi for g, pi in zip(gain, p)]          # F = S·P, N
                 ctrl[:] = [force[i] for i in act]
                 step(model, data)
-            self.valve.p = np.array(p)
+            if self.valve is not None:
+                self.valve.p = np.array(p)
             # mj_step leaves body poses at the pre-integration qpos; the mocap must see the
             # same instant as the joint state, so refresh the kinematics (≈1 µs).
             mujoco.mj_kinematics(model, data)
@@ -181,7 +157,7 @@ class LegSimulator:
 
     def _powers(self, n: int) -> list:
         if self._pow_n != n or self._pow_dt != self.dt:
-            a = self.valve.coefficient(self.dt)
+            a = 0.0 if self.valve is None else self.valve.coefficient(self.dt)
             self._pow = (a ** np.arange(1, n + 1, dtype=float)).tolist()
             self._pow_n, self._pow_dt = n, self.dt
         return self._pow
@@ -194,14 +170,14 @@ class LegSimulator:
     @property
     def pressures(self) -> np.ndarray:
         """Current valve (muscle) pressures, kPa."""
-        return self.valve.p.copy()
+        return (self.command if self.valve is None else self.valve.p).copy()
 
     def joint_state(self):
         """(θ, θ̇) of [hip, knee] in the paper's convention (rad, rad/s)."""
         return (np.asarray(self.leg.joint_angles(self.data), float),
                 np.asarray(self.leg.joint_velocities(self.data), float))
 
-    def body_arrays(self, names: Sequence[str] = ('base', 'thigh', 'calf')):
+    def body_arrays(self, names: Sequence[str] = BODIES):
         """World positions (N, 3) and wxyz quaternions (N, 4) of skeleton bodies (fast path of
         `LegModel.body_pose`, with the body ids looked up once)."""
         key = tuple(names)
@@ -210,7 +186,7 @@ class LegSimulator:
             ids = self._body_ids[key] = np.array([self.model.body(n).id for n in names])
         return self.data.xpos[ids], self.data.xquat[ids]
 
-    def body_poses(self, names: Sequence[str] = ('base', 'thigh', 'calf')) -> dict:
+    def body_poses(self, names: Sequence[str] = BODIES) -> dict:
         """{name: (position (3,), quaternion wxyz (4,))} in MuJoCo world coordinates."""
         out = {}
         for name in names:
@@ -223,13 +199,14 @@ class LegSimulator:
         """Return to the initial pose and pressures (time keeps running)."""
         self.resets += 1
         self.last_reset_reason = reason
-        self.valve.p = self.initial_pressures.copy()
+        if self.valve is not None:
+            self.valve.p = self.initial_pressures.copy()
         self.command = self.initial_pressures.copy()
         self._place(self.initial_q)
 
     def _place(self, q) -> None:
         self.leg.reset(self.data, q)
-        self.leg.set_pressures(self.data, self.valve.p)
+        self.leg.set_pressures(self.data, self.pressures)
         mujoco.mj_forward(self.model, self.data)
         # physics time is tracked as a step count; the nominal time continues over resets
         self.steps = int(round(self.time / self.dt))

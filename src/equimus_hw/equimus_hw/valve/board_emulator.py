@@ -1,8 +1,9 @@
 """DAC board emulator: the reference firmware's behaviour on a real pseudo-terminal.
 
 Run `dac_board_emulator --link /tmp/equimus_dac` and point the valve driver's `port` parameter at
-/tmp/equimus_dac. It speaks protocol.py exactly (docs/dac_board_protocol.md), models each VPPE as a
-first-order lag (tau 0.2171 s, optional dead time) whose pressure it reports through the ACK's
+/tmp/equimus_dac. It speaks protocol.py exactly (docs/dac_board_protocol.md), models each VPPE as
+the description's valve (equimus_description.valve.ValveLag, τ from the leg description, optional
+dead time) whose pressure it reports through the ACK's
 measured codes, vents on boot, on bad frames and when its watchdog expires, and can be told to
 misbehave (drop bytes, corrupt frames, stall, disappear and reappear) from the command line or
 from Python (`BoardEmulator`). Every decoded SET is logged with its codes so tests can check the
@@ -13,7 +14,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import math
 import os
 import random
 import select
@@ -24,6 +24,8 @@ import time
 import tty
 from collections import deque
 from typing import Deque, List, Optional, Tuple
+
+from equimus_description.valve import VALVE_TAU_S, ValveLag
 
 from . import protocol as P
 from .calibration import ValveCalibration
@@ -41,27 +43,33 @@ class FrameRecord:
 
 
 class ValveModel:
-    """VPPE: setpoint code -> target pressure (vents below 0.1 V), first-order lag, dead time."""
+    """VPPE: setpoint code -> target pressure (vents below 0.1 V), dead time, then the one valve
+    lag (ValveLag) stepped over each board tick with the target held."""
 
-    def __init__(self, calibration: ValveCalibration, tau_s: float = 0.2171,
+    def __init__(self, calibration: ValveCalibration, tau_s: float = VALVE_TAU_S,
                  dead_time_s: float = 0.0):
         self.cal = calibration
-        self.tau = float(tau_s)
+        self.lag = ValveLag(tau_s, 1)
         self.dead = float(dead_time_s)
-        self.pressure = 0.0
         self._pending: Deque[Tuple[float, float]] = deque()
         self._target = 0.0
 
+    @property
+    def tau(self) -> float:
+        return self.lag.tau
+
+    @property
+    def pressure(self) -> float:
+        return float(self.lag.p[0])
+
     def set_code(self, code: int, now: float) -> None:
-        target = min(600.0, self.cal.code_to_kpa(code))
-        self._pending.append((now + self.dead, target))
+        self._pending.append((now + self.dead, self.cal.code_to_kpa(code)))
 
     def advance(self, now: float, dt: float) -> float:
         while self._pending and self._pending[0][0] <= now:
             self._target = self._pending.popleft()[1]
         if dt > 0:
-            a = math.exp(-dt / self.tau) if self.tau > 0 else 0.0
-            self.pressure = a * self.pressure + (1.0 - a) * self._target
+            self.lag.step((self._target,), dt)
         return self.pressure
 
 
@@ -70,7 +78,7 @@ class BoardEmulator:
 
     def __init__(self, channels: int = 2, link: Optional[str] = None,
                  calibration: Optional[ValveCalibration] = None, watchdog_ms: int = 200,
-                 tau_s: float = 0.2171, dead_time_s: float = 0.0, adc: bool = True,
+                 tau_s: float = VALVE_TAU_S, dead_time_s: float = 0.0, adc: bool = True,
                  vent_on_bad_frame: bool = True, drop_rate: float = 0.0,
                  corrupt_rate: float = 0.0, log_path: Optional[str] = None,
                  verbose: bool = False, seed: Optional[int] = None, history: int = 20000):
@@ -379,7 +387,8 @@ def main(args=None) -> int:
                         help='symlink to the pty slave (default %(default)s; "" for none)')
     parser.add_argument('--channels', type=int, default=2)
     parser.add_argument('--watchdog-ms', type=int, default=200)
-    parser.add_argument('--tau', type=float, default=0.2171, help='valve time constant, s')
+    parser.add_argument('--tau', type=float, default=None,
+                        help='valve time constant, s (default: the leg description\'s)')
     parser.add_argument('--dead-time', type=float, default=0.0, help='valve dead time, s')
     parser.add_argument('--no-adc', action='store_true', help='board without read-back ADC')
     parser.add_argument('--keep-on-bad-frame', action='store_true',
@@ -399,6 +408,9 @@ def main(args=None) -> int:
     parser.add_argument('--seed', type=int, default=None)
     ns = parser.parse_args(args)
 
+    if ns.tau is None:
+        from equimus_description.leg import load_leg
+        ns.tau = load_leg().valve_time_constant
     emu = BoardEmulator(channels=ns.channels, link=ns.link or None, watchdog_ms=ns.watchdog_ms,
                         tau_s=ns.tau, dead_time_s=ns.dead_time, adc=not ns.no_adc,
                         vent_on_bad_frame=not ns.keep_on_bad_frame, drop_rate=ns.drop_rate,

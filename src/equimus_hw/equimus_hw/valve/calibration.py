@@ -159,12 +159,3 @@ class ValveCalibration:
         full = (1 << bits) - 1
         volts = max(0.0, kpa) / self.kpa_per_volt + (self.zero_offset_v if kpa > 0 else 0.0)
         return int(min(full, max(0, round(volts / self.adc_input_gain / self.adc_vref * full))))
-
-    @classmethod
-    def from_dict(cls, values: dict) -> 'ValveCalibration':
-        """Build from a flat mapping (YAML / ROS parameters); unknown keys are an error."""
-        fields = {f.name: f for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - set(fields))
-        if unknown:
-            raise ValueError(f'unknown valve calibration keys {unknown}; known: {sorted(fields)}')
-        return cls(**values)

@@ -38,6 +38,11 @@ class LinkStats:
 
 
 class BoardLink:
+    """The serial DAC board (implements board.Board). Its firmware vents when no SET arrives
+    within its watchdog, so the driver re-sends the codes as a keep-alive."""
+
+    needs_keepalive = True
+
     def __init__(self, port: str, channels: int, calibration: ValveCalibration,
                  baud: int = 115200, ack_timeout_s: float = 0.05, link_timeout_s: float = 0.5,
                  handshake_timeout_s: float = 0.5, backoff_min_s: float = 0.1,

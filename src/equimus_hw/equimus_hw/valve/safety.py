@@ -11,22 +11,25 @@ Owns every decision about what pressure may reach the valves:
   newer than that moment arrives.
 
 Time is passed in explicitly (seconds, monotonic), so the logic is deterministic in tests.
+The slew limit may run on a time of its own (`step(now, elapsed=...)`): in the simulated graph it
+follows sim time, so a lockstep run is the same however fast the wall clock goes, while the
+watchdog keeps the wall clock (a controller that stopped is noticed in wall seconds).
 """
 from __future__ import annotations
 
 import dataclasses
 import math
-from typing import List, Optional, Sequence
+from collections.abc import Sequence
 
-from .calibration import HARD_MAX_KPA
+from equimus_description.valve import HARD_MAX_KPA
 
 
 @dataclasses.dataclass
 class CommandResult:
     accepted: bool
-    warnings: List[str]
-    vented_channels: List[int]
-    saturated_channels: List[int]
+    warnings: list[str]
+    vented_channels: list[int]
+    saturated_channels: list[int]
 
 
 class SafetyFilter:
@@ -36,23 +39,15 @@ class SafetyFilter:
                  slew_kpa_per_s: float = 1000.0, timeout_s: float = 0.25):
         if n_channels < 1:
             raise ValueError('n_channels must be >= 1')
-        if not (math.isfinite(max_kpa) and 0 < max_kpa <= HARD_MAX_KPA):
-            raise ValueError(f'max_kpa={max_kpa} must be in (0, {HARD_MAX_KPA}] kPa')
-        if not slew_kpa_per_s > 0:
-            raise ValueError('slew_kpa_per_s must be > 0 (use a large value to disable)')
-        if not (math.isfinite(timeout_s) and timeout_s > 0):
-            raise ValueError('timeout_s must be a positive number of seconds')
         self.n = n_channels
-        self.max_kpa = float(max_kpa)
-        self.slew = float(slew_kpa_per_s)
-        self.timeout_s = float(timeout_s)
+        self.configure(max_kpa, slew_kpa_per_s, timeout_s)
         self._armed = False
         self._estopped = False
         self._target = [0.0] * n_channels
         self._output = [0.0] * n_channels
-        self._last_cmd: Optional[float] = None
+        self._last_cmd: float | None = None
         self._fresh_after = -math.inf
-        self._last_step: Optional[float] = None
+        self._last_step: float | None = None
         self._watchdog_active = False
         # Counters for diagnostics.
         self.watchdog_trips = 0
@@ -60,6 +55,18 @@ class SafetyFilter:
         self.saturation_count = 0
         self.rejected_count = 0
         self.estop_count = 0
+
+    def configure(self, max_kpa: float, slew_kpa_per_s: float, timeout_s: float) -> None:
+        """Set the limits (at start, or while running: a lower ceiling applies at the next step)."""
+        if not (math.isfinite(max_kpa) and 0 < max_kpa <= HARD_MAX_KPA):
+            raise ValueError(f'max_kpa={max_kpa} must be in (0, {HARD_MAX_KPA}] kPa')
+        if not (math.isfinite(slew_kpa_per_s) and slew_kpa_per_s > 0):
+            raise ValueError('slew_kpa_per_s must be > 0 (use a large value to disable)')
+        if not (math.isfinite(timeout_s) and timeout_s > 0):
+            raise ValueError('timeout_s must be a positive number of seconds')
+        self.max_kpa = float(max_kpa)
+        self.slew = float(slew_kpa_per_s)
+        self.timeout_s = float(timeout_s)
 
     # ----------------------------------------------------------------- state
     @property
@@ -76,7 +83,7 @@ class SafetyFilter:
         return self._watchdog_active
 
     @property
-    def output(self) -> List[float]:
+    def output(self) -> list[float]:
         return list(self._output)
 
     def arm(self, now: float) -> None:
@@ -110,7 +117,7 @@ class SafetyFilter:
     # ----------------------------------------------------------------- inputs
     def command(self, values: Sequence[float], now: float) -> CommandResult:
         """Take a command (kPa per channel). A wrong length is rejected as a whole."""
-        warnings: List[str] = []
+        warnings: list[str] = []
         try:
             vals = [float(v) for v in values]
         except (TypeError, ValueError):
@@ -143,9 +150,13 @@ class SafetyFilter:
         self._last_cmd = now
         return CommandResult(True, warnings, vented, saturated)
 
-    def step(self, now: float) -> List[float]:
-        """Advance to time now and return the pressures (kPa) to apply."""
+    def step(self, now: float, elapsed: float | None = None) -> list[float]:
+        """Advance to time now and return the pressures (kPa) to apply.
+
+        elapsed: the time the slew limit allows for (s); default: now minus the previous step."""
         dt = 0.0 if self._last_step is None else max(0.0, now - self._last_step)
+        if elapsed is not None:
+            dt = max(0.0, float(elapsed))
         self._last_step = now
         if not self._armed or self._estopped:
             self._vent_all()
