@@ -1,5 +1,6 @@
-"""The real graph in lockstep: sim_node + estimator + reference + controller as separate
-processes over DDS; the leg tracks the triangle (RMSE checked against /sim/joint_states)."""
+"""The real graph in lockstep: sim_node + valve driver (simulated board) + estimator + reference +
+controller as separate processes over DDS; the leg tracks the triangle (RMSE checked against
+/sim/joint_states)."""
 import signal
 import subprocess
 import sys
@@ -19,12 +20,15 @@ def _start(mod, *args):
 @pytest.mark.slow
 @pytest.mark.parametrize('kind', ['pid', 'mpc', 'sampling'])
 def test_lockstep_graph_tracks_triangle(kind):
-    from rclpy.qos import qos_profile_sensor_data
     from sensor_msgs.msg import JointState
-    from equimus_ros.qos import COMMAND_QOS
+
+    from equimus_description.interface import REFERENCE, SIM_JOINT_STATES
+    from equimus_ros.qos import qos_for
 
     procs = [_start('equimus_sim.sim_node', '-p', 'mode:=lockstep',
                     '-p', 'initial_pressures:=[6.15, 2.73]', '-p', 'mocap_orientation_noise:=0.002'),
+             _start('equimus_hw.valve.driver_node', '-p', 'use_sim_time:=true',
+                    '-p', 'board:=sim', '-p', 'auto_arm:=true'),
              _start('equimus_control.estimator_node', '-p', 'use_sim_time:=true'),
              _start('equimus_control.reference_node', '-p', 'use_sim_time:=true'),
              _start('equimus_control.controller_node', '-p', 'use_sim_time:=true',
@@ -36,11 +40,11 @@ def test_lockstep_graph_tracks_triangle(kind):
     def stamp(m):
         return m.header.stamp.sec + m.header.stamp.nanosec * 1e-9
 
-    node.create_subscription(JointState, '/sim/joint_states',
+    node.create_subscription(JointState, SIM_JOINT_STATES.name,
                              lambda m: truth.append((stamp(m), list(m.position))),
-                             qos_profile_sensor_data)
-    node.create_subscription(JointState, '/reference/joint',
-                             lambda m: ref.append((stamp(m), list(m.position))), COMMAND_QOS)
+                             qos_for(SIM_JOINT_STATES))
+    node.create_subscription(JointState, REFERENCE.name,
+                             lambda m: ref.append((stamp(m), list(m.position))), qos_for(REFERENCE))
     outputs = []
     try:
         # The sim runs from its own start; the triangle starts with the reference node, which

@@ -47,7 +47,6 @@ class ClockWatch:
     def __init__(self, wall: bool = False):
         """wall=True: no /clock (the hardware graph); progress is wall time since the first message."""
         import rclpy
-        from rclpy.qos import QoSProfile, ReliabilityPolicy
         from rosgraph_msgs.msg import Clock
         self.rclpy = rclpy
         rclpy.init(args=['--ros-args', '-r', '__node:=main_job_clock'])
@@ -58,8 +57,9 @@ class ClockWatch:
         self.t0 = time.monotonic()
         if wall:
             return
-        self.node.create_subscription(Clock, '/clock', self._on_clock,
-                                 QoSProfile(depth=1, reliability=ReliabilityPolicy.BEST_EFFORT))
+        from equimus_description.interface import CLOCK
+        from equimus_ros.qos import subscription
+        subscription(self.node, Clock, CLOCK, self._on_clock)
 
     def _on_clock(self, msg):
         t = msg.clock.sec + msg.clock.nanosec * 1e-9

@@ -119,18 +119,6 @@ class EstimatorConfig:
     sigma_meas: float = 0.002       # rad, angle noise
     sigma_acc: float = 10.0         # rad/s², white acceleration of the motion
 
-    @classmethod
-    def from_mapping(cls, d: dict) -> 'EstimatorConfig':
-        kw = {k: float(v) for k, v in d.items() if k in ('period', 'max_hold', 'sigma_meas',
-                                                          'sigma_acc')}
-        for j in ('hip', 'knee'):
-            if j in d:
-                h = d[j]
-                kw[j] = HingeSpec(tuple(h.get('axis_parent', (-1, 0, 0))),
-                                  tuple(h.get('axis_child', (-1, 0, 0))),
-                                  float(h.get('offset', math.pi / 2)))
-        return cls(**kw)
-
 
 @dataclass
 class JointEstimate:
