@@ -9,6 +9,7 @@ message missing. Lockstep graph: the sim graph (sim, estimator, controller, refe
 as separate processes; simulated seconds per wall second once it runs, with a plain mj_step loop
 of the same model as the baseline measured in the same run.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -20,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-PUBLISHER = r'''
+PUBLISHER = r"""
 import sys, time, rclpy
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 from std_msgs.msg import Float64MultiArray
@@ -47,20 +48,37 @@ while True:
 elapsed = time.monotonic() - start
 time.sleep(1.0)
 print(sent, elapsed, flush=True)
-'''
+"""
 
 
 def recorder_step(rate: float, seconds: float, workdir: Path) -> dict:
-    from equimus_record import bag
     from equimus_bringup.supervisor import find_executable
+    from equimus_record import bag
+
     path = workdir / f'bag_{int(rate)}'
     env = dict(os.environ, PYTHONUNBUFFERED='1')
-    rec = subprocess.Popen([find_executable('equimus_record', 'recorder'), '--ros-args',
-                            '-p', f'bag_path:={path}', '-p', "exclude_topics:=['/rosout']"],
-                           stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    rec = subprocess.Popen(
+        [
+            find_executable('equimus_record', 'recorder'),
+            '--ros-args',
+            '-p',
+            f'bag_path:={path}',
+            '-p',
+            "exclude_topics:=['/rosout']",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.STDOUT,
+        env=env,
+        start_new_session=True,
+    )
     try:
-        out = subprocess.run([sys.executable, '-c', PUBLISHER, str(rate), str(seconds)], capture_output=True,
-                             text=True, env=env, timeout=seconds + 60)
+        out = subprocess.run(
+            [sys.executable, '-c', PUBLISHER, str(rate), str(seconds)],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=seconds + 60,
+        )
         sent, elapsed = out.stdout.split()
         sent, elapsed = int(sent), float(elapsed)
     finally:
@@ -68,17 +86,28 @@ def recorder_step(rate: float, seconds: float, workdir: Path) -> dict:
         rec.wait(20)
     got = [m.data[0] for _, _, m in bag.read_messages(path, ['/bench/data'])]
     size = sum(f.stat().st_size for f in path.glob('*.mcap'))
-    return {'target': rate, 'sent': sent, 'recorded': len(got), 'rate': sent / elapsed,
-            'mb_s': size / 2**20 / elapsed, 'missing': sent - len(set(got))}
+    return {
+        'target': rate,
+        'sent': sent,
+        'recorded': len(got),
+        'rate': sent / elapsed,
+        'mb_s': size / 2**20 / elapsed,
+        'missing': sent - len(set(got)),
+    }
 
 
 def lockstep_speed(seconds: float) -> dict:
     from equimus_bringup.graph import describe_graph
     from equimus_bringup.main_job import ClockWatch
     from equimus_bringup.supervisor import Supervisor
+
     with tempfile.TemporaryDirectory() as d:
-        sup = Supervisor(describe_graph('sim', {'record': 'true', 'bag': str(Path(d) / 'bag'),
-                                                'sim_mode': 'lockstep'}), echo=False)
+        sup = Supervisor(
+            describe_graph(
+                'sim', {'record': 'true', 'bag': str(Path(d) / 'bag'), 'sim_mode': 'lockstep'}
+            ),
+            echo=False,
+        )
         watch = ClockWatch()
         sup.start()
         try:
@@ -98,8 +127,10 @@ def lockstep_speed(seconds: float) -> dict:
 
 def mj_step_baseline(seconds: float = 2.0) -> float:
     import mujoco
+
     from equimus_description.leg import load_leg
     from equimus_sim.leg_model import LegModel
+
     lm = LegModel(load_leg().with_timestep(1.0 / 600))
     d = mujoco.MjData(lm.model)
     lm.reset(d)
@@ -118,8 +149,9 @@ def run(quick: bool = False) -> dict:
     with tempfile.TemporaryDirectory() as d:
         for rate in rates:
             r = recorder_step(rate, seconds, Path(d))
-            figures[f'recorder at {rate} msg/s target: sent rate / recorded / missing'] = \
-                f"{r['rate']:.0f} msg/s / {r['recorded']} of {r['sent']} / {r['missing']}"
+            figures[f'recorder at {rate} msg/s target: sent rate / recorded / missing'] = (
+                f'{r["rate"]:.0f} msg/s / {r["recorded"]} of {r["sent"]} / {r["missing"]}'
+            )
             if r['missing'] == 0:
                 best = r
     if best:
@@ -129,12 +161,14 @@ def run(quick: bool = False) -> dict:
     base = mj_step_baseline()
     figures['sim graph, lockstep: simulated s per wall s'] = round(ls['speed'], 2)
     figures['plain mj_step loop, same model, dt 1/600 s: simulated s per wall s'] = round(base, 1)
-    figures['graph / plain loop'] = f"{ls['speed'] / base:.4f}"
+    figures['graph / plain loop'] = f'{ls["speed"] / base:.4f}'
     return figures
 
 
 if __name__ == '__main__':
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument('--quick', action='store_true')
     for k, v in run(p.parse_args().quick).items():
         print(f'{k:75s} {v}')

@@ -6,6 +6,7 @@ on a step set, and each controller's compute time per cycle (p50/p99).
 
     python benchmarks/bench_control.py [--quick]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -20,21 +21,21 @@ NAMES = ('open_loop', 'pid', 'mpc', 'sampling')
 
 def run(quick: bool = True) -> dict:
     warnings.simplefilter('ignore')
-    from equimus_description.leg import load_leg
-    from equimus_sim.leg_model import LegModel
-    from equimus_sim.mocap import MocapConfig, VirtualMocap
-    from equimus_sim.simulator import make_simulator
     from equimus_control.closed_loop import run as run_loop
     from equimus_control.mpc import LinearisationGrid, LinearMPC, MPCConfig
     from equimus_control.pid import PIDController, StaticFeedforward
-    from equimus_control.sampling import PredictiveSampling, SamplingConfig
     from equimus_control.reference import Waypoints, triangle_poses
+    from equimus_control.sampling import PredictiveSampling, SamplingConfig
+    from equimus_description.leg import load_leg
     from equimus_description.statics import StaticParams, holding_pressures
+    from equimus_sim.leg_model import LegModel
+    from equimus_sim.mocap import MocapConfig, VirtualMocap
+    from equimus_sim.simulator import make_simulator
 
     leg = load_leg()
     params = StaticParams.from_leg(leg)
     lm = LegModel(leg.with_timestep(1 / 1200))
-    lm_plan = LegModel(leg.with_timestep(1 / 120))     # predictive sampling steps at the period
+    lm_plan = LegModel(leg.with_timestep(1 / 120))  # predictive sampling steps at the period
     cfg = MPCConfig(valve_tau=leg.valve_time_constant, grid_lo=(1.1, 0.2), grid_hi=(1.8, 1.1))
     ps_cfg = SamplingConfig(valve_tau=leg.valve_time_constant)
     t0 = time.perf_counter()
@@ -42,15 +43,19 @@ def run(quick: bool = True) -> dict:
     out = {'mpc_grid_nodes': len(grid.nodes), 'mpc_grid_build_s': time.perf_counter() - t0}
     tri = triangle_poses(params)
     duration = 6.0 if quick else 18.0
-    tasks = {'triangle': Waypoints(tri, move=0.5, hold=1.5),
-             'steps': Waypoints([[1.4, 0.8], [1.6, 0.5], [1.45, 0.55]], move=0.3, hold=1.5)}
+    tasks = {
+        'triangle': Waypoints(tri, move=0.5, hold=1.5),
+        'steps': Waypoints([[1.4, 0.8], [1.6, 0.5], [1.45, 0.55]], move=0.3, hold=1.5),
+    }
     compute = {}
     for task, ref in tasks.items():
         q0 = ref(0.0)[0]
         p0 = np.clip(holding_pressures(q0, params), 0, 50)
         for name in NAMES:
             sim = make_simulator(timestep=1 / 1200, initial_q=q0, initial_pressures=tuple(p0))
-            mocap = VirtualMocap(MocapConfig(position_noise=0.0003, orientation_noise=0.002, seed=7))
+            mocap = VirtualMocap(
+                MocapConfig(position_noise=0.0003, orientation_noise=0.002, seed=7)
+            )
             if name == 'open_loop':
                 c = StaticFeedforward(params)
             elif name == 'pid':
@@ -77,14 +82,15 @@ def run(quick: bool = True) -> dict:
         out[f'{name}_cpu_p99_ms'] = float(np.percentile(cpu, 99))
     try:
         import os
+
         out['load_average_1min'] = os.getloadavg()[0]
     except OSError:
         pass
     for task in tasks:
         for name in ('mpc', 'sampling'):
             out[f'{task}_rmse_ratio_{name}_over_pid'] = (
-                (out[f'{task}_{name}_rmse_hip'] + out[f'{task}_{name}_rmse_knee'])
-                / (out[f'{task}_pid_rmse_hip'] + out[f'{task}_pid_rmse_knee']))
+                out[f'{task}_{name}_rmse_hip'] + out[f'{task}_{name}_rmse_knee']
+            ) / (out[f'{task}_pid_rmse_hip'] + out[f'{task}_pid_rmse_knee'])
     return out
 
 
@@ -93,20 +99,30 @@ def main(argv=None) -> int:
     ap.add_argument('--quick', action='store_true', help='one 6 s pass per task instead of 18 s')
     a = ap.parse_args(argv)
     r = run(a.quick)
-    print(f"MPC grid: {r['mpc_grid_nodes']} linearisations in {r['mpc_grid_build_s']:.2f} s")
-    print(f"{'task':10s} {'controller':10s} {'RMSE hip (rad)':>15s} {'RMSE knee (rad)':>16s}")
+    print(f'MPC grid: {r["mpc_grid_nodes"]} linearisations in {r["mpc_grid_build_s"]:.2f} s')
+    print(f'{"task":10s} {"controller":10s} {"RMSE hip (rad)":>15s} {"RMSE knee (rad)":>16s}')
     for task in ('triangle', 'steps'):
         for name in NAMES:
-            print(f"{task:10s} {name:10s} {r[f'{task}_{name}_rmse_hip']:15.4f} "
-                  f"{r[f'{task}_{name}_rmse_knee']:16.4f}")
-        print(f"{task:10s} summed RMSE over PID's: MPC {r[f'{task}_rmse_ratio_mpc_over_pid']:.3f}, "
-              f"sampling {r[f'{task}_rmse_ratio_sampling_over_pid']:.3f}")
-    print(f"compute per cycle (target p99 < 4 ms); wall clock includes preemption by other load "
-          f"(1-min load average {r.get('load_average_1min', float('nan')):.1f}), CPU = thread time")
-    print(f"{'controller':10s} {'wall p50':>9s} {'wall p99':>9s} {'CPU p50':>9s} {'CPU p99':>9s}  (ms)")
+            print(
+                f'{task:10s} {name:10s} {r[f"{task}_{name}_rmse_hip"]:15.4f} '
+                f'{r[f"{task}_{name}_rmse_knee"]:16.4f}'
+            )
+        print(
+            f"{task:10s} summed RMSE over PID's: MPC {r[f'{task}_rmse_ratio_mpc_over_pid']:.3f}, "
+            f'sampling {r[f"{task}_rmse_ratio_sampling_over_pid"]:.3f}'
+        )
+    print(
+        f'compute per cycle (target p99 < 4 ms); wall clock includes preemption by other load '
+        f'(1-min load average {r.get("load_average_1min", float("nan")):.1f}), CPU = thread time'
+    )
+    print(
+        f'{"controller":10s} {"wall p50":>9s} {"wall p99":>9s} {"CPU p50":>9s} {"CPU p99":>9s}  (ms)'
+    )
     for name in NAMES:
-        print(f"{name:10s} {r[f'{name}_compute_p50_ms']:9.3f} {r[f'{name}_compute_p99_ms']:9.3f} "
-              f"{r[f'{name}_cpu_p50_ms']:9.3f} {r[f'{name}_cpu_p99_ms']:9.3f}")
+        print(
+            f'{name:10s} {r[f"{name}_compute_p50_ms"]:9.3f} {r[f"{name}_compute_p99_ms"]:9.3f} '
+            f'{r[f"{name}_cpu_p50_ms"]:9.3f} {r[f"{name}_cpu_p99_ms"]:9.3f}'
+        )
     return 0
 
 

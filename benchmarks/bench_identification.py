@@ -14,6 +14,7 @@ Measures, side by side in one run:
   noise): the largest relative error among the parameters the data determine, and the ones they
   do not (identifiability analysis at the fit).
 """
+
 import argparse
 import pathlib
 import sys
@@ -29,14 +30,16 @@ TOCENTER = (ROOT / '..' / 'shared' / 'data/equimus/physical/dynamic').resolve()
 
 def _tocenter():
     from equimus_identification import data
+
     return data.load_tocenter(next(TOCENTER.glob('ToCenter_*.csv')))
 
 
 def throughput(exps, workers=2, population=20) -> dict:
+    from equimus_description.leg import load_leg
     from equimus_identification import dynamic as D
     from equimus_identification.parallel import Mapper
     from equimus_sim.leg_model import LegModel
-    from equimus_description.leg import load_leg
+
     lm = LegModel(load_leg(parameter_set='table_v_dynamic').with_timestep(D.DT))
     m, d = lm.model, mujoco.MjData(lm.model)
     lm.reset(d, exps[0].q[0])
@@ -56,66 +59,112 @@ def throughput(exps, workers=2, population=20) -> dict:
         ev(p)
     single = 5 * ev.steps_per_eval / (time.perf_counter() - t)
     with Mapper('process', workers=workers) as mp:
-        mp(ev, pts[:workers])          # start workers, compile their models
+        mp(ev, pts[:workers])  # start workers, compile their models
         t = time.perf_counter()
         mp(ev, pts)
         pooled = population * ev.steps_per_eval / (time.perf_counter() - t)
-    return {'mj_step_loop_steps_per_s': loop, 'evaluator_1proc_steps_per_s': single,
-            'evaluator_pool_steps_per_s': pooled, 'pool_workers': workers,
-            'steps_per_candidate': ev.steps_per_eval}
+    return {
+        'mj_step_loop_steps_per_s': loop,
+        'evaluator_1proc_steps_per_s': single,
+        'evaluator_pool_steps_per_s': pooled,
+        'pool_workers': workers,
+        'steps_per_candidate': ev.steps_per_eval,
+    }
 
 
 def dynamic_fit(quick: bool) -> dict:
     from equimus_identification import cli as identify_cli
+
     with tempfile.TemporaryDirectory() as tmp:
-        argv = [str(next(TOCENTER.glob('ToCenter_*.csv'))), '--out', tmp, '--params', 'paper+valve',
-                '--no-plots', '--fresh']
+        argv = [
+            str(next(TOCENTER.glob('ToCenter_*.csv'))),
+            '--out',
+            tmp,
+            '--params',
+            'paper+valve',
+            '--no-plots',
+            '--fresh',
+        ]
         argv += ['--maxiter', '3', '--refine-maxfev', '20'] if quick else []
         t = time.perf_counter()
         import contextlib
         import io
+
         buf = io.StringIO()
         with contextlib.redirect_stdout(buf):
             rc = identify_cli.main(argv)
         wall = time.perf_counter() - t
         import yaml
+
         doc = yaml.safe_load((pathlib.Path(tmp) / 'params.yaml').read_text())
     info = doc['identification']
-    return {'fit_rc': rc, 'fit_wall_s': wall, 'fit_rmse_mean_rad': info['rmse_mean_rad'],
-            'fit_rmse_max_rad': info['rmse_max_rad'], 'fit_budget': 'quick (3 gen)' if quick else 'CLI default'}
+    return {
+        'fit_rc': rc,
+        'fit_wall_s': wall,
+        'fit_rmse_mean_rad': info['rmse_mean_rad'],
+        'fit_rmse_max_rad': info['rmse_max_rad'],
+        'fit_budget': 'quick (3 gen)' if quick else 'CLI default',
+    }
 
 
 def ground_truth_full() -> dict:
     """All eleven parameters from a synthetic bag (20 random 1 s steps, 0.002 rad mocap noise)."""
-    from equimus_identification import cli as identify_cli
-    from equimus_identification import synth
     import contextlib
     import io
+
     import yaml
+
+    from equimus_identification import cli as identify_cli
+    from equimus_identification import synth
+
     truth = synth.GROUND_TRUTH
     with tempfile.TemporaryDirectory() as tmp:
         sim = synth.simulate_steps(truth, steps_kpa=synth.random_steps(20, seed=3), hold_s=1.0)
         bag = synth.write_bag(pathlib.Path(tmp) / 'gt_bag', sim, noise_rad=0.002)
         t = time.perf_counter()
         with contextlib.redirect_stdout(io.StringIO()):
-            identify_cli.main([str(bag), '--out', f'{tmp}/fit', '--params', ','.join(truth),
-                               '--loss', 'shooting', '--horizon', '0.6', '--duration', '1.0',
-                               '--popsize', '4', '--maxiter', '30', '--no-plots', '--fresh'])
+            identify_cli.main(
+                [
+                    str(bag),
+                    '--out',
+                    f'{tmp}/fit',
+                    '--params',
+                    ','.join(truth),
+                    '--loss',
+                    'shooting',
+                    '--horizon',
+                    '0.6',
+                    '--duration',
+                    '1.0',
+                    '--popsize',
+                    '4',
+                    '--maxiter',
+                    '30',
+                    '--no-plots',
+                    '--fresh',
+                ]
+            )
         wall = time.perf_counter() - t
         doc = yaml.safe_load((pathlib.Path(tmp) / 'fit/params.yaml').read_text())
     fitted, undetermined = doc['parameters'], doc['identification']['not_determined']
     rel = {k: abs(fitted[k] - v) / v for k, v in truth.items()}
     determined = {k: e for k, e in rel.items() if k not in undetermined}
     worst = max(determined, key=determined.get)
-    return {'gt_wall_s': wall, 'gt_determined_max_rel_error': determined[worst],
-            'gt_determined_worst_param': worst, 'gt_not_determined': ', '.join(undetermined) or 'none',
-            'gt_rel_errors': rel}
+    return {
+        'gt_wall_s': wall,
+        'gt_determined_max_rel_error': determined[worst],
+        'gt_determined_worst_param': worst,
+        'gt_not_determined': ', '.join(undetermined) or 'none',
+        'gt_rel_errors': rel,
+    }
 
 
 def run(quick: bool) -> dict:
     exps = _tocenter()
     out = throughput(exps if not quick else [e.head(2.0) for e in exps])
-    out['pool_speedup_vs_mj_step_loop'] = out['evaluator_pool_steps_per_s'] / out['mj_step_loop_steps_per_s']
+    out['pool_speedup_vs_mj_step_loop'] = (
+        out['evaluator_pool_steps_per_s'] / out['mj_step_loop_steps_per_s']
+    )
     out.update(dynamic_fit(quick))
     if not quick:
         out.update(ground_truth_full())
@@ -123,10 +172,12 @@ def run(quick: bool) -> dict:
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument('--quick', action='store_true')
     r = run(ap.parse_args().quick)
-    print(f"{'measure':40s} value")
+    print(f'{"measure":40s} value')
     for k, v in r.items():
         if isinstance(v, dict):
             v = ', '.join(f'{a.split(".", 1)[-1]} {b:.3f}' for a, b in v.items())

@@ -13,6 +13,7 @@ gap, side by side in one run:
 On a dedicated machine the gaps cost little more than the cache refill; on a shared virtual
 machine the CPU's state may be lost whenever the vCPU leaves it, and the ratios show how much.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,16 +35,19 @@ def run(quick: bool = False) -> dict:
     import mujoco
 
     from equimus_sim.simulator import make_simulator
+
     sim = make_simulator(timestep=1 / 600)
     m, d = sim.model, sim.data
     t = time.perf_counter()
     _busy(200_000)
     busy_n = int(PERIOD / ((time.perf_counter() - t) / 200_000))
     big = np.ones(64 * 2**20 // 8)
-    gaps = {'back_to_back': None,
-            'after_64MB_read': big.sum,
-            'after_8ms_busy_loop': lambda: _busy(busy_n),
-            'after_8ms_sleep': lambda: time.sleep(PERIOD)}
+    gaps = {
+        'back_to_back': None,
+        'after_64MB_read': big.sum,
+        'after_8ms_busy_loop': lambda: _busy(busy_n),
+        'after_8ms_sleep': lambda: time.sleep(PERIOD),
+    }
     frames = 150 if quick else 600
     out = {}
     for name, gap in gaps.items():
@@ -65,7 +69,9 @@ def run(quick: bool = False) -> dict:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument('--quick', action='store_true', help='fewer frames')
     r = run(p.parse_args(argv).quick)
     for k, v in r.items():

@@ -6,6 +6,7 @@ The emulator runs in this process (real UDP sockets), the bridge in a subprocess
 subscriber in this process. Both ends read CLOCK_MONOTONIC (perf_counter_ns), so the latency is
 the difference of two readings on one clock; the frame number travels in the pose's x field.
 """
+
 from __future__ import annotations
 
 import os
@@ -38,8 +39,11 @@ def decode_throughput(quick: bool) -> dict:
         for _ in range(n):
             P.decode_message(pkt, v)
         dt = time.perf_counter() - t0
-        out[f'{v[0]}.{v[1]}'] = {'bytes': len(pkt), 'frames_per_s': n / dt,
-                                 'x_arrival_rate': n / dt / ARRIVAL_HZ}
+        out[f'{v[0]}.{v[1]}'] = {
+            'bytes': len(pkt),
+            'frames_per_s': n / dt,
+            'x_arrival_rate': n / dt / ARRIVAL_HZ,
+        }
     return out
 
 
@@ -71,18 +75,40 @@ def end_to_end_latency(quick: bool, version='4.1', multicast=True) -> dict:
 
     cmd, data = _free_ports(2)
     group = '239.255.77.%d' % (1 + os.getpid() % 250)
-    emu = NatNetEmulator(version=version, command_port=cmd, data_port=data, multicast=multicast,
-                         multicast_group=group, rate_hz=emu_rate, on_sent=on_sent,
-                         bodies=('base', 'thigh', 'calf'))
-    emu.source = lambda t: {n: ((float(emu._frame_number), 1.0, 0.0), (0.0, 0.0, 0.0, 1.0))
-                            for n in emu.bodies}
+    emu = NatNetEmulator(
+        version=version,
+        command_port=cmd,
+        data_port=data,
+        multicast=multicast,
+        multicast_group=group,
+        rate_hz=emu_rate,
+        on_sent=on_sent,
+        bodies=('base', 'thigh', 'calf'),
+    )
+    emu.source = lambda t: {
+        n: ((float(emu._frame_number), 1.0, 0.0), (0.0, 0.0, 0.0, 1.0)) for n in emu.bodies
+    }
     emu.start()
     bridge = subprocess.Popen(
-        [sys.executable, '-m', 'equimus_hw.natnet.bridge_node', '--ros-args',
-         '-p', f'command_port:={cmd}', '-p', f'data_port:={data}',
-         '-p', f'multicast:={"true" if multicast else "false"}', '-p', f'multicast_group:={group}',
-         '-p', 'rigid_bodies:=[calf]'],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        [
+            sys.executable,
+            '-m',
+            'equimus_hw.natnet.bridge_node',
+            '--ros-args',
+            '-p',
+            f'command_port:={cmd}',
+            '-p',
+            f'data_port:={data}',
+            '-p',
+            f'multicast:={"true" if multicast else "false"}',
+            '-p',
+            f'multicast_group:={group}',
+            '-p',
+            'rigid_bodies:=[calf]',
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     ctx = rclpy.Context()
     rclpy.init(context=ctx)
     node = rclpy.create_node('bench_natnet_sub', context=ctx)
@@ -121,15 +147,27 @@ def end_to_end_latency(quick: bool, version='4.1', multicast=True) -> dict:
 
     def q(p):
         return lat[min(len(lat) - 1, int(p * len(lat)))]
-    return {'version': version, 'transport': 'multicast' if multicast else 'unicast',
-            'messages': len(lat), 'lost': span - len(lat), 'p50_ms': q(0.50),
-            'p99_ms': q(0.99), 'max_ms': lat[-1], 'target_p99_ms': 2.0}
+
+    return {
+        'version': version,
+        'transport': 'multicast' if multicast else 'unicast',
+        'messages': len(lat),
+        'lost': span - len(lat),
+        'p50_ms': q(0.50),
+        'p99_ms': q(0.99),
+        'max_ms': lat[-1],
+        'target_p99_ms': 2.0,
+    }
 
 
 def measure(quick: bool) -> dict:
-    return {'decode': decode_throughput(quick),
-            'latency': [end_to_end_latency(quick, '4.1', True),
-                        end_to_end_latency(quick, '3.0', False)]}
+    return {
+        'decode': decode_throughput(quick),
+        'latency': [
+            end_to_end_latency(quick, '4.1', True),
+            end_to_end_latency(quick, '3.0', False),
+        ],
+    }
 
 
 def run(quick: bool) -> dict:
@@ -159,15 +197,19 @@ def main():
     for v, d in r['decode'].items():
         print(f'{v:>8} {d["bytes"]:>6} {d["frames_per_s"]:>10.0f} {d["x_arrival_rate"]:>9.0f}')
     print('\nEnd-to-end latency, frame sent by emulator -> PoseStamped at subscriber')
-    print(f'{"version":>8} {"transport":>10} {"msgs":>6} {"lost":>5} {"p50 ms":>7} {"p99 ms":>7} '
-          f'{"max ms":>7} {"p99<2ms":>8}')
+    print(
+        f'{"version":>8} {"transport":>10} {"msgs":>6} {"lost":>5} {"p50 ms":>7} {"p99 ms":>7} '
+        f'{"max ms":>7} {"p99<2ms":>8}'
+    )
     for d in r['latency']:
         if 'error' in d:
             print('  ', d['error'])
             continue
-        print(f'{d["version"]:>8} {d["transport"]:>10} {d["messages"]:>6} {d["lost"]:>5} '
-              f'{d["p50_ms"]:>7.3f} {d["p99_ms"]:>7.3f} {d["max_ms"]:>7.3f} '
-              f'{"yes" if d["p99_ms"] < 2.0 else "NO":>8}')
+        print(
+            f'{d["version"]:>8} {d["transport"]:>10} {d["messages"]:>6} {d["lost"]:>5} '
+            f'{d["p50_ms"]:>7.3f} {d["p99_ms"]:>7.3f} {d["max_ms"]:>7.3f} '
+            f'{"yes" if d["p99_ms"] < 2.0 else "NO":>8}'
+        )
 
 
 if __name__ == '__main__':

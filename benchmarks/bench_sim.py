@@ -14,6 +14,7 @@ Side by side, in one run, on the default model (config/leg.yaml, 'equimus' varia
   objects, in alternating blocks.
 Targets (issue 2): realtime holds 1.0 with p99 jitter < 1 ms; free-running >= 100x.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,7 +32,9 @@ REPO = Path(__file__).resolve().parents[1]
 
 def bare_model(dt: float, sim_seconds: float) -> dict:
     import mujoco
+
     from equimus_sim.simulator import make_simulator
+
     sim = make_simulator(timestep=dt)
     m, d = sim.model, sim.data
     n = int(round(sim_seconds / dt))
@@ -57,8 +60,14 @@ def node_run(params: dict, seconds: float, count_poses: bool) -> dict:
     from rclpy.executors import SingleThreadedExecutor
     from rclpy.qos import qos_profile_sensor_data
 
-    cmd = [sys.executable, '-m', 'equimus_sim.sim_node', '--ros-args',
-           '--params-file', str(REPO / 'config' / 'sim.yaml')]
+    cmd = [
+        sys.executable,
+        '-m',
+        'equimus_sim.sim_node',
+        '--ros-args',
+        '--params-file',
+        str(REPO / 'config' / 'sim.yaml'),
+    ]
     for k, v in params.items():
         cmd += ['-p', f'{k}:={v}']
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -72,16 +81,23 @@ def node_run(params: dict, seconds: float, count_poses: bool) -> dict:
         for s in arr.status:
             if s.name == 'sim: simulator':
                 reports.append((time.monotonic(), {kv.key: kv.value for kv in s.values}))
+
     node.create_subscription(DiagnosticArray, '/diagnostics', on_diag, 50)
     if count_poses:
-        node.create_subscription(PoseStamped, '/mocap/calf/pose', lambda m: poses.append(time.monotonic()),
-                                 qos_profile_sensor_data)
+        node.create_subscription(
+            PoseStamped,
+            '/mocap/calf/pose',
+            lambda m: poses.append(time.monotonic()),
+            qos_profile_sensor_data,
+        )
     try:
         end = time.monotonic() + 60
         while len(reports) < 2 and time.monotonic() < end and proc.poll() is None:
             ex.spin_once(timeout_sec=0.05)
         if len(reports) < 2:
-            raise RuntimeError(f'sim node gave no diagnostics: {proc.stderr.read() if proc.poll() is not None else ""}')
+            raise RuntimeError(
+                f'sim node gave no diagnostics: {proc.stderr.read() if proc.poll() is not None else ""}'
+            )
         first = len(reports)
         t0 = time.monotonic()
         n_pose0 = len(poses)
@@ -101,15 +117,21 @@ def node_run(params: dict, seconds: float, count_poses: bool) -> dict:
     (wa, a), (wb, b) = reports[first - 1], reports[-1]
     rtf = (float(b['sim_time']) - float(a['sim_time'])) / (wb - wa)
     f = lambda key: np.array([float(r[key]) for r in win if r[key] != 'nan'])  # noqa: E731
-    out = {'rtf': rtf, 'windows': len(win), 'pose_rate_hz': pose_rate,
-           'work_p50_us': float(np.median(f('tick_work_p50_us'))),
-           'work_p99_us': float(np.max(f('tick_work_p99_us'))),
-           'overruns': int(win[-1]['overruns']) if win else 0}
+    out = {
+        'rtf': rtf,
+        'windows': len(win),
+        'pose_rate_hz': pose_rate,
+        'work_p50_us': float(np.median(f('tick_work_p50_us'))),
+        'work_p99_us': float(np.max(f('tick_work_p99_us'))),
+        'overruns': int(win[-1]['overruns']) if win else 0,
+    }
     if params.get('rate_factor', 1.0) > 0:
-        out.update(jitter_p50_us=float(np.median(f('jitter_p50_us'))),
-                   jitter_p99_us_median=float(np.median(f('jitter_p99_us'))),
-                   jitter_p99_us_worst=float(np.max(f('jitter_p99_us'))),
-                   jitter_max_us=float(np.max(f('jitter_max_us'))))
+        out.update(
+            jitter_p50_us=float(np.median(f('jitter_p50_us'))),
+            jitter_p99_us_median=float(np.median(f('jitter_p99_us'))),
+            jitter_p99_us_worst=float(np.max(f('jitter_p99_us'))),
+            jitter_max_us=float(np.max(f('jitter_max_us'))),
+        )
     return out
 
 
@@ -122,11 +144,17 @@ def publish_paths(blocks: int, ticks: int) -> dict:
     from rclpy.parameter import Parameter
 
     from equimus_sim.sim_node import SimNode
+
     ctx = rclpy.Context()
     rclpy.init(context=ctx)
     node = SimNode(context=ctx, parameter_overrides=[Parameter('rate_factor', value=0.0)])
-    writers = [node.out_clock, node.out_joints, *node.out_pose.values(), node.out_pressure,
-               node.out_applied]
+    writers = [
+        node.out_clock,
+        node.out_joints,
+        *node.out_pose.values(),
+        node.out_pressure,
+        node.out_applied,
+    ]
     per_tick = {True: [], False: []}
     try:
         for _ in range(200):
@@ -143,10 +171,13 @@ def publish_paths(blocks: int, ticks: int) -> dict:
         node.destroy_node()
         rclpy.try_shutdown(context=ctx)
     fast, slow = (float(np.median(per_tick[k])) for k in (True, False))
-    return {'tick_us_preserialised': 1e6 * fast, 'tick_us_message_objects': 1e6 * slow,
-            'tick_preserialised_vs_message_objects': fast / slow,
-            'tick_loop_rtf_preserialised': (1 / 120) / fast,
-            'tick_loop_rtf_message_objects': (1 / 120) / slow}
+    return {
+        'tick_us_preserialised': 1e6 * fast,
+        'tick_us_message_objects': 1e6 * slow,
+        'tick_preserialised_vs_message_objects': fast / slow,
+        'tick_loop_rtf_preserialised': (1 / 120) / fast,
+        'tick_loop_rtf_message_objects': (1 / 120) / slow,
+    }
 
 
 def run(quick: bool) -> dict:
@@ -163,13 +194,28 @@ def run(quick: bool) -> dict:
     wall = 6.0 if quick else 30.0
     rt = node_run({'mode': 'realtime', 'rate_factor': 1.0, 'diagnostics_period': 1.0}, wall, True)
     res.update({f'node_realtime_{k}': v for k, v in rt.items()})
-    fifo = node_run({'mode': 'realtime', 'rate_factor': 1.0, 'diagnostics_period': 1.0,
-                     'realtime_priority': 50}, wall, True)
-    res.update({f'node_realtime_fifo_{k}': v for k, v in fifo.items() if k.startswith(('rtf', 'jitter'))})
-    free = node_run({'mode': 'realtime', 'rate_factor': 0.0, 'diagnostics_period': 1.0}, wall / 2, False)
+    fifo = node_run(
+        {
+            'mode': 'realtime',
+            'rate_factor': 1.0,
+            'diagnostics_period': 1.0,
+            'realtime_priority': 50,
+        },
+        wall,
+        True,
+    )
+    res.update(
+        {f'node_realtime_fifo_{k}': v for k, v in fifo.items() if k.startswith(('rtf', 'jitter'))}
+    )
+    free = node_run(
+        {'mode': 'realtime', 'rate_factor': 0.0, 'diagnostics_period': 1.0}, wall / 2, False
+    )
     res.update({f'node_free_{k}': v for k, v in free.items()})
-    free12 = node_run({'mode': 'realtime', 'rate_factor': 0.0, 'diagnostics_period': 1.0,
-                       'timestep': 1 / 1200}, wall / 2, False)
+    free12 = node_run(
+        {'mode': 'realtime', 'rate_factor': 0.0, 'diagnostics_period': 1.0, 'timestep': 1 / 1200},
+        wall / 2,
+        False,
+    )
     res['node_free_rtf_dt1200'] = free12['rtf']
     res['target_realtime_p99_jitter_under_1ms'] = bool(rt.get('jitter_p99_us_worst', 1e9) < 1000)
     res['target_free_running_100x'] = bool(free['rtf'] >= 100)
@@ -178,7 +224,9 @@ def run(quick: bool) -> dict:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument('--quick', action='store_true', help='short runs (~30 s)')
     ns = p.parse_args(argv)
     r = run(ns.quick)
@@ -189,15 +237,23 @@ def main(argv=None) -> int:
     print(f'  bare mj_step loop        {r["bare_mj_step_rtf_dt600"]:8.1f}x')
     print(f'  LegSimulator.advance     {r["simulator_advance_rtf_dt600"]:8.1f}x')
     print(f'  sim node, free-running   {r["node_free_rtf"]:8.1f}x   (target >= 100x)')
-    print(f'  node loop in-process     {r["tick_loop_rtf_preserialised"]:8.1f}x   pre-serialised publishing, '
-          f'{r["tick_loop_rtf_message_objects"]:.1f}x with message objects')
-    print(f'  sim node, realtime 1x    {r["node_realtime_rtf"]:8.4f}x   jitter p50/p99/max '
-          f'{r["node_realtime_jitter_p50_us"]:.0f}/{r["node_realtime_jitter_p99_us_worst"]:.0f}/'
-          f'{r["node_realtime_jitter_max_us"]:.0f} us (target p99 < 1000 us)')
-    print(f'  ... with SCHED_FIFO 50   {r["node_realtime_fifo_rtf"]:8.4f}x   jitter p50/p99/max '
-          f'{r["node_realtime_fifo_jitter_p50_us"]:.0f}/{r["node_realtime_fifo_jitter_p99_us_worst"]:.0f}/'
-          f'{r["node_realtime_fifo_jitter_max_us"]:.0f} us')
-    print(f'  (1-min load average at start: {r["load_average_1min_at_start"]:.2f} on {os.cpu_count()} cores)')
+    print(
+        f'  node loop in-process     {r["tick_loop_rtf_preserialised"]:8.1f}x   pre-serialised publishing, '
+        f'{r["tick_loop_rtf_message_objects"]:.1f}x with message objects'
+    )
+    print(
+        f'  sim node, realtime 1x    {r["node_realtime_rtf"]:8.4f}x   jitter p50/p99/max '
+        f'{r["node_realtime_jitter_p50_us"]:.0f}/{r["node_realtime_jitter_p99_us_worst"]:.0f}/'
+        f'{r["node_realtime_jitter_max_us"]:.0f} us (target p99 < 1000 us)'
+    )
+    print(
+        f'  ... with SCHED_FIFO 50   {r["node_realtime_fifo_rtf"]:8.4f}x   jitter p50/p99/max '
+        f'{r["node_realtime_fifo_jitter_p50_us"]:.0f}/{r["node_realtime_fifo_jitter_p99_us_worst"]:.0f}/'
+        f'{r["node_realtime_fifo_jitter_max_us"]:.0f} us'
+    )
+    print(
+        f'  (1-min load average at start: {r["load_average_1min_at_start"]:.2f} on {os.cpu_count()} cores)'
+    )
     return 0
 
 

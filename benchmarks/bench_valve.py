@@ -8,6 +8,7 @@ Each command maps to a unique pair of DAC codes, so every publish is matched to 
     python benchmarks/bench_valve.py            # 10,000 commands at 500 Hz
     python benchmarks/bench_valve.py --quick    # 1,000 commands
 """
+
 import argparse
 import json
 import os
@@ -19,7 +20,7 @@ import tempfile
 import time
 
 TARGET_P99_MS = 2.0
-WIRE_MS_115200 = 14 * 10 / 115200 * 1e3   # a 14-byte SET frame at 115200 baud 8N1
+WIRE_MS_115200 = 14 * 10 / 115200 * 1e3  # a 14-byte SET frame at 115200 baud 8N1
 
 
 # Baseline for comparison in the same run: the same publisher -> a bare rclpy subscriber in another
@@ -70,8 +71,12 @@ def _publish_series(pub, n, rate_hz, make):
 
 def _stats(lat_ms):
     lat = sorted(lat_ms)
-    return {'matched': len(lat), 'p50_ms': _percentile(lat, 0.5),
-            'p99_ms': _percentile(lat, 0.99), 'max_ms': lat[-1]}
+    return {
+        'matched': len(lat),
+        'p50_ms': _percentile(lat, 0.5),
+        'p99_ms': _percentile(lat, 0.99),
+        'max_ms': lat[-1],
+    }
 
 
 def _percentile(sorted_vals, q):
@@ -92,20 +97,51 @@ def run(quick: bool = False, n: int = None, rate_hz: float = 500.0) -> dict:
     # A private DDS domain so other sessions on this machine do not interfere.
     os.environ.setdefault('ROS_DOMAIN_ID', str(1 + os.getpid() % 100))
     env = dict(os.environ)
-    emu = subprocess.Popen([sys.executable, '-m', 'equimus_hw.valve.board_emulator', '--link',
-                            str(link), '--log', str(log), '--watchdog-ms', '1000'],
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    emu = subprocess.Popen(
+        [
+            sys.executable,
+            '-m',
+            'equimus_hw.valve.board_emulator',
+            '--link',
+            str(link),
+            '--log',
+            str(log),
+            '--watchdog-ms',
+            '1000',
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
     emu.stdout.readline()
-    drv = subprocess.Popen([sys.executable, '-m', 'equimus_hw.valve.driver_node', '--ros-args',
-                            '-p', f'port:={link}', '-p', 'auto_arm:=true',
-                            '-p', 'slew_rate_kpa_s:=1000000000.0',
-                            '-p', 'command_timeout_s:=1.0', '-p', 'keepalive_period_s:=0.5'],
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    drv = subprocess.Popen(
+        [
+            sys.executable,
+            '-m',
+            'equimus_hw.valve.driver_node',
+            '--ros-args',
+            '-p',
+            f'port:={link}',
+            '-p',
+            'auto_arm:=true',
+            '-p',
+            'slew_rate_kpa_s:=1000000000.0',
+            '-p',
+            'command_timeout_s:=1.0',
+            '-p',
+            'keepalive_period_s:=0.5',
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+    )
     ctx = rclpy.Context()
     rclpy.init(context=ctx)
     node = rclpy.create_node('bench_valve', context=ctx)
-    qos = QoSProfile(reliability=QoSReliabilityPolicy.RELIABLE,
-                     history=QoSHistoryPolicy.KEEP_LAST, depth=10)
+    qos = QoSProfile(
+        reliability=QoSReliabilityPolicy.RELIABLE, history=QoSHistoryPolicy.KEEP_LAST, depth=10
+    )
     pub = node.create_publisher(Float64MultiArray, '/valve/command', qos)
     base_pub = node.create_publisher(Float64MultiArray, '/bench_valve/baseline', qos)
     echo_log = tmp / 'echo.txt'
@@ -114,18 +150,23 @@ def run(quick: bool = False, n: int = None, rate_hz: float = 500.0) -> dict:
     kpa = [cal.code_to_kpa(c) for c in range(cal.max_code + 1)]
 
     def pair(i):
-        return (codes_range[i % len(codes_range)],
-                codes_range[(i // len(codes_range)) % len(codes_range)])
+        return (
+            codes_range[i % len(codes_range)],
+            codes_range[(i // len(codes_range)) % len(codes_range)],
+        )
+
     try:
         _wait_subscriber(base_pub, 'the baseline subscriber')
         _wait_subscriber(pub, 'valve_driver')
-        time.sleep(1.0)     # link handshake
+        time.sleep(1.0)  # link handshake
         _publish_series(base_pub, 50, rate_hz, lambda i: Float64MultiArray(data=[-1.0, 0.0]))
-        base_sent = _publish_series(base_pub, n, rate_hz,
-                                    lambda i: Float64MultiArray(data=[float(i), 0.0]))
+        base_sent = _publish_series(
+            base_pub, n, rate_hz, lambda i: Float64MultiArray(data=[float(i), 0.0])
+        )
         _publish_series(pub, 50, rate_hz, lambda i: Float64MultiArray(data=[kpa[45], kpa[45]]))
-        sent_list = _publish_series(pub, n, rate_hz, lambda i: Float64MultiArray(
-            data=[kpa[pair(i)[0]], kpa[pair(i)[1]]]))
+        sent_list = _publish_series(
+            pub, n, rate_hz, lambda i: Float64MultiArray(data=[kpa[pair(i)[0]], kpa[pair(i)[1]]])
+        )
         sent = {pair(i): t for i, t in enumerate(sent_list)}
         time.sleep(0.5)
     finally:
@@ -153,9 +194,14 @@ def run(quick: bool = False, n: int = None, rate_hz: float = 500.0) -> dict:
     lat = [(seen[k] - sent[k]) * 1e3 for k in seen]
     if not lat or not base:
         raise RuntimeError('no command reached the serial line / the baseline subscriber')
-    res = dict(_stats(lat), messages=n, rate_hz=rate_hz, target_p99_ms=TARGET_P99_MS,
-               wire_ms_at_115200=WIRE_MS_115200,
-               baseline={**_stats(base), 'what': 'DDS publish -> bare rclpy subscriber'})
+    res = dict(
+        _stats(lat),
+        messages=n,
+        rate_hz=rate_hz,
+        target_p99_ms=TARGET_P99_MS,
+        wire_ms_at_115200=WIRE_MS_115200,
+        baseline={**_stats(base), 'what': 'DDS publish -> bare rclpy subscriber'},
+    )
     res['p99_vs_target'] = res['p99_ms'] / TARGET_P99_MS
     return res
 
@@ -167,16 +213,24 @@ def main():
     ap.add_argument('--rate', type=float, default=500.0)
     ns = ap.parse_args()
     r = run(ns.quick, ns.n, ns.rate)
-    print(f'valve command -> serial bytes latency ({r["matched"]}/{r["messages"]} commands '
-          f'matched, published at {r["rate_hz"]:g} Hz; pty, so no baud-rate delay)')
+    print(
+        f'valve command -> serial bytes latency ({r["matched"]}/{r["messages"]} commands '
+        f'matched, published at {r["rate_hz"]:g} Hz; pty, so no baud-rate delay)'
+    )
     print(f'  {"p50":>8} {"p99":>8} {"max":>8}   target p99   p99/target')
-    print(f'  {r["p50_ms"]:7.3f}ms {r["p99_ms"]:7.3f}ms {r["max_ms"]:7.3f}ms   '
-          f'{r["target_p99_ms"]:.1f} ms       {r["p99_vs_target"]:.2f}')
+    print(
+        f'  {r["p50_ms"]:7.3f}ms {r["p99_ms"]:7.3f}ms {r["max_ms"]:7.3f}ms   '
+        f'{r["target_p99_ms"]:.1f} ms       {r["p99_vs_target"]:.2f}'
+    )
     b = r['baseline']
     print(f'  baseline, same run: {b["what"]} ({b["matched"]}/{r["messages"]})')
-    print(f'  {b["p50_ms"]:7.3f}ms {b["p99_ms"]:7.3f}ms {b["max_ms"]:7.3f}ms   '
-          f'driver/baseline p50 {r["p50_ms"] / b["p50_ms"]:.2f}, p99 {r["p99_ms"] / b["p99_ms"]:.2f}')
-    print(f'  (a real 115200-baud link adds {r["wire_ms_at_115200"]:.2f} ms of wire time per frame)')
+    print(
+        f'  {b["p50_ms"]:7.3f}ms {b["p99_ms"]:7.3f}ms {b["max_ms"]:7.3f}ms   '
+        f'driver/baseline p50 {r["p50_ms"] / b["p50_ms"]:.2f}, p99 {r["p99_ms"] / b["p99_ms"]:.2f}'
+    )
+    print(
+        f'  (a real 115200-baud link adds {r["wire_ms_at_115200"]:.2f} ms of wire time per frame)'
+    )
 
 
 if __name__ == '__main__':

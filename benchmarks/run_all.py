@@ -7,6 +7,7 @@ Each `benchmarks/bench_*.py` exposes `run(quick: bool) -> dict` of named figures
 strings); this script runs them one after another (never in parallel: they measure time) and
 writes each figure with the command that produced it and the machine it ran on.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,12 +34,15 @@ def machine() -> str:
         pass
     try:
         import mujoco
+
         mj = mujoco.__version__
     except ImportError:
         mj = 'n/a'
     mem = os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30
-    return (f'{cpu}, {os.cpu_count()} cores, {mem:.0f} GiB; Python {platform.python_version()}, '
-            f'MuJoCo {mj}; {platform.system()} {platform.release()}')
+    return (
+        f'{cpu}, {os.cpu_count()} cores, {mem:.0f} GiB; Python {platform.python_version()}, '
+        f'MuJoCo {mj}; {platform.system()} {platform.release()}'
+    )
 
 
 def load(path: Path):
@@ -56,18 +60,20 @@ def fmt(v) -> str:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument('--quick', action='store_true', help='short runs (for a smoke check)')
     p.add_argument('--only', nargs='*', default=None, help='bench names, e.g. sim natnet')
     p.add_argument('--out', default=str(REPO / 'docs' / 'benchmarks.md'))
     ns = p.parse_args(argv)
     benches = sorted(HERE.glob('bench_*.py'))
     if ns.only:
-        benches = [b for b in benches if b.stem[len('bench_'):] in ns.only]
+        benches = [b for b in benches if b.stem[len('bench_') :] in ns.only]
     sections = []
     failed = []
     for path in benches:
-        name = path.stem[len('bench_'):]
+        name = path.stem[len('bench_') :]
         cmd = f'python benchmarks/{path.name}' + (' --quick' if ns.quick else '')
         print(f'[bench] {name}: running ({cmd})', flush=True)
         t0 = time.monotonic()
@@ -80,11 +86,15 @@ def main(argv=None) -> int:
             continue
         wall = time.monotonic() - t0
         rows = '\n'.join(f'| {k} | {fmt(v)} |' for k, v in figures.items())
-        sections.append(f'## {name}\n\nCommand: `{cmd}` ({wall:.0f} s)\n\n| figure | value |\n|---|---|\n{rows}\n')
+        sections.append(
+            f'## {name}\n\nCommand: `{cmd}` ({wall:.0f} s)\n\n| figure | value |\n|---|---|\n{rows}\n'
+        )
         print(f'[bench] {name}: done in {wall:.0f} s', flush=True)
-    head = (f'# Benchmarks\n\nWritten by `make bench` (`python benchmarks/run_all.py'
-            f'{" --quick" if ns.quick else ""}`) on {time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}.\n\n'
-            f'Machine: {machine()}.\n\nEvery ratio compares figures measured side by side in the same run.\n\n')
+    head = (
+        f'# Benchmarks\n\nWritten by `make bench` (`python benchmarks/run_all.py'
+        f'{" --quick" if ns.quick else ""}`) on {time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}.\n\n'
+        f'Machine: {machine()}.\n\nEvery ratio compares figures measured side by side in the same run.\n\n'
+    )
     Path(ns.out).write_text(head + '\n'.join(sections))
     print(f'[bench] wrote {ns.out}')
     return 1 if failed else 0

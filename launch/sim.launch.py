@@ -1,7 +1,8 @@
 """The simulated leg: MuJoCo simulation node + estimator, controller, reference (+ recorder).
 
-    ros2 launch equimus_bringup sim.launch.py controller:=mpc record:=true
+ros2 launch equimus_bringup sim.launch.py controller:=mpc record:=true
 """
+
 from equimus_bringup.launch_common import generate
 
 

@@ -9,6 +9,7 @@ per parameter and the identifiability analysis's relative standard errors.
     python scripts/identification_bias.py                          # bags' pipeline, 2 mrad noise
     python scripts/identification_bias.py --noise 0 --target smoothed --rate 100 --dt 0.005
 """
+
 import argparse
 import pathlib
 import sys
@@ -17,13 +18,17 @@ import tempfile
 import numpy as np
 from scipy.optimize import least_squares
 
-from equimus_identification import data, dynamic, synth
 from equimus_description.leg import load_leg
+from equimus_identification import data, dynamic, synth
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument('--steps', type=int, default=20, help='random pressure steps (0 = synth.DEFAULT_STEPS)')
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        '--steps', type=int, default=20, help='random pressure steps (0 = synth.DEFAULT_STEPS)'
+    )
     ap.add_argument('--noise', type=float, default=0.002, help='mocap-like angle noise (rad)')
     ap.add_argument('--target', default='raw', choices=('raw', 'smoothed'))
     ap.add_argument('--rate', type=float, default=data.BAG_RATE_HZ, help='experiment grid (Hz)')
@@ -38,18 +43,29 @@ def main(argv=None) -> int:
         rec = data.load_bag(synth.write_bag(pathlib.Path(tmp) / 'bag', sim, noise_rad=a.noise))
     exps = data.segment_steps(rec, max_duration=hold, rate=a.rate, target=a.target)
     names = list(truth)
-    ev = dynamic.Evaluator(exps, names, leg=load_leg(parameter_set='table_v_dynamic'),
-                           loss='shooting', horizon=a.horizon, dt=a.dt)
+    ev = dynamic.Evaluator(
+        exps,
+        names,
+        leg=load_leg(parameter_set='table_v_dynamic'),
+        loss='shooting',
+        horizon=a.horizon,
+        dt=a.dt,
+    )
     x_true = np.array([truth[n] for n in names])
-    print(f'{len(exps)} experiments, {ev.n_residuals} residuals, data simulated at '
-          f'{synth.SIM_DT:.6f} s, identified at {a.dt:.6f} s, target {a.target} at {a.rate:g} Hz')
-    fit = least_squares(lambda lp: ev.residuals(np.exp(lp)), np.log(x_true), diff_step=1e-3,
-                        max_nfev=60)
+    print(
+        f'{len(exps)} experiments, {ev.n_residuals} residuals, data simulated at '
+        f'{synth.SIM_DT:.6f} s, identified at {a.dt:.6f} s, target {a.target} at {a.rate:g} Hz'
+    )
+    fit = least_squares(
+        lambda lp: ev.residuals(np.exp(lp)), np.log(x_true), diff_step=1e-3, max_nfev=60
+    )
     ident = dynamic.identifiability(ev, x_true)
-    print(f"residual RMS at the truth {ident['residual_rms_rad']:.2e} rad")
-    print(f"{'parameter':28s} {'error':>9s} {'rel. std. err':>14s}")
+    print(f'residual RMS at the truth {ident["residual_rms_rad"]:.2e} rad')
+    print(f'{"parameter":28s} {"error":>9s} {"rel. std. err":>14s}')
     for n, v, f in zip(names, x_true, np.exp(fit.x)):
-        print(f"{n:28s} {100 * abs(f - v) / v:8.2f} % {100 * ident['relative_std_error'][n]:12.2f} %")
+        print(
+            f'{n:28s} {100 * abs(f - v) / v:8.2f} % {100 * ident["relative_std_error"][n]:12.2f} %'
+        )
     return 0
 
 

@@ -1,4 +1,5 @@
 """Shared test set-up: paths to ../shared and an isolated DDS domain per test session."""
+
 import os
 import pathlib
 import sys
@@ -9,7 +10,7 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 # ../shared beside the checkout, or wherever EQUIMUS_SHARED points (a clone made elsewhere)
 SHARED = pathlib.Path(os.environ.get('EQUIMUS_SHARED') or REPO.parent / 'shared')
 if SHARED.is_dir():
-    os.environ['EQUIMUS_SHARED'] = str(SHARED)     # the library's mesh lookup reads it too
+    os.environ['EQUIMUS_SHARED'] = str(SHARED)  # the library's mesh lookup reads it too
 
 # Shared test helpers (rosproc: start and stop real node processes) for every test folder.
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
@@ -22,9 +23,11 @@ os.environ['ROS_AUTOMATIC_DISCOVERY_RANGE'] = 'LOCALHOST'
 @pytest.fixture(scope='session')
 def shared_dir() -> pathlib.Path:
     if not SHARED.is_dir():
-        pytest.fail(f'{SHARED} not found: the tests read the reference data from ../shared '
-                    'beside the repository checkout; clone there, or set EQUIMUS_SHARED to the '
-                    'shared folder')
+        pytest.fail(
+            f'{SHARED} not found: the tests read the reference data from ../shared '
+            'beside the repository checkout; clone there, or set EQUIMUS_SHARED to the '
+            'shared folder'
+        )
     return SHARED
 
 
@@ -37,6 +40,7 @@ def repo_dir() -> pathlib.Path:
 def ros_node(request):
     """A fresh rclpy context and node for the test process, named after the test."""
     import rclpy
+
     rclpy.init()
     n = rclpy.create_node('test_' + request.node.name.split('[')[0][:40])
     yield n

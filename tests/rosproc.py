@@ -1,4 +1,5 @@
 """Helpers for tests that start real ROS 2 node processes (no mocks: real rclpy and DDS)."""
+
 from __future__ import annotations
 
 import os
@@ -13,8 +14,14 @@ def start_node(package: str, executable: str, *ros_args: str, args=()) -> subpro
     cmd = [find_executable(package, executable), *args]
     if ros_args:
         cmd += ['--ros-args', *ros_args]
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True, env=dict(os.environ, PYTHONUNBUFFERED='1'))
+    return subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        env=dict(os.environ, PYTHONUNBUFFERED='1'),
+    )
 
 
 def stop(proc: subprocess.Popen, sig=signal.SIGINT, timeout: float = 10.0) -> str:
@@ -27,4 +34,3 @@ def stop(proc: subprocess.Popen, sig=signal.SIGINT, timeout: float = 10.0) -> st
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
     return proc.stdout.read() if proc.stdout else ''
-

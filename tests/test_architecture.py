@@ -4,26 +4,25 @@ The table in docs/architecture.md is the one source of the rule: this test reads
 column, parses every Python file of every package (imports inside functions included) and fails on
 an import of an equimus package that the table does not allow, or on a package missing from it.
 """
+
 from __future__ import annotations
 
 import ast
 import pathlib
 import re
-from typing import Dict, Set, Tuple
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 DOC = REPO / 'docs' / 'architecture.md'
 SRC = REPO / 'src'
 
 
-
-def allowed_imports() -> Dict[str, Set[str]]:
+def allowed_imports() -> dict[str, set[str]]:
     """{package: packages it may import} from the table in docs/architecture.md."""
     text = DOC.read_text()
     header = re.search(r'^\| package \| one job \| may import \|$', text, re.M)
     assert header, f'{DOC}: the package table (| package | one job | may import |) is missing'
-    table: Dict[str, Set[str]] = {}
-    for line in text[header.end():].splitlines()[2:]:
+    table: dict[str, set[str]] = {}
+    for line in text[header.end() :].splitlines()[2:]:
         if not line.startswith('|'):
             break
         cells = [c.strip() for c in line.strip('|').split('|')]
@@ -32,12 +31,12 @@ def allowed_imports() -> Dict[str, Set[str]]:
     return table
 
 
-def packages() -> Dict[str, pathlib.Path]:
+def packages() -> dict[str, pathlib.Path]:
     """Every ament package under src/ (a folder with a package.xml)."""
     return {p.name: p for p in sorted(SRC.iterdir()) if (p / 'package.xml').exists()}
 
 
-def equimus_imports(path: pathlib.Path) -> Set[str]:
+def equimus_imports(path: pathlib.Path) -> set[str]:
     """Top-level equimus packages that one file imports (absolute imports, anywhere in it)."""
     found = set()
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
@@ -51,7 +50,7 @@ def equimus_imports(path: pathlib.Path) -> Set[str]:
     return found
 
 
-def violations() -> Set[Tuple[str, str]]:
+def violations() -> set[tuple[str, str]]:
     table = allowed_imports()
     out = set()
     for name, root in packages().items():
@@ -72,15 +71,16 @@ def test_every_package_is_in_the_table():
 def test_imports_follow_the_table():
     found = violations()
     new = sorted(found)
-    assert not new, ('imports that docs/architecture.md forbids (file, imported package): '
-                     f'{new}')
+    assert not new, f'imports that docs/architecture.md forbids (file, imported package): {new}'
 
 
 def test_the_checker_sees_imports_inside_functions(tmp_path):
     """The parser must not miss an import hidden in a function body or an `from x.y import`."""
     f = tmp_path / 'm.py'
-    f.write_text('import os\n\ndef f():\n    from equimus_sim.simulator import Simulator\n'
-                 '    import equimus_hw.valve as v\n    from . import sibling\n')
+    f.write_text(
+        'import os\n\ndef f():\n    from equimus_sim.simulator import Simulator\n'
+        '    import equimus_hw.valve as v\n    from . import sibling\n'
+    )
     assert equimus_imports(f) == {'equimus_sim', 'equimus_hw'}
 
 

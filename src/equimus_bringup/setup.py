@@ -1,4 +1,5 @@
 """ament_python package equimus_bringup."""
+
 from glob import glob
 
 from setuptools import setup

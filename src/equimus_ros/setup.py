@@ -1,4 +1,5 @@
 """ament_python package equimus_ros."""
+
 from setuptools import setup
 
 package_name = 'equimus_ros'

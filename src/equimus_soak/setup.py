@@ -1,4 +1,5 @@
 """ament_python package equimus_soak."""
+
 from setuptools import setup
 
 package_name = 'equimus_soak'

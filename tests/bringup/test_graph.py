@@ -1,11 +1,19 @@
 """The graph description shared by the launch files and `equimus launch`."""
+
 import ast
 from pathlib import Path
 
 import pytest
 
-from equimus_bringup.graph import (ARGUMENTS, CONTROL_PATH, FUSED_NODES, describe_graph,
-                                   realtime_problem, resolve_args, ros_arguments)
+from equimus_bringup.graph import (
+    ARGUMENTS,
+    CONTROL_PATH,
+    FUSED_NODES,
+    describe_graph,
+    realtime_problem,
+    resolve_args,
+    ros_arguments,
+)
 
 SHARED_NODES = {'estimator', 'controller', 'reference'}
 
@@ -16,27 +24,45 @@ def names(specs):
 
 def test_sim_and_hardware_share_the_control_side():
     sim = {s.name: s for s in describe_graph('sim', {'record': 'true', 'bag': 'b'})}
-    hw = {s.name: s for s in describe_graph('hardware', {'record': 'true', 'bag': 'b', 'use_sim_time': 'true'})}
+    hw = {
+        s.name: s
+        for s in describe_graph('hardware', {'record': 'true', 'bag': 'b', 'use_sim_time': 'true'})
+    }
     assert set(sim) - set(hw) == {'sim'}
     assert set(hw) - set(sim) == {'natnet_bridge'}
     # The safety layer runs on both legs; only its board differs, and only the sim arms at start.
     drv_sim, drv_hw = sim['valve_driver'], hw['valve_driver']
-    assert (drv_sim.package, drv_sim.executable, drv_sim.parameter_files) == \
-           (drv_hw.package, drv_hw.executable, drv_hw.parameter_files)
+    assert (drv_sim.package, drv_sim.executable, drv_sim.parameter_files) == (
+        drv_hw.package,
+        drv_hw.executable,
+        drv_hw.parameter_files,
+    )
     assert drv_sim.parameters['board'] == 'sim' and drv_hw.parameters['board'] == 'serial'
     assert drv_sim.parameters['auto_arm'] is True and drv_hw.parameters['auto_arm'] is False
     assert describe_graph('sim', {'auto_arm': 'false'})[1].parameters['auto_arm'] is False
     for n in SHARED_NODES | {'recorder'}:
         a, b = sim[n], hw[n]
-        assert (a.package, a.executable, a.parameters, a.parameter_files) == \
-               (b.package, b.executable, b.parameters, b.parameter_files), n
+        assert (a.package, a.executable, a.parameters, a.parameter_files) == (
+            b.package,
+            b.executable,
+            b.parameters,
+            b.parameter_files,
+        ), n
 
 
 def test_sim_time_defaults_per_mode():
-    assert all(s.parameters['use_sim_time'] is True for s in describe_graph('sim') if s.name != 'sim')
-    assert all(s.parameters.get('use_sim_time') is False for s in describe_graph('hardware') if s.is_ros_node)
+    assert all(
+        s.parameters['use_sim_time'] is True for s in describe_graph('sim') if s.name != 'sim'
+    )
+    assert all(
+        s.parameters.get('use_sim_time') is False
+        for s in describe_graph('hardware')
+        if s.is_ros_node
+    )
     # The simulation node owns /clock and never listens to it.
-    assert 'use_sim_time' not in next(s for s in describe_graph('sim') if s.name == 'sim').parameters
+    assert (
+        'use_sim_time' not in next(s for s in describe_graph('sim') if s.name == 'sim').parameters
+    )
 
 
 def test_emulators_only_on_request_and_valve_driver_stops_last():
@@ -74,7 +100,7 @@ def test_rt_priority_applies_to_the_control_path_only():
         rt = {s.name for s in specs if s.prefix == ['chrt', '-f', '20']}
         assert rt == {s.name for s in specs if s.name in CONTROL_PATH}
         assert {'estimator', 'controller'} <= rt and not rt & {'reference', 'recorder'}
-    assert all(s.prefix == [] for s in describe_graph('hardware'))      # off by default
+    assert all(s.prefix == [] for s in describe_graph('hardware'))  # off by default
     for bad in ('-1', '99', 'high'):
         with pytest.raises(ValueError, match='rt_priority'):
             describe_graph('sim', {'rt_priority': bad})
@@ -84,11 +110,16 @@ def test_supervised_nodes_really_run_sched_fifo(tmp_path):
     """`equimus launch` starts the control path under chrt: read the policy back from /proc."""
     import os
     import time
+
     from equimus_bringup.supervisor import Supervisor
+
     if realtime_problem(10):
         pytest.skip(f'SCHED_FIFO not permitted here: {realtime_problem(10)}')
-    specs = [s for s in describe_graph('sim', {'rt_priority': '10'})
-             if s.name in ('estimator', 'reference')]
+    specs = [
+        s
+        for s in describe_graph('sim', {'rt_priority': '10'})
+        if s.name in ('estimator', 'reference')
+    ]
     sup = Supervisor(specs, echo=False)
     sup.start()
     try:
@@ -107,25 +138,38 @@ def test_rt_priority_is_refused_clearly_without_the_privilege():
     import shutil
     import subprocess
     import sys
+
     if os.geteuid() != 0 or shutil.which('setpriv') is None:
         pytest.skip('needs root and setpriv to run the check as an unprivileged user')
-    drop = ['setpriv', '--reuid=65534', '--regid=65534', '--clear-groups', '--inh-caps=-all',
-            '--bounding-set=-all', sys.executable, '-c']
+    drop = [
+        'setpriv',
+        '--reuid=65534',
+        '--regid=65534',
+        '--clear-groups',
+        '--inh-caps=-all',
+        '--bounding-set=-all',
+        sys.executable,
+        '-c',
+    ]
     if subprocess.run(drop + ['import equimus_bringup.graph'], capture_output=True).returncode:
-        pytest.skip('the unprivileged user cannot read this checkout or its venv '
-                    '(e.g. a clone in a mode-700 temp folder)')
-    probe = ('from equimus_bringup.graph import describe_graph\n'
-             'from equimus_bringup.supervisor import GraphError, Supervisor\n'
-             "specs = [s for s in describe_graph('sim', {'rt_priority': '10'}) if s.name == 'estimator']\n"
-             'sup = Supervisor(specs, echo=False)\n'
-             'try:\n'
-             '    sup.start()\n'
-             "    print('STARTED', list(sup.procs)); sup.stop()\n"
-             'except GraphError as exc:\n'
-             "    print('REFUSED', exc)\n")
+        pytest.skip(
+            'the unprivileged user cannot read this checkout or its venv '
+            '(e.g. a clone in a mode-700 temp folder)'
+        )
+    probe = (
+        'from equimus_bringup.graph import describe_graph\n'
+        'from equimus_bringup.supervisor import GraphError, Supervisor\n'
+        "specs = [s for s in describe_graph('sim', {'rt_priority': '10'}) if s.name == 'estimator']\n"
+        'sup = Supervisor(specs, echo=False)\n'
+        'try:\n'
+        '    sup.start()\n'
+        "    print('STARTED', list(sup.procs)); sup.stop()\n"
+        'except GraphError as exc:\n'
+        "    print('REFUSED', exc)\n"
+    )
     r = subprocess.run(drop + [probe], capture_output=True, text=True, timeout=60)
     assert r.stdout.startswith('REFUSED rt_priority:=10 is not available here'), r.stdout + r.stderr
-    assert 'rt_priority:=0' in r.stdout          # says what to do
+    assert 'rt_priority:=0' in r.stdout  # says what to do
 
 
 @pytest.mark.parametrize('name', ['sim.launch.py', 'hardware.launch.py'])
@@ -138,15 +182,27 @@ def test_launch_files_use_the_shared_description(repo_dir, name):
     mode = name.split('.')[0]
     assert f"generate('{mode}')" in src
     common = (repo_dir / 'src/equimus_bringup/equimus_bringup/launch_common.py').read_text()
-    for needle in ('DeclareLaunchArgument', 'describe_graph(mode', 'launch_ros.actions import Node',
-                   'parameters=[*spec.parameter_files, spec.parameters]',
-                   "prefix=' '.join(spec.prefix) or None"):
+    for needle in (
+        'DeclareLaunchArgument',
+        'describe_graph(mode',
+        'launch_ros.actions import Node',
+        'parameters=[*spec.parameter_files, spec.parameters]',
+        "prefix=' '.join(spec.prefix) or None",
+    ):
         assert needle in common
-    assert set(ARGUMENTS) >= {'controller', 'record', 'bag', 'use_sim_time', 'serial_port', 'natnet_server'}
+    assert set(ARGUMENTS) >= {
+        'controller',
+        'record',
+        'bag',
+        'use_sim_time',
+        'serial_port',
+        'natnet_server',
+    }
 
 
 def test_launch_files_are_installed(repo_dir):
     from ament_index_python.packages import get_package_share_directory
+
     share = Path(get_package_share_directory('equimus_bringup'))
     assert (share / 'launch' / 'sim.launch.py').exists()
     assert (share / 'launch' / 'hardware.launch.py').exists()
@@ -154,8 +210,15 @@ def test_launch_files_are_installed(repo_dir):
 
 
 def test_fused_loop_puts_the_control_path_in_one_process():
-    args = {'emulator': 'true', 'serial_port': '/tmp/dac', 'controller': 'mpc', 'rt_priority': '20',
-            'record': 'true', 'bag': 'b', 'natnet_data_port': '4011'}
+    args = {
+        'emulator': 'true',
+        'serial_port': '/tmp/dac',
+        'controller': 'mpc',
+        'rt_priority': '20',
+        'record': 'true',
+        'bag': 'b',
+        'natnet_data_port': '4011',
+    }
     split = {s.name: s for s in describe_graph('hardware', args)}
     fused = {s.name: s for s in describe_graph('hardware', dict(args, fused_loop='true'))}
     assert set(split) - set(fused) == set(FUSED_NODES)
@@ -169,7 +232,7 @@ def test_fused_loop_puts_the_control_path_in_one_process():
             if key != 'use_sim_time':
                 assert loop.node_parameters[n][key] == value
     argv = ros_arguments(loop)
-    assert '__node:=control_loop' not in ' '.join(argv)         # the nodes keep their names
+    assert '__node:=control_loop' not in ' '.join(argv)  # the nodes keep their names
     assert 'valve_driver:port:=/tmp/dac' in argv and 'controller:controller:=mpc' in argv
     assert 'natnet_bridge:data_port:=4011' in argv
     order = [s.name for s in sorted(fused.values(), key=lambda s: s.shutdown_rank)]
@@ -182,13 +245,28 @@ def test_node_scoped_overrides_reach_only_their_node():
     """What the fused process relies on: `-p node:name:=value` sets `name` on `node` alone."""
     import subprocess
     import sys
-    code = ('import rclpy, sys; rclpy.init(args=sys.argv); '
-            'a = rclpy.create_node("controller"); b = rclpy.create_node("natnet_bridge"); '
-            'print(a.declare_parameter("stale_timeout", 0.0).value, '
-            'b.declare_parameter("stale_timeout", 0.0).value)')
-    out = subprocess.run([sys.executable, '-c', code, '--ros-args', '-p', 'controller:stale_timeout:=0.25',
-                          '-p', 'natnet_bridge:stale_timeout:=0.5'], capture_output=True, text=True,
-                         timeout=30)
+
+    code = (
+        'import rclpy, sys; rclpy.init(args=sys.argv); '
+        'a = rclpy.create_node("controller"); b = rclpy.create_node("natnet_bridge"); '
+        'print(a.declare_parameter("stale_timeout", 0.0).value, '
+        'b.declare_parameter("stale_timeout", 0.0).value)'
+    )
+    out = subprocess.run(
+        [
+            sys.executable,
+            '-c',
+            code,
+            '--ros-args',
+            '-p',
+            'controller:stale_timeout:=0.25',
+            '-p',
+            'natnet_bridge:stale_timeout:=0.5',
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert out.stdout.split() == ['0.25', '0.5'], out.stderr
 
 
@@ -197,10 +275,22 @@ def test_fused_loop_refuses_bad_parameters_before_touching_the_port(tmp_path):
     the serial port is never opened (the emulator link does not even exist)."""
     import subprocess
     import sys
-    out = subprocess.run([sys.executable, '-m', 'equimus_bringup.control_loop', '--ros-args',
-                          '-p', f'valve_driver:port:={tmp_path / "dac"}',
-                          '-p', 'valve_driver:max_kpa:=80.0'],
-                         capture_output=True, text=True, timeout=60)
+
+    out = subprocess.run(
+        [
+            sys.executable,
+            '-m',
+            'equimus_bringup.control_loop',
+            '--ros-args',
+            '-p',
+            f'valve_driver:port:={tmp_path / "dac"}',
+            '-p',
+            'valve_driver:max_kpa:=80.0',
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 2, out.stderr[-2000:]
     assert 'control_loop: invalid parameters' in out.stderr and 'max_kpa' in out.stderr
     assert 'Traceback' not in out.stderr

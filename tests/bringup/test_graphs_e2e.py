@@ -4,6 +4,7 @@ The sim graph runs the lockstep simulation; the hardware graph runs the real-rig
 bridge, valve driver) against rig_emulator: real UDP NatNet packets and real serial bytes on a
 pseudo-terminal around the simulated leg.
 """
+
 import json
 
 import pytest
@@ -11,8 +12,16 @@ import pytest
 from equimus_bringup import main_job
 from equimus_record import bag
 
-CONTROL_TOPICS = ['/mocap/base/pose', '/mocap/thigh/pose', '/mocap/calf/pose', '/joint_states',
-                  '/valve/command', '/valve/applied', '/valve/pressure', '/reference/joint']
+CONTROL_TOPICS = [
+    '/mocap/base/pose',
+    '/mocap/thigh/pose',
+    '/mocap/calf/pose',
+    '/joint_states',
+    '/valve/command',
+    '/valve/applied',
+    '/valve/pressure',
+    '/reference/joint',
+]
 
 
 def _run(tmp_path, *args):
@@ -32,7 +41,7 @@ def test_sim_graph_tracks_the_triangle_and_records_everything(tmp_path):
     summary = json.loads((run_dir / 'summary.json').read_text())
     assert summary['rmse']['hip'] < 0.1 and summary['rmse']['knee'] < 0.15, summary
     assert summary['estimator_rmse']['hip'] < 0.005, summary
-    assert 0.0 <= summary['pressure_min'] and summary['pressure_max'] <= 50.0
+    assert summary['pressure_min'] >= 0.0 and summary['pressure_max'] <= 50.0
     assert (run_dir / 'tracking.png').stat().st_size > 10_000
 
 
@@ -60,7 +69,9 @@ def test_a_node_dying_stops_the_graph_with_failure(tmp_path):
     from equimus_bringup.graph import describe_graph
     from equimus_bringup.supervisor import Supervisor
 
-    sup = Supervisor(describe_graph('sim', {'record': 'true', 'bag': str(tmp_path / 'bag')}), echo=False)
+    sup = Supervisor(
+        describe_graph('sim', {'record': 'true', 'bag': str(tmp_path / 'bag')}), echo=False
+    )
     sup.start()
     try:
         time.sleep(3.0)
@@ -72,14 +83,23 @@ def test_a_node_dying_stops_the_graph_with_failure(tmp_path):
     assert rc == 1
     assert sup.failed.startswith('controller exited with code -9'), sup.failed
     assert all(p.poll() is not None for p in sup.procs.values())
-    assert sup.procs['recorder'].returncode == 0      # stopped cleanly, bag closed
+    assert sup.procs['recorder'].returncode == 0  # stopped cleanly, bag closed
     assert bag.is_complete(tmp_path / 'bag')
 
 
 def test_fused_control_loop_against_the_emulated_rig(tmp_path):
     """fused_loop:=true: one process, the same topics recorded, the same clamp, the same vent."""
-    run_dir = _run(tmp_path, '--mode', 'hardware', '--controller', 'pid', '--duration', '8',
-                   '--set', 'fused_loop:=true')
+    run_dir = _run(
+        tmp_path,
+        '--mode',
+        'hardware',
+        '--controller',
+        'pid',
+        '--duration',
+        '8',
+        '--set',
+        'fused_loop:=true',
+    )
     counts = bag.topic_counts(run_dir / 'bag')
     for topic in CONTROL_TOPICS + ['/diagnostics']:
         assert topic in counts, f'{topic} missing from the bag: {sorted(counts)}'
@@ -112,8 +132,12 @@ def _watch(topics):
     node = rclpy.create_node('vent_probe', context=ctx)
     seen = {t.name: [] for t in topics}
     for t in topics:
-        subscription(node, Float64MultiArray, t,
-                     lambda m, name=t.name: seen[name].append((time.monotonic(), list(m.data))))
+        subscription(
+            node,
+            Float64MultiArray,
+            t,
+            lambda m, name=t.name: seen[name].append((time.monotonic(), list(m.data))),
+        )
     ex = SingleThreadedExecutor(context=ctx)
     ex.add_node(node)
     thread = threading.Thread(target=lambda: _spin_quietly(ex), daemon=True)
@@ -123,13 +147,14 @@ def _watch(topics):
         ex.shutdown(timeout_sec=1.0)
         node.destroy_node()
         rclpy.try_shutdown(context=ctx)
+
     return seen, close
 
 
 def _spin_quietly(ex):
     try:
         ex.spin()
-    except Exception:       # the context shut down at teardown
+    except Exception:  # the context shut down at teardown
         pass
 
 
@@ -150,14 +175,20 @@ def test_a_dead_controller_vents_the_valves_within_the_watchdog_period(mode, tmp
     from equimus_description.interface import VALVE_APPLIED, VALVE_PRESSURE
     from equimus_description.leg import load_leg
 
-    timeout_s = yaml.safe_load((repo_dir / 'config' / 'valve.yaml').read_text())[
-        'valve_driver']['ros__parameters']['command_timeout_s']
+    timeout_s = yaml.safe_load((repo_dir / 'config' / 'valve.yaml').read_text())['valve_driver'][
+        'ros__parameters'
+    ]['command_timeout_s']
     margin_s = 0.1
     overrides = {}
     if mode == 'hardware':
         port = main_job.free_udp_port_pair()
-        overrides = dict(emulator='true', auto_arm='true', serial_port=str(tmp_path / 'dac'),
-                         natnet_command_port=str(port), natnet_data_port=str(port + 1))
+        overrides = dict(
+            emulator='true',
+            auto_arm='true',
+            serial_port=str(tmp_path / 'dac'),
+            natnet_command_port=str(port),
+            natnet_data_port=str(port + 1),
+        )
     seen, close = _watch([VALVE_APPLIED, VALVE_PRESSURE])
     applied, pressure = seen[VALVE_APPLIED.name], seen[VALVE_PRESSURE.name]
     sup = Supervisor(describe_graph(mode, overrides), echo=False)
@@ -172,15 +203,18 @@ def test_a_dead_controller_vents_the_valves_within_the_watchdog_period(mode, tmp
         os.kill(sup.procs['controller'].pid, signal.SIGKILL)
         time.sleep(3.0)
         after = [(t, d) for t, d in applied if t > t_kill]
-        vent = next((i for i in range(len(after))
-                     if all(d == [0.0, 0.0] for _, d in after[i:])), None)
+        vent = next(
+            (i for i in range(len(after)) if all(d == [0.0, 0.0] for _, d in after[i:])), None
+        )
         assert vent is not None, f'the valves were never vented: {after[-5:]}'
         t_vent = after[vent][0]
-        print(f'{mode}: vented {t_vent - t_kill:.3f} s after the controller died '
-              f'(watchdog {timeout_s} s)')
-        assert t_vent - t_kill <= timeout_s + margin_s, (t_vent - t_kill, after[:vent + 2])
+        print(
+            f'{mode}: vented {t_vent - t_kill:.3f} s after the controller died '
+            f'(watchdog {timeout_s} s)'
+        )
+        assert t_vent - t_kill <= timeout_s + margin_s, (t_vent - t_kill, after[: vent + 2])
         # ... and not earlier than the watchdog allows (the loop ran until the kill).
-        assert t_vent - t_kill > 0.5 * timeout_s, (t_vent - t_kill, after[:vent + 2])
+        assert t_vent - t_kill > 0.5 * timeout_s, (t_vent - t_kill, after[: vent + 2])
         decay = [d for t, d in pressure if t > t_vent]
         assert len(decay) >= 3, pressure[-5:]
         for ch in range(2):

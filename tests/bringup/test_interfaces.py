@@ -3,6 +3,7 @@
 Starts both graphs (the hardware one against the NatNet and DAC board emulators) through the same
 description the launch files use, then asks the ROS graph what each node really offers.
 """
+
 import re
 import time
 
@@ -15,9 +16,15 @@ from equimus_bringup.main_job import free_udp_port_pair
 from equimus_bringup.supervisor import Supervisor
 
 INFRA_TOPICS = {'/rosout', '/parameter_events'}
-INFRA_SERVICE_SUFFIXES = ('/describe_parameters', '/get_parameter_types', '/get_parameters',
-                          '/list_parameters', '/set_parameters', '/set_parameters_atomically',
-                          '/get_type_description')
+INFRA_SERVICE_SUFFIXES = (
+    '/describe_parameters',
+    '/get_parameter_types',
+    '/get_parameters',
+    '/list_parameters',
+    '/set_parameters',
+    '/set_parameters_atomically',
+    '/get_type_description',
+)
 INFRA_PARAMS = {'use_sim_time', 'start_type_description_service'}
 
 
@@ -65,17 +72,29 @@ def ros(ros_node):
     return ros_node
 
 
-@pytest.mark.parametrize('mode,overrides', [
-    ('sim', {'record': 'true'}),
-    ('hardware', {'emulator': 'true', 'auto_arm': 'true', 'record': 'true', 'natnet_multicast': 'false'}),
-    ('hardware', {'emulator': 'true', 'auto_arm': 'true', 'record': 'true', 'fused_loop': 'true'}),
-])
+@pytest.mark.parametrize(
+    'mode,overrides',
+    [
+        ('sim', {'record': 'true'}),
+        (
+            'hardware',
+            {'emulator': 'true', 'auto_arm': 'true', 'record': 'true', 'natnet_multicast': 'false'},
+        ),
+        (
+            'hardware',
+            {'emulator': 'true', 'auto_arm': 'true', 'record': 'true', 'fused_loop': 'true'},
+        ),
+    ],
+)
 def test_running_nodes_match_docs(ros, repo_dir, tmp_path, mode, overrides):
     overrides = dict(overrides, bag=str(tmp_path / 'bag'))
     if mode == 'hardware':
         port = free_udp_port_pair()
-        overrides.update(serial_port=str(tmp_path / 'dac'), natnet_command_port=str(port),
-                         natnet_data_port=str(port + 1))
+        overrides.update(
+            serial_port=str(tmp_path / 'dac'),
+            natnet_command_port=str(port),
+            natnet_data_port=str(port + 1),
+        )
     specs = describe_graph(mode, overrides)
     sup = Supervisor(specs, echo=False)
     sup.start()
@@ -97,7 +116,9 @@ def test_running_nodes_match_docs(ros, repo_dir, tmp_path, mode, overrides):
             if topic in INFRA_TOPICS:
                 continue
             if not _documented_type(doc, topic, types[0]):
-                problems.append(f'{name}: topic {topic} [{types[0]}] is not documented with its type')
+                problems.append(
+                    f'{name}: topic {topic} [{types[0]}] is not documented with its type'
+                )
         for srv, types in services:
             if srv.endswith(INFRA_SERVICE_SUFFIXES):
                 continue

@@ -1,5 +1,6 @@
 """Closed loop with the real MuJoCo leg (valve lag, noisy virtual mocap), plain Python:
 PID and MPC must track the triangle and a step set better than open-loop static feedforward."""
+
 import numpy as np
 import pytest
 
@@ -25,12 +26,13 @@ def test_pid_and_mpc_beat_open_loop(kind, triangle, sim_params, leg_model, mpc_g
         elif name == 'pid':
             c = PIDController(sim_params)
         else:
-            c = LinearMPC(leg_model, sim_params, MPCConfig(grid_lo=(1.2, 0.3), grid_hi=(1.8, 1.0)),
-                          mpc_grid)
+            c = LinearMPC(
+                leg_model, sim_params, MPCConfig(grid_lo=(1.2, 0.3), grid_hi=(1.8, 1.0)), mpc_grid
+            )
             c.reset(p_valve=p0)
         r = run(sim, mocap, c, ref, 6.0)
         assert np.all((r.u >= 0) & (r.u <= 50))
-        assert not r.vented[1:].any()       # the guards never tripped
+        assert not r.vented[1:].any()  # the guards never tripped
         assert sim.resets == 0
         res[name] = r.rmse(skip=0.5)
     total = {k: float(np.sum(v)) for k, v in res.items()}

@@ -1,6 +1,7 @@
 """The controller node over real rclpy/DDS (node in its own process): `ros2 param set` semantics
 (runtime values apply, invalid and read-only values are refused with a reason), and the node's
 commands are bit-identical to the offline harness's ControlStep for one recorded input sequence."""
+
 import math
 import struct
 import time
@@ -13,14 +14,14 @@ rclpy = pytest.importorskip('rclpy')
 from rcl_interfaces.msg import Parameter as ParameterMsg  # noqa: E402
 from rcl_interfaces.srv import GetParameters, SetParameters  # noqa: E402
 from rclpy.parameter import Parameter  # noqa: E402
+from rosproc import start_node, stop  # noqa: E402
 from sensor_msgs.msg import JointState  # noqa: E402
 from std_msgs.msg import Float64MultiArray  # noqa: E402
 
 from equimus_description.interface import JOINT_STATES, JOINTS, REFERENCE, VALVE_COMMAND  # noqa: E402
 from equimus_ros.qos import publisher, subscription  # noqa: E402
-from rosproc import start_node, stop  # noqa: E402
 
-STALE_TIMEOUT = 5.0      # s: the test's pauses must never trip the stale guard
+STALE_TIMEOUT = 5.0  # s: the test's pauses must never trip the stale guard
 
 
 class Probe:
@@ -29,8 +30,9 @@ class Probe:
     def __init__(self, node):
         self.node = node
         self.commands = []
-        subscription(node, Float64MultiArray, VALVE_COMMAND,
-                     lambda m: self.commands.append(list(m.data)))
+        subscription(
+            node, Float64MultiArray, VALVE_COMMAND, lambda m: self.commands.append(list(m.data))
+        )
         self.state_pub = publisher(node, JointState, JOINT_STATES)
         self.ref_pub = publisher(node, JointState, REFERENCE)
 
@@ -46,15 +48,21 @@ class Probe:
         assert predicate(), f'timed out waiting for {what}'
 
     def wait_connected(self, timeout=30.0):
-        self.wait_for(lambda: self.state_pub.get_subscription_count() > 0
-                      and self.ref_pub.get_subscription_count() > 0
-                      and self.node.count_publishers(VALVE_COMMAND.name) > 0,
-                      timeout, 'the controller node to come up and match')
+        self.wait_for(
+            lambda: (
+                self.state_pub.get_subscription_count() > 0
+                and self.ref_pub.get_subscription_count() > 0
+                and self.node.count_publishers(VALVE_COMMAND.name) > 0
+            ),
+            timeout,
+            'the controller node to come up and match',
+        )
 
     @staticmethod
     def message(q, qd, sec, nanosec):
-        m = JointState(name=list(JOINTS), position=[float(v) for v in q],
-                       velocity=[float(v) for v in qd])
+        m = JointState(
+            name=list(JOINTS), position=[float(v) for v in q], velocity=[float(v) for v in qd]
+        )
         m.header.stamp.sec, m.header.stamp.nanosec = sec, nanosec
         return m
 
@@ -69,8 +77,9 @@ class Probe:
     def set(self, **values):
         cli = self.node.create_client(SetParameters, '/controller/set_parameters')
         assert cli.wait_for_service(10.0)
-        req = SetParameters.Request(parameters=[Parameter(k, value=v).to_parameter_msg()
-                                                for k, v in values.items()])
+        req = SetParameters.Request(
+            parameters=[Parameter(k, value=v).to_parameter_msg() for k, v in values.items()]
+        )
         fut = cli.call_async(req)
         rclpy.spin_until_future_complete(self.node, fut, timeout_sec=10.0)
         return fut.result().results
@@ -80,16 +89,24 @@ class Probe:
         assert cli.wait_for_service(10.0)
         fut = cli.call_async(GetParameters.Request(names=list(names)))
         rclpy.spin_until_future_complete(self.node, fut, timeout_sec=10.0)
-        values = [Parameter.from_parameter_msg(ParameterMsg(name=n, value=v)).value
-                  for n, v in zip(names, fut.result().values)]
+        values = [
+            Parameter.from_parameter_msg(ParameterMsg(name=n, value=v)).value
+            for n, v in zip(names, fut.result().values)
+        ]
         return [list(v) if not isinstance(v, (int, float, str, bool)) else v for v in values]
 
 
 @pytest.fixture
 def controller(request):
     kind = getattr(request, 'param', 'pid')
-    proc = start_node('equimus_control', 'controller', '-p', f'controller:={kind}',
-                      '-p', f'stale_timeout:={STALE_TIMEOUT}')
+    proc = start_node(
+        'equimus_control',
+        'controller',
+        '-p',
+        f'controller:={kind}',
+        '-p',
+        f'stale_timeout:={STALE_TIMEOUT}',
+    )
     yield kind, proc
     out = stop(proc)
     assert 'Traceback' not in out, out[-3000:]
@@ -99,8 +116,9 @@ def test_parameters_follow_ros2_param_set(controller, ros_node):
     from equimus_control.reference import triangle_poses
     from equimus_description.leg import load_leg
     from equimus_description.statics import StaticParams, holding_pressures
+
     params = StaticParams.from_leg(load_leg())
-    pose = triangle_poses(params)[2]               # held by (19.80, 8.52) kPa
+    pose = triangle_poses(params)[2]  # held by (19.80, 8.52) kPa
     assert holding_pressures(pose, params)[0] > 15.0
     probe = Probe(ros_node)
     probe.wait_connected()
@@ -135,8 +153,11 @@ def test_parameters_follow_ros2_param_set(controller, ros_node):
     assert max(u) <= 10.0, u
 
     # read-only: fixed at start, refused with a reason
-    for name, value in (('controller', 'mpc'), ('leg_parameter_set', 'rig'),
-                        ('pressure_sign', -1.0)):
+    for name, value in (
+        ('controller', 'mpc'),
+        ('leg_parameter_set', 'rig'),
+        ('pressure_sign', -1.0),
+    ):
         (r,) = probe.set(**{name: value})
         assert not r.successful and 'read-only' in r.reason.lower(), (name, r.reason)
 
@@ -153,7 +174,7 @@ def recorded_sequence():
     Events: ('ref', q, qd, sec, nsec) and ('state', q, qd, sec, nsec)."""
     rng = np.random.default_rng(12)
     events = []
-    t0_ns = 1_700_000_000 * 10 ** 9
+    t0_ns = 1_700_000_000 * 10**9
     for k in range(90):
         t = k / 120
         ns = t0_ns + k * 8_333_333
@@ -161,7 +182,7 @@ def recorded_sequence():
             rq = np.array([1.4 + 0.2 * math.sin(t), 0.6 + 0.3 * math.sin(2 * t)])
             rqd = np.array([0.2 * math.cos(t), 0.6 * math.cos(2 * t)])
             ref_ns = ns - 30_000_000 if k % 30 == 0 else ns + 5_000_000
-            events.append(('ref', rq, rqd, *divmod(ref_ns, 10 ** 9)))
+            events.append(('ref', rq, rqd, *divmod(ref_ns, 10**9)))
         q = np.array([1.38 + 0.15 * math.sin(t - 0.1), 0.62 + 0.25 * math.sin(2 * t - 0.2)])
         q += rng.normal(0, 0.002, 2)
         qd = np.array([0.15 * math.cos(t), 0.5 * math.cos(2 * t)]) + rng.normal(0, 0.05, 2)
@@ -170,7 +191,7 @@ def recorded_sequence():
             qd = q.copy()
         if k == 60:
             q = np.array([2.6, 0.6])
-        events.append(('state', q, qd, *divmod(ns, 10 ** 9)))
+        events.append(('state', q, qd, *divmod(ns, 10**9)))
     return events
 
 
@@ -183,6 +204,7 @@ def harness_commands(kind, events):
     from equimus_control.supervisor import SafetyConfig
     from equimus_description.leg import load_leg
     from equimus_description.statics import StaticParams
+
     leg = load_leg()
     k = controller_kind(kind)
     ctrl = k.build(k.config(), StaticParams.from_leg(leg), leg, plant_factory)
@@ -214,7 +236,7 @@ def test_node_and_harness_give_bit_identical_commands(controller, ros_node):
     for what, q, qd, sec, nsec in events:
         if what == 'ref':
             probe.ref_pub.publish(probe.message(q, qd, sec, nsec))
-            probe.spin(0.3)          # the reference is in before the next state
+            probe.spin(0.3)  # the reference is in before the next state
         else:
             got.append(probe.state(q, qd, sec, nsec))
     assert len(got) == len(expected)

@@ -1,4 +1,5 @@
 """Estimator: joint angles from simulated mocap vs MuJoCo's joints; velocity filter; lost frames."""
+
 import math
 
 import numpy as np
@@ -27,18 +28,19 @@ def test_angles_match_mujoco_exactly_without_noise(make_sim):
     err = max(np.max(np.abs(e.position - q)) for e, q, *_ in rows[:1])
     assert err < 1e-9
     moved = rows[-1][1] - rows[0][1]
-    assert np.max(np.abs(moved)) > 0.05          # the leg really moved
+    assert np.max(np.abs(moved)) > 0.05  # the leg really moved
 
 
 def test_angles_match_mujoco_within_noise(make_sim):
-    sim, mocap = make_sim([1.39, 0.85], (6.15, 2.73), position_noise=0.0005,
-                          orientation_noise=0.003, seed=3)
+    sim, mocap = make_sim(
+        [1.39, 0.85], (6.15, 2.73), position_noise=0.0005, orientation_noise=0.003, seed=3
+    )
     rows = drive(sim, mocap, 360, lambda t: (6.15 + 10 * math.sin(3 * t), 2.73 + 5 * (t > 1)))
     err = np.array([e.position - q for e, q, *_ in rows[30:]])
-    rms = np.sqrt(np.mean(err ** 2, axis=0))
+    rms = np.sqrt(np.mean(err**2, axis=0))
     # relative angle noise ≈ √2 × 0.003 rad per axis projected; the filter must not add lag error
     assert np.all(rms < 0.004), rms
-    assert np.all(rms > 1e-5)                      # noise is really there
+    assert np.all(rms > 1e-5)  # noise is really there
 
 
 def test_velocity_filter_tracks_and_beats_raw_difference(make_sim):
@@ -46,21 +48,26 @@ def test_velocity_filter_tracks_and_beats_raw_difference(make_sim):
     rows = drive(sim, mocap, 480, lambda t: (15 + 12 * math.sin(4 * t), 6 + 5 * math.sin(3 * t)))
     est_v = np.array([r[0].velocity for r in rows[60:]])
     true_v = np.array([r[2] for r in rows[60:]])
-    meas = np.unwrap(np.array([r[3] for r in rows]), axis=0)   # raw per-frame angles
+    meas = np.unwrap(np.array([r[3] for r in rows]), axis=0)  # raw per-frame angles
     raw_v = np.diff(meas, axis=0)[59:] / PERIOD
     e_f = np.sqrt(np.mean((est_v - true_v) ** 2, axis=0))
     e_raw = np.sqrt(np.mean((raw_v - true_v) ** 2, axis=0))
-    assert np.all(np.std(true_v, axis=0) > 0.2)    # real motion
+    assert np.all(np.std(true_v, axis=0) > 0.2)  # real motion
     assert np.all(e_f < 0.6 * e_raw), (e_f, e_raw)
     assert np.all(e_f < 0.6 * np.std(true_v, axis=0)), e_f
 
 
 def poses_at(q1, q2):
     """Motive-like poses of three bodies for angles (θ1, θ2) with hinge −x, offset π/2."""
-    def rx(a):                   # quaternion (x, y, z, w) of a rotation by a about −x
+
+    def rx(a):  # quaternion (x, y, z, w) of a rotation by a about −x
         return (-math.sin(a / 2), 0.0, 0.0, math.cos(a / 2))
-    return [((0, 0, 0), (0, 0, 0, 1)), ((0, 0, 0), rx(q1 - math.pi / 2)),
-            ((0, 0, 0), rx(q1 + q2 - math.pi))]
+
+    return [
+        ((0, 0, 0), (0, 0, 0, 1)),
+        ((0, 0, 0), rx(q1 - math.pi / 2)),
+        ((0, 0, 0), rx(q1 + q2 - math.pi)),
+    ]
 
 
 def test_nan_pose_holds_then_invalidates_and_recovers():
@@ -82,9 +89,9 @@ def test_nan_pose_holds_then_invalidates_and_recovers():
         else:
             assert np.all(np.isnan(e.position))
     assert statuses[0] == Status.HELD and statuses[-1] == Status.INVALID
-    assert statuses.count(Status.HELD) == 6        # 6 × 8.3 ms ≤ 50 ms
+    assert statuses.count(Status.HELD) == 6  # 6 × 8.3 ms ≤ 50 ms
     t += PERIOD
-    e = est.update(t, poses_at(1.1, 0.4))           # re-initialised, no bridging of the gap
+    e = est.update(t, poses_at(1.1, 0.4))  # re-initialised, no bridging of the gap
     assert e.status == Status.VALID and np.allclose(e.position, [1.1, 0.4])
     assert np.allclose(e.velocity, 0)
 
@@ -95,7 +102,7 @@ def test_dropped_frames_counted_and_bridged_by_prediction():
     for k in range(60):
         t += PERIOD
         e = est.update(t, poses_at(1.0 + 0.5 * t, 0.5))
-    t += 4 * PERIOD                                  # three frames missing
+    t += 4 * PERIOD  # three frames missing
     e = est.update(t, poses_at(1.0 + 0.5 * t, 0.5))
     assert e.gap_frames == 3 and est.dropped_frames == 3
     assert abs(e.velocity[0] - 0.5) < 0.05 and e.status == Status.VALID
@@ -105,7 +112,7 @@ def test_dropped_frames_counted_and_bridged_by_prediction():
 def test_angle_unwraps_across_pi():
     est = JointStateEstimator(EstimatorConfig())
     t, out = 0.0, []
-    for a in np.linspace(2.5, 4.0, 40):             # θ1 − π/2 crosses π → wraps
+    for a in np.linspace(2.5, 4.0, 40):  # θ1 − π/2 crosses π → wraps
         t += PERIOD
         out.append(est.update(t, poses_at(a + math.pi / 2 - math.pi / 2, 0.3)).position[0])
     assert np.all(np.diff(out) > 0) and out[-1] > 3.9
@@ -137,15 +144,15 @@ def test_filter_equals_the_matrix_kalman_equations_on_irregular_steps():
         if x is None:
             t_prev = t
             x = [np.array([z[j], 0.0]) for j in range(2)]
-            P = [np.diag([cfg.sigma_meas ** 2, 100.0]) for _ in range(2)]
+            P = [np.diag([cfg.sigma_meas**2, 100.0]) for _ in range(2)]
         else:
             dt = t - t_prev
             F = np.array([[1, dt], [0, 1]])
-            Q = cfg.sigma_acc ** 2 * np.array([[dt ** 4 / 4, dt ** 3 / 2], [dt ** 3 / 2, dt ** 2]])
+            Q = cfg.sigma_acc**2 * np.array([[dt**4 / 4, dt**3 / 2], [dt**3 / 2, dt**2]])
             H = np.array([[1.0, 0.0]])
             for j in range(2):
                 xp, Pp = F @ x[j], F @ P[j] @ F.T + Q
-                K = Pp @ H.T / (H @ Pp @ H.T + cfg.sigma_meas ** 2)
+                K = Pp @ H.T / (H @ Pp @ H.T + cfg.sigma_meas**2)
                 x[j] = xp + (K * (z[j] - xp[0])).ravel()
                 P[j] = (np.eye(2) - K @ H) @ Pp
         t_prev = t

@@ -1,5 +1,6 @@
 """The estimator node over DDS: angles from PoseStamped triples, held then invalid (NaN) when a
 body loses tracking, diagnostics levels follow."""
+
 import math
 import signal
 import subprocess
@@ -18,31 +19,51 @@ def _quat_about_minus_x(a):
 
 def test_estimator_node_angles_hold_and_invalid():
     from diagnostic_msgs.msg import DiagnosticArray
-    from equimus_ros.qos import DIAG_QOS
     from geometry_msgs.msg import PoseStamped
     from rclpy.qos import qos_profile_sensor_data
     from sensor_msgs.msg import JointState
 
-    proc = subprocess.Popen([sys.executable, '-m', 'equimus_control.estimator_node', '--ros-args',
-                             '-p', 'max_hold:=0.05'],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    from equimus_ros.qos import DIAG_QOS
+
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            '-m',
+            'equimus_control.estimator_node',
+            '--ros-args',
+            '-p',
+            'max_hold:=0.05',
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     rclpy.init()
     node = rclpy.create_node('estimator_probe')
     states, diags = [], []
-    node.create_subscription(JointState, '/joint_states', lambda m: states.append(m),
-                             qos_profile_sensor_data)
-    node.create_subscription(DiagnosticArray, '/diagnostics',
-                             lambda m: diags.extend(s for s in m.status
-                                                    if s.name.startswith('estimator')), DIAG_QOS)
-    pubs = {b: node.create_publisher(PoseStamped, f'/mocap/{b}/pose', qos_profile_sensor_data)
-            for b in ('base', 'thigh', 'calf')}
+    node.create_subscription(
+        JointState, '/joint_states', lambda m: states.append(m), qos_profile_sensor_data
+    )
+    node.create_subscription(
+        DiagnosticArray,
+        '/diagnostics',
+        lambda m: diags.extend(s for s in m.status if s.name.startswith('estimator')),
+        DIAG_QOS,
+    )
+    pubs = {
+        b: node.create_publisher(PoseStamped, f'/mocap/{b}/pose', qos_profile_sensor_data)
+        for b in ('base', 'thigh', 'calf')
+    }
     frame = [0]
 
     def send(q1, q2, lost=False):
         frame[0] += 1
         sec, ns = divmod(frame[0] * 8_333_333, 1_000_000_000)
-        quats = {'base': (0.0, 0.0, 0.0, 1.0), 'thigh': _quat_about_minus_x(q1 - math.pi / 2),
-                 'calf': _quat_about_minus_x(q1 + q2 - math.pi)}
+        quats = {
+            'base': (0.0, 0.0, 0.0, 1.0),
+            'thigh': _quat_about_minus_x(q1 - math.pi / 2),
+            'calf': _quat_about_minus_x(q1 + q2 - math.pi),
+        }
         for b, pub in pubs.items():
             m = PoseStamped()
             m.header.stamp.sec, m.header.stamp.nanosec = sec, ns
@@ -71,7 +92,7 @@ def test_estimator_node_angles_hold_and_invalid():
         assert list(last.name) == ['hip', 'knee']
         assert np.allclose(last.position, [1.4, 0.8], atol=1e-6)
         n0 = len(states)
-        for _ in range(12):                       # 100 ms of lost calf tracking
+        for _ in range(12):  # 100 ms of lost calf tracking
             send(1.4, 0.8, lost=True)
         end = time.monotonic() + 0.5
         while time.monotonic() < end:
@@ -83,7 +104,7 @@ def test_estimator_node_angles_hold_and_invalid():
         assert held and np.allclose(held[0].position, [1.4, 0.8]) and held[0].velocity[0] == 0.0
         assert invalid and lost[-1] in invalid
         levels = {d.level for d in diags}
-        assert bytes([2]) in levels or 2 in levels, levels   # ERROR reported
+        assert bytes([2]) in levels or 2 in levels, levels  # ERROR reported
     finally:
         node.destroy_node()
         rclpy.try_shutdown()
@@ -95,23 +116,35 @@ def test_estimator_node_angles_hold_and_invalid():
 def test_estimator_parameters_from_the_config_file_runtime_set_and_read_only(repo_dir):
     """control.yaml reaches the node; a filter setting set over DDS reaches the estimator; the
     hinge calibration is read-only; a NaN or out-of-range setting is refused with its reason."""
-    from equimus_control.estimator_node import EstimatorNode
     from paramclient import get_parameters, set_parameters
 
-    rclpy.init(args=['--ros-args', '--params-file', str(repo_dir / 'config' / 'control.yaml'),
-                     '-p', 'estimator:sigma_acc:=12.5'])
+    from equimus_control.estimator_node import EstimatorNode
+
+    rclpy.init(
+        args=[
+            '--ros-args',
+            '--params-file',
+            str(repo_dir / 'config' / 'control.yaml'),
+            '-p',
+            'estimator:sigma_acc:=12.5',
+        ]
+    )
     est = EstimatorNode()
     client = rclpy.create_node('estimator_param_client')
     from rclpy.executors import SingleThreadedExecutor
+
     executor = SingleThreadedExecutor()
     executor.add_node(est)
     import threading
+
     spinner = threading.Thread(target=executor.spin, daemon=True)
     spinner.start()
     try:
         assert est.est.cfg.sigma_acc == 12.5 and est.sync_window == 0.05
         assert get_parameters(client, 'estimator', 'sigma_acc', 'hip_offset') == [
-            12.5, pytest.approx(math.pi / 2)]
+            12.5,
+            pytest.approx(math.pi / 2),
+        ]
         (ok,) = set_parameters(client, 'estimator', sigma_meas=0.004)
         assert ok.successful, ok.reason
         assert est.est.cfg.sigma_meas == 0.004 and est.est.cfg.sigma_acc == 12.5
@@ -133,9 +166,19 @@ def test_estimator_parameters_from_the_config_file_runtime_set_and_read_only(rep
 
 
 def test_an_invalid_hinge_axis_stops_the_node_with_the_reason():
-    proc = subprocess.run([sys.executable, '-m', 'equimus_control.estimator_node', '--ros-args',
-                           '-p', 'knee_axis_child:=[0.0, 0.0, 0.0]'],
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            '-m',
+            'equimus_control.estimator_node',
+            '--ros-args',
+            '-p',
+            'knee_axis_child:=[0.0, 0.0, 0.0]',
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 2, proc.stderr
     assert 'knee_axis_child=[0.0, 0.0, 0.0]: must be a non-zero 3-vector' in proc.stderr
     assert 'Traceback' not in proc.stderr

@@ -1,9 +1,11 @@
 """Linear MPC: pressure bounds and rate limit hold for any state, the warm start pays, a QP the
 solver cannot solve gives a safe command and says so, and the linearisation predicts MuJoCo."""
+
 import mujoco
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from equimus_control.controller import Estimate, Reference
 from equimus_control.mpc import LinearMPC, MPCConfig, linearise
@@ -14,8 +16,12 @@ GRID = dict(grid_lo=(1.2, 0.3), grid_hi=(1.8, 1.0))
 
 
 def mpc_step(mpc, q, qd, q_ref, p_max=50.0):
-    return mpc.step(Estimate(np.asarray(q, float), np.asarray(qd, float), 0.0),
-                    Reference(np.asarray(q_ref, float), np.zeros(2)), PERIOD, p_max)
+    return mpc.step(
+        Estimate(np.asarray(q, float), np.asarray(qd, float), 0.0),
+        Reference(np.asarray(q_ref, float), np.zeros(2)),
+        PERIOD,
+        p_max,
+    )
 
 
 @pytest.fixture(scope='module')
@@ -35,7 +41,7 @@ def test_constraints_hold_for_random_states(mpc, q, qd, ref, u_last, p_max, p_va
     out = mpc_step(mpc, q, qd, ref, p_max)
     u = out.pressures
     assert np.all(np.isfinite(u)) and np.all(u >= 0) and np.all(u <= p_max), (u, p_max)
-    if np.all(np.array(u_last) <= p_max):        # the rate limit can hold: it does
+    if np.all(np.array(u_last) <= p_max):  # the rate limit can hold: it does
         assert np.all(np.abs(u - np.array(u_last)) <= mpc.cfg.du_max + 1e-9), (u, u_last)
     assert np.array_equal(out.saturated, (u <= 1e-6) | (u >= p_max - 1e-6))
 
@@ -78,7 +84,7 @@ def test_an_infeasible_qp_gives_a_safe_reported_command(leg_model, sim_params, m
     assert out.info['qp_failed'] and 'infeasible' in out.info['status'], out.info
     assert np.all(out.pressures >= 0) and np.all(out.pressures <= 10.0), out.pressures
     assert mpc.failures == 1
-    ok = mpc_step(mpc, [1.45, 0.55], [0.0, 0.0], [1.6, 0.5], p_max=10.0)   # feasible again
+    ok = mpc_step(mpc, [1.45, 0.55], [0.0, 0.0], [1.6, 0.5], p_max=10.0)  # feasible again
     assert not ok.info['qp_failed'] and np.all(ok.pressures <= 10.0)
 
 
@@ -86,7 +92,7 @@ def test_linearisation_predicts_one_period_of_mujoco(leg_model, sim_params):
     q0 = np.array([1.45, 0.55])
     p0 = holding_pressures(q0, sim_params)
     A, B, c = linearise(leg_model, q0, p0, PERIOD)
-    assert np.all(np.abs(c) < 1e-3)                   # a true equilibrium: no drift
+    assert np.all(np.abs(c) < 1e-3)  # a true equilibrium: no drift
     d = mujoco.MjData(leg_model.model)
     dq, dv, dp = np.array([0.01, -0.01]), np.array([0.05, 0.1]), np.array([1.0, -0.5])
     leg_model.reset(d, q0 + dq, dv)

@@ -1,4 +1,5 @@
 """References: continuous positions, velocities that are the derivative, triangle from statics."""
+
 import numpy as np
 import pytest
 
@@ -6,8 +7,9 @@ from equimus_control.reference import Sinusoid, Waypoints, make_reference, trian
 from equimus_description.statics import equilibrium
 
 
-@pytest.mark.parametrize('traj', [Waypoints([[1.4, 0.8], [1.6, 0.5], [1.45, 0.55]], move=0.5,
-                                            hold=1.0), Sinusoid()])
+@pytest.mark.parametrize(
+    'traj', [Waypoints([[1.4, 0.8], [1.6, 0.5], [1.45, 0.55]], move=0.5, hold=1.0), Sinusoid()]
+)
 def test_velocity_is_the_derivative_and_position_is_continuous(traj):
     h = 1e-5
     for t in np.arange(0.0, 6.0, 0.013):
@@ -21,15 +23,17 @@ def test_waypoints_hold_each_pose_and_loop():
     w = Waypoints([[1.0, 0.1], [1.2, 0.3]], move=0.5, hold=1.0)
     assert np.allclose(w(0.7)[0], [1.0, 0.1])
     assert np.allclose(w(1.5 + 0.6)[0], [1.2, 0.3]) and np.allclose(w(2.2)[1], 0)
-    assert np.allclose(w(3.0 + 0.6)[0], [1.0, 0.1])          # looped back
+    assert np.allclose(w(3.0 + 0.6)[0], [1.0, 0.1])  # looped back
 
 
 def test_triangle_vertices_are_static_equilibria(sim_params, triangle):
     for p, q in zip([(6.15, 2.73), (3.76, 7.26), (19.80, 8.52)], triangle):
         assert np.allclose(equilibrium(p, sim_params, q0=q + 0.1), q, atol=1e-5)
-    assert np.ptp(triangle, axis=0).min() > 0.02               # a real triangle
-    assert np.allclose(make_reference('triangle', sim_params, move=0.5, hold=1.0)(0.1)[0],
-                       triangle_poses(sim_params)[0])
+    assert np.ptp(triangle, axis=0).min() > 0.02  # a real triangle
+    assert np.allclose(
+        make_reference('triangle', sim_params, move=0.5, hold=1.0)(0.1)[0],
+        triangle_poses(sim_params)[0],
+    )
 
 
 def test_unknown_kind_is_a_clear_error():
@@ -39,7 +43,8 @@ def test_unknown_kind_is_a_clear_error():
 
 def test_a_late_reference_is_carried_to_the_state_time_and_no_further():
     from equimus_control.reference import reference_at
+
     q, qd = [1.0, 0.5], [0.2, -0.4]
     np.testing.assert_allclose(reference_at(q, qd, 10.0, 10.025), [1.005, 0.49])
-    np.testing.assert_allclose(reference_at(q, qd, 10.0, 9.9), q)           # newer than the state
-    np.testing.assert_allclose(reference_at(q, qd, 10.0, 12.0, 0.1), [1.02, 0.46])   # capped
+    np.testing.assert_allclose(reference_at(q, qd, 10.0, 9.9), q)  # newer than the state
+    np.testing.assert_allclose(reference_at(q, qd, 10.0, 12.0, 0.1), [1.02, 0.46])  # capped

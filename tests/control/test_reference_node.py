@@ -1,6 +1,7 @@
 """The reference node over real rclpy: its parameters come from control.yaml, the leg's parameter
 set shapes the triangle, the sine's amplitude and frequency follow `ros2 param set` without a
 phase jump, and the trajectory's shape is read-only."""
+
 import math
 import threading
 
@@ -12,11 +13,18 @@ rclpy = pytest.importorskip('rclpy')
 
 @pytest.fixture
 def reference(repo_dir, request):
-    from equimus_control.reference_node import ReferenceNode
     from rclpy.executors import SingleThreadedExecutor
 
-    rclpy.init(args=['--ros-args', '--params-file', str(repo_dir / 'config' / 'control.yaml'),
-                     *request.param])
+    from equimus_control.reference_node import ReferenceNode
+
+    rclpy.init(
+        args=[
+            '--ros-args',
+            '--params-file',
+            str(repo_dir / 'config' / 'control.yaml'),
+            *request.param,
+        ]
+    )
     node = ReferenceNode()
     client = rclpy.create_node('reference_param_client')
     executor = SingleThreadedExecutor()
@@ -49,8 +57,9 @@ def test_sine_amplitude_and_frequency_apply_at_run_time_with_a_continuous_phase(
     t_a = phase[0] / (w_old - w_new)
     assert t - 0.01 <= t_a <= t_answer + 0.01, (t, t_a, t_answer)
     assert phase[1] - phase[0] == pytest.approx(math.pi / 2)
-    assert np.allclose(node.traj(t_a)[0], [1.5 + 0.1 * math.sin(w_old * t_a),
-                                           0.6 + 0.15 * math.cos(w_old * t_a)])
+    assert np.allclose(
+        node.traj(t_a)[0], [1.5 + 0.1 * math.sin(w_old * t_a), 0.6 + 0.15 * math.cos(w_old * t_a)]
+    )
     assert np.all(np.abs(node.traj(t_answer)[0] - before) < 0.15)
     (ok,) = set_parameters(client, 'reference', sine_amplitude=[0.2, 0.05])
     assert ok.successful and tuple(node.traj.amplitude) == (0.2, 0.05)
@@ -61,8 +70,9 @@ def test_sine_amplitude_and_frequency_apply_at_run_time_with_a_continuous_phase(
     assert tuple(node.traj.amplitude) == (0.2, 0.05)
 
 
-@pytest.mark.parametrize('reference', [['-p', 'reference:leg_parameter_set:=table_v_static']],
-                         indirect=True)
+@pytest.mark.parametrize(
+    'reference', [['-p', 'reference:leg_parameter_set:=table_v_static']], indirect=True
+)
 def test_the_triangle_follows_the_leg_parameter_set(reference):
     from equimus_control.reference_node import ReferenceParams
 
@@ -75,10 +85,16 @@ def test_the_triangle_follows_the_leg_parameter_set(reference):
 def test_an_unknown_parameter_set_or_trajectory_stops_the_node_with_the_reason():
     import subprocess
     import sys
-    for arg, text in (('leg_parameter_set:=nope', "no parameter set 'nope'"),
-                      ('trajectory:=zigzag', "trajectory='zigzag': use triangle, step")):
-        proc = subprocess.run([sys.executable, '-m', 'equimus_control.reference_node',
-                               '--ros-args', '-p', arg], capture_output=True, text=True,
-                              timeout=60)
+
+    for arg, text in (
+        ('leg_parameter_set:=nope', "no parameter set 'nope'"),
+        ('trajectory:=zigzag', "trajectory='zigzag': use triangle, step"),
+    ):
+        proc = subprocess.run(
+            [sys.executable, '-m', 'equimus_control.reference_node', '--ros-args', '-p', arg],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert proc.returncode == 2, proc.stderr
         assert text in proc.stderr and 'Traceback' not in proc.stderr

@@ -1,6 +1,7 @@
 """The real graph in lockstep: sim_node + valve driver (simulated board) + estimator + reference +
 controller as separate processes over DDS; the leg tracks the triangle (RMSE checked against
 /sim/joint_states)."""
+
 import signal
 import subprocess
 import sys
@@ -13,8 +14,12 @@ rclpy = pytest.importorskip('rclpy')
 
 
 def _start(mod, *args):
-    return subprocess.Popen([sys.executable, '-m', mod, '--ros-args', *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen(
+        [sys.executable, '-m', mod, '--ros-args', *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 @pytest.mark.slow
@@ -25,14 +30,35 @@ def test_lockstep_graph_tracks_triangle(kind):
     from equimus_description.interface import REFERENCE, SIM_JOINT_STATES
     from equimus_ros.qos import qos_for
 
-    procs = [_start('equimus_sim.sim_node', '-p', 'mode:=lockstep',
-                    '-p', 'initial_pressures:=[6.15, 2.73]', '-p', 'mocap_orientation_noise:=0.002'),
-             _start('equimus_hw.valve.driver_node', '-p', 'use_sim_time:=true',
-                    '-p', 'board:=sim', '-p', 'auto_arm:=true'),
-             _start('equimus_control.estimator_node', '-p', 'use_sim_time:=true'),
-             _start('equimus_control.reference_node', '-p', 'use_sim_time:=true'),
-             _start('equimus_control.controller_node', '-p', 'use_sim_time:=true',
-                    '-p', f'controller:={kind}')]
+    procs = [
+        _start(
+            'equimus_sim.sim_node',
+            '-p',
+            'mode:=lockstep',
+            '-p',
+            'initial_pressures:=[6.15, 2.73]',
+            '-p',
+            'mocap_orientation_noise:=0.002',
+        ),
+        _start(
+            'equimus_hw.valve.driver_node',
+            '-p',
+            'use_sim_time:=true',
+            '-p',
+            'board:=sim',
+            '-p',
+            'auto_arm:=true',
+        ),
+        _start('equimus_control.estimator_node', '-p', 'use_sim_time:=true'),
+        _start('equimus_control.reference_node', '-p', 'use_sim_time:=true'),
+        _start(
+            'equimus_control.controller_node',
+            '-p',
+            'use_sim_time:=true',
+            '-p',
+            f'controller:={kind}',
+        ),
+    ]
     rclpy.init()
     node = rclpy.create_node('closed_loop_probe')
     truth, ref = [], []
@@ -40,11 +66,18 @@ def test_lockstep_graph_tracks_triangle(kind):
     def stamp(m):
         return m.header.stamp.sec + m.header.stamp.nanosec * 1e-9
 
-    node.create_subscription(JointState, SIM_JOINT_STATES.name,
-                             lambda m: truth.append((stamp(m), list(m.position))),
-                             qos_for(SIM_JOINT_STATES))
-    node.create_subscription(JointState, REFERENCE.name,
-                             lambda m: ref.append((stamp(m), list(m.position))), qos_for(REFERENCE))
+    node.create_subscription(
+        JointState,
+        SIM_JOINT_STATES.name,
+        lambda m: truth.append((stamp(m), list(m.position))),
+        qos_for(SIM_JOINT_STATES),
+    )
+    node.create_subscription(
+        JointState,
+        REFERENCE.name,
+        lambda m: ref.append((stamp(m), list(m.position))),
+        qos_for(REFERENCE),
+    )
     outputs = []
     try:
         # The sim runs from its own start; the triangle starts with the reference node, which
@@ -66,8 +99,9 @@ def test_lockstep_graph_tracks_triangle(kind):
     for out in outputs:
         assert 'Traceback' not in out, out[-2000:]
     assert ref, 'no /reference/joint received'
-    assert truth and truth[-1][0] >= ref[0][0] + 8.0, \
+    assert truth and truth[-1][0] >= ref[0][0] + 8.0, (
         f'sim time only reached {truth[-1][0] if truth else 0}, reference started at {ref[0][0]}'
+    )
     tt = np.array([t for t, _ in truth])
     qt = np.array([q for _, q in truth])
     tr = np.array([t for t, _ in ref])
@@ -77,4 +111,4 @@ def test_lockstep_graph_tracks_triangle(kind):
     rmse = np.sqrt(np.mean((qt[m] - qi) ** 2, axis=0))
     assert np.all(rmse < 0.1), rmse
     moved = np.ptp(qr[:, 1])
-    assert moved > 0.2          # the reference really went round the triangle
+    assert moved > 0.2  # the reference really went round the triangle

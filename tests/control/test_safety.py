@@ -1,4 +1,5 @@
 """Every safety guard trips: in plain Python and through the real controller node (rclpy/DDS)."""
+
 import math
 import os
 import subprocess
@@ -15,7 +16,7 @@ def test_joint_limit_guard_trips_and_rearms_with_margin():
     s = Supervisor(SafetyConfig(safe_min=(0.6, 0.05), safe_max=(2.3, 2.0), rearm_margin=0.05))
     assert s.check_state([1.2, 1.0], 0.0)
     assert not s.check_state([2.35, 1.0], 0.01) and s.reason.startswith('joint_limit')
-    assert not s.check_state([2.28, 1.0], 0.02)      # inside but within the re-arm margin
+    assert not s.check_state([2.28, 1.0], 0.02)  # inside but within the re-arm margin
     assert s.check_state([2.2, 1.0], 0.03)
     assert not s.check_state([1.2, -0.2], 0.04) and s.trips['joint_limit'] == 2
 
@@ -30,7 +31,7 @@ def test_invalid_state_guard_trips():
 
 def test_stale_guard_trips():
     s = Supervisor(SafetyConfig(stale_timeout=0.25))
-    assert s.check_stale(0.0)                        # never had a state
+    assert s.check_stale(0.0)  # never had a state
     s.check_state([1.2, 1.0], 1.0)
     assert not s.check_stale(1.2)
     assert s.check_stale(1.3) and s.reason.startswith('stale')
@@ -44,9 +45,21 @@ rclpy = pytest.importorskip('rclpy')
 def controller_proc():
     env = dict(os.environ)
     proc = subprocess.Popen(
-        [sys.executable, '-m', 'equimus_control.controller_node', '--ros-args',
-         '-p', 'controller:=pid', '-p', 'stale_timeout:=0.3'],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        [
+            sys.executable,
+            '-m',
+            'equimus_control.controller_node',
+            '--ros-args',
+            '-p',
+            'controller:=pid',
+            '-p',
+            'stale_timeout:=0.3',
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     yield proc
     proc.send_signal(2)
     try:
@@ -61,13 +74,18 @@ def test_guards_trip_through_the_node(controller_proc):
     from rclpy.qos import qos_profile_sensor_data
     from sensor_msgs.msg import JointState
     from std_msgs.msg import Float64MultiArray
+
     from equimus_ros.qos import COMMAND_QOS
 
     rclpy.init()
     node = rclpy.create_node('safety_probe')
     got = []
-    node.create_subscription(Float64MultiArray, '/valve/command',
-                             lambda m: got.append((time.monotonic(), list(m.data))), COMMAND_QOS)
+    node.create_subscription(
+        Float64MultiArray,
+        '/valve/command',
+        lambda m: got.append((time.monotonic(), list(m.data))),
+        COMMAND_QOS,
+    )
     pub = node.create_publisher(JointState, '/joint_states', qos_profile_sensor_data)
     ref = node.create_publisher(JointState, '/reference/joint', COMMAND_QOS)
 
@@ -85,23 +103,25 @@ def test_guards_trip_through_the_node(controller_proc):
 
     try:
         deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:                 # discovery + node start-up
-            ref.publish(JointState(name=['hip', 'knee'], position=[1.45, 0.55], velocity=[0.0, 0.0]))
+        while time.monotonic() < deadline:  # discovery + node start-up
+            ref.publish(
+                JointState(name=['hip', 'knee'], position=[1.45, 0.55], velocity=[0.0, 0.0])
+            )
             send([1.45, 0.55], 3)
             if any(max(d) > 0.5 for _, d in got):
                 break
         assert any(max(d) > 0.5 for _, d in got), f'controller never commanded pressure: {got[-3:]}'
 
         got.clear()
-        send([2.6, 1.2])                                    # joint-limit guard
+        send([2.6, 1.2])  # joint-limit guard
         spin(0.2)
         assert got and all(d == [0.0, 0.0] for _, d in got[-5:]), got[-5:]
 
         send([1.45, 0.55], 20)
         spin(0.1)
-        assert max(got[-1][1]) > 0.5                        # re-armed
+        assert max(got[-1][1]) > 0.5  # re-armed
         got.clear()
-        send([math.nan, math.nan])                          # invalid-state guard
+        send([math.nan, math.nan])  # invalid-state guard
         spin(0.2)
         assert got and all(d == [0.0, 0.0] for _, d in got[-5:]), got[-5:]
 
@@ -110,7 +130,7 @@ def test_guards_trip_through_the_node(controller_proc):
         assert max(got[-1][1]) > 0.5
         t_last = time.monotonic()
         got.clear()
-        spin(1.0)                                           # silence → stale guard (timer)
+        spin(1.0)  # silence → stale guard (timer)
         vents = [t for t, d in got if d == [0.0, 0.0]]
         assert vents, 'stale guard never vented'
         assert 0.2 < vents[0] - t_last < 0.8, vents[0] - t_last

@@ -1,6 +1,7 @@
 """Predictive sampling: its rollouts are the MuJoCo model under the valve lag, its commands respect
 the pressure bounds and rate limit for any state, and in closed loop with the simulated leg it
 tracks a step set better than PID."""
+
 import math
 
 import mujoco
@@ -20,12 +21,15 @@ PERIOD = 1 / 120
 @pytest.fixture(scope='module')
 def plan_model(leg):
     from equimus_sim.leg_model import LegModel
+
     return LegModel(leg.with_timestep(PERIOD))
 
 
 @pytest.fixture
 def planner(plan_model, sim_params, leg):
-    ps = PredictiveSampling(plan_model, sim_params, SamplingConfig(valve_tau=leg.valve_time_constant))
+    ps = PredictiveSampling(
+        plan_model, sim_params, SamplingConfig(valve_tau=leg.valve_time_constant)
+    )
     yield ps
     ps.close()
 
@@ -35,7 +39,7 @@ def test_rollouts_are_the_model_stepped_under_the_valve_lag(planner, plan_model,
     planner.reset(p_valve=p_valve)
     commands = np.zeros((planner.cfg.samples, planner.steps, 2))
     commands[:, :, 0] = np.linspace(0, 40, planner.cfg.samples)[:, None]
-    commands[:, planner.steps // 2:, 1] = 30.0
+    commands[:, planner.steps // 2 :, 1] = 30.0
     states = planner._rollout(q, qd, commands).copy()
     m = plan_model.model
     d = mujoco.MjData(m)
@@ -78,7 +82,7 @@ def test_commands_respect_bounds_and_rate_limit(plan_model, sim_params, leg):
 
 def test_the_planning_model_must_step_at_the_control_period(leg_model, sim_params):
     with pytest.raises(ValueError, match='control period'):
-        PredictiveSampling(leg_model, sim_params)      # leg_model steps at 1/1200 s
+        PredictiveSampling(leg_model, sim_params)  # leg_model steps at 1/1200 s
 
 
 def test_tracks_steps_better_than_pid(planner, sim_params, make_sim):

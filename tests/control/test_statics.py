@@ -1,9 +1,14 @@
 """Static model against the real rig's equilibria and against the MuJoCo model."""
+
 import numpy as np
 import pytest
 
-from equimus_description.statics import (StaticParams, equilibrium, holding_pressures,
-                                         potential_gradient)
+from equimus_description.statics import (
+    StaticParams,
+    equilibrium,
+    holding_pressures,
+    potential_gradient,
+)
 from equimus_identification.static import fit_static
 
 
@@ -13,8 +18,11 @@ def load(shared_dir, name):
 
 
 def rig_params(shared_dir):
-    k1, k2, s1, s2 = np.loadtxt(shared_dir / 'data/equimus/physical/static/'
-                                'published_static_sysid_parameters.csv', delimiter=',', skiprows=1)
+    k1, k2, s1, s2 = np.loadtxt(
+        shared_dir / 'data/equimus/physical/static/published_static_sysid_parameters.csv',
+        delimiter=',',
+        skiprows=1,
+    )
     return StaticParams(k=(k1, k2), S=(s1, s2), l0=(0.1642, 0.2579), pressure_sign=1.0)
 
 
@@ -37,16 +45,17 @@ def test_refit_on_set_a_matches_paper_accuracy(shared_dir):
     p = fit_static(th, P, rig_params(shared_dir))
     assert 100 < p.k[0] < 250 and 50 < p.k[1] < 200 and all(2e-4 < s < 6e-4 for s in p.S)
     e_a = rmse(p, P, th)
-    assert e_a[0] < 0.025 and e_a[1] < 0.07, e_a          # paper: 0.0170 / 0.0566
+    assert e_a[0] < 0.025 and e_a[1] < 0.07, e_a  # paper: 0.0170 / 0.0566
     P36, th36 = load(shared_dir, 'StaticPoint_all_36.csv')
     e_b = rmse(p, P36, th36)
-    assert e_b[0] < 0.05 and e_b[1] < 0.08, e_b          # paper: 0.0203 / 0.0416
+    assert e_b[0] < 0.05 and e_b[1] < 0.08, e_b  # paper: 0.0203 / 0.0416
 
 
 def test_pressure_must_lengthen_on_the_rig(shared_dir):
     """With pulling pressure the regression gives negative areas: the data are unphysical."""
     P, th = load(shared_dir, 'StaticPoint_effective_13.csv')
     from dataclasses import replace
+
     pull = fit_static(th, P, replace(rig_params(shared_dir), pressure_sign=-1.0))
     assert all(s < 0 for s in pull.S)
 

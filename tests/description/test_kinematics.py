@@ -1,4 +1,5 @@
 """The analytic actuation map against geometry facts and finite differences."""
+
 import numpy as np
 import pytest
 
@@ -6,7 +7,9 @@ from equimus_description import kinematics as K
 
 G = K.PlanarGeometry()
 RNG = np.random.default_rng(3)
-POSES = [np.array([RNG.uniform(np.pi / 6, 2 * np.pi / 3), RNG.uniform(0, np.pi / 2)]) for _ in range(20)]
+POSES = [
+    np.array([RNG.uniform(np.pi / 6, 2 * np.pi / 3), RNG.uniform(0, np.pi / 2)]) for _ in range(20)
+]
 
 
 def test_lengths_at_hanging_pose_match_hand_computation():
@@ -31,8 +34,11 @@ def test_jacobian_and_hessian_match_finite_differences(q):
     for i in range(2):
         dq = np.zeros(2)
         dq[i] = h
-        np.testing.assert_allclose(J[:, i], (K.actuator_lengths(q + dq, G) - K.actuator_lengths(q - dq, G)) / (2 * h),
-                                   atol=1e-8)
+        np.testing.assert_allclose(
+            J[:, i],
+            (K.actuator_lengths(q + dq, G) - K.actuator_lengths(q - dq, G)) / (2 * h),
+            atol=1e-8,
+        )
         Jp = K.actuation_jacobian(q + dq, G)
         Jm = K.actuation_jacobian(q - dq, G)
         np.testing.assert_allclose(H[:, :, i], (Jp - Jm) / (2 * h), atol=1e-6)

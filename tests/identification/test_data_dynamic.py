@@ -1,13 +1,15 @@
 """Experiments from the authors' ToCenter CSV, the dynamic evaluator, the mapper and resume."""
+
 import pickle
 
 import numpy as np
 import pytest
 
-from equimus_identification import cli as identify_cli
-from equimus_identification import data, dynamic as D
-from equimus_identification.parallel import Mapper
 from equimus_description.leg import load_leg
+from equimus_identification import cli as identify_cli
+from equimus_identification import data
+from equimus_identification import dynamic as D
+from equimus_identification.parallel import Mapper
 
 TOCENTER = 'data/equimus/physical/dynamic/ToCenter_2025-02-20_21-06-20_A2B_data.csv'
 
@@ -18,13 +20,17 @@ def exps(shared_dir):
 
 
 def test_tocenter_effective_groups_prepared_like_the_authors(exps, shared_dir):
-    assert [tuple(e.meta['start_kpa']) for e in exps] == [tuple(map(float, p)) for p in data.EFFECTIVE_13]
+    assert [tuple(e.meta['start_kpa']) for e in exps] == [
+        tuple(map(float, p)) for p in data.EFFECTIVE_13
+    ]
     for e in exps:
-        assert len(e) == 401 and e.dt == pytest.approx(0.01)          # 4 s at 100 Hz
-        assert np.all(e.command_kpa == 0.0)                           # released to 0
+        assert len(e) == 401 and e.dt == pytest.approx(0.01)  # 4 s at 100 Hz
+        assert np.all(e.command_kpa == 0.0)  # released to 0
         np.testing.assert_allclose(e.p0_kpa, e.meta['start_kpa'])
     # at the release the leg rests near the static equilibrium of the same pressures
-    static = data.load_static_csv(shared_dir / 'data/equimus/physical/static/StaticPoint_effective_13.csv')
+    static = data.load_static_csv(
+        shared_dir / 'data/equimus/physical/static/StaticPoint_effective_13.csv'
+    )
     for e, q_static in zip(exps, static.q):
         assert np.all(np.abs(e.q[0] - q_static) < 0.06), (e.name, e.q[0], q_static)
     # and ends near the (0, 0) equilibrium after 4 s
@@ -37,7 +43,7 @@ def test_moving_average_keeps_length_and_constants():
     y = data.moving_average(x, 11)
     assert y.shape == x.shape
     np.testing.assert_allclose(y[:, 0], 2.0)
-    np.testing.assert_allclose(y[10:20, 1], x[10:20, 1])          # linear inside: unchanged
+    np.testing.assert_allclose(y[10:20, 1], x[10:20, 1])  # linear inside: unchanged
 
 
 def test_evaluator_prefers_the_paper_parameters_to_a_bad_guess(exps):
@@ -66,8 +72,12 @@ def test_process_mapper_matches_serial_and_survives_pickling(exps):
 
 
 def test_checkpoint_resume_continues_the_generation_count(exps, tmp_path):
-    ev = D.Evaluator([e.head(0.4) for e in exps[:2]], ['actuators.maa.k', 'actuators.maa.area'],
-                     loss='shooting', horizon=0.2)
+    ev = D.Evaluator(
+        [e.head(0.4) for e in exps[:2]],
+        ['actuators.maa.k', 'actuators.maa.area'],
+        loss='shooting',
+        horizon=0.2,
+    )
     ck = tmp_path / 'ck.pkl'
     r1 = D.fit(ev, popsize=4, maxiter=2, checkpoint=str(ck), refine='', tol=0, log=lambda s: None)
     assert r1.generations == 2 and D.load_checkpoint(ck)['generation'] == 2

@@ -5,13 +5,14 @@ and say which ones they do not determine.
 CI-sized: all eleven parameters, 16 random steps of 1 s, a small DE budget plus least squares.
 The benchmark (benchmarks/bench_identification.py) runs the same with 20 steps and more generations.
 """
+
 import numpy as np
 import pytest
 import yaml
 
+from equimus_description.leg import load_leg
 from equimus_identification import cli as identify_cli
 from equimus_identification import data, dynamic, synth
-from equimus_description.leg import load_leg
 
 TRUTH = synth.GROUND_TRUTH
 STEPS = synth.random_steps(16, seed=3)
@@ -30,7 +31,7 @@ def test_bag_reads_back_as_step_experiments(truth_bag):
     rec = data.load_bag(path)
     assert rec.joint_topic == '/joint_states' and rec.command_topic == '/valve/applied'
     exps = data.segment_steps(rec, max_duration=1.0)
-    assert len(exps) == len(STEPS) - 1      # the first hold is not a step
+    assert len(exps) == len(STEPS) - 1  # the first hold is not a step
     e = exps[0]
     assert e.dt == pytest.approx(1 / 120)
     np.testing.assert_allclose(e.command_kpa[-1], STEPS[1])
@@ -38,21 +39,41 @@ def test_bag_reads_back_as_step_experiments(truth_bag):
     truth_q = data.resample(sim['t'], sim['q'], e.t + e.meta['t_step'])
     raw = np.sqrt(np.mean((e.q - truth_q) ** 2))
     start = np.sqrt(np.mean((e.start_q - truth_q) ** 2))
-    assert 0.0015 < raw < 0.0025            # the fit compares with the raw angles (noise 0.002)
-    assert start < 0.6 * raw                # restart states come from the local cubic fit
+    assert 0.0015 < raw < 0.0025  # the fit compares with the raw angles (noise 0.002)
+    assert start < 0.6 * raw  # restart states come from the local cubic fit
 
 
 def test_identify_recovers_every_determined_parameter_within_5_percent(truth_bag, tmp_path):
     path, _ = truth_bag
     out = tmp_path / 'fit'
-    rc = identify_cli.main([str(path), '--out', str(out), '--params', ','.join(TRUTH),
-                            '--loss', 'shooting', '--horizon', '0.6', '--duration', '1.0',
-                            '--popsize', '4', '--maxiter', '12', '--workers', '2', '--seed', '1',
-                            '--no-plots'])
+    rc = identify_cli.main(
+        [
+            str(path),
+            '--out',
+            str(out),
+            '--params',
+            ','.join(TRUTH),
+            '--loss',
+            'shooting',
+            '--horizon',
+            '0.6',
+            '--duration',
+            '1.0',
+            '--popsize',
+            '4',
+            '--maxiter',
+            '12',
+            '--workers',
+            '2',
+            '--seed',
+            '1',
+            '--no-plots',
+        ]
+    )
     assert rc == 0
     doc = yaml.safe_load((out / 'params.yaml').read_text())
     fitted, info = doc['parameters'], doc['identification']
-    assert info['timestep_s'] == pytest.approx(1 / 600)     # the simulation node's step
+    assert info['timestep_s'] == pytest.approx(1 / 600)  # the simulation node's step
     start = load_leg(parameter_set='table_v_dynamic')
     undetermined = set(info['not_determined'])
     # maa damping acts on the hip almost exactly like hip damping (J_A barely varies): only their

@@ -1,14 +1,17 @@
 """Static identification on the authors' equilibria (paper Table IV / Sec. IV-D)."""
+
 import numpy as np
 import pytest
 
-from equimus_identification import data, static
 from equimus_description.statics import StaticParams, equilibrium
+from equimus_identification import data, static
 
 
 @pytest.fixture(scope='module')
 def set_a(shared_dir):
-    return data.load_static_csv(shared_dir / 'data/equimus/physical/static/StaticPoint_effective_13.csv')
+    return data.load_static_csv(
+        shared_dir / 'data/equimus/physical/static/StaticPoint_effective_13.csv'
+    )
 
 
 def test_effective_pairs_match_the_authors_file(set_a):
@@ -30,10 +33,13 @@ def test_set_a_fit_matches_or_beats_the_paper(set_a, method):
 
 def test_recovers_known_parameters_from_synthetic_equilibria():
     truth = StaticParams().with_identified(k=(250.0, 120.0), S=(4.0e-4, 3.6e-4))
-    pressures = np.array([[p1, p2] for p1 in (0, 10, 20, 30) for p2 in (0, 10, 20) if p1 + p2 <= 40],
-                         float)
+    pressures = np.array(
+        [[p1, p2] for p1 in (0, 10, 20, 30) for p2 in (0, 10, 20) if p1 + p2 <= 40], float
+    )
     q = np.array([equilibrium(P, truth) for P in pressures])
-    inside = np.all((q > np.array(truth.theta_min) + 1e-3) & (q < np.array(truth.theta_max) - 1e-3), axis=1)
+    inside = np.all(
+        (q > np.array(truth.theta_min) + 1e-3) & (q < np.array(truth.theta_max) - 1e-3), axis=1
+    )
     s = data.StaticSet(pressures[inside], q[inside])
     f = static.fit(s, StaticParams(), method='pressure')
     np.testing.assert_allclose(f.k, truth.k, rtol=1e-3)

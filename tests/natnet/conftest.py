@@ -1,6 +1,6 @@
 """Fixtures for the NatNet tests; the helpers are in natnet_util."""
-import pytest
 
+import pytest
 from natnet_util import DATA, Proc, free_udp_ports
 
 
@@ -22,6 +22,7 @@ def spawn():
         pr = Proc(args, name)
         procs.append(pr)
         return pr
+
     yield _spawn
     for pr in procs:
         pr.stop()

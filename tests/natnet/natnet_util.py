@@ -2,13 +2,13 @@
 
 A module of its own, not conftest, so no other test folder's conftest can shadow it.
 """
+
 import os
 import random
 import socket
 import subprocess
 import sys
 import time
-
 
 DATA = 'data/natnet/motive2.1_natnet3.0'
 
@@ -35,8 +35,13 @@ class Proc:
     def __init__(self, args, name):
         self.name = name
         env = dict(os.environ, PYTHONUNBUFFERED='1')
-        self.p = subprocess.Popen([sys.executable, *args], stdout=subprocess.PIPE,
-                                  stderr=subprocess.STDOUT, text=True, env=env)
+        self.p = subprocess.Popen(
+            [sys.executable, *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+        )
 
     def alive(self):
         return self.p.poll() is None

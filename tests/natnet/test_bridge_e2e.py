@@ -1,4 +1,5 @@
 """End to end over real sockets and real DDS: natnet_emulator <-> natnet_bridge <-> subscriber."""
+
 import math
 import threading
 
@@ -6,11 +7,11 @@ import pytest
 import rclpy
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from geometry_msgs.msg import PoseStamped
+from natnet_util import random_group, wait_for
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.qos import qos_profile_sensor_data
 
 from equimus_hw.natnet.emulator import NatNetEmulator
-from natnet_util import random_group, wait_for
 
 BODIES = {
     'base': ((0.0, 1.0, 0.0), (0.0, 0.0, 0.0, 1.0)),
@@ -30,8 +31,12 @@ class Listener:
         self.diags = []
         self.lock = threading.Lock()
         for n in BODIES:
-            self.node.create_subscription(PoseStamped, f'/mocap/{n}/pose',
-                                          lambda m, n=n: self._pose(n, m), qos_profile_sensor_data)
+            self.node.create_subscription(
+                PoseStamped,
+                f'/mocap/{n}/pose',
+                lambda m, n=n: self._pose(n, m),
+                qos_profile_sensor_data,
+            )
         self.node.create_subscription(DiagnosticArray, '/diagnostics', self._diag, 10)
         self.ex = SingleThreadedExecutor(context=self.ctx)
         self.ex.add_node(self.node)
@@ -78,10 +83,22 @@ def listener():
 
 
 def bridge_args(ports, multicast, group, extra=()):
-    return ['-m', 'equimus_hw.natnet.bridge_node', '--ros-args',
-            '-p', f'command_port:={ports[0]}', '-p', f'data_port:={ports[1]}',
-            '-p', f'multicast:={"true" if multicast else "false"}',
-            '-p', f'multicast_group:={group}', '-p', 'stale_timeout:=0.3', *extra]
+    return [
+        '-m',
+        'equimus_hw.natnet.bridge_node',
+        '--ros-args',
+        '-p',
+        f'command_port:={ports[0]}',
+        '-p',
+        f'data_port:={ports[1]}',
+        '-p',
+        f'multicast:={"true" if multicast else "false"}',
+        '-p',
+        f'multicast_group:={group}',
+        '-p',
+        'stale_timeout:=0.3',
+        *extra,
+    ]
 
 
 def write_trajectory(path):
@@ -96,39 +113,69 @@ def vals(st):
     return {kv.key: kv.value for kv in st.values}
 
 
-@pytest.mark.parametrize('version,multicast', [('3.0', True), ('4.1', False), ('4.1', True),
-                                               ('3.0', False)])
+@pytest.mark.parametrize(
+    'version,multicast', [('3.0', True), ('4.1', False), ('4.1', True), ('3.0', False)]
+)
 def test_poses_arrive_with_exposure_stamps(version, multicast, ports, spawn, listener, tmp_path):
     group = random_group()
     traj = tmp_path / 'traj.csv'
     write_trajectory(traj)
-    emu = spawn(['-m', 'equimus_hw.natnet.emulator', '--version', version,
-                 '--command-port', str(ports[0]), '--data-port', str(ports[1]),
-                 '--multicast' if multicast else '--unicast', '--multicast-group', group,
-                 '--trajectory', str(traj), '--exposure-latency-ms', '4'], 'emulator')
+    emu = spawn(
+        [
+            '-m',
+            'equimus_hw.natnet.emulator',
+            '--version',
+            version,
+            '--command-port',
+            str(ports[0]),
+            '--data-port',
+            str(ports[1]),
+            '--multicast' if multicast else '--unicast',
+            '--multicast-group',
+            group,
+            '--trajectory',
+            str(traj),
+            '--exposure-latency-ms',
+            '4',
+        ],
+        'emulator',
+    )
     bridge = spawn(bridge_args(ports, multicast, group), 'bridge')
     ok = wait_for(lambda: all(listener.count(n) >= 60 for n in BODIES), 20)
-    assert ok, f'poses did not arrive: {[listener.count(n) for n in BODIES]}\n' \
-               f'{bridge.stop()[1]}\n{emu.stop()[1]}'
+    assert ok, (
+        f'poses did not arrive: {[listener.count(n) for n in BODIES]}\n'
+        f'{bridge.stop()[1]}\n{emu.stop()[1]}'
+    )
     for name, (p, q) in BODIES.items():
         rx_ns, msg = listener.poses[name][-1]
         assert msg.header.frame_id == 'mocap'
         got_p = (msg.pose.position.x, msg.pose.position.y, msg.pose.position.z)
-        got_q = (msg.pose.orientation.x, msg.pose.orientation.y, msg.pose.orientation.z,
-                 msg.pose.orientation.w)
+        got_q = (
+            msg.pose.orientation.x,
+            msg.pose.orientation.y,
+            msg.pose.orientation.z,
+            msg.pose.orientation.w,
+        )
         assert got_p == pytest.approx(p, abs=1e-6)
         assert got_q == pytest.approx(q, abs=1e-6)
-        ages = [(rx - (m.header.stamp.sec * 10**9 + m.header.stamp.nanosec)) / 1e6
-                for rx, m in listener.poses[name][-40:]]
+        ages = [
+            (rx - (m.header.stamp.sec * 10**9 + m.header.stamp.nanosec)) / 1e6
+            for rx, m in listener.poses[name][-40:]
+        ]
         # Stamped at mid-exposure: 4 ms before the emulator sent it, never after arrival.
         assert min(ages) >= 3.9, ages
         assert sorted(ages)[len(ages) // 2] < 30.0, ages
     # 120 Hz: 40 frames span ~1/3 s.
-    stamps = [m.header.stamp.sec + m.header.stamp.nanosec * 1e-9
-              for _, m in listener.poses['thigh'][-41:]]
+    stamps = [
+        m.header.stamp.sec + m.header.stamp.nanosec * 1e-9 for _, m in listener.poses['thigh'][-41:]
+    ]
     assert 40 / (stamps[-1] - stamps[0]) == pytest.approx(120, rel=0.15)
-    assert wait_for(lambda: listener.last_diag() is not None
-                    and listener.last_diag().level == DiagnosticStatus.OK, 5)
+    assert wait_for(
+        lambda: (
+            listener.last_diag() is not None and listener.last_diag().level == DiagnosticStatus.OK
+        ),
+        5,
+    )
     d = vals(listener.last_diag())
     assert d['natnet_version'].startswith(version)
     assert float(d['frame_rate_hz']) == pytest.approx(120, rel=0.15)
@@ -140,8 +187,13 @@ def test_poses_arrive_with_exposure_stamps(version, multicast, ports, spawn, lis
 
 @pytest.fixture
 def emulator(ports):
-    emu = NatNetEmulator(version='4.1', command_port=ports[0], data_port=ports[1],
-                         multicast=False, exposure_latency_s=0.004)
+    emu = NatNetEmulator(
+        version='4.1',
+        command_port=ports[0],
+        data_port=ports[1],
+        multicast=False,
+        exposure_latency_s=0.004,
+    )
     for n, (p, q) in BODIES.items():
         emu.set_pose(n, p, q)
     emu.start()
@@ -156,21 +208,41 @@ def test_faults_untracked_stall_malformed(emulator, ports, spawn, listener):
     # Untracked body -> every pose field NaN (not a stale pose), diagnostics WARN naming it.
     emulator.untrack('thigh', 0.5)
     n0 = listener.count('thigh')
-    assert wait_for(lambda: any(math.isnan(m.pose.position.x) for _, m in
-                                listener.poses['thigh'][n0:]), 3)
+    assert wait_for(
+        lambda: any(math.isnan(m.pose.position.x) for _, m in listener.poses['thigh'][n0:]), 3
+    )
     nan_msgs = [m for _, m in listener.poses['thigh'][n0:] if math.isnan(m.pose.position.x)]
     m = nan_msgs[0].pose
-    assert all(math.isnan(v) for v in (m.position.x, m.position.y, m.position.z, m.orientation.x,
-                                       m.orientation.y, m.orientation.z, m.orientation.w))
+    assert all(
+        math.isnan(v)
+        for v in (
+            m.position.x,
+            m.position.y,
+            m.position.z,
+            m.orientation.x,
+            m.orientation.y,
+            m.orientation.z,
+            m.orientation.w,
+        )
+    )
     assert all(not math.isnan(m.pose.position.x) for _, m in listener.poses['calf'][n0:])
-    assert wait_for(lambda: any(d.level == DiagnosticStatus.WARN and 'thigh' in d.message
-                                for d in list(listener.diags)), 3)
+    assert wait_for(
+        lambda: any(
+            d.level == DiagnosticStatus.WARN and 'thigh' in d.message for d in list(listener.diags)
+        ),
+        3,
+    )
     assert wait_for(lambda: not math.isnan(listener.poses['thigh'][-1][1].pose.position.x), 3)
 
     # Malformed burst -> counted as rejected, poses keep flowing.
     emulator.inject_malformed(50)
-    assert wait_for(lambda: listener.last_diag() is not None
-                    and int(vals(listener.last_diag())['rejected_packets']) >= 50, 5)
+    assert wait_for(
+        lambda: (
+            listener.last_diag() is not None
+            and int(vals(listener.last_diag())['rejected_packets']) >= 50
+        ),
+        5,
+    )
     n1 = listener.count('base')
     assert wait_for(lambda: listener.count('base') >= n1 + 30, 3)
     assert bridge.alive()
@@ -187,20 +259,24 @@ def test_faults_untracked_stall_malformed(emulator, ports, spawn, listener):
 
 def test_unsupported_version_reported(ports, spawn, listener):
     """A server speaking NatNet 2.x: diagnostics ERROR saying the version cannot be decoded."""
-    emu = NatNetEmulator(version='4.1', command_port=ports[0], data_port=ports[1],
-                         multicast=False)
+    emu = NatNetEmulator(version='4.1', command_port=ports[0], data_port=ports[1], multicast=False)
     real_info = emu.server_info
 
     def old_info():
         info = real_info()
         info.natnet_version = (2, 10, 0, 0)
         return info
+
     emu.server_info = old_info
     emu.start()
     try:
         bridge = spawn(bridge_args(ports, False, '239.255.42.99'), 'bridge')
-        assert wait_for(lambda: listener.last_diag() is not None
-                        and 'not supported' in listener.last_diag().message, 15)
+        assert wait_for(
+            lambda: (
+                listener.last_diag() is not None and 'not supported' in listener.last_diag().message
+            ),
+            15,
+        )
         d = listener.last_diag()
         assert d.level == DiagnosticStatus.ERROR and '2.10' in vals(d)['version_error']
         assert listener.count('base') == 0

@@ -1,6 +1,7 @@
 """natnet_bridge parameters over real rclpy: natnet.yaml reaches the node, the stale timeout
 follows `ros2 param set`, the connection and what is published are read-only, and a malformed
 address stops the node with the reason."""
+
 import os
 import subprocess
 import sys
@@ -12,14 +13,24 @@ rclpy = pytest.importorskip('rclpy')
 
 
 def test_stale_timeout_applies_at_run_time_and_the_connection_is_read_only(repo_dir):
-    from equimus_hw.natnet.bridge_node import NatNetBridge
     from paramclient import get_parameters, set_parameters
     from rclpy.executors import SingleThreadedExecutor
 
-    rclpy.init(args=['--ros-args', '--params-file', str(repo_dir / 'config' / 'natnet.yaml'),
-                     '-p', 'natnet_bridge:multicast:=false',
-                     '-p', f'natnet_bridge:data_port:={40000 + os.getpid() % 20000}',
-                     '-p', 'natnet_bridge:command_port:=9'])
+    from equimus_hw.natnet.bridge_node import NatNetBridge
+
+    rclpy.init(
+        args=[
+            '--ros-args',
+            '--params-file',
+            str(repo_dir / 'config' / 'natnet.yaml'),
+            '-p',
+            'natnet_bridge:multicast:=false',
+            '-p',
+            f'natnet_bridge:data_port:={40000 + os.getpid() % 20000}',
+            '-p',
+            'natnet_bridge:command_port:=9',
+        ]
+    )
     bridge = NatNetBridge()
     client = rclpy.create_node('bridge_param_client')
     executor = SingleThreadedExecutor()
@@ -33,8 +44,11 @@ def test_stale_timeout_applies_at_run_time_and_the_connection_is_read_only(repo_
         assert bridge.client.stale_timeout == 2.0
         (bad,) = set_parameters(client, 'natnet_bridge', stale_timeout=-1.0)
         assert not bad.successful and 'stale_timeout' in bad.reason
-        for name, value in (('server_address', '10.0.0.2'), ('frame_id', 'world'),
-                            ('rigid_bodies', ['base'])):
+        for name, value in (
+            ('server_address', '10.0.0.2'),
+            ('frame_id', 'world'),
+            ('rigid_bodies', ['base']),
+        ):
             (ro,) = set_parameters(client, 'natnet_bridge', **{name: value})
             assert not ro.successful and 'read-only' in ro.reason, name
         assert bridge.client.stale_timeout == 2.0 and bridge.server_address == '127.0.0.1'
@@ -46,9 +60,19 @@ def test_stale_timeout_applies_at_run_time_and_the_connection_is_read_only(repo_
 
 
 def test_a_malformed_address_stops_the_bridge_with_the_reason():
-    proc = subprocess.run([sys.executable, '-m', 'equimus_hw.natnet.bridge_node', '--ros-args',
-                           '-p', 'server_address:=motive.local'],
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            '-m',
+            'equimus_hw.natnet.bridge_node',
+            '--ros-args',
+            '-p',
+            'server_address:=motive.local',
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 2, proc.stderr
     assert "server_address='motive.local': not an IPv4 address" in proc.stderr
     assert 'Traceback' not in proc.stderr

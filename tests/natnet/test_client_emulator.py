@@ -1,14 +1,14 @@
 """Client <-> emulator in one process over real UDP sockets on loopback."""
+
 import socket
 import time
 
 import pytest
+from natnet_util import random_group
 
 from equimus_hw.natnet import protocol as P
 from equimus_hw.natnet.client import NatNetClient, NatNetConnectError
 from equimus_hw.natnet.emulator import Faults, NatNetEmulator, SwingingLeg, TrajectoryFile
-
-from natnet_util import random_group
 
 
 def pump(client, seconds):
@@ -29,8 +29,9 @@ def request(ports, msg, version=None):
 
 @pytest.mark.parametrize('version', ['3.0', '3.1', '4.0', '4.1'])
 def test_command_channel(ports, version):
-    with NatNetEmulator(version=version, command_port=ports[0], data_port=ports[1],
-                        multicast=False) as emu:
+    with NatNetEmulator(
+        version=version, command_port=ports[0], data_port=ports[1], multicast=False
+    ) as emu:
         v = P.parse_version(version)
         info = P.decode_message(request(ports, P.ConnectRequest())[0])
         assert info.natnet_version[:2] == v and info.clock_hz == 10_000_000
@@ -64,12 +65,23 @@ def test_bad_command_does_not_kill_emulator(ports):
 @pytest.mark.parametrize('multicast', [True, False])
 def test_stream_counts_drops_and_reconstructs_time(ports, multicast):
     group = random_group()
-    emu = NatNetEmulator(version='4.1', command_port=ports[0], data_port=ports[1],
-                         multicast=multicast, multicast_group=group,
-                         faults=Faults(drop_every=10), exposure_latency_s=0.006).start()
+    emu = NatNetEmulator(
+        version='4.1',
+        command_port=ports[0],
+        data_port=ports[1],
+        multicast=multicast,
+        multicast_group=group,
+        faults=Faults(drop_every=10),
+        exposure_latency_s=0.006,
+    ).start()
     events = []
-    c = NatNetClient(command_port=ports[0], data_port=ports[1], multicast=multicast,
-                     multicast_group=group, on_frame=events.append)
+    c = NatNetClient(
+        command_port=ports[0],
+        data_port=ports[1],
+        multicast=multicast,
+        multicast_group=group,
+        on_frame=events.append,
+    )
     try:
         c.connect()
         pump(c, 1.0)
@@ -89,11 +101,18 @@ def test_stream_counts_drops_and_reconstructs_time(ports, multicast):
 
 
 def test_fallback_without_mid_exposure(ports):
-    emu = NatNetEmulator(version='3.0', command_port=ports[0], data_port=ports[1],
-                         multicast=False, mid_exposure=False, software_latency_s=0.002).start()
+    emu = NatNetEmulator(
+        version='3.0',
+        command_port=ports[0],
+        data_port=ports[1],
+        multicast=False,
+        mid_exposure=False,
+        software_latency_s=0.002,
+    ).start()
     events = []
-    c = NatNetClient(command_port=ports[0], data_port=ports[1], multicast=False,
-                     on_frame=events.append)
+    c = NatNetClient(
+        command_port=ports[0], data_port=ports[1], multicast=False, on_frame=events.append
+    )
     try:
         c.connect()
         pump(c, 0.4)
@@ -106,7 +125,7 @@ def test_fallback_without_mid_exposure(ports):
     assert events[-1].stamp_source == 'received+echo'
     assert 0.002 <= events[-1].exposure_age_s < 0.02
     assert ev is None or ev.stamp_source == 'received'  # a re-sent frame is a duplicate...
-    assert c.stats.out_of_order >= 1                      # ...and is discarded as such
+    assert c.stats.out_of_order >= 1  # ...and is discarded as such
     f = events[-1].frame
     f.frame_number += 1000
     ev = c._on_frame(f, time.perf_counter_ns())
@@ -114,8 +133,9 @@ def test_fallback_without_mid_exposure(ports):
 
 
 def test_bitstream_switch_unicast(ports):
-    emu = NatNetEmulator(version='4.1', command_port=ports[0], data_port=ports[1],
-                         multicast=False).start()
+    emu = NatNetEmulator(
+        version='4.1', command_port=ports[0], data_port=ports[1], multicast=False
+    ).start()
     try:
         resp = P.decode_message(request(ports, P.Request('Bitstream,3.1'))[0])
         assert resp.as_int() == 0 and emu.version == (3, 1)
@@ -149,7 +169,7 @@ def test_pose_sources(tmp_path):
     tr = TrajectoryFile(str(csv))
     pos, q = tr(0.5)['a']
     assert pos == pytest.approx((0.5, 1.0, 1.5))
-    assert q == pytest.approx((0, 0, 2 ** -0.5, 2 ** -0.5))
+    assert q == pytest.approx((0, 0, 2**-0.5, 2**-0.5))
     bad = tmp_path / 'bad.csv'
     bad.write_text('time,body,x\n0,a,1\n')
     with pytest.raises(ValueError, match='header must contain'):

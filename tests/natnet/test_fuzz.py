@@ -1,17 +1,22 @@
 """Bounded fuzzing: random, truncated and bit-flipped packets only ever raise NatNetDecodeError,
 and the client's receive handler counts every rejection instead of raising."""
+
 import struct
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_protocol_roundtrip import VERSIONS, full_frame, full_modeldef
 
 from equimus_hw.natnet import protocol as P
 from equimus_hw.natnet.client import NatNetClient
 
-from test_protocol_roundtrip import VERSIONS, full_frame, full_modeldef
-
-SETTINGS = settings(max_examples=1500, deadline=None, derandomize=False,
-                    suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(
+    max_examples=1500,
+    deadline=None,
+    derandomize=False,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 
 
 def seeds(natnet_data):
@@ -49,6 +54,7 @@ def test_random_payload_with_valid_header(payload, mid):
 @pytest.fixture(scope='module')
 def seed_packets(shared_dir):
     from natnet_util import DATA
+
     return seeds(shared_dir / DATA)
 
 
@@ -58,7 +64,7 @@ def test_truncations_and_bitflips(seed_packets, data):
     pkt = bytearray(data.draw(st.sampled_from([p for p in seed_packets if len(p) > 8])))
     kind = data.draw(st.sampled_from(['truncate', 'truncate_fix_header', 'flip', 'splice']))
     if kind == 'truncate':
-        pkt = pkt[:data.draw(st.integers(0, len(pkt) - 1))]
+        pkt = pkt[: data.draw(st.integers(0, len(pkt) - 1))]
     elif kind == 'truncate_fix_header':
         n = data.draw(st.integers(4, len(pkt) - 1))
         pkt = pkt[:n]

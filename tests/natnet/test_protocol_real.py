@@ -1,5 +1,6 @@
 """Decode the real Motive 2.1 / NatNet 3.0 captures field by field (values from spec section 10,
 plus extra fields read directly with struct at the spec's byte offsets)."""
+
 import struct
 
 import pytest
@@ -15,10 +16,11 @@ def test_serverinfo(natnet_data):
     d = load(natnet_data, 'serverinfo_packet_v3.bin')
     assert len(d) == 283 and struct.unpack_from('<HH', d) == (1, 279)
     s = P.decode_message(d)
-    assert s == P.ServerInfo('Motive', (2, 1, 0, 0), (3, 0, 0, 0), 3_312_787, 1511, True,
-                             '239.255.42.99')
+    assert s == P.ServerInfo(
+        'Motive', (2, 1, 0, 0), (3, 0, 0, 0), 3_312_787, 1511, True, '239.255.42.99'
+    )
     # Pitfall 2: the name field carries junk after the NUL; we cut at the first NUL.
-    assert d[4 + 6] == 0 and any(d[4 + 7:4 + 256])
+    assert d[4 + 6] == 0 and any(d[4 + 7 : 4 + 256])
 
 
 def test_frame_fields(natnet_data):
@@ -90,22 +92,35 @@ def test_modeldef(natnet_data):
 
 def test_command_packets(natnet_data):
     c = P.decode_message(load(natnet_data, 'connect_packet_v3.bin'))
-    assert (c.app_name, c.app_version, c.natnet_version) == ('NatNetLib', (3, 0, 0, 0),
-                                                             (3, 0, 0, 0))
-    assert isinstance(P.decode_message(load(natnet_data, 'discovery_packet_v3.bin')),
-                      P.ConnectRequest)
+    assert (c.app_name, c.app_version, c.natnet_version) == (
+        'NatNetLib',
+        (3, 0, 0, 0),
+        (3, 0, 0, 0),
+    )
+    assert isinstance(
+        P.decode_message(load(natnet_data, 'discovery_packet_v3.bin')), P.ConnectRequest
+    )
     req = P.decode_message(load(natnet_data, 'echorequest_packet_v3.bin'))
     rsp = P.decode_message(load(natnet_data, 'echoresponse_packet_v3.bin'))
     assert rsp.client_time == req.client_time
     assert rsp.server_ticks > 0
-    assert P.decode_message(load(natnet_data, 'requestmodeldef_packet_v3.bin')) == \
-        P.Empty(P.MessageId.REQUEST_MODELDEF)
+    assert P.decode_message(load(natnet_data, 'requestmodeldef_packet_v3.bin')) == P.Empty(
+        P.MessageId.REQUEST_MODELDEF
+    )
 
 
-@pytest.mark.parametrize('name', ['mocapframe_packet_v3.bin', 'mocapframe_packet_occluded_v3.bin',
-                                  'modeldef_packet_v3.bin', 'connect_packet_v3.bin',
-                                  'echorequest_packet_v3.bin', 'echoresponse_packet_v3.bin',
-                                  'requestmodeldef_packet_v3.bin'])
+@pytest.mark.parametrize(
+    'name',
+    [
+        'mocapframe_packet_v3.bin',
+        'mocapframe_packet_occluded_v3.bin',
+        'modeldef_packet_v3.bin',
+        'connect_packet_v3.bin',
+        'echorequest_packet_v3.bin',
+        'echoresponse_packet_v3.bin',
+        'requestmodeldef_packet_v3.bin',
+    ],
+)
 def test_byte_exact_reencode(natnet_data, name):
     d = load(natnet_data, name)
     assert P.encode_message(P.decode_message(d, (3, 0)), (3, 0)) == d

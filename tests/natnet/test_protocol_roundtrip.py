@@ -1,4 +1,5 @@
 """Encode -> decode round trips for every version and message type, and version gating."""
+
 import struct
 
 import numpy as np
@@ -14,49 +15,98 @@ def f32(x):
 
 
 def rb(i, k=0.0, params=1):
-    return P.RigidBody(i, (f32(0.1 + k), f32(1.2), f32(-0.3)), (0.0, f32(0.6), 0.0, f32(0.8)),
-                       f32(0.0004), params)
+    return P.RigidBody(
+        i, (f32(0.1 + k), f32(1.2), f32(-0.3)), (0.0, f32(0.6), 0.0, f32(0.8)), f32(0.0004), params
+    )
 
 
 def full_frame(version):
     f = P.Frame(
         frame_number=4242,
-        marker_sets=[P.MarkerSetData('thigh', [(f32(0.1), 0.5, f32(0.25)), (1.0, 2.0, 3.0)]),
-                     P.MarkerSetData('all', [])],
+        marker_sets=[
+            P.MarkerSetData('thigh', [(f32(0.1), 0.5, f32(0.25)), (1.0, 2.0, 3.0)]),
+            P.MarkerSetData('all', []),
+        ],
         other_markers=[(0.5, 0.25, 0.125)],
         rigid_bodies=[rb(1), rb(2, 0.5, params=0), rb(3, 1.0)],
         skeletons=[P.SkeletonData(5, [rb((5 << 16) | 1), rb((5 << 16) | 2)])],
         assets=[P.AssetData(9, [rb(90)], [P.Marker((9 << 16) | 1, (1.0, 2.0, 3.0), 0.5, 5, 0.25)])]
-        if version >= (4, 1) else [],
-        labeled_markers=[P.Marker((2 << 16) | 1, (0.5, 0.25, 1.0), f32(0.015), 0x0A, f32(2e-4)),
-                         P.Marker(50007, (1.0, 1.0, 1.0), f32(0.01), 0x12, 0.0)],
+        if version >= (4, 1)
+        else [],
+        labeled_markers=[
+            P.Marker((2 << 16) | 1, (0.5, 0.25, 1.0), f32(0.015), 0x0A, f32(2e-4)),
+            P.Marker(50007, (1.0, 1.0, 1.0), f32(0.01), 0x12, 0.0),
+        ],
         force_plates=[P.AnalogData(1, [[1.0, 2.0], [3.0], []])],
         devices=[P.AnalogData(2, [[0.5]])],
-        timecode=(1 << 24) | (2 << 16) | (3 << 8) | 4, timecode_sub=7, timestamp=12.345678901,
-        stamp_mid_exposure=123456789012, stamp_data_received=123456789999,
+        timecode=(1 << 24) | (2 << 16) | (3 << 8) | 4,
+        timecode_sub=7,
+        timestamp=12.345678901,
+        stamp_mid_exposure=123456789012,
+        stamp_data_received=123456789999,
         stamp_transmit=123456790100,
         precision_timestamp=(1700000000, 123456) if version >= (4, 1) else None,
-        params=0x0B)
+        params=0x0B,
+    )
     return f
 
 
 def full_modeldef(version):
     v4 = version >= (4, 0)
-    rbd = P.RigidBodyDescription('thigh', 2, -1, (0.0, 0.5, 0.0),
-                                 [(0.5, 0.25, 0.125), (1.0, 0.0, 0.0)], [0, 7],
-                                 ['M1', 'M2'] if v4 else None)
-    d = [P.MarkerSetDescription('thigh', ['thigh_1', 'thigh_2']), rbd,
-         P.SkeletonDescription('leg', 5, [rbd, P.RigidBodyDescription(
-             'shin', (5 << 16) | 2, (5 << 16) | 1, (0.0, -0.25, 0.0), [], [], [] if v4 else None)]),
-         P.ForcePlateDescription(1, 'FP-001', 0.5, 0.25, (0.0, 0.0, 0.0),
-                                 [float(i) for i in range(144)], [float(i) for i in range(12)],
-                                 2, 1, ['Fx', 'Fy', 'Fz']),
-         P.DeviceDescription(3, 'NIDAQ', 'SN9', 1, 1, ['ai0', 'ai1'])]
+    rbd = P.RigidBodyDescription(
+        'thigh',
+        2,
+        -1,
+        (0.0, 0.5, 0.0),
+        [(0.5, 0.25, 0.125), (1.0, 0.0, 0.0)],
+        [0, 7],
+        ['M1', 'M2'] if v4 else None,
+    )
+    d = [
+        P.MarkerSetDescription('thigh', ['thigh_1', 'thigh_2']),
+        rbd,
+        P.SkeletonDescription(
+            'leg',
+            5,
+            [
+                rbd,
+                P.RigidBodyDescription(
+                    'shin',
+                    (5 << 16) | 2,
+                    (5 << 16) | 1,
+                    (0.0, -0.25, 0.0),
+                    [],
+                    [],
+                    [] if v4 else None,
+                ),
+            ],
+        ),
+        P.ForcePlateDescription(
+            1,
+            'FP-001',
+            0.5,
+            0.25,
+            (0.0, 0.0, 0.0),
+            [float(i) for i in range(144)],
+            [float(i) for i in range(12)],
+            2,
+            1,
+            ['Fx', 'Fy', 'Fz'],
+        ),
+        P.DeviceDescription(3, 'NIDAQ', 'SN9', 1, 1, ['ai0', 'ai1']),
+    ]
     if v4:
         d.append(P.CameraDescription('Prime13', (1.0, 2.0, 3.0), (0.0, 0.0, 0.0, 1.0)))
     if version >= (4, 1):
-        d.append(P.AssetDescription('trained', 1, 11, [rbd], [
-            P.AssetMarkerDescription('A1', 1, (0.5, 0.5, 0.5), 0.25, 1)]))
+        d.append(
+            P.AssetDescription(
+                'trained',
+                1,
+                11,
+                [rbd],
+                [P.AssetMarkerDescription('A1', 1, (0.5, 0.5, 0.5), 0.25, 1)],
+            )
+        )
         d.append(P.UnknownDescription(42, b'\x01\x02\x03'))
     return P.ModelDefinitions(d)
 
@@ -146,4 +196,5 @@ def test_serverinfo_short_form():
     s = P.ServerInfo('Motive', (1, 10, 0, 0), (2, 10, 0, 0), None)
     pkt = P.encode_message(s)
     assert len(pkt) == 4 + 264 and P.decode_message(pkt) == P.ServerInfo(
-        'Motive', (1, 10, 0, 0), (2, 10, 0, 0), None)
+        'Motive', (1, 10, 0, 0), (2, 10, 0, 0), None
+    )

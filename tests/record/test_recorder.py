@@ -1,15 +1,16 @@
 """The recorder node against real DDS publishers; bags read back with rosbags."""
+
 import signal
 import time
 
 import pytest
 import rclpy
 from rclpy.qos import qos_profile_sensor_data
+from rosproc import start_node, stop
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
 
 from equimus_record import bag
-from rosproc import start_node, stop
 
 
 @pytest.fixture
@@ -42,8 +43,10 @@ def _wait_recording(node, proc, topics, timeout=15.0):
 @pytest.mark.parametrize('sig', [signal.SIGINT, signal.SIGTERM])
 def test_records_every_message_and_closes_on_signal(node, tmp_path, sig):
     path = tmp_path / 'bag'
-    pubs = [node.create_publisher(Float64MultiArray, '/valve/command', 10),
-            node.create_publisher(JointState, '/joint_states', qos_profile_sensor_data)]
+    pubs = [
+        node.create_publisher(Float64MultiArray, '/valve/command', 10),
+        node.create_publisher(JointState, '/joint_states', qos_profile_sensor_data),
+    ]
     proc = start_node('equimus_record', 'recorder', '-p', f'bag_path:={path}')
     try:
         _wait_recording(node, proc, ['/valve/command', '/joint_states'])
@@ -66,7 +69,9 @@ def test_records_every_message_and_closes_on_signal(node, tmp_path, sig):
 def test_killed_recorder_leaves_a_readable_bag(node, tmp_path):
     path = tmp_path / 'bag'
     pub = node.create_publisher(Float64MultiArray, '/valve/command', 10)
-    proc = start_node('equimus_record', 'recorder', '-p', f'bag_path:={path}', '-p', 'flush_period:=0.2')
+    proc = start_node(
+        'equimus_record', 'recorder', '-p', f'bag_path:={path}', '-p', 'flush_period:=0.2'
+    )
     try:
         _wait_recording(node, proc, ['/valve/command'])
         time.sleep(0.3)
@@ -90,16 +95,21 @@ def test_a_stream_that_goes_quiet_is_flushed_by_the_timer(tmp_path):
     import shutil
 
     from rclpy.serialization import serialize_message
+
     w = bag.BagWriter(tmp_path / 'bag', flush_period=0.05)
     w.add_topic('/valve/command', 'std_msgs/msg/Float64MultiArray')
     for i in range(5):
-        w.write('/valve/command', 1_000_000 * (i + 1), serialize_message(Float64MultiArray(data=[float(i)])))
-    assert w.flushed_count < 5            # written within one period: still pending
-    assert not w.flush_if_due()           # the period has not passed yet
+        w.write(
+            '/valve/command',
+            1_000_000 * (i + 1),
+            serialize_message(Float64MultiArray(data=[float(i)])),
+        )
+    assert w.flushed_count < 5  # written within one period: still pending
+    assert not w.flush_if_due()  # the period has not passed yet
     time.sleep(0.06)
     assert w.flush_if_due() and w.flushed_count == 5
     time.sleep(0.06)
-    assert not w.flush_if_due()           # nothing new
+    assert not w.flush_if_due()  # nothing new
     # what a crash now would leave: the flushed bytes, read back without the writer closing
     copy = tmp_path / 'crashed'
     shutil.copytree(tmp_path / 'bag', copy)

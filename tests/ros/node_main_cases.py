@@ -2,12 +2,14 @@
 
 `python node_main_cases.py CASE` prints what happened on stdout and exits with run_node's code.
 """
+
 import sys
 
 import rclpy
 from diagnostic_msgs.msg import DiagnosticArray
-from equimus_ros.main import run_node
 from rclpy.node import Node
+
+from equimus_ros.main import run_node
 
 
 class Listener(Node):
@@ -35,8 +37,9 @@ class Named(Node):
     def __init__(self, name):
         super().__init__(name)
         self.tag = self.declare_parameter('tag', '').value
-        self.timer = self.create_timer(0.05, lambda: print(f'tick {self.get_name()} {self.tag}',
-                                                             flush=True))
+        self.timer = self.create_timer(
+            0.05, lambda: print(f'tick {self.get_name()} {self.tag}', flush=True)
+        )
 
     def destroy_node(self):
         print(f'destroyed {self.get_name()}', flush=True)
@@ -63,6 +66,7 @@ def _fail_in_spin(node):
 
 def _report_gc(node):
     import gc
+
     print(f'frozen {gc.get_freeze_count()} tracked {len(gc.get_objects())}', flush=True)
 
 

@@ -1,5 +1,6 @@
 """equimus_ros.cdr: pre-serialised hot-path messages are byte-identical to rclpy's serialiser,
 arrive as ordinary messages over real DDS, and fall back to message objects when the check fails."""
+
 import math
 import random
 import time
@@ -8,12 +9,13 @@ import pytest
 
 rclpy = pytest.importorskip('rclpy')
 
-from equimus_ros.cdr import ArrayWriter, ClockWriter, JointStateWriter, PoseWriter  # noqa: E402
 from geometry_msgs.msg import PoseStamped  # noqa: E402
 from rclpy.serialization import deserialize_message, serialize_message  # noqa: E402
 from rosgraph_msgs.msg import Clock  # noqa: E402
 from sensor_msgs.msg import JointState  # noqa: E402
 from std_msgs.msg import Float64MultiArray, MultiArrayDimension  # noqa: E402
+
+from equimus_ros.cdr import ArrayWriter, ClockWriter, JointStateWriter, PoseWriter  # noqa: E402
 
 
 class Captured:
@@ -36,20 +38,42 @@ def _array_proto(n, labelled=True):
 def _writers():
     return [
         (ClockWriter(Captured()), lambda r: (r.randrange(0, 2 * 10**18),)),
-        (PoseWriter(Captured(), 'mocap'),
-         lambda r: (r.randrange(0, 2 * 10**18), [r.uniform(-5, 5) for _ in range(3)],
-                    [r.uniform(-1, 1) for _ in range(4)])),
-        (PoseWriter(Captured(), 'a_longer_frame_ïd'),
-         lambda r: (r.randrange(0, 10**12), [math.nan] * 3, [math.nan] * 4)),
-        (JointStateWriter(Captured(), ['hip', 'knee']),
-         lambda r: (r.randrange(0, 10**15), [r.gauss(0, 2) for _ in range(2)],
-                    [r.gauss(0, 9) for _ in range(2)])),
-        (JointStateWriter(Captured(), ['a', 'bb', 'ccc'], frame_id='mocap'),
-         lambda r: (r.randrange(0, 10**15), [r.gauss(0, 2) for _ in range(3)],
-                    [r.gauss(0, 9) for _ in range(3)])),
-        (ArrayWriter(Captured(), _array_proto(2)), lambda r: ([r.uniform(0, 50) for _ in range(2)],)),
-        (ArrayWriter(Captured(), _array_proto(3, labelled=False)),
-         lambda r: ([r.uniform(-1e6, 1e6) for _ in range(3)],)),
+        (
+            PoseWriter(Captured(), 'mocap'),
+            lambda r: (
+                r.randrange(0, 2 * 10**18),
+                [r.uniform(-5, 5) for _ in range(3)],
+                [r.uniform(-1, 1) for _ in range(4)],
+            ),
+        ),
+        (
+            PoseWriter(Captured(), 'a_longer_frame_ïd'),
+            lambda r: (r.randrange(0, 10**12), [math.nan] * 3, [math.nan] * 4),
+        ),
+        (
+            JointStateWriter(Captured(), ['hip', 'knee']),
+            lambda r: (
+                r.randrange(0, 10**15),
+                [r.gauss(0, 2) for _ in range(2)],
+                [r.gauss(0, 9) for _ in range(2)],
+            ),
+        ),
+        (
+            JointStateWriter(Captured(), ['a', 'bb', 'ccc'], frame_id='mocap'),
+            lambda r: (
+                r.randrange(0, 10**15),
+                [r.gauss(0, 2) for _ in range(3)],
+                [r.gauss(0, 9) for _ in range(3)],
+            ),
+        ),
+        (
+            ArrayWriter(Captured(), _array_proto(2)),
+            lambda r: ([r.uniform(0, 50) for _ in range(2)],),
+        ),
+        (
+            ArrayWriter(Captured(), _array_proto(3, labelled=False)),
+            lambda r: ([r.uniform(-1e6, 1e6) for _ in range(3)],),
+        ),
     ]
 
 
@@ -76,6 +100,7 @@ def test_packed_messages_end_at_their_last_field_for_strict_readers():
     """rosbags (what `equimus` reads bags with, like Foxglove) rejects trailing bytes, which
     serialize_message leaves after a JointState; the recorder stores what was published."""
     from rosbags.typesys import Stores, get_typestore
+
     store = get_typestore(Stores.ROS2_HUMBLE)
     rng = random.Random(3)
     for writer, draw in _writers():
@@ -88,8 +113,9 @@ def test_packed_messages_end_at_their_last_field_for_strict_readers():
 
 def test_packed_bytes_read_back_as_the_values_written():
     w = PoseWriter(Captured(), 'mocap')
-    msg = deserialize_message(w._encode(12_345_678_901, (1.0, -2.0, 3.5), (0.5, 0.1, -0.2, 0.3)),
-                              PoseStamped)
+    msg = deserialize_message(
+        w._encode(12_345_678_901, (1.0, -2.0, 3.5), (0.5, 0.1, -0.2, 0.3)), PoseStamped
+    )
     assert (msg.header.stamp.sec, msg.header.stamp.nanosec) == (12, 345_678_901)
     assert msg.header.frame_id == 'mocap'
     p, q = msg.pose.position, msg.pose.orientation
@@ -100,7 +126,7 @@ def test_packed_bytes_read_back_as_the_values_written():
 def test_a_failed_self_check_publishes_message_objects():
     class Misplaced(PoseWriter):
         def _encode(self, t_ns, position, quat_wxyz):
-            return super()._encode(t_ns, position, quat_wxyz)[:-8]   # a wrong layout
+            return super()._encode(t_ns, position, quat_wxyz)[:-8]  # a wrong layout
 
     pub = Captured()
     w = Misplaced(pub, 'mocap')
@@ -117,15 +143,21 @@ def test_writers_deliver_ordinary_messages_over_dds():
     try:
         node = rclpy.create_node('cdr_probe', context=ctx)
         got = {}
-        for topic, typ in (('/cdr_test/clock', Clock), ('/cdr_test/pose', PoseStamped),
-                           ('/cdr_test/joints', JointState), ('/cdr_test/array', Float64MultiArray)):
+        for topic, typ in (
+            ('/cdr_test/clock', Clock),
+            ('/cdr_test/pose', PoseStamped),
+            ('/cdr_test/joints', JointState),
+            ('/cdr_test/array', Float64MultiArray),
+        ):
             node.create_subscription(typ, topic, lambda m, t=topic: got.setdefault(t, m), 10)
         clock = ClockWriter(node.create_publisher(Clock, '/cdr_test/clock', 10))
         pose = PoseWriter(node.create_publisher(PoseStamped, '/cdr_test/pose', 10), 'mocap')
-        joints = JointStateWriter(node.create_publisher(JointState, '/cdr_test/joints', 10),
-                                  ['hip', 'knee'])
-        array = ArrayWriter(node.create_publisher(Float64MultiArray, '/cdr_test/array', 10),
-                            _array_proto(2))
+        joints = JointStateWriter(
+            node.create_publisher(JointState, '/cdr_test/joints', 10), ['hip', 'knee']
+        )
+        array = ArrayWriter(
+            node.create_publisher(Float64MultiArray, '/cdr_test/array', 10), _array_proto(2)
+        )
         assert all(w.packed for w in (clock, pose, joints, array))
         executor = rclpy.executors.SingleThreadedExecutor(context=ctx)
         executor.add_node(node)
@@ -137,10 +169,16 @@ def test_writers_deliver_ordinary_messages_over_dds():
             array.write([12.5, 40.0])
             executor.spin_once(timeout_sec=0.02)
         assert len(got) == 4, got.keys()
-        c, p, j, a = (got[t] for t in ('/cdr_test/clock', '/cdr_test/pose', '/cdr_test/joints',
-                                        '/cdr_test/array'))
+        c, p, j, a = (
+            got[t]
+            for t in ('/cdr_test/clock', '/cdr_test/pose', '/cdr_test/joints', '/cdr_test/array')
+        )
         assert (c.clock.sec, c.clock.nanosec) == (7, 123)
-        assert p.header.frame_id == 'mocap' and p.pose.orientation.x == 1.0 and p.pose.position.z == 0.3
+        assert (
+            p.header.frame_id == 'mocap'
+            and p.pose.orientation.x == 1.0
+            and p.pose.position.z == 0.3
+        )
         assert list(j.name) == ['hip', 'knee'] and list(j.position) == [1.25, -0.5]
         assert list(j.velocity) == [0.0, 3.0] and list(j.effort) == []
         assert j.header.stamp.sec == 9 and j.header.stamp.nanosec == 500_000_000

@@ -1,4 +1,5 @@
 """equimus_ros.main.run_node: the shared main() of every node, with real rclpy processes."""
+
 import pathlib
 import signal
 import subprocess
@@ -12,8 +13,9 @@ CASES = pathlib.Path(__file__).with_name('node_main_cases.py')
 
 
 def _run(case, timeout=30):
-    return subprocess.run([sys.executable, str(CASES), case], capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        [sys.executable, str(CASES), case], capture_output=True, text=True, timeout=timeout
+    )
 
 
 def test_invalid_parameters_exit_2_with_the_reason_and_no_traceback():
@@ -60,8 +62,12 @@ def test_ctrl_c_while_messages_are_being_converted_is_a_clean_shutdown():
     rclpy.init()
     node = rclpy.create_node('flooder')
     pub = node.create_publisher(DiagnosticArray, '/flood', 100)
-    heavy = DiagnosticArray(status=[DiagnosticStatus(name=str(i), values=[KeyValue(key='k', value='v')] * 5)
-                                    for i in range(300)])
+    heavy = DiagnosticArray(
+        status=[
+            DiagnosticStatus(name=str(i), values=[KeyValue(key='k', value='v')] * 5)
+            for i in range(300)
+        ]
+    )
     stop = threading.Event()
 
     def flood():
@@ -73,8 +79,12 @@ def test_ctrl_c_while_messages_are_being_converted_is_a_clean_shutdown():
     failures = []
     try:
         for i in range(10):
-            proc = subprocess.Popen([sys.executable, str(CASES), 'listen'], stdout=subprocess.PIPE,
-                                    stderr=subprocess.STDOUT, text=True)
+            proc = subprocess.Popen(
+                [sys.executable, str(CASES), 'listen'],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
             assert proc.stdout.readline().strip() == 'ready'
             time.sleep(0.4 + 0.013 * (i % 7))
             proc.send_signal(signal.SIGINT)
@@ -92,9 +102,21 @@ def test_ctrl_c_while_messages_are_being_converted_is_a_clean_shutdown():
 def test_several_nodes_in_one_process_spin_together_and_stop_in_order():
     """The fused control loop's main: node-scoped parameters, one executor, close, then destroy
     in list order on Ctrl-C."""
-    proc = subprocess.Popen([sys.executable, str(CASES), 'two_nodes', '--ros-args',
-                             '-p', 'upstream:tag:=a', '-p', 'downstream:tag:=b'],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            str(CASES),
+            'two_nodes',
+            '--ros-args',
+            '-p',
+            'upstream:tag:=a',
+            '-p',
+            'downstream:tag:=b',
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     assert proc.stdout.readline().strip() == 'ready'
     time.sleep(1.0)
     proc.send_signal(signal.SIGINT)

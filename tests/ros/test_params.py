@@ -5,14 +5,15 @@ them); another node changes them through the SetParameters service, over DDS, as
 does. Runtime fields take effect (apply is called with the new config); out-of-range, NaN and
 `__post_init__` errors are refused with their reason; read-only fields are refused.
 """
+
 from __future__ import annotations
 
 import dataclasses
 import math
 import time
-from typing import Tuple
 
 import pytest
+
 from equimus_description.config import ConfigError, param, validate_fields
 
 rclpy = pytest.importorskip('rclpy')
@@ -21,8 +22,9 @@ rclpy = pytest.importorskip('rclpy')
 @dataclasses.dataclass(frozen=True)
 class Gains:
     kp: float = param(1.0, 'proportional gain (N·m/rad)', range=(0.0, 100.0), runtime=True)
-    limits: Tuple[float, ...] = param((0.0, 50.0), 'low, high pressure (kPa)', range=(0.0, 50.0),
-                                      runtime=True)
+    limits: tuple[float, ...] = param(
+        (0.0, 50.0), 'low, high pressure (kPa)', range=(0.0, 50.0), runtime=True
+    )
     horizon: int = param(10, 'prediction steps', range=(1, 200))
     mode: str = param('pid', 'controller kind')
     enabled: bool = param(True, 'publish commands', runtime=True)
@@ -38,15 +40,20 @@ class Gains:
 @pytest.fixture
 def graph(tmp_path):
     """(bound node's binding, list of applied configs, client node, executor spin helper)."""
-    from equimus_ros.params import bind
     from rclpy.executors import SingleThreadedExecutor
 
+    from equimus_ros.params import bind
+
     yaml = tmp_path / 'gains.yaml'
-    yaml.write_text('gains_under_test:\n  ros__parameters:\n    kp: 2.5\n    horizon: 20\n'
-                    '    limits: [5.0, 40.0]\n')
+    yaml.write_text(
+        'gains_under_test:\n  ros__parameters:\n    kp: 2.5\n    horizon: 20\n'
+        '    limits: [5.0, 40.0]\n'
+    )
     context = rclpy.Context()
-    rclpy.init(context=context, args=['--ros-args', '--params-file', str(yaml),
-                                      '-p', 'gains_under_test:mode:=mpc'])
+    rclpy.init(
+        context=context,
+        args=['--ros-args', '--params-file', str(yaml), '-p', 'gains_under_test:mode:=mpc'],
+    )
     node = rclpy.create_node('gains_under_test', context=context)
     client = rclpy.create_node('param_client', context=context)
     applied = []
@@ -71,8 +78,9 @@ def _set(client, executor, **values):
     while not cli.service_is_ready():
         assert time.monotonic() < deadline, 'set_parameters service not found'
         executor.spin_once(timeout_sec=0.05)
-    req = SetParameters.Request(parameters=[Parameter(k, value=v).to_parameter_msg()
-                                            for k, v in values.items()])
+    req = SetParameters.Request(
+        parameters=[Parameter(k, value=v).to_parameter_msg() for k, v in values.items()]
+    )
     future = cli.call_async(req)
     executor.spin_until_future_complete(future, timeout_sec=10)
     assert future.done(), 'no answer from set_parameters'
@@ -111,14 +119,17 @@ def test_a_runtime_parameter_set_from_another_node_takes_effect(graph):
     assert applied[-1].limits == (1.0, 30.0) and applied[-1].kp == 7.0
 
 
-@pytest.mark.parametrize('name,value,reason', [
-    ('kp', 150.0, 'range'),                     # rclpy's own range check (descriptor)
-    ('kp', math.nan, 'kp'),                      # NaN is outside every range
-    ('offset', math.nan, 'must be a finite number'),
-    ('limits', [-1.0, 30.0], 'within [0, 50]'),   # element range, checked by validate_fields
-    ('limits', [40.0, 30.0], 'low must not exceed high'),   # the dataclass's __post_init__
-    ('limits', [1.0, math.inf], 'must be a finite number'),
-])
+@pytest.mark.parametrize(
+    'name,value,reason',
+    [
+        ('kp', 150.0, 'range'),  # rclpy's own range check (descriptor)
+        ('kp', math.nan, 'kp'),  # NaN is outside every range
+        ('offset', math.nan, 'must be a finite number'),
+        ('limits', [-1.0, 30.0], 'within [0, 50]'),  # element range, checked by validate_fields
+        ('limits', [40.0, 30.0], 'low must not exceed high'),  # the dataclass's __post_init__
+        ('limits', [1.0, math.inf], 'must be a finite number'),
+    ],
+)
 def test_an_invalid_value_is_refused_with_its_reason(graph, name, value, reason):
     binding, applied, client, executor = graph
     before = binding.config
@@ -126,8 +137,9 @@ def test_an_invalid_value_is_refused_with_its_reason(graph, name, value, reason)
     assert not res.successful
     assert reason in res.reason, res.reason
     assert applied == [] and binding.config == before
-    assert binding.node.get_parameter(name).value == getattr(before, name) or \
-        list(binding.node.get_parameter(name).value) == list(getattr(before, name))
+    assert binding.node.get_parameter(name).value == getattr(before, name) or list(
+        binding.node.get_parameter(name).value
+    ) == list(getattr(before, name))
 
 
 def test_a_read_only_parameter_is_refused(graph):
@@ -146,8 +158,9 @@ def test_a_wrong_type_is_refused(graph):
 
 def test_an_invalid_launch_value_fails_construction_with_the_reason(tmp_path):
     """A value from the launch outside its range stops the node at start (run_node: exit 2)."""
-    from equimus_ros.params import bind
     from rclpy.exceptions import ParameterException
+
+    from equimus_ros.params import bind
 
     context = rclpy.Context()
     rclpy.init(context=context, args=['--ros-args', '-p', 'kp:=500.0'])

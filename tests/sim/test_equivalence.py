@@ -1,5 +1,6 @@
 """Table III in small: EquiMus must match the Lagrangian model at least as well as the paper's
 published swing/static RMSE, and the massless baseline must be clearly worse."""
+
 import json
 import subprocess
 import sys
@@ -19,8 +20,12 @@ def test_equimus_swing_at_or_below_paper(result):
     sw = result['swing']
     assert result['swing_valid'] >= 3
     assert 0 < result['max_loop_residual_m'] < 1e-4
-    assert np.all(np.array(sw['equimus']['rmse']) <= np.array(PAPER['swing']['rmse'])), sw['equimus']
-    assert np.all(np.array(sw['equimus']['maxae']) <= np.array(PAPER['swing']['maxae'])), sw['equimus']
+    assert np.all(np.array(sw['equimus']['rmse']) <= np.array(PAPER['swing']['rmse'])), sw[
+        'equimus'
+    ]
+    assert np.all(np.array(sw['equimus']['maxae']) <= np.array(PAPER['swing']['maxae'])), sw[
+        'equimus'
+    ]
 
 
 def test_equimus_static_at_or_below_paper(result):
@@ -38,18 +43,39 @@ def test_pure_baseline_is_clearly_worse(result):
 
 def test_cli_prints_table_and_writes_plot_and_json(tmp_path):
     png, js = tmp_path / 'eq.png', tmp_path / 'eq.json'
-    out = subprocess.run([sys.executable, '-m', 'equimus_sim.equivalence', '--samples', '1', '--seed', '5',
-                          '--duration', '0.5', '--plot', str(png), '--json', str(js)],
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [
+            sys.executable,
+            '-m',
+            'equimus_sim.equivalence',
+            '--samples',
+            '1',
+            '--seed',
+            '5',
+            '--duration',
+            '0.5',
+            '--plot',
+            str(png),
+            '--json',
+            str(js),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     assert 'paper' in out.stdout and 'equimus' in out.stdout and 'pure' in out.stdout
-    assert 'swing 1/1' in out.stderr        # progress output
+    assert 'swing 1/1' in out.stderr  # progress output
     assert png.stat().st_size > 10000
     data = json.loads(js.read_text())
     assert data['samples'] == 1 and len(data['swing']['equimus']['rmse']) == 2
 
 
 def test_cli_rejects_bad_arguments():
-    out = subprocess.run([sys.executable, '-m', 'equimus_sim.equivalence', '--samples', '0'],
-                         capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, '-m', 'equimus_sim.equivalence', '--samples', '0'],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 2 and 'samples' in out.stderr

@@ -1,22 +1,28 @@
 """The analytic Lagrangian model: energy bookkeeping, Eq. 4 kinetic energy, statics, massless limit."""
+
 import mujoco
 import numpy as np
 import pytest
 
 from equimus_description import kinematics as K
-from equimus_sim.lagrangian import LagrangianLeg
 from equimus_description.leg import load_leg
+from equimus_sim.lagrangian import LagrangianLeg
 from equimus_sim.leg_model import LegModel
 
 LEG = load_leg()
 LAG = LagrangianLeg(LEG)
 RNG = np.random.default_rng(11)
-STATES = [(np.array([RNG.uniform(0.6, 2.0), RNG.uniform(0.1, 1.5)]), RNG.normal(0, 2, 2)) for _ in range(6)]
+STATES = [
+    (np.array([RNG.uniform(0.6, 2.0), RNG.uniform(0.1, 1.5)]), RNG.normal(0, 2, 2))
+    for _ in range(6)
+]
 
 
 def test_lengths_match_kinematics():
     for q, _ in STATES:
-        np.testing.assert_allclose(LAG.actuator_lengths(q), K.actuator_lengths(q, LEG.geometry), atol=1e-9)
+        np.testing.assert_allclose(
+            LAG.actuator_lengths(q), K.actuator_lengths(q, LEG.geometry), atol=1e-9
+        )
 
 
 @pytest.mark.parametrize('q, qd', STATES)
@@ -28,14 +34,17 @@ def test_kinetic_energy_is_eq4_plus_rigid_links(q, qd):
 
     def pts(qq):
         return K.link_points(qq, g)
+
     vp = {k: (pts(q + h * qd)[k] - pts(q - h * qd)[k]) / (2 * h) for k in ('C', 'D')}
     T = 0.0
     for name, a in LEG.actuators.items():
-        vB = vp['C'] if name == 'maa' else vp['D']      # the base anchor A is fixed
+        vB = vp['C'] if name == 'maa' else vp['D']  # the base anchor A is fixed
         T += a.m / 6 * (vB @ vB)
     # thigh and calf: COM from the YAML's (y, −z) in the link frame, rotated with the link.
-    for body, angle, origin in (('thigh', q[0] - np.pi / 2, lambda qq: np.zeros(2)),
-                                ('calf', q[0] + q[1] - np.pi, lambda qq: pts(qq)['knee'])):
+    for body, angle, origin in (
+        ('thigh', q[0] - np.pi / 2, lambda qq: np.zeros(2)),
+        ('calf', q[0] + q[1] - np.pi, lambda qq: pts(qq)['knee']),
+    ):
         b = LEG.bodies[body]
         c0 = np.array([b.com[1], -b.com[2]])
 
@@ -43,15 +52,24 @@ def test_kinetic_energy_is_eq4_plus_rigid_links(q, qd):
             ang = qq[0] - np.pi / 2 if body == 'thigh' else qq[0] + qq[1] - np.pi
             R = np.array([[np.cos(ang), -np.sin(ang)], [np.sin(ang), np.cos(ang)]])
             return origin(qq) + R @ c0
+
         v = (com(q + h * qd) - com(q - h * qd)) / (2 * h)
         w = qd[0] if body == 'thigh' else qd[0] + qd[1]
-        T += 0.5 * b.mass * v @ v + 0.5 * b.inertia[0] * w ** 2
+        T += 0.5 * b.mass * v @ v + 0.5 * b.inertia[0] * w**2
     assert 0.5 * qd @ M @ qd == pytest.approx(T, rel=1e-7)
 
 
 def test_energy_is_conserved_without_damping():
-    cons = LagrangianLeg(LEG.with_overrides({'actuators.maa.c': 0.0, 'actuators.baa.c': 0.0,
-                                            'joints.hip.damping': 0.0, 'joints.knee.damping': 0.0}))
+    cons = LagrangianLeg(
+        LEG.with_overrides(
+            {
+                'actuators.maa.c': 0.0,
+                'actuators.baa.c': 0.0,
+                'joints.hip.damping': 0.0,
+                'joints.knee.damping': 0.0,
+            }
+        )
+    )
     q0, qd0 = np.array([1.1, 0.9]), np.array([1.5, -2.0])
     t = np.linspace(0, 1.0, 201)
     sol = cons.simulate(q0, [0.0, 0.0], t, qd0=qd0)
@@ -108,7 +126,10 @@ def test_massless_limit_matches_pure_mujoco():
     sol = lag.simulate(q0, F, np.arange(n + 1) * leg.timestep)
     err = np.array(traj) - sol.y[:2].T
     motion = np.ptp(sol.y[:2], axis=1)
-    assert motion[0] > 0.05            # it moved
+    assert motion[0] > 0.05  # it moved
     # Agreement to 0.2 % of each joint's motion. Measured 0.04 % / 0.055 % at dt 1 ms, halving with
     # dt (MuJoCo's first-order integration error), so a model mismatch would stand out.
-    assert np.all(np.max(np.abs(err), axis=0) < 0.002 * motion), (np.max(np.abs(err), axis=0), motion)
+    assert np.all(np.max(np.abs(err), axis=0) < 0.002 * motion), (
+        np.max(np.abs(err), axis=0),
+        motion,
+    )

@@ -1,11 +1,20 @@
 """Virtual motion capture: frame conversion, noise, drops, occlusion and latency statistics."""
+
 import math
 
 import numpy as np
 import pytest
 
-from equimus_sim.mocap import (Q_MW, R_MW, MocapConfig, VirtualMocap, quat_from_rotvec, quat_mul,
-                               quat_to_mat, world_to_motive)
+from equimus_sim.mocap import (
+    Q_MW,
+    R_MW,
+    MocapConfig,
+    VirtualMocap,
+    quat_from_rotvec,
+    quat_mul,
+    quat_to_mat,
+    world_to_motive,
+)
 
 RNG = np.random.default_rng(1234)
 
@@ -52,9 +61,11 @@ def test_orientation_conversion_matches_position_conversion():
 
 
 def _poses(z_base=0.7):
-    return {'base': (np.array([0.0, 0.0, z_base]), np.array([1.0, 0, 0, 0])),
-            'thigh': (np.array([0.1245, -0.235, z_base - 0.105]), np.array([1.0, 0, 0, 0])),
-            'calf': (np.array([0.1245, -0.235, z_base - 0.355]), quat_from_rotvec([-0.3, 0, 0]))}
+    return {
+        'base': (np.array([0.0, 0.0, z_base]), np.array([1.0, 0, 0, 0])),
+        'thigh': (np.array([0.1245, -0.235, z_base - 0.105]), np.array([1.0, 0, 0, 0])),
+        'calf': (np.array([0.1245, -0.235, z_base - 0.355]), quat_from_rotvec([-0.3, 0, 0])),
+    }
 
 
 def test_base_is_placed_in_the_capture_volume_and_geometry_is_kept():
@@ -102,7 +113,7 @@ def test_drop_rate_and_burst_length(p, burst):
 
 
 def test_latency_releases_late_but_stamps_capture_time():
-    lat = 0.025   # 3 frames at 120 Hz
+    lat = 0.025  # 3 frames at 120 Hz
     m = VirtualMocap(MocapConfig(latency=lat))
     released = []
     for k in range(20):
@@ -140,9 +151,17 @@ def test_seeded_generator_is_reproducible():
     assert key(fa) != key(fc)
 
 
-@pytest.mark.parametrize('bad', [dict(rate=0), dict(position_noise=-1), dict(latency=math.inf),
-                                 dict(drop_probability=1.0), dict(drop_burst_mean=0.5),
-                                 dict(base_position=(0, 1))])
+@pytest.mark.parametrize(
+    'bad',
+    [
+        dict(rate=0),
+        dict(position_noise=-1),
+        dict(latency=math.inf),
+        dict(drop_probability=1.0),
+        dict(drop_burst_mean=0.5),
+        dict(base_position=(0, 1)),
+    ],
+)
 def test_invalid_configuration_is_refused(bad):
     with pytest.raises(ValueError, match='virtual mocap'):
         VirtualMocap(MocapConfig(**bad))

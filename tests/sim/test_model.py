@@ -1,4 +1,5 @@
 """Leg description loader, MJCF builder and LegModel against the analytic kinematics."""
+
 import mujoco
 import numpy as np
 import pytest
@@ -12,7 +13,9 @@ from equimus_sim.mjcf_builder import build_mjcf, point_names
 
 LEG = load_leg()
 RNG = np.random.default_rng(7)
-WORKSPACE = [np.array([RNG.uniform(np.pi / 6, 2 * np.pi / 3), RNG.uniform(0, np.pi / 2)]) for _ in range(25)]
+WORKSPACE = [
+    np.array([RNG.uniform(np.pi / 6, 2 * np.pi / 3), RNG.uniform(0, np.pi / 2)]) for _ in range(25)
+]
 
 
 def test_default_yaml_holds_the_paper_values():
@@ -31,7 +34,9 @@ def test_overrides_flat_nested_file_and_parameter_sets(tmp_path):
     leg = load_leg(overrides={'actuators': {'baa': {'c': 3.0}}, 'sim.timestep': 0.005})
     assert leg.actuators['baa'].c == 3.0 and leg.timestep == 0.005
     f = tmp_path / 'fit.yaml'
-    f.write_text(yaml.safe_dump({'parameters': {'actuators.maa.l0': 0.17, 'joints.hip.damping': 0.3}}))
+    f.write_text(
+        yaml.safe_dump({'parameters': {'actuators.maa.l0': 0.17, 'joints.hip.damping': 0.3}})
+    )
     leg = load_leg(overrides=str(f))
     assert leg.actuators['maa'].l0 == 0.17 and leg.joints['hip'].damping == 0.3
     static = load_leg(parameter_set='table_v_static')
@@ -40,14 +45,17 @@ def test_overrides_flat_nested_file_and_parameter_sets(tmp_path):
     assert LEG.with_overrides({'actuators.maa.k': 1.0}).actuators['maa'].k == 1.0
 
 
-@pytest.mark.parametrize('bad, match', [
-    ({'actuators.maa.kk': 1.0}, 'unknown parameter'),
-    ({'actuators.xyz.k': 1.0}, "no 'actuators.xyz'"),
-    ({'actuators.maa.k': 'stiff'}, 'expected a number'),
-    ({'actuators.maa.k': float('nan')}, 'finite'),
-    ({'actuators.maa.m': -1.0}, 'must be > 0'),
-    ({'geometry.b1': 0.3}, 'geometry puts it'),
-])
+@pytest.mark.parametrize(
+    'bad, match',
+    [
+        ({'actuators.maa.kk': 1.0}, 'unknown parameter'),
+        ({'actuators.xyz.k': 1.0}, "no 'actuators.xyz'"),
+        ({'actuators.maa.k': 'stiff'}, 'expected a number'),
+        ({'actuators.maa.k': float('nan')}, 'finite'),
+        ({'actuators.maa.m': -1.0}, 'must be > 0'),
+        ({'geometry.b1': 0.3}, 'geometry puts it'),
+    ],
+)
 def test_bad_overrides_say_what_is_wrong(bad, match):
     with pytest.raises(LegDescriptionError, match=match):
         load_leg(overrides=bad)
@@ -87,7 +95,9 @@ def test_body_poses_follow_the_planar_convention():
         pts = K.link_points(q, LEG.geometry)
         knee_w, quat = lm.body_pose(d, 'calf')
         # planar x = world +y, planar y = world −z
-        np.testing.assert_allclose([knee_w[1] - hip_w[1], hip_w[2] - knee_w[2]], pts['knee'], atol=1e-12)
+        np.testing.assert_allclose(
+            [knee_w[1] - hip_w[1], hip_w[2] - knee_w[2]], pts['knee'], atol=1e-12
+        )
         assert knee_w[0] == pytest.approx(hip_w[0])
         # calf rotates about world −x by θ1 + θ2 − π (relative to the build pose)
         ang = q[0] + q[1] - np.pi
@@ -108,7 +118,8 @@ def test_point_masses_sum_to_actuator_mass_in_321_ratio():
     total = sum(b.mass for b in LEG.bodies.values()) + sum(a.m for a in LEG.actuators.values())
     assert m.body_subtreemass[1] == pytest.approx(total)
     assert LegModel(LEG, 'pure').model.body_subtreemass[1] == pytest.approx(
-        sum(b.mass for b in LEG.bodies.values()))
+        sum(b.mass for b in LEG.bodies.values())
+    )
 
 
 def test_pressure_extends_and_loops_stay_closed_while_swinging():
@@ -176,4 +187,6 @@ def test_reset_with_velocity_keeps_constraints_at_rest(variant):
     mujoco.mj_integratePos(lm.model, d.qpos, d.qvel, h)
     mujoco.mj_forward(lm.model, d)
     rate = (lm.actuator_lengths(d) - l0) / h
-    np.testing.assert_allclose(rate, K.actuation_jacobian([1.3, 0.7], LEG.geometry) @ [0.8, -1.5], atol=5e-3)
+    np.testing.assert_allclose(
+        rate, K.actuation_jacobian([1.3, 0.7], LEG.geometry) @ [0.8, -1.5], atol=5e-3
+    )

@@ -2,6 +2,7 @@
 
 The test process plays the valve driver: it publishes /valve/applied, which the sim's valves
 follow (lockstep: one frame per message)."""
+
 import math
 import os
 import signal
@@ -12,9 +13,9 @@ import time
 import numpy as np
 import pytest
 import rclpy
-from rclpy.executors import SingleThreadedExecutor
 from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import PoseStamped
+from rclpy.executors import SingleThreadedExecutor
 from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
 from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import JointState
@@ -38,12 +39,20 @@ class SimProcess:
 
     def __init__(self, repo_dir, tmp_path, **params):
         self.log_path = tmp_path / 'sim_node.log'
-        cmd = [sys.executable, '-m', 'equimus_sim.sim_node', '--ros-args',
-               '--params-file', str(repo_dir / 'config' / 'sim.yaml')]
+        cmd = [
+            sys.executable,
+            '-m',
+            'equimus_sim.sim_node',
+            '--ros-args',
+            '--params-file',
+            str(repo_dir / 'config' / 'sim.yaml'),
+        ]
         for k, v in params.items():
             cmd += ['-p', f'{k}:={v}']
         self.log = open(self.log_path, 'w')
-        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=os.environ.copy())
+        self.proc = subprocess.Popen(
+            cmd, stdout=self.log, stderr=subprocess.STDOUT, env=os.environ.copy()
+        )
 
     def output(self):
         if not self.log.closed:
@@ -72,13 +81,23 @@ class Probe:
         n = self.node
         self.clock, self.joints, self.pressure, self.diag = [], [], [], []
         self.poses = {b: [] for b in BODIES}
-        n.create_subscription(Clock, '/clock', lambda m: self.clock.append((time.monotonic(), _ns(m.clock))),
-                              QoSProfile(depth=50, reliability=ReliabilityPolicy.BEST_EFFORT))
-        n.create_subscription(JointState, '/sim/joint_states', self.joints.append, qos_profile_sensor_data)
-        n.create_subscription(Float64MultiArray, '/valve/pressure', self.pressure.append, qos_profile_sensor_data)
+        n.create_subscription(
+            Clock,
+            '/clock',
+            lambda m: self.clock.append((time.monotonic(), _ns(m.clock))),
+            QoSProfile(depth=50, reliability=ReliabilityPolicy.BEST_EFFORT),
+        )
+        n.create_subscription(
+            JointState, '/sim/joint_states', self.joints.append, qos_profile_sensor_data
+        )
+        n.create_subscription(
+            Float64MultiArray, '/valve/pressure', self.pressure.append, qos_profile_sensor_data
+        )
         n.create_subscription(DiagnosticArray, '/diagnostics', self.diag.append, 10)
         for b in BODIES:
-            n.create_subscription(PoseStamped, f'/mocap/{b}/pose', self.poses[b].append, qos_profile_sensor_data)
+            n.create_subscription(
+                PoseStamped, f'/mocap/{b}/pose', self.poses[b].append, qos_profile_sensor_data
+            )
         self.cmd = publisher(n, Float64MultiArray, VALVE_APPLIED)
 
     def spin_until(self, cond, timeout, what):
@@ -121,22 +140,29 @@ def ros():
 def _wait_connected(probe, sim):
     def ready():
         assert sim.proc.poll() is None, f'sim node exited:\n{sim.output()}'
-        return (probe.cmd.get_subscription_count() >= 1
-                and probe.node.count_publishers('/mocap/calf/pose') >= 1
-                and probe.node.count_publishers('/clock') >= 1)
+        return (
+            probe.cmd.get_subscription_count() >= 1
+            and probe.node.count_publishers('/mocap/calf/pose') >= 1
+            and probe.node.count_publishers('/clock') >= 1
+        )
+
     probe.spin_until(ready, 30.0, 'the sim node to appear on the graph')
-    probe.spin_for(0.5)      # let both directions of every endpoint match
+    probe.spin_for(0.5)  # let both directions of every endpoint match
 
 
 def _step(probe, p, k):
     """Send command k and wait for /clock to report frame k."""
     probe.send(p)
     target = round(k * FRAME_NS)
-    probe.spin_until(lambda: probe.clock and probe.clock[-1][1] >= target, 5.0, f'/clock of frame {k}')
+    probe.spin_until(
+        lambda: probe.clock and probe.clock[-1][1] >= target, 5.0, f'/clock of frame {k}'
+    )
 
 
 def test_lockstep_advances_one_frame_per_command(ros, repo_dir, tmp_path):
-    sim = SimProcess(repo_dir, tmp_path, mode='lockstep', lockstep_timeout=30.0, diagnostics_period=0.3)
+    sim = SimProcess(
+        repo_dir, tmp_path, mode='lockstep', lockstep_timeout=30.0, diagnostics_period=0.3
+    )
     probe = Probe('lockstep_probe')
     try:
         _wait_connected(probe, sim)
@@ -150,7 +176,7 @@ def test_lockstep_advances_one_frame_per_command(ros, repo_dir, tmp_path):
         assert stamps[-1] == round(n_cmd * FRAME_NS)
         assert all(s == round(round(s / FRAME_NS) * FRAME_NS) for s in stamps)
         assert np.all(np.diff(stamps) > 0)
-        assert len(stamps) >= n_cmd - 5         # best-effort /clock: allow a few losses
+        assert len(stamps) >= n_cmd - 5  # best-effort /clock: allow a few losses
 
         # every output of a frame carries that frame's sim time; poses are Motive-frame mocap
         js = {_ns(m.header.stamp): m for m in probe.joints}
@@ -158,24 +184,43 @@ def test_lockstep_advances_one_frame_per_command(ros, repo_dir, tmp_path):
         for b in BODIES:
             assert probe.poses[b], f'no /mocap/{b}/pose received'
             assert all(m.header.frame_id == 'mocap' for m in probe.poses[b])
-        common = set(js) & set.intersection(*(set(_ns(m.header.stamp) for m in probe.poses[b]) for b in BODIES))
+        common = set(js) & set.intersection(
+            *(set(_ns(m.header.stamp) for m in probe.poses[b]) for b in BODIES)
+        )
         assert len(common) > 50
         by = {b: {_ns(m.header.stamp): m for m in probe.poses[b]} for b in BODIES}
         moved = []
         for t in sorted(common):
             th1, th2 = js[t].position
-            pos = {b: np.array([by[b][t].pose.position.x, by[b][t].pose.position.y, by[b][t].pose.position.z])
-                   for b in BODIES}
-            quat = {b: np.array([by[b][t].pose.orientation.w, by[b][t].pose.orientation.x,
-                                 by[b][t].pose.orientation.y, by[b][t].pose.orientation.z]) for b in BODIES}
-            assert pos['base'][1] == pytest.approx(0.7, abs=1e-9)          # base 0.7 m above the floor
-            assert pos['base'][1] > pos['thigh'][1] > pos['calf'][1]   # Y up: base > hip > knee
-            knee_rel = pos['calf'] - pos['thigh']                            # knee − hip, Motive frame
+            pos = {
+                b: np.array(
+                    [by[b][t].pose.position.x, by[b][t].pose.position.y, by[b][t].pose.position.z]
+                )
+                for b in BODIES
+            }
+            quat = {
+                b: np.array(
+                    [
+                        by[b][t].pose.orientation.w,
+                        by[b][t].pose.orientation.x,
+                        by[b][t].pose.orientation.y,
+                        by[b][t].pose.orientation.z,
+                    ]
+                )
+                for b in BODIES
+            }
+            assert pos['base'][1] == pytest.approx(0.7, abs=1e-9)  # base 0.7 m above the floor
+            assert pos['base'][1] > pos['thigh'][1] > pos['calf'][1]  # Y up: base > hip > knee
+            knee_rel = pos['calf'] - pos['thigh']  # knee − hip, Motive frame
             assert np.allclose(knee_rel, [0.0, -A1 * math.sin(th1), -A1 * math.cos(th1)], atol=2e-4)
             # the calf turns about the hinge (Motive x) by the knee angle relative to the thigh
             qt, qc = quat['thigh'], quat['calf']
-            rel = np.array([qt[0] * qc[0] + qt[1:] @ qc[1:],
-                            *(qt[0] * qc[1:] - qc[0] * qt[1:] - np.cross(qt[1:], qc[1:]))])
+            rel = np.array(
+                [
+                    qt[0] * qc[0] + qt[1:] @ qc[1:],
+                    *(qt[0] * qc[1:] - qc[0] * qt[1:] - np.cross(qt[1:], qc[1:])),
+                ]
+            )
             angle = 2 * math.atan2(np.linalg.norm(rel[1:]), abs(rel[0]))
             assert abs(rel[2]) < 1e-6 and abs(rel[3]) < 1e-6
             assert angle == pytest.approx(abs(th2 - math.pi / 2), abs=2e-4)
@@ -199,7 +244,9 @@ def test_lockstep_advances_one_frame_per_command(ros, repo_dir, tmp_path):
 def test_impossible_pressures_are_refused_and_the_valves_hold(ros, repo_dir, tmp_path):
     """No safety rules in the sim (the driver has them): pressures no valve can produce are
     refused with a reason, the valves keep their setpoint, and lockstep still advances."""
-    sim = SimProcess(repo_dir, tmp_path, mode='lockstep', lockstep_timeout=30.0, diagnostics_period=0.3)
+    sim = SimProcess(
+        repo_dir, tmp_path, mode='lockstep', lockstep_timeout=30.0, diagnostics_period=0.3
+    )
     probe = Probe('badcmd_probe')
     try:
         _wait_connected(probe, sim)
@@ -207,15 +254,18 @@ def test_impossible_pressures_are_refused_and_the_valves_hold(ros, repo_dir, tmp
         cases = [(math.nan, 10.0), (80.0, -5.0), (math.inf, 20.0), (1.0, 2.0, 3.0)]
         for k, cmd in enumerate(cases, start=2):
             _step(probe, cmd, k)
-        probe.spin_until(lambda: int(probe.sim_status()[1].get('refused_pressures', 0)) >= len(cases),
-                         5.0, '/diagnostics counting the refused pressures')
+        probe.spin_until(
+            lambda: int(probe.sim_status()[1].get('refused_pressures', 0)) >= len(cases),
+            5.0,
+            '/diagnostics counting the refused pressures',
+        )
         status, values = probe.sim_status()
         assert values['valve_setpoint_kpa'] == '[30.0, 10.0]', values
         # the valves kept following the held setpoint: pressures rise towards it, never beyond
         last = list(probe.pressure[-1].data)
         assert 0.0 < last[0] < 30.0 and 0.0 < last[1] < 10.0, last
         level = ord(status.level) if isinstance(status.level, bytes) else int(status.level)
-        assert level == 1 and 'refused' in status.message      # WARN
+        assert level == 1 and 'refused' in status.message  # WARN
         assert values['mode'] == 'lockstep' and values['resets'] == '0'
         assert 'expected 2' in values['last_refusal'], values
     finally:
@@ -227,15 +277,22 @@ def test_impossible_pressures_are_refused_and_the_valves_hold(ros, repo_dir, tmp
 
 
 def test_lockstep_timeout_keeps_the_loop_alive(ros, repo_dir, tmp_path):
-    sim = SimProcess(repo_dir, tmp_path, mode='lockstep', lockstep_timeout=0.05, diagnostics_period=0.3)
+    sim = SimProcess(
+        repo_dir, tmp_path, mode='lockstep', lockstep_timeout=0.05, diagnostics_period=0.3
+    )
     probe = Probe('timeout_probe')
     try:
         _wait_connected(probe, sim)
-        probe.spin_until(lambda: len(probe.clock) >= 10, 10.0, 'sim time to advance without commands')
+        probe.spin_until(
+            lambda: len(probe.clock) >= 10, 10.0, 'sim time to advance without commands'
+        )
         stamps = [c for _, c in probe.clock]
         assert all(s == round(round(s / FRAME_NS) * FRAME_NS) for s in stamps)
-        probe.spin_until(lambda: int(probe.sim_status()[1].get('lockstep_timeouts', 0)) >= 10, 5.0,
-                         'lockstep_timeouts on /diagnostics')
+        probe.spin_until(
+            lambda: int(probe.sim_status()[1].get('lockstep_timeouts', 0)) >= 10,
+            5.0,
+            'lockstep_timeouts on /diagnostics',
+        )
     finally:
         rc = sim.stop()
         probe.close()
@@ -243,8 +300,15 @@ def test_lockstep_timeout_keeps_the_loop_alive(ros, repo_dir, tmp_path):
 
 
 def test_realtime_mode_runs_at_real_time(ros, repo_dir, tmp_path):
-    sim = SimProcess(repo_dir, tmp_path, mode='realtime', rate_factor=1.0, diagnostics_period=0.5,
-                     mocap_position_noise=0.0005, mocap_drop_probability=0.02)
+    sim = SimProcess(
+        repo_dir,
+        tmp_path,
+        mode='realtime',
+        rate_factor=1.0,
+        diagnostics_period=0.5,
+        mocap_position_noise=0.0005,
+        mocap_drop_probability=0.02,
+    )
     probe = Probe('realtime_probe')
     try:
         _wait_connected(probe, sim)
@@ -255,14 +319,18 @@ def test_realtime_mode_runs_at_real_time(ros, repo_dir, tmp_path):
         probe.spin_for(3.0)
         (w0, s0), (w1, s1) = probe.clock[0], probe.clock[-1]
         ratio = (s1 - s0) * 1e-9 / (w1 - w0)
-        print(f'realtime x1: sim/wall = {ratio:.4f} over {w1 - w0:.2f} s wall, '
-              f'{len(probe.poses["calf"]) / (w1 - w0):.1f} calf poses/s')
+        print(
+            f'realtime x1: sim/wall = {ratio:.4f} over {w1 - w0:.2f} s wall, '
+            f'{len(probe.poses["calf"]) / (w1 - w0):.1f} calf poses/s'
+        )
         assert 0.9 < ratio < 1.1
         # 120 Hz frames minus ~2 % dropped frames (and a little best-effort loss)
         assert 100 < len(probe.poses['calf']) / (w1 - w0) < 125
         status, values = probe.sim_status()
         assert status is not None, 'no sim status on /diagnostics'
-        assert values['mode'] == 'realtime' and float(values['real_time_factor']) == pytest.approx(1.0, abs=0.1)
+        assert values['mode'] == 'realtime' and float(values['real_time_factor']) == pytest.approx(
+            1.0, abs=0.1
+        )
         assert math.isfinite(float(values['jitter_p99_us']))
         assert int(values['mocap_dropped_frames']) > 0
     finally:
@@ -276,13 +344,26 @@ def test_the_valve_driver_advances_lockstep_once_per_command(ros, repo_dir, tmp_
     Commands paced far slower than the driver's tick and keep-alive period: sim time still
     advances exactly one frame per command (no keep-alive reaches the sim), and the sim's valves
     are set to the driver's DAC-quantised output."""
-    from equimus_description.interface import VALVE_COMMAND
-    from equimus_hw.valve.calibration import ValveCalibration
     from rosproc import start_node, stop
 
-    sim = SimProcess(repo_dir, tmp_path, mode='lockstep', lockstep_timeout=30.0, diagnostics_period=0.3)
-    driver = start_node('equimus_hw', 'valve_driver', '-p', 'board:=sim', '-p', 'auto_arm:=true',
-                        '-p', 'use_sim_time:=true', '-p', 'command_timeout_s:=5.0')
+    from equimus_description.interface import VALVE_COMMAND
+    from equimus_hw.valve.calibration import ValveCalibration
+
+    sim = SimProcess(
+        repo_dir, tmp_path, mode='lockstep', lockstep_timeout=30.0, diagnostics_period=0.3
+    )
+    driver = start_node(
+        'equimus_hw',
+        'valve_driver',
+        '-p',
+        'board:=sim',
+        '-p',
+        'auto_arm:=true',
+        '-p',
+        'use_sim_time:=true',
+        '-p',
+        'command_timeout_s:=5.0',
+    )
     probe = Probe('driver_lockstep_probe')
     command = publisher(probe.node, Float64MultiArray, VALVE_COMMAND)
     try:
@@ -293,13 +374,21 @@ def test_the_valve_driver_advances_lockstep_once_per_command(ros, repo_dir, tmp_
         for k in range(1, n + 1):
             command.publish(Float64MultiArray(data=[25.0, 12.0]))
             target = round(k * FRAME_NS)
-            probe.spin_until(lambda: probe.clock and probe.clock[-1][1] >= target, 5.0, f'frame {k}')
-            probe.spin_for(0.15)             # 3 keep-alive periods, 18 driver ticks
+            probe.spin_until(
+                lambda: probe.clock and probe.clock[-1][1] >= target, 5.0, f'frame {k}'
+            )
+            probe.spin_for(0.15)  # 3 keep-alive periods, 18 driver ticks
             assert probe.clock[-1][1] == target, (k, probe.clock[-3:])
         cal = ValveCalibration()
         setpoint = [cal.code_to_kpa(cal.kpa_to_code(v)) for v in (25.0, 12.0)]
-        probe.spin_until(lambda: probe.sim_status()[1].get('valve_setpoint_kpa')
-                         == str([round(v, 3) for v in setpoint]), 5.0, 'the quantised setpoint')
+        probe.spin_until(
+            lambda: (
+                probe.sim_status()[1].get('valve_setpoint_kpa')
+                == str([round(v, 3) for v in setpoint])
+            ),
+            5.0,
+            'the quantised setpoint',
+        )
     finally:
         out = stop(driver)
         rc = sim.stop()

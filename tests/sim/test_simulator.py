@@ -1,5 +1,6 @@
 """LegSimulator on the real MuJoCo model: valve lag, physical sanity check, instability recovery,
 statics."""
+
 import csv
 import math
 
@@ -27,6 +28,7 @@ def sim_factory():
         s.resets = 0
         s.rejected = 0
         return s
+
     return make
 
 
@@ -35,7 +37,9 @@ def test_valve_recursion_is_the_exact_first_order_response():
     dt = 1 / 600
     for _ in range(300):
         v.step([30.0, 0.0], dt)
-    assert np.allclose(v.p, ValveLag.closed_form([5.0, 40.0], [30.0, 0.0], 300 * dt, TAU), atol=1e-9)
+    assert np.allclose(
+        v.p, ValveLag.closed_form([5.0, 40.0], [30.0, 0.0], 300 * dt, TAU), atol=1e-9
+    )
 
 
 def test_simulated_valve_pressure_follows_closed_form(sim_factory):
@@ -52,15 +56,18 @@ def test_simulated_valve_pressure_follows_closed_form(sim_factory):
     assert sim.pressures[0] == pytest.approx(30.0 * (1 - math.exp(-0.5 / TAU)), rel=1e-9)
 
 
-@pytest.mark.parametrize('cmd,words', [
-    ([math.nan, 10.0], 'not finite'),
-    ([20.0, math.inf], 'not finite'),
-    ([-3.0, 5.0], 'outside'),
-    ([10.0, 75.0], 'outside'),
-    ([10.0], 'expected 2'),
-    ([1.0, 2.0, 3.0], 'expected 2'),
-    (['a', 'b'], 'not numbers'),
-])
+@pytest.mark.parametrize(
+    'cmd,words',
+    [
+        ([math.nan, 10.0], 'not finite'),
+        ([20.0, math.inf], 'not finite'),
+        ([-3.0, 5.0], 'outside'),
+        ([10.0, 75.0], 'outside'),
+        ([10.0], 'expected 2'),
+        ([1.0, 2.0, 3.0], 'expected 2'),
+        (['a', 'b'], 'not numbers'),
+    ],
+)
 def test_pressures_no_valve_can_produce_are_named(cmd, words):
     assert words in physical_problem(cmd)
 
@@ -106,7 +113,7 @@ def test_nan_state_resets_and_reports_without_raising(sim_factory, field):
     theta, dtheta = sim.joint_state()
     assert np.allclose(theta, sim.initial_q, atol=1e-6) and np.allclose(dtheta, 0.0)
     assert np.allclose(sim.pressures, sim.initial_pressures)
-    assert sim.time == pytest.approx(t_before + FRAME)     # time stays monotonic over a reset
+    assert sim.time == pytest.approx(t_before + FRAME)  # time stays monotonic over a reset
     sim.advance(FRAME)
     assert sim.resets == 1 and np.all(np.isfinite(sim.data.qpos))
 
@@ -115,13 +122,14 @@ def test_mujoco_bad_state_warning_resets_but_other_warnings_do_not(sim_factory):
     """The stability check reads MuJoCo's warning counters: a harmless warning (here a full
     contact buffer) changes them without a reset, and a bad-state warning after it still trips."""
     import mujoco
+
     sim = sim_factory(timestep=1 / 600)
     sim.set_command([20.0, 20.0])
     sim.advance(FRAME)
     sim.data.warning[mujoco.mjtWarning.mjWARN_CONTACTFULL].number += 1
     sim.advance(FRAME)
     assert sim.resets == 0
-    sim.data.qvel[:] = np.nan       # mj_step flags BADQVEL and auto-resets its own state
+    sim.data.qvel[:] = np.nan  # mj_step flags BADQVEL and auto-resets its own state
     sim.advance(FRAME)
     assert sim.resets == 1
     assert 'MuJoCo reported an unstable state (mjWARN_BADQVEL' in sim.last_reset_reason
@@ -160,23 +168,27 @@ def test_body_arrays_match_leg_model_body_pose(sim_factory):
     # poses belong to the same instant as the joint state (not one physics step behind)
     theta = sim.joint_state()[0]
     knee_planar = 0.25 * np.array([math.cos(theta[0]), math.sin(theta[0])])
-    knee_world = np.array([0.0, knee_planar[0], -knee_planar[1]])     # planar x = +y_w, y = −z_w
+    knee_world = np.array([0.0, knee_planar[0], -knee_planar[1]])  # planar x = +y_w, y = −z_w
     assert np.allclose(P[2] - P[1], knee_world, atol=1e-9)
 
 
 def test_unpressurised_leg_hangs_near_the_measured_static_point(sim_factory, shared_dir):
     """0 kPa: the real leg rests at about (73°, 61°). Loose check (no fitting here)."""
     with open(shared_dir / 'data/equimus/physical/static/StaticPoint_all_36.csv') as f:
-        rows = [r for r in csv.DictReader(f) if float(r['P1 (kPa)']) == 0 and float(r['P2 (kPa)']) == 0]
+        rows = [
+            r for r in csv.DictReader(f) if float(r['P1 (kPa)']) == 0 and float(r['P2 (kPa)']) == 0
+        ]
     measured = np.array([float(rows[0]['theta1 (deg)']), float(rows[0]['theta2 (deg)'])])
     sim = sim_factory(timestep=1 / 600)
     assert np.allclose(sim.initial_pressures, 0.0)
-    for _ in range(240):          # 2 s at 0 kPa from the equilibrium: it must stay there
+    for _ in range(240):  # 2 s at 0 kPa from the equilibrium: it must stay there
         sim.advance(FRAME)
     theta = np.degrees(sim.joint_state()[0])
     err = theta - measured
-    print(f'0 kPa static point: sim {theta.round(2)} deg, measured {measured.round(2)} deg, '
-          f'error {err.round(2)} deg')
+    print(
+        f'0 kPa static point: sim {theta.round(2)} deg, measured {measured.round(2)} deg, '
+        f'error {err.round(2)} deg'
+    )
     assert np.allclose(theta, np.degrees(sim.initial_q), atol=0.05)
     assert np.all(np.abs(err) < 6.0), f'0 kPa equilibrium off by {err} deg'
 

@@ -1,7 +1,7 @@
 """Regression tests for bugs the 10-minute soak found."""
+
 import sys
 import threading
-
 
 from equimus_hw.natnet.client import NatNetClient
 
@@ -37,6 +37,7 @@ def test_emulated_rig_keeps_no_frame_queue(tmp_path):
     emulated board (a 661 ms watchdog miss at t=500 s of the 10-minute soak)."""
     from equimus_bringup.rig_emulator import BODIES, EmulatedRig
     from equimus_hw.natnet.emulator import NatNetEmulator
+
     natnet = NatNetEmulator(bodies=BODIES)
     rig = EmulatedRig(str(tmp_path / 'dac'), natnet)
     for _ in range(240):

@@ -1,4 +1,5 @@
 """The soak's bookkeeping on hand-made records: vent times, frame/command alignment, RSS slope."""
+
 import json
 import math
 
@@ -12,29 +13,36 @@ def _timeline(tmp_path, events, extra=()):
 
 
 def test_vent_time_is_where_the_outputs_become_and_stay_zero(tmp_path):
-    tl = _timeline(tmp_path, [
-        {'event': 'set', 't': 1.0, 'codes': [100, 50], 'accepted': True},
-        {'event': 'set', 't': 1.1, 'codes': [90, 0], 'accepted': True},
-        {'event': 'watchdog_vent', 't': 1.35},
-        {'event': 'set', 't': 1.4, 'codes': [0, 0], 'accepted': True},
-        {'event': 'set', 't': 2.0, 'codes': [10, 0], 'accepted': True},
-    ])
+    tl = _timeline(
+        tmp_path,
+        [
+            {'event': 'set', 't': 1.0, 'codes': [100, 50], 'accepted': True},
+            {'event': 'set', 't': 1.1, 'codes': [90, 0], 'accepted': True},
+            {'event': 'watchdog_vent', 't': 1.35},
+            {'event': 'set', 't': 1.4, 'codes': [0, 0], 'accepted': True},
+            {'event': 'set', 't': 2.0, 'codes': [10, 0], 'accepted': True},
+        ],
+    )
     assert tl.vented_from(1.0, 1.9) == 1.35
-    assert tl.vented_from(1.0, 2.1) is None          # non-zero again at 2.0
-    assert tl.vented_from(1.5, 1.9) == 1.5           # already vented when the window opens
+    assert tl.vented_from(1.0, 2.1) is None  # non-zero again at 2.0
+    assert tl.vented_from(1.5, 1.9) == 1.5  # already vented when the window opens
     assert tl.nonzero_after(1.2, 3.0) == 2.0
     worst, at = tl.longest_unrefreshed_output()
     assert math.isclose(worst, 0.25) and at == 1.1
 
 
 def test_refused_and_bad_frames_and_unplugging_count_as_vents(tmp_path):
-    tl = _timeline(tmp_path, [
-        {'event': 'set', 't': 1.0, 'codes': [100, 50], 'accepted': True},
-        {'event': 'rejected', 't': 1.1, 'reason': 'bad_crc'},
-        {'event': 'set', 't': 1.2, 'codes': [100, 50], 'accepted': True},
-        {'event': 'set', 't': 1.3, 'codes': [999, 50], 'accepted': False},
-        {'event': 'set', 't': 1.5, 'codes': [100, 50], 'accepted': True},
-    ], extra=[1.6])
+    tl = _timeline(
+        tmp_path,
+        [
+            {'event': 'set', 't': 1.0, 'codes': [100, 50], 'accepted': True},
+            {'event': 'rejected', 't': 1.1, 'reason': 'bad_crc'},
+            {'event': 'set', 't': 1.2, 'codes': [100, 50], 'accepted': True},
+            {'event': 'set', 't': 1.3, 'codes': [999, 50], 'accepted': False},
+            {'event': 'set', 't': 1.5, 'codes': [100, 50], 'accepted': True},
+        ],
+        extra=[1.6],
+    )
     assert tl.codes_at(1.15) == (0, 0)
     assert tl.codes_at(1.35) == (0, 0)
     assert tl.vented_from(1.5, 2.0) == 1.6
@@ -47,8 +55,8 @@ def test_alignment_counts_missed_frames_and_late_commands():
     cmds = []
     for i, f in enumerate(frames):
         if i == 5:
-            continue                       # frame 5: no command (missed)
-        cmds.append(f + (0.009 if i == 9 else 0.001))   # frame 9: late, after frame 10 was sent
+            continue  # frame 5: no command (missed)
+        cmds.append(f + (0.009 if i == 9 else 0.001))  # frame 9: late, after frame 10 was sent
     cmds.sort()
     m = A.align_commands(frames, cmds, (0.0, frames[-1] + period / 2))
     assert 5 not in m and len(m) == 19
@@ -57,9 +65,11 @@ def test_alignment_counts_missed_frames_and_late_commands():
 
 
 def test_expected_codes_and_percentiles_and_slope():
-    to_code = lambda kpa: int(round(kpa * 341 / 50))   # noqa: E731
+    to_code = lambda kpa: int(round(kpa * 341 / 50))  # noqa: E731
     assert A.expected_codes([math.nan, 1e6, -5.0, 25.0], to_code) == (0, 341, 0, 170)
     p = A.percentiles_ms([0.001] * 99 + [0.010])
     assert math.isclose(p['p50'], 1.0) and math.isclose(p['max'], 10.0)
-    assert math.isclose(A.rss_slope_mb_per_min([(t, 100 + 0.5 * t / 60) for t in range(0, 60, 5)]), 0.5)
+    assert math.isclose(
+        A.rss_slope_mb_per_min([(t, 100 + 0.5 * t / 60) for t in range(0, 60, 5)]), 0.5
+    )
     assert math.isnan(A.rss_slope_mb_per_min([(0, 1), (1, 2)]))

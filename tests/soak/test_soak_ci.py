@@ -5,6 +5,7 @@ MuJoCo) is shared by the tests below; each asserts one invariant or one fault's 
 outcome from the soak's own checks, which read the board's record of every frame it decoded.
 Speed figures (latency, jitter, missed cycles) are not asserted here: benchmarks/bench_soak.py.
 """
+
 import math
 
 import pytest
@@ -42,8 +43,13 @@ EXPECTED = [
 
 @pytest.fixture(scope='module')
 def soak(tmp_path_factory):
-    s = Soak(duration=52.0, faults=FAULTS, out=str(tmp_path_factory.mktemp('soak')), gap=1.0,
-             log=lambda *_: None)
+    s = Soak(
+        duration=52.0,
+        faults=FAULTS,
+        out=str(tmp_path_factory.mktemp('soak')),
+        gap=1.0,
+        log=lambda *_: None,
+    )
     figures, checks = s.run()
     return s, figures, {c.name: c for c in checks}
 
@@ -67,5 +73,7 @@ def test_no_check_fails_and_the_figures_are_measured(soak):
     assert not bad, bad
     assert figures['max_code_seen'] <= 341
     assert figures['vent_margin_max_ms'] <= 100.0
-    assert figures['e2e_frames_matched'] > 100 and not math.isnan(figures['e2e_mocap_to_serial_p50_ms'])
+    assert figures['e2e_frames_matched'] > 100 and not math.isnan(
+        figures['e2e_mocap_to_serial_p50_ms']
+    )
     assert figures['recorder_read_back'] >= figures['recorder_acknowledged'] > 0

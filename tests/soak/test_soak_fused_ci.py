@@ -4,6 +4,7 @@ serial line, against the same emulated rig and with the faults that apply to it.
 Killing the control_loop process takes the controller and the valve driver down together, so the
 board's own watchdog must vent (kill_driver); kill_controller has no separate process to kill.
 """
+
 import pytest
 
 from equimus_soak.soak import Soak
@@ -29,8 +30,14 @@ EXPECTED = [
 
 @pytest.fixture(scope='module')
 def soak(tmp_path_factory):
-    s = Soak(duration=34.0, faults=FAULTS + ('kill_controller',), gap=1.0, fused_loop=True,
-             out=str(tmp_path_factory.mktemp('soak_fused')), log=lambda *_: None)
+    s = Soak(
+        duration=34.0,
+        faults=FAULTS + ('kill_controller',),
+        gap=1.0,
+        fused_loop=True,
+        out=str(tmp_path_factory.mktemp('soak_fused')),
+        log=lambda *_: None,
+    )
     figures, checks = s.run()
     return s, figures, {c.name: c for c in checks}
 

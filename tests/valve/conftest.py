@@ -1,5 +1,6 @@
 """Fixtures for the valve tests: the DAC board emulator on a real pty (in a thread of the test
 process), the valve_driver node in a separate process, and an rclpy harness node."""
+
 import pathlib
 import signal
 import subprocess
@@ -26,8 +27,14 @@ class Driver:
     """valve_driver in its own process (python -m, the same module as the console script)."""
 
     def __init__(self, port, log_dir: pathlib.Path, **params):
-        args = [sys.executable, '-m', 'equimus_hw.valve.driver_node', '--ros-args',
-                '-p', f'port:={port}']
+        args = [
+            sys.executable,
+            '-m',
+            'equimus_hw.valve.driver_node',
+            '--ros-args',
+            '-p',
+            f'port:={port}',
+        ]
         for k, v in params.items():
             args += ['-p', f'{k}:={str(v).lower() if isinstance(v, bool) else v}']
         self.out_path = log_dir / f'valve_driver_{time.monotonic_ns()}.log'
@@ -59,30 +66,42 @@ class Harness:
         import rclpy
         from diagnostic_msgs.msg import DiagnosticArray
         from rclpy.executors import SingleThreadedExecutor
-        from rclpy.qos import (QoSHistoryPolicy, QoSProfile, QoSReliabilityPolicy,
-                               qos_profile_sensor_data)
+        from rclpy.qos import (
+            QoSHistoryPolicy,
+            QoSProfile,
+            QoSReliabilityPolicy,
+            qos_profile_sensor_data,
+        )
         from std_msgs.msg import Float64MultiArray
         from std_srvs.srv import Trigger
+
         self.rclpy = rclpy
         self.ctx = rclpy.Context()
         rclpy.init(context=self.ctx)
         self.node = rclpy.create_node('valve_test_harness', context=self.ctx)
-        command_qos = QoSProfile(reliability=QoSReliabilityPolicy.RELIABLE,
-                                 history=QoSHistoryPolicy.KEEP_LAST, depth=10)
+        command_qos = QoSProfile(
+            reliability=QoSReliabilityPolicy.RELIABLE, history=QoSHistoryPolicy.KEEP_LAST, depth=10
+        )
         self.Float64MultiArray = Float64MultiArray
         self.pub = self.node.create_publisher(Float64MultiArray, '/valve/command', command_qos)
         self.applied, self.pressure, self.diag = [], [], []
-        self.node.create_subscription(Float64MultiArray, '/valve/applied',
-                                      lambda m: self.applied.append((time.monotonic(),
-                                                                     list(m.data))),
-                                      qos_profile_sensor_data)
-        self.node.create_subscription(Float64MultiArray, '/valve/pressure',
-                                      lambda m: self.pressure.append((time.monotonic(),
-                                                                      list(m.data))),
-                                      qos_profile_sensor_data)
+        self.node.create_subscription(
+            Float64MultiArray,
+            '/valve/applied',
+            lambda m: self.applied.append((time.monotonic(), list(m.data))),
+            qos_profile_sensor_data,
+        )
+        self.node.create_subscription(
+            Float64MultiArray,
+            '/valve/pressure',
+            lambda m: self.pressure.append((time.monotonic(), list(m.data))),
+            qos_profile_sensor_data,
+        )
         self.node.create_subscription(DiagnosticArray, '/diagnostics', self._on_diag, 50)
-        self.clients = {name: self.node.create_client(Trigger, f'/valve_driver/{name}')
-                        for name in ('arm', 'disarm', 'estop')}
+        self.clients = {
+            name: self.node.create_client(Trigger, f'/valve_driver/{name}')
+            for name in ('arm', 'disarm', 'estop')
+        }
         self.Trigger = Trigger
         self.executor = SingleThreadedExecutor(context=self.ctx)
         self.executor.add_node(self.node)
@@ -94,15 +113,16 @@ class Harness:
     def _spin(self):
         try:
             self.executor.spin()
-        except Exception:   # context shut down at teardown
+        except Exception:  # context shut down at teardown
             pass
 
     def _on_diag(self, msg):
         for st in msg.status:
             if st.name.startswith('valve_driver'):
                 level = st.level[0] if isinstance(st.level, bytes) else int(st.level)
-                self.diag.append((time.monotonic(), level, st.message,
-                                  {kv.key: kv.value for kv in st.values}))
+                self.diag.append(
+                    (time.monotonic(), level, st.message, {kv.key: kv.value for kv in st.values})
+                )
 
     def publish(self, values):
         self.pub.publish(self.Float64MultiArray(data=[float(v) for v in values]))
@@ -116,6 +136,7 @@ class Harness:
         def run():
             while not stop.wait(1.0 / rate_hz):
                 self.publish(values() if callable(values) else values)
+
         self._stream = threading.Thread(target=run, daemon=True)
         self._stream.start()
 

@@ -1,8 +1,10 @@
 """kPa -> volts -> DAC code and back; the 50 kPa ceiling can never be exceeded."""
+
 import math
 
 import pytest
-from hypothesis import assume, given, settings, strategies as st
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from equimus_hw.valve.calibration import HARD_MAX_KPA, ValveCalibration
 
@@ -43,8 +45,13 @@ def test_low_band_policies():
 def test_hard_limit_cannot_be_raised_by_configuration():
     with pytest.raises(ValueError, match='HARD_MAX_KPA'):
         ValveCalibration(max_kpa=HARD_MAX_KPA + 0.1)
-    for kwargs in [dict(kpa_per_volt=0), dict(dac_bits=17), dict(output_gain=-1),
-                   dict(low_band_policy='hold'), dict(dac_vref=math.nan)]:
+    for kwargs in [
+        dict(kpa_per_volt=0),
+        dict(dac_bits=17),
+        dict(output_gain=-1),
+        dict(low_band_policy='hold'),
+        dict(dac_vref=math.nan),
+    ]:
         with pytest.raises(ValueError):
             ValveCalibration(**kwargs)
 
@@ -54,15 +61,21 @@ def test_read_back_inverse():
     for kpa in [0.0, 6.0, 12.5, 30.0, 50.0]:
         assert cal.adc_to_kpa(cal.kpa_to_adc(kpa)) == pytest.approx(kpa, abs=0.2)
     assert math.isnan(cal.adc_to_kpa(100, adc_bits=0))
-    assert cal.code_to_kpa(0) == 0.0 and cal.code_to_kpa(40) == 0.0   # 40 codes < 0.1 V: vents
+    assert cal.code_to_kpa(0) == 0.0 and cal.code_to_kpa(40) == 0.0  # 40 codes < 0.1 V: vents
 
 
-calibration_kwargs = st.fixed_dictionaries(dict(
-    kpa_per_volt=st.floats(10.0, 200.0), zero_offset_v=st.floats(-0.1, 0.5),
-    dac_bits=st.integers(8, 16), dac_vref=st.floats(1.0, 5.0), output_gain=st.floats(1.0, 4.0),
-    max_kpa=st.floats(10.0, HARD_MAX_KPA), low_band_policy=st.sampled_from(['vent', 'hold_min'])))
-pressures = st.one_of(st.floats(allow_nan=True, allow_infinity=True),
-                      st.floats(-100.0, 1000.0))
+calibration_kwargs = st.fixed_dictionaries(
+    dict(
+        kpa_per_volt=st.floats(10.0, 200.0),
+        zero_offset_v=st.floats(-0.1, 0.5),
+        dac_bits=st.integers(8, 16),
+        dac_vref=st.floats(1.0, 5.0),
+        output_gain=st.floats(1.0, 4.0),
+        max_kpa=st.floats(10.0, HARD_MAX_KPA),
+        low_band_policy=st.sampled_from(['vent', 'hold_min']),
+    )
+)
+pressures = st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.floats(-100.0, 1000.0))
 
 
 @settings(max_examples=2000, deadline=None)
@@ -71,11 +84,11 @@ def test_code_never_exceeds_the_50kpa_code(kwargs, kpa):
     try:
         cal = ValveCalibration(**kwargs)
     except ValueError:
-        assume(False)   # a rejected calibration (e.g. max_kpa below one code) cannot emit codes
+        assume(False)  # a rejected calibration (e.g. max_kpa below one code) cannot emit codes
     code = cal.kpa_to_code(kpa)
     ceiling_volts = HARD_MAX_KPA / cal.kpa_per_volt + cal.zero_offset_v
     assert 0 <= code <= cal.max_code
-    assert code * cal.volts_per_code <= ceiling_volts + 1e-9      # never above 50 kPa in volts
+    assert code * cal.volts_per_code <= ceiling_volts + 1e-9  # never above 50 kPa in volts
     assert code <= (1 << cal.dac_bits) - 1
 
 

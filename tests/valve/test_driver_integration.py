@@ -2,6 +2,7 @@
 
 Every assertion about what reaches the valves is made on the SET frames the emulator decoded
 from the serial bytes."""
+
 import math
 import signal
 import time
@@ -21,8 +22,9 @@ PARAMS = dict(command_timeout_s=0.25, reconnect_backoff_max_s=0.5, link_timeout_
 def rig(harness, tmp_module):
     emu = make_emulator(tmp_module, watchdog_ms=200)
     drv = Driver(emu.link, tmp_module, **PARAMS)
-    ok = wait_for(lambda: (harness.latest_diag() or (0, 0, '', {}))[3].get('link')
-                  == 'connected', 20.0)
+    ok = wait_for(
+        lambda: (harness.latest_diag() or (0, 0, '', {}))[3].get('link') == 'connected', 20.0
+    )
     assert ok, f'driver never reported a connected link:\n{drv.output()}'
     yield emu, drv
     harness.stop_stream()
@@ -37,8 +39,10 @@ def rig(harness, tmp_module):
 
 def wait_frame(emu, since, pred, timeout=3.0):
     """First SET frame decoded after `since` that satisfies pred."""
+
     def find():
         return next((f for f in emu.frames_since(since) if pred(f)), None)
+
     return wait_for(find, timeout)
 
 
@@ -81,7 +85,7 @@ def test_nan_vents_channel_and_out_of_range_clamps_on_the_wire(rig, harness):
     harness.stream([math.inf, 1e12])
     t2 = time.monotonic()
     assert wait_frame(emu, t2, lambda f: f.codes == (0, CAL.max_code)) is not None
-    time.sleep(1.1)   # the next periodic diagnostics
+    time.sleep(1.1)  # the next periodic diagnostics
     d = harness.latest_diag()[3]
     assert int(d['nonfinite_commands']) > 0 and int(d['saturations']) > 0
 
@@ -101,14 +105,14 @@ def test_command_stop_trips_watchdog_within_timeout(rig, harness):
     time.sleep(1.2)
     d = harness.latest_diag()
     assert int(d[3]['watchdog_trips']) >= 1
-    assert emu.watchdog_trips == board_trips       # the host vented, not the board watchdog
+    assert emu.watchdog_trips == board_trips  # the host vented, not the board watchdog
 
 
 def test_keepalive_holds_pressure_at_slow_command_rate(rig, harness):
     emu, _ = rig
     harness.call('arm')
     t0 = time.monotonic()
-    harness.stream([30.0, 30.0], rate_hz=5.0)      # 200 ms apart: board watchdog is 200 ms
+    harness.stream([30.0, 30.0], rate_hz=5.0)  # 200 ms apart: board watchdog is 200 ms
     assert wait_frame(emu, t0, lambda f: f.codes == (C30, C30)) is not None
     t1 = time.monotonic()
     trips = emu.watchdog_trips
@@ -131,11 +135,13 @@ def test_estop_latches_until_rearm(rig, harness):
     res = harness.call('estop')
     assert res.success and 'arm' in res.message
     t_e = time.monotonic()
-    time.sleep(0.6)                                  # still streaming 30 kPa
+    time.sleep(0.6)  # still streaming 30 kPa
     after = [f for f in emu.frames_since(t_e)]
     assert after and all(f.codes == (0, 0) for f in after)
-    d = wait_for(lambda: harness.latest_diag() if harness.latest_diag()[3]['estopped'] == 'true'
-                 else None, 2.0)
+    d = wait_for(
+        lambda: harness.latest_diag() if harness.latest_diag()[3]['estopped'] == 'true' else None,
+        2.0,
+    )
     assert d and d[1] == 2  # DiagnosticStatus.ERROR
     assert harness.call('arm').success
     t_a = time.monotonic()
@@ -206,7 +212,7 @@ def test_unplug_and_replug(rig, harness):
     f = wait_frame(emu, t_back, lambda f: f.codes == (C20, C20))
     assert f is not None
     first = emu.frames[n_before]
-    assert first.codes == (0, 0)                     # vented on reconnect before anything else
+    assert first.codes == (0, 0)  # vented on reconnect before anything else
     assert wait_for(lambda: int(harness.latest_diag()[3]['reconnects']) > reconnects, 2.0)
     harness.stop_stream()
 
@@ -218,8 +224,9 @@ def test_signal_vents_before_port_closes(sig, harness, tmp_module):
     try:
         t0 = time.monotonic()
         harness.stream([30.0, 30.0])
-        assert wait_frame(emu, t0, lambda f: f.codes == (C30, C30), timeout=20.0) is not None, \
+        assert wait_frame(emu, t0, lambda f: f.codes == (C30, C30), timeout=20.0) is not None, (
             drv.output()
+        )
         time.sleep(0.3)
         rc = drv.stop(sig)
         time.sleep(0.1)
@@ -230,8 +237,8 @@ def test_signal_vents_before_port_closes(sig, harness, tmp_module):
         assert 'vented on shutdown (acknowledged)' in out, out
         last, before = emu.frames[-1], emu.frames[-2]
         assert last.codes == (0, 0)
-        assert nonzero(before)                       # the vent came from shutdown ...
-        assert last.t - before.t < 0.1               # ... not from the 0.25 s watchdog
+        assert nonzero(before)  # the vent came from shutdown ...
+        assert last.t - before.t < 0.1  # ... not from the 0.25 s watchdog
         assert emu.watchdog_trips == 0
         assert emu.invariant_violations == []
     finally:
@@ -244,8 +251,21 @@ def test_signal_vents_before_port_closes(sig, harness, tmp_module):
 def test_invalid_parameters_exit_with_a_clear_message(param):
     import subprocess
     import sys
-    proc = subprocess.run([sys.executable, '-m', 'equimus_hw.valve.driver_node', '--ros-args',
-                           '-p', 'port:=/nonexistent/dac', '-p', param],
-                          capture_output=True, text=True, timeout=30)
+
+    proc = subprocess.run(
+        [
+            sys.executable,
+            '-m',
+            'equimus_hw.valve.driver_node',
+            '--ros-args',
+            '-p',
+            'port:=/nonexistent/dac',
+            '-p',
+            param,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert proc.returncode == 2
     assert 'invalid parameters' in proc.stderr and 'Traceback' not in proc.stderr, proc.stderr

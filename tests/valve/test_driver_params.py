@@ -3,6 +3,7 @@ take effect, invalid values and read-only parameters are refused with a reason.
 
 The driver runs on its simulated board (no serial port needed); its output is what it
 publishes on /valve/applied, the pressures its DAC codes regulate to."""
+
 import math
 import time
 
@@ -12,19 +13,26 @@ from rcl_interfaces.msg import Parameter as ParameterMsg
 from rcl_interfaces.msg import ParameterType, ParameterValue
 from rcl_interfaces.srv import GetParameters, SetParameters
 from rclpy.executors import SingleThreadedExecutor
+from rosproc import start_node, stop
 from std_msgs.msg import Float64MultiArray
 
 from equimus_description.interface import VALVE_APPLIED, VALVE_COMMAND
 from equimus_hw.valve.calibration import ValveCalibration
 from equimus_ros.qos import publisher, subscription
 
-from rosproc import start_node, stop
-
 
 @pytest.fixture
 def driver():
-    proc = start_node('equimus_hw', 'valve_driver', '-p', 'board:=sim', '-p', 'auto_arm:=true',
-                      '-p', 'command_timeout_s:=1.0')
+    proc = start_node(
+        'equimus_hw',
+        'valve_driver',
+        '-p',
+        'board:=sim',
+        '-p',
+        'auto_arm:=true',
+        '-p',
+        'command_timeout_s:=1.0',
+    )
     rclpy.init()
     node = rclpy.create_node('driver_params_probe')
     ex = SingleThreadedExecutor()
@@ -38,8 +46,9 @@ def driver():
 
 
 def _double(name, value):
-    return ParameterMsg(name=name, value=ParameterValue(type=ParameterType.PARAMETER_DOUBLE,
-                                                        double_value=value))
+    return ParameterMsg(
+        name=name, value=ParameterValue(type=ParameterType.PARAMETER_DOUBLE, double_value=value)
+    )
 
 
 def _call(ex, client, request, timeout=10.0):
@@ -75,7 +84,7 @@ def test_runtime_limits_apply_and_invalid_or_read_only_values_are_refused(driver
 
     cal = ValveCalibration()
     before = settle_on([45.0, 45.0], 'the default ceiling')
-    assert before == [cal.code_to_kpa(cal.kpa_to_code(45.0))] * 2          # 45 kPa passes
+    assert before == [cal.code_to_kpa(cal.kpa_to_code(45.0))] * 2  # 45 kPa passes
 
     # A runtime limit: max_kpa lowered to 30 takes effect on the output.
     res = _call(ex, setp, SetParameters.Request(parameters=[_double('max_kpa', 30.0)]))
@@ -86,20 +95,38 @@ def test_runtime_limits_apply_and_invalid_or_read_only_values_are_refused(driver
     assert got.values[0].double_value == 30.0
 
     # Invalid values are refused with a reason and change nothing.
-    for name, value, words in (('max_kpa', 60.0, 'max_kpa'), ('max_kpa', math.nan, 'finite'),
-                               ('slew_rate_kpa_s', math.nan, 'finite'),
-                               ('command_timeout_s', 0.0, 'command_timeout_s')):
+    for name, value, words in (
+        ('max_kpa', 60.0, 'max_kpa'),
+        ('max_kpa', math.nan, 'finite'),
+        ('slew_rate_kpa_s', math.nan, 'finite'),
+        ('command_timeout_s', 0.0, 'command_timeout_s'),
+    ):
         res = _call(ex, setp, SetParameters.Request(parameters=[_double(name, value)]))
         assert not res.results[0].successful, (name, value)
-        assert words in res.results[0].reason or 'range' in res.results[0].reason, \
-            (name, value, res.results[0].reason)
+        assert words in res.results[0].reason or 'range' in res.results[0].reason, (
+            name,
+            value,
+            res.results[0].reason,
+        )
     assert _call(ex, getp, GetParameters.Request(names=['max_kpa'])).values[0].double_value == 30.0
     assert settle_on([45.0, 45.0], 'after refusals') == after
 
     # A read-only parameter is refused, saying so.
-    res = _call(ex, setp, SetParameters.Request(parameters=[
-        ParameterMsg(name='port', value=ParameterValue(type=ParameterType.PARAMETER_STRING,
-                                                       string_value='/dev/ttyUSB9'))]))
+    res = _call(
+        ex,
+        setp,
+        SetParameters.Request(
+            parameters=[
+                ParameterMsg(
+                    name='port',
+                    value=ParameterValue(
+                        type=ParameterType.PARAMETER_STRING, string_value='/dev/ttyUSB9'
+                    ),
+                )
+            ]
+        ),
+    )
     assert not res.results[0].successful
-    assert 'read-only' in res.results[0].reason or 'read only' in res.results[0].reason, \
+    assert 'read-only' in res.results[0].reason or 'read only' in res.results[0].reason, (
         res.results[0].reason
+    )

@@ -1,4 +1,5 @@
 """The DAC board emulator as firmware: boot state, watchdog, bad frames, valve lag, CLI."""
+
 import json
 import math
 import os
@@ -69,8 +70,7 @@ def test_hello_set_ping_and_refusals(tmp_path):
         bad[3] ^= 0x10
         host.send_raw(bytes(bad))
         (nak,) = host.replies()
-        assert isinstance(nak, P.Nak) and nak.seq == 0 and nak.reason in (P.R_BAD_CRC,
-                                                                           P.R_BAD_COBS)
+        assert isinstance(nak, P.Nak) and nak.seq == 0 and nak.reason in (P.R_BAD_CRC, P.R_BAD_COBS)
         assert emu.codes == [0, 0]
         host.send(P.Ping(8))
         assert host.replies()[0].flags & P.ACK_BAD_FRAME_VENTED
@@ -89,7 +89,7 @@ def test_board_watchdog_vents_without_set(tmp_path):
         assert wait_for(lambda: emu.codes == [0, 0], 1.0)
         assert 0.08 <= time.monotonic() - t0 <= 0.3
         assert emu.watchdog_trips == 1
-        host.send(P.Ping(2))      # PING does not feed the watchdog but reports the trip
+        host.send(P.Ping(2))  # PING does not feed the watchdog but reports the trip
         (ack,) = host.replies()
         assert ack.flags & P.ACK_WATCHDOG_VENTED and ack.applied == (0, 0)
     finally:
@@ -125,10 +125,24 @@ def test_valve_first_order_lag_in_measured_codes(tmp_path):
 def test_cli_pty_link_log_and_clean_exit(tmp_path):
     link = tmp_path / 'dac'
     log = tmp_path / 'frames.jsonl'
-    proc = subprocess.Popen([sys.executable, '-m', 'equimus_hw.valve.board_emulator',
-                             '--link', str(link), '--log', str(log), '--disappear-after', '1.0',
-                             '--reappear-after', '0.5'],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            '-m',
+            'equimus_hw.valve.board_emulator',
+            '--link',
+            str(link),
+            '--log',
+            str(log),
+            '--disappear-after',
+            '1.0',
+            '--reappear-after',
+            '0.5',
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         line = proc.stdout.readline()
         assert 'DAC board emulator on /dev/pts/' in line, line
@@ -163,6 +177,7 @@ def test_cli_pty_link_log_and_clean_exit(tmp_path):
 
 def test_random_garbage_never_kills_the_board_or_raises_a_code(tmp_path):
     import random
+
     rng = random.Random(1234)
     emu = make_emulator(tmp_path)
     host = Host(emu.link)

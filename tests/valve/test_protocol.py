@@ -1,8 +1,10 @@
 """Protocol encoder/decoder: known bytes, round trips, and fuzzing (bad input never raises)."""
+
 import struct
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from equimus_hw.valve import protocol as P
 
@@ -25,8 +27,9 @@ def test_set_frame_bytes_by_hand():
     assert P.cobs_decode(wire[:-1]) == payload
 
 
-@pytest.mark.parametrize('data', [b'', b'\x00', b'\x00\x00', b'\x11\x22\x00\x33', bytes(300),
-                                  bytes(range(1, 256)) * 2])
+@pytest.mark.parametrize(
+    'data', [b'', b'\x00', b'\x00\x00', b'\x11\x22\x00\x33', bytes(300), bytes(range(1, 256)) * 2]
+)
 def test_cobs_round_trip(data):
     enc = P.cobs_encode(data)
     assert 0 not in enc
@@ -34,9 +37,14 @@ def test_cobs_round_trip(data):
 
 
 MESSAGES = [
-    P.Hello(1), P.Ping(255), P.Set(0, (0, 341)), P.Set(7, tuple(range(8))),
-    P.Ack(9, P.ACK_FRESH_BOOT, (1, 2), (3, 4)), P.Ack(10, P.ACK_WATCHDOG_VENTED, (0, 0)),
-    P.Info(3, 1, (1, 0, 0), 2, 12, 12, 1, 5000, 200, 341), P.Nak(4, P.R_BAD_CRC, 0),
+    P.Hello(1),
+    P.Ping(255),
+    P.Set(0, (0, 341)),
+    P.Set(7, tuple(range(8))),
+    P.Ack(9, P.ACK_FRESH_BOOT, (1, 2), (3, 4)),
+    P.Ack(10, P.ACK_WATCHDOG_VENTED, (0, 0)),
+    P.Info(3, 1, (1, 0, 0), 2, 12, 12, 1, 5000, 200, 341),
+    P.Nak(4, P.R_BAD_CRC, 0),
 ]
 
 
@@ -58,7 +66,7 @@ def test_stream_split_anywhere_and_resync_after_garbage():
         out = dec.feed(wire[:cut]) + dec.feed(wire[cut:])
         good = [m for m in out if not isinstance(m, P.Rejected)]
         assert len(good) == len(MESSAGES)
-        assert len([m for m in out if isinstance(m, P.Rejected)]) == 1   # the garbage frame
+        assert len([m for m in out if isinstance(m, P.Rejected)]) == 1  # the garbage frame
 
 
 def test_every_single_bit_flip_is_rejected():
@@ -69,7 +77,7 @@ def test_every_single_bit_flip_is_rejected():
             mutated = bytearray(body)
             mutated[i] ^= 1 << bit
             if 0 in mutated:
-                continue   # a flip to 0x00 splits the frame instead (covered by fuzzing)
+                continue  # a flip to 0x00 splits the frame instead (covered by fuzzing)
             out = P.FrameDecoder().feed(bytes(mutated) + b'\x00')
             assert len(out) == 1 and isinstance(out[0], P.Rejected), (i, bit, out)
 
@@ -86,8 +94,8 @@ def test_specific_rejections():
     assert reason(frame(bytes([0x03, 1, 0]))) == P.R_BAD_CHANNEL_COUNT
     assert reason(frame(bytes([0x03, 1, 9] + [0] * 18))) == P.R_BAD_CHANNEL_COUNT
     assert reason(frame(bytes([0x42, 1]))) == P.R_UNKNOWN_TYPE
-    assert reason(b'\x05\x01\x02\x00') == P.R_BAD_COBS          # block runs past the end
-    assert reason(b'\x02\x01\x00') == P.R_BAD_LENGTH            # one byte frame
+    assert reason(b'\x05\x01\x02\x00') == P.R_BAD_COBS  # block runs past the end
+    assert reason(b'\x02\x01\x00') == P.R_BAD_LENGTH  # one byte frame
     over = P.FrameDecoder()
     out = over.feed(b'\x01' * 500 + b'\x00' + P.encode(P.Ping(3)))
     assert [type(o) for o in out] == [P.Rejected, P.Ping] and out[0].reason == P.R_OVERFLOW
@@ -113,8 +121,10 @@ def test_fuzz_random_bytes_never_raise(data):
 
 
 @settings(max_examples=1500, deadline=None)
-@given(st.sampled_from(MESSAGES), st.lists(st.tuples(st.integers(0, 63), st.integers(0, 255)),
-                                           min_size=1, max_size=4))
+@given(
+    st.sampled_from(MESSAGES),
+    st.lists(st.tuples(st.integers(0, 63), st.integers(0, 255)), min_size=1, max_size=4),
+)
 def test_fuzz_mutated_frames_rejected_or_valid(msg, mutations):
     wire = bytearray(P.encode(msg)[:-1])
     for pos, val in mutations:

@@ -1,4 +1,5 @@
 """Each safety path of SafetyFilter trips in a unit test (time is passed in explicitly)."""
+
 import math
 
 import pytest
@@ -18,14 +19,14 @@ def test_starts_disarmed_and_outputs_zero():
     assert s.command([20.0, 30.0], 1.0).accepted
     assert s.step(1.0) == [0.0, 0.0]
     with pytest.raises(TypeError):
-        SafetyFilter(armed=True)   # there is no way to construct it armed
+        SafetyFilter(armed=True)  # there is no way to construct it armed
 
 
 def test_arm_needs_fresh_command():
     s = SafetyFilter(slew_kpa_per_s=1e9)
     s.command([20.0, 30.0], 1.0)
     s.arm(1.5)
-    assert s.step(1.6) == [0.0, 0.0]        # the pre-arm command is not replayed
+    assert s.step(1.6) == [0.0, 0.0]  # the pre-arm command is not replayed
     s.command([20.0, 30.0], 1.7)
     assert s.step(1.7) == [20.0, 30.0]
 
@@ -77,7 +78,7 @@ def test_watchdog_vents_and_recovers():
     assert s.step(1.26) == [0.0, 0.0]
     assert s.watchdog_active and s.watchdog_trips == 1
     s.step(1.5)
-    assert s.watchdog_trips == 1          # one trip per episode
+    assert s.watchdog_trips == 1  # one trip per episode
     s.command([10.0, 10.0], 1.6)
     assert s.step(1.6) == [10.0, 10.0] and not s.watchdog_active
 
@@ -92,7 +93,7 @@ def test_estop_latches_until_rearm():
     assert s.step(0.2) == [0.0, 0.0]
     s.arm(0.3)
     assert not s.estopped
-    assert s.step(0.31) == [0.0, 0.0]     # still needs a fresh command
+    assert s.step(0.31) == [0.0, 0.0]  # still needs a fresh command
     s.command([30.0, 30.0], 0.32)
     assert s.step(0.32) == [30.0, 30.0]
 
@@ -102,7 +103,7 @@ def test_disarm_vents_immediately():
     for t in range(0, 400):
         s.command([30.0, 30.0], t * 0.01)
         s.step(t * 0.01)
-    assert s.output == pytest.approx([30.0, 30.0])    # reached through the 10 kPa/s ramp
+    assert s.output == pytest.approx([30.0, 30.0])  # reached through the 10 kPa/s ramp
     s.disarm()
     assert s.step(4.0) == [0.0, 0.0]
 
@@ -113,6 +114,6 @@ def test_reconnect_requires_fresh_command():
     s.step(0.1)
     s.require_fresh_command(0.2)
     assert s.step(0.21) == [0.0, 0.0]
-    assert not s.command([30.0, 30.0], 0.2).accepted   # not newer than the reconnect
+    assert not s.command([30.0, 30.0], 0.2).accepted  # not newer than the reconnect
     s.command([20.0, 20.0], 0.22)
     assert s.step(0.22) == [20.0, 20.0]

@@ -1,22 +1,22 @@
 """`equimus`: the project's command line.
 
-    equimus launch sim [name:=value ...]       run the simulated-leg graph (same graph as sim.launch.py)
-    equimus launch hardware [name:=value ...]  run the real-leg graph (same as hardware.launch.py)
-    equimus args                                list the launch arguments
-    equimus bag repair <bag>                    make a bag cut short by a crash readable again
-    equimus bag info <bag>                      topics, counts and rates of a bag
-    equimus identify <bags or CSVs> --out fit/  fit the model to recordings (see --help)
+equimus launch sim [name:=value ...]       run the simulated-leg graph (same graph as sim.launch.py)
+equimus launch hardware [name:=value ...]  run the real-leg graph (same as hardware.launch.py)
+equimus args                                list the launch arguments
+equimus bag repair <bag>                    make a bag cut short by a crash readable again
+equimus bag info <bag>                      topics, counts and rates of a bag
+equimus identify <bags or CSVs> --out fit/  fit the model to recordings (see --help)
 """
+
 from __future__ import annotations
 
 import argparse
 import sys
-from typing import Dict, List, Optional
 
 from equimus_bringup.graph import ARGUMENTS, MODES, describe_graph, resolve_args
 
 
-def parse_assignments(items: List[str]) -> Dict[str, str]:
+def parse_assignments(items: list[str]) -> dict[str, str]:
     """`name:=value` pairs as `ros2 launch` takes them."""
     out = {}
     for item in items:
@@ -29,6 +29,7 @@ def parse_assignments(items: List[str]) -> Dict[str, str]:
 
 def cmd_launch(ns: argparse.Namespace) -> int:
     from equimus_bringup.supervisor import GraphError, Supervisor
+
     try:
         overrides = parse_assignments(ns.assignments)
         args = resolve_args(ns.mode, overrides)
@@ -36,8 +37,10 @@ def cmd_launch(ns: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f'equimus: {exc}', file=sys.stderr)
         return 2
-    print(f'[equimus] {ns.mode} graph: {", ".join(s.name for s in specs)}'
-          + (f'; recording to {args["bag"]}' if args['record'] == 'true' else ''))
+    print(
+        f'[equimus] {ns.mode} graph: {", ".join(s.name for s in specs)}'
+        + (f'; recording to {args["bag"]}' if args['record'] == 'true' else '')
+    )
     sup = Supervisor(specs, log_level=args['log_level'])
     try:
         sup.start()
@@ -56,6 +59,7 @@ def cmd_args(ns: argparse.Namespace) -> int:
 
 def cmd_bag(ns: argparse.Namespace) -> int:
     from equimus_record import bag
+
     try:
         if ns.action == 'repair':
             report = bag.repair(ns.path)
@@ -68,13 +72,15 @@ def cmd_bag(ns: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ['identify']:
         from equimus_identification.cli import main as identify
+
         return identify(argv[1:])
-    parser = argparse.ArgumentParser(prog='equimus', description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog='equimus', description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = parser.add_subparsers(dest='command', required=True)
     p = sub.add_parser('launch', help='run a graph (sim or hardware) without ros2 launch')
     p.add_argument('mode', choices=MODES)
@@ -83,7 +89,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.set_defaults(func=cmd_launch)
     p = sub.add_parser('args', help='list launch arguments')
     p.set_defaults(func=cmd_args)
-    sub.add_parser('identify', help='system identification from bags or CSVs (equimus identify --help)')
+    sub.add_parser(
+        'identify', help='system identification from bags or CSVs (equimus identify --help)'
+    )
     p = sub.add_parser('bag', help='inspect or repair a recorded bag')
     p.add_argument('action', choices=('info', 'repair'))
     p.add_argument('path')

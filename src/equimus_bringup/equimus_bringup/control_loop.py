@@ -21,11 +21,13 @@ The controller in this process is the same `ControllerNode` (and so the same
 The valve driver does not read /valve/command in this mode: the in-process controller is its
 only command source.
 """
+
 from __future__ import annotations
 
 import collections
 import sys
-from typing import Any, Callable, Deque, List, Optional
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 from rclpy.clock import Clock, ClockType
@@ -40,7 +42,7 @@ from equimus_hw.valve.driver_node import ValveDriver, vent_on_exit
 from equimus_ros.diagnostics import Diagnostics, Level
 from equimus_ros.main import run_node
 
-LATENCY_WINDOW = 1200      # frames (10 s at 120 Hz) behind the latency percentiles
+LATENCY_WINDOW = 1200  # frames (10 s at 120 Hz) behind the latency percentiles
 
 
 class LoopLatency(Node):
@@ -49,11 +51,12 @@ class LoopLatency(Node):
 
     def __init__(self) -> None:
         super().__init__('control_loop')
-        self.bridge: Optional[NatNetBridge] = None   # set once the bridge exists (built last)
-        self.samples: Deque[float] = collections.deque(maxlen=LATENCY_WINDOW)
+        self.bridge: NatNetBridge | None = None  # set once the bridge exists (built last)
+        self.samples: collections.deque[float] = collections.deque(maxlen=LATENCY_WINDOW)
         self.frames = 0
-        self.diagnostics = Diagnostics(self, DIAGNOSTICS, 'control_loop: frame -> serial write',
-                                       hardware_id='fused')
+        self.diagnostics = Diagnostics(
+            self, DIAGNOSTICS, 'control_loop: frame -> serial write', hardware_id='fused'
+        )
         self.create_timer(1.0, self._diag, clock=Clock(clock_type=ClockType.STEADY_TIME))
 
     def timed(self, driver: ValveDriver) -> Callable[[Float64MultiArray], None]:
@@ -61,6 +64,7 @@ class LoopLatency(Node):
         write (not of the driver's publishing after it).
 
         Commands from the executor thread (the stale-state vent) are not frame answers."""
+
         def call(msg: Float64MultiArray) -> None:
             driver.on_command(msg)
             bridge = self.bridge
@@ -69,6 +73,7 @@ class LoopLatency(Node):
                     self.samples.append((driver.last_write_ns - bridge.frame_arrival_ns) * 1e-6)
                     self.frames += 1
                 bridge.frame_arrival_ns = 0
+
         return call
 
     def _diag(self) -> None:
@@ -77,20 +82,23 @@ class LoopLatency(Node):
         for name, q in (('p50', 50), ('p99', 99), ('max', 100)):
             values[f'latency_{name}_ms'] = f'{np.percentile(v, q):.3f}' if v.size else 'nan'
         self.diagnostics.publish(
-            Level.OK, f'p99 {np.percentile(v, 99):.2f} ms over the last {v.size} frames'
-            if v.size else 'no frame yet', values)
+            Level.OK,
+            f'p99 {np.percentile(v, 99):.2f} ms over the last {v.size} frames'
+            if v.size
+            else 'no frame yet',
+            values,
+        )
 
 
-def control_loop() -> List[Node]:
+def control_loop() -> list[Node]:
     """The nodes, upstream first (the order they are stopped in), and the latency monitor."""
-    nodes: List[Node] = []
+    nodes: list[Node] = []
     try:
         driver = ValveDriver(subscribe=False)
         nodes.append(driver)
         monitor = LoopLatency()
         nodes.append(monitor)
-        controller = ControllerNode(subscribe_state=False,
-                                    downstream=monitor.timed(driver))
+        controller = ControllerNode(subscribe_state=False, downstream=monitor.timed(driver))
         nodes.append(controller)
         estimator = EstimatorNode(subscribe=False, downstream=controller.on_state)
         nodes.append(estimator)
@@ -118,9 +126,12 @@ def _close(nodes: Any) -> None:
 
 
 def main(args: Any = None) -> int:
-    return run_node(control_loop, args, close=_close,
-                    config_hint='Fix config/natnet.yaml, valve.yaml, control.yaml or the '
-                                '--ros-args overrides.')
+    return run_node(
+        control_loop,
+        args,
+        close=_close,
+        config_hint='Fix config/natnet.yaml, valve.yaml, control.yaml or the --ros-args overrides.',
+    )
 
 
 if __name__ == '__main__':

@@ -10,11 +10,12 @@ differently between the modes, so a controller cannot tell which leg it drives.
 This module must stay importable without `launch`/`launch_ros` (plain Python, no ROS imports):
 the launch files turn the specs into `launch_ros.actions.Node`, the CLI into subprocesses.
 """
+
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Dict, List, Mapping, Optional, Tuple
 
 from equimus_control import CONTROLLERS
 
@@ -22,40 +23,65 @@ MODES = ('sim', 'hardware')
 
 # Declared arguments: name -> (default, description). Defaults that depend on the mode are
 # resolved in `resolve_args`.
-ARGUMENTS: Dict[str, Tuple[str, str]] = {
+ARGUMENTS: dict[str, tuple[str, str]] = {
     'controller': ('pid', 'controller to run: pid | mpc | sampling | open_loop'),
     'reference': ('triangle', 'reference trajectory: triangle | step | sine | hold'),
     'record': ('false', 'record every topic to a rosbag2 (MCAP) bag: true | false'),
     'bag': ('', 'bag directory to create (default: bags/equimus_<mode>_<date-time>)'),
-    'use_sim_time': ('', 'use /clock from the simulation (default: true in sim, false on hardware)'),
+    'use_sim_time': (
+        '',
+        'use /clock from the simulation (default: true in sim, false on hardware)',
+    ),
     'sim_mode': ('lockstep', 'simulation pacing: lockstep | realtime'),
     'rate_factor': ('1.0', 'realtime pacing: multiple of real time (0 = as fast as possible)'),
     'variant': ('equimus', 'simulation model: equimus | pure'),
-    'leg_overrides': ('', 'fitted-parameter YAML from `equimus identify` applied to the simulated leg'),
+    'leg_overrides': (
+        '',
+        'fitted-parameter YAML from `equimus identify` applied to the simulated leg',
+    ),
     'natnet_server': ('127.0.0.1', 'Motive (NatNet server) address'),
     'natnet_local': ('127.0.0.1', 'local interface address for NatNet'),
     'natnet_multicast': ('true', 'NatNet data by multicast (true) or unicast (false)'),
     'natnet_command_port': ('1510', 'NatNet command port of the server'),
     'natnet_data_port': ('1511', 'NatNet data port'),
     'serial_port': ('/dev/ttyACM0', 'serial device of the valve DAC board'),
-    'emulator': ('false', 'hardware mode only: run against rig_emulator (simulated leg behind NatNet and DAC board emulators)'),
-    'auto_arm': ('', 'arm the valve driver at start (default: true in sim, false on hardware, '
-                     'where the driver starts disarmed until /valve_driver/arm)'),
+    'emulator': (
+        'false',
+        'hardware mode only: run against rig_emulator (simulated leg behind NatNet and DAC board emulators)',
+    ),
+    'auto_arm': (
+        '',
+        'arm the valve driver at start (default: true in sim, false on hardware, '
+        'where the driver starts disarmed until /valve_driver/arm)',
+    ),
     'params_file': ('', 'extra ROS parameter file applied to every node after the defaults'),
     'config_dir': ('', 'folder with the default parameter files (default: the installed share)'),
     'log_level': ('info', 'ROS log level for every node'),
-    'fused_loop': ('false', 'hardware mode: run the NatNet bridge, estimator, controller and valve '
-                            'driver as one process (control_loop) in which a mocap frame reaches '
-                            'the serial line by direct calls; same nodes, topics and parameters'),
-    'rt_priority': ('0', 'SCHED_FIFO priority (1-98) for the control path: the leg side (sim, or rig '
-                         'emulator, NatNet bridge and valve driver), estimator and controller; 0 = '
-                         'normal scheduling. Needs CAP_SYS_NICE or `ulimit -r` >= the priority'),
+    'fused_loop': (
+        'false',
+        'hardware mode: run the NatNet bridge, estimator, controller and valve '
+        'driver as one process (control_loop) in which a mocap frame reaches '
+        'the serial line by direct calls; same nodes, topics and parameters',
+    ),
+    'rt_priority': (
+        '0',
+        'SCHED_FIFO priority (1-98) for the control path: the leg side (sim, or rig '
+        'emulator, NatNet bridge and valve driver), estimator and controller; 0 = '
+        'normal scheduling. Needs CAP_SYS_NICE or `ulimit -r` >= the priority',
+    ),
 }
 
 # The processes between a mocap frame and the valve command; rt_priority applies to these only
 # (the reference, recorder and tools keep normal scheduling, so they can never starve the loop).
-CONTROL_PATH = ('sim', 'rig_emulator', 'natnet_bridge', 'valve_driver', 'estimator', 'controller',
-                'control_loop')
+CONTROL_PATH = (
+    'sim',
+    'rig_emulator',
+    'natnet_bridge',
+    'valve_driver',
+    'estimator',
+    'controller',
+    'control_loop',
+)
 
 # The nodes the fused control_loop process holds in place of their own processes (it adds one
 # node of its own, also named control_loop, that reports the loop's latency).
@@ -63,8 +89,15 @@ FUSED_NODES = ('natnet_bridge', 'estimator', 'controller', 'valve_driver')
 
 # Lower rank stops first on shutdown: the loop is opened from the top, the valve driver vents last.
 SHUTDOWN_RANK = {
-    'reference': 0, 'controller': 1, 'estimator': 2, 'natnet_bridge': 3, 'sim': 3,
-    'recorder': 4, 'valve_driver': 5, 'control_loop': 5, 'rig_emulator': 6,
+    'reference': 0,
+    'controller': 1,
+    'estimator': 2,
+    'natnet_bridge': 3,
+    'sim': 3,
+    'recorder': 4,
+    'valve_driver': 5,
+    'control_loop': 5,
+    'rig_emulator': 6,
 }
 
 
@@ -79,17 +112,17 @@ class ProcessSpec:
     name: str
     package: str
     executable: str
-    parameter_files: List[str] = field(default_factory=list)
-    parameters: Dict[str, object] = field(default_factory=dict)
-    arguments: List[str] = field(default_factory=list)
+    parameter_files: list[str] = field(default_factory=list)
+    parameters: dict[str, object] = field(default_factory=dict)
+    arguments: list[str] = field(default_factory=list)
     is_ros_node: bool = True
     rt_priority: int = 0
     # A process holding several nodes: their names (not remapped) and per-node parameters.
-    nodes: Tuple[str, ...] = ()
-    node_parameters: Dict[str, Dict[str, object]] = field(default_factory=dict)
+    nodes: tuple[str, ...] = ()
+    node_parameters: dict[str, dict[str, object]] = field(default_factory=dict)
 
     @property
-    def prefix(self) -> List[str]:
+    def prefix(self) -> list[str]:
         """Command prefix (launch_ros `prefix`): `chrt -f N` for a real-time process."""
         return ['chrt', '-f', str(self.rt_priority)] if self.rt_priority > 0 else []
 
@@ -101,27 +134,31 @@ class ProcessSpec:
 def default_config_dir() -> str:
     """share/equimus_bringup/config of the installed (colcon-built) package."""
     try:
-        from ament_index_python.packages import (PackageNotFoundError,
-                                                 get_package_share_directory)
+        from ament_index_python.packages import PackageNotFoundError, get_package_share_directory
     except ImportError:
-        raise ValueError('ament_index_python is not importable: source the workspace '
-                         '(source scripts/env.sh) or pass config_dir:=<folder>') from None
+        raise ValueError(
+            'ament_index_python is not importable: source the workspace '
+            '(source scripts/env.sh) or pass config_dir:=<folder>'
+        ) from None
     try:
         return os.path.join(get_package_share_directory('equimus_bringup'), 'config')
     except PackageNotFoundError:
-        raise ValueError('equimus_bringup is not installed in the sourced workspace: run '
-                         'scripts/setup.sh and source scripts/env.sh, or pass config_dir:=<folder>'
-                         ) from None
+        raise ValueError(
+            'equimus_bringup is not installed in the sourced workspace: run '
+            'scripts/setup.sh and source scripts/env.sh, or pass config_dir:=<folder>'
+        ) from None
 
 
-def resolve_args(mode: str, overrides: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
+def resolve_args(mode: str, overrides: Mapping[str, str] | None = None) -> dict[str, str]:
     """Merge user arguments over the declared defaults; reject unknown names with the valid list."""
     if mode not in MODES:
         raise ValueError(f'unknown mode {mode!r}: choose one of {", ".join(MODES)}')
     overrides = dict(overrides or {})
     unknown = sorted(set(overrides) - set(ARGUMENTS))
     if unknown:
-        raise ValueError(f'unknown launch argument(s) {", ".join(unknown)}; valid: {", ".join(ARGUMENTS)}')
+        raise ValueError(
+            f'unknown launch argument(s) {", ".join(unknown)}; valid: {", ".join(ARGUMENTS)}'
+        )
     args = {k: str(overrides.get(k, default)) for k, (default, _) in ARGUMENTS.items()}
     if not args['use_sim_time']:
         args['use_sim_time'] = 'true' if mode == 'sim' else 'false'
@@ -131,6 +168,7 @@ def resolve_args(mode: str, overrides: Optional[Mapping[str, str]] = None) -> Di
         args['config_dir'] = default_config_dir()
     if not args['bag']:
         import time
+
         args['bag'] = os.path.join('bags', f'equimus_{mode}_{time.strftime("%Y%m%d-%H%M%S")}')
     if args['controller'] not in CONTROLLERS:
         raise ValueError(f'controller:={args["controller"]} is not one of {", ".join(CONTROLLERS)}')
@@ -141,27 +179,32 @@ def resolve_args(mode: str, overrides: Optional[Mapping[str, str]] = None) -> Di
     if not 0 <= prio <= 98:
         raise ValueError(f'rt_priority:={args["rt_priority"]} must be an integer 0 (off) to 98')
     if mode == 'sim' and _truthy(args['fused_loop']):
-        raise ValueError('fused_loop:=true applies to hardware mode only (the simulation node '
-                         'is the leg side there); drop it or use hardware.launch.py')
+        raise ValueError(
+            'fused_loop:=true applies to hardware mode only (the simulation node '
+            'is the leg side there); drop it or use hardware.launch.py'
+        )
     return args
 
 
-def realtime_problem(priority: int) -> Optional[str]:
+def realtime_problem(priority: int) -> str | None:
     """None if processes can be started with SCHED_FIFO `priority` here, else what stops it."""
     if priority <= 0:
         return None
     import shutil
     import subprocess
+
     if shutil.which('chrt') is None:
         return 'chrt (util-linux) is not installed'
     r = subprocess.run(['chrt', '-f', str(priority), 'true'], capture_output=True, text=True)
     if r.returncode != 0:
-        return (f'{r.stderr.strip() or "chrt failed"}: grant CAP_SYS_NICE or raise the rtprio limit '
-                f'(`ulimit -r {priority}`, /etc/security/limits.conf), or use rt_priority:=0')
+        return (
+            f'{r.stderr.strip() or "chrt failed"}: grant CAP_SYS_NICE or raise the rtprio limit '
+            f'(`ulimit -r {priority}`, /etc/security/limits.conf), or use rt_priority:=0'
+        )
     return None
 
 
-def _files(args: Mapping[str, str], *names: str) -> List[str]:
+def _files(args: Mapping[str, str], *names: str) -> list[str]:
     """Default parameter files that exist, then the user's override file."""
     out = [os.path.join(args['config_dir'], n) for n in names]
     out = [p for p in out if os.path.isfile(p)]
@@ -170,51 +213,128 @@ def _files(args: Mapping[str, str], *names: str) -> List[str]:
     return out
 
 
-def describe_graph(mode: str, overrides: Optional[Mapping[str, str]] = None) -> List[ProcessSpec]:
+def describe_graph(mode: str, overrides: Mapping[str, str] | None = None) -> list[ProcessSpec]:
     """The processes of the graph for `mode`, in start order."""
     args = resolve_args(mode, overrides)
     sim_time = _truthy(args['use_sim_time'])
     common = {'use_sim_time': sim_time}
-    specs: List[ProcessSpec] = []
+    specs: list[ProcessSpec] = []
 
     if mode == 'sim':
-        specs.append(ProcessSpec(
-            'sim', 'equimus_sim', 'sim_node', _files(args, 'sim.yaml'),
-            {'mode': args['sim_mode'], 'rate_factor': float(args['rate_factor']),
-             'variant': args['variant'], 'parameter_overrides': args['leg_overrides']}))
-        specs.append(ProcessSpec(
-            'valve_driver', 'equimus_hw', 'valve_driver', _files(args, 'valve.yaml'),
-            dict(common, board='sim', auto_arm=_truthy(args['auto_arm']))))
+        specs.append(
+            ProcessSpec(
+                'sim',
+                'equimus_sim',
+                'sim_node',
+                _files(args, 'sim.yaml'),
+                {
+                    'mode': args['sim_mode'],
+                    'rate_factor': float(args['rate_factor']),
+                    'variant': args['variant'],
+                    'parameter_overrides': args['leg_overrides'],
+                },
+            )
+        )
+        specs.append(
+            ProcessSpec(
+                'valve_driver',
+                'equimus_hw',
+                'valve_driver',
+                _files(args, 'valve.yaml'),
+                dict(common, board='sim', auto_arm=_truthy(args['auto_arm'])),
+            )
+        )
     else:
         if _truthy(args['emulator']):
             # The simulated leg behind a DAC board emulator (pty) and a NatNet server emulator.
-            specs.append(ProcessSpec(
-                'rig_emulator', 'equimus_bringup', 'rig_emulator', is_ros_node=False,
-                arguments=['--link', args['serial_port'], '--address', args['natnet_server'],
-                           '--command-port', args['natnet_command_port'],
-                           '--data-port', args['natnet_data_port'],
-                           '--multicast' if _truthy(args['natnet_multicast']) else '--unicast',
-                           *(['--leg-overrides', args['leg_overrides']] if args['leg_overrides'] else [])]))
-        specs.append(ProcessSpec(
-            'natnet_bridge', 'equimus_hw', 'natnet_bridge', _files(args, 'natnet.yaml'),
-            dict(common, server_address=args['natnet_server'], local_address=args['natnet_local'],
-                 multicast=_truthy(args['natnet_multicast']),
-                 command_port=int(args['natnet_command_port']),
-                 data_port=int(args['natnet_data_port']))))
-        specs.append(ProcessSpec(
-            'valve_driver', 'equimus_hw', 'valve_driver', _files(args, 'valve.yaml'),
-            dict(common, board='serial', port=args['serial_port'],
-                 auto_arm=_truthy(args['auto_arm']))))
+            specs.append(
+                ProcessSpec(
+                    'rig_emulator',
+                    'equimus_bringup',
+                    'rig_emulator',
+                    is_ros_node=False,
+                    arguments=[
+                        '--link',
+                        args['serial_port'],
+                        '--address',
+                        args['natnet_server'],
+                        '--command-port',
+                        args['natnet_command_port'],
+                        '--data-port',
+                        args['natnet_data_port'],
+                        '--multicast' if _truthy(args['natnet_multicast']) else '--unicast',
+                        *(
+                            ['--leg-overrides', args['leg_overrides']]
+                            if args['leg_overrides']
+                            else []
+                        ),
+                    ],
+                )
+            )
+        specs.append(
+            ProcessSpec(
+                'natnet_bridge',
+                'equimus_hw',
+                'natnet_bridge',
+                _files(args, 'natnet.yaml'),
+                dict(
+                    common,
+                    server_address=args['natnet_server'],
+                    local_address=args['natnet_local'],
+                    multicast=_truthy(args['natnet_multicast']),
+                    command_port=int(args['natnet_command_port']),
+                    data_port=int(args['natnet_data_port']),
+                ),
+            )
+        )
+        specs.append(
+            ProcessSpec(
+                'valve_driver',
+                'equimus_hw',
+                'valve_driver',
+                _files(args, 'valve.yaml'),
+                dict(
+                    common,
+                    board='serial',
+                    port=args['serial_port'],
+                    auto_arm=_truthy(args['auto_arm']),
+                ),
+            )
+        )
 
-    specs.append(ProcessSpec('estimator', 'equimus_control', 'estimator',
-                             _files(args, 'control.yaml'), dict(common)))
-    specs.append(ProcessSpec('controller', 'equimus_control', 'controller',
-                             _files(args, 'control.yaml'), dict(common, controller=args['controller'])))
-    specs.append(ProcessSpec('reference', 'equimus_control', 'reference',
-                             _files(args, 'control.yaml'), dict(common, trajectory=args['reference'])))
+    specs.append(
+        ProcessSpec(
+            'estimator', 'equimus_control', 'estimator', _files(args, 'control.yaml'), dict(common)
+        )
+    )
+    specs.append(
+        ProcessSpec(
+            'controller',
+            'equimus_control',
+            'controller',
+            _files(args, 'control.yaml'),
+            dict(common, controller=args['controller']),
+        )
+    )
+    specs.append(
+        ProcessSpec(
+            'reference',
+            'equimus_control',
+            'reference',
+            _files(args, 'control.yaml'),
+            dict(common, trajectory=args['reference']),
+        )
+    )
     if _truthy(args['record']):
-        specs.append(ProcessSpec('recorder', 'equimus_record', 'recorder',
-                                 _files(args, 'recorder.yaml'), dict(common, bag_path=args['bag'])))
+        specs.append(
+            ProcessSpec(
+                'recorder',
+                'equimus_record',
+                'recorder',
+                _files(args, 'recorder.yaml'),
+                dict(common, bag_path=args['bag']),
+            )
+        )
     if mode == 'hardware' and _truthy(args['fused_loop']):
         specs = _fuse(specs, args)
     for spec in specs:
@@ -223,31 +343,37 @@ def describe_graph(mode: str, overrides: Optional[Mapping[str, str]] = None) -> 
     return specs
 
 
-def _fuse(specs: List[ProcessSpec], args: Mapping[str, str]) -> List[ProcessSpec]:
+def _fuse(specs: list[ProcessSpec], args: Mapping[str, str]) -> list[ProcessSpec]:
     """Replace the FUSED_NODES' processes by one control_loop process with their parameters."""
     fused = [s for s in specs if s.name in FUSED_NODES]
-    files: List[str] = []
+    files: list[str] = []
     for s in fused:
         files += [f for f in s.parameter_files if f not in files]
     loop = ProcessSpec(
-        'control_loop', 'equimus_bringup', 'control_loop', files,
-        {'use_sim_time': _truthy(args['use_sim_time'])}, nodes=FUSED_NODES + ('control_loop',),
-        node_parameters={s.name: {k: v for k, v in s.parameters.items() if k != 'use_sim_time'}
-                         for s in fused})
+        'control_loop',
+        'equimus_bringup',
+        'control_loop',
+        files,
+        {'use_sim_time': _truthy(args['use_sim_time'])},
+        nodes=FUSED_NODES + ('control_loop',),
+        node_parameters={
+            s.name: {k: v for k, v in s.parameters.items() if k != 'use_sim_time'} for s in fused
+        },
+    )
     at = specs.index(fused[0])
     return [*specs[:at], loop, *(s for s in specs[at:] if s.name not in FUSED_NODES)]
 
 
-def node_parameter_arguments(spec: ProcessSpec) -> List[str]:
+def node_parameter_arguments(spec: ProcessSpec) -> list[str]:
     """`-p node:name:=value` for each per-node parameter of a multi-node process."""
-    out: List[str] = []
+    out: list[str] = []
     for node, params in spec.node_parameters.items():
         for key, value in params.items():
             out += ['-p', f'{node}:{key}:={_param_literal(value)}']
     return out
 
 
-def ros_arguments(spec: ProcessSpec, log_level: str = 'info') -> List[str]:
+def ros_arguments(spec: ProcessSpec, log_level: str = 'info') -> list[str]:
     """The `--ros-args` a ROS node gets outside `launch_ros` (same meaning as its Node action)."""
     out = ['--ros-args'] + ([] if spec.nodes else ['-r', f'__node:={spec.name}'])
     out += ['--log-level', log_level]

@@ -2,19 +2,22 @@
 
 Imports `launch` and `launch_ros`, so it is only imported on a machine with a ROS 2 install.
 """
-from launch import LaunchDescription
+
 from launch.actions import DeclareLaunchArgument, ExecuteProcess, OpaqueFunction
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node
 from launch_ros.substitutions import ExecutableInPackage
 
 from equimus_bringup.graph import ARGUMENTS, describe_graph, node_parameter_arguments
+from launch import LaunchDescription
 
 
 def generate(mode: str) -> LaunchDescription:
     """Declare every graph argument, then build the nodes once the arguments are known."""
-    declared = [DeclareLaunchArgument(name, default_value=default, description=text)
-                for name, (default, text) in ARGUMENTS.items()]
+    declared = [
+        DeclareLaunchArgument(name, default_value=default, description=text)
+        for name, (default, text) in ARGUMENTS.items()
+    ]
 
     def _actions(context):
         values = {name: LaunchConfiguration(name).perform(context) for name in ARGUMENTS}
@@ -24,17 +27,32 @@ def generate(mode: str) -> LaunchDescription:
             if spec.is_ros_node:
                 # A multi-node process keeps its nodes' own names: no name remap, and per-node
                 # parameters as node-scoped overrides.
-                actions.append(Node(
-                    package=spec.package, executable=spec.executable,
-                    name=None if spec.nodes else spec.name,
-                    parameters=[*spec.parameter_files, spec.parameters],
-                    arguments=['--ros-args', '--log-level', log_level,
-                               *node_parameter_arguments(spec)],
-                    prefix=' '.join(spec.prefix) or None, output='screen', emulate_tty=True))
+                actions.append(
+                    Node(
+                        package=spec.package,
+                        executable=spec.executable,
+                        name=None if spec.nodes else spec.name,
+                        parameters=[*spec.parameter_files, spec.parameters],
+                        arguments=[
+                            '--ros-args',
+                            '--log-level',
+                            log_level,
+                            *node_parameter_arguments(spec),
+                        ],
+                        prefix=' '.join(spec.prefix) or None,
+                        output='screen',
+                        emulate_tty=True,
+                    )
+                )
             else:
-                actions.append(ExecuteProcess(
-                    cmd=[ExecutableInPackage(spec.executable, spec.package), *spec.arguments],
-                    prefix=' '.join(spec.prefix) or None, name=spec.name, output='screen'))
+                actions.append(
+                    ExecuteProcess(
+                        cmd=[ExecutableInPackage(spec.executable, spec.package), *spec.arguments],
+                        prefix=' '.join(spec.prefix) or None,
+                        name=spec.name,
+                        output='screen',
+                    )
+                )
         return actions
 
     return LaunchDescription([*declared, OpaqueFunction(function=_actions)])

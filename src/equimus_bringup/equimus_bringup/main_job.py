@@ -9,6 +9,7 @@ plot of reference vs measured joint angles and pressures.
     make run                   # PID
     make run CONTROLLER=mpc
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,6 +27,7 @@ from equimus_control import CONTROLLERS
 def free_udp_port_pair(address: str = '127.0.0.1') -> int:
     """A port p with p and p + 1 both free for UDP on `address` (NatNet command and data ports)."""
     import socket
+
     for _ in range(100):
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as a:
             a.bind((address, 0))
@@ -48,6 +50,7 @@ class ClockWatch:
         """wall=True: no /clock (the hardware graph); progress is wall time since the first message."""
         import rclpy
         from rosgraph_msgs.msg import Clock
+
         self.rclpy = rclpy
         rclpy.init(args=['--ros-args', '-r', '__node:=main_job_clock'])
         self.node = rclpy.create_node('main_job_clock')
@@ -59,6 +62,7 @@ class ClockWatch:
             return
         from equimus_description.interface import CLOCK
         from equimus_ros.qos import subscription
+
         subscription(self.node, Clock, CLOCK, self._on_clock)
 
     def _on_clock(self, msg):
@@ -80,37 +84,64 @@ class ClockWatch:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument('--mode', default='sim', choices=('sim', 'hardware'),
-                   help='sim: lockstep simulation; hardware: the real-rig graph against rig_emulator '
-                        '(NatNet + DAC board emulators around the simulated leg), in real time')
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument(
+        '--mode',
+        default='sim',
+        choices=('sim', 'hardware'),
+        help='sim: lockstep simulation; hardware: the real-rig graph against rig_emulator '
+        '(NatNet + DAC board emulators around the simulated leg), in real time',
+    )
     p.add_argument('--controller', default='pid', choices=CONTROLLERS)
     p.add_argument('--reference', default='triangle')
     p.add_argument('--duration', type=float, default=15.0, help='sim seconds to run (default 15)')
-    p.add_argument('--wall-timeout', type=float, default=300.0, help='give up after this many wall seconds')
-    p.add_argument('--out', default='out/run', help='output folder (a time-stamped run folder is made inside)')
-    p.add_argument('--set', action='append', default=[], metavar='NAME:=VALUE',
-                   help='extra launch arguments, e.g. --set variant:=pure')
+    p.add_argument(
+        '--wall-timeout', type=float, default=300.0, help='give up after this many wall seconds'
+    )
+    p.add_argument(
+        '--out', default='out/run', help='output folder (a time-stamped run folder is made inside)'
+    )
+    p.add_argument(
+        '--set',
+        action='append',
+        default=[],
+        metavar='NAME:=VALUE',
+        help='extra launch arguments, e.g. --set variant:=pure',
+    )
     ns = p.parse_args(argv)
 
     run_dir = Path(ns.out) / time.strftime('%Y%m%d-%H%M%S')
     run_dir.mkdir(parents=True, exist_ok=True)
     bag_path = (run_dir / 'bag').resolve()
-    overrides = {'controller': ns.controller, 'reference': ns.reference, 'record': 'true',
-                 'bag': str(bag_path)}
+    overrides = {
+        'controller': ns.controller,
+        'reference': ns.reference,
+        'record': 'true',
+        'bag': str(bag_path),
+    }
     if ns.mode == 'sim':
         overrides['sim_mode'] = 'lockstep'
     else:
         port = free_udp_port_pair()
-        overrides.update(emulator='true', auto_arm='true', serial_port=str(run_dir.resolve() / 'dac'),
-                         natnet_command_port=str(port), natnet_data_port=str(port + 1))
+        overrides.update(
+            emulator='true',
+            auto_arm='true',
+            serial_port=str(run_dir.resolve() / 'dac'),
+            natnet_command_port=str(port),
+            natnet_data_port=str(port + 1),
+        )
     for item in ns.set:
         key, _, value = item.partition(':=')
         overrides[key] = value
     specs = describe_graph(ns.mode, overrides)
     log_path = run_dir / 'graph.log'
-    print(f'[main] {ns.mode} graph: {", ".join(s.name for s in specs)}; controller {ns.controller}, '
-          f'reference {ns.reference}, {ns.duration:.0f} s; node logs in {log_path}', flush=True)
+    print(
+        f'[main] {ns.mode} graph: {", ".join(s.name for s in specs)}; controller {ns.controller}, '
+        f'reference {ns.reference}, {ns.duration:.0f} s; node logs in {log_path}',
+        flush=True,
+    )
 
     sup = Supervisor(specs, echo=False)
     watch = ClockWatch(wall=ns.mode == 'hardware')
@@ -123,11 +154,16 @@ def main(argv=None) -> int:
             if sup.poll():
                 break
             if time.monotonic() - wall0 > ns.wall_timeout:
-                sup.failed = f'no progress to {ns.duration} s sim time within {ns.wall_timeout} s wall time'
+                sup.failed = (
+                    f'no progress to {ns.duration} s sim time within {ns.wall_timeout} s wall time'
+                )
                 break
             if watch.now >= next_report:
                 wall = time.monotonic() - wall0
-                print(f'[main] sim time {watch.now:5.1f} / {ns.duration:.0f} s   (wall {wall:5.1f} s)', flush=True)
+                print(
+                    f'[main] sim time {watch.now:5.1f} / {ns.duration:.0f} s   (wall {wall:5.1f} s)',
+                    flush=True,
+                )
                 next_report += 2.0
     except KeyboardInterrupt:
         print('[main] interrupted: stopping the graph and keeping the bag', flush=True)
@@ -141,13 +177,20 @@ def main(argv=None) -> int:
                 fh.writelines(f'[{name}] {line}' for line in lines)
     wall = time.monotonic() - wall0
     if sup.failed:
-        print(f'[main] the graph failed: {sup.failed}\nAll node output: {log_path}', file=sys.stderr)
+        print(
+            f'[main] the graph failed: {sup.failed}\nAll node output: {log_path}', file=sys.stderr
+        )
         return 1
-    print(f'[main] stopped cleanly after {wall:.1f} s wall ({watch.now / max(wall, 1e-9):.2f}x real time); '
-          f'exit codes {codes}', flush=True)
+    print(
+        f'[main] stopped cleanly after {wall:.1f} s wall ({watch.now / max(wall, 1e-9):.2f}x real time); '
+        f'exit codes {codes}',
+        flush=True,
+    )
 
     plot_path = run_dir / 'tracking.png'
-    summary = report(bag_path, plot_path, title=f'EquiMus {ns.mode}, {ns.controller}, {ns.reference}', settle=0.5)
+    summary = report(
+        bag_path, plot_path, title=f'EquiMus {ns.mode}, {ns.controller}, {ns.reference}', settle=0.5
+    )
     print('\n' + summary.table())
     (run_dir / 'summary.json').write_text(json.dumps(summary.__dict__, indent=2))
     print(f'\nbag:  {bag_path}\nplot: {plot_path}\nsummary: {run_dir / "summary.json"}')

@@ -9,6 +9,7 @@ a serial line and real UDP packets, with no ROS in this process.
 
     rig_emulator --link /tmp/equimus_dac --command-port 1510 --data-port 1511 --multicast
 """
+
 from __future__ import annotations
 
 import argparse
@@ -16,7 +17,6 @@ import signal
 import sys
 import threading
 import time
-from typing import List, Optional
 
 from equimus_description.interface import BODIES
 from equimus_description.leg import load_leg
@@ -26,8 +26,7 @@ from equimus_sim.leg_model import LegModel
 from equimus_sim.mocap import MocapConfig, VirtualMocap
 from equimus_sim.simulator import LegSimulator
 
-SWITCH_INTERVAL_S = 0.0005   # GIL hand-over bound for the emulators' threads (CPython: 5 ms)
-
+SWITCH_INTERVAL_S = 0.0005  # GIL hand-over bound for the emulators' threads (CPython: 5 ms)
 
 
 class EmulatedRig:
@@ -39,13 +38,24 @@ class EmulatedRig:
     answer at once instead of waiting for a physics step to release the GIL.
     """
 
-    def __init__(self, link: str, natnet: NatNetEmulator, rate: float = 120.0,
-                 leg_overrides: Optional[str] = None, position_noise: float = 0.0, seed: int = 0,
-                 board_log: Optional[str] = None):
+    def __init__(
+        self,
+        link: str,
+        natnet: NatNetEmulator,
+        rate: float = 120.0,
+        leg_overrides: str | None = None,
+        position_noise: float = 0.0,
+        seed: int = 0,
+        board_log: str | None = None,
+    ):
         """board_log: JSON-lines file of every frame and vent event the board sees (soak checks)."""
         leg = load_leg(None, leg_overrides or None)
-        self.board = BoardEmulator(channels=len(leg.actuators), link=link, tau_s=leg.valve_time_constant,
-                                   log_path=board_log)
+        self.board = BoardEmulator(
+            channels=len(leg.actuators),
+            link=link,
+            tau_s=leg.valve_time_constant,
+            log_path=board_log,
+        )
         lm = LegModel(leg.with_timestep(1.0 / (rate * 5)))
         # The board emulator's valve model is the valve: the simulator has none of its own.
         self.sim = LegSimulator(lm, tau=None, p_max=lm.pressure_max_kpa)
@@ -53,8 +63,9 @@ class EmulatedRig:
         self.natnet = natnet
         self.period = 1.0 / natnet.rate_hz
         if abs(natnet.rate_hz - rate) > 1e-9:
-            raise ValueError(f'rig rate {rate} Hz differs from the NatNet stream rate '
-                             f'{natnet.rate_hz} Hz')
+            raise ValueError(
+                f'rig rate {rate} Hz differs from the NatNet stream rate {natnet.rate_hz} Hz'
+            )
         natnet.before_frame = self.tick
         self.frames = 0
         self._untracked_until = {}
@@ -77,8 +88,9 @@ class EmulatedRig:
             for name, pose in frame.bodies.items():
                 w, x, y, z = pose.orientation
                 lost = self._untracked_until.get(name, 0.0) > now
-                self.natnet.set_pose(name, pose.position, (x, y, z, w),
-                                     tracked=pose.tracked and not lost)
+                self.natnet.set_pose(
+                    name, pose.position, (x, y, z, w), tracked=pose.tracked and not lost
+                )
 
     def untrack(self, name: str, duration: float) -> None:
         """Body `name` loses tracking for `duration` s (NatNetEmulator.untrack would be undone
@@ -107,10 +119,17 @@ class EmulatedRig:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog='rig_emulator', description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument('--link', default='/tmp/equimus_dac', help='symlink to the board pty (the driver opens it)')
-    p.add_argument('--version', default='4.1', choices=['3.0', '3.1', '4.0', '4.1'], help='NatNet bitstream')
+    p = argparse.ArgumentParser(
+        prog='rig_emulator',
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        '--link', default='/tmp/equimus_dac', help='symlink to the board pty (the driver opens it)'
+    )
+    p.add_argument(
+        '--version', default='4.1', choices=['3.0', '3.1', '4.0', '4.1'], help='NatNet bitstream'
+    )
     p.add_argument('--address', default='127.0.0.1')
     p.add_argument('--command-port', type=int, default=1510)
     p.add_argument('--data-port', type=int, default=1511)
@@ -124,13 +143,25 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     a = build_parser().parse_args(argv)
-    natnet = NatNetEmulator(version=a.version, address=a.address, command_port=a.command_port,
-                            data_port=a.data_port, multicast=a.multicast, rate_hz=a.rate, bodies=BODIES)
+    natnet = NatNetEmulator(
+        version=a.version,
+        address=a.address,
+        command_port=a.command_port,
+        data_port=a.data_port,
+        multicast=a.multicast,
+        rate_hz=a.rate,
+        bodies=BODIES,
+    )
     try:
-        rig = EmulatedRig(a.link, natnet, rate=a.rate, leg_overrides=a.leg_overrides,
-                          position_noise=a.position_noise)
+        rig = EmulatedRig(
+            a.link,
+            natnet,
+            rate=a.rate,
+            leg_overrides=a.leg_overrides,
+            position_noise=a.position_noise,
+        )
     except (OSError, ValueError) as exc:
         print(f'rig_emulator: cannot start: {exc}', file=sys.stderr)
         return 2
@@ -139,16 +170,21 @@ def main(argv: Optional[List[str]] = None) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: rig.stop())
     with rig:
-        print(f'rig_emulator: DAC board on {rig.serial_port}; NatNet {a.version} on '
-              f'{a.address}:{a.command_port}/{a.data_port} ({"multicast" if a.multicast else "unicast"})',
-              flush=True)
+        print(
+            f'rig_emulator: DAC board on {rig.serial_port}; NatNet {a.version} on '
+            f'{a.address}:{a.command_port}/{a.data_port} ({"multicast" if a.multicast else "unicast"})',
+            flush=True,
+        )
         try:
             rig.run(a.duration)
         except KeyboardInterrupt:
             pass
-    print(f'rig_emulator: {rig.frames} frames, {rig.natnet.frames_sent} sent, '
-          f'board watchdog trips {rig.board.watchdog_trips}, '
-          f'code-limit violations {len(rig.board.invariant_violations)}', flush=True)
+    print(
+        f'rig_emulator: {rig.frames} frames, {rig.natnet.frames_sent} sent, '
+        f'board watchdog trips {rig.board.watchdog_trips}, '
+        f'code-limit violations {len(rig.board.invariant_violations)}',
+        flush=True,
+    )
     return 0
 
 

@@ -1,15 +1,22 @@
 """Tracking summary and plot of a recorded run, read from its bag (no ROS imports)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional
 
 import numpy as np
 
-from equimus_description.interface import (ACTUATORS, JOINT_STATES, JOINTS, REFERENCE,
-                                           SIM_JOINT_STATES, VALVE_APPLIED, VALVE_COMMAND,
-                                           VALVE_PRESSURE)
+from equimus_description.interface import (
+    ACTUATORS,
+    JOINT_STATES,
+    JOINTS,
+    REFERENCE,
+    SIM_JOINT_STATES,
+    VALVE_APPLIED,
+    VALVE_COMMAND,
+    VALVE_PRESSURE,
+)
 from equimus_description.valve import HARD_MAX_KPA, P_MIN_KPA
 from equimus_record import bag as bagio
 
@@ -30,11 +37,17 @@ def _stamp(msg, log_ns: int) -> float:
     return log_ns * 1e-9
 
 
-def load_series(bag_path: Path) -> Dict[str, Series]:
+def load_series(bag_path: Path) -> dict[str, Series]:
     """The topics a tracking report needs, as time series (seconds, header stamps when present)."""
-    wanted = {JS: 'position', TRUTH: 'position', REF: 'position', CMD: 'data',
-              PRESSURE: 'data', APPLIED: 'data'}
-    rows: Dict[str, List] = {k: [] for k in wanted}
+    wanted = {
+        JS: 'position',
+        TRUTH: 'position',
+        REF: 'position',
+        CMD: 'data',
+        PRESSURE: 'data',
+        APPLIED: 'data',
+    }
+    rows: dict[str, list] = {k: [] for k in wanted}
     for topic, log_ns, msg in bagio.read_messages(bag_path, list(wanted)):
         vals = np.asarray(getattr(msg, wanted[topic]), dtype=float)
         if vals.size:
@@ -50,27 +63,33 @@ def load_series(bag_path: Path) -> Dict[str, Series]:
 @dataclass
 class Summary:
     duration: float
-    rmse: Dict[str, float] = field(default_factory=dict)
-    maxae: Dict[str, float] = field(default_factory=dict)
-    estimator_rmse: Dict[str, float] = field(default_factory=dict)
+    rmse: dict[str, float] = field(default_factory=dict)
+    maxae: dict[str, float] = field(default_factory=dict)
+    estimator_rmse: dict[str, float] = field(default_factory=dict)
     pressure_max: float = float('nan')
     pressure_min: float = float('nan')
-    counts: Dict[str, int] = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=dict)
 
     def table(self) -> str:
         lines = [f'run length (sim time): {self.duration:.2f} s']
-        lines.append(f'{"joint":6s} {"tracking RMSE":>14s} {"tracking MaxAE":>15s} {"estimator RMSE":>15s}')
+        lines.append(
+            f'{"joint":6s} {"tracking RMSE":>14s} {"tracking MaxAE":>15s} {"estimator RMSE":>15s}'
+        )
         for j in JOINTS:
             est = self.estimator_rmse.get(j)
             est_txt = f'{est:12.5f} rad' if est is not None else '   n/a (no ground truth)'
-            lines.append(f'{j:6s} {self.rmse.get(j, np.nan):11.4f} rad {self.maxae.get(j, np.nan):12.4f} rad {est_txt}')
-        lines.append(f'valve commands: {self.pressure_min:.2f} .. {self.pressure_max:.2f} kPa '
-                     f'(hard limit {P_MIN_KPA:g} .. {HARD_MAX_KPA:g} kPa)')
+            lines.append(
+                f'{j:6s} {self.rmse.get(j, np.nan):11.4f} rad {self.maxae.get(j, np.nan):12.4f} rad {est_txt}'
+            )
+        lines.append(
+            f'valve commands: {self.pressure_min:.2f} .. {self.pressure_max:.2f} kPa '
+            f'(hard limit {P_MIN_KPA:g} .. {HARD_MAX_KPA:g} kPa)'
+        )
         lines.append('messages: ' + ', '.join(f'{k} {v}' for k, v in sorted(self.counts.items())))
         return '\n'.join(lines)
 
 
-def summarize(series: Dict[str, Series], settle: float = 0.0) -> Summary:
+def summarize(series: dict[str, Series], settle: float = 0.0) -> Summary:
     """Tracking error of the true joint angles (sim) or the estimate (hardware) vs the reference."""
     truth = series.get(TRUTH) or series.get(JS)
     ref = series.get(REF)
@@ -83,7 +102,7 @@ def summarize(series: Dict[str, Series], settle: float = 0.0) -> Summary:
     for i, j in enumerate(JOINTS):
         r = np.interp(truth.t[mask], ref.t, ref.values[:, i])
         e = truth.values[mask, i] - r
-        s.rmse[j] = float(np.sqrt(np.mean(e ** 2)))
+        s.rmse[j] = float(np.sqrt(np.mean(e**2)))
         s.maxae[j] = float(np.max(np.abs(e)))
     est = series.get(JS)
     if est is not None and TRUTH in series:
@@ -101,21 +120,31 @@ def summarize(series: Dict[str, Series], settle: float = 0.0) -> Summary:
     return s
 
 
-def plot(series: Dict[str, Series], path: Path, title: str = '') -> Path:
+def plot(series: dict[str, Series], path: Path, title: str = '') -> Path:
     """Reference vs measured joint angles and the valve pressures, one PNG."""
     import matplotlib
+
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(3, 1, figsize=(10, 8), sharex=True)
     t0 = min(v.t[0] for v in series.values())
-    styles = {REF: ('reference', 'k--'), TRUTH: ('true (sim)', 'C0-'),
-              JS: ('estimated (mocap)', 'C1:')}
+    styles = {
+        REF: ('reference', 'k--'),
+        TRUTH: ('true (sim)', 'C0-'),
+        JS: ('estimated (mocap)', 'C1:'),
+    }
     for i, j in enumerate(JOINTS):
         ax = axes[i]
         for topic, (label, style) in styles.items():
             if topic in series:
-                ax.plot(series[topic].t - t0, np.degrees(series[topic].values[:, i]), style, label=label, lw=1.2)
+                ax.plot(
+                    series[topic].t - t0,
+                    np.degrees(series[topic].values[:, i]),
+                    style,
+                    label=label,
+                    lw=1.2,
+                )
         ax.set_ylabel(f'θ{i + 1} {j} (deg)')
         ax.grid(alpha=0.3)
         ax.legend(loc='best', fontsize=8)
@@ -123,8 +152,13 @@ def plot(series: Dict[str, Series], path: Path, title: str = '') -> Path:
     for topic, style in ((CMD, '-'), (PRESSURE, ':')):
         if topic in series:
             for k, name in enumerate(a.upper() for a in ACTUATORS):
-                ax.plot(series[topic].t - t0, series[topic].values[:, k], f'C{k}{style}',
-                        label=f'{name} {topic.rsplit("/", 1)[-1]}', lw=1.2)
+                ax.plot(
+                    series[topic].t - t0,
+                    series[topic].values[:, k],
+                    f'C{k}{style}',
+                    label=f'{name} {topic.rsplit("/", 1)[-1]}',
+                    lw=1.2,
+                )
     ax.axhline(HARD_MAX_KPA, color='r', lw=0.8, alpha=0.5)
     ax.set_ylabel('pressure (kPa)')
     ax.set_xlabel('time (s)')
@@ -140,7 +174,9 @@ def plot(series: Dict[str, Series], path: Path, title: str = '') -> Path:
     return path
 
 
-def report(bag_path: Path, plot_path: Optional[Path] = None, title: str = '', settle: float = 0.0) -> Summary:
+def report(
+    bag_path: Path, plot_path: Path | None = None, title: str = '', settle: float = 0.0
+) -> Summary:
     series = load_series(bag_path)
     s = summarize(series, settle=settle)
     if plot_path is not None:

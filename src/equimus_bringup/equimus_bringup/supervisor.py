@@ -5,6 +5,7 @@ is prefixed with the node name. Ctrl-C (or SIGTERM) stops the nodes one at a tim
 order, so the valve driver vents last; if any node dies on its own, the rest are stopped and the
 supervisor reports failure.
 """
+
 from __future__ import annotations
 
 import os
@@ -14,7 +15,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Dict, List, Optional, Sequence
+from collections.abc import Sequence
 
 from equimus_bringup.graph import ProcessSpec, realtime_problem, ros_arguments
 
@@ -28,13 +29,17 @@ def find_executable(package: str, executable: str) -> str:
     try:
         from ament_index_python.packages import PackageNotFoundError, get_package_prefix
     except ImportError as exc:
-        raise GraphError('ament_index_python is missing: run `bash scripts/setup.sh` and '
-                         '`source scripts/env.sh` first') from exc
+        raise GraphError(
+            'ament_index_python is missing: run `bash scripts/setup.sh` and '
+            '`source scripts/env.sh` first'
+        ) from exc
     try:
         prefix = get_package_prefix(package)
     except PackageNotFoundError as exc:
-        raise GraphError(f'package {package!r} is not installed in the sourced workspace: run '
-                         '`bash scripts/setup.sh` and `source scripts/env.sh`') from exc
+        raise GraphError(
+            f'package {package!r} is not installed in the sourced workspace: run '
+            '`bash scripts/setup.sh` and `source scripts/env.sh`'
+        ) from exc
     path = os.path.join(prefix, 'lib', package, executable)
     if not os.access(path, os.X_OK):
         found = shutil.which(executable)
@@ -44,7 +49,7 @@ def find_executable(package: str, executable: str) -> str:
     return path
 
 
-def command_for(spec: ProcessSpec, log_level: str = 'info') -> List[str]:
+def command_for(spec: ProcessSpec, log_level: str = 'info') -> list[str]:
     cmd = [*spec.prefix, find_executable(spec.package, spec.executable), *spec.arguments]
     if spec.is_ros_node:
         cmd += ros_arguments(spec, log_level)
@@ -54,19 +59,25 @@ def command_for(spec: ProcessSpec, log_level: str = 'info') -> List[str]:
 class Supervisor:
     """Start, watch and stop the processes of one graph."""
 
-    def __init__(self, specs: Sequence[ProcessSpec], log_level: str = 'info',
-                 stop_timeout: float = 5.0, echo: bool = True, env: Optional[Dict[str, str]] = None):
+    def __init__(
+        self,
+        specs: Sequence[ProcessSpec],
+        log_level: str = 'info',
+        stop_timeout: float = 5.0,
+        echo: bool = True,
+        env: dict[str, str] | None = None,
+    ):
         self.specs = list(specs)
         self.log_level = log_level
         self.stop_timeout = stop_timeout
         self.echo = echo
         self.env = dict(os.environ if env is None else env)
         self.env.setdefault('PYTHONUNBUFFERED', '1')
-        self.procs: Dict[str, subprocess.Popen] = {}
-        self.failed: Optional[str] = None
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.failed: str | None = None
         self._stopping = False
-        self._threads: List[threading.Thread] = []
-        self.output: Dict[str, List[str]] = {}
+        self._threads: list[threading.Thread] = []
+        self.output: dict[str, list[str]] = {}
 
     def check_realtime(self) -> None:
         """Refuse to start a graph whose real-time processes could not get their priority."""
@@ -79,9 +90,16 @@ class Supervisor:
         self.check_realtime()
         for spec in self.specs:
             cmd = command_for(spec, self.log_level)
-            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, env=self.env, text=True, bufsize=1,
-                                    start_new_session=True)
+            proc = subprocess.Popen(
+                cmd,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=self.env,
+                text=True,
+                bufsize=1,
+                start_new_session=True,
+            )
             self.procs[spec.name] = proc
             self.output[spec.name] = []
             t = threading.Thread(target=self._pump, args=(spec.name, proc), daemon=True)
@@ -96,7 +114,7 @@ class Supervisor:
                 sys.stdout.write(f'[{name}] {line}')
                 sys.stdout.flush()
 
-    def poll(self) -> Optional[str]:
+    def poll(self) -> str | None:
         """Name and exit code of the first process that ended while the graph runs, else None."""
         if self._stopping:
             return None
@@ -105,14 +123,16 @@ class Supervisor:
             if code is not None:
                 time.sleep(0.2)  # let the pump thread collect its last words
                 tail = ''.join(self.output.get(name, [])[-12:]).rstrip()
-                self.failed = f'{name} exited with code {code}' + (f'; its last output:\n{tail}' if tail else '')
+                self.failed = f'{name} exited with code {code}' + (
+                    f'; its last output:\n{tail}' if tail else ''
+                )
                 return self.failed
         return None
 
-    def stop(self) -> Dict[str, int]:
+    def stop(self) -> dict[str, int]:
         """Interrupt each process in shutdown order and wait for it; returns exit codes."""
         self._stopping = True
-        codes: Dict[str, int] = {}
+        codes: dict[str, int] = {}
         for spec in sorted(self.specs, key=lambda s: s.shutdown_rank):
             proc = self.procs.get(spec.name)
             if proc is None:
@@ -140,7 +160,7 @@ class Supervisor:
         except ProcessLookupError:
             pass
 
-    def run_until(self, done=lambda: False, timeout: Optional[float] = None) -> int:
+    def run_until(self, done=lambda: False, timeout: float | None = None) -> int:
         """Block until Ctrl-C/SIGTERM, `done()`, a node dying or `timeout`; then stop in order.
 
         Returns 0 for a clean run, 1 if a node died on its own.

@@ -2,11 +2,13 @@
 `step.ControlStep` at 120 Hz, stepping in lockstep like the ROS graph does. Used by the tests
 and benchmarks/bench_control.py; the simulator and mocap are passed in (duck-typed), so this
 module imports no simulator."""
+
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, List, Optional, Sequence, Tuple
+from typing import Any
 
 import numpy as np
 
@@ -15,19 +17,19 @@ from .estimation import EstimatorConfig, JointStateEstimator
 from .step import PERIOD, ControlStep
 from .supervisor import SafetyConfig
 
-ReferenceFn = Callable[[float], Tuple[np.ndarray, np.ndarray]]
+ReferenceFn = Callable[[float], tuple[np.ndarray, np.ndarray]]
 
 
 @dataclass
 class RunResult:
     t: np.ndarray
-    q: np.ndarray          # true joint angles
+    q: np.ndarray  # true joint angles
     q_ref: np.ndarray
     q_est: np.ndarray
     u: np.ndarray
-    compute: np.ndarray    # s per control cycle, wall clock (includes preemption by other load)
+    compute: np.ndarray  # s per control cycle, wall clock (includes preemption by other load)
     saturated: np.ndarray
-    compute_cpu: np.ndarray   # s per control cycle, this thread's CPU time
+    compute_cpu: np.ndarray  # s per control cycle, this thread's CPU time
     vented: np.ndarray
 
     def rmse(self, skip: float = 0.0) -> np.ndarray:
@@ -35,7 +37,7 @@ class RunResult:
         return np.sqrt(np.mean((self.q[m] - self.q_ref[m]) ** 2, axis=0))
 
 
-def frame_poses(frame: Any) -> List[Tuple[Sequence[float], Tuple[float, float, float, float]]]:
+def frame_poses(frame: Any) -> list[tuple[Sequence[float], tuple[float, float, float, float]]]:
     """[(position, quaternion xyzw)] × (base, thigh, calf) from a VirtualMocap frame (wxyz)."""
     out = []
     for name in ('base', 'thigh', 'calf'):
@@ -45,15 +47,21 @@ def frame_poses(frame: Any) -> List[Tuple[Sequence[float], Tuple[float, float, f
     return out
 
 
-def run(sim: Any, mocap: Any, controller: Controller, reference: ReferenceFn, duration: float,
-        est_cfg: Optional[EstimatorConfig] = None,
-        safety: Optional[SafetyConfig] = None) -> RunResult:
+def run(
+    sim: Any,
+    mocap: Any,
+    controller: Controller,
+    reference: ReferenceFn,
+    duration: float,
+    est_cfg: EstimatorConfig | None = None,
+    safety: SafetyConfig | None = None,
+) -> RunResult:
     """`duration` s of closed loop; the reference is sampled at each frame's time, the guard's
     clock is the simulation time."""
     est = JointStateEstimator(est_cfg or EstimatorConfig())
     step = ControlStep(controller, safety)
     n = int(round(duration / PERIOD))
-    series: List[List[Any]] = [[] for _ in range(9)]
+    series: list[list[Any]] = [[] for _ in range(9)]
     T, Q, R, E, U, C, S, CPU, V = series
     u = sim.pressures
     for k in range(n):
@@ -70,7 +78,14 @@ def run(sim: Any, mocap: Any, controller: Controller, reference: ReferenceFn, du
         CPU.append(time.thread_time() - c0)
         u = cmd.pressures
         q, _ = sim.joint_state()
-        for store, value in ((T, t), (Q, q), (R, q_ref), (E, e.position), (U, u),
-                             (S, cmd.saturated), (V, cmd.vented)):
+        for store, value in (
+            (T, t),
+            (Q, q),
+            (R, q_ref),
+            (E, e.position),
+            (U, u),
+            (S, cmd.saturated),
+            (V, cmd.vented),
+        ):
             store.append(value)
     return RunResult(*(np.array(v) for v in series))

@@ -5,10 +5,12 @@ predictive sampling (`sampling.PredictiveSampling`) implement `Controller`. They
 joint-state estimate, the reference with its preview and the time step, and return a
 `ControlOutput`; `step.ControlStep` calls them and nothing branches on which one it is.
 """
+
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 

@@ -7,13 +7,15 @@ sampling | open_loop) and its settings come from config dataclasses (`controller
 the PID gains follow `ros2 param set`, everything else is read-only. The model-based controllers
 get their plant model from the `equimus.plant_models` entry point (equimus_sim registers it).
 """
+
 from __future__ import annotations
 
 import collections
 import sys
 import threading
 import time
-from typing import Any, Callable, Deque, Optional
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 from rclpy.clock import Clock, ClockType
@@ -21,8 +23,14 @@ from rclpy.node import Node
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray, MultiArrayDimension
 
-from equimus_description.interface import (ACTUATORS, DIAGNOSTICS, JOINT_STATES, PRESSURE_LAYOUT,
-                                           REFERENCE, VALVE_COMMAND)
+from equimus_description.interface import (
+    ACTUATORS,
+    DIAGNOSTICS,
+    JOINT_STATES,
+    PRESSURE_LAYOUT,
+    REFERENCE,
+    VALVE_COMMAND,
+)
 from equimus_description.leg import load_leg
 from equimus_description.statics import StaticParams
 from equimus_ros.diagnostics import Diagnostics, Level
@@ -35,15 +43,16 @@ from .plant import plant_factory
 from .step import Command, ControlStep, stamp_seconds
 from .supervisor import SafetyConfig
 
-STALE_CHECK_S = 0.05    # s, steady-clock period of the stale-state guard
+STALE_CHECK_S = 0.05  # s, steady-clock period of the stale-state guard
 DIAG_PERIOD_S = 1.0
 
 
 def command_message(pressures: np.ndarray) -> Float64MultiArray:
     """/valve/command for pressures (kPa, in ACTUATORS order)."""
     m = Float64MultiArray()
-    m.layout.dim = [MultiArrayDimension(label=PRESSURE_LAYOUT, size=len(ACTUATORS),
-                                        stride=len(ACTUATORS))]
+    m.layout.dim = [
+        MultiArrayDimension(label=PRESSURE_LAYOUT, size=len(ACTUATORS), stride=len(ACTUATORS))
+    ]
     m.data = [float(v) for v in pressures]
     return m
 
@@ -53,8 +62,11 @@ class ControllerNode(Node):
     call (`on_state`) and each command goes to `downstream` before it is published. The node's
     lock makes `on_state` safe to call from another thread than the executor's."""
 
-    def __init__(self, subscribe_state: bool = True,
-                 downstream: Optional[Callable[[Float64MultiArray], None]] = None) -> None:
+    def __init__(
+        self,
+        subscribe_state: bool = True,
+        downstream: Callable[[Float64MultiArray], None] | None = None,
+    ) -> None:
         super().__init__('controller')
         self.downstream = downstream
         self._lock = threading.Lock()
@@ -63,20 +75,28 @@ class ControllerNode(Node):
         leg = load_leg(parameter_set=choice.leg_parameter_set or None)
         params = StaticParams.from_leg(leg, pressure_sign=choice.pressure_sign)
         safety = bind(self, SafetyConfig(), apply=self._apply_safety)
-        settings = bind(self, kind.config(), prefix=kind.prefix,
-                        apply=self._apply_controller if kind.apply is not None else None)
+        settings = bind(
+            self,
+            kind.config(),
+            prefix=kind.prefix,
+            apply=self._apply_controller if kind.apply is not None else None,
+        )
         self._kind_apply = kind.apply
         t0 = time.perf_counter()
-        controller = kind.build(settings.config, params, leg,
-                                lambda: plant_factory(choice.plant_model))
-        self.get_logger().info(f'{choice.controller} controller ready in '
-                               f'{time.perf_counter() - t0:.1f} s')
+        controller = kind.build(
+            settings.config, params, leg, lambda: plant_factory(choice.plant_model)
+        )
+        self.get_logger().info(
+            f'{choice.controller} controller ready in {time.perf_counter() - t0:.1f} s'
+        )
         self.kind = choice.controller
         self.step = ControlStep(controller, safety.config)
-        self.compute: Deque[float] = collections.deque(maxlen=1000)   # recent cycles only
+        self.compute: collections.deque[float] = collections.deque(
+            maxlen=1000
+        )  # recent cycles only
         self.cycles = 0
         self.saturated = np.zeros(2, int)
-        self.last_reason: Optional[str] = None
+        self.last_reason: str | None = None
         self.pub = publisher(self, Float64MultiArray, VALVE_COMMAND)
         self.diagnostics = Diagnostics(self, DIAGNOSTICS, 'controller', hardware_id=self.kind)
         if subscribe_state:
@@ -102,15 +122,21 @@ class ControllerNode(Node):
 
     def _on_ref(self, msg: JointState) -> None:
         with self._lock:
-            self.step.set_reference(msg.position, msg.velocity,
-                                    stamp_seconds(msg.header.stamp.sec, msg.header.stamp.nanosec))
+            self.step.set_reference(
+                msg.position,
+                msg.velocity,
+                stamp_seconds(msg.header.stamp.sec, msg.header.stamp.nanosec),
+            )
 
     def on_state(self, msg: JointState) -> None:
         t0 = time.perf_counter()
         with self._lock:
-            cmd = self.step.step(msg.position, msg.velocity,
-                                 stamp_seconds(msg.header.stamp.sec, msg.header.stamp.nanosec),
-                                 self._now())
+            cmd = self.step.step(
+                msg.position,
+                msg.velocity,
+                stamp_seconds(msg.header.stamp.sec, msg.header.stamp.nanosec),
+                self._now(),
+            )
         self._publish(cmd)
         if not cmd.vented:
             self.cycles += 1
@@ -146,20 +172,27 @@ class ControllerNode(Node):
         level = Level.ERROR if sup.venting else (Level.WARN if self.saturated.any() else Level.OK)
         c = np.array(self.compute) * 1e3
         self.diagnostics.publish(
-            level, f'venting: {sup.reason}' if sup.venting else 'controlling',
-            {'controller': self.kind, 'cycles': self.cycles,
-             'saturated_cycles_maa': int(self.saturated[0]),
-             'saturated_cycles_baa': int(self.saturated[1]),
-             'trips_joint_limit': sup.trips['joint_limit'],
-             'trips_invalid': sup.trips['invalid'], 'trips_stale': sup.trips['stale'],
-             'p_max_kpa': f'{sup.cfg.p_max:g}',
-             'compute_p50_ms': f'{np.percentile(c, 50):.3f}' if c.size else 'nan',
-             'compute_p99_ms': f'{np.percentile(c, 99):.3f}' if c.size else 'nan'})
+            level,
+            f'venting: {sup.reason}' if sup.venting else 'controlling',
+            {
+                'controller': self.kind,
+                'cycles': self.cycles,
+                'saturated_cycles_maa': int(self.saturated[0]),
+                'saturated_cycles_baa': int(self.saturated[1]),
+                'trips_joint_limit': sup.trips['joint_limit'],
+                'trips_invalid': sup.trips['invalid'],
+                'trips_stale': sup.trips['stale'],
+                'p_max_kpa': f'{sup.cfg.p_max:g}',
+                'compute_p50_ms': f'{np.percentile(c, 50):.3f}' if c.size else 'nan',
+                'compute_p99_ms': f'{np.percentile(c, 99):.3f}' if c.size else 'nan',
+            },
+        )
 
 
 def main(args: Any = None) -> int:
-    return run_node(ControllerNode, args,
-                    config_hint='Fix config/control.yaml or the --ros-args overrides.')
+    return run_node(
+        ControllerNode, args, config_hint='Fix config/control.yaml or the --ros-args overrides.'
+    )
 
 
 if __name__ == '__main__':

@@ -16,13 +16,14 @@ Lost tracking (NaN pose) or dropped frames: the last estimate is held (velocity 
 never extrapolated) and flagged HELD; after `max_hold` seconds the state is INVALID and the
 filter re-initialises on the next good frame.
 """
+
 from __future__ import annotations
 
 import enum
 import functools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -36,10 +37,10 @@ class Status(enum.IntEnum):
 # The per-frame maths below is plain-float Python, not numpy: on 3-vectors numpy's per-call
 # overhead dominates (the numpy version took 180 us per frame, most of the fused control loop's
 # budget; see docs/benchmarks.md).
-Vec3 = Tuple[float, float, float]
+Vec3 = tuple[float, float, float]
 
 
-def _unit_quat(q) -> Tuple[float, float, float, float]:
+def _unit_quat(q) -> tuple[float, float, float, float]:
     x, y, z, w = (float(v) for v in q)
     n = math.sqrt(x * x + y * y + z * z + w * w)
     if not n > 1e-9:
@@ -50,10 +51,13 @@ def _unit_quat(q) -> Tuple[float, float, float, float]:
 def quat_to_matrix(q) -> np.ndarray:
     """Rotation matrix of a quaternion given as (x, y, z, w) — the ROS/Motive order."""
     x, y, z, w = _unit_quat(q)
-    return np.array([
-        [1 - 2 * (y * y + z * z), 2 * (x * y - z * w), 2 * (x * z + y * w)],
-        [2 * (x * y + z * w), 1 - 2 * (x * x + z * z), 2 * (y * z - x * w)],
-        [2 * (x * z - y * w), 2 * (y * z + x * w), 1 - 2 * (x * x + y * y)]])
+    return np.array(
+        [
+            [1 - 2 * (y * y + z * z), 2 * (x * y - z * w), 2 * (x * z + y * w)],
+            [2 * (x * y + z * w), 1 - 2 * (x * x + z * z), 2 * (y * z - x * w)],
+            [2 * (x * z - y * w), 2 * (y * z + x * w), 1 - 2 * (x * x + y * y)],
+        ]
+    )
 
 
 def _cross(a: Vec3, b: Vec3) -> Vec3:
@@ -96,7 +100,7 @@ class HingeSpec:
     offset: float = math.pi / 2
 
     @functools.cached_property
-    def _frames(self) -> Tuple[Vec3, Vec3, Vec3]:
+    def _frames(self) -> tuple[Vec3, Vec3, Vec3]:
         """(unit parent axis, reference vectors ⟂ the axis in the parent and child frames)."""
         ap, ac = _normalized(self.axis_parent), _normalized(self.axis_child)
         return ap, _perpendicular(ap), _perpendicular(ac)
@@ -114,10 +118,10 @@ class HingeSpec:
 class EstimatorConfig:
     hip: HingeSpec = field(default_factory=HingeSpec)
     knee: HingeSpec = field(default_factory=HingeSpec)
-    period: float = 1.0 / 120.0     # nominal mocap period (s)
-    max_hold: float = 0.1           # s a held estimate stays usable, then INVALID
-    sigma_meas: float = 0.002       # rad, angle noise
-    sigma_acc: float = 10.0         # rad/s², white acceleration of the motion
+    period: float = 1.0 / 120.0  # nominal mocap period (s)
+    max_hold: float = 0.1  # s a held estimate stays usable, then INVALID
+    sigma_meas: float = 0.002  # rad, angle noise
+    sigma_acc: float = 10.0  # rad/s², white acceleration of the motion
 
 
 @dataclass
@@ -126,8 +130,8 @@ class JointEstimate:
     position: np.ndarray
     velocity: np.ndarray
     status: Status
-    gap_frames: int = 0          # frames missed just before this one
-    held_for: float = 0.0        # s since the last good frame
+    gap_frames: int = 0  # frames missed just before this one
+    held_for: float = 0.0  # s since the last good frame
 
 
 def pose_is_valid(position, quat) -> bool:
@@ -143,15 +147,15 @@ class JointStateEstimator:
         self.reset()
 
     def reset(self):
-        self.x = None                 # (2 joints, [angle, rate])
-        self.P = None                 # (2 joints, 2, 2)
-        self.last_good_stamp: Optional[float] = None
-        self.last_stamp: Optional[float] = None
+        self.x = None  # (2 joints, [angle, rate])
+        self.P = None  # (2 joints, 2, 2)
+        self.last_good_stamp: float | None = None
+        self.last_stamp: float | None = None
         self.last_wrapped = None
         self.dropped_frames = 0
         self.lost_frames = 0
 
-    def measure(self, poses: Sequence) -> Optional[np.ndarray]:
+    def measure(self, poses: Sequence) -> np.ndarray | None:
         """Wrapped joint angles from [(pos, quat xyzw)] × (base, thigh, calf); None if untracked."""
         if len(poses) != 3 or not all(pose_is_valid(p, q) for p, q in poses):
             return None
@@ -178,13 +182,16 @@ class JointStateEstimator:
         if z is None:
             self.lost_frames += 1
             return self._held(stamp, gap)
-        if self.x is not None and self.last_good_stamp is not None and \
-                stamp - self.last_good_stamp > cfg.max_hold:
+        if (
+            self.x is not None
+            and self.last_good_stamp is not None
+            and stamp - self.last_good_stamp > cfg.max_hold
+        ):
             self.x = None  # too long without data: start afresh, do not bridge the gap
         z = self._unwrap(z)
         if self.x is None:
             self.x = np.stack([z, np.zeros(2)], axis=1)
-            self.P = np.array([np.diag([cfg.sigma_meas ** 2, 10.0 ** 2])] * 2)
+            self.P = np.array([np.diag([cfg.sigma_meas**2, 10.0**2])] * 2)
         else:
             self._kalman_step(stamp - self.last_good_stamp, z)
         self.last_good_stamp = stamp
@@ -192,15 +199,18 @@ class JointStateEstimator:
 
     def _kalman_step(self, dt: float, z: np.ndarray) -> None:
         """Predict over dt with F = [[1, dt], [0, 1]], then update with the angle z (scalars)."""
-        qa = self.cfg.sigma_acc ** 2
-        q00, q01, q11 = qa * dt ** 4 / 4, qa * dt ** 3 / 2, qa * dt ** 2
-        R = self.cfg.sigma_meas ** 2
+        qa = self.cfg.sigma_acc**2
+        q00, q01, q11 = qa * dt**4 / 4, qa * dt**3 / 2, qa * dt**2
+        R = self.cfg.sigma_meas**2
         for j in range(2):
             a, v = float(self.x[j, 0]), float(self.x[j, 1])
             (p00, p01), (_, p11) = self.P[j].tolist()
-            a += dt * v                                        # x = F x
-            p00, p01, p11 = (p00 + 2 * dt * p01 + dt * dt * p11 + q00,   # P = F P Fᵀ + Q
-                             p01 + dt * p11 + q01, p11 + q11)
+            a += dt * v  # x = F x
+            p00, p01, p11 = (
+                p00 + 2 * dt * p01 + dt * dt * p11 + q00,  # P = F P Fᵀ + Q
+                p01 + dt * p11 + q01,
+                p11 + q11,
+            )
             s = p00 + R
             k0, k1 = p00 / s, p01 / s
             r = float(z[j]) - a
@@ -211,12 +221,14 @@ class JointStateEstimator:
 
     def _held(self, stamp: float, gap: int) -> JointEstimate:
         if self.x is None or self.last_good_stamp is None:
-            return JointEstimate(stamp, np.full(2, np.nan), np.full(2, np.nan), Status.INVALID,
-                                 gap, math.inf)
+            return JointEstimate(
+                stamp, np.full(2, np.nan), np.full(2, np.nan), Status.INVALID, gap, math.inf
+            )
         held = stamp - self.last_good_stamp
         if held > self.cfg.max_hold:
-            return JointEstimate(stamp, np.full(2, np.nan), np.full(2, np.nan), Status.INVALID,
-                                 gap, held)
+            return JointEstimate(
+                stamp, np.full(2, np.nan), np.full(2, np.nan), Status.INVALID, gap, held
+            )
         return JointEstimate(stamp, self.x[:, 0].copy(), np.zeros(2), Status.HELD, gap, held)
 
     def update_gap(self, stamp: float) -> JointEstimate:

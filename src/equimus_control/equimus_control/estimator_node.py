@@ -3,12 +3,17 @@
 Frames are synchronised by header stamp; an incomplete frame older than `sync_window` behind the
 newest stamp counts as lost tracking. Invalid state is published as NaN position/velocity.
 """
+
 from __future__ import annotations
 
 import dataclasses
 import math
 import sys
-from typing import Callable, Optional, Tuple
+from collections.abc import Callable
+
+from geometry_msgs.msg import PoseStamped
+from rclpy.node import Node
+from sensor_msgs.msg import JointState
 
 from equimus_description.config import ConfigError, param, validate_fields
 from equimus_description.interface import (
@@ -23,14 +28,11 @@ from equimus_ros.diagnostics import Diagnostics, Level
 from equimus_ros.main import run_node
 from equimus_ros.params import bind
 from equimus_ros.qos import publisher, subscription
-from geometry_msgs.msg import PoseStamped
-from rclpy.node import Node
-from sensor_msgs.msg import JointState
 
 from .estimation import EstimatorConfig, HingeSpec, JointStateEstimator, Status
 
 LEVEL = {Status.VALID: Level.OK, Status.HELD: Level.WARN, Status.INVALID: Level.ERROR}
-_EST, _HINGE = EstimatorConfig(), HingeSpec()    # the plain estimator's defaults
+_EST, _HINGE = EstimatorConfig(), HingeSpec()  # the plain estimator's defaults
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,22 +42,32 @@ class EstimatorParams:
     offset would make the published angle jump under a running controller)."""
 
     period: float = param(_EST.period, 'nominal mocap period (s)', range=(1e-4, 1.0))
-    max_hold: float = param(_EST.max_hold, 's a held estimate is published before it becomes '
-                            'invalid (NaN)', range=(0.0, 10.0), runtime=True)
-    sigma_meas: float = param(_EST.sigma_meas, 'angle measurement noise (rad)',
-                              range=(1e-9, 1.0), runtime=True)
-    sigma_acc: float = param(_EST.sigma_acc, 'white-acceleration process noise (rad/s²)',
-                             range=(1e-6, 1e6), runtime=True)
-    sync_window: float = param(0.05, 's an incomplete frame waits for its other bodies',
-                               range=(0.0, 1.0), runtime=True)
-    hip_axis_parent: Tuple[float, ...] = param(_HINGE.axis_parent,
-                                               'hip axis in the base body frame')
-    hip_axis_child: Tuple[float, ...] = param(_HINGE.axis_child, 'hip axis in the thigh body frame')
+    max_hold: float = param(
+        _EST.max_hold,
+        's a held estimate is published before it becomes invalid (NaN)',
+        range=(0.0, 10.0),
+        runtime=True,
+    )
+    sigma_meas: float = param(
+        _EST.sigma_meas, 'angle measurement noise (rad)', range=(1e-9, 1.0), runtime=True
+    )
+    sigma_acc: float = param(
+        _EST.sigma_acc, 'white-acceleration process noise (rad/s²)', range=(1e-6, 1e6), runtime=True
+    )
+    sync_window: float = param(
+        0.05, 's an incomplete frame waits for its other bodies', range=(0.0, 1.0), runtime=True
+    )
+    hip_axis_parent: tuple[float, ...] = param(
+        _HINGE.axis_parent, 'hip axis in the base body frame'
+    )
+    hip_axis_child: tuple[float, ...] = param(_HINGE.axis_child, 'hip axis in the thigh body frame')
     hip_offset: float = param(_HINGE.offset, 'hip zero offset (rad)', range=(-10.0, 10.0))
-    knee_axis_parent: Tuple[float, ...] = param(_HINGE.axis_parent,
-                                                'knee axis in the thigh body frame')
-    knee_axis_child: Tuple[float, ...] = param(_HINGE.axis_child,
-                                               'knee axis in the calf body frame')
+    knee_axis_parent: tuple[float, ...] = param(
+        _HINGE.axis_parent, 'knee axis in the thigh body frame'
+    )
+    knee_axis_child: tuple[float, ...] = param(
+        _HINGE.axis_child, 'knee axis in the calf body frame'
+    )
     knee_offset: float = param(_HINGE.offset, 'knee zero offset (rad)', range=(-10.0, 10.0))
 
     def __post_init__(self) -> None:
@@ -69,25 +81,30 @@ class EstimatorParams:
         """The plain estimator's configuration."""
         return EstimatorConfig(
             hip=HingeSpec(tuple(self.hip_axis_parent), tuple(self.hip_axis_child), self.hip_offset),
-            knee=HingeSpec(tuple(self.knee_axis_parent), tuple(self.knee_axis_child),
-                           self.knee_offset),
-            period=self.period, max_hold=self.max_hold, sigma_meas=self.sigma_meas,
-            sigma_acc=self.sigma_acc)
+            knee=HingeSpec(
+                tuple(self.knee_axis_parent), tuple(self.knee_axis_child), self.knee_offset
+            ),
+            period=self.period,
+            max_hold=self.max_hold,
+            sigma_meas=self.sigma_meas,
+            sigma_acc=self.sigma_acc,
+        )
 
 
 class EstimatorNode(Node):
     """`subscribe=False` and `downstream` are for the fused control loop: poses come by call
     (`on_pose`) and each joint state goes to `downstream` before it is published."""
 
-    def __init__(self, subscribe: bool = True,
-                 downstream: Optional[Callable[[JointState], None]] = None):
+    def __init__(
+        self, subscribe: bool = True, downstream: Callable[[JointState], None] | None = None
+    ):
         super().__init__('estimator')
         self.downstream = downstream
         self.params = bind(self, EstimatorParams(), apply=self._apply)
         cfg = self.params.config
         self.sync_window = cfg.sync_window
         self.est = JointStateEstimator(cfg.estimator())
-        self.pending = {}            # stamp ns → {body: (pos, quat)}
+        self.pending = {}  # stamp ns → {body: (pos, quat)}
         self.last_status = None
         self.last_done_ns = -1
         self.frames = 0
@@ -116,8 +133,11 @@ class EstimatorNode(Node):
                 break
             del self.pending[stamp]
             nan = ((math.nan,) * 3, (math.nan,) * 4)
-            self._process(stamp, msg.header.stamp if stamp == ns else None,
-                          [frame.get(b, nan) for b in BODIES])
+            self._process(
+                stamp,
+                msg.header.stamp if stamp == ns else None,
+                [frame.get(b, nan) for b in BODIES],
+            )
 
     def _process(self, ns, stamp_msg, poses):
         self.last_done_ns = ns
@@ -143,17 +163,29 @@ class EstimatorNode(Node):
 
     def _diag(self):
         st = self.last_status if self.last_status is not None else Status.INVALID
-        message = {Status.VALID: 'valid', Status.HELD: 'held (tracking lost or frames dropped)',
-                   Status.INVALID: 'invalid: no usable mocap (check that base, thigh and calf '
-                                   'are tracked)'}[st]
-        self.diagnostics.publish(LEVEL[st], message, {
-            'frames': self.frames, 'dropped_frames': self.est.dropped_frames,
-            'lost_frames': self.est.lost_frames, 'held_frames': self.counts[Status.HELD],
-            'invalid_frames': self.counts[Status.INVALID]})
+        message = {
+            Status.VALID: 'valid',
+            Status.HELD: 'held (tracking lost or frames dropped)',
+            Status.INVALID: 'invalid: no usable mocap (check that base, thigh and calf '
+            'are tracked)',
+        }[st]
+        self.diagnostics.publish(
+            LEVEL[st],
+            message,
+            {
+                'frames': self.frames,
+                'dropped_frames': self.est.dropped_frames,
+                'lost_frames': self.est.lost_frames,
+                'held_frames': self.counts[Status.HELD],
+                'invalid_frames': self.counts[Status.INVALID],
+            },
+        )
+
 
 def main(args=None) -> int:
-    return run_node(EstimatorNode, args,
-                    config_hint='Fix config/control.yaml or the --ros-args overrides.')
+    return run_node(
+        EstimatorNode, args, config_hint='Fix config/control.yaml or the --ros-args overrides.'
+    )
 
 
 if __name__ == '__main__':

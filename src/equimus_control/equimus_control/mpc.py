@@ -19,10 +19,11 @@ QP (condensed; decision variables = the 2·N inputs, move-blocked by `block` per
 solved by OSQP, warm-started from the previous (shifted) solution. The valve state is not
 measured; it is predicted from the commands sent (open-loop observer with the known τ).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, Optional, Tuple
+from typing import Any
 
 import mujoco
 import numpy as np
@@ -39,9 +40,14 @@ from .plant import PlantModel
 NX, NU = 6, 2
 
 
-def linearise(leg_model: PlantModel, q0: np.ndarray, p0: np.ndarray, period: float,
-              eps_q: float = 1e-4,
-              eps_p: float = 0.05) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+def linearise(
+    leg_model: PlantModel,
+    q0: np.ndarray,
+    p0: np.ndarray,
+    period: float,
+    eps_q: float = 1e-4,
+    eps_p: float = 0.05,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(A (4×4), B (4×2), c (4,)) with (θ, θ̇)⁺ ≈ x0 + A(x − x0) + B(p − p0) + c over one period.
 
     x0 = (q0, 0). c is the drift f(x0, p0) − x0: zero at a true equilibrium, non-zero when p0 had
@@ -85,23 +91,31 @@ class MPCConfig:
 
     horizon: int = param(15, 'MPC prediction steps (each `block` periods)', range=(1, 200))
     block: int = param(3, 'control periods per MPC step (move blocking)', range=(1, 50))
-    q_theta: Tuple[float, float] = param((4000.0, 4000.0), '1/rad², weight of the angle error '
-                                         '[hip, knee]', range=(0.0, 1e9))
+    q_theta: tuple[float, float] = param(
+        (4000.0, 4000.0), '1/rad², weight of the angle error [hip, knee]', range=(0.0, 1e9)
+    )
     q_vel: float = param(0.5, 's²/rad², weight of the joint velocities', range=(0.0, 1e9))
-    r_u: float = param(1e-4, '1/kPa², weight of the pressures (towards the static pressures of '
-                       'the target)', range=(0.0, 1e9))
-    r_du: float = param(1e-4, '1/kPa², weight of the pressure change between steps',
-                        range=(0.0, 1e9))
-    du_max: float = param(25.0, 'kPa per control period, rate limit of the command',
-                          range=(0.01, HARD_MAX_KPA))
+    r_u: float = param(
+        1e-4,
+        '1/kPa², weight of the pressures (towards the static pressures of the target)',
+        range=(0.0, 1e9),
+    )
+    r_du: float = param(
+        1e-4, '1/kPa², weight of the pressure change between steps', range=(0.0, 1e9)
+    )
+    du_max: float = param(
+        25.0, 'kPa per control period, rate limit of the command', range=(0.01, HARD_MAX_KPA)
+    )
     grid_step: float = param(0.1, 'rad, spacing of the linearisation grid', range=(0.01, 1.0))
-    grid_lo: Tuple[float, float] = param((1.0, 0.05), 'rad, linearisation grid lower corner',
-                                         range=(-3.2, 3.2))
-    grid_hi: Tuple[float, float] = param((2.0, 1.25), 'rad, linearisation grid upper corner',
-                                         range=(-3.2, 3.2))
+    grid_lo: tuple[float, float] = param(
+        (1.0, 0.05), 'rad, linearisation grid lower corner', range=(-3.2, 3.2)
+    )
+    grid_hi: tuple[float, float] = param(
+        (2.0, 1.25), 'rad, linearisation grid upper corner', range=(-3.2, 3.2)
+    )
     max_iter: int = param(200, 'OSQP iterations per control cycle', range=(1, 100000))
-    period: float = 1.0 / 120.0           # s, control period (the discretisation)
-    valve_tau: float = VALVE_TAU_S        # s; the node takes it from the leg description
+    period: float = 1.0 / 120.0  # s, control period (the discretisation)
+    valve_tau: float = VALVE_TAU_S  # s; the node takes it from the leg description
 
     def __post_init__(self) -> None:
         validate_fields(self)
@@ -126,8 +140,14 @@ class LinearisationGrid:
                 self.nodes[(i, j)] = (q0, p0, A, B, c)
 
     def nearest(self, q):
-        idx = tuple(int(np.clip(round((q[k] - self.axes[k][0]) / self.cfg.grid_step), 0,
-                                len(self.axes[k]) - 1)) for k in range(2))
+        idx = tuple(
+            int(
+                np.clip(
+                    round((q[k] - self.axes[k][0]) / self.cfg.grid_step), 0, len(self.axes[k]) - 1
+                )
+            )
+            for k in range(2)
+        )
         return idx, self.nodes[idx]
 
 
@@ -139,9 +159,13 @@ class LinearMPC:
     towards it within the rate limit, clipped to [0, p_max]; `info['qp_failed']` reports it and
     `failures` counts it."""
 
-    def __init__(self, leg_model: PlantModel, params: StaticParams,
-                 cfg: Optional[MPCConfig] = None,
-                 grid: Optional[LinearisationGrid] = None) -> None:
+    def __init__(
+        self,
+        leg_model: PlantModel,
+        params: StaticParams,
+        cfg: MPCConfig | None = None,
+        grid: LinearisationGrid | None = None,
+    ) -> None:
         cfg = cfg if cfg is not None else MPCConfig()
         self.cfg, self.params = cfg, params
         self.grid = grid if grid is not None else LinearisationGrid(leg_model, params, cfg)
@@ -155,7 +179,7 @@ class LinearMPC:
         self._cache = {k: self._condensed(n) for k, n in self.grid.nodes.items()}
         self.reset()
 
-    def reset(self, p_valve: Optional[np.ndarray] = None) -> None:
+    def reset(self, p_valve: np.ndarray | None = None) -> None:
         self.p_valve = np.zeros(2) if p_valve is None else np.asarray(p_valve, float)
         self.u_last = self.p_valve.copy()
         self._solver = None
@@ -200,10 +224,10 @@ class LinearMPC:
         for k in range(N):
             Ak = Ab @ Ak
             lam = Ab @ lam + cb
-            Phi[k * NX:(k + 1) * NX] = Ak
-            Lam[k * NX:(k + 1) * NX] = lam
+            Phi[k * NX : (k + 1) * NX] = Ak
+            Lam[k * NX : (k + 1) * NX] = lam
             for j in range(k + 1):
-                Gam[k * NX:(k + 1) * NX, j * NU:(j + 1) * NU] = AkB[k - j]
+                Gam[k * NX : (k + 1) * NX, j * NU : (j + 1) * NU] = AkB[k - j]
         return Phi, Gam, Lam
 
     def _condensed(self, node):
@@ -224,15 +248,25 @@ class LinearMPC:
         n = H.shape[0]
         if self._solver is None:
             r, cidx = np.triu_indices(n)
-            order = np.lexsort((r, cidx))          # CSC order: by column, then row
+            order = np.lexsort((r, cidx))  # CSC order: by column, then row
             self._tri = (r[order], cidx[order])
             indptr = np.concatenate([[0], np.cumsum(np.bincount(self._tri[1], minlength=n))])
             P = sp.csc_matrix((H[self._tri], self._tri[0], indptr), shape=(n, n))
             self._solver = osqp.OSQP()
             nb = 2 * self.N
-            self._solver.setup(P, np.zeros(nb), self.C, np.zeros(2 * nb), np.ones(2 * nb),
-                               verbose=False, warm_starting=True, polishing=False,
-                               eps_abs=1e-4, eps_rel=1e-4, max_iter=self.cfg.max_iter)
+            self._solver.setup(
+                P,
+                np.zeros(nb),
+                self.C,
+                np.zeros(2 * nb),
+                np.ones(2 * nb),
+                verbose=False,
+                warm_starting=True,
+                polishing=False,
+                eps_abs=1e-4,
+                eps_rel=1e-4,
+                max_iter=self.cfg.max_iter,
+            )
         else:
             self._solver.update(Px=H[self._tri])
 
@@ -269,8 +303,13 @@ class LinearMPC:
         res = self._solver.solve(raise_error=False)
         status = str(res.info.status)
         self.last_status, self.last_iters = status, res.info.iter
-        failed = (res.x is None or not np.all(np.isfinite(res.x))
-                  or 'infeasible' in status or 'non_cvx' in status or 'non-convex' in status)
+        failed = (
+            res.x is None
+            or not np.all(np.isfinite(res.x))
+            or 'infeasible' in status
+            or 'non_cvx' in status
+            or 'non-convex' in status
+        )
         if failed:
             self.failures += 1
             u = u_star
@@ -283,5 +322,5 @@ class LinearMPC:
         sat = (u <= 1e-6) | (u >= p_max - 1e-6)
         self.u_last = u.copy()
         self.p_valve = self.a_valve * self.p_valve + (1 - self.a_valve) * u
-        info: Dict[str, Any] = {'status': status, 'iters': res.info.iter, 'qp_failed': failed}
+        info: dict[str, Any] = {'status': status, 'iters': res.info.iter, 'qp_failed': failed}
         return ControlOutput(u, sat, info)

@@ -14,12 +14,12 @@ is protected by conditional integration with back-calculation plus a hard clamp.
 PD (seeds/002 Sec. II-D, eqs. 26–31), including the term from ∂J_A/∂θ, for a faster inner loop
 (e.g. a valve driver) and for diagnostics.
 """
+
 from __future__ import annotations
 
 import itertools
 import math
 from dataclasses import dataclass
-from typing import Optional, Tuple
 
 import numpy as np
 
@@ -38,7 +38,7 @@ def pressure_torque_matrix(q, params: StaticParams) -> np.ndarray:
 
 
 def _isclose(a: float, b: float) -> bool:
-    return abs(a - b) <= 1e-8 + 1e-5 * abs(b)     # numpy.isclose's default tolerances
+    return abs(a - b) <= 1e-8 + 1e-5 * abs(b)  # numpy.isclose's default tolerances
 
 
 def box_lsq(A: np.ndarray, b: np.ndarray, lo: np.ndarray, hi: np.ndarray):
@@ -56,11 +56,11 @@ def box_lsq(A: np.ndarray, b: np.ndarray, lo: np.ndarray, hi: np.ndarray):
         if all(lo[i] <= x[i] <= hi[i] for i in range(2)):
             return np.array(x), np.zeros(2, bool)
     best, best_cost = None, math.inf
-    for pattern in itertools.product((0, 1, 2), repeat=2):   # 0 free, 1 at lo, 2 at hi
+    for pattern in itertools.product((0, 1, 2), repeat=2):  # 0 free, 1 at lo, 2 at hi
         x = [lo[i] if pattern[i] == 1 else hi[i] for i in range(2)]
         free = [i for i in range(2) if pattern[i] == 0]
         if len(free) == 2:
-            continue            # the unconstrained optimum was handled above
+            continue  # the unconstrained optimum was handled above
         if free:
             i, j = free[0], 1 - free[0]
             a, c = cols[i], cols[j]
@@ -97,16 +97,24 @@ def pressures_for_torque(q, tau_extra, p_ff, params: StaticParams, p_max=HARD_MA
 class PIDGains:
     """PID gains in joint-torque units; all of them may change while the controller runs."""
 
-    kp: Tuple[float, float] = param((3.0, 1.5), 'N·m/rad, proportional gain [hip, knee]',
-                                    range=(0.0, 1e3), runtime=True)
-    ki: Tuple[float, float] = param((4.0, 2.0), 'N·m/(rad·s), integral gain [hip, knee]',
-                                    range=(0.0, 1e3), runtime=True)
-    kd: Tuple[float, float] = param((0.15, 0.06), 'N·m·s/rad, derivative gain on the measured '
-                                    'velocity [hip, knee]', range=(0.0, 1e2), runtime=True)
-    i_max: Tuple[float, float] = param((0.5, 0.3), 'N·m, clamp of the integral torque',
-                                       range=(0.0, 1e2), runtime=True)
-    k_aw: float = param(5.0, '1/s, anti-windup back-calculation rate', range=(0.0, 1e3),
-                        runtime=True)
+    kp: tuple[float, float] = param(
+        (3.0, 1.5), 'N·m/rad, proportional gain [hip, knee]', range=(0.0, 1e3), runtime=True
+    )
+    ki: tuple[float, float] = param(
+        (4.0, 2.0), 'N·m/(rad·s), integral gain [hip, knee]', range=(0.0, 1e3), runtime=True
+    )
+    kd: tuple[float, float] = param(
+        (0.15, 0.06),
+        'N·m·s/rad, derivative gain on the measured velocity [hip, knee]',
+        range=(0.0, 1e2),
+        runtime=True,
+    )
+    i_max: tuple[float, float] = param(
+        (0.5, 0.3), 'N·m, clamp of the integral torque', range=(0.0, 1e2), runtime=True
+    )
+    k_aw: float = param(
+        5.0, '1/s, anti-windup back-calculation rate', range=(0.0, 1e3), runtime=True
+    )
 
     def __post_init__(self) -> None:
         validate_fields(self)
@@ -132,13 +140,13 @@ class StaticFeedforward:
 class PIDController:
     """PID on (θ1, θ2) → torque → pressures (see module docstring)."""
 
-    def __init__(self, params: StaticParams, gains: Optional[PIDGains] = None) -> None:
+    def __init__(self, params: StaticParams, gains: PIDGains | None = None) -> None:
         self.params = params
         self.g = gains if gains is not None else PIDGains()
         self.reset()
 
     def reset(self) -> None:
-        self.integral = np.zeros(2)     # integral torque (N·m)
+        self.integral = np.zeros(2)  # integral torque (N·m)
 
     def set_gains(self, gains: PIDGains) -> None:
         """New gains from the next step on (the integral torque is kept, clamped to i_max)."""
@@ -159,8 +167,11 @@ class PIDController:
         # integral also bleeds towards zero at rate k_aw·|shortfall| (never past zero).
         short = (np.abs(terr) > 1e-9) & (np.sign(terr) != np.sign(ki * e))
         di = np.where(short, 0.0, ki * e)
-        bleed = np.where(short & (np.sign(terr) == -np.sign(self.integral)),
-                         np.minimum(self.g.k_aw * np.abs(terr) * dt, np.abs(self.integral)), 0.0)
+        bleed = np.where(
+            short & (np.sign(terr) == -np.sign(self.integral)),
+            np.minimum(self.g.k_aw * np.abs(terr) * dt, np.abs(self.integral)),
+            0.0,
+        )
         self.integral += dt * di - np.sign(self.integral) * bleed
         i_max = np.asarray(self.g.i_max)
         self.integral = np.clip(self.integral, -i_max, i_max)

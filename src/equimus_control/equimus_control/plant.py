@@ -5,10 +5,12 @@ equimus_control imports no simulator: the implementation is a plugin registered 
 entry-point group `equimus.plant_models` (equimus_sim registers `mujoco`, its LegModel). Tests
 and benchmarks may pass a model object directly.
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from importlib.metadata import entry_points
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -21,7 +23,7 @@ DEFAULT_PLANT = 'mujoco'
 class PlantModel(Protocol):
     """A MuJoCo model of the leg with the accessors the planners need (equimus_sim.LegModel)."""
 
-    model: Any                      # mujoco.MjModel
+    model: Any  # mujoco.MjModel
     actuator_names: Sequence[str]
     qpos_idx: np.ndarray
     qvel_idx: np.ndarray
@@ -51,9 +53,10 @@ def plant_factory(name: str = DEFAULT_PLANT) -> PlantFactory:
     if not found:
         have = sorted(ep.name for ep in entry_points(group=ENTRY_POINT_GROUP))
         raise PlantModelMissing(
-            f"no plant model {name!r} in entry-point group {ENTRY_POINT_GROUP!r} "
-            f"(installed: {', '.join(have) or 'none'}); the model-based controllers need one: "
+            f'no plant model {name!r} in entry-point group {ENTRY_POINT_GROUP!r} '
+            f'(installed: {", ".join(have) or "none"}); the model-based controllers need one: '
             f"install equimus_sim (it registers 'mujoco'), e.g. build the workspace with "
-            f"scripts/setup.sh and source scripts/env.sh")
+            f'scripts/setup.sh and source scripts/env.sh'
+        )
     factory: PlantFactory = found[0].load()
     return factory

@@ -5,11 +5,12 @@ The triangle's vertices are the poses the leg reaches at rest under the paper's 
 (`statics.equilibrium`), which agrees with the MuJoCo model's settled poses to ~3e-5 rad
 (tests/control/test_statics.py). Each segment is a smooth (minimum-jerk) move followed by a hold.
 """
+
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
@@ -18,7 +19,7 @@ TRIANGLE_KPA = ((6.15, 2.73), (3.76, 7.26), (19.80, 8.52))
 
 def _min_jerk(s):
     s = min(max(s, 0.0), 1.0)
-    return 10 * s ** 3 - 15 * s ** 4 + 6 * s ** 5, (30 * s ** 2 - 60 * s ** 3 + 30 * s ** 4)
+    return 10 * s**3 - 15 * s**4 + 6 * s**5, (30 * s**2 - 60 * s**3 + 30 * s**4)
 
 
 @dataclass
@@ -42,14 +43,16 @@ class Waypoints:
             return P[0].copy(), np.zeros(2)
         a, b = P[(k - 1) % n], P[k % n]
         s, ds = _min_jerk(tau / self.move) if self.move > 0 else (1.0, 0.0)
-        return a + s * (b - a), (ds / self.move if self.move > 0 and tau < self.move else 0.0) * (b - a)
+        return a + s * (b - a), (ds / self.move if self.move > 0 and tau < self.move else 0.0) * (
+            b - a
+        )
 
 
 @dataclass
 class Sinusoid:
     center: Sequence[float] = (1.5, 0.6)
     amplitude: Sequence[float] = (0.1, 0.15)
-    frequency: float = 0.25    # Hz
+    frequency: float = 0.25  # Hz
     phase: Sequence[float] = (0.0, math.pi / 2)
 
     def __call__(self, t: float):
@@ -61,6 +64,7 @@ class Sinusoid:
 
 def triangle_poses(params, pressures=TRIANGLE_KPA) -> np.ndarray:
     from equimus_description.statics import equilibrium
+
     return np.array([equilibrium(p, params) for p in pressures])
 
 
@@ -78,7 +82,9 @@ def make_reference(kind: str, params=None, **kw):
     raise ValueError(f"unknown reference kind {kind!r}: use 'triangle', 'steps' or 'sine'")
 
 
-def reference_at(q_ref, qd_ref, ref_stamp: float, stamp: float, max_preview: float = 0.1) -> np.ndarray:
+def reference_at(
+    q_ref, qd_ref, ref_stamp: float, stamp: float, max_preview: float = 0.1
+) -> np.ndarray:
     """The reference at a state's time `stamp` from the latest sample (q_ref, qd_ref at ref_stamp).
 
     A reference that arrives late (its node delayed by load) is carried forward along its own

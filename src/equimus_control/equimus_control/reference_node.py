@@ -1,13 +1,17 @@
 """reference node: publishes /reference/joint (JointState position/velocity) at `rate` Hz in the
 node clock (sim time with use_sim_time), from the trajectory chosen by parameters."""
+
 from __future__ import annotations
 
 import dataclasses
 import math
 import sys
-from typing import Callable, Tuple
+from collections.abc import Callable
 
 import numpy as np
+from rclpy.node import Node
+from sensor_msgs.msg import JointState
+
 from equimus_description.config import ConfigError, param, validate_fields
 from equimus_description.interface import DIAGNOSTICS, JOINTS, REFERENCE
 from equimus_description.valve import HARD_MAX_KPA
@@ -15,13 +19,11 @@ from equimus_ros.diagnostics import Diagnostics, Level
 from equimus_ros.main import run_node
 from equimus_ros.params import bind
 from equimus_ros.qos import publisher
-from rclpy.node import Node
-from sensor_msgs.msg import JointState
 
 from .reference import TRIANGLE_KPA, Sinusoid, Waypoints, make_reference
 
 TRAJECTORIES = ('triangle', 'step', 'sine', 'hold')
-_WAY, _SINE = Waypoints(poses=()), Sinusoid()    # the plain trajectories' defaults
+_WAY, _SINE = Waypoints(poses=()), Sinusoid()  # the plain trajectories' defaults
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,22 +37,31 @@ class ReferenceParams:
     rate: float = param(120.0, 'Hz, publication rate in the node clock', range=(1.0, 1000.0))
     move: float = param(_WAY.move, 's minimum-jerk move between waypoints', range=(0.0, 60.0))
     hold: float = param(_WAY.hold, 's hold at each waypoint', range=(0.0, 600.0))
-    triangle_kpa: Tuple[float, ...] = param(
+    triangle_kpa: tuple[float, ...] = param(
         tuple(p for pair in TRIANGLE_KPA for p in pair),
-        'kPa pairs (maa, baa), flat: the triangle\'s vertices are the rest poses under these',
-        range=(0.0, HARD_MAX_KPA))
-    pressure_sign: float = param(1.0, '+1: pressure lengthens the actuator (the rig and the '
-                                 'simulated leg), -1: it pulls; for the triangle\'s poses',
-                                 range=(-1.0, 1.0))
-    leg_parameter_set: str = param('', 'parameter set of the leg description used for the '
-                                   'triangle\'s poses (\'\' = the description as is)')
-    step_poses: Tuple[float, ...] = param((1.4, 0.8, 1.6, 0.5, 1.45, 0.55),
-                                          'rad pairs (hip, knee), flat, for trajectory step')
-    sine_center: Tuple[float, ...] = param(tuple(_SINE.center), 'rad (hip, knee)')
-    sine_amplitude: Tuple[float, ...] = param(tuple(_SINE.amplitude), 'rad (hip, knee)',
-                                              range=(0.0, 0.5), runtime=True)
+        "kPa pairs (maa, baa), flat: the triangle's vertices are the rest poses under these",
+        range=(0.0, HARD_MAX_KPA),
+    )
+    pressure_sign: float = param(
+        1.0,
+        '+1: pressure lengthens the actuator (the rig and the '
+        "simulated leg), -1: it pulls; for the triangle's poses",
+        range=(-1.0, 1.0),
+    )
+    leg_parameter_set: str = param(
+        '',
+        'parameter set of the leg description used for the '
+        "triangle's poses ('' = the description as is)",
+    )
+    step_poses: tuple[float, ...] = param(
+        (1.4, 0.8, 1.6, 0.5, 1.45, 0.55), 'rad pairs (hip, knee), flat, for trajectory step'
+    )
+    sine_center: tuple[float, ...] = param(tuple(_SINE.center), 'rad (hip, knee)')
+    sine_amplitude: tuple[float, ...] = param(
+        tuple(_SINE.amplitude), 'rad (hip, knee)', range=(0.0, 0.5), runtime=True
+    )
     sine_frequency: float = param(_SINE.frequency, 'Hz', range=(0.0, 5.0), runtime=True)
-    hold_pose: Tuple[float, ...] = param((1.3909, 0.8533), 'rad (hip, knee), for trajectory hold')
+    hold_pose: tuple[float, ...] = param((1.3909, 0.8533), 'rad (hip, knee), for trajectory hold')
 
     def __post_init__(self) -> None:
         validate_fields(self)
@@ -73,17 +84,23 @@ class ReferenceParams:
             from equimus_description.statics import StaticParams
 
             from .reference import triangle_poses
+
             leg = load_leg(parameter_set=self.leg_parameter_set or None)
             params = StaticParams.from_leg(leg, pressure_sign=self.pressure_sign)
             poses = triangle_poses(params, np.reshape(self.triangle_kpa, (-1, 2)))
             return make_reference('triangle', poses=poses, move=self.move, hold=self.hold)
         if self.trajectory == 'step':
-            return make_reference('steps', poses=np.reshape(self.step_poses, (-1, 2)),
-                                  move=self.move, hold=self.hold)
+            return make_reference(
+                'steps', poses=np.reshape(self.step_poses, (-1, 2)), move=self.move, hold=self.hold
+            )
         if self.trajectory == 'hold':
             return make_reference('steps', poses=[self.hold_pose], move=0.0, hold=1.0)
-        return make_reference('sine', center=self.sine_center, amplitude=self.sine_amplitude,
-                              frequency=self.sine_frequency)
+        return make_reference(
+            'sine',
+            center=self.sine_center,
+            amplitude=self.sine_amplitude,
+            frequency=self.sine_frequency,
+        )
 
 
 class ReferenceNode(Node):
@@ -93,8 +110,9 @@ class ReferenceNode(Node):
         cfg = self.params.config
         self.traj = cfg.trajectory_fn()
         if isinstance(self.traj, Waypoints):
-            self.get_logger().info(f'{cfg.trajectory} poses (rad): '
-                                   f'{np.round(self.traj.poses, 4).tolist()}')
+            self.get_logger().info(
+                f'{cfg.trajectory} poses (rad): {np.round(self.traj.poses, 4).tolist()}'
+            )
         self.kind = cfg.trajectory
         self.t0 = None
         self.count = 0
@@ -113,9 +131,12 @@ class ReferenceNode(Node):
             return
         t = self._elapsed()
         dw = 2 * math.pi * (old.frequency - cfg.sine_frequency)
-        self.traj = Sinusoid(center=old.center, amplitude=tuple(cfg.sine_amplitude),
-                             frequency=cfg.sine_frequency,
-                             phase=tuple(p + dw * t for p in old.phase))
+        self.traj = Sinusoid(
+            center=old.center,
+            amplitude=tuple(cfg.sine_amplitude),
+            frequency=cfg.sine_frequency,
+            phase=tuple(p + dw * t for p in old.phase),
+        )
 
     def _tick(self):
         now = self.get_clock().now()
@@ -136,8 +157,9 @@ class ReferenceNode(Node):
 
 
 def main(args=None) -> int:
-    return run_node(ReferenceNode, args,
-                    config_hint='Fix config/control.yaml or the --ros-args overrides.')
+    return run_node(
+        ReferenceNode, args, config_hint='Fix config/control.yaml or the --ros-args overrides.'
+    )
 
 
 if __name__ == '__main__':

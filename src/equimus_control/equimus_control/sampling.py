@@ -16,11 +16,11 @@ horizon; the defaults fit the 8.3 ms period with room on 2 cores (benchmarks/ben
 The valve pressures are not measured; they are predicted from the commands sent, as in the
 linear MPC.
 """
+
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Optional, Tuple
 
 import mujoco
 import mujoco.rollout
@@ -42,20 +42,24 @@ class SamplingConfig:
 
     horizon: float = param(0.25, 's, planning horizon', range=(0.02, 5.0))
     knots: int = param(4, 'plan values per valve over the horizon', range=(2, 100))
-    samples: int = param(12, 'rollouts per control period (nominal + static plan + '
-                         'perturbations)', range=(3, 10000))
+    samples: int = param(
+        12, 'rollouts per control period (nominal + static plan + perturbations)', range=(3, 10000)
+    )
     sigma: float = param(6.0, 'kPa, perturbation of each plan value', range=(0.0, HARD_MAX_KPA))
-    w_theta: Tuple[float, float] = param((1.0, 1.0), 'cost per rad² of angle error per step '
-                                         '[hip, knee]', range=(0.0, 1e9))
+    w_theta: tuple[float, float] = param(
+        (1.0, 1.0), 'cost per rad² of angle error per step [hip, knee]', range=(0.0, 1e9)
+    )
     w_vel: float = param(0.002, 'cost per (rad/s)² per step', range=(0.0, 1e9))
-    w_u: float = param(2e-6, 'cost per kPa² away from the static pressures of the target',
-                       range=(0.0, 1e9))
-    du_max: float = param(25.0, 'kPa per control period, rate limit of the command',
-                          range=(0.01, HARD_MAX_KPA))
+    w_u: float = param(
+        2e-6, 'cost per kPa² away from the static pressures of the target', range=(0.0, 1e9)
+    )
+    du_max: float = param(
+        25.0, 'kPa per control period, rate limit of the command', range=(0.01, HARD_MAX_KPA)
+    )
     threads: int = param(2, 'rollout threads', range=(1, 64))
-    seed: int = param(0, 'seed of the perturbations', range=(0, 2 ** 31 - 1))
-    period: float = 1.0 / 120.0           # s, control period = the planning model's step
-    valve_tau: float = VALVE_TAU_S        # s; the node takes it from the leg description
+    seed: int = param(0, 'seed of the perturbations', range=(0, 2**31 - 1))
+    period: float = 1.0 / 120.0  # s, control period = the planning model's step
+    valve_tau: float = VALVE_TAU_S  # s; the node takes it from the leg description
 
     def __post_init__(self) -> None:
         validate_fields(self)
@@ -65,17 +69,20 @@ class SamplingConfig:
 class PredictiveSampling:
     """Receding-horizon pressure commands from (θ, θ̇) and the reference pose."""
 
-    def __init__(self, leg_model: PlantModel, params: StaticParams,
-                 cfg: Optional[SamplingConfig] = None) -> None:
+    def __init__(
+        self, leg_model: PlantModel, params: StaticParams, cfg: SamplingConfig | None = None
+    ) -> None:
         cfg = cfg if cfg is not None else SamplingConfig()
         if cfg.samples < 3 or cfg.knots < 2:
             raise ValueError('predictive sampling needs samples >= 3 and knots >= 2')
         self.cfg, self.params, self.lm = cfg, params, leg_model
         m = leg_model.model
         if abs(m.opt.timestep - cfg.period) > 1e-12:
-            raise ValueError(f'the planning model must step at the control period '
-                             f'({cfg.period:g} s), '
-                             f'not {m.opt.timestep:g} s: build it with leg.with_timestep(period)')
+            raise ValueError(
+                f'the planning model must step at the control period '
+                f'({cfg.period:g} s), '
+                f'not {m.opt.timestep:g} s: build it with leg.with_timestep(period)'
+            )
         self.model = m
         self.steps = max(2, int(round(cfg.horizon / cfg.period)))
         self.a_valve = lag_coefficient(cfg.period, cfg.valve_tau)
@@ -103,10 +110,10 @@ class PredictiveSampling:
         self.rng = np.random.default_rng(cfg.seed)
         self.reset()
 
-    def reset(self, p_valve: Optional[np.ndarray] = None) -> None:
+    def reset(self, p_valve: np.ndarray | None = None) -> None:
         self.p_valve = np.zeros(2) if p_valve is None else np.asarray(p_valve, float)
         self.u_last = self.p_valve.copy()
-        self.nominal = None            # (knots, 2) kPa at knot_t from the last plan's start
+        self.nominal = None  # (knots, 2) kPa at knot_t from the last plan's start
         self.last_cost = math.nan
 
     # ----- one period ------------------------------------------------------------------------
@@ -116,7 +123,7 @@ class PredictiveSampling:
         q, qd = np.asarray(state.q, float), np.asarray(state.qd, float)
         u_star = np.clip(holding_pressures(ref.q, self.params), 0.0, p_max)
         plans = self._candidates(u_star, p_max)
-        commands = self._interpolate(plans)                   # (S, steps, 2)
+        commands = self._interpolate(plans)  # (S, steps, 2)
         states = self._rollout(q, qd, commands)
         cost = self._cost(states, commands, ref.at(self.step_t), u_star)
         best = int(np.argmin(cost))
@@ -135,7 +142,7 @@ class PredictiveSampling:
         c = self.cfg
         if self.nominal is None:
             nominal = np.tile(u_star, (c.knots, 1))
-        else:   # the last plan, one period later; its end value is held
+        else:  # the last plan, one period later; its end value is held
             t = np.minimum(self.knot_t + c.period, self.knot_t[-1])
             nominal = np.stack([np.interp(t, self.knot_t, self.nominal[:, i]) for i in range(2)], 1)
         plans = np.empty((c.samples, c.knots, 2))
@@ -163,22 +170,32 @@ class PredictiveSampling:
         zi = np.broadcast_to(a * self.p_valve, (len(commands), 1, 2))
         p, _ = lfilter([1.0 - a], [1.0, -a], commands, axis=1, zi=zi)
         np.matmul(p, self._force.T, out=self._ctrl)
-        self._roller.rollout(self._models, self._threads, self._init, self._ctrl,
-                             nstep=self.steps, state=self._state, skip_checks=True)
+        self._roller.rollout(
+            self._models,
+            self._threads,
+            self._init,
+            self._ctrl,
+            nstep=self.steps,
+            state=self._state,
+            skip_checks=True,
+        )
         return self._state
 
     def close(self) -> None:
         """Stop the rollout threads (also done when the controller is garbage-collected)."""
         self._roller.close()
 
-    def _cost(self, states: np.ndarray, commands: np.ndarray, target: np.ndarray,
-              u_star: np.ndarray) -> np.ndarray:
+    def _cost(
+        self, states: np.ndarray, commands: np.ndarray, target: np.ndarray, u_star: np.ndarray
+    ) -> np.ndarray:
         """Cost of each rollout; `target` (steps, 2) is the reference previewed at each step."""
         theta = states[:, :, self._qcols]
         vel = states[:, :, self._vcols]
         e = theta - target[None, :, :]
         c = self.cfg
-        cost = (np.einsum('skj,j->s', e * e, self._w_theta)
-                + c.w_vel * np.einsum('skj->s', vel * vel)
-                + c.w_u * np.einsum('skj->s', (commands - u_star) ** 2)) / self.steps
+        cost = (
+            np.einsum('skj,j->s', e * e, self._w_theta)
+            + c.w_vel * np.einsum('skj->s', vel * vel)
+            + c.w_u * np.einsum('skj->s', (commands - u_star) ** 2)
+        ) / self.steps
         return np.where(np.isfinite(cost), cost, np.inf)

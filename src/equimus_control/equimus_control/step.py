@@ -6,14 +6,16 @@ The controller node, the offline closed-loop harness (`closed_loop.run`), the fu
 as arguments only: `now` (steady-clock s) drives the stale-state guard, the estimate's stamp
 (s) places the reference, so a recorded input sequence always gives the same commands.
 """
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Optional, Sequence, Union
+from typing import Union
 
 import numpy as np
 
-from .controller import MAX_PREVIEW_S, ControlOutput, Controller, Estimate, Reference
+from .controller import MAX_PREVIEW_S, Controller, ControlOutput, Estimate, Reference
 from .reference import reference_at
 from .supervisor import VENT, SafetyConfig, Supervisor
 
@@ -41,21 +43,25 @@ class Command:
     saturated: np.ndarray
     vented: bool
     reason: str
-    output: Optional[ControlOutput] = None
+    output: ControlOutput | None = None
 
 
 class ControlStep:
     """One controller behind the guards of `supervisor.Supervisor`; see the module docstring."""
 
-    def __init__(self, controller: Controller, safety: Optional[SafetyConfig] = None,
-                 max_preview: float = MAX_PREVIEW_S) -> None:
+    def __init__(
+        self,
+        controller: Controller,
+        safety: SafetyConfig | None = None,
+        max_preview: float = MAX_PREVIEW_S,
+    ) -> None:
         self.controller = controller
         self.supervisor = Supervisor(safety)
         self.max_preview = max_preview
-        self.q_ref: Optional[np.ndarray] = None
+        self.q_ref: np.ndarray | None = None
         self.qd_ref = np.zeros(2)
-        self.ref_stamp: Optional[float] = None
-        self.last_stamp: Optional[float] = None
+        self.ref_stamp: float | None = None
+        self.last_stamp: float | None = None
 
     @property
     def safety(self) -> SafetyConfig:
@@ -80,23 +86,26 @@ class ControlStep:
         """The command for the estimate (q, qd) taken at `stamp`; `now` is the steady clock."""
         q_arr = np.asarray(q, float)[:2] if len(q) >= 2 else np.full(2, np.nan)
         qd_arr = np.asarray(qd, float)[:2] if len(qd) >= 2 else np.zeros(2)
-        dt = PERIOD if self.last_stamp is None or stamp <= self.last_stamp else \
-            min(stamp - self.last_stamp, MAX_DT)
+        dt = (
+            PERIOD
+            if self.last_stamp is None or stamp <= self.last_stamp
+            else min(stamp - self.last_stamp, MAX_DT)
+        )
         self.last_stamp = stamp
         sup = self.supervisor
         if not sup.check_state(q_arr, now, qd_arr):
             return self._vent()
         if self.q_ref is None:
-            self.q_ref = q_arr.copy()   # no reference yet: hold where the leg is
+            self.q_ref = q_arr.copy()  # no reference yet: hold where the leg is
         ref = Reference(self._reference_at(stamp), self.qd_ref, self.max_preview)
         out = self.controller.step(Estimate(q_arr, qd_arr, stamp), ref, dt, sup.cfg.p_max)
         u = sup.clip(out.pressures)
-        if sup.venting:                 # the controller produced a non-finite command
+        if sup.venting:  # the controller produced a non-finite command
             self.controller.reset()
             return Command(u, np.zeros(2, bool), True, sup.reason, out)
         return Command(u, np.asarray(out.saturated, bool), False, sup.reason, out)
 
-    def check_stale(self, now: float) -> Optional[Command]:
+    def check_stale(self, now: float) -> Command | None:
         """A vent command if no valid estimate arrived within stale_timeout, else None."""
         if self.supervisor.check_stale(now):
             return self._vent()

@@ -5,13 +5,24 @@ needs to describe it (meaning and unit, allowed range) and whether it may change
 runs. equimus_ros.params declares the parameters from these fields; YAML files override the
 defaults; nothing else restates a default.
 """
+
 from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Iterable, Optional, Tuple
+from collections.abc import Iterable
+from typing import Any
 
-__all__ = ['METADATA_KEY', 'ConfigError', 'ParamMeta', 'check_finite', 'check_pair', 'check_range', 'param', 'validate_fields']
+__all__ = [
+    'METADATA_KEY',
+    'ConfigError',
+    'ParamMeta',
+    'check_finite',
+    'check_pair',
+    'check_range',
+    'param',
+    'validate_fields',
+]
 
 #: Key of a field's metadata that equimus_ros.params reads (a ParamMeta).
 METADATA_KEY = 'ros_parameter'
@@ -20,7 +31,7 @@ METADATA_KEY = 'ros_parameter'
 @dataclasses.dataclass(frozen=True)
 class ParamMeta:
     doc: str
-    range: Optional[Tuple[float, float]] = None
+    range: tuple[float, float] | None = None
     runtime: bool = False
 
 
@@ -28,8 +39,9 @@ class ConfigError(ValueError):
     """A configuration value is invalid; the message names the key and what is allowed."""
 
 
-def param(default: Any, doc: str, *, range: Optional[Tuple[float, float]] = None,
-          runtime: bool = False) -> Any:
+def param(
+    default: Any, doc: str, *, range: tuple[float, float] | None = None, runtime: bool = False
+) -> Any:
     """A dataclass field that is also a ROS parameter.
 
     doc: meaning and unit; range: inclusive bounds (numbers, or every element of a list);

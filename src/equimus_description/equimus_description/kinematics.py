@@ -9,11 +9,12 @@ velocities to actuator velocities and, transposed, actuator forces to joint torq
 (τ = −J_Aᵀ F for muscles that pull). Derivatives are analytic so the controller's impedance
 transfer (which needs ∂J_A/∂θ) costs no finite differencing on the hot path.
 """
+
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import Mapping
 
 import numpy as np
 
@@ -25,17 +26,17 @@ JOINTS = ('hip', 'knee')
 class PlanarGeometry:
     """Link lengths and actuator anchor geometry (metres, radians)."""
 
-    a1: float = 0.25      # thigh length, hip → knee
-    a2: float = 0.25      # calf length, knee → foot
-    b1: float = 0.21213   # MAA attachment distance on the thigh, from the hip
-    beta1: float = np.deg2rad(8.13)   # MAA attachment angle behind the thigh axis
-    d1: float = 0.06      # MAA base anchor at (+d1, 0)
-    b2: float = 0.10      # BAA attachment distance on the calf, from the knee
-    beta2: float = np.deg2rad(30.0)   # BAA attachment angle ahead of the calf axis
-    d2: float = 0.10      # BAA base anchor at (−d2, 0)
+    a1: float = 0.25  # thigh length, hip → knee
+    a2: float = 0.25  # calf length, knee → foot
+    b1: float = 0.21213  # MAA attachment distance on the thigh, from the hip
+    beta1: float = np.deg2rad(8.13)  # MAA attachment angle behind the thigh axis
+    d1: float = 0.06  # MAA base anchor at (+d1, 0)
+    b2: float = 0.10  # BAA attachment distance on the calf, from the knee
+    beta2: float = np.deg2rad(30.0)  # BAA attachment angle ahead of the calf axis
+    d2: float = 0.10  # BAA base anchor at (−d2, 0)
 
     @classmethod
-    def from_mapping(cls, values: Mapping[str, float]) -> 'PlanarGeometry':
+    def from_mapping(cls, values: Mapping[str, float]) -> PlanarGeometry:
         """Build from a dict (e.g. YAML); angles may be given in degrees as `beta1_deg`."""
         kwargs = {}
         for f in fields(cls):
@@ -112,7 +113,11 @@ def _dot2(a, b) -> float:
 def actuation_derivatives(q, g: PlanarGeometry = PlanarGeometry()):
     """(l, J_A, H) with H[a, i, j] = ∂²l_a/∂θ_i∂θ_j, all analytic."""
     bases = ((g.d1, 0.0), (-g.d2, 0.0))
-    l, J, H = [0.0, 0.0], [[0.0, 0.0], [0.0, 0.0]], [[[0.0] * 2 for _ in range(2)] for _ in range(2)]
+    l, J, H = (
+        [0.0, 0.0],
+        [[0.0, 0.0], [0.0, 0.0]],
+        [[[0.0] * 2 for _ in range(2)] for _ in range(2)],
+    )
     for a, (p, dp, ddp) in enumerate(_anchor_derivatives(q, g)):
         r = (p[0] - bases[a][0], p[1] - bases[a][1])
         la = math.hypot(r[0], r[1])

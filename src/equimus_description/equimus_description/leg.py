@@ -5,6 +5,7 @@ kinematics used by the controller. Fitted parameters (e.g. an identification res
 as overrides with dotted keys such as ``actuators.maa.k``, so a fitted YAML can be passed to the
 simulation as it is.
 """
+
 from __future__ import annotations
 
 import copy
@@ -12,8 +13,9 @@ import importlib.resources
 import math
 import os
 import pathlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional
+from typing import Any
 
 import numpy as np
 import yaml
@@ -29,11 +31,11 @@ class LegDescriptionError(ValueError):
 @dataclass(frozen=True)
 class Body:
     name: str
-    pos: np.ndarray             # origin in the parent frame at the build pose (root: world)
+    pos: np.ndarray  # origin in the parent frame at the build pose (root: world)
     mass: float
     com: np.ndarray
-    inertia: np.ndarray         # [ixx, iyy, izz, ixy, ixz, iyz] about the COM, body frame
-    mesh: Optional[str] = None
+    inertia: np.ndarray  # [ixx, iyy, izz, ixy, ixz, iyz] about the COM, body frame
+    mesh: str | None = None
 
 
 @dataclass(frozen=True)
@@ -42,7 +44,7 @@ class Joint:
     parent: str
     child: str
     axis: np.ndarray
-    ref: float                  # joint angle at the build pose (qpos == paper angle)
+    ref: float  # joint angle at the build pose (qpos == paper angle)
     damping: float
     range: tuple
 
@@ -50,7 +52,7 @@ class Joint:
 @dataclass(frozen=True)
 class Anchor:
     body: str
-    pos: np.ndarray             # in the body frame at the build pose
+    pos: np.ndarray  # in the body frame at the build pose
 
 
 @dataclass(frozen=True)
@@ -75,17 +77,17 @@ class Actuator:
 @dataclass(frozen=True)
 class LegDescription:
     name: str
-    bodies: dict                # name -> Body, parents before children
-    joints: dict                # name -> Joint, in tree order
-    actuators: dict             # name -> Actuator
-    geometry: Optional[PlanarGeometry]
+    bodies: dict  # name -> Body, parents before children
+    joints: dict  # name -> Joint, in tree order
+    actuators: dict  # name -> Actuator
+    geometry: PlanarGeometry | None
     valve_time_constant: float
     timestep: float
     integrator: str
     gravity: float
     equality_solref: tuple
     equality_solimp: tuple
-    source: Optional[str] = None
+    source: str | None = None
     raw: dict = field(default_factory=dict, repr=False)
 
     @property
@@ -100,18 +102,18 @@ class LegDescription:
     def actuator_names(self) -> list:
         return list(self.actuators)
 
-    def parent_joint(self, body: str) -> Optional[Joint]:
+    def parent_joint(self, body: str) -> Joint | None:
         for j in self.joints.values():
             if j.child == body:
                 return j
         return None
 
-    def with_overrides(self, overrides: Mapping[str, Any]) -> 'LegDescription':
+    def with_overrides(self, overrides: Mapping[str, Any]) -> LegDescription:
         """A new description with dotted-key overrides applied to the raw YAML."""
         raw = apply_overrides(self.raw, overrides)
         return from_dict(raw, source=self.source)
 
-    def with_timestep(self, dt: float) -> 'LegDescription':
+    def with_timestep(self, dt: float) -> LegDescription:
         return self.with_overrides({'sim.timestep': float(dt)})
 
 
@@ -131,7 +133,7 @@ def _flatten(d: Mapping, prefix: str = '') -> dict:
     return out
 
 
-def normalise_overrides(overrides: Optional[Mapping[str, Any]]) -> dict:
+def normalise_overrides(overrides: Mapping[str, Any] | None) -> dict:
     """Accept flat dotted keys ({'actuators.maa.k': 270}) or nested mappings, or a mix."""
     if not overrides:
         return {}
@@ -144,7 +146,7 @@ def normalise_overrides(overrides: Optional[Mapping[str, Any]]) -> dict:
     return flat
 
 
-def apply_overrides(raw: Mapping, overrides: Optional[Mapping[str, Any]]) -> dict:
+def apply_overrides(raw: Mapping, overrides: Mapping[str, Any] | None) -> dict:
     """Copy of raw with each dotted key replaced; unknown keys are an error (typos must not pass)."""
     out = copy.deepcopy(dict(raw))
     for key, value in normalise_overrides(overrides).items():
@@ -153,14 +155,16 @@ def apply_overrides(raw: Mapping, overrides: Optional[Mapping[str, Any]]) -> dic
         for i, p in enumerate(parts[:-1]):
             if not isinstance(node, dict) or p not in node:
                 raise LegDescriptionError(
-                    f"override '{key}': no '{'.'.join(parts[:i + 1])}' in the leg description "
-                    f"(known: {sorted(node) if isinstance(node, dict) else '-'})")
+                    f"override '{key}': no '{'.'.join(parts[: i + 1])}' in the leg description "
+                    f'(known: {sorted(node) if isinstance(node, dict) else "-"})'
+                )
             node = node[p]
         leaf = parts[-1]
         if not isinstance(node, dict) or leaf not in node:
             raise LegDescriptionError(
                 f"override '{key}': unknown parameter '{leaf}' "
-                f"(known: {sorted(node) if isinstance(node, dict) else '-'})")
+                f'(known: {sorted(node) if isinstance(node, dict) else "-"})'
+            )
         if isinstance(node[leaf], (int, float)) and not isinstance(node[leaf], bool):
             try:
                 value = float(value)
@@ -198,7 +202,7 @@ def _positive(x, what, allow_zero=False):
     return v
 
 
-def from_dict(raw: Mapping, source: Optional[str] = None) -> LegDescription:
+def from_dict(raw: Mapping, source: str | None = None) -> LegDescription:
     """Validate a parsed YAML mapping and build the description."""
     try:
         bodies_raw = raw['bodies']
@@ -209,11 +213,15 @@ def from_dict(raw: Mapping, source: Optional[str] = None) -> LegDescription:
     bodies = {}
     for name, b in bodies_raw.items():
         bodies[name] = Body(
-            name=name, pos=_vec(b.get('pos', [0, 0, 0]), 3, f'bodies.{name}.pos'),
+            name=name,
+            pos=_vec(b.get('pos', [0, 0, 0]), 3, f'bodies.{name}.pos'),
             mass=_positive(b['mass'], f'bodies.{name}.mass'),
             com=_vec(b.get('com', [0, 0, 0]), 3, f'bodies.{name}.com'),
-            inertia=_vec(b.get('inertia', [1e-6, 1e-6, 1e-6, 0, 0, 0]), 6, f'bodies.{name}.inertia'),
-            mesh=b.get('mesh'))
+            inertia=_vec(
+                b.get('inertia', [1e-6, 1e-6, 1e-6, 0, 0, 0]), 6, f'bodies.{name}.inertia'
+            ),
+            mesh=b.get('mesh'),
+        )
     children = {}
     joints = {}
     for name, j in joints_raw.items():
@@ -221,20 +229,29 @@ def from_dict(raw: Mapping, source: Optional[str] = None) -> LegDescription:
             if j.get(end) not in bodies:
                 raise LegDescriptionError(f'joints.{name}.{end}: unknown body {j.get(end)!r}')
         if j['child'] in children:
-            raise LegDescriptionError(f'body {j["child"]} has two parent joints '
-                                      f'({children[j["child"]]} and {name}); the skeleton must be a tree')
+            raise LegDescriptionError(
+                f'body {j["child"]} has two parent joints '
+                f'({children[j["child"]]} and {name}); the skeleton must be a tree'
+            )
         children[j['child']] = name
         axis = _vec(j.get('axis', [-1, 0, 0]), 3, f'joints.{name}.axis')
         rng = _vec(j.get('range', [-math.pi, math.pi]), 2, f'joints.{name}.range')
         if rng[0] >= rng[1]:
             raise LegDescriptionError(f'joints.{name}.range: lower must be below upper, got {rng}')
-        joints[name] = Joint(name=name, parent=j['parent'], child=j['child'],
-                             axis=axis / np.linalg.norm(axis), ref=float(j.get('ref', 0.0)),
-                             damping=_positive(j.get('damping', 0.0), f'joints.{name}.damping', True),
-                             range=(float(rng[0]), float(rng[1])))
+        joints[name] = Joint(
+            name=name,
+            parent=j['parent'],
+            child=j['child'],
+            axis=axis / np.linalg.norm(axis),
+            ref=float(j.get('ref', 0.0)),
+            damping=_positive(j.get('damping', 0.0), f'joints.{name}.damping', True),
+            range=(float(rng[0]), float(rng[1])),
+        )
     roots = [b for b in bodies if b not in children]
     if len(roots) != 1:
-        raise LegDescriptionError(f'exactly one root body (fixed to the world) expected, got {roots}')
+        raise LegDescriptionError(
+            f'exactly one root body (fixed to the world) expected, got {roots}'
+        )
     # Tree order: root first, then children breadth first (the builder nests bodies in this order).
     order, frontier = [], roots
     while frontier:
@@ -251,37 +268,65 @@ def from_dict(raw: Mapping, source: Optional[str] = None) -> LegDescription:
         for end in ('base', 'tip'):
             e = a.get(end) or {}
             if e.get('body') not in bodies:
-                raise LegDescriptionError(f'actuators.{name}.{end}.body: unknown body {e.get("body")!r}')
-            anchors.append(Anchor(e['body'], _vec(e.get('pos', [0, 0, 0]), 3, f'actuators.{name}.{end}.pos')))
+                raise LegDescriptionError(
+                    f'actuators.{name}.{end}.body: unknown body {e.get("body")!r}'
+                )
+            anchors.append(
+                Anchor(e['body'], _vec(e.get('pos', [0, 0, 0]), 3, f'actuators.{name}.{end}.pos'))
+            )
         actuators[name] = Actuator(
-            name=name, base=anchors[0], tip=anchors[1],
-            m=_positive(a['m'], f'actuators.{name}.m'), k=_positive(a['k'], f'actuators.{name}.k', True),
-            c=_positive(a['c'], f'actuators.{name}.c', True), l0=_positive(a['l0'], f'actuators.{name}.l0'),
+            name=name,
+            base=anchors[0],
+            tip=anchors[1],
+            m=_positive(a['m'], f'actuators.{name}.m'),
+            k=_positive(a['k'], f'actuators.{name}.k', True),
+            c=_positive(a['c'], f'actuators.{name}.c', True),
+            l0=_positive(a['l0'], f'actuators.{name}.l0'),
             area=_positive(a['area'], f'actuators.{name}.area', True),
-            pressure_max_kpa=_positive(a.get('pressure_max_kpa', 50.0), f'actuators.{name}.pressure_max_kpa'))
+            pressure_max_kpa=_positive(
+                a.get('pressure_max_kpa', 50.0), f'actuators.{name}.pressure_max_kpa'
+            ),
+        )
     sim = raw.get('sim') or {}
     integrator = str(sim.get('integrator', 'implicitfast'))
     if integrator not in ('Euler', 'RK4', 'implicit', 'implicitfast'):
-        raise LegDescriptionError(f'sim.integrator: one of Euler, RK4, implicit, implicitfast; got {integrator!r}')
+        raise LegDescriptionError(
+            f'sim.integrator: one of Euler, RK4, implicit, implicitfast; got {integrator!r}'
+        )
     geometry = PlanarGeometry.from_mapping(raw['geometry']) if raw.get('geometry') else None
     leg = LegDescription(
-        name=str(raw.get('name', 'leg')), bodies=bodies, joints=joints, actuators=actuators,
+        name=str(raw.get('name', 'leg')),
+        bodies=bodies,
+        joints=joints,
+        actuators=actuators,
         geometry=geometry,
-        valve_time_constant=_positive((raw.get('valve') or {}).get('time_constant', VALVE_TAU_S),
-                                      'valve.time_constant', True),
+        valve_time_constant=_positive(
+            (raw.get('valve') or {}).get('time_constant', VALVE_TAU_S), 'valve.time_constant', True
+        ),
         timestep=_positive(sim.get('timestep', 0.001), 'sim.timestep'),
-        integrator=integrator, gravity=float(sim.get('gravity', 9.81)),
-        equality_solref=tuple(_vec(sim.get('equality_solref', [0.002, 1.0]), 2, 'sim.equality_solref')),
-        equality_solimp=tuple(_vec(sim.get('equality_solimp', [0.99, 0.999, 0.0001, 0.5, 2.0]), 5,
-                                   'sim.equality_solimp')),
-        source=source, raw=copy.deepcopy(dict(raw)))
+        integrator=integrator,
+        gravity=float(sim.get('gravity', 9.81)),
+        equality_solref=tuple(
+            _vec(sim.get('equality_solref', [0.002, 1.0]), 2, 'sim.equality_solref')
+        ),
+        equality_solimp=tuple(
+            _vec(
+                sim.get('equality_solimp', [0.99, 0.999, 0.0001, 0.5, 2.0]),
+                5,
+                'sim.equality_solimp',
+            )
+        ),
+        source=source,
+        raw=copy.deepcopy(dict(raw)),
+    )
     if geometry is not None:
         check_geometry(leg)
     return leg
 
 
-def load_leg(path=None, overrides: Optional[Mapping[str, Any]] = None,
-             parameter_set: Optional[str] = None) -> LegDescription:
+def load_leg(
+    path=None, overrides: Mapping[str, Any] | None = None, parameter_set: str | None = None
+) -> LegDescription:
     """Load the leg YAML (default: default_leg_path()), then a named parameter set, then overrides.
 
     overrides: dotted keys -> values, a nested mapping, or a path to an override YAML.
@@ -294,7 +339,9 @@ def load_leg(path=None, overrides: Optional[Mapping[str, Any]] = None,
     if parameter_set is not None:
         sets = raw.get('parameter_sets') or {}
         if parameter_set not in sets:
-            raise LegDescriptionError(f'{path}: no parameter set {parameter_set!r} (have {sorted(sets)})')
+            raise LegDescriptionError(
+                f'{path}: no parameter set {parameter_set!r} (have {sorted(sets)})'
+            )
         raw = apply_overrides(raw, sets[parameter_set])
     if isinstance(overrides, (str, os.PathLike)):
         overrides = load_overrides(overrides)
@@ -326,19 +373,28 @@ def check_geometry(leg: LegDescription, tol: float = 1e-6) -> None:
     if not ({'hip', 'knee'} <= set(leg.joints) and {'maa', 'baa'} <= set(leg.actuators)):
         return
     from . import kinematics as K
+
     g = leg.geometry
     pts = world_points_at_build(leg)
     hip = pts[leg.joints['hip'].child]
     q = np.array([leg.joints['hip'].ref, leg.joints['knee'].ref])
     lp = K.link_points(q, g)
     A = K.base_anchors(g)
-    want = {('maa', 'base'): A[0], ('maa', 'tip'): lp['C'], ('baa', 'base'): A[1], ('baa', 'tip'): lp['D']}
+    want = {
+        ('maa', 'base'): A[0],
+        ('maa', 'tip'): lp['C'],
+        ('baa', 'base'): A[1],
+        ('baa', 'tip'): lp['D'],
+    }
     knee = to_planar(pts[leg.joints['knee'].child], hip)
     if np.linalg.norm(knee - lp['knee']) > tol:
-        raise LegDescriptionError(f'knee at planar {knee}, geometry says {lp["knee"]} (a1 vs bodies.*.pos)')
+        raise LegDescriptionError(
+            f'knee at planar {knee}, geometry says {lp["knee"]} (a1 vs bodies.*.pos)'
+        )
     for (act, end), w in want.items():
         got = to_planar(anchor_world(leg, getattr(leg.actuators[act], end)), hip)
         if np.linalg.norm(got - w) > tol:
             raise LegDescriptionError(
                 f'actuators.{act}.{end}.pos is at planar {got} but geometry puts it at {w}: '
-                'change both together (the controller uses geometry, the simulation the anchors)')
+                'change both together (the controller uses geometry, the simulation the anchors)'
+            )

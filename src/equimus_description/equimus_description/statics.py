@@ -13,11 +13,11 @@ Masses follow the 3-2-1 actuator of the EquiMus paper: m/6 on the fixed anchor (
 2m/3 at the midpoint and m/6 on the moving anchor, i.e. an effective m/2 at the moving anchor.
 No ROS, no MuJoCo.
 """
+
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Optional
 
 import numpy as np
 from scipy.optimize import minimize
@@ -39,10 +39,10 @@ class StaticParams:
     # positive towards increasing angle), from the authors' mesh inertia.
     com_thigh: tuple = (0.12665, -0.00125)
     com_calf: tuple = (0.13903, 0.00370)
-    m_act: tuple = (0.1865, 0.2727)          # actuator masses [maa, baa]
-    k: tuple = (203.94877985761158, 105.07337552294058)     # N/m (Table V, static)
+    m_act: tuple = (0.1865, 0.2727)  # actuator masses [maa, baa]
+    k: tuple = (203.94877985761158, 105.07337552294058)  # N/m (Table V, static)
     S: tuple = (0.0004108979203914209, 0.0003244353052769064)  # m² (Table V, static)
-    l0: tuple = (0.1642, 0.2579)             # m (Table V, static)
+    l0: tuple = (0.1642, 0.2579)  # m (Table V, static)
     # joint limits (rad) in paper angles: reference MJCF hip ±60°, knee [−90°, +30°] about 90°.
     theta_min: tuple = (np.pi / 6, 0.0)
     theta_max: tuple = (5 * np.pi / 6, 2 * np.pi / 3)
@@ -52,7 +52,7 @@ class StaticParams:
     pressure_sign: float = 1.0
 
     @classmethod
-    def from_leg(cls, leg, pressure_sign: float = 1.0) -> 'StaticParams':
+    def from_leg(cls, leg, pressure_sign: float = 1.0) -> StaticParams:
         """From an equimus_sim LegDescription (the plant model), so feedforward matches it.
 
         Body-frame COMs at the build pose are turned into (along, perpendicular) link
@@ -67,17 +67,26 @@ class StaticParams:
             return (float(v @ _u(phi)), float(v @ _up(phi)))
 
         acts = [leg.actuators[n] for n in ('maa', 'baa')]
-        return cls(geometry=leg.geometry, m_thigh=leg.bodies['thigh'].mass,
-                   m_calf=leg.bodies['calf'].mass,
-                   com_thigh=link_com('thigh', hip.ref), com_calf=link_com('calf', hip.ref + knee.ref),
-                   m_act=tuple(a.m for a in acts), k=tuple(a.k for a in acts),
-                   S=tuple(a.area for a in acts), l0=tuple(a.l0 for a in acts),
-                   theta_min=(hip.range[0], knee.range[0]), theta_max=(hip.range[1], knee.range[1]),
-                   g=leg.gravity, pressure_sign=pressure_sign)
+        return cls(
+            geometry=leg.geometry,
+            m_thigh=leg.bodies['thigh'].mass,
+            m_calf=leg.bodies['calf'].mass,
+            com_thigh=link_com('thigh', hip.ref),
+            com_calf=link_com('calf', hip.ref + knee.ref),
+            m_act=tuple(a.m for a in acts),
+            k=tuple(a.k for a in acts),
+            S=tuple(a.area for a in acts),
+            l0=tuple(a.l0 for a in acts),
+            theta_min=(hip.range[0], knee.range[0]),
+            theta_max=(hip.range[1], knee.range[1]),
+            g=leg.gravity,
+            pressure_sign=pressure_sign,
+        )
 
-    def with_identified(self, k=None, S=None, l0=None) -> 'StaticParams':
-        return replace(self, **{n: tuple(v) for n, v in (('k', k), ('S', S), ('l0', l0))
-                                if v is not None})
+    def with_identified(self, k=None, S=None, l0=None) -> StaticParams:
+        return replace(
+            self, **{n: tuple(v) for n, v in (('k', k), ('S', S), ('l0', l0)) if v is not None}
+        )
 
 
 def _u(phi):
@@ -101,15 +110,14 @@ def gravity_generalized(q, p: StaticParams):
     sC, cC = math.sin(t1 - g.beta1), math.cos(t1 - g.beta1)
     sD, cD = math.sin(a12 + g.beta2), math.cos(a12 + g.beta2)
     (ht, vt), (hc, vc) = p.com_thigh, p.com_calf
-    y_thigh, dy_thigh = ht * s1 + vt * c1, ht * c1 - vt * s1          # thigh COM, ∂/∂θ1
-    y_cc, dy_cc = hc * s12 + vc * c12, hc * c12 - vc * s12            # calf COM from the knee
+    y_thigh, dy_thigh = ht * s1 + vt * c1, ht * c1 - vt * s1  # thigh COM, ∂/∂θ1
+    y_cc, dy_cc = hc * s12 + vc * c12, hc * c12 - vc * s12  # calf COM from the knee
     y_knee, dy_knee = g.a1 * s1, g.a1 * c1
-    y_C, dy_C = g.b1 * sC, g.b1 * cC                                  # anchor C on the thigh
-    y_Dc, dy_Dc = g.b2 * sD, g.b2 * cD                                # anchor D from the knee
-    ma, mb = 0.5 * p.m_act[0], 0.5 * p.m_act[1]                       # effective m/2 each
+    y_C, dy_C = g.b1 * sC, g.b1 * cC  # anchor C on the thigh
+    y_Dc, dy_Dc = g.b2 * sD, g.b2 * cD  # anchor D from the knee
+    ma, mb = 0.5 * p.m_act[0], 0.5 * p.m_act[1]  # effective m/2 each
     U = p.m_thigh * y_thigh + p.m_calf * (y_knee + y_cc) + ma * y_C + mb * (y_knee + y_Dc)
-    dU1 = (p.m_thigh * dy_thigh + p.m_calf * (dy_knee + dy_cc) + ma * dy_C
-           + mb * (dy_knee + dy_Dc))
+    dU1 = p.m_thigh * dy_thigh + p.m_calf * (dy_knee + dy_cc) + ma * dy_C + mb * (dy_knee + dy_Dc)
     dU2 = p.m_calf * dy_cc + mb * dy_Dc
     return U, np.array([dU1, dU2])
 
@@ -146,18 +154,28 @@ def holding_pressures(q, p: StaticParams, clip: bool = False) -> np.ndarray:
     return np.clip(P, 0.0, P_MAX_KPA) if clip else P
 
 
-def equilibrium(pressures_kpa, p: StaticParams, q0: Optional[np.ndarray] = None) -> np.ndarray:
+def equilibrium(pressures_kpa, p: StaticParams, q0: np.ndarray | None = None) -> np.ndarray:
     """Pose (θ1, θ2) reached at rest under the given pressures: minimum of V within the limits.
 
     Starts from q0 (or a few spread starts) so the stable equilibrium is found, not a saddle.
     """
     bounds = list(zip(p.theta_min, p.theta_max))
-    starts = [np.asarray(q0, float)] if q0 is not None else \
-        [np.array([np.pi / 2, np.pi / 4]), np.array([1.2, 0.3]), np.array([1.8, 1.2])]
+    starts = (
+        [np.asarray(q0, float)]
+        if q0 is not None
+        else [np.array([np.pi / 2, np.pi / 4]), np.array([1.2, 0.3]), np.array([1.8, 1.2])]
+    )
     best = None
     for s in starts:
-        r = minimize(potential, s, args=(pressures_kpa, p), jac=potential_gradient,
-                     method='L-BFGS-B', bounds=bounds, options={'ftol': 1e-14, 'gtol': 1e-10})
+        r = minimize(
+            potential,
+            s,
+            args=(pressures_kpa, p),
+            jac=potential_gradient,
+            method='L-BFGS-B',
+            bounds=bounds,
+            options={'ftol': 1e-14, 'gtol': 1e-10},
+        )
         if best is None or r.fun < best.fun:
             best = r
     return best.x

@@ -6,17 +6,18 @@ step, the DAC-board emulator once per board tick, the controllers' internal mode
 coefficient. τ itself comes from the leg description (config/leg.yaml, `valve.time_constant`);
 `VALVE_TAU_S` is the default that description falls back to.
 """
+
 from __future__ import annotations
 
 import math
-from typing import Optional, Sequence, Tuple
+from collections.abc import Sequence
 
 import numpy as np
 
 __all__ = ['ACTUATORS', 'HARD_MAX_KPA', 'P_MIN_KPA', 'VALVE_TAU_S', 'ValveLag', 'lag_coefficient']
 
 #: Valve channels in array order: maa (mono-articular, hip), baa (bi-articular).
-ACTUATORS: Tuple[str, ...] = ('maa', 'baa')
+ACTUATORS: tuple[str, ...] = ('maa', 'baa')
 
 HARD_MAX_KPA = 50.0
 """The rig's absolute pressure ceiling (kPa). Configuration may lower it, never raise it."""
@@ -36,12 +37,12 @@ def lag_coefficient(dt: float, tau: float) -> float:
 class ValveLag:
     """First-order lag per channel, discretised exactly for an input held over each step."""
 
-    def __init__(self, tau: float, n: int = len(ACTUATORS), p0: Optional[Sequence[float]] = None):
+    def __init__(self, tau: float, n: int = len(ACTUATORS), p0: Sequence[float] | None = None):
         if not (tau > 0 and math.isfinite(tau)):
             raise ValueError(f'valve time constant must be > 0 s, got {tau!r}')
         self.tau = float(tau)
         self.p = np.zeros(n) if p0 is None else np.array(p0, float).reshape(n)
-        self._dt: Optional[float] = None
+        self._dt: float | None = None
         self._a = 0.0
 
     def coefficient(self, dt: float) -> float:

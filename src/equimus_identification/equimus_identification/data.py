@@ -13,29 +13,48 @@ An `Experiment` is what the dynamic fit simulates: a measured joint trajectory o
 grid, the valve command held over each sample interval, and the valve pressure at its start.
 Angles are the paper's θ1 (hip), θ2 (knee) in rad; pressures in kPa.
 """
+
 from __future__ import annotations
 
 import pathlib
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Iterable, List, Optional, Sequence
 
 import numpy as np
 from scipy.signal import savgol_filter
 
-from equimus_description.interface import (JOINT_STATES, SIM_JOINT_STATES, VALVE_APPLIED,
-                                           VALVE_COMMAND, VALVE_PRESSURE)
+from equimus_description.interface import (
+    JOINT_STATES,
+    SIM_JOINT_STATES,
+    VALVE_APPLIED,
+    VALVE_COMMAND,
+    VALVE_PRESSURE,
+)
 
-RATE_HZ = 100.0          # the authors' resampling rate
-SMOOTH_SAMPLES = 11      # the authors' moving-average window
-BAG_RATE_HZ = 120.0      # our recordings: the mocap frame rate, so nothing is interpolated
-START_WINDOW = 11        # samples of the local cubic fit that estimates restart angles and velocities
-DURATION_S = 4.0         # the authors' identification window after the release
-HOLD_S = 5.0             # ToCenter: start pressures are held this long, then released
+RATE_HZ = 100.0  # the authors' resampling rate
+SMOOTH_SAMPLES = 11  # the authors' moving-average window
+BAG_RATE_HZ = 120.0  # our recordings: the mocap frame rate, so nothing is interpolated
+START_WINDOW = 11  # samples of the local cubic fit that estimates restart angles and velocities
+DURATION_S = 4.0  # the authors' identification window after the release
+HOLD_S = 5.0  # ToCenter: start pressures are held this long, then released
 
 # Set A of the paper: the 13 (P1, P2) kPa pairs without antagonistic actuation
 # (static/StaticPoint_effective_13.csv lists the same pairs; a test checks they agree).
-EFFECTIVE_13 = ((0, 0), (0, 10), (0, 20), (0, 30), (10, 0), (10, 10), (10, 20), (20, 0),
-                (20, 10), (30, 0), (30, 10), (40, 0), (50, 0))
+EFFECTIVE_13 = (
+    (0, 0),
+    (0, 10),
+    (0, 20),
+    (0, 30),
+    (10, 0),
+    (10, 10),
+    (10, 20),
+    (20, 0),
+    (20, 10),
+    (30, 0),
+    (30, 10),
+    (40, 0),
+    (50, 0),
+)
 
 JOINT_TOPICS = (JOINT_STATES.name, SIM_JOINT_STATES.name)
 COMMAND_TOPICS = (VALVE_APPLIED.name, VALVE_COMMAND.name)
@@ -63,13 +82,13 @@ class Experiment:
     """One step experiment on a uniform time grid (t[0] = 0)."""
 
     name: str
-    t: np.ndarray               # (N,) s
-    q: np.ndarray               # (N, 2) rad, measured (smoothed)
-    qd: np.ndarray              # (N, 2) rad/s, from the smoothed angles
-    command_kpa: np.ndarray     # (N, 2) valve command, held from t[i] to t[i+1]
-    p0_kpa: np.ndarray          # (2,) valve pressure at t = 0
+    t: np.ndarray  # (N,) s
+    q: np.ndarray  # (N, 2) rad, measured (smoothed)
+    qd: np.ndarray  # (N, 2) rad/s, from the smoothed angles
+    command_kpa: np.ndarray  # (N, 2) valve command, held from t[i] to t[i+1]
+    p0_kpa: np.ndarray  # (2,) valve pressure at t = 0
     meta: dict = field(default_factory=dict)
-    q_start: Optional[np.ndarray] = None   # (N, 2) angles a simulation restarts from; None = q
+    q_start: np.ndarray | None = None  # (N, 2) angles a simulation restarts from; None = q
 
     @property
     def start_q(self) -> np.ndarray:
@@ -82,12 +101,19 @@ class Experiment:
     def __len__(self):
         return len(self.t)
 
-    def head(self, duration: float) -> 'Experiment':
+    def head(self, duration: float) -> Experiment:
         """The first `duration` seconds (for quick fits and tests)."""
         n = max(2, int(round(duration / self.dt)) + 1)
-        return Experiment(self.name, self.t[:n], self.q[:n], self.qd[:n], self.command_kpa[:n],
-                          self.p0_kpa.copy(), dict(self.meta),
-                          None if self.q_start is None else self.q_start[:n])
+        return Experiment(
+            self.name,
+            self.t[:n],
+            self.q[:n],
+            self.qd[:n],
+            self.command_kpa[:n],
+            self.p0_kpa.copy(),
+            dict(self.meta),
+            None if self.q_start is None else self.q_start[:n],
+        )
 
 
 def moving_average(x: np.ndarray, window: int = SMOOTH_SAMPLES) -> np.ndarray:
@@ -96,7 +122,9 @@ def moving_average(x: np.ndarray, window: int = SMOOTH_SAMPLES) -> np.ndarray:
     if window <= 1:
         return x.copy()
     h = window // 2
-    pad = np.concatenate([np.repeat(x[:1], h, axis=0), x, np.repeat(x[-1:], window - 1 - h, axis=0)])
+    pad = np.concatenate(
+        [np.repeat(x[:1], h, axis=0), x, np.repeat(x[-1:], window - 1 - h, axis=0)]
+    )
     c = np.cumsum(np.concatenate([np.zeros((1,) + x.shape[1:]), pad]), axis=0)
     return (c[window:] - c[:-window]) / window
 
@@ -117,6 +145,7 @@ def hold(t_src, x_src, t_new) -> np.ndarray:
 
 # ---------------------------------------------------------------- authors' CSVs
 
+
 def load_static_csv(path) -> StaticSet:
     """StaticPoint_*.csv: columns P1 (kPa), P2 (kPa), theta1 (deg), theta2 (deg)."""
     path = pathlib.Path(path)
@@ -126,8 +155,10 @@ def load_static_csv(path) -> StaticSet:
         raise DataError(f'{path}: cannot read ({exc})') from exc
     d = np.atleast_2d(d)
     if d.shape[1] != 4 or not np.all(np.isfinite(d)):
-        raise DataError(f'{path}: expected 4 numeric columns P1 (kPa), P2 (kPa), theta1 (deg), '
-                        f'theta2 (deg); got shape {d.shape}')
+        raise DataError(
+            f'{path}: expected 4 numeric columns P1 (kPa), P2 (kPa), theta1 (deg), '
+            f'theta2 (deg); got shape {d.shape}'
+        )
     return StaticSet(d[:, :2].copy(), np.deg2rad(d[:, 2:]), name=path.stem)
 
 
@@ -138,9 +169,17 @@ def _read_named_csv(path) -> np.ndarray:
         raise DataError(f'{path}: cannot read ({exc})') from exc
 
 
-TOCENTER_COLUMNS = ('relative_time', 'pressure1_start', 'pressure2_start', 'pressure1_end',
-                    'pressure2_end', 'current_pressure1', 'current_pressure2', 'thigh_theta21',
-                    'calf_theta32')
+TOCENTER_COLUMNS = (
+    'relative_time',
+    'pressure1_start',
+    'pressure2_start',
+    'pressure1_end',
+    'pressure2_end',
+    'current_pressure1',
+    'current_pressure2',
+    'thigh_theta21',
+    'calf_theta32',
+)
 
 
 def is_tocenter_csv(path) -> bool:
@@ -152,7 +191,7 @@ def is_tocenter_csv(path) -> bool:
     return all(c in header for c in TOCENTER_COLUMNS)
 
 
-def tocenter_groups(path) -> List[dict]:
+def tocenter_groups(path) -> list[dict]:
     """Split a ToCenter CSV into its groups (relative_time restarts at each group).
 
     Each group: dict with t (s), command (N, 2) kPa, q (N, 2) rad, start/end pressures in kPa.
@@ -166,12 +205,15 @@ def tocenter_groups(path) -> List[dict]:
     groups = []
     for a, b in zip(cuts[:-1], cuts[1:]):
         g = d[a:b]
-        groups.append(dict(
-            t=g['relative_time'] - g['relative_time'][0],
-            command=np.stack([g['current_pressure1'], g['current_pressure2']], 1) / 1e3,
-            q=np.deg2rad(np.stack([g['thigh_theta21'], g['calf_theta32']], 1)),
-            start=(g['pressure1_start'][0] / 1e3, g['pressure2_start'][0] / 1e3),
-            end=(g['pressure1_end'][0] / 1e3, g['pressure2_end'][0] / 1e3)))
+        groups.append(
+            dict(
+                t=g['relative_time'] - g['relative_time'][0],
+                command=np.stack([g['current_pressure1'], g['current_pressure2']], 1) / 1e3,
+                q=np.deg2rad(np.stack([g['thigh_theta21'], g['calf_theta32']], 1)),
+                start=(g['pressure1_start'][0] / 1e3, g['pressure2_start'][0] / 1e3),
+                end=(g['pressure1_end'][0] / 1e3, g['pressure2_end'][0] / 1e3),
+            )
+        )
     return groups
 
 
@@ -194,12 +236,25 @@ def local_cubic(q: np.ndarray, rate: float, window: int = START_WINDOW):
     w = min(window, len(q) if len(q) % 2 else len(q) - 1)
     if w < 5:
         return q.copy(), np.gradient(q, 1.0 / rate, axis=0)
-    return (savgol_filter(q, w, 3, axis=0, mode='interp'),
-            savgol_filter(q, w, 3, deriv=1, delta=1.0 / rate, axis=0, mode='interp'))
+    return (
+        savgol_filter(q, w, 3, axis=0, mode='interp'),
+        savgol_filter(q, w, 3, deriv=1, delta=1.0 / rate, axis=0, mode='interp'),
+    )
 
 
-def prepare(t_src, q_src, command_src, t0: float, duration: float, rate: float, smooth: int,
-            p0_kpa, name: str, meta: Optional[dict] = None, target: str = 'smoothed') -> Experiment:
+def prepare(
+    t_src,
+    q_src,
+    command_src,
+    t0: float,
+    duration: float,
+    rate: float,
+    smooth: int,
+    p0_kpa,
+    name: str,
+    meta: dict | None = None,
+    target: str = 'smoothed',
+) -> Experiment:
     """Resample the whole signal to `rate`, filter it, then cut [t0, t0 + duration].
 
     target 'smoothed' (the authors' way, for their CSVs): the fit compares with the moving average
@@ -226,21 +281,36 @@ def prepare(t_src, q_src, command_src, t0: float, duration: float, rate: float, 
         raise DataError(f'{name}: fewer than 3 samples after t = {t0:.3f} s')
     sl = slice(i0, i0 + n)
     cmd = hold(t_src, command_src, grid[sl])
-    return Experiment(name=name, t=grid[sl] - grid[i0], q=qs[sl], qd=qd[sl], command_kpa=cmd,
-                      p0_kpa=np.asarray(p0_kpa, float).copy(), meta=dict(meta or {}),
-                      q_start=None if q_start is None else q_start[sl])
+    return Experiment(
+        name=name,
+        t=grid[sl] - grid[i0],
+        q=qs[sl],
+        qd=qd[sl],
+        command_kpa=cmd,
+        p0_kpa=np.asarray(p0_kpa, float).copy(),
+        meta=dict(meta or {}),
+        q_start=None if q_start is None else q_start[sl],
+    )
 
 
-def load_tocenter(path, groups='effective', duration: float = DURATION_S, rate: float = RATE_HZ,
-                  smooth: int = SMOOTH_SAMPLES) -> List[Experiment]:
+def load_tocenter(
+    path,
+    groups='effective',
+    duration: float = DURATION_S,
+    rate: float = RATE_HZ,
+    smooth: int = SMOOTH_SAMPLES,
+) -> list[Experiment]:
     """The ToCenter releases as experiments, prepared the authors' way.
 
     groups: 'effective' (Set A's 13 pairs), 'all' (36), or an iterable of (P1, P2) kPa pairs.
     The valve starts at the held start pressure (held for 5 s, so settled) and is commanded to
     the end pressure (0) at the release.
     """
-    wanted = None if groups == 'all' else \
-        {tuple(map(float, p)) for p in (EFFECTIVE_13 if groups == 'effective' else groups)}
+    wanted = (
+        None
+        if groups == 'all'
+        else {tuple(map(float, p)) for p in (EFFECTIVE_13 if groups == 'effective' else groups)}
+    )
     out = []
     for g in tocenter_groups(path):
         key = tuple(float(round(v, 6)) for v in g['start'])
@@ -249,10 +319,19 @@ def load_tocenter(path, groups='effective', duration: float = DURATION_S, rate: 
         i = release_index(g)
         # A release logged at sample i happened between samples i−1 and i: take the midpoint.
         t_rel = 0.5 * (g['t'][max(i - 1, 0)] + g['t'][i])
-        e = prepare(g['t'], g['q'], g['command'], t_rel, duration, rate, smooth,
-                    p0_kpa=g['start'], name=f'P{key[0]:g}-{key[1]:g}',
-                    meta={'start_kpa': list(key), 'end_kpa': list(g['end']), 'source': str(path)})
-        e.command_kpa[:] = np.asarray(g['end'])    # from the release instant on: the end pressure
+        e = prepare(
+            g['t'],
+            g['q'],
+            g['command'],
+            t_rel,
+            duration,
+            rate,
+            smooth,
+            p0_kpa=g['start'],
+            name=f'P{key[0]:g}-{key[1]:g}',
+            meta={'start_kpa': list(key), 'end_kpa': list(g['end']), 'source': str(path)},
+        )
+        e.command_kpa[:] = np.asarray(g['end'])  # from the release instant on: the end pressure
         out.append(e)
     if wanted is not None and len(out) != len(wanted):
         have = {tuple(e.meta['start_kpa']) for e in out}
@@ -262,6 +341,7 @@ def load_tocenter(path, groups='effective', duration: float = DURATION_S, rate: 
 
 # ---------------------------------------------------------------- rosbag2 recordings
 
+
 @dataclass
 class Recording:
     """Raw time series from one bag (t in s from the bag's first message)."""
@@ -270,21 +350,21 @@ class Recording:
     q: np.ndarray
     t_cmd: np.ndarray
     command_kpa: np.ndarray
-    t_p: Optional[np.ndarray] = None
-    pressure_kpa: Optional[np.ndarray] = None
+    t_p: np.ndarray | None = None
+    pressure_kpa: np.ndarray | None = None
     source: str = ''
     joint_topic: str = ''
     command_topic: str = ''
 
 
-def _joint_order(names: Sequence[str]) -> List[int]:
+def _joint_order(names: Sequence[str]) -> list[int]:
     names = list(names)
     if {'hip', 'knee'} <= set(names):
         return [names.index('hip'), names.index('knee')]
     return [0, 1]
 
 
-def load_bag(path, joint_topic: Optional[str] = None, command_topic: Optional[str] = None) -> Recording:
+def load_bag(path, joint_topic: str | None = None, command_topic: str | None = None) -> Recording:
     """Read joint angles, valve commands and valve pressures from a rosbag2 recording.
 
     By default the estimated `/joint_states` is used (what the rig measures), falling back to
@@ -292,9 +372,12 @@ def load_bag(path, joint_topic: Optional[str] = None, command_topic: Optional[st
     `/valve/command`.
     """
     from equimus_record.bag import read_messages
+
     path = pathlib.Path(path)
     series = {}
-    for topic, stamp, msg in read_messages(path, list(JOINT_TOPICS + COMMAND_TOPICS + (PRESSURE_TOPIC,))):
+    for topic, stamp, msg in read_messages(
+        path, list(JOINT_TOPICS + COMMAND_TOPICS + (PRESSURE_TOPIC,))
+    ):
         if topic in JOINT_TOPICS:
             pos = list(msg.position)
             if len(pos) < 2:
@@ -319,8 +402,10 @@ def load_bag(path, joint_topic: Optional[str] = None, command_topic: Optional[st
         for o in options:
             if o in series and len(series[o][0]) >= 2:
                 return o
-        raise DataError(f'{path}: no {what} topic with data (looked for {", ".join(options)}; '
-                        f'have {sorted(series) or "none"}). Record these topics (docs/interfaces.md).')
+        raise DataError(
+            f'{path}: no {what} topic with data (looked for {", ".join(options)}; '
+            f'have {sorted(series) or "none"}). Record these topics (docs/interfaces.md).'
+        )
 
     jt = pick(joint_topic, JOINT_TOPICS, 'joint-state')
     ct = pick(command_topic, COMMAND_TOPICS, 'valve-command')
@@ -343,9 +428,16 @@ def step_times(rec: Recording, threshold_kpa: float = 0.5) -> np.ndarray:
     return rec.t_cmd[1:][jumps]
 
 
-def segment_steps(rec: Recording, max_duration: float = DURATION_S, min_duration: float = 0.5,
-                  rate: float = BAG_RATE_HZ, smooth: int = SMOOTH_SAMPLES,
-                  threshold_kpa: float = 0.5, name: str = 'bag', target: str = 'raw') -> List[Experiment]:
+def segment_steps(
+    rec: Recording,
+    max_duration: float = DURATION_S,
+    min_duration: float = 0.5,
+    rate: float = BAG_RATE_HZ,
+    smooth: int = SMOOTH_SAMPLES,
+    threshold_kpa: float = 0.5,
+    name: str = 'bag',
+    target: str = 'raw',
+) -> list[Experiment]:
     """One experiment per pressure step: from the step to the next step (at most max_duration).
 
     By default on the recording's own 120 Hz grid, fitted against the raw angles (see `prepare`).
@@ -367,16 +459,31 @@ def segment_steps(rec: Recording, max_duration: float = DURATION_S, min_duration
         else:
             p0 = hold(rec.t_cmd, rec.command_kpa, np.array([ts - 1e-6]))[0]
         q_src_t = rec.t_q
-        exp = prepare(q_src_t, rec.q, hold(rec.t_cmd, rec.command_kpa, q_src_t), ts, dur, rate, smooth,
-                      p0_kpa=p0, name=f'{name}#{k}', target=target,
-                      meta={'source': rec.source, 't_step': float(ts),
-                            'command_kpa': hold(rec.t_cmd, rec.command_kpa, np.array([ts]))[0].tolist()})
+        exp = prepare(
+            q_src_t,
+            rec.q,
+            hold(rec.t_cmd, rec.command_kpa, q_src_t),
+            ts,
+            dur,
+            rate,
+            smooth,
+            p0_kpa=p0,
+            name=f'{name}#{k}',
+            target=target,
+            meta={
+                'source': rec.source,
+                't_step': float(ts),
+                'command_kpa': hold(rec.t_cmd, rec.command_kpa, np.array([ts]))[0].tolist(),
+            },
+        )
         # the command on the experiment grid from the recorded command itself (exact step time)
         exp.command_kpa = hold(rec.t_cmd, rec.command_kpa, exp.t + ts)
         out.append(exp)
     if not out:
-        raise DataError(f'{rec.source}: no pressure step of at least {min_duration} s found '
-                        f'(steps > {threshold_kpa} kPa on {rec.command_topic}); record step commands')
+        raise DataError(
+            f'{rec.source}: no pressure step of at least {min_duration} s found '
+            f'(steps > {threshold_kpa} kPa on {rec.command_topic}); record step commands'
+        )
     return out
 
 

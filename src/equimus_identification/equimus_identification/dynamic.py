@@ -21,6 +21,7 @@ Force direction: on the rig a pressure LENGTHENS the actuator (more P1 raises θ
 straightens the knee; see equimus_description.statics and the static data), so the evaluator drives
 the segment motors with positive gear whatever sign the builder uses (`PRESSURE_LENGTHENS`).
 """
+
 from __future__ import annotations
 
 import copy
@@ -29,8 +30,8 @@ import os
 import pickle
 import time
 import uuid
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, List, Optional, Sequence
 
 import mujoco
 import mujoco.rollout
@@ -45,9 +46,9 @@ from equimus_sim.mjcf_builder import seg_names
 from .data import Experiment
 
 PRESSURE_LENGTHENS = True
-DT = 0.005               # the authors' identification time step
-SIGN_WEIGHT = 100.0      # λ of the paper's loss
-FAIL_LOSS = 1e3          # loss of a diverged or non-finite rollout
+DT = 0.005  # the authors' identification time step
+SIGN_WEIGHT = 100.0  # λ of the paper's loss
+FAIL_LOSS = 1e3  # loss of a diverged or non-finite rollout
 # A parameter counts as determined by the data when its relative standard error is under 1 %.
 # The error is a white-noise lower bound, hence the wide margin to the 5 % accuracy goal.
 DETERMINED_RSE = 0.01
@@ -66,7 +67,7 @@ BOUNDS = {
     'joints.knee.damping': (0.001, 1.0),
     'valve.time_constant': (0.03, 0.6),
 }
-PAPER_PARAMS = tuple(k for k in BOUNDS if k != 'valve.time_constant')   # Table V's ten
+PAPER_PARAMS = tuple(k for k in BOUNDS if k != 'valve.time_constant')  # Table V's ten
 
 
 def leg_value(leg: LegDescription, name: str) -> float:
@@ -83,12 +84,12 @@ def leg_value(leg: LegDescription, name: str) -> float:
 
 @dataclass
 class _Rollout:
-    exp: int            # experiment index
-    i0: int             # first sample
-    n: int              # samples including the start
+    exp: int  # experiment index
+    i0: int  # first sample
+    n: int  # samples including the start
 
 
-_MODEL_CACHE = {}       # token -> compiled state, one per process (workers build it once)
+_MODEL_CACHE = {}  # token -> compiled state, one per process (workers build it once)
 
 
 class Evaluator:
@@ -97,10 +98,18 @@ class Evaluator:
     `names` are the free parameters (override keys), everything else comes from `leg`.
     """
 
-    def __init__(self, experiments: Sequence[Experiment], names: Sequence[str],
-                 leg: Optional[LegDescription] = None, loss: str = 'whole', horizon: float = 0.3,
-                 dt: float = DT, sign_weight: Optional[float] = None, bounds: Optional[dict] = None,
-                 aggregate: str = 'mean'):
+    def __init__(
+        self,
+        experiments: Sequence[Experiment],
+        names: Sequence[str],
+        leg: LegDescription | None = None,
+        loss: str = 'whole',
+        horizon: float = 0.3,
+        dt: float = DT,
+        sign_weight: float | None = None,
+        bounds: dict | None = None,
+        aggregate: str = 'mean',
+    ):
         if aggregate not in ('mean', 'max'):
             raise ValueError(f"aggregate must be 'mean' or 'max', got {aggregate!r}")
         self.aggregate = aggregate
@@ -117,7 +126,9 @@ class Evaluator:
         self.loss_kind = loss
         self.horizon = float(horizon)
         self.dt = float(dt)
-        self.sign_weight = SIGN_WEIGHT if sign_weight is None and loss == 'whole' else float(sign_weight or 0.0)
+        self.sign_weight = (
+            SIGN_WEIGHT if sign_weight is None and loss == 'whole' else float(sign_weight or 0.0)
+        )
         b = dict(BOUNDS)
         b.update(bounds or {})
         self.lower = np.array([b[n][0] for n in self.names], float)
@@ -126,14 +137,16 @@ class Evaluator:
         for e in self.experiments:
             s = e.dt / self.dt
             if abs(s - round(s)) > 1e-6 or round(s) < 1:
-                raise ValueError(f'{e.name}: sample period {e.dt} s is not a multiple of dt {self.dt} s')
+                raise ValueError(
+                    f'{e.name}: sample period {e.dt} s is not a multiple of dt {self.dt} s'
+                )
             self.sps.append(int(round(s)))
         self.rollouts = self._plan()
         self.token = uuid.uuid4().hex
         self.n_evals = 0
 
     # ----- set-up (once per process) -----
-    def _plan(self) -> List[_Rollout]:
+    def _plan(self) -> list[_Rollout]:
         out = []
         for k, e in enumerate(self.experiments):
             if self.loss_kind == 'whole':
@@ -160,22 +173,31 @@ class Evaluator:
 
     def _compile(self) -> dict:
         from equimus_description.leg import from_dict
+
         leg = from_dict(self.leg_raw).with_timestep(self.dt)
         lm = LegModel(leg)
         m = lm.model
         if PRESSURE_LENGTHENS:
             m.actuator_gear[:, 0] = np.abs(m.actuator_gear[:, 0])
-        m.actuator_ctrllimited[:] = 0     # candidate areas may exceed the build's force range
+        m.actuator_ctrllimited[:] = 0  # candidate areas may exceed the build's force range
         d = mujoco.MjData(m)
         acts = list(leg.actuators)
         seg_j = np.array([[m.joint(s).id for s in seg_names(a)] for a in acts])
-        st = dict(leg=leg, lm=lm, model=m, data=d, acts=acts,
-                  seg_qadr=m.jnt_qposadr[seg_j], seg_dof=m.jnt_dofadr[seg_j], seg_jnt=seg_j,
-                  build_len=lm._build_len.copy(),
-                  joint_dof={j: m.jnt_dofadr[m.joint(j).id] for j in leg.joints},
-                  spec=mujoco.mjtState.mjSTATE_FULLPHYSICS)
+        st = dict(
+            leg=leg,
+            lm=lm,
+            model=m,
+            data=d,
+            acts=acts,
+            seg_qadr=m.jnt_qposadr[seg_j],
+            seg_dof=m.jnt_dofadr[seg_j],
+            seg_jnt=seg_j,
+            build_len=lm._build_len.copy(),
+            joint_dof={j: m.jnt_dofadr[m.joint(j).id] for j in leg.joints},
+            spec=mujoco.mjtState.mjSTATE_FULLPHYSICS,
+        )
         nstate = mujoco.mj_stateSize(m, st['spec'])
-        st['qpos_cols'] = 1 + lm.qpos_idx     # FULLPHYSICS state = [time, qpos, qvel, act, ...]
+        st['qpos_cols'] = 1 + lm.qpos_idx  # FULLPHYSICS state = [time, qpos, qvel, act, ...]
         init = np.zeros((len(self.rollouts), nstate))
         for r, ro in enumerate(self.rollouts):
             e = self.experiments[ro.exp]
@@ -219,7 +241,7 @@ class Evaluator:
         return p
 
     # ----- simulation -----
-    def simulate(self, x) -> List[np.ndarray]:
+    def simulate(self, x) -> list[np.ndarray]:
         """Simulated joint angles of every rollout on the experiments' sample grid, (n, 2) each."""
         st = self._compiled()
         p = self.full_params(x)
@@ -230,38 +252,47 @@ class Evaluator:
         valves = {}
         for r, ro in enumerate(self.rollouts):
             if ro.exp not in valves:
-                valves[ro.exp] = self._valve(self.experiments[ro.exp], self.sps[ro.exp],
-                                             p['valve.time_constant'])
+                valves[ro.exp] = self._valve(
+                    self.experiments[ro.exp], self.sps[ro.exp], p['valve.time_constant']
+                )
             sps = self.sps[ro.exp]
-            pv = valves[ro.exp][ro.i0 * sps:(ro.i0 + ro.n - 1) * sps]
+            pv = valves[ro.exp][ro.i0 * sps : (ro.i0 + ro.n - 1) * sps]
             F = pv * areas * 1e3
             ctrl[r, :] = 0.0
             for i in range(len(st['acts'])):
-                ctrl[r, :len(F), ctrl_idx[i][0]] = F[:, i]
-                ctrl[r, :len(F), ctrl_idx[i][-1]] = F[:, i]
-            if len(F) < st['nstep']:   # hold the last force after a short rollout ends
-                ctrl[r, len(F):] = ctrl[r, len(F) - 1]
+                ctrl[r, : len(F), ctrl_idx[i][0]] = F[:, i]
+                ctrl[r, : len(F), ctrl_idx[i][-1]] = F[:, i]
+            if len(F) < st['nstep']:  # hold the last force after a short rollout ends
+                ctrl[r, len(F) :] = ctrl[r, len(F) - 1]
         state = st['out']
-        mujoco.rollout.rollout([m] * len(self.rollouts), [st['data']], st['init'], ctrl,
-                               nstep=st['nstep'], state=state, skip_checks=True)
+        mujoco.rollout.rollout(
+            [m] * len(self.rollouts),
+            [st['data']],
+            st['init'],
+            ctrl,
+            nstep=st['nstep'],
+            state=state,
+            skip_checks=True,
+        )
         out = []
         for r, ro in enumerate(self.rollouts):
             sps = self.sps[ro.exp]
-            qs = state[r, sps - 1:(ro.n - 1) * sps:sps][:, st['qpos_cols']]
+            qs = state[r, sps - 1 : (ro.n - 1) * sps : sps][:, st['qpos_cols']]
             out.append(np.vstack([self.experiments[ro.exp].start_q[ro.i0][None, :], qs]))
         return out
 
     def loss_of_sims(self, sims) -> float:
         per = []
         for ro, q_sim in zip(self.rollouts, sims):
-            q_meas = self.experiments[ro.exp].q[ro.i0:ro.i0 + ro.n]
+            q_meas = self.experiments[ro.exp].q[ro.i0 : ro.i0 + ro.n]
             if not np.all(np.isfinite(q_sim)) or np.max(np.abs(q_sim)) > 1e3:
                 per.append(FAIL_LOSS)
                 continue
             e = np.mean((q_sim - q_meas) ** 2)
             if self.sign_weight:
-                e += self.sign_weight * np.mean((np.sign(np.diff(q_sim, axis=0))
-                                                 - np.sign(np.diff(q_meas, axis=0))) ** 2)
+                e += self.sign_weight * np.mean(
+                    (np.sign(np.diff(q_sim, axis=0)) - np.sign(np.diff(q_meas, axis=0))) ** 2
+                )
             per.append(e)
         # 'max' targets the worst rollout (the paper's 'RMSE under 0.0325 for all experiments')
         return float(np.max(per) if self.aggregate == 'max' else np.mean(per))
@@ -270,7 +301,7 @@ class Evaluator:
         """Simulated minus measured angles of every rollout sample, one vector (rad)."""
         out = []
         for ro, q_sim in zip(self.rollouts, sims):
-            q_meas = self.experiments[ro.exp].q[ro.i0:ro.i0 + ro.n]
+            q_meas = self.experiments[ro.exp].q[ro.i0 : ro.i0 + ro.n]
             r = (q_sim - q_meas).ravel()
             if not np.all(np.isfinite(r)) or np.max(np.abs(q_sim)) > 1e3:
                 r = np.full(r.shape, math.sqrt(FAIL_LOSS))
@@ -294,7 +325,7 @@ class Evaluator:
         self.n_evals += 1
         try:
             return self.loss_of_sims(self.simulate(self.from_unit(u)))
-        except Exception:          # a candidate that breaks the simulator is just a bad candidate
+        except Exception:  # a candidate that breaks the simulator is just a bad candidate
             return FAIL_LOSS
 
     @property
@@ -302,7 +333,7 @@ class Evaluator:
         return int(sum((ro.n - 1) * self.sps[ro.exp] for ro in self.rollouts))
 
 
-def metrics(experiments: Sequence[Experiment], x, names, leg=None, dt: float = DT) -> List[dict]:
+def metrics(experiments: Sequence[Experiment], x, names, leg=None, dt: float = DT) -> list[dict]:
     """Per-experiment RMSE and MaxAE per joint of the whole-trajectory simulation."""
     ev = Evaluator(experiments, names, leg=leg, loss='whole', dt=dt)
     sims = ev.simulate(x)
@@ -310,11 +341,17 @@ def metrics(experiments: Sequence[Experiment], x, names, leg=None, dt: float = D
     for e, q_sim in zip(experiments, sims):
         err = q_sim - e.q
         ok = np.all(np.isfinite(err))
-        out.append({'name': e.name,
-                    'rmse': np.sqrt(np.mean(err ** 2, axis=0)) if ok else np.full(2, np.nan),
-                    'maxae': np.max(np.abs(err), axis=0) if ok else np.full(2, np.nan),
-                    'rmse_all': float(np.sqrt(np.mean(err ** 2))) if ok else float('nan'),
-                    't': e.t, 'q': e.q, 'q_sim': q_sim})
+        out.append(
+            {
+                'name': e.name,
+                'rmse': np.sqrt(np.mean(err**2, axis=0)) if ok else np.full(2, np.nan),
+                'maxae': np.max(np.abs(err), axis=0) if ok else np.full(2, np.nan),
+                'rmse_all': float(np.sqrt(np.mean(err**2))) if ok else float('nan'),
+                't': e.t,
+                'q': e.q,
+                'q_sim': q_sim,
+            }
+        )
     return out
 
 
@@ -341,13 +378,16 @@ def identifiability(ev: Evaluator, x, rel_step: float = 1e-3) -> dict:
     rse = np.sqrt(np.clip(np.diag(cov), 0.0, None))
     _, sv, vt = np.linalg.svd(J, full_matrices=False)
     weakest = {n: float(v) for n, v in zip(ev.names, vt[-1]) if abs(v) > 0.2}
-    return {'relative_std_error': dict(zip(ev.names, map(float, rse))),
-            'residual_rms_rad': math.sqrt(float(r0 @ r0) / r0.size),
-            'condition_number': float(sv[0] / sv[-1]) if sv[-1] > 0 else float('inf'),
-            'weakest_direction': weakest}
+    return {
+        'relative_std_error': dict(zip(ev.names, map(float, rse))),
+        'residual_rms_rad': math.sqrt(float(r0 @ r0) / r0.size),
+        'condition_number': float(sv[0] / sv[-1]) if sv[-1] > 0 else float('inf'),
+        'weakest_direction': weakest,
+    }
 
 
 # ---------------------------------------------------------------- optimisation driver
+
 
 @dataclass
 class FitResult:
@@ -373,7 +413,7 @@ def _save_checkpoint(path, payload):
     os.replace(tmp, path)
 
 
-def load_checkpoint(path) -> Optional[dict]:
+def load_checkpoint(path) -> dict | None:
     try:
         with open(path, 'rb') as f:
             return pickle.load(f)
@@ -381,10 +421,20 @@ def load_checkpoint(path) -> Optional[dict]:
         return None
 
 
-def fit(ev: Evaluator, popsize: int = 15, maxiter: int = 100, workers: Callable = map,
-        seed: Optional[int] = 0, checkpoint: Optional[str] = None, refine: str = 'nelder-mead',
-        refine_maxfev: int = 300, refine_evaluator: Optional[Evaluator] = None, tol: float = 1e-6,
-        x0: Optional[Sequence[float]] = None, log: Callable = print) -> FitResult:
+def fit(
+    ev: Evaluator,
+    popsize: int = 15,
+    maxiter: int = 100,
+    workers: Callable = map,
+    seed: int | None = 0,
+    checkpoint: str | None = None,
+    refine: str = 'nelder-mead',
+    refine_maxfev: int = 300,
+    refine_evaluator: Evaluator | None = None,
+    tol: float = 1e-6,
+    x0: Sequence[float] | None = None,
+    log: Callable = print,
+) -> FitResult:
     """Differential evolution over the unit cube, one generation at a time, then a local refinement.
 
     popsize: individuals = popsize × number of parameters (scipy's convention).
@@ -397,6 +447,7 @@ def fit(ev: Evaluator, popsize: int = 15, maxiter: int = 100, workers: Callable 
     ev without the sign term), 'nelder-mead' or 'lbfgsb' on the scalar loss, '' = none.
     """
     from scipy.optimize._differentialevolution import DifferentialEvolutionSolver
+
     n = len(ev.names)
     t0 = time.monotonic()
     init = 'latinhypercube'
@@ -404,8 +455,10 @@ def fit(ev: Evaluator, popsize: int = 15, maxiter: int = 100, workers: Callable 
     ck = load_checkpoint(checkpoint) if checkpoint else None
     if ck is not None:
         if ck.get('names') != ev.names:
-            raise ValueError(f'checkpoint {checkpoint} was written for parameters {ck.get("names")}, '
-                             f'not {ev.names}: delete it or pass another --checkpoint')
+            raise ValueError(
+                f'checkpoint {checkpoint} was written for parameters {ck.get("names")}, '
+                f'not {ev.names}: delete it or pass another --checkpoint'
+            )
         init = np.asarray(ck['population'])
         start_gen, history = int(ck['generation']), list(ck.get('history', []))
         log(f'resuming from {checkpoint}: generation {start_gen}, best loss {ck["best_loss"]:.6g}')
@@ -414,9 +467,18 @@ def fit(ev: Evaluator, popsize: int = 15, maxiter: int = 100, workers: Callable 
         pop = rng.random((popsize * n, n))
         pop[0] = np.clip(ev.to_unit(x0), 0, 1)
         init = pop
-    solver = DifferentialEvolutionSolver(ev, [(0.0, 1.0)] * n, popsize=popsize, maxiter=maxiter,
-                                         init=init, rng=seed, workers=workers, updating='deferred',
-                                         polish=False, tol=tol)
+    solver = DifferentialEvolutionSolver(
+        ev,
+        [(0.0, 1.0)] * n,
+        popsize=popsize,
+        maxiter=maxiter,
+        init=init,
+        rng=seed,
+        workers=workers,
+        updating='deferred',
+        polish=False,
+        tol=tol,
+    )
     interrupted = False
     gen = start_gen
     try:
@@ -427,51 +489,91 @@ def fit(ev: Evaluator, popsize: int = 15, maxiter: int = 100, workers: Callable 
             best = float(solver.population_energies[0])
             spread = float(np.std(solver.population_energies))
             history.append((gen, best, time.monotonic() - t0))
-            log(f'gen {gen:4d}/{maxiter}  best {best:.6g}  spread {spread:.3g}  '
-                f'{time.monotonic() - tg:.2f} s/gen  ' +
-                ' '.join(f'{v:.4g}' for v in ev.from_unit(solver.x)))
+            log(
+                f'gen {gen:4d}/{maxiter}  best {best:.6g}  spread {spread:.3g}  '
+                f'{time.monotonic() - tg:.2f} s/gen  '
+                + ' '.join(f'{v:.4g}' for v in ev.from_unit(solver.x))
+            )
             if checkpoint:
-                _save_checkpoint(checkpoint, dict(names=ev.names, generation=gen,
-                                                  population=solver.population.copy(),
-                                                  energies=solver.population_energies.copy(),
-                                                  best_x=ev.from_unit(solver.x), best_loss=best,
-                                                  history=history))
+                _save_checkpoint(
+                    checkpoint,
+                    dict(
+                        names=ev.names,
+                        generation=gen,
+                        population=solver.population.copy(),
+                        energies=solver.population_energies.copy(),
+                        best_x=ev.from_unit(solver.x),
+                        best_loss=best,
+                        history=history,
+                    ),
+                )
             if solver.converged():
                 log(f'converged at generation {gen} (population spread {spread:.3g})')
                 break
     except (KeyboardInterrupt, StopIteration) as exc:
         interrupted = isinstance(exc, KeyboardInterrupt)
         if interrupted:
-            log(f'interrupted at generation {gen}; '
-                + (f'resume with the same command (checkpoint {checkpoint})' if checkpoint else
-                   'no checkpoint file was given'))
+            log(
+                f'interrupted at generation {gen}; '
+                + (
+                    f'resume with the same command (checkpoint {checkpoint})'
+                    if checkpoint
+                    else 'no checkpoint file was given'
+                )
+            )
     u_de = np.array(solver.x, float)
     loss_de = float(ev(u_de))
     u, loss = u_de, loss_de
     rev = ev if refine == 'lm' else (refine_evaluator or ev)
     if refine and not interrupted:
         loss_start = float(rev(u_de)) if rev is not ev else loss_de
-        log(f'local refinement ({refine}, ≤ {refine_maxfev} evaluations) from loss {loss_start:.6g}')
+        log(
+            f'local refinement ({refine}, ≤ {refine_maxfev} evaluations) from loss {loss_start:.6g}'
+        )
         evals0 = ev.n_evals + (rev.n_evals if rev is not ev else 0)
         try:
             if refine == 'nelder-mead':
                 simplex = np.clip(u_de + np.vstack([np.zeros(n), 0.03 * np.eye(n)]), 0, 1)
-                r = minimize(rev, u_de, method='Nelder-Mead', bounds=[(0, 1)] * n,
-                             options={'maxfev': refine_maxfev, 'xatol': 1e-5, 'fatol': 1e-10,
-                                      'initial_simplex': simplex})
+                r = minimize(
+                    rev,
+                    u_de,
+                    method='Nelder-Mead',
+                    bounds=[(0, 1)] * n,
+                    options={
+                        'maxfev': refine_maxfev,
+                        'xatol': 1e-5,
+                        'fatol': 1e-10,
+                        'initial_simplex': simplex,
+                    },
+                )
             elif refine == 'lm':
                 if ev.sign_weight:
-                    raise ValueError("refine 'lm' needs a sum-of-squares loss: use the shooting "
-                                     'loss or sign_weight 0')
-                r = least_squares(lambda v: ev.residuals(ev.from_unit(v)), u_de, bounds=(0.0, 1.0),
-                                  method='trf', x_scale='jac', diff_step=1e-4,
-                                  max_nfev=max(1, refine_maxfev // (n + 1)))
+                    raise ValueError(
+                        "refine 'lm' needs a sum-of-squares loss: use the shooting "
+                        'loss or sign_weight 0'
+                    )
+                r = least_squares(
+                    lambda v: ev.residuals(ev.from_unit(v)),
+                    u_de,
+                    bounds=(0.0, 1.0),
+                    method='trf',
+                    x_scale='jac',
+                    diff_step=1e-4,
+                    max_nfev=max(1, refine_maxfev // (n + 1)),
+                )
                 r.fun = float(ev(r.x))
             elif refine == 'lbfgsb':
-                r = minimize(rev, u_de, method='L-BFGS-B', bounds=[(0, 1)] * n,
-                             options={'maxfun': refine_maxfev, 'eps': 1e-4})
+                r = minimize(
+                    rev,
+                    u_de,
+                    method='L-BFGS-B',
+                    bounds=[(0, 1)] * n,
+                    options={'maxfun': refine_maxfev, 'eps': 1e-4},
+                )
             else:
-                raise ValueError(f"refine must be 'lm', 'nelder-mead', 'lbfgsb' or '', got {refine!r}")
+                raise ValueError(
+                    f"refine must be 'lm', 'nelder-mead', 'lbfgsb' or '', got {refine!r}"
+                )
             if r.fun <= loss_start:
                 u = np.clip(r.x, 0, 1)
                 loss = float(r.fun) if rev is ev else float(ev(u))
@@ -480,5 +582,15 @@ def fit(ev: Evaluator, popsize: int = 15, maxiter: int = 100, workers: Callable 
         except KeyboardInterrupt:
             interrupted = True
             log('refinement interrupted; keeping the differential-evolution result')
-    return FitResult(list(ev.names), ev.from_unit(u), loss, ev.from_unit(u_de), loss_de, gen,
-                     int(solver._nfev) + ev.n_evals, time.monotonic() - t0, interrupted, history)
+    return FitResult(
+        list(ev.names),
+        ev.from_unit(u),
+        loss,
+        ev.from_unit(u_de),
+        loss_de,
+        gen,
+        int(solver._nfev) + ev.n_evals,
+        time.monotonic() - t0,
+        interrupted,
+        history,
+    )

@@ -12,12 +12,12 @@ care where candidates run:
               `--mapper dask --address tcp://host:8786`. The evaluator is plain picklable Python,
               so nothing else changes. (Ray would plug in the same way through ray.util.multiprocessing.Pool.map.)
 """
+
 from __future__ import annotations
 
 import os
 import signal
 from concurrent.futures import ProcessPoolExecutor
-from typing import Optional
 
 KINDS = ('serial', 'process', 'dask')
 
@@ -36,8 +36,9 @@ def default_workers() -> int:
 class Mapper:
     """A map-like callable with a lifetime (use as a context manager or call close())."""
 
-    def __init__(self, kind: str = 'process', workers: Optional[int] = None,
-                 address: Optional[str] = None):
+    def __init__(
+        self, kind: str = 'process', workers: int | None = None, address: str | None = None
+    ):
         if kind not in KINDS:
             raise ValueError(f'mapper kind must be one of {KINDS}, got {kind!r}')
         self.kind = kind
@@ -50,11 +51,15 @@ class Mapper:
             try:
                 from dask.distributed import Client
             except ImportError as exc:
-                raise RuntimeError('the dask mapper needs dask.distributed: pip install '
-                                   '"dask[distributed]" (or use --mapper process)') from exc
-            self._client = Client(address) if address else Client(processes=True,
-                                                                   n_workers=self.workers,
-                                                                   threads_per_worker=1)
+                raise RuntimeError(
+                    'the dask mapper needs dask.distributed: pip install '
+                    '"dask[distributed]" (or use --mapper process)'
+                ) from exc
+            self._client = (
+                Client(address)
+                if address
+                else Client(processes=True, n_workers=self.workers, threads_per_worker=1)
+            )
 
     def __call__(self, fn, iterable):
         items = list(iterable)

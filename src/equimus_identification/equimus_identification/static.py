@@ -12,28 +12,32 @@ The fit is then validated the paper's way: the equilibrium the fitted model reac
 measured pressure pair (minimum of the potential within the joint limits) against the measured
 angles (Table IV).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
 
 import numpy as np
 
 from equimus_description.kinematics import actuation_derivatives
-from equimus_description.statics import (StaticParams, equilibrium, gravity_generalized,
-                                         holding_pressures)
+from equimus_description.statics import (
+    StaticParams,
+    equilibrium,
+    gravity_generalized,
+    holding_pressures,
+)
 
 from .data import StaticSet
 
 
 @dataclass
 class StaticFit:
-    k: np.ndarray               # N/m [maa, baa]
-    S: np.ndarray               # m²
-    l0: np.ndarray              # m (held fixed)
+    k: np.ndarray  # N/m [maa, baa]
+    S: np.ndarray  # m²
+    l0: np.ndarray  # m (held fixed)
     method: str
     params: StaticParams
-    pressure_rmse_kpa: np.ndarray   # on the fitting set
+    pressure_rmse_kpa: np.ndarray  # on the fitting set
 
     def overrides(self) -> dict:
         """Dotted keys for equimus_description.leg (k, area; l0 as used)."""
@@ -63,6 +67,7 @@ def static_params_from_leg(leg=None) -> StaticParams:
         kw['m_thigh'] = bodies['thigh'].mass
         kw['m_calf'] = bodies['calf'].mass
     from dataclasses import replace
+
     return replace(p, **kw)
 
 
@@ -83,7 +88,7 @@ def pressure_residuals(data: StaticSet, p: StaticParams) -> np.ndarray:
     return pred - data.pressures_kpa
 
 
-def fit(data: StaticSet, p: Optional[StaticParams] = None, method: str = 'pressure') -> StaticFit:
+def fit(data: StaticSet, p: StaticParams | None = None, method: str = 'pressure') -> StaticFit:
     """Linear regression of (k, S) with l0 fixed (the values in `p`)."""
     p = p or StaticParams()
     if len(data) < 2:
@@ -95,8 +100,10 @@ def fit(data: StaticSet, p: Optional[StaticParams] = None, method: str = 'pressu
             A = np.stack([L[:, a], -H[:, a]], axis=1)
             (alpha, beta), *_ = np.linalg.lstsq(A, data.pressures_kpa[:, a] * 1e3, rcond=None)
             if beta <= 0:
-                raise ValueError(f'actuator {a}: regression gave 1/S = {beta:.3g} ≤ 0; the data do not '
-                                 'span enough pressures for this actuator')
+                raise ValueError(
+                    f'actuator {a}: regression gave 1/S = {beta:.3g} ≤ 0; the data do not '
+                    'span enough pressures for this actuator'
+                )
             S[a] = 1.0 / beta
             k[a] = alpha / beta
         fitted = p.with_identified(k=k, S=S)
@@ -106,19 +113,24 @@ def fit(data: StaticSet, p: Optional[StaticParams] = None, method: str = 'pressu
     else:
         raise ValueError(f"unknown static method {method!r}: 'pressure' or 'torque'")
     rmse = np.sqrt(np.mean(pressure_residuals(data, fitted) ** 2, axis=0))
-    return StaticFit(np.asarray(k, float), np.asarray(S, float), np.asarray(p.l0, float), method,
-                     fitted, rmse)
+    return StaticFit(
+        np.asarray(k, float), np.asarray(S, float), np.asarray(p.l0, float), method, fitted, rmse
+    )
 
 
 def angle_errors(data: StaticSet, p: StaticParams) -> dict:
     """Equilibria of the model under the measured pressures vs the measured angles (Table IV)."""
     q_model = np.array([equilibrium(P, p) for P in data.pressures_kpa])
     err = q_model - data.q
-    return {'q_model': q_model, 'rmse': np.sqrt(np.mean(err ** 2, axis=0)),
-            'maxae': np.max(np.abs(err), axis=0), 'n': len(data)}
+    return {
+        'q_model': q_model,
+        'rmse': np.sqrt(np.mean(err**2, axis=0)),
+        'maxae': np.max(np.abs(err), axis=0),
+        'n': len(data),
+    }
 
 
-def published_params(p: Optional[StaticParams] = None, path=None) -> StaticParams:
+def published_params(p: StaticParams | None = None, path=None) -> StaticParams:
     """The authors' static (k, S) (published_static_sysid_parameters.csv, else Table V)."""
     p = p or StaticParams()
     k, S = (203.95, 105.07), (0.000411, 0.000324)
@@ -140,7 +152,9 @@ def fit_static(data_q, data_p_kpa, p: StaticParams) -> StaticParams:
         dl = l - np.asarray(p.l0)
         for j in range(2):
             sg = -p.pressure_sign
-            rows.append([J[0, j] * dl[0], J[1, j] * dl[1], sg * J[0, j] * P[0], sg * J[1, j] * P[1]])
+            rows.append(
+                [J[0, j] * dl[0], J[1, j] * dl[1], sg * J[0, j] * P[0], sg * J[1, j] * P[1]]
+            )
             rhs.append(p.g * dU[j])
     x, *_ = np.linalg.lstsq(np.array(rows), np.array(rhs), rcond=None)
     return p.with_identified(k=x[:2], S=x[2:])
@@ -149,21 +163,28 @@ def fit_static(data_q, data_p_kpa, p: StaticParams) -> StaticParams:
 def _report(static_dir: str) -> None:
     """Print the static-model accuracy on the rig's data (python -m equimus_identification.static DIR)."""
     import os
-    d13 = np.loadtxt(os.path.join(static_dir, 'StaticPoint_effective_13.csv'), delimiter=',',
-                     skiprows=1)
+
+    d13 = np.loadtxt(
+        os.path.join(static_dir, 'StaticPoint_effective_13.csv'), delimiter=',', skiprows=1
+    )
     d36 = np.loadtxt(os.path.join(static_dir, 'StaticPoint_all_36.csv'), delimiter=',', skiprows=1)
-    k1, k2, s1, s2 = np.loadtxt(os.path.join(static_dir, 'published_static_sysid_parameters.csv'),
-                                delimiter=',', skiprows=1)
+    k1, k2, s1, s2 = np.loadtxt(
+        os.path.join(static_dir, 'published_static_sysid_parameters.csv'), delimiter=',', skiprows=1
+    )
     pub = StaticParams(k=(k1, k2), S=(s1, s2), l0=(0.1642, 0.2579), pressure_sign=1.0)
     fit = fit_static(np.deg2rad(d13[:, 2:]), d13[:, :2], pub)
 
     def err(p, d):
         e = np.array([equilibrium(x, p) for x in d[:, :2]]) - np.deg2rad(d[:, 2:])
-        return np.sqrt(np.mean(e ** 2, axis=0)), np.max(np.abs(e), axis=0)
+        return np.sqrt(np.mean(e**2, axis=0)), np.max(np.abs(e), axis=0)
 
-    print(f'refit on Set A: k = {fit.k[0]:.1f}, {fit.k[1]:.1f} N/m; '
-          f'S = {fit.S[0] * 1e4:.3f}, {fit.S[1] * 1e4:.3f} cm²')
-    print(f"{'parameters':22s} {'set':6s} {'RMSE θ1':>8s} {'RMSE θ2':>8s} {'MaxAE θ1':>9s} {'MaxAE θ2':>9s}")
+    print(
+        f'refit on Set A: k = {fit.k[0]:.1f}, {fit.k[1]:.1f} N/m; '
+        f'S = {fit.S[0] * 1e4:.3f}, {fit.S[1] * 1e4:.3f} cm²'
+    )
+    print(
+        f'{"parameters":22s} {"set":6s} {"RMSE θ1":>8s} {"RMSE θ2":>8s} {"MaxAE θ1":>9s} {"MaxAE θ2":>9s}'
+    )
     for name, p in (('published static', pub), ('refit on Set A', fit)):
         for sname, d in (('A (13)', d13), ('B (36)', d36)):
             r, m = err(p, d)
@@ -174,6 +195,7 @@ def _report(static_dir: str) -> None:
 
 def main(argv=None) -> int:
     import sys
+
     argv = sys.argv[1:] if argv is None else argv
     _report(argv[0] if argv else '../shared/data/equimus/physical/static')
     return 0
@@ -181,4 +203,5 @@ def main(argv=None) -> int:
 
 if __name__ == '__main__':
     import sys
+
     sys.exit(main())

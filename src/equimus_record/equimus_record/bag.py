@@ -7,13 +7,14 @@ the last flush period. `metadata.yaml` (rosbag2 format version 9) is written on 
 `repair()` rebuilds both the MCAP summary and the metadata of a bag whose writer never closed.
 Reading goes through `rosbags`, an independent implementation, so tests check real interop.
 """
+
 from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional, Tuple
 
 import yaml
 
@@ -27,6 +28,7 @@ class BagError(RuntimeError):
 
 def _typestore():
     from rosbags.typesys import Stores, get_typestore
+
     return get_typestore(Stores.ROS2_KILTED)
 
 
@@ -47,10 +49,11 @@ class BagWriter:
     path: Path
     flush_period: float = 0.5
     chunk_size: int = 256 * 1024
-    topics: Dict[str, _Topic] = field(default_factory=dict)
+    topics: dict[str, _Topic] = field(default_factory=dict)
 
     def __post_init__(self):
         from mcap.writer import CompressionType, Writer
+
         self.path = Path(self.path)
         if self.path.exists():
             raise BagError(f'{self.path} exists already; choose a new bag path (bag:=...)')
@@ -60,15 +63,15 @@ class BagWriter:
         self._mcap = Writer(self._fh, chunk_size=self.chunk_size, compression=CompressionType.ZSTD)
         self._mcap.start(profile='ros2', library='equimus_record')
         self._ts = _typestore()
-        self._schemas: Dict[str, int] = {}
+        self._schemas: dict[str, int] = {}
         self._last_flush = time.monotonic()
-        self.start_ns: Optional[int] = None
+        self.start_ns: int | None = None
         self.end_ns = 0
         self.flushed_count = 0
         self.closed = False
         self._write_metadata()
 
-    def add_topic(self, topic: str, msgtype: str, qos: Optional[List[dict]] = None) -> None:
+    def add_topic(self, topic: str, msgtype: str, qos: list[dict] | None = None) -> None:
         """Register a topic; `qos` lists the publishers' profiles in rosbag2's v9 notation.
 
         Raises BagError for a type without a known definition.
@@ -80,17 +83,28 @@ class BagWriter:
             try:
                 msgdef, _ = self._ts.generate_msgdef(msgtype, ros_version=2)
             except Exception as exc:
-                raise BagError(f'no message definition known for {msgtype}; topic {topic} not recorded') from exc
+                raise BagError(
+                    f'no message definition known for {msgtype}; topic {topic} not recorded'
+                ) from exc
             self._schemas[msgtype] = self._mcap.register_schema(msgtype, 'ros2msg', msgdef.encode())
         rihs = self._ts.hash_rihs01(msgtype)
-        cid = self._mcap.register_channel(topic, 'cdr', self._schemas[msgtype],
-                                          {'offered_qos_profiles': yaml.safe_dump(qos, sort_keys=False)})
+        cid = self._mcap.register_channel(
+            topic,
+            'cdr',
+            self._schemas[msgtype],
+            {'offered_qos_profiles': yaml.safe_dump(qos, sort_keys=False)},
+        )
         self.topics[topic] = _Topic(topic, msgtype, cid, qos, rihs)
 
     def write(self, topic: str, stamp_ns: int, data: bytes) -> None:
         t = self.topics[topic]
-        self._mcap.add_message(t.channel_id, log_time=stamp_ns, data=bytes(data), publish_time=stamp_ns,
-                               sequence=t.count)
+        self._mcap.add_message(
+            t.channel_id,
+            log_time=stamp_ns,
+            data=bytes(data),
+            publish_time=stamp_ns,
+            sequence=t.count,
+        )
         t.count += 1
         self.start_ns = stamp_ns if self.start_ns is None else min(self.start_ns, stamp_ns)
         self.end_ns = max(self.end_ns, stamp_ns)
@@ -101,8 +115,10 @@ class BagWriter:
 
         Called on every write and by the owner's timer, so the tail of a stream that has gone
         quiet is on disk within one period too, not only when the next message arrives."""
-        if time.monotonic() - self._last_flush >= self.flush_period and \
-                self.count != self.flushed_count:
+        if (
+            time.monotonic() - self._last_flush >= self.flush_period
+            and self.count != self.flushed_count
+        ):
             self.flush()
             return True
         return False
@@ -133,8 +149,13 @@ class BagWriter:
         write_metadata(self.path, self.file_name, entries, self.start_ns or 0, self.end_ns)
 
 
-def write_metadata(bag: Path, file_name: str, topics: List[Tuple[str, str, list, str, int]],
-                   start_ns: int, end_ns: int) -> None:
+def write_metadata(
+    bag: Path,
+    file_name: str,
+    topics: list[tuple[str, str, list, str, int]],
+    start_ns: int,
+    end_ns: int,
+) -> None:
     """rosbag2 metadata.yaml (format 9), written atomically."""
     count = sum(t[4] for t in topics)
     duration = max(0, end_ns - start_ns)
@@ -145,15 +166,29 @@ def write_metadata(bag: Path, file_name: str, topics: List[Tuple[str, str, list,
         'starting_time': {'nanoseconds_since_epoch': start_ns},
         'message_count': count,
         'topics_with_message_count': [
-            {'topic_metadata': {'name': name, 'type': msgtype, 'serialization_format': 'cdr',
-                                'offered_qos_profiles': qos, 'type_description_hash': rihs},
-             'message_count': n}
-            for name, msgtype, qos, rihs, n in topics],
+            {
+                'topic_metadata': {
+                    'name': name,
+                    'type': msgtype,
+                    'serialization_format': 'cdr',
+                    'offered_qos_profiles': qos,
+                    'type_description_hash': rihs,
+                },
+                'message_count': n,
+            }
+            for name, msgtype, qos, rihs, n in topics
+        ],
         'compression_format': '',
         'compression_mode': '',
         'relative_file_paths': [file_name],
-        'files': [{'path': file_name, 'starting_time': {'nanoseconds_since_epoch': start_ns},
-                   'duration': {'nanoseconds': duration}, 'message_count': count}],
+        'files': [
+            {
+                'path': file_name,
+                'starting_time': {'nanoseconds_since_epoch': start_ns},
+                'duration': {'nanoseconds': duration},
+                'message_count': count,
+            }
+        ],
         'custom_data': {},
         'ros_distro': 'kilted',
     }
@@ -191,9 +226,9 @@ def repair(bag: Path) -> str:
     src = _mcap_file(bag)
     if is_complete(bag):
         return f'{bag}: complete, nothing to repair'
-    schemas: Dict[int, Schema] = {}
-    channels: Dict[int, Channel] = {}
-    messages: List[Message] = []
+    schemas: dict[int, Schema] = {}
+    channels: dict[int, Channel] = {}
+    messages: list[Message] = []
     with open(src, 'rb') as fh:
         try:
             for record in StreamReader(fh, skip_magic=False).records:
@@ -208,17 +243,25 @@ def repair(bag: Path) -> str:
     broken = src.with_suffix('.mcap.broken')
     os.replace(src, broken)
     ts = _typestore()
-    counts: Dict[int, int] = {}
+    counts: dict[int, int] = {}
     with open(src, 'wb') as fh:
         w = Writer(fh, compression=CompressionType.ZSTD)
         w.start(profile='ros2', library='equimus_record repair')
         sid = {k: w.register_schema(s.name, s.encoding, s.data) for k, s in schemas.items()}
-        cid = {k: w.register_channel(c.topic, c.message_encoding, sid[c.schema_id], c.metadata)
-               for k, c in channels.items() if c.schema_id in sid}
+        cid = {
+            k: w.register_channel(c.topic, c.message_encoding, sid[c.schema_id], c.metadata)
+            for k, c in channels.items()
+            if c.schema_id in sid
+        }
         for m in messages:
             if m.channel_id in cid:
-                w.add_message(cid[m.channel_id], log_time=m.log_time, data=m.data,
-                              publish_time=m.publish_time, sequence=m.sequence)
+                w.add_message(
+                    cid[m.channel_id],
+                    log_time=m.log_time,
+                    data=m.data,
+                    publish_time=m.publish_time,
+                    sequence=m.sequence,
+                )
                 counts[m.channel_id] = counts.get(m.channel_id, 0) + 1
         w.finish()
     topics = []
@@ -234,13 +277,16 @@ def repair(bag: Path) -> str:
         topics.append((c.topic, msgtype, qos, rihs, counts.get(k, 0)))
     stamps = [m.log_time for m in messages if m.channel_id in cid]
     write_metadata(bag, src.name, topics, min(stamps, default=0), max(stamps, default=0))
-    return (f'{bag}: recovered {len(stamps)} messages on {len(topics)} topics '
-            f'(original kept as {broken.name})')
+    return (
+        f'{bag}: recovered {len(stamps)} messages on {len(topics)} topics '
+        f'(original kept as {broken.name})'
+    )
 
 
-def read_messages(bag: Path, topics: Optional[List[str]] = None) -> Iterator[Tuple[str, int, object]]:
+def read_messages(bag: Path, topics: list[str] | None = None) -> Iterator[tuple[str, int, object]]:
     """Yield (topic, log time ns, deserialized message) with `rosbags`; repair first if needed."""
     from rosbags.highlevel import AnyReader
+
     bag = Path(bag)
     if not (bag / 'metadata.yaml').exists() or not is_complete(bag):
         repair(bag)
@@ -250,16 +296,17 @@ def read_messages(bag: Path, topics: Optional[List[str]] = None) -> Iterator[Tup
             yield conn.topic, stamp, reader.deserialize(raw, conn.msgtype)
 
 
-def topic_counts(bag: Path) -> Dict[str, Tuple[str, int, float]]:
+def topic_counts(bag: Path) -> dict[str, tuple[str, int, float]]:
     """topic -> (type, message count, mean rate in Hz between that topic's first and last message).
 
     Each topic's own span, not the bag's: topics are discovered (and so recorded) at different times.
     """
     from rosbags.highlevel import AnyReader
+
     bag = Path(bag)
     if not (bag / 'metadata.yaml').exists() or not is_complete(bag):
         repair(bag)
-    spans: Dict[str, List[int]] = {}
+    spans: dict[str, list[int]] = {}
     with AnyReader([bag], default_typestore=_typestore()) as reader:
         types = {c.topic: c.msgtype for c in reader.connections}
         for conn, stamp, _ in reader.messages():

@@ -5,12 +5,15 @@ never re-encoded) and with a QoS compatible with their publishers. The bag is fl
 closed on Ctrl-C/SIGTERM; a write error (disk full) stops recording with an error on /diagnostics
 while the rest of the graph keeps running.
 """
+
 from __future__ import annotations
 
 import dataclasses
 import importlib
 import sys
-from typing import Tuple
+
+from rclpy.node import Node
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 
 from equimus_description.config import param, validate_fields
 from equimus_description.interface import DIAGNOSTICS
@@ -18,8 +21,6 @@ from equimus_record.bag import BagError, BagWriter
 from equimus_ros.diagnostics import Diagnostics, Level
 from equimus_ros.main import run_node
 from equimus_ros.params import bind
-from rclpy.node import Node
-from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 
 
 @dataclasses.dataclass(frozen=True)
@@ -27,10 +28,11 @@ class RecorderConfig:
     """The recorder's parameters, fixed for a recording (a bag is one run)."""
 
     bag_path: str = param('bags/equimus', 'bag directory to create (must not exist)')
-    flush_period: float = param(0.5, 's between durable flushes to disk: the most a crash can '
-                                'lose', range=(0.01, 60.0))
+    flush_period: float = param(
+        0.5, 's between durable flushes to disk: the most a crash can lose', range=(0.01, 60.0)
+    )
     discovery_period: float = param(0.25, 's between topic discovery passes', range=(0.01, 60.0))
-    exclude_topics: Tuple[str, ...] = param(('',), "topics never recorded (e.g. ['/rosout'])")
+    exclude_topics: tuple[str, ...] = param(('',), "topics never recorded (e.g. ['/rosout'])")
 
     def __post_init__(self) -> None:
         validate_fields(self)
@@ -49,13 +51,20 @@ def _time(duration) -> dict:
 
 def qos_dicts(profiles) -> list:
     """Publishers' QoS in rosbag2's metadata notation, so a replay offers the same QoS."""
-    return [{'history': p.history.name.lower(), 'depth': p.depth,
-             'reliability': p.reliability.name.lower(), 'durability': p.durability.name.lower(),
-             'deadline': _time(p.deadline), 'lifespan': _time(p.lifespan),
-             'liveliness': p.liveliness.name.lower(),
-             'liveliness_lease_duration': _time(p.liveliness_lease_duration),
-             'avoid_ros_namespace_conventions': bool(p.avoid_ros_namespace_conventions)}
-            for p in profiles]
+    return [
+        {
+            'history': p.history.name.lower(),
+            'depth': p.depth,
+            'reliability': p.reliability.name.lower(),
+            'durability': p.durability.name.lower(),
+            'deadline': _time(p.deadline),
+            'lifespan': _time(p.lifespan),
+            'liveliness': p.liveliness.name.lower(),
+            'liveliness_lease_duration': _time(p.liveliness_lease_duration),
+            'avoid_ros_namespace_conventions': bool(p.avoid_ros_namespace_conventions),
+        }
+        for p in profiles
+    ]
 
 
 class Recorder(Node):
@@ -91,9 +100,15 @@ class Recorder(Node):
             profiles = [p.qos_profile for p in pubs]
             reliable = all(p.reliability == ReliabilityPolicy.RELIABLE for p in profiles)
             latched = all(p.durability == DurabilityPolicy.TRANSIENT_LOCAL for p in profiles)
-            qos = QoSProfile(depth=1000,
-                             reliability=ReliabilityPolicy.RELIABLE if reliable else ReliabilityPolicy.BEST_EFFORT,
-                             durability=DurabilityPolicy.TRANSIENT_LOCAL if latched else DurabilityPolicy.VOLATILE)
+            qos = QoSProfile(
+                depth=1000,
+                reliability=ReliabilityPolicy.RELIABLE
+                if reliable
+                else ReliabilityPolicy.BEST_EFFORT,
+                durability=DurabilityPolicy.TRANSIENT_LOCAL
+                if latched
+                else DurabilityPolicy.VOLATILE,
+            )
             try:
                 cls = message_class(type_name)
                 self.writer.add_topic(topic, type_name, qos_dicts(profiles))
@@ -102,7 +117,8 @@ class Recorder(Node):
                 self.skipped.add(topic)
                 continue
             self.subs[topic] = self.create_subscription(
-                cls, topic, lambda data, t=topic: self.on_message(t, data), qos, raw=True)
+                cls, topic, lambda data, t=topic: self.on_message(t, data), qos, raw=True
+            )
             self.get_logger().info(f'recording {topic} [{type_name}]')
 
     def on_message(self, topic: str, data: bytes):
@@ -122,8 +138,10 @@ class Recorder(Node):
             self.stop_recording(exc)
 
     def stop_recording(self, exc: Exception):
-        self.error = (f'recording stopped: {exc}. {self.writer.flushed_count} messages are safe in '
-                      f'{self.writer.path}; free disk space and start a new bag')
+        self.error = (
+            f'recording stopped: {exc}. {self.writer.flushed_count} messages are safe in '
+            f'{self.writer.path}; free disk space and start a new bag'
+        )
         self.get_logger().error(self.error)
         for sub in self.subs.values():
             self.destroy_subscription(sub)
@@ -133,8 +151,12 @@ class Recorder(Node):
         self.diagnostics.publish(
             Level.ERROR if self.error else Level.OK,
             self.error or f'recording {len(self.subs)} topics',
-            {'bag': self.writer.path, 'messages': self.writer.count,
-             'messages_on_disk': self.writer.flushed_count})
+            {
+                'bag': self.writer.path,
+                'messages': self.writer.count,
+                'messages_on_disk': self.writer.flushed_count,
+            },
+        )
 
     def destroy_node(self):
         self.close()
@@ -146,14 +168,22 @@ class Recorder(Node):
         # Called after Ctrl-C has shut ROS down, so this reports on stdout, not /rosout.
         try:
             self.writer.close()
-            print(f'recorder: bag closed: {self.writer.count} messages in {self.writer.path}', flush=True)
+            print(
+                f'recorder: bag closed: {self.writer.count} messages in {self.writer.path}',
+                flush=True,
+            )
         except OSError as exc:
-            print(f'recorder: closing the bag failed: {exc}; run `equimus bag repair {self.writer.path}`',
-                  file=sys.stderr, flush=True)
+            print(
+                f'recorder: closing the bag failed: {exc}; run `equimus bag repair {self.writer.path}`',
+                file=sys.stderr,
+                flush=True,
+            )
 
 
 def main(args=None) -> int:
-    return run_node(Recorder, args, config_hint='Fix config/recorder.yaml or the --ros-args overrides.')
+    return run_node(
+        Recorder, args, config_hint='Fix config/recorder.yaml or the --ros-args overrides.'
+    )
 
 
 if __name__ == '__main__':

@@ -4,6 +4,7 @@ The layout follows std_msgs/MultiArrayLayout: one dimension whose label names th
 (equimus_description.interface.PRESSURE_LAYOUT for pressures) and whose stride is the number of
 elements (dim[0].stride = size of the whole array). This module imports no equimus package.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence

@@ -12,14 +12,15 @@ rclpy's deserialiser. If the message differs (another RMW or CDR encoding), it p
 objects instead, so it is never wrong, only sometimes not faster. Subscribers, recorders and ``ros2 bag`` see
 ordinary messages either way.
 """
+
 from __future__ import annotations
 
 import struct
-from typing import Sequence
+from collections.abc import Sequence
 
 from rclpy.serialization import deserialize_message, serialize_message
 
-_HEADER = 4        # encapsulation header (representation id + options) before the payload
+_HEADER = 4  # encapsulation header (representation id + options) before the payload
 _STAMP = struct.Struct('<iI')
 
 
@@ -60,10 +61,12 @@ class _Writer:
         self.publisher = publisher
         # rclpy's Publisher.publish(bytes) ends in the binding's publish_raw; calling it directly
         # saves the wrapper's type checks (≈1.5 µs). Distros without it use the public call.
-        self._publish_raw = getattr(getattr(publisher, 'handle', None), 'publish_raw', publisher.publish)
+        self._publish_raw = getattr(
+            getattr(publisher, 'handle', None), 'publish_raw', publisher.publish
+        )
         # serialize_message may append alignment bytes after the last field (4 for JointState);
         # on the wire a message ends at its last field, and strict readers (rosbags) insist.
-        self._buf = bytearray(serialize_message(prototype)[:_HEADER + size])
+        self._buf = bytearray(serialize_message(prototype)[: _HEADER + size])
         self.packed = self._check(probe)
 
     def _check(self, probe) -> bool:
@@ -71,9 +74,11 @@ class _Writer:
         # uninitialised, so equal messages may differ there.
         try:
             packed, msg = self._encode(*probe), self._message(*probe)
-            return (len(packed) <= len(serialize_message(msg))
-                    and deserialize_message(packed, type(msg)) == msg)
-        except Exception:       # any failure of the check means: publish message objects
+            return (
+                len(packed) <= len(serialize_message(msg))
+                and deserialize_message(packed, type(msg)) == msg
+            )
+        except Exception:  # any failure of the check means: publish message objects
             return False
 
     def write(self, *args) -> None:
@@ -88,6 +93,7 @@ class ClockWriter(_Writer):
 
     def __init__(self, publisher):
         from rosgraph_msgs.msg import Clock
+
         self._stamp = _Layout().take(8, 4)
         super().__init__(publisher, Clock(), [1_700_000_003_123_456_789], 8)
 
@@ -97,6 +103,7 @@ class ClockWriter(_Writer):
 
     def _message(self, t_ns: int):
         from rosgraph_msgs.msg import Clock
+
         msg = Clock()
         msg.clock.sec, msg.clock.nanosec = divmod(int(t_ns), 1_000_000_000)
         return msg
@@ -108,6 +115,7 @@ class PoseWriter(_Writer):
 
     def __init__(self, publisher, frame_id: str):
         from geometry_msgs.msg import PoseStamped
+
         self.frame_id = frame_id
         lay = _Layout()
         self._stamp = lay.take(8, 4)
@@ -116,8 +124,9 @@ class PoseWriter(_Writer):
         self._quat = lay.take(32, 8)
         proto = PoseStamped()
         proto.header.frame_id = frame_id
-        super().__init__(publisher, proto, [17_999_999_999, (0.1, -2.5, 3e-7), (0.625, 0.5, -0.5, 0.25)],
-                         lay.pos)
+        super().__init__(
+            publisher, proto, [17_999_999_999, (0.1, -2.5, 3e-7), (0.625, 0.5, -0.5, 0.25)], lay.pos
+        )
 
     def _encode(self, t_ns: int, position, quat_wxyz) -> bytes:
         buf = self._buf
@@ -129,6 +138,7 @@ class PoseWriter(_Writer):
 
     def _message(self, t_ns: int, position, quat_wxyz):
         from geometry_msgs.msg import PoseStamped
+
         msg = PoseStamped()
         msg.header.frame_id = self.frame_id
         msg.header.stamp.sec, msg.header.stamp.nanosec = divmod(int(t_ns), 1_000_000_000)
@@ -144,6 +154,7 @@ class JointStateWriter(_Writer):
 
     def __init__(self, publisher, names: Sequence[str], frame_id: str = ''):
         from sensor_msgs.msg import JointState
+
         self.names, self.frame_id = list(names), frame_id
         n = len(self.names)
         lay = _Layout()
@@ -158,8 +169,12 @@ class JointStateWriter(_Writer):
         lay.doubles(0)
         proto = JointState(name=self.names, position=[0.0] * n, velocity=[0.0] * n)
         proto.header.frame_id = frame_id
-        super().__init__(publisher, proto, [5_000_000_042, [0.5 + i for i in range(n)],
-                                            [-1.25 * i for i in range(n)]], lay.pos)
+        super().__init__(
+            publisher,
+            proto,
+            [5_000_000_042, [0.5 + i for i in range(n)], [-1.25 * i for i in range(n)]],
+            lay.pos,
+        )
 
     def _encode(self, t_ns: int, position, velocity) -> bytes:
         buf = self._buf
@@ -170,8 +185,12 @@ class JointStateWriter(_Writer):
 
     def _message(self, t_ns: int, position, velocity):
         from sensor_msgs.msg import JointState
-        msg = JointState(name=self.names, position=[float(v) for v in position],
-                         velocity=[float(v) for v in velocity])
+
+        msg = JointState(
+            name=self.names,
+            position=[float(v) for v in position],
+            velocity=[float(v) for v in velocity],
+        )
         msg.header.frame_id = self.frame_id
         msg.header.stamp.sec, msg.header.stamp.nanosec = divmod(int(t_ns), 1_000_000_000)
         return msg
@@ -199,4 +218,5 @@ class ArrayWriter(_Writer):
 
     def _message(self, values):
         from std_msgs.msg import Float64MultiArray
+
         return Float64MultiArray(layout=self._layout, data=[float(v) for v in values])

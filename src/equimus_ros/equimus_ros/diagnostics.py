@@ -1,9 +1,11 @@
 """One way for every node to report on /diagnostics (diagnostic_msgs, as rqt_robot_monitor and
 diagnostic_aggregator read it): a named status with a level, a message and key/value pairs."""
+
 from __future__ import annotations
 
 import enum
-from typing import Any, Mapping, Optional
+from collections.abc import Mapping
+from typing import Any
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rclpy.node import Node
@@ -28,15 +30,28 @@ class Diagnostics:
         self.node, self.name, self.hardware_id = node, name, hardware_id
         self.pub = node.create_publisher(DiagnosticArray, topic.name, qos_for(topic))
 
-    def status(self, level: Level, message: str, values: Optional[Mapping[str, Any]] = None,
-               name: Optional[str] = None) -> DiagnosticStatus:
+    def status(
+        self,
+        level: Level,
+        message: str,
+        values: Mapping[str, Any] | None = None,
+        name: str | None = None,
+    ) -> DiagnosticStatus:
         return DiagnosticStatus(
-            level=bytes([int(level)]), name=name or self.name, message=message,
+            level=bytes([int(level)]),
+            name=name or self.name,
+            message=message,
             hardware_id=self.hardware_id,
-            values=[KeyValue(key=str(k), value=str(v)) for k, v in (values or {}).items()])
+            values=[KeyValue(key=str(k), value=str(v)) for k, v in (values or {}).items()],
+        )
 
-    def publish(self, level: Level, message: str, values: Optional[Mapping[str, Any]] = None,
-                name: Optional[str] = None) -> None:
+    def publish(
+        self,
+        level: Level,
+        message: str,
+        values: Mapping[str, Any] | None = None,
+        name: str | None = None,
+    ) -> None:
         if not self.node.context.ok():
             return
         arr = DiagnosticArray(status=[self.status(level, message, values, name)])

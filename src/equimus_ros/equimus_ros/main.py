@@ -5,6 +5,7 @@ raises ExternalShutdownException. Python's own KeyboardInterrupt is switched off
 lifetime because it can fire inside rclpy while a message is being converted, where it surfaces
 as "RuntimeError: Unable to convert call argument" from take_message instead of as a shutdown.
 """
+
 from __future__ import annotations
 
 import gc
@@ -12,7 +13,7 @@ import signal
 import sys
 import threading
 import time
-from typing import Callable, List, Optional, Sequence, Union
+from collections.abc import Callable, Sequence
 
 import rclpy
 from rclpy.exceptions import ParameterException
@@ -44,8 +45,10 @@ class _Interrupts:
 def _quiet_python_sigint() -> None:
     # Must precede rclpy.init: rclpy chains its handler to the one installed here, and
     # re-installing a Python handler afterwards would replace rclpy's.
-    if (threading.current_thread() is threading.main_thread()
-            and signal.getsignal(signal.SIGINT) is signal.default_int_handler):
+    if (
+        threading.current_thread() is threading.main_thread()
+        and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    ):
         signal.signal(signal.SIGINT, _Interrupts.note)
 
 
@@ -78,10 +81,14 @@ def spin_all(nodes: Sequence[Node]) -> None:
         executor.shutdown()
 
 
-def run_node(factory: Callable[[], Union[Node, List[Node]]], args=None, *,
-             spin: Optional[Callable[[object], None]] = None,
-             close: Optional[Callable[[object], None]] = None,
-             config_hint: str = '') -> int:
+def run_node(
+    factory: Callable[[], Node | list[Node]],
+    args=None,
+    *,
+    spin: Callable[[object], None] | None = None,
+    close: Callable[[object], None] | None = None,
+    config_hint: str = '',
+) -> int:
     """Build the node with ``factory()``, ``spin`` it until shutdown, then ``close`` and destroy it.
 
     ``factory`` may return a list of nodes that share the process (spun together by default,
@@ -104,8 +111,11 @@ def run_node(factory: Callable[[], Union[Node, List[Node]]], args=None, *,
             if is_shutting_down(0.0):
                 return EXIT_OK
             name = getattr(factory, '__name__', 'node')
-            print(f'{name}: invalid parameters: {exc}.'
-                  + (f' {config_hint}' if config_hint else ''), file=sys.stderr, flush=True)
+            print(
+                f'{name}: invalid parameters: {exc}.' + (f' {config_hint}' if config_hint else ''),
+                file=sys.stderr,
+                flush=True,
+            )
             return EXIT_INVALID_PARAMETERS
         _freeze_startup_objects()
         if spin is not None:

@@ -4,7 +4,8 @@ A topic object (equimus_description.interface.Topic: `name`, `qos`) names its Qo
 PROFILES; `qos_for` maps it to the profile. This module imports no equimus package.
 Sensor streams (poses, joint states) use rclpy's ``qos_profile_sensor_data``.
 """
-from typing import Any, Dict
+
+from typing import Any
 
 from rclpy.node import Node
 from rclpy.qos import (
@@ -15,21 +16,41 @@ from rclpy.qos import (
     qos_profile_sensor_data,
 )
 
-__all__ = ['CLOCK_QOS', 'COMMAND_QOS', 'DIAG_QOS', 'PROFILES', 'SENSOR_QOS', 'publisher', 'qos_for',
-           'subscription']
+__all__ = [
+    'CLOCK_QOS',
+    'COMMAND_QOS',
+    'DIAG_QOS',
+    'PROFILES',
+    'SENSOR_QOS',
+    'publisher',
+    'qos_for',
+    'subscription',
+]
 
 #: /valve/command, /reference/joint: every command matters, none is worth replaying late.
-COMMAND_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE,
-                         history=HistoryPolicy.KEEP_LAST, durability=DurabilityPolicy.VOLATILE)
+COMMAND_QOS = QoSProfile(
+    depth=10,
+    reliability=ReliabilityPolicy.RELIABLE,
+    history=HistoryPolicy.KEEP_LAST,
+    durability=DurabilityPolicy.VOLATILE,
+)
 #: /diagnostics, as diagnostic_aggregator and rqt_robot_monitor expect it.
 DIAG_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
 #: /clock: only the newest time is of use.
-CLOCK_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.BEST_EFFORT,
-                       history=HistoryPolicy.KEEP_LAST, durability=DurabilityPolicy.VOLATILE)
+CLOCK_QOS = QoSProfile(
+    depth=1,
+    reliability=ReliabilityPolicy.BEST_EFFORT,
+    history=HistoryPolicy.KEEP_LAST,
+    durability=DurabilityPolicy.VOLATILE,
+)
 SENSOR_QOS = qos_profile_sensor_data
 
-PROFILES: Dict[str, QoSProfile] = {'sensor': SENSOR_QOS, 'command': COMMAND_QOS,
-                                   'diagnostics': DIAG_QOS, 'clock': CLOCK_QOS}
+PROFILES: dict[str, QoSProfile] = {
+    'sensor': SENSOR_QOS,
+    'command': COMMAND_QOS,
+    'diagnostics': DIAG_QOS,
+    'clock': CLOCK_QOS,
+}
 
 
 def qos_for(topic: Any) -> QoSProfile:

@@ -11,19 +11,20 @@ forces), as in the paper. Prints RMSE and MaxAE per joint for 'equimus' and 'pur
 
 Run: equivalence --samples 50 --seed 1 --duration 2 [--plot out.png] [--json out.json]
 """
+
 from __future__ import annotations
 
 import argparse
 import json
 import sys
 import time
-from typing import Optional
 
 import mujoco
 import numpy as np
 
-from .lagrangian import LagrangianLeg
 from equimus_description.leg import load_leg
+
+from .lagrangian import LagrangianLeg
 from .leg_model import LegModel
 
 WORKSPACE = ((np.pi / 6, 2 * np.pi / 3), (0.0, np.pi / 2))
@@ -35,8 +36,9 @@ PAPER = {  # Table III (rad)
 VARIANTS = ('equimus', 'pure')
 
 
-def sample_equilibria(lag: LagrangianLeg, n: int, rng, p_max_kpa: float = 50.0,
-                      max_tries: int = 200000):
+def sample_equilibria(
+    lag: LagrangianLeg, n: int, rng, p_max_kpa: float = 50.0, max_tries: int = 200000
+):
     """n stable equilibria θ ∈ Ω whose balancing pressures lie in [0, p_max] kPa: (θ, F, P)."""
     areas = np.array([a.area for a in lag.leg.actuators.values()]) * 1e3
     out = []
@@ -46,17 +48,28 @@ def sample_equilibria(lag: LagrangianLeg, n: int, rng, p_max_kpa: float = 50.0,
         q = np.array([rng.uniform(*WORKSPACE[0]), rng.uniform(*WORKSPACE[1])])
         F = lag.balancing_forces(q)
         P = F / areas
-        if np.all(P >= 0.0) and np.all(P <= p_max_kpa) and \
-                np.all(np.linalg.eigvals(lag.stiffness_matrix(q, F)).real > 0):
+        if (
+            np.all(P >= 0.0)
+            and np.all(p_max_kpa >= P)
+            and np.all(np.linalg.eigvals(lag.stiffness_matrix(q, F)).real > 0)
+        ):
             out.append((q, F, P))
     if len(out) < n:
-        raise RuntimeError(f'only {len(out)} of {n} equilibria found with pressures in 0–{p_max_kpa} kPa')
+        raise RuntimeError(
+            f'only {len(out)} of {n} equilibria found with pressures in 0–{p_max_kpa} kPa'
+        )
     return out
 
 
 def _in_valid(theta: np.ndarray) -> bool:
-    return bool(np.all((theta[:, 0] > VALID[0][0]) & (theta[:, 0] < VALID[0][1]) &
-                       (theta[:, 1] > VALID[1][0]) & (theta[:, 1] < VALID[1][1])))
+    return bool(
+        np.all(
+            (theta[:, 0] > VALID[0][0])
+            & (theta[:, 0] < VALID[0][1])
+            & (theta[:, 1] > VALID[1][0])
+            & (theta[:, 1] < VALID[1][1])
+        )
+    )
 
 
 def _mujoco_step_response(lm: LegModel, q0, F0, F1, n_steps: int) -> np.ndarray:
@@ -82,13 +95,24 @@ def _metrics(errors: list) -> dict:
     if not errors:
         return {'rmse': [float('nan')] * 2, 'maxae': [float('nan')] * 2, 'n': 0}
     e = np.concatenate(errors, axis=0)
-    return {'rmse': np.sqrt(np.mean(e ** 2, axis=0)).tolist(), 'maxae': np.max(np.abs(e), axis=0).tolist(),
-            'n': len(errors)}
+    return {
+        'rmse': np.sqrt(np.mean(e**2, axis=0)).tolist(),
+        'maxae': np.max(np.abs(e), axis=0).tolist(),
+        'n': len(errors),
+    }
 
 
-def run_equivalence(samples: int = 20, seed: int = 0, duration: float = 2.0, leg=None,
-                    timestep: Optional[float] = None, integrator: Optional[str] = None,
-                    static_samples: Optional[int] = None, progress=None, keep_traces: int = 0) -> dict:
+def run_equivalence(
+    samples: int = 20,
+    seed: int = 0,
+    duration: float = 2.0,
+    leg=None,
+    timestep: float | None = None,
+    integrator: str | None = None,
+    static_samples: int | None = None,
+    progress=None,
+    keep_traces: int = 0,
+) -> dict:
     """Static and swing comparison; returns metrics per variant plus counts (and a few traces)."""
     leg = leg if leg is not None else load_leg()
     if timestep is not None:
@@ -142,42 +166,61 @@ def run_equivalence(samples: int = 20, seed: int = 0, duration: float = 2.0, leg
             traces.append({'t': t, 'lagrangian': ref, **runs, 'p0': P0, 'p1': P1})
         if (i + 1) % max(1, samples // 10) == 0:
             rmse = _metrics(swing_err['equimus'])['rmse']
-            say(f'swing {i + 1}/{samples}: {i + 1 - rejected} valid, equimus RMSE so far '
-                f'{rmse[0]:.5f} / {rmse[1]:.5f} rad ({time.perf_counter() - t0:.1f} s)')
+            say(
+                f'swing {i + 1}/{samples}: {i + 1 - rejected} valid, equimus RMSE so far '
+                f'{rmse[0]:.5f} / {rmse[1]:.5f} rad ({time.perf_counter() - t0:.1f} s)'
+            )
     return {
         'static': {v: _metrics(static_err[v]) for v in VARIANTS},
         'swing': {v: _metrics(swing_err[v]) for v in VARIANTS},
         'max_loop_residual_m': max_loop,
-        'swing_valid': samples - rejected, 'swing_rejected': rejected, 'samples': samples,
-        'seed': seed, 'duration': duration, 'timestep': dt, 'integrator': leg.integrator,
+        'swing_valid': samples - rejected,
+        'swing_rejected': rejected,
+        'samples': samples,
+        'seed': seed,
+        'duration': duration,
+        'timestep': dt,
+        'integrator': leg.integrator,
         'traces': traces,
     }
 
 
 def format_table(res: dict) -> str:
-    rows = [f"{'test':8s} {'model':10s} {'RMSE θ1':>10s} {'RMSE θ2':>10s} {'MaxAE θ1':>10s} {'MaxAE θ2':>10s}  n"]
+    rows = [
+        f'{"test":8s} {"model":10s} {"RMSE θ1":>10s} {"RMSE θ2":>10s} {"MaxAE θ1":>10s} {"MaxAE θ2":>10s}  n'
+    ]
     for test in ('static', 'swing'):
         p = PAPER[test]
-        rows.append(f"{test:8s} {'paper':10s} {p['rmse'][0]:10.5f} {p['rmse'][1]:10.5f} "
-                    f"{p['maxae'][0]:10.5f} {p['maxae'][1]:10.5f}  (Table III)")
+        rows.append(
+            f'{test:8s} {"paper":10s} {p["rmse"][0]:10.5f} {p["rmse"][1]:10.5f} '
+            f'{p["maxae"][0]:10.5f} {p["maxae"][1]:10.5f}  (Table III)'
+        )
         for v in VARIANTS:
             m = res[test][v]
-            rows.append(f"{test:8s} {v:10s} {m['rmse'][0]:10.5f} {m['rmse'][1]:10.5f} "
-                        f"{m['maxae'][0]:10.5f} {m['maxae'][1]:10.5f}  {m['n']}")
+            rows.append(
+                f'{test:8s} {v:10s} {m["rmse"][0]:10.5f} {m["rmse"][1]:10.5f} '
+                f'{m["maxae"][0]:10.5f} {m["maxae"][1]:10.5f}  {m["n"]}'
+            )
     sw = res['swing']
     ratio = np.array(sw['pure']['rmse']) / np.array(sw['equimus']['rmse'])
-    rows.append(f"swing runs: {res['swing_valid']} valid of {res['samples']} "
-                f"({res['swing_rejected']} left the valid workspace); duration {res['duration']} s, "
-                f"dt {res['timestep']} s, {res['integrator']}")
-    rows.append(f"pure / equimus swing RMSE: {ratio[0]:.1f}× / {ratio[1]:.1f}×; "
-                f"largest EquiMus loop-closure residual during the swings: {res['max_loop_residual_m']:.2e} m")
+    rows.append(
+        f'swing runs: {res["swing_valid"]} valid of {res["samples"]} '
+        f'({res["swing_rejected"]} left the valid workspace); duration {res["duration"]} s, '
+        f'dt {res["timestep"]} s, {res["integrator"]}'
+    )
+    rows.append(
+        f'pure / equimus swing RMSE: {ratio[0]:.1f}× / {ratio[1]:.1f}×; '
+        f'largest EquiMus loop-closure residual during the swings: {res["max_loop_residual_m"]:.2e} m'
+    )
     return '\n'.join(rows)
 
 
 def plot(res: dict, path: str) -> None:
     import matplotlib
+
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
+
     traces = res['traces']
     fig, axes = plt.subplots(len(traces), 2, figsize=(10, 2.6 * len(traces)), squeeze=False)
     for r, tr in enumerate(traces):
@@ -197,13 +240,23 @@ def plot(res: dict, path: str) -> None:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument('--samples', type=int, default=50, help='swing step responses (and static poses)')
-    ap.add_argument('--static-samples', type=int, default=None, help='static poses (default: --samples)')
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        '--samples', type=int, default=50, help='swing step responses (and static poses)'
+    )
+    ap.add_argument(
+        '--static-samples', type=int, default=None, help='static poses (default: --samples)'
+    )
     ap.add_argument('--seed', type=int, default=0)
     ap.add_argument('--duration', type=float, default=2.0, help='seconds per step response')
-    ap.add_argument('--timestep', type=float, default=None, help='MuJoCo timestep (default: leg.yaml)')
-    ap.add_argument('--integrator', choices=['Euler', 'RK4', 'implicit', 'implicitfast'], default=None)
+    ap.add_argument(
+        '--timestep', type=float, default=None, help='MuJoCo timestep (default: leg.yaml)'
+    )
+    ap.add_argument(
+        '--integrator', choices=['Euler', 'RK4', 'implicit', 'implicitfast'], default=None
+    )
     ap.add_argument('--leg', default=None, help='leg YAML (default: config/leg.yaml)')
     ap.add_argument('--overrides', default=None, help='override YAML (e.g. identified parameters)')
     ap.add_argument('--plot', default=None, help='write a comparison plot (PNG)')
@@ -213,10 +266,17 @@ def main(argv=None) -> int:
         ap.error('--samples must be ≥ 1 and --duration > 0')
     leg = load_leg(args.leg, overrides=args.overrides)
     t0 = time.perf_counter()
-    res = run_equivalence(args.samples, args.seed, args.duration, leg=leg, timestep=args.timestep,
-                          integrator=args.integrator, static_samples=args.static_samples,
-                          progress=lambda s: print(s, file=sys.stderr, flush=True),
-                          keep_traces=4 if args.plot else 0)
+    res = run_equivalence(
+        args.samples,
+        args.seed,
+        args.duration,
+        leg=leg,
+        timestep=args.timestep,
+        integrator=args.integrator,
+        static_samples=args.static_samples,
+        progress=lambda s: print(s, file=sys.stderr, flush=True),
+        keep_traces=4 if args.plot else 0,
+    )
     print(format_table(res))
     print(f'({time.perf_counter() - t0:.1f} s wall)')
     if args.plot:

@@ -16,10 +16,10 @@ Note: Eq. 4 is used as written; it is not rewritten as the 3-2-1 point masses.
 Planar frame: X = world y, Y = −world z (gravity along +Y); a hinge about world −x turns
 counter-clockwise in (X, Y). Nothing here depends on MuJoCo.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
 
 import numpy as np
 from scipy.integrate import solve_ivp
@@ -43,14 +43,14 @@ def _perp(v):
 
 @dataclass
 class _Point:
-    body: int          # index into the body list
-    p0: np.ndarray     # planar position at the build pose
+    body: int  # index into the body list
+    p0: np.ndarray  # planar position at the build pose
 
 
 class LagrangianLeg:
     """Equations of motion of the description's skeleton + actuators, in the hinge angles."""
 
-    def __init__(self, leg: Optional[LegDescription] = None):
+    def __init__(self, leg: LegDescription | None = None):
         self.leg = leg if leg is not None else load_leg()
         leg = self.leg
         self.g = leg.gravity
@@ -72,7 +72,7 @@ class LagrangianLeg:
             self.joint_of[c] = k
             if abs(abs(j.axis[0]) - 1.0) > 1e-9:
                 raise ValueError(f'joint {j.name}: the planar model needs hinge axes along world x')
-            self.sign[c] = -np.sign(j.axis[0])      # about −x: counter-clockwise in (X, Y)
+            self.sign[c] = -np.sign(j.axis[0])  # about −x: counter-clockwise in (X, Y)
         # joints on the path root → body, per body
         self.path = []
         for i in range(len(names)):
@@ -127,8 +127,12 @@ class LagrangianLeg:
     def actuator_lengths(self, q) -> np.ndarray:
         fr = self._frames(np.asarray(q, float), np.zeros(self.n))
         z = np.zeros(self.n)
-        return np.array([np.linalg.norm(self._point(B, fr, z)[0] - self._point(A, fr, z)[0])
-                         for _, A, B in self.acts])
+        return np.array(
+            [
+                np.linalg.norm(self._point(B, fr, z)[0] - self._point(A, fr, z)[0])
+                for _, A, B in self.acts
+            ]
+        )
 
     # ----- dynamics -----
     def terms(self, q, qd, forces):
@@ -161,7 +165,7 @@ class LagrangianLeg:
             Q += 0.5 * m * (JA + JB).T @ gvec
             r = rB - rA
             L = np.linalg.norm(r)
-            dl = (r / L) @ (JB - JA)              # ∂l/∂θ
+            dl = (r / L) @ (JB - JA)  # ∂l/∂θ
             tension = a.k * (L - a.l0) + a.c * (dl @ qd) - F
             Q -= dl * tension
         return M, b, Q
@@ -186,20 +190,31 @@ class LagrangianLeg:
             V += 0.5 * a.k * (np.linalg.norm(rB - rA) - a.l0) ** 2
         return 0.5 * qd @ M @ qd + V
 
-    def simulate(self, q0, forces, t_eval, qd0=None, rtol=1e-10, atol=1e-12, method='DOP853',
-                 events=None):
+    def simulate(
+        self, q0, forces, t_eval, qd0=None, rtol=1e-10, atol=1e-12, method='DOP853', events=None
+    ):
         """Integrate from (q0, qd0) under constant forces F (N, > 0 extends). Returns solve_ivp's result;
         .y[:n] are the angles at t_eval."""
         n = self.n
         F = np.asarray(forces, float)
-        y0 = np.concatenate([np.asarray(q0, float), np.zeros(n) if qd0 is None else np.asarray(qd0, float)])
+        y0 = np.concatenate(
+            [np.asarray(q0, float), np.zeros(n) if qd0 is None else np.asarray(qd0, float)]
+        )
 
         def rhs(_t, y):
             return np.concatenate([y[n:], self.accel(y[:n], y[n:], F)])
 
         t_eval = np.asarray(t_eval, float)
-        return solve_ivp(rhs, (float(t_eval[0]), float(t_eval[-1])), y0, method=method, t_eval=t_eval,
-                         rtol=rtol, atol=atol, events=events)
+        return solve_ivp(
+            rhs,
+            (float(t_eval[0]), float(t_eval[-1])),
+            y0,
+            method=method,
+            t_eval=t_eval,
+            rtol=rtol,
+            atol=atol,
+            events=events,
+        )
 
     # ----- statics -----
     def static_residual(self, q, forces) -> np.ndarray:
@@ -211,17 +226,22 @@ class LagrangianLeg:
         q = np.asarray(q, float)
         Q0 = self.static_residual(q, np.zeros(len(self.acts)))
         # Q is affine in F: Q(F) = Q0 − D F with D = ∂Q/∂F (unit forces).
-        D = np.column_stack([Q0 - self.static_residual(q, np.eye(len(self.acts))[i])
-                             for i in range(len(self.acts))])
+        D = np.column_stack(
+            [Q0 - self.static_residual(q, np.eye(len(self.acts))[i]) for i in range(len(self.acts))]
+        )
         return np.linalg.lstsq(D, Q0, rcond=None)[0]
 
     def static_equilibrium(self, forces, q0=None, tol=1e-12) -> np.ndarray:
         """θ with zero generalised force under constant F (Newton-type root from q0, default ref)."""
         q0 = self.ref.copy() if q0 is None else np.asarray(q0, float)
-        sol = least_squares(lambda q: self.static_residual(q, forces), q0, xtol=tol, ftol=tol, gtol=tol)
+        sol = least_squares(
+            lambda q: self.static_residual(q, forces), q0, xtol=tol, ftol=tol, gtol=tol
+        )
         if np.max(np.abs(sol.fun)) > 1e-9:
-            raise RuntimeError(f'no static equilibrium found for F = {forces} from {q0} '
-                               f'(residual {np.max(np.abs(sol.fun)):.2e} N·m)')
+            raise RuntimeError(
+                f'no static equilibrium found for F = {forces} from {q0} '
+                f'(residual {np.max(np.abs(sol.fun)):.2e} N·m)'
+            )
         return sol.x
 
     def stiffness_matrix(self, q, forces, h=1e-6) -> np.ndarray:
@@ -231,5 +251,7 @@ class LagrangianLeg:
         for i in range(self.n):
             dq = np.zeros(self.n)
             dq[i] = h
-            K[:, i] = -(self.static_residual(q + dq, forces) - self.static_residual(q - dq, forces)) / (2 * h)
+            K[:, i] = -(
+                self.static_residual(q + dq, forces) - self.static_residual(q - dq, forces)
+            ) / (2 * h)
         return K

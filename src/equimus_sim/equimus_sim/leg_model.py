@@ -4,15 +4,18 @@ Joint angles are the paper's θ (hinge qpos with ref = build angle, so no offset
 actuator tensions F = S·P (N, positive extends the actuator, as pressure does on the rig); pressures are kPa. Works for both variants and any
 number of joints/actuators in the description.
 """
+
 from __future__ import annotations
 
 import math
-from typing import Mapping, Optional, Sequence, Union
+from collections.abc import Mapping, Sequence
+from typing import Union
 
 import mujoco
 import numpy as np
 
 from equimus_description.leg import LegDescription, load_leg
+
 from .mjcf_builder import build_model, point_names, seg_names
 
 ArrayLike = Union[Sequence[float], np.ndarray, Mapping[str, float]]
@@ -21,8 +24,13 @@ ArrayLike = Union[Sequence[float], np.ndarray, Mapping[str, float]]
 class LegModel:
     """Indices and conversions for one compiled model (one variant of one description)."""
 
-    def __init__(self, leg: Optional[LegDescription] = None, variant: str = 'equimus',
-                 model: Optional[mujoco.MjModel] = None, **build_kw):
+    def __init__(
+        self,
+        leg: LegDescription | None = None,
+        variant: str = 'equimus',
+        model: mujoco.MjModel | None = None,
+        **build_kw,
+    ):
         self.leg = leg if leg is not None else load_leg()
         self.variant = variant
         self.model = model if model is not None else build_model(self.leg, variant, **build_kw)
@@ -34,19 +42,33 @@ class LegModel:
         self.qvel_idx = np.array([m.jnt_dofadr[j] for j in jid], dtype=int)
         self.areas = np.array([a.area for a in self.leg.actuators.values()])
         self.pressure_max_kpa = np.array([a.pressure_max_kpa for a in self.leg.actuators.values()])
-        self._axis = self.leg.joints[self.joint_names[0]].axis if self.joint_names else np.array([-1., 0, 0])
+        self._axis = (
+            self.leg.joints[self.joint_names[0]].axis
+            if self.joint_names
+            else np.array([-1.0, 0, 0])
+        )
         # ctrl indices: one motor per actuator ('pure') or one per segment ('equimus').
         if variant == 'equimus':
-            self.ctrl_idx = np.array([[m.actuator(s).id for s in seg_names(a)] for a in self.actuator_names])
-            self._seg_q = np.array([[m.jnt_qposadr[m.joint(s).id] for s in seg_names(a)]
-                                    for a in self.actuator_names])
-            self._swing_q = np.array([m.jnt_qposadr[m.joint(f'{a}_swing').id] for a in self.actuator_names])
-            self._p_body = np.array([[m.body(p).id for p in point_names(a)] for a in self.actuator_names])
+            self.ctrl_idx = np.array(
+                [[m.actuator(s).id for s in seg_names(a)] for a in self.actuator_names]
+            )
+            self._seg_q = np.array(
+                [[m.jnt_qposadr[m.joint(s).id] for s in seg_names(a)] for a in self.actuator_names]
+            )
+            self._swing_q = np.array(
+                [m.jnt_qposadr[m.joint(f'{a}_swing').id] for a in self.actuator_names]
+            )
+            self._p_body = np.array(
+                [[m.body(p).id for p in point_names(a)] for a in self.actuator_names]
+            )
             d = mujoco.MjData(m)
             mujoco.mj_kinematics(m, d)
-            self._build_len = np.array([np.linalg.norm(d.xpos[p[2]] - d.xpos[p[0]]) for p in self._p_body])
-            self._build_dir = np.array([(d.xpos[p[2]] - d.xpos[p[0]]) / L
-                                        for p, L in zip(self._p_body, self._build_len)])
+            self._build_len = np.array(
+                [np.linalg.norm(d.xpos[p[2]] - d.xpos[p[0]]) for p in self._p_body]
+            )
+            self._build_dir = np.array(
+                [(d.xpos[p[2]] - d.xpos[p[0]]) / L for p, L in zip(self._p_body, self._build_len)]
+            )
         else:
             self.ctrl_idx = np.array([[m.actuator(a).id] for a in self.actuator_names])
             self._tendon = np.array([m.tendon(a).id for a in self.actuator_names])
@@ -55,14 +77,23 @@ class LegModel:
         if variant == 'equimus':
             # the chain placement runs in plain floats (it is in every reset): its constants once
             self._chain_geom = [
-                (int(self._site_base[i]), int(self._site_tip[i]),
-                 int(m.body_parentid[self._p_body[i, 0]]), tuple(self._build_dir[i].tolist()),
-                 float(self._build_len[i]), int(self._swing_q[i]), self._seg_q[i].tolist())
-                for i in range(len(self.actuator_names))]
+                (
+                    int(self._site_base[i]),
+                    int(self._site_tip[i]),
+                    int(m.body_parentid[self._p_body[i, 0]]),
+                    tuple(self._build_dir[i].tolist()),
+                    float(self._build_len[i]),
+                    int(self._swing_q[i]),
+                    self._seg_q[i].tolist(),
+                )
+                for i in range(len(self.actuator_names))
+            ]
             self._axis_t = tuple(np.asarray(self._axis, float).tolist())
             chain = np.concatenate([self._swing_q, self._seg_q.ravel()])
-            self._chain_dofs = (chain, np.array([m.jnt_dofadr[np.where(m.jnt_qposadr == a)[0][0]]
-                                                 for a in chain]))
+            self._chain_dofs = (
+                chain,
+                np.array([m.jnt_dofadr[np.where(m.jnt_qposadr == a)[0][0]] for a in chain]),
+            )
 
     # ----- inputs -----
     def _vector(self, values: ArrayLike, names, what) -> np.ndarray:
@@ -107,7 +138,9 @@ class LegModel:
 
     def anchor_distances(self, data: mujoco.MjData) -> np.ndarray:
         """Distance between the skeleton's anchor sites (needs kinematics computed in data)."""
-        return np.linalg.norm(data.site_xpos[self._site_tip] - data.site_xpos[self._site_base], axis=1)
+        return np.linalg.norm(
+            data.site_xpos[self._site_tip] - data.site_xpos[self._site_base], axis=1
+        )
 
     def loop_residuals(self, data: mujoco.MjData) -> np.ndarray:
         """Per actuator: max(|chain end − tip anchor|, |seg1 − seg2|) in m; zeros for 'pure'."""
@@ -123,8 +156,9 @@ class LegModel:
         return data.xpos[b].copy(), data.xquat[b].copy()
 
     # ----- states -----
-    def reset(self, data: mujoco.MjData, q: Optional[ArrayLike] = None,
-              qd: Optional[ArrayLike] = None) -> None:
+    def reset(
+        self, data: mujoco.MjData, q: ArrayLike | None = None, qd: ArrayLike | None = None
+    ) -> None:
         """Reset to joint angles q (default: build pose) with every loop closure satisfied exactly.
 
         The actuator chains are placed geometrically: swing hinge along the anchor line, both
@@ -153,7 +187,7 @@ class LegModel:
             # The chain's hinge frame moves with its parent body; express the anchor line there.
             pa, pb, R = site[base].tolist(), site[tip].tolist(), xmat[parent].tolist()
             d0, d1, d2 = pb[0] - pa[0], pb[1] - pa[1], pb[2] - pa[2]
-            r0 = R[0] * d0 + R[3] * d1 + R[6] * d2          # Rᵀ·d, R row-major
+            r0 = R[0] * d0 + R[3] * d1 + R[6] * d2  # Rᵀ·d, R row-major
             r1 = R[1] * d0 + R[4] * d1 + R[7] * d2
             r2 = R[2] * d0 + R[5] * d1 + R[8] * d2
             L = math.sqrt(r0 * r0 + r1 * r1 + r2 * r2)
@@ -178,8 +212,13 @@ class LegModel:
         data.qpos[self.qpos_idx] = q
         self._place_chains(data)
 
-    def settle(self, data: mujoco.MjData, max_time: float = 60.0, vel_tol: float = 1e-9,
-               extra_damping: float = 0.5) -> float:
+    def settle(
+        self,
+        data: mujoco.MjData,
+        max_time: float = 60.0,
+        vel_tol: float = 1e-9,
+        extra_damping: float = 0.5,
+    ) -> float:
         """Step with the current ctrl until at rest; extra hinge damping (removed afterwards) speeds
         it up without moving the equilibrium. Returns the simulated time taken.
 
@@ -200,11 +239,18 @@ class LegModel:
                         return (k + 1) * m.opt.timestep
         finally:
             m.dof_damping[:] = saved
-        raise RuntimeError(f'settle: not at rest after {max_time} s (|qvel| = {np.max(np.abs(data.qvel)):.2e})')
+        raise RuntimeError(
+            f'settle: not at rest after {max_time} s (|qvel| = {np.max(np.abs(data.qvel)):.2e})'
+        )
 
-    def static_equilibrium(self, p_kpa: ArrayLike, q0: Optional[ArrayLike] = None,
-                           max_time: float = 60.0, vel_tol: float = 1e-9,
-                           extra_damping: float = 0.5) -> np.ndarray:
+    def static_equilibrium(
+        self,
+        p_kpa: ArrayLike,
+        q0: ArrayLike | None = None,
+        max_time: float = 60.0,
+        vel_tol: float = 1e-9,
+        extra_damping: float = 0.5,
+    ) -> np.ndarray:
         """Joint angles at rest under constant pressures (kPa), settled from q0 (default build pose)."""
         d = mujoco.MjData(self.model)
         self.reset(d, q0)

@@ -12,19 +12,19 @@ k, damping c, spring length l0 and one motor (gear +1); no extra bodies or const
 Only the skeleton's inertial values carry mass; optional meshes are visual (no mass, no contact).
 The swing plane is the world y–z plane: all hinge axes must be parallel.
 """
+
 from __future__ import annotations
 
 import os
 import pathlib
 import xml.etree.ElementTree as ET
-from typing import Optional
 
 import numpy as np
 
 from equimus_description.leg import LegDescription, anchor_world, load_leg
 
 VARIANTS = ('equimus', 'pure')
-POINT_INERTIA = 1e-9      # kg·m², tiny rotational inertia that MuJoCo needs on a point mass
+POINT_INERTIA = 1e-9  # kg·m², tiny rotational inertia that MuJoCo needs on a point mass
 
 
 def default_mesh_dir() -> pathlib.Path:
@@ -36,8 +36,10 @@ def default_mesh_dir() -> pathlib.Path:
     shared = os.environ.get('EQUIMUS_SHARED')
     if shared:
         return pathlib.Path(shared) / 'data' / 'equimus' / 'models' / 'meshes'
-    raise FileNotFoundError('no mesh folder: set EQUIMUS_MESH_DIR (the STL meshes) or '
-                            'EQUIMUS_SHARED (the shared data folder), pass mesh_dir, or meshes=False')
+    raise FileNotFoundError(
+        'no mesh folder: set EQUIMUS_MESH_DIR (the STL meshes) or '
+        'EQUIMUS_SHARED (the shared data folder), pass mesh_dir, or meshes=False'
+    )
 
 
 def _f(x) -> str:
@@ -45,7 +47,9 @@ def _f(x) -> str:
 
 
 def _sub(parent, tag, **attrs):
-    return ET.SubElement(parent, tag, {k: (v if isinstance(v, str) else _f(v)) for k, v in attrs.items()})
+    return ET.SubElement(
+        parent, tag, {k: (v if isinstance(v, str) else _f(v)) for k, v in attrs.items()}
+    )
 
 
 def seg_names(act: str) -> tuple:
@@ -63,14 +67,22 @@ def _plane_axis(leg: LegDescription) -> np.ndarray:
     axis = axes[0] if axes else np.array([-1.0, 0.0, 0.0])
     for j in leg.joints.values():
         if abs(abs(float(j.axis @ axis)) - 1.0) > 1e-9:
-            raise ValueError(f'joint {j.name}: axis {j.axis} not parallel to {axis}; the builder '
-                             'supports planar skeletons (all hinge axes parallel)')
+            raise ValueError(
+                f'joint {j.name}: axis {j.axis} not parallel to {axis}; the builder '
+                'supports planar skeletons (all hinge axes parallel)'
+            )
     return axis
 
 
-def build_mjcf(leg: Optional[LegDescription] = None, variant: str = 'equimus', *,
-               meshes: bool = False, mesh_dir=None, timestep: Optional[float] = None,
-               integrator: Optional[str] = None) -> str:
+def build_mjcf(
+    leg: LegDescription | None = None,
+    variant: str = 'equimus',
+    *,
+    meshes: bool = False,
+    mesh_dir=None,
+    timestep: float | None = None,
+    integrator: str | None = None,
+) -> str:
     """MJCF XML text of the leg. meshes=True adds visual meshes (needs mesh_dir)."""
     leg = leg if leg is not None else load_leg()
     if variant not in VARIANTS:
@@ -79,8 +91,13 @@ def build_mjcf(leg: Optional[LegDescription] = None, variant: str = 'equimus', *
     dt = float(timestep if timestep is not None else leg.timestep)
     root = ET.Element('mujoco', model=f'{leg.name}_{variant}')
     _sub(root, 'compiler', angle='radian', autolimits='true')
-    opt = _sub(root, 'option', timestep=dt, integrator=integrator or leg.integrator,
-               gravity=[0.0, 0.0, -leg.gravity])
+    opt = _sub(
+        root,
+        'option',
+        timestep=dt,
+        integrator=integrator or leg.integrator,
+        gravity=[0.0, 0.0, -leg.gravity],
+    )
     _sub(opt, 'flag', contact='disable')
     mesh_dir = pathlib.Path(mesh_dir) if mesh_dir is not None else default_mesh_dir()
     if meshes:
@@ -88,7 +105,9 @@ def build_mjcf(leg: Optional[LegDescription] = None, variant: str = 'equimus', *
         for b in leg.bodies.values():
             if b.mesh:
                 if not (mesh_dir / b.mesh).is_file():
-                    raise FileNotFoundError(f'mesh {b.mesh} not in {mesh_dir}: pass mesh_dir or meshes=False')
+                    raise FileNotFoundError(
+                        f'mesh {b.mesh} not in {mesh_dir}: pass mesh_dir or meshes=False'
+                    )
                 _sub(asset, 'mesh', name=f'{b.name}_mesh', file=str(mesh_dir / b.mesh))
 
     world = _sub(root, 'worldbody')
@@ -98,13 +117,32 @@ def build_mjcf(leg: Optional[LegDescription] = None, variant: str = 'equimus', *
         parent = world if j is None else elems[j.parent]
         el = _sub(parent, 'body', name=name, pos=b.pos)
         if j is not None:
-            _sub(el, 'joint', name=j.name, type='hinge', pos=[0, 0, 0], axis=j.axis, ref=j.ref,
-                 damping=j.damping, range=list(j.range), limited='true')
+            _sub(
+                el,
+                'joint',
+                name=j.name,
+                type='hinge',
+                pos=[0, 0, 0],
+                axis=j.axis,
+                ref=j.ref,
+                damping=j.damping,
+                range=list(j.range),
+                limited='true',
+            )
         _sub(el, 'inertial', pos=b.com, mass=b.mass, fullinertia=b.inertia)
         _sub(el, 'site', name=f'{name}_origin', pos=[0, 0, 0], size=[0.004])
         if meshes and b.mesh:
-            _sub(el, 'geom', type='mesh', mesh=f'{name}_mesh', mass=0.0, contype='0', conaffinity='0',
-                 group='1', rgba=[0.75, 0.75, 0.75, 0.9])
+            _sub(
+                el,
+                'geom',
+                type='mesh',
+                mesh=f'{name}_mesh',
+                mass=0.0,
+                contype='0',
+                conaffinity='0',
+                group='1',
+                rgba=[0.75, 0.75, 0.75, 0.9],
+            )
         elems[name] = el
 
     equality = ET.Element('equality')
@@ -116,8 +154,15 @@ def build_mjcf(leg: Optional[LegDescription] = None, variant: str = 'equimus', *
         _sub(elems[a.tip.body], 'site', name=f'{a.name}_tip', pos=a.tip.pos, size=[0.003])
         fmax = a.area * a.pressure_max_kpa * 1e3
         if variant == 'pure':
-            t = _sub(tendon, 'spatial', name=a.name, stiffness=a.k, damping=a.c, springlength=a.l0,
-                     width=0.003)
+            t = _sub(
+                tendon,
+                'spatial',
+                name=a.name,
+                stiffness=a.k,
+                damping=a.c,
+                springlength=a.l0,
+                width=0.003,
+            )
             _sub(t, 'site', site=f'{a.name}_base')
             _sub(t, 'site', site=f'{a.name}_tip')
             _sub(actuator, 'motor', name=a.name, tendon=a.name, gear=[1.0], ctrlrange=[0.0, fmax])
@@ -134,14 +179,39 @@ def build_mjcf(leg: Optional[LegDescription] = None, variant: str = 'equimus', *
         _sub(el, 'inertial', pos=[0, 0, 0], mass=masses[0], diaginertia=[POINT_INERTIA] * 3)
         for i in (1, 2):
             el = _sub(el, 'body', name=p_names[i], pos=e * lb / 2.0)
-            _sub(el, 'joint', name=s_names[i - 1], type='slide', pos=[0, 0, 0], axis=e,
-                 stiffness=2.0 * a.k, damping=2.0 * a.c, springref=(a.l0 - lb) / 2.0)
+            _sub(
+                el,
+                'joint',
+                name=s_names[i - 1],
+                type='slide',
+                pos=[0, 0, 0],
+                axis=e,
+                stiffness=2.0 * a.k,
+                damping=2.0 * a.c,
+                springref=(a.l0 - lb) / 2.0,
+            )
             _sub(el, 'inertial', pos=[0, 0, 0], mass=masses[i], diaginertia=[POINT_INERTIA] * 3)
         _sub(el, 'site', name=f'{a.name}_end', pos=[0, 0, 0], size=[0.003])
-        _sub(equality, 'connect', name=f'{a.name}_loop', body1=p_names[2], body2=a.tip.body,
-             anchor=[0, 0, 0], solref=solref, solimp=list(leg.equality_solimp))
-        _sub(equality, 'joint', name=f'{a.name}_mid', joint1=s_names[0], joint2=s_names[1],
-             polycoef=[0, 1, 0, 0, 0], solref=solref, solimp=list(leg.equality_solimp))
+        _sub(
+            equality,
+            'connect',
+            name=f'{a.name}_loop',
+            body1=p_names[2],
+            body2=a.tip.body,
+            anchor=[0, 0, 0],
+            solref=solref,
+            solimp=list(leg.equality_solimp),
+        )
+        _sub(
+            equality,
+            'joint',
+            name=f'{a.name}_mid',
+            joint1=s_names[0],
+            joint2=s_names[1],
+            polycoef=[0, 1, 0, 0, 0],
+            solref=solref,
+            solimp=list(leg.equality_solimp),
+        )
         for s in s_names:
             _sub(actuator, 'motor', name=s, joint=s, gear=[1.0], ctrlrange=[0.0, fmax])
     for el in (tendon, equality, actuator):
@@ -151,7 +221,8 @@ def build_mjcf(leg: Optional[LegDescription] = None, variant: str = 'equimus', *
     return ET.tostring(root, encoding='unicode')
 
 
-def build_model(leg: Optional[LegDescription] = None, variant: str = 'equimus', **kw):
+def build_model(leg: LegDescription | None = None, variant: str = 'equimus', **kw):
     """Compiled mujoco.MjModel of build_mjcf(leg, variant, **kw)."""
     import mujoco
+
     return mujoco.MjModel.from_xml_string(build_mjcf(leg, variant, **kw))

@@ -25,32 +25,35 @@ Imperfections, all drawn from one seeded numpy Generator:
 - latency: a frame is released `latency` seconds (sim time) after its capture; its timestamp stays
   the capture time, as a real bridge stamps mid-exposure.
 """
+
 from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
 
 import numpy as np
 
 from equimus_description.interface import BODIES
 
-R_MW = np.array([[1.0, 0.0, 0.0],
-                 [0.0, 0.0, 1.0],
-                 [0.0, -1.0, 0.0]])
+R_MW = np.array([[1.0, 0.0, 0.0], [0.0, 0.0, 1.0], [0.0, -1.0, 0.0]])
 _H = math.sqrt(0.5)
-Q_MW = np.array([_H, -_H, 0.0, 0.0])   # wxyz quaternion of R_MW
+Q_MW = np.array([_H, -_H, 0.0, 0.0])  # wxyz quaternion of R_MW
 
 
 def quat_mul(a, b) -> np.ndarray:
     """Hamilton product of wxyz quaternions."""
     aw, ax, ay, az = a
     bw, bx, by, bz = b
-    return np.array([aw * bw - ax * bx - ay * by - az * bz,
-                     aw * bx + ax * bw + ay * bz - az * by,
-                     aw * by - ax * bz + ay * bw + az * bx,
-                     aw * bz + ax * by - ay * bx + az * bw])
+    return np.array(
+        [
+            aw * bw - ax * bx - ay * by - az * bz,
+            aw * bx + ax * bw + ay * bz - az * by,
+            aw * by - ax * bz + ay * bw + az * bx,
+            aw * bz + ax * by - ay * bx + az * bw,
+        ]
+    )
 
 
 def quat_mul_rows(a, b) -> np.ndarray:
@@ -58,10 +61,15 @@ def quat_mul_rows(a, b) -> np.ndarray:
     a, b = np.asarray(a, float), np.asarray(b, float)
     aw, ax, ay, az = a[..., 0], a[..., 1], a[..., 2], a[..., 3]
     bw, bx, by, bz = b[..., 0], b[..., 1], b[..., 2], b[..., 3]
-    return np.stack([aw * bw - ax * bx - ay * by - az * bz,
-                     aw * bx + ax * bw + ay * bz - az * by,
-                     aw * by - ax * bz + ay * bw + az * bx,
-                     aw * bz + ax * by - ay * bx + az * bw], axis=-1)
+    return np.stack(
+        [
+            aw * bw - ax * bx - ay * by - az * bz,
+            aw * bx + ax * bw + ay * bz - az * by,
+            aw * by - ax * bz + ay * bw + az * bx,
+            aw * bz + ax * by - ay * bx + az * bw,
+        ],
+        axis=-1,
+    )
 
 
 def rotvec_to_quat_rows(v) -> np.ndarray:
@@ -76,17 +84,20 @@ def rotvec_to_quat_rows(v) -> np.ndarray:
 def quat_to_mat(q) -> np.ndarray:
     """Rotation matrix of a unit wxyz quaternion."""
     w, x, y, z = np.asarray(q, float) / np.linalg.norm(q)
-    return np.array([
-        [1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)],
-        [2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)],
-        [2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)]])
+    return np.array(
+        [
+            [1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)],
+            [2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)],
+            [2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)],
+        ]
+    )
 
 
 def quat_from_rotvec(v) -> np.ndarray:
     v = np.asarray(v, float)
     angle = float(np.linalg.norm(v))
     if angle < 1e-12:
-        return np.array([1.0, 0.5 * v[0], 0.5 * v[1], 0.5 * v[2]]) / math.sqrt(1 + 0.25 * angle ** 2)
+        return np.array([1.0, 0.5 * v[0], 0.5 * v[1], 0.5 * v[2]]) / math.sqrt(1 + 0.25 * angle**2)
     s = math.sin(0.5 * angle) / angle
     return np.array([math.cos(0.5 * angle), s * v[0], s * v[1], s * v[2]])
 
@@ -102,8 +113,8 @@ def world_to_motive(pos_w, quat_w, offset=(0.0, 0.0, 0.0)):
 class BodyPose:
     """One rigid body in one frame, Motive frame; NaN everywhere when untracked."""
 
-    position: list       # [x, y, z] metres
-    orientation: list    # [w, x, y, z]
+    position: list  # [x, y, z] metres
+    orientation: list  # [w, x, y, z]
 
     @property
     def tracked(self) -> bool:
@@ -113,21 +124,21 @@ class BodyPose:
 @dataclass
 class MocapFrame:
     frame_number: int
-    capture_time: float       # sim seconds: the stamp of every pose in the frame
-    release_time: float       # sim seconds at which the bridge would publish it
-    bodies: dict = field(default_factory=dict)   # name -> BodyPose
+    capture_time: float  # sim seconds: the stamp of every pose in the frame
+    release_time: float  # sim seconds at which the bridge would publish it
+    bodies: dict = field(default_factory=dict)  # name -> BodyPose
 
 
 @dataclass
 class MocapConfig:
     rate: float = 120.0
-    position_noise: float = 0.0        # m, σ per axis
-    orientation_noise: float = 0.0     # rad, σ per rotation-vector component
-    latency: float = 0.0               # s
-    drop_probability: float = 0.0      # per frame, start of a loss event
-    drop_burst_mean: float = 1.0       # frames per loss event (mean), >= 1
+    position_noise: float = 0.0  # m, σ per axis
+    orientation_noise: float = 0.0  # rad, σ per rotation-vector component
+    latency: float = 0.0  # s
+    drop_probability: float = 0.0  # per frame, start of a loss event
+    drop_burst_mean: float = 1.0  # frames per loss event (mean), >= 1
     occlusion_probability: float = 0.0  # per body and frame
-    base_position: Sequence[float] = (0.0, 0.7, 0.0)   # Motive frame, m
+    base_position: Sequence[float] = (0.0, 0.7, 0.0)  # Motive frame, m
     seed: int = 0
 
     def validate(self) -> None:
@@ -139,8 +150,11 @@ class MocapConfig:
             (0 <= self.drop_probability < 1, 'drop_probability must be in [0, 1)'),
             (self.drop_burst_mean >= 1, 'drop_burst_mean must be >= 1 frame'),
             (0 <= self.occlusion_probability <= 1, 'occlusion_probability must be in [0, 1]'),
-            (len(self.base_position) == 3 and all(math.isfinite(float(v)) for v in self.base_position),
-             'base_position must be three finite numbers (m, Motive frame)'),
+            (
+                len(self.base_position) == 3
+                and all(math.isfinite(float(v)) for v in self.base_position),
+                'base_position must be three finite numbers (m, Motive frame)',
+            ),
         ]
         for ok, msg in checks:
             if not ok:
@@ -169,7 +183,9 @@ class VirtualMocap:
 
     def calibrate(self, base_pos_w) -> None:
         """Choose the world→Motive offset so the base lands at `base_position` in the volume."""
-        self.offset = np.asarray(self.config.base_position, float) - R_MW @ np.asarray(base_pos_w, float)
+        self.offset = np.asarray(self.config.base_position, float) - R_MW @ np.asarray(
+            base_pos_w, float
+        )
         self._offset_t = tuple(self.offset.tolist())
 
     def _dropped_now(self) -> bool:
@@ -209,7 +225,9 @@ class VirtualMocap:
             if cfg.position_noise > 0:
                 P = P + self.rng.normal(0.0, cfg.position_noise, (nb, 3))
             if cfg.orientation_noise > 0:
-                Q = quat_mul_rows(Q, rotvec_to_quat_rows(self.rng.normal(0.0, cfg.orientation_noise, (nb, 3))))
+                Q = quat_mul_rows(
+                    Q, rotvec_to_quat_rows(self.rng.normal(0.0, cfg.orientation_noise, (nb, 3)))
+                )
             Q = Q / np.linalg.norm(Q, axis=1, keepdims=True)
             Q[Q[:, 0] < 0] *= -1.0
             P, Q = P.tolist(), Q.tolist()
@@ -231,8 +249,12 @@ class VirtualMocap:
                 self.occluded += 1
                 P[i] = [math.nan] * 3
                 Q[i] = [math.nan] * 4
-        frame = MocapFrame(self.frame_number, float(t), float(t) + cfg.latency,
-                           {name: BodyPose(P[i], Q[i]) for i, name in enumerate(self.bodies)})
+        frame = MocapFrame(
+            self.frame_number,
+            float(t),
+            float(t) + cfg.latency,
+            {name: BodyPose(P[i], Q[i]) for i, name in enumerate(self.bodies)},
+        )
         self._pending.append(frame)
         return frame
 

@@ -7,12 +7,13 @@ later tick back. Lateness of each tick against its deadline is the loop jitter r
 far-too-slow model) it re-anchors the deadlines instead of running a burst of catch-up ticks,
 and counts the event as an overrun.
 """
+
 from __future__ import annotations
 
 import math
 import time
 from collections import deque
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -48,9 +49,14 @@ class Pacer:
     `wait()` returns immediately and records no jitter.
     """
 
-    def __init__(self, period: float, max_lag: float = 0.25,
-                 clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], None] = time.sleep, window: int = 1200):
+    def __init__(
+        self,
+        period: float,
+        max_lag: float = 0.25,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+        window: int = 1200,
+    ):
         if not (period >= 0.0 and math.isfinite(period)):
             raise ValueError(f'pacing period must be a finite number >= 0 s, got {period!r}')
         self.period = float(period)

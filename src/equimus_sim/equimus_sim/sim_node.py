@@ -19,6 +19,7 @@ the simulator.
   message for `lockstep_timeout` wall seconds (a dropped mocap frame broke the loop, or the
   controller is not up yet or has stopped) it advances anyway, holding the last pressures.
 """
+
 from __future__ import annotations
 
 import math
@@ -29,6 +30,15 @@ import time
 from collections import deque
 
 import numpy as np
+from geometry_msgs.msg import PoseStamped
+from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
+from rclpy.node import Node
+from rclpy.parameter import Parameter
+from rosgraph_msgs.msg import Clock
+from sensor_msgs.msg import JointState
+from std_msgs.msg import Float64MultiArray
+from std_srvs.srv import Trigger
+
 from equimus_description.interface import (
     ACTUATORS,
     BODIES,
@@ -49,14 +59,6 @@ from equimus_ros.diagnostics import Diagnostics, Level
 from equimus_ros.main import is_shutting_down, run_node
 from equimus_ros.params import bind
 from equimus_ros.qos import publisher, subscription
-from geometry_msgs.msg import PoseStamped
-from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
-from rclpy.node import Node
-from rclpy.parameter import Parameter
-from rosgraph_msgs.msg import Clock
-from sensor_msgs.msg import JointState
-from std_msgs.msg import Float64MultiArray
-from std_srvs.srv import Trigger
 
 from .config import SimConfig
 from .mocap import VirtualMocap
@@ -72,8 +74,10 @@ class SimNode(Node):
     def __init__(self, **kwargs):
         super().__init__('sim', **kwargs)
         if self.get_parameter('use_sim_time').value:
-            self.get_logger().warning('use_sim_time=true ignored: the sim node publishes /clock and '
-                                      'must run on wall time; set use_sim_time only on the other nodes')
+            self.get_logger().warning(
+                'use_sim_time=true ignored: the sim node publishes /clock and '
+                'must run on wall time; set use_sim_time only on the other nodes'
+            )
             self.set_parameters([Parameter('use_sim_time', Parameter.Type.BOOL, False)])
         self.params = bind(self, SimConfig())
         p = self.params.config
@@ -85,10 +89,13 @@ class SimNode(Node):
         self.realtime_priority = p.realtime_priority
 
         self.sim = make_simulator(
-            leg_path=p.leg_description or None, overrides=p.parameter_overrides or None,
-            variant=p.variant, timestep=p.timestep or None,
+            leg_path=p.leg_description or None,
+            overrides=p.parameter_overrides or None,
+            variant=p.variant,
+            timestep=p.timestep or None,
             initial_pressures=list(p.initial_pressures),
-            initial_q=None if p.initial_equilibrium else list(p.initial_q))
+            initial_q=None if p.initial_equilibrium else list(p.initial_q),
+        )
         self.mocap = VirtualMocap(p.mocap())
 
         self.lock = threading.Lock()
@@ -117,13 +124,19 @@ class SimNode(Node):
         self.out_clock = ClockWriter(self.pub_clock)
         self.out_joints = JointStateWriter(self.pub_joints, list(JOINTS))
         self.out_pose = {b: PoseWriter(self.pub_pose[b], FRAME_MOCAP) for b in BODIES}
-        self.out_pressure = ArrayWriter(self.pub_pressure,
-                                        float_array([0.0] * len(ACTUATORS), PRESSURE_LAYOUT))
+        self.out_pressure = ArrayWriter(
+            self.pub_pressure, float_array([0.0] * len(ACTUATORS), PRESSURE_LAYOUT)
+        )
         self.get_logger().info(
             f'sim: {p.variant} model, Δt={self.sim.dt * 1e3:.4f} ms, {self.mode}'
-            + (f' x{self.rate_factor:g}' if self.mode == 'realtime' else f' (timeout {self.lockstep_timeout:g} s)')
+            + (
+                f' x{self.rate_factor:g}'
+                if self.mode == 'realtime'
+                else f' (timeout {self.lockstep_timeout:g} s)'
+            )
             + f', {self.rate:g} Hz frames, θ0={np.round(self.sim.initial_q, 4).tolist()} rad; '
-            f'valves follow {VALVE_APPLIED.name}')
+            f'valves follow {VALVE_APPLIED.name}'
+        )
 
     # ----- callbacks (executor thread) ------------------------------------------------------
     def _on_applied(self, msg: Float64MultiArray) -> None:
@@ -136,15 +149,19 @@ class SimNode(Node):
         if problem:
             self.get_logger().warning(
                 f'refused {VALVE_APPLIED.name} {list(msg.data)}: {problem}; the valves keep '
-                f'{self.sim.command.tolist()} kPa', throttle_duration_sec=1.0)
+                f'{self.sim.command.tolist()} kPa',
+                throttle_duration_sec=1.0,
+            )
 
     def _on_reset(self, request, response):
         with self.lock:
             self.sim.reset('reset service called')
             self.mocap.clear_pending()
         response.success = True
-        response.message = f'leg reset to θ={np.round(self.sim.initial_q, 4).tolist()} rad, ' \
-                           f'p={self.sim.initial_pressures.tolist()} kPa'
+        response.message = (
+            f'leg reset to θ={np.round(self.sim.initial_q, 4).tolist()} rad, '
+            f'p={self.sim.initial_pressures.tolist()} kPa'
+        )
         self.get_logger().info(response.message)
         return response
 
@@ -167,7 +184,9 @@ class SimNode(Node):
         self.work.add(time.perf_counter() - t0)
         if resets != self._last_resets:
             self._last_resets = resets
-            self.get_logger().error(f'simulation reset ({resets} so far): {self.sim.last_reset_reason}')
+            self.get_logger().error(
+                f'simulation reset ({resets} so far): {self.sim.last_reset_reason}'
+            )
             self._publish_diagnostics()
 
     def _publish_frame(self, t_ns: int) -> None:
@@ -215,7 +234,7 @@ class SimNode(Node):
                 except Exception:
                     if self.context.ok():
                         raise
-                    break       # shut down (SIGINT/SIGTERM) while publishing: leave quietly
+                    break  # shut down (SIGINT/SIGTERM) while publishing: leave quietly
         finally:
             self._stop.set()
             spinner.join(timeout=2.0)
@@ -226,11 +245,13 @@ class SimNode(Node):
         if prio <= 0:
             return
         try:
-            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(prio))   # this thread only
+            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(prio))  # this thread only
             self.get_logger().info(f'loop thread runs SCHED_FIFO priority {prio}')
         except (OSError, AttributeError) as e:
-            self.get_logger().warning(f'realtime_priority={prio} not applied ({e}); running with normal '
-                                      'scheduling. Grant CAP_SYS_NICE or an rtprio limit to use it.')
+            self.get_logger().warning(
+                f'realtime_priority={prio} not applied ({e}); running with normal '
+                'scheduling. Grant CAP_SYS_NICE or an rtprio limit to use it.'
+            )
 
     def _lockstep_once(self) -> None:
         deadline = time.monotonic() + self.lockstep_timeout
@@ -279,18 +300,27 @@ class SimNode(Node):
             work = self.work.summary()
             self.work.clear()
             values = {
-                'mode': self.mode, 'rate_factor': f'{self.rate_factor:g}',
-                'sim_time': f'{sim_t:.6f}', 'frames': str(self.frame),
+                'mode': self.mode,
+                'rate_factor': f'{self.rate_factor:g}',
+                'sim_time': f'{sim_t:.6f}',
+                'frames': str(self.frame),
                 'real_time_factor': f'{rtf:.4f}',
-                'jitter_p50_us': f'{jit["p50"] * 1e6:.1f}', 'jitter_p99_us': f'{jit["p99"] * 1e6:.1f}',
-                'jitter_max_us': f'{jit["max"] * 1e6:.1f}', 'jitter_samples': str(jit['n']),
-                'tick_work_p50_us': f'{work["p50"] * 1e6:.1f}', 'tick_work_p99_us': f'{work["p99"] * 1e6:.1f}',
+                'jitter_p50_us': f'{jit["p50"] * 1e6:.1f}',
+                'jitter_p99_us': f'{jit["p99"] * 1e6:.1f}',
+                'jitter_max_us': f'{jit["max"] * 1e6:.1f}',
+                'jitter_samples': str(jit['n']),
+                'tick_work_p50_us': f'{work["p50"] * 1e6:.1f}',
+                'tick_work_p99_us': f'{work["p99"] * 1e6:.1f}',
                 'overruns': str(self.pacer.overruns),
-                'applied_received': str(self.commands), 'lockstep_timeouts': str(self.lockstep_timeouts),
+                'applied_received': str(self.commands),
+                'lockstep_timeouts': str(self.lockstep_timeouts),
                 'lockstep_discarded': str(self.lockstep_discarded),
-                'refused_pressures': str(sim.rejected), 'last_refusal': sim.last_reject_reason,
-                'resets': str(sim.resets), 'last_reset_reason': sim.last_reset_reason,
-                'mocap_dropped_frames': str(self.mocap.dropped), 'mocap_occluded_poses': str(self.mocap.occluded),
+                'refused_pressures': str(sim.rejected),
+                'last_refusal': sim.last_reject_reason,
+                'resets': str(sim.resets),
+                'last_reset_reason': sim.last_reset_reason,
+                'mocap_dropped_frames': str(self.mocap.dropped),
+                'mocap_occluded_poses': str(self.mocap.occluded),
                 'valve_pressure_kpa': str(np.round(sim.pressures, 3).tolist()),
                 'valve_setpoint_kpa': str(np.round(sim.command, 3).tolist()),
             }
@@ -299,13 +329,21 @@ class SimNode(Node):
             if sim.resets:
                 level, message = Level.WARN, f'{message}; {sim.resets} unstable-state resets'
             if sim.rejected:
-                level, message = Level.WARN, f'{message}; {sim.rejected} impossible pressures refused'
+                level, message = (
+                    Level.WARN,
+                    f'{message}; {sim.rejected} impossible pressures refused',
+                )
         self.diagnostics.publish(level, message, values)
 
 
 def main(args=None) -> int:
-    return run_node(SimNode, args, spin=SimNode.run, close=SimNode.stop,
-                    config_hint='Fix config/sim.yaml or the --ros-args overrides.')
+    return run_node(
+        SimNode,
+        args,
+        spin=SimNode.run,
+        close=SimNode.stop,
+        config_hint='Fix config/sim.yaml or the --ros-args overrides.',
+    )
 
 
 if __name__ == '__main__':

@@ -19,10 +19,11 @@ Instability: after each `advance`, non-finite or runaway qpos/qvel, or a MuJoCo 
 (MuJoCo would silently auto-reset to its loading pose), resets the leg to the initial pose and
 pressures, counts the event and keeps its reason; nothing is raised.
 """
+
 from __future__ import annotations
 
 import math
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 import mujoco
 import numpy as np
@@ -31,14 +32,17 @@ from equimus_description.interface import BODIES
 from equimus_description.valve import ACTUATORS, ValveLag
 from equimus_description.valve import HARD_MAX_KPA as P_MAX_KPA
 
-MAX_JOINT_SPEED = 1.0e3   # rad/s or m/s in any dof: beyond this the integration has diverged
+MAX_JOINT_SPEED = 1.0e3  # rad/s or m/s in any dof: beyond this the integration has diverged
 
-_BAD_WARNINGS = (mujoco.mjtWarning.mjWARN_BADQACC, mujoco.mjtWarning.mjWARN_BADQPOS,
-                 mujoco.mjtWarning.mjWARN_BADQVEL)
+_BAD_WARNINGS = (
+    mujoco.mjtWarning.mjWARN_BADQACC,
+    mujoco.mjtWarning.mjWARN_BADQPOS,
+    mujoco.mjtWarning.mjWARN_BADQVEL,
+)
 _BAD_WARNING_IDX = np.array([int(w) for w in _BAD_WARNINGS])
 
 
-def physical_problem(p_kpa, n: int = len(ACTUATORS), p_max=P_MAX_KPA) -> Optional[str]:
+def physical_problem(p_kpa, n: int = len(ACTUATORS), p_max=P_MAX_KPA) -> str | None:
     """Why valves cannot be set to `p_kpa` (kPa), or None when they can (a sanity check only).
 
     p_max: upper limit (kPa), one number or one per channel."""
@@ -52,7 +56,7 @@ def physical_problem(p_kpa, n: int = len(ACTUATORS), p_max=P_MAX_KPA) -> Optiona
     if not np.all(np.isfinite(p)):
         return f'pressures {p.tolist()} kPa are not finite'
     if np.any(p < 0.0) or np.any(p > pmax):
-        return f'pressures {p.tolist()} kPa outside the valves\' range [0, {pmax.tolist()}] kPa'
+        return f"pressures {p.tolist()} kPa outside the valves' range [0, {pmax.tolist()}] kPa"
     return None
 
 
@@ -64,9 +68,14 @@ class LegSimulator:
     static equilibrium at the initial pressures) define the pose `reset()` returns to.
     """
 
-    def __init__(self, leg_model, tau: Optional[float], p_max=P_MAX_KPA,
-                 initial_pressures: Sequence[float] = (0.0, 0.0),
-                 initial_q: Optional[Sequence[float]] = None):
+    def __init__(
+        self,
+        leg_model,
+        tau: float | None,
+        p_max=P_MAX_KPA,
+        initial_pressures: Sequence[float] = (0.0, 0.0),
+        initial_q: Sequence[float] | None = None,
+    ):
         self.leg = leg_model
         self.model = leg_model.model
         self.data = mujoco.MjData(self.model)
@@ -84,31 +93,33 @@ class LegSimulator:
         self.valve = None if tau is None else ValveLag(tau, self.n, self.initial_pressures)
         # Hot path: F = S·P written straight to the actuator motors (LegModel.set_pressures does
         # the same with per-call argument checks that cost more than an mj_step).
-        self._gain = np.asarray(leg_model.areas, float) * 1e3     # N per kPa
+        self._gain = np.asarray(leg_model.areas, float) * 1e3  # N per kPa
         ctrl_idx = np.asarray(leg_model.ctrl_idx).reshape(self.n, -1)
         self._ctrl_act = np.full(self.model.nu, -1, dtype=int)
         for i, row in enumerate(ctrl_idx):
             self._ctrl_act[row] = i
         if np.any(self._ctrl_act < 0):
-            raise ValueError('the model has motors that belong to no actuator of the leg description')
+            raise ValueError(
+                'the model has motors that belong to no actuator of the leg description'
+            )
         self._pow_n, self._pow_dt, self._pow = -1, None, None
         self._gain_t = tuple(self._gain.tolist())
         self._ctrl_act_t = tuple(self._ctrl_act.tolist())
         self._body_ids = {}
-        self.command = self.initial_pressures.copy()     # the valves' setpoint, kPa
-        self.time = 0.0          # nominal sim time, s (monotonic across resets)
+        self.command = self.initial_pressures.copy()  # the valves' setpoint, kPa
+        self.time = 0.0  # nominal sim time, s (monotonic across resets)
         self.steps = 0
         self.resets = 0
         self.last_reset_reason = ''
         self.rejected = 0
         self.last_reject_reason = ''
-        self._warn_number = self.data.warning.number      # live view of MuJoCo's warning counters
+        self._warn_number = self.data.warning.number  # live view of MuJoCo's warning counters
         self._warn_counts = self._bad_warning_count()
         self._warn_bytes = self._warn_number.tobytes()
         self._place(self.initial_q)
 
     # ----- commands -------------------------------------------------------------------------
-    def set_command(self, p_kpa) -> Optional[str]:
+    def set_command(self, p_kpa) -> str | None:
         """Set the valves to p_kpa (kPa) from now on; the reason when that is impossible (the
         valves then keep their setpoint; see the module docstring)."""
         problem = physical_problem(p_kpa, self.n, self.p_max)
@@ -142,7 +153,7 @@ class LegSimulator:
             p = u
             for ak in self._powers(n):
                 p = [ui + di * ak for ui, di in zip(u, d0)]
-                force = [g * pi for g, pi in zip(gain, p)]          # F = S·P, N
+                force = [g * pi for g, pi in zip(gain, p)]  # F = S·P, N
                 ctrl[:] = [force[i] for i in act]
                 step(model, data)
             if self.valve is not None:
@@ -174,8 +185,10 @@ class LegSimulator:
 
     def joint_state(self):
         """(θ, θ̇) of [hip, knee] in the paper's convention (rad, rad/s)."""
-        return (np.asarray(self.leg.joint_angles(self.data), float),
-                np.asarray(self.leg.joint_velocities(self.data), float))
+        return (
+            np.asarray(self.leg.joint_angles(self.data), float),
+            np.asarray(self.leg.joint_velocities(self.data), float),
+        )
 
     def body_arrays(self, names: Sequence[str] = BODIES):
         """World positions (N, 3) and wxyz quaternions (N, 4) of skeleton bodies (fast path of
@@ -233,14 +246,15 @@ class LegSimulator:
             reason = f'MuJoCo reported an unstable state ({", ".join(names)}) and auto-reset it'
         elif not (math.isfinite(float(d.qpos.sum())) and math.isfinite(qvel_sq)):
             reason = 'non-finite joint position or velocity'
-        elif qvel_sq > MAX_JOINT_SPEED ** 2:
+        elif qvel_sq > MAX_JOINT_SPEED**2:
             reason = f'joint speed above {MAX_JOINT_SPEED:g} (integration diverged)'
         if reason:
             self.reset(f'{reason} at t={self.time:.4f} s: reset to the initial pose')
 
 
-def make_simulator(leg_path=None, overrides=None, variant: str = 'equimus',
-                   timestep: Optional[float] = None, **kwargs) -> LegSimulator:
+def make_simulator(
+    leg_path=None, overrides=None, variant: str = 'equimus', timestep: float | None = None, **kwargs
+) -> LegSimulator:
     """Build a LegSimulator from a leg YAML (default config/leg.yaml) and optional overrides.
 
     overrides: dotted-key mapping or path to an override YAML (identification output).
@@ -248,7 +262,9 @@ def make_simulator(leg_path=None, overrides=None, variant: str = 'equimus',
     pressure limits come from the description.
     """
     from equimus_description.leg import load_leg
+
     from .leg_model import LegModel
+
     leg = load_leg(leg_path, overrides)
     if timestep:
         leg = leg.with_timestep(float(timestep))

@@ -7,13 +7,14 @@ Everything here works on plain records so it can be tested without running a gra
 - /proc samples -> CPU share and RSS growth per minute.
 All times are seconds on the monotonic clock (CLOCK_MONOTONIC is shared by every process).
 """
+
 from __future__ import annotations
 
 import bisect
 import json
 import math
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -23,27 +24,27 @@ import numpy as np
 class BoardTimeline:
     """The board's output codes over time: one entry per SET, vent or unplug event."""
 
-    t: List[float]
-    codes: List[Tuple[int, ...]]
-    sets: List[Tuple[float, Tuple[int, ...], bool]]     # every decoded SET: (t, codes, accepted)
-    watchdog_vents: List[float]
-    rejections: List[float]
+    t: list[float]
+    codes: list[tuple[int, ...]]
+    sets: list[tuple[float, tuple[int, ...], bool]]  # every decoded SET: (t, codes, accepted)
+    watchdog_vents: list[float]
+    rejections: list[float]
 
     def __post_init__(self):
         self.set_t = [s[0] for s in self.sets]
 
     @classmethod
-    def from_log(cls, path: str, channels: int, extra_vents: Iterable[float] = ()) -> 'BoardTimeline':
+    def from_log(cls, path: str, channels: int, extra_vents: Iterable[float] = ()) -> BoardTimeline:
         """`extra_vents`: times the board lost power (unplugged): outputs read 0 V from then."""
         zero = (0,) * channels
-        events: List[Tuple[float, Tuple[int, ...]]] = [(t, zero) for t in extra_vents]
+        events: list[tuple[float, tuple[int, ...]]] = [(t, zero) for t in extra_vents]
         sets, wd, rej = [], [], []
         with open(path) as fh:
             for line in fh:
                 try:
                     e = json.loads(line)
                 except ValueError:
-                    continue        # a line cut short when the soak stopped
+                    continue  # a line cut short when the soak stopped
                 kind, t = e.get('event'), e.get('t')
                 if kind == 'set':
                     codes = tuple(e['codes'])
@@ -54,15 +55,15 @@ class BoardTimeline:
                     events.append((t, zero))
                 elif kind == 'rejected':
                     rej.append(t)
-                    events.append((t, zero))       # the firmware vents on a bad frame
+                    events.append((t, zero))  # the firmware vents on a bad frame
         events.sort(key=lambda x: x[0])
         return cls([e[0] for e in events], [e[1] for e in events], sets, wd, rej)
 
-    def codes_at(self, t: float) -> Tuple[int, ...]:
+    def codes_at(self, t: float) -> tuple[int, ...]:
         i = bisect.bisect_right(self.t, t) - 1
         return self.codes[i] if i >= 0 else (0,) * (len(self.codes[0]) if self.codes else 2)
 
-    def vented_from(self, t_from: float, t_to: float) -> Optional[float]:
+    def vented_from(self, t_from: float, t_to: float) -> float | None:
         """Earliest time in [t_from, t_to] from which every output is 0 up to t_to, else None."""
         i = bisect.bisect_right(self.t, t_to) - 1
         if i >= 0 and any(self.codes[i]):
@@ -73,7 +74,7 @@ class BoardTimeline:
             return max(self.t[i + 1], t_from)
         return t_from
 
-    def nonzero_after(self, t_from: float, t_to: float) -> Optional[float]:
+    def nonzero_after(self, t_from: float, t_to: float) -> float | None:
         """First accepted SET in [t_from, t_to] with a non-zero code."""
         i = bisect.bisect_left(self.set_t, t_from)
         for t, codes, ok in self.sets[i:]:
@@ -83,10 +84,12 @@ class BoardTimeline:
                 return t
         return None
 
-    def sets_between(self, a: float, b: float) -> List[Tuple[float, Tuple[int, ...], bool]]:
-        return self.sets[bisect.bisect_left(self.set_t, a):bisect.bisect_left(self.set_t, b)]
+    def sets_between(self, a: float, b: float) -> list[tuple[float, tuple[int, ...], bool]]:
+        return self.sets[bisect.bisect_left(self.set_t, a) : bisect.bisect_left(self.set_t, b)]
 
-    def longest_unrefreshed_output(self, exclude: Sequence[Tuple[float, float]] = ()) -> Tuple[float, float]:
+    def longest_unrefreshed_output(
+        self, exclude: Sequence[tuple[float, float]] = ()
+    ) -> tuple[float, float]:
         """(seconds, at) of the longest time a non-zero output stood without a newer event.
 
         A board that vents on its watchdog keeps this at most its watchdog time (+ its loop
@@ -105,16 +108,24 @@ class BoardTimeline:
 
 
 # ------------------------------------------------------------------------------ cycles / latency
-def percentiles_ms(values: Sequence[float]) -> Dict[str, float]:
+def percentiles_ms(values: Sequence[float]) -> dict[str, float]:
     if not len(values):
         return {'p50': math.nan, 'p99': math.nan, 'max': math.nan, 'n': 0}
     a = np.asarray(values, float) * 1e3
-    return {'p50': float(np.percentile(a, 50)), 'p99': float(np.percentile(a, 99)),
-            'max': float(a.max()), 'n': int(a.size)}
+    return {
+        'p50': float(np.percentile(a, 50)),
+        'p99': float(np.percentile(a, 99)),
+        'max': float(a.max()),
+        'n': int(a.size),
+    }
 
 
-def align_commands(frames: Sequence[float], commands: Sequence[float], window: Tuple[float, float],
-                   max_latency: float = 0.1) -> Dict[int, int]:
+def align_commands(
+    frames: Sequence[float],
+    commands: Sequence[float],
+    window: tuple[float, float],
+    max_latency: float = 0.1,
+) -> dict[int, int]:
     """Map commands to the mocap frames that caused them, inside one fault-free window.
 
     Each frame makes at most one command and commands come out in frame order, so: give each
@@ -134,14 +145,14 @@ def align_commands(frames: Sequence[float], commands: Sequence[float], window: T
     assign = [bisect.bisect_left(frames, commands[j]) - 1 for j in idx]
     for k in range(len(assign) - 2, -1, -1):
         assign[k] = min(assign[k], assign[k + 1] - 1)
-    out: Dict[int, int] = {}
+    out: dict[int, int] = {}
     for j, fi in zip(idx, assign):
         if f0 <= fi < f1 and 0 < commands[j] - frames[fi] <= max_latency:
             out[fi] = j
     return out
 
 
-def expected_codes(values: Sequence[float], to_code, max_kpa: float = 50.0) -> Tuple[int, ...]:
+def expected_codes(values: Sequence[float], to_code, max_kpa: float = 50.0) -> tuple[int, ...]:
     """What the driver puts on the wire for a command when its slew limit does not bind."""
     out = []
     for v in values:
@@ -151,13 +162,14 @@ def expected_codes(values: Sequence[float], to_code, max_kpa: float = 50.0) -> T
 
 
 # ------------------------------------------------------------------------------ /proc sampling
-def read_proc(pid: int) -> Optional[Tuple[float, float]]:
+def read_proc(pid: int) -> tuple[float, float] | None:
     """(CPU seconds used, RSS MB) of a process, or None if it is gone."""
     import os
+
     try:
         with open(f'/proc/{pid}/stat') as fh:
             stat = fh.read()
-        fields = stat[stat.rindex(')') + 2:].split()
+        fields = stat[stat.rindex(')') + 2 :].split()
         tck = os.sysconf('SC_CLK_TCK')
         cpu = (int(fields[11]) + int(fields[12])) / tck
         with open(f'/proc/{pid}/status') as fh:
@@ -169,7 +181,7 @@ def read_proc(pid: int) -> Optional[Tuple[float, float]]:
     return None
 
 
-def rss_slope_mb_per_min(samples: Sequence[Tuple[float, float]]) -> float:
+def rss_slope_mb_per_min(samples: Sequence[tuple[float, float]]) -> float:
     """Least-squares RSS growth (MB per minute) of (t_s, rss_mb) samples."""
     if len(samples) < 5:
         return math.nan

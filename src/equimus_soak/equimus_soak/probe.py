@@ -11,6 +11,7 @@ Driven by JSON lines on stdin, answering on stdout:
     {"op": "quit"}
 `python -m equimus_soak.probe` prints {"op": "ready"} once its node exists.
 """
+
 from __future__ import annotations
 
 import json
@@ -21,16 +22,21 @@ import time
 
 import rclpy
 from diagnostic_msgs.msg import DiagnosticArray
-from equimus_description.interface import DIAGNOSTICS, PRESSURE_LAYOUT, VALVE_COMMAND
-from equimus_ros.main import run_node
-from equimus_ros.qos import publisher
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 from std_msgs.msg import Float64MultiArray, MultiArrayDimension
 
+from equimus_description.interface import DIAGNOSTICS, PRESSURE_LAYOUT, VALVE_COMMAND
+from equimus_ros.main import run_node
+from equimus_ros.qos import publisher
+
 #: Deeper than the shared profiles (same reliability): no message is lost while the soak floods.
-LISTEN_QOS = QoSProfile(depth=200, reliability=ReliabilityPolicy.RELIABLE,
-                        history=HistoryPolicy.KEEP_LAST, durability=DurabilityPolicy.VOLATILE)
+LISTEN_QOS = QoSProfile(
+    depth=200,
+    reliability=ReliabilityPolicy.RELIABLE,
+    history=HistoryPolicy.KEEP_LAST,
+    durability=DurabilityPolicy.VOLATILE,
+)
 
 
 def _say(obj: dict) -> None:
@@ -41,14 +47,15 @@ def _say(obj: dict) -> None:
 class SoakProbe(Node):
     def __init__(self):
         super().__init__('soak_probe')
-        self.commands = []      # [t_monotonic, t_ros_ns, values]
-        self.diagnostics = []   # [t_monotonic, name, level, message, {key: value}]
-        self.injected = []      # [t_monotonic, values]
-        self.ops: 'queue.Queue[dict]' = queue.Queue()
+        self.commands = []  # [t_monotonic, t_ros_ns, values]
+        self.diagnostics = []  # [t_monotonic, name, level, message, {key: value}]
+        self.injected = []  # [t_monotonic, values]
+        self.ops: queue.Queue[dict] = queue.Queue()
         self.quit = threading.Event()
         self.pub = publisher(self, Float64MultiArray, VALVE_COMMAND)
-        self.create_subscription(Float64MultiArray, VALVE_COMMAND.name, self._on_command,
-                                 LISTEN_QOS)
+        self.create_subscription(
+            Float64MultiArray, VALVE_COMMAND.name, self._on_command, LISTEN_QOS
+        )
         self.create_subscription(DiagnosticArray, DIAGNOSTICS.name, self._on_diag, LISTEN_QOS)
         self.create_timer(0.005, self._run_ops)
 
@@ -58,9 +65,17 @@ class SoakProbe(Node):
     def _on_diag(self, msg: DiagnosticArray) -> None:
         t = time.monotonic()
         for s in msg.status:
-            self.diagnostics.append([t, s.name, int.from_bytes(s.level, 'little')
-                                     if isinstance(s.level, bytes) else int(s.level),
-                                     s.message, {kv.key: kv.value for kv in s.values}])
+            self.diagnostics.append(
+                [
+                    t,
+                    s.name,
+                    int.from_bytes(s.level, 'little')
+                    if isinstance(s.level, bytes)
+                    else int(s.level),
+                    s.message,
+                    {kv.key: kv.value for kv in s.values},
+                ]
+            )
 
     def _run_ops(self) -> None:
         while True:
@@ -71,18 +86,26 @@ class SoakProbe(Node):
             kind = op.get('op')
             if kind == 'publish':
                 m = Float64MultiArray()
-                m.layout.dim = [MultiArrayDimension(label=PRESSURE_LAYOUT, size=len(op['data']),
-                                                    stride=1)]
+                m.layout.dim = [
+                    MultiArrayDimension(label=PRESSURE_LAYOUT, size=len(op['data']), stride=1)
+                ]
                 m.data = [float(v) for v in op['data']]
                 t = time.monotonic()
                 self.pub.publish(m)
-                self.injected.append([t, m.data.tolist() if hasattr(m.data, 'tolist')
-                                      else list(m.data)])
+                self.injected.append(
+                    [t, m.data.tolist() if hasattr(m.data, 'tolist') else list(m.data)]
+                )
                 _say({'op': 'published', 't': t})
             elif kind == 'dump':
                 with open(op['path'], 'w') as fh:
-                    json.dump({'commands': self.commands, 'diagnostics': self.diagnostics,
-                               'injected': self.injected}, fh)
+                    json.dump(
+                        {
+                            'commands': self.commands,
+                            'diagnostics': self.diagnostics,
+                            'injected': self.injected,
+                        },
+                        fh,
+                    )
                 _say({'op': 'dumped'})
             elif kind == 'quit':
                 self.quit.set()

@@ -26,6 +26,7 @@ Invariants over the whole run: no code above the 50 kPa code on the serial line;
 output never stands longer than the board watchdog without a valid SET; the bag holds at least
 every message the recorder reported as on disk; no node's RSS grows without bound.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -41,23 +42,31 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import yaml
 
-from equimus_soak import analysis as A
 from equimus_bringup.graph import default_config_dir, describe_graph, realtime_problem
 from equimus_bringup.supervisor import Supervisor, command_for
 from equimus_control import CONTROLLERS
 from equimus_description.interface import VALVE_COMMAND, mocap_topic
+from equimus_soak import analysis as A
 
-FAULTS = ('mocap_stall', 'untrack', 'natnet_garbage', 'serial_faults', 'serial_unplug',
-          'kill_controller', 'kill_driver', 'disk_full')
+FAULTS = (
+    'mocap_stall',
+    'untrack',
+    'natnet_garbage',
+    'serial_faults',
+    'serial_unplug',
+    'kill_controller',
+    'kill_driver',
+    'disk_full',
+)
 RATE_HZ = 120.0
-VENT_MARGIN_S = 0.1          # target: vented within 100 ms of the watchdog deadline
+VENT_MARGIN_S = 0.1  # target: vented within 100 ms of the watchdog deadline
 RSS_SLOPE_LIMIT_MB_MIN = 1.0  # a node growing faster than this after warm-up is unbounded
 # After a killed node is restarted, the other processes discover its publishers within one Fast DDS
 # participant announcement period (3 s); until then the recorder and the probe may miss its
@@ -65,8 +74,14 @@ RSS_SLOPE_LIMIT_MB_MIN = 1.0  # a node growing faster than this after warm-up is
 RESTART_SETTLE_S = 3.5
 #: The pose stream whose recording is checked against what the emulated Motive sent.
 THIGH_POSE = mocap_topic('thigh')
-BAD_COMMANDS = ([1e6, 1e6], [math.nan, 20.0], [-10.0, math.inf], [30.0, 30.0, 30.0],
-                [math.inf, -math.inf], [math.nan, math.nan])
+BAD_COMMANDS = (
+    [1e6, 1e6],
+    [math.nan, 20.0],
+    [-10.0, math.inf],
+    [30.0, 30.0, 30.0],
+    [math.inf, -math.inf],
+    [math.nan, math.nan],
+)
 
 
 @dataclass
@@ -79,9 +94,9 @@ class Check:
 @dataclass
 class FaultRecord:
     name: str
-    t0: float                    # fault starts
-    t1: float                    # fault removed
-    t_clear: float               # from here the loop is expected to run normally again
+    t0: float  # fault starts
+    t1: float  # fault removed
+    t_clear: float  # from here the loop is expected to run normally again
     info: dict = field(default_factory=dict)
 
 
@@ -114,9 +129,16 @@ class SoakSupervisor(Supervisor):
             # A full disk makes write() fail (ENOSPC) without a signal; with RLIMIT_FSIZE the
             # kernel would also send SIGXFSZ, so the recorder ignores it and sees EFBIG instead.
             cmd = ['sh', '-c', 'trap "" XFSZ; exec "$@"', 'sh', *cmd]
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, env=self.env, text=True, bufsize=1,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=self.env,
+            text=True,
+            bufsize=1,
+            start_new_session=True,
+        )
         self.procs[name] = proc
         self.output.setdefault(name, [])
         t = threading.Thread(target=self._pump, args=(name, proc), daemon=True)
@@ -128,19 +150,25 @@ class SoakSupervisor(Supervisor):
         self._signal(proc, signal.SIGKILL)
         proc.wait()
 
-    def pids(self) -> Dict[str, int]:
+    def pids(self) -> dict[str, int]:
         return {n: p.pid for n, p in self.procs.items() if p.poll() is None}
 
 
 class ProbeClient:
     """The soak_probe process, driven over its stdin/stdout."""
 
-    def __init__(self, env: Dict[str, str]):
-        self.proc = subprocess.Popen([sys.executable, '-m', 'equimus_soak.probe'],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, text=True, bufsize=1, env=env,
-                                     start_new_session=True)
-        self._replies: List[dict] = []
+    def __init__(self, env: dict[str, str]):
+        self.proc = subprocess.Popen(
+            [sys.executable, '-m', 'equimus_soak.probe'],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            bufsize=1,
+            env=env,
+            start_new_session=True,
+        )
+        self._replies: list[dict] = []
         self._cv = threading.Condition()
         threading.Thread(target=self._read, daemon=True).start()
         self.wait_for('ready', 30.0)
@@ -150,7 +178,7 @@ class ProbeClient:
             try:
                 msg = json.loads(line)
             except ValueError:
-                continue        # a ROS log line
+                continue  # a ROS log line
             with self._cv:
                 self._replies.append(msg)
                 self._cv.notify_all()
@@ -164,8 +192,10 @@ class ProbeClient:
                         return self._replies.pop(i)
                 left = end - time.monotonic()
                 if left <= 0 or self.proc.poll() is not None:
-                    raise RuntimeError(f'soak_probe did not answer {op!r} (exit code '
-                                       f'{self.proc.poll()}); is the workspace sourced?')
+                    raise RuntimeError(
+                        f'soak_probe did not answer {op!r} (exit code '
+                        f'{self.proc.poll()}); is the workspace sourced?'
+                    )
                 self._cv.wait(left)
 
     def send(self, obj: dict) -> None:
@@ -194,11 +224,11 @@ class ProbeClient:
 class ProcSampler(threading.Thread):
     """CPU seconds and RSS of every process of the run, once per `period` s, from /proc."""
 
-    def __init__(self, pids: Callable[[], Dict[str, int]], period: float = 1.0):
+    def __init__(self, pids: Callable[[], dict[str, int]], period: float = 1.0):
         super().__init__(daemon=True, name='soak-proc-sampler')
         self.pids = pids
         self.period = period
-        self.samples: Dict[str, List[Tuple[float, int, float, float]]] = {}  # t, pid, cpu_s, rss
+        self.samples: dict[str, list[tuple[float, int, float, float]]] = {}  # t, pid, cpu_s, rss
         self._halt = threading.Event()
 
     def run(self) -> None:
@@ -217,10 +247,20 @@ class ProcSampler(threading.Thread):
 class Soak:
     """One soak run. `run()` returns (figures, checks)."""
 
-    def __init__(self, duration: float = 60.0, faults: Sequence[str] = FAULTS,
-                 out: Optional[str] = None, controller: str = 'pid', reference: str = 'sine',
-                 gap: Optional[float] = None, echo: bool = False, log: Callable[[str], None] = print,
-                 domain_id: Optional[int] = None, rt_priority: int = 0, fused_loop: bool = False):
+    def __init__(
+        self,
+        duration: float = 60.0,
+        faults: Sequence[str] = FAULTS,
+        out: str | None = None,
+        controller: str = 'pid',
+        reference: str = 'sine',
+        gap: float | None = None,
+        echo: bool = False,
+        log: Callable[[str], None] = print,
+        domain_id: int | None = None,
+        rt_priority: int = 0,
+        fused_loop: bool = False,
+    ):
         unknown = sorted(set(faults) - set(FAULTS))
         if unknown:
             raise ValueError(f'unknown fault(s) {unknown}; choose from {", ".join(FAULTS)} or all')
@@ -229,8 +269,9 @@ class Soak:
         self.fused_loop = bool(fused_loop)
         # With the fused loop the controller and the valve driver share one process: killing it
         # is kill_driver (the board's watchdog vents); there is no controller alone to kill.
-        self.faults = [f for f in FAULTS if f in faults
-                       and not (self.fused_loop and f == 'kill_controller')]
+        self.faults = [
+            f for f in FAULTS if f in faults and not (self.fused_loop and f == 'kill_controller')
+        ]
         self.driver_process = 'control_loop' if self.fused_loop else 'valve_driver'
         self.out = Path(out or tempfile.mkdtemp(prefix='equimus_soak_')).resolve()
         self.controller = controller
@@ -247,11 +288,11 @@ class Soak:
         self.max_hold = float(est.get('max_hold', 0.1))
         self.command_timeout = float(valve.get('command_timeout_s', 0.25))
         self.reconnect_max = float(valve.get('reconnect_backoff_max_s', 2.0))
-        self.frames: List[Tuple[int, float]] = []      # (frame number, transmit time)
-        self.records: List[FaultRecord] = []
-        self.unexpected: List[str] = []
+        self.frames: list[tuple[int, float]] = []  # (frame number, transmit time)
+        self.records: list[FaultRecord] = []
+        self.unexpected: list[str] = []
         self.expected_down: set = set()
-        self.unplugged_at: List[float] = []
+        self.unplugged_at: list[float] = []
         self.t_start = 0.0
 
     # ------------------------------------------------------------------ plumbing
@@ -266,8 +307,10 @@ class Soak:
                 code = proc.poll()
                 if code is not None and name not in self.expected_down:
                     tail = ''.join(self.sup.output.get(name, [])[-10:])
-                    self.unexpected.append(f'{name} exited with code {code} at '
-                                           f't={time.monotonic() - self.t_start:.1f} s:\n{tail}')
+                    self.unexpected.append(
+                        f'{name} exited with code {code} at '
+                        f't={time.monotonic() - self.t_start:.1f} s:\n{tail}'
+                    )
                     self.expected_down.add(name)
             left = end - time.monotonic()
             if left <= 0:
@@ -284,19 +327,22 @@ class Soak:
             self.sleep(0.01)
         return False
 
-    def wait_resumed(self, t_from: float, timeout: float) -> Optional[float]:
+    def wait_resumed(self, t_from: float, timeout: float) -> float | None:
         """First accepted non-zero SET after t_from (control has resumed), waiting up to timeout."""
         end = time.monotonic() + timeout
         while time.monotonic() < end:
-            first = next((f.t for f in self.board.frames_since(t_from)
-                          if f.accepted and any(f.codes)), None)
+            first = next(
+                (f.t for f in self.board.frames_since(t_from) if f.accepted and any(f.codes)), None
+            )
             if first is not None:
                 return first
             self.sleep(0.05)
         return None
 
     # ------------------------------------------------------------------ faults
-    def _mocap_outage(self, name: str, start: Callable[[float], None], seconds: float = 1.0) -> FaultRecord:
+    def _mocap_outage(
+        self, name: str, start: Callable[[float], None], seconds: float = 1.0
+    ) -> FaultRecord:
         """A mocap fault that lasts `seconds` once started; control must resume after it."""
         nz = self.wait_nonzero()
         t0 = time.monotonic()
@@ -305,7 +351,9 @@ class Soak:
         t1 = time.monotonic()
         resumed = self.wait_resumed(t1, 3.0)
         self.sleep(1.0)
-        return FaultRecord(name, t0, t1, time.monotonic(), {'nonzero_before': nz, 'resumed': resumed})
+        return FaultRecord(
+            name, t0, t1, time.monotonic(), {'nonzero_before': nz, 'resumed': resumed}
+        )
 
     def fault_mocap_stall(self) -> FaultRecord:
         return self._mocap_outage('mocap_stall', self.natnet.stall)
@@ -316,6 +364,7 @@ class Soak:
     def fault_natnet_garbage(self) -> FaultRecord:
         from equimus_hw.natnet import protocol as NP
         from equimus_hw.natnet.emulator import ticks_now
+
         t0 = time.monotonic()
         malformed = out_of_order = 0
         for _ in range(6):
@@ -328,14 +377,21 @@ class Soak:
                 now = ticks_now()
                 f.stamp_transmit = f.stamp_data_received = now
                 f.stamp_mid_exposure = now - 40_000
-                self.natnet.data_sock.sendto(NP.encode_message(f, self.natnet.version),
-                                             (self.natnet.group, self.natnet.data_port))
+                self.natnet.data_sock.sendto(
+                    NP.encode_message(f, self.natnet.version),
+                    (self.natnet.group, self.natnet.data_port),
+                )
                 out_of_order += 1
             self.sleep(0.1)
         t1 = time.monotonic()
         self.sleep(1.5)
-        return FaultRecord('natnet_garbage', t0, t1, time.monotonic(),
-                           {'malformed': malformed, 'out_of_order': out_of_order})
+        return FaultRecord(
+            'natnet_garbage',
+            t0,
+            t1,
+            time.monotonic(),
+            {'malformed': malformed, 'out_of_order': out_of_order},
+        )
 
     def fault_serial_faults(self) -> FaultRecord:
         self.wait_nonzero()
@@ -352,10 +408,19 @@ class Soak:
         t1 = time.monotonic()
         resumed = self.wait_resumed(t1, 3.0)
         self.sleep(1.0)
-        return FaultRecord('serial_faults', t0, t1, time.monotonic(),
-                           {'corrupted': 5, 'dropped_bytes': 30, 'stall': [t_stall, t1],
-                            'board_rejections': len(self.board.rejections) - rej0,
-                            'resumed': resumed})
+        return FaultRecord(
+            'serial_faults',
+            t0,
+            t1,
+            time.monotonic(),
+            {
+                'corrupted': 5,
+                'dropped_bytes': 30,
+                'stall': [t_stall, t1],
+                'board_rejections': len(self.board.rejections) - rej0,
+                'resumed': resumed,
+            },
+        )
 
     def fault_serial_unplug(self) -> FaultRecord:
         self.wait_nonzero()
@@ -385,9 +450,18 @@ class Soak:
         resumed = self.wait_resumed(t_restart, 20.0)
         t1 = time.monotonic()
         self.sleep(RESTART_SETTLE_S)
-        return FaultRecord('kill_controller', t0, t1, time.monotonic(),
-                           {'nonzero_before': nz, 'injected': injected, 't_restart': t_restart,
-                            'resumed': resumed})
+        return FaultRecord(
+            'kill_controller',
+            t0,
+            t1,
+            time.monotonic(),
+            {
+                'nonzero_before': nz,
+                'injected': injected,
+                't_restart': t_restart,
+                'resumed': resumed,
+            },
+        )
 
     def fault_kill_driver(self) -> FaultRecord:
         nz = self.wait_nonzero()
@@ -401,8 +475,13 @@ class Soak:
         resumed = self.wait_resumed(t_restart, 20.0)
         t1 = time.monotonic()
         self.sleep(RESTART_SETTLE_S)
-        return FaultRecord('kill_driver', t0, t1, time.monotonic(),
-                           {'nonzero_before': nz, 't_restart': t_restart, 'resumed': resumed})
+        return FaultRecord(
+            'kill_driver',
+            t0,
+            t1,
+            time.monotonic(),
+            {'nonzero_before': nz, 't_restart': t_restart, 'resumed': resumed},
+        )
 
     def fault_disk_full(self) -> FaultRecord:
         mcap = sorted(self.bag.glob('*.mcap'))
@@ -415,10 +494,17 @@ class Soak:
         return FaultRecord('disk_full', t0, t1, t1, {'limit_bytes': limit})
 
     # ------------------------------------------------------------------ run
-    def schedule(self) -> Tuple[List[str], float, float]:
+    def schedule(self) -> tuple[list[str], float, float]:
         """(fault order, gap between faults, warm-up): repeated cycles in a long soak."""
-        nominal = {'mocap_stall': 3.5, 'untrack': 3.5, 'natnet_garbage': 2.2, 'serial_faults': 2.5,
-                   'serial_unplug': 3.5, 'kill_controller': 8.5, 'kill_driver': 7.0}
+        nominal = {
+            'mocap_stall': 3.5,
+            'untrack': 3.5,
+            'natnet_garbage': 2.2,
+            'serial_faults': 2.5,
+            'serial_unplug': 3.5,
+            'kill_controller': 8.5,
+            'kill_driver': 7.0,
+        }
         cyc = [f for f in self.faults if f != 'disk_full']
         warmup = 4.0
         tail = 4.0 + (4.0 if 'disk_full' in self.faults else 0.0)
@@ -437,12 +523,14 @@ class Soak:
         problem = realtime_problem(self.rt_priority + 1)
         if problem:
             raise ValueError(f'--rt-priority {self.rt_priority}: {problem}')
-        os.sched_setscheduler(0, os.SCHED_FIFO | os.SCHED_RESET_ON_FORK,
-                              os.sched_param(self.rt_priority + 1))
+        os.sched_setscheduler(
+            0, os.SCHED_FIFO | os.SCHED_RESET_ON_FORK, os.sched_param(self.rt_priority + 1)
+        )
 
-    def run(self) -> Tuple[Dict[str, object], List[Check]]:
+    def run(self) -> tuple[dict[str, object], list[Check]]:
         from equimus_bringup.rig_emulator import BODIES, EmulatedRig
         from equimus_hw.natnet.emulator import NatNetEmulator
+
         if self.rt_priority:
             self._emulate_hardware_priority()
         self.out.mkdir(parents=True, exist_ok=True)
@@ -451,26 +539,50 @@ class Soak:
             raise ValueError(f'{self.bag} exists already: give the soak a new --out folder')
         link = str(self.out / 'dac')
         cmd_port, data_port = _free_port(), _free_port()
-        self.natnet = NatNetEmulator(command_port=cmd_port, data_port=data_port, multicast=True,
-                                     rate_hz=RATE_HZ, bodies=BODIES, on_sent=self._on_sent)
+        self.natnet = NatNetEmulator(
+            command_port=cmd_port,
+            data_port=data_port,
+            multicast=True,
+            rate_hz=RATE_HZ,
+            bodies=BODIES,
+            on_sent=self._on_sent,
+        )
         board_log = str(self.out / 'board.jsonl')
-        rig = EmulatedRig(link, self.natnet, rate=RATE_HZ, position_noise=0.0002, board_log=board_log)
+        rig = EmulatedRig(
+            link, self.natnet, rate=RATE_HZ, position_noise=0.0002, board_log=board_log
+        )
         self.board = rig.board
         self.rig = rig
-        specs = describe_graph('hardware', {
-            'controller': self.controller, 'reference': self.reference, 'record': 'true',
-            'rt_priority': str(self.rt_priority), 'fused_loop': str(self.fused_loop).lower(),
-            'bag': str(self.bag), 'auto_arm': 'true', 'serial_port': link,
-            'natnet_command_port': str(cmd_port), 'natnet_data_port': str(data_port)})
+        specs = describe_graph(
+            'hardware',
+            {
+                'controller': self.controller,
+                'reference': self.reference,
+                'record': 'true',
+                'rt_priority': str(self.rt_priority),
+                'fused_loop': str(self.fused_loop).lower(),
+                'bag': str(self.bag),
+                'auto_arm': 'true',
+                'serial_port': link,
+                'natnet_command_port': str(cmd_port),
+                'natnet_data_port': str(data_port),
+            },
+        )
         # A DDS domain of its own: the soak kills nodes and injects bad commands, which must
         # never reach another graph (or a real rig) on this machine.
-        env = dict(os.environ, ROS_DOMAIN_ID=str(self.domain_id),
-                   ROS_AUTOMATIC_DISCOVERY_RANGE='LOCALHOST', PYTHONUNBUFFERED='1')
+        env = dict(
+            os.environ,
+            ROS_DOMAIN_ID=str(self.domain_id),
+            ROS_AUTOMATIC_DISCOVERY_RANGE='LOCALHOST',
+            PYTHONUNBUFFERED='1',
+        )
         self.sup = SoakSupervisor(specs, echo=self.echo, env=env)
         self.t_start = time.monotonic()
         wall0, real0 = time.monotonic(), time.time()
-        self.log(f'[soak] {self.duration:.0f} s, {"fused control_loop" if self.fused_loop else "one process per node"}, faults: {", ".join(self.faults) or "none"}; '
-                 f'records in {self.out}')
+        self.log(
+            f'[soak] {self.duration:.0f} s, {"fused control_loop" if self.fused_loop else "one process per node"}, faults: {", ".join(self.faults) or "none"}; '
+            f'records in {self.out}'
+        )
         probe = sampler = None
         rig_thread = None
         try:
@@ -479,13 +591,20 @@ class Soak:
             rig_thread.start()
             self.probe = probe = ProbeClient(env)
             self.sup.start()
-            sampler = ProcSampler(lambda: {**self.sup.pids(), 'soak_probe': probe.proc.pid,
-                                           'soak (rig emulators)': os.getpid()})
+            sampler = ProcSampler(
+                lambda: {
+                    **self.sup.pids(),
+                    'soak_probe': probe.proc.pid,
+                    'soak (rig emulators)': os.getpid(),
+                }
+            )
             sampler.start()
             t_loop = self.wait_resumed(self.t_start, 60.0)
             if t_loop is None:
-                raise RuntimeError('the control loop never put a non-zero pressure on the serial '
-                                   'line within 60 s; see graph.log')
+                raise RuntimeError(
+                    'the control loop never put a non-zero pressure on the serial '
+                    'line within 60 s; see graph.log'
+                )
             self.t_loop = t_loop
             order, gap, warmup = self.schedule()
             self.sleep(warmup)
@@ -517,19 +636,28 @@ class Soak:
                     fh.writelines(f'[{name}] {line}' for line in lines)
         self.exit_codes = codes
         self.wall = time.monotonic() - wall0
-        self.real_offset = real0 - wall0       # CLOCK_REALTIME - CLOCK_MONOTONIC
+        self.real_offset = real0 - wall0  # CLOCK_REALTIME - CLOCK_MONOTONIC
         figures, checks = self.analyse(probe_data, sampler.samples)
-        (self.out / 'soak.json').write_text(json.dumps(
-            {'figures': figures, 'checks': [c.__dict__ for c in checks],
-             'faults': [r.__dict__ for r in self.records]}, indent=1, default=str))
+        (self.out / 'soak.json').write_text(
+            json.dumps(
+                {
+                    'figures': figures,
+                    'checks': [c.__dict__ for c in checks],
+                    'faults': [r.__dict__ for r in self.records],
+                },
+                indent=1,
+                default=str,
+            )
+        )
         return figures, checks
 
     # ------------------------------------------------------------------ analysis
-    def analyse(self, probe: dict, samples) -> Tuple[Dict[str, object], List[Check]]:
-        checks: List[Check] = []
-        fig: Dict[str, object] = {}
-        tl = A.BoardTimeline.from_log(str(self.out / 'board.jsonl'), self.board.channels,
-                                      self.unplugged_at)
+    def analyse(self, probe: dict, samples) -> tuple[dict[str, object], list[Check]]:
+        checks: list[Check] = []
+        fig: dict[str, object] = {}
+        tl = A.BoardTimeline.from_log(
+            str(self.out / 'board.jsonl'), self.board.channels, self.unplugged_at
+        )
         cal = self.board.cal
         frames = [t for _, t in self.frames]
         cmds = [c for c in probe['commands']]
@@ -537,7 +665,7 @@ class Soak:
         cmd_t = [c[0] for c in cmds]
         diags = probe['diagnostics']
 
-        def diag(name: str, a: float, b: float) -> List[list]:
+        def diag(name: str, a: float, b: float) -> list[list]:
             return [d for d in diags if d[1] == name and a <= d[0] <= b]
 
         def last_value(name: str, key: str, before: float, default='0') -> str:
@@ -554,115 +682,198 @@ class Soak:
 
         # -- invariant: no code above the 50 kPa code ever reached the serial line
         over = [s for s in tl.sets if any(c > cal.max_code for c in s[1])]
-        checks.append(Check('invariant: no code above the 50 kPa code on the wire',
-                            not over and not self.board.invariant_violations,
-                            f'{len(tl.sets)} SET frames, max code '
-                            f'{max((max(s[1]) for s in tl.sets), default=0)} <= {cal.max_code}; '
-                            f'violations {len(over)}'))
+        checks.append(
+            Check(
+                'invariant: no code above the 50 kPa code on the wire',
+                not over and not self.board.invariant_violations,
+                f'{len(tl.sets)} SET frames, max code '
+                f'{max((max(s[1]) for s in tl.sets), default=0)} <= {cal.max_code}; '
+                f'violations {len(over)}',
+            )
+        )
         fig['set_frames'] = len(tl.sets)
         fig['max_code_seen'] = max((max(s[1]) for s in tl.sets), default=0)
         # -- invariant: a non-zero output never stands longer than the board watchdog
         stalls = [tuple(r.info['stall']) for r in self.records if r.name == 'serial_faults']
         worst, at = tl.longest_unrefreshed_output(stalls)
-        checks.append(Check('invariant: non-zero output never outlives the board watchdog',
-                            worst <= self.board.watchdog_s + VENT_MARGIN_S,
-                            f'longest non-zero output without a newer frame {worst * 1e3:.1f} ms '
-                            f'(at t={at - self.t_start:.1f} s); board watchdog '
-                            f'{self.board.watchdog_s * 1e3:.0f} ms + {VENT_MARGIN_S * 1e3:.0f} ms'))
+        checks.append(
+            Check(
+                'invariant: non-zero output never outlives the board watchdog',
+                worst <= self.board.watchdog_s + VENT_MARGIN_S,
+                f'longest non-zero output without a newer frame {worst * 1e3:.1f} ms '
+                f'(at t={at - self.t_start:.1f} s); board watchdog '
+                f'{self.board.watchdog_s * 1e3:.0f} ms + {VENT_MARGIN_S * 1e3:.0f} ms',
+            )
+        )
 
-        vent_margins: Dict[str, List[float]] = {}
+        vent_margins: dict[str, list[float]] = {}
 
         def vent_check(rec: FaultRecord, deadline: float, until: float, what: str) -> None:
             tau = tl.vented_from(deadline - 1.0, until)
             ok = tau is not None and tau - deadline <= VENT_MARGIN_S
             margin = (tau - deadline) if tau is not None else math.inf
             vent_margins.setdefault(rec.name, []).append(margin)
-            checks.append(Check(f'{rec.name}: {what}', ok,
-                                f'vented {margin * 1e3:+.1f} ms from the deadline'
-                                if tau is not None else 'NOT vented before the fault ended'))
+            checks.append(
+                Check(
+                    f'{rec.name}: {what}',
+                    ok,
+                    f'vented {margin * 1e3:+.1f} ms from the deadline'
+                    if tau is not None
+                    else 'NOT vented before the fault ended',
+                )
+            )
 
         def resumed_check(rec: FaultRecord, what: str = 'control resumes afterwards') -> None:
             r = rec.info.get('resumed')
-            checks.append(Check(f'{rec.name}: {what}', r is not None,
-                                f'non-zero SET {r - rec.t1:.2f} s after the fault ended'
-                                if r is not None else 'no non-zero SET after the fault'))
+            checks.append(
+                Check(
+                    f'{rec.name}: {what}',
+                    r is not None,
+                    f'non-zero SET {r - rec.t1:.2f} s after the fault ended'
+                    if r is not None
+                    else 'no non-zero SET after the fault',
+                )
+            )
 
         for rec in self.records:
             if rec.name == 'mocap_stall':
                 s_last = last_frame_before(rec.t0)
-                vent_check(rec, s_last + self.stale_timeout, first_frame_after(rec.t1),
-                           f'vented by the stale guard ({self.stale_timeout:g} s)')
+                vent_check(
+                    rec,
+                    s_last + self.stale_timeout,
+                    first_frame_after(rec.t1),
+                    f'vented by the stale guard ({self.stale_timeout:g} s)',
+                )
                 resumed_check(rec)
             elif rec.name == 'untrack':
                 s_u = first_frame_after(rec.t0)
-                vent_check(rec, s_u + self.max_hold, rec.t1,
-                           f'vented after the estimator hold ({self.max_hold:g} s)')
+                vent_check(
+                    rec,
+                    s_u + self.max_hold,
+                    rec.t1,
+                    f'vented after the estimator hold ({self.max_hold:g} s)',
+                )
                 resumed_check(rec)
             elif rec.name == 'natnet_garbage':
                 before = diag('natnet_bridge: stream', 0, rec.t0)
                 after = diag('natnet_bridge: stream', rec.t1 + 1.05, rec.t_clear + 5)
                 if before and after:
-                    d_rej = int(after[0][4]['rejected_packets']) - int(before[-1][4]['rejected_packets'])
-                    d_ooo = int(after[0][4]['out_of_order_frames']) - int(before[-1][4]['out_of_order_frames'])
+                    d_rej = int(after[0][4]['rejected_packets']) - int(
+                        before[-1][4]['rejected_packets']
+                    )
+                    d_ooo = int(after[0][4]['out_of_order_frames']) - int(
+                        before[-1][4]['out_of_order_frames']
+                    )
                 else:
                     d_rej = d_ooo = -1
                 ok = d_rej >= 0.9 * rec.info['malformed'] and d_ooo >= rec.info['out_of_order']
-                checks.append(Check('natnet_garbage: bridge counts malformed and out-of-order packets',
-                                    ok, f'rejected +{d_rej} of {rec.info["malformed"]} malformed, '
-                                        f'out-of-order +{d_ooo} of {rec.info["out_of_order"]}'))
-                trips = [sum(int(last_value('controller', k, t)) for k in ('trips_stale', 'trips_invalid'))
-                         for t in (rec.t0, rec.t_clear + 1.1)]
+                checks.append(
+                    Check(
+                        'natnet_garbage: bridge counts malformed and out-of-order packets',
+                        ok,
+                        f'rejected +{d_rej} of {rec.info["malformed"]} malformed, '
+                        f'out-of-order +{d_ooo} of {rec.info["out_of_order"]}',
+                    )
+                )
+                trips = [
+                    sum(
+                        int(last_value('controller', k, t))
+                        for k in ('trips_stale', 'trips_invalid')
+                    )
+                    for t in (rec.t0, rec.t_clear + 1.1)
+                ]
                 zero = tl.vented_from(rec.t0, rec.t_clear)
-                checks.append(Check('natnet_garbage: control loop runs on (no vent, no guard trip)',
-                                    trips[0] == trips[1] and zero is None,
-                                    f'controller stale+invalid trips {trips[0]} -> {trips[1]}'))
+                checks.append(
+                    Check(
+                        'natnet_garbage: control loop runs on (no vent, no guard trip)',
+                        trips[0] == trips[1] and zero is None,
+                        f'controller stale+invalid trips {trips[0]} -> {trips[1]}',
+                    )
+                )
             elif rec.name == 'serial_faults':
-                d = {k: int(last_value('valve_driver: DAC board', k, rec.t_clear + 1.1))
-                     - int(last_value('valve_driver: DAC board', k, rec.t0))
-                     for k in ('naks', 'ack_timeouts', 'rx_rejected')}
+                d = {
+                    k: int(last_value('valve_driver: DAC board', k, rec.t_clear + 1.1))
+                    - int(last_value('valve_driver: DAC board', k, rec.t0))
+                    for k in ('naks', 'ack_timeouts', 'rx_rejected')
+                }
                 vents = [t for t in tl.rejections if rec.t0 <= t <= rec.t1]
-                checks.append(Check('serial_faults: board rejects and vents on every bad frame',
-                                    len(vents) >= rec.info['corrupted'],
-                                    f'{len(vents)} rejected frames (vented) for '
-                                    f'{rec.info["corrupted"]} corrupted + 30 dropped bytes'))
-                checks.append(Check('serial_faults: driver counts NAKs and unacknowledged frames',
-                                    d['naks'] >= 1 and d['ack_timeouts'] >= 1,
-                                    f'driver NAKs +{d["naks"]}, ACK timeouts +{d["ack_timeouts"]}'))
+                checks.append(
+                    Check(
+                        'serial_faults: board rejects and vents on every bad frame',
+                        len(vents) >= rec.info['corrupted'],
+                        f'{len(vents)} rejected frames (vented) for '
+                        f'{rec.info["corrupted"]} corrupted + 30 dropped bytes',
+                    )
+                )
+                checks.append(
+                    Check(
+                        'serial_faults: driver counts NAKs and unacknowledged frames',
+                        d['naks'] >= 1 and d['ack_timeouts'] >= 1,
+                        f'driver NAKs +{d["naks"]}, ACK timeouts +{d["ack_timeouts"]}',
+                    )
+                )
                 resumed_check(rec)
             elif rec.name == 'serial_unplug':
                 after = tl.sets_between(rec.t1, rec.t_clear)
                 first = after[0] if after else None
-                checks.append(Check('serial_unplug: driver reconnects and vents until a fresh command',
-                                    first is not None and not any(first[1])
-                                    and first[0] - rec.t1 <= self.reconnect_max + 1.0,
-                                    f'first SET {first[0] - rec.t1:.2f} s after re-plug, codes '
-                                    f'{list(first[1])}' if first else 'no SET after re-plug'))
+                checks.append(
+                    Check(
+                        'serial_unplug: driver reconnects and vents until a fresh command',
+                        first is not None
+                        and not any(first[1])
+                        and first[0] - rec.t1 <= self.reconnect_max + 1.0,
+                        f'first SET {first[0] - rec.t1:.2f} s after re-plug, codes {list(first[1])}'
+                        if first
+                        else 'no SET after re-plug',
+                    )
+                )
                 resumed_check(rec)
             elif rec.name == 'kill_controller':
-                before = [c for c in cmds if c[0] < rec.t0 and not any(abs(c[0] - t) < 1e-3 for t in inj_t)]
+                before = [
+                    c
+                    for c in cmds
+                    if c[0] < rec.t0 and not any(abs(c[0] - t) < 1e-3 for t in inj_t)
+                ]
                 c_last = before[-1][0] if before else rec.t0
-                vent_check(rec, c_last + self.command_timeout, rec.info['injected'][0][0],
-                           f"valve driver's watchdog vents ({self.command_timeout:g} s)")
+                vent_check(
+                    rec,
+                    c_last + self.command_timeout,
+                    rec.info['injected'][0][0],
+                    f"valve driver's watchdog vents ({self.command_timeout:g} s)",
+                )
                 self._check_bad_commands(rec, tl, cal, checks)
                 resumed_check(rec, 'restarted controller resumes control')
             elif rec.name == 'kill_driver':
                 last = [s for s in tl.sets if s[0] < rec.t0 and s[2]]
                 t_last = last[-1][0] if last else rec.t0
-                vent_check(rec, t_last + self.board.watchdog_s, rec.info['t_restart'],
-                           f"board's watchdog vents ({self.board.watchdog_s * 1e3:.0f} ms)")
+                vent_check(
+                    rec,
+                    t_last + self.board.watchdog_s,
+                    rec.info['t_restart'],
+                    f"board's watchdog vents ({self.board.watchdog_s * 1e3:.0f} ms)",
+                )
                 resumed_check(rec, 'restarted driver resumes control')
             elif rec.name == 'disk_full':
                 err = [d for d in diag('recorder', rec.t0, math.inf) if d[2] == 2]
-                checks.append(Check('disk_full: recorder stops with an error on /diagnostics',
-                                    bool(err) and 'recording stopped' in err[0][3],
-                                    (f'after {err[0][0] - rec.t0:.2f} s: "{err[0][3][:150]}"') if err
-                                    else 'no ERROR from the recorder'))
+                checks.append(
+                    Check(
+                        'disk_full: recorder stops with an error on /diagnostics',
+                        bool(err) and 'recording stopped' in err[0][3],
+                        (f'after {err[0][0] - rec.t0:.2f} s: "{err[0][3][:150]}"')
+                        if err
+                        else 'no ERROR from the recorder',
+                    )
+                )
                 n_f = len([t for t in frames if rec.t0 <= t <= rec.t1])
                 n_c = len([t for t in cmd_t if rec.t0 <= t <= rec.t1])
                 alive = not any(u.startswith('recorder ') for u in self.unexpected)
-                checks.append(Check('disk_full: control loop keeps running, recorder process stays up',
-                                    n_c >= 0.95 * n_f and alive,
-                                    f'{n_c} commands for {n_f} mocap frames while the disk was full'))
+                checks.append(
+                    Check(
+                        'disk_full: control loop keeps running, recorder process stays up',
+                        n_c >= 0.95 * n_f and alive,
+                        f'{n_c} commands for {n_f} mocap frames while the disk was full',
+                    )
+                )
 
         all_margins = [m for v in vent_margins.values() for m in v]
         fig['vent_margin_max_ms'] = max(all_margins) * 1e3 if all_margins else math.nan
@@ -711,14 +922,20 @@ class Soak:
                 if prev is not None and prev[0] == k - 1:
                     inter.append(hit - prev[1])
                 prev = (k, hit)
-        send_int = [b - a for a, b in zip(frames, frames[1:])
-                    if any(w[0] <= a and b <= w[1] for w in windows)]
+        send_int = [
+            b - a
+            for a, b in zip(frames, frames[1:])
+            if any(w[0] <= a and b <= w[1] for w in windows)
+        ]
         fig['steady_s'] = round(steady, 1)
         fig['mocap_frames_steady'] = n_frames
         fig['cycles_missed'] = n_frames - n_served
-        for key, vals in (('e2e_mocap_to_serial', lat_e2e), ('mocap_to_command', lat_cmd),
-                          ('command_interarrival_at_board', inter),
-                          ('baseline_mocap_send_interval', send_int)):
+        for key, vals in (
+            ('e2e_mocap_to_serial', lat_e2e),
+            ('mocap_to_command', lat_cmd),
+            ('command_interarrival_at_board', inter),
+            ('baseline_mocap_send_interval', send_int),
+        ):
             p = A.percentiles_ms(vals)
             for q in ('p50', 'p99', 'max'):
                 fig[f'{key}_{q}_ms'] = round(p[q], 3)
@@ -729,16 +946,25 @@ class Soak:
         if self.fused_loop:
             # The fused loop's own share, measured inside it (datagram read -> SET written) and
             # reported on /diagnostics over 10 s windows: the rest of e2e is UDP and the pty.
-            reps = [d[4] for d in diags if d[1].startswith('control_loop:')
-                    and d[4].get('latency_p99_ms', 'nan') != 'nan']
+            reps = [
+                d[4]
+                for d in diags
+                if d[1].startswith('control_loop:') and d[4].get('latency_p99_ms', 'nan') != 'nan'
+            ]
             for q, agg in (('p50', np.median), ('p99', np.median), ('max', np.max)):
                 vals = [float(r[f'latency_{q}_ms']) for r in reps]
-                fig[f'fused_frame_to_write_{q}_ms'] = round(float(agg(vals)), 3) if vals else math.nan
+                fig[f'fused_frame_to_write_{q}_ms'] = (
+                    round(float(agg(vals)), 3) if vals else math.nan
+                )
         # A speed figure, not a pass/fail check (benchmarks judge speed): the loop only has to run.
-        checks.append(Check('loop: the controller answers mocap frames in fault-free windows',
-                            n_frames > 0 and n_served >= 0.5 * n_frames,
-                            f'{n_frames - n_served} of {n_frames} frames without a command '
-                            f'({steady:.0f} s fault-free)'))
+        checks.append(
+            Check(
+                'loop: the controller answers mocap frames in fault-free windows',
+                n_frames > 0 and n_served >= 0.5 * n_frames,
+                f'{n_frames - n_served} of {n_frames} frames without a command '
+                f'({steady:.0f} s fault-free)',
+            )
+        )
 
         # -- recorder: acknowledged vs read back, recorded vs published (fault-free windows: a
         # restarted node's publisher is matched by each subscriber at its own pace)
@@ -759,12 +985,22 @@ class Soak:
             fig[f'rss_growth_mb_per_min_{key}'] = round(slope, 3)
             if name in self.sup.procs and not math.isnan(slope) and slope > self.rss_limit(span):
                 growth_bad.append(f'{name} {slope:.2f} MB/min')
-        checks.append(Check('invariant: no node grows without bound (RSS slope after warm-up)',
-                            not growth_bad, ', '.join(growth_bad) or
-                            f'every node under {self.rss_limit(self.duration):.1f} MB/min'))
-        checks.append(Check('no node died on its own', not self.unexpected,
-                            '; '.join(u.splitlines()[0] for u in self.unexpected) or
-                            f'exit codes at the end {self.exit_codes}'))
+        checks.append(
+            Check(
+                'invariant: no node grows without bound (RSS slope after warm-up)',
+                not growth_bad,
+                ', '.join(growth_bad)
+                or f'every node under {self.rss_limit(self.duration):.1f} MB/min',
+            )
+        )
+        checks.append(
+            Check(
+                'no node died on its own',
+                not self.unexpected,
+                '; '.join(u.splitlines()[0] for u in self.unexpected)
+                or f'exit codes at the end {self.exit_codes}',
+            )
+        )
         fig['faults_injected'] = len(self.records)
         fig['checks_passed'] = sum(c.ok for c in checks)
         fig['checks_total'] = len(checks)
@@ -775,7 +1011,9 @@ class Soak:
         """MB/min allowed: a short run's slope is mostly start-up noise, so the bound widens."""
         return RSS_SLOPE_LIMIT_MB_MIN * max(1.0, 300.0 / max(span, 1.0))
 
-    def _check_bad_commands(self, rec: FaultRecord, tl: A.BoardTimeline, cal, checks: List[Check]) -> None:
+    def _check_bad_commands(
+        self, rec: FaultRecord, tl: A.BoardTimeline, cal, checks: list[Check]
+    ) -> None:
         inj = rec.info['injected']
         bounds = [t for t, _ in inj] + [rec.info['t_restart']]
         problems, seen = [], 0
@@ -787,7 +1025,7 @@ class Soak:
             seen += len(sets)
             final = sets[-1][1]
             if len(cmd) != 2:
-                want = tuple(tl.codes_at(t))          # rejected as a whole: output unchanged
+                want = tuple(tl.codes_at(t))  # rejected as a whole: output unchanged
             else:
                 want = A.expected_codes(cmd, cal.kpa_to_code)
             if tuple(final) != tuple(want):
@@ -795,22 +1033,36 @@ class Soak:
             for ch, v in enumerate(cmd[:2]):
                 if not math.isfinite(v) and any(s[1][ch] for s in sets):
                     problems.append(f'{cmd}: channel {ch} not vented immediately')
-        checks.append(Check('kill_controller: NaN / out-of-range / wrong-length commands vented '
-                            'or clamped on the wire', not problems,
-                            '; '.join(problems) or f'{len(inj)} bad commands, {seen} SET frames '
-                            'checked: NaN/inf -> code 0, 1e6 -> code '
-                            f'{cal.max_code} (50 kPa), -10 -> 0, 3 values -> ignored'))
+        checks.append(
+            Check(
+                'kill_controller: NaN / out-of-range / wrong-length commands vented '
+                'or clamped on the wire',
+                not problems,
+                '; '.join(problems)
+                or f'{len(inj)} bad commands, {seen} SET frames '
+                'checked: NaN/inf -> code 0, 1e6 -> code '
+                f'{cal.max_code} (50 kPa), -10 -> 0, 3 values -> ignored',
+            )
+        )
 
-    def _check_recorder(self, probe: dict, cmd_real: list, checks: List[Check], fig: dict,
-                        windows: List[Tuple[float, float]]) -> None:
+    def _check_recorder(
+        self,
+        probe: dict,
+        cmd_real: list,
+        checks: list[Check],
+        fig: dict,
+        windows: list[tuple[float, float]],
+    ) -> None:
         from equimus_record import bag as bagio
+
         rec_diags = [d for d in probe['diagnostics'] if d[1] == 'recorder']
         acked = max((int(d[4].get('messages_on_disk', 0)) for d in rec_diags), default=0)
         try:
             counts = {}
-            times: Dict[str, List[int]] = {}
-            recorded_commands: Dict[tuple, int] = {}
+            times: dict[str, list[int]] = {}
+            recorded_commands: dict[tuple, int] = {}
             from rosbags.highlevel import AnyReader
+
             if not (self.bag / 'metadata.yaml').exists() or not bagio.is_complete(self.bag):
                 bagio.repair(self.bag)
             with AnyReader([self.bag], default_typestore=bagio._typestore()) as reader:
@@ -827,21 +1079,31 @@ class Soak:
             read_back, counts, times, err = 0, {}, {}, f'{type(exc).__name__}: {exc}'
         fig['recorder_acknowledged'] = acked
         fig['recorder_read_back'] = read_back
-        checks.append(Check('invariant: the bag holds every message the recorder acknowledged',
-                            read_back >= acked > 0,
-                            err or f'read back {read_back} >= {acked} reported on disk'))
+        checks.append(
+            Check(
+                'invariant: the bag holds every message the recorder acknowledged',
+                read_back >= acked > 0,
+                err or f'read back {read_back} >= {acked} reported on disk',
+            )
+        )
         # recorded vs published over the span the bag covers (ends where the disk filled up)
-        for topic, published in ((VALVE_COMMAND.name, [c[1] for c in cmd_real]),
-                                 (THIGH_POSE,
-                                  [int((t + self.real_offset) * 1e9) for _, t in self.frames])):
+        for topic, published in (
+            (VALVE_COMMAND.name, [c[1] for c in cmd_real]),
+            (THIGH_POSE, [int((t + self.real_offset) * 1e9) for _, t in self.frames]),
+        ):
             ts = times.get(topic, [])
             key = topic.strip('/').replace('/', '_')
             if len(ts) < 10:
                 fig[f'recorded_vs_published_{key}'] = 'n/a'
                 continue
             a, b = ts[0] + 100_000_000, ts[-1] - 100_000_000
-            spans = [(max(a, int((w0 + self.real_offset) * 1e9)), min(b, int((w1 + self.real_offset) * 1e9)))
-                     for w0, w1 in windows]
+            spans = [
+                (
+                    max(a, int((w0 + self.real_offset) * 1e9)),
+                    min(b, int((w1 + self.real_offset) * 1e9)),
+                )
+                for w0, w1 in windows
+            ]
             spans = [(x, y) for x, y in spans if y > x]
             rec_n = sum(x <= t <= y for t in ts for x, y in spans)
             pub_n = sum(x <= t <= y for t in published for x, y in spans)
@@ -860,11 +1122,15 @@ class Soak:
                     else:
                         missing += 1
                 fig['recorder_lost_valve_command'] = missing
-                checks.append(Check('recorder: every /valve/command the probe saw is in the bag',
-                                    missing == 0,
-                                    f'{len(seen) - missing} of the {len(seen)} commands the probe saw '
-                                    'in the fault-free windows while recording are in the bag '
-                                    f'(matched by value; {rec_n} recorded by arrival time)'))
+                checks.append(
+                    Check(
+                        'recorder: every /valve/command the probe saw is in the bag',
+                        missing == 0,
+                        f'{len(seen) - missing} of the {len(seen)} commands the probe saw '
+                        'in the fault-free windows while recording are in the bag '
+                        f'(matched by value; {rec_n} recorded by arrival time)',
+                    )
+                )
 
 
 def _command_key(values) -> tuple:
@@ -872,7 +1138,7 @@ def _command_key(values) -> tuple:
     return tuple(round(float(v), 9) for v in values)
 
 
-def format_report(fig: Dict[str, object], checks: List[Check]) -> str:
+def format_report(fig: dict[str, object], checks: list[Check]) -> str:
     lines = ['', f'{"figure":44s} value']
     for k, v in fig.items():
         lines.append(f'{k:44s} {v:.4g}' if isinstance(v, float) else f'{k:44s} {v}')
@@ -883,32 +1149,61 @@ def format_report(fig: Dict[str, object], checks: List[Check]) -> str:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog='python -m equimus_soak.soak', description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog='python -m equimus_soak.soak',
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument('--duration', type=float, default=60.0, help='seconds of soak (default 60)')
     p.add_argument('--faults', default='all', help=f'all | none | comma list of {",".join(FAULTS)}')
     p.add_argument('--out', default='', help='folder for the records (default: a new temp folder)')
     p.add_argument('--controller', default='pid', choices=CONTROLLERS)
     p.add_argument('--reference', default='sine', help='reference trajectory (default sine)')
     p.add_argument('--gap', type=float, default=None, help='fault-free seconds between faults')
-    p.add_argument('--domain-id', type=int, default=None,
-                   help='ROS_DOMAIN_ID for the whole soak (default: 102 + pid %% 100, never 0)')
+    p.add_argument(
+        '--domain-id',
+        type=int,
+        default=None,
+        help='ROS_DOMAIN_ID for the whole soak (default: 102 + pid %% 100, never 0)',
+    )
     p.add_argument('--echo', action='store_true', help="print the nodes' output as it comes")
-    p.add_argument('--rt-priority', type=int, default=0,
-                   help='SCHED_FIFO priority of the control path (graph argument rt_priority); the '
-                        'emulated rig runs one above it. 0 = normal scheduling (default)')
-    p.add_argument('--fused-loop', action='store_true',
-                   help='run the control path as one process (graph argument fused_loop); '
-                        'kill_controller does not apply then')
+    p.add_argument(
+        '--rt-priority',
+        type=int,
+        default=0,
+        help='SCHED_FIFO priority of the control path (graph argument rt_priority); the '
+        'emulated rig runs one above it. 0 = normal scheduling (default)',
+    )
+    p.add_argument(
+        '--fused-loop',
+        action='store_true',
+        help='run the control path as one process (graph argument fused_loop); '
+        'kill_controller does not apply then',
+    )
     ns = p.parse_args(argv)
-    faults = FAULTS if ns.faults == 'all' else () if ns.faults == 'none' else \
-        tuple(f.strip() for f in ns.faults.split(',') if f.strip())
+    faults = (
+        FAULTS
+        if ns.faults == 'all'
+        else ()
+        if ns.faults == 'none'
+        else tuple(f.strip() for f in ns.faults.split(',') if f.strip())
+    )
     out = ns.out or None
     if out:
         out = os.path.join(out, time.strftime('%Y%m%d-%H%M%S'))
     try:
-        soak = Soak(ns.duration, faults, out, ns.controller, ns.reference, ns.gap, ns.echo,
-                    domain_id=ns.domain_id, rt_priority=ns.rt_priority, fused_loop=ns.fused_loop)
+        soak = Soak(
+            ns.duration,
+            faults,
+            out,
+            ns.controller,
+            ns.reference,
+            ns.gap,
+            ns.echo,
+            domain_id=ns.domain_id,
+            rt_priority=ns.rt_priority,
+            fused_loop=ns.fused_loop,
+        )
         fig, checks = soak.run()
     except (ValueError, RuntimeError) as exc:
         print(f'soak: {exc}', file=sys.stderr)

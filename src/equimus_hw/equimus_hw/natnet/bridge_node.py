@@ -4,6 +4,7 @@ The protocol, clock mapping and health counters live in :mod:`.client` (no ROS).
 declares parameters, runs the client's receive loop in a thread, turns frames into
 PoseStamped messages and reports on /diagnostics.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -11,7 +12,11 @@ import math
 import sys
 import threading
 import time
-from typing import Callable, Dict, Optional, Tuple
+from collections.abc import Callable
+
+from geometry_msgs.msg import PoseStamped
+from rclpy.duration import Duration
+from rclpy.node import Node
 
 from equimus_description.config import param, validate_fields
 from equimus_description.interface import BODIES, DIAGNOSTICS, FRAME_MOCAP, mocap_pose
@@ -19,9 +24,6 @@ from equimus_ros.diagnostics import Diagnostics, Level
 from equimus_ros.main import run_node
 from equimus_ros.params import bind
 from equimus_ros.qos import publisher
-from geometry_msgs.msg import PoseStamped
-from rclpy.duration import Duration
-from rclpy.node import Node
 
 from .client import FrameEvent, NatNetClient, NatNetConfig
 
@@ -42,10 +44,14 @@ class BridgeConfig:
     """What the bridge publishes (the connection is NatNetConfig's)."""
 
     frame_id: str = param(FRAME_MOCAP, 'frame_id of the published poses')
-    convert_to_z_up: bool = param(False, 'rotate Motive Y-up into Z-up (+90 deg about X) before '
-                                  'publishing (the graph\'s topics are in Motive\'s Y-up frame)')
-    rigid_bodies: Tuple[str, ...] = param(BODIES, "rigid body names to publish; [''] = every "
-                                          "body of Motive's model")
+    convert_to_z_up: bool = param(
+        False,
+        'rotate Motive Y-up into Z-up (+90 deg about X) before '
+        "publishing (the graph's topics are in Motive's Y-up frame)",
+    )
+    rigid_bodies: tuple[str, ...] = param(
+        BODIES, "rigid body names to publish; [''] = every body of Motive's model"
+    )
 
     def __post_init__(self) -> None:
         validate_fields(self)
@@ -55,10 +61,10 @@ class NatNetBridge(Node):
     """`downstream`, if given, gets every pose in the receive thread before it is published: the
     fused control loop (equimus_bringup.control_loop) chains the estimator there without a DDS hop."""
 
-    def __init__(self, downstream: Optional[PoseSink] = None, **kwargs):
+    def __init__(self, downstream: PoseSink | None = None, **kwargs):
         super().__init__('natnet_bridge', **kwargs)
         self.downstream = downstream
-        self.frame_arrival_ns = 0      # perf_counter_ns of the datagram being handled
+        self.frame_arrival_ns = 0  # perf_counter_ns of the datagram being handled
 
         self.connection = bind(self, NatNetConfig(), apply=self._apply)
         bridge = bind(self, BridgeConfig()).config
@@ -70,16 +76,27 @@ class NatNetBridge(Node):
         wanted = [b for b in bridge.rigid_bodies if b]
         self.wanted = set(wanted) if wanted else None
 
-        self.pubs: Dict[str, object] = {}
-        self.diagnostics = Diagnostics(self, DIAGNOSTICS, 'natnet_bridge: stream',
-                                       f'natnet://{self.server_address}:{self.command_port}')
+        self.pubs: dict[str, object] = {}
+        self.diagnostics = Diagnostics(
+            self,
+            DIAGNOSTICS,
+            'natnet_bridge: stream',
+            f'natnet://{self.server_address}:{self.command_port}',
+        )
         self.client = NatNetClient(
-            net.server_address, net.local_address, net.command_port, net.data_port,
-            net.multicast, net.multicast_group, net.stale_timeout, on_frame=self._on_frame,
-            on_log=self._log)
+            net.server_address,
+            net.local_address,
+            net.command_port,
+            net.data_port,
+            net.multicast,
+            net.multicast_group,
+            net.stale_timeout,
+            on_frame=self._on_frame,
+            on_log=self._log,
+        )
         self._stop = threading.Event()
         self._last_diag = 0.0
-        self._last_level: Optional[Level] = None
+        self._last_level: Level | None = None
         self._prev = (0, 0, 0)
         self._reject_log_t = 0.0
         self._thread = threading.Thread(target=self._receive, daemon=True, name='natnet-rx')
@@ -88,7 +105,8 @@ class NatNetBridge(Node):
         mode = f'multicast {self.group}:{self.data_port}' if self.multicast else 'unicast'
         self.get_logger().info(
             f'NatNet bridge: server {self.server_address}:{self.command_port}, {mode}, '
-            f'frame {self.frame_id}{" (Z-up)" if self.z_up else " (Motive Y-up)"}')
+            f'frame {self.frame_id}{" (Z-up)" if self.z_up else " (Motive Y-up)"}'
+        )
 
     def _apply(self, cfg: NatNetConfig) -> None:
         """Runtime: the stale timeout (the receive thread reads it on every check)."""
@@ -100,7 +118,8 @@ class NatNetBridge(Node):
             self.client.open()
         except OSError as e:
             self.get_logger().fatal(
-                f'cannot open NatNet sockets ({e}); check local_address/data_port/multicast_group')
+                f'cannot open NatNet sockets ({e}); check local_address/data_port/multicast_group'
+            )
             return
         try:
             self.client.run(self._stop)
@@ -145,8 +164,11 @@ class NatNetBridge(Node):
             msg.header.stamp = stamp
             msg.header.frame_id = self.frame_id
             if b.tracking_valid:
-                pos, q = (y_up_to_z_up(b.position, b.orientation) if self.z_up
-                          else (b.position, b.orientation))
+                pos, q = (
+                    y_up_to_z_up(b.position, b.orientation)
+                    if self.z_up
+                    else (b.position, b.orientation)
+                )
             else:
                 pos, q = (NAN, NAN, NAN), (NAN, NAN, NAN, NAN)
             o = msg.pose.position
@@ -154,7 +176,7 @@ class NatNetBridge(Node):
             r = msg.pose.orientation
             r.x, r.y, r.z, r.w = (float(v) for v in q)
             out.append((b.name, msg))
-        if self.downstream is not None:     # the whole frame first, then publish
+        if self.downstream is not None:  # the whole frame first, then publish
             for name, msg in out:
                 self.downstream(name, msg)
         try:
@@ -173,17 +195,25 @@ class NatNetBridge(Node):
         if c.version_error:
             level, text = Level.ERROR, f'cannot decode the stream: {c.version_error}'
         elif not c.connected:
-            level, text = Level.ERROR, (
-                f'no answer from NatNet server {self.server_address}:{self.command_port}')
+            level, text = (
+                Level.ERROR,
+                (f'no answer from NatNet server {self.server_address}:{self.command_port}'),
+            )
         elif c.stream_stopped():
-            level, text = Level.ERROR, (
-                f'stream stopped: no frame for {c.seconds_since_last_frame():.2f} s '
-                f'(stale_timeout {c.stale_timeout} s)')
+            level, text = (
+                Level.ERROR,
+                (
+                    f'stream stopped: no frame for {c.seconds_since_last_frame():.2f} s '
+                    f'(stale_timeout {c.stale_timeout} s)'
+                ),
+            )
         elif st.untracked_bodies:
             level, text = Level.WARN, f'untracked: {", ".join(st.untracked_bodies)}'
         elif new_drops or new_rej:
-            level, text = Level.WARN, (
-                f'{new_drops} dropped frames, {new_rej} rejected packets since last report')
+            level, text = (
+                Level.WARN,
+                (f'{new_drops} dropped frames, {new_rej} rejected packets since last report'),
+            )
         else:
             level, text = Level.OK, 'streaming'
         now = time.monotonic()
@@ -204,8 +234,9 @@ class NatNetBridge(Node):
             'exposure_age_ms': f'{st.last_exposure_age_s * 1e3:.3f}',
             'system_latency_ms': f'{st.last_system_latency_s * 1e3:.3f}',
             'software_latency_ms': f'{st.last_software_latency_s * 1e3:.3f}',
-            'clock_offset_ticks': '' if c.clock_offset_ticks is None else
-            f'{c.clock_offset_ticks:.0f}',
+            'clock_offset_ticks': ''
+            if c.clock_offset_ticks is None
+            else f'{c.clock_offset_ticks:.0f}',
             'stream_stopped': str(c.stream_stopped()).lower(),
             'natnet_version': '' if info is None else '.'.join(map(str, info.natnet_version)),
             'server_app': '' if info is None else info.app_name,
@@ -228,8 +259,10 @@ class NatNetBridge(Node):
 
 
 def main(args=None) -> int:
-    return run_node(NatNetBridge, args,
-                    config_hint='Fix config/natnet.yaml or the --ros-args overrides.')
+    return run_node(
+        NatNetBridge, args, config_hint='Fix config/natnet.yaml or the --ros-args overrides.'
+    )
+
 
 if __name__ == '__main__':
     sys.exit(main())

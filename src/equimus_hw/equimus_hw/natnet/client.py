@@ -6,6 +6,7 @@ recent samples). For each frame the client computes ``exposure_age_s`` -- how lo
 datagram arrived the cameras were mid-exposure -- and the caller stamps the pose with
 ``arrival_time - exposure_age_s`` on its own clock (ROS time in the bridge).
 """
+
 from __future__ import annotations
 
 import collections
@@ -14,8 +15,8 @@ import select
 import socket
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, Deque, Dict, List, Optional, Tuple
 
 from equimus_description.config import ConfigError, param, validate_fields
 
@@ -36,8 +37,8 @@ class NatNetConnectError(RuntimeError):
 class BodyPose:
     id: int
     name: str
-    position: Tuple[float, float, float]
-    orientation: Tuple[float, float, float, float]  # x, y, z, w
+    position: tuple[float, float, float]
+    orientation: tuple[float, float, float, float]  # x, y, z, w
     tracking_valid: bool
     mean_error: float
 
@@ -45,10 +46,10 @@ class BodyPose:
 @dataclass
 class FrameEvent:
     frame: P.Frame
-    arrival_ns: int            # perf_counter_ns when the datagram was read
-    exposure_age_s: float      # arrival - mid-exposure, in seconds (>= 0)
-    stamp_source: str          # 'mid_exposure', 'received+echo' or 'received'
-    bodies: List[BodyPose]
+    arrival_ns: int  # perf_counter_ns when the datagram was read
+    exposure_age_s: float  # arrival - mid-exposure, in seconds (>= 0)
+    stamp_source: str  # 'mid_exposure', 'received+echo' or 'received'
+    bodies: list[BodyPose]
 
 
 @dataclass
@@ -58,10 +59,10 @@ class ClientStats:
     out_of_order: int = 0
     rejected_packets: int = 0
     last_reject_reason: str = ''
-    untracked_bodies: List[str] = field(default_factory=list)
+    untracked_bodies: list[str] = field(default_factory=list)
     untracked_body_frames: int = 0
     unknown_body_ids: int = 0
-    last_frame_number: Optional[int] = None
+    last_frame_number: int | None = None
     last_exposure_age_s: float = float('nan')
     last_system_latency_s: float = float('nan')
     last_software_latency_s: float = float('nan')
@@ -72,15 +73,21 @@ class NatNetConfig:
     """Where the NatNet server is and how its stream arrives (the bridge node's parameters)."""
 
     server_address: str = param('127.0.0.1', 'Motive host IPv4 address')
-    local_address: str = param('127.0.0.1', 'local interface IPv4 address (multicast join + '
-                               'command socket)')
-    multicast: bool = param(True, 'true: multicast data stream; false: unicast (keep-alives are '
-                            'sent automatically)')
+    local_address: str = param(
+        '127.0.0.1', 'local interface IPv4 address (multicast join + command socket)'
+    )
+    multicast: bool = param(
+        True, 'true: multicast data stream; false: unicast (keep-alives are sent automatically)'
+    )
     command_port: int = param(1510, 'server command port (UDP)', range=(1, 65535))
     data_port: int = param(1511, 'data port (UDP)', range=(1, 65535))
     multicast_group: str = param('239.255.42.99', 'multicast group of the data stream')
-    stale_timeout: float = param(0.5, 's without frames before the stream counts as stopped '
-                                 '(diagnostics ERROR)', range=(0.01, 60.0), runtime=True)
+    stale_timeout: float = param(
+        0.5,
+        's without frames before the stream counts as stopped (diagnostics ERROR)',
+        range=(0.01, 60.0),
+        runtime=True,
+    )
 
     def __post_init__(self) -> None:
         validate_fields(self)
@@ -97,14 +104,19 @@ _D = NatNetConfig()
 class NatNetClient:
     """One connection to a NatNet server. Thread use: call :meth:`run` in one thread only."""
 
-    def __init__(self, server_address: str = _D.server_address,
-                 local_address: str = _D.local_address, command_port: int = _D.command_port,
-                 data_port: int = _D.data_port, multicast: bool = _D.multicast,
-                 multicast_group: str = _D.multicast_group,
-                 stale_timeout: float = _D.stale_timeout,
-                 on_frame: Optional[Callable[[FrameEvent], None]] = None,
-                 on_log: Optional[Callable[[str, str], None]] = None,
-                 clock_ns: Callable[[], int] = time.perf_counter_ns):
+    def __init__(
+        self,
+        server_address: str = _D.server_address,
+        local_address: str = _D.local_address,
+        command_port: int = _D.command_port,
+        data_port: int = _D.data_port,
+        multicast: bool = _D.multicast,
+        multicast_group: str = _D.multicast_group,
+        stale_timeout: float = _D.stale_timeout,
+        on_frame: Callable[[FrameEvent], None] | None = None,
+        on_log: Callable[[str, str], None] | None = None,
+        clock_ns: Callable[[], int] = time.perf_counter_ns,
+    ):
         self.server = (server_address, int(command_port))
         self.local_address = local_address
         self.data_port = int(data_port)
@@ -114,22 +126,22 @@ class NatNetClient:
         self.on_frame = on_frame
         self._user_log = on_log
         self.clock_ns = clock_ns
-        self.server_info: Optional[P.ServerInfo] = None
-        self.version: Optional[P.Version] = None
+        self.server_info: P.ServerInfo | None = None
+        self.version: P.Version | None = None
         self.version_error: str = ''
-        self.model: Optional[P.ModelDefinitions] = None
-        self.names: Dict[int, str] = {}
+        self.model: P.ModelDefinitions | None = None
+        self.names: dict[int, str] = {}
         self.stats = ClientStats()
         self._lock = threading.Lock()
-        self._echo: Deque[Tuple[int, float]] = collections.deque(maxlen=ECHO_WINDOW)
-        self._arrivals: Deque[Tuple[int, int]] = collections.deque(maxlen=1024)
+        self._echo: collections.deque[tuple[int, float]] = collections.deque(maxlen=ECHO_WINDOW)
+        self._arrivals: collections.deque[tuple[int, int]] = collections.deque(maxlen=1024)
         self._last_keepalive = 0
         self._last_echo = 0
         self._last_modeldef_req = 0
         self._last_reconnect = 0
-        self._connected_ns: Optional[int] = None
-        self.cmd_sock: Optional[socket.socket] = None
-        self.data_sock: Optional[socket.socket] = None
+        self._connected_ns: int | None = None
+        self.cmd_sock: socket.socket | None = None
+        self.data_sock: socket.socket | None = None
 
     def on_log(self, level: str, msg: str) -> None:
         """Forward to the user's logger; a failing logger must not break reception."""
@@ -152,8 +164,11 @@ class NatNetClient:
             d.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RECV_BUFFER)
             # Bound to the group address, so only this group's datagrams arrive here.
             d.bind((self.group, self.data_port))
-            d.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP,
-                         socket.inet_aton(self.group) + socket.inet_aton(self.local_address))
+            d.setsockopt(
+                socket.IPPROTO_IP,
+                socket.IP_ADD_MEMBERSHIP,
+                socket.inet_aton(self.group) + socket.inet_aton(self.local_address),
+            )
             d.setblocking(False)
             self.data_sock = d
 
@@ -185,10 +200,12 @@ class NatNetClient:
                 raise NatNetConnectError(
                     f'no NatNet server info from {self.server[0]}:{self.server[1]} within '
                     f'{timeout:.1f} s: is Motive (or natnet_emulator) running and streaming '
-                    'with this command port?')
+                    'with this command port?'
+                )
             if now >= next_send:
-                self.send(P.ConnectRequest('NatNetLib', (4, 1, 0, 0), (4, 1, 0, 0), False,
-                                           (0, 0, 0, 0)))
+                self.send(
+                    P.ConnectRequest('NatNetLib', (4, 1, 0, 0), (4, 1, 0, 0), False, (0, 0, 0, 0))
+                )
                 next_send = now + 0.25
             self.poll(0.05)
         self._connected_ns = self.clock_ns()
@@ -211,14 +228,14 @@ class NatNetClient:
 
     # -- clock mapping ------------------------------------------------------------------------
     @property
-    def clock_offset_ticks(self) -> Optional[float]:
+    def clock_offset_ticks(self) -> float | None:
         """server_ticks - client_ns * clock_hz / 1e9, from the smallest-RTT recent echo."""
         with self._lock:
             if not self._echo:
                 return None
             return min(self._echo)[1]
 
-    def server_ticks_at(self, client_ns: int) -> Optional[float]:
+    def server_ticks_at(self, client_ns: int) -> float | None:
         off = self.clock_offset_ticks
         if off is None or not self.server_info:
             return None
@@ -275,7 +292,7 @@ class NatNetClient:
         self.stats.last_reject_reason = reason
         self.on_log('warn', f'rejected NatNet packet #{self.stats.rejected_packets}: {reason}')
 
-    def handle_datagram(self, data: bytes, arrival_ns: int) -> Optional[FrameEvent]:
+    def handle_datagram(self, data: bytes, arrival_ns: int) -> FrameEvent | None:
         """Decode and account one datagram. Never raises: bad input is counted as rejected."""
         try:
             msg = P.decode_message(data, self.version)
@@ -294,7 +311,7 @@ class NatNetClient:
             self.reject(f'error handling {type(msg).__name__}: {type(e).__name__}: {e}')
             return None
 
-    def _dispatch(self, msg: P.Message, arrival_ns: int) -> Optional[FrameEvent]:
+    def _dispatch(self, msg: P.Message, arrival_ns: int) -> FrameEvent | None:
         if isinstance(msg, P.Frame):
             return self._on_frame(msg, arrival_ns)
         if isinstance(msg, P.ServerInfo):
@@ -318,7 +335,7 @@ class NatNetClient:
             self.on_log('info', f'server: {msg.text}')
         return None
 
-    def _on_frame(self, f: P.Frame, arrival_ns: int) -> Optional[FrameEvent]:
+    def _on_frame(self, f: P.Frame, arrival_ns: int) -> FrameEvent | None:
         st = self.stats
         last = st.last_frame_number
         if last is not None:
@@ -343,8 +360,9 @@ class NatNetClient:
                 continue
             if not b.tracking_valid:
                 untracked.append(name)
-            bodies.append(BodyPose(b.id, name, b.position, b.orientation, b.tracking_valid,
-                                   b.mean_error))
+            bodies.append(
+                BodyPose(b.id, name, b.position, b.orientation, b.tracking_valid, b.mean_error)
+            )
         st.untracked_bodies = untracked
         if untracked:
             st.untracked_body_frames += 1
@@ -353,15 +371,16 @@ class NatNetClient:
             self.on_frame(ev)
         return ev
 
-    def exposure_age(self, f: P.Frame, arrival_ns: int) -> Tuple[float, str]:
+    def exposure_age(self, f: P.Frame, arrival_ns: int) -> tuple[float, str]:
         """Seconds between mid-exposure and arrival (see module docstring and docs/natnet.md)."""
         hz = self.server_info.clock_hz if self.server_info and self.server_info.clock_hz else None
         st = self.stats
         if hz is None:
             return 0.0, 'arrival'
         st.last_software_latency_s = (f.stamp_transmit - f.stamp_data_received) / hz
-        st.last_system_latency_s = ((f.stamp_transmit - f.stamp_mid_exposure) / hz
-                                    if f.stamp_mid_exposure else float('nan'))
+        st.last_system_latency_s = (
+            (f.stamp_transmit - f.stamp_mid_exposure) / hz if f.stamp_mid_exposure else float('nan')
+        )
         now_ticks = self.server_ticks_at(arrival_ns)
         if f.stamp_mid_exposure:
             if now_ticks is not None:
@@ -392,7 +411,7 @@ class NatNetClient:
         span = (recent[-1][1] - recent[0][1]) / hz
         return (len(recent) - 1) / span if span > 0 else 0.0
 
-    def seconds_since_last_frame(self) -> Optional[float]:
+    def seconds_since_last_frame(self) -> float | None:
         try:
             ref = self._arrivals[-1][0]
         except IndexError:
@@ -407,16 +426,20 @@ class NatNetClient:
     def connected(self) -> bool:
         return self._connected_ns is not None
 
-    def run(self, stop: threading.Event, connect_timeout: float = 2.0,
-            retry_period: float = 1.0) -> None:
+    def run(
+        self, stop: threading.Event, connect_timeout: float = 2.0, retry_period: float = 1.0
+    ) -> None:
         """Receive loop for a thread: (re)connects as needed, never raises on bad packets."""
         while not stop.is_set():
             if self._connected_ns is None:
                 try:
                     self.connect(connect_timeout)
-                    self.on_log('info', f'connected to {self.server_info.app_name} '
-                                f'{".".join(map(str, self.server_info.app_version))}, NatNet '
-                                f'{".".join(map(str, self.server_info.natnet_version))}')
+                    self.on_log(
+                        'info',
+                        f'connected to {self.server_info.app_name} '
+                        f'{".".join(map(str, self.server_info.app_version))}, NatNet '
+                        f'{".".join(map(str, self.server_info.natnet_version))}',
+                    )
                 except NatNetConnectError as e:
                     self.on_log('warn', str(e))
                     stop.wait(retry_period)
@@ -430,12 +453,17 @@ class NatNetClient:
             # re-registers the client; multicast just refreshes server info).
             since = self.seconds_since_last_frame()
             now = self.clock_ns()
-            if (since is not None and since > max(5 * self.stale_timeout, 2.0)
-                    and now - self._last_reconnect > retry_period * 1e9):
+            if (
+                since is not None
+                and since > max(5 * self.stale_timeout, 2.0)
+                and now - self._last_reconnect > retry_period * 1e9
+            ):
                 self._last_reconnect = now
                 try:
-                    self.send(P.ConnectRequest('NatNetLib', (4, 1, 0, 0), (4, 1, 0, 0), False,
-                                               (0, 0, 0, 0)))
+                    self.send(
+                        P.ConnectRequest(
+                            'NatNetLib', (4, 1, 0, 0), (4, 1, 0, 0), False, (0, 0, 0, 0)
+                        )
+                    )
                 except OSError:
                     pass
-

@@ -3,6 +3,7 @@
 Console tool ``natnet_emulator`` (``--help``) and a Python API (:class:`NatNetEmulator`,
 ``set_pose``) so a simulation or a soak test can push rigid-body poses. Loopback only by default.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -16,8 +17,8 @@ import sys
 import threading
 import time
 from bisect import bisect_right
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from equimus_description.interface import BODIES
 
@@ -26,7 +27,7 @@ from . import protocol as P
 CLOCK_HZ = 10_000_000
 DEFAULT_BODIES = BODIES
 UNICAST_LEASE_S = 10.0
-Pose = Tuple[Tuple[float, float, float], Tuple[float, float, float, float]]
+Pose = tuple[tuple[float, float, float], tuple[float, float, float, float]]
 
 
 def ticks_now() -> int:
@@ -34,7 +35,7 @@ def ticks_now() -> int:
     return time.perf_counter_ns() // 100
 
 
-def _quat_about_z(angle: float) -> Tuple[float, float, float, float]:
+def _quat_about_z(angle: float) -> tuple[float, float, float, float]:
     return (0.0, 0.0, math.sin(angle / 2), math.cos(angle / 2))
 
 
@@ -49,17 +50,23 @@ class SwingingLeg:
         self.names = list(names)
         self.a1, self.a2 = a1, a2
 
-    def __call__(self, t: float) -> Dict[str, Pose]:
+    def __call__(self, t: float) -> dict[str, Pose]:
         hip = 0.4 * math.sin(2 * math.pi * 0.5 * t)
         knee = 0.5 * (1 - math.cos(2 * math.pi * 0.5 * t))
         base = (0.0, 1.0, 0.0)
         # Links hang down (-Y) at zero angle.
         th = (base[0] + 0.5 * self.a1 * math.sin(hip), base[1] - 0.5 * self.a1 * math.cos(hip), 0.0)
         knee_pt = (base[0] + self.a1 * math.sin(hip), base[1] - self.a1 * math.cos(hip), 0.0)
-        ca = (knee_pt[0] + 0.5 * self.a2 * math.sin(hip + knee),
-              knee_pt[1] - 0.5 * self.a2 * math.cos(hip + knee), 0.0)
-        poses = [(base, (0.0, 0.0, 0.0, 1.0)), (th, _quat_about_z(hip)),
-                 (ca, _quat_about_z(hip + knee))]
+        ca = (
+            knee_pt[0] + 0.5 * self.a2 * math.sin(hip + knee),
+            knee_pt[1] - 0.5 * self.a2 * math.cos(hip + knee),
+            0.0,
+        )
+        poses = [
+            (base, (0.0, 0.0, 0.0, 1.0)),
+            (th, _quat_about_z(hip)),
+            (ca, _quat_about_z(hip + knee)),
+        ]
         out = {}
         for i, n in enumerate(self.names):
             out[n] = poses[i] if i < 3 else ((0.0, 0.0, 0.0), (0.0, 0.0, 0.0, 1.0))
@@ -74,18 +81,20 @@ class TrajectoryFile:
     """
 
     def __init__(self, path: str):
-        self.tracks: Dict[str, Tuple[List[float], List[Pose]]] = {}
+        self.tracks: dict[str, tuple[list[float], list[Pose]]] = {}
         with open(path, newline='') as fh:
             rows = csv.DictReader(fh)
             need = {'time', 'body', 'x', 'y', 'z', 'qx', 'qy', 'qz', 'qw'}
             if rows.fieldnames is None or not need <= set(rows.fieldnames):
                 raise ValueError(f'{path}: header must contain {",".join(sorted(need))}')
-            samples: Dict[str, List[Tuple[float, Pose]]] = {}
+            samples: dict[str, list[tuple[float, Pose]]] = {}
             for i, r in enumerate(rows, start=2):
                 try:
                     t = float(r['time'])
-                    pose = (tuple(float(r[k]) for k in 'xyz'),
-                            tuple(float(r[k]) for k in ('qx', 'qy', 'qz', 'qw')))
+                    pose = (
+                        tuple(float(r[k]) for k in 'xyz'),
+                        tuple(float(r[k]) for k in ('qx', 'qy', 'qz', 'qw')),
+                    )
                 except (TypeError, ValueError):
                     raise ValueError(f'{path}:{i}: not a number in {r}') from None
                 samples.setdefault(r['body'], []).append((t, pose))
@@ -98,7 +107,7 @@ class TrajectoryFile:
         self.duration = max(ts[-1] for ts, _ in self.tracks.values()) - self.t0
         self.names = list(self.tracks)
 
-    def __call__(self, t: float) -> Dict[str, Pose]:
+    def __call__(self, t: float) -> dict[str, Pose]:
         if self.duration > 0:
             t = self.t0 + math.fmod(t, self.duration)
         out = {}
@@ -115,33 +124,46 @@ class TrajectoryFile:
                     q1 = tuple(-x for x in q1)
                 q = [x + a * (y - x) for x, y in zip(q0, q1)]
                 nq = math.sqrt(sum(x * x for x in q)) or 1.0
-                out[name] = (tuple(x + a * (y - x) for x, y in zip(p0, p1)),
-                             tuple(x / nq for x in q))
+                out[name] = (
+                    tuple(x + a * (y - x) for x, y in zip(p0, p1)),
+                    tuple(x / nq for x in q),
+                )
         return out
 
 
 @dataclass
 class Faults:
     """Fault injection (all off by default). Periods are (start_s, duration_s) after streaming starts."""
+
     drop_probability: float = 0.0
-    drop_every: int = 0                     # drop every N-th frame (0 = off)
-    untracked: Tuple[Tuple[str, float, float], ...] = ()   # (body, start, duration)
-    stall: Tuple[Tuple[float, float], ...] = ()            # (start, duration)
-    malformed_every: int = 0                # send a malformed datagram after every N-th frame
+    drop_every: int = 0  # drop every N-th frame (0 = off)
+    untracked: tuple[tuple[str, float, float], ...] = ()  # (body, start, duration)
+    stall: tuple[tuple[float, float], ...] = ()  # (start, duration)
+    malformed_every: int = 0  # send a malformed datagram after every N-th frame
 
 
 class NatNetEmulator:
     """A Motive-like NatNet server on loopback. ``start()`` runs it in background threads."""
 
-    def __init__(self, version: str = '4.1', address: str = '127.0.0.1', command_port: int = 1510,
-                 data_port: int = 1511, multicast: bool = True,
-                 multicast_group: str = '239.255.42.99', rate_hz: float = 120.0,
-                 bodies: Sequence[str] = DEFAULT_BODIES,
-                 source: Optional[Callable[[float], Dict[str, Pose]]] = None,
-                 faults: Optional[Faults] = None, exposure_latency_s: float = 0.004,
-                 software_latency_s: float = 0.0008, mid_exposure: bool = True,
-                 seed: int = 0, on_sent: Optional[Callable[[int, int], None]] = None,
-                 before_frame: Optional[Callable[[], None]] = None):
+    def __init__(
+        self,
+        version: str = '4.1',
+        address: str = '127.0.0.1',
+        command_port: int = 1510,
+        data_port: int = 1511,
+        multicast: bool = True,
+        multicast_group: str = '239.255.42.99',
+        rate_hz: float = 120.0,
+        bodies: Sequence[str] = DEFAULT_BODIES,
+        source: Callable[[float], dict[str, Pose]] | None = None,
+        faults: Faults | None = None,
+        exposure_latency_s: float = 0.004,
+        software_latency_s: float = 0.0008,
+        mid_exposure: bool = True,
+        seed: int = 0,
+        on_sent: Callable[[int, int], None] | None = None,
+        before_frame: Callable[[], None] | None = None,
+    ):
         self.version = P.check_version(P.parse_version(version))
         self.address = address
         self.command_port = int(command_port)
@@ -161,21 +183,21 @@ class NatNetEmulator:
         # while the stream is stalled): a pose source that must step in time with the frames.
         self.before_frame = before_frame
         self.rng = random.Random(seed)
-        self._pushed: Dict[str, Pose] = {}
-        self._untracked_until: Dict[str, float] = {}
+        self._pushed: dict[str, Pose] = {}
+        self._untracked_until: dict[str, float] = {}
         self._stall_until = 0.0
         self._malformed_pending = 0
         self._lock = threading.Lock()
-        self._clients: Dict[Tuple[str, int], float] = {}
+        self._clients: dict[tuple[str, int], float] = {}
         self._stop = threading.Event()
-        self._threads: List[threading.Thread] = []
+        self._threads: list[threading.Thread] = []
         self._frame_number = 0
         self._flags_once = 0
         self.frames_sent = 0
         self.frames_dropped = 0
         self.malformed_sent = 0
-        self.cmd_sock: Optional[socket.socket] = None
-        self.data_sock: Optional[socket.socket] = None
+        self.cmd_sock: socket.socket | None = None
+        self.data_sock: socket.socket | None = None
         self.t_start = 0.0
 
     # -- Python API -----------------------------------------------------------------------------
@@ -203,36 +225,54 @@ class NatNetEmulator:
             self._malformed_pending += count
 
     @property
-    def clients(self) -> List[Tuple[str, int]]:
+    def clients(self) -> list[tuple[str, int]]:
         with self._lock:
             return list(self._clients)
 
     # -- description / frame building ---------------------------------------------------------
     def server_info(self) -> P.ServerInfo:
-        return P.ServerInfo('Motive', (3, 1, 0, 0) if self.version >= (4, 0) else (2, 3, 0, 0),
-                            (*self.version, 0, 0), CLOCK_HZ, self.data_port, self.multicast,
-                            self.group)
+        return P.ServerInfo(
+            'Motive',
+            (3, 1, 0, 0) if self.version >= (4, 0) else (2, 3, 0, 0),
+            (*self.version, 0, 0),
+            CLOCK_HZ,
+            self.data_port,
+            self.multicast,
+            self.group,
+        )
 
-    def _marker_offsets(self) -> List[Tuple[float, float, float]]:
+    def _marker_offsets(self) -> list[tuple[float, float, float]]:
         return [(0.02, 0.0, 0.0), (0.0, 0.03, 0.0), (0.0, 0.0, 0.025)]
 
     def model_definitions(self) -> P.ModelDefinitions:
-        d: List[P.Description] = []
+        d: list[P.Description] = []
         offs = self._marker_offsets()
         for n in self.bodies:
-            d.append(P.RigidBodyDescription(
-                n, self.ids[n], -1, (0.0, 0.0, 0.0), offs, [0] * len(offs),
-                [f'Marker{i + 1}' for i in range(len(offs))] if self.version >= (4, 0) else None))
+            d.append(
+                P.RigidBodyDescription(
+                    n,
+                    self.ids[n],
+                    -1,
+                    (0.0, 0.0, 0.0),
+                    offs,
+                    [0] * len(offs),
+                    [f'Marker{i + 1}' for i in range(len(offs))]
+                    if self.version >= (4, 0)
+                    else None,
+                )
+            )
         for n in self.bodies:
             d.append(P.MarkerSetDescription(n, [f'{n}_{i + 1}' for i in range(len(offs))]))
-        d.append(P.MarkerSetDescription('all', [f'{n}_{i + 1}' for n in self.bodies
-                                                for i in range(len(offs))]))
+        d.append(
+            P.MarkerSetDescription(
+                'all', [f'{n}_{i + 1}' for n in self.bodies for i in range(len(offs))]
+            )
+        )
         if self.version >= (4, 0):
-            d.append(P.CameraDescription('Prime13 #1', (2.0, 2.5, 2.0),
-                                         (-0.2, 0.37, 0.08, 0.9)))
+            d.append(P.CameraDescription('Prime13 #1', (2.0, 2.5, 2.0), (-0.2, 0.37, 0.08, 0.9)))
         return P.ModelDefinitions(d)
 
-    def _poses(self, t: float) -> Dict[str, Pose]:
+    def _poses(self, t: float) -> dict[str, Pose]:
         poses = dict(self.source(t)) if self.source else {}
         with self._lock:
             poses.update(self._pushed)
@@ -245,7 +285,7 @@ class NatNetEmulator:
         offs = self._marker_offsets()
         with self._lock:
             untracked = {n for n, u in self._untracked_until.items() if u > now_mono}
-        for (n, s, d) in self.faults.untracked:
+        for n, s, d in self.faults.untracked:
             if s <= t < s + d:
                 untracked.add(n)
         for n in self.bodies:
@@ -256,15 +296,18 @@ class NatNetEmulator:
                 f.rigid_bodies.append(P.RigidBody(rb_id, pos, q, 0.00035, 0x01))
             else:
                 # Motive keeps the last solve (or zeros) with the tracking-valid bit cleared.
-                f.rigid_bodies.append(P.RigidBody(rb_id, (0.0, 0.0, 0.0), (0.0, 0.0, 0.0, 1.0),
-                                                  0.0, 0x00))
+                f.rigid_bodies.append(
+                    P.RigidBody(rb_id, (0.0, 0.0, 0.0), (0.0, 0.0, 0.0, 1.0), 0.0, 0x00)
+                )
             markers = [tuple(p + o for p, o in zip(pos, off)) for off in offs]
             f.marker_sets.append(P.MarkerSetData(n, markers))
             for i, m in enumerate(markers):
-                f.labeled_markers.append(P.Marker((rb_id << 16) | (i + 1), m, 0.014,
-                                                  0x0A if ok else 0x01, 0.0002))
-        f.marker_sets.append(P.MarkerSetData('all', [m for ms in f.marker_sets
-                                                     for m in ms.positions]))
+                f.labeled_markers.append(
+                    P.Marker((rb_id << 16) | (i + 1), m, 0.014, 0x0A if ok else 0x01, 0.0002)
+                )
+        f.marker_sets.append(
+            P.MarkerSetData('all', [m for ms in f.marker_sets for m in ms.positions])
+        )
         f.timestamp = self._frame_number / self.rate_hz
         if self.version >= (4, 1):
             f.precision_timestamp = (0, 0)
@@ -276,8 +319,9 @@ class NatNetEmulator:
         now = ticks_now()
         f.stamp_transmit = now
         f.stamp_data_received = now - int(self.software_latency_s * CLOCK_HZ)
-        f.stamp_mid_exposure = (now - int(self.exposure_latency_s * CLOCK_HZ)
-                                if self.mid_exposure else 0)
+        f.stamp_mid_exposure = (
+            now - int(self.exposure_latency_s * CLOCK_HZ) if self.mid_exposure else 0
+        )
         return P.encode_message(f, self.version)
 
     # -- sockets -----------------------------------------------------------------------------
@@ -296,7 +340,7 @@ class NatNetEmulator:
             d.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_TTL, 1)
         self.cmd_sock, self.data_sock = c, d
 
-    def start(self) -> 'NatNetEmulator':
+    def start(self) -> NatNetEmulator:
         if self.cmd_sock is None:
             self.open()
         self._stop.clear()
@@ -342,8 +386,7 @@ class NatNetEmulator:
                 try:
                     reply = self.handle_command(data, addr)
                 except P.NatNetDecodeError as e:
-                    print(f'natnet_emulator: ignored bad command from {addr}: {e}',
-                          file=sys.stderr)
+                    print(f'natnet_emulator: ignored bad command from {addr}: {e}', file=sys.stderr)
                     continue
                 for pkt in reply:
                     try:
@@ -351,7 +394,7 @@ class NatNetEmulator:
                     except OSError:
                         pass
 
-    def handle_command(self, data: bytes, addr: Tuple[str, int]) -> List[bytes]:
+    def handle_command(self, data: bytes, addr: tuple[str, int]) -> list[bytes]:
         """Motive's answer to one command datagram (a list of datagrams to send back)."""
         msg = P.decode_message(data, self.version)
         if isinstance(msg, P.ConnectRequest):
@@ -389,8 +432,9 @@ class NatNetEmulator:
             return P.encode_message(P.Response.from_float(1000.0))
         if name == 'Bitstream':
             if not arg:
-                return P.encode_message(P.Response.from_text(
-                    f'Bitstream,{self.version[0]}.{self.version[1]}'))
+                return P.encode_message(
+                    P.Response.from_text(f'Bitstream,{self.version[0]}.{self.version[1]}')
+                )
             try:
                 v = P.check_version(P.parse_version(arg))
             except (ValueError, P.NatNetDecodeError):
@@ -400,13 +444,20 @@ class NatNetEmulator:
             self.version = v
             self._flags_once = 0x08
             return P.encode_message(P.Response.from_int(0))
-        if name in ('TimelinePlay', 'TimelineStop', 'SetPlaybackTakeName', 'StartRecording',
-                    'StopRecording', 'LiveMode', 'EditMode'):
+        if name in (
+            'TimelinePlay',
+            'TimelineStop',
+            'SetPlaybackTakeName',
+            'StartRecording',
+            'StopRecording',
+            'LiveMode',
+            'EditMode',
+        ):
             return P.encode_message(P.Response.from_int(0))
         return P.packet(P.MessageId.UNRECOGNIZED_REQUEST)
 
     # -- streaming ----------------------------------------------------------------------------
-    def _destinations(self) -> List[Tuple[str, int]]:
+    def _destinations(self) -> list[tuple[str, int]]:
         if self.multicast:
             return [(self.group, self.data_port)]
         now = time.monotonic()
@@ -424,7 +475,7 @@ class NatNetEmulator:
                 self._stop.wait(next_t - now)
                 continue
             next_t += period
-            if now - next_t > 10 * period:      # fell far behind (suspended): resynchronise
+            if now - next_t > 10 * period:  # fell far behind (suspended): resynchronise
                 next_t = now + period
             self._frame_number += 1
             t = now - self.t_start
@@ -434,9 +485,9 @@ class NatNetEmulator:
                 stalled = now < self._stall_until
             stalled = stalled or any(s <= t < s + d for s, d in self.faults.stall)
             fn = self._frame_number
-            drop = ((self.faults.drop_every and fn % self.faults.drop_every == 0)
-                    or (self.faults.drop_probability
-                        and self.rng.random() < self.faults.drop_probability))
+            drop = (self.faults.drop_every and fn % self.faults.drop_every == 0) or (
+                self.faults.drop_probability and self.rng.random() < self.faults.drop_probability
+            )
             if stalled or drop:
                 self.frames_dropped += 1
                 continue
@@ -469,7 +520,7 @@ class NatNetEmulator:
         kind = self.rng.randrange(4)
         self.malformed_sent += 1
         if kind == 0:
-            return good[:self.rng.randrange(1, len(good))]
+            return good[: self.rng.randrange(1, len(good))]
         if kind == 1:
             return good[:2] + (len(good) + 7).to_bytes(2, 'little') + good[4:]
         if kind == 2:
@@ -480,12 +531,12 @@ class NatNetEmulator:
 
 
 # ------------------------------------------------------------------------------------------------
-def _period(text: str) -> Tuple[float, float]:
+def _period(text: str) -> tuple[float, float]:
     a, _, b = text.partition(':')
     return float(a), float(b)
 
 
-def _untrack(text: str) -> Tuple[str, float, float]:
+def _untrack(text: str) -> tuple[str, float, float]:
     parts = text.split(':')
     if len(parts) != 3:
         raise argparse.ArgumentTypeError('expected BODY:START:DURATION, e.g. thigh:2:1.5')
@@ -496,9 +547,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog='natnet_emulator',
         description='NatNet (OptiTrack Motive) server emulator on loopback: answers the command '
-                    'channel and streams rigid-body frames at --rate Hz.')
-    p.add_argument('--version', default='4.1', choices=['3.0', '3.1', '4.0', '4.1'],
-                   help='NatNet bitstream version (default 4.1)')
+        'channel and streams rigid-body frames at --rate Hz.',
+    )
+    p.add_argument(
+        '--version',
+        default='4.1',
+        choices=['3.0', '3.1', '4.0', '4.1'],
+        help='NatNet bitstream version (default 4.1)',
+    )
     p.add_argument('--address', default='127.0.0.1', help='local address to serve on')
     p.add_argument('--command-port', type=int, default=1510)
     p.add_argument('--data-port', type=int, default=1511)
@@ -507,27 +563,53 @@ def build_parser() -> argparse.ArgumentParser:
     mode.add_argument('--unicast', dest='multicast', action='store_false')
     p.add_argument('--multicast-group', default='239.255.42.99')
     p.add_argument('--rate', type=float, default=120.0, help='frame rate, Hz')
-    p.add_argument('--bodies', default=','.join(DEFAULT_BODIES),
-                   help='comma-separated rigid body names (default base,thigh,calf)')
+    p.add_argument(
+        '--bodies',
+        default=','.join(DEFAULT_BODIES),
+        help='comma-separated rigid body names (default base,thigh,calf)',
+    )
     p.add_argument('--trajectory', help='CSV file time,body,x,y,z,qx,qy,qz,qw to play (loops)')
-    p.add_argument('--no-mid-exposure', action='store_true',
-                   help='send cam_mid_exposure = 0 (as USB cameras / playback do)')
-    p.add_argument('--exposure-latency-ms', type=float, default=4.0,
-                   help='mid-exposure to transmit, ms (default 4)')
+    p.add_argument(
+        '--no-mid-exposure',
+        action='store_true',
+        help='send cam_mid_exposure = 0 (as USB cameras / playback do)',
+    )
+    p.add_argument(
+        '--exposure-latency-ms',
+        type=float,
+        default=4.0,
+        help='mid-exposure to transmit, ms (default 4)',
+    )
     p.add_argument('--drop-every', type=int, default=0, help='drop every N-th frame')
     p.add_argument('--drop-probability', type=float, default=0.0)
-    p.add_argument('--untrack', type=_untrack, action='append', default=[],
-                   metavar='BODY:START:DUR', help='mark BODY untracked for DUR s from START s')
-    p.add_argument('--stall', type=_period, action='append', default=[], metavar='START:DUR',
-                   help='stop streaming for DUR s from START s')
-    p.add_argument('--malformed-every', type=int, default=0,
-                   help='send a malformed datagram after every N-th frame')
+    p.add_argument(
+        '--untrack',
+        type=_untrack,
+        action='append',
+        default=[],
+        metavar='BODY:START:DUR',
+        help='mark BODY untracked for DUR s from START s',
+    )
+    p.add_argument(
+        '--stall',
+        type=_period,
+        action='append',
+        default=[],
+        metavar='START:DUR',
+        help='stop streaming for DUR s from START s',
+    )
+    p.add_argument(
+        '--malformed-every',
+        type=int,
+        default=0,
+        help='send a malformed datagram after every N-th frame',
+    )
     p.add_argument('--duration', type=float, default=0.0, help='exit after this many s (0 = run)')
     p.add_argument('--seed', type=int, default=0)
     return p
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     bodies = [b for b in args.bodies.split(',') if b]
     source = None
@@ -539,23 +621,42 @@ def main(argv: Optional[List[str]] = None) -> int:
             return 2
         missing = [b for b in bodies if b not in source.names]
         if missing:
-            print(f'natnet_emulator: trajectory has no samples for {missing}; '
-                  f'it has {source.names}. Use --bodies to choose.', file=sys.stderr)
+            print(
+                f'natnet_emulator: trajectory has no samples for {missing}; '
+                f'it has {source.names}. Use --bodies to choose.',
+                file=sys.stderr,
+            )
             return 2
     emu = NatNetEmulator(
-        version=args.version, address=args.address, command_port=args.command_port,
-        data_port=args.data_port, multicast=args.multicast, multicast_group=args.multicast_group,
-        rate_hz=args.rate, bodies=bodies, source=source,
-        faults=Faults(args.drop_probability, args.drop_every, tuple(args.untrack),
-                      tuple(args.stall), args.malformed_every),
+        version=args.version,
+        address=args.address,
+        command_port=args.command_port,
+        data_port=args.data_port,
+        multicast=args.multicast,
+        multicast_group=args.multicast_group,
+        rate_hz=args.rate,
+        bodies=bodies,
+        source=source,
+        faults=Faults(
+            args.drop_probability,
+            args.drop_every,
+            tuple(args.untrack),
+            tuple(args.stall),
+            args.malformed_every,
+        ),
         exposure_latency_s=args.exposure_latency_ms / 1000.0,
-        mid_exposure=not args.no_mid_exposure, seed=args.seed)
+        mid_exposure=not args.no_mid_exposure,
+        seed=args.seed,
+    )
     try:
         emu.open()
     except OSError as e:
-        print(f'natnet_emulator: cannot bind {args.address} ports {args.command_port}/'
-              f'{args.data_port}: {e}. Is another server (Motive, an emulator) running? '
-              'Choose other ports with --command-port/--data-port.', file=sys.stderr)
+        print(
+            f'natnet_emulator: cannot bind {args.address} ports {args.command_port}/'
+            f'{args.data_port}: {e}. Is another server (Motive, an emulator) running? '
+            'Choose other ports with --command-port/--data-port.',
+            file=sys.stderr,
+        )
         return 2
     stop = threading.Event()
     # Both signals set the event explicitly: a process started from a background job inherits
@@ -563,18 +664,27 @@ def main(argv: Optional[List[str]] = None) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     emu.start()
-    dest = f'multicast {args.multicast_group}:{args.data_port}' if args.multicast else \
-        'unicast to connected clients'
-    print(f'natnet_emulator: NatNet {args.version} on {args.address}:{args.command_port}, '
-          f'{args.rate:g} Hz {dest}, bodies {bodies}', flush=True)
+    dest = (
+        f'multicast {args.multicast_group}:{args.data_port}'
+        if args.multicast
+        else 'unicast to connected clients'
+    )
+    print(
+        f'natnet_emulator: NatNet {args.version} on {args.address}:{args.command_port}, '
+        f'{args.rate:g} Hz {dest}, bodies {bodies}',
+        flush=True,
+    )
     try:
         stop.wait(args.duration if args.duration > 0 else None)
     except KeyboardInterrupt:
         pass
     finally:
         emu.stop()
-    print(f'natnet_emulator: sent {emu.frames_sent} frames, dropped {emu.frames_dropped}, '
-          f'malformed {emu.malformed_sent}', flush=True)
+    print(
+        f'natnet_emulator: sent {emu.frames_sent} frames, dropped {emu.frames_dropped}, '
+        f'malformed {emu.malformed_sent}',
+        flush=True,
+    )
     return 0
 
 

@@ -5,15 +5,17 @@ Strict by design: every decoder consumes its payload exactly, and anything malfo
 ``IndexError`` or ``UnicodeDecodeError``. The encoders produce the byte layout Motive sends, so the
 emulator speaks the real protocol. Layout facts: ``shared/spec/natnet.md`` sections 1-9.
 """
+
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import List, Optional, Sequence, Tuple, Union
+from typing import Union
 
-Version = Tuple[int, int]
-SUPPORTED_VERSIONS: Tuple[Version, ...] = ((3, 0), (3, 1), (4, 0), (4, 1))
+Version = tuple[int, int]
+SUPPORTED_VERSIONS: tuple[Version, ...] = ((3, 0), (3, 1), (4, 0), (4, 1))
 HEADER = struct.Struct('<HH')
 MAX_PAYLOAD = 65503
 SENDER_NAME_LEN = 256
@@ -47,13 +49,13 @@ UNRECOGNIZED_IDS = (100, 256)
 class NatNetDecodeError(ValueError):
     """A datagram that is not valid NatNet for the negotiated version; ``reason`` says why."""
 
-    def __init__(self, reason: str, offset: Optional[int] = None):
+    def __init__(self, reason: str, offset: int | None = None):
         self.reason = reason
         self.offset = offset
         super().__init__(reason if offset is None else f'{reason} (at payload byte {offset})')
 
 
-def parse_version(text: Union[str, Sequence[int]]) -> Version:
+def parse_version(text: str | Sequence[int]) -> Version:
     """'4.1', '4.1.0.0' or (4, 1, 0, 0) -> (4, 1)."""
     if isinstance(text, str):
         parts = text.strip().split('.')
@@ -73,20 +75,22 @@ def check_version(version: Version) -> Version:
     if v not in SUPPORTED_VERSIONS:
         raise NatNetDecodeError(
             f'NatNet version {v[0]}.{v[1]} is not supported (supported: 3.0, 3.1, 4.0, 4.1); '
-            'set Motive\'s streaming bitstream to one of these')
+            "set Motive's streaming bitstream to one of these"
+        )
     return v
 
 
 # --------------------------------------------------------------------------------------------
 # Data records
 # --------------------------------------------------------------------------------------------
-Vec3 = Tuple[float, float, float]
-Quat = Tuple[float, float, float, float]
+Vec3 = tuple[float, float, float]
+Quat = tuple[float, float, float, float]
 
 
 @dataclass
 class RigidBody:
     """One rigid-body record of a frame (38 bytes on the wire)."""
+
     id: int
     position: Vec3
     orientation: Quat  # x, y, z, w
@@ -101,6 +105,7 @@ class RigidBody:
 @dataclass
 class Marker:
     """Labeled/asset marker record (26 bytes)."""
+
     id: int
     position: Vec3
     size: float = 0.0
@@ -127,40 +132,41 @@ class Marker:
 @dataclass
 class MarkerSetData:
     name: str
-    positions: List[Vec3] = field(default_factory=list)
+    positions: list[Vec3] = field(default_factory=list)
 
 
 @dataclass
 class SkeletonData:
     id: int
-    bones: List[RigidBody] = field(default_factory=list)
+    bones: list[RigidBody] = field(default_factory=list)
 
 
 @dataclass
 class AssetData:
     id: int
-    rigid_bodies: List[RigidBody] = field(default_factory=list)
-    markers: List[Marker] = field(default_factory=list)
+    rigid_bodies: list[RigidBody] = field(default_factory=list)
+    markers: list[Marker] = field(default_factory=list)
 
 
 @dataclass
 class AnalogData:
     """Force-plate or device data: one list of samples per channel."""
+
     id: int
-    channels: List[List[float]] = field(default_factory=list)
+    channels: list[list[float]] = field(default_factory=list)
 
 
 @dataclass
 class Frame:
     frame_number: int
-    marker_sets: List[MarkerSetData] = field(default_factory=list)
-    other_markers: List[Vec3] = field(default_factory=list)
-    rigid_bodies: List[RigidBody] = field(default_factory=list)
-    skeletons: List[SkeletonData] = field(default_factory=list)
-    assets: List[AssetData] = field(default_factory=list)
-    labeled_markers: List[Marker] = field(default_factory=list)
-    force_plates: List[AnalogData] = field(default_factory=list)
-    devices: List[AnalogData] = field(default_factory=list)
+    marker_sets: list[MarkerSetData] = field(default_factory=list)
+    other_markers: list[Vec3] = field(default_factory=list)
+    rigid_bodies: list[RigidBody] = field(default_factory=list)
+    skeletons: list[SkeletonData] = field(default_factory=list)
+    assets: list[AssetData] = field(default_factory=list)
+    labeled_markers: list[Marker] = field(default_factory=list)
+    force_plates: list[AnalogData] = field(default_factory=list)
+    devices: list[AnalogData] = field(default_factory=list)
     timecode: int = 0
     timecode_sub: int = 0
     timestamp: float = 0.0
@@ -168,7 +174,7 @@ class Frame:
     stamp_data_received: int = 0
     stamp_transmit: int = 0
     #: (secs, frac) external precision time; present on the wire only when not None (4.1).
-    precision_timestamp: Optional[Tuple[int, int]] = None
+    precision_timestamp: tuple[int, int] | None = None
     params: int = 0
 
     @property
@@ -187,17 +193,17 @@ class RigidBodyDescription:
     id: int
     parent_id: int = -1
     offset: Vec3 = (0.0, 0.0, 0.0)
-    marker_positions: List[Vec3] = field(default_factory=list)
-    marker_labels: List[int] = field(default_factory=list)
+    marker_positions: list[Vec3] = field(default_factory=list)
+    marker_labels: list[int] = field(default_factory=list)
     #: 4.0+ only; ``None`` for 3.x.
-    marker_names: Optional[List[str]] = None
+    marker_names: list[str] | None = None
     type_id = 1
 
 
 @dataclass
 class MarkerSetDescription:
     name: str
-    marker_names: List[str] = field(default_factory=list)
+    marker_names: list[str] = field(default_factory=list)
     type_id = 0
 
 
@@ -205,7 +211,7 @@ class MarkerSetDescription:
 class SkeletonDescription:
     name: str
     id: int
-    bones: List[RigidBodyDescription] = field(default_factory=list)
+    bones: list[RigidBodyDescription] = field(default_factory=list)
     type_id = 2
 
 
@@ -216,11 +222,11 @@ class ForcePlateDescription:
     width: float = 0.0
     length: float = 0.0
     origin: Vec3 = (0.0, 0.0, 0.0)
-    cal_matrix: List[float] = field(default_factory=lambda: [0.0] * 144)
-    corners: List[float] = field(default_factory=lambda: [0.0] * 12)
+    cal_matrix: list[float] = field(default_factory=lambda: [0.0] * 144)
+    corners: list[float] = field(default_factory=lambda: [0.0] * 12)
     plate_type: int = 0
     channel_data_type: int = 0
-    channel_names: List[str] = field(default_factory=list)
+    channel_names: list[str] = field(default_factory=list)
     type_id = 3
 
 
@@ -231,7 +237,7 @@ class DeviceDescription:
     serial: str = ''
     device_type: int = 0
     channel_data_type: int = 0
-    channel_names: List[str] = field(default_factory=list)
+    channel_names: list[str] = field(default_factory=list)
     type_id = 4
 
 
@@ -257,28 +263,36 @@ class AssetDescription:
     name: str
     asset_type: int
     id: int
-    rigid_bodies: List[RigidBodyDescription] = field(default_factory=list)
-    markers: List[AssetMarkerDescription] = field(default_factory=list)
+    rigid_bodies: list[RigidBodyDescription] = field(default_factory=list)
+    markers: list[AssetMarkerDescription] = field(default_factory=list)
     type_id = 6
 
 
 @dataclass
 class UnknownDescription:
     """A 4.1+ description of a type this codec does not know, kept raw (skipped by byte count)."""
+
     type_id: int
     body: bytes
 
 
-Description = Union[MarkerSetDescription, RigidBodyDescription, SkeletonDescription,
-                    ForcePlateDescription, DeviceDescription, CameraDescription, AssetDescription,
-                    UnknownDescription]
+Description = Union[
+    MarkerSetDescription,
+    RigidBodyDescription,
+    SkeletonDescription,
+    ForcePlateDescription,
+    DeviceDescription,
+    CameraDescription,
+    AssetDescription,
+    UnknownDescription,
+]
 
 
 @dataclass
 class ModelDefinitions:
-    descriptions: List[Description] = field(default_factory=list)
+    descriptions: list[Description] = field(default_factory=list)
 
-    def rigid_bodies(self) -> List[RigidBodyDescription]:
+    def rigid_bodies(self) -> list[RigidBodyDescription]:
         return [d for d in self.descriptions if isinstance(d, RigidBodyDescription)]
 
 
@@ -286,9 +300,9 @@ class ModelDefinitions:
 @dataclass
 class ServerInfo:
     app_name: str = 'Motive'
-    app_version: Tuple[int, int, int, int] = (3, 1, 0, 0)
-    natnet_version: Tuple[int, int, int, int] = (4, 1, 0, 0)
-    clock_hz: Optional[int] = 10_000_000  # None: old 264-byte form
+    app_version: tuple[int, int, int, int] = (3, 1, 0, 0)
+    natnet_version: tuple[int, int, int, int] = (4, 1, 0, 0)
+    clock_hz: int | None = 10_000_000  # None: old 264-byte form
     data_port: int = 1511
     multicast: bool = True
     multicast_group: str = '239.255.42.99'
@@ -297,12 +311,13 @@ class ServerInfo:
 @dataclass
 class ConnectRequest:
     """NAT_CONNECT (or NAT_DISCOVERY). ``raw`` keeps payloads shorter than a sender block."""
+
     app_name: str = 'NatNetLib'
-    app_version: Tuple[int, int, int, int] = (4, 1, 0, 0)
-    natnet_version: Tuple[int, int, int, int] = (4, 1, 0, 0)
-    subscribed_data_only: Optional[bool] = None
-    bitstream_version: Optional[Tuple[int, int, int, int]] = None
-    raw: Optional[bytes] = None
+    app_version: tuple[int, int, int, int] = (4, 1, 0, 0)
+    natnet_version: tuple[int, int, int, int] = (4, 1, 0, 0)
+    subscribed_data_only: bool | None = None
+    bitstream_version: tuple[int, int, int, int] | None = None
+    raw: bytes | None = None
 
 
 @dataclass
@@ -313,6 +328,7 @@ class Request:
 @dataclass
 class Response:
     """NAT_RESPONSE: 4 raw bytes (int32 or float32, by the request sent) or a string."""
+
     data: bytes
 
     @property
@@ -330,15 +346,15 @@ class Response:
         return self.data.rstrip(b'\0').decode('utf-8', 'replace')
 
     @classmethod
-    def from_int(cls, value: int) -> 'Response':
+    def from_int(cls, value: int) -> Response:
         return cls(struct.pack('<i', value))
 
     @classmethod
-    def from_float(cls, value: float) -> 'Response':
+    def from_float(cls, value: float) -> Response:
         return cls(struct.pack('<f', value))
 
     @classmethod
-    def from_text(cls, text: str) -> 'Response':
+    def from_text(cls, text: str) -> Response:
         return cls(text.encode('utf-8') + b'\0')
 
 
@@ -361,11 +377,22 @@ class MessageString:
 @dataclass
 class Empty:
     """A message with no payload (REQUEST_MODELDEF, KEEPALIVE, DISCONNECT, UNRECOGNIZED...)."""
+
     message_id: int
 
 
-Message = Union[Frame, ModelDefinitions, ServerInfo, ConnectRequest, Request, Response,
-                EchoRequest, EchoResponse, MessageString, Empty]
+Message = Union[
+    Frame,
+    ModelDefinitions,
+    ServerInfo,
+    ConnectRequest,
+    Request,
+    Response,
+    EchoRequest,
+    EchoResponse,
+    MessageString,
+    Empty,
+]
 
 
 # --------------------------------------------------------------------------------------------
@@ -378,16 +405,16 @@ _U64 = struct.Struct('<Q')
 _F32 = struct.Struct('<f')
 _F64 = struct.Struct('<d')
 _VEC3 = struct.Struct('<3f')
-_RB = struct.Struct('<i7ffh')        # 38 bytes
-_MARKER = struct.Struct('<i4fhf')    # 26 bytes
-_SUFFIX = struct.Struct('<IIdQQQ')   # 40 bytes
+_RB = struct.Struct('<i7ffh')  # 38 bytes
+_MARKER = struct.Struct('<i4fhf')  # 26 bytes
+_SUFFIX = struct.Struct('<IIdQQQ')  # 40 bytes
 _ASSET_MARKER = struct.Struct('<i3ffh')
 
 
 class _Reader:
     __slots__ = ('buf', 'pos', 'end')
 
-    def __init__(self, buf: bytes, start: int = 0, end: Optional[int] = None):
+    def __init__(self, buf: bytes, start: int = 0, end: int | None = None):
         self.buf = buf
         self.pos = start
         self.end = len(buf) if end is None else end
@@ -397,8 +424,9 @@ class _Reader:
 
     def need(self, n: int, what: str) -> None:
         if n < 0 or self.pos + n > self.end:
-            raise NatNetDecodeError(f'truncated: {what} needs {n} bytes, {self.end - self.pos} left',
-                                    self.pos)
+            raise NatNetDecodeError(
+                f'truncated: {what} needs {n} bytes, {self.end - self.pos} left', self.pos
+            )
 
     def unpack(self, st: struct.Struct, what: str):
         self.need(st.size, what)
@@ -415,7 +443,8 @@ class _Reader:
             raise NatNetDecodeError(f'negative {what} ({n})', self.pos - 4)
         if n * min_record > self.remaining():
             raise NatNetDecodeError(
-                f'{what} {n} cannot fit in the {self.remaining()} bytes left', self.pos - 4)
+                f'{what} {n} cannot fit in the {self.remaining()} bytes left', self.pos - 4
+            )
         return n
 
     def cstr(self, what: str) -> str:
@@ -423,7 +452,7 @@ class _Reader:
         if i < 0:
             raise NatNetDecodeError(f'unterminated string ({what})', self.pos)
         try:
-            s = bytes(self.buf[self.pos:i]).decode('utf-8')
+            s = bytes(self.buf[self.pos : i]).decode('utf-8')
         except UnicodeDecodeError:
             raise NatNetDecodeError(f'{what} is not valid UTF-8', self.pos) from None
         self.pos = i + 1
@@ -431,11 +460,11 @@ class _Reader:
 
     def raw(self, n: int, what: str) -> bytes:
         self.need(n, what)
-        b = bytes(self.buf[self.pos:self.pos + n])
+        b = bytes(self.buf[self.pos : self.pos + n])
         self.pos += n
         return b
 
-    def floats(self, n: int, what: str) -> List[float]:
+    def floats(self, n: int, what: str) -> list[float]:
         self.need(4 * n, what)
         v = list(struct.unpack_from(f'<{n}f', self.buf, self.pos))
         self.pos += 4 * n
@@ -458,7 +487,8 @@ def _section(r: _Reader, version: Version, what: str, min_record: int, read_one)
         out = [read_one(sub) for _ in range(n)]
         if sub.pos != sub.end:
             raise NatNetDecodeError(
-                f'{what}: records used {sub.pos - start} bytes but byte count says {nbytes}', start)
+                f'{what}: records used {sub.pos - start} bytes but byte count says {nbytes}', start
+            )
         r.pos = sub.end
         return out
     return [read_one(r) for _ in range(n)]
@@ -522,15 +552,22 @@ def decode_frame(payload: bytes, version: Version) -> Frame:
     f.labeled_markers = _section(r, version, 'labeled marker count', _MARKER.size, _rd_marker)
     f.force_plates = _section(r, version, 'force plate count', 8, _rd_analog)
     f.devices = _section(r, version, 'device count', 8, _rd_analog)
-    (f.timecode, f.timecode_sub, f.timestamp, f.stamp_mid_exposure, f.stamp_data_received,
-     f.stamp_transmit) = r.unpack(_SUFFIX, 'frame suffix')
+    (
+        f.timecode,
+        f.timecode_sub,
+        f.timestamp,
+        f.stamp_mid_exposure,
+        f.stamp_data_received,
+        f.stamp_transmit,
+    ) = r.unpack(_SUFFIX, 'frame suffix')
     # Spec pitfall 9: the precision timestamp is recognised by the remaining length, not version.
     rem = r.remaining()
     if rem == 14:
         f.precision_timestamp = r.unpack(struct.Struct('<II'), 'precision timestamp')
     elif rem != 6:
         raise NatNetDecodeError(
-            f'frame suffix: expected 6 or 14 bytes after the tick stamps, found {rem}', r.pos)
+            f'frame suffix: expected 6 or 14 bytes after the tick stamps, found {rem}', r.pos
+        )
     f.params = r.unpack(_I16, 'frame flags')[0] & 0xFFFF
     end = r.i32('end-of-data marker')
     if end != 0:
@@ -571,16 +608,27 @@ def _rd_desc_body(r: _Reader, t: int, version: Version) -> Description:
         corners = r.floats(12, 'force plate corners')
         ptype, dtype = r.unpack(struct.Struct('<ii'), 'force plate types')
         n = r.count('force plate channel count', 1)
-        return ForcePlateDescription(pid, serial, w, ln, origin, cal, corners, ptype, dtype,
-                                     [r.cstr('channel name') for _ in range(n)])
+        return ForcePlateDescription(
+            pid,
+            serial,
+            w,
+            ln,
+            origin,
+            cal,
+            corners,
+            ptype,
+            dtype,
+            [r.cstr('channel name') for _ in range(n)],
+        )
     if t == 4:
         did = r.i32('device id')
         name = r.cstr('device name')
         serial = r.cstr('device serial')
         dtype, ctype = r.unpack(struct.Struct('<ii'), 'device types')
         n = r.count('device channel count', 1)
-        return DeviceDescription(did, name, serial, dtype, ctype,
-                                 [r.cstr('channel name') for _ in range(n)])
+        return DeviceDescription(
+            did, name, serial, dtype, ctype, [r.cstr('channel name') for _ in range(n)]
+        )
     if t == 5 and version >= (4, 0):
         name = r.cstr('camera name')
         vals = r.unpack(struct.Struct('<7f'), 'camera pose')
@@ -598,14 +646,15 @@ def _rd_desc_body(r: _Reader, t: int, version: Version) -> Description:
             markers.append(AssetMarkerDescription(mname, mid, (x, y, z), size, params))
         return AssetDescription(name, atype, aid, rbs, markers)
     raise NatNetDecodeError(
-        f'unknown model description type {t} for NatNet {version[0]}.{version[1]}', r.pos)
+        f'unknown model description type {t} for NatNet {version[0]}.{version[1]}', r.pos
+    )
 
 
 def decode_modeldef(payload: bytes, version: Version) -> ModelDefinitions:
     version = check_version(version)
     r = _Reader(payload)
     n = r.count('description count', 4)
-    out: List[Description] = []
+    out: list[Description] = []
     for _ in range(n):
         t = r.i32('description type')
         if _has_byte_counts(version):
@@ -620,7 +669,8 @@ def decode_modeldef(payload: bytes, version: Version) -> ModelDefinitions:
             if sub.pos != sub.end:
                 raise NatNetDecodeError(
                     f'description type {t} used {sub.pos - r.pos} bytes, byte count says {size}',
-                    r.pos)
+                    r.pos,
+                )
             r.pos = sub.end
         else:
             out.append(_rd_desc_body(r, t, version))
@@ -638,9 +688,11 @@ def _cut_name(raw: bytes) -> str:
 def decode_serverinfo(payload: bytes) -> ServerInfo:
     if len(payload) not in (SENDER_LEN, SERVERINFO_LEN):
         raise NatNetDecodeError(f'server info must be 264 or 279 bytes, got {len(payload)}')
-    info = ServerInfo(app_name=_cut_name(payload[:256]),
-                      app_version=tuple(payload[256:260]),
-                      natnet_version=tuple(payload[260:264]))
+    info = ServerInfo(
+        app_name=_cut_name(payload[:256]),
+        app_version=tuple(payload[256:260]),
+        natnet_version=tuple(payload[260:264]),
+    )
     if len(payload) == SENDER_LEN:
         info.clock_hz = None
         return info
@@ -655,8 +707,12 @@ def decode_serverinfo(payload: bytes) -> ServerInfo:
 def decode_connect(payload: bytes) -> ConnectRequest:
     if len(payload) < SENDER_LEN:
         # SDK 3.x Python sample sends "Ping\0"; accept anything.
-        return ConnectRequest(app_name=_cut_name(payload), app_version=(0, 0, 0, 0),
-                              natnet_version=(0, 0, 0, 0), raw=bytes(payload))
+        return ConnectRequest(
+            app_name=_cut_name(payload),
+            app_version=(0, 0, 0, 0),
+            natnet_version=(0, 0, 0, 0),
+            raw=bytes(payload),
+        )
     c = ConnectRequest(_cut_name(payload[:256]), tuple(payload[256:260]), tuple(payload[260:264]))
     if len(payload) >= 265:
         c.subscribed_data_only = bool(payload[264])
@@ -677,14 +733,15 @@ def _cstr_payload(payload: bytes, what: str) -> str:
 # --------------------------------------------------------------------------------------------
 # Top level
 # --------------------------------------------------------------------------------------------
-def split_packet(datagram: bytes) -> Tuple[int, bytes]:
+def split_packet(datagram: bytes) -> tuple[int, bytes]:
     """Check the 4-byte header against the datagram length; return (message id, payload)."""
     if len(datagram) < 4:
         raise NatNetDecodeError(f'datagram of {len(datagram)} bytes is shorter than the header')
     mid, n = HEADER.unpack_from(datagram, 0)
     if n != len(datagram) - 4:
         raise NatNetDecodeError(
-            f'header says {n} payload bytes but the datagram carries {len(datagram) - 4}')
+            f'header says {n} payload bytes but the datagram carries {len(datagram) - 4}'
+        )
     return mid, memoryview(datagram)[4:].tobytes()
 
 
@@ -693,15 +750,19 @@ def _expect_len(payload: bytes, n: int, what: str) -> None:
         raise NatNetDecodeError(f'{what} payload must be {n} bytes, got {len(payload)}')
 
 
-def decode_message(datagram: bytes, version: Optional[Version] = None) -> Message:
+def decode_message(datagram: bytes, version: Version | None = None) -> Message:
     """Decode one datagram. ``version`` is needed for frames and model definitions."""
     mid, p = split_packet(datagram)
     if mid == MessageId.FRAMEOFDATA or mid == MessageId.MODELDEF:
         if version is None:
-            raise NatNetDecodeError('frame or model definitions received before server info '
-                                    '(NatNet version unknown)')
-        return decode_frame(p, version) if mid == MessageId.FRAMEOFDATA else \
-            decode_modeldef(p, version)
+            raise NatNetDecodeError(
+                'frame or model definitions received before server info (NatNet version unknown)'
+            )
+        return (
+            decode_frame(p, version)
+            if mid == MessageId.FRAMEOFDATA
+            else decode_modeldef(p, version)
+        )
     if mid == MessageId.SERVERINFO:
         return decode_serverinfo(p)
     if mid in (MessageId.CONNECT, MessageId.DISCOVERY):
@@ -720,8 +781,17 @@ def decode_message(datagram: bytes, version: Optional[Version] = None) -> Messag
     if mid == MessageId.ECHORESPONSE:
         _expect_len(p, 16, 'echo response')
         return EchoResponse(*struct.unpack('<QQ', p))
-    if mid in (MessageId.REQUEST_MODELDEF, MessageId.REQUEST_FRAMEOFDATA, MessageId.DISCONNECT,
-               MessageId.KEEPALIVE, MessageId.DISCONNECTBYTIMEOUT) or mid in UNRECOGNIZED_IDS:
+    if (
+        mid
+        in (
+            MessageId.REQUEST_MODELDEF,
+            MessageId.REQUEST_FRAMEOFDATA,
+            MessageId.DISCONNECT,
+            MessageId.KEEPALIVE,
+            MessageId.DISCONNECTBYTIMEOUT,
+        )
+        or mid in UNRECOGNIZED_IDS
+    ):
         _expect_len(p, 0, f'message {mid}')
         return Empty(MessageId.UNRECOGNIZED_REQUEST if mid in UNRECOGNIZED_IDS else mid)
     raise NatNetDecodeError(f'unknown message id {mid}')
@@ -740,7 +810,7 @@ def _cs(s: str) -> bytes:
     return s.encode('utf-8') + b'\0'
 
 
-def _enc_section(parts: List[bytes], items: list, enc_one, version: Version) -> None:
+def _enc_section(parts: list[bytes], items: list, enc_one, version: Version) -> None:
     body = b''.join(enc_one(x) for x in items)
     parts.append(_I32.pack(len(items)))
     if _has_byte_counts(version):
@@ -771,21 +841,50 @@ def _enc_analog(a: AnalogData) -> bytes:
 def encode_frame(f: Frame, version: Version) -> bytes:
     version = check_version(version)
     parts = [_I32.pack(f.frame_number)]
-    _enc_section(parts, f.marker_sets, lambda m: _cs(m.name) + _I32.pack(len(m.positions)) +
-                 b''.join(_VEC3.pack(*p) for p in m.positions), version)
+    _enc_section(
+        parts,
+        f.marker_sets,
+        lambda m: (
+            _cs(m.name)
+            + _I32.pack(len(m.positions))
+            + b''.join(_VEC3.pack(*p) for p in m.positions)
+        ),
+        version,
+    )
     _enc_section(parts, f.other_markers, lambda p: _VEC3.pack(*p), version)
     _enc_section(parts, f.rigid_bodies, _enc_rb, version)
-    _enc_section(parts, f.skeletons, lambda s: _I32.pack(s.id) + _I32.pack(len(s.bones)) +
-                 b''.join(_enc_rb(b) for b in s.bones), version)
+    _enc_section(
+        parts,
+        f.skeletons,
+        lambda s: _I32.pack(s.id) + _I32.pack(len(s.bones)) + b''.join(_enc_rb(b) for b in s.bones),
+        version,
+    )
     if version >= (4, 1):
-        _enc_section(parts, f.assets, lambda a: _I32.pack(a.id) + _I32.pack(len(a.rigid_bodies))
-                     + b''.join(_enc_rb(b) for b in a.rigid_bodies) + _I32.pack(len(a.markers))
-                     + b''.join(_enc_marker(m) for m in a.markers), version)
+        _enc_section(
+            parts,
+            f.assets,
+            lambda a: (
+                _I32.pack(a.id)
+                + _I32.pack(len(a.rigid_bodies))
+                + b''.join(_enc_rb(b) for b in a.rigid_bodies)
+                + _I32.pack(len(a.markers))
+                + b''.join(_enc_marker(m) for m in a.markers)
+            ),
+            version,
+        )
     _enc_section(parts, f.labeled_markers, _enc_marker, version)
     _enc_section(parts, f.force_plates, _enc_analog, version)
     _enc_section(parts, f.devices, _enc_analog, version)
-    parts.append(_SUFFIX.pack(f.timecode, f.timecode_sub, f.timestamp, f.stamp_mid_exposure,
-                              f.stamp_data_received, f.stamp_transmit))
+    parts.append(
+        _SUFFIX.pack(
+            f.timecode,
+            f.timecode_sub,
+            f.timestamp,
+            f.stamp_mid_exposure,
+            f.stamp_data_received,
+            f.stamp_transmit,
+        )
+    )
     if f.precision_timestamp is not None:
         parts.append(struct.pack('<II', *f.precision_timestamp))
     parts.append(_I16.pack(_s16(f.params)) + _I32.pack(0))
@@ -795,9 +894,14 @@ def encode_frame(f: Frame, version: Version) -> bytes:
 def _enc_rb_desc(d: RigidBodyDescription, version: Version) -> bytes:
     n = len(d.marker_positions)
     labels = list(d.marker_labels) or [0] * n
-    out = [_cs(d.name), struct.pack('<ii', d.id, d.parent_id), _VEC3.pack(*d.offset),
-           _I32.pack(n), b''.join(_VEC3.pack(*p) for p in d.marker_positions),
-           struct.pack(f'<{n}i', *labels)]
+    out = [
+        _cs(d.name),
+        struct.pack('<ii', d.id, d.parent_id),
+        _VEC3.pack(*d.offset),
+        _I32.pack(n),
+        b''.join(_VEC3.pack(*p) for p in d.marker_positions),
+        struct.pack(f'<{n}i', *labels),
+    ]
     if version >= (4, 0):
         names = d.marker_names if d.marker_names is not None else [''] * n
         out.append(b''.join(_cs(s) for s in names))
@@ -806,22 +910,38 @@ def _enc_rb_desc(d: RigidBodyDescription, version: Version) -> bytes:
 
 def _enc_desc_body(d: Description, version: Version) -> bytes:
     if isinstance(d, MarkerSetDescription):
-        return _cs(d.name) + _I32.pack(len(d.marker_names)) + b''.join(_cs(s) for s in d.marker_names)
+        return (
+            _cs(d.name) + _I32.pack(len(d.marker_names)) + b''.join(_cs(s) for s in d.marker_names)
+        )
     if isinstance(d, RigidBodyDescription):
         return _enc_rb_desc(d, version)
     if isinstance(d, SkeletonDescription):
-        return (_cs(d.name) + struct.pack('<ii', d.id, len(d.bones))
-                + b''.join(_enc_rb_desc(b, version) for b in d.bones))
+        return (
+            _cs(d.name)
+            + struct.pack('<ii', d.id, len(d.bones))
+            + b''.join(_enc_rb_desc(b, version) for b in d.bones)
+        )
     if isinstance(d, ForcePlateDescription):
-        return (_I32.pack(d.id) + _cs(d.serial) + struct.pack('<2f', d.width, d.length)
-                + _VEC3.pack(*d.origin) + struct.pack('<144f', *d.cal_matrix)
-                + struct.pack('<12f', *d.corners) + struct.pack('<ii', d.plate_type,
-                                                                d.channel_data_type)
-                + _I32.pack(len(d.channel_names)) + b''.join(_cs(s) for s in d.channel_names))
+        return (
+            _I32.pack(d.id)
+            + _cs(d.serial)
+            + struct.pack('<2f', d.width, d.length)
+            + _VEC3.pack(*d.origin)
+            + struct.pack('<144f', *d.cal_matrix)
+            + struct.pack('<12f', *d.corners)
+            + struct.pack('<ii', d.plate_type, d.channel_data_type)
+            + _I32.pack(len(d.channel_names))
+            + b''.join(_cs(s) for s in d.channel_names)
+        )
     if isinstance(d, DeviceDescription):
-        return (_I32.pack(d.id) + _cs(d.name) + _cs(d.serial)
-                + struct.pack('<ii', d.device_type, d.channel_data_type)
-                + _I32.pack(len(d.channel_names)) + b''.join(_cs(s) for s in d.channel_names))
+        return (
+            _I32.pack(d.id)
+            + _cs(d.name)
+            + _cs(d.serial)
+            + struct.pack('<ii', d.device_type, d.channel_data_type)
+            + _I32.pack(len(d.channel_names))
+            + b''.join(_cs(s) for s in d.channel_names)
+        )
     if isinstance(d, CameraDescription):
         if version < (4, 0):
             raise ValueError('camera descriptions exist from NatNet 4.0')
@@ -829,11 +949,16 @@ def _enc_desc_body(d: Description, version: Version) -> bytes:
     if isinstance(d, AssetDescription):
         if version < (4, 1):
             raise ValueError('asset descriptions exist from NatNet 4.1')
-        return (_cs(d.name) + struct.pack('<iii', d.asset_type, d.id, len(d.rigid_bodies))
-                + b''.join(_enc_rb_desc(b, version) for b in d.rigid_bodies)
-                + _I32.pack(len(d.markers))
-                + b''.join(_cs(m.name) + _ASSET_MARKER.pack(m.id, *m.position, m.size,
-                                                            _s16(m.params)) for m in d.markers))
+        return (
+            _cs(d.name)
+            + struct.pack('<iii', d.asset_type, d.id, len(d.rigid_bodies))
+            + b''.join(_enc_rb_desc(b, version) for b in d.rigid_bodies)
+            + _I32.pack(len(d.markers))
+            + b''.join(
+                _cs(m.name) + _ASSET_MARKER.pack(m.id, *m.position, m.size, _s16(m.params))
+                for m in d.markers
+            )
+        )
     if isinstance(d, UnknownDescription):
         if version < (4, 1):
             raise ValueError('unknown descriptions can only be sent with 4.1 byte counts')
@@ -854,7 +979,7 @@ def encode_modeldef(m: ModelDefinitions, version: Version) -> bytes:
 
 
 def _name_field(name: str) -> bytes:
-    b = name.encode('utf-8')[:SENDER_NAME_LEN - 1]
+    b = name.encode('utf-8')[: SENDER_NAME_LEN - 1]
     return b + b'\0' * (SENDER_NAME_LEN - len(b))
 
 
@@ -876,7 +1001,7 @@ def encode_connect(c: ConnectRequest) -> bytes:
     return out
 
 
-def encode_message(msg: Message, version: Optional[Version] = None) -> bytes:
+def encode_message(msg: Message, version: Version | None = None) -> bytes:
     """Whole datagram (header + payload) for any message dataclass."""
     if isinstance(msg, Frame):
         return packet(MessageId.FRAMEOFDATA, encode_frame(msg, version))
@@ -893,8 +1018,7 @@ def encode_message(msg: Message, version: Optional[Version] = None) -> bytes:
     if isinstance(msg, EchoRequest):
         return packet(MessageId.ECHOREQUEST, _U64.pack(msg.client_time))
     if isinstance(msg, EchoResponse):
-        return packet(MessageId.ECHORESPONSE, struct.pack('<QQ', msg.client_time,
-                                                          msg.server_ticks))
+        return packet(MessageId.ECHORESPONSE, struct.pack('<QQ', msg.client_time, msg.server_ticks))
     if isinstance(msg, MessageString):
         return packet(MessageId.MESSAGESTRING, _cs(msg.text))
     if isinstance(msg, Empty):

@@ -8,6 +8,7 @@ board differs:
   those pressures on /valve/applied and the sim node's valves follow them. It has no watchdog
   of its own (the simulated valves hold their last setpoint), so it needs no keep-alive.
 """
+
 from __future__ import annotations
 
 from typing import Protocol
@@ -26,14 +27,14 @@ class Board(Protocol):
     """A DAC board as the valve driver uses it (BoardLink and SimBoard implement it)."""
 
     port: str
-    state: str                        # 'connecting' | 'connected' | 'disconnected' | 'closed' ...
+    state: str  # 'connecting' | 'connected' | 'disconnected' | 'closed' ...
     last_error: str
-    generation: int                   # +1 on every (re)connect: the driver vents after each
+    generation: int  # +1 on every (re)connect: the driver vents after each
     info: P.Info | None
     stats: LinkStats
-    measured_kpa: list[float] | None   # read-back pressures, None without a read-back
-    measured_count: int                   # +1 on every new read-back
-    board_codes: list[int] | None      # codes the board reports it outputs
+    measured_kpa: list[float] | None  # read-back pressures, None without a read-back
+    measured_count: int  # +1 on every new read-back
+    board_codes: list[int] | None  # codes the board reports it outputs
     #: True when the board vents by itself unless a SET arrives regularly.
     needs_keepalive: bool
 
@@ -65,7 +66,7 @@ class SimBoard:
         self.generation = 0
         self.info: P.Info | None = None
         self.stats = LinkStats()
-        self.measured_kpa: list[float] | None = None   # the sim node publishes /valve/pressure
+        self.measured_kpa: list[float] | None = None  # the sim node publishes /valve/pressure
         self.measured_count = 0
         self.board_codes: list[int] | None = [0] * channels
         self._seq = 0
@@ -82,8 +83,10 @@ class SimBoard:
         if self.state != 'connected':
             return None
         if len(codes) != self.channels or any(not 0 <= int(c) <= self.cal.max_code for c in codes):
-            raise ValueError(f'DAC codes {codes} outside [0, {self.cal.max_code}] or not '
-                             f'{self.channels} channels')
+            raise ValueError(
+                f'DAC codes {codes} outside [0, {self.cal.max_code}] or not '
+                f'{self.channels} channels'
+            )
         self._seq = (self._seq + 1) & 0xFF
         self.board_codes = [int(c) for c in codes]
         self.stats.frames_sent += 1

@@ -9,6 +9,7 @@ misbehave (drop bytes, corrupt frames, stall, disappear and reappear) from the c
 from Python (`BoardEmulator`). Every decoded SET is logged with its codes so tests can check the
 bytes on the wire, and any code above the 50 kPa code counts as an invariant violation.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,7 +24,6 @@ import threading
 import time
 import tty
 from collections import deque
-from typing import Deque, List, Optional, Tuple
 
 from equimus_description.valve import VALVE_TAU_S, ValveLag
 
@@ -36,9 +36,10 @@ FIRMWARE_VERSION = (1, 0, 0)
 @dataclasses.dataclass(frozen=True)
 class FrameRecord:
     """One decoded SET frame as it arrived on the wire."""
-    t: float                 # time.monotonic() when the delimiter byte was read
+
+    t: float  # time.monotonic() when the delimiter byte was read
     seq: int
-    codes: Tuple[int, ...]
+    codes: tuple[int, ...]
     accepted: bool
 
 
@@ -46,12 +47,13 @@ class ValveModel:
     """VPPE: setpoint code -> target pressure (vents below 0.1 V), dead time, then the one valve
     lag (ValveLag) stepped over each board tick with the target held."""
 
-    def __init__(self, calibration: ValveCalibration, tau_s: float = VALVE_TAU_S,
-                 dead_time_s: float = 0.0):
+    def __init__(
+        self, calibration: ValveCalibration, tau_s: float = VALVE_TAU_S, dead_time_s: float = 0.0
+    ):
         self.cal = calibration
         self.lag = ValveLag(tau_s, 1)
         self.dead = float(dead_time_s)
-        self._pending: Deque[Tuple[float, float]] = deque()
+        self._pending: deque[tuple[float, float]] = deque()
         self._target = 0.0
 
     @property
@@ -76,12 +78,23 @@ class ValveModel:
 class BoardEmulator:
     """A DAC board on a pty. start() runs it in a background thread; close() stops it."""
 
-    def __init__(self, channels: int = 2, link: Optional[str] = None,
-                 calibration: Optional[ValveCalibration] = None, watchdog_ms: int = 200,
-                 tau_s: float = VALVE_TAU_S, dead_time_s: float = 0.0, adc: bool = True,
-                 vent_on_bad_frame: bool = True, drop_rate: float = 0.0,
-                 corrupt_rate: float = 0.0, log_path: Optional[str] = None,
-                 verbose: bool = False, seed: Optional[int] = None, history: int = 20000):
+    def __init__(
+        self,
+        channels: int = 2,
+        link: str | None = None,
+        calibration: ValveCalibration | None = None,
+        watchdog_ms: int = 200,
+        tau_s: float = VALVE_TAU_S,
+        dead_time_s: float = 0.0,
+        adc: bool = True,
+        vent_on_bad_frame: bool = True,
+        drop_rate: float = 0.0,
+        corrupt_rate: float = 0.0,
+        log_path: str | None = None,
+        verbose: bool = False,
+        seed: int | None = None,
+        history: int = 20000,
+    ):
         self.cal = calibration or ValveCalibration()
         self.channels = channels
         self.link = link
@@ -100,10 +113,10 @@ class BoardEmulator:
         self.codes = [0] * channels
         # The newest `history` SET frames for inspection (the log file keeps all of them); a
         # bounded deque so a long soak neither grows nor scans ever longer lists under the lock.
-        self.frames: Deque[FrameRecord] = deque(maxlen=history)
+        self.frames: deque[FrameRecord] = deque(maxlen=history)
         self.frames_total = 0
-        self.rejections: List[Tuple[float, int, str]] = []
-        self.invariant_violations: List[FrameRecord] = []
+        self.rejections: list[tuple[float, int, str]] = []
+        self.invariant_violations: list[FrameRecord] = []
         self.watchdog_trips = 0
         self.boots = 0
         self._flags = 0
@@ -111,18 +124,18 @@ class BoardEmulator:
         self._stalled = False
         self._drop_next = 0
         self._corrupt_next = 0
-        self._master: Optional[int] = None
-        self._slave: Optional[int] = None
-        self.slave_path: Optional[str] = None
+        self._master: int | None = None
+        self._slave: int | None = None
+        self.slave_path: str | None = None
         self._decoder = P.FrameDecoder()
         self._stop = threading.Event()
-        self._thread: Optional[threading.Thread] = None
+        self._thread: threading.Thread | None = None
         self._open_pty()
 
     # ----------------------------------------------------------------- pty lifecycle
     def _open_pty(self) -> None:
         master, slave = os.openpty()
-        tty.setraw(slave)          # no echo or line editing before the host opens it
+        tty.setraw(slave)  # no echo or line editing before the host opens it
         os.set_blocking(master, False)
         self._master, self._slave = master, slave
         self.slave_path = os.ttyname(slave)
@@ -166,7 +179,7 @@ class BoardEmulator:
         with self._lock:
             self._close_pty()
             self.slave_path = None
-            for v in self.valves:      # unpowered board: the setpoint wire reads 0 V, valve vents
+            for v in self.valves:  # unpowered board: the setpoint wire reads 0 V, valve vents
                 v.set_code(0, time.monotonic())
             self.codes = [0] * self.channels
 
@@ -191,7 +204,7 @@ class BoardEmulator:
             self._corrupt_next += int(n)
 
     # ----------------------------------------------------------------- running
-    def start(self) -> 'BoardEmulator':
+    def start(self) -> BoardEmulator:
         self._thread = threading.Thread(target=self.run, name='dac_board_emulator', daemon=True)
         self._thread.start()
         return self
@@ -206,7 +219,7 @@ class BoardEmulator:
             self._log_file.close()
             self._log_file = None
 
-    def __enter__(self) -> 'BoardEmulator':
+    def __enter__(self) -> BoardEmulator:
         return self.start()
 
     def __exit__(self, *exc) -> None:
@@ -230,7 +243,7 @@ class BoardEmulator:
                     except (BlockingIOError, InterruptedError):
                         data = b''
                     except OSError:
-                        data = b''     # no reader on the slave side yet, or closed by disappear
+                        data = b''  # no reader on the slave side yet, or closed by disappear
                         time.sleep(0.002)
             now = time.monotonic()
             with self._lock:
@@ -240,8 +253,7 @@ class BoardEmulator:
             last = now
 
     def _tick(self, now: float, dt: float) -> None:
-        if (not self._stalled and any(self.codes)
-                and now - self._last_valid_set > self.watchdog_s):
+        if not self._stalled and any(self.codes) and now - self._last_valid_set > self.watchdog_s:
             self.watchdog_trips += 1
             self._flags |= P.ACK_WATCHDOG_VENTED
             self._write_codes([0] * self.channels, now)
@@ -266,22 +278,30 @@ class BoardEmulator:
         parts = data.split(b'\x00')
         for i, part in enumerate(parts):
             last_part = i == len(parts) - 1
-            if part and (self._corrupt_next or (self.corrupt_rate > 0
-                                                and self._rng.random() < self.corrupt_rate)):
+            if part and (
+                self._corrupt_next
+                or (self.corrupt_rate > 0 and self._rng.random() < self.corrupt_rate)
+            ):
                 if self._corrupt_next:
                     self._corrupt_next -= 1
                 j = self._rng.randrange(len(part))
                 flipped = part[j] ^ (1 << self._rng.randrange(8))
                 # A flip to 0x00 would split the frame instead of corrupting it: use 0x01.
-                part = part[:j] + bytes([flipped or 0x01]) + part[j + 1:]
+                part = part[:j] + bytes([flipped or 0x01]) + part[j + 1 :]
             for item in self._decoder.feed(part + (b'' if last_part else b'\x00')):
                 self._handle(item, now)
 
     def _handle(self, item, now: float) -> None:
         if isinstance(item, P.Rejected):
             self.rejections.append((now, item.reason, item.message))
-            self._log({'event': 'rejected', 't': now, 'reason': P.REASON_NAMES.get(item.reason),
-                       'detail': item.message})
+            self._log(
+                {
+                    'event': 'rejected',
+                    't': now,
+                    'reason': P.REASON_NAMES.get(item.reason),
+                    'detail': item.message,
+                }
+            )
             if self.vent_on_bad_frame and any(self.codes):
                 self._flags |= P.ACK_BAD_FRAME_VENTED
                 self._write_codes([0] * self.channels, now)
@@ -293,12 +313,21 @@ class BoardEmulator:
         elif isinstance(item, P.Ping):
             self._send(self._ack(item.seq))
         elif isinstance(item, P.Hello):
-            self._send(P.Info(item.seq, P.PROTOCOL_VERSION, FIRMWARE_VERSION, self.channels,
-                              self.cal.dac_bits, self.cal.adc_bits if self.adc else 0,
-                              P.INFO_VENT_ON_BAD_FRAME if self.vent_on_bad_frame else 0,
-                              int(round(self.cal.dac_vref * 1000)), self.watchdog_ms,
-                              self.max_code))
-        else:   # a board -> host message sent to the board: valid frame, wrong direction
+            self._send(
+                P.Info(
+                    item.seq,
+                    P.PROTOCOL_VERSION,
+                    FIRMWARE_VERSION,
+                    self.channels,
+                    self.cal.dac_bits,
+                    self.cal.adc_bits if self.adc else 0,
+                    P.INFO_VENT_ON_BAD_FRAME if self.vent_on_bad_frame else 0,
+                    int(round(self.cal.dac_vref * 1000)),
+                    self.watchdog_ms,
+                    self.max_code,
+                )
+            )
+        else:  # a board -> host message sent to the board: valid frame, wrong direction
             self._send(P.Nak(item.seq, P.R_UNKNOWN_TYPE))
 
     def _handle_set(self, msg: P.Set, now: float) -> None:
@@ -315,11 +344,21 @@ class BoardEmulator:
         rec = FrameRecord(now, msg.seq, codes, reason == 0)
         self.frames.append(rec)
         self.frames_total += 1
-        self._log({'event': 'set', 't': now, 'seq': msg.seq, 'codes': list(codes),
-                   'accepted': reason == 0})
+        self._log(
+            {
+                'event': 'set',
+                't': now,
+                'seq': msg.seq,
+                'codes': list(codes),
+                'accepted': reason == 0,
+            }
+        )
         if self.verbose:
-            print(f'{now:.6f} SET seq={msg.seq} codes={list(codes)}'
-                  f'{"" if reason == 0 else " REFUSED " + P.REASON_NAMES[reason]}', flush=True)
+            print(
+                f'{now:.6f} SET seq={msg.seq} codes={list(codes)}'
+                f'{"" if reason == 0 else " REFUSED " + P.REASON_NAMES[reason]}',
+                flush=True,
+            )
         if any(c > self.max_code for c in codes):
             self.invariant_violations.append(rec)
         if reason:
@@ -337,10 +376,10 @@ class BoardEmulator:
         if self.adc:
             measured = tuple(self.cal.kpa_to_adc(v.pressure) for v in self.valves)
         ack = P.Ack(seq, self._flags, tuple(self.codes), measured)
-        self._flags &= P.ACK_FRESH_BOOT     # the event flags are reported once, then cleared
+        self._flags &= P.ACK_FRESH_BOOT  # the event flags are reported once, then cleared
         return ack
 
-    def _write_codes(self, codes: List[int], now: float) -> None:
+    def _write_codes(self, codes: list[int], now: float) -> None:
         self.codes = list(codes)
         for v, c in zip(self.valves, codes):
             v.set_code(c, now)
@@ -351,18 +390,18 @@ class BoardEmulator:
         try:
             os.write(self._master, P.encode(msg))
         except OSError:
-            pass    # host not reading / buffer full: a real UART drops bytes the same way
+            pass  # host not reading / buffer full: a real UART drops bytes the same way
 
     def _log(self, entry: dict) -> None:
         if self._log_file:
             self._log_file.write(json.dumps(entry) + '\n')
 
     # ----------------------------------------------------------------- inspection
-    def pressures(self) -> List[float]:
+    def pressures(self) -> list[float]:
         with self._lock:
             return [v.pressure for v in self.valves]
 
-    def frames_since(self, t: float) -> List[FrameRecord]:
+    def frames_since(self, t: float) -> list[FrameRecord]:
         """Frames received at or after t (among the newest `history`), oldest first."""
         out = []
         with self._lock:
@@ -373,7 +412,7 @@ class BoardEmulator:
         out.reverse()
         return out
 
-    def last_frame(self) -> Optional[FrameRecord]:
+    def last_frame(self) -> FrameRecord | None:
         with self._lock:
             return self.frames[-1] if self.frames else None
 
@@ -382,27 +421,52 @@ def main(args=None) -> int:
     parser = argparse.ArgumentParser(
         prog='dac_board_emulator',
         description='Emulate the equimus VPPE DAC board (docs/dac_board_protocol.md) on a '
-                    'pseudo-terminal. Point the valve driver at the printed path or --link.')
-    parser.add_argument('--link', default='/tmp/equimus_dac',
-                        help='symlink to the pty slave (default %(default)s; "" for none)')
+        'pseudo-terminal. Point the valve driver at the printed path or --link.',
+    )
+    parser.add_argument(
+        '--link',
+        default='/tmp/equimus_dac',
+        help='symlink to the pty slave (default %(default)s; "" for none)',
+    )
     parser.add_argument('--channels', type=int, default=2)
     parser.add_argument('--watchdog-ms', type=int, default=200)
-    parser.add_argument('--tau', type=float, default=None,
-                        help='valve time constant, s (default: the leg description\'s)')
+    parser.add_argument(
+        '--tau',
+        type=float,
+        default=None,
+        help="valve time constant, s (default: the leg description's)",
+    )
     parser.add_argument('--dead-time', type=float, default=0.0, help='valve dead time, s')
     parser.add_argument('--no-adc', action='store_true', help='board without read-back ADC')
-    parser.add_argument('--keep-on-bad-frame', action='store_true',
-                        help='do not vent on a bad frame (firmware option)')
-    parser.add_argument('--drop-rate', type=float, default=0.0,
-                        help='probability of dropping each received byte')
-    parser.add_argument('--corrupt-rate', type=float, default=0.0,
-                        help='probability of flipping a bit in each received frame')
-    parser.add_argument('--stall-after', type=float, default=None,
-                        help='stop responding after this many seconds')
-    parser.add_argument('--disappear-after', type=float, default=None,
-                        help='close the pty and remove the link after this many seconds')
-    parser.add_argument('--reappear-after', type=float, default=None,
-                        help='seconds after disappearing to come back on a new pty')
+    parser.add_argument(
+        '--keep-on-bad-frame',
+        action='store_true',
+        help='do not vent on a bad frame (firmware option)',
+    )
+    parser.add_argument(
+        '--drop-rate', type=float, default=0.0, help='probability of dropping each received byte'
+    )
+    parser.add_argument(
+        '--corrupt-rate',
+        type=float,
+        default=0.0,
+        help='probability of flipping a bit in each received frame',
+    )
+    parser.add_argument(
+        '--stall-after', type=float, default=None, help='stop responding after this many seconds'
+    )
+    parser.add_argument(
+        '--disappear-after',
+        type=float,
+        default=None,
+        help='close the pty and remove the link after this many seconds',
+    )
+    parser.add_argument(
+        '--reappear-after',
+        type=float,
+        default=None,
+        help='seconds after disappearing to come back on a new pty',
+    )
     parser.add_argument('--log', default=None, help='append every frame as JSON lines here')
     parser.add_argument('--verbose', action='store_true', help='print every SET frame')
     parser.add_argument('--seed', type=int, default=None)
@@ -410,18 +474,30 @@ def main(args=None) -> int:
 
     if ns.tau is None:
         from equimus_description.leg import load_leg
+
         ns.tau = load_leg().valve_time_constant
-    emu = BoardEmulator(channels=ns.channels, link=ns.link or None, watchdog_ms=ns.watchdog_ms,
-                        tau_s=ns.tau, dead_time_s=ns.dead_time, adc=not ns.no_adc,
-                        vent_on_bad_frame=not ns.keep_on_bad_frame, drop_rate=ns.drop_rate,
-                        corrupt_rate=ns.corrupt_rate, log_path=ns.log, verbose=ns.verbose,
-                        seed=ns.seed)
+    emu = BoardEmulator(
+        channels=ns.channels,
+        link=ns.link or None,
+        watchdog_ms=ns.watchdog_ms,
+        tau_s=ns.tau,
+        dead_time_s=ns.dead_time,
+        adc=not ns.no_adc,
+        vent_on_bad_frame=not ns.keep_on_bad_frame,
+        drop_rate=ns.drop_rate,
+        corrupt_rate=ns.corrupt_rate,
+        log_path=ns.log,
+        verbose=ns.verbose,
+        seed=ns.seed,
+    )
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     emu.start()
-    print(f'DAC board emulator on {emu.slave_path}'
-          + (f' (link {ns.link})' if ns.link else ''), flush=True)
+    print(
+        f'DAC board emulator on {emu.slave_path}' + (f' (link {ns.link})' if ns.link else ''),
+        flush=True,
+    )
     t0 = time.monotonic()
     disappeared_at = None
     stalled = False
@@ -432,20 +508,30 @@ def main(args=None) -> int:
                 emu.stall(True)
                 stalled = True
                 print('stalled: no longer responding', flush=True)
-            if (ns.disappear_after is not None and disappeared_at is None
-                    and t >= ns.disappear_after):
+            if (
+                ns.disappear_after is not None
+                and disappeared_at is None
+                and t >= ns.disappear_after
+            ):
                 emu.disappear()
                 disappeared_at = t
                 print('disappeared: pty closed', flush=True)
-            if (disappeared_at is not None and ns.reappear_after is not None
-                    and not emu.present and t >= disappeared_at + ns.reappear_after):
+            if (
+                disappeared_at is not None
+                and ns.reappear_after is not None
+                and not emu.present
+                and t >= disappeared_at + ns.reappear_after
+            ):
                 emu.reappear()
                 print(f'reappeared on {emu.slave_path}', flush=True)
     finally:
         emu.close()
-        print(f'DAC board emulator stopped: {emu.frames_total} SET frames, '
-              f'{len(emu.rejections)} rejected, {emu.watchdog_trips} watchdog trips, '
-              f'{len(emu.invariant_violations)} invariant violations', flush=True)
+        print(
+            f'DAC board emulator stopped: {emu.frames_total} SET frames, '
+            f'{len(emu.rejections)} rejected, {emu.watchdog_trips} watchdog trips, '
+            f'{len(emu.invariant_violations)} invariant violations',
+            flush=True,
+        )
     return 0
 
 

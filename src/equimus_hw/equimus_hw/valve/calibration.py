@@ -10,11 +10,12 @@ is the inverse: ADC code -> ADC volts -> (* adc_input_gain) -> output volts -> k
 Safety: HARD_MAX_KPA is a constant. A calibration may lower the ceiling (max_kpa) but not raise it,
 and `kpa_to_code` can never return a code above `max_code`, the code of the ceiling rounded down.
 """
+
 from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Iterable, List, Optional
+from collections.abc import Iterable
 
 from equimus_description.valve import HARD_MAX_KPA
 
@@ -35,23 +36,33 @@ class ValveCalibration:
       - 'hold_min': commands at or above hold_threshold_kpa are raised to min_regulated_kpa,
         commands below it vent. Applies up to min_regulated_kpa more than commanded.
     """
+
     kpa_per_volt: float = 60.0
-    zero_offset_v: float = 0.0        # setpoint volts at which the valve's regression gives 0 kPa
+    zero_offset_v: float = 0.0  # setpoint volts at which the valve's regression gives 0 kPa
     dac_bits: int = 12
-    dac_vref: float = 5.0             # DAC full-scale volts before the op-amp stage
-    output_gain: float = 2.0          # op-amp gain from DAC output to valve setpoint input
+    dac_vref: float = 5.0  # DAC full-scale volts before the op-amp stage
+    output_gain: float = 2.0  # op-amp gain from DAC output to valve setpoint input
     max_kpa: float = HARD_MAX_KPA
     low_band_policy: str = 'vent'
     min_regulated_kpa: float = 6.0
     hold_threshold_kpa: float = 3.0
-    adc_bits: int = 12                # read-back ADC resolution (board reports it in INFO)
+    adc_bits: int = 12  # read-back ADC resolution (board reports it in INFO)
     adc_vref: float = 3.3
     adc_input_gain: float = 10.0 / 3.3  # divider ratio: valve output volts per ADC input volt
 
     def __post_init__(self) -> None:
         problems = []
-        finite = ('kpa_per_volt', 'zero_offset_v', 'dac_vref', 'output_gain', 'max_kpa',
-                  'min_regulated_kpa', 'hold_threshold_kpa', 'adc_vref', 'adc_input_gain')
+        finite = (
+            'kpa_per_volt',
+            'zero_offset_v',
+            'dac_vref',
+            'output_gain',
+            'max_kpa',
+            'min_regulated_kpa',
+            'hold_threshold_kpa',
+            'adc_vref',
+            'adc_input_gain',
+        )
         for name in finite:
             if not math.isfinite(float(getattr(self, name))):
                 problems.append(f'{name} must be finite')
@@ -65,8 +76,10 @@ class ValveCalibration:
             if not getattr(self, name) > 0:
                 problems.append(f'{name} must be > 0')
         if not 0 < self.max_kpa <= HARD_MAX_KPA:
-            problems.append(f'max_kpa={self.max_kpa} must be in (0, {HARD_MAX_KPA}] kPa; the '
-                            'hard limit is the constant HARD_MAX_KPA in calibration.py')
+            problems.append(
+                f'max_kpa={self.max_kpa} must be in (0, {HARD_MAX_KPA}] kPa; the '
+                'hard limit is the constant HARD_MAX_KPA in calibration.py'
+            )
         if self.low_band_policy not in LOW_BAND_POLICIES:
             problems.append(f'low_band_policy must be one of {LOW_BAND_POLICIES}')
         if not 0 <= self.hold_threshold_kpa <= self.min_regulated_kpa <= self.max_kpa:
@@ -74,8 +87,10 @@ class ValveCalibration:
         if problems:
             raise ValueError('invalid valve calibration: ' + '; '.join(problems))
         if self.max_code < 1:
-            raise ValueError('invalid valve calibration: max_kpa maps to DAC code 0; check '
-                             'dac_bits, dac_vref and output_gain')
+            raise ValueError(
+                'invalid valve calibration: max_kpa maps to DAC code 0; check '
+                'dac_bits, dac_vref and output_gain'
+            )
 
     # ----------------------------------------------------------------- derived constants
     @property
@@ -128,7 +143,7 @@ class ValveCalibration:
         """The DAC code for a commanded pressure; always in [0, max_code]."""
         return self.volts_to_code(self.kpa_to_volts(kpa))
 
-    def codes(self, kpas: Iterable[float]) -> List[int]:
+    def codes(self, kpas: Iterable[float]) -> list[int]:
         return [self.kpa_to_code(p) for p in kpas]
 
     # ----------------------------------------------------------------- read-back
@@ -145,7 +160,7 @@ class ValveCalibration:
         """Pressure the valve regulates to for a DAC code (what the driver reports as applied)."""
         return self.volts_to_kpa(self.code_to_volts(code))
 
-    def adc_to_kpa(self, adc_code: int, adc_bits: Optional[int] = None) -> float:
+    def adc_to_kpa(self, adc_code: int, adc_bits: int | None = None) -> float:
         """Measured pressure from the board's ADC reading of the VPPE actual-value output."""
         bits = self.adc_bits if adc_bits is None else int(adc_bits)
         if bits <= 0:
@@ -153,7 +168,7 @@ class ValveCalibration:
         volts = max(0, int(adc_code)) / ((1 << bits) - 1) * self.adc_vref * self.adc_input_gain
         return max(0.0, (volts - self.zero_offset_v) * self.kpa_per_volt)
 
-    def kpa_to_adc(self, kpa: float, adc_bits: Optional[int] = None) -> int:
+    def kpa_to_adc(self, kpa: float, adc_bits: int | None = None) -> int:
         """ADC code a board would read for a valve output pressure (used by the emulator)."""
         bits = self.adc_bits if adc_bits is None else int(adc_bits)
         full = (1 << bits) - 1

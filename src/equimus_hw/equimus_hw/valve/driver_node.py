@@ -15,6 +15,7 @@ is a step of the lockstep simulation.
 On shutdown (Ctrl-C, SIGTERM, or a normal exit) it writes SET all-zero and waits briefly for the
 ACK before the port closes.
 """
+
 from __future__ import annotations
 
 import functools
@@ -22,6 +23,11 @@ import math
 import sys
 import threading
 import time
+
+from rclpy.clock import Clock, ClockType
+from rclpy.node import Node
+from std_msgs.msg import Float64MultiArray
+from std_srvs.srv import Trigger
 
 from equimus_description.interface import (
     ACTUATORS,
@@ -36,23 +42,22 @@ from equimus_ros.diagnostics import Diagnostics, Level
 from equimus_ros.main import run_node
 from equimus_ros.params import bind
 from equimus_ros.qos import publisher, subscription
-from rclpy.clock import Clock, ClockType
-from rclpy.node import Node
-from std_msgs.msg import Float64MultiArray
-from std_srvs.srv import Trigger
 
 from .board import Board, SimBoard
 from .config import DriverConfig
 from .link import BoardLink
 from .safety import SafetyFilter
 
+
 def _serialised(method):
     """Hold the driver's lock: its safety filter and link are driven from the executor (timers,
     services) and, in the fused control loop, from the NatNet receive thread (on_command)."""
+
     @functools.wraps(method)
     def call(self, *args, **kwargs):
         with self._lock:
             return method(self, *args, **kwargs)
+
     return call
 
 
@@ -66,15 +71,27 @@ class ValveDriver(Node):
         self.params = bind(self, DriverConfig(), apply=self._apply)
         p = self.params.config
         self.cal = p.calibration()
-        self.safety = SafetyFilter(len(ACTUATORS), p.max_kpa, p.slew_rate_kpa_s,
-                                   p.command_timeout_s)
+        self.safety = SafetyFilter(
+            len(ACTUATORS), p.max_kpa, p.slew_rate_kpa_s, p.command_timeout_s
+        )
         self.keepalive_s = p.keepalive_period_s
         self.shutdown_ack_timeout_s = p.shutdown_ack_timeout_s
         self.simulated = p.board == 'sim'
-        self.board: Board = SimBoard(len(ACTUATORS), self.cal) if self.simulated else BoardLink(
-            p.port, len(ACTUATORS), self.cal, baud=p.baud, ack_timeout_s=p.ack_timeout_s,
-            link_timeout_s=p.link_timeout_s, backoff_min_s=p.reconnect_backoff_min_s,
-            backoff_max_s=p.reconnect_backoff_max_s, log=self._link_log)
+        self.board: Board = (
+            SimBoard(len(ACTUATORS), self.cal)
+            if self.simulated
+            else BoardLink(
+                p.port,
+                len(ACTUATORS),
+                self.cal,
+                baud=p.baud,
+                ack_timeout_s=p.ack_timeout_s,
+                link_timeout_s=p.link_timeout_s,
+                backoff_min_s=p.reconnect_backoff_min_s,
+                backoff_max_s=p.reconnect_backoff_max_s,
+                log=self._link_log,
+            )
+        )
         self._closing = False
         self.last_write_ns = 0
         self._last_sent: list[int] | None = None
@@ -88,10 +105,12 @@ class ValveDriver(Node):
 
         self.pub_applied = publisher(self, Float64MultiArray, VALVE_APPLIED)
         # The simulated leg's measured pressures come from the sim node itself.
-        self.pub_pressure = None if self.simulated else publisher(self, Float64MultiArray,
-                                                                   VALVE_PRESSURE)
-        self.diagnostics = Diagnostics(self, DIAGNOSTICS, 'valve_driver: DAC board',
-                                       self.board.port)
+        self.pub_pressure = (
+            None if self.simulated else publisher(self, Float64MultiArray, VALVE_PRESSURE)
+        )
+        self.diagnostics = Diagnostics(
+            self, DIAGNOSTICS, 'valve_driver: DAC board', self.board.port
+        )
         if subscribe:
             subscription(self, Float64MultiArray, VALVE_COMMAND, self.on_command)
         self.create_service(Trigger, '~/arm', self._srv_arm)
@@ -104,21 +123,25 @@ class ValveDriver(Node):
         self.board.start()
         if p.auto_arm:
             self.safety.arm(time.monotonic())
-            self.get_logger().warning('auto_arm=true: ARMED at start-up; valves follow '
-                                      f'{VALVE_COMMAND.name} as soon as a command arrives')
+            self.get_logger().warning(
+                'auto_arm=true: ARMED at start-up; valves follow '
+                f'{VALVE_COMMAND.name} as soon as a command arrives'
+            )
         else:
             self.get_logger().info('started DISARMED (0 kPa); call /valve_driver/arm to enable')
         self.get_logger().info(
-            f'board {p.board}' + ('' if self.simulated else f' on {p.port}')
+            f'board {p.board}'
+            + ('' if self.simulated else f' on {p.port}')
             + f', max {self.cal.max_kpa:g} kPa = DAC code {self.cal.max_code}, '
-            f'watchdog {p.command_timeout_s:g} s, slew {p.slew_rate_kpa_s:g} kPa/s')
+            f'watchdog {p.command_timeout_s:g} s, slew {p.slew_rate_kpa_s:g} kPa/s'
+        )
 
     @_serialised
     def _apply(self, cfg: DriverConfig) -> None:
         """A runtime parameter changed (already validated): the new limits hold from now on."""
         self.safety.configure(cfg.max_kpa, cfg.slew_rate_kpa_s, cfg.command_timeout_s)
         self.cal = cfg.calibration()
-        self.board.cal = self.cal       # the next tick clamps the output to a lower ceiling
+        self.board.cal = self.cal  # the next tick clamps the output to a lower ceiling
 
     def _slew_elapsed(self) -> float:
         """Time for the slew limit with the simulated board: the node clock (sim time)."""
@@ -144,8 +167,9 @@ class ValveDriver(Node):
         if self.board.generation != self._generation:
             self._generation = self.board.generation
             if self._generation > 1:
-                self.get_logger().warning('DAC board reconnected: venting until a fresh '
-                                          'command arrives')
+                self.get_logger().warning(
+                    'DAC board reconnected: venting until a fresh command arrives'
+                )
             self.safety.require_fresh_command(now)
             self._last_sent = None
 
@@ -157,30 +181,34 @@ class ValveDriver(Node):
         # changes the output only when the safety layer vents.
         out = self.safety.step(now, 0.0 if self.simulated else None)
         codes = self.cal.codes(out)
-        if codes != self._last_sent or (self.board.needs_keepalive
-                                        and now - self._last_send_t >= self.keepalive_s):
+        if codes != self._last_sent or (
+            self.board.needs_keepalive and now - self._last_send_t >= self.keepalive_s
+        ):
             self._send(out, now)
         if not self.context.ok():
             return
         board = self.board
-        if (self.pub_pressure is not None and board.measured_count != self._measured_count
-                and board.measured_kpa):
+        if (
+            self.pub_pressure is not None
+            and board.measured_count != self._measured_count
+            and board.measured_kpa
+        ):
             self._measured_count = board.measured_count
             self.pub_pressure.publish(float_array(board.measured_kpa, PRESSURE_LAYOUT))
-        key = (board.state, self.safety.armed, self.safety.estopped,
-               self.safety.watchdog_active)
+        key = (board.state, self.safety.armed, self.safety.estopped, self.safety.watchdog_active)
         if key != self._diag_key:
             self._publish_diagnostics()
 
     def _send(self, out_kpa: list[float], now: float) -> None:
         codes = [0] * len(ACTUATORS) if self._closing else self.cal.codes(out_kpa)
         seq = self.board.send_codes(codes)
-        if seq is not None:                            # written: the fused loop's latency ends here
+        if seq is not None:  # written: the fused loop's latency ends here
             self.last_write_ns = time.perf_counter_ns()
         self._last_sent = codes
         self._last_send_t = now
-        applied = [self.cal.code_to_kpa(c) for c in codes] if seq is not None \
-            else [0.0] * len(ACTUATORS)
+        applied = (
+            [self.cal.code_to_kpa(c) for c in codes] if seq is not None else [0.0] * len(ACTUATORS)
+        )
         if self.context.ok():  # a signal may have shut ROS down already; the serial side still runs
             self.pub_applied.publish(float_array(applied, PRESSURE_LAYOUT))
 
@@ -189,9 +217,12 @@ class ValveDriver(Node):
     def _srv_arm(self, request, response):
         now = time.monotonic()
         self.safety.arm(now)
-        self._send(self.safety.step(now, 0.0), now)   # a vent: no slew
-        link = 'board connected' if self.board.connected else \
-            f'WARNING: board not connected ({self.board.last_error or self.board.state})'
+        self._send(self.safety.step(now, 0.0), now)  # a vent: no slew
+        link = (
+            'board connected'
+            if self.board.connected
+            else f'WARNING: board not connected ({self.board.last_error or self.board.state})'
+        )
         response.success = True
         response.message = f'armed; output stays 0 kPa until the next command ({link})'
         self.get_logger().info(response.message)
@@ -202,7 +233,7 @@ class ValveDriver(Node):
     def _srv_disarm(self, request, response):
         now = time.monotonic()
         self.safety.disarm()
-        self._send(self.safety.step(now, 0.0), now)   # a vent: no slew
+        self._send(self.safety.step(now, 0.0), now)  # a vent: no slew
         response.success = True
         response.message = 'disarmed: all channels vented to 0 kPa'
         self.get_logger().info(response.message)
@@ -213,10 +244,11 @@ class ValveDriver(Node):
     def _srv_estop(self, request, response):
         now = time.monotonic()
         self.safety.estop()
-        self._send(self.safety.step(now, 0.0), now)   # a vent: no slew
+        self._send(self.safety.step(now, 0.0), now)  # a vent: no slew
         response.success = True
-        response.message = ('EMERGENCY STOP latched: all channels vented to 0 kPa; call '
-                            '/valve_driver/arm to re-arm')
+        response.message = (
+            'EMERGENCY STOP latched: all channels vented to 0 kPa; call /valve_driver/arm to re-arm'
+        )
         self.get_logger().error(response.message)
         self._publish_diagnostics()
         return response
@@ -291,14 +323,21 @@ class ValveDriver(Node):
 
 def vent_on_exit(node: ValveDriver) -> None:
     acked = node.vent_and_close()
-    print('valve_driver: vented on shutdown ('
-          + ('acknowledged' if acked else 'NOT acknowledged: board unreachable, its watchdog vents')
-          + ')', flush=True)
+    print(
+        'valve_driver: vented on shutdown ('
+        + ('acknowledged' if acked else 'NOT acknowledged: board unreachable, its watchdog vents')
+        + ')',
+        flush=True,
+    )
 
 
 def main(args=None) -> int:
-    return run_node(ValveDriver, args, close=vent_on_exit,
-                    config_hint='Fix config/valve.yaml or the --ros-args overrides.')
+    return run_node(
+        ValveDriver,
+        args,
+        close=vent_on_exit,
+        config_hint='Fix config/valve.yaml or the --ros-args overrides.',
+    )
 
 
 if __name__ == '__main__':

@@ -7,12 +7,13 @@ back-off. `send_codes` may be called from any thread; it writes one SET frame im
 
 Every (re)connect increments `generation`, so the owner can vent and wait for a fresh command.
 """
+
 from __future__ import annotations
 
 import collections
 import threading
 import time
-from typing import Callable, Deque, Dict, List, Optional
+from collections.abc import Callable
 
 import serial
 
@@ -26,7 +27,7 @@ class LinkStats:
     def __init__(self) -> None:
         self.frames_sent = 0
         self.acks = 0
-        self.naks: Dict[str, int] = collections.Counter()
+        self.naks: dict[str, int] = collections.Counter()
         self.ack_timeouts = 0
         self.rx_rejected = 0
         self.board_watchdog_vents = 0
@@ -34,7 +35,7 @@ class LinkStats:
         self.board_boots_seen = 0
         self.reconnects = 0
         self.connect_failures = 0
-        self.latencies_s: Deque[float] = collections.deque(maxlen=500)
+        self.latencies_s: collections.deque[float] = collections.deque(maxlen=500)
 
 
 class BoardLink:
@@ -43,11 +44,19 @@ class BoardLink:
 
     needs_keepalive = True
 
-    def __init__(self, port: str, channels: int, calibration: ValveCalibration,
-                 baud: int = 115200, ack_timeout_s: float = 0.05, link_timeout_s: float = 0.5,
-                 handshake_timeout_s: float = 0.5, backoff_min_s: float = 0.1,
-                 backoff_max_s: float = 2.0,
-                 log: Optional[Callable[[str, str], None]] = None):
+    def __init__(
+        self,
+        port: str,
+        channels: int,
+        calibration: ValveCalibration,
+        baud: int = 115200,
+        ack_timeout_s: float = 0.05,
+        link_timeout_s: float = 0.5,
+        handshake_timeout_s: float = 0.5,
+        backoff_min_s: float = 0.1,
+        backoff_max_s: float = 2.0,
+        log: Callable[[str, str], None] | None = None,
+    ):
         self.port = port
         self.channels = channels
         self.cal = calibration
@@ -61,21 +70,21 @@ class BoardLink:
         self.stats = LinkStats()
         self.state = 'connecting'
         self.last_error = ''
-        self.info: Optional[P.Info] = None
+        self.info: P.Info | None = None
         self.generation = 0
-        self.measured_kpa: Optional[List[float]] = None
+        self.measured_kpa: list[float] | None = None
         self.measured_count = 0
-        self.board_codes: Optional[List[int]] = None
-        self._ser: Optional[serial.Serial] = None
+        self.board_codes: list[int] | None = None
+        self._ser: serial.Serial | None = None
         self._wlock = threading.Lock()
         self._seq = 0
-        self._pending: Dict[int, float] = {}
+        self._pending: dict[int, float] = {}
         self._last_rx = 0.0
         self._last_tx = 0.0
-        self._lost_reason: Optional[str] = None
+        self._lost_reason: str | None = None
         self._decoder = P.FrameDecoder()
         self._ack_event = threading.Condition()
-        self._last_ack_seq: Optional[int] = None
+        self._last_ack_seq: int | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name='valve_link', daemon=True)
 
@@ -87,7 +96,7 @@ class BoardLink:
     def start(self) -> None:
         self._thread.start()
 
-    def send_codes(self, codes: List[int]) -> Optional[int]:
+    def send_codes(self, codes: list[int]) -> int | None:
         """Write one SET frame now; returns its seq, or None if the link is down."""
         with self._wlock:
             if self._ser is None or self.state != 'connected':
@@ -116,7 +125,7 @@ class BoardLink:
             self._close_locked('closed')
         return acked
 
-    def latency_percentiles_ms(self) -> Dict[str, float]:
+    def latency_percentiles_ms(self) -> dict[str, float]:
         samples = sorted(self.stats.latencies_s)
         if not samples:
             return {}
@@ -128,7 +137,7 @@ class BoardLink:
         self._seq = (self._seq + 1) & 0xFF
         return self._seq
 
-    def _write_locked(self, msg) -> Optional[int]:
+    def _write_locked(self, msg) -> int | None:
         data = P.encode(msg)
         try:
             self._ser.write(data)
@@ -137,7 +146,7 @@ class BoardLink:
             return None
         now = time.monotonic()
         self._last_tx = now
-        if msg.seq in self._pending:        # 256 frames in flight without an answer
+        if msg.seq in self._pending:  # 256 frames in flight without an answer
             self.stats.ack_timeouts += 1
         if isinstance(msg, P.Set):
             self._pending[msg.seq] = now
@@ -183,14 +192,17 @@ class BoardLink:
         try:
             ser = serial.Serial(self.port, self.baud, timeout=0.005, write_timeout=0.1)
         except (serial.SerialException, OSError, ValueError) as exc:
-            self._set_error('disconnected', f'cannot open {self.port}: {exc}. Check the cable, '
-                            'the port parameter and permissions (dialout group).')
+            self._set_error(
+                'disconnected',
+                f'cannot open {self.port}: {exc}. Check the cable, '
+                'the port parameter and permissions (dialout group).',
+            )
             return False
         self._decoder.reset()
         try:
             ser.reset_input_buffer()
             hello_seq = self._next_seq()
-            ser.write(b'\x00' + P.encode(P.Hello(hello_seq)))   # leading 0x00 resynchronises
+            ser.write(b'\x00' + P.encode(P.Hello(hello_seq)))  # leading 0x00 resynchronises
             info = None
             deadline = time.monotonic() + self.handshake_timeout_s
             while info is None and time.monotonic() < deadline and not self._stop.is_set():
@@ -203,9 +215,12 @@ class BoardLink:
             return False
         if info is None:
             ser.close()
-            self._set_error('disconnected', f'{self.port} opened but the board did not answer '
-                            f'HELLO within {self.handshake_timeout_s:.2f} s; is it the DAC board '
-                            'running the equimus firmware?')
+            self._set_error(
+                'disconnected',
+                f'{self.port} opened but the board did not answer '
+                f'HELLO within {self.handshake_timeout_s:.2f} s; is it the DAC board '
+                'running the equimus firmware?',
+            )
             return False
         problem = self._check_info(info)
         if problem:
@@ -225,24 +240,34 @@ class BoardLink:
             if self.generation > 1:
                 self.stats.reconnects += 1
         self.last_error = ''
-        self._emit('info', f'DAC board connected on {self.port}: firmware '
-                  f'{".".join(map(str, info.firmware))}, {info.channels} channels, '
-                  f'{info.dac_bits}-bit DAC, watchdog {info.watchdog_ms} ms, '
-                  f'max code {info.max_code}')
+        self._emit(
+            'info',
+            f'DAC board connected on {self.port}: firmware '
+            f'{".".join(map(str, info.firmware))}, {info.channels} channels, '
+            f'{info.dac_bits}-bit DAC, watchdog {info.watchdog_ms} ms, '
+            f'max code {info.max_code}',
+        )
         return True
 
     def _check_info(self, info: P.Info) -> str:
         if info.protocol_version != P.PROTOCOL_VERSION:
-            return (f'board speaks protocol v{info.protocol_version}, driver v'
-                    f'{P.PROTOCOL_VERSION}: flash the matching firmware')
+            return (
+                f'board speaks protocol v{info.protocol_version}, driver v'
+                f'{P.PROTOCOL_VERSION}: flash the matching firmware'
+            )
         if info.channels != self.channels:
             return f'board has {info.channels} channels, driver needs {self.channels}'
         if info.dac_bits != self.cal.dac_bits:
-            return (f'board reports a {info.dac_bits}-bit DAC but dac_bits={self.cal.dac_bits}; '
-                    'fix config/valve.yaml')
+            return (
+                f'board reports a {info.dac_bits}-bit DAC but dac_bits={self.cal.dac_bits}; '
+                'fix config/valve.yaml'
+            )
         if info.max_code < self.cal.max_code:
-            self._emit('warn', f'board max code {info.max_code} is below the driver max code '
-                      f'{self.cal.max_code}: high pressures will be refused by the board')
+            self._emit(
+                'warn',
+                f'board max code {info.max_code} is below the driver max code '
+                f'{self.cal.max_code}: high pressures will be refused by the board',
+            )
         return ''
 
     def _set_error(self, state: str, text: str) -> None:
@@ -269,8 +294,7 @@ class BoardLink:
                     del self._pending[seq]
                     self.stats.ack_timeouts += 1
             lost = self._lost_reason
-            stalled = (self._last_tx > self._last_rx
-                       and now - self._last_rx > self.link_timeout_s)
+            stalled = self._last_tx > self._last_rx and now - self._last_rx > self.link_timeout_s
         if lost:
             self._lost(lost)
         elif stalled:
@@ -291,8 +315,9 @@ class BoardLink:
                 self.stats.board_bad_frame_vents += 1
             self.board_codes = list(item.applied)
             if item.measured is not None and self.info is not None and self.info.adc_bits:
-                self.measured_kpa = [self.cal.adc_to_kpa(c, self.info.adc_bits)
-                                     for c in item.measured]
+                self.measured_kpa = [
+                    self.cal.adc_to_kpa(c, self.info.adc_bits) for c in item.measured
+                ]
                 self.measured_count += 1
             with self._ack_event:
                 self._last_ack_seq = item.seq
@@ -305,5 +330,6 @@ class BoardLink:
         with self._wlock:
             self._close_locked('disconnected')
         self.measured_kpa = None
-        self._set_error('disconnected', f'DAC board link lost on {self.port}: {why}; '
-                        'reconnecting with back-off')
+        self._set_error(
+            'disconnected', f'DAC board link lost on {self.port}: {why}; reconnecting with back-off'
+        )

@@ -11,11 +11,13 @@ reference; this module is its executable form and is shared by the driver and th
 Decoding never raises on wire data: `FrameDecoder.feed` turns every malformed frame into a
 `Rejected` item with a reason code, so one bad byte can never escape the receive loop.
 """
+
 from __future__ import annotations
 
 import dataclasses
 import struct
-from typing import List, Optional, Sequence, Tuple, Union
+from collections.abc import Sequence
+from typing import Union
 
 PROTOCOL_VERSION = 1
 DELIMITER = 0x00
@@ -34,9 +36,9 @@ T_INFO = 0x82
 T_NAK = 0x83
 
 # ACK flags.
-ACK_MEASURED = 0x01          # measured codes (VPPE actual-value output via the ADC) follow
-ACK_WATCHDOG_VENTED = 0x02   # board watchdog vented the outputs since the previous ACK
-ACK_FRESH_BOOT = 0x04        # no valid SET received since power-up / reset
+ACK_MEASURED = 0x01  # measured codes (VPPE actual-value output via the ADC) follow
+ACK_WATCHDOG_VENTED = 0x02  # board watchdog vented the outputs since the previous ACK
+ACK_FRESH_BOOT = 0x04  # no valid SET received since power-up / reset
 ACK_BAD_FRAME_VENTED = 0x08  # a bad frame vented the outputs since the previous ACK
 
 # INFO flags.
@@ -75,7 +77,8 @@ class ProtocolError(ValueError):
 
 # --------------------------------------------------------------------------- CRC and COBS
 
-def _crc_table() -> Tuple[int, ...]:
+
+def _crc_table() -> tuple[int, ...]:
     table = []
     for byte in range(256):
         crc = byte << 8
@@ -129,7 +132,7 @@ def cobs_decode(data: bytes) -> bytes:
         end = i + code
         if end > n:
             raise ProtocolError(R_BAD_COBS, 'COBS block runs past the end of the frame')
-        block = data[i + 1:end]
+        block = data[i + 1 : end]
         if 0 in block:
             raise ProtocolError(R_BAD_COBS, 'zero byte inside a COBS frame')
         out += block
@@ -141,53 +144,60 @@ def cobs_decode(data: bytes) -> bytes:
 
 # --------------------------------------------------------------------------- messages
 
+
 @dataclasses.dataclass(frozen=True)
 class Hello:
     """Host asks the board to identify itself; answered by Info."""
+
     seq: int
 
 
 @dataclasses.dataclass(frozen=True)
 class Ping:
     """Host asks for the current state; answered by Ack. Does NOT feed the board watchdog."""
+
     seq: int
 
 
 @dataclasses.dataclass(frozen=True)
 class Set:
     """Host sets every DAC channel; the only message that feeds the board watchdog."""
+
     seq: int
-    codes: Tuple[int, ...]
+    codes: tuple[int, ...]
 
 
 @dataclasses.dataclass(frozen=True)
 class Ack:
     """Board confirms a SET or PING with the codes now on the DAC and, if it has an ADC,
     the measured actual-value codes."""
+
     seq: int
     flags: int
-    applied: Tuple[int, ...]
-    measured: Optional[Tuple[int, ...]] = None
+    applied: tuple[int, ...]
+    measured: tuple[int, ...] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
 class Info:
     """Board identity and fixed configuration, the answer to Hello."""
+
     seq: int
     protocol_version: int
-    firmware: Tuple[int, int, int]
+    firmware: tuple[int, int, int]
     channels: int
     dac_bits: int
-    adc_bits: int          # 0: no read-back ADC
+    adc_bits: int  # 0: no read-back ADC
     flags: int
     dac_vref_mv: int
     watchdog_ms: int
-    max_code: int          # board-side hard ceiling; SET codes above it are refused and vent
+    max_code: int  # board-side hard ceiling; SET codes above it are refused and vent
 
 
 @dataclasses.dataclass(frozen=True)
 class Nak:
     """Board refuses a frame. seq echoes the request if the frame was decodable, else 0."""
+
     seq: int
     reason: int
     detail: int = 0
@@ -196,6 +206,7 @@ class Nak:
 @dataclasses.dataclass(frozen=True)
 class Rejected:
     """What the decoder yields for a frame it could not decode (never an exception)."""
+
     reason: int
     message: str
     seq: int = 0
@@ -239,11 +250,18 @@ def encode_payload(msg: Message) -> bytes:
         head, body = T_ACK, bytes([_u8(flags, 'flags'), len(msg.applied)]) + body
     elif isinstance(msg, Info):
         head = T_INFO
-        body = struct.pack('<8B3H', _u8(msg.protocol_version, 'protocol_version'),
-                           *[_u8(v, 'firmware') for v in msg.firmware],
-                           _u8(msg.channels, 'channels'), _u8(msg.dac_bits, 'dac_bits'),
-                           _u8(msg.adc_bits, 'adc_bits'), _u8(msg.flags, 'flags'),
-                           msg.dac_vref_mv, msg.watchdog_ms, msg.max_code)
+        body = struct.pack(
+            '<8B3H',
+            _u8(msg.protocol_version, 'protocol_version'),
+            *[_u8(v, 'firmware') for v in msg.firmware],
+            _u8(msg.channels, 'channels'),
+            _u8(msg.dac_bits, 'dac_bits'),
+            _u8(msg.adc_bits, 'adc_bits'),
+            _u8(msg.flags, 'flags'),
+            msg.dac_vref_mv,
+            msg.watchdog_ms,
+            msg.max_code,
+        )
     elif isinstance(msg, Nak):
         head, body = T_NAK, bytes([_u8(msg.reason, 'reason'), _u8(msg.detail, 'detail')])
     else:
@@ -271,13 +289,15 @@ def decode_payload(frame: bytes) -> Message:
 
     def need(n: int) -> None:
         if len(body) != n:
-            raise ProtocolError(R_BAD_LENGTH, f'type 0x{mtype:02x}: body of {len(body)} bytes, '
-                                f'expected {n}', seq)
+            raise ProtocolError(
+                R_BAD_LENGTH, f'type 0x{mtype:02x}: body of {len(body)} bytes, expected {n}', seq
+            )
 
     def channel_count(n: int) -> int:
         if not 1 <= n <= MAX_CHANNELS:
-            raise ProtocolError(R_BAD_CHANNEL_COUNT, f'{n} channels, allowed 1..{MAX_CHANNELS}',
-                                seq)
+            raise ProtocolError(
+                R_BAD_CHANNEL_COUNT, f'{n} channels, allowed 1..{MAX_CHANNELS}', seq
+            )
         return n
 
     if mtype == T_HELLO:
@@ -331,8 +351,8 @@ class FrameDecoder:
         self._buf.clear()
         self._overflow = False
 
-    def feed(self, data: bytes) -> List[Union[Message, Rejected]]:
-        out: List[Union[Message, Rejected]] = []
+    def feed(self, data: bytes) -> list[Message | Rejected]:
+        out: list[Message | Rejected] = []
         start = 0
         while True:
             idx = data.find(b'\x00', start)
@@ -357,7 +377,7 @@ class FrameDecoder:
             out.append(self._decode_one(raw))
         return out
 
-    def _decode_one(self, raw: bytes) -> Union[Message, Rejected]:
+    def _decode_one(self, raw: bytes) -> Message | Rejected:
         try:
             msg = decode_payload(cobs_decode(raw))
         except ProtocolError as exc:

@@ -15,6 +15,7 @@ The slew limit may run on a time of its own (`step(now, elapsed=...)`): in the s
 follows sim time, so a lockstep run is the same however fast the wall clock goes, while the
 watchdog keeps the wall clock (a controller that stopped is noticed in wall seconds).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -35,8 +36,13 @@ class CommandResult:
 class SafetyFilter:
     """See module docstring. Not thread-safe: the caller serialises access."""
 
-    def __init__(self, n_channels: int = 2, max_kpa: float = HARD_MAX_KPA,
-                 slew_kpa_per_s: float = 1000.0, timeout_s: float = 0.25):
+    def __init__(
+        self,
+        n_channels: int = 2,
+        max_kpa: float = HARD_MAX_KPA,
+        slew_kpa_per_s: float = 1000.0,
+        timeout_s: float = 0.25,
+    ):
         if n_channels < 1:
             raise ValueError('n_channels must be >= 1')
         self.n = n_channels
@@ -125,8 +131,12 @@ class SafetyFilter:
             return CommandResult(False, ['command is not a list of numbers; ignored'], [], [])
         if len(vals) != self.n:
             self.rejected_count += 1
-            return CommandResult(False, [f'command has {len(vals)} values, expected {self.n} '
-                                         '[maa, baa]; ignored'], [], [])
+            return CommandResult(
+                False,
+                [f'command has {len(vals)} values, expected {self.n} [maa, baa]; ignored'],
+                [],
+                [],
+            )
         vented, saturated = [], []
         target = []
         for i, v in enumerate(vals):
@@ -144,8 +154,12 @@ class SafetyFilter:
                 target.append(v)
         if now <= self._fresh_after:
             # Arrived (or was stamped) before the arm/reconnect moment: not fresh.
-            return CommandResult(False, warnings + ['command older than the last arm/reconnect; '
-                                                    'ignored'], vented, saturated)
+            return CommandResult(
+                False,
+                warnings + ['command older than the last arm/reconnect; ignored'],
+                vented,
+                saturated,
+            )
         self._target = target
         self._last_cmd = now
         return CommandResult(True, warnings, vented, saturated)
