@@ -136,7 +136,7 @@ def node_run(params: dict, seconds: float, count_poses: bool) -> dict:
 
 
 def publish_paths(blocks: int, ticks: int) -> dict:
-    """The node's per-frame cost (tick: physics, virtual mocap, 7 publishes) in this process,
+    """The node's per-frame cost (tick: physics, virtual mocap, 6 publishes) in this process,
     pre-serialised (equimus_ros.cdr) against message objects (the writers' fallback path: a
     message object built and converted by rclpy per publish), in alternating blocks so that
     machine drift hits both alike."""
@@ -153,7 +153,6 @@ def publish_paths(blocks: int, ticks: int) -> dict:
         node.out_joints,
         *node.out_pose.values(),
         node.out_pressure,
-        node.out_applied,
     ]
     per_tick = {True: [], False: []}
     try:
