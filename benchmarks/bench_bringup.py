@@ -28,7 +28,8 @@ from std_msgs.msg import Float64MultiArray
 rate, seconds = float(sys.argv[1]), float(sys.argv[2])
 rclpy.init()
 n = rclpy.create_node('bench_publisher')
-pub = n.create_publisher(Float64MultiArray, '/bench/data', QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE))
+qos = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE)
+pub = n.create_publisher(Float64MultiArray, '/bench/data', qos)
 t0 = time.monotonic()
 while pub.get_subscription_count() == 0 and time.monotonic() - t0 < 20:
     rclpy.spin_once(n, timeout_sec=0.05)

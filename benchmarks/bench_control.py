@@ -116,7 +116,8 @@ def main(argv=None) -> int:
         f'(1-min load average {r.get("load_average_1min", float("nan")):.1f}), CPU = thread time'
     )
     print(
-        f'{"controller":10s} {"wall p50":>9s} {"wall p99":>9s} {"CPU p50":>9s} {"CPU p99":>9s}  (ms)'
+        f'{"controller":10s} {"wall p50":>9s} {"wall p99":>9s} '
+        f'{"CPU p50":>9s} {"CPU p99":>9s}  (ms)'
     )
     for name in NAMES:
         print(

@@ -74,7 +74,7 @@ def end_to_end_latency(quick: bool, version='4.1', multicast=True) -> dict:
         sent[fn] = time.perf_counter_ns()
 
     cmd, data = _free_ports(2)
-    group = '239.255.77.%d' % (1 + os.getpid() % 250)
+    group = f'239.255.77.{1 + os.getpid() % 250}'
     emu = NatNetEmulator(
         version=version,
         command_port=cmd,

@@ -46,7 +46,7 @@ def bare_model(dt: float, sim_seconds: float) -> dict:
     sim.set_command([30.0, 20.0])
     frames = int(round(sim_seconds * 120))
     t = time.perf_counter()
-    for k in range(1, frames + 1):
+    for _ in range(frames):
         sim.advance_to(sim.time + 1 / 120)
     adv = sim_seconds / (time.perf_counter() - t)
     return {'mj_step_rtf': bare, 'simulator_rtf': adv, 'us_per_step': 1e6 * dt / bare}
@@ -95,9 +95,8 @@ def node_run(params: dict, seconds: float, count_poses: bool) -> dict:
         while len(reports) < 2 and time.monotonic() < end and proc.poll() is None:
             ex.spin_once(timeout_sec=0.05)
         if len(reports) < 2:
-            raise RuntimeError(
-                f'sim node gave no diagnostics: {proc.stderr.read() if proc.poll() is not None else ""}'
-            )
+            stderr = proc.stderr.read() if proc.poll() is not None else ''
+            raise RuntimeError(f'sim node gave no diagnostics: {stderr}')
         first = len(reports)
         t0 = time.monotonic()
         n_pose0 = len(poses)
@@ -237,7 +236,8 @@ def main(argv=None) -> int:
     print(f'  LegSimulator.advance     {r["simulator_advance_rtf_dt600"]:8.1f}x')
     print(f'  sim node, free-running   {r["node_free_rtf"]:8.1f}x   (target >= 100x)')
     print(
-        f'  node loop in-process     {r["tick_loop_rtf_preserialised"]:8.1f}x   pre-serialised publishing, '
+        f'  node loop in-process     {r["tick_loop_rtf_preserialised"]:8.1f}x   '
+        'pre-serialised publishing, '
         f'{r["tick_loop_rtf_message_objects"]:.1f}x with message objects'
     )
     print(
@@ -247,11 +247,13 @@ def main(argv=None) -> int:
     )
     print(
         f'  ... with SCHED_FIFO 50   {r["node_realtime_fifo_rtf"]:8.4f}x   jitter p50/p99/max '
-        f'{r["node_realtime_fifo_jitter_p50_us"]:.0f}/{r["node_realtime_fifo_jitter_p99_us_worst"]:.0f}/'
+        f'{r["node_realtime_fifo_jitter_p50_us"]:.0f}/'
+        f'{r["node_realtime_fifo_jitter_p99_us_worst"]:.0f}/'
         f'{r["node_realtime_fifo_jitter_max_us"]:.0f} us'
     )
     print(
-        f'  (1-min load average at start: {r["load_average_1min_at_start"]:.2f} on {os.cpu_count()} cores)'
+        f'  (1-min load average at start: {r["load_average_1min_at_start"]:.2f} '
+        f'on {os.cpu_count()} cores)'
     )
     return 0
 

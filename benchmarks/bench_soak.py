@@ -21,7 +21,9 @@ same run: the NatNet emulator's own send interval (the source jitter every later
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
+from pathlib import Path
 
 TARGETS = {
     'cycles_missed': 0,
@@ -76,10 +78,8 @@ def run(quick: bool = True, duration: float = None) -> dict:
     )
     out['cycles_missed_ratio'] = round(fig['cycles_missed'] / max(1, fig['mocap_frames_steady']), 4)
     out['failed_checks'] = '; '.join(c.name for c in checks if not c.ok) or 'none'
-    try:
-        out['load_average_1min'] = round(float(open('/proc/loadavg').read().split()[0]), 2)
-    except OSError:
-        pass
+    with contextlib.suppress(OSError):
+        out['load_average_1min'] = round(float(Path('/proc/loadavg').read_text().split()[0]), 2)
     out['records'] = str(soak.out)
     split, split_checks = Soak(
         duration=duration, faults=FAULTS, log=lambda *_: None, rt_priority=rt
@@ -113,8 +113,8 @@ def main() -> int:
     r = run(ns.quick, ns.duration)
     print(
         f'{r["graph"]}: soak {r["duration_s"]:.0f} s at 120 Hz, {r["faults_injected"]} faults, '
-        f'{r["checks_passed"]}/{r["checks_total"]} checks passed (load average {r.get("load_average_1min")}); '
-        f'scheduling: {r["scheduling"]}'
+        f'{r["checks_passed"]}/{r["checks_total"]} checks passed '
+        f'(load average {r.get("load_average_1min")}); scheduling: {r["scheduling"]}'
     )
     print(f'  {"figure":36s} {"p50":>9} {"p99":>9} {"max":>9}')
     for key, label in (
@@ -136,7 +136,8 @@ def main() -> int:
         f'  worst vent after its watchdog deadline {r["vent_margin_max_ms"]:.1f} ms (target 100 ms)'
     )
     print(
-        f'  recorder: {r["recorder_read_back"]} read back >= {r["recorder_acknowledged"]} acknowledged; '
+        f'  recorder: {r["recorder_read_back"]} read back >= '
+        f'{r["recorder_acknowledged"]} acknowledged; '
         f'/valve/command lost {r.get("recorder_lost_valve_command")}'
     )
     for k, v in r.items():

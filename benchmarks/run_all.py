@@ -26,10 +26,11 @@ REPO = HERE.parent
 def machine() -> str:
     cpu = platform.processor() or 'unknown CPU'
     try:
-        for line in open('/proc/cpuinfo'):
-            if line.startswith('model name'):
-                cpu = line.split(':', 1)[1].strip()
-                break
+        with open('/proc/cpuinfo') as f:
+            for line in f:
+                if line.startswith('model name'):
+                    cpu = line.split(':', 1)[1].strip()
+                    break
     except OSError:
         pass
     try:
@@ -87,13 +88,16 @@ def main(argv=None) -> int:
         wall = time.monotonic() - t0
         rows = '\n'.join(f'| {k} | {fmt(v)} |' for k, v in figures.items())
         sections.append(
-            f'## {name}\n\nCommand: `{cmd}` ({wall:.0f} s)\n\n| figure | value |\n|---|---|\n{rows}\n'
+            f'## {name}\n\nCommand: `{cmd}` ({wall:.0f} s)\n\n'
+            f'| figure | value |\n|---|---|\n{rows}\n'
         )
         print(f'[bench] {name}: done in {wall:.0f} s', flush=True)
+    stamp = time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())
     head = (
         f'# Benchmarks\n\nWritten by `make bench` (`python benchmarks/run_all.py'
-        f'{" --quick" if ns.quick else ""}`) on {time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}.\n\n'
-        f'Machine: {machine()}.\n\nEvery ratio compares figures measured side by side in the same run.\n\n'
+        f'{" --quick" if ns.quick else ""}`) on {stamp}.\n\n'
+        f'Machine: {machine()}.\n\n'
+        'Every ratio compares figures measured side by side in the same run.\n\n'
     )
     Path(ns.out).write_text(head + '\n'.join(sections))
     print(f'[bench] wrote {ns.out}')

@@ -54,7 +54,8 @@ def main(argv=None):
     for name, p, o in rows:
         print(f'{name:34s} {p[0]:7.4g} / {p[1]:<7.4g} {o[0]:7.4g} / {o[1]:<7.4g}')
     print(
-        f"(the paper's own k, S give pressure RMSE {pub_p[0]:.2f} / {pub_p[1]:.2f} kPa in our static model)"
+        f"(the paper's own k, S give pressure RMSE {pub_p[0]:.2f} / {pub_p[1]:.2f} kPa "
+        'in our static model)'
     )
 
     exps = data.load_tocenter(next((root / 'dynamic').glob('ToCenter_*.csv')))
@@ -62,12 +63,15 @@ def main(argv=None):
     cols = [('paper Table V (dynamic) in our model', load_leg(parameter_set='table_v_dynamic'))]
     if a.fit:
         ov = load_overrides(pathlib.Path(a.fit) / 'params.yaml')
-        cols.append((f'fitted ({a.fit})', load_leg(parameter_set='table_v_dynamic', overrides=ov)))
+        fitted = load_leg(parameter_set='table_v_dynamic', overrides=ov)
+        cols.append((f'fitted ({a.fit})', fitted))
     print(
-        '\nDYNAMIC (13 effective ToCenter groups, 4 s after the release, whole-trajectory RMSE, rad)'
+        '\nDYNAMIC (13 effective ToCenter groups, 4 s after the release, '
+        'whole-trajectory RMSE, rad)'
     )
     print(
-        f'paper: RMSE under {PAPER["dynamic_rmse_max"]} for all experiments (Table VI EquiMus 0.032522)'
+        f'paper: RMSE under {PAPER["dynamic_rmse_max"]} for all experiments '
+        '(Table VI EquiMus 0.032522)'
     )
     res = []
     for label, leg in cols:

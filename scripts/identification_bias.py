@@ -62,7 +62,7 @@ def main(argv=None) -> int:
     ident = dynamic.identifiability(ev, x_true)
     print(f'residual RMS at the truth {ident["residual_rms_rad"]:.2e} rad')
     print(f'{"parameter":28s} {"error":>9s} {"rel. std. err":>14s}')
-    for n, v, f in zip(names, x_true, np.exp(fit.x)):
+    for n, v, f in zip(names, x_true, np.exp(fit.x), strict=True):
         print(
             f'{n:28s} {100 * abs(f - v) / v:8.2f} % {100 * ident["relative_std_error"][n]:12.2f} %'
         )

@@ -91,7 +91,7 @@ class Probe:
         rclpy.spin_until_future_complete(self.node, fut, timeout_sec=10.0)
         values = [
             Parameter.from_parameter_msg(ParameterMsg(name=n, value=v)).value
-            for n, v in zip(names, fut.result().values)
+            for n, v in zip(names, fut.result().values, strict=True)
         ]
         return [list(v) if not isinstance(v, (int, float, str, bool)) else v for v in values]
 
@@ -240,5 +240,7 @@ def test_node_and_harness_give_bit_identical_commands(controller, ros_node):
         else:
             got.append(probe.state(q, qd, sec, nsec))
     assert len(got) == len(expected)
-    mismatches = [(i, g, e) for i, (g, e) in enumerate(zip(got, expected)) if bits(g) != bits(e)]
+    mismatches = [
+        (i, g, e) for i, (g, e) in enumerate(zip(got, expected, strict=True)) if bits(g) != bits(e)
+    ]
     assert not mismatches, mismatches[:5]

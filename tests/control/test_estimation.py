@@ -99,7 +99,7 @@ def test_nan_pose_holds_then_invalidates_and_recovers():
 def test_dropped_frames_counted_and_bridged_by_prediction():
     est = JointStateEstimator(EstimatorConfig())
     t = 0.0
-    for k in range(60):
+    for _ in range(60):
         t += PERIOD
         e = est.update(t, poses_at(1.0 + 0.5 * t, 0.5))
     t += 4 * PERIOD  # three frames missing

@@ -27,7 +27,7 @@ def test_waypoints_hold_each_pose_and_loop():
 
 
 def test_triangle_vertices_are_static_equilibria(sim_params, triangle):
-    for p, q in zip([(6.15, 2.73), (3.76, 7.26), (19.80, 8.52)], triangle):
+    for p, q in zip([(6.15, 2.73), (3.76, 7.26), (19.80, 8.52)], triangle, strict=True):
         assert np.allclose(equilibrium(p, sim_params, q0=q + 0.1), q, atol=1e-5)
     assert np.ptp(triangle, axis=0).min() > 0.02  # a real triangle
     assert np.allclose(

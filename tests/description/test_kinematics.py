@@ -30,7 +30,7 @@ def test_maa_spans_hip_only():
 @pytest.mark.parametrize('q', POSES)
 def test_jacobian_and_hessian_match_finite_differences(q):
     h = 1e-6
-    l, J, H = K.actuation_derivatives(q, G)
+    _, J, H = K.actuation_derivatives(q, G)
     for i in range(2):
         dq = np.zeros(2)
         dq[i] = h

@@ -31,7 +31,7 @@ def test_tocenter_effective_groups_prepared_like_the_authors(exps, shared_dir):
     static = data.load_static_csv(
         shared_dir / 'data/equimus/physical/static/StaticPoint_effective_13.csv'
     )
-    for e, q_static in zip(exps, static.q):
+    for e, q_static in zip(exps, static.q, strict=True):
         assert np.all(np.abs(e.q[0] - q_static) < 0.06), (e.name, e.q[0], q_static)
     # and ends near the (0, 0) equilibrium after 4 s
     assert np.all(np.abs(exps[-1].q[-1] - static.q[0]) < 0.06)

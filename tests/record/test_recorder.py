@@ -82,9 +82,10 @@ def test_killed_recorder_leaves_a_readable_bag(node, tmp_path):
     finally:
         stop(proc, signal.SIGKILL)
     assert not bag.is_complete(path)
-    values = [m.data[0] for _, _, m in bag.read_messages(path, ['/valve/command'])]  # repairs first
+    # read_messages repairs the bag first
+    values = [m.data[0] for _, _, m in bag.read_messages(path, ['/valve/command'])]
     assert values == [float(i) for i in range(len(values))]
-    # Only the messages after the last flush may be lost; the flush ran ≥ 4 times after the last one.
+    # Only messages after the last flush may be lost; the flush ran ≥ 4 times after the last one.
     assert len(values) == 200
     assert bag.is_complete(path)
 

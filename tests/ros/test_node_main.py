@@ -50,7 +50,8 @@ def test_start_up_objects_are_frozen_before_spinning():
 
 @pytest.mark.slow
 def test_ctrl_c_while_messages_are_being_converted_is_a_clean_shutdown():
-    """Ctrl-C under a flood of messages that are costly to convert: exit 0, node closed, no traceback.
+    """Ctrl-C under a flood of messages that are costly to convert: exit 0, node closed, no
+    traceback.
 
     A KeyboardInterrupt raised inside rclpy's message conversion once surfaced in CI as
     'RuntimeError: Unable to convert call argument'. A stand-alone script of this kind hit it in 5
@@ -124,5 +125,5 @@ def test_several_nodes_in_one_process_spin_together_and_stop_in_order():
     assert proc.returncode == 0 and 'Traceback' not in err, err
     lines = out.splitlines()
     assert 'tick upstream a' in lines and 'tick downstream b' in lines, out
-    tail = [l for l in lines if not l.startswith('tick')]
+    tail = [line for line in lines if not line.startswith('tick')]
     assert tail == ['closed upstream,downstream', 'destroyed upstream', 'destroyed downstream'], out

@@ -87,7 +87,7 @@ def _normalized(a) -> Vec3:
 def _perpendicular(a: Vec3) -> Vec3:
     """A fixed unit vector perpendicular to a (same rule everywhere, so offsets stay constant)."""
     i = min(range(3), key=lambda k: abs(a[k]))
-    e = tuple(1.0 if k == i else 0.0 for k in range(3))
+    e: Vec3 = (float(i == 0), float(i == 1), float(i == 2))  # the unit vector along axis i
     return _normalized(_cross(a, e))
 
 
@@ -142,13 +142,13 @@ def pose_is_valid(position, quat) -> bool:
 class JointStateEstimator:
     """Feeds on synchronised (base, thigh, calf) poses; one estimate per frame."""
 
-    def __init__(self, cfg: EstimatorConfig = EstimatorConfig()):
-        self.cfg = cfg
+    def __init__(self, cfg: EstimatorConfig | None = None):
+        self.cfg = cfg if cfg is not None else EstimatorConfig()
         self.reset()
 
-    def reset(self):
-        self.x = None  # (2 joints, [angle, rate])
-        self.P = None  # (2 joints, 2, 2)
+    def reset(self) -> None:
+        self.x: np.ndarray | None = None  # (2 joints, [angle, rate])
+        self.P: np.ndarray | None = None  # (2 joints, 2, 2)
         self.last_good_stamp: float | None = None
         self.last_stamp: float | None = None
         self.last_wrapped = None
@@ -193,6 +193,8 @@ class JointStateEstimator:
             self.x = np.stack([z, np.zeros(2)], axis=1)
             self.P = np.array([np.diag([cfg.sigma_meas**2, 10.0**2])] * 2)
         else:
+            # x and last_good_stamp are set together (just below), so x implies a stamp
+            assert self.last_good_stamp is not None
             self._kalman_step(stamp - self.last_good_stamp, z)
         self.last_good_stamp = stamp
         return JointEstimate(stamp, self.x[:, 0].copy(), self.x[:, 1].copy(), Status.VALID, gap)
@@ -202,9 +204,11 @@ class JointStateEstimator:
         qa = self.cfg.sigma_acc**2
         q00, q01, q11 = qa * dt**4 / 4, qa * dt**3 / 2, qa * dt**2
         R = self.cfg.sigma_meas**2
+        x, P = self.x, self.P
+        assert x is not None and P is not None  # only called once the filter is initialised
         for j in range(2):
-            a, v = float(self.x[j, 0]), float(self.x[j, 1])
-            (p00, p01), (_, p11) = self.P[j].tolist()
+            a, v = float(x[j, 0]), float(x[j, 1])
+            (p00, p01), (_, p11) = P[j].tolist()
             a += dt * v  # x = F x
             p00, p01, p11 = (
                 p00 + 2 * dt * p01 + dt * dt * p11 + q00,  # P = F P Fᵀ + Q
@@ -216,8 +220,8 @@ class JointStateEstimator:
             r = float(z[j]) - a
             a, v = a + k0 * r, v + k1 * r
             p00, p01, p11 = p00 - k0 * p00, p01 - k0 * p01, p11 - k1 * p01
-            self.x[j, 0], self.x[j, 1] = a, v
-            self.P[j] = ((p00, p01), (p01, p11))
+            x[j, 0], x[j, 1] = a, v
+            P[j] = ((p00, p01), (p01, p11))
 
     def _held(self, stamp: float, gap: int) -> JointEstimate:
         if self.x is None or self.last_good_stamp is None:

@@ -33,6 +33,7 @@ from .estimation import EstimatorConfig, HingeSpec, JointStateEstimator, Status
 
 LEVEL = {Status.VALID: Level.OK, Status.HELD: Level.WARN, Status.INVALID: Level.ERROR}
 _EST, _HINGE = EstimatorConfig(), HingeSpec()  # the plain estimator's defaults
+_Pose = tuple[tuple[float, float, float], tuple[float, float, float, float]]  # pos, quat xyzw
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,7 +105,7 @@ class EstimatorNode(Node):
         cfg = self.params.config
         self.sync_window = cfg.sync_window
         self.est = JointStateEstimator(cfg.estimator())
-        self.pending = {}  # stamp ns → {body: (pos, quat)}
+        self.pending: dict[int, dict[str, _Pose]] = {}  # stamp ns → {body: (pos, quat)}
         self.last_status = None
         self.last_done_ns = -1
         self.frames = 0

@@ -128,7 +128,10 @@ class LinearisationGrid:
 
     def __init__(self, leg_model: PlantModel, params: StaticParams, cfg: MPCConfig) -> None:
         self.cfg = cfg
-        ax = [np.arange(lo, hi + 1e-9, cfg.grid_step) for lo, hi in zip(cfg.grid_lo, cfg.grid_hi)]
+        ax = [
+            np.arange(lo, hi + 1e-9, cfg.grid_step)
+            for lo, hi in zip(cfg.grid_lo, cfg.grid_hi, strict=True)
+        ]
         self.axes = ax
         self.nodes = {}
         for i, t1 in enumerate(ax[0]):
@@ -182,7 +185,7 @@ class LinearMPC:
     def reset(self, p_valve: np.ndarray | None = None) -> None:
         self.p_valve = np.zeros(2) if p_valve is None else np.asarray(p_valve, float)
         self.u_last = self.p_valve.copy()
-        self._solver = None
+        self._solver: osqp.OSQP | None = None
         self.node_key = None
         self.last_status = 'none'
         self.last_iters = 0
@@ -218,7 +221,7 @@ class LinearMPC:
         Lam = np.zeros(N * NX)
         lam = np.zeros(NX)
         AkB = [Bb]
-        for k in range(1, N):
+        for _ in range(1, N):
             AkB.append(Ab @ AkB[-1])
         Ak = np.eye(NX)
         for k in range(N):
@@ -278,6 +281,8 @@ class LinearMPC:
         key, node = self.grid.nearest(q)
         if self._solver is None or key != self.node_key:
             self._set_node(key, node)
+        solver = self._solver
+        assert solver is not None  # _set_node above built it
         q0, p0 = node[0], node[1]
         # deviation coordinates about the node's equilibrium (x0, u0 = p0)
         x0 = np.array([*q0, 0.0, 0.0, *p0])
@@ -299,8 +304,8 @@ class LinearMPC:
         hi_d = np.full(nb, du)
         lo_d[:2] = self.u_last - p0 - c.du_max
         hi_d[:2] = self.u_last - p0 + c.du_max
-        self._solver.update(q=lin, l=np.concatenate([lo_u, lo_d]), u=np.concatenate([hi_u, hi_d]))
-        res = self._solver.solve(raise_error=False)
+        solver.update(q=lin, l=np.concatenate([lo_u, lo_d]), u=np.concatenate([hi_u, hi_d]))
+        res = solver.solve(raise_error=False)
         status = str(res.info.status)
         self.last_status, self.last_iters = status, res.info.iter
         failed = (

@@ -48,16 +48,17 @@ def box_lsq(A: np.ndarray, b: np.ndarray, lo: np.ndarray, hi: np.ndarray):
     most of the controller's compute time."""
     (a00, a01), (a10, a11) = np.asarray(A, float).tolist()
     b0, b1 = (float(v) for v in b)
-    lo, hi = [float(v) for v in lo], [float(v) for v in hi]
+    lo_f, hi_f = [float(v) for v in lo], [float(v) for v in hi]
     cols = ((a00, a10), (a01, a11))
     det = a00 * a11 - a01 * a10
     if det != 0.0:
         x = ((b0 * a11 - a01 * b1) / det, (a00 * b1 - a10 * b0) / det)
-        if all(lo[i] <= x[i] <= hi[i] for i in range(2)):
+        if all(lo_f[i] <= x[i] <= hi_f[i] for i in range(2)):
             return np.array(x), np.zeros(2, bool)
-    best, best_cost = None, math.inf
+    best: list[float] | None = None
+    best_cost = math.inf
     for pattern in itertools.product((0, 1, 2), repeat=2):  # 0 free, 1 at lo, 2 at hi
-        x = [lo[i] if pattern[i] == 1 else hi[i] for i in range(2)]
+        xb = [lo_f[i] if pattern[i] == 1 else hi_f[i] for i in range(2)]
         free = [i for i in range(2) if pattern[i] == 0]
         if len(free) == 2:
             continue  # the unconstrained optimum was handled above
@@ -67,16 +68,18 @@ def box_lsq(A: np.ndarray, b: np.ndarray, lo: np.ndarray, hi: np.ndarray):
             den = a[0] * a[0] + a[1] * a[1]
             if den <= 0:
                 continue
-            xi = (a[0] * (b0 - c[0] * x[j]) + a[1] * (b1 - c[1] * x[j])) / den
-            if xi < lo[i] - 1e-12 or xi > hi[i] + 1e-12:
+            xi = (a[0] * (b0 - c[0] * xb[j]) + a[1] * (b1 - c[1] * xb[j])) / den
+            if xi < lo_f[i] - 1e-12 or xi > hi_f[i] + 1e-12:
                 continue
-            x[i] = xi
-        r0 = a00 * x[0] + a01 * x[1] - b0
-        r1 = a10 * x[0] + a11 * x[1] - b1
+            xb[i] = xi
+        r0 = a00 * xb[0] + a01 * xb[1] - b0
+        r1 = a10 * xb[0] + a11 * xb[1] - b1
         cost = r0 * r0 + r1 * r1
         if cost < best_cost - 1e-15:
-            best, best_cost = x, cost
-    sat = [_isclose(best[i], lo[i]) or _isclose(best[i], hi[i]) for i in range(2)]
+            best, best_cost = xb, cost
+    # a corner (both at a bound) always has a finite cost for finite A, b, lo, hi
+    assert best is not None, 'box_lsq: non-finite problem data'
+    sat = [_isclose(best[i], lo_f[i]) or _isclose(best[i], hi_f[i]) for i in range(2)]
     return np.array(best), np.array(sat)
 
 

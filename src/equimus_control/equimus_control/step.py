@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Union
 
 import numpy as np
 
@@ -19,7 +18,7 @@ from .controller import MAX_PREVIEW_S, Controller, ControlOutput, Estimate, Refe
 from .reference import reference_at
 from .supervisor import VENT, SafetyConfig, Supervisor
 
-Vector = Union[Sequence[float], np.ndarray]
+Vector = Sequence[float] | np.ndarray
 
 #: s, the nominal control period: the first cycle's time step (there is no previous stamp).
 PERIOD = 1.0 / 120.0

@@ -56,7 +56,7 @@ class SafetyConfig:
         check_pair('safe_max', self.safe_max)
         if not self.p_max > 0:
             raise ConfigError(f'p_max={self.p_max!r}: must be > 0 kPa and <= {HARD_MAX_KPA:g}')
-        if any(lo >= hi for lo, hi in zip(self.safe_min, self.safe_max)):
+        if any(lo >= hi for lo, hi in zip(self.safe_min, self.safe_max, strict=True)):
             raise ConfigError(
                 f'safe_min={self.safe_min!r} must be below safe_max='
                 f'{self.safe_max!r} for every joint'

@@ -33,7 +33,7 @@ __all__ = [
 ]
 
 
-class QosClass(str, enum.Enum):
+class QosClass(enum.StrEnum):
     """How a topic is delivered: a key of equimus_ros.qos.PROFILES (which holds the profiles)."""
 
     SENSOR = 'sensor'  # best effort, newest wins (poses, joint states, measured pressures)

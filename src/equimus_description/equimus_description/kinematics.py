@@ -113,7 +113,7 @@ def _dot2(a, b) -> float:
 def actuation_derivatives(q, g: PlanarGeometry = PlanarGeometry()):
     """(l, J_A, H) with H[a, i, j] = ∂²l_a/∂θ_i∂θ_j, all analytic."""
     bases = ((g.d1, 0.0), (-g.d2, 0.0))
-    l, J, H = (
+    lengths, J, H = (
         [0.0, 0.0],
         [[0.0, 0.0], [0.0, 0.0]],
         [[[0.0] * 2 for _ in range(2)] for _ in range(2)],
@@ -121,14 +121,14 @@ def actuation_derivatives(q, g: PlanarGeometry = PlanarGeometry()):
     for a, (p, dp, ddp) in enumerate(_anchor_derivatives(q, g)):
         r = (p[0] - bases[a][0], p[1] - bases[a][1])
         la = math.hypot(r[0], r[1])
-        l[a] = la
+        lengths[a] = la
         Ja = J[a]
         for i in range(2):
             Ja[i] = _dot2(r, dp[i]) / la
         for i in range(2):
             for j in range(2):
                 H[a][i][j] = (_dot2(dp[i], dp[j]) + _dot2(r, ddp[i][j]) - Ja[i] * Ja[j]) / la
-    return np.array(l), np.array(J), np.array(H)
+    return np.array(lengths), np.array(J), np.array(H)
 
 
 def jacobian_rate(q, qd, g: PlanarGeometry = PlanarGeometry()) -> np.ndarray:

@@ -118,7 +118,8 @@ class LegDescription:
 
 
 def default_leg_path() -> pathlib.Path:
-    """The EquiMus leg (data/leg.yaml of this package; config/leg.yaml in the repository links to it)."""
+    """The EquiMus leg (data/leg.yaml of this package; config/leg.yaml in the repository links
+    to it)."""
     return pathlib.Path(str(importlib.resources.files('equimus_description') / 'data' / 'leg.yaml'))
 
 
@@ -147,7 +148,8 @@ def normalise_overrides(overrides: Mapping[str, Any] | None) -> dict:
 
 
 def apply_overrides(raw: Mapping, overrides: Mapping[str, Any] | None) -> dict:
-    """Copy of raw with each dotted key replaced; unknown keys are an error (typos must not pass)."""
+    """Copy of raw with each dotted key replaced; unknown keys are an error (typos must not
+    pass)."""
     out = copy.deepcopy(dict(raw))
     for key, value in normalise_overrides(overrides).items():
         parts = key.split('.')
@@ -168,8 +170,10 @@ def apply_overrides(raw: Mapping, overrides: Mapping[str, Any] | None) -> dict:
         if isinstance(node[leaf], (int, float)) and not isinstance(node[leaf], bool):
             try:
                 value = float(value)
-            except (TypeError, ValueError):
-                raise LegDescriptionError(f"override '{key}': expected a number, got {value!r}")
+            except (TypeError, ValueError) as exc:
+                raise LegDescriptionError(
+                    f"override '{key}': expected a number, got {value!r}"
+                ) from exc
             if not math.isfinite(value):
                 raise LegDescriptionError(f"override '{key}': value must be finite, got {value}")
         node[leaf] = value
@@ -208,8 +212,10 @@ def from_dict(raw: Mapping, source: str | None = None) -> LegDescription:
         bodies_raw = raw['bodies']
         joints_raw = raw.get('joints') or {}
         acts_raw = raw.get('actuators') or {}
-    except (KeyError, TypeError):
-        raise LegDescriptionError(f'{source or "leg description"}: needs a "bodies" mapping')
+    except (KeyError, TypeError) as exc:
+        raise LegDescriptionError(
+            f'{source or "leg description"}: needs a "bodies" mapping'
+        ) from exc
     bodies = {}
     for name, b in bodies_raw.items():
         bodies[name] = Body(
@@ -222,7 +228,7 @@ def from_dict(raw: Mapping, source: str | None = None) -> LegDescription:
             ),
             mesh=b.get('mesh'),
         )
-    children = {}
+    children: dict[str, str] = {}  # child body → its parent joint
     joints = {}
     for name, j in joints_raw.items():
         for end in ('parent', 'child'):
@@ -351,7 +357,7 @@ def load_leg(
 
 def world_points_at_build(leg: LegDescription) -> dict:
     """World position of every body origin at the build pose."""
-    out = {}
+    out: dict[str, np.ndarray] = {}
     for name, b in leg.bodies.items():
         j = leg.parent_joint(name)
         out[name] = b.pos.copy() if j is None else out[j.parent] + b.pos
@@ -369,12 +375,15 @@ def to_planar(p_world, hip_world) -> np.ndarray:
 
 
 def check_geometry(leg: LegDescription, tol: float = 1e-6) -> None:
-    """For the 2-DOF leg (hip, knee, maa, baa) the 3-D anchors must agree with `geometry`."""
+    """For the 2-DOF leg (hip, knee, maa, baa) the 3-D anchors must agree with `geometry`
+    (a description without `geometry` has nothing to check)."""
+    g = leg.geometry
+    if g is None:
+        return
     if not ({'hip', 'knee'} <= set(leg.joints) and {'maa', 'baa'} <= set(leg.actuators)):
         return
     from . import kinematics as K
 
-    g = leg.geometry
     pts = world_points_at_build(leg)
     hip = pts[leg.joints['hip'].child]
     q = np.array([leg.joints['hip'].ref, leg.joints['knee'].ref])

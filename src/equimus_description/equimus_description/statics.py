@@ -85,7 +85,10 @@ class StaticParams:
 
     def with_identified(self, k=None, S=None, l0=None) -> StaticParams:
         return replace(
-            self, **{n: tuple(v) for n, v in (('k', k), ('S', S), ('l0', l0)) if v is not None}
+            self,
+            k=self.k if k is None else tuple(k),
+            S=self.S if S is None else tuple(S),
+            l0=self.l0 if l0 is None else tuple(l0),
         )
 
 
@@ -124,28 +127,30 @@ def gravity_generalized(q, p: StaticParams):
 
 def potential(q, pressures_kpa, p: StaticParams) -> float:
     """V(θ) in J for pressures in kPa (see module docstring)."""
-    l, _, _ = actuation_derivatives(q, p.geometry)
+    lengths, _, _ = actuation_derivatives(q, p.geometry)
     U, _ = gravity_generalized(q, p)
     k, l0, S = np.asarray(p.k), np.asarray(p.l0), np.asarray(p.S)
     P = np.asarray(pressures_kpa, float) * 1e3
-    return float(-p.g * U + 0.5 * np.sum(k * (l - l0) ** 2) - p.pressure_sign * np.sum(S * P * l))
+    return float(
+        -p.g * U + 0.5 * np.sum(k * (lengths - l0) ** 2) - p.pressure_sign * np.sum(S * P * lengths)
+    )
 
 
 def potential_gradient(q, pressures_kpa, p: StaticParams) -> np.ndarray:
     """∂V/∂θ = −τ_net (N·m): the joint torque the pressures leave unbalanced, negated."""
-    l, J, _ = actuation_derivatives(q, p.geometry)
+    lengths, J, _ = actuation_derivatives(q, p.geometry)
     _, dU = gravity_generalized(q, p)
     k, l0, S = np.asarray(p.k), np.asarray(p.l0), np.asarray(p.S)
     P = np.asarray(pressures_kpa, float) * 1e3
-    return -p.g * dU + J.T @ (k * (l - l0) - p.pressure_sign * S * P)
+    return -p.g * dU + J.T @ (k * (lengths - l0) - p.pressure_sign * S * P)
 
 
 def holding_forces(q, p: StaticParams) -> np.ndarray:
     """Lengthening actuator forces F (N) that hold pose q: J_Aᵀ F = J_Aᵀ k(l−l0) − g ∂U/∂θ."""
-    l, J, _ = actuation_derivatives(q, p.geometry)
+    lengths, J, _ = actuation_derivatives(q, p.geometry)
     _, dU = gravity_generalized(q, p)
     k, l0 = np.asarray(p.k), np.asarray(p.l0)
-    return k * (l - l0) - np.linalg.solve(J.T, p.g * dU)
+    return k * (lengths - l0) - np.linalg.solve(J.T, p.g * dU)
 
 
 def holding_pressures(q, p: StaticParams, clip: bool = False) -> np.ndarray:
@@ -159,7 +164,7 @@ def equilibrium(pressures_kpa, p: StaticParams, q0: np.ndarray | None = None) ->
 
     Starts from q0 (or a few spread starts) so the stable equilibrium is found, not a saddle.
     """
-    bounds = list(zip(p.theta_min, p.theta_max))
+    bounds = list(zip(p.theta_min, p.theta_max, strict=True))
     starts = (
         [np.asarray(q0, float)]
         if q0 is not None
@@ -178,4 +183,5 @@ def equilibrium(pressures_kpa, p: StaticParams, q0: np.ndarray | None = None) ->
         )
         if best is None or r.fun < best.fun:
             best = r
+    assert best is not None  # starts is never empty
     return best.x

@@ -37,7 +37,9 @@ def lag_coefficient(dt: float, tau: float) -> float:
 class ValveLag:
     """First-order lag per channel, discretised exactly for an input held over each step."""
 
-    def __init__(self, tau: float, n: int = len(ACTUATORS), p0: Sequence[float] | None = None):
+    def __init__(
+        self, tau: float, n: int = len(ACTUATORS), p0: Sequence[float] | np.ndarray | None = None
+    ):
         if not (tau > 0 and math.isfinite(tau)):
             raise ValueError(f'valve time constant must be > 0 s, got {tau!r}')
         self.tau = float(tau)
@@ -51,7 +53,7 @@ class ValveLag:
             self._a = lag_coefficient(dt, self.tau)
         return self._a
 
-    def step(self, u: Sequence[float], dt: float) -> np.ndarray:
+    def step(self, u: Sequence[float] | np.ndarray, dt: float) -> np.ndarray:
         a = self.coefficient(dt)
         self.p = a * self.p + (1.0 - a) * np.asarray(u, float)
         return self.p

@@ -20,7 +20,7 @@ import sys
 import numpy as np
 
 PRESETS = {
-    'paper': None,  # Table V's ten, filled in below
+    'paper': None,  # Table V's ten: parse_params takes them from dynamic.PAPER_PARAMS
     'paper+valve': None,
     'static': ('actuators.maa.k', 'actuators.baa.k', 'actuators.maa.area', 'actuators.baa.area'),
 }
@@ -39,8 +39,9 @@ def parse_params(spec: str) -> list[str]:
         return list(PAPER_PARAMS)
     if spec == 'paper+valve':
         return list(PAPER_PARAMS) + ['valve.time_constant']
-    if spec in PRESETS:
-        return list(PRESETS[spec])
+    preset = PRESETS.get(spec)  # 'paper' and 'paper+valve' (None here) are handled above
+    if preset is not None:
+        return list(preset)
     out = []
     for s in spec.split(','):
         s = s.strip()
@@ -148,7 +149,8 @@ def run_static(sets, leg, method, log) -> dict:
     f = S.fit(fit_set, base, method=method)
     angles = {s.name or f'set{i}': S.angle_errors(s, f.params) for i, s in enumerate(sets)}
     log(
-        f'static fit on {fit_set.name}: k = {f.k.round(2)}, S = {f.S}, pressure RMSE {f.pressure_rmse_kpa.round(3)} kPa'
+        f'static fit on {fit_set.name}: k = {f.k.round(2)}, S = {f.S}, '
+        f'pressure RMSE {f.pressure_rmse_kpa.round(3)} kPa'
     )
     for name, e in angles.items():
         log(f'  {name}: angle RMSE {e["rmse"].round(4)} rad, MaxAE {e["maxae"].round(4)} rad')
@@ -210,9 +212,9 @@ def run_dynamic(exps, leg, a, out: pathlib.Path, log) -> dict:
     if a.fresh and ck.exists():
         ck.unlink()
     log(
-        f'dynamic fit: {len(exps)} experiments, {len(ev.rollouts)} rollouts, {ev.steps_per_eval} steps '
-        f'per candidate, {len(names)} parameters, population {a.popsize * len(names)}, '
-        f'≤ {a.maxiter} generations, loss {a.loss}'
+        f'dynamic fit: {len(exps)} experiments, {len(ev.rollouts)} rollouts, '
+        f'{ev.steps_per_eval} steps per candidate, {len(names)} parameters, '
+        f'population {a.popsize * len(names)}, ≤ {a.maxiter} generations, loss {a.loss}'
     )
     with Mapper(a.mapper, a.workers, a.address) as mapper:
         r = D.fit(
@@ -242,7 +244,7 @@ def run_dynamic(exps, leg, a, out: pathlib.Path, log) -> dict:
         'names': names,
         'loss': a.loss,
         'parameters': r.parameters(),
-        'before': dict(zip(names, map(float, x_before))),
+        'before': dict(zip(names, map(float, x_before), strict=True)),
         'generations': r.generations,
         'evaluations': r.evaluations,
         'wall_s': r.wall_s,

@@ -5,8 +5,8 @@ Two sources:
   `/joint_states` or `/sim/joint_states`), cut into one experiment per pressure step, kept on
   their 120 Hz grid and fitted against the raw angles (a moving average flattens step
   transients and biased the damping and valve-lag estimates by tens of per cent);
-- the EquiMus authors' CSVs (../shared/data/equimus/physical/): static equilibria (Set A / B) and the
-  ToCenter step releases, prepared as the authors do: from the release onwards, 4 s resampled
+- the EquiMus authors' CSVs (../shared/data/equimus/physical/): static equilibria (Set A / B) and
+  the ToCenter step releases, prepared as the authors do: from the release onwards, 4 s resampled
   to 100 Hz by linear interpolation, then an 11-sample moving average.
 
 An `Experiment` is what the dynamic fit simulates: a measured joint trajectory on a uniform time
@@ -203,7 +203,7 @@ def tocenter_groups(path) -> list[dict]:
     t = d['relative_time']
     cuts = np.r_[0, np.where(np.diff(t) < 0)[0] + 1, len(d)]
     groups = []
-    for a, b in zip(cuts[:-1], cuts[1:]):
+    for a, b in zip(cuts[:-1], cuts[1:], strict=True):
         g = d[a:b]
         groups.append(
             dict(
@@ -374,7 +374,7 @@ def load_bag(path, joint_topic: str | None = None, command_topic: str | None = N
     from equimus_record.bag import read_messages
 
     path = pathlib.Path(path)
-    series = {}
+    series: dict[str, tuple[list[float], list[list[float]]]] = {}  # topic → (t s, rows)
     for topic, stamp, msg in read_messages(
         path, list(JOINT_TOPICS + COMMAND_TOPICS + (PRESSURE_TOPIC,))
     ):
@@ -489,7 +489,7 @@ def segment_steps(
 
 def load_any(paths: Iterable, groups='effective', duration: float = DURATION_S) -> dict:
     """Sort inputs into {'static': [StaticSet], 'dynamic': [Experiment]} by what they contain."""
-    out = {'static': [], 'dynamic': []}
+    out: dict[str, list] = {'static': [], 'dynamic': []}
     for p in paths:
         p = pathlib.Path(p)
         if p.is_dir() or p.suffix == '.mcap':

@@ -89,7 +89,8 @@ class _Rollout:
     n: int  # samples including the start
 
 
-_MODEL_CACHE = {}  # token -> compiled state, one per process (workers build it once)
+# token -> compiled state, one per process (workers build it once)
+_MODEL_CACHE: dict[str, dict] = {}
 
 
 class Evaluator:
@@ -220,7 +221,7 @@ class Evaluator:
     def full_params(self, x) -> dict:
         """Every identifiable parameter: the free ones from x, the rest from the leg."""
         p = dict(self._compiled()['base'])
-        p.update(zip(self.names, map(float, x)))
+        p.update(zip(self.names, map(float, x), strict=True))
         return p
 
     def _apply(self, p: dict):
@@ -283,7 +284,7 @@ class Evaluator:
 
     def loss_of_sims(self, sims) -> float:
         per = []
-        for ro, q_sim in zip(self.rollouts, sims):
+        for ro, q_sim in zip(self.rollouts, sims, strict=True):
             q_meas = self.experiments[ro.exp].q[ro.i0 : ro.i0 + ro.n]
             if not np.all(np.isfinite(q_sim)) or np.max(np.abs(q_sim)) > 1e3:
                 per.append(FAIL_LOSS)
@@ -300,7 +301,7 @@ class Evaluator:
     def residuals_of_sims(self, sims) -> np.ndarray:
         """Simulated minus measured angles of every rollout sample, one vector (rad)."""
         out = []
-        for ro, q_sim in zip(self.rollouts, sims):
+        for ro, q_sim in zip(self.rollouts, sims, strict=True):
             q_meas = self.experiments[ro.exp].q[ro.i0 : ro.i0 + ro.n]
             r = (q_sim - q_meas).ravel()
             if not np.all(np.isfinite(r)) or np.max(np.abs(q_sim)) > 1e3:
@@ -338,7 +339,7 @@ def metrics(experiments: Sequence[Experiment], x, names, leg=None, dt: float = D
     ev = Evaluator(experiments, names, leg=leg, loss='whole', dt=dt)
     sims = ev.simulate(x)
     out = []
-    for e, q_sim in zip(experiments, sims):
+    for e, q_sim in zip(experiments, sims, strict=True):  # loss='whole': one rollout each
         err = q_sim - e.q
         ok = np.all(np.isfinite(err))
         out.append(
@@ -377,9 +378,9 @@ def identifiability(ev: Evaluator, x, rel_step: float = 1e-3) -> dict:
     cov = np.linalg.pinv(jtj) * sigma2
     rse = np.sqrt(np.clip(np.diag(cov), 0.0, None))
     _, sv, vt = np.linalg.svd(J, full_matrices=False)
-    weakest = {n: float(v) for n, v in zip(ev.names, vt[-1]) if abs(v) > 0.2}
+    weakest = {n: float(v) for n, v in zip(ev.names, vt[-1], strict=True) if abs(v) > 0.2}
     return {
-        'relative_std_error': dict(zip(ev.names, map(float, rse))),
+        'relative_std_error': dict(zip(ev.names, map(float, rse), strict=True)),
         'residual_rms_rad': math.sqrt(float(r0 @ r0) / r0.size),
         'condition_number': float(sv[0] / sv[-1]) if sv[-1] > 0 else float('inf'),
         'weakest_direction': weakest,
@@ -403,7 +404,7 @@ class FitResult:
     history: list = field(default_factory=list)
 
     def parameters(self) -> dict:
-        return {n: float(v) for n, v in zip(self.names, self.x)}
+        return {n: float(v) for n, v in zip(self.names, self.x, strict=True)}
 
 
 def _save_checkpoint(path, payload):
@@ -432,7 +433,7 @@ def fit(
     refine_maxfev: int = 300,
     refine_evaluator: Evaluator | None = None,
     tol: float = 1e-6,
-    x0: Sequence[float] | None = None,
+    x0: Sequence[float] | np.ndarray | None = None,
     log: Callable = print,
 ) -> FitResult:
     """Differential evolution over the unit cube, one generation at a time, then a local refinement.
@@ -450,7 +451,7 @@ def fit(
 
     n = len(ev.names)
     t0 = time.monotonic()
-    init = 'latinhypercube'
+    init: str | np.ndarray = 'latinhypercube'  # scipy's init: a method name or a population
     start_gen, history = 0, []
     ck = load_checkpoint(checkpoint) if checkpoint else None
     if ck is not None:

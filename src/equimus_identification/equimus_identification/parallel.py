@@ -10,7 +10,8 @@ care where candidates run:
               Not installed by default: `pip install "dask[distributed]"`, start a scheduler and
               workers (`dask scheduler`, `dask worker tcp://host:8786`) and pass
               `--mapper dask --address tcp://host:8786`. The evaluator is plain picklable Python,
-              so nothing else changes. (Ray would plug in the same way through ray.util.multiprocessing.Pool.map.)
+              so nothing else changes. (Ray would plug in the same way through
+              ray.util.multiprocessing.Pool.map.)
 """
 
 from __future__ import annotations

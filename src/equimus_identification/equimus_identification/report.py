@@ -37,7 +37,9 @@ def write_params_yaml(path, parameters: dict, info: dict | None = None) -> pathl
     with open(path, 'w') as f:
         f.write(
             '# EquiMus leg parameters fitted by `equimus identify` (leg_description overrides).\n'
-            '# Use: load_leg(overrides=<this file>), sim node parameter parameter_overrides:=<this file>, launch argument leg_overrides:=<this file>.\n'
+            '# Use: load_leg(overrides=<this file>), '
+            'sim node parameter parameter_overrides:=<this file>, '
+            'launch argument leg_overrides:=<this file>.\n'
         )
         yaml.safe_dump(doc, f, sort_keys=False)
     return path
@@ -53,7 +55,7 @@ def dynamic_table(before: Sequence[dict], after: Sequence[dict]) -> str:
         '| RMSE θ1 after | RMSE θ2 after | MaxAE θ1 after | MaxAE θ2 after | RMSE after |',
         '|---|---|---|---|---|---|---|---|---|---|',
     ]
-    for b, a in zip(before, after):
+    for b, a in zip(before, after, strict=True):
         lines.append(
             f'| {a["name"]} | '
             + ' | '.join(
@@ -64,7 +66,8 @@ def dynamic_table(before: Sequence[dict], after: Sequence[dict]) -> str:
     rb = np.array([m['rmse_all'] for m in before])
     ra = np.array([m['rmse_all'] for m in after])
     lines.append(
-        f'| **mean / max RMSE (rad)** | | | | | | | | | before {_fmt(np.mean(rb))} / {_fmt(np.max(rb))}, '
+        '| **mean / max RMSE (rad)** | | | | | | | | | '
+        f'before {_fmt(np.mean(rb))} / {_fmt(np.max(rb))}, '
         f'after {_fmt(np.mean(ra))} / {_fmt(np.max(ra))} |'
     )
     return '\n'.join(lines)
@@ -92,7 +95,8 @@ def markdown(
         out += [
             '## Static identification (linear regression on equilibria)',
             '',
-            f'Method: {static["method"]}, l0 fixed at {static["l0"]}; fitted on {static["fit_set"]}.',
+            f'Method: {static["method"]}, l0 fixed at {static["l0"]}; '
+            f'fitted on {static["fit_set"]}.',
             '',
             '| parameter | value |',
             '|---|---|',
@@ -100,8 +104,8 @@ def markdown(
         out += [f'| {k} | {v:.6g} |' for k, v in static['parameters'].items()]
         out += [
             '',
-            f'Pressure RMSE (kPa): P1 {static["pressure_rmse"][0]:.3f}, P2 {static["pressure_rmse"][1]:.3f} '
-            f'(paper 0.887 / 0.861)',
+            f'Pressure RMSE (kPa): P1 {static["pressure_rmse"][0]:.3f}, '
+            f'P2 {static["pressure_rmse"][1]:.3f} (paper 0.887 / 0.861)',
             '',
             '| set | RMSE θ1 | RMSE θ2 | MaxAE θ1 | MaxAE θ2 |',
             '|---|---|---|---|---|',
@@ -144,7 +148,8 @@ def markdown(
                 '',
                 f'Relative standard errors from the Gauss-Newton covariance at the fit (lower '
                 f"bounds: residuals are treated as white). 'Determined' means under "
-                f'{100 * ident["threshold"]:g} %. Condition number {ident["condition_number"]:.3g}; '
+                f'{100 * ident["threshold"]:g} %. '
+                f'Condition number {ident["condition_number"]:.3g}; '
                 f'the least determined combination of log-parameters: {weak}. Parameters '
                 'marked **no** need richer excitation (or fixing), not a longer search.',
             ]
@@ -169,7 +174,7 @@ def plot_experiments(
 
     n = len(after)
     fig, axes = plt.subplots(n, 2, figsize=(10, 1.9 * n + 0.6), squeeze=False, sharex=True)
-    for i, (b, a) in enumerate(zip(before, after)):
+    for i, (b, a) in enumerate(zip(before, after, strict=True)):
         for j in range(2):
             ax = axes[i, j]
             ax.plot(a['t'], a['q'][:, j], 'k-', lw=1.4, label='measured')

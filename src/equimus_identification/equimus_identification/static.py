@@ -75,10 +75,10 @@ def holding_terms(q, p: StaticParams):
     """(l − l0, h) for each pose: h = J_A⁻ᵀ g ∂U/∂θ, the actuator-space gravity load (N)."""
     L, H = [], []
     for qq in np.atleast_2d(q):
-        l, J, _ = actuation_derivatives(qq, p.geometry)
+        lengths, J, _ = actuation_derivatives(qq, p.geometry)
         _, dU = gravity_generalized(qq, p)
         H.append(np.linalg.solve(J.T, p.g * dU))
-        L.append(l - np.asarray(p.l0))
+        L.append(lengths - np.asarray(p.l0))
     return np.array(L), np.array(H)
 
 
@@ -146,10 +146,10 @@ def fit_static(data_q, data_p_kpa, p: StaticParams) -> StaticParams:
     Each row gives J_Aᵀ (k(l−l0) − S P) = g ∂U/∂θ: two equations linear in (k, S).
     """
     rows, rhs = [], []
-    for q, P in zip(data_q, np.asarray(data_p_kpa, float) * 1e3):
-        l, J, _ = actuation_derivatives(q, p.geometry)
+    for q, P in zip(data_q, np.asarray(data_p_kpa, float) * 1e3, strict=True):
+        lengths, J, _ = actuation_derivatives(q, p.geometry)
         _, dU = gravity_generalized(q, p)
-        dl = l - np.asarray(p.l0)
+        dl = lengths - np.asarray(p.l0)
         for j in range(2):
             sg = -p.pressure_sign
             rows.append(
@@ -161,7 +161,8 @@ def fit_static(data_q, data_p_kpa, p: StaticParams) -> StaticParams:
 
 
 def _report(static_dir: str) -> None:
-    """Print the static-model accuracy on the rig's data (python -m equimus_identification.static DIR)."""
+    """Print the static-model accuracy on the rig's data
+    (python -m equimus_identification.static DIR)."""
     import os
 
     d13 = np.loadtxt(
@@ -183,7 +184,8 @@ def _report(static_dir: str) -> None:
         f'S = {fit.S[0] * 1e4:.3f}, {fit.S[1] * 1e4:.3f} cm²'
     )
     print(
-        f'{"parameters":22s} {"set":6s} {"RMSE θ1":>8s} {"RMSE θ2":>8s} {"MaxAE θ1":>9s} {"MaxAE θ2":>9s}'
+        f'{"parameters":22s} {"set":6s} {"RMSE θ1":>8s} {"RMSE θ2":>8s} '
+        f'{"MaxAE θ1":>9s} {"MaxAE θ2":>9s}'
     )
     for name, p in (('published static', pub), ('refit on Set A', fit)):
         for sname, d in (('A (13)', d13), ('B (36)', d36)):

@@ -72,7 +72,8 @@ def simulate_steps(
 ) -> dict:
     """Simulate pressure steps; returns t, command, valve pressure, q, qd sampled at rate_hz.
 
-    The leg first settles at the first step's pressures (not recorded), so the record starts at rest.
+    The leg first settles at the first step's pressures (not recorded), so the record starts at
+    rest.
     """
     leg = load_leg(parameter_set=parameter_set, overrides=dict(truth)).with_timestep(dt)
     lm = LegModel(leg)
@@ -88,7 +89,7 @@ def simulate_steps(
         mujoco.mj_step(m, d)
     d.time = 0.0
     every = int(round(1.0 / (rate_hz * dt)))
-    rows = {'t': [], 'command': [], 'pressure': [], 'q': [], 'qd': []}
+    rows: dict[str, list] = {'t': [], 'command': [], 'pressure': [], 'q': [], 'qd': []}
     n_hold = int(round(hold_s / dt))
     for cmd in steps_kpa:
         cmd = np.asarray(cmd, float)

@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -51,7 +52,7 @@ class BagWriter:
     chunk_size: int = 256 * 1024
     topics: dict[str, _Topic] = field(default_factory=dict)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         from mcap.writer import CompressionType, Writer
 
         self.path = Path(self.path)
@@ -59,7 +60,8 @@ class BagWriter:
             raise BagError(f'{self.path} exists already; choose a new bag path (bag:=...)')
         self.path.mkdir(parents=True)
         self.file_name = f'{self.path.name}_0.mcap'
-        self._fh = open(self.path / self.file_name, 'wb')
+        # open for the writer's lifetime (closed by close()), so no `with` block
+        self._fh = open(self.path / self.file_name, 'wb')  # noqa: SIM115
         self._mcap = Writer(self._fh, chunk_size=self.chunk_size, compression=CompressionType.ZSTD)
         self._mcap.start(profile='ros2', library='equimus_record')
         self._ts = _typestore()
@@ -283,7 +285,9 @@ def repair(bag: Path) -> str:
     )
 
 
-def read_messages(bag: Path, topics: list[str] | None = None) -> Iterator[tuple[str, int, object]]:
+def read_messages(
+    bag: Path, topics: list[str] | None = None
+) -> Iterator[tuple[str, int, Any]]:  # Any: a message of whichever type the topic has
     """Yield (topic, log time ns, deserialized message) with `rosbags`; repair first if needed."""
     from rosbags.highlevel import AnyReader
 
@@ -297,9 +301,11 @@ def read_messages(bag: Path, topics: list[str] | None = None) -> Iterator[tuple[
 
 
 def topic_counts(bag: Path) -> dict[str, tuple[str, int, float]]:
-    """topic -> (type, message count, mean rate in Hz between that topic's first and last message).
+    """topic -> (type, message count, mean rate in Hz between that topic's first and last
+    message).
 
-    Each topic's own span, not the bag's: topics are discovered (and so recorded) at different times.
+    Each topic's own span, not the bag's: topics are discovered (and so recorded) at different
+    times.
     """
     from rosbags.highlevel import AnyReader
 

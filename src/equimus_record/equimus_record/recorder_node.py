@@ -77,7 +77,7 @@ class Recorder(Node):
         try:
             self.writer = BagWriter(path, flush_period=cfg.flush_period)
         except (BagError, OSError) as exc:
-            raise SystemExit(f'recorder: cannot create bag {path}: {exc}')
+            raise SystemExit(f'recorder: cannot create bag {path}: {exc}') from exc
         self.subs = {}
         self.skipped = set()
         self.diagnostics = Diagnostics(self, DIAGNOSTICS, 'recorder', 'rosbag2')
@@ -174,7 +174,8 @@ class Recorder(Node):
             )
         except OSError as exc:
             print(
-                f'recorder: closing the bag failed: {exc}; run `equimus bag repair {self.writer.path}`',
+                f'recorder: closing the bag failed: {exc}; '
+                f'run `equimus bag repair {self.writer.path}`',
                 file=sys.stderr,
                 flush=True,
             )

@@ -9,14 +9,15 @@ given by the CDR rules.
 
 Each writer checks itself when it is made: it packs probe values and reads them back with
 rclpy's deserialiser. If the message differs (another RMW or CDR encoding), it publishes message
-objects instead, so it is never wrong, only sometimes not faster. Subscribers, recorders and ``ros2 bag`` see
-ordinary messages either way.
+objects instead, so it is never wrong, only sometimes not faster. Subscribers, recorders and
+``ros2 bag`` see ordinary messages either way.
 """
 
 from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
+from typing import Any
 
 from rclpy.serialization import deserialize_message, serialize_message
 
@@ -68,6 +69,13 @@ class _Writer:
         # on the wire a message ends at its last field, and strict readers (rosbags) insist.
         self._buf = bytearray(serialize_message(prototype)[: _HEADER + size])
         self.packed = self._check(probe)
+
+    # The two hooks every writer gives (the signatures differ per message type).
+    def _encode(self, *args: Any, **kwargs: Any) -> bytes:
+        raise NotImplementedError
+
+    def _message(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError
 
     def _check(self, probe) -> bool:
         # Compare decoded messages and sizes, not bytes: the serialiser leaves alignment padding

@@ -1,8 +1,9 @@
 """ROS parameters declared from plain config dataclasses.
 
 A field becomes a parameter when its metadata holds, under `METADATA_KEY`, an object with `doc`
-(meaning and unit), `range` ((lo, hi) or None) and `runtime` (bool): equimus_description.config.param
-makes such fields. This module imports no equimus package; it only reads that metadata.
+(meaning and unit), `range` ((lo, hi) or None) and `runtime` (bool):
+equimus_description.config.param makes such fields. This module imports no equimus package; it
+only reads that metadata.
 
 One call per config: `bind(node, SomeConfig(), prefix='pid.', apply=...)` declares every field as a
 parameter with its descriptor (description, range, read-only unless the field is `runtime`),
@@ -110,7 +111,7 @@ class ConfigBinding(Generic[C]):
         self.node, self.prefix, self._apply = node, prefix, apply
         self._fields: dict[str, dataclasses.Field] = {}
         values = {}
-        for f in dataclasses.fields(config):  # type: ignore[arg-type]
+        for f in dataclasses.fields(config):
             if not f.init or METADATA_KEY not in f.metadata:
                 continue
             default = getattr(config, f.name)
