@@ -30,7 +30,8 @@ def test_maa_spans_hip_only():
 @pytest.mark.parametrize('q', POSES)
 def test_jacobian_and_hessian_match_finite_differences(q):
     h = 1e-6
-    _, J, H = K.actuation_derivatives(q, G)
+    lengths, J, H = K.actuation_derivatives(q, G)
+    np.testing.assert_allclose(lengths, K.actuator_lengths(q, G), rtol=1e-14)
     for i in range(2):
         dq = np.zeros(2)
         dq[i] = h
