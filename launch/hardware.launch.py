@@ -2,7 +2,8 @@
 
 ros2 launch equimus_bringup hardware.launch.py serial_port:=/dev/ttyACM0 natnet_server:=10.0.0.2
 ros2 launch equimus_bringup hardware.launch.py emulator:=true serial_port:=/tmp/equimus_dac
-ros2 launch equimus_bringup hardware.launch.py fused_loop:=true rt_priority:=50 ...  # lowest latency
+# lowest latency:
+ros2 launch equimus_bringup hardware.launch.py fused_loop:=true rt_priority:=50 ...
 """
 
 from equimus_bringup.launch_common import generate

@@ -159,7 +159,8 @@ def test_rt_priority_is_refused_clearly_without_the_privilege():
     probe = (
         'from equimus_bringup.graph import describe_graph\n'
         'from equimus_bringup.supervisor import GraphError, Supervisor\n'
-        "specs = [s for s in describe_graph('sim', {'rt_priority': '10'}) if s.name == 'estimator']\n"
+        "specs = [s for s in describe_graph('sim', {'rt_priority': '10'})\n"
+        "         if s.name == 'estimator']\n"
         'sup = Supervisor(specs, echo=False)\n'
         'try:\n'
         '    sup.start()\n'

@@ -5,7 +5,9 @@ bridge, valve driver) against rig_emulator: real UDP NatNet packets and real ser
 pseudo-terminal around the simulated leg.
 """
 
+import contextlib
 import json
+from itertools import pairwise
 
 import pytest
 
@@ -152,10 +154,8 @@ def _watch(topics):
 
 
 def _spin_quietly(ex):
-    try:
+    with contextlib.suppress(Exception):  # the context shut down at teardown
         ex.spin()
-    except Exception:  # the context shut down at teardown
-        pass
 
 
 @pytest.mark.parametrize('mode', ['sim', 'hardware'])
@@ -219,12 +219,12 @@ def test_a_dead_controller_vents_the_valves_within_the_watchdog_period(mode, tmp
         assert len(decay) >= 3, pressure[-5:]
         for ch in range(2):
             series = [d[ch] for d in decay]
-            assert all(b <= a + 1e-9 for a, b in zip(series, series[1:])), series
+            assert all(b <= a + 1e-9 for a, b in pairwise(series)), series
             assert series[-1] < series[0] or series[0] < 0.5, series
         if mode == 'sim':
             # Frame by frame (1/120 s of sim time), p ← a·p with a = exp(−Δt/τ): the valve lag.
             a = math.exp(-1 / 120 / load_leg().valve_time_constant)
-            for prev, nxt in zip(decay, decay[1:]):
+            for prev, nxt in pairwise(decay):
                 assert nxt == pytest.approx([a * v for v in prev], rel=1e-6, abs=1e-9)
     finally:
         sup.stop()

@@ -1,4 +1,5 @@
-"""The analytic Lagrangian model: energy bookkeeping, Eq. 4 kinetic energy, statics, massless limit."""
+"""The analytic Lagrangian model: energy bookkeeping, Eq. 4 kinetic energy, statics, massless
+limit."""
 
 import mujoco
 import numpy as np
@@ -41,14 +42,14 @@ def test_kinetic_energy_is_eq4_plus_rigid_links(q, qd):
         vB = vp['C'] if name == 'maa' else vp['D']  # the base anchor A is fixed
         T += a.m / 6 * (vB @ vB)
     # thigh and calf: COM from the YAML's (y, −z) in the link frame, rotated with the link.
-    for body, angle, origin in (
-        ('thigh', q[0] - np.pi / 2, lambda qq: np.zeros(2)),
-        ('calf', q[0] + q[1] - np.pi, lambda qq: pts(qq)['knee']),
+    for body, origin in (
+        ('thigh', lambda qq: np.zeros(2)),
+        ('calf', lambda qq: pts(qq)['knee']),
     ):
         b = LEG.bodies[body]
         c0 = np.array([b.com[1], -b.com[2]])
 
-        def com(qq, body=body, origin=origin):
+        def com(qq, body=body, origin=origin, c0=c0):
             ang = qq[0] - np.pi / 2 if body == 'thigh' else qq[0] + qq[1] - np.pi
             R = np.array([[np.cos(ang), -np.sin(ang)], [np.sin(ang), np.cos(ang)]])
             return origin(qq) + R @ c0

@@ -49,7 +49,8 @@ class SimProcess:
         ]
         for k, v in params.items():
             cmd += ['-p', f'{k}:={v}']
-        self.log = open(self.log_path, 'w')
+        # The node's log file lives until stop() closes it, so no with-block.
+        self.log = open(self.log_path, 'w')  # noqa: SIM115
         self.proc = subprocess.Popen(
             cmd, stdout=self.log, stderr=subprocess.STDOUT, env=os.environ.copy()
         )
@@ -375,7 +376,9 @@ def test_the_valve_driver_advances_lockstep_once_per_command(ros, repo_dir, tmp_
             command.publish(Float64MultiArray(data=[25.0, 12.0]))
             target = round(k * FRAME_NS)
             probe.spin_until(
-                lambda: probe.clock and probe.clock[-1][1] >= target, 5.0, f'frame {k}'
+                lambda target=target: probe.clock and probe.clock[-1][1] >= target,
+                5.0,
+                f'frame {k}',
             )
             probe.spin_for(0.15)  # 3 keep-alive periods, 18 driver ticks
             assert probe.clock[-1][1] == target, (k, probe.clock[-3:])

@@ -1,6 +1,7 @@
 """Fixtures for the valve tests: the DAC board emulator on a real pty (in a thread of the test
 process), the valve_driver node in a separate process, and an rclpy harness node."""
 
+import contextlib
 import pathlib
 import signal
 import subprocess
@@ -38,7 +39,8 @@ class Driver:
         for k, v in params.items():
             args += ['-p', f'{k}:={str(v).lower() if isinstance(v, bool) else v}']
         self.out_path = log_dir / f'valve_driver_{time.monotonic_ns()}.log'
-        self._out = open(self.out_path, 'w')
+        # The driver's output file lives until stop() closes it, so no with-block.
+        self._out = open(self.out_path, 'w')  # noqa: SIM115
         self.proc = subprocess.Popen(args, stdout=self._out, stderr=subprocess.STDOUT)
 
     def output(self) -> str:
@@ -111,10 +113,8 @@ class Harness:
         self._stream_stop = threading.Event()
 
     def _spin(self):
-        try:
+        with contextlib.suppress(Exception):  # context shut down at teardown
             self.executor.spin()
-        except Exception:  # context shut down at teardown
-            pass
 
     def _on_diag(self, msg):
         for st in msg.status:

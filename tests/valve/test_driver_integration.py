@@ -6,6 +6,7 @@ from the serial bytes."""
 import math
 import signal
 import time
+from itertools import pairwise
 
 import pytest
 
@@ -121,7 +122,7 @@ def test_keepalive_holds_pressure_at_slow_command_rate(rig, harness):
     frames = emu.frames_since(t1)
     held = [f for f in frames if f.t < t1 + 1.4]
     assert all(f.codes == (C30, C30) for f in held)
-    gaps = [b.t - a.t for a, b in zip(held, held[1:])]
+    gaps = [b.t - a.t for a, b in pairwise(held)]
     assert max(gaps) < 0.15
     assert emu.watchdog_trips == trips
 

@@ -47,7 +47,8 @@ ARGUMENTS: dict[str, tuple[str, str]] = {
     'serial_port': ('/dev/ttyACM0', 'serial device of the valve DAC board'),
     'emulator': (
         'false',
-        'hardware mode only: run against rig_emulator (simulated leg behind NatNet and DAC board emulators)',
+        'hardware mode only: run against rig_emulator '
+        '(simulated leg behind NatNet and DAC board emulators)',
     ),
     'auto_arm': (
         '',

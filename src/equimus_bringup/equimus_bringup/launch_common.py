@@ -9,7 +9,10 @@ from launch_ros.actions import Node
 from launch_ros.substitutions import ExecutableInPackage
 
 from equimus_bringup.graph import ARGUMENTS, describe_graph, node_parameter_arguments
-from launch import LaunchDescription
+
+# mypy resolves `launch` to src/equimus_bringup/launch/ (the launch files, on mypy_path), not
+# to ROS's launch package, which it cannot see.
+from launch import LaunchDescription  # type: ignore[attr-defined]
 
 
 def generate(mode: str) -> LaunchDescription:

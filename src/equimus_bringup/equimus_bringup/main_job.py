@@ -47,7 +47,8 @@ class ClockWatch:
     """Follows /clock from a small rclpy node of its own."""
 
     def __init__(self, wall: bool = False):
-        """wall=True: no /clock (the hardware graph); progress is wall time since the first message."""
+        """wall=True: no /clock (the hardware graph); progress is wall time since the first
+        message."""
         import rclpy
         from rosgraph_msgs.msg import Clock
 
@@ -161,7 +162,8 @@ def main(argv=None) -> int:
             if watch.now >= next_report:
                 wall = time.monotonic() - wall0
                 print(
-                    f'[main] sim time {watch.now:5.1f} / {ns.duration:.0f} s   (wall {wall:5.1f} s)',
+                    f'[main] sim time {watch.now:5.1f} / {ns.duration:.0f} s   '
+                    f'(wall {wall:5.1f} s)',
                     flush=True,
                 )
                 next_report += 2.0
@@ -182,8 +184,8 @@ def main(argv=None) -> int:
         )
         return 1
     print(
-        f'[main] stopped cleanly after {wall:.1f} s wall ({watch.now / max(wall, 1e-9):.2f}x real time); '
-        f'exit codes {codes}',
+        f'[main] stopped cleanly after {wall:.1f} s wall '
+        f'({watch.now / max(wall, 1e-9):.2f}x real time); exit codes {codes}',
         flush=True,
     )
 

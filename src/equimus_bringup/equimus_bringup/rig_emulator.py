@@ -13,6 +13,7 @@ a serial line and real UDP packets, with no ROS in this process.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import signal
 import sys
 import threading
@@ -68,11 +69,12 @@ class EmulatedRig:
             )
         natnet.before_frame = self.tick
         self.frames = 0
-        self._untracked_until = {}
+        self._untracked_until: dict[str, float] = {}  # body -> monotonic time it reappears
         self._stop = threading.Event()
 
     @property
-    def serial_port(self) -> str:
+    def serial_port(self) -> str | None:
+        """The board's link path, else its pty (None until the board is opened)."""
         return self.board.link or self.board.slave_path
 
     def tick(self) -> None:
@@ -172,13 +174,12 @@ def main(argv: list[str] | None = None) -> int:
     with rig:
         print(
             f'rig_emulator: DAC board on {rig.serial_port}; NatNet {a.version} on '
-            f'{a.address}:{a.command_port}/{a.data_port} ({"multicast" if a.multicast else "unicast"})',
+            f'{a.address}:{a.command_port}/{a.data_port} '
+            f'({"multicast" if a.multicast else "unicast"})',
             flush=True,
         )
-        try:
+        with contextlib.suppress(KeyboardInterrupt):
             rig.run(a.duration)
-        except KeyboardInterrupt:
-            pass
     print(
         f'rig_emulator: {rig.frames} frames, {rig.natnet.frames_sent} sent, '
         f'board watchdog trips {rig.board.watchdog_trips}, '

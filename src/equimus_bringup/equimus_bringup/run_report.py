@@ -79,7 +79,8 @@ class Summary:
             est = self.estimator_rmse.get(j)
             est_txt = f'{est:12.5f} rad' if est is not None else '   n/a (no ground truth)'
             lines.append(
-                f'{j:6s} {self.rmse.get(j, np.nan):11.4f} rad {self.maxae.get(j, np.nan):12.4f} rad {est_txt}'
+                f'{j:6s} {self.rmse.get(j, np.nan):11.4f} rad '
+                f'{self.maxae.get(j, np.nan):12.4f} rad {est_txt}'
             )
         lines.append(
             f'valve commands: {self.pressure_min:.2f} .. {self.pressure_max:.2f} kPa '

@@ -8,6 +8,7 @@ supervisor reports failure.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -155,10 +156,8 @@ class Supervisor:
 
     @staticmethod
     def _signal(proc: subprocess.Popen, sig: int) -> None:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            pass
 
     def run_until(self, done=lambda: False, timeout: float | None = None) -> int:
         """Block until Ctrl-C/SIGTERM, `done()`, a node dying or `timeout`; then stop in order.

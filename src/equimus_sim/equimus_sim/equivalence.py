@@ -38,10 +38,10 @@ VARIANTS = ('equimus', 'pure')
 
 def sample_equilibria(
     lag: LagrangianLeg, n: int, rng, p_max_kpa: float = 50.0, max_tries: int = 200000
-):
+) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """n stable equilibria θ ∈ Ω whose balancing pressures lie in [0, p_max] kPa: (θ, F, P)."""
     areas = np.array([a.area for a in lag.leg.actuators.values()]) * 1e3
-    out = []
+    out: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
     for _ in range(max_tries):
         if len(out) == n:
             break
@@ -72,7 +72,9 @@ def _in_valid(theta: np.ndarray) -> bool:
     )
 
 
-def _mujoco_step_response(lm: LegModel, q0, F0, F1, n_steps: int) -> np.ndarray:
+def _mujoco_step_response(lm: LegModel, q0, F0, F1, n_steps: int) -> tuple[np.ndarray, float]:
+    """Joint angles (n_steps + 1, n_joints) after a force step F0 -> F1, and the largest
+    loop-closure residual seen (m)."""
     d = mujoco.MjData(lm.model)
     lm.reset(d, q0)
     lm.set_forces(d, F0)
@@ -128,7 +130,7 @@ def run_equivalence(
     say = progress or (lambda msg: None)
 
     n_static = samples if static_samples is None else static_samples
-    static_err = {v: [] for v in VARIANTS}
+    static_err: dict[str, list[np.ndarray]] = {v: [] for v in VARIANTS}
     eqs = sample_equilibria(lag, n_static, rng)
     t0 = time.perf_counter()
     for i, (q, F, _) in enumerate(eqs):
@@ -141,8 +143,8 @@ def run_equivalence(
         if (i + 1) % max(1, n_static // 10) == 0:
             say(f'static {i + 1}/{n_static} ({time.perf_counter() - t0:.1f} s)')
 
-    swing_err = {v: [] for v in VARIANTS}
-    traces = []
+    swing_err: dict[str, list[np.ndarray]] = {v: [] for v in VARIANTS}
+    traces: list[dict[str, np.ndarray]] = []
     rejected = 0
     max_loop = 0.0
     t0 = time.perf_counter()
@@ -187,7 +189,8 @@ def run_equivalence(
 
 def format_table(res: dict) -> str:
     rows = [
-        f'{"test":8s} {"model":10s} {"RMSE θ1":>10s} {"RMSE θ2":>10s} {"MaxAE θ1":>10s} {"MaxAE θ2":>10s}  n'
+        f'{"test":8s} {"model":10s} {"RMSE θ1":>10s} {"RMSE θ2":>10s} '
+        f'{"MaxAE θ1":>10s} {"MaxAE θ2":>10s}  n'
     ]
     for test in ('static', 'swing'):
         p = PAPER[test]
@@ -210,7 +213,8 @@ def format_table(res: dict) -> str:
     )
     rows.append(
         f'pure / equimus swing RMSE: {ratio[0]:.1f}× / {ratio[1]:.1f}×; '
-        f'largest EquiMus loop-closure residual during the swings: {res["max_loop_residual_m"]:.2e} m'
+        'largest EquiMus loop-closure residual during the swings: '
+        f'{res["max_loop_residual_m"]:.2e} m'
     )
     return '\n'.join(rows)
 

@@ -156,7 +156,7 @@ class LagrangianLeg:
                 Jw[self.joint_of[c]] += self.sign[c]
             M += self.ixx[i] * np.outer(Jw, Jw)
             Q += self.mass[i] * J.T @ gvec
-        for (a, A, B), F in zip(self.acts, forces):
+        for (a, A, B), F in zip(self.acts, forces, strict=True):  # one force per actuator
             rA, JA, hA, _ = self._point(A, fr, qd)
             rB, JB, hB, _ = self._point(B, fr, qd)
             m = a.m
@@ -193,8 +193,9 @@ class LagrangianLeg:
     def simulate(
         self, q0, forces, t_eval, qd0=None, rtol=1e-10, atol=1e-12, method='DOP853', events=None
     ):
-        """Integrate from (q0, qd0) under constant forces F (N, > 0 extends). Returns solve_ivp's result;
-        .y[:n] are the angles at t_eval."""
+        """Integrate from (q0, qd0) under constant forces F (N, > 0 extends).
+
+        Returns solve_ivp's result; .y[:n] are the angles at t_eval."""
         n = self.n
         F = np.asarray(forces, float)
         y0 = np.concatenate(
@@ -226,13 +227,14 @@ class LagrangianLeg:
         q = np.asarray(q, float)
         Q0 = self.static_residual(q, np.zeros(len(self.acts)))
         # Q is affine in F: Q(F) = Q0 − D F with D = ∂Q/∂F (unit forces).
-        D = np.column_stack(
-            [Q0 - self.static_residual(q, np.eye(len(self.acts))[i]) for i in range(len(self.acts))]
-        )
+        unit = np.eye(len(self.acts))
+        D = np.column_stack([Q0 - self.static_residual(q, unit[i]) for i in range(len(self.acts))])
         return np.linalg.lstsq(D, Q0, rcond=None)[0]
 
     def static_equilibrium(self, forces, q0=None, tol=1e-12) -> np.ndarray:
-        """θ with zero generalised force under constant F (Newton-type root from q0, default ref)."""
+        """θ with zero generalised force under constant F.
+
+        Newton-type root from q0 (default: the reference pose)."""
         q0 = self.ref.copy() if q0 is None else np.asarray(q0, float)
         sol = least_squares(
             lambda q: self.static_residual(q, forces), q0, xtol=tol, ftol=tol, gtol=tol

@@ -1,15 +1,15 @@
 """LegModel: a thin handle around a built MjModel that speaks in the paper's quantities.
 
 Joint angles are the paper's θ (hinge qpos with ref = build angle, so no offset); forces are the
-actuator tensions F = S·P (N, positive extends the actuator, as pressure does on the rig); pressures are kPa. Works for both variants and any
-number of joints/actuators in the description.
+actuator tensions F = S·P (N, positive extends the actuator, as pressure does on the rig);
+pressures are kPa. Works for both variants and any number of joints/actuators in the
+description.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Union
 
 import mujoco
 import numpy as np
@@ -18,7 +18,7 @@ from equimus_description.leg import LegDescription, load_leg
 
 from .mjcf_builder import build_model, point_names, seg_names
 
-ArrayLike = Union[Sequence[float], np.ndarray, Mapping[str, float]]
+ArrayLike = Sequence[float] | np.ndarray | Mapping[str, float]
 
 
 class LegModel:
@@ -67,7 +67,10 @@ class LegModel:
                 [np.linalg.norm(d.xpos[p[2]] - d.xpos[p[0]]) for p in self._p_body]
             )
             self._build_dir = np.array(
-                [(d.xpos[p[2]] - d.xpos[p[0]]) / L for p, L in zip(self._p_body, self._build_len)]
+                [
+                    (d.xpos[p[2]] - d.xpos[p[0]]) / L
+                    for p, L in zip(self._p_body, self._build_len, strict=True)
+                ]
             )
         else:
             self.ctrl_idx = np.array([[m.actuator(a).id] for a in self.actuator_names])
@@ -112,7 +115,9 @@ class LegModel:
         return self.areas * 1e3 * self._vector(p_kpa, self.actuator_names, 'pressures')
 
     def set_forces(self, data: mujoco.MjData, forces: ArrayLike) -> np.ndarray:
-        """Write actuator tensions F (N, ≥ 0 extends) to ctrl; every segment motor of an actuator gets F."""
+        """Write actuator tensions F (N, ≥ 0 extends) to ctrl.
+
+        Every segment motor of an actuator gets F."""
         F = self._vector(forces, self.actuator_names, 'forces')
         if not np.all(np.isfinite(F)):
             raise ValueError(f'forces must be finite, got {F}')
@@ -131,7 +136,9 @@ class LegModel:
         return data.qvel[self.qvel_idx].copy()
 
     def actuator_lengths(self, data: mujoco.MjData) -> np.ndarray:
-        """The model's own actuator lengths: slide chain length ('equimus') or tendon length ('pure')."""
+        """The model's own actuator lengths.
+
+        Slide chain length ('equimus') or tendon length ('pure')."""
         if self.variant == 'equimus':
             return self._build_len + data.qpos[self._seg_q].sum(axis=1)
         return data.ten_length[self._tendon].copy()
@@ -198,7 +205,9 @@ class LegModel:
         mujoco.mj_kinematics(m, data)
 
     def _chain_velocities(self, data):
-        """Chain velocities consistent with the joint velocities (central difference of placement)."""
+        """Chain velocities consistent with the joint velocities.
+
+        Central difference of the chain placement."""
         h = 1e-6
         q = data.qpos[self.qpos_idx].copy()
         qd = data.qvel[self.qvel_idx].copy()
@@ -251,7 +260,9 @@ class LegModel:
         vel_tol: float = 1e-9,
         extra_damping: float = 0.5,
     ) -> np.ndarray:
-        """Joint angles at rest under constant pressures (kPa), settled from q0 (default build pose)."""
+        """Joint angles at rest under constant pressures (kPa).
+
+        Settled from q0 (default: the build pose)."""
         d = mujoco.MjData(self.model)
         self.reset(d, q0)
         self.set_pressures(d, p_kpa)

@@ -3,8 +3,9 @@
 'equimus' (paper Sec. III): each actuator of mass m becomes three point-mass bodies on its line
 at ξ = 0, ½, 1 (m/6, 2m/3, m/6). The first hangs on a hinge at the base anchor, the other two on
 slide joints along the line (each segment: stiffness 2k, damping 2c, rest length l0/2 through
-`springref`, force F from a motor with gear +1 so that ctrl = F = S·P > 0 extends, as pressure does on the rig). A joint equality
-keeps the two segments equal, a connect equality closes the loop onto the tip anchor's body.
+`springref`, force F from a motor with gear +1 so that ctrl = F = S·P > 0 extends, as pressure
+does on the rig). A joint equality keeps the two segments equal, a connect equality closes the
+loop onto the tip anchor's body.
 
 'pure' (Table VI 'PureMuJoCo'): a massless spatial tendon between the two anchors with stiffness
 k, damping c, spring length l0 and one motor (gear +1); no extra bodies or constraints.
@@ -111,7 +112,7 @@ def build_mjcf(
                 _sub(asset, 'mesh', name=f'{b.name}_mesh', file=str(mesh_dir / b.mesh))
 
     world = _sub(root, 'worldbody')
-    elems = {}
+    elems: dict[str, ET.Element] = {}  # body name -> its <body> element
     for name, b in leg.bodies.items():
         j = leg.parent_joint(name)
         parent = world if j is None else elems[j.parent]

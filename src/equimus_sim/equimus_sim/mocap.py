@@ -219,6 +219,8 @@ class VirtualMocap:
             return None
         cfg = self.config
         nb = len(self.bodies)
+        pos: list[list[float]]  # per body, Motive frame, m
+        quat: list[list[float]]  # per body, wxyz
         if cfg.position_noise > 0 or cfg.orientation_noise > 0:
             P = np.asarray(P_w, float) @ R_MW.T + self.offset
             Q = quat_mul_rows(Q_MW, Q_w)
@@ -230,30 +232,30 @@ class VirtualMocap:
                 )
             Q = Q / np.linalg.norm(Q, axis=1, keepdims=True)
             Q[Q[:, 0] < 0] *= -1.0
-            P, Q = P.tolist(), Q.tolist()
+            pos, quat = P.tolist(), Q.tolist()
         else:
             # Noise-free fast path in plain floats (numpy costs more than the arithmetic here):
             # (x, z, −y) + o, and q_MW ⊗ q with q_MW = (h, −h, 0, 0).
             ox, oy, oz = self._offset_t
             h = _H
-            P, Q = [], []
-            for (x, y, z), (w, qx, qy, qz) in zip(P_w.tolist(), Q_w.tolist()):
-                P.append([x + ox, z + oy, oz - y])
+            pos, quat = [], []
+            for (x, y, z), (w, qx, qy, qz) in zip(P_w.tolist(), Q_w.tolist(), strict=True):
+                pos.append([x + ox, z + oy, oz - y])
                 q = [h * (w + qx), h * (qx - w), h * (qy + qz), h * (qz - qy)]
                 if q[0] < 0:
                     q = [-c for c in q]
-                Q.append(q)
+                quat.append(q)
         if cfg.occlusion_probability > 0:
             lost = self.rng.random(nb) < cfg.occlusion_probability
             for i in np.flatnonzero(lost):
                 self.occluded += 1
-                P[i] = [math.nan] * 3
-                Q[i] = [math.nan] * 4
+                pos[i] = [math.nan] * 3
+                quat[i] = [math.nan] * 4
         frame = MocapFrame(
             self.frame_number,
             float(t),
             float(t) + cfg.latency,
-            {name: BodyPose(P[i], Q[i]) for i, name in enumerate(self.bodies)},
+            {name: BodyPose(pos[i], quat[i]) for i, name in enumerate(self.bodies)},
         )
         self._pending.append(frame)
         return frame

@@ -64,8 +64,9 @@ class LegSimulator:
     """MuJoCo leg + valve lag + instability recovery.
 
     leg_model: an `equimus_sim.leg_model.LegModel` (owns MjModel, knows joints/actuators).
-    tau: valve time constant (s), None = no valve lag here; initial_pressures (kPa) and initial_q (θ1, θ2 rad; None =
-    static equilibrium at the initial pressures) define the pose `reset()` returns to.
+    tau: valve time constant (s), None = no valve lag here; initial_pressures (kPa) and initial_q
+    (θ1, θ2 rad; None = static equilibrium at the initial pressures) define the pose `reset()`
+    returns to.
     """
 
     def __init__(
@@ -102,10 +103,13 @@ class LegSimulator:
             raise ValueError(
                 'the model has motors that belong to no actuator of the leg description'
             )
-        self._pow_n, self._pow_dt, self._pow = -1, None, None
+        # Cache of a^1..a^n for the last (n, dt) that `_powers` was asked for.
+        self._pow_n: int = -1
+        self._pow_dt: float | None = None
+        self._pow: list[float] = []
         self._gain_t = tuple(self._gain.tolist())
         self._ctrl_act_t = tuple(self._ctrl_act.tolist())
-        self._body_ids = {}
+        self._body_ids: dict[tuple[str, ...], np.ndarray] = {}
         self.command = self.initial_pressures.copy()  # the valves' setpoint, kPa
         self.time = 0.0  # nominal sim time, s (monotonic across resets)
         self.steps = 0
@@ -148,12 +152,13 @@ class LegSimulator:
             # Plain floats: for two channels numpy's per-call cost exceeds the arithmetic.
             model, data, step, ctrl = self.model, self.data, mujoco.mj_step, self.data.ctrl
             u = self.command.tolist()
-            d0 = [p0 - ui for p0, ui in zip(self.pressures.tolist(), u)]
+            # All per-actuator lists have self.n entries.
+            d0 = [p0 - ui for p0, ui in zip(self.pressures.tolist(), u, strict=True)]
             gain, act = self._gain_t, self._ctrl_act_t
             p = u
             for ak in self._powers(n):
-                p = [ui + di * ak for ui, di in zip(u, d0)]
-                force = [g * pi for g, pi in zip(gain, p)]  # F = S·P, N
+                p = [ui + di * ak for ui, di in zip(u, d0, strict=True)]
+                force = [g * pi for g, pi in zip(gain, p, strict=True)]  # F = S·P, N
                 ctrl[:] = [force[i] for i in act]
                 step(model, data)
             if self.valve is not None:
@@ -166,7 +171,7 @@ class LegSimulator:
         self._check_stability()
         return n
 
-    def _powers(self, n: int) -> list:
+    def _powers(self, n: int) -> list[float]:
         if self._pow_n != n or self._pow_dt != self.dt:
             a = 0.0 if self.valve is None else self.valve.coefficient(self.dt)
             self._pow = (a ** np.arange(1, n + 1, dtype=float)).tolist()

@@ -146,7 +146,7 @@ def align_commands(
     for k in range(len(assign) - 2, -1, -1):
         assign[k] = min(assign[k], assign[k + 1] - 1)
     out: dict[int, int] = {}
-    for j, fi in zip(idx, assign):
+    for j, fi in zip(idx, assign, strict=True):
         if f0 <= fi < f1 and 0 < commands[j] - frames[fi] <= max_latency:
             out[fi] = j
     return out

@@ -1,4 +1,5 @@
-"""Reliability soak: the full hardware-mode graph against the emulated rig, with faults thrown at it.
+"""Reliability soak: the full hardware-mode graph against the emulated rig, with faults thrown at
+it.
 
     python -m equimus_soak.soak --duration 60 --faults all --out out/soak
 
@@ -44,6 +45,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from itertools import pairwise
 from pathlib import Path
 
 import numpy as np
@@ -168,13 +170,16 @@ class ProbeClient:
             env=env,
             start_new_session=True,
         )
+        # Both are pipes (stdin=PIPE, stdout=PIPE above), never None.
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self._to_probe, self._from_probe = self.proc.stdin, self.proc.stdout
         self._replies: list[dict] = []
         self._cv = threading.Condition()
         threading.Thread(target=self._read, daemon=True).start()
         self.wait_for('ready', 30.0)
 
     def _read(self) -> None:
-        for line in self.proc.stdout:
+        for line in self._from_probe:
             try:
                 msg = json.loads(line)
             except ValueError:
@@ -199,8 +204,8 @@ class ProbeClient:
                 self._cv.wait(left)
 
     def send(self, obj: dict) -> None:
-        self.proc.stdin.write(json.dumps(obj) + '\n')
-        self.proc.stdin.flush()
+        self._to_probe.write(json.dumps(obj) + '\n')
+        self._to_probe.flush()
 
     def publish(self, data: Sequence[float]) -> float:
         self.send({'op': 'publish', 'data': list(data)})
@@ -367,6 +372,8 @@ class Soak:
 
         t0 = time.monotonic()
         malformed = out_of_order = 0
+        data_sock = self.natnet.data_sock
+        assert data_sock is not None, 'the rig (and its NatNet emulator) runs during the faults'
         for _ in range(6):
             self.natnet.inject_malformed(10)
             malformed += 10
@@ -377,7 +384,7 @@ class Soak:
                 now = ticks_now()
                 f.stamp_transmit = f.stamp_data_received = now
                 f.stamp_mid_exposure = now - 40_000
-                self.natnet.data_sock.sendto(
+                data_sock.sendto(
                     NP.encode_message(f, self.natnet.version),
                     (self.natnet.group, self.natnet.data_port),
                 )
@@ -580,8 +587,9 @@ class Soak:
         self.t_start = time.monotonic()
         wall0, real0 = time.monotonic(), time.time()
         self.log(
-            f'[soak] {self.duration:.0f} s, {"fused control_loop" if self.fused_loop else "one process per node"}, faults: {", ".join(self.faults) or "none"}; '
-            f'records in {self.out}'
+            f'[soak] {self.duration:.0f} s, '
+            f'{"fused control_loop" if self.fused_loop else "one process per node"}, '
+            f'faults: {", ".join(self.faults) or "none"}; records in {self.out}'
         )
         probe = sampler = None
         rig_thread = None
@@ -814,8 +822,8 @@ class Soak:
                 )
                 resumed_check(rec)
             elif rec.name == 'serial_unplug':
-                after = tl.sets_between(rec.t1, rec.t_clear)
-                first = after[0] if after else None
+                sets_after = tl.sets_between(rec.t1, rec.t_clear)
+                first = sets_after[0] if sets_after else None
                 checks.append(
                     Check(
                         'serial_unplug: driver reconnects and vents until a fresh command',
@@ -877,8 +885,8 @@ class Soak:
 
         all_margins = [m for v in vent_margins.values() for m in v]
         fig['vent_margin_max_ms'] = max(all_margins) * 1e3 if all_margins else math.nan
-        for k, v in vent_margins.items():
-            fig[f'vent_margin_{k}_ms'] = max(v) * 1e3
+        for fault, margins in vent_margins.items():
+            fig[f'vent_margin_{fault}_ms'] = max(margins) * 1e3
 
         # -- steady windows: cycles missed, latency, jitter
         t0 = self.t_loop + 2.0
@@ -923,9 +931,7 @@ class Soak:
                     inter.append(hit - prev[1])
                 prev = (k, hit)
         send_int = [
-            b - a
-            for a, b in zip(frames, frames[1:])
-            if any(w[0] <= a and b <= w[1] for w in windows)
+            b - a for a, b in pairwise(frames) if any(w[0] <= a and b <= w[1] for w in windows)
         ]
         fig['steady_s'] = round(steady, 1)
         fig['mocap_frames_steady'] = n_frames
@@ -1017,7 +1023,7 @@ class Soak:
         inj = rec.info['injected']
         bounds = [t for t, _ in inj] + [rec.info['t_restart']]
         problems, seen = [], 0
-        for (t, cmd), t_next in zip(inj, bounds[1:]):
+        for (t, cmd), t_next in zip(inj, bounds[1:], strict=True):
             sets = [s for s in tl.sets_between(t, t_next) if s[2]]
             if not sets:
                 problems.append(f'{cmd}: no SET frame')
@@ -1058,7 +1064,7 @@ class Soak:
         rec_diags = [d for d in probe['diagnostics'] if d[1] == 'recorder']
         acked = max((int(d[4].get('messages_on_disk', 0)) for d in rec_diags), default=0)
         try:
-            counts = {}
+            counts: dict[str, int] = {}
             times: dict[str, list[int]] = {}
             recorded_commands: dict[tuple, int] = {}
             from rosbags.highlevel import AnyReader
@@ -1071,8 +1077,10 @@ class Soak:
                     if conn.topic in (VALVE_COMMAND.name, THIGH_POSE):
                         times.setdefault(conn.topic, []).append(stamp)
                     if conn.topic == VALVE_COMMAND.name:
-                        key = _command_key(reader.deserialize(raw, conn.msgtype).data)
-                        recorded_commands[key] = recorded_commands.get(key, 0) + 1
+                        # rosbags types deserialize() as object; a Float64MultiArray here.
+                        msg = reader.deserialize(raw, conn.msgtype)
+                        cmd_key = _command_key(msg.data)  # type: ignore[attr-defined]
+                        recorded_commands[cmd_key] = recorded_commands.get(cmd_key, 0) + 1
             read_back = sum(counts.values())
             err = ''
         except Exception as exc:  # noqa: BLE001 - reported as a failed check
@@ -1116,9 +1124,9 @@ class Soak:
                 seen = [c for c in cmd_real if any(x <= c[1] <= y for x, y in spans)]
                 missing = 0
                 for c in seen:
-                    key = _command_key(c[2])
-                    if left.get(key, 0) > 0:
-                        left[key] -= 1
+                    cmd_key = _command_key(c[2])
+                    if left.get(cmd_key, 0) > 0:
+                        left[cmd_key] -= 1
                     else:
                         missing += 1
                 fig['recorder_lost_valve_command'] = missing

@@ -59,7 +59,8 @@ class BridgeConfig:
 
 class NatNetBridge(Node):
     """`downstream`, if given, gets every pose in the receive thread before it is published: the
-    fused control loop (equimus_bringup.control_loop) chains the estimator there without a DDS hop."""
+    fused control loop (equimus_bringup.control_loop) chains the estimator there without a DDS
+    hop."""
 
     def __init__(self, downstream: PoseSink | None = None, **kwargs):
         super().__init__('natnet_bridge', **kwargs)

@@ -10,6 +10,7 @@ datagram arrived the cameras were mid-exposure -- and the caller stamps the pose
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import select
 import socket
@@ -146,10 +147,8 @@ class NatNetClient:
     def on_log(self, level: str, msg: str) -> None:
         """Forward to the user's logger; a failing logger must not break reception."""
         if self._user_log is not None:
-            try:
+            with contextlib.suppress(Exception):
                 self._user_log(level, msg)
-            except Exception:  # noqa: BLE001
-                pass
 
     # -- sockets ------------------------------------------------------------------------------
     def open(self) -> None:
@@ -174,16 +173,16 @@ class NatNetClient:
 
     def close(self) -> None:
         if self.cmd_sock is not None and self._connected_ns is not None and not self.multicast:
-            try:
+            with contextlib.suppress(OSError):
                 self.cmd_sock.sendto(P.packet(P.MessageId.DISCONNECT), self.server)
-            except OSError:
-                pass
         for s in (self.cmd_sock, self.data_sock):
             if s is not None:
                 s.close()
         self.cmd_sock = self.data_sock = None
 
     def send(self, msg: P.Message) -> None:
+        if self.cmd_sock is None:
+            raise RuntimeError('NatNet client is not open: call open() or connect() first')
         self.cmd_sock.sendto(P.encode_message(msg, self.version), self.server)
 
     # -- handshake ----------------------------------------------------------------------------
@@ -237,9 +236,10 @@ class NatNetClient:
 
     def server_ticks_at(self, client_ns: int) -> float | None:
         off = self.clock_offset_ticks
-        if off is None or not self.server_info:
+        info = self.server_info
+        if off is None or info is None or not info.clock_hz:
             return None
-        return client_ns * self.server_info.clock_hz / 1e9 + off
+        return client_ns * info.clock_hz / 1e9 + off
 
     def _on_echo(self, msg: P.EchoResponse, arrival_ns: int) -> None:
         if not self.server_info or not self.server_info.clock_hz:
@@ -347,9 +347,9 @@ class NatNetClient:
         st.last_frame_number = f.frame_number
         st.frames += 1
         self._arrivals.append((arrival_ns, f.stamp_transmit))
-        if f.models_changed or any(b.id not in self.names for b in f.rigid_bodies):
-            if self.clock_ns() - self._last_modeldef_req > MODELDEF_RETRY_S * 1e9:
-                self.request_modeldef()
+        unknown_model = f.models_changed or any(b.id not in self.names for b in f.rigid_bodies)
+        if unknown_model and self.clock_ns() - self._last_modeldef_req > MODELDEF_RETRY_S * 1e9:
+            self.request_modeldef()
         age, source = self.exposure_age(f, arrival_ns)
         bodies = []
         untracked = []
@@ -412,6 +412,7 @@ class NatNetClient:
         return (len(recent) - 1) / span if span > 0 else 0.0
 
     def seconds_since_last_frame(self) -> float | None:
+        ref: int | None
         try:
             ref = self._arrivals[-1][0]
         except IndexError:
@@ -433,12 +434,12 @@ class NatNetClient:
         while not stop.is_set():
             if self._connected_ns is None:
                 try:
-                    self.connect(connect_timeout)
+                    info = self.connect(connect_timeout)
                     self.on_log(
                         'info',
-                        f'connected to {self.server_info.app_name} '
-                        f'{".".join(map(str, self.server_info.app_version))}, NatNet '
-                        f'{".".join(map(str, self.server_info.natnet_version))}',
+                        f'connected to {info.app_name} '
+                        f'{".".join(map(str, info.app_version))}, NatNet '
+                        f'{".".join(map(str, info.natnet_version))}',
                     )
                 except NatNetConnectError as e:
                     self.on_log('warn', str(e))
@@ -459,11 +460,9 @@ class NatNetClient:
                 and now - self._last_reconnect > retry_period * 1e9
             ):
                 self._last_reconnect = now
-                try:
+                with contextlib.suppress(OSError):
                     self.send(
                         P.ConnectRequest(
                             'NatNetLib', (4, 1, 0, 0), (4, 1, 0, 0), False, (0, 0, 0, 0)
                         )
                     )
-                except OSError:
-                    pass

@@ -7,6 +7,7 @@ Console tool ``natnet_emulator`` (``--help``) and a Python API (:class:`NatNetEm
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import math
 import random
@@ -17,7 +18,7 @@ import sys
 import threading
 import time
 from bisect import bisect_right
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from equimus_description.interface import BODIES
@@ -27,7 +28,21 @@ from . import protocol as P
 CLOCK_HZ = 10_000_000
 DEFAULT_BODIES = BODIES
 UNICAST_LEASE_S = 10.0
-Pose = tuple[tuple[float, float, float], tuple[float, float, float, float]]
+Vec3 = tuple[float, float, float]
+Quat = tuple[float, float, float, float]
+Pose = tuple[Vec3, Quat]
+
+
+def _vec3(values: Iterable[float]) -> Vec3:
+    """A position (x, y, z) as floats; ValueError unless exactly three values."""
+    x, y, z = (float(v) for v in values)
+    return (x, y, z)
+
+
+def _quat(values: Iterable[float]) -> Quat:
+    """A quaternion (x, y, z, w) as floats; ValueError unless exactly four values."""
+    x, y, z, w = (float(v) for v in values)
+    return (x, y, z, w)
 
 
 def ticks_now() -> int:
@@ -92,8 +107,8 @@ class TrajectoryFile:
                 try:
                     t = float(r['time'])
                     pose = (
-                        tuple(float(r[k]) for k in 'xyz'),
-                        tuple(float(r[k]) for k in ('qx', 'qy', 'qz', 'qw')),
+                        _vec3(float(r[k]) for k in 'xyz'),
+                        _quat(float(r[k]) for k in ('qx', 'qy', 'qz', 'qw')),
                     )
                 except (TypeError, ValueError):
                     raise ValueError(f'{path}:{i}: not a number in {r}') from None
@@ -120,20 +135,23 @@ class TrajectoryFile:
             else:
                 a = (t - ts[i - 1]) / (ts[i] - ts[i - 1]) if ts[i] > ts[i - 1] else 0.0
                 (p0, q0), (p1, q1) = poses[i - 1], poses[i]
-                if sum(x * y for x, y in zip(q0, q1)) < 0:
-                    q1 = tuple(-x for x in q1)
-                q = [x + a * (y - x) for x, y in zip(q0, q1)]
+                if sum(x * y for x, y in zip(q0, q1, strict=True)) < 0:
+                    q1 = _quat(-x for x in q1)
+                q = [x + a * (y - x) for x, y in zip(q0, q1, strict=True)]
                 nq = math.sqrt(sum(x * x for x in q)) or 1.0
                 out[name] = (
-                    tuple(x + a * (y - x) for x, y in zip(p0, p1)),
-                    tuple(x / nq for x in q),
+                    _vec3(x + a * (y - x) for x, y in zip(p0, p1, strict=True)),
+                    _quat(x / nq for x in q),
                 )
         return out
 
 
 @dataclass
 class Faults:
-    """Fault injection (all off by default). Periods are (start_s, duration_s) after streaming starts."""
+    """Fault injection (all off by default).
+
+    Periods are (start_s, duration_s) after streaming starts.
+    """
 
     drop_probability: float = 0.0
     drop_every: int = 0  # drop every N-th frame (0 = off)
@@ -205,8 +223,9 @@ class NatNetEmulator:
         """Push a pose (m, quaternion x,y,z,w) for a body; it overrides the pose source."""
         if name not in self.ids:
             raise KeyError(f'unknown rigid body {name!r}; the emulator streams {self.bodies}')
+        pose = (_vec3(position), _quat(orientation))
         with self._lock:
-            self._pushed[name] = (tuple(map(float, position)), tuple(map(float, orientation)))
+            self._pushed[name] = pose
             if tracked:
                 self._untracked_until.pop(name, None)
             else:
@@ -273,7 +292,7 @@ class NatNetEmulator:
         return P.ModelDefinitions(d)
 
     def _poses(self, t: float) -> dict[str, Pose]:
-        poses = dict(self.source(t)) if self.source else {}
+        poses = dict(self.source(t))
         with self._lock:
             poses.update(self._pushed)
         return poses
@@ -299,7 +318,7 @@ class NatNetEmulator:
                 f.rigid_bodies.append(
                     P.RigidBody(rb_id, (0.0, 0.0, 0.0), (0.0, 0.0, 0.0, 1.0), 0.0, 0x00)
                 )
-            markers = [tuple(p + o for p, o in zip(pos, off)) for off in offs]
+            markers = [_vec3(p + o for p, o in zip(pos, off, strict=True)) for off in offs]
             f.marker_sets.append(P.MarkerSetData(n, markers))
             for i, m in enumerate(markers):
                 f.labeled_markers.append(
@@ -369,16 +388,18 @@ class NatNetEmulator:
 
     # -- command channel ---------------------------------------------------------------------
     def _command_loop(self) -> None:
+        sock = self.cmd_sock
+        assert sock is not None, 'start() opens the sockets before it starts this thread'
         while not self._stop.is_set():
             try:
-                r, _, _ = select.select([self.cmd_sock], [], [], 0.1)
+                r, _, _ = select.select([sock], [], [], 0.1)
             except (OSError, ValueError):
                 return
             if not r:
                 continue
             while True:
                 try:
-                    data, addr = self.cmd_sock.recvfrom(65536)
+                    data, addr = sock.recvfrom(65536)
                 except (BlockingIOError, InterruptedError):
                     break
                 except OSError:
@@ -389,10 +410,8 @@ class NatNetEmulator:
                     print(f'natnet_emulator: ignored bad command from {addr}: {e}', file=sys.stderr)
                     continue
                 for pkt in reply:
-                    try:
-                        self.cmd_sock.sendto(pkt, addr)
-                    except OSError:
-                        pass
+                    with contextlib.suppress(OSError):
+                        sock.sendto(pkt, addr)
 
     def handle_command(self, data: bytes, addr: tuple[str, int]) -> list[bytes]:
         """Motive's answer to one command datagram (a list of datagrams to send back)."""
@@ -508,11 +527,12 @@ class NatNetEmulator:
             self.on_sent(f.frame_number, f.stamp_transmit)
 
     def _send_all(self, pkt: bytes) -> None:
+        sock = self.data_sock
+        if sock is None:
+            raise RuntimeError('NatNet emulator is not open: call open() or start() first')
         for dest in self._destinations():
-            try:
-                self.data_sock.sendto(pkt, dest)
-            except OSError:
-                pass
+            with contextlib.suppress(OSError):
+                sock.sendto(pkt, dest)
 
     def malformed_packet(self) -> bytes:
         """A garbage datagram of one of several kinds (truncated, bad length, flipped, random)."""

@@ -12,7 +12,6 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import Union
 
 Version = tuple[int, int]
 SUPPORTED_VERSIONS: tuple[Version, ...] = ((3, 0), (3, 1), (4, 0), (4, 1))
@@ -61,8 +60,10 @@ def parse_version(text: str | Sequence[int]) -> Version:
         parts = text.strip().split('.')
         try:
             nums = [int(p) for p in parts]
-        except ValueError:
-            raise ValueError(f'bad NatNet version {text!r}: expected e.g. 3.0, 3.1, 4.0 or 4.1')
+        except ValueError as exc:
+            raise ValueError(
+                f'bad NatNet version {text!r}: expected e.g. 3.0, 3.1, 4.0 or 4.1'
+            ) from exc
     else:
         nums = list(text)
     if len(nums) < 2:
@@ -276,16 +277,16 @@ class UnknownDescription:
     body: bytes
 
 
-Description = Union[
-    MarkerSetDescription,
-    RigidBodyDescription,
-    SkeletonDescription,
-    ForcePlateDescription,
-    DeviceDescription,
-    CameraDescription,
-    AssetDescription,
-    UnknownDescription,
-]
+Description = (
+    MarkerSetDescription
+    | RigidBodyDescription
+    | SkeletonDescription
+    | ForcePlateDescription
+    | DeviceDescription
+    | CameraDescription
+    | AssetDescription
+    | UnknownDescription
+)
 
 
 @dataclass
@@ -381,18 +382,18 @@ class Empty:
     message_id: int
 
 
-Message = Union[
-    Frame,
-    ModelDefinitions,
-    ServerInfo,
-    ConnectRequest,
-    Request,
-    Response,
-    EchoRequest,
-    EchoResponse,
-    MessageString,
-    Empty,
-]
+Message = (
+    Frame
+    | ModelDefinitions
+    | ServerInfo
+    | ConnectRequest
+    | Request
+    | Response
+    | EchoRequest
+    | EchoResponse
+    | MessageString
+    | Empty
+)
 
 
 # --------------------------------------------------------------------------------------------
@@ -685,13 +686,19 @@ def _cut_name(raw: bytes) -> str:
     return raw.split(b'\0', 1)[0].decode('utf-8', 'replace')
 
 
+def _version4(raw: bytes) -> tuple[int, int, int, int]:
+    """A 4-byte version field (major, minor, build, revision)."""
+    a, b, c, d = raw
+    return (a, b, c, d)
+
+
 def decode_serverinfo(payload: bytes) -> ServerInfo:
     if len(payload) not in (SENDER_LEN, SERVERINFO_LEN):
         raise NatNetDecodeError(f'server info must be 264 or 279 bytes, got {len(payload)}')
     info = ServerInfo(
         app_name=_cut_name(payload[:256]),
-        app_version=tuple(payload[256:260]),
-        natnet_version=tuple(payload[260:264]),
+        app_version=_version4(payload[256:260]),
+        natnet_version=_version4(payload[260:264]),
     )
     if len(payload) == SENDER_LEN:
         info.clock_hz = None
@@ -713,11 +720,13 @@ def decode_connect(payload: bytes) -> ConnectRequest:
             natnet_version=(0, 0, 0, 0),
             raw=bytes(payload),
         )
-    c = ConnectRequest(_cut_name(payload[:256]), tuple(payload[256:260]), tuple(payload[260:264]))
+    c = ConnectRequest(
+        _cut_name(payload[:256]), _version4(payload[256:260]), _version4(payload[260:264])
+    )
     if len(payload) >= 265:
         c.subscribed_data_only = bool(payload[264])
     if len(payload) >= 269:
-        c.bitstream_version = tuple(payload[265:269])
+        c.bitstream_version = _version4(payload[265:269])
     return c
 
 
@@ -1003,9 +1012,11 @@ def encode_connect(c: ConnectRequest) -> bytes:
 
 def encode_message(msg: Message, version: Version | None = None) -> bytes:
     """Whole datagram (header + payload) for any message dataclass."""
-    if isinstance(msg, Frame):
-        return packet(MessageId.FRAMEOFDATA, encode_frame(msg, version))
-    if isinstance(msg, ModelDefinitions):
+    if isinstance(msg, Frame | ModelDefinitions):
+        if version is None:
+            raise ValueError('encoding a frame or model definitions needs the NatNet version')
+        if isinstance(msg, Frame):
+            return packet(MessageId.FRAMEOFDATA, encode_frame(msg, version))
         return packet(MessageId.MODELDEF, encode_modeldef(msg, version))
     if isinstance(msg, ServerInfo):
         return packet(MessageId.SERVERINFO, encode_serverinfo(msg))

@@ -27,6 +27,7 @@ class Board(Protocol):
     """A DAC board as the valve driver uses it (BoardLink and SimBoard implement it)."""
 
     port: str
+    cal: ValveCalibration  # the driver swaps it when a runtime parameter changes the limits
     state: str  # 'connecting' | 'connected' | 'disconnected' | 'closed' ...
     last_error: str
     generation: int  # +1 on every (re)connect: the driver vents after each

@@ -13,6 +13,7 @@ bytes on the wire, and any code above the 50 kPa code counts as an invariant vio
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
@@ -107,7 +108,8 @@ class BoardEmulator:
         self.corrupt_rate = float(corrupt_rate)
         self.verbose = verbose
         self._rng = random.Random(seed)
-        self._log_file = open(log_path, 'a', buffering=1) if log_path else None
+        # Open for the emulator's lifetime (closed in close()), so no with-block.
+        self._log_file = open(log_path, 'a', buffering=1) if log_path else None  # noqa: SIM115
         self._lock = threading.RLock()
         self.valves = [ValveModel(self.cal, tau_s, dead_time_s) for _ in range(channels)]
         self.codes = [0] * channels
@@ -159,16 +161,12 @@ class BoardEmulator:
     def _close_pty(self) -> None:
         for fd in (self._master, self._slave):
             if fd is not None:
-                try:
+                with contextlib.suppress(OSError):
                     os.close(fd)
-                except OSError:
-                    pass
         self._master = self._slave = None
         if self.link and os.path.islink(self.link):
-            try:
+            with contextlib.suppress(OSError):
                 os.unlink(self.link)
-            except OSError:
-                pass
 
     @property
     def present(self) -> bool:
@@ -381,16 +379,15 @@ class BoardEmulator:
 
     def _write_codes(self, codes: list[int], now: float) -> None:
         self.codes = list(codes)
-        for v, c in zip(self.valves, codes):
+        for v, c in zip(self.valves, codes, strict=True):  # SET frames are length-checked
             v.set_code(c, now)
 
     def _send(self, msg) -> None:
         if self._master is None:
             return
-        try:
+        # OSError: host not reading / buffer full: a real UART drops bytes the same way.
+        with contextlib.suppress(OSError):
             os.write(self._master, P.encode(msg))
-        except OSError:
-            pass  # host not reading / buffer full: a real UART drops bytes the same way
 
     def _log(self, entry: dict) -> None:
         if self._log_file:

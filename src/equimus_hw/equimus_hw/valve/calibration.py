@@ -104,7 +104,7 @@ class ValveCalibration:
 
     @property
     def max_code(self) -> int:
-        """Largest code ever emitted: the code of max_kpa rounded DOWN, and never above full scale."""
+        """Largest code ever emitted: the code of max_kpa rounded DOWN, never above full scale."""
         volts = self.max_kpa / self.kpa_per_volt + self.zero_offset_v
         return max(0, min(self.full_code, math.floor(volts / self.volts_per_code + 1e-9)))
 

@@ -100,7 +100,7 @@ class ValveDriver(Node):
         self._generation = 0
         self._measured_count = 0
         self._last_commanded = [math.nan] * len(ACTUATORS)
-        self._diag_key = None
+        self._diag_key: tuple[str, bool, bool, bool] | None = None
         self._last_warn_t = -math.inf
 
         self.pub_applied = publisher(self, Float64MultiArray, VALVE_APPLIED)

@@ -11,6 +11,7 @@ Every (re)connect increments `generation`, so the owner can vent and wait for a 
 from __future__ import annotations
 
 import collections
+import contextlib
 import threading
 import time
 from collections.abc import Callable
@@ -139,8 +140,10 @@ class BoardLink:
 
     def _write_locked(self, msg) -> int | None:
         data = P.encode(msg)
+        ser = self._ser
+        assert ser is not None, 'callers hold _wlock and have checked (or just set) the open port'
         try:
-            self._ser.write(data)
+            ser.write(data)
         except (serial.SerialException, OSError) as exc:
             self._lost_reason = f'write failed: {exc}'
             return None
@@ -155,10 +158,8 @@ class BoardLink:
 
     def _close_locked(self, state: str) -> None:
         if self._ser is not None:
-            try:
+            with contextlib.suppress(serial.SerialException, OSError):
                 self._ser.close()
-            except (serial.SerialException, OSError):
-                pass
         self._ser = None
         self.state = state
         self._pending.clear()
@@ -183,10 +184,9 @@ class BoardLink:
                 self._stop.wait(backoff)
 
     def _emit(self, level: str, text: str) -> None:
-        try:
+        # Any exception: a logging failure must not stop the link.
+        with contextlib.suppress(Exception):
             self._log(level, text)
-        except Exception:  # noqa: BLE001 - a logging failure must not stop the link
-            pass
 
     def _connect(self) -> bool:
         try:
@@ -278,6 +278,8 @@ class BoardLink:
 
     def _service(self) -> None:
         ser = self._ser
+        if ser is None:  # closed by vent_and_close since _run looked: nothing to read
+            return
         try:
             data = ser.read(max(1, ser.in_waiting))
         except (serial.SerialException, OSError, TypeError, AttributeError) as exc:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 import struct
 from collections.abc import Sequence
-from typing import Union
 
 PROTOCOL_VERSION = 1
 DELIMITER = 0x00
@@ -213,7 +212,7 @@ class Rejected:
     raw: bytes = b''
 
 
-Message = Union[Hello, Ping, Set, Ack, Info, Nak]
+Message = Hello | Ping | Set | Ack | Info | Nak
 
 
 def _u8(v: int, what: str) -> int:
