@@ -3,16 +3,15 @@
 Imports `launch` and `launch_ros`, so it is only imported on a machine with a ROS 2 install.
 """
 
+# mypy resolves `launch` to src/equimus_bringup/launch/ (the launch files, on mypy_path), not
+# to ROS's launch package, which it cannot see.
+from launch import LaunchDescription  # type: ignore[attr-defined]
 from launch.actions import DeclareLaunchArgument, ExecuteProcess, OpaqueFunction
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node
 from launch_ros.substitutions import ExecutableInPackage
 
 from equimus_bringup.graph import ARGUMENTS, describe_graph, node_parameter_arguments
-
-# mypy resolves `launch` to src/equimus_bringup/launch/ (the launch files, on mypy_path), not
-# to ROS's launch package, which it cannot see.
-from launch import LaunchDescription  # type: ignore[attr-defined]
 
 
 def generate(mode: str) -> LaunchDescription:

@@ -331,7 +331,9 @@ def from_dict(raw: Mapping, source: str | None = None) -> LegDescription:
 
 
 def load_leg(
-    path=None, overrides: Mapping[str, Any] | None = None, parameter_set: str | None = None
+    path=None,
+    overrides: Mapping[str, Any] | str | os.PathLike | None = None,
+    parameter_set: str | None = None,
 ) -> LegDescription:
     """Load the leg YAML (default: default_leg_path()), then a named parameter set, then overrides.
 

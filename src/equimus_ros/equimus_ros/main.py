@@ -14,11 +14,15 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 import rclpy
 from rclpy.exceptions import ParameterException
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.node import Node
+
+#: What a node factory builds: one node, or the nodes that share one process.
+N = TypeVar('N', bound=Node | list[Node])
 
 #: How long a RuntimeError may precede the signal's context shutdown and still count as shutdown.
 SHUTDOWN_GRACE_S = 0.5
@@ -82,11 +86,11 @@ def spin_all(nodes: Sequence[Node]) -> None:
 
 
 def run_node(
-    factory: Callable[[], Node | list[Node]],
+    factory: Callable[[], N],
     args=None,
     *,
-    spin: Callable[[object], None] | None = None,
-    close: Callable[[object], None] | None = None,
+    spin: Callable[[N], None] | None = None,
+    close: Callable[[N], None] | None = None,
     config_hint: str = '',
 ) -> int:
     """Build the node with ``factory()``, ``spin`` it until shutdown, then ``close`` and destroy it.
