@@ -4,8 +4,11 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
+# colcon's setup scripts read unset variables: source them without -u
+set +u
 # shellcheck disable=SC1091
 source scripts/env.sh
+set -u
 ruff check src tests benchmarks scripts launch
 ruff format --check src tests benchmarks scripts launch
 mypy src/*/equimus_*

@@ -106,7 +106,7 @@ class EstimatorNode(Node):
         self.sync_window = cfg.sync_window
         self.est = JointStateEstimator(cfg.estimator())
         self.pending: dict[int, dict[str, _Pose]] = {}  # stamp ns → {body: (pos, quat)}
-        self.last_status = None
+        self.last_status: Status | None = None
         self.last_done_ns = -1
         self.frames = 0
         self.counts = {s: 0 for s in Status}

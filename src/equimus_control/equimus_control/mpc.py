@@ -143,7 +143,7 @@ class LinearisationGrid:
                 self.nodes[(i, j)] = (q0, p0, A, B, c)
 
     def nearest(self, q):
-        idx = tuple(
+        i, j = (
             int(
                 np.clip(
                     round((q[k] - self.axes[k][0]) / self.cfg.grid_step), 0, len(self.axes[k]) - 1
@@ -151,7 +151,7 @@ class LinearisationGrid:
             )
             for k in range(2)
         )
-        return idx, self.nodes[idx]
+        return (i, j), self.nodes[(i, j)]
 
 
 class LinearMPC:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import sys
+from pathlib import Path
 
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
@@ -75,7 +76,7 @@ class Recorder(Node):
         self.exclude = {t for t in cfg.exclude_topics if t}
         self.error = ''
         try:
-            self.writer = BagWriter(path, flush_period=cfg.flush_period)
+            self.writer = BagWriter(Path(path), flush_period=cfg.flush_period)
         except (BagError, OSError) as exc:
             raise SystemExit(f'recorder: cannot create bag {path}: {exc}') from exc
         self.subs = {}
