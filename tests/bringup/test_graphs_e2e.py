@@ -201,11 +201,25 @@ def test_a_dead_controller_vents_the_valves_within_the_watchdog_period(mode, tmp
             time.sleep(0.1)
         t_kill = time.monotonic()
         os.kill(sup.procs['controller'].pid, signal.SIGKILL)
-        time.sleep(3.0)
-        after = [(t, d) for t, d in applied if t > t_kill]
-        vent = next(
-            (i for i in range(len(after)) if all(d == [0.0, 0.0] for _, d in after[i:])), None
-        )
+
+        def vent_index(after):
+            return next(
+                (i for i in range(len(after)) if all(d == [0.0, 0.0] for _, d in after[i:])), None
+            )
+
+        # Wait for the vent and three measured pressures after it. Without commands a lockstep
+        # sim advances only once per lockstep_timeout (wall), so on a slow machine this takes
+        # seconds; judge what arrived, not how much arrived in a fixed time.
+        deadline = time.monotonic() + 20.0
+        while True:
+            time.sleep(0.25)
+            after = [(t, d) for t, d in applied if t > t_kill]
+            vent = vent_index(after)
+            decay = [] if vent is None else [d for t, d in pressure if t > after[vent][0]]
+            if (vent is not None and len(decay) >= 3 and time.monotonic() > t_kill + 3.0) or (
+                time.monotonic() > deadline
+            ):
+                break
         assert vent is not None, f'the valves were never vented: {after[-5:]}'
         t_vent = after[vent][0]
         print(
@@ -215,7 +229,6 @@ def test_a_dead_controller_vents_the_valves_within_the_watchdog_period(mode, tmp
         assert t_vent - t_kill <= timeout_s + margin_s, (t_vent - t_kill, after[: vent + 2])
         # ... and not earlier than the watchdog allows (the loop ran until the kill).
         assert t_vent - t_kill > 0.5 * timeout_s, (t_vent - t_kill, after[: vent + 2])
-        decay = [d for t, d in pressure if t > t_vent]
         assert len(decay) >= 3, pressure[-5:]
         for ch in range(2):
             series = [d[ch] for d in decay]
