@@ -9,7 +9,7 @@ import time
 
 import pytest
 import rclpy
-from rcl_interfaces.srv import ListParameters
+from rcl_interfaces.srv import DescribeParameters, ListParameters
 
 from equimus_bringup.graph import describe_graph
 from equimus_bringup.main_job import free_udp_port_pair
@@ -39,6 +39,13 @@ def doc_sections(text):
     return sections
 
 
+def documented_runtime(row):
+    """Whether a parameter row says the value may be set while the node runs: a "set while
+    running" cell that starts with yes, or the word runtime in its meaning."""
+    cells = [c.strip() for c in row.strip().strip('|').split('|')]
+    return any(c.startswith('yes') for c in cells) or 'runtime' in cells[-1]
+
+
 def _documented_type(doc, topic, type_name):
     short = type_name.split('/')[-1]
     return any(f'`{topic}`' in line and short in line for line in doc.splitlines())
@@ -62,7 +69,12 @@ def introspect(node, names, timeout=20.0):
         assert cli.wait_for_service(10.0), f'{name} offers no parameter services'
         fut = cli.call_async(ListParameters.Request())
         rclpy.spin_until_future_complete(node, fut, timeout_sec=10.0)
-        params = set(fut.result().result.names)
+        names_ = list(fut.result().result.names)
+        dcli = node.create_client(DescribeParameters, f'/{name}/describe_parameters')
+        assert dcli.wait_for_service(10.0), f'{name} offers no describe_parameters'
+        dfut = dcli.call_async(DescribeParameters.Request(names=names_))
+        rclpy.spin_until_future_complete(node, dfut, timeout_sec=10.0)
+        params = {d.name: not d.read_only for d in dfut.result().descriptors}
         found[name] = (pubs + subs, srvs, params)
     return found
 
@@ -124,9 +136,17 @@ def test_running_nodes_match_docs(ros, repo_dir, tmp_path, mode, overrides):
                 continue
             if f'`{srv}`' not in section and f'`~/{srv.rsplit("/", 1)[-1]}`' not in section:
                 problems.append(f'{name}: service {srv} [{types[0]}] is not in its section')
-        for p in sorted(params - INFRA_PARAMS):
-            if p.startswith('qos_overrides.'):
+        for p, settable in sorted(params.items()):
+            if p in INFRA_PARAMS or p.startswith('qos_overrides.'):
                 continue
-            if f'`{p}`' not in section:
+            rows = [
+                line for line in section.splitlines() if line.startswith('|') and f'`{p}`' in line
+            ]
+            if not rows:
                 problems.append(f'{name}: parameter {p} is not in its section')
+            elif documented_runtime(rows[0]) != settable:
+                problems.append(
+                    f'{name}: parameter {p} is {"settable" if settable else "read-only"} while '
+                    f'running, its row says otherwise: {rows[0]}'
+                )
     assert not problems, '\n'.join(problems)

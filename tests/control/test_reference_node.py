@@ -74,12 +74,17 @@ def test_sine_amplitude_and_frequency_apply_at_run_time_with_a_continuous_phase(
     'reference', [['-p', 'reference:leg_parameter_set:=table_v_static']], indirect=True
 )
 def test_the_triangle_follows_the_leg_parameter_set(reference):
+    from paramclient import set_parameters
+
     from equimus_control.reference_node import ReferenceParams
 
-    node, _ = reference
+    node, client = reference
     as_is = ReferenceParams().trajectory_fn().poses
     assert node.params.config.leg_parameter_set == 'table_v_static'
     assert np.abs(np.asarray(node.traj.poses) - as_is).max() > 0.02
+    # the sine's runtime parameters would change nothing on the triangle: refused, with the reason
+    (ignored,) = set_parameters(client, 'reference', sine_frequency=0.5)
+    assert not ignored.successful and 'trajectory:=sine' in ignored.reason, ignored.reason
 
 
 def test_an_unknown_parameter_set_or_trajectory_stops_the_node_with_the_reason():

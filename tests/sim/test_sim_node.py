@@ -344,10 +344,11 @@ def test_the_valve_driver_advances_lockstep_once_per_command(ros, repo_dir, tmp_
     """Sim graph wiring: /valve/command → valve_driver (board: sim) → /valve/applied → sim.
     Commands paced far slower than the driver's tick and keep-alive period: sim time still
     advances exactly one frame per command (no keep-alive reaches the sim), and the sim's valves
-    are set to the driver's DAC-quantised output."""
+    are set to the driver's DAC-quantised output, after its clamp and NaN vent."""
     from rosproc import start_node, stop
 
     from equimus_description.interface import VALVE_COMMAND
+    from equimus_description.valve import HARD_MAX_KPA
     from equimus_hw.valve.calibration import ValveCalibration
 
     sim = SimProcess(
@@ -391,6 +392,25 @@ def test_the_valve_driver_advances_lockstep_once_per_command(ros, repo_dir, tmp_
             ),
             5.0,
             'the quantised setpoint',
+        )
+        # The driver's safety filter, not the sim, decides what the simulated valves get: a
+        # channel above the 50 kPa ceiling is clamped (reached at the slew limit, in sim time),
+        # a NaN channel vents at once.
+        for k in range(n + 1, n + 7):
+            command.publish(Float64MultiArray(data=[80.0, math.nan]))
+            target = round(k * FRAME_NS)
+            probe.spin_until(
+                lambda target=target: probe.clock and probe.clock[-1][1] >= target,
+                5.0,
+                f'frame {k}',
+            )
+        ceiling = cal.code_to_kpa(cal.kpa_to_code(HARD_MAX_KPA))
+        probe.spin_until(
+            lambda: (
+                probe.sim_status()[1].get('valve_setpoint_kpa') == str([round(ceiling, 3), 0.0])
+            ),
+            5.0,
+            'the clamped and vented setpoint',
         )
     finally:
         out = stop(driver)

@@ -21,10 +21,9 @@ import numpy as np
 from rclpy.clock import Clock, ClockType
 from rclpy.node import Node
 from sensor_msgs.msg import JointState
-from std_msgs.msg import Float64MultiArray, MultiArrayDimension
+from std_msgs.msg import Float64MultiArray
 
 from equimus_description.interface import (
-    ACTUATORS,
     DIAGNOSTICS,
     JOINT_STATES,
     PRESSURE_LAYOUT,
@@ -33,6 +32,7 @@ from equimus_description.interface import (
 )
 from equimus_description.leg import load_leg
 from equimus_description.statics import StaticParams
+from equimus_ros.arrays import float_array
 from equimus_ros.diagnostics import Diagnostics, Level
 from equimus_ros.main import run_node
 from equimus_ros.params import bind
@@ -45,16 +45,6 @@ from .supervisor import SafetyConfig
 
 STALE_CHECK_S = 0.05  # s, steady-clock period of the stale-state guard
 DIAG_PERIOD_S = 1.0
-
-
-def command_message(pressures: np.ndarray) -> Float64MultiArray:
-    """/valve/command for pressures (kPa, in ACTUATORS order)."""
-    m = Float64MultiArray()
-    m.layout.dim = [
-        MultiArrayDimension(label=PRESSURE_LAYOUT, size=len(ACTUATORS), stride=len(ACTUATORS))
-    ]
-    m.data = [float(v) for v in pressures]
-    return m
 
 
 class ControllerNode(Node):
@@ -152,7 +142,7 @@ class ControllerNode(Node):
             self._reason_changed()
 
     def _publish(self, cmd: Command) -> None:
-        m = command_message(cmd.pressures)
+        m = float_array(cmd.pressures, PRESSURE_LAYOUT)
         if self.downstream is not None:
             self.downstream(m)
         if self.context.ok():

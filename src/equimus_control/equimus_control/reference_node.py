@@ -9,7 +9,9 @@ import sys
 from collections.abc import Callable
 
 import numpy as np
+from rcl_interfaces.msg import SetParametersResult
 from rclpy.node import Node
+from rclpy.parameter import Parameter
 from sensor_msgs.msg import JointState
 
 from equimus_description.config import ConfigError, param, validate_fields
@@ -108,6 +110,7 @@ class ReferenceNode(Node):
         super().__init__('reference')
         self.params = bind(self, ReferenceParams(), apply=self._apply)
         cfg = self.params.config
+        self.add_on_set_parameters_callback(self._only_for_the_sine)
         self.traj = cfg.trajectory_fn()
         if isinstance(self.traj, Waypoints):
             self.get_logger().info(
@@ -124,11 +127,24 @@ class ReferenceNode(Node):
     def _elapsed(self) -> float:
         return 0.0 if self.t0 is None else (self.get_clock().now() - self.t0).nanoseconds * 1e-9
 
+    def _only_for_the_sine(self, params: list[Parameter]) -> SetParametersResult:
+        """The runtime parameters are the sine's: on another trajectory they would change
+        nothing, so setting them is refused."""
+        kind = self.params.config.trajectory
+        if kind != 'sine':
+            for p in params:
+                if p.name in self.params.runtime_names():
+                    return SetParametersResult(
+                        successful=False,
+                        reason=f'{p.name} has no effect: the trajectory is {kind!r}; '
+                        'start the node with trajectory:=sine to change the sine at run time',
+                    )
+        return SetParametersResult(successful=True)
+
     def _apply(self, cfg: ReferenceParams) -> None:
         """A new sine amplitude or frequency, from now on, with a continuous phase."""
         old = self.traj
-        if not isinstance(old, Sinusoid):
-            return
+        assert isinstance(old, Sinusoid)  # _only_for_the_sine refuses them on other trajectories
         t = self._elapsed()
         dw = 2 * math.pi * (old.frequency - cfg.sine_frequency)
         self.traj = Sinusoid(

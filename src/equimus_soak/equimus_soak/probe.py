@@ -24,9 +24,10 @@ import rclpy
 from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
-from std_msgs.msg import Float64MultiArray, MultiArrayDimension
+from std_msgs.msg import Float64MultiArray
 
 from equimus_description.interface import DIAGNOSTICS, PRESSURE_LAYOUT, VALVE_COMMAND
+from equimus_ros.arrays import float_array
 from equimus_ros.main import run_node
 from equimus_ros.qos import publisher
 
@@ -85,11 +86,7 @@ class SoakProbe(Node):
                 return
             kind = op.get('op')
             if kind == 'publish':
-                m = Float64MultiArray()
-                m.layout.dim = [
-                    MultiArrayDimension(label=PRESSURE_LAYOUT, size=len(op['data']), stride=1)
-                ]
-                m.data = [float(v) for v in op['data']]
+                m = float_array(op['data'], PRESSURE_LAYOUT)
                 t = time.monotonic()
                 self.pub.publish(m)
                 self.injected.append(
