@@ -7,14 +7,14 @@ elements (dim[0].stride = size of the whole array). This module imports no equim
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection
 
 from std_msgs.msg import Float64MultiArray, MultiArrayDimension
 
 __all__ = ['float_array']
 
 
-def float_array(values: Sequence[float], label: str) -> Float64MultiArray:
+def float_array(values: Collection[float], label: str) -> Float64MultiArray:
     """A 1-D array message of `values` with the layout label `label`."""
     n = len(values)
     msg = Float64MultiArray()
