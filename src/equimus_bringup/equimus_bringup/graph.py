@@ -18,13 +18,24 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from equimus_control import CONTROLLERS
+from equimus_hw.natnet.client import NatNetConfig
+from equimus_hw.valve.config import DriverConfig
+from equimus_sim.config import SimConfig
 
 MODES = ('sim', 'hardware')
+
+# The nodes' own defaults, so a launch argument never restates one.
+_NATNET, _DRIVER, _SIM = NatNetConfig(), DriverConfig(), SimConfig()
+
+
+def _flag(value: bool) -> str:
+    return 'true' if value else 'false'
+
 
 # Declared arguments: name -> (default, description). Defaults that depend on the mode are
 # resolved in `resolve_args`.
 ARGUMENTS: dict[str, tuple[str, str]] = {
-    'controller': ('pid', 'controller to run: pid | mpc | sampling | open_loop'),
+    'controller': (CONTROLLERS[0], f'controller to run: {" | ".join(CONTROLLERS)}'),
     'reference': ('triangle', 'reference trajectory: triangle | step | sine | hold'),
     'record': ('false', 'record every topic to a rosbag2 (MCAP) bag: true | false'),
     'bag': ('', 'bag directory to create (default: bags/equimus_<mode>_<date-time>)'),
@@ -33,18 +44,24 @@ ARGUMENTS: dict[str, tuple[str, str]] = {
         'use /clock from the simulation (default: true in sim, false on hardware)',
     ),
     'sim_mode': ('lockstep', 'simulation pacing: lockstep | realtime'),
-    'rate_factor': ('1.0', 'realtime pacing: multiple of real time (0 = as fast as possible)'),
-    'variant': ('equimus', 'simulation model: equimus | pure'),
+    'rate_factor': (
+        str(_SIM.rate_factor),
+        'realtime pacing: multiple of real time (0 = as fast as possible)',
+    ),
+    'variant': (_SIM.variant, 'simulation model: equimus | pure'),
     'leg_overrides': (
         '',
         'fitted-parameter YAML from `equimus identify` applied to the simulated leg',
     ),
-    'natnet_server': ('127.0.0.1', 'Motive (NatNet server) address'),
-    'natnet_local': ('127.0.0.1', 'local interface address for NatNet'),
-    'natnet_multicast': ('true', 'NatNet data by multicast (true) or unicast (false)'),
-    'natnet_command_port': ('1510', 'NatNet command port of the server'),
-    'natnet_data_port': ('1511', 'NatNet data port'),
-    'serial_port': ('/dev/ttyACM0', 'serial device of the valve DAC board'),
+    'natnet_server': (_NATNET.server_address, 'Motive (NatNet server) address'),
+    'natnet_local': (_NATNET.local_address, 'local interface address for NatNet'),
+    'natnet_multicast': (
+        _flag(_NATNET.multicast),
+        'NatNet data by multicast (true) or unicast (false)',
+    ),
+    'natnet_command_port': (str(_NATNET.command_port), 'NatNet command port of the server'),
+    'natnet_data_port': (str(_NATNET.data_port), 'NatNet data port'),
+    'serial_port': (_DRIVER.port, 'serial device of the valve DAC board'),
     'emulator': (
         'false',
         'hardware mode only: run against rig_emulator '

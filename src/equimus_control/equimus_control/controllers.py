@@ -24,7 +24,7 @@ from .plant import DEFAULT_PLANT, PlantFactory
 class ControllerChoice:
     """Which controller runs, on which model of the leg: fixed for the node's life."""
 
-    controller: str = param('pid', 'pid | mpc | sampling | open_loop')
+    controller: str = param(CONTROLLERS[0], ' | '.join(CONTROLLERS))
     pressure_sign: float = param(
         1.0,
         '+1: pressure lengthens the actuator (the rig and the sim model); -1: pressure pulls',
