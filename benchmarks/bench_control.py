@@ -28,6 +28,7 @@ def run(quick: bool = True) -> dict:
     from equimus_control.sampling import PredictiveSampling, SamplingConfig
     from equimus_description.leg import load_leg
     from equimus_description.statics import StaticParams, holding_pressures
+    from equimus_hw.valve.stage import SimulatedDriver
     from equimus_sim.leg_model import LegModel
     from equimus_sim.mocap import MocapConfig, VirtualMocap
     from equimus_sim.simulator import make_simulator
@@ -66,7 +67,8 @@ def run(quick: bool = True) -> dict:
             else:
                 c = PredictiveSampling(lm_plan, params, ps_cfg)
                 c.reset(p_valve=p0)
-            r = run_loop(sim, mocap, c, ref, duration)
+            # the valves get what the sim graph's valve driver makes of each command
+            r = run_loop(sim, mocap, c, ref, duration, actuation=SimulatedDriver())
             e = r.rmse(skip=0.5)
             out[f'{task}_{name}_rmse_hip'] = float(e[0])
             out[f'{task}_{name}_rmse_knee'] = float(e[1])

@@ -39,3 +39,29 @@ def test_pid_and_mpc_beat_open_loop(kind, triangle, sim_params, leg_model, mpc_g
     assert total['pid'] < 0.95 * total['open'], res
     assert total['mpc'] < 0.9 * total['open'], res
     assert np.all(res['mpc'] < 0.13), res
+
+
+def test_the_valves_get_what_the_actuation_stage_makes_of_each_command(
+    triangle, sim_params, make_sim
+):
+    """`actuation` stands between the ControlStep and the valves (the sim graph's valve driver in
+    the benchmark): here one that holds the MAA vented, so its pressure decays to 0 whatever PID
+    asks, while the BAA follows the commands."""
+    sim, mocap = make_sim(triangle[0], np.clip(holding_pressures(triangle[0], sim_params), 0, 50))
+    seen = []
+
+    def hold_maa_vented(u, t):
+        seen.append((t, list(u)))
+        return [0.0, float(u[1])]
+
+    r = run(
+        sim,
+        mocap,
+        PIDController(sim_params),
+        Waypoints(triangle, 0.5, 1.5),
+        2.0,
+        actuation=hold_maa_vented,
+    )
+    assert len(seen) == len(r.t) and r.u[:, 0].max() > 1.0  # PID kept asking for MAA pressure
+    assert sim.pressures[0] < 0.01 * r.u[:, 0].max()
+    assert sim.pressures[1] == pytest.approx(r.u[-2, 1], abs=5.0)

@@ -12,12 +12,16 @@ from typing import Any
 
 import numpy as np
 
+from equimus_description.interface import BODIES
+
 from .controller import Controller
 from .estimation import EstimatorConfig, JointStateEstimator
 from .step import PERIOD, ControlStep
 from .supervisor import SafetyConfig
 
 ReferenceFn = Callable[[float], tuple[np.ndarray, np.ndarray]]
+#: command (kPa) and its time (s) -> the pressures the valves are driven to (kPa)
+Actuation = Callable[[np.ndarray, float], Sequence[float]]
 
 
 @dataclass
@@ -40,7 +44,7 @@ class RunResult:
 def frame_poses(frame: Any) -> list[tuple[Sequence[float], tuple[float, float, float, float]]]:
     """[(position, quaternion xyzw)] × (base, thigh, calf) from a VirtualMocap frame (wxyz)."""
     out = []
-    for name in ('base', 'thigh', 'calf'):
+    for name in BODIES:
         b = frame.bodies[name]
         w, x, y, z = b.orientation
         out.append((b.position, (x, y, z, w)))
@@ -55,17 +59,20 @@ def run(
     duration: float,
     est_cfg: EstimatorConfig | None = None,
     safety: SafetyConfig | None = None,
+    actuation: Actuation | None = None,
 ) -> RunResult:
     """`duration` s of closed loop; the reference is sampled at each frame's time, the guard's
-    clock is the simulation time."""
+    clock is the simulation time. `actuation(command, t)` turns each command into the pressures
+    the valves get (the sim graph's valve driver: equimus_hw.valve.stage.SimulatedDriver); without
+    it the command reaches the valves as it is. `u` in the result is the commanded pressure."""
     est = JointStateEstimator(est_cfg or EstimatorConfig())
     step = ControlStep(controller, safety)
     n = int(round(duration / PERIOD))
     series: list[list[Any]] = [[] for _ in range(9)]
     T, Q, R, E, U, C, S, CPU, V = series
-    u = sim.pressures
+    u = applied = sim.pressures
     for k in range(n):
-        sim.set_command(u)
+        sim.set_command(applied)
         sim.advance(PERIOD)
         t = (k + 1) * PERIOD
         frame = mocap.capture(t, sim.body_poses())
@@ -77,6 +84,7 @@ def run(
         C.append(time.perf_counter() - t0)
         CPU.append(time.thread_time() - c0)
         u = cmd.pressures
+        applied = u if actuation is None else actuation(u, t)
         q, _ = sim.joint_state()
         for store, value in (
             (T, t),
