@@ -30,7 +30,7 @@ from rcl_interfaces.msg import (
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 
-__all__ = ['METADATA_KEY', 'ConfigBinding', 'bind', 'declare']
+__all__ = ['METADATA_KEY', 'ConfigBinding', 'bind']
 
 C = TypeVar('C')
 
@@ -182,8 +182,3 @@ def bind(
     """Declare `config`'s fields on `node`; see the module docstring."""
     return ConfigBinding(node, config, prefix, apply)
 
-
-def declare(node: Node, name: str, default: Any, description: str, read_only: bool = True) -> Any:
-    """One parameter that belongs to no config dataclass (a node's own choice, e.g. a mode)."""
-    desc = ParameterDescriptor(description=description, type=_ptype(default), read_only=read_only)
-    return node.declare_parameter(name, _ros_value(default), desc).value
