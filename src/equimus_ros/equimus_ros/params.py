@@ -181,4 +181,3 @@ def bind(
 ) -> ConfigBinding[C]:
     """Declare `config`'s fields on `node`; see the module docstring."""
     return ConfigBinding(node, config, prefix, apply)
-
