@@ -164,6 +164,17 @@ def test_meshes_are_visual_only(shared_dir):
     np.testing.assert_allclose(a.body_inertia, b.body_inertia)
 
 
+def test_the_model_builds_without_the_shared_data(monkeypatch):
+    """The meshes are visual only: a clone without the authors' data (no EQUIMUS_SHARED, no
+    EQUIMUS_MESH_DIR) still builds and simulates the leg, and asking for meshes says what to set."""
+    monkeypatch.delenv('EQUIMUS_SHARED', raising=False)
+    monkeypatch.delenv('EQUIMUS_MESH_DIR', raising=False)
+    m = mujoco.MjModel.from_xml_string(build_mjcf(LEG))
+    assert m.nmesh == 0 and m.njnt > 2
+    with pytest.raises(FileNotFoundError, match='EQUIMUS_SHARED'):
+        build_mjcf(LEG, meshes=True)
+
+
 def test_default_mesh_dir_and_missing_meshes_error(tmp_path):
     m = mujoco.MjModel.from_xml_string(build_mjcf(LEG, meshes=True))
     assert m.nmesh == 3

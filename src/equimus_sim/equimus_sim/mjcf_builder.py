@@ -100,8 +100,8 @@ def build_mjcf(
         gravity=[0.0, 0.0, -leg.gravity],
     )
     _sub(opt, 'flag', contact='disable')
-    mesh_dir = pathlib.Path(mesh_dir) if mesh_dir is not None else default_mesh_dir()
     if meshes:
+        mesh_dir = pathlib.Path(mesh_dir) if mesh_dir is not None else default_mesh_dir()
         asset = _sub(root, 'asset')
         for b in leg.bodies.values():
             if b.mesh:
