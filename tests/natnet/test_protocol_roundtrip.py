@@ -7,7 +7,7 @@ import pytest
 
 from equimus_hw.natnet import protocol as P
 
-VERSIONS = [(3, 0), (3, 1), (4, 0), (4, 1)]
+VERSIONS = [(3, 0), (3, 1), (4, 0), (4, 1), (4, 2), (4, 3)]
 
 
 def f32(x):
@@ -61,6 +61,7 @@ def full_modeldef(version):
         [(0.5, 0.25, 0.125), (1.0, 0.0, 0.0)],
         [0, 7],
         ['M1', 'M2'] if v4 else None,
+        (0.0, f32(0.6), 0.0, f32(0.8)) if version >= (4, 2) else None,
     )
     d = [
         P.MarkerSetDescription('thigh', ['thigh_1', 'thigh_2']),
@@ -78,6 +79,7 @@ def full_modeldef(version):
                     [],
                     [],
                     [] if v4 else None,
+                    (0.0, 0.0, 0.0, 1.0) if version >= (4, 2) else None,
                 ),
             ],
         ),
@@ -171,7 +173,32 @@ def test_unsupported_version():
     with pytest.raises(P.NatNetDecodeError, match='not supported'):
         P.decode_frame(b'', (2, 10))
     with pytest.raises(P.NatNetDecodeError, match='not supported'):
-        P.decode_frame(b'', (4, 2))
+        P.decode_frame(b'', (4, 4))
+    with pytest.raises(P.NatNetDecodeError, match='not supported'):
+        P.decode_frame(b'', (5, 0))
+
+
+def test_42_rigid_body_description_has_rotation_offset():
+    """4.2 inserts a 16-byte quaternion after the parent offset (SDK 4.3 NatNetClient.py)."""
+    d = P.RigidBodyDescription('b', 1, -1, (0.0, 0.0, 0.0), [], [], [], (0.0, 0.0, 0.5, 0.75))
+    b41 = P.encode_modeldef(P.ModelDefinitions([d]), (4, 1))
+    b42 = P.encode_modeldef(P.ModelDefinitions([d]), (4, 2))
+    assert len(b42) == len(b41) + 16
+    # count, type, byte count, 'b\0', id, parent, offset xyz, then the quaternion.
+    assert struct.unpack_from('<4f', b42, 4 + 4 + 4 + 2 + 8 + 12) == (0.0, 0.0, 0.5, 0.75)
+    assert P.decode_modeldef(b42, (4, 3)).descriptions[0].orientation == (0.0, 0.0, 0.5, 0.75)
+    # A 4.2 definition read as 4.1 (or back) fails its byte count instead of being misread.
+    with pytest.raises(P.NatNetDecodeError):
+        P.decode_modeldef(b42, (4, 1))
+    with pytest.raises(P.NatNetDecodeError):
+        P.decode_modeldef(b41, (4, 2))
+
+
+@pytest.mark.parametrize('version', [(4, 1), (4, 2), (4, 3)])
+def test_frame_layout_unchanged_from_41(version):
+    """The SDK 4.3 client reads 4.2/4.3 frames with the 4.1 layout (byte counts, assets, PTP)."""
+    f = full_frame(version)
+    assert P.encode_frame(f, version) == P.encode_frame(f, (4, 1))
 
 
 def test_response_variants():
@@ -181,6 +208,21 @@ def test_response_variants():
     assert r.text == 'Bitstream,4.1' and not r.is_numeric
     assert P.decode_message(P.packet(256)) == P.Empty(P.MessageId.UNRECOGNIZED_REQUEST)
     assert P.decode_message(P.packet(100)) == P.Empty(P.MessageId.UNRECOGNIZED_REQUEST)
+
+
+def test_real_motive_strictness_cases():
+    """Seen from real Motive: UNRECOGNIZED_REQUEST with a 264-byte payload, and a binary
+    REQUEST/RESPONSE pair (``service20,`` followed by non-UTF-8 bytes)."""
+    body = b'Motive\0' + bytes(range(200, 256)) + bytes(264 - 7 - 56)
+    u = P.decode_message(P.packet(100, body))
+    assert u.message_id == P.MessageId.UNRECOGNIZED_REQUEST and len(u.payload) == 264
+    assert P.encode_message(u) == P.packet(100, body)
+    binary = b'service20,\xff\xfe\x00\x81\x00'
+    req = P.decode_message(P.packet(P.MessageId.REQUEST, binary))
+    assert req.command == 'service20,\ufffd\ufffd' and req.raw == binary
+    assert P.encode_message(req) == P.packet(P.MessageId.REQUEST, binary)
+    resp = P.decode_message(P.packet(P.MessageId.RESPONSE, binary))
+    assert resp.data == binary and not resp.is_numeric
 
 
 def test_connect_variants():

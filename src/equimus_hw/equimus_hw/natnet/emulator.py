@@ -28,6 +28,16 @@ from . import protocol as P
 CLOCK_HZ = 10_000_000
 DEFAULT_BODIES = BODIES
 UNICAST_LEASE_S = 10.0
+#: The Motive release announced with each NatNet version (see docs/natnet.md, "Which Motive sends
+#: what"); only informative, the layout follows the NatNet version.
+MOTIVE_FOR_VERSION: dict[P.Version, tuple[int, int, int, int]] = {
+    (3, 0): (2, 1, 0, 0),
+    (3, 1): (2, 3, 0, 0),
+    (4, 0): (3, 0, 0, 0),
+    (4, 1): (3, 1, 0, 0),
+    (4, 2): (3, 2, 0, 0),
+    (4, 3): (3, 3, 0, 0),
+}
 Vec3 = tuple[float, float, float]
 Quat = tuple[float, float, float, float]
 Pose = tuple[Vec3, Quat]
@@ -181,8 +191,15 @@ class NatNetEmulator:
         seed: int = 0,
         on_sent: Callable[[int, int], None] | None = None,
         before_frame: Callable[[], None] | None = None,
+        bitstream_changeable: bool = True,
+        announce_version: str | None = None,
     ):
         self.version = P.check_version(P.parse_version(version))
+        # False: a server that refuses `Bitstream,X.Y` (-1), like Motive in multicast.
+        self.bitstream_changeable = bitstream_changeable
+        # Fault: announce another version in SERVERINFO than the one the frames are encoded in.
+        self.announce_version = P.parse_version(announce_version) if announce_version else None
+        self.bitstream_requests: list[str] = []
         self.address = address
         self.command_port = int(command_port)
         self.data_port = int(data_port)
@@ -250,10 +267,11 @@ class NatNetEmulator:
 
     # -- description / frame building ---------------------------------------------------------
     def server_info(self) -> P.ServerInfo:
+        v = self.announce_version or self.version
         return P.ServerInfo(
             'Motive',
-            (3, 1, 0, 0) if self.version >= (4, 0) else (2, 3, 0, 0),
-            (*self.version, 0, 0),
+            MOTIVE_FOR_VERSION.get(v, (3, 2, 0, 0)),
+            (*v, 0, 0),
             CLOCK_HZ,
             self.data_port,
             self.multicast,
@@ -278,6 +296,7 @@ class NatNetEmulator:
                     [f'Marker{i + 1}' for i in range(len(offs))]
                     if self.version >= (4, 0)
                     else None,
+                    (0.0, 0.0, 0.0, 1.0) if self.version >= (4, 2) else None,
                 )
             )
         for n in self.bodies:
@@ -454,11 +473,12 @@ class NatNetEmulator:
                 return P.encode_message(
                     P.Response.from_text(f'Bitstream,{self.version[0]}.{self.version[1]}')
                 )
+            self.bitstream_requests.append(arg.strip())
             try:
                 v = P.check_version(P.parse_version(arg))
             except (ValueError, P.NatNetDecodeError):
                 return P.encode_message(P.Response.from_int(-1))
-            if self.multicast:
+            if self.multicast or not self.bitstream_changeable:
                 return P.encode_message(P.Response.from_int(-1))  # unicast-only in Motive
             self.version = v
             self._flags_once = 0x08
@@ -572,7 +592,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         '--version',
         default='4.1',
-        choices=['3.0', '3.1', '4.0', '4.1'],
+        choices=[P.version_text(v) for v in P.SUPPORTED_VERSIONS],
         help='NatNet bitstream version (default 4.1)',
     )
     p.add_argument('--address', default='127.0.0.1', help='local address to serve on')

@@ -1,9 +1,10 @@
-"""NatNet 3.0 / 3.1 / 4.0 / 4.1 wire codec (no ROS).
+"""NatNet 3.0 / 3.1 / 4.0 / 4.1 / 4.2 / 4.3 wire codec (no ROS).
 
 Strict by design: every decoder consumes its payload exactly, and anything malformed raises
 :class:`NatNetDecodeError` (a ``ValueError``) with a ``reason`` -- never ``struct.error``,
 ``IndexError`` or ``UnicodeDecodeError``. The encoders produce the byte layout Motive sends, so the
-emulator speaks the real protocol. Layout facts: ``shared/spec/natnet.md`` sections 1-9.
+emulator speaks the real protocol. Layout facts: ``shared/spec/natnet.md`` sections 1-9; what 4.2
+and 4.3 changed: docs/natnet.md "NatNet 4.2 and 4.3".
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 
 Version = tuple[int, int]
-SUPPORTED_VERSIONS: tuple[Version, ...] = ((3, 0), (3, 1), (4, 0), (4, 1))
+SUPPORTED_VERSIONS: tuple[Version, ...] = ((3, 0), (3, 1), (4, 0), (4, 1), (4, 2), (4, 3))
+#: The newest layout this codec speaks: what a unicast client asks Motive for by default.
+NEWEST_VERSION: Version = SUPPORTED_VERSIONS[-1]
 HEADER = struct.Struct('<HH')
 MAX_PAYLOAD = 65503
 SENDER_NAME_LEN = 256
@@ -62,7 +65,7 @@ def parse_version(text: str | Sequence[int]) -> Version:
             nums = [int(p) for p in parts]
         except ValueError as exc:
             raise ValueError(
-                f'bad NatNet version {text!r}: expected e.g. 3.0, 3.1, 4.0 or 4.1'
+                f'bad NatNet version {text!r}: expected e.g. 3.0, 3.1, 4.0 ... 4.3'
             ) from exc
     else:
         nums = list(text)
@@ -71,11 +74,18 @@ def parse_version(text: str | Sequence[int]) -> Version:
     return (nums[0], nums[1])
 
 
+SUPPORTED_TEXT = ', '.join(f'{a}.{b}' for a, b in SUPPORTED_VERSIONS)
+
+
+def version_text(version: Sequence[int]) -> str:
+    return '.'.join(str(int(x)) for x in version)
+
+
 def check_version(version: Version) -> Version:
     v = (int(version[0]), int(version[1]))
     if v not in SUPPORTED_VERSIONS:
         raise NatNetDecodeError(
-            f'NatNet version {v[0]}.{v[1]} is not supported (supported: 3.0, 3.1, 4.0, 4.1); '
+            f'NatNet version {v[0]}.{v[1]} is not supported (supported: {SUPPORTED_TEXT}); '
             "set Motive's streaming bitstream to one of these"
         )
     return v
@@ -198,6 +208,8 @@ class RigidBodyDescription:
     marker_labels: list[int] = field(default_factory=list)
     #: 4.0+ only; ``None`` for 3.x.
     marker_names: list[str] | None = None
+    #: 4.2+ only (rotation offset from the parent, x y z w); ``None`` before 4.2.
+    orientation: Quat | None = None
     type_id = 1
 
 
@@ -323,7 +335,11 @@ class ConnectRequest:
 
 @dataclass
 class Request:
+    """NAT_REQUEST. Motive also exchanges binary requests (e.g. ``service20,`` + bytes); those keep
+    their payload in ``raw`` and ``command`` holds the printable text before the first NUL."""
+
     command: str
+    raw: bytes | None = None
 
 
 @dataclass
@@ -377,9 +393,13 @@ class MessageString:
 
 @dataclass
 class Empty:
-    """A message with no payload (REQUEST_MODELDEF, KEEPALIVE, DISCONNECT, UNRECOGNIZED...)."""
+    """A message with no payload (REQUEST_MODELDEF, KEEPALIVE, DISCONNECT, UNRECOGNIZED...).
+
+    ``payload`` is kept for UNRECOGNIZED_REQUEST only: real Motive sends it with a 264-byte sender
+    block, whose content is not documented."""
 
     message_id: int
+    payload: bytes = b''
 
 
 Message = (
@@ -406,6 +426,7 @@ _U64 = struct.Struct('<Q')
 _F32 = struct.Struct('<f')
 _F64 = struct.Struct('<d')
 _VEC3 = struct.Struct('<3f')
+_QUAT = struct.Struct('<4f')
 _RB = struct.Struct('<i7ffh')  # 38 bytes
 _MARKER = struct.Struct('<i4fhf')  # 26 bytes
 _SUFFIX = struct.Struct('<IIdQQQ')  # 40 bytes
@@ -581,11 +602,12 @@ def _rd_rb_desc(r: _Reader, version: Version) -> RigidBodyDescription:
     name = r.cstr('rigid body name')
     rid, parent = r.unpack(struct.Struct('<ii'), 'rigid body id/parent')
     offset = r.unpack(_VEC3, 'rigid body offset')
+    rot = r.unpack(_QUAT, 'rigid body rotation offset') if version >= (4, 2) else None
     n = r.count('rigid body marker count', 16)
     pos = [_rd_vec3(r) for _ in range(n)]
     labels = [r.i32('marker active label') for _ in range(n)]
     names = [r.cstr('marker name') for _ in range(n)] if version >= (4, 0) else None
-    return RigidBodyDescription(name, rid, parent, offset, pos, labels, names)
+    return RigidBodyDescription(name, rid, parent, offset, pos, labels, names, rot)
 
 
 def _rd_desc_body(r: _Reader, t: int, version: Version) -> Description:
@@ -777,11 +799,12 @@ def decode_message(datagram: bytes, version: Version | None = None) -> Message:
     if mid in (MessageId.CONNECT, MessageId.DISCOVERY):
         return decode_connect(p)
     if mid == MessageId.REQUEST:
-        return Request(_cstr_payload(p, 'request'))
+        try:
+            return Request(_cstr_payload(p, 'request'))
+        except NatNetDecodeError:
+            return Request(_cut_name(p), raw=p)
     if mid == MessageId.RESPONSE:
-        if len(p) != 4:
-            _cstr_payload(p, 'response')
-        return Response(p)
+        return Response(p)  # 4-byte number, a string, or binary (Motive's service replies)
     if mid == MessageId.MESSAGESTRING:
         return MessageString(_cstr_payload(p, 'message string'))
     if mid == MessageId.ECHOREQUEST:
@@ -790,19 +813,17 @@ def decode_message(datagram: bytes, version: Version | None = None) -> Message:
     if mid == MessageId.ECHORESPONSE:
         _expect_len(p, 16, 'echo response')
         return EchoResponse(*struct.unpack('<QQ', p))
-    if (
-        mid
-        in (
-            MessageId.REQUEST_MODELDEF,
-            MessageId.REQUEST_FRAMEOFDATA,
-            MessageId.DISCONNECT,
-            MessageId.KEEPALIVE,
-            MessageId.DISCONNECTBYTIMEOUT,
-        )
-        or mid in UNRECOGNIZED_IDS
+    if mid in UNRECOGNIZED_IDS:
+        return Empty(MessageId.UNRECOGNIZED_REQUEST, p)
+    if mid in (
+        MessageId.REQUEST_MODELDEF,
+        MessageId.REQUEST_FRAMEOFDATA,
+        MessageId.DISCONNECT,
+        MessageId.KEEPALIVE,
+        MessageId.DISCONNECTBYTIMEOUT,
     ):
         _expect_len(p, 0, f'message {mid}')
-        return Empty(MessageId.UNRECOGNIZED_REQUEST if mid in UNRECOGNIZED_IDS else mid)
+        return Empty(mid)
     raise NatNetDecodeError(f'unknown message id {mid}')
 
 
@@ -907,6 +928,10 @@ def _enc_rb_desc(d: RigidBodyDescription, version: Version) -> bytes:
         _cs(d.name),
         struct.pack('<ii', d.id, d.parent_id),
         _VEC3.pack(*d.offset),
+    ]
+    if version >= (4, 2):
+        out.append(_QUAT.pack(*(d.orientation or (0.0, 0.0, 0.0, 1.0))))
+    out += [
         _I32.pack(n),
         b''.join(_VEC3.pack(*p) for p in d.marker_positions),
         struct.pack(f'<{n}i', *labels),
@@ -1023,7 +1048,7 @@ def encode_message(msg: Message, version: Version | None = None) -> bytes:
     if isinstance(msg, ConnectRequest):
         return packet(MessageId.CONNECT, encode_connect(msg))
     if isinstance(msg, Request):
-        return packet(MessageId.REQUEST, _cs(msg.command))
+        return packet(MessageId.REQUEST, msg.raw if msg.raw is not None else _cs(msg.command))
     if isinstance(msg, Response):
         return packet(MessageId.RESPONSE, msg.data)
     if isinstance(msg, EchoRequest):
@@ -1033,5 +1058,5 @@ def encode_message(msg: Message, version: Version | None = None) -> bytes:
     if isinstance(msg, MessageString):
         return packet(MessageId.MESSAGESTRING, _cs(msg.text))
     if isinstance(msg, Empty):
-        return packet(msg.message_id)
+        return packet(msg.message_id, msg.payload)
     raise TypeError(f'cannot encode {msg!r}')
