@@ -37,7 +37,7 @@ def test_stale_timeout_applies_at_run_time_and_the_connection_is_read_only(repo_
     executor.add_node(bridge)
     threading.Thread(target=executor.spin, daemon=True).start()
     try:
-        assert bridge.wanted == {'base', 'thigh', 'calf'} and bridge.frame_id == 'mocap'
+        assert bridge.wanted == ['base', 'thigh', 'calf'] and bridge.frame_id == 'mocap'
         assert get_parameters(client, 'natnet_bridge', 'stale_timeout', 'command_port') == [0.5, 9]
         (ok,) = set_parameters(client, 'natnet_bridge', stale_timeout=2.0)
         assert ok.successful, ok.reason

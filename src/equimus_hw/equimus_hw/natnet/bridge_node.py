@@ -18,13 +18,15 @@ from geometry_msgs.msg import PoseStamped
 from rclpy.duration import Duration
 from rclpy.node import Node
 
-from equimus_description.config import param, validate_fields
+from equimus_description.config import ConfigError, param, validate_fields
 from equimus_description.interface import BODIES, DIAGNOSTICS, FRAME_MOCAP, mocap_pose
 from equimus_ros.diagnostics import Diagnostics, Level
 from equimus_ros.main import run_node
 from equimus_ros.params import bind
 from equimus_ros.qos import publisher
 
+from . import protocol as P
+from .checks import BodyMatch, match_bodies, topic_token
 from .client import FrameEvent, NatNetClient, NatNetConfig
 
 NAN = float('nan')
@@ -50,11 +52,23 @@ class BridgeConfig:
         "publishing (the graph's topics are in Motive's Y-up frame)",
     )
     rigid_bodies: tuple[str, ...] = param(
-        BODIES, "rigid body names to publish; [''] = every body of Motive's model"
+        BODIES,
+        'rigid body names to publish (Motive asset names; an all-digit name that is not a '
+        "Motive name is taken as the streaming id); [''] = every body of Motive's model",
     )
 
     def __post_init__(self) -> None:
         validate_fields(self)
+        dup = sorted({n for n in self.rigid_bodies if self.rigid_bodies.count(n) > 1})
+        if dup:
+            raise ConfigError(f'rigid_bodies lists {dup} more than once; list each body once')
+        tokens: dict[str, str] = {}
+        for n in self.rigid_bodies:
+            if n and tokens.setdefault(topic_token(n), n) != n:
+                raise ConfigError(
+                    f'rigid_bodies {tokens[topic_token(n)]!r} and {n!r} would both publish '
+                    f'{mocap_pose(topic_token(n)).name}; rename one in Motive'
+                )
 
 
 class NatNetBridge(Node):
@@ -75,9 +89,16 @@ class NatNetBridge(Node):
         self.data_port = net.data_port
         self.frame_id, self.z_up = bridge.frame_id, bridge.convert_to_z_up
         wanted = [b for b in bridge.rigid_bodies if b]
-        self.wanted = set(wanted) if wanted else None
+        self.wanted: list[str] | None = wanted or None
+        self.match: BodyMatch | None = None
+        self.body_error = ''
+        self.topic_for_id: dict[int, str] = {}  # streaming id -> published body name
 
+        # Publishers exist before the first frame, so subscribers (the recorder) are matched by
+        # the time poses flow; the rest are created when the model definitions name them.
         self.pubs: dict[str, object] = {}
+        for name in wanted:
+            self._pub(name)
         self.diagnostics = Diagnostics(
             self,
             DIAGNOSTICS,
@@ -94,11 +115,16 @@ class NatNetBridge(Node):
             net.stale_timeout,
             on_frame=self._on_frame,
             on_log=self._log,
+            bitstream_version=net.bitstream_version,
+            allowed_senders=net.allowed_senders,
+            plausibility=net.plausibility(),
+            on_model=self._on_model,
         )
         self._stop = threading.Event()
         self._last_diag = 0.0
         self._last_level: Level | None = None
         self._prev = (0, 0, 0)
+        self._prev_more = (0, 0, 0)
         self._reject_log_t = 0.0
         self._thread = threading.Thread(target=self._receive, daemon=True, name='natnet-rx')
         self.create_timer(0.1, self._diagnostics)
@@ -146,9 +172,29 @@ class NatNetBridge(Node):
     def _pub(self, name: str):
         pub = self.pubs.get(name)
         if pub is None:
-            pub = publisher(self, PoseStamped, mocap_pose(name))
+            pub = publisher(self, PoseStamped, mocap_pose(topic_token(name)))
             self.pubs[name] = pub
         return pub
+
+    def _on_model(self, model: P.ModelDefinitions) -> None:
+        """Receive thread: compare Motive's bodies with rigid_bodies, loudly."""
+        m = match_bodies(self.wanted, model)
+        self.topic_for_id = {i: name for name, i in m.ids.items()}
+        for name in m.ids:
+            if topic_token(name) != name:
+                self.get_logger().warning(
+                    f'Motive body {name!r} is published on {mocap_pose(topic_token(name)).name} '
+                    '(ROS topic names cannot hold it as is)'
+                )
+            self._pub(name)
+        for name in m.by_id:
+            self.get_logger().info(f'rigid_bodies entry {name!r} matched by streaming id')
+        error = m.error()
+        if error and error != self.body_error:
+            self.get_logger().error(error)
+        elif not error and self.body_error:
+            self.get_logger().info(f'every configured rigid body is streamed: {m.streamed}')
+        self.match, self.body_error = m, error
 
     def _on_frame(self, ev: FrameEvent) -> None:
         if self._stop.is_set() or not self.context.ok():
@@ -159,7 +205,8 @@ class NatNetBridge(Node):
         stamp = (now - Duration(nanoseconds=int(age * 1e9))).to_msg()
         out = []
         for b in ev.bodies:
-            if self.wanted is not None and b.name not in self.wanted:
+            name = self.topic_for_id.get(b.id)
+            if name is None:
                 continue
             msg = PoseStamped()
             msg.header.stamp = stamp
@@ -176,7 +223,7 @@ class NatNetBridge(Node):
             o.x, o.y, o.z = (float(v) for v in pos)
             r = msg.pose.orientation
             r.x, r.y, r.z, r.w = (float(v) for v in q)
-            out.append((b.name, msg))
+            out.append((name, msg))
         if self.downstream is not None:  # the whole frame first, then publish
             for name, msg in out:
                 self.downstream(name, msg)
@@ -193,8 +240,15 @@ class NatNetBridge(Node):
         c, st = self.client, self.client.stats
         drops, rej = st.dropped_frames, st.rejected_packets
         new_drops, new_rej = drops - self._prev[0], rej - self._prev[1]
+        new_foreign = st.foreign_packets - self._prev_more[0]
+        new_implausible = st.implausible_frames - self._prev_more[1]
+        new_ts = st.non_monotonic_timestamps - self._prev_more[2]
         if c.version_error:
             level, text = Level.ERROR, f'cannot decode the stream: {c.version_error}'
+        elif c.layout_error:
+            level, text = Level.ERROR, f'cannot decode the stream: {c.layout_error}'
+        elif self.body_error:
+            level, text = Level.ERROR, self.body_error
         elif not c.connected:
             level, text = (
                 Level.ERROR,
@@ -210,11 +264,19 @@ class NatNetBridge(Node):
             )
         elif st.untracked_bodies:
             level, text = Level.WARN, f'untracked: {", ".join(st.untracked_bodies)}'
-        elif new_drops or new_rej:
-            level, text = (
-                Level.WARN,
-                (f'{new_drops} dropped frames, {new_rej} rejected packets since last report'),
-            )
+        elif new_drops or new_rej or new_foreign or new_implausible or new_ts:
+            parts = [
+                f'{n} {what}'
+                for n, what in (
+                    (new_drops, 'dropped frames'),
+                    (new_rej, 'rejected packets'),
+                    (new_foreign, f'datagrams from foreign sender {st.last_foreign_sender}'),
+                    (new_implausible, 'implausible frames dropped'),
+                    (new_ts, 'frames with a backwards timestamp'),
+                )
+                if n
+            ]
+            level, text = Level.WARN, ', '.join(parts) + ' since last report'
         else:
             level, text = Level.OK, 'streaming'
         now = time.monotonic()
@@ -222,6 +284,7 @@ class NatNetBridge(Node):
             return
         self._last_level, self._last_diag = level, now
         self._prev = (drops, rej, 0)
+        self._prev_more = (st.foreign_packets, st.implausible_frames, st.non_monotonic_timestamps)
         info = c.server_info
         kv = {
             'frame_rate_hz': f'{c.frame_rate():.1f}',
@@ -242,6 +305,17 @@ class NatNetBridge(Node):
             'natnet_version': '' if info is None else '.'.join(map(str, info.natnet_version)),
             'server_app': '' if info is None else info.app_name,
             'version_error': c.version_error,
+            'decoding_version': '' if c.version is None else P.version_text(c.version),
+            'version_negotiation': c.version_note,
+            'layout_error': c.layout_error,
+            'body_error': self.body_error,
+            'streamed_bodies': '' if self.match is None else ', '.join(self.match.streamed),
+            'foreign_packets': st.foreign_packets,
+            'last_foreign_sender': st.last_foreign_sender,
+            'implausible_frames': st.implausible_frames,
+            'last_implausible_reason': st.last_implausible_reason,
+            'non_monotonic_timestamps': st.non_monotonic_timestamps,
+            'frame_number_resets': st.frame_number_resets,
         }
         self.diagnostics.publish(level, text, kv)
 

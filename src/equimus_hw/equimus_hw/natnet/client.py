@@ -22,12 +22,18 @@ from dataclasses import dataclass, field
 from equimus_description.config import ConfigError, param, validate_fields
 
 from . import protocol as P
+from .checks import Plausibility, implausible_reason
 
 KEEPALIVE_PERIOD_S = 1.0
 ECHO_PERIOD_S = 1.0
 ECHO_WINDOW = 16
 RECV_BUFFER = 1 << 20
 MODELDEF_RETRY_S = 1.0
+#: Frames held while the model definitions are still unknown (so the first frames are published).
+PENDING_FRAMES = 240
+#: Frame datagrams rejected in a row, with none accepted, before the layout counts as mismatched.
+MISMATCH_AFTER = 10
+COMMAND_REPLY_TIMEOUT_S = 0.5
 
 
 class NatNetConnectError(RuntimeError):
@@ -63,7 +69,14 @@ class ClientStats:
     untracked_bodies: list[str] = field(default_factory=list)
     untracked_body_frames: int = 0
     unknown_body_ids: int = 0
+    foreign_packets: int = 0
+    last_foreign_sender: str = ''
+    implausible_frames: int = 0
+    last_implausible_reason: str = ''
+    non_monotonic_timestamps: int = 0
+    frame_number_resets: int = 0
     last_frame_number: int | None = None
+    last_timestamp: float | None = None
     last_exposure_age_s: float = float('nan')
     last_system_latency_s: float = float('nan')
     last_software_latency_s: float = float('nan')
@@ -89,14 +102,63 @@ class NatNetConfig:
         range=(0.01, 60.0),
         runtime=True,
     )
+    bitstream_version: str = param(
+        P.version_text(P.NEWEST_VERSION),
+        "NatNet version to request from Motive in unicast ('' = use the server's); "
+        'multicast streams cannot be switched per client',
+    )
+    allowed_senders: tuple[str, ...] = param(
+        ('',),
+        'IPv4 addresses accepted as NatNet senders besides server_address (e.g. a second NIC '
+        "of the Motive host); [''] = none. Datagrams from other senders are dropped and counted",
+    )
+    quaternion_norm_tolerance: float = param(
+        1e-3,
+        'a tracked body whose |q| differs from 1 by more than this makes the frame implausible '
+        '(dropped, counted)',
+        range=(1e-7, 0.5),
+    )
+    workspace_min: tuple[float, ...] = param(
+        (-10.0, -10.0, -10.0),
+        'm, Motive frame: lower x, y, z corner of the capture volume; a tracked body outside '
+        'makes the frame implausible',
+    )
+    workspace_max: tuple[float, ...] = param(
+        (10.0, 10.0, 10.0), 'm, Motive frame: upper x, y, z corner of the capture volume'
+    )
 
     def __post_init__(self) -> None:
         validate_fields(self)
-        for name in ('server_address', 'local_address', 'multicast_group'):
+        addresses = [(n, getattr(self, n)) for n in ('server_address', 'local_address')]
+        addresses += [('multicast_group', self.multicast_group)]
+        addresses += [('allowed_senders', a) for a in self.allowed_senders if a]
+        for name, value in addresses:
             try:
-                socket.inet_aton(getattr(self, name))
+                socket.inet_aton(value)
             except OSError:
-                raise ConfigError(f'{name}={getattr(self, name)!r}: not an IPv4 address') from None
+                raise ConfigError(f'{name}={value!r}: not an IPv4 address') from None
+        if self.bitstream_version:
+            try:
+                P.check_version(P.parse_version(self.bitstream_version))
+            except (ValueError, P.NatNetDecodeError):
+                raise ConfigError(
+                    f'bitstream_version={self.bitstream_version!r}: not one of '
+                    f"{P.SUPPORTED_TEXT} (or '' for the server's)"
+                ) from None
+        for name in ('workspace_min', 'workspace_max'):
+            if len(getattr(self, name)) != 3:
+                raise ConfigError(f'{name} must have 3 values (x, y, z in m)')
+        if any(lo >= hi for lo, hi in zip(self.workspace_min, self.workspace_max, strict=True)):
+            raise ConfigError(
+                f'workspace_min {list(self.workspace_min)} must be below workspace_max '
+                f'{list(self.workspace_max)} on every axis'
+            )
+
+    def plausibility(self) -> Plausibility:
+        lo, hi = self.workspace_min, self.workspace_max
+        return Plausibility(
+            self.quaternion_norm_tolerance, (lo[0], lo[1], lo[2]), (hi[0], hi[1], hi[2])
+        )
 
 
 _D = NatNetConfig()
@@ -117,8 +179,28 @@ class NatNetClient:
         on_frame: Callable[[FrameEvent], None] | None = None,
         on_log: Callable[[str, str], None] | None = None,
         clock_ns: Callable[[], int] = time.perf_counter_ns,
+        *,
+        bitstream_version: str = '',
+        allowed_senders: tuple[str, ...] = (),
+        plausibility: Plausibility | None = None,
+        on_model: Callable[[P.ModelDefinitions], None] | None = None,
     ):
         self.server = (server_address, int(command_port))
+        # Only these hosts are heard (issue 18): a second Motive or a spoofed datagram on the lab
+        # network must not become joint angles.
+        self.allowed_hosts = {server_address, *(a for a in allowed_senders if a)}
+        self.preferred = P.parse_version(bitstream_version) if bitstream_version else None
+        self.plausibility = plausibility or Plausibility()
+        self.on_model = on_model
+        self.layout_error = ''  # frames do not match the negotiated/announced version
+        self.version_note = ''  # what negotiation did (for diagnostics)
+        self._frame_rejects_in_row = 0
+        self._negotiated: P.Version | None = None
+        self._renegotiate = False
+        self._responses: collections.deque[P.Message] = collections.deque(maxlen=8)
+        self._pending: collections.deque[tuple[P.Frame, int]] = collections.deque(
+            maxlen=PENDING_FRAMES
+        )
         self.local_address = local_address
         self.data_port = int(data_port)
         self.multicast = bool(multicast)
@@ -202,12 +284,11 @@ class NatNetClient:
                     'with this command port?'
                 )
             if now >= next_send:
-                self.send(
-                    P.ConnectRequest('NatNetLib', (4, 1, 0, 0), (4, 1, 0, 0), False, (0, 0, 0, 0))
-                )
+                self.send(self._connect_request())
                 next_send = now + 0.25
             self.poll(0.05)
         self._connected_ns = self.clock_ns()
+        self.negotiate()
         self.request_modeldef()
         for _ in range(5):
             self.send_echo()
@@ -216,6 +297,82 @@ class NatNetClient:
         while self.model is None and not self.version_error and time.monotonic() < end:
             self.poll(0.02)
         return self.server_info
+
+    def _connect_request(self) -> P.ConnectRequest:
+        # SDK 4.x connection options: the bitstream wanted (all zero = the server's default).
+        want = (*self.preferred, 0, 0) if self.preferred and not self.multicast else (0, 0, 0, 0)
+        return P.ConnectRequest('NatNetLib', (4, 3, 0, 0), (4, 3, 0, 0), False, want)
+
+    def command(self, text: str, timeout: float = COMMAND_REPLY_TIMEOUT_S) -> P.Message | None:
+        """Send a NAT_REQUEST and wait for its reply (NAT_RESPONSE or UNRECOGNIZED_REQUEST)."""
+        self._responses.clear()
+        self.send(P.Request(text))
+        end = time.monotonic() + timeout
+        while not self._responses and time.monotonic() < end:
+            self.poll(0.02)
+        return self._responses.popleft() if self._responses else None
+
+    def negotiate(self) -> None:
+        """Unicast: ask for the preferred bitstream and confirm it (SDK: `Bitstream,X.Y`, then the
+        query `Bitstream` answers `Bitstream,X.Y[.Z]`). Sets ``version`` or ``version_error``."""
+        info = self.server_info
+        if info is None:
+            return
+        announced = P.parse_version(info.natnet_version)
+        want = self.preferred
+        self.version_note = ''
+        if want is None or announced == want or info.clock_hz is None:
+            return
+        if self.multicast:
+            self.version_note = (
+                f'server streams {P.version_text(announced)}; {P.version_text(want)} can only be '
+                'requested in unicast'
+            )
+            return
+        if announced[0] < 4:
+            self.version_note = f'NatNet {P.version_text(announced)} servers cannot switch'
+            return
+        reply = self.command(f'Bitstream,{P.version_text(want)}')
+        accepted = isinstance(reply, P.Response) and reply.is_numeric and reply.as_int() == 0
+        if accepted:
+            self.version, self.version_error = want, ''
+            query = self.command('Bitstream')
+            confirmed = want
+            if isinstance(query, P.Response) and query.text.startswith('Bitstream,'):
+                with contextlib.suppress(ValueError):
+                    confirmed = P.parse_version(query.text.split(',', 1)[1])
+            try:
+                self.version = P.check_version(confirmed)
+            except P.NatNetDecodeError as e:
+                self.version, self.version_error = None, e.reason
+                return
+            self._negotiated = self.version
+            self.version_note = (
+                f'requested NatNet {P.version_text(want)}, server confirmed '
+                f'{P.version_text(confirmed)} (announced {P.version_text(announced)})'
+            )
+            self.on_log('info', self.version_note)
+            return
+        answer = (
+            'no answer'
+            if reply is None
+            else f'answer {reply.as_int()}'
+            if isinstance(reply, P.Response) and reply.is_numeric
+            else 'unrecognized request'
+            if isinstance(reply, P.Empty)
+            else f'answer {reply!r}'
+        )
+        self.version_note = f'server refused Bitstream,{P.version_text(want)} ({answer})'
+        if self.version is None:
+            self.version_error = (
+                f'Motive streams NatNet {P.version_text(announced)}, which this bridge cannot '
+                f'decode, and refused to switch to {P.version_text(want)} ({answer}). In Motive, '
+                "set the streaming pane's bitstream (NatNet) version to one of "
+                f'{P.SUPPORTED_TEXT}, or update equimus'
+            )
+            self.on_log('error', self.version_error)
+        else:
+            self.on_log('warn', f'{self.version_note}; decoding NatNet {P.version_text(announced)}')
 
     def request_modeldef(self) -> None:
         self._last_modeldef_req = self.clock_ns()
@@ -269,7 +426,7 @@ class NatNetClient:
                 except OSError as e:  # e.g. ICMP port unreachable surfaced on the socket
                     self.on_log('debug', f'receive error: {e}')
                     break
-                self.handle_datagram(data, self.clock_ns())
+                self.handle_datagram(data, self.clock_ns(), addr)
         self._housekeeping()
 
     def _housekeeping(self) -> None:
@@ -292,8 +449,22 @@ class NatNetClient:
         self.stats.last_reject_reason = reason
         self.on_log('warn', f'rejected NatNet packet #{self.stats.rejected_packets}: {reason}')
 
-    def handle_datagram(self, data: bytes, arrival_ns: int) -> FrameEvent | None:
-        """Decode and account one datagram. Never raises: bad input is counted as rejected."""
+    def handle_datagram(
+        self, data: bytes, arrival_ns: int, sender: tuple[str, int] | None = None
+    ) -> FrameEvent | None:
+        """Decode and account one datagram. Never raises: bad input is counted as rejected.
+        ``sender`` (host, port): anything not from the configured server is dropped and counted."""
+        if sender is not None and sender[0] not in self.allowed_hosts:
+            self.stats.foreign_packets += 1
+            if self.stats.last_foreign_sender != f'{sender[0]}:{sender[1]}':
+                self.on_log(
+                    'warn',
+                    f'dropped NatNet datagram from {sender[0]}:{sender[1]}: not the configured '
+                    f'server {self.server[0]} (add it to allowed_senders if it is Motive)',
+                )
+            self.stats.last_foreign_sender = f'{sender[0]}:{sender[1]}'
+            return None
+        is_frame = len(data) >= 2 and data[0] == P.MessageId.FRAMEOFDATA and data[1] == 0
         try:
             msg = P.decode_message(data, self.version)
         except P.NatNetDecodeError as e:
@@ -301,6 +472,8 @@ class NatNetClient:
                 self.reject(self.version_error)
             else:
                 self.reject(e.reason)
+            if is_frame:
+                self._frame_rejected(data)
             return None
         except Exception as e:  # noqa: BLE001 - a decoder bug must not kill the receive loop
             self.reject(f'internal decoder error {type(e).__name__}: {e}')
@@ -311,24 +484,73 @@ class NatNetClient:
             self.reject(f'error handling {type(msg).__name__}: {type(e).__name__}: {e}')
             return None
 
+    def _frame_rejected(self, data: bytes) -> None:
+        """Every frame rejected in a row: find out whether another version's layout fits."""
+        self._frame_rejects_in_row += 1
+        if self._frame_rejects_in_row < MISMATCH_AFTER or self.version is None:
+            return
+        fits = []
+        for v in P.SUPPORTED_VERSIONS:
+            if v == self.version:
+                continue
+            with contextlib.suppress(P.NatNetDecodeError):
+                P.decode_message(data, v)
+                fits.append(P.version_text(v))
+        told = P.version_text(self.version)
+        text = (
+            f'the last {self._frame_rejects_in_row} frames were all rejected: they do not match '
+            f'the NatNet {told} layout the server announced'
+        )
+        if fits:
+            text += f' (they decode as NatNet {" / ".join(fits)})'
+        text += (
+            "; Motive's announced and streamed versions disagree: set the bitstream version in "
+            "Motive's streaming pane, or use unicast (multicast: false) so the bridge can request "
+            'it'
+        )
+        if text.split(':')[0] != self.layout_error.split(':')[0] or not self.layout_error:
+            self.on_log('error', text)
+        self.layout_error = text
+
     def _dispatch(self, msg: P.Message, arrival_ns: int) -> FrameEvent | None:
         if isinstance(msg, P.Frame):
+            self._frame_rejects_in_row = 0
+            self.layout_error = ''
+            if self.model is None:
+                # Names are unknown until the model definitions arrive: hold the frames so the
+                # first ones are published instead of dropped as unknown ids.
+                self._pending.append((msg, arrival_ns))
+                return None
             return self._on_frame(msg, arrival_ns)
+        if isinstance(msg, P.Response) or (
+            isinstance(msg, P.Empty) and msg.message_id == P.MessageId.UNRECOGNIZED_REQUEST
+        ):
+            self._responses.append(msg)
+            return None
         if isinstance(msg, P.ServerInfo):
             self.server_info = msg
             v = P.parse_version(msg.natnet_version)
+            if self._negotiated is not None and v != self._negotiated:
+                # A repeated handshake (e.g. a restarted Motive): ask for our version again.
+                self._renegotiate = True
+                return None
             try:
                 self.version = P.check_version(v)
                 self.version_error = ''
             except P.NatNetDecodeError as e:
                 self.version = None
                 self.version_error = e.reason
-                self.on_log('error', e.reason)
+                if self.multicast or self.preferred is None:  # else negotiate() reports it
+                    self.on_log('error', e.reason)
             if msg.clock_hz is None:
                 self.version_error = self.version_error or 'server info without clock (pre-3.0)'
         elif isinstance(msg, P.ModelDefinitions):
             self.model = msg
             self.names = {d.id: d.name for d in msg.rigid_bodies()}
+            if self.on_model is not None:
+                self.on_model(msg)
+            while self._pending:
+                self._on_frame(*self._pending.popleft())
         elif isinstance(msg, P.EchoResponse):
             self._on_echo(msg, arrival_ns)
         elif isinstance(msg, P.MessageString):
@@ -340,11 +562,24 @@ class NatNetClient:
         last = st.last_frame_number
         if last is not None:
             if f.frame_number <= last and last - f.frame_number < 1000:
-                st.out_of_order += 1
+                st.out_of_order += 1  # backwards or repeated frame number: discarded
                 return None
-            if f.frame_number > last + 1:
+            if f.frame_number < last:
+                st.frame_number_resets += 1  # a restarted server or a looped take
+                self.on_log('warn', f'frame number jumped back from {last} to {f.frame_number}')
+            elif f.frame_number > last + 1:
                 st.dropped_frames += f.frame_number - last - 1
+            elif st.last_timestamp is not None and f.timestamp < st.last_timestamp:
+                # The number went up but Motive's frame clock went back: flagged, still used.
+                st.non_monotonic_timestamps += 1
+        reason = implausible_reason(f, self.plausibility)
+        if reason:
+            st.implausible_frames += 1
+            st.last_implausible_reason = reason
+            self.on_log('warn', f'implausible frame {f.frame_number} dropped: {reason}')
+            return None
         st.last_frame_number = f.frame_number
+        st.last_timestamp = f.timestamp
         st.frames += 1
         self._arrivals.append((arrival_ns, f.stamp_transmit))
         unknown_model = f.models_changed or any(b.id not in self.names for b in f.rigid_bodies)
@@ -435,12 +670,17 @@ class NatNetClient:
             if self._connected_ns is None:
                 try:
                     info = self.connect(connect_timeout)
-                    self.on_log(
-                        'info',
-                        f'connected to {info.app_name} '
-                        f'{".".join(map(str, info.app_version))}, NatNet '
-                        f'{".".join(map(str, info.natnet_version))}',
+                    text = (
+                        f'{info.app_name} {P.version_text(info.app_version)}, NatNet '
+                        f'{P.version_text(info.natnet_version)}'
                     )
+                    if self.version_error or self.version is None:
+                        self.on_log('error', f'connected to {text} but {self.version_error}')
+                    else:
+                        self.on_log(
+                            'info',
+                            f'connected to {text}; decoding NatNet {P.version_text(self.version)}',
+                        )
                 except NatNetConnectError as e:
                     self.on_log('warn', str(e))
                     stop.wait(retry_period)
@@ -450,6 +690,13 @@ class NatNetClient:
                     stop.wait(retry_period)
                     continue
             self.poll(0.05)
+            if self._renegotiate:
+                self._renegotiate = False
+                self._negotiated = None
+                self.version = None
+                with contextlib.suppress(OSError):
+                    self._dispatch(self.server_info, self.clock_ns())  # type: ignore[arg-type]
+                    self.negotiate()
             # A long-stopped stream may mean the server restarted: re-handshake (cheap, unicast
             # re-registers the client; multicast just refreshes server info).
             since = self.seconds_since_last_frame()
@@ -461,8 +708,4 @@ class NatNetClient:
             ):
                 self._last_reconnect = now
                 with contextlib.suppress(OSError):
-                    self.send(
-                        P.ConnectRequest(
-                            'NatNetLib', (4, 1, 0, 0), (4, 1, 0, 0), False, (0, 0, 0, 0)
-                        )
-                    )
+                    self.send(self._connect_request())
