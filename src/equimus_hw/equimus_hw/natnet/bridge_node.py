@@ -17,6 +17,7 @@ from collections.abc import Callable
 from geometry_msgs.msg import PoseStamped
 from rclpy.duration import Duration
 from rclpy.node import Node
+from rclpy.publisher import Publisher
 
 from equimus_description.config import ConfigError, param, validate_fields
 from equimus_description.interface import BODIES, DIAGNOSTICS, FRAME_MOCAP, mocap_pose
@@ -57,6 +58,13 @@ class BridgeConfig:
         "Motive name is taken as the streaming id); [''] = every body of Motive's model",
     )
 
+    discovery_wait: float = param(
+        1.0,
+        's to wait at start, before connecting, for every pose topic to have a subscriber (so a '
+        'recorder started first gets the first frames); 0 = connect at once',
+        range=(0.0, 30.0),
+    )
+
     def __post_init__(self) -> None:
         validate_fields(self)
         dup = sorted({n for n in self.rigid_bodies if self.rigid_bodies.count(n) > 1})
@@ -88,6 +96,7 @@ class NatNetBridge(Node):
         self.multicast, self.group = net.multicast, net.multicast_group
         self.data_port = net.data_port
         self.frame_id, self.z_up = bridge.frame_id, bridge.convert_to_z_up
+        self.discovery_wait = bridge.discovery_wait
         wanted = [b for b in bridge.rigid_bodies if b]
         self.wanted: list[str] | None = wanted or None
         self.match: BodyMatch | None = None
@@ -96,7 +105,7 @@ class NatNetBridge(Node):
 
         # Publishers exist before the first frame, so subscribers (the recorder) are matched by
         # the time poses flow; the rest are created when the model definitions name them.
-        self.pubs: dict[str, object] = {}
+        self.pubs: dict[str, Publisher] = {}
         for name in wanted:
             self._pub(name)
         self.diagnostics = Diagnostics(
@@ -140,7 +149,15 @@ class NatNetBridge(Node):
         self.client.stale_timeout = cfg.stale_timeout
 
     # -- receive thread ---------------------------------------------------------------------
+    def _wait_for_subscribers(self) -> None:
+        end = time.monotonic() + self.discovery_wait
+        while not self._stop.is_set() and time.monotonic() < end:
+            if all(p.get_subscription_count() > 0 for p in list(self.pubs.values())):
+                return
+            self._stop.wait(0.01)
+
     def _receive(self) -> None:
+        self._wait_for_subscribers()
         try:
             self.client.open()
         except OSError as e:

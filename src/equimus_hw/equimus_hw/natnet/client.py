@@ -192,6 +192,9 @@ class NatNetClient:
         self.preferred = P.parse_version(bitstream_version) if bitstream_version else None
         self.plausibility = plausibility or Plausibility()
         self.on_model = on_model
+        #: Called with (datagram, arrival_ns, channel 0 command / 1 data) for every datagram from
+        #: the server, before decoding (``equimus natnet record``).
+        self.raw_sink: Callable[[bytes, int, int], None] | None = None
         self.layout_error = ''  # frames do not match the negotiated/announced version
         self.version_note = ''  # what negotiation did (for diagnostics)
         self._frame_rejects_in_row = 0
@@ -426,7 +429,10 @@ class NatNetClient:
                 except OSError as e:  # e.g. ICMP port unreachable surfaced on the socket
                     self.on_log('debug', f'receive error: {e}')
                     break
-                self.handle_datagram(data, self.clock_ns(), addr)
+                now = self.clock_ns()
+                if self.raw_sink is not None and addr[0] in self.allowed_hosts:
+                    self.raw_sink(data, now, 1 if s is self.data_sock else 0)
+                self.handle_datagram(data, now, addr)
         self._housekeeping()
 
     def _housekeeping(self) -> None:
@@ -572,19 +578,24 @@ class NatNetClient:
             elif st.last_timestamp is not None and f.timestamp < st.last_timestamp:
                 # The number went up but Motive's frame clock went back: flagged, still used.
                 st.non_monotonic_timestamps += 1
+        st.last_frame_number = f.frame_number
+        st.last_timestamp = f.timestamp
         reason = implausible_reason(f, self.plausibility)
-        if reason:
+        if reason:  # counted here, not as a dropped frame
             st.implausible_frames += 1
             st.last_implausible_reason = reason
             self.on_log('warn', f'implausible frame {f.frame_number} dropped: {reason}')
             return None
-        st.last_frame_number = f.frame_number
-        st.last_timestamp = f.timestamp
         st.frames += 1
         self._arrivals.append((arrival_ns, f.stamp_transmit))
         unknown_model = f.models_changed or any(b.id not in self.names for b in f.rigid_bodies)
-        if unknown_model and self.clock_ns() - self._last_modeldef_req > MODELDEF_RETRY_S * 1e9:
-            self.request_modeldef()
+        if (
+            unknown_model
+            and self.cmd_sock is not None
+            and self.clock_ns() - self._last_modeldef_req > MODELDEF_RETRY_S * 1e9
+        ):
+            with contextlib.suppress(OSError):
+                self.request_modeldef()
         age, source = self.exposure_age(f, arrival_ns)
         bodies = []
         untracked = []

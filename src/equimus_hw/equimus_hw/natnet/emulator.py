@@ -200,6 +200,12 @@ class NatNetEmulator:
         # Fault: announce another version in SERVERINFO than the one the frames are encoded in.
         self.announce_version = P.parse_version(announce_version) if announce_version else None
         self.bitstream_requests: list[str] = []
+        # Replay (`equimus natnet replay`): recorded datagrams served byte for byte.
+        self.replay_info: P.ServerInfo | None = None
+        self.replay_modeldef: bytes | None = None
+        self.replay_frames: list[tuple[float, bytes]] = []
+        self.replay_loop = False
+        self.replay_done = threading.Event()
         self.address = address
         self.command_port = int(command_port)
         self.data_port = int(data_port)
@@ -235,6 +241,32 @@ class NatNetEmulator:
         self.data_sock: socket.socket | None = None
         self.t_start = 0.0
 
+    @classmethod
+    def from_capture(cls, path: str, loop: bool = False, **kwargs) -> NatNetEmulator:
+        """An emulator that serves a capture (see :mod:`.capture`): its server info (with this
+        emulator's ports and mode), its model definitions and its frames with the recorded
+        timing; in unicast the frames start when the first client connects."""
+        from .capture import CaptureError, first_of, iter_frames, read_capture
+
+        cap = read_capture(path)
+        info_raw = first_of(cap, P.MessageId.SERVERINFO)
+        if info_raw is None:
+            raise CaptureError(f'{path}: no server info recorded (the recording began too late)')
+        info = P.decode_message(info_raw)
+        assert isinstance(info, P.ServerInfo)
+        v = P.parse_version(info.natnet_version)
+        emu = cls(version=P.version_text(v if v in P.SUPPORTED_VERSIONS else (4, 1)), **kwargs)
+        emu.version = v  # frames and definitions go out raw: any recorded version replays
+        emu.replay_info = info
+        emu.replay_modeldef = first_of(cap, P.MessageId.MODELDEF)
+        frames = list(iter_frames(cap))
+        if not frames:
+            raise CaptureError(f'{path}: the capture holds no frames')
+        emu.replay_frames = [(d.t - frames[0].t, d.data) for d in frames]
+        emu.replay_loop = loop
+        emu.bitstream_changeable = False  # the recorded bytes cannot change layout
+        return emu
+
     # -- Python API -----------------------------------------------------------------------------
     def set_pose(self, name: str, position, orientation, tracked: bool = True) -> None:
         """Push a pose (m, quaternion x,y,z,w) for a body; it overrides the pose source."""
@@ -267,6 +299,17 @@ class NatNetEmulator:
 
     # -- description / frame building ---------------------------------------------------------
     def server_info(self) -> P.ServerInfo:
+        if self.replay_info is not None:
+            r = self.replay_info
+            return P.ServerInfo(
+                r.app_name,
+                r.app_version,
+                r.natnet_version,
+                r.clock_hz or CLOCK_HZ,
+                self.data_port,
+                self.multicast,
+                self.group,
+            )
         v = self.announce_version or self.version
         return P.ServerInfo(
             'Motive',
@@ -383,7 +426,8 @@ class NatNetEmulator:
             self.open()
         self._stop.clear()
         self.t_start = time.monotonic()
-        for target in (self._command_loop, self._stream_loop):
+        stream = self._replay_stream_loop if self.replay_frames else self._stream_loop
+        for target in (self._command_loop, stream):
             th = threading.Thread(target=target, daemon=True, name=f'natnet-emu-{target.__name__}')
             th.start()
             self._threads.append(th)
@@ -447,6 +491,8 @@ class NatNetEmulator:
         if isinstance(msg, P.Empty):
             mid = msg.message_id
             if mid == P.MessageId.REQUEST_MODELDEF:
+                if self.replay_info is not None:
+                    return [self.replay_modeldef] if self.replay_modeldef else []
                 return [P.encode_message(self.model_definitions(), self.version)]
             if mid == P.MessageId.REQUEST_FRAMEOFDATA:
                 return [self._stamp_and_encode(self.build_frame(time.monotonic() - self.t_start))]
@@ -538,6 +584,24 @@ class NatNetEmulator:
                 bad += 1
             for _ in range(bad):
                 self._send_all(self.malformed_packet())
+
+    def _replay_stream_loop(self) -> None:
+        """Send the recorded frames with their recorded spacing (unicast: once a client is
+        registered, so the client sees the capture from its first frame)."""
+        while not self.multicast and not self._destinations():
+            if self._stop.wait(0.005):
+                return
+        while not self._stop.is_set():
+            t0 = time.monotonic()
+            for t, data in self.replay_frames:
+                delay = t0 + t - time.monotonic()
+                if delay > 0 and self._stop.wait(delay):
+                    return
+                self._send_all(data)
+                self.frames_sent += 1
+            if not self.replay_loop:
+                self.replay_done.set()
+                return
 
     def send_frame(self, f: P.Frame) -> None:
         pkt = self._stamp_and_encode(f)
