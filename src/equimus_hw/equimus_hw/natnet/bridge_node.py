@@ -271,6 +271,11 @@ class NatNetBridge(Node):
                 Level.ERROR,
                 (f'no answer from NatNet server {self.server_address}:{self.command_port}'),
             )
+        elif c.stream_stopped() and c.implausible_recently():
+            level, text = (
+                Level.ERROR,
+                f'every frame is implausible and dropped: {st.last_implausible_reason}',
+            )
         elif c.stream_stopped():
             level, text = (
                 Level.ERROR,

@@ -199,6 +199,7 @@ class NatNetClient:
         self.version_note = ''  # what negotiation did (for diagnostics)
         self._frame_rejects_in_row = 0
         self._negotiated: P.Version | None = None
+        self._last_implausible_ns: int | None = None
         self._renegotiate = False
         self._responses: collections.deque[P.Message] = collections.deque(maxlen=8)
         self._pending: collections.deque[tuple[P.Frame, int]] = collections.deque(
@@ -584,6 +585,7 @@ class NatNetClient:
         if reason:  # counted here, not as a dropped frame
             st.implausible_frames += 1
             st.last_implausible_reason = reason
+            self._last_implausible_ns = arrival_ns
             self.on_log('warn', f'implausible frame {f.frame_number} dropped: {reason}')
             return None
         st.frames += 1
@@ -664,6 +666,12 @@ class NatNetClient:
         except IndexError:
             ref = self._connected_ns
         return None if ref is None else (self.clock_ns() - ref) / 1e9
+
+    def implausible_recently(self) -> bool:
+        """An implausible frame arrived within the stale timeout (the stream is garbage, not
+        stopped)."""
+        t = self._last_implausible_ns
+        return t is not None and (self.clock_ns() - t) / 1e9 <= self.stale_timeout
 
     def stream_stopped(self) -> bool:
         s = self.seconds_since_last_frame()

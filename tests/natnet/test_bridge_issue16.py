@@ -1,0 +1,161 @@
+"""Bridge process end to end (real UDP + DDS): NatNet 4.2/4.3 and negotiation, loud rigid-body
+names, no lost first frames (replayed capture), foreign senders and implausible frames."""
+
+import socket
+import time
+
+import pytest
+from diagnostic_msgs.msg import DiagnosticStatus
+from natnet_util import random_group, wait_for
+from test_bridge_e2e import BODIES, Listener, bridge_args, vals
+
+from equimus_hw.natnet import protocol as P
+from equimus_hw.natnet.capture import read_capture, record
+from equimus_hw.natnet.client import NatNetConfig
+from equimus_hw.natnet.emulator import NatNetEmulator
+
+
+@pytest.fixture
+def listener():
+    lst = Listener()
+    yield lst
+    lst.close()
+
+
+def diag_with(listener, pred, timeout):
+    def ok():
+        return any(pred(d) for d in list(listener.diags))
+
+    assert wait_for(ok, timeout), [(d.level, d.message) for d in list(listener.diags)[-5:]]
+    return next(d for d in reversed(list(listener.diags)) if pred(d))
+
+
+@pytest.mark.parametrize(
+    'server,multicast,decoded',
+    [('4.2', True, '4.2'), ('4.3', False, '4.3'), ('4.1', False, '4.3')],
+)
+def test_newer_motive_streams_and_unicast_requests_the_newest(
+    server, multicast, decoded, ports, spawn, listener
+):
+    group = random_group()
+    emu = NatNetEmulator(
+        version=server,
+        command_port=ports[0],
+        data_port=ports[1],
+        multicast=multicast,
+        multicast_group=group,
+    )
+    for n, (p, q) in BODIES.items():
+        emu.set_pose(n, p, q)
+    emu.start()
+    try:
+        bridge = spawn(bridge_args(ports, multicast, group), 'bridge')
+        ok = wait_for(lambda: all(listener.count(n) >= 30 for n in BODIES), 20)
+        assert ok, bridge.stop()[1]
+        msg = listener.poses['calf'][-1][1]
+        assert msg.pose.position.x == pytest.approx(BODIES['calf'][0][0], abs=1e-6)
+        d = diag_with(listener, lambda d: d.level == DiagnosticStatus.OK, 5)
+        assert vals(d)['decoding_version'] == decoded
+        assert vals(d)['natnet_version'].startswith(server)
+        if server != decoded:
+            assert emu.bitstream_requests == ['4.3']
+            assert 'confirmed 4.3' in vals(d)['version_negotiation']
+        rc, out = bridge.stop()
+        assert rc == 0 and 'Traceback' not in out, out
+        assert f'decoding NatNet {decoded}' in out
+    finally:
+        emu.stop()
+
+
+def test_wrong_rigid_body_name_is_an_error_naming_what_motive_streams(ports, spawn, listener):
+    emu = NatNetEmulator(version='4.1', command_port=ports[0], data_port=ports[1], multicast=False)
+    emu.start()
+    try:
+        bridge = spawn(
+            bridge_args(ports, False, '239.255.42.99', ['-p', "rigid_bodies:=['base', 'femur']"]),
+            'bridge',
+        )
+        d = diag_with(listener, lambda d: 'femur' in d.message, 15)
+        assert d.level == DiagnosticStatus.ERROR
+        assert "['femur'] are not streamed" in d.message
+        assert 'base (id 1), thigh (id 2), calf (id 3)' in d.message
+        assert 'femur' in vals(d)['body_error']
+        assert wait_for(lambda: listener.count('base') >= 10, 5)  # the body that exists flows
+        rc, out = bridge.stop()
+        assert rc == 0
+        assert any('ERROR' in line and 'femur' in line for line in out.splitlines()), out
+    finally:
+        emu.stop()
+
+
+def test_no_first_frame_is_lost(ports, spawn, listener, tmp_path):
+    """A subscriber started before the bridge receives every frame of a replayed stream."""
+    path = tmp_path / 'session.natnet'
+    with NatNetEmulator(version='4.1', command_port=ports[0], data_port=ports[1], multicast=False):
+        record(NatNetConfig(command_port=ports[0], data_port=ports[1], multicast=False), path, 1.5)
+    frames = [d for d in read_capture(path) if d.message_id == P.MessageId.FRAMEOFDATA]
+    numbers = [P.decode_message(d.data, (4, 1)).frame_number for d in frames]
+    assert len(frames) > 100 and numbers == sorted(numbers)
+    emu = NatNetEmulator.from_capture(
+        str(path), command_port=ports[0], data_port=ports[1], multicast=False
+    )
+    emu.start()
+    try:
+        bridge = spawn(bridge_args(ports, False, '239.255.42.99'), 'bridge')
+        assert wait_for(emu.replay_done.is_set, 20), bridge.stop()[1]
+        wait_for(lambda: all(listener.count(n) >= len(frames) for n in BODIES), 3)
+        counts = {n: listener.count(n) for n in BODIES}
+        assert counts == {n: len(frames) for n in BODIES}, (counts, len(frames), bridge.stop()[1])
+        d = diag_with(listener, lambda d: int(vals(d)['frames']) == len(frames), 3)
+        assert int(vals(d)['dropped_frames']) == 0
+        first = P.decode_message(frames[0].data, (4, 1)).rigid_bodies[1]
+        assert listener.poses['thigh'][0][1].pose.position.x == pytest.approx(first.position[0])
+        assert bridge.stop()[0] == 0
+    finally:
+        emu.stop()
+
+
+def test_foreign_sender_and_implausible_frames_dropped_and_counted(ports, spawn, listener):
+    group = random_group()
+    emu = NatNetEmulator(
+        version='4.1', command_port=ports[0], data_port=ports[1], multicast_group=group
+    )
+    for n, (p, q) in BODIES.items():
+        emu.set_pose(n, p, q)
+    emu.start()
+    stranger = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    stranger.bind(('127.0.0.2', 0))  # a second "Motive" on the lab network
+    stranger.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF, socket.inet_aton('127.0.0.1'))
+    try:
+        bridge = spawn(bridge_args(ports, True, group), 'bridge')
+        assert wait_for(lambda: listener.count('base') >= 20, 20), bridge.stop()[1]
+        fake = emu.build_frame(0.0)
+        for b in fake.rigid_bodies:
+            b.position = (5.0, 5.0, 5.0)
+        for i in range(50):
+            fake.frame_number = 10**6 + i
+            stranger.sendto(P.encode_message(fake, (4, 1)), (group, ports[1]))
+            time.sleep(0.002)
+        d = diag_with(listener, lambda d: int(vals(d)['foreign_packets']) >= 50, 5)
+        assert vals(d)['last_foreign_sender'].startswith('127.0.0.2:')
+        diag_with(listener, lambda d: 'foreign sender 127.0.0.2' in d.message, 3)
+        # Garbage from the real server: a quaternion far from unit length, and out of the volume.
+        n0 = listener.count('thigh')
+        emu.set_pose('thigh', (0.1, 0.9, 0.0), (0.0, 0.0, 0.5, 0.5))
+        diag_with(listener, lambda d: int(vals(d)['implausible_frames']) >= 30, 5)
+        emu.set_pose('thigh', (0.1, 40.0, 0.0), (0.0, 0.0, 0.0, 1.0))
+        d = diag_with(
+            listener, lambda d: 'implausible and dropped: rigid body 2: y' in d.message, 5
+        )
+        assert d.level == DiagnosticStatus.ERROR
+        assert 'rigid body 2: y = 40 m is outside the workspace' in d.message
+        seen = [m.pose for n in BODIES for _, m in listener.poses[n]]
+        assert all(p.position.x != 5.0 for p in seen)  # nothing from the stranger
+        assert all(p.position.y != 40.0 for p in seen)  # nothing implausible
+        assert all(abs(p.orientation.w - 0.5) > 1e-6 for p in seen)
+        assert listener.count('thigh') - n0 < 10  # whole frames were dropped, not published
+        rc, out = bridge.stop()
+        assert rc == 0 and 'Traceback' not in out
+    finally:
+        stranger.close()
+        emu.stop()
