@@ -6,6 +6,7 @@ equimus args                                list the launch arguments
 equimus bag repair <bag>                    make a bag cut short by a crash readable again
 equimus bag info <bag>                      topics, counts and rates of a bag
 equimus identify <bags or CSVs> --out fit/  fit the model to recordings (see --help)
+equimus natnet list|record|replay           Motive's rigid bodies; capture and replay a session
 """
 
 from __future__ import annotations
@@ -78,6 +79,10 @@ def main(argv: list[str] | None = None) -> int:
         from equimus_identification.cli import main as identify
 
         return identify(argv[1:])
+    if argv[:1] == ['natnet']:
+        from equimus_hw.natnet.cli import main as natnet
+
+        return natnet(argv[1:])
     parser = argparse.ArgumentParser(
         prog='equimus', description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -92,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser(
         'identify', help='system identification from bags or CSVs (equimus identify --help)'
     )
+    sub.add_parser('natnet', help='list Motive bodies, record/replay NatNet (equimus natnet -h)')
     p = sub.add_parser('bag', help='inspect or repair a recorded bag')
     p.add_argument('action', choices=('info', 'repair'))
     p.add_argument('path')

@@ -136,7 +136,11 @@ def record(
         end = time.monotonic() + duration
         while time.monotonic() < end and not stop.is_set():
             client.poll(0.05)
+    except BaseException:
+        writer.close()
+        writer.path.unlink(missing_ok=True)  # no half-empty capture left behind
+        raise
     finally:
         client.close()
-        writer.close()
+    writer.close()
     return writer
