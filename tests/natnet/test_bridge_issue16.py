@@ -159,3 +159,34 @@ def test_foreign_sender_and_implausible_frames_dropped_and_counted(ports, spawn,
     finally:
         stranger.close()
         emu.stop()
+
+
+def test_labelled_markers_as_point_cloud(ports, spawn, listener):
+    import struct
+
+    from rclpy.qos import qos_profile_sensor_data
+    from sensor_msgs.msg import PointCloud2
+
+    clouds = []
+    listener.node.create_subscription(
+        PointCloud2, '/mocap/markers', clouds.append, qos_profile_sensor_data
+    )
+    emu = NatNetEmulator(version='4.3', command_port=ports[0], data_port=ports[1], multicast=False)
+    for n, (p, q) in BODIES.items():
+        emu.set_pose(n, p, q)
+    emu.start()
+    try:
+        bridge = spawn(
+            bridge_args(ports, False, '239.255.42.99', ['-p', 'publish_markers:=true']), 'bridge'
+        )
+        assert wait_for(lambda: len(clouds) >= 20, 20), bridge.stop()[1]
+        c = clouds[-1]
+        assert c.header.frame_id == 'mocap' and c.width == 9 and c.point_step == 16
+        assert [f.name for f in c.fields] == ['x', 'y', 'z', 'id']
+        pts = [struct.unpack_from('<fffI', bytes(c.data), 16 * i) for i in range(c.width)]
+        want = emu.build_frame(0.0).labeled_markers
+        for (x, y, z, mid), m in zip(pts, want, strict=True):
+            assert mid == m.id and (x, y, z) == pytest.approx(m.position, abs=1e-6)
+        assert bridge.stop()[0] == 0
+    finally:
+        emu.stop()

@@ -18,6 +18,7 @@ __all__ = [
     'FRAME_WORLD',
     'JOINTS',
     'JOINT_STATES',
+    'MOCAP_MARKERS',
     'MOCAP_TOPICS',
     'PRESSURE_LAYOUT',
     'QosClass',
@@ -75,6 +76,14 @@ def mocap_pose(body: str) -> Topic:
 
 
 MOCAP_TOPICS = tuple(mocap_topic(b) for b in BODIES)
+
+#: Opt-in (natnet_bridge `publish_markers`): Motive's labeled markers as one point cloud per frame.
+MOCAP_MARKERS = Topic(
+    '/mocap/markers',
+    'sensor_msgs/msg/PointCloud2',
+    QosClass.SENSOR,
+    "Motive's labeled markers: x, y, z (float32, m) and id (uint32, model << 16 | marker)",
+)
 
 JOINT_STATES = Topic(
     '/joint_states',

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import struct
 import sys
 import threading
 import time
@@ -18,9 +19,16 @@ from geometry_msgs.msg import PoseStamped
 from rclpy.duration import Duration
 from rclpy.node import Node
 from rclpy.publisher import Publisher
+from sensor_msgs.msg import PointCloud2, PointField
 
 from equimus_description.config import ConfigError, param, validate_fields
-from equimus_description.interface import BODIES, DIAGNOSTICS, FRAME_MOCAP, mocap_pose
+from equimus_description.interface import (
+    BODIES,
+    DIAGNOSTICS,
+    FRAME_MOCAP,
+    MOCAP_MARKERS,
+    mocap_pose,
+)
 from equimus_ros.diagnostics import Diagnostics, Level
 from equimus_ros.main import run_node
 from equimus_ros.params import bind
@@ -31,6 +39,7 @@ from .checks import BodyMatch, match_bodies, topic_token
 from .client import FrameEvent, NatNetClient, NatNetConfig
 
 NAN = float('nan')
+_POINT = struct.Struct('<fffI')
 _S = math.sqrt(0.5)
 
 
@@ -58,6 +67,11 @@ class BridgeConfig:
         "Motive name is taken as the streaming id); [''] = every body of Motive's model",
     )
 
+    publish_markers: bool = param(
+        False,
+        "publish Motive's labeled markers on /mocap/markers (sensor_msgs/PointCloud2: x, y, z "
+        'float32 m in frame_id, id uint32), one cloud per frame',
+    )
     discovery_wait: float = param(
         1.0,
         's to wait at start, before connecting, for every pose topic to have a subscriber (so a '
@@ -97,6 +111,9 @@ class NatNetBridge(Node):
         self.data_port = net.data_port
         self.frame_id, self.z_up = bridge.frame_id, bridge.convert_to_z_up
         self.discovery_wait = bridge.discovery_wait
+        self.markers_pub = (
+            publisher(self, PointCloud2, MOCAP_MARKERS) if bridge.publish_markers else None
+        )
         wanted = [b for b in bridge.rigid_bodies if b]
         self.wanted: list[str] | None = wanted or None
         self.match: BodyMatch | None = None
@@ -241,16 +258,42 @@ class NatNetBridge(Node):
             r = msg.pose.orientation
             r.x, r.y, r.z, r.w = (float(v) for v in q)
             out.append((name, msg))
+        cloud = self._marker_cloud(ev, stamp) if self.markers_pub is not None else None
         if self.downstream is not None:  # the whole frame first, then publish
             for name, msg in out:
                 self.downstream(name, msg)
         try:
             for name, msg in out:
                 self._pub(name).publish(msg)
+            if cloud is not None and self.markers_pub is not None:
+                self.markers_pub.publish(cloud)
         except Exception:
             # Ctrl-C may shut the context down mid-frame: that is the end, not a bad packet.
             if self.context.ok():
                 raise
+
+    def _marker_cloud(self, ev: FrameEvent, stamp) -> PointCloud2:
+        """Labeled markers (occluded ones included: Motive still gives their last position, the
+        id tells them apart) as an unordered cloud of (x, y, z, id)."""
+        pts = []
+        for m in ev.frame.labeled_markers:
+            p = y_up_to_z_up(m.position, (0.0, 0.0, 0.0, 1.0))[0] if self.z_up else m.position
+            pts.append(_POINT.pack(*p, m.id & 0xFFFFFFFF))
+        msg = PointCloud2()
+        msg.header.stamp = stamp
+        msg.header.frame_id = self.frame_id
+        msg.height, msg.width = 1, len(pts)
+        msg.fields = [
+            PointField(name='x', offset=0, datatype=PointField.FLOAT32, count=1),
+            PointField(name='y', offset=4, datatype=PointField.FLOAT32, count=1),
+            PointField(name='z', offset=8, datatype=PointField.FLOAT32, count=1),
+            PointField(name='id', offset=12, datatype=PointField.UINT32, count=1),
+        ]
+        msg.is_bigendian = False
+        msg.point_step, msg.row_step = _POINT.size, _POINT.size * len(pts)
+        msg.data = b''.join(pts)
+        msg.is_dense = True
+        return msg
 
     # -- diagnostics ------------------------------------------------------------------------
     def _diagnostics(self) -> None:
