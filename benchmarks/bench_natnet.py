@@ -59,6 +59,9 @@ def _free_ports(k):
     return ports
 
 
+FN_SCALE = 1e-4  # m per frame number: 10,200 frames -> 1.02 m, exact to float32 rounding
+
+
 def end_to_end_latency(quick: bool, version='4.1', multicast=True) -> dict:
     import rclpy
     from geometry_msgs.msg import PoseStamped
@@ -85,8 +88,9 @@ def end_to_end_latency(quick: bool, version='4.1', multicast=True) -> dict:
         on_sent=on_sent,
         bodies=('base', 'thigh', 'calf'),
     )
+    # The frame number rides in x, scaled into the bridge's plausible workspace (+-10 m).
     emu.source = lambda t: {
-        n: ((float(emu._frame_number), 1.0, 0.0), (0.0, 0.0, 0.0, 1.0)) for n in emu.bodies
+        n: ((emu._frame_number * FN_SCALE, 1.0, 0.0), (0.0, 0.0, 0.0, 1.0)) for n in emu.bodies
     }
     emu.start()
     bridge = subprocess.Popen(
@@ -117,7 +121,7 @@ def end_to_end_latency(quick: bool, version='4.1', multicast=True) -> dict:
 
     def cb(msg):
         now = time.perf_counter_ns()
-        fn = int(round(msg.pose.position.x))
+        fn = int(round(msg.pose.position.x / FN_SCALE))
         t = sent.get(fn)
         if t is not None:
             lat.append((now - t) / 1e6)
