@@ -647,6 +647,14 @@ def _untrack(text: str) -> tuple[str, float, float]:
     return parts[0], float(parts[1]), float(parts[2])
 
 
+def _version_arg(text: str) -> str:
+    try:
+        P.parse_version(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog='natnet_emulator',
@@ -708,6 +716,16 @@ def build_parser() -> argparse.ArgumentParser:
         default=0,
         help='send a malformed datagram after every N-th frame',
     )
+    p.add_argument(
+        '--refuse-bitstream',
+        action='store_true',
+        help='answer -1 to Bitstream,X.Y requests (a server that insists on its version)',
+    )
+    p.add_argument(
+        '--announce-version',
+        type=_version_arg,
+        help='fault: announce this NatNet version in server info while streaming --version',
+    )
     p.add_argument('--duration', type=float, default=0.0, help='exit after this many s (0 = run)')
     p.add_argument('--seed', type=int, default=0)
     return p
@@ -751,6 +769,8 @@ def main(argv: list[str] | None = None) -> int:
         exposure_latency_s=args.exposure_latency_ms / 1000.0,
         mid_exposure=not args.no_mid_exposure,
         seed=args.seed,
+        bitstream_changeable=not args.refuse_bitstream,
+        announce_version=args.announce_version,
     )
     try:
         emu.open()
