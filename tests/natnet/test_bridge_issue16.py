@@ -88,7 +88,8 @@ def test_wrong_rigid_body_name_is_an_error_naming_what_motive_streams(ports, spa
         emu.stop()
 
 
-def test_no_first_frame_is_lost(ports, spawn, listener, tmp_path):
+@pytest.mark.parametrize('multicast', [True, False])
+def test_no_first_frame_is_lost(multicast, ports, spawn, listener, tmp_path):
     """A subscriber started before the bridge receives every frame of a replayed stream."""
     path = tmp_path / 'session.natnet'
     with NatNetEmulator(version='4.1', command_port=ports[0], data_port=ports[1], multicast=False):
@@ -109,15 +110,20 @@ def test_no_first_frame_is_lost(ports, spawn, listener, tmp_path):
         listener.node.create_subscription(
             PoseStamped, f'/mocap/{n}/pose', lambda m, n=n: got[n].append(m), deep
         )
+    group = random_group()
     emu = NatNetEmulator.from_capture(
-        str(path), command_port=ports[0], data_port=ports[1], multicast=False
+        str(path),
+        command_port=ports[0],
+        data_port=ports[1],
+        multicast=multicast,
+        multicast_group=group,
     )
     emu.start()
     try:
         # The wait ends as soon as the listener is matched; 10 s only bounds it on a machine so
         # loaded that discovery takes longer than the 1 s default (seen at load average 13).
         bridge = spawn(
-            bridge_args(ports, False, '239.255.42.99', ['-p', 'discovery_wait:=10.0']), 'bridge'
+            bridge_args(ports, multicast, group, ['-p', 'discovery_wait:=10.0']), 'bridge'
         )
         assert wait_for(emu.replay_done.is_set, 30), bridge.stop()[1]
         wait_for(lambda: all(len(got[n]) >= len(frames) for n in BODIES), 5)

@@ -205,6 +205,12 @@ class NatNetClient:
         self._pending: collections.deque[tuple[P.Frame, int]] = collections.deque(
             maxlen=PENDING_FRAMES
         )
+        # Frame datagrams that arrive before the version is settled (multicast frames can beat
+        # SERVERINFO; unicast ones the bitstream request): decoded once it is.
+        self._pending_raw: collections.deque[tuple[bytes, int]] = collections.deque(
+            maxlen=PENDING_FRAMES
+        )
+        self._negotiating = False
         self.local_address = local_address
         self.data_port = int(data_port)
         self.multicast = bool(multicast)
@@ -292,7 +298,12 @@ class NatNetClient:
                 next_send = now + 0.25
             self.poll(0.05)
         self._connected_ns = self.clock_ns()
-        self.negotiate()
+        self._negotiating = True
+        try:
+            self.negotiate()
+        finally:
+            self._negotiating = False
+        self._flush_raw()
         self.request_modeldef()
         for _ in range(5):
             self.send_echo()
@@ -436,9 +447,14 @@ class NatNetClient:
                 self.handle_datagram(data, now, addr)
         self._housekeeping()
 
+    def _flush_raw(self) -> None:
+        while self._pending_raw and not self._negotiating and (self.version or self.version_error):
+            self.handle_datagram(*self._pending_raw.popleft())
+
     def _housekeeping(self) -> None:
         if self._connected_ns is None or self.cmd_sock is None:
             return
+        self._flush_raw()
         now = self.clock_ns()
         try:
             if not self.multicast and now - self._last_keepalive > KEEPALIVE_PERIOD_S * 1e9:
@@ -472,6 +488,9 @@ class NatNetClient:
             self.stats.last_foreign_sender = f'{sender[0]}:{sender[1]}'
             return None
         is_frame = len(data) >= 2 and data[0] == P.MessageId.FRAMEOFDATA and data[1] == 0
+        if is_frame and (self._negotiating or (self.version is None and not self.version_error)):
+            self._pending_raw.append((data, arrival_ns))
+            return None
         try:
             msg = P.decode_message(data, self.version)
         except P.NatNetDecodeError as e:

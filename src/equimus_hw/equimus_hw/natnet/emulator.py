@@ -206,6 +206,8 @@ class NatNetEmulator:
         self.replay_frames: list[tuple[float, bytes]] = []
         self.replay_loop = False
         self.replay_done = threading.Event()
+        self.client_connected = threading.Event()  # set once the first NAT_CONNECT is answered
+        self._connect_seen = False
         self.address = address
         self.command_port = int(command_port)
         self.data_port = int(data_port)
@@ -475,11 +477,14 @@ class NatNetEmulator:
                 for pkt in reply:
                     with contextlib.suppress(OSError):
                         sock.sendto(pkt, addr)
+                if self._connect_seen:
+                    self.client_connected.set()
 
     def handle_command(self, data: bytes, addr: tuple[str, int]) -> list[bytes]:
         """Motive's answer to one command datagram (a list of datagrams to send back)."""
         msg = P.decode_message(data, self.version)
         if isinstance(msg, P.ConnectRequest):
+            self._connect_seen = True  # the command loop sets client_connected after replying
             if not self.multicast:
                 with self._lock:
                     self._clients[addr] = time.monotonic()
@@ -586,10 +591,10 @@ class NatNetEmulator:
                 self._send_all(self.malformed_packet())
 
     def _replay_stream_loop(self) -> None:
-        """Send the recorded frames with their recorded spacing (unicast: once a client is
-        registered, so the client sees the capture from its first frame)."""
-        while not self.multicast and not self._destinations():
-            if self._stop.wait(0.005):
+        """Send the recorded frames with their recorded spacing, from the first client's
+        NAT_CONNECT on (multicast too), so that client sees the capture from its first frame."""
+        while not self.client_connected.wait(0.005):
+            if self._stop.is_set():
                 return
         while not self._stop.is_set():
             t0 = time.monotonic()
