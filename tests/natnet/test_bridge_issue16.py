@@ -213,3 +213,26 @@ def test_labelled_markers_as_point_cloud(ports, spawn, listener):
         assert bridge.stop()[0] == 0
     finally:
         emu.stop()
+
+
+def test_multicast_layout_mismatch_on_diagnostics(ports, spawn, listener):
+    """A server announcing 4.1 while streaming 4.0 frames: ERROR naming the mismatch, not
+    "stream stopped"."""
+    group = random_group()
+    emu = NatNetEmulator(
+        version='4.0',
+        announce_version='4.1',
+        command_port=ports[0],
+        data_port=ports[1],
+        multicast_group=group,
+    )
+    emu.start()
+    try:
+        bridge = spawn(bridge_args(ports, True, group), 'bridge')
+        d = diag_with(listener, lambda d: 'do not match' in d.message, 15)
+        assert d.level == DiagnosticStatus.ERROR
+        assert 'NatNet 4.1 layout the server announced' in d.message and '4.0' in d.message
+        assert 'stream stopped' not in d.message and listener.count('base') == 0
+        assert bridge.stop()[0] == 0
+    finally:
+        emu.stop()
