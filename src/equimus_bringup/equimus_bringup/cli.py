@@ -6,6 +6,8 @@ equimus args                                list the launch arguments
 equimus bag repair <bag>                    make a bag cut short by a crash readable again
 equimus bag info <bag>                      topics, counts and rates of a bag
 equimus identify <bags or CSVs> --out fit/  fit the model to recordings (see --help)
+equimus evaluate <params> <bags or CSVs>    score a parameter set by open-loop replay (--help)
+equimus excite --out excite/                design an identifying pressure trajectory (--help)
 """
 
 from __future__ import annotations
@@ -78,6 +80,14 @@ def main(argv: list[str] | None = None) -> int:
         from equimus_identification.cli import main as identify
 
         return identify(argv[1:])
+    if argv[:1] == ['evaluate']:
+        from equimus_identification.evaluate import main as evaluate
+
+        return evaluate(argv[1:])
+    if argv[:1] == ['excite']:
+        from equimus_identification.excite import main as excite
+
+        return excite(argv[1:])
     parser = argparse.ArgumentParser(
         prog='equimus', description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -92,6 +102,8 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser(
         'identify', help='system identification from bags or CSVs (equimus identify --help)'
     )
+    sub.add_parser('evaluate', help='score a parameter set on recordings (equimus evaluate --help)')
+    sub.add_parser('excite', help='design an excitation trajectory (equimus excite --help)')
     p = sub.add_parser('bag', help='inspect or repair a recorded bag')
     p.add_argument('action', choices=('info', 'repair'))
     p.add_argument('path')
