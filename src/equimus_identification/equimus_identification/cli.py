@@ -136,6 +136,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument('--fresh', action='store_true', help='ignore an existing checkpoint')
     p.add_argument('--static-method', default='pressure', choices=('pressure', 'torque'))
+    p.add_argument(
+        '--static-weight',
+        type=float,
+        default=1.0,
+        help='joint fit: with static CSVs and dynamic data, the first static set is held in the '
+        'simulation and its rest-angle MSE enters the dynamic loss with this weight '
+        '(0: dynamic data only; the static regression is reported either way)',
+    )
     p.add_argument('--no-plots', action='store_true')
     return p
 
@@ -174,9 +182,11 @@ def default_dt(exps) -> float:
     return 0.005 if fits(0.005) else 1.0 / 600.0
 
 
-def run_dynamic(exps, leg, a, out: pathlib.Path, log) -> dict:
+def run_dynamic(exps, leg, a, out: pathlib.Path, log, holds=()) -> dict:
     from equimus_identification import dynamic as D
     from equimus_identification.parallel import Mapper
+
+    exps = list(exps) + list(holds)
 
     names = parse_params(a.params)
     dt = a.dt or default_dt(exps)
@@ -193,6 +203,7 @@ def run_dynamic(exps, leg, a, out: pathlib.Path, log) -> dict:
         dt=dt,
         sign_weight=a.sign_weight if de_loss == 'whole' else 0.0,
         aggregate=a.aggregate if de_loss == 'whole' else 'mean',
+        static_weight=a.static_weight,
     )
     ref = (
         D.Evaluator(
@@ -203,6 +214,7 @@ def run_dynamic(exps, leg, a, out: pathlib.Path, log) -> dict:
             dt=dt,
             sign_weight=a.sign_weight,
             aggregate=a.aggregate,
+            static_weight=a.static_weight,
         )
         if a.loss == 'both'
         else None
@@ -229,6 +241,7 @@ def run_dynamic(exps, leg, a, out: pathlib.Path, log) -> dict:
             refine_evaluator=ref,
             x0=x_before,
             log=log,
+            progress=True,
         )
     before = D.metrics(exps, x_before, names, leg=leg, dt=dt)
     after = D.metrics(exps, r.x, names, leg=leg, dt=dt)
@@ -283,7 +296,17 @@ def main(argv: list[str] | None = None) -> int:
     dynamic = None
     try:
         if inputs['dynamic']:
-            dynamic = run_dynamic(inputs['dynamic'], leg, a, out, log)
+            holds = (
+                data.static_experiments(inputs['static'][0])
+                if inputs['static'] and a.static_weight > 0
+                else ()
+            )
+            if holds:
+                log(
+                    f'joint fit: {len(holds)} static holds of {inputs["static"][0].name}, '
+                    f'static weight {a.static_weight:g}'
+                )
+            dynamic = run_dynamic(inputs['dynamic'], leg, a, out, log, holds)
     except KeyboardInterrupt:
         log('stopped')
         return 130
@@ -325,6 +348,8 @@ def main(argv: list[str] | None = None) -> int:
             title=command[:120],
         )
         log(f'plot: {png}')
+        unc = report.plot_uncertainty(dynamic['identifiability'], out / 'uncertainty.png')
+        log(f'uncertainty: {unc}')
     log(f'parameters: {yml}\nreport: {out / "report.md"}')
     return 0
 

@@ -223,10 +223,23 @@ class Evaluator:
             e = self.experiments[ro.exp]
             lm.reset(d, e.start_q[ro.i0], e.qd[ro.i0])
             mujoco.mj_getState(m, d, init[r], st['spec'])
-        st['init'] = init
-        st['nstep'] = max((ro.n - 1) * self.sps[ro.exp] for ro in self.rollouts)
-        st['ctrl'] = np.zeros((len(self.rollouts), st['nstep'], m.nu))
-        st['out'] = np.zeros((len(self.rollouts), st['nstep'], nstate))
+        # one mujoco.rollout call per rollout length, so a few long rollouts (static holds,
+        # whole trajectories) do not make every short shooting segment run as long
+        lengths = [(ro.n - 1) * self.sps[ro.exp] for ro in self.rollouts]
+        st['batches'] = []
+        st['where'] = [(0, 0)] * len(self.rollouts)
+        for nstep in sorted(set(lengths)):
+            idx = [r for r, n in enumerate(lengths) if n == nstep]
+            for row, r in enumerate(idx):
+                st['where'][r] = (len(st['batches']), row)
+            st['batches'].append(
+                dict(
+                    nstep=nstep,
+                    init=init[idx],
+                    ctrl=np.zeros((len(idx), nstep, m.nu)),
+                    out=np.zeros((len(idx), nstep, nstate)),
+                )
+            )
         st['base'] = {n: leg_value(leg, n) for n in BOUNDS}
         return st
 
@@ -268,7 +281,7 @@ class Evaluator:
         st = self._compiled()
         p = self.full_params(x)
         self._apply(p)
-        m, ctrl = st['model'], st['ctrl']
+        m, batches = st['model'], st['batches']
         areas = np.array([p[f'actuators.{a}.area'] for a in st['acts']])
         ctrl_idx = st['lm'].ctrl_idx
         valves = {}
@@ -280,26 +293,28 @@ class Evaluator:
             sps = self.sps[ro.exp]
             pv = valves[ro.exp][ro.i0 * sps : (ro.i0 + ro.n - 1) * sps]
             F = pv * areas * 1e3
-            ctrl[r, :] = 0.0
+            b, row = st['where'][r]
+            ctrl = batches[b]['ctrl']
+            ctrl[row, :] = 0.0
             for i in range(len(st['acts'])):
-                ctrl[r, : len(F), ctrl_idx[i][0]] = F[:, i]
-                ctrl[r, : len(F), ctrl_idx[i][-1]] = F[:, i]
-            if len(F) < st['nstep']:  # hold the last force after a short rollout ends
-                ctrl[r, len(F) :] = ctrl[r, len(F) - 1]
-        state = st['out']
-        mujoco.rollout.rollout(
-            [m] * len(self.rollouts),
-            [st['data']],
-            st['init'],
-            ctrl,
-            nstep=st['nstep'],
-            state=state,
-            skip_checks=True,
-        )
+                ctrl[row, :, ctrl_idx[i][0]] = F[:, i]
+                ctrl[row, :, ctrl_idx[i][-1]] = F[:, i]
+        for bt in batches:
+            mujoco.rollout.rollout(
+                [m] * len(bt['init']),
+                [st['data']],
+                bt['init'],
+                bt['ctrl'],
+                nstep=bt['nstep'],
+                state=bt['out'],
+                skip_checks=True,
+            )
         out = []
         for r, ro in enumerate(self.rollouts):
             sps = self.sps[ro.exp]
-            qs = state[r, sps - 1 : (ro.n - 1) * sps : sps][:, st['qpos_cols']]
+            b, row = st['where'][r]
+            state = batches[b]['out']
+            qs = state[row, sps - 1 : (ro.n - 1) * sps : sps][:, st['qpos_cols']]
             out.append(np.vstack([self.experiments[ro.exp].start_q[ro.i0][None, :], qs]))
         return out
 
