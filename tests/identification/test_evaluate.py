@@ -21,7 +21,9 @@ def sim():
 @pytest.fixture(scope='module')
 def truth_file(tmp_path_factory):
     return report.write_params_yaml(
-        tmp_path_factory.mktemp('p') / 'truth.yaml', TRUTH, {'start_parameter_set': 'table_v_dynamic'}
+        tmp_path_factory.mktemp('p') / 'truth.yaml',
+        TRUTH,
+        {'start_parameter_set': 'table_v_dynamic'},
     )
 
 
@@ -74,9 +76,7 @@ def _trajectory_csv(path, sim, split_at):
     rows = []
     for a, b in ((0, cut), (cut, len(sim['t']))):
         t = sim['t'][a:b] - sim['t'][a]
-        rows.append(
-            np.column_stack([t, sim['command'][a:b] * 1e3, np.rad2deg(sim['q'][a:b])])
-        )
+        rows.append(np.column_stack([t, sim['command'][a:b] * 1e3, np.rad2deg(sim['q'][a:b])]))
     header = 'relative_time,current_pressure1,current_pressure2,thigh_theta21,calf_theta32'
     np.savetxt(path, np.vstack(rows), delimiter=',', header=header, comments='')
     return path

@@ -20,6 +20,7 @@ import pathlib
 import shlex
 import sys
 import time
+from typing import Any
 
 import numpy as np
 
@@ -117,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     def part(idx):
         return [rel[i] for i in idx] + [holds[i] for i in idx]
 
-    rows: list[dict] = []
+    rows: list[dict[str, Any]] = []
     t_start = time.monotonic()
     with Mapper('process', a.workers) as mapper:
         for w in weights:
@@ -127,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
                 r = fit_one(part(train), leg, names, w, a, mapper)
                 fl = load_leg(parameter_set='table_v_dynamic', overrides=r.parameters())
                 xx = [D.leg_value(fl, n) for n in names]
-                row = {
+                row: dict[str, Any] = {
                     'weight': w,
                     'fold': f,
                     'train': score(part(train), fl, names, xx),

@@ -532,9 +532,7 @@ def csv_kind(path) -> str:
     return 'static'
 
 
-def load_trajectory_csv(
-    path, rate: float = RATE_HZ, min_duration: float = 0.2
-) -> list[Experiment]:
+def load_trajectory_csv(path, rate: float = RATE_HZ, min_duration: float = 0.2) -> list[Experiment]:
     """Every segment of a dynamic CSV (relative_time restarts per segment) as one experiment
     from the segment's first sample to its last, on a `rate` grid, against the raw angles.
 
@@ -566,8 +564,17 @@ def load_trajectory_csv(
         if 'pressure1_start' in names:
             meta['start_kpa'] = [g['pressure1_start'][0] / 1e3, g['pressure2_start'][0] / 1e3]
         e = prepare(
-            tg, q, cmd, 0.0, float(tg[-1]), rate, SMOOTH_SAMPLES, p0, name=f'{path.stem}#{k}',
-            meta=meta, target='raw',
+            tg,
+            q,
+            cmd,
+            0.0,
+            float(tg[-1]),
+            rate,
+            SMOOTH_SAMPLES,
+            p0,
+            name=f'{path.stem}#{k}',
+            meta=meta,
+            target='raw',
         )
         e.command_kpa = hold(tg, cmd, e.t)
         if meas is not None:
@@ -597,7 +604,12 @@ def static_experiments(
                 qd=np.zeros((n, 2)),
                 command_kpa=np.repeat(np.asarray(p, float)[None, :], n, axis=0),
                 p0_kpa=np.asarray(p, float).copy(),
-                meta={'static': True, 'set': s.name, 'index': i, 'pressure_kpa': list(map(float, p))},
+                meta={
+                    'static': True,
+                    'set': s.name,
+                    'index': i,
+                    'pressure_kpa': list(map(float, p)),
+                },
             )
         )
     return out
@@ -610,9 +622,17 @@ def bag_trajectory(rec: Recording, rate: float = BAG_RATE_HZ, threshold_kpa: flo
     if t1 - t0 < 3.0 / rate:
         raise DataError(f'{rec.source}: joint states and valve commands overlap for < 3 samples')
     e = prepare(
-        rec.t_q, rec.q, hold(rec.t_cmd, rec.command_kpa, rec.t_q), t0, t1 - t0, rate,
-        SMOOTH_SAMPLES, hold(rec.t_cmd, rec.command_kpa, np.array([t0]))[0],
-        name=pathlib.Path(rec.source).name, meta={'source': rec.source}, target='raw',
+        rec.t_q,
+        rec.q,
+        hold(rec.t_cmd, rec.command_kpa, rec.t_q),
+        t0,
+        t1 - t0,
+        rate,
+        SMOOTH_SAMPLES,
+        hold(rec.t_cmd, rec.command_kpa, np.array([t0]))[0],
+        name=pathlib.Path(rec.source).name,
+        meta={'source': rec.source},
+        target='raw',
     )
     e.command_kpa = hold(rec.t_cmd, rec.command_kpa, e.t + t0)
     if rec.t_p is not None and len(rec.t_p) >= 2:

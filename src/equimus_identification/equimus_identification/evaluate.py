@@ -109,7 +109,9 @@ def markdown(results, params: str, pressure: str) -> str:
             rows = m['segments'] if len(m['segments']) > 1 else [m]
             for s in rows:
                 out.append(
-                    f'| {s["name"]} | ' + ' | '.join(_f(v) for v in [*s['rmse'], *s['maxae']]) + ' |'
+                    f'| {s["name"]} | '
+                    + ' | '.join(_f(v) for v in [*s['rmse'], *s['maxae']])
+                    + ' |'
                 )
         out.append('')
     return '\n'.join(out)
