@@ -84,6 +84,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument('--duration', type=float, default=4.0, help='seconds per experiment (default 4)')
     p.add_argument(
+        '--bags',
+        choices=('steps', 'whole'),
+        default='steps',
+        help="cut bags at command steps (default) or keep each whole ('whole': for ramped "
+        'excitation from equimus excite; use with --loss shooting)',
+    )
+    p.add_argument(
         '--params',
         default='paper',
         help='free parameters: paper (Table V ten), paper+valve, static, or a comma list',
@@ -129,7 +136,14 @@ def build_parser() -> argparse.ArgumentParser:
         '--workers', type=int, default=None, help='parallel evaluators (default: all cores)'
     )
     p.add_argument('--mapper', default='process', choices=('process', 'serial', 'dask'))
-    p.add_argument('--address', default=None, help='dask scheduler address for --mapper dask')
+    p.add_argument(
+        '--scheduler',
+        '--address',
+        dest='address',
+        default=None,
+        help='Dask scheduler for --mapper dask (tcp://host:8786; default: a LocalCluster of '
+        '--workers processes on this machine)',
+    )
     p.add_argument('--seed', type=int, default=0)
     p.add_argument(
         '--checkpoint', default=None, help='DE checkpoint (default: <out>/checkpoint.pkl)'
@@ -280,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         leg = load_leg(a.leg, parameter_set=a.parameter_set or None, overrides=a.start)
-        inputs = data.load_any(a.inputs, groups=a.groups, duration=a.duration)
+        inputs = data.load_any(a.inputs, groups=a.groups, duration=a.duration, bags=a.bags)
     except (data.DataError, LegDescriptionError, FileNotFoundError) as exc:
         print(f'equimus identify: {exc}', file=sys.stderr)
         return 2

@@ -643,13 +643,25 @@ def bag_trajectory(rec: Recording, rate: float = BAG_RATE_HZ, threshold_kpa: flo
     return e
 
 
-def load_any(paths: Iterable, groups='effective', duration: float = DURATION_S) -> dict:
-    """Sort inputs into {'static': [StaticSet], 'dynamic': [Experiment]} by what they contain."""
+def load_any(
+    paths: Iterable, groups='effective', duration: float = DURATION_S, bags: str = 'steps'
+) -> dict:
+    """Sort inputs into {'static': [StaticSet], 'dynamic': [Experiment]} by what they contain.
+
+    bags: 'steps' cuts a bag at every command jump (step experiments); 'whole' keeps it as one
+    experiment (for ramped excitation such as `equimus excite`'s, where every ramp sample is a
+    jump; the multiple-shooting loss cuts it into segments anyway).
+    """
+    if bags not in ('steps', 'whole'):
+        raise ValueError(f"bags must be 'steps' or 'whole', got {bags!r}")
     out: dict[str, list] = {'static': [], 'dynamic': []}
     for p in paths:
         p = pathlib.Path(p)
         if p.is_dir() or p.suffix == '.mcap':
             bag = p if p.is_dir() else p.parent
+            if bags == 'whole':
+                out['dynamic'].append(bag_trajectory(load_bag(bag)))
+                continue
             out['dynamic'] += segment_steps(load_bag(bag), max_duration=duration, name=bag.name)
         elif p.suffix == '.csv':
             kind = csv_kind(p)
