@@ -13,6 +13,7 @@ evaluated through a process pool). Writes into --out:
 from __future__ import annotations
 
 import argparse
+import os
 import pathlib
 import shlex
 import sys
@@ -284,6 +285,12 @@ def run_dynamic(exps, leg, a, out: pathlib.Path, log, holds=()) -> dict:
     }
 
 
+def _portable(arg: str) -> str:
+    """A path argument relative to the working directory, so a recorded command names no
+    machine's absolute path."""
+    return os.path.relpath(arg) if os.path.exists(arg) else arg
+
+
 def main(argv: list[str] | None = None) -> int:
     a = build_parser().parse_args(argv)
     from equimus_description.leg import LegDescriptionError, load_leg
@@ -304,7 +311,7 @@ def main(argv: list[str] | None = None) -> int:
     out = pathlib.Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     command = 'equimus identify ' + ' '.join(
-        shlex.quote(x) for x in (argv if argv is not None else sys.argv[1:])
+        shlex.quote(_portable(x)) for x in (argv if argv is not None else sys.argv[1:])
     )
     static = run_static(inputs['static'], leg, a.static_method, log) if inputs['static'] else None
     dynamic = None
@@ -329,7 +336,7 @@ def main(argv: list[str] | None = None) -> int:
         params.update(dynamic['parameters'])
     info = {
         'command': command,
-        'inputs': [str(x) for x in a.inputs],
+        'inputs': [_portable(str(x)) for x in a.inputs],
         'start_parameter_set': a.parameter_set,
     }
     if dynamic:

@@ -167,8 +167,10 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.monotonic()
         r = fit_one(rel + holds, leg, names, best, a, mapper)
         final_wall = time.monotonic() - t0
+    from .cli import _portable  # no machine's absolute path in the recorded command
+
     command = 'python -m equimus_identification.crossval ' + ' '.join(
-        shlex.quote(x) for x in (argv if argv is not None else sys.argv[1:])
+        shlex.quote(_portable(x)) for x in (argv if argv is not None else sys.argv[1:])
     )
     final = load_leg(parameter_set='table_v_dynamic', overrides=r.parameters())
     ev = D.Evaluator(rel + holds, names, leg=final, loss='shooting', static_weight=best)
