@@ -10,6 +10,13 @@ Measures, side by side in one run:
   mapped over a population through the process pool (all cores);
 - wall time of the dynamic identification of the 13 effective ToCenter groups (the paper's ten
   parameters + valve τ; quick mode: a few generations only) and its mean / max RMSE;
+- candidates per second through the three mappers, side by side on one population: serial, the
+  process pool, and a Dask LocalCluster of as many worker processes (skipped without the
+  `dask[distributed]` extra);
+- the independent cross-check: the whole-trajectory least-squares problem of the ToCenter releases
+  (11 parameters from Table V) solved by ours and by mujoco.sysid (`crosscheck.py`): both optima,
+  their 95 % intervals, whether they agree, and the two wall times (skipped without the
+  `mujoco[sysid]` extra); quick mode: 3 groups of 1 s;
 - full mode only: the full ground truth (all eleven parameters from a synthetic bag with mocap
   noise): the largest relative error among the parameters the data determine, and the ones they
   do not (identifiability analysis at the fit).
@@ -69,6 +76,62 @@ def throughput(exps, workers=2, population=20) -> dict:
         'evaluator_pool_steps_per_s': pooled,
         'pool_workers': workers,
         'steps_per_candidate': ev.steps_per_eval,
+    }
+
+
+def mappers(exps, workers=2, population=24) -> dict:
+    """Candidates/s of one population through serial, process pool and Dask LocalCluster."""
+    from equimus_description.leg import load_leg
+    from equimus_identification import dynamic as D
+    from equimus_identification.parallel import Mapper
+
+    leg = load_leg(parameter_set='table_v_dynamic')
+    names = list(D.PAPER_PARAMS)
+    ev = D.Evaluator(exps, names, leg=leg, loss='shooting')
+    rng = np.random.default_rng(1)
+    u0 = ev.to_unit([D.leg_value(leg, k) for k in names])
+    pts = [np.clip(u0 + 0.05 * rng.standard_normal(len(names)), 0, 1) for _ in range(population)]
+    kinds = ['serial', 'process']
+    try:
+        import dask.distributed  # noqa: F401
+
+        kinds.append('dask')
+    except ImportError:
+        pass
+    out, ref = {}, None
+    for kind in kinds:
+        with Mapper(kind, workers=workers) as mp:
+            mp(ev, pts[:workers])  # warm up: workers started, models compiled
+            t = time.perf_counter()
+            losses = mp(ev, pts)
+            out[f'candidates_per_s_{kind}'] = population / (time.perf_counter() - t)
+        ref = losses if ref is None else ref
+        out[f'same_losses_{kind}'] = bool(np.array_equal(losses, ref))
+    return out
+
+
+def crosscheck(quick: bool) -> dict:
+    from equimus_description.leg import load_leg
+    from equimus_identification import crosscheck as C
+    from equimus_identification import dynamic as D
+
+    why = C.available()
+    if why:
+        return {'crosscheck': f'skipped: {why}'}
+    exps = _tocenter()
+    exps = [e.head(1.0) for e in exps[:3]] if quick else exps
+    names = list(D.BOUNDS)
+    c = C.compare(
+        exps, load_leg(parameter_set='table_v_dynamic'), names, max_iters=5 if quick else 40
+    )
+    print(C.markdown(c))
+    return {
+        'crosscheck_agree': f'{sum(c["agree"])}/{len(names)}',
+        'crosscheck_wall_s_ours': c['ours']['wall_s'],
+        'crosscheck_wall_s_sysid': c['sysid']['wall_s'],
+        'crosscheck_rms_ours_rad': c['ours']['residual_rms'],
+        'crosscheck_rms_sysid_rad': c['sysid']['residual_rms'],
+        'crosscheck_max_rel_diff': max(c['relative_difference']),
     }
 
 
@@ -165,6 +228,8 @@ def run(quick: bool) -> dict:
     out['pool_speedup_vs_mj_step_loop'] = (
         out['evaluator_pool_steps_per_s'] / out['mj_step_loop_steps_per_s']
     )
+    out.update(mappers(exps if not quick else [e.head(2.0) for e in exps]))
+    out.update(crosscheck(quick))
     out.update(dynamic_fit(quick))
     if not quick:
         out.update(ground_truth_full())
@@ -181,7 +246,7 @@ def main():
     for k, v in r.items():
         if isinstance(v, dict):
             v = ', '.join(f'{a.split(".", 1)[-1]} {b:.3f}' for a, b in v.items())
-        elif isinstance(v, float):
+        elif isinstance(v, float | int) and not isinstance(v, bool):
             v = f'{v:,.4g}'
         print(f'{k:40s} {v}')
     return 0

@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """Print this project's identification figures next to the EquiMus paper's (Tables IV-VI).
 
-    python scripts/compare_paper.py [--fit fit/]     # --fit: a folder written by `equimus identify`
+    python scripts/compare_paper.py [--fit fit/ --fit config/leg_fit_joint.yaml]
 
 Static: the regression runs here (a second or two). Dynamic: per-experiment whole-trajectory RMSE
 on the 13 effective ToCenter groups for the paper's Table V parameters in our model, and for the
-fitted parameters in --fit/params.yaml.
+fitted parameters in each --fit; then the static equilibria (Set A, Set B) held in the MuJoCo model
+for every parameter set.
 """
 
 import argparse
@@ -22,7 +23,12 @@ def main(argv=None):
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument('--fit', default=None, help='folder with params.yaml from equimus identify')
+    ap.add_argument(
+        '--fit',
+        action='append',
+        default=[],
+        help='folder with params.yaml from equimus identify, or a parameter file (repeatable)',
+    )
     ap.add_argument('--data', default=str(DATA), help='folder holding static/ and dynamic/')
     a = ap.parse_args(argv)
     from equimus_description.leg import load_leg, load_overrides
@@ -60,11 +66,16 @@ def main(argv=None):
 
     exps = data.load_tocenter(next((root / 'dynamic').glob('ToCenter_*.csv')))
     names = list(D.PAPER_PARAMS) + ['valve.time_constant']
-    cols = [('paper Table V (dynamic) in our model', load_leg(parameter_set='table_v_dynamic'))]
-    if a.fit:
-        ov = load_overrides(pathlib.Path(a.fit) / 'params.yaml')
+    cols = [
+        ('paper Table V (dynamic) in our model', load_leg(parameter_set='table_v_dynamic')),
+        ('paper Table V (static) in our model', load_leg(parameter_set='table_v_static')),
+    ]
+    for fit in a.fit:
+        path = pathlib.Path(fit)
+        path = path / 'params.yaml' if path.is_dir() else path
+        ov = load_overrides(path)
         fitted = load_leg(parameter_set='table_v_dynamic', overrides=ov)
-        cols.append((f'fitted ({a.fit})', fitted))
+        cols.append((f'fitted ({fit})', fitted))
     print(
         '\nDYNAMIC (13 effective ToCenter groups, 4 s after the release, '
         'whole-trajectory RMSE, rad)'
@@ -82,6 +93,19 @@ def main(argv=None):
         print(f'{e.name:12s}' + ''.join(f'{m[i]["rmse_all"]:32.4f}' for _, m in res))
     for stat, fn in (('mean', np.mean), ('max', np.max)):
         print(f'{stat:12s}' + ''.join(f'{fn([r["rmse_all"] for r in m]):32.4f}' for _, m in res))
+    print(
+        '\nSTATIC IN THE SIMULATION (each pressure pair held from the measured pose in MuJoCo, '
+        'rest-angle RMSE θ1 / θ2, rad)'
+    )
+    print(f'{"set":12s}' + ''.join(f'{lbl[:30]:>32s}' for lbl, _ in cols))
+    for s_ in (set_a, set_b):
+        row = []
+        for _, leg in cols:
+            x = [D.leg_value(leg, n) for n in names]
+            m = D.metrics(data.static_experiments(s_), x, names, leg=leg)
+            r = np.sqrt(np.mean([mm['rmse'] ** 2 for mm in m], axis=0))
+            row.append(f'{r[0]:.4f} / {r[1]:.4f}')
+        print(f'{s_.name.replace("StaticPoint_", "")[:12]:12s}' + ''.join(f'{v:>32s}' for v in row))
     return 0
 
 

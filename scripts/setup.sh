@@ -35,6 +35,11 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   fi
   echo "$want" > "$stamp"
 fi
+# Optional extras on request: EQUIMUS_EXTRAS="cluster sysid" installs requirements-<name>.txt.
+for extra in ${EQUIMUS_EXTRAS:-}; do
+  log "installing optional extra '$extra' (requirements-$extra.txt)"
+  "$VENV/bin/python" -m pip install -q -r "requirements-$extra.txt" 2>"$VENV/pip.err" || { grep -v "^WARNING: Location" "$VENV/pip.err" >&2; exit 1; }
+done
 
 log "colcon build (ros2_ws, symlink install)"
 (

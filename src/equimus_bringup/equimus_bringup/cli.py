@@ -7,6 +7,8 @@ equimus bag repair <bag>                    make a bag cut short by a crash read
 equimus bag info <bag>                      topics, counts and rates of a bag
 equimus identify <bags or CSVs> --out fit/  fit the model to recordings (see --help)
 equimus natnet list|record|replay           Motive's rigid bodies; capture and replay a session
+equimus evaluate <params> <bags or CSVs>    score a parameter set by open-loop replay (--help)
+equimus excite --out excite/                design an identifying pressure trajectory (--help)
 """
 
 from __future__ import annotations
@@ -83,6 +85,14 @@ def main(argv: list[str] | None = None) -> int:
         from equimus_hw.natnet.cli import main as natnet
 
         return natnet(argv[1:])
+    if argv[:1] == ['evaluate']:
+        from equimus_identification.evaluate import main as evaluate
+
+        return evaluate(argv[1:])
+    if argv[:1] == ['excite']:
+        from equimus_identification.excite import main as excite
+
+        return excite(argv[1:])
     parser = argparse.ArgumentParser(
         prog='equimus', description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -98,6 +108,8 @@ def main(argv: list[str] | None = None) -> int:
         'identify', help='system identification from bags or CSVs (equimus identify --help)'
     )
     sub.add_parser('natnet', help='list Motive bodies, record/replay NatNet (equimus natnet -h)')
+    sub.add_parser('evaluate', help='score a parameter set on recordings (equimus evaluate --help)')
+    sub.add_parser('excite', help='design an excitation trajectory (equimus excite --help)')
     p = sub.add_parser('bag', help='inspect or repair a recorded bag')
     p.add_argument('action', choices=('info', 'repair'))
     p.add_argument('path')

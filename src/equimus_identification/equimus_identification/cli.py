@@ -13,6 +13,7 @@ evaluated through a process pool). Writes into --out:
 from __future__ import annotations
 
 import argparse
+import os
 import pathlib
 import shlex
 import sys
@@ -84,6 +85,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument('--duration', type=float, default=4.0, help='seconds per experiment (default 4)')
     p.add_argument(
+        '--bags',
+        choices=('steps', 'whole'),
+        default='steps',
+        help="cut bags at command steps (default) or keep each whole ('whole': for ramped "
+        'excitation from equimus excite; use with --loss shooting)',
+    )
+    p.add_argument(
         '--params',
         default='paper',
         help='free parameters: paper (Table V ten), paper+valve, static, or a comma list',
@@ -129,13 +137,28 @@ def build_parser() -> argparse.ArgumentParser:
         '--workers', type=int, default=None, help='parallel evaluators (default: all cores)'
     )
     p.add_argument('--mapper', default='process', choices=('process', 'serial', 'dask'))
-    p.add_argument('--address', default=None, help='dask scheduler address for --mapper dask')
+    p.add_argument(
+        '--scheduler',
+        '--address',
+        dest='address',
+        default=None,
+        help='Dask scheduler for --mapper dask (tcp://host:8786; default: a LocalCluster of '
+        '--workers processes on this machine)',
+    )
     p.add_argument('--seed', type=int, default=0)
     p.add_argument(
         '--checkpoint', default=None, help='DE checkpoint (default: <out>/checkpoint.pkl)'
     )
     p.add_argument('--fresh', action='store_true', help='ignore an existing checkpoint')
     p.add_argument('--static-method', default='pressure', choices=('pressure', 'torque'))
+    p.add_argument(
+        '--static-weight',
+        type=float,
+        default=1.0,
+        help='joint fit: with static CSVs and dynamic data, the first static set is held in the '
+        'simulation and its rest-angle MSE enters the dynamic loss with this weight '
+        '(0: dynamic data only; the static regression is reported either way)',
+    )
     p.add_argument('--no-plots', action='store_true')
     return p
 
@@ -174,9 +197,11 @@ def default_dt(exps) -> float:
     return 0.005 if fits(0.005) else 1.0 / 600.0
 
 
-def run_dynamic(exps, leg, a, out: pathlib.Path, log) -> dict:
+def run_dynamic(exps, leg, a, out: pathlib.Path, log, holds=()) -> dict:
     from equimus_identification import dynamic as D
     from equimus_identification.parallel import Mapper
+
+    exps = list(exps) + list(holds)
 
     names = parse_params(a.params)
     dt = a.dt or default_dt(exps)
@@ -193,6 +218,7 @@ def run_dynamic(exps, leg, a, out: pathlib.Path, log) -> dict:
         dt=dt,
         sign_weight=a.sign_weight if de_loss == 'whole' else 0.0,
         aggregate=a.aggregate if de_loss == 'whole' else 'mean',
+        static_weight=a.static_weight,
     )
     ref = (
         D.Evaluator(
@@ -203,6 +229,7 @@ def run_dynamic(exps, leg, a, out: pathlib.Path, log) -> dict:
             dt=dt,
             sign_weight=a.sign_weight,
             aggregate=a.aggregate,
+            static_weight=a.static_weight,
         )
         if a.loss == 'both'
         else None
@@ -229,6 +256,7 @@ def run_dynamic(exps, leg, a, out: pathlib.Path, log) -> dict:
             refine_evaluator=ref,
             x0=x_before,
             log=log,
+            progress=True,
         )
     before = D.metrics(exps, x_before, names, leg=leg, dt=dt)
     after = D.metrics(exps, r.x, names, leg=leg, dt=dt)
@@ -257,6 +285,12 @@ def run_dynamic(exps, leg, a, out: pathlib.Path, log) -> dict:
     }
 
 
+def _portable(arg: str) -> str:
+    """A path argument relative to the working directory, so a recorded command names no
+    machine's absolute path."""
+    return os.path.relpath(arg) if os.path.exists(arg) else arg
+
+
 def main(argv: list[str] | None = None) -> int:
     a = build_parser().parse_args(argv)
     from equimus_description.leg import LegDescriptionError, load_leg
@@ -267,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         leg = load_leg(a.leg, parameter_set=a.parameter_set or None, overrides=a.start)
-        inputs = data.load_any(a.inputs, groups=a.groups, duration=a.duration)
+        inputs = data.load_any(a.inputs, groups=a.groups, duration=a.duration, bags=a.bags)
     except (data.DataError, LegDescriptionError, FileNotFoundError) as exc:
         print(f'equimus identify: {exc}', file=sys.stderr)
         return 2
@@ -277,13 +311,23 @@ def main(argv: list[str] | None = None) -> int:
     out = pathlib.Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     command = 'equimus identify ' + ' '.join(
-        shlex.quote(x) for x in (argv if argv is not None else sys.argv[1:])
+        shlex.quote(_portable(x)) for x in (argv if argv is not None else sys.argv[1:])
     )
     static = run_static(inputs['static'], leg, a.static_method, log) if inputs['static'] else None
     dynamic = None
     try:
         if inputs['dynamic']:
-            dynamic = run_dynamic(inputs['dynamic'], leg, a, out, log)
+            holds = (
+                data.static_experiments(inputs['static'][0])
+                if inputs['static'] and a.static_weight > 0
+                else ()
+            )
+            if holds:
+                log(
+                    f'joint fit: {len(holds)} static holds of {inputs["static"][0].name}, '
+                    f'static weight {a.static_weight:g}'
+                )
+            dynamic = run_dynamic(inputs['dynamic'], leg, a, out, log, holds)
     except KeyboardInterrupt:
         log('stopped')
         return 130
@@ -292,7 +336,7 @@ def main(argv: list[str] | None = None) -> int:
         params.update(dynamic['parameters'])
     info = {
         'command': command,
-        'inputs': [str(x) for x in a.inputs],
+        'inputs': [_portable(str(x)) for x in a.inputs],
         'start_parameter_set': a.parameter_set,
     }
     if dynamic:
@@ -325,6 +369,8 @@ def main(argv: list[str] | None = None) -> int:
             title=command[:120],
         )
         log(f'plot: {png}')
+        unc = report.plot_uncertainty(dynamic['identifiability'], out / 'uncertainty.png')
+        log(f'uncertainty: {unc}')
     log(f'parameters: {yml}\nreport: {out / "report.md"}')
     return 0
 

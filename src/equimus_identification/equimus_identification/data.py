@@ -89,6 +89,7 @@ class Experiment:
     p0_kpa: np.ndarray  # (2,) valve pressure at t = 0
     meta: dict = field(default_factory=dict)
     q_start: np.ndarray | None = None  # (N, 2) angles a simulation restarts from; None = q
+    pressure_kpa: np.ndarray | None = None  # (N, 2) measured valve pressure, when recorded
 
     @property
     def start_q(self) -> np.ndarray:
@@ -113,7 +114,13 @@ class Experiment:
             self.p0_kpa.copy(),
             dict(self.meta),
             None if self.q_start is None else self.q_start[:n],
+            None if self.pressure_kpa is None else self.pressure_kpa[:n],
         )
+
+    @property
+    def is_static(self) -> bool:
+        """An equilibrium held at constant pressure (scored on its settled angles only)."""
+        return bool(self.meta.get('static'))
 
 
 def moving_average(x: np.ndarray, window: int = SMOOTH_SAMPLES) -> np.ndarray:
@@ -487,18 +494,183 @@ def segment_steps(
     return out
 
 
-def load_any(paths: Iterable, groups='effective', duration: float = DURATION_S) -> dict:
-    """Sort inputs into {'static': [StaticSet], 'dynamic': [Experiment]} by what they contain."""
+# ---------------------------------------------------------------- any dynamic trajectory CSV
+
+# The EquiMus trajectory CSVs: a time that restarts at every segment, the commanded pressures
+# (Pa) and the two relative joint angles (deg); measured valve pressures (Pa) are optional.
+TRAJECTORY_COLUMNS = ('relative_time', 'current_pressure1', 'current_pressure2')
+ANGLE_COLUMNS = ('thigh_theta21', 'calf_theta32')
+MEASURED_PRESSURE_COLUMNS = (
+    ('measured_pressure1', 'measured_pressure2'),
+    ('real_pressure1', 'real_pressure2'),
+    ('pressure1_measured', 'pressure2_measured'),
+)
+
+
+def csv_header(path) -> list[str]:
+    try:
+        with open(path) as f:
+            return [c.strip() for c in f.readline().split(',')]
+    except OSError as exc:
+        raise DataError(f'{path}: cannot read ({exc})') from exc
+
+
+def csv_kind(path) -> str:
+    """'tocenter', 'trajectory' (any dynamic CSV) or 'static', from the header line."""
+    cols = set(csv_header(path))
+    if all(c in cols for c in TOCENTER_COLUMNS):
+        return 'tocenter'
+    if all(c in cols for c in TRAJECTORY_COLUMNS + ANGLE_COLUMNS):
+        return 'trajectory'
+    if 'relative_time' in cols:
+        need = [c for c in TRAJECTORY_COLUMNS + ANGLE_COLUMNS if c not in cols]
+        raise DataError(
+            f'{path}: a dynamic CSV (it has relative_time) but columns {need} are missing; '
+            f'a trajectory needs {", ".join(TRAJECTORY_COLUMNS + ANGLE_COLUMNS)} '
+            '(pressures in Pa, angles in deg), measured pressures optional'
+        )
+    return 'static'
+
+
+def load_trajectory_csv(path, rate: float = RATE_HZ, min_duration: float = 0.2) -> list[Experiment]:
+    """Every segment of a dynamic CSV (relative_time restarts per segment) as one experiment
+    from the segment's first sample to its last, on a `rate` grid, against the raw angles.
+
+    The valve starts at the previous segment's last command (the rig is logged continuously;
+    ToCenter groups start from the vented rest), the first segment at its first command; measured
+    pressures, when
+    the file has them, are kept in Experiment.pressure_kpa for replay through `--pressure
+    measured`.
+    """
+    path = pathlib.Path(path)
+    d = _read_named_csv(path)
+    names = d.dtype.names or ()
+    meas = next((c for c in MEASURED_PRESSURE_COLUMNS if all(x in names for x in c)), None)
+    t = np.asarray(d['relative_time'], float)
+    cuts = np.r_[0, np.where(np.diff(t) < 0)[0] + 1, len(d)]
+    out = []
+    prev = None
+    for k, (a, b) in enumerate(zip(cuts[:-1], cuts[1:], strict=True)):
+        g = d[a:b]
+        tg = g['relative_time'] - g['relative_time'][0]
+        cmd = np.stack([g['current_pressure1'], g['current_pressure2']], 1) / 1e3
+        p0, prev = (cmd[0] if prev is None else prev), cmd[-1]
+        if len(g) < 3 or tg[-1] < min_duration:
+            continue
+        q = np.deg2rad(np.stack([g[ANGLE_COLUMNS[0]], g[ANGLE_COLUMNS[1]]], 1))
+        if not (np.all(np.isfinite(cmd)) and np.all(np.isfinite(q))):
+            raise DataError(f'{path}: segment {k} has non-numeric pressures or angles')
+        meta = {'source': str(path), 'segment': k}
+        if 'pressure1_start' in names:
+            meta['start_kpa'] = [g['pressure1_start'][0] / 1e3, g['pressure2_start'][0] / 1e3]
+        e = prepare(
+            tg,
+            q,
+            cmd,
+            0.0,
+            float(tg[-1]),
+            rate,
+            SMOOTH_SAMPLES,
+            p0,
+            name=f'{path.stem}#{k}',
+            meta=meta,
+            target='raw',
+        )
+        e.command_kpa = hold(tg, cmd, e.t)
+        if meas is not None:
+            pm = np.stack([g[meas[0]], g[meas[1]]], 1) / 1e3
+            e.pressure_kpa = resample(tg, pm, e.t)
+            e.p0_kpa = e.pressure_kpa[0].copy()
+        out.append(e)
+    if not out:
+        raise DataError(f'{path}: no segment of at least {min_duration} s')
+    return out
+
+
+def static_experiments(
+    s: StaticSet, duration: float = 3.0, rate: float = RATE_HZ
+) -> list[Experiment]:
+    """Each equilibrium as a constant-pressure hold: the model starts at the measured pose with
+    the valve at the measured pressures, and is scored on where it comes to rest."""
+    n = int(round(duration * rate)) + 1
+    t = np.arange(n) / rate
+    out = []
+    for i, (p, q) in enumerate(zip(s.pressures_kpa, s.q, strict=True)):
+        out.append(
+            Experiment(
+                name=f'{s.name or "static"}[{i}] P{p[0]:g}-{p[1]:g}',
+                t=t,
+                q=np.repeat(q[None, :], n, axis=0),
+                qd=np.zeros((n, 2)),
+                command_kpa=np.repeat(np.asarray(p, float)[None, :], n, axis=0),
+                p0_kpa=np.asarray(p, float).copy(),
+                meta={
+                    'static': True,
+                    'set': s.name,
+                    'index': i,
+                    'pressure_kpa': list(map(float, p)),
+                },
+            )
+        )
+    return out
+
+
+def bag_trajectory(rec: Recording, rate: float = BAG_RATE_HZ, threshold_kpa: float = 0.5):
+    """A whole bag as one experiment (for open-loop replay), with its step times as segments."""
+    t0 = max(rec.t_q[0], rec.t_cmd[0])
+    t1 = rec.t_q[-1]
+    if t1 - t0 < 3.0 / rate:
+        raise DataError(f'{rec.source}: joint states and valve commands overlap for < 3 samples')
+    e = prepare(
+        rec.t_q,
+        rec.q,
+        hold(rec.t_cmd, rec.command_kpa, rec.t_q),
+        t0,
+        t1 - t0,
+        rate,
+        SMOOTH_SAMPLES,
+        hold(rec.t_cmd, rec.command_kpa, np.array([t0]))[0],
+        name=pathlib.Path(rec.source).name,
+        meta={'source': rec.source},
+        target='raw',
+    )
+    e.command_kpa = hold(rec.t_cmd, rec.command_kpa, e.t + t0)
+    if rec.t_p is not None and len(rec.t_p) >= 2:
+        e.pressure_kpa = resample(rec.t_p, rec.pressure_kpa, e.t + t0)
+        e.p0_kpa = e.pressure_kpa[0].copy()
+    steps = step_times(rec, threshold_kpa) - t0
+    e.meta['segments'] = [0.0] + [float(s) for s in steps if 0.0 < s < e.t[-1]]
+    return e
+
+
+def load_any(
+    paths: Iterable, groups='effective', duration: float = DURATION_S, bags: str = 'steps'
+) -> dict:
+    """Sort inputs into {'static': [StaticSet], 'dynamic': [Experiment]} by what they contain.
+
+    bags: 'steps' cuts a bag at every command jump (step experiments); 'whole' keeps it as one
+    experiment (for ramped excitation such as `equimus excite`'s, where every ramp sample is a
+    jump; the multiple-shooting loss cuts it into segments anyway).
+    """
+    if bags not in ('steps', 'whole'):
+        raise ValueError(f"bags must be 'steps' or 'whole', got {bags!r}")
     out: dict[str, list] = {'static': [], 'dynamic': []}
     for p in paths:
         p = pathlib.Path(p)
         if p.is_dir() or p.suffix == '.mcap':
             bag = p if p.is_dir() else p.parent
+            if bags == 'whole':
+                out['dynamic'].append(bag_trajectory(load_bag(bag)))
+                continue
             out['dynamic'] += segment_steps(load_bag(bag), max_duration=duration, name=bag.name)
-        elif p.suffix == '.csv' and is_tocenter_csv(p):
-            out['dynamic'] += load_tocenter(p, groups=groups, duration=duration)
         elif p.suffix == '.csv':
-            out['static'].append(load_static_csv(p))
+            kind = csv_kind(p)
+            if kind == 'tocenter':
+                out['dynamic'] += load_tocenter(p, groups=groups, duration=duration)
+            elif kind == 'trajectory':
+                out['dynamic'] += load_trajectory_csv(p)
+            else:
+                out['static'].append(load_static_csv(p))
         else:
             raise DataError(f'{p}: not a rosbag2 folder, .mcap file or EquiMus CSV')
     return out

@@ -12,6 +12,10 @@ so every candidate costs only its physics steps. Rollouts go through `mujoco.rol
 Losses (both over experiments from `data`):
 - 'whole' (the paper's, Eq. 12): each experiment simulated from its start;
   E = MSE(θ) + λ·MSE(sign θ̇), λ = 100; averaged over experiments.
+- static equilibria (Experiment.is_static, from data.static_experiments) are held at their
+  pressures from the measured pose and scored on the mean angle of their last STATIC_TAIL_S
+  seconds; they add static_weight × mean squared equilibrium error to either loss, which is what
+  separates stiffness, area and rest length (the releases all end at 0 kPa).
 - 'shooting' (multiple shooting, seeds/003): every experiment cut into segments of `horizon`
   seconds, each restarted from the measured (smoothed) angles and velocities through
   LegModel.reset(q, qd) with the valve state carried by the lag model; MSE(θ) over all segments.
@@ -49,6 +53,8 @@ PRESSURE_LENGTHENS = True
 DT = 0.005  # the authors' identification time step
 SIGN_WEIGHT = 100.0  # λ of the paper's loss
 FAIL_LOSS = 1e3  # loss of a diverged or non-finite rollout
+STATIC_TAIL_S = 0.5  # a static hold is scored on the mean angle of its last half second
+PRESSURE_SOURCES = ('command', 'measured')
 # A parameter counts as determined by the data when its relative standard error is under 1 %.
 # The error is a white-noise lower bound, hence the wide margin to the 5 % accuracy goal.
 DETERMINED_RSE = 0.01
@@ -110,7 +116,20 @@ class Evaluator:
         sign_weight: float | None = None,
         bounds: dict | None = None,
         aggregate: str = 'mean',
+        static_weight: float = 1.0,
+        pressure: str = 'command',
     ):
+        if pressure not in PRESSURE_SOURCES:
+            raise ValueError(f'pressure must be one of {PRESSURE_SOURCES}, got {pressure!r}')
+        if pressure == 'measured':
+            missing = [e.name for e in experiments if e.pressure_kpa is None and not e.is_static]
+            if missing:
+                raise ValueError(
+                    f'no measured valve pressure in {missing[:3]}: replay the commanded '
+                    "pressures (pressure='command') or record /valve/pressure"
+                )
+        self.pressure = pressure
+        self.static_weight = float(static_weight)
         if aggregate not in ('mean', 'max'):
             raise ValueError(f"aggregate must be 'mean' or 'max', got {aggregate!r}")
         self.aggregate = aggregate
@@ -150,7 +169,7 @@ class Evaluator:
     def _plan(self) -> list[_Rollout]:
         out = []
         for k, e in enumerate(self.experiments):
-            if self.loss_kind == 'whole':
+            if self.loss_kind == 'whole' or e.is_static:
                 out.append(_Rollout(k, 0, len(e)))
             else:
                 h = max(2, int(round(self.horizon / e.dt)))
@@ -204,10 +223,23 @@ class Evaluator:
             e = self.experiments[ro.exp]
             lm.reset(d, e.start_q[ro.i0], e.qd[ro.i0])
             mujoco.mj_getState(m, d, init[r], st['spec'])
-        st['init'] = init
-        st['nstep'] = max((ro.n - 1) * self.sps[ro.exp] for ro in self.rollouts)
-        st['ctrl'] = np.zeros((len(self.rollouts), st['nstep'], m.nu))
-        st['out'] = np.zeros((len(self.rollouts), st['nstep'], nstate))
+        # one mujoco.rollout call per rollout length, so a few long rollouts (static holds,
+        # whole trajectories) do not make every short shooting segment run as long
+        lengths = [(ro.n - 1) * self.sps[ro.exp] for ro in self.rollouts]
+        st['batches'] = []
+        st['where'] = [(0, 0)] * len(self.rollouts)
+        for nstep in sorted(set(lengths)):
+            idx = [r for r, n in enumerate(lengths) if n == nstep]
+            for row, r in enumerate(idx):
+                st['where'][r] = (len(st['batches']), row)
+            st['batches'].append(
+                dict(
+                    nstep=nstep,
+                    init=init[idx],
+                    ctrl=np.zeros((len(idx), nstep, m.nu)),
+                    out=np.zeros((len(idx), nstep, nstate)),
+                )
+            )
         st['base'] = {n: leg_value(leg, n) for n in BOUNDS}
         return st
 
@@ -236,6 +268,8 @@ class Evaluator:
 
     def _valve(self, e: Experiment, sps: int, tau: float) -> np.ndarray:
         """Valve pressure (kPa) at every physics step of an experiment, (n_steps, 2)."""
+        if self.pressure == 'measured' and e.pressure_kpa is not None:
+            return np.repeat(e.pressure_kpa[:-1], sps, axis=0)  # the valve state as measured
         u = np.repeat(e.command_kpa[:-1], sps, axis=0)
         a = math.exp(-self.dt / tau) if tau > 0 else 0.0
         p, _ = lfilter([1.0 - a], [1.0, -a], u, axis=0, zi=(a * e.p0_kpa)[None, :])
@@ -247,7 +281,7 @@ class Evaluator:
         st = self._compiled()
         p = self.full_params(x)
         self._apply(p)
-        m, ctrl = st['model'], st['ctrl']
+        m, batches = st['model'], st['batches']
         areas = np.array([p[f'actuators.{a}.area'] for a in st['acts']])
         ctrl_idx = st['lm'].ctrl_idx
         valves = {}
@@ -259,34 +293,56 @@ class Evaluator:
             sps = self.sps[ro.exp]
             pv = valves[ro.exp][ro.i0 * sps : (ro.i0 + ro.n - 1) * sps]
             F = pv * areas * 1e3
-            ctrl[r, :] = 0.0
+            b, row = st['where'][r]
+            ctrl = batches[b]['ctrl']
+            ctrl[row, :] = 0.0
             for i in range(len(st['acts'])):
-                ctrl[r, : len(F), ctrl_idx[i][0]] = F[:, i]
-                ctrl[r, : len(F), ctrl_idx[i][-1]] = F[:, i]
-            if len(F) < st['nstep']:  # hold the last force after a short rollout ends
-                ctrl[r, len(F) :] = ctrl[r, len(F) - 1]
-        state = st['out']
-        mujoco.rollout.rollout(
-            [m] * len(self.rollouts),
-            [st['data']],
-            st['init'],
-            ctrl,
-            nstep=st['nstep'],
-            state=state,
-            skip_checks=True,
-        )
+                ctrl[row, :, ctrl_idx[i][0]] = F[:, i]
+                ctrl[row, :, ctrl_idx[i][-1]] = F[:, i]
+        for bt in batches:
+            mujoco.rollout.rollout(
+                [m] * len(bt['init']),
+                [st['data']],
+                bt['init'],
+                bt['ctrl'],
+                nstep=bt['nstep'],
+                state=bt['out'],
+                skip_checks=True,
+            )
         out = []
         for r, ro in enumerate(self.rollouts):
             sps = self.sps[ro.exp]
-            qs = state[r, sps - 1 : (ro.n - 1) * sps : sps][:, st['qpos_cols']]
+            b, row = st['where'][r]
+            state = batches[b]['out']
+            qs = state[row, sps - 1 : (ro.n - 1) * sps : sps][:, st['qpos_cols']]
             out.append(np.vstack([self.experiments[ro.exp].start_q[ro.i0][None, :], qs]))
         return out
 
+    def _tail(self, ro: _Rollout) -> int:
+        e = self.experiments[ro.exp]
+        return max(1, int(round(STATIC_TAIL_S / e.dt)))
+
+    def static_error(self, ro: _Rollout, q_sim) -> np.ndarray:
+        """Rest angle of a static hold minus the measured equilibrium (rad, per joint)."""
+        return np.mean(q_sim[-self._tail(ro) :], axis=0) - self.experiments[ro.exp].q[0]
+
+    @property
+    def n_static(self) -> int:
+        return sum(1 for ro in self.rollouts if self.experiments[ro.exp].is_static)
+
+    @property
+    def n_dynamic_residuals(self) -> int:
+        return 2 * sum(ro.n for ro in self.rollouts if not self.experiments[ro.exp].is_static)
+
     def loss_of_sims(self, sims) -> float:
-        per = []
+        per, stat = [], []
         for ro, q_sim in zip(self.rollouts, sims, strict=True):
             q_meas = self.experiments[ro.exp].q[ro.i0 : ro.i0 + ro.n]
-            if not np.all(np.isfinite(q_sim)) or np.max(np.abs(q_sim)) > 1e3:
+            bad = not np.all(np.isfinite(q_sim)) or np.max(np.abs(q_sim)) > 1e3
+            if self.experiments[ro.exp].is_static:
+                stat.append(FAIL_LOSS if bad else float(np.mean(self.static_error(ro, q_sim) ** 2)))
+                continue
+            if bad:
                 per.append(FAIL_LOSS)
                 continue
             e = np.mean((q_sim - q_meas) ** 2)
@@ -296,14 +352,26 @@ class Evaluator:
                 )
             per.append(e)
         # 'max' targets the worst rollout (the paper's 'RMSE under 0.0325 for all experiments')
-        return float(np.max(per) if self.aggregate == 'max' else np.mean(per))
+        dyn = (np.max(per) if self.aggregate == 'max' else np.mean(per)) if per else 0.0
+        if not stat:
+            return float(dyn)
+        return float(dyn + (self.static_weight if per else 1.0) * np.mean(stat))
 
     def residuals_of_sims(self, sims) -> np.ndarray:
-        """Simulated minus measured angles of every rollout sample, one vector (rad)."""
+        """Simulated minus measured angles of every rollout sample, one vector (rad).
+
+        A static hold contributes its rest-angle error, scaled so that the sum of squares is
+        n_dyn × (pooled dynamic MSE + static_weight × static MSE), the loss the weights state.
+        """
         out = []
+        n_dyn, n_stat = self.n_dynamic_residuals, 2 * self.n_static
+        w_stat = math.sqrt(self.static_weight * n_dyn / n_stat) if n_dyn and n_stat else 1.0
         for ro, q_sim in zip(self.rollouts, sims, strict=True):
             q_meas = self.experiments[ro.exp].q[ro.i0 : ro.i0 + ro.n]
-            r = (q_sim - q_meas).ravel()
+            if self.experiments[ro.exp].is_static:
+                r = w_stat * self.static_error(ro, q_sim)
+            else:
+                r = (q_sim - q_meas).ravel()
             if not np.all(np.isfinite(r)) or np.max(np.abs(q_sim)) > 1e3:
                 r = np.full(r.shape, math.sqrt(FAIL_LOSS))
             out.append(r)
@@ -319,7 +387,7 @@ class Evaluator:
 
     @property
     def n_residuals(self) -> int:
-        return int(sum(ro.n for ro in self.rollouts)) * 2
+        return self.n_dynamic_residuals + 2 * self.n_static
 
     def __call__(self, u) -> float:
         """Loss of a point in the unit cube (what the optimisers see)."""
@@ -334,25 +402,47 @@ class Evaluator:
         return int(sum((ro.n - 1) * self.sps[ro.exp] for ro in self.rollouts))
 
 
-def metrics(experiments: Sequence[Experiment], x, names, leg=None, dt: float = DT) -> list[dict]:
-    """Per-experiment RMSE and MaxAE per joint of the whole-trajectory simulation."""
-    ev = Evaluator(experiments, names, leg=leg, loss='whole', dt=dt)
+def _errors(err: np.ndarray) -> dict:
+    ok = err.size > 0 and bool(np.all(np.isfinite(err)))
+    return {
+        'rmse': np.sqrt(np.mean(err**2, axis=0)) if ok else np.full(2, np.nan),
+        'maxae': np.max(np.abs(err), axis=0) if ok else np.full(2, np.nan),
+        'rmse_all': float(np.sqrt(np.mean(err**2))) if ok else float('nan'),
+    }
+
+
+def metrics(
+    experiments: Sequence[Experiment],
+    x,
+    names,
+    leg=None,
+    dt: float = DT,
+    pressure: str = 'command',
+) -> list[dict]:
+    """Per-experiment RMSE and MaxAE per joint of the whole-trajectory simulation.
+
+    A static hold is scored on its rest angles (RMSE = MaxAE = the equilibrium error); an
+    experiment with meta['segments'] (segment start times, s) also gets per-segment figures.
+    """
+    ev = Evaluator(experiments, names, leg=leg, loss='whole', dt=dt, pressure=pressure)
     sims = ev.simulate(x)
     out = []
-    for e, q_sim in zip(experiments, sims, strict=True):  # loss='whole': one rollout each
-        err = q_sim - e.q
-        ok = np.all(np.isfinite(err))
-        out.append(
-            {
-                'name': e.name,
-                'rmse': np.sqrt(np.mean(err**2, axis=0)) if ok else np.full(2, np.nan),
-                'maxae': np.max(np.abs(err), axis=0) if ok else np.full(2, np.nan),
-                'rmse_all': float(np.sqrt(np.mean(err**2))) if ok else float('nan'),
-                't': e.t,
-                'q': e.q,
-                'q_sim': q_sim,
-            }
-        )
+    for ro, e, q_sim in zip(ev.rollouts, experiments, sims, strict=True):  # one rollout each
+        err = ev.static_error(ro, q_sim)[None, :] if e.is_static else q_sim - e.q
+        m = {'name': e.name, **_errors(err), 't': e.t, 'q': e.q, 'q_sim': q_sim}
+        m['static'] = e.is_static
+        if e.is_static:
+            m['q_rest'] = e.q[0] + err[0]
+        if e.pressure_kpa is not None:
+            m['pressure'] = e.pressure_kpa
+        m['command'] = e.command_kpa
+        bounds = list(e.meta.get('segments', ())) + [float(e.t[-1]) + e.dt]
+        m['segments'] = [
+            {'name': f'{e.name}@{a:.2f}s', 't0': a, **_errors(err[(e.t >= a) & (e.t < b)])}
+            for a, b in zip(bounds[:-1], bounds[1:], strict=True)
+            if np.any((e.t >= a) & (e.t < b))
+        ]
+        out.append(m)
     return out
 
 
@@ -372,15 +462,31 @@ def identifiability(ev: Evaluator, x, rel_step: float = 1e-3) -> dict:
         xi = x.copy()
         xi[i] *= 1.0 + rel_step
         J[:, i] = (ev.residuals(xi) - r0) / rel_step
+    return covariance_summary(ev.names, x, J, r0)
+
+
+def covariance_summary(names: Sequence[str], x, J: np.ndarray, r0: np.ndarray) -> dict:
+    """Standard errors, correlations and singular values from the residual Jacobian J in
+    log-parameter coordinates (columns ∂r/∂log xᵢ) and the residuals r0 at the optimum."""
+    x = np.asarray(x, float)
     dof = max(1, r0.size - len(x))
     sigma2 = float(r0 @ r0) / dof
     jtj = J.T @ J
     cov = np.linalg.pinv(jtj) * sigma2
     rse = np.sqrt(np.clip(np.diag(cov), 0.0, None))
+    with np.errstate(divide='ignore', invalid='ignore'):
+        corr = cov / np.outer(rse, rse)
+    corr = np.nan_to_num(corr)
     _, sv, vt = np.linalg.svd(J, full_matrices=False)
-    weakest = {n: float(v) for n, v in zip(ev.names, vt[-1], strict=True) if abs(v) > 0.2}
+    weakest = {n: float(v) for n, v in zip(names, vt[-1], strict=True) if abs(v) > 0.2}
     return {
-        'relative_std_error': dict(zip(ev.names, map(float, rse), strict=True)),
+        'relative_std_error': dict(zip(names, map(float, rse), strict=True)),
+        'std_error': dict(zip(names, map(float, rse * np.abs(x)), strict=True)),
+        'correlation': corr.tolist(),
+        'singular_values': (sv / sv[0]).tolist() if sv[0] > 0 else sv.tolist(),
+        'singular_vectors': vt.tolist(),
+        'names': list(names),
+        'value': list(map(float, x)),
         'residual_rms_rad': math.sqrt(float(r0 @ r0) / r0.size),
         'condition_number': float(sv[0] / sv[-1]) if sv[-1] > 0 else float('inf'),
         'weakest_direction': weakest,
@@ -435,6 +541,7 @@ def fit(
     tol: float = 1e-6,
     x0: Sequence[float] | np.ndarray | None = None,
     log: Callable = print,
+    progress: bool = False,
 ) -> FitResult:
     """Differential evolution over the unit cube, one generation at a time, then a local refinement.
 
@@ -443,6 +550,7 @@ def fit(
     checkpoint: a file rewritten after every generation (population, energies, best); if it
     exists and matches the parameter names, the run resumes from it. Ctrl-C stops after saving.
     refine_evaluator: loss for a scalar refinement (default: ev).
+    progress: a tqdm bar over the generations (with the remaining-time estimate) on stderr.
     refine: 'lm' = trust-region least squares on ev's residual vector (Gauss-Newton steps, far
     fewer evaluations than a simplex for many parameters; needs a sum-of-squares loss, i.e.
     ev without the sign term), 'nelder-mead' or 'lbfgsb' on the scalar loss, '' = none.
@@ -482,12 +590,20 @@ def fit(
     )
     interrupted = False
     gen = start_gen
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=maxiter, initial=start_gen, desc='DE', unit='gen', leave=False)
     try:
         while gen < maxiter:
             tg = time.monotonic()
             next(solver)
             gen += 1
             best = float(solver.population_energies[0])
+            if bar is not None:
+                bar.update(1)
+                bar.set_postfix(best=f'{best:.4g}')
             spread = float(np.std(solver.population_energies))
             history.append((gen, best, time.monotonic() - t0))
             log(
@@ -522,6 +638,9 @@ def fit(
                     else 'no checkpoint file was given'
                 )
             )
+    finally:
+        if bar is not None:
+            bar.close()
     u_de = np.array(solver.x, float)
     loss_de = float(ev(u_de))
     u, loss = u_de, loss_de

@@ -6,11 +6,14 @@ care where candidates run:
 - 'process' : concurrent.futures.ProcessPoolExecutor.map on this machine (the default). Each
               worker compiles the MuJoCo model once (dynamic.Evaluator caches it per process) and
               ignores SIGINT, so Ctrl-C reaches only the optimiser, which checkpoints and stops;
-- 'dask'    : dask.distributed Client(address).map + gather, for sweeps beyond one machine.
-              Not installed by default: `pip install "dask[distributed]"`, start a scheduler and
-              workers (`dask scheduler`, `dask worker tcp://host:8786`) and pass
-              `--mapper dask --address tcp://host:8786`. The evaluator is plain picklable Python,
-              so nothing else changes. (Ray would plug in the same way through
+- 'dask'    : dask.distributed Client(address).map + gather, for sweeps beyond one machine;
+              without an address a LocalCluster of `workers` processes on this machine.
+              An optional extra (`EQUIMUS_EXTRAS=cluster bash scripts/setup.sh`, i.e.
+              requirements-cluster.txt): start a scheduler and workers (`dask scheduler`,
+              `dask worker tcp://host:8786`) and pass `--mapper dask --scheduler
+              tcp://host:8786`. The evaluator is plain picklable Python, so nothing else changes;
+              results equal the process pool's for the same seed (tests/identification/
+              test_dask.py). (Ray would plug in the same way through
               ray.util.multiprocessing.Pool.map.)
 """
 

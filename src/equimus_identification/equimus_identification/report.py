@@ -153,6 +153,8 @@ def markdown(
                 f'the least determined combination of log-parameters: {weak}. Parameters '
                 'marked **no** need richer excitation (or fixing), not a longer search.',
             ]
+        if ident.get('correlation'):
+            out += ['', uncertainty_markdown(ident)]
         out += [
             '',
             'Per experiment, whole-trajectory simulation from the measured start (rad):',
@@ -161,6 +163,75 @@ def markdown(
             '',
         ]
     return '\n'.join(out) + '\n'
+
+
+def short_name(name: str) -> str:
+    """actuators.maa.k -> maa.k, joints.hip.damping -> hip.damping, valve.time_constant -> tau."""
+    if name == 'valve.time_constant':
+        return 'tau'
+    return name.split('.', 1)[1] if name.startswith(('actuators.', 'joints.')) else name
+
+
+def uncertainty_markdown(ident: dict) -> str:
+    """Value ± standard error (95 % interval), the correlation matrix and the singular values."""
+    names = ident['names']
+    out = [
+        '### Uncertainty at the optimum',
+        '',
+        'From the residual Jacobian in log-parameter coordinates: covariance σ²(JᵀJ)⁻¹ with σ² '
+        'the residual variance (a lower bound: residuals are treated as white).',
+        '',
+        '| parameter | value | std. error | 95 % interval |',
+        '|---|---|---|---|',
+    ]
+    for n, v in zip(names, ident['value'], strict=True):
+        se = ident['std_error'][n]
+        out.append(f'| {n} | {v:.5g} | {se:.3g} | [{v - 1.96 * se:.5g}, {v + 1.96 * se:.5g}] |')
+    short = [short_name(n) for n in names]
+    out += ['', 'Correlation matrix:', '', '| | ' + ' | '.join(short) + ' |']
+    out.append('|---' * (len(short) + 1) + '|')
+    for n, row in zip(short, ident['correlation'], strict=True):
+        out.append(f'| {n} | ' + ' | '.join(f'{c:+.2f}' for c in row) + ' |')
+    sv = ident['singular_values']
+    out += [
+        '',
+        'Singular values of the Jacobian (relative to the largest) and the combination of '
+        'log-parameters each determines (components over 0.3):',
+        '',
+        '| # | singular value | direction |',
+        '|---|---|---|',
+    ]
+    for i, (v, vec) in enumerate(zip(sv, ident['singular_vectors'], strict=True)):
+        comb = ', '.join(f'{short[j]} {c:+.2f}' for j, c in enumerate(vec) if abs(c) > 0.3)
+        out.append(f'| {i + 1} | {v:.3g} | {comb} |')
+    return '\n'.join(out)
+
+
+def plot_uncertainty(ident: dict, path) -> pathlib.Path:
+    """Correlation matrix and singular values of the identification at the optimum."""
+    import matplotlib
+
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+
+    short = [short_name(n) for n in ident['names']]
+    fig, (a0, a1) = plt.subplots(1, 2, figsize=(11, 4.5))
+    im = a0.imshow(np.asarray(ident['correlation']), vmin=-1, vmax=1, cmap='RdBu_r')
+    a0.set_xticks(range(len(short)), short, rotation=60, fontsize=7)
+    a0.set_yticks(range(len(short)), short, fontsize=7)
+    a0.set_title('parameter correlation', fontsize=9)
+    fig.colorbar(im, ax=a0, fraction=0.046)
+    a1.semilogy(range(1, len(ident['singular_values']) + 1), ident['singular_values'], 'o-')
+    a1.set_xlabel('singular value #', fontsize=8)
+    a1.set_ylabel('σᵢ / σ₁ (log-parameter Jacobian)', fontsize=8)
+    a1.set_title('what the data determine', fontsize=9)
+    a1.grid(True, which='both', lw=0.3)
+    fig.tight_layout()
+    path = pathlib.Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+    return path
 
 
 def plot_experiments(

@@ -159,3 +159,41 @@ def write_bag(
     finally:
         w.close()
     return pathlib.Path(path)
+
+
+def simulate_command(
+    truth: Mapping[str, float],
+    command_kpa: np.ndarray,
+    rate_hz: float = 120.0,
+    dt: float = SIM_DT,
+    settle_s: float = 3.0,
+    parameter_set: str | None = 'table_v_dynamic',
+) -> dict:
+    """Simulate any command sequence (one row per 1/rate_hz sample, held over the sample);
+    the same outputs as simulate_steps. The leg first settles at the first command."""
+    command_kpa = np.asarray(command_kpa, float)
+    leg = load_leg(parameter_set=parameter_set, overrides=dict(truth)).with_timestep(dt)
+    lm = LegModel(leg)
+    m = lm.model
+    if PRESSURE_LENGTHENS:
+        m.actuator_gear[:, 0] = np.abs(m.actuator_gear[:, 0])
+    m.actuator_ctrllimited[:] = 0
+    d = mujoco.MjData(m)
+    lm.reset(d, (1.3, 1.0))
+    valve = ValveLag(leg.valve_time_constant, 2, p0=command_kpa[0])
+    lm.set_pressures(d, valve.p)
+    for _ in range(int(settle_s / dt)):
+        mujoco.mj_step(m, d)
+    d.time = 0.0
+    every = int(round(1.0 / (rate_hz * dt)))
+    rows: dict[str, list] = {'t': [], 'command': [], 'pressure': [], 'q': [], 'qd': []}
+    for i, cmd in enumerate(command_kpa):
+        rows['t'].append(i / rate_hz)
+        rows['command'].append(cmd.copy())
+        rows['pressure'].append(valve.p.copy())
+        rows['q'].append(lm.joint_angles(d))
+        rows['qd'].append(lm.joint_velocities(d))
+        for _ in range(every):
+            lm.set_pressures(d, valve.step(cmd, dt))
+            mujoco.mj_step(m, d)
+    return {k: np.asarray(v) for k, v in rows.items()} | {'leg': leg}

@@ -1,0 +1,211 @@
+"""`equimus evaluate PARAMS RECORDING...`: score a parameter set on recordings it was not fitted to.
+
+Open-loop replay: the recorded pressures (commanded, through the valve lag, or the measured valve
+pressures) drive the model from the recording's initial state, and the simulated angles are
+compared with the measured ones: RMSE and MaxAE per joint over the whole recording and per
+segment. This is the sim-to-real gap of a parameter set.
+
+Recordings: rosbag2 folders or .mcap files (sim or hardware; one replay of the whole bag, its
+pressure steps as segments), the EquiMus dynamic CSVs (ToCenter or any trajectory with
+relative_time restarting per segment; measured-pressure columns optional; one replay per segment)
+and static CSVs (StaticPoint_*.csv; each pressure pair held from the measured pose, the resting
+angles scored).
+
+PARAMS: a params.yaml written by `equimus identify` (or any leg override file), or the name of a
+parameter set in the leg YAML (table_v_dynamic, table_v_static, ...), or `default`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import sys
+
+import numpy as np
+import yaml
+
+from . import data
+from . import dynamic as D
+
+CSV_DT = 0.005  # the authors' identification step, for 100 Hz-resampled CSVs
+BAG_DT = 1.0 / 600.0  # the simulation node's step: five per 120 Hz mocap frame
+PLOT_ROWS = 12  # experiments drawn at most (the table lists all)
+
+
+def load_params(spec: str, leg_path=None):
+    """A LegDescription from a parameter file or a parameter-set name (see module doc)."""
+    from equimus_description.leg import load_leg
+
+    p = pathlib.Path(spec)
+    if p.suffix in ('.yaml', '.yml') or p.exists():
+        if not p.exists():
+            raise FileNotFoundError(f'{spec}: no such parameter file')
+        doc = yaml.safe_load(p.read_text()) or {}
+        start = (doc.get('identification') or {}).get('start_parameter_set', 'table_v_dynamic')
+        return load_leg(leg_path, parameter_set=start or None, overrides=str(p))
+    return load_leg(leg_path, parameter_set=None if spec == 'default' else spec)
+
+
+def load_recording(path, static_hold_s: float = 3.0) -> tuple[list, float, str]:
+    """(experiments, simulation step, kind) of one recording, prepared for open-loop replay."""
+    p = pathlib.Path(path)
+    if p.is_dir() or p.suffix == '.mcap':
+        bag = p if p.is_dir() else p.parent
+        return [data.bag_trajectory(data.load_bag(bag))], BAG_DT, 'bag'
+    if p.suffix == '.csv':
+        kind = data.csv_kind(p)
+        if kind == 'static':
+            s = data.load_static_csv(p)
+            return data.static_experiments(s, static_hold_s), CSV_DT, 'static'
+        return data.load_trajectory_csv(p), CSV_DT, 'dynamic'
+    raise data.DataError(f'{p}: not a rosbag2 folder, .mcap file or EquiMus CSV')
+
+
+def evaluate(leg, paths, pressure: str = 'command') -> list[dict]:
+    """One entry per recording: kind, per-experiment metrics and the pooled figures."""
+    names = list(D.BOUNDS)
+    x = [D.leg_value(leg, n) for n in names]
+    out = []
+    for path in paths:
+        exps, dt, kind = load_recording(path)
+        m = D.metrics(exps, x, names, leg=leg, dt=dt, pressure=pressure)
+        out.append({'path': str(path), 'kind': kind, 'metrics': m, **pooled(m)})
+    return out
+
+
+def pooled(metrics) -> dict:
+    """RMSE and MaxAE per joint over every sample (static: every pose) of a recording."""
+    sq, mx, n = np.zeros(2), np.zeros(2), 0
+    for m in metrics:
+        k = 1 if m['static'] else len(m['t'])
+        sq += m['rmse'] ** 2 * k
+        mx = np.maximum(mx, m['maxae'])
+        n += k
+    return {'rmse': np.sqrt(sq / max(n, 1)), 'maxae': mx, 'samples': n}
+
+
+def _f(v) -> str:
+    return 'nan' if not np.isfinite(v) else f'{v:.4f}'
+
+
+def markdown(results, params: str, pressure: str) -> str:
+    out = [
+        f'# Open-loop evaluation of {params}',
+        '',
+        f'Pressures replayed: {pressure}. Angles in rad (θ1 hip, θ2 knee).',
+        '',
+    ]
+    for r in results:
+        out += [
+            f'## {r["path"]} ({r["kind"]})',
+            '',
+            f'Whole recording: RMSE θ1 {_f(r["rmse"][0])}, θ2 {_f(r["rmse"][1])}; '
+            f'MaxAE θ1 {_f(r["maxae"][0])}, θ2 {_f(r["maxae"][1])}.',
+            '',
+            '| segment | RMSE θ1 | RMSE θ2 | MaxAE θ1 | MaxAE θ2 |',
+            '|---|---|---|---|---|',
+        ]
+        for m in r['metrics']:
+            rows = m['segments'] if len(m['segments']) > 1 else [m]
+            for s in rows:
+                out.append(
+                    f'| {s["name"]} | '
+                    + ' | '.join(_f(v) for v in [*s['rmse'], *s['maxae']])
+                    + ' |'
+                )
+        out.append('')
+    return '\n'.join(out)
+
+
+def plot(results, path, title: str = '') -> pathlib.Path:
+    """Simulated vs measured angles (and the replayed pressures) of each dynamic experiment;
+    model vs measured rest angles of each static set."""
+    import matplotlib
+
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+
+    dyn = [m for r in results for m in r['metrics'] if not m['static']][:PLOT_ROWS]
+    stat = [r for r in results if r['kind'] == 'static']
+    rows = len(dyn) + (1 if stat else 0)
+    fig, axes = plt.subplots(max(rows, 1), 3, figsize=(13, 2.0 * max(rows, 1) + 0.6), squeeze=False)
+    for i, m in enumerate(dyn):
+        for j in range(2):
+            ax = axes[i, j]
+            ax.plot(m['t'], m['q'][:, j], 'k-', lw=1.2, label='measured')
+            ax.plot(m['t'], m['q_sim'][:, j], 'C0-', lw=1.0, label='simulated')
+            ax.set_ylabel(f'{m["name"][-14:]}\nθ{j + 1} (rad)', fontsize=7)
+        ax = axes[i, 2]
+        ax.plot(m['t'], m['command'], '--', lw=0.8)
+        if 'pressure' in m:
+            ax.plot(m['t'], m['pressure'], '-', lw=0.8)
+        ax.set_ylabel('kPa', fontsize=7)
+        for ax in axes[i]:
+            ax.tick_params(labelsize=7)
+    if stat:
+        ax_row = axes[len(dyn)]
+        for r in stat:
+            qm = np.array([m['q'][0] for m in r['metrics']])
+            qs = np.array([m['q_rest'] for m in r['metrics']])
+            for j in range(2):
+                ax_row[j].plot(qm[:, j], qs[:, j], 'o', ms=3, label=pathlib.Path(r['path']).stem)
+                lim = [min(qm[:, j].min(), qs[:, j].min()), max(qm[:, j].max(), qs[:, j].max())]
+                ax_row[j].plot(lim, lim, 'k:', lw=0.8)
+                ax_row[j].set_xlabel(f'measured rest θ{j + 1} (rad)', fontsize=7)
+                ax_row[j].set_ylabel('model rest (rad)', fontsize=7)
+        ax_row[0].legend(fontsize=6)
+        ax_row[2].axis('off')
+    if dyn:
+        axes[0, 0].legend(fontsize=7)
+    if title:
+        fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    path = pathlib.Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+    return path
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog='equimus evaluate',
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument('params', help='params.yaml / override file, or a parameter-set name')
+    p.add_argument('recordings', nargs='+', help='rosbag2 folders, .mcap files, EquiMus CSVs')
+    p.add_argument(
+        '--pressure',
+        choices=D.PRESSURE_SOURCES,
+        default='command',
+        help='replay the commanded pressures through the valve lag (default) or the measured ones',
+    )
+    p.add_argument('--leg', default=None, help='leg YAML (default: the packaged one)')
+    p.add_argument('--out', default=None, help='folder for evaluation.md and evaluation.png')
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = build_parser().parse_args(argv)
+    from equimus_description.leg import LegDescriptionError
+
+    try:
+        leg = load_params(a.params, a.leg)
+        results = evaluate(leg, a.recordings, a.pressure)
+    except (data.DataError, LegDescriptionError, FileNotFoundError, ValueError) as exc:
+        print(f'equimus evaluate: {exc}', file=sys.stderr)
+        return 2
+    md = markdown(results, a.params, a.pressure)
+    print(md)
+    if a.out:
+        out = pathlib.Path(a.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / 'evaluation.md').write_text(md)
+        png = plot(results, out / 'evaluation.png', title=f'{a.params} ({a.pressure} pressures)')
+        print(f'report: {out / "evaluation.md"}\nplot: {png}')
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
