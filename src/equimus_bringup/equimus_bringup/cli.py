@@ -3,8 +3,8 @@
 equimus launch sim [name:=value ...]       run the simulated-leg graph (same graph as sim.launch.py)
 equimus launch hardware [name:=value ...]  run the real-leg graph (same as hardware.launch.py)
 equimus args                                list the launch arguments
-equimus bag repair <bag>                    make a bag cut short by a crash readable again
-equimus bag info <bag>                      topics, counts and rates of a bag
+equimus bag repair <bag>                    close a bag whose recorder died (keeps the original)
+equimus bag info <bag>                      topics, counts and rates of a bag (read-only)
 equimus identify <bags or CSVs> --out fit/  fit the model to recordings (see --help)
 """
 
@@ -68,7 +68,7 @@ def cmd_bag(ns: argparse.Namespace) -> int:
             print(bag.describe(ns.path))
     except bag.BagError as exc:
         print(f'equimus: {exc}', file=sys.stderr)
-        return 1
+        return 2
     return 0
 
 

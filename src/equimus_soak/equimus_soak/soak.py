@@ -1067,20 +1067,16 @@ class Soak:
             counts: dict[str, int] = {}
             times: dict[str, list[int]] = {}
             recorded_commands: dict[tuple, int] = {}
-            from rosbags.highlevel import AnyReader
-
-            if not (self.bag / 'metadata.yaml').exists() or not bagio.is_complete(self.bag):
-                bagio.repair(self.bag)
-            with AnyReader([self.bag], default_typestore=bagio._typestore()) as reader:
-                for conn, stamp, raw in reader.messages():
-                    counts[conn.topic] = counts.get(conn.topic, 0) + 1
-                    if conn.topic in (VALVE_COMMAND.name, THIGH_POSE):
-                        times.setdefault(conn.topic, []).append(stamp)
-                    if conn.topic == VALVE_COMMAND.name:
-                        # rosbags types deserialize() as object; a Float64MultiArray here.
-                        msg = reader.deserialize(raw, conn.msgtype)
-                        cmd_key = _command_key(msg.data)  # type: ignore[attr-defined]
-                        recorded_commands[cmd_key] = recorded_commands.get(cmd_key, 0) + 1
+            ts = bagio._typestore()
+            # read-only: a bag cut short (disk full) is read up to its last complete chunk
+            for topic, msgtype, stamp, raw in bagio.raw_messages(self.bag, None):
+                counts[topic] = counts.get(topic, 0) + 1
+                if topic in (VALVE_COMMAND.name, THIGH_POSE):
+                    times.setdefault(topic, []).append(stamp)
+                if topic == VALVE_COMMAND.name:
+                    msg = ts.deserialize_cdr(raw, msgtype)
+                    cmd_key = _command_key(msg.data)
+                    recorded_commands[cmd_key] = recorded_commands.get(cmd_key, 0) + 1
             read_back = sum(counts.values())
             err = ''
         except Exception as exc:  # noqa: BLE001 - reported as a failed check
