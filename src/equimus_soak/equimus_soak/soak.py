@@ -136,7 +136,7 @@ class SoakSupervisor(Supervisor):
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            env=self.env,
+            env={**self.env, **spec.env},
             text=True,
             bufsize=1,
             start_new_session=True,
