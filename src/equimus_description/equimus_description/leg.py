@@ -469,6 +469,7 @@ def load_leg(
             raw = apply_overrides(raw, sets[parameter_set])
     except LegDescriptionError as exc:
         raise exc.located(path, lines) from None
+    opath = None
     if isinstance(overrides, (str, os.PathLike)):
         opath = overrides
         overrides = load_overrides(opath)
@@ -481,6 +482,9 @@ def load_leg(
     try:
         return from_dict(raw, source=str(path))
     except LegDescriptionError as exc:
+        if opath is not None and exc.key in normalise_overrides(overrides):
+            # the value came from the override file: point there
+            raise exc.located(opath, yamlfile.load(opath)[1]) from None
         raise exc.located(path, lines) from None
 
 

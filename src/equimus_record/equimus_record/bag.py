@@ -33,6 +33,8 @@ STORAGE = 'mcap'
 FORMAT_VERSION = 9
 #: Held (flock) by the writer of a bag for as long as it writes; holds the writer's pid.
 LOCK_NAME = 'recording.lock'
+#: First and last 8 bytes of an MCAP file.
+MAGIC = b'\x89MCAP0\r\n'
 #: The original file that `repair()` rewrote, kept beside the repaired one.
 ORIGINAL_SUFFIX = '.broken'
 
@@ -270,6 +272,16 @@ def _mcap_file(bag: Path) -> Path:
     return files[0]
 
 
+def _checked_mcap_file(bag: Path) -> Path:
+    """The bag's MCAP file, refused with BagError if it does not start like one."""
+    f = _mcap_file(bag)
+    with open(f, 'rb') as fh:
+        head = fh.read(8)
+    if head != MAGIC[: len(head)]:  # shorter: a file just created, read as empty
+        raise BagError(f'{bag}: {f.name} is not an MCAP file (it does not start with the magic)')
+    return f
+
+
 def is_complete(bag: Path) -> bool:
     """True when the MCAP file ends with its footer magic (the writer closed it)."""
     f = _mcap_file(Path(bag))
@@ -278,7 +290,7 @@ def is_complete(bag: Path) -> bool:
         if fh.tell() < 16:
             return False
         fh.seek(-8, os.SEEK_END)
-        return fh.read(8) == b'\x89MCAP0\r\n'
+        return fh.read(8) == MAGIC
 
 
 @dataclass
@@ -315,19 +327,21 @@ def raw_messages(bag: Path, topics: list[str] | None) -> Iterator[tuple[str, str
 
     bag = Path(bag)
     if (bag / 'metadata.yaml').exists() and is_complete(bag):
-        from rosbags.highlevel import AnyReader, AnyReaderError
+        from rosbags.highlevel import AnyReader
 
         try:
             with AnyReader([bag], default_typestore=_typestore()) as reader:
                 conns = [c for c in reader.connections if topics is None or c.topic in topics]
                 for conn, stamp, raw in reader.messages(connections=conns):
                     yield conn.topic, conn.msgtype, stamp, raw
-        except AnyReaderError as exc:
-            raise BagError(f'{bag}: not a readable rosbag2 bag: {exc}') from exc
+        except Exception as exc:  # rosbags raises many types for a damaged bag: one for users
+            first = str(exc).replace('\n', ' ').strip() or type(exc).__name__
+            raise BagError(f'{bag}: not a readable rosbag2 bag ({first})') from None
         return
+    f = _checked_mcap_file(bag)
     schemas: dict[int, str] = {}
     channels: dict[int, tuple[str, str]] = {}
-    for record in _Stream(_mcap_file(bag)).records():
+    for record in _Stream(f).records():
         if isinstance(record, Schema):
             schemas[record.id] = record.name
         elif isinstance(record, Channel):
@@ -409,7 +423,7 @@ def repair(bag: Path) -> str:
     from mcap.writer import CompressionType, Writer
 
     bag = Path(bag)
-    src = _mcap_file(bag)
+    src = _checked_mcap_file(bag)
     if is_complete(bag):
         return f'{bag}: complete, nothing to repair'
     lock = _hold_repair_lock(bag)
