@@ -10,8 +10,9 @@ auto_arm is true, as the sim graph sets it) AND a fresh command arrives.
 One commander (safety.CommanderGuard): arming is refused while more than one node publishes
 /valve/command; if a second node sends commands while armed, every command is ignored, so the
 last accepted one holds until the watchdog vents, and control resumes with the first command after
-the second sender has been silent for one watchdog period. auto_arm arms at start-up, before
-discovery, so the guard's sender rule is what protects an auto-armed driver. Timers and the watchdog
+the second sender has been silent for one watchdog period. auto_arm arms at start-up without
+the graph check (a killed controller stays listed for the DDS lease, which would block every
+restart), so the sender rule is what protects an auto-armed driver. Timers and the watchdog
 run on the steady clock, never on sim time: a paused /clock must not stop the keep-alive or the
 watchdog. With the simulated board the slew limit follows the node's clock (sim time in the sim
 graph), so a lockstep run does not depend on the wall clock's speed, and /valve/applied carries
@@ -129,19 +130,15 @@ class ValveDriver(Node):
         self.create_timer(1.0, self._publish_diagnostics, clock=steady)
 
         self.board.start()
-        refusal = ''
-        if p.auto_arm and subscribe:
-            self._count_commanders()
-            refusal = self.guard.arm_refusal(time.monotonic())
-            if refusal:
-                self.get_logger().error(f'auto_arm: {refusal}')
-        if p.auto_arm and not refusal:
+        if p.auto_arm:
+            # Not refused by the graph view: a restarted driver would see a SIGKILLed
+            # controller listed for the DDS lease (20 s); the sender rule guards from here on.
             self.safety.arm(time.monotonic())
             self.get_logger().warning(
                 'auto_arm=true: ARMED at start-up; valves follow '
                 f'{VALVE_COMMAND.name} as soon as a command arrives'
             )
-        elif not refusal:
+        else:
             self.get_logger().info('started DISARMED (0 kPa); call /valve_driver/arm to enable')
         self.get_logger().info(
             f'board {p.board}'
