@@ -41,9 +41,12 @@ def test_guard_ignores_everything_during_a_conflict_and_resolves_after_a_silent_
     assert g.heard(b'b', 0.03) == 'ignore' and g.conflict and g.conflicts == 1
     assert g.heard(b'a', 0.04) == 'ignore'  # the first one is not trusted either
     assert g.heard(b'a', 0.03 + TIMEOUT - 0.01) == 'ignore'  # b heard within the window
-    assert g.heard(b'a', 0.03 + TIMEOUT + 0.01) == 'resolved'
+    g.publishers(['/a', '/b'])  # b is silent but still in the graph (stalled, or a lease)
+    assert g.heard(b'a', 0.03 + TIMEOUT + 0.01) == 'ignore'
+    g.publishers(['/a'])
+    assert g.heard(b'a', 0.03 + TIMEOUT + 0.02) == 'resolved'
     assert not g.conflict and g.heard(b'a', 0.5) == 'accept'
-    assert g.ignored == 4
+    assert g.ignored == 5
 
 
 # ---------------------------------------------------------------- the driver process
@@ -101,7 +104,11 @@ def test_two_commanders(rig, harness):
     second = _second('idle')
     try:
         assert _publishers(harness, 2), 'the second publisher never appeared in the graph'
-        time.sleep(0.5)  # the driver polls the graph every 0.2 s
+        # the driver discovers it on its own (slower on a loaded machine) and reports the count
+        assert wait_for(
+            lambda: (harness.latest_diag() or (0, 0, '', {}))[3].get('command_publishers') == '2',
+            15.0,
+        ), harness.latest_diag()
         res = harness.call('arm')
         assert not res.success, res.message
         assert 'refused to arm' in res.message and '/second_controller' in res.message
@@ -140,12 +147,13 @@ def test_two_commanders(rig, harness):
         # discovery of the new publisher (0.3 s measured here) + one watchdog period, with slack
         assert vent.t - t_second < 0.3 + TIMEOUT + 1.0, vent.t - t_second
     finally:
-        second.kill()  # SIGKILL: its publisher stays in the DDS graph for the lease (~20 s)
+        second.send_signal(signal.SIGINT)  # leaves the graph at once (SIGKILL: after ~20 s)
         second.wait(10)
-    # 4. the intruder is silent for a watchdog period: the remaining controller commands again,
-    #    although the killed one is still listed in the graph
-    t_kill = time.monotonic()
-    assert wait_for(lambda: any(f.codes == (C30, C20) for f in emu.frames_since(t_kill)), 3.0), (
+    # 4. the intruder is gone from the graph and silent for a watchdog period: the remaining
+    #    controller commands again
+    t_gone = time.monotonic()
+    assert _publishers(harness, 1)
+    assert wait_for(lambda: any(f.codes == (C30, C20) for f in emu.frames_since(t_gone)), 3.0), (
         drv.output()[-2000:]
     )
     assert not any(C45 in f.codes for f in emu.frames), 'the intruder reached the valves'

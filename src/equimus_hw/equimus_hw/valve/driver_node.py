@@ -9,12 +9,12 @@ It starts DISARMED: the output is 0 kPa until `/valve_driver/arm` is called (or 
 auto_arm is true, as the sim graph sets it) AND a fresh command arrives.
 One commander (safety.CommanderGuard): arming is refused while more than one node publishes
 /valve/command; if a second node sends commands while armed, every command is ignored, so the
-last accepted one holds until the watchdog vents, and control resumes with the first command after
-the second sender has been silent for one watchdog period. auto_arm arms at start-up without
-the graph check (a killed controller stays listed for the DDS lease, which would block every
-restart), so the sender rule is what protects an auto-armed driver. Timers and the watchdog
-run on the steady clock, never on sim time: a paused /clock must not stop the keep-alive or the
-watchdog. With the simulated board the slew limit follows the node's clock (sim time in the sim
+last accepted one holds until the watchdog vents, and control resumes with the first command
+after the second sender has been silent for one watchdog period and has left the ROS graph.
+auto_arm arms at start-up without the graph check (a killed controller stays listed for the DDS
+lease, which would block every restart), so the sender rule protects an auto-armed driver.
+Timers and the watchdog run on the steady clock, never on sim time: a paused /clock must not stop
+the keep-alive or the watchdog. With the simulated board the slew limit follows the node's clock (sim time in the sim
 graph), so a lockstep run does not depend on the wall clock's speed, and /valve/applied carries
 one message per command plus the safety layer's own changes (vents), never a keep-alive: each one
 is a step of the lockstep simulation.

@@ -204,10 +204,13 @@ class CommanderGuard:
       the last command accepted from the first sender, and the safety filter's watchdog vents
       `timeout_s` after it. This is the same outcome as a dead controller; no guessing which one
       is legitimate. The conflict ends at the first command after all but one sender have been
-      silent for a whole watchdog period; the caller then requires a command newer than that
-      moment (as after a reconnect), so the survivor's next command is the first obeyed.
-    The graph view is not used while armed: a SIGKILLed publisher stays in the Fast DDS graph until
-    its participant lease expires (measured here: 20 s), which would block a restarted controller.
+      silent for a whole watchdog period AND the graph shows one publisher again (a sender that
+      only stalled, e.g. on a loaded machine, must not count as gone); the caller then requires a
+      command newer than that moment (as after a reconnect), so the survivor's next command is
+      the first obeyed.
+    The graph view does not start a conflict: a SIGKILLed publisher stays in the Fast DDS graph
+    until its participant lease expires (measured here: 20 s), which would block a restarted
+    controller. It only keeps one from ending too early.
     """
 
     def __init__(self, window_s: float) -> None:
@@ -255,6 +258,11 @@ class CommanderGuard:
             self.ignored += 1
             return 'ignore'
         if self.conflict:
+            if self._graph_publishers > 1:
+                # The other sender may only be stalled (a loaded machine): stay latched while it
+                # exists; a SIGKILLed one leaves the graph when its DDS lease expires.
+                self.ignored += 1
+                return 'ignore'
             self.conflict = False
             self.ignored += 1
             return 'resolved'
