@@ -14,10 +14,10 @@ after the second sender has been silent for one watchdog period and has left the
 auto_arm arms at start-up without the graph check (a killed controller stays listed for the DDS
 lease, which would block every restart), so the sender rule protects an auto-armed driver.
 Timers and the watchdog run on the steady clock, never on sim time: a paused /clock must not stop
-the keep-alive or the watchdog. With the simulated board the slew limit follows the node's clock (sim time in the sim
-graph), so a lockstep run does not depend on the wall clock's speed, and /valve/applied carries
-one message per command plus the safety layer's own changes (vents), never a keep-alive: each one
-is a step of the lockstep simulation.
+the keep-alive or the watchdog. With the simulated board the slew limit follows the node's clock
+(sim time in the sim graph), so a lockstep run does not depend on the wall clock's speed, and
+/valve/applied carries one message per command plus the safety layer's own changes (vents), never
+a keep-alive: each one is a step of the lockstep simulation.
 On shutdown (Ctrl-C, SIGTERM, or a normal exit) it writes SET all-zero and waits briefly for the
 ACK before the port closes.
 """
