@@ -4,7 +4,7 @@ ENV := source scripts/env.sh
 CONTROLLER ?= pid
 OUT ?= out/run
 
-.PHONY: setup run test lint bench clean
+.PHONY: setup run test lint bench clean soak
 
 setup:
 	@bash scripts/setup.sh
@@ -20,6 +20,11 @@ lint: setup  ## ruff (lint, format check) and mypy
 
 bench: setup  ## every benchmark; writes docs/benchmarks.md
 	@$(ENV) && python benchmarks/run_all.py
+
+DURATION ?= 3600
+SOAK_OUT ?= out/soak
+soak: setup  ## reliability soak: every fault, every node killed in turn, a second recorder (2x load)
+	@$(ENV) && python -m equimus_soak.soak --duration $(DURATION) --faults all --second-recorder --out $(SOAK_OUT)
 
 clean:
 	rm -rf ros2_ws/build ros2_ws/install ros2_ws/log out

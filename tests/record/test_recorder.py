@@ -82,12 +82,16 @@ def test_killed_recorder_leaves_a_readable_bag(node, tmp_path):
     finally:
         stop(proc, signal.SIGKILL)
     assert not bag.is_complete(path)
-    # read_messages repairs the bag first
+    # read_messages streams the unfinished bag read-only
     values = [m.data[0] for _, _, m in bag.read_messages(path, ['/valve/command'])]
     assert values == [float(i) for i in range(len(values))]
     # Only messages after the last flush may be lost; the flush ran ≥ 4 times after the last one.
     assert len(values) == 200
+    assert not bag.is_complete(path)  # reading wrote nothing
+    assert 'stopped without closing' in bag.describe(path)
+    bag.repair(path)
     assert bag.is_complete(path)
+    assert [m.data[0] for _, _, m in bag.read_messages(path, ['/valve/command'])] == values
 
 
 def test_a_stream_that_goes_quiet_is_flushed_by_the_timer(tmp_path):

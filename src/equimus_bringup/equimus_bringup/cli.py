@@ -3,8 +3,8 @@
 equimus launch sim [name:=value ...]       run the simulated-leg graph (same graph as sim.launch.py)
 equimus launch hardware [name:=value ...]  run the real-leg graph (same as hardware.launch.py)
 equimus args                                list the launch arguments
-equimus bag repair <bag>                    make a bag cut short by a crash readable again
-equimus bag info <bag>                      topics, counts and rates of a bag
+equimus bag repair <bag>                    close a bag whose recorder died (keeps the original)
+equimus bag info <bag>                      topics, counts and rates of a bag (read-only)
 equimus identify <bags or CSVs> --out fit/  fit the model to recordings (see --help)
 equimus natnet list|record|replay           Motive's rigid bodies; capture and replay a session
 equimus evaluate <params> <bags or CSVs>    score a parameter set by open-loop replay (--help)
@@ -40,6 +40,10 @@ def cmd_launch(ns: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f'equimus: {exc}', file=sys.stderr)
         return 2
+    problem = check_files(args, specs)
+    if problem:
+        print(f'equimus: {problem}', file=sys.stderr)
+        return 2
     print(
         f'[equimus] {ns.mode} graph: {", ".join(s.name for s in specs)}'
         + (f'; recording to {args["bag"]}' if args['record'] == 'true' else '')
@@ -52,6 +56,22 @@ def cmd_launch(ns: argparse.Namespace) -> int:
         print(f'equimus: {exc}', file=sys.stderr)
         return 2
     return sup.run_until(timeout=ns.duration)
+
+
+def check_files(args: dict[str, str], specs) -> str:
+    """'' if every file the graph will read is well-formed; else the first problem, one line
+    naming file, line and key. Checked before any process starts, so nothing is written."""
+    from equimus_description.leg import LegDescriptionError, load_leg
+    from equimus_ros.paramfiles import ParamFileError, check
+
+    try:
+        for path in dict.fromkeys(f for s in specs for f in s.parameter_files):
+            check(path)
+        if args.get('leg_overrides'):
+            load_leg(overrides=args['leg_overrides'])
+    except (ParamFileError, LegDescriptionError) as exc:
+        return str(exc)
+    return ''
 
 
 def cmd_args(ns: argparse.Namespace) -> int:
@@ -71,7 +91,7 @@ def cmd_bag(ns: argparse.Namespace) -> int:
             print(bag.describe(ns.path))
     except bag.BagError as exc:
         print(f'equimus: {exc}', file=sys.stderr)
-        return 1
+        return 2
     return 0
 
 

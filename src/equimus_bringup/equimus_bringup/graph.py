@@ -138,6 +138,8 @@ class ProcessSpec:
     # A process holding several nodes: their names (not remapped) and per-node parameters.
     nodes: tuple[str, ...] = ()
     node_parameters: dict[str, dict[str, object]] = field(default_factory=dict)
+    # Environment variables set for this process on top of the caller's (graph_environment).
+    env: dict[str, str] = field(default_factory=dict)
 
     @property
     def prefix(self) -> list[str]:
@@ -358,7 +360,25 @@ def describe_graph(mode: str, overrides: Mapping[str, str] | None = None) -> lis
     for spec in specs:
         if spec.name in CONTROL_PATH:
             spec.rt_priority = int(args['rt_priority'])
+        spec.env.update(graph_environment(mode))
     return specs
+
+
+#: ROS 2 (Iron and later) discovery range; LOCALHOST keeps DDS discovery on this machine.
+DISCOVERY_RANGE_ENV = 'ROS_AUTOMATIC_DISCOVERY_RANGE'
+
+
+def graph_environment(mode: str, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Environment the graph's processes get on top of the caller's.
+
+    A simulation is localhost-only, so two users' simulations on one network (same
+    ROS_DOMAIN_ID) never exchange a message; the hardware graph keeps the default range (a
+    monitor on another machine may watch the rig). A discovery range set by the user wins.
+    """
+    environ = os.environ if environ is None else environ
+    if mode == 'sim' and DISCOVERY_RANGE_ENV not in environ:
+        return {DISCOVERY_RANGE_ENV: 'LOCALHOST'}
+    return {}
 
 
 def _fuse(specs: list[ProcessSpec], args: Mapping[str, str]) -> list[ProcessSpec]:

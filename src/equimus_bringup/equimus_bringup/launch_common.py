@@ -42,6 +42,7 @@ def generate(mode: str) -> LaunchDescription:
                             *node_parameter_arguments(spec),
                         ],
                         prefix=' '.join(spec.prefix) or None,
+                        additional_env=spec.env or None,
                         output='screen',
                         emulate_tty=True,
                     )
@@ -51,6 +52,7 @@ def generate(mode: str) -> LaunchDescription:
                     ExecuteProcess(
                         cmd=[ExecutableInPackage(spec.executable, spec.package), *spec.arguments],
                         prefix=' '.join(spec.prefix) or None,
+                        additional_env=spec.env or None,
                         name=spec.name,
                         output='screen',
                     )

@@ -96,7 +96,7 @@ class Supervisor:
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                env=self.env,
+                env={**self.env, **spec.env},
                 text=True,
                 bufsize=1,
                 start_new_session=True,

@@ -13,19 +13,70 @@ import importlib.resources
 import math
 import os
 import pathlib
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import yaml
 
+from . import yamlfile
 from .kinematics import PlanarGeometry
 from .valve import VALVE_TAU_S
 
 
 class LegDescriptionError(ValueError):
-    """The leg YAML or an override is malformed; the message says which key and why."""
+    """The leg YAML or an override is malformed; the message says which key and why.
+
+    `key` is the dotted key at fault (None: the message starts with it, or the whole file)."""
+
+    def __init__(self, message: str, key: str | None = None) -> None:
+        super().__init__(message)
+        self.key = key
+
+    def located(self, path, lines: yamlfile.Lines) -> LegDescriptionError:
+        """The same error as one line `file:line: key: why`."""
+        text = str(self)
+        key = self.key
+        if key is None:
+            m = re.match(r"^(?:override ')?([A-Za-z_][\w.]*)'?[: ]", text)
+            key = m.group(1) if m and '.' in m.group(1) else None
+        text = text.replace('\n', '\\n')  # one line, whatever the keys hold
+        if key is None:
+            return LegDescriptionError(f'{path}:1: {text}', key)
+        for head in (f"override '{key}'", key):
+            if text.startswith(head):
+                text = text[len(head) :].lstrip(': ')
+                break
+        shown = key.replace('\n', '\\n')
+        return LegDescriptionError(f'{path}:{lines.line(key)}: {shown}: {text}', key)
+
+
+def _why(exc: BaseException) -> tuple[str, str]:
+    """(message, sub-key) for an exception met while reading one entry of the description."""
+    if isinstance(exc, KeyError):
+        return f'missing key {exc.args[0]!r}', str(exc.args[0])
+    if isinstance(exc, AttributeError):
+        return 'expected a mapping', ''
+    return str(exc), ''
+
+
+def _entries(raw: Any, section: str) -> list[tuple[Any, Any]]:
+    if not isinstance(raw, Mapping):
+        raise LegDescriptionError(f'{section}: expected a mapping, got {raw!r}', section)
+    return list(raw.items())
+
+
+def _entry(section: str, name: str, build):
+    """build() for one entry; any error becomes a LegDescriptionError naming its key."""
+    try:
+        return build()
+    except LegDescriptionError:
+        raise
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        why, sub = _why(exc)
+        key = f'{section}.{name}' + (f'.{sub}' if sub else '')
+        raise LegDescriptionError(f'{key}: {why}', key) from None
 
 
 @dataclass(frozen=True)
@@ -152,57 +203,84 @@ def apply_overrides(raw: Mapping, overrides: Mapping[str, Any] | None) -> dict:
     pass)."""
     out = copy.deepcopy(dict(raw))
     for key, value in normalise_overrides(overrides).items():
-        parts = key.split('.')
-        node = out
-        for i, p in enumerate(parts[:-1]):
-            if not isinstance(node, dict) or p not in node:
-                raise LegDescriptionError(
-                    f"override '{key}': no '{'.'.join(parts[: i + 1])}' in the leg description "
-                    f'(known: {sorted(node) if isinstance(node, dict) else "-"})'
-                )
-            node = node[p]
-        leaf = parts[-1]
-        if not isinstance(node, dict) or leaf not in node:
+        try:
+            _override(out, key, value)
+        except LegDescriptionError as exc:
+            exc.key = exc.key or key
+            raise
+    return out
+
+
+def _override(out: dict, key: str, value: Any) -> None:
+    parts = key.split('.')
+    node = out
+    for i, p in enumerate(parts[:-1]):
+        if not isinstance(node, dict) or p not in node:
             raise LegDescriptionError(
-                f"override '{key}': unknown parameter '{leaf}' "
+                f"override '{key}': no '{'.'.join(parts[: i + 1])}' in the leg description "
                 f'(known: {sorted(node) if isinstance(node, dict) else "-"})'
             )
-        if isinstance(node[leaf], (int, float)) and not isinstance(node[leaf], bool):
-            try:
-                value = float(value)
-            except (TypeError, ValueError) as exc:
-                raise LegDescriptionError(
-                    f"override '{key}': expected a number, got {value!r}"
-                ) from exc
-            if not math.isfinite(value):
-                raise LegDescriptionError(f"override '{key}': value must be finite, got {value}")
-        node[leaf] = value
-    return out
+        node = node[p]
+    leaf = parts[-1]
+    if not isinstance(node, dict) or leaf not in node:
+        raise LegDescriptionError(
+            f"override '{key}': unknown parameter '{leaf}' "
+            f'(known: {sorted(node) if isinstance(node, dict) else "-"})'
+        )
+    if isinstance(node[leaf], (int, float)) and not isinstance(node[leaf], bool):
+        try:
+            value = float(value)
+        except (TypeError, ValueError) as exc:
+            raise LegDescriptionError(
+                f"override '{key}': expected a number, got {value!r}"
+            ) from exc
+        if not math.isfinite(value):
+            raise LegDescriptionError(f"override '{key}': value must be finite, got {value}")
+    node[leaf] = value
 
 
 def load_overrides(path) -> dict:
     """Read an override YAML (e.g. an identification result). A top-level 'parameters' mapping,
     if present, holds the values; flat dotted keys and nested mappings are both accepted."""
-    with open(path) as f:
-        data = yaml.safe_load(f) or {}
+    try:
+        data = yamlfile.load(path)[0] or {}
+    except yamlfile.YamlFileError as exc:
+        raise LegDescriptionError(str(exc)) from None
     if not isinstance(data, Mapping):
-        raise LegDescriptionError(f'{path}: expected a mapping of parameter overrides')
+        raise LegDescriptionError(f'{path}:1: expected a mapping of parameter overrides')
     if 'parameters' in data and isinstance(data['parameters'], Mapping):
         data = data['parameters']
     return normalise_overrides(data)
 
 
 def _vec(x, n, what):
-    a = np.asarray(x, dtype=float).reshape(-1)
+    try:
+        a = np.asarray(x, dtype=float).reshape(-1)
+    except (TypeError, ValueError):
+        a = np.array([])
     if a.size != n or not np.all(np.isfinite(a)):
-        raise LegDescriptionError(f'{what}: expected {n} finite numbers, got {x!r}')
+        raise LegDescriptionError(f'{what}: expected {n} finite numbers, got {x!r}', what)
     return a
 
 
+def _number(x, what) -> float:
+    if isinstance(x, bool):
+        raise LegDescriptionError(f'{what}: expected a number, got {x!r}', what)
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        raise LegDescriptionError(f'{what}: expected a number, got {x!r}', what) from None
+    if not math.isfinite(v):
+        raise LegDescriptionError(f'{what}: must be finite, got {x!r}', what)
+    return v
+
+
 def _positive(x, what, allow_zero=False):
-    v = float(x)
-    if not math.isfinite(v) or v < 0 or (v == 0 and not allow_zero):
-        raise LegDescriptionError(f'{what} must be {"≥" if allow_zero else ">"} 0, got {x!r}')
+    v = _number(x, what)
+    if v < 0 or (v == 0 and not allow_zero):
+        raise LegDescriptionError(
+            f'{what}: must be {"≥" if allow_zero else ">"} 0, got {x!r}', what
+        )
     return v
 
 
@@ -212,51 +290,44 @@ def from_dict(raw: Mapping, source: str | None = None) -> LegDescription:
         bodies_raw = raw['bodies']
         joints_raw = raw.get('joints') or {}
         acts_raw = raw.get('actuators') or {}
-    except (KeyError, TypeError) as exc:
-        raise LegDescriptionError(
-            f'{source or "leg description"}: needs a "bodies" mapping'
-        ) from exc
+    except (KeyError, TypeError, AttributeError):
+        raise LegDescriptionError('bodies: a "bodies" mapping is required', 'bodies') from None
     bodies = {}
-    for name, b in bodies_raw.items():
-        bodies[name] = Body(
-            name=name,
-            pos=_vec(b.get('pos', [0, 0, 0]), 3, f'bodies.{name}.pos'),
-            mass=_positive(b['mass'], f'bodies.{name}.mass'),
-            com=_vec(b.get('com', [0, 0, 0]), 3, f'bodies.{name}.com'),
-            inertia=_vec(
-                b.get('inertia', [1e-6, 1e-6, 1e-6, 0, 0, 0]), 6, f'bodies.{name}.inertia'
+    for name, b in _entries(bodies_raw, 'bodies'):
+        bodies[name] = _entry(
+            'bodies',
+            name,
+            lambda name=name, b=b: Body(
+                name=name,
+                pos=_vec(b.get('pos', [0, 0, 0]), 3, f'bodies.{name}.pos'),
+                mass=_positive(b['mass'], f'bodies.{name}.mass'),
+                com=_vec(b.get('com', [0, 0, 0]), 3, f'bodies.{name}.com'),
+                inertia=_vec(
+                    b.get('inertia', [1e-6, 1e-6, 1e-6, 0, 0, 0]), 6, f'bodies.{name}.inertia'
+                ),
+                mesh=b.get('mesh'),
             ),
-            mesh=b.get('mesh'),
         )
     children: dict[str, str] = {}  # child body → its parent joint
     joints = {}
-    for name, j in joints_raw.items():
+    for name, j in _entries(joints_raw, 'joints'):
+        if not isinstance(j, Mapping):
+            raise LegDescriptionError(f'joints.{name}: expected a mapping', f'joints.{name}')
         for end in ('parent', 'child'):
-            if j.get(end) not in bodies:
+            if not isinstance(j.get(end), str) or j.get(end) not in bodies:
                 raise LegDescriptionError(f'joints.{name}.{end}: unknown body {j.get(end)!r}')
         if j['child'] in children:
             raise LegDescriptionError(
                 f'body {j["child"]} has two parent joints '
-                f'({children[j["child"]]} and {name}); the skeleton must be a tree'
+                f'({children[j["child"]]} and {name}); the skeleton must be a tree',
+                f'joints.{name}.child',
             )
         children[j['child']] = name
-        axis = _vec(j.get('axis', [-1, 0, 0]), 3, f'joints.{name}.axis')
-        rng = _vec(j.get('range', [-math.pi, math.pi]), 2, f'joints.{name}.range')
-        if rng[0] >= rng[1]:
-            raise LegDescriptionError(f'joints.{name}.range: lower must be below upper, got {rng}')
-        joints[name] = Joint(
-            name=name,
-            parent=j['parent'],
-            child=j['child'],
-            axis=axis / np.linalg.norm(axis),
-            ref=float(j.get('ref', 0.0)),
-            damping=_positive(j.get('damping', 0.0), f'joints.{name}.damping', True),
-            range=(float(rng[0]), float(rng[1])),
-        )
+        joints[name] = _entry('joints', name, lambda name=name, j=j: _joint(name, j))
     roots = [b for b in bodies if b not in children]
     if len(roots) != 1:
         raise LegDescriptionError(
-            f'exactly one root body (fixed to the world) expected, got {roots}'
+            f'exactly one root body (fixed to the world) expected, got {roots}', 'joints'
         )
     # Tree order: root first, then children breadth first (the builder nests bodies in this order).
     order, frontier = [], roots
@@ -264,42 +335,82 @@ def from_dict(raw: Mapping, source: str | None = None) -> LegDescription:
         order.extend(frontier)
         frontier = [j.child for j in joints.values() if j.parent in frontier]
     if len(order) != len(bodies):
-        raise LegDescriptionError('the joints do not connect every body to the root')
+        raise LegDescriptionError('the joints do not connect every body to the root', 'joints')
     bodies = {n: bodies[n] for n in order}
     joints = {children[n]: joints[children[n]] for n in order if n in children}
 
     actuators = {}
-    for name, a in acts_raw.items():
-        anchors = []
-        for end in ('base', 'tip'):
-            e = a.get(end) or {}
-            if e.get('body') not in bodies:
-                raise LegDescriptionError(
-                    f'actuators.{name}.{end}.body: unknown body {e.get("body")!r}'
-                )
-            anchors.append(
-                Anchor(e['body'], _vec(e.get('pos', [0, 0, 0]), 3, f'actuators.{name}.{end}.pos'))
-            )
-        actuators[name] = Actuator(
-            name=name,
-            base=anchors[0],
-            tip=anchors[1],
-            m=_positive(a['m'], f'actuators.{name}.m'),
-            k=_positive(a['k'], f'actuators.{name}.k', True),
-            c=_positive(a['c'], f'actuators.{name}.c', True),
-            l0=_positive(a['l0'], f'actuators.{name}.l0'),
-            area=_positive(a['area'], f'actuators.{name}.area', True),
-            pressure_max_kpa=_positive(
-                a.get('pressure_max_kpa', 50.0), f'actuators.{name}.pressure_max_kpa'
-            ),
+    for name, a in _entries(acts_raw, 'actuators'):
+        actuators[name] = _entry(
+            'actuators', name, lambda name=name, a=a: _actuator(name, a, bodies)
         )
+    return _finish(raw, source, bodies, joints, actuators)
+
+
+def _joint(name: str, j: Mapping) -> Joint:
+    axis = _vec(j.get('axis', [-1, 0, 0]), 3, f'joints.{name}.axis')
+    if not np.linalg.norm(axis) > 0:
+        raise LegDescriptionError(f'joints.{name}.axis: must not be zero', f'joints.{name}.axis')
+    rng = _vec(j.get('range', [-math.pi, math.pi]), 2, f'joints.{name}.range')
+    if rng[0] >= rng[1]:
+        raise LegDescriptionError(f'joints.{name}.range: lower must be below upper, got {rng}')
+    ref = _number(j.get('ref', 0.0), f'joints.{name}.ref')
+    return Joint(
+        name=name,
+        parent=j['parent'],
+        child=j['child'],
+        axis=axis / np.linalg.norm(axis),
+        ref=ref,
+        damping=_positive(j.get('damping', 0.0), f'joints.{name}.damping', True),
+        range=(float(rng[0]), float(rng[1])),
+    )
+
+
+def _actuator(name: str, a: Mapping, bodies: Mapping) -> Actuator:
+    anchors = []
+    for end in ('base', 'tip'):
+        e = a.get(end) or {}
+        if (
+            not isinstance(e, Mapping)
+            or not isinstance(e.get('body'), str)
+            or (e.get('body') not in bodies)
+        ):
+            raise LegDescriptionError(f'actuators.{name}.{end}.body: unknown body {e!r}')
+        anchors.append(
+            Anchor(e['body'], _vec(e.get('pos', [0, 0, 0]), 3, f'actuators.{name}.{end}.pos'))
+        )
+    return Actuator(
+        name=name,
+        base=anchors[0],
+        tip=anchors[1],
+        m=_positive(a['m'], f'actuators.{name}.m'),
+        k=_positive(a['k'], f'actuators.{name}.k', True),
+        c=_positive(a['c'], f'actuators.{name}.c', True),
+        l0=_positive(a['l0'], f'actuators.{name}.l0'),
+        area=_positive(a['area'], f'actuators.{name}.area', True),
+        pressure_max_kpa=_positive(
+            a.get('pressure_max_kpa', 50.0), f'actuators.{name}.pressure_max_kpa'
+        ),
+    )
+
+
+def _finish(raw: Mapping, source, bodies, joints, actuators) -> LegDescription:
     sim = raw.get('sim') or {}
+    if not isinstance(sim, Mapping):
+        raise LegDescriptionError('sim: expected a mapping', 'sim')
+    if not isinstance(raw.get('valve') or {}, Mapping):
+        raise LegDescriptionError('valve: expected a mapping', 'valve')
     integrator = str(sim.get('integrator', 'implicitfast'))
     if integrator not in ('Euler', 'RK4', 'implicit', 'implicitfast'):
         raise LegDescriptionError(
             f'sim.integrator: one of Euler, RK4, implicit, implicitfast; got {integrator!r}'
         )
-    geometry = PlanarGeometry.from_mapping(raw['geometry']) if raw.get('geometry') else None
+    try:
+        geometry = PlanarGeometry.from_mapping(raw['geometry']) if raw.get('geometry') else None
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        why, sub = _why(exc)
+        key = 'geometry' + (f'.{sub}' if sub else '')
+        raise LegDescriptionError(f'{key}: {why}', key) from None
     leg = LegDescription(
         name=str(raw.get('name', 'leg')),
         bodies=bodies,
@@ -311,7 +422,7 @@ def from_dict(raw: Mapping, source: str | None = None) -> LegDescription:
         ),
         timestep=_positive(sim.get('timestep', 0.001), 'sim.timestep'),
         integrator=integrator,
-        gravity=float(sim.get('gravity', 9.81)),
+        gravity=_number(sim.get('gravity', 9.81), 'sim.gravity'),
         equality_solref=tuple(
             _vec(sim.get('equality_solref', [0.002, 1.0]), 2, 'sim.equality_solref')
         ),
@@ -340,21 +451,41 @@ def load_leg(
     overrides: dotted keys -> values, a nested mapping, or a path to an override YAML.
     """
     path = pathlib.Path(path) if path is not None else default_leg_path()
-    with open(path) as f:
-        raw = yaml.safe_load(f)
+    try:
+        raw, lines = yamlfile.load(path)
+    except yamlfile.YamlFileError as exc:
+        raise LegDescriptionError(str(exc)) from None
     if not isinstance(raw, Mapping):
-        raise LegDescriptionError(f'{path}: not a leg description (expected a YAML mapping)')
-    if parameter_set is not None:
-        sets = raw.get('parameter_sets') or {}
-        if parameter_set not in sets:
-            raise LegDescriptionError(
-                f'{path}: no parameter set {parameter_set!r} (have {sorted(sets)})'
-            )
-        raw = apply_overrides(raw, sets[parameter_set])
+        raise LegDescriptionError(f'{path}:1: not a leg description (expected a YAML mapping)')
+    try:
+        if parameter_set is not None:
+            sets = raw.get('parameter_sets') or {}
+            if not isinstance(sets, Mapping) or parameter_set not in sets:
+                raise LegDescriptionError(
+                    f'parameter_sets: no parameter set {parameter_set!r} '
+                    f'(have {sorted(sets) if isinstance(sets, Mapping) else "none"})',
+                    'parameter_sets',
+                )
+            raw = apply_overrides(raw, sets[parameter_set])
+    except LegDescriptionError as exc:
+        raise exc.located(path, lines) from None
+    opath = None
     if isinstance(overrides, (str, os.PathLike)):
-        overrides = load_overrides(overrides)
-    raw = apply_overrides(raw, overrides)
-    return from_dict(raw, source=str(path))
+        opath = overrides
+        overrides = load_overrides(opath)
+        try:
+            raw = apply_overrides(raw, overrides)
+        except LegDescriptionError as exc:
+            raise exc.located(opath, yamlfile.load(opath)[1]) from None
+    else:
+        raw = apply_overrides(raw, overrides)
+    try:
+        return from_dict(raw, source=str(path))
+    except LegDescriptionError as exc:
+        if opath is not None and exc.key in normalise_overrides(overrides):
+            # the value came from the override file: point there
+            raise exc.located(opath, yamlfile.load(opath)[1]) from None
+        raise exc.located(path, lines) from None
 
 
 def world_points_at_build(leg: LegDescription) -> dict:
@@ -400,7 +531,8 @@ def check_geometry(leg: LegDescription, tol: float = 1e-6) -> None:
     knee = to_planar(pts[leg.joints['knee'].child], hip)
     if np.linalg.norm(knee - lp['knee']) > tol:
         raise LegDescriptionError(
-            f'knee at planar {knee}, geometry says {lp["knee"]} (a1 vs bodies.*.pos)'
+            f'knee at planar {knee}, geometry says {lp["knee"]} (a1 vs bodies.*.pos)',
+            'geometry',
         )
     for (act, end), w in want.items():
         got = to_planar(anchor_world(leg, getattr(leg.actuators[act], end)), hip)

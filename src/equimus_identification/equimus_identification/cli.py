@@ -295,6 +295,7 @@ def main(argv: list[str] | None = None) -> int:
     a = build_parser().parse_args(argv)
     from equimus_description.leg import LegDescriptionError, load_leg
     from equimus_identification import data, report
+    from equimus_record.bag import BagError
 
     def log(msg):
         print(msg, flush=True)
@@ -302,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         leg = load_leg(a.leg, parameter_set=a.parameter_set or None, overrides=a.start)
         inputs = data.load_any(a.inputs, groups=a.groups, duration=a.duration, bags=a.bags)
-    except (data.DataError, LegDescriptionError, FileNotFoundError) as exc:
+    except (data.DataError, LegDescriptionError, FileNotFoundError, BagError) as exc:
         print(f'equimus identify: {exc}', file=sys.stderr)
         return 2
     if not inputs['static'] and not inputs['dynamic']:

@@ -160,6 +160,8 @@ def load_static_csv(path) -> StaticSet:
         d = np.genfromtxt(path, delimiter=',', skip_header=1, dtype=float)
     except OSError as exc:
         raise DataError(f'{path}: cannot read ({exc})') from exc
+    except ValueError as exc:  # rows of different lengths; numpy names the lines
+        raise DataError(f'{path}: malformed CSV: {" ".join(str(exc).split())}') from None
     d = np.atleast_2d(d)
     if d.shape[1] != 4 or not np.all(np.isfinite(d)):
         raise DataError(
@@ -174,6 +176,8 @@ def _read_named_csv(path) -> np.ndarray:
         return np.genfromtxt(path, delimiter=',', names=True, dtype=float)
     except OSError as exc:
         raise DataError(f'{path}: cannot read ({exc})') from exc
+    except ValueError as exc:  # rows of different lengths; numpy names the lines
+        raise DataError(f'{path}: malformed CSV: {" ".join(str(exc).split())}') from None
 
 
 TOCENTER_COLUMNS = (

@@ -3,14 +3,24 @@
 Writing uses the `mcap` library (Foxglove's reference implementation) with the ros2 profile, the
 message definitions of every type (so `ros2 bag info`, Foxglove and `rosbags` open the bag without
 the message packages) and small chunks flushed on a timer: a recorder killed mid-run loses at most
-the last flush period. `metadata.yaml` (rosbag2 format version 9) is written on open and on close;
-`repair()` rebuilds both the MCAP summary and the metadata of a bag whose writer never closed.
-Reading goes through `rosbags`, an independent implementation, so tests check real interop.
+the last flush period. `metadata.yaml` (rosbag2 format version 9) is written on open and on close.
+
+A writer holds an exclusive `flock` on `recording.lock` in the bag directory (with its pid in it)
+for as long as it writes; the kernel releases it when the writer dies, however it dies.
+
+Readers never write. A complete bag is read through `rosbags`, an independent implementation, so
+tests check real interop; a bag without a footer (being recorded, or its writer was killed) is
+streamed read-only up to its last complete chunk and reported as unfinished. Only `repair()`
+(`equimus bag repair`) rewrites a bag: in constant memory, never while its writer is alive, and
+keeping the original file.
 """
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import os
+import struct
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -21,6 +31,12 @@ import yaml
 
 STORAGE = 'mcap'
 FORMAT_VERSION = 9
+#: Held (flock) by the writer of a bag for as long as it writes; holds the writer's pid.
+LOCK_NAME = 'recording.lock'
+#: First and last 8 bytes of an MCAP file.
+MAGIC = b'\x89MCAP0\r\n'
+#: The original file that `repair()` rewrote, kept beside the repaired one.
+ORIGINAL_SUFFIX = '.broken'
 
 
 class BagError(RuntimeError):
@@ -59,6 +75,7 @@ class BagWriter:
         if self.path.exists():
             raise BagError(f'{self.path} exists already; choose a new bag path (bag:=...)')
         self.path.mkdir(parents=True)
+        self._lock = _hold_lock(self.path)
         self.file_name = f'{self.path.name}_0.mcap'
         # open for the writer's lifetime (closed by close()), so no `with` block
         self._fh = open(self.path / self.file_name, 'wb')  # noqa: SIM115
@@ -145,6 +162,7 @@ class BagWriter:
         self._fh.close()
         self.flushed_count = self.count
         self._write_metadata()
+        _release_lock(self.path, self._lock)
 
     def _write_metadata(self) -> None:
         entries = [(t.name, t.msgtype, t.qos, t.rihs01, t.count) for t in self.topics.values()]
@@ -199,11 +217,69 @@ def write_metadata(
     os.replace(tmp, Path(bag) / 'metadata.yaml')
 
 
+def _hold_lock(bag: Path) -> int:
+    """Take the bag's writer lock (exclusive flock, pid inside); returns its descriptor."""
+    fd = os.open(Path(bag) / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        os.close(fd)
+        pid = _lock_pid(Path(bag))
+        raise BagError(f'{bag} is being written by pid {pid}; stop that process first') from exc
+    os.ftruncate(fd, 0)
+    os.write(fd, f'{os.getpid()}\n'.encode())
+    return fd
+
+
+def _release_lock(bag: Path, fd: int) -> None:
+    """Remove the lock file while still holding it, so no other process takes a stale copy."""
+    try:
+        (Path(bag) / LOCK_NAME).unlink(missing_ok=True)
+    finally:
+        os.close(fd)
+
+
+def _lock_pid(bag: Path) -> int | None:
+    try:
+        return int((Path(bag) / LOCK_NAME).read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def writer_pid(bag: Path) -> int | None:
+    """The pid of the process writing `bag` now, or None if no live writer holds its lock.
+
+    Read-only: the lock file is opened for reading and the shared lock released at once."""
+    try:
+        fd = os.open(Path(bag) / LOCK_NAME, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError as exc:
+        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            return _lock_pid(Path(bag)) or -1
+        raise
+    finally:
+        os.close(fd)  # also drops the shared lock if it was taken
+    return None
+
+
 def _mcap_file(bag: Path) -> Path:
     files = sorted(Path(bag).glob('*.mcap'))
     if not files:
         raise BagError(f'{bag} holds no .mcap file: is it a bag directory recorded by equimus?')
     return files[0]
+
+
+def _checked_mcap_file(bag: Path) -> Path:
+    """The bag's MCAP file, refused with BagError if it does not start like one."""
+    f = _mcap_file(bag)
+    with open(f, 'rb') as fh:
+        head = fh.read(8)
+    if head != MAGIC[: len(head)]:  # shorter: a file just created, read as empty
+        raise BagError(f'{bag}: {f.name} is not an MCAP file (it does not start with the magic)')
+    return f
 
 
 def is_complete(bag: Path) -> bool:
@@ -214,90 +290,81 @@ def is_complete(bag: Path) -> bool:
         if fh.tell() < 16:
             return False
         fh.seek(-8, os.SEEK_END)
-        return fh.read(8) == b'\x89MCAP0\r\n'
+        return fh.read(8) == MAGIC
 
 
-def repair(bag: Path) -> str:
-    """Rewrite a bag cut short by a crash, keeping every complete chunk; returns a summary."""
-    from mcap.exceptions import McapError
+@dataclass
+class _Stream:
+    """Records of an MCAP file read in order, stopping quietly at a truncated or torn tail."""
+
+    path: Path
+    truncated: bool = False
+    error: str = ''
+
+    def records(self) -> Iterator[Any]:
+        from mcap.exceptions import McapError
+        from mcap.stream_reader import StreamReader
+
+        with open(self.path, 'rb') as fh:
+            it = iter(StreamReader(fh, skip_magic=False, validate_crcs=True).records)
+            while True:
+                try:
+                    record = next(it)
+                except StopIteration:
+                    return
+                except (McapError, EOFError, ValueError, OSError, struct.error) as exc:
+                    # A chunk still being written, or cut by a crash: everything before it is
+                    # whole (each chunk carries its CRC), everything from it on is not read.
+                    self.truncated = True
+                    self.error = f'{type(exc).__name__}: {exc}'
+                    return
+                yield record
+
+
+def raw_messages(bag: Path, topics: list[str] | None) -> Iterator[tuple[str, str, int, bytes]]:
+    """(topic, type, log time ns, CDR bytes) in file order, read-only, in constant memory."""
     from mcap.records import Channel, Message, Schema
-    from mcap.stream_reader import StreamReader
-    from mcap.writer import CompressionType, Writer
 
     bag = Path(bag)
-    src = _mcap_file(bag)
-    if is_complete(bag):
-        return f'{bag}: complete, nothing to repair'
-    schemas: dict[int, Schema] = {}
-    channels: dict[int, Channel] = {}
-    messages: list[Message] = []
-    with open(src, 'rb') as fh:
+    if (bag / 'metadata.yaml').exists() and is_complete(bag):
+        from rosbags.highlevel import AnyReader
+
         try:
-            for record in StreamReader(fh, skip_magic=False).records:
-                if isinstance(record, Schema):
-                    schemas[record.id] = record
-                elif isinstance(record, Channel):
-                    channels[record.id] = record
-                elif isinstance(record, Message):
-                    messages.append(record)
-        except (McapError, EOFError, ValueError, OSError):
-            pass  # the truncated tail: keep what was complete before it
-    broken = src.with_suffix('.mcap.broken')
-    os.replace(src, broken)
-    ts = _typestore()
-    counts: dict[int, int] = {}
-    with open(src, 'wb') as fh:
-        w = Writer(fh, compression=CompressionType.ZSTD)
-        w.start(profile='ros2', library='equimus_record repair')
-        sid = {k: w.register_schema(s.name, s.encoding, s.data) for k, s in schemas.items()}
-        cid = {
-            k: w.register_channel(c.topic, c.message_encoding, sid[c.schema_id], c.metadata)
-            for k, c in channels.items()
-            if c.schema_id in sid
-        }
-        for m in messages:
-            if m.channel_id in cid:
-                w.add_message(
-                    cid[m.channel_id],
-                    log_time=m.log_time,
-                    data=m.data,
-                    publish_time=m.publish_time,
-                    sequence=m.sequence,
-                )
-                counts[m.channel_id] = counts.get(m.channel_id, 0) + 1
-        w.finish()
-    topics = []
-    for k, c in channels.items():
-        if k not in cid:
-            continue
-        msgtype = schemas[c.schema_id].name
-        try:
-            rihs = ts.hash_rihs01(msgtype)
-        except Exception:
-            rihs = ''
-        qos = yaml.safe_load(c.metadata.get('offered_qos_profiles', '') or '[]') or []
-        topics.append((c.topic, msgtype, qos, rihs, counts.get(k, 0)))
-    stamps = [m.log_time for m in messages if m.channel_id in cid]
-    write_metadata(bag, src.name, topics, min(stamps, default=0), max(stamps, default=0))
-    return (
-        f'{bag}: recovered {len(stamps)} messages on {len(topics)} topics '
-        f'(original kept as {broken.name})'
-    )
+            with AnyReader([bag], default_typestore=_typestore()) as reader:
+                conns = [c for c in reader.connections if topics is None or c.topic in topics]
+                for conn, stamp, raw in reader.messages(connections=conns):
+                    yield conn.topic, conn.msgtype, stamp, raw
+        except Exception as exc:  # rosbags raises many types for a damaged bag: one for users
+            first = str(exc).replace('\n', ' ').strip() or type(exc).__name__
+            raise BagError(f'{bag}: not a readable rosbag2 bag ({first})') from None
+        return
+    f = _checked_mcap_file(bag)
+    schemas: dict[int, str] = {}
+    channels: dict[int, tuple[str, str]] = {}
+    for record in _Stream(f).records():
+        if isinstance(record, Schema):
+            schemas[record.id] = record.name
+        elif isinstance(record, Channel):
+            channels[record.id] = (record.topic, schemas.get(record.schema_id, ''))
+        elif isinstance(record, Message) and record.channel_id in channels:
+            topic, msgtype = channels[record.channel_id]
+            if topics is None or topic in topics:
+                yield topic, msgtype, record.log_time, record.data
 
 
 def read_messages(
     bag: Path, topics: list[str] | None = None
 ) -> Iterator[tuple[str, int, Any]]:  # Any: a message of whichever type the topic has
-    """Yield (topic, log time ns, deserialized message) with `rosbags`; repair first if needed."""
-    from rosbags.highlevel import AnyReader
+    """Yield (topic, log time ns, deserialized message); never writes to the bag.
 
-    bag = Path(bag)
-    if not (bag / 'metadata.yaml').exists() or not is_complete(bag):
-        repair(bag)
-    with AnyReader([bag], default_typestore=_typestore()) as reader:
-        conns = [c for c in reader.connections if topics is None or c.topic in topics]
-        for conn, stamp, raw in reader.messages(connections=conns):
-            yield conn.topic, stamp, reader.deserialize(raw, conn.msgtype)
+    An unfinished bag yields what was complete on disk when each chunk was reached."""
+    ts = _typestore()
+    for topic, msgtype, stamp, raw in raw_messages(bag, topics):
+        try:
+            msg = ts.deserialize_cdr(raw, msgtype)
+        except Exception as exc:
+            raise BagError(f'{bag}: cannot decode a {msgtype} message on {topic}: {exc}') from exc
+        yield topic, stamp, msg
 
 
 def topic_counts(bag: Path) -> dict[str, tuple[str, int, float]]:
@@ -307,27 +374,122 @@ def topic_counts(bag: Path) -> dict[str, tuple[str, int, float]]:
     Each topic's own span, not the bag's: topics are discovered (and so recorded) at different
     times.
     """
-    from rosbags.highlevel import AnyReader
-
-    bag = Path(bag)
-    if not (bag / 'metadata.yaml').exists() or not is_complete(bag):
-        repair(bag)
-    spans: dict[str, list[int]] = {}
-    with AnyReader([bag], default_typestore=_typestore()) as reader:
-        types = {c.topic: c.msgtype for c in reader.connections}
-        for conn, stamp, _ in reader.messages():
-            span = spans.setdefault(conn.topic, [stamp, stamp, 0])
-            span[0], span[1], span[2] = min(span[0], stamp), max(span[1], stamp), span[2] + 1
+    spans: dict[str, list] = {}
+    for topic, msgtype, stamp, _ in raw_messages(Path(bag), None):
+        span = spans.setdefault(topic, [stamp, stamp, 0, msgtype])
+        span[0], span[1], span[2] = min(span[0], stamp), max(span[1], stamp), span[2] + 1
     out = {}
-    for topic, (first, last, n) in spans.items():
+    for topic, (first, last, n, msgtype) in spans.items():
         rate = (n - 1) / ((last - first) * 1e-9) if n > 1 and last > first else 0.0
-        out[topic] = (types[topic], n, rate)
+        out[topic] = (msgtype, n, rate)
     return out
 
 
+def status(bag: Path) -> str:
+    """'' for a complete bag; otherwise one line saying why it is unfinished and what to do."""
+    bag = Path(bag)
+    if is_complete(bag):
+        return ''
+    pid = writer_pid(bag)
+    if pid is not None:
+        return (
+            f'unfinished: still being recorded (writer pid {pid}); counts are what is on disk '
+            'so far'
+        )
+    return (
+        'unfinished: its writer stopped without closing it; counts are the complete chunks. '
+        f'`equimus bag repair {bag}` makes it a closed bag (the original file is kept)'
+    )
+
+
 def describe(bag: Path) -> str:
+    bag = Path(bag)
     rows = topic_counts(bag)
     lines = [f'{bag}: {sum(r[1] for r in rows.values())} messages']
+    state = status(bag)
+    if state:
+        lines.append(f'  {state}')
     for topic, (msgtype, n, hz) in sorted(rows.items()):
         lines.append(f'  {topic:28s} {msgtype:40s} {n:8d} msgs {hz:8.1f} Hz')
     return '\n'.join(lines)
+
+
+def repair(bag: Path) -> str:
+    """Rewrite a bag whose writer never closed it, keeping every complete chunk.
+
+    Streams record by record (constant memory), refuses while the writer is alive, writes the new
+    file beside the old one and swaps it in atomically; the original stays as `*.mcap.broken`."""
+    from mcap.records import Channel, Message, Schema
+    from mcap.writer import CompressionType, Writer
+
+    bag = Path(bag)
+    src = _checked_mcap_file(bag)
+    if is_complete(bag):
+        return f'{bag}: complete, nothing to repair'
+    lock = _hold_repair_lock(bag)
+    try:
+        tmp = src.with_name(src.name + '.repairing')
+        kept = src.with_name(src.name + ORIGINAL_SUFFIX)
+        if kept.exists():
+            raise BagError(f'{kept} exists already; move it away before repairing {bag} again')
+        stream = _Stream(src)
+        ts = _typestore()
+        sid: dict[int, int] = {}
+        schema_names: dict[int, str] = {}
+        cid: dict[int, int] = {}
+        channels: dict[int, Channel] = {}
+        counts: dict[int, int] = {}
+        first, last = None, 0
+        with open(tmp, 'wb') as fh:
+            w = Writer(fh, compression=CompressionType.ZSTD)
+            w.start(profile='ros2', library='equimus_record repair')
+            for r in stream.records():
+                if isinstance(r, Schema) and r.id not in sid:
+                    sid[r.id] = w.register_schema(r.name, r.encoding, r.data)
+                    schema_names[r.id] = r.name
+                elif isinstance(r, Channel) and r.id not in cid and r.schema_id in sid:
+                    cid[r.id] = w.register_channel(
+                        r.topic, r.message_encoding, sid[r.schema_id], r.metadata
+                    )
+                    channels[r.id] = r
+                elif isinstance(r, Message) and r.channel_id in cid:
+                    w.add_message(
+                        cid[r.channel_id],
+                        log_time=r.log_time,
+                        data=r.data,
+                        publish_time=r.publish_time,
+                        sequence=r.sequence,
+                    )
+                    counts[r.channel_id] = counts.get(r.channel_id, 0) + 1
+                    first = r.log_time if first is None else min(first, r.log_time)
+                    last = max(last, r.log_time)
+            w.finish()
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.link(src, kept)  # the original stays, under its new name, before the swap
+        os.replace(tmp, src)
+        topics = []
+        for k, c in channels.items():
+            msgtype = schema_names[c.schema_id]
+            try:
+                rihs = ts.hash_rihs01(msgtype)
+            except Exception:
+                rihs = ''
+            qos = yaml.safe_load(c.metadata.get('offered_qos_profiles', '') or '[]') or []
+            topics.append((c.topic, msgtype, qos, rihs, counts.get(k, 0)))
+        write_metadata(bag, src.name, topics, first or 0, last)
+    finally:
+        _release_lock(bag, lock)
+    n = sum(counts.values())
+    return f'{bag}: recovered {n} messages on {len(topics)} topics (original kept as {kept.name})'
+
+
+def _hold_repair_lock(bag: Path) -> int:
+    try:
+        return _hold_lock(bag)
+    except BagError:
+        pid = _lock_pid(bag)
+        raise BagError(
+            f'{bag} is still being recorded (writer pid {pid}): stop the recorder first '
+            '(Ctrl-C or SIGTERM closes the bag, and a closed bag needs no repair)'
+        ) from None

@@ -21,6 +21,8 @@ from rclpy.exceptions import ParameterException
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.node import Node
 
+from equimus_ros import paramfiles
+
 #: What a node factory builds: one node, or the nodes that share one process.
 N = TypeVar('N', bound=Node | list[Node])
 
@@ -104,7 +106,17 @@ def run_node(
     """
     _quiet_python_sigint()
     sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
-    rclpy.init(args=args)
+    name = getattr(factory, '__name__', 'node')
+    files = paramfiles.files_in(sys.argv if args is None else args)
+    try:
+        for path in files:
+            paramfiles.check(path)
+        rclpy.init(args=args)
+    except (paramfiles.ParamFileError, RuntimeError) as exc:
+        # RuntimeError: rcl refused the command line (RCLError); its text names the argument.
+        first = str(exc).replace('\n', '\\n') or type(exc).__name__
+        print(f'{name}: {first}', file=sys.stderr, flush=True)
+        return EXIT_INVALID_PARAMETERS
     node = None
     try:
         if _Interrupts.received:
@@ -114,9 +126,13 @@ def run_node(
         except (ValueError, ParameterException) as exc:
             if is_shutting_down(0.0):
                 return EXIT_OK
-            name = getattr(factory, '__name__', 'node')
+            key = paramfiles.parameter_of(exc)
+            where = paramfiles.locate(files, key) if key else None
+            at = f'{where}: {key}: ' if where else ''
+            why = str(exc).replace('\n', '\\n')
             print(
-                f'{name}: invalid parameters: {exc}.' + (f' {config_hint}' if config_hint else ''),
+                f'{name}: invalid parameters: {at}{why}.'
+                + (f' {config_hint}' if config_hint else ''),
                 file=sys.stderr,
                 flush=True,
             )

@@ -23,6 +23,15 @@ Faults (each with its expected safe outcome, checked afterwards from the records
   kill_driver      SIGKILL: the board's watchdog vents; the driver is restarted
   disk_full        the recorder's file size limit is set to the bag's size (RLIMIT_FSIZE): it
                    stops with an error on /diagnostics while the control loop runs on
+Node kills (`--faults all`; with kill_controller and kill_driver: every node of the graph in turn):
+  kill_bridge      SIGKILL of the NatNet bridge: no poses, the controller's stale guard vents;
+                   restarted, control resumes
+  kill_estimator   SIGKILL of the estimator: no joint states, the stale guard vents; resumes
+  kill_reference   SIGKILL of the reference: the controller holds the last reference, no vent
+  kill_recorder    SIGKILL of the recorder: control runs on; its bag (no footer) reads back
+                   read-only with every message it acknowledged; restarted into a new bag
+`--second-recorder` adds a second recorder process recording every topic into bag_load/: every
+publisher then serves twice the subscribers (2x the nominal message load); its bag is checked too.
 Invariants over the whole run: no code above the 50 kPa code on the serial line; a non-zero
 output never stands longer than the board watchdog without a valid SET; the bag holds at least
 every message the recorder reported as on disk; no node's RSS grows without bound.
@@ -32,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import bisect
+import dataclasses
 import json
 import math
 import os
@@ -67,6 +77,19 @@ FAULTS = (
     'kill_driver',
     'disk_full',
 )
+#: Kills of the remaining nodes of the hardware graph (kill_controller/kill_driver are in FAULTS).
+KILLS = ('kill_bridge', 'kill_estimator', 'kill_reference', 'kill_recorder')
+#: Every fault, in schedule order (disk_full last: it ends the recording).
+ALL_FAULTS = (*FAULTS[:-1], *KILLS, FAULTS[-1])
+#: Process killed by each kill fault.
+KILLED = {
+    'kill_bridge': 'natnet_bridge',
+    'kill_estimator': 'estimator',
+    'kill_reference': 'reference',
+    'kill_recorder': 'recorder',
+}
+#: Processes of the control path that the fused loop merges into one (cannot be killed alone).
+FUSED_AWAY = ('kill_controller', 'kill_bridge', 'kill_estimator')
 RATE_HZ = 120.0
 VENT_MARGIN_S = 0.1  # target: vented within 100 ms of the watchdog deadline
 RSS_SLOPE_LIMIT_MB_MIN = 1.0  # a node growing faster than this after warm-up is unbounded
@@ -136,7 +159,7 @@ class SoakSupervisor(Supervisor):
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            env=self.env,
+            env={**self.env, **spec.env},
             text=True,
             bufsize=1,
             start_new_session=True,
@@ -265,17 +288,21 @@ class Soak:
         domain_id: int | None = None,
         rt_priority: int = 0,
         fused_loop: bool = False,
+        second_recorder: bool = False,
     ):
-        unknown = sorted(set(faults) - set(FAULTS))
+        unknown = sorted(set(faults) - set(ALL_FAULTS))
         if unknown:
-            raise ValueError(f'unknown fault(s) {unknown}; choose from {", ".join(FAULTS)} or all')
+            raise ValueError(
+                f'unknown fault(s) {unknown}; choose from {", ".join(ALL_FAULTS)} or all'
+            )
+        self.second_recorder = bool(second_recorder)
         self.duration = float(duration)
         self.rt_priority = int(rt_priority)
         self.fused_loop = bool(fused_loop)
         # With the fused loop the controller and the valve driver share one process: killing it
         # is kill_driver (the board's watchdog vents); there is no controller alone to kill.
         self.faults = [
-            f for f in FAULTS if f in faults and not (self.fused_loop and f == 'kill_controller')
+            f for f in ALL_FAULTS if f in faults and not (self.fused_loop and f in FUSED_AWAY)
         ]
         self.driver_process = 'control_loop' if self.fused_loop else 'valve_driver'
         self.out = Path(out or tempfile.mkdtemp(prefix='equimus_soak_')).resolve()
@@ -293,6 +320,8 @@ class Soak:
         self.max_hold = float(est.get('max_hold', 0.1))
         self.command_timeout = float(valve.get('command_timeout_s', 0.25))
         self.reconnect_max = float(valve.get('reconnect_backoff_max_s', 2.0))
+        recorder = _load_params(cfg, 'recorder.yaml', 'recorder')
+        self.flush_period = float(recorder.get('flush_period', 0.5))
         self.frames: list[tuple[int, float]] = []  # (frame number, transmit time)
         self.records: list[FaultRecord] = []
         self.unexpected: list[str] = []
@@ -490,8 +519,65 @@ class Soak:
             {'nonzero_before': nz, 't_restart': t_restart, 'resumed': resumed},
         )
 
+    def _kill_restart(self, fault: str, down_s: float, before_restart=None) -> FaultRecord:
+        """SIGKILL a node, leave it down `down_s`, restart it and wait for control."""
+        name = KILLED[fault]
+        nz = self.wait_nonzero()
+        self.expected_down.add(name)
+        t0 = time.monotonic()
+        self.sup.kill(name)
+        self.sleep(down_s)
+        info: dict = {'nonzero_before': nz}
+        if before_restart is not None:
+            info.update(before_restart())
+        t_restart = time.monotonic()
+        self.sup.spawn(name)
+        self.expected_down.discard(name)
+        resumed = self.wait_resumed(t_restart, 20.0)
+        if fault == 'kill_recorder':
+            # control never stopped: the fault is over once the new recorder writes its bag
+            info['recording'] = self.wait_recording(self.bags[-1], 20.0)
+        t1 = time.monotonic()
+        self.sleep(RESTART_SETTLE_S)
+        info.update({'t_restart': t_restart, 'resumed': resumed})
+        return FaultRecord(fault, t0, t1, time.monotonic(), info)
+
+    def wait_recording(self, bag: Path, timeout: float) -> float | None:
+        """When the recorder of `bag` first flushed messages (its MCAP file grew), or None."""
+        end = time.monotonic() + timeout
+        size0 = None
+        while time.monotonic() < end:
+            files = sorted(bag.glob('*.mcap'))
+            size = files[0].stat().st_size if files else None
+            if size is not None:
+                if size0 is None:
+                    size0 = size
+                elif size > size0:
+                    return time.monotonic()
+            self.sleep(0.05)
+        return None
+
+    def fault_kill_bridge(self) -> FaultRecord:
+        return self._kill_restart('kill_bridge', self.stale_timeout + 0.35)
+
+    def fault_kill_estimator(self) -> FaultRecord:
+        return self._kill_restart('kill_estimator', self.stale_timeout + 0.35)
+
+    def fault_kill_reference(self) -> FaultRecord:
+        return self._kill_restart('kill_reference', 1.0)
+
+    def fault_kill_recorder(self) -> FaultRecord:
+        def new_bag() -> dict:
+            killed = self.bags[-1]
+            self.bags.append(self.out / f'bag_{len(self.bags)}')
+            spec = next(sp for sp in self.sup.specs if sp.name == 'recorder')
+            spec.parameters['bag_path'] = str(self.bags[-1])
+            return {'killed_bag': str(killed), 'new_bag': str(self.bags[-1])}
+
+        return self._kill_restart('kill_recorder', 1.0, new_bag)
+
     def fault_disk_full(self) -> FaultRecord:
-        mcap = sorted(self.bag.glob('*.mcap'))
+        mcap = sorted(self.bags[-1].glob('*.mcap'))
         size = mcap[0].stat().st_size if mcap else 0
         limit = size + 4096
         t0 = time.monotonic()
@@ -511,6 +597,10 @@ class Soak:
             'serial_unplug': 3.5,
             'kill_controller': 8.5,
             'kill_driver': 7.0,
+            'kill_bridge': 7.5,
+            'kill_estimator': 7.5,
+            'kill_reference': 6.0,
+            'kill_recorder': 7.0,
         }
         cyc = [f for f in self.faults if f != 'disk_full']
         warmup = 4.0
@@ -542,6 +632,8 @@ class Soak:
             self._emulate_hardware_priority()
         self.out.mkdir(parents=True, exist_ok=True)
         self.bag = self.out / 'bag'
+        self.bags = [self.bag]  # the main recorder's bags (a new one after each kill)
+        self.load_bag = self.out / 'bag_load' if self.second_recorder else None
         if self.bag.exists():
             raise ValueError(f'{self.bag} exists already: give the soak a new --out folder')
         link = str(self.out / 'dac')
@@ -575,6 +667,16 @@ class Soak:
                 'natnet_data_port': str(data_port),
             },
         )
+        if self.load_bag is not None:
+            rec = next(sp for sp in specs if sp.name == 'recorder')
+            specs.append(
+                dataclasses.replace(
+                    rec,
+                    name='recorder_2',
+                    parameters={**rec.parameters, 'bag_path': str(self.load_bag)},
+                    env=dict(rec.env),
+                )
+            )
         # A DDS domain of its own: the soak kills nodes and injects bad commands, which must
         # never reach another graph (or a real rig) on this machine.
         env = dict(
@@ -861,6 +963,36 @@ class Soak:
                     f"board's watchdog vents ({self.board.watchdog_s * 1e3:.0f} ms)",
                 )
                 resumed_check(rec, 'restarted driver resumes control')
+            elif rec.name in ('kill_bridge', 'kill_estimator'):
+                vent_check(
+                    rec,
+                    last_frame_before(rec.t0) + self.stale_timeout,
+                    rec.info['t_restart'],
+                    f"controller's stale guard vents ({self.stale_timeout:g} s)",
+                )
+                resumed_check(rec, f'restarted {KILLED[rec.name]} resumes control')
+            elif rec.name in ('kill_reference', 'kill_recorder'):
+                checks.append(
+                    Check(
+                        f'{rec.name}: control runs on while {KILLED[rec.name]} is down',
+                        tl.vented_from(rec.t0, rec.info['t_restart']) is None
+                        and bool(rec.info['nonzero_before']),
+                        'outputs non-zero when the node was restarted '
+                        f'{rec.info["t_restart"] - rec.t0:.1f} s after the kill',
+                    )
+                )
+                if rec.name == 'kill_recorder':
+                    r = rec.info.get('recording')
+                    checks.append(
+                        Check(
+                            'kill_recorder: the restarted recorder records into a new bag',
+                            r is not None,
+                            f'{rec.info["new_bag"]} growing {r - rec.info["t_restart"]:.2f} s '
+                            'after the restart'
+                            if r is not None
+                            else f'{rec.info["new_bag"]} never grew',
+                        )
+                    )
             elif rec.name == 'disk_full':
                 err = [d for d in diag('recorder', rec.t0, math.inf) if d[2] == 2]
                 checks.append(
@@ -892,8 +1024,10 @@ class Soak:
         t0 = self.t_loop + 2.0
         windows = []
         for rec in self.records:
-            if rec.t0 - 0.05 > t0:
-                windows.append((t0, rec.t0 - 0.05))
+            # A SIGKILLed recorder loses what it had not flushed yet (not acknowledged either).
+            pre = 0.05 + (self.flush_period + 0.1 if rec.name == 'kill_recorder' else 0.0)
+            if rec.t0 - pre > t0:
+                windows.append((t0, rec.t0 - pre))
             t0 = max(t0, rec.t_clear + 0.5)
         if self.t_stop - 0.2 > t0:
             windows.append((t0, self.t_stop - 0.2))
@@ -1062,36 +1196,65 @@ class Soak:
         from equimus_record import bag as bagio
 
         rec_diags = [d for d in probe['diagnostics'] if d[1] == 'recorder']
-        acked = max((int(d[4].get('messages_on_disk', 0)) for d in rec_diags), default=0)
-        try:
-            counts: dict[str, int] = {}
-            times: dict[str, list[int]] = {}
-            recorded_commands: dict[tuple, int] = {}
-            from rosbags.highlevel import AnyReader
 
-            if not (self.bag / 'metadata.yaml').exists() or not bagio.is_complete(self.bag):
-                bagio.repair(self.bag)
-            with AnyReader([self.bag], default_typestore=bagio._typestore()) as reader:
-                for conn, stamp, raw in reader.messages():
-                    counts[conn.topic] = counts.get(conn.topic, 0) + 1
-                    if conn.topic in (VALVE_COMMAND.name, THIGH_POSE):
-                        times.setdefault(conn.topic, []).append(stamp)
-                    if conn.topic == VALVE_COMMAND.name:
-                        # rosbags types deserialize() as object; a Float64MultiArray here.
-                        msg = reader.deserialize(raw, conn.msgtype)
-                        cmd_key = _command_key(msg.data)  # type: ignore[attr-defined]
+        def acked_in(bag: Path) -> int:
+            """The most messages the recorder writing `bag` reported as safe on disk."""
+            return max(
+                (
+                    int(d[4].get('messages_on_disk', 0))
+                    for d in rec_diags
+                    if d[4].get('bag') == str(bag)
+                ),
+                default=0,
+            )
+
+        counts: dict[str, int] = {}
+        times: dict[str, list[int]] = {}
+        recorded_commands: dict[tuple, int] = {}
+        ts = bagio._typestore()
+        per_bag = []
+        for bag in [*self.bags, *([self.load_bag] if self.load_bag else [])]:
+            main = bag in self.bags
+            n, err = 0, ''
+            try:
+                # read-only: a killed recorder's bag is read up to its last complete chunk
+                for topic, msgtype, stamp, raw in bagio.raw_messages(bag, None):
+                    n += 1
+                    if not main:
+                        continue
+                    counts[topic] = counts.get(topic, 0) + 1
+                    if topic in (VALVE_COMMAND.name, THIGH_POSE):
+                        times.setdefault(topic, []).append(stamp)
+                    if topic == VALVE_COMMAND.name:
+                        msg = ts.deserialize_cdr(raw, msgtype)
+                        cmd_key = _command_key(msg.data)
                         recorded_commands[cmd_key] = recorded_commands.get(cmd_key, 0) + 1
-            read_back = sum(counts.values())
-            err = ''
-        except Exception as exc:  # noqa: BLE001 - reported as a failed check
-            read_back, counts, times, err = 0, {}, {}, f'{type(exc).__name__}: {exc}'
+            except Exception as exc:  # noqa: BLE001 - reported as a failed check
+                err = f'{type(exc).__name__}: {exc}'
+            per_bag.append((bag, main, n, acked_in(bag), err))
+        for topic_times in times.values():
+            topic_times.sort()
+        acked = sum(a for _, main, _, a, _ in per_bag if main)
+        read_back = sum(n for _, main, n, _, _ in per_bag if main)
         fig['recorder_acknowledged'] = acked
         fig['recorder_read_back'] = read_back
+        fig['bags'] = len(per_bag)
+        if self.load_bag is not None:
+            fig['second_recorder_read_back'] = sum(n for _, m, n, _, _ in per_bag if not m)
+            fig['second_recorder_acknowledged'] = sum(a for _, m, _, a, _ in per_bag if not m)
+        lost = [
+            f'{b.name}: {err or f"read {n} < acknowledged {a}"}'
+            for b, _, n, a, err in per_bag
+            if err or n < a or a == 0
+        ]
         checks.append(
             Check(
                 'invariant: the bag holds every message the recorder acknowledged',
-                read_back >= acked > 0,
-                err or f'read back {read_back} >= {acked} reported on disk',
+                not lost,
+                '; '.join(lost)
+                or ', '.join(
+                    f'{b.name}: read {n} >= {a} acknowledged' for b, _, n, a, _ in per_bag
+                ),
             )
         )
         # recorded vs published over the span the bag covers (ends where the disk filled up)
@@ -1163,7 +1326,14 @@ def main(argv=None) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument('--duration', type=float, default=60.0, help='seconds of soak (default 60)')
-    p.add_argument('--faults', default='all', help=f'all | none | comma list of {",".join(FAULTS)}')
+    p.add_argument(
+        '--faults', default='all', help=f'all | none | comma list of {",".join(ALL_FAULTS)}'
+    )
+    p.add_argument(
+        '--second-recorder',
+        action='store_true',
+        help='a second recorder process records every topic too (2x the message load)',
+    )
     p.add_argument('--out', default='', help='folder for the records (default: a new temp folder)')
     p.add_argument('--controller', default='pid', choices=CONTROLLERS)
     p.add_argument('--reference', default='sine', help='reference trajectory (default sine)')
@@ -1190,7 +1360,7 @@ def main(argv=None) -> int:
     )
     ns = p.parse_args(argv)
     faults = (
-        FAULTS
+        ALL_FAULTS
         if ns.faults == 'all'
         else ()
         if ns.faults == 'none'
@@ -1211,6 +1381,7 @@ def main(argv=None) -> int:
             domain_id=ns.domain_id,
             rt_priority=ns.rt_priority,
             fused_loop=ns.fused_loop,
+            second_recorder=ns.second_recorder,
         )
         fig, checks = soak.run()
     except (ValueError, RuntimeError) as exc:

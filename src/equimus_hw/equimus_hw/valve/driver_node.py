@@ -6,12 +6,18 @@ board (board.SimBoard, `board: sim`) in the sim graph, where the pressures the c
 on /valve/applied and the sim node's valves follow them. The safety layer is the same on both legs.
 
 It starts DISARMED: the output is 0 kPa until `/valve_driver/arm` is called (or the parameter
-auto_arm is true, as the sim graph sets it) AND a fresh command arrives. Timers and the watchdog
-run on the steady clock, never on sim time: a paused /clock must not stop the keep-alive or the
-watchdog. With the simulated board the slew limit follows the node's clock (sim time in the sim
-graph), so a lockstep run does not depend on the wall clock's speed, and /valve/applied carries
-one message per command plus the safety layer's own changes (vents), never a keep-alive: each one
-is a step of the lockstep simulation.
+auto_arm is true, as the sim graph sets it) AND a fresh command arrives.
+One commander (safety.CommanderGuard): arming is refused while more than one node publishes
+/valve/command; if a second node sends commands while armed, every command is ignored, so the
+last accepted one holds until the watchdog vents, and control resumes with the first command
+after the second sender has been silent for one watchdog period and has left the ROS graph.
+auto_arm arms at start-up without the graph check (a killed controller stays listed for the DDS
+lease, which would block every restart), so the sender rule protects an auto-armed driver.
+Timers and the watchdog run on the steady clock, never on sim time: a paused /clock must not stop
+the keep-alive or the watchdog. With the simulated board the slew limit follows the node's clock
+(sim time in the sim graph), so a lockstep run does not depend on the wall clock's speed, and
+/valve/applied carries one message per command plus the safety layer's own changes (vents), never
+a keep-alive: each one is a step of the lockstep simulation.
 On shutdown (Ctrl-C, SIGTERM, or a normal exit) it writes SET all-zero and waits briefly for the
 ACK before the port closes.
 """
@@ -46,7 +52,7 @@ from equimus_ros.qos import publisher, subscription
 from .board import Board, SimBoard
 from .config import DriverConfig
 from .link import BoardLink
-from .safety import SafetyFilter
+from .safety import CommanderGuard, SafetyFilter
 
 
 def _serialised(method):
@@ -74,6 +80,7 @@ class ValveDriver(Node):
         self.safety = SafetyFilter(
             len(ACTUATORS), p.max_kpa, p.slew_rate_kpa_s, p.command_timeout_s
         )
+        self.guard = CommanderGuard(p.command_timeout_s)
         self.keepalive_s = p.keepalive_period_s
         self.shutdown_ack_timeout_s = p.shutdown_ack_timeout_s
         self.simulated = p.board == 'sim'
@@ -100,7 +107,7 @@ class ValveDriver(Node):
         self._generation = 0
         self._measured_count = 0
         self._last_commanded = [math.nan] * len(ACTUATORS)
-        self._diag_key: tuple[str, bool, bool, bool] | None = None
+        self._diag_key: tuple[str, bool, bool, bool, bool] | None = None
         self._last_warn_t = -math.inf
 
         self.pub_applied = publisher(self, Float64MultiArray, VALVE_APPLIED)
@@ -111,17 +118,21 @@ class ValveDriver(Node):
         self.diagnostics = Diagnostics(
             self, DIAGNOSTICS, 'valve_driver: DAC board', self.board.port
         )
+        steady = Clock(clock_type=ClockType.STEADY_TIME)
+        self.subscribed = subscribe
         if subscribe:
-            subscription(self, Float64MultiArray, VALVE_COMMAND, self.on_command)
+            subscription(self, Float64MultiArray, VALVE_COMMAND, self._on_topic_command)
+            self.create_timer(0.2, self._count_commanders, clock=steady)
         self.create_service(Trigger, '~/arm', self._srv_arm)
         self.create_service(Trigger, '~/disarm', self._srv_disarm)
         self.create_service(Trigger, '~/estop', self._srv_estop)
-        steady = Clock(clock_type=ClockType.STEADY_TIME)
         self.create_timer(1.0 / p.rate_hz, self._tick, clock=steady)
         self.create_timer(1.0, self._publish_diagnostics, clock=steady)
 
         self.board.start()
         if p.auto_arm:
+            # Not refused by the graph view: a restarted driver would see a SIGKILLed
+            # controller listed for the DDS lease (20 s); the sender rule guards from here on.
             self.safety.arm(time.monotonic())
             self.get_logger().warning(
                 'auto_arm=true: ARMED at start-up; valves follow '
@@ -140,6 +151,7 @@ class ValveDriver(Node):
     def _apply(self, cfg: DriverConfig) -> None:
         """A runtime parameter changed (already validated): the new limits hold from now on."""
         self.safety.configure(cfg.max_kpa, cfg.slew_rate_kpa_s, cfg.command_timeout_s)
+        self.guard.window_s = cfg.command_timeout_s
         self.cal = cfg.calibration()
         self.board.cal = self.cal  # the next tick clamps the output to a lower ceiling
 
@@ -151,6 +163,28 @@ class ValveDriver(Node):
         return elapsed
 
     # ----------------------------------------------------------------- commands and output
+    @_serialised
+    def _count_commanders(self) -> None:
+        infos = self.get_publishers_info_by_topic(VALVE_COMMAND.name)
+        self.guard.publishers([f'{i.node_namespace.rstrip("/")}/{i.node_name}' for i in infos])
+
+    @_serialised
+    def _on_topic_command(self, msg: Float64MultiArray, info) -> None:
+        """/valve/command from the graph: only one sender may command (CommanderGuard)."""
+        now = time.monotonic()
+        gid = (info or {}).get('publisher_gid') or {}
+        verdict = self.guard.heard(bytes(gid.get('data', b'')), now)
+        if verdict == 'accept':
+            self.on_command(msg)
+            return
+        if verdict == 'resolved':
+            self.safety.require_fresh_command(now)
+            self._send(self.safety.step(now, 0.0), now)  # a vent: no slew
+            self.get_logger().warning('one commander again: venting until its next command')
+        elif now - self._last_warn_t > 1.0:
+            self._last_warn_t = now
+            self.get_logger().error(self.guard.reason(now))
+
     @_serialised
     def on_command(self, msg: Float64MultiArray) -> None:
         now = time.monotonic()
@@ -195,7 +229,13 @@ class ValveDriver(Node):
         ):
             self._measured_count = board.measured_count
             self.pub_pressure.publish(float_array(board.measured_kpa, PRESSURE_LAYOUT))
-        key = (board.state, self.safety.armed, self.safety.estopped, self.safety.watchdog_active)
+        key = (
+            board.state,
+            self.safety.armed,
+            self.safety.estopped,
+            self.safety.watchdog_active,
+            self.guard.conflict,
+        )
         if key != self._diag_key:
             self._publish_diagnostics()
 
@@ -216,6 +256,15 @@ class ValveDriver(Node):
     @_serialised
     def _srv_arm(self, request, response):
         now = time.monotonic()
+        if self.subscribed:
+            self._count_commanders()
+            refusal = self.guard.arm_refusal(now)
+            if refusal:
+                response.success = False
+                response.message = refusal
+                self.get_logger().error(refusal)
+                self._publish_diagnostics()
+                return response
         self.safety.arm(now)
         self._send(self.safety.step(now, 0.0), now)  # a vent: no slew
         link = (
@@ -265,9 +314,12 @@ class ValveDriver(Node):
 
     def _publish_diagnostics(self) -> None:
         s, lk, st = self.safety, self.board, self.board.stats
-        self._diag_key = (lk.state, s.armed, s.estopped, s.watchdog_active)
+        self._diag_key = (lk.state, s.armed, s.estopped, s.watchdog_active, self.guard.conflict)
+        now = time.monotonic()
         if s.estopped:
             level, message = Level.ERROR, 'EMERGENCY STOP latched (vented)'
+        elif self.guard.conflict:
+            level, message = Level.ERROR, self.guard.reason(now)
         elif lk.state != 'connected':
             level, message = Level.ERROR, f'DAC board {lk.state}: {lk.last_error}'
         elif not s.armed:
@@ -303,6 +355,9 @@ class ValveDriver(Node):
             'saturations': str(s.saturation_count),
             'nonfinite_commands': str(s.nonfinite_count),
             'rejected_commands': str(s.rejected_count),
+            'command_publishers': str(self.guard.graph_publishers),
+            'commander_conflicts': str(self.guard.conflicts),
+            'commands_ignored_conflict': str(self.guard.ignored),
             'commanded_kpa': ','.join(f'{v:.3f}' for v in self._last_commanded),
             'output_kpa': ','.join(f'{v:.3f}' for v in s.output),
             'board_codes': ','.join(map(str, lk.board_codes or [])),

@@ -190,3 +190,89 @@ class SafetyFilter:
                 delta = math.copysign(max_step, delta)
             self._output[i] = min(max(self._output[i] + delta, 0.0), self.max_kpa)
         return list(self._output)
+
+
+class CommanderGuard:
+    """One commander on /valve/command (no ROS imports; time passed in, like SafetyFilter).
+
+    Two inputs: the number of publishers the ROS graph shows on the topic (`publishers()`), and
+    the sender of each command as it arrives (`heard()`).
+    - Arming is refused while more than one publisher is known, by either view
+      (`arm_refusal()`): the graph view catches a second controller before it sends anything.
+    - While armed, a conflict is two senders heard within one watchdog period. From the first
+      command of the second sender on, every command is ignored (from both), so the output holds
+      the last command accepted from the first sender, and the safety filter's watchdog vents
+      `timeout_s` after it. This is the same outcome as a dead controller; no guessing which one
+      is legitimate. The conflict ends at the first command after all but one sender have been
+      silent for a whole watchdog period AND the graph shows one publisher again (a sender that
+      only stalled, e.g. on a loaded machine, must not count as gone); the caller then requires a
+      command newer than that moment (as after a reconnect), so the survivor's next command is
+      the first obeyed.
+    The graph view does not start a conflict: a SIGKILLed publisher stays in the Fast DDS graph
+    until its participant lease expires (measured here: 20 s), which would block a restarted
+    controller. It only keeps one from ending too early.
+    """
+
+    def __init__(self, window_s: float) -> None:
+        self.window_s = float(window_s)
+        self._last: dict[bytes, float] = {}
+        self._graph_publishers = 0
+        self._graph_names: list[str] = []
+        self.conflict = False
+        self.conflicts = 0
+        self.ignored = 0
+
+    def publishers(self, names: list[str]) -> None:
+        """The nodes the ROS graph shows publishing the topic (one entry per publisher)."""
+        self._graph_publishers = len(names)
+        self._graph_names = sorted(names)
+
+    @property
+    def graph_publishers(self) -> int:
+        return self._graph_publishers
+
+    def active_senders(self, now: float) -> int:
+        return sum(1 for t in self._last.values() if now - t <= self.window_s)
+
+    def arm_refusal(self, now: float) -> str:
+        """'' if arming is allowed; otherwise why not and what to do."""
+        n = max(self._graph_publishers, self.active_senders(now))
+        if n <= 1:
+            return ''
+        who = ', '.join(self._graph_names) or 'unknown nodes'
+        return (
+            f'refused to arm: {n} publishers on the command topic ({who}); stop all but one '
+            'controller (a killed one leaves the ROS graph within the DDS lease, about 20 s)'
+        )
+
+    def heard(self, sender: bytes, now: float) -> str:
+        """A command from `sender` arrived: 'accept', 'ignore' (conflict) or 'resolved' (the
+        conflict just ended: require a command newer than now, ignore this one)."""
+        self._last[sender] = now
+        for k in [k for k, t in self._last.items() if now - t > self.window_s]:
+            del self._last[k]
+        if len(self._last) > 1:
+            if not self.conflict:
+                self.conflicts += 1
+            self.conflict = True
+            self.ignored += 1
+            return 'ignore'
+        if self.conflict:
+            if self._graph_publishers > 1:
+                # The other sender may only be stalled (a loaded machine): stay latched while it
+                # exists; a SIGKILLed one leaves the graph when its DDS lease expires.
+                self.ignored += 1
+                return 'ignore'
+            self.conflict = False
+            self.ignored += 1
+            return 'resolved'
+        return 'accept'
+
+    def reason(self, now: float) -> str:
+        if not self.conflict:
+            return ''
+        return (
+            f'{self.active_senders(now)} nodes are sending commands '
+            f'({", ".join(self._graph_names) or "unknown"}): all commands ignored, vented by the '
+            'watchdog; stop all but one controller'
+        )
