@@ -36,6 +36,12 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "$want" > "$stamp"
 fi
 
+if [ "$MODE" = pypi-ros ] && ! "$VENV/bin/python" -c 'import tf2_msgs.msg' 2>/dev/null; then
+  # /tf and /tf_static need tf2_msgs, which has no PyPI wheel: build its message from source.
+  log "building tf2_msgs (TFMessage) with the rosidl wheels (one time, about 10 s)"
+  bash third_party/tf2_msgs/build.sh "$VENV" || log "tf2_msgs not built: /tf and /tf_static stay off"
+fi
+
 log "colcon build (ros2_ws, symlink install)"
 (
   cd ros2_ws
