@@ -17,6 +17,7 @@ setup(
         ('share/equimus_bringup/config', sorted(glob('config/*.yaml'))),
     ],
     install_requires=['setuptools'],
+    extras_require={'test': ['pytest']},
     zip_safe=True,
     maintainer='EquiMus HIL maintainers',
     maintainer_email='maintainers@equimus.dev',
