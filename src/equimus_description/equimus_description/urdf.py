@@ -96,9 +96,7 @@ def build_urdf(leg: LegDescription | None = None) -> str:
         ET.SubElement(inertial, 'origin', xyz=_f(b.com), rpy='0 0 0')
         ET.SubElement(inertial, 'mass', value=_f(b.mass))
         ixx, iyy, izz, ixy, ixz, iyz = (repr(float(v)) for v in b.inertia)
-        ET.SubElement(
-            inertial, 'inertia', ixx=ixx, iyy=iyy, izz=izz, ixy=ixy, ixz=ixz, iyz=iyz
-        )
+        ET.SubElement(inertial, 'inertia', ixx=ixx, iyy=iyy, izz=izz, ixy=ixy, ixz=ixz, iyz=iyz)
     for name in leg.bodies:
         j = leg.parent_joint(name)
         xyz, rot = joint_origin(leg, name)
@@ -125,21 +123,26 @@ def build_urdf(leg: LegDescription | None = None) -> str:
     return '<?xml version="1.0"?>\n' + ET.tostring(robot, encoding='unicode') + '\n'
 
 
+def _vector(el: ET.Element | None, attr: str, default: str) -> np.ndarray:
+    text = el.get(attr, default) if el is not None else default
+    return np.array([float(v) for v in text.split()])
+
+
 def parse_urdf_chain(urdf: str) -> dict:
     """child link -> (parent link, joint name, type, xyz, rpy, axis) read back from URDF text."""
     out = {}
     for el in ET.fromstring(urdf).iter('joint'):
-        origin = el.find('origin')
-        axis = el.find('axis')
         parent, child = el.find('parent'), el.find('child')
-        assert parent is not None and child is not None
+        if parent is None or child is None:
+            raise ValueError(f'URDF joint {el.get("name")!r}: needs a parent and a child link')
+        origin = el.find('origin')
         out[child.get('link')] = (
             parent.get('link'),
             el.get('name'),
             el.get('type'),
-            np.array([float(v) for v in (origin.get('xyz') if origin is not None else '0 0 0').split()]),
-            np.array([float(v) for v in (origin.get('rpy') if origin is not None else '0 0 0').split()]),
-            np.array([float(v) for v in (axis.get('xyz') if axis is not None else '1 0 0').split()]),
+            _vector(origin, 'xyz', '0 0 0'),
+            _vector(origin, 'rpy', '0 0 0'),
+            _vector(el.find('axis'), 'xyz', '1 0 0'),
         )
     return out
 
