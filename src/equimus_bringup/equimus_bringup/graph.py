@@ -344,9 +344,7 @@ def describe_graph(mode: str, overrides: Mapping[str, str] | None = None) -> lis
         )
     )
     specs.append(
-        ProcessSpec(
-            'state_publisher', 'equimus_tf', 'state_publisher', parameters=dict(common)
-        )
+        ProcessSpec('state_publisher', 'equimus_tf', 'state_publisher', parameters=dict(common))
     )
     if _truthy(args['record']):
         specs.append(
