@@ -1,0 +1,99 @@
+"""Closed loop in plain Python: a simulated leg (valve lag) + virtual mocap + estimator + the one
+`step.ControlStep` at 120 Hz, stepping in lockstep like the ROS graph does. Used by the tests
+and benchmarks/bench_control.py; the simulator and mocap are passed in (duck-typed), so this
+module imports no simulator."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from equimus_description.interface import BODIES
+
+from .controller import Controller
+from .estimation import EstimatorConfig, JointStateEstimator
+from .step import PERIOD, ControlStep
+from .supervisor import SafetyConfig
+
+ReferenceFn = Callable[[float], tuple[np.ndarray, np.ndarray]]
+#: command (kPa) and its time (s) -> the pressures the valves are driven to (kPa)
+Actuation = Callable[[np.ndarray, float], Sequence[float]]
+
+
+@dataclass
+class RunResult:
+    t: np.ndarray
+    q: np.ndarray  # true joint angles
+    q_ref: np.ndarray
+    q_est: np.ndarray
+    u: np.ndarray
+    compute: np.ndarray  # s per control cycle, wall clock (includes preemption by other load)
+    saturated: np.ndarray
+    compute_cpu: np.ndarray  # s per control cycle, this thread's CPU time
+    vented: np.ndarray
+
+    def rmse(self, skip: float = 0.0) -> np.ndarray:
+        m = self.t >= skip
+        return np.sqrt(np.mean((self.q[m] - self.q_ref[m]) ** 2, axis=0))
+
+
+def frame_poses(frame: Any) -> list[tuple[Sequence[float], tuple[float, float, float, float]]]:
+    """[(position, quaternion xyzw)] × (base, thigh, calf) from a VirtualMocap frame (wxyz)."""
+    out = []
+    for name in BODIES:
+        b = frame.bodies[name]
+        w, x, y, z = b.orientation
+        out.append((b.position, (x, y, z, w)))
+    return out
+
+
+def run(
+    sim: Any,
+    mocap: Any,
+    controller: Controller,
+    reference: ReferenceFn,
+    duration: float,
+    est_cfg: EstimatorConfig | None = None,
+    safety: SafetyConfig | None = None,
+    actuation: Actuation | None = None,
+) -> RunResult:
+    """`duration` s of closed loop; the reference is sampled at each frame's time, the guard's
+    clock is the simulation time. `actuation(command, t)` turns each command into the pressures
+    the valves get (the sim graph's valve driver: equimus_hw.valve.stage.SimulatedDriver); without
+    it the command reaches the valves as it is. `u` in the result is the commanded pressure."""
+    est = JointStateEstimator(est_cfg or EstimatorConfig())
+    step = ControlStep(controller, safety)
+    n = int(round(duration / PERIOD))
+    series: list[list[Any]] = [[] for _ in range(9)]
+    T, Q, R, E, U, C, S, CPU, V = series
+    u = applied = sim.pressures
+    for k in range(n):
+        sim.set_command(applied)
+        sim.advance(PERIOD)
+        t = (k + 1) * PERIOD
+        frame = mocap.capture(t, sim.body_poses())
+        e = est.update_gap(t) if frame is None else est.update(t, frame_poses(frame))
+        q_ref, qd_ref = reference(t)
+        step.set_reference(q_ref, qd_ref, t)
+        t0, c0 = time.perf_counter(), time.thread_time()
+        cmd = step.step(e.position, e.velocity, t, t)
+        C.append(time.perf_counter() - t0)
+        CPU.append(time.thread_time() - c0)
+        u = cmd.pressures
+        applied = u if actuation is None else actuation(u, t)
+        q, _ = sim.joint_state()
+        for store, value in (
+            (T, t),
+            (Q, q),
+            (R, q_ref),
+            (E, e.position),
+            (U, u),
+            (S, cmd.saturated),
+            (V, cmd.vented),
+        ):
+            store.append(value)
+    return RunResult(*(np.array(v) for v in series))

@@ -1,0 +1,189 @@
+"""controller node: one valve command per /joint_states message (the mocap frame clocks the loop).
+
+A thin adapter around `step.ControlStep` (the one control cycle): messages and parameters in,
+`/valve/command` and `/diagnostics` out. The controller (parameter `controller`: pid | mpc |
+sampling | open_loop) and its settings come from config dataclasses (`controllers.kinds()`,
+`supervisor.SafetyConfig`) through equimus_ros.params; the guard range, stale timeout, p_max and
+the PID gains follow `ros2 param set`, everything else is read-only. The model-based controllers
+get their plant model from the `equimus.plant_models` entry point (equimus_sim registers it).
+"""
+
+from __future__ import annotations
+
+import collections
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from rclpy.clock import Clock, ClockType
+from rclpy.node import Node
+from sensor_msgs.msg import JointState
+from std_msgs.msg import Float64MultiArray
+
+from equimus_description.interface import (
+    DIAGNOSTICS,
+    JOINT_STATES,
+    PRESSURE_LAYOUT,
+    REFERENCE,
+    VALVE_COMMAND,
+)
+from equimus_description.leg import load_leg
+from equimus_description.statics import StaticParams
+from equimus_ros.arrays import float_array
+from equimus_ros.diagnostics import Diagnostics, Level
+from equimus_ros.main import run_node
+from equimus_ros.params import bind
+from equimus_ros.qos import publisher, subscription
+
+from .controllers import ControllerChoice, controller_kind
+from .plant import plant_factory
+from .step import Command, ControlStep, stamp_seconds
+from .supervisor import SafetyConfig
+
+STALE_CHECK_S = 0.05  # s, steady-clock period of the stale-state guard
+DIAG_PERIOD_S = 1.0
+
+
+class ControllerNode(Node):
+    """`subscribe_state=False` and `downstream` are for the fused control loop: states come by
+    call (`on_state`) and each command goes to `downstream` before it is published. The node's
+    lock makes `on_state` safe to call from another thread than the executor's."""
+
+    def __init__(
+        self,
+        subscribe_state: bool = True,
+        downstream: Callable[[Float64MultiArray], None] | None = None,
+    ) -> None:
+        super().__init__('controller')
+        self.downstream = downstream
+        self._lock = threading.Lock()
+        choice = bind(self, ControllerChoice()).config
+        kind = controller_kind(choice.controller)
+        leg = load_leg(parameter_set=choice.leg_parameter_set or None)
+        params = StaticParams.from_leg(leg, pressure_sign=choice.pressure_sign)
+        safety = bind(self, SafetyConfig(), apply=self._apply_safety)
+        settings = bind(
+            self,
+            kind.config(),
+            prefix=kind.prefix,
+            apply=self._apply_controller if kind.apply is not None else None,
+        )
+        self._kind_apply = kind.apply
+        t0 = time.perf_counter()
+        controller = kind.build(
+            settings.config, params, leg, lambda: plant_factory(choice.plant_model)
+        )
+        self.get_logger().info(
+            f'{choice.controller} controller ready in {time.perf_counter() - t0:.1f} s'
+        )
+        self.kind = choice.controller
+        self.step = ControlStep(controller, safety.config)
+        self.compute: collections.deque[float] = collections.deque(
+            maxlen=1000
+        )  # recent cycles only
+        self.cycles = 0
+        self.saturated = np.zeros(2, int)
+        self.last_reason: str | None = None
+        self.pub = publisher(self, Float64MultiArray, VALVE_COMMAND)
+        self.diagnostics = Diagnostics(self, DIAGNOSTICS, 'controller', hardware_id=self.kind)
+        if subscribe_state:
+            subscription(self, JointState, JOINT_STATES, self.on_state)
+        subscription(self, JointState, REFERENCE, self._on_ref)
+        self.steady = Clock(clock_type=ClockType.STEADY_TIME)
+        self.create_timer(STALE_CHECK_S, self._stale_check, clock=self.steady)
+        self.create_timer(DIAG_PERIOD_S, self._diag, clock=self.steady)
+
+    # ----- parameters ------------------------------------------------------------------------
+    def _apply_safety(self, cfg: SafetyConfig) -> None:
+        with self._lock:
+            self.step.reconfigure(cfg)
+
+    def _apply_controller(self, cfg: Any) -> None:
+        assert self._kind_apply is not None
+        with self._lock:
+            self._kind_apply(self.step.controller, cfg)
+
+    # ----- the cycle ---------------------------------------------------------------------------
+    def _now(self) -> float:
+        return self.steady.now().nanoseconds * 1e-9
+
+    def _on_ref(self, msg: JointState) -> None:
+        with self._lock:
+            self.step.set_reference(
+                msg.position,
+                msg.velocity,
+                stamp_seconds(msg.header.stamp.sec, msg.header.stamp.nanosec),
+            )
+
+    def on_state(self, msg: JointState) -> None:
+        t0 = time.perf_counter()
+        with self._lock:
+            cmd = self.step.step(
+                msg.position,
+                msg.velocity,
+                stamp_seconds(msg.header.stamp.sec, msg.header.stamp.nanosec),
+                self._now(),
+            )
+        self._publish(cmd)
+        if not cmd.vented:
+            self.cycles += 1
+            self.saturated += cmd.saturated
+            self.compute.append(time.perf_counter() - t0)
+        self._reason_changed()
+
+    def _stale_check(self) -> None:
+        with self._lock:
+            cmd = self.step.check_stale(self._now())
+        if cmd is not None:
+            self._publish(cmd)
+            self._reason_changed()
+
+    def _publish(self, cmd: Command) -> None:
+        m = float_array(cmd.pressures, PRESSURE_LAYOUT)
+        if self.downstream is not None:
+            self.downstream(m)
+        if self.context.ok():
+            self.pub.publish(m)
+
+    # ----- diagnostics -------------------------------------------------------------------------
+    def _reason_changed(self) -> None:
+        sup = self.step.supervisor
+        if sup.reason != self.last_reason:
+            self.last_reason = sup.reason
+            if sup.venting:
+                self.get_logger().warning(f'venting: {sup.reason}')
+            self._diag()
+
+    def _diag(self) -> None:
+        sup = self.step.supervisor
+        level = Level.ERROR if sup.venting else (Level.WARN if self.saturated.any() else Level.OK)
+        c = np.array(self.compute) * 1e3
+        self.diagnostics.publish(
+            level,
+            f'venting: {sup.reason}' if sup.venting else 'controlling',
+            {
+                'controller': self.kind,
+                'cycles': self.cycles,
+                'saturated_cycles_maa': int(self.saturated[0]),
+                'saturated_cycles_baa': int(self.saturated[1]),
+                'trips_joint_limit': sup.trips['joint_limit'],
+                'trips_invalid': sup.trips['invalid'],
+                'trips_stale': sup.trips['stale'],
+                'p_max_kpa': f'{sup.cfg.p_max:g}',
+                'compute_p50_ms': f'{np.percentile(c, 50):.3f}' if c.size else 'nan',
+                'compute_p99_ms': f'{np.percentile(c, 99):.3f}' if c.size else 'nan',
+            },
+        )
+
+
+def main(args: Any = None) -> int:
+    return run_node(
+        ControllerNode, args, config_hint='Fix config/control.yaml or the --ros-args overrides.'
+    )
+
+
+if __name__ == '__main__':
+    sys.exit(main())

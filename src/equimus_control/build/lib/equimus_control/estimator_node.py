@@ -1,0 +1,193 @@
+"""estimator node: /mocap/{base,thigh,calf}/pose → /joint_states (+ /diagnostics).
+
+Frames are synchronised by header stamp; an incomplete frame older than `sync_window` behind the
+newest stamp counts as lost tracking. Invalid state is published as NaN position/velocity.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import sys
+from collections.abc import Callable
+
+from geometry_msgs.msg import PoseStamped
+from rclpy.node import Node
+from sensor_msgs.msg import JointState
+
+from equimus_description.config import ConfigError, param, validate_fields
+from equimus_description.interface import (
+    BODIES,
+    DIAGNOSTICS,
+    FRAME_MOCAP,
+    JOINT_STATES,
+    JOINTS,
+    mocap_pose,
+)
+from equimus_ros.diagnostics import Diagnostics, Level
+from equimus_ros.main import run_node
+from equimus_ros.params import bind
+from equimus_ros.qos import publisher, subscription
+
+from .estimation import EstimatorConfig, HingeSpec, JointStateEstimator, Status
+
+LEVEL = {Status.VALID: Level.OK, Status.HELD: Level.WARN, Status.INVALID: Level.ERROR}
+_EST, _HINGE = EstimatorConfig(), HingeSpec()  # the plain estimator's defaults
+_Pose = tuple[tuple[float, float, float], tuple[float, float, float, float]]  # pos, quat xyzw
+
+
+@dataclasses.dataclass(frozen=True)
+class EstimatorParams:
+    """The estimator node's parameters. The filter's tuning and the hold/sync times apply while
+    running; the hinge geometry and the nominal period are calibration, fixed at start (a new
+    offset would make the published angle jump under a running controller)."""
+
+    period: float = param(_EST.period, 'nominal mocap period (s)', range=(1e-4, 1.0))
+    max_hold: float = param(
+        _EST.max_hold,
+        's a held estimate is published before it becomes invalid (NaN)',
+        range=(0.0, 10.0),
+        runtime=True,
+    )
+    sigma_meas: float = param(
+        _EST.sigma_meas, 'angle measurement noise (rad)', range=(1e-9, 1.0), runtime=True
+    )
+    sigma_acc: float = param(
+        _EST.sigma_acc, 'white-acceleration process noise (rad/s²)', range=(1e-6, 1e6), runtime=True
+    )
+    sync_window: float = param(
+        0.05, 's an incomplete frame waits for its other bodies', range=(0.0, 1.0), runtime=True
+    )
+    hip_axis_parent: tuple[float, ...] = param(
+        _HINGE.axis_parent, 'hip axis in the base body frame'
+    )
+    hip_axis_child: tuple[float, ...] = param(_HINGE.axis_child, 'hip axis in the thigh body frame')
+    hip_offset: float = param(_HINGE.offset, 'hip zero offset (rad)', range=(-10.0, 10.0))
+    knee_axis_parent: tuple[float, ...] = param(
+        _HINGE.axis_parent, 'knee axis in the thigh body frame'
+    )
+    knee_axis_child: tuple[float, ...] = param(
+        _HINGE.axis_child, 'knee axis in the calf body frame'
+    )
+    knee_offset: float = param(_HINGE.offset, 'knee zero offset (rad)', range=(-10.0, 10.0))
+
+    def __post_init__(self) -> None:
+        validate_fields(self)
+        for name in ('hip_axis_parent', 'hip_axis_child', 'knee_axis_parent', 'knee_axis_child'):
+            axis = getattr(self, name)
+            if len(axis) != 3 or not math.hypot(*axis) > 1e-9:
+                raise ConfigError(f'{name}={list(axis)}: must be a non-zero 3-vector')
+
+    def estimator(self) -> EstimatorConfig:
+        """The plain estimator's configuration."""
+        return EstimatorConfig(
+            hip=HingeSpec(tuple(self.hip_axis_parent), tuple(self.hip_axis_child), self.hip_offset),
+            knee=HingeSpec(
+                tuple(self.knee_axis_parent), tuple(self.knee_axis_child), self.knee_offset
+            ),
+            period=self.period,
+            max_hold=self.max_hold,
+            sigma_meas=self.sigma_meas,
+            sigma_acc=self.sigma_acc,
+        )
+
+
+class EstimatorNode(Node):
+    """`subscribe=False` and `downstream` are for the fused control loop: poses come by call
+    (`on_pose`) and each joint state goes to `downstream` before it is published."""
+
+    def __init__(
+        self, subscribe: bool = True, downstream: Callable[[JointState], None] | None = None
+    ):
+        super().__init__('estimator')
+        self.downstream = downstream
+        self.params = bind(self, EstimatorParams(), apply=self._apply)
+        cfg = self.params.config
+        self.sync_window = cfg.sync_window
+        self.est = JointStateEstimator(cfg.estimator())
+        self.pending: dict[int, dict[str, _Pose]] = {}  # stamp ns → {body: (pos, quat)}
+        self.last_status: Status | None = None
+        self.last_done_ns = -1
+        self.frames = 0
+        self.counts = {s: 0 for s in Status}
+        self.pub = publisher(self, JointState, JOINT_STATES)
+        self.diagnostics = Diagnostics(self, DIAGNOSTICS, 'estimator: joint state', 'mocap')
+        for b in BODIES if subscribe else ():
+            subscription(self, PoseStamped, mocap_pose(b), lambda m, b=b: self.on_pose(b, m))
+        self.create_timer(1.0, self._diag)
+
+    def _apply(self, cfg: EstimatorParams) -> None:
+        """Runtime parameters: the estimator reads its config on every frame."""
+        self.sync_window = cfg.sync_window
+        self.est.cfg = cfg.estimator()
+
+    def on_pose(self, body: str, msg: PoseStamped) -> None:
+        ns = msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec
+        if ns <= self.last_done_ns:
+            return
+        p, o = msg.pose.position, msg.pose.orientation
+        self.pending.setdefault(ns, {})[body] = ((p.x, p.y, p.z), (o.x, o.y, o.z, o.w))
+        for stamp in sorted(self.pending):
+            frame = self.pending[stamp]
+            complete = len(frame) == len(BODIES)
+            if not complete and (ns - stamp) * 1e-9 < self.sync_window:
+                break
+            del self.pending[stamp]
+            nan = ((math.nan,) * 3, (math.nan,) * 4)
+            self._process(
+                stamp,
+                msg.header.stamp if stamp == ns else None,
+                [frame.get(b, nan) for b in BODIES],
+            )
+
+    def _process(self, ns, stamp_msg, poses):
+        self.last_done_ns = ns
+        try:
+            e = self.est.update(ns * 1e-9, poses)
+        except ValueError as exc:
+            self.get_logger().warning(f'mocap frame skipped: {exc}')
+            return
+        self.frames += 1
+        self.counts[e.status] += 1
+        out = JointState()
+        out.header.stamp.sec, out.header.stamp.nanosec = divmod(ns, 1_000_000_000)
+        out.header.frame_id = FRAME_MOCAP
+        out.name = list(JOINTS)
+        out.position = [float(v) for v in e.position]
+        out.velocity = [float(v) for v in e.velocity]
+        if self.downstream is not None:
+            self.downstream(out)
+        self.pub.publish(out)
+        if e.status != self.last_status:
+            self.last_status = e.status
+            self._diag()
+
+    def _diag(self):
+        st = self.last_status if self.last_status is not None else Status.INVALID
+        message = {
+            Status.VALID: 'valid',
+            Status.HELD: 'held (tracking lost or frames dropped)',
+            Status.INVALID: 'invalid: no usable mocap (check that base, thigh and calf '
+            'are tracked)',
+        }[st]
+        self.diagnostics.publish(
+            LEVEL[st],
+            message,
+            {
+                'frames': self.frames,
+                'dropped_frames': self.est.dropped_frames,
+                'lost_frames': self.est.lost_frames,
+                'held_frames': self.counts[Status.HELD],
+                'invalid_frames': self.counts[Status.INVALID],
+            },
+        )
+
+
+def main(args=None) -> int:
+    return run_node(
+        EstimatorNode, args, config_hint='Fix config/control.yaml or the --ros-args overrides.'
+    )
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -1,0 +1,206 @@
+"""Joint-space PID with static feedforward, mapped to the two valve pressures (no ROS).
+
+Torque the pressures produce at pose θ: τ_P = σ J_A(θ)ᵀ S P  (σ = pressure_sign: +1 when
+pressure lengthens the actuator, −1 when it pulls), i.e. τ_P = A(θ) P with A = σ J_Aᵀ diag(S).
+Each cycle the PID asks for τ_fb on top of the static feedforward P_ff(θ_ref); the pressures are
+the solution of the box-constrained least squares
+        min ‖A (P − P_ff) − τ_fb‖²   subject to 0 ≤ P ≤ P_max,
+solved exactly by enumerating the 3² active sets of the two-variable problem (microseconds,
+no iterations). With two one-sided actuators for two joints the box is often active; the
+controller then reports saturation and which torque it could not deliver, and the integrator
+is protected by conditional integration with back-calculation plus a hard clamp.
+
+`impedance_transfer` gives the actuator-space stiffness/damping that reproduce the joint-space
+PD (seeds/002 Sec. II-D, eqs. 26–31), including the term from ∂J_A/∂θ, for a faster inner loop
+(e.g. a valve driver) and for diagnostics.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from equimus_description.config import check_pair, param, validate_fields
+from equimus_description.kinematics import actuation_derivatives
+from equimus_description.statics import StaticParams, holding_pressures
+from equimus_description.valve import HARD_MAX_KPA
+
+from .controller import ControlOutput, Estimate, Reference
+
+
+def pressure_torque_matrix(q, params: StaticParams) -> np.ndarray:
+    """A(θ) (N·m per kPa): joint torques τ = A P of the pressure forces."""
+    _, J, _ = actuation_derivatives(q, params.geometry)
+    return params.pressure_sign * J.T * (np.asarray(params.S) * 1e3)[None, :]
+
+
+def _isclose(a: float, b: float) -> bool:
+    return abs(a - b) <= 1e-8 + 1e-5 * abs(b)  # numpy.isclose's default tolerances
+
+
+def box_lsq(A: np.ndarray, b: np.ndarray, lo: np.ndarray, hi: np.ndarray):
+    """Exact min ‖A x − b‖² on a 2-D box, by active-set enumeration. Returns (x, saturated mask).
+
+    Plain floats: it runs every control cycle, and on 2×2 problems numpy's call overhead was
+    most of the controller's compute time."""
+    (a00, a01), (a10, a11) = np.asarray(A, float).tolist()
+    b0, b1 = (float(v) for v in b)
+    lo_f, hi_f = [float(v) for v in lo], [float(v) for v in hi]
+    cols = ((a00, a10), (a01, a11))
+    det = a00 * a11 - a01 * a10
+    if det != 0.0:
+        x = ((b0 * a11 - a01 * b1) / det, (a00 * b1 - a10 * b0) / det)
+        if all(lo_f[i] <= x[i] <= hi_f[i] for i in range(2)):
+            return np.array(x), np.zeros(2, bool)
+    best: list[float] | None = None
+    best_cost = math.inf
+    for pattern in itertools.product((0, 1, 2), repeat=2):  # 0 free, 1 at lo, 2 at hi
+        xb = [lo_f[i] if pattern[i] == 1 else hi_f[i] for i in range(2)]
+        free = [i for i in range(2) if pattern[i] == 0]
+        if len(free) == 2:
+            continue  # the unconstrained optimum was handled above
+        if free:
+            i, j = free[0], 1 - free[0]
+            a, c = cols[i], cols[j]
+            den = a[0] * a[0] + a[1] * a[1]
+            if den <= 0:
+                continue
+            xi = (a[0] * (b0 - c[0] * xb[j]) + a[1] * (b1 - c[1] * xb[j])) / den
+            if xi < lo_f[i] - 1e-12 or xi > hi_f[i] + 1e-12:
+                continue
+            xb[i] = xi
+        r0 = a00 * xb[0] + a01 * xb[1] - b0
+        r1 = a10 * xb[0] + a11 * xb[1] - b1
+        cost = r0 * r0 + r1 * r1
+        if cost < best_cost - 1e-15:
+            best, best_cost = xb, cost
+    # a corner (both at a bound) always has a finite cost for finite A, b, lo, hi
+    assert best is not None, 'box_lsq: non-finite problem data'
+    sat = [_isclose(best[i], lo_f[i]) or _isclose(best[i], hi_f[i]) for i in range(2)]
+    return np.array(best), np.array(sat)
+
+
+def pressures_for_torque(q, tau_extra, p_ff, params: StaticParams, p_max=HARD_MAX_KPA):
+    """Pressures in [0, p_max] whose torque best matches A P_ff + τ_extra.
+
+    Returns (P, saturated, τ_err)."""
+    A = pressure_torque_matrix(q, params)
+    p_ff = np.asarray(p_ff, float)
+    target = A @ p_ff + np.asarray(tau_extra, float)
+    lo, hi = np.zeros(2), np.full(2, float(p_max))
+    P, sat = box_lsq(A, target, lo, hi)
+    P = np.clip(P, lo, hi)
+    return P, sat, A @ P - target
+
+
+@dataclass(frozen=True)
+class PIDGains:
+    """PID gains in joint-torque units; all of them may change while the controller runs."""
+
+    kp: tuple[float, float] = param(
+        (3.0, 1.5), 'N·m/rad, proportional gain [hip, knee]', range=(0.0, 1e3), runtime=True
+    )
+    ki: tuple[float, float] = param(
+        (4.0, 2.0), 'N·m/(rad·s), integral gain [hip, knee]', range=(0.0, 1e3), runtime=True
+    )
+    kd: tuple[float, float] = param(
+        (0.15, 0.06),
+        'N·m·s/rad, derivative gain on the measured velocity [hip, knee]',
+        range=(0.0, 1e2),
+        runtime=True,
+    )
+    i_max: tuple[float, float] = param(
+        (0.5, 0.3), 'N·m, clamp of the integral torque', range=(0.0, 1e2), runtime=True
+    )
+    k_aw: float = param(
+        5.0, '1/s, anti-windup back-calculation rate', range=(0.0, 1e3), runtime=True
+    )
+
+    def __post_init__(self) -> None:
+        validate_fields(self)
+        for name in ('kp', 'ki', 'kd', 'i_max'):
+            check_pair(name, getattr(self, name))
+
+
+class StaticFeedforward:
+    """Open loop: the pressures that hold the reference pose (clipped to the valve range)."""
+
+    def __init__(self, params: StaticParams) -> None:
+        self.params = params
+
+    def reset(self) -> None:
+        pass
+
+    def step(self, state: Estimate, ref: Reference, dt: float, p_max: float) -> ControlOutput:
+        raw = holding_pressures(ref.q, self.params)
+        P = np.clip(raw, 0.0, p_max)
+        return ControlOutput(P, (raw < 0) | (raw > p_max), {'feedforward': P.copy()})
+
+
+class PIDController:
+    """PID on (θ1, θ2) → torque → pressures (see module docstring)."""
+
+    def __init__(self, params: StaticParams, gains: PIDGains | None = None) -> None:
+        self.params = params
+        self.g = gains if gains is not None else PIDGains()
+        self.reset()
+
+    def reset(self) -> None:
+        self.integral = np.zeros(2)  # integral torque (N·m)
+
+    def set_gains(self, gains: PIDGains) -> None:
+        """New gains from the next step on (the integral torque is kept, clamped to i_max)."""
+        self.g = gains
+        i_max = np.asarray(gains.i_max)
+        self.integral = np.clip(self.integral, -i_max, i_max)
+
+    def step(self, state: Estimate, ref: Reference, dt: float, p_max: float) -> ControlOutput:
+        q, qd = np.asarray(state.q, float), np.asarray(state.qd, float)
+        q_ref, qd_ref = np.asarray(ref.q, float), np.asarray(ref.qd, float)
+        kp, ki, kd = (np.asarray(v) for v in (self.g.kp, self.g.ki, self.g.kd))
+        e = q_ref - q
+        p_ff = np.clip(holding_pressures(q_ref, self.params), 0.0, p_max)
+        tau = kp * e + kd * (qd_ref - qd) + self.integral
+        P, sat, terr = pressures_for_torque(q, tau, p_ff, self.params, p_max)
+        # Anti-windup. Conditional integration: a joint whose delivered torque falls short in
+        # the direction the integrator pushes stops integrating. Back-calculation: there, the
+        # integral also bleeds towards zero at rate k_aw·|shortfall| (never past zero).
+        short = (np.abs(terr) > 1e-9) & (np.sign(terr) != np.sign(ki * e))
+        di = np.where(short, 0.0, ki * e)
+        bleed = np.where(
+            short & (np.sign(terr) == -np.sign(self.integral)),
+            np.minimum(self.g.k_aw * np.abs(terr) * dt, np.abs(self.integral)),
+            0.0,
+        )
+        self.integral += dt * di - np.sign(self.integral) * bleed
+        i_max = np.asarray(self.g.i_max)
+        self.integral = np.clip(self.integral, -i_max, i_max)
+        return ControlOutput(P, sat, {'torque_error': terr, 'feedforward': p_ff})
+
+
+def impedance_transfer(q, qd, q_ref, kp, kd, params: StaticParams):
+    """Actuator-space force and gains equivalent to τ = Kp(q* − q) − Kd q̇ (seeds/002 eq. 26–31).
+
+    With τ = σ J_Aᵀ F (F the pressure forces), F*(q) = σ J_A⁻ᵀ τ(q). Returns (F*, K_Pm, K_Dm) with
+    K_Pm = −∂F/∂l at constant actuator velocity l̇ and K_Dm = −∂F/∂l̇:
+      K_Pm = σ[J⁻ᵀKpJ⁻¹ − (∂J⁻ᵀ/∂q·τ)J⁻¹ + J⁻ᵀKd ∂(J⁻¹l̇)/∂q J⁻¹],  K_Dm = σ J⁻ᵀ Kd J⁻¹.
+    """
+    q, qd, q_ref = (np.asarray(v, float) for v in (q, qd, q_ref))
+    Kp, Kd = np.diag(kp), np.diag(kd)
+    s = params.pressure_sign
+    _, J, H = actuation_derivatives(q, params.geometry)
+    Ji = np.linalg.inv(J)
+    tau = Kp @ (q_ref - q) - Kd @ qd
+    F = s * Ji.T @ tau
+    ld = J @ qd
+    # ∂(J⁻ᵀ)/∂q_j = −J⁻ᵀ (∂J/∂q_j)ᵀ J⁻ᵀ ;  ∂(J⁻¹ l̇)/∂q_j = −J⁻¹ (∂J/∂q_j) J⁻¹ l̇
+    dJ = [H[:, :, j] for j in range(2)]
+    A_term = np.column_stack([-Ji.T @ dJ[j].T @ Ji.T @ tau for j in range(2)])
+    dqd_dq = np.column_stack([-Ji @ dJ[j] @ Ji @ ld for j in range(2)])
+    dF_dq = s * (A_term - Ji.T @ Kp - Ji.T @ Kd @ dqd_dq)
+    K_Pm = -dF_dq @ Ji
+    K_Dm = s * Ji.T @ Kd @ Ji
+    return F, K_Pm, K_Dm

@@ -1,0 +1,94 @@
+"""Joint reference trajectories (no ROS): steps, the paper's triangle, sinusoids.
+
+The triangle's vertices are the poses the leg reaches at rest under the paper's pressure steps
+(6.15, 2.73) → (3.76, 7.26) → (19.80, 8.52) kPa, computed with the analytic static model
+(`statics.equilibrium`), which agrees with the MuJoCo model's settled poses to ~3e-5 rad
+(tests/control/test_statics.py). Each segment is a smooth (minimum-jerk) move followed by a hold.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+TRIANGLE_KPA = ((6.15, 2.73), (3.76, 7.26), (19.80, 8.52))
+
+
+def _min_jerk(s):
+    s = min(max(s, 0.0), 1.0)
+    return 10 * s**3 - 15 * s**4 + 6 * s**5, (30 * s**2 - 60 * s**3 + 30 * s**4)
+
+
+@dataclass
+class Waypoints:
+    """Piecewise: hold each pose `hold` s after a `move` s minimum-jerk transition; loops."""
+
+    poses: Sequence[Sequence[float]]
+    move: float = 0.5
+    hold: float = 1.5
+    loop: bool = True
+
+    def __call__(self, t: float):
+        P = np.asarray(self.poses, float)
+        seg = self.move + self.hold
+        n = len(P)
+        k = int(t // seg)
+        if n == 1 or (not self.loop and k >= n):
+            return P[-1].copy(), np.zeros(2)
+        tau = t - k * seg
+        if k == 0:
+            return P[0].copy(), np.zeros(2)
+        a, b = P[(k - 1) % n], P[k % n]
+        s, ds = _min_jerk(tau / self.move) if self.move > 0 else (1.0, 0.0)
+        return a + s * (b - a), (ds / self.move if self.move > 0 and tau < self.move else 0.0) * (
+            b - a
+        )
+
+
+@dataclass
+class Sinusoid:
+    center: Sequence[float] = (1.5, 0.6)
+    amplitude: Sequence[float] = (0.1, 0.15)
+    frequency: float = 0.25  # Hz
+    phase: Sequence[float] = (0.0, math.pi / 2)
+
+    def __call__(self, t: float):
+        w = 2 * math.pi * self.frequency
+        ph = w * t + np.asarray(self.phase)
+        A = np.asarray(self.amplitude)
+        return np.asarray(self.center) + A * np.sin(ph), A * w * np.cos(ph)
+
+
+def triangle_poses(params, pressures=TRIANGLE_KPA) -> np.ndarray:
+    from equimus_description.statics import equilibrium
+
+    return np.array([equilibrium(p, params) for p in pressures])
+
+
+def make_reference(kind: str, params=None, **kw):
+    """'triangle' | 'steps' | 'sine' from parameters (poses in rad, times in s)."""
+    if kind == 'triangle':
+        poses = kw.pop('poses', None)
+        if poses is None:
+            poses = triangle_poses(params)
+        return Waypoints(poses, **kw)
+    if kind == 'steps':
+        return Waypoints(kw.pop('poses'), **kw)
+    if kind == 'sine':
+        return Sinusoid(**kw)
+    raise ValueError(f"unknown reference kind {kind!r}: use 'triangle', 'steps' or 'sine'")
+
+
+def reference_at(
+    q_ref, qd_ref, ref_stamp: float, stamp: float, max_preview: float = 0.1
+) -> np.ndarray:
+    """The reference at a state's time `stamp` from the latest sample (q_ref, qd_ref at ref_stamp).
+
+    A reference that arrives late (its node delayed by load) is carried forward along its own
+    velocity, at most `max_preview` s; one stamped after the state is used as it is.
+    """
+    ahead = min(max(stamp - ref_stamp, 0.0), max_preview)
+    return np.asarray(q_ref, float) + np.asarray(qd_ref, float) * ahead

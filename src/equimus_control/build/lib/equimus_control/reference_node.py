@@ -1,0 +1,182 @@
+"""reference node: publishes /reference/joint (JointState position/velocity) at `rate` Hz in the
+node clock (sim time with use_sim_time), from the trajectory chosen by parameters."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import sys
+from collections.abc import Callable
+
+import numpy as np
+from rcl_interfaces.msg import SetParametersResult
+from rclpy.node import Node
+from rclpy.parameter import Parameter
+from sensor_msgs.msg import JointState
+
+from equimus_description.config import ConfigError, param, validate_fields
+from equimus_description.interface import DIAGNOSTICS, JOINTS, REFERENCE
+from equimus_description.valve import HARD_MAX_KPA
+from equimus_ros.diagnostics import Diagnostics, Level
+from equimus_ros.main import run_node
+from equimus_ros.params import bind
+from equimus_ros.qos import publisher
+
+from .reference import TRIANGLE_KPA, Sinusoid, Waypoints, make_reference
+
+TRAJECTORIES = ('triangle', 'step', 'sine', 'hold')
+_WAY, _SINE = Waypoints(poses=()), Sinusoid()  # the plain trajectories' defaults
+
+
+@dataclasses.dataclass(frozen=True)
+class ReferenceParams:
+    """The reference node's parameters. The sine's amplitude and frequency apply while running
+    (the phase stays continuous; a new amplitude moves the reference by at most the change, a
+    step the controller and its safety limits handle like any reference step); the rest shapes
+    the trajectory and is fixed at start."""
+
+    trajectory: str = param('triangle', 'triangle | step | sine | hold')
+    rate: float = param(120.0, 'Hz, publication rate in the node clock', range=(1.0, 1000.0))
+    move: float = param(_WAY.move, 's minimum-jerk move between waypoints', range=(0.0, 60.0))
+    hold: float = param(_WAY.hold, 's hold at each waypoint', range=(0.0, 600.0))
+    triangle_kpa: tuple[float, ...] = param(
+        tuple(p for pair in TRIANGLE_KPA for p in pair),
+        "kPa pairs (maa, baa), flat: the triangle's vertices are the rest poses under these",
+        range=(0.0, HARD_MAX_KPA),
+    )
+    pressure_sign: float = param(
+        1.0,
+        '+1: pressure lengthens the actuator (the rig and the '
+        "simulated leg), -1: it pulls; for the triangle's poses",
+        range=(-1.0, 1.0),
+    )
+    leg_parameter_set: str = param(
+        '',
+        'parameter set of the leg description used for the '
+        "triangle's poses ('' = the description as is)",
+    )
+    step_poses: tuple[float, ...] = param(
+        (1.4, 0.8, 1.6, 0.5, 1.45, 0.55), 'rad pairs (hip, knee), flat, for trajectory step'
+    )
+    sine_center: tuple[float, ...] = param(tuple(_SINE.center), 'rad (hip, knee)')
+    sine_amplitude: tuple[float, ...] = param(
+        tuple(_SINE.amplitude), 'rad (hip, knee)', range=(0.0, 0.5), runtime=True
+    )
+    sine_frequency: float = param(_SINE.frequency, 'Hz', range=(0.0, 5.0), runtime=True)
+    hold_pose: tuple[float, ...] = param((1.3909, 0.8533), 'rad (hip, knee), for trajectory hold')
+
+    def __post_init__(self) -> None:
+        validate_fields(self)
+        if self.trajectory not in TRAJECTORIES:
+            raise ConfigError(f'trajectory={self.trajectory!r}: use {", ".join(TRAJECTORIES)}')
+        if abs(self.pressure_sign) != 1.0:
+            raise ConfigError(f'pressure_sign={self.pressure_sign}: must be +1 or -1')
+        for name in ('triangle_kpa', 'step_poses'):
+            value = getattr(self, name)
+            if not value or len(value) % 2:
+                raise ConfigError(f'{name}={list(value)}: needs pairs (hip, knee), flat')
+        for name in ('sine_center', 'sine_amplitude', 'hold_pose'):
+            if len(getattr(self, name)) != 2:
+                raise ConfigError(f'{name}={list(getattr(self, name))}: needs 2 values (hip, knee)')
+
+    def trajectory_fn(self) -> Callable[[float], tuple]:
+        """The plain trajectory these parameters describe (t in s → q, qd)."""
+        if self.trajectory == 'triangle':
+            from equimus_description.leg import load_leg
+            from equimus_description.statics import StaticParams
+
+            from .reference import triangle_poses
+
+            leg = load_leg(parameter_set=self.leg_parameter_set or None)
+            params = StaticParams.from_leg(leg, pressure_sign=self.pressure_sign)
+            poses = triangle_poses(params, np.reshape(self.triangle_kpa, (-1, 2)))
+            return make_reference('triangle', poses=poses, move=self.move, hold=self.hold)
+        if self.trajectory == 'step':
+            return make_reference(
+                'steps', poses=np.reshape(self.step_poses, (-1, 2)), move=self.move, hold=self.hold
+            )
+        if self.trajectory == 'hold':
+            return make_reference('steps', poses=[self.hold_pose], move=0.0, hold=1.0)
+        return make_reference(
+            'sine',
+            center=self.sine_center,
+            amplitude=self.sine_amplitude,
+            frequency=self.sine_frequency,
+        )
+
+
+class ReferenceNode(Node):
+    def __init__(self):
+        super().__init__('reference')
+        self.params = bind(self, ReferenceParams(), apply=self._apply)
+        cfg = self.params.config
+        self.add_on_set_parameters_callback(self._only_for_the_sine)
+        self.traj = cfg.trajectory_fn()
+        if isinstance(self.traj, Waypoints):
+            self.get_logger().info(
+                f'{cfg.trajectory} poses (rad): {np.round(self.traj.poses, 4).tolist()}'
+            )
+        self.kind = cfg.trajectory
+        self.t0 = None
+        self.count = 0
+        self.pub = publisher(self, JointState, REFERENCE)
+        self.diagnostics = Diagnostics(self, DIAGNOSTICS, 'reference')
+        self.create_timer(1.0 / cfg.rate, self._tick)
+        self.create_timer(1.0, self._diag)
+
+    def _elapsed(self) -> float:
+        return 0.0 if self.t0 is None else (self.get_clock().now() - self.t0).nanoseconds * 1e-9
+
+    def _only_for_the_sine(self, params: list[Parameter]) -> SetParametersResult:
+        """The runtime parameters are the sine's: on another trajectory they would change
+        nothing, so setting them is refused."""
+        kind = self.params.config.trajectory
+        if kind != 'sine':
+            for p in params:
+                if p.name in self.params.runtime_names():
+                    return SetParametersResult(
+                        successful=False,
+                        reason=f'{p.name} has no effect: the trajectory is {kind!r}; '
+                        'start the node with trajectory:=sine to change the sine at run time',
+                    )
+        return SetParametersResult(successful=True)
+
+    def _apply(self, cfg: ReferenceParams) -> None:
+        """A new sine amplitude or frequency, from now on, with a continuous phase."""
+        old = self.traj
+        assert isinstance(old, Sinusoid)  # _only_for_the_sine refuses them on other trajectories
+        t = self._elapsed()
+        dw = 2 * math.pi * (old.frequency - cfg.sine_frequency)
+        self.traj = Sinusoid(
+            center=old.center,
+            amplitude=tuple(cfg.sine_amplitude),
+            frequency=cfg.sine_frequency,
+            phase=tuple(p + dw * t for p in old.phase),
+        )
+
+    def _tick(self):
+        now = self.get_clock().now()
+        if self.t0 is None:
+            self.t0 = now
+        t = (now - self.t0).nanoseconds * 1e-9
+        q, qd = self.traj(t)
+        m = JointState()
+        m.header.stamp = now.to_msg()
+        m.name = list(JOINTS)
+        m.position = [float(v) for v in q]
+        m.velocity = [float(v) for v in qd]
+        self.pub.publish(m)
+        self.count += 1
+
+    def _diag(self):
+        self.diagnostics.publish(Level.OK, self.kind, {'published': self.count})
+
+
+def main(args=None) -> int:
+    return run_node(
+        ReferenceNode, args, config_hint='Fix config/control.yaml or the --ros-args overrides.'
+    )
+
+
+if __name__ == '__main__':
+    sys.exit(main())

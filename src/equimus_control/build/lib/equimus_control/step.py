@@ -1,0 +1,121 @@
+"""The control cycle, written once (no ROS): estimate → guard → reference with preview →
+controller → clipped command.
+
+The controller node, the offline closed-loop harness (`closed_loop.run`), the fused control loop
+(equimus_bringup.control_loop), the benchmarks and the tests all run a `ControlStep`. Time enters
+as arguments only: `now` (steady-clock s) drives the stale-state guard, the estimate's stamp
+(s) places the reference, so a recorded input sequence always gives the same commands.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from .controller import MAX_PREVIEW_S, Controller, ControlOutput, Estimate, Reference
+from .reference import reference_at
+from .supervisor import VENT, SafetyConfig, Supervisor
+
+Vector = Sequence[float] | np.ndarray
+
+#: s, the nominal control period: the first cycle's time step (there is no previous stamp).
+PERIOD = 1.0 / 120.0
+#: s, longest time step handed to a controller (a gap in the estimates is not integrated over).
+MAX_DT = 0.1
+
+
+def stamp_seconds(sec: int, nanosec: int) -> float:
+    """A ROS time stamp in seconds, computed the same way by every caller (bit-identical)."""
+    return sec + nanosec * 1e-9
+
+
+@dataclass(frozen=True)
+class Command:
+    """One cycle's result: the pressures to send (kPa, [maa, baa], within [0, p_max]).
+
+    `vented`: a guard tripped and the command is 0 kPa (`reason` says why); `output` is the
+    controller's own answer when it ran (None when vented)."""
+
+    pressures: np.ndarray
+    saturated: np.ndarray
+    vented: bool
+    reason: str
+    output: ControlOutput | None = None
+
+
+class ControlStep:
+    """One controller behind the guards of `supervisor.Supervisor`; see the module docstring."""
+
+    def __init__(
+        self,
+        controller: Controller,
+        safety: SafetyConfig | None = None,
+        max_preview: float = MAX_PREVIEW_S,
+    ) -> None:
+        self.controller = controller
+        self.supervisor = Supervisor(safety)
+        self.max_preview = max_preview
+        self.q_ref: np.ndarray | None = None
+        self.qd_ref = np.zeros(2)
+        self.ref_stamp: float | None = None
+        self.last_stamp: float | None = None
+
+    @property
+    def safety(self) -> SafetyConfig:
+        return self.supervisor.cfg
+
+    def reconfigure(self, safety: SafetyConfig) -> None:
+        """New guard range, stale timeout or p_max, from the next cycle on."""
+        self.supervisor.cfg = safety
+
+    def set_reference(self, q: Vector, qd: Vector, stamp: float) -> bool:
+        """The latest reference sample (rad, rad/s at `stamp` s). A non-finite pose is ignored
+        (False); a non-finite velocity counts as 0."""
+        q_arr = np.asarray(q, float)[:2]
+        if q_arr.shape != (2,) or not np.all(np.isfinite(q_arr)):
+            return False
+        qd_arr = np.asarray(qd, float)[:2] if len(qd) >= 2 else np.zeros(2)
+        self.q_ref, self.qd_ref = q_arr, np.nan_to_num(qd_arr, nan=0.0, posinf=0.0, neginf=0.0)
+        self.ref_stamp = stamp
+        return True
+
+    def step(self, q: Vector, qd: Vector, stamp: float, now: float) -> Command:
+        """The command for the estimate (q, qd) taken at `stamp`; `now` is the steady clock."""
+        q_arr = np.asarray(q, float)[:2] if len(q) >= 2 else np.full(2, np.nan)
+        qd_arr = np.asarray(qd, float)[:2] if len(qd) >= 2 else np.zeros(2)
+        dt = (
+            PERIOD
+            if self.last_stamp is None or stamp <= self.last_stamp
+            else min(stamp - self.last_stamp, MAX_DT)
+        )
+        self.last_stamp = stamp
+        sup = self.supervisor
+        if not sup.check_state(q_arr, now, qd_arr):
+            return self._vent()
+        if self.q_ref is None:
+            self.q_ref = q_arr.copy()  # no reference yet: hold where the leg is
+        ref = Reference(self._reference_at(stamp), self.qd_ref, self.max_preview)
+        out = self.controller.step(Estimate(q_arr, qd_arr, stamp), ref, dt, sup.cfg.p_max)
+        u = sup.clip(out.pressures)
+        if sup.venting:  # the controller produced a non-finite command
+            self.controller.reset()
+            return Command(u, np.zeros(2, bool), True, sup.reason, out)
+        return Command(u, np.asarray(out.saturated, bool), False, sup.reason, out)
+
+    def check_stale(self, now: float) -> Command | None:
+        """A vent command if no valid estimate arrived within stale_timeout, else None."""
+        if self.supervisor.check_stale(now):
+            return self._vent()
+        return None
+
+    def _reference_at(self, stamp: float) -> np.ndarray:
+        assert self.q_ref is not None
+        if self.ref_stamp is None:
+            return self.q_ref
+        return reference_at(self.q_ref, self.qd_ref, self.ref_stamp, stamp, self.max_preview)
+
+    def _vent(self) -> Command:
+        self.controller.reset()
+        return Command(VENT.copy(), np.zeros(2, bool), True, self.supervisor.reason)

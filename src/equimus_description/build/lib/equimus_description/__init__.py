@@ -1,0 +1,1 @@
+"""The EquiMus leg described once (plain Python: no rclpy, no MuJoCo)."""

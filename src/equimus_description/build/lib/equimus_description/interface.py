@@ -1,0 +1,166 @@
+"""The graph's shared interface, defined once: topic names, message types, array layouts, QoS
+classes and frame ids. Every node, tool and test takes these names from here (no ROS imports:
+message types are named as strings, QoS as classes that equimus_ros maps to rclpy profiles)."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from .valve import ACTUATORS
+
+__all__ = [
+    'ACTUATORS',
+    'BODIES',
+    'CLOCK',
+    'DIAGNOSTICS',
+    'FRAME_MOCAP',
+    'FRAME_WORLD',
+    'JOINTS',
+    'JOINT_STATES',
+    'MOCAP_TOPICS',
+    'PRESSURE_LAYOUT',
+    'QosClass',
+    'REFERENCE',
+    'SIM_JOINT_STATES',
+    'TOPICS',
+    'Topic',
+    'VALVE_APPLIED',
+    'VALVE_COMMAND',
+    'VALVE_PRESSURE',
+    'mocap_pose',
+    'mocap_topic',
+    'mocap_frame',
+    'ROBOT_DESCRIPTION',
+    'TF',
+    'TF_STATIC',
+]
+
+
+class QosClass(enum.StrEnum):
+    """How a topic is delivered: a key of equimus_ros.qos.PROFILES (which holds the profiles)."""
+
+    SENSOR = 'sensor'  # best effort, newest wins (poses, joint states, measured pressures)
+    COMMAND = 'command'  # reliable, volatile (valve commands, references)
+    DIAGNOSTICS = 'diagnostics'
+    CLOCK = 'clock'
+    TF = 'tf'  # reliable, volatile, deep history (/tf, as tf2's listeners expect it)
+    LATCHED = 'latched'  # reliable, transient local: late joiners get it (/tf_static, URDF)
+
+
+@dataclass(frozen=True)
+class Topic:
+    name: str
+    type: str  # ROS interface name, e.g. 'sensor_msgs/msg/JointState'
+    qos: QosClass
+    description: str
+
+
+#: Joint and actuator names in array order (JointState.name; Float64MultiArray layout label).
+JOINTS: tuple[str, ...] = ('hip', 'knee')
+BODIES: tuple[str, ...] = ('base', 'thigh', 'calf')
+#: Layout label of every pressure array, in channel order (kPa).
+PRESSURE_LAYOUT = ','.join(ACTUATORS)
+
+FRAME_MOCAP = 'mocap'  # Motive's frame (Y up) as the bridge and the virtual mocap publish it
+FRAME_WORLD = 'world'
+
+
+def mocap_topic(body: str) -> str:
+    return f'/mocap/{body}/pose'
+
+
+def mocap_pose(body: str) -> Topic:
+    """The pose topic of one rigid body (any name Motive streams; BODIES are the leg's)."""
+    return Topic(
+        mocap_topic(body),
+        'geometry_msgs/msg/PoseStamped',
+        QosClass.SENSOR,
+        f'pose of the {body} rigid body',
+    )
+
+
+MOCAP_TOPICS = tuple(mocap_topic(b) for b in BODIES)
+
+JOINT_STATES = Topic(
+    '/joint_states',
+    'sensor_msgs/msg/JointState',
+    QosClass.SENSOR,
+    'estimated joint angles and velocities (rad, rad/s), stamped at the mocap frame',
+)
+SIM_JOINT_STATES = Topic(
+    '/sim/joint_states',
+    'sensor_msgs/msg/JointState',
+    QosClass.SENSOR,
+    'ground-truth joint state of the simulated leg',
+)
+REFERENCE = Topic(
+    '/reference/joint',
+    'sensor_msgs/msg/JointState',
+    QosClass.COMMAND,
+    'joint reference (rad) with its velocity',
+)
+VALVE_COMMAND = Topic(
+    '/valve/command',
+    'std_msgs/msg/Float64MultiArray',
+    QosClass.COMMAND,
+    'commanded valve pressures (kPa, [maa, baa]) before the safety layer',
+)
+VALVE_APPLIED = Topic(
+    '/valve/applied',
+    'std_msgs/msg/Float64MultiArray',
+    QosClass.COMMAND,
+    'pressures the valve driver applies after its safety filter (kPa); the '
+    "simulated leg's valves follow it (reliable: each message is a lockstep step)",
+)
+VALVE_PRESSURE = Topic(
+    '/valve/pressure',
+    'std_msgs/msg/Float64MultiArray',
+    QosClass.SENSOR,
+    'pressures measured at the valves (kPa)',
+)
+DIAGNOSTICS = Topic(
+    '/diagnostics',
+    'diagnostic_msgs/msg/DiagnosticArray',
+    QosClass.DIAGNOSTICS,
+    'health of every node',
+)
+CLOCK = Topic('/clock', 'rosgraph_msgs/msg/Clock', QosClass.CLOCK, 'simulation time')
+
+TOPICS: tuple[Topic, ...] = (
+    *(mocap_pose(b) for b in BODIES),
+    JOINT_STATES,
+    SIM_JOINT_STATES,
+    REFERENCE,
+    VALVE_COMMAND,
+    VALVE_APPLIED,
+    VALVE_PRESSURE,
+    DIAGNOSTICS,
+    CLOCK,
+)
+
+
+# --- robot model and transforms (equimus_tf) ---
+ROBOT_DESCRIPTION = Topic(
+    '/robot_description',
+    'std_msgs/msg/String',
+    QosClass.LATCHED,
+    "the leg's URDF (equimus_description.urdf, from the same description as the MJCF)",
+)
+TF = Topic(
+    '/tf',
+    'tf2_msgs/msg/TFMessage',
+    QosClass.TF,
+    'base → thigh → calf from /joint_states, and mocap → mocap_<body> per rigid body',
+)
+TF_STATIC = Topic(
+    '/tf_static',
+    'tf2_msgs/msg/TFMessage',
+    QosClass.LATCHED,
+    "world → base (the URDF's fixed joint) and world → mocap (the motion-capture frame)",
+)
+
+
+def mocap_frame(body: str) -> str:
+    """TF frame of a motion-capture rigid body (a child of its pose's frame_id)."""
+    return f'{FRAME_MOCAP}_{body}'

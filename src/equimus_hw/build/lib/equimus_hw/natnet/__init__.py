@@ -1,0 +1,1 @@
+"""NatNet protocol, emulator and bridge."""

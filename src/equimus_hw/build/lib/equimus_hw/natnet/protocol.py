@@ -1,0 +1,1037 @@
+"""NatNet 3.0 / 3.1 / 4.0 / 4.1 wire codec (no ROS).
+
+Strict by design: every decoder consumes its payload exactly, and anything malformed raises
+:class:`NatNetDecodeError` (a ``ValueError``) with a ``reason`` -- never ``struct.error``,
+``IndexError`` or ``UnicodeDecodeError``. The encoders produce the byte layout Motive sends, so the
+emulator speaks the real protocol. Layout facts: ``shared/spec/natnet.md`` sections 1-9.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import IntEnum
+
+Version = tuple[int, int]
+SUPPORTED_VERSIONS: tuple[Version, ...] = ((3, 0), (3, 1), (4, 0), (4, 1))
+HEADER = struct.Struct('<HH')
+MAX_PAYLOAD = 65503
+SENDER_NAME_LEN = 256
+SENDER_LEN = 264
+SERVERINFO_LEN = 279
+
+
+class MessageId(IntEnum):
+    CONNECT = 0
+    SERVERINFO = 1
+    REQUEST = 2
+    RESPONSE = 3
+    REQUEST_MODELDEF = 4
+    MODELDEF = 5
+    REQUEST_FRAMEOFDATA = 6
+    FRAMEOFDATA = 7
+    MESSAGESTRING = 8
+    DISCONNECT = 9
+    KEEPALIVE = 10
+    DISCONNECTBYTIMEOUT = 11
+    ECHOREQUEST = 12
+    ECHORESPONSE = 13
+    DISCOVERY = 14
+    UNRECOGNIZED_REQUEST = 100
+
+
+#: Some sources say Motive sends 0x100 for "unrecognized request" (spec pitfall 15): accept both.
+UNRECOGNIZED_IDS = (100, 256)
+
+
+class NatNetDecodeError(ValueError):
+    """A datagram that is not valid NatNet for the negotiated version; ``reason`` says why."""
+
+    def __init__(self, reason: str, offset: int | None = None):
+        self.reason = reason
+        self.offset = offset
+        super().__init__(reason if offset is None else f'{reason} (at payload byte {offset})')
+
+
+def parse_version(text: str | Sequence[int]) -> Version:
+    """'4.1', '4.1.0.0' or (4, 1, 0, 0) -> (4, 1)."""
+    if isinstance(text, str):
+        parts = text.strip().split('.')
+        try:
+            nums = [int(p) for p in parts]
+        except ValueError as exc:
+            raise ValueError(
+                f'bad NatNet version {text!r}: expected e.g. 3.0, 3.1, 4.0 or 4.1'
+            ) from exc
+    else:
+        nums = list(text)
+    if len(nums) < 2:
+        raise ValueError(f'bad NatNet version {text!r}: expected major.minor')
+    return (nums[0], nums[1])
+
+
+def check_version(version: Version) -> Version:
+    v = (int(version[0]), int(version[1]))
+    if v not in SUPPORTED_VERSIONS:
+        raise NatNetDecodeError(
+            f'NatNet version {v[0]}.{v[1]} is not supported (supported: 3.0, 3.1, 4.0, 4.1); '
+            "set Motive's streaming bitstream to one of these"
+        )
+    return v
+
+
+# --------------------------------------------------------------------------------------------
+# Data records
+# --------------------------------------------------------------------------------------------
+Vec3 = tuple[float, float, float]
+Quat = tuple[float, float, float, float]
+
+
+@dataclass
+class RigidBody:
+    """One rigid-body record of a frame (38 bytes on the wire)."""
+
+    id: int
+    position: Vec3
+    orientation: Quat  # x, y, z, w
+    mean_error: float = 0.0
+    params: int = 1
+
+    @property
+    def tracking_valid(self) -> bool:
+        return bool(self.params & 0x01)
+
+
+@dataclass
+class Marker:
+    """Labeled/asset marker record (26 bytes)."""
+
+    id: int
+    position: Vec3
+    size: float = 0.0
+    params: int = 0
+    residual: float = 0.0
+
+    @property
+    def model_id(self) -> int:
+        return (self.id >> 16) & 0xFFFF
+
+    @property
+    def marker_id(self) -> int:
+        return self.id & 0xFFFF
+
+    @property
+    def occluded(self) -> bool:
+        return bool(self.params & 0x01)
+
+    @property
+    def unlabeled(self) -> bool:
+        return bool(self.params & 0x10)
+
+
+@dataclass
+class MarkerSetData:
+    name: str
+    positions: list[Vec3] = field(default_factory=list)
+
+
+@dataclass
+class SkeletonData:
+    id: int
+    bones: list[RigidBody] = field(default_factory=list)
+
+
+@dataclass
+class AssetData:
+    id: int
+    rigid_bodies: list[RigidBody] = field(default_factory=list)
+    markers: list[Marker] = field(default_factory=list)
+
+
+@dataclass
+class AnalogData:
+    """Force-plate or device data: one list of samples per channel."""
+
+    id: int
+    channels: list[list[float]] = field(default_factory=list)
+
+
+@dataclass
+class Frame:
+    frame_number: int
+    marker_sets: list[MarkerSetData] = field(default_factory=list)
+    other_markers: list[Vec3] = field(default_factory=list)
+    rigid_bodies: list[RigidBody] = field(default_factory=list)
+    skeletons: list[SkeletonData] = field(default_factory=list)
+    assets: list[AssetData] = field(default_factory=list)
+    labeled_markers: list[Marker] = field(default_factory=list)
+    force_plates: list[AnalogData] = field(default_factory=list)
+    devices: list[AnalogData] = field(default_factory=list)
+    timecode: int = 0
+    timecode_sub: int = 0
+    timestamp: float = 0.0
+    stamp_mid_exposure: int = 0
+    stamp_data_received: int = 0
+    stamp_transmit: int = 0
+    #: (secs, frac) external precision time; present on the wire only when not None (4.1).
+    precision_timestamp: tuple[int, int] | None = None
+    params: int = 0
+
+    @property
+    def models_changed(self) -> bool:
+        return bool(self.params & 0x02)
+
+    @property
+    def bitstream_changed(self) -> bool:
+        return bool(self.params & 0x08)
+
+
+# Model definitions ---------------------------------------------------------------------------
+@dataclass
+class RigidBodyDescription:
+    name: str
+    id: int
+    parent_id: int = -1
+    offset: Vec3 = (0.0, 0.0, 0.0)
+    marker_positions: list[Vec3] = field(default_factory=list)
+    marker_labels: list[int] = field(default_factory=list)
+    #: 4.0+ only; ``None`` for 3.x.
+    marker_names: list[str] | None = None
+    type_id = 1
+
+
+@dataclass
+class MarkerSetDescription:
+    name: str
+    marker_names: list[str] = field(default_factory=list)
+    type_id = 0
+
+
+@dataclass
+class SkeletonDescription:
+    name: str
+    id: int
+    bones: list[RigidBodyDescription] = field(default_factory=list)
+    type_id = 2
+
+
+@dataclass
+class ForcePlateDescription:
+    id: int
+    serial: str
+    width: float = 0.0
+    length: float = 0.0
+    origin: Vec3 = (0.0, 0.0, 0.0)
+    cal_matrix: list[float] = field(default_factory=lambda: [0.0] * 144)
+    corners: list[float] = field(default_factory=lambda: [0.0] * 12)
+    plate_type: int = 0
+    channel_data_type: int = 0
+    channel_names: list[str] = field(default_factory=list)
+    type_id = 3
+
+
+@dataclass
+class DeviceDescription:
+    id: int
+    name: str
+    serial: str = ''
+    device_type: int = 0
+    channel_data_type: int = 0
+    channel_names: list[str] = field(default_factory=list)
+    type_id = 4
+
+
+@dataclass
+class CameraDescription:
+    name: str
+    position: Vec3 = (0.0, 0.0, 0.0)
+    orientation: Quat = (0.0, 0.0, 0.0, 1.0)
+    type_id = 5
+
+
+@dataclass
+class AssetMarkerDescription:
+    name: str
+    id: int
+    position: Vec3 = (0.0, 0.0, 0.0)
+    size: float = 0.0
+    params: int = 0
+
+
+@dataclass
+class AssetDescription:
+    name: str
+    asset_type: int
+    id: int
+    rigid_bodies: list[RigidBodyDescription] = field(default_factory=list)
+    markers: list[AssetMarkerDescription] = field(default_factory=list)
+    type_id = 6
+
+
+@dataclass
+class UnknownDescription:
+    """A 4.1+ description of a type this codec does not know, kept raw (skipped by byte count)."""
+
+    type_id: int
+    body: bytes
+
+
+Description = (
+    MarkerSetDescription
+    | RigidBodyDescription
+    | SkeletonDescription
+    | ForcePlateDescription
+    | DeviceDescription
+    | CameraDescription
+    | AssetDescription
+    | UnknownDescription
+)
+
+
+@dataclass
+class ModelDefinitions:
+    descriptions: list[Description] = field(default_factory=list)
+
+    def rigid_bodies(self) -> list[RigidBodyDescription]:
+        return [d for d in self.descriptions if isinstance(d, RigidBodyDescription)]
+
+
+# Command-channel messages --------------------------------------------------------------------
+@dataclass
+class ServerInfo:
+    app_name: str = 'Motive'
+    app_version: tuple[int, int, int, int] = (3, 1, 0, 0)
+    natnet_version: tuple[int, int, int, int] = (4, 1, 0, 0)
+    clock_hz: int | None = 10_000_000  # None: old 264-byte form
+    data_port: int = 1511
+    multicast: bool = True
+    multicast_group: str = '239.255.42.99'
+
+
+@dataclass
+class ConnectRequest:
+    """NAT_CONNECT (or NAT_DISCOVERY). ``raw`` keeps payloads shorter than a sender block."""
+
+    app_name: str = 'NatNetLib'
+    app_version: tuple[int, int, int, int] = (4, 1, 0, 0)
+    natnet_version: tuple[int, int, int, int] = (4, 1, 0, 0)
+    subscribed_data_only: bool | None = None
+    bitstream_version: tuple[int, int, int, int] | None = None
+    raw: bytes | None = None
+
+
+@dataclass
+class Request:
+    command: str
+
+
+@dataclass
+class Response:
+    """NAT_RESPONSE: 4 raw bytes (int32 or float32, by the request sent) or a string."""
+
+    data: bytes
+
+    @property
+    def is_numeric(self) -> bool:
+        return len(self.data) == 4
+
+    def as_int(self) -> int:
+        return struct.unpack('<i', self.data)[0]
+
+    def as_float(self) -> float:
+        return struct.unpack('<f', self.data)[0]
+
+    @property
+    def text(self) -> str:
+        return self.data.rstrip(b'\0').decode('utf-8', 'replace')
+
+    @classmethod
+    def from_int(cls, value: int) -> Response:
+        return cls(struct.pack('<i', value))
+
+    @classmethod
+    def from_float(cls, value: float) -> Response:
+        return cls(struct.pack('<f', value))
+
+    @classmethod
+    def from_text(cls, text: str) -> Response:
+        return cls(text.encode('utf-8') + b'\0')
+
+
+@dataclass
+class EchoRequest:
+    client_time: int
+
+
+@dataclass
+class EchoResponse:
+    client_time: int
+    server_ticks: int
+
+
+@dataclass
+class MessageString:
+    text: str
+
+
+@dataclass
+class Empty:
+    """A message with no payload (REQUEST_MODELDEF, KEEPALIVE, DISCONNECT, UNRECOGNIZED...)."""
+
+    message_id: int
+
+
+Message = (
+    Frame
+    | ModelDefinitions
+    | ServerInfo
+    | ConnectRequest
+    | Request
+    | Response
+    | EchoRequest
+    | EchoResponse
+    | MessageString
+    | Empty
+)
+
+
+# --------------------------------------------------------------------------------------------
+# Reader
+# --------------------------------------------------------------------------------------------
+_I32 = struct.Struct('<i')
+_U32 = struct.Struct('<I')
+_I16 = struct.Struct('<h')
+_U64 = struct.Struct('<Q')
+_F32 = struct.Struct('<f')
+_F64 = struct.Struct('<d')
+_VEC3 = struct.Struct('<3f')
+_RB = struct.Struct('<i7ffh')  # 38 bytes
+_MARKER = struct.Struct('<i4fhf')  # 26 bytes
+_SUFFIX = struct.Struct('<IIdQQQ')  # 40 bytes
+_ASSET_MARKER = struct.Struct('<i3ffh')
+
+
+class _Reader:
+    __slots__ = ('buf', 'pos', 'end')
+
+    def __init__(self, buf: bytes, start: int = 0, end: int | None = None):
+        self.buf = buf
+        self.pos = start
+        self.end = len(buf) if end is None else end
+
+    def remaining(self) -> int:
+        return self.end - self.pos
+
+    def need(self, n: int, what: str) -> None:
+        if n < 0 or self.pos + n > self.end:
+            raise NatNetDecodeError(
+                f'truncated: {what} needs {n} bytes, {self.end - self.pos} left', self.pos
+            )
+
+    def unpack(self, st: struct.Struct, what: str):
+        self.need(st.size, what)
+        v = st.unpack_from(self.buf, self.pos)
+        self.pos += st.size
+        return v
+
+    def i32(self, what: str) -> int:
+        return self.unpack(_I32, what)[0]
+
+    def count(self, what: str, min_record: int) -> int:
+        n = self.i32(what)
+        if n < 0:
+            raise NatNetDecodeError(f'negative {what} ({n})', self.pos - 4)
+        if n * min_record > self.remaining():
+            raise NatNetDecodeError(
+                f'{what} {n} cannot fit in the {self.remaining()} bytes left', self.pos - 4
+            )
+        return n
+
+    def cstr(self, what: str) -> str:
+        i = self.buf.find(b'\0', self.pos, self.end)
+        if i < 0:
+            raise NatNetDecodeError(f'unterminated string ({what})', self.pos)
+        try:
+            s = bytes(self.buf[self.pos : i]).decode('utf-8')
+        except UnicodeDecodeError:
+            raise NatNetDecodeError(f'{what} is not valid UTF-8', self.pos) from None
+        self.pos = i + 1
+        return s
+
+    def raw(self, n: int, what: str) -> bytes:
+        self.need(n, what)
+        b = bytes(self.buf[self.pos : self.pos + n])
+        self.pos += n
+        return b
+
+    def floats(self, n: int, what: str) -> list[float]:
+        self.need(4 * n, what)
+        v = list(struct.unpack_from(f'<{n}f', self.buf, self.pos))
+        self.pos += 4 * n
+        return v
+
+
+def _has_byte_counts(version: Version) -> bool:
+    return version >= (4, 1)
+
+
+def _section(r: _Reader, version: Version, what: str, min_record: int, read_one) -> list:
+    """Read ``count [byte_count] records`` and (4.1+) check the byte count matches exactly."""
+    n = r.count(what, min_record)
+    if _has_byte_counts(version):
+        nbytes = r.i32(f'{what} byte count')
+        if nbytes < 0 or nbytes > r.remaining():
+            raise NatNetDecodeError(f'{what} byte count {nbytes} out of range', r.pos - 4)
+        start = r.pos
+        sub = _Reader(r.buf, start, start + nbytes)
+        out = [read_one(sub) for _ in range(n)]
+        if sub.pos != sub.end:
+            raise NatNetDecodeError(
+                f'{what}: records used {sub.pos - start} bytes but byte count says {nbytes}', start
+            )
+        r.pos = sub.end
+        return out
+    return [read_one(r) for _ in range(n)]
+
+
+def _rd_rb(r: _Reader) -> RigidBody:
+    i, x, y, z, qx, qy, qz, qw, err, params = r.unpack(_RB, 'rigid body record')
+    return RigidBody(i, (x, y, z), (qx, qy, qz, qw), err, params)
+
+
+def _rd_marker(r: _Reader) -> Marker:
+    i, x, y, z, size, params, res = r.unpack(_MARKER, 'marker record')
+    return Marker(i, (x, y, z), size, params, res)
+
+
+def _rd_vec3(r: _Reader) -> Vec3:
+    return r.unpack(_VEC3, 'marker position')
+
+
+def _rd_markerset(r: _Reader) -> MarkerSetData:
+    name = r.cstr('marker set name')
+    n = r.count('marker set marker count', 12)
+    return MarkerSetData(name, [_rd_vec3(r) for _ in range(n)])
+
+
+def _rd_skeleton(r: _Reader) -> SkeletonData:
+    sid = r.i32('skeleton id')
+    n = r.count('skeleton bone count', _RB.size)
+    return SkeletonData(sid, [_rd_rb(r) for _ in range(n)])
+
+
+def _rd_asset(r: _Reader) -> AssetData:
+    aid = r.i32('asset id')
+    nrb = r.count('asset rigid body count', _RB.size)
+    rbs = [_rd_rb(r) for _ in range(nrb)]
+    nm = r.count('asset marker count', _MARKER.size)
+    return AssetData(aid, rbs, [_rd_marker(r) for _ in range(nm)])
+
+
+def _rd_analog(r: _Reader) -> AnalogData:
+    aid = r.i32('analog id')
+    nch = r.count('channel count', 4)
+    chans = []
+    for _ in range(nch):
+        nf = r.count('channel frame count', 4)
+        chans.append(r.floats(nf, 'channel samples'))
+    return AnalogData(aid, chans)
+
+
+def decode_frame(payload: bytes, version: Version) -> Frame:
+    """Decode a NAT_FRAMEOFDATA payload (header stripped)."""
+    version = check_version(version)
+    r = _Reader(payload)
+    f = Frame(frame_number=r.i32('frame number'))
+    f.marker_sets = _section(r, version, 'marker set count', 5, _rd_markerset)
+    f.other_markers = _section(r, version, 'other marker count', 12, _rd_vec3)
+    f.rigid_bodies = _section(r, version, 'rigid body count', _RB.size, _rd_rb)
+    f.skeletons = _section(r, version, 'skeleton count', 8, _rd_skeleton)
+    if version >= (4, 1):
+        f.assets = _section(r, version, 'asset count', 12, _rd_asset)
+    f.labeled_markers = _section(r, version, 'labeled marker count', _MARKER.size, _rd_marker)
+    f.force_plates = _section(r, version, 'force plate count', 8, _rd_analog)
+    f.devices = _section(r, version, 'device count', 8, _rd_analog)
+    (
+        f.timecode,
+        f.timecode_sub,
+        f.timestamp,
+        f.stamp_mid_exposure,
+        f.stamp_data_received,
+        f.stamp_transmit,
+    ) = r.unpack(_SUFFIX, 'frame suffix')
+    # Spec pitfall 9: the precision timestamp is recognised by the remaining length, not version.
+    rem = r.remaining()
+    if rem == 14:
+        f.precision_timestamp = r.unpack(struct.Struct('<II'), 'precision timestamp')
+    elif rem != 6:
+        raise NatNetDecodeError(
+            f'frame suffix: expected 6 or 14 bytes after the tick stamps, found {rem}', r.pos
+        )
+    f.params = r.unpack(_I16, 'frame flags')[0] & 0xFFFF
+    end = r.i32('end-of-data marker')
+    if end != 0:
+        raise NatNetDecodeError(f'end-of-data marker is {end}, expected 0', r.pos - 4)
+    return f
+
+
+# Model definitions ---------------------------------------------------------------------------
+def _rd_rb_desc(r: _Reader, version: Version) -> RigidBodyDescription:
+    name = r.cstr('rigid body name')
+    rid, parent = r.unpack(struct.Struct('<ii'), 'rigid body id/parent')
+    offset = r.unpack(_VEC3, 'rigid body offset')
+    n = r.count('rigid body marker count', 16)
+    pos = [_rd_vec3(r) for _ in range(n)]
+    labels = [r.i32('marker active label') for _ in range(n)]
+    names = [r.cstr('marker name') for _ in range(n)] if version >= (4, 0) else None
+    return RigidBodyDescription(name, rid, parent, offset, pos, labels, names)
+
+
+def _rd_desc_body(r: _Reader, t: int, version: Version) -> Description:
+    if t == 0:
+        name = r.cstr('marker set name')
+        n = r.count('marker set name count', 1)
+        return MarkerSetDescription(name, [r.cstr('marker name') for _ in range(n)])
+    if t == 1:
+        return _rd_rb_desc(r, version)
+    if t == 2:
+        name = r.cstr('skeleton name')
+        sid = r.i32('skeleton id')
+        n = r.count('skeleton bone count', 33)
+        return SkeletonDescription(name, sid, [_rd_rb_desc(r, version) for _ in range(n)])
+    if t == 3:
+        pid = r.i32('force plate id')
+        serial = r.cstr('force plate serial')
+        w, ln = r.unpack(struct.Struct('<2f'), 'force plate size')
+        origin = r.unpack(_VEC3, 'force plate origin')
+        cal = r.floats(144, 'force plate calibration matrix')
+        corners = r.floats(12, 'force plate corners')
+        ptype, dtype = r.unpack(struct.Struct('<ii'), 'force plate types')
+        n = r.count('force plate channel count', 1)
+        return ForcePlateDescription(
+            pid,
+            serial,
+            w,
+            ln,
+            origin,
+            cal,
+            corners,
+            ptype,
+            dtype,
+            [r.cstr('channel name') for _ in range(n)],
+        )
+    if t == 4:
+        did = r.i32('device id')
+        name = r.cstr('device name')
+        serial = r.cstr('device serial')
+        dtype, ctype = r.unpack(struct.Struct('<ii'), 'device types')
+        n = r.count('device channel count', 1)
+        return DeviceDescription(
+            did, name, serial, dtype, ctype, [r.cstr('channel name') for _ in range(n)]
+        )
+    if t == 5 and version >= (4, 0):
+        name = r.cstr('camera name')
+        vals = r.unpack(struct.Struct('<7f'), 'camera pose')
+        return CameraDescription(name, vals[:3], vals[3:])
+    if t == 6 and version >= (4, 1):
+        name = r.cstr('asset name')
+        atype, aid = r.unpack(struct.Struct('<ii'), 'asset type/id')
+        nrb = r.count('asset rigid body count', 33)
+        rbs = [_rd_rb_desc(r, version) for _ in range(nrb)]
+        nm = r.count('asset marker count', 1 + _ASSET_MARKER.size)
+        markers = []
+        for _ in range(nm):
+            mname = r.cstr('asset marker name')
+            mid, x, y, z, size, params = r.unpack(_ASSET_MARKER, 'asset marker')
+            markers.append(AssetMarkerDescription(mname, mid, (x, y, z), size, params))
+        return AssetDescription(name, atype, aid, rbs, markers)
+    raise NatNetDecodeError(
+        f'unknown model description type {t} for NatNet {version[0]}.{version[1]}', r.pos
+    )
+
+
+def decode_modeldef(payload: bytes, version: Version) -> ModelDefinitions:
+    version = check_version(version)
+    r = _Reader(payload)
+    n = r.count('description count', 4)
+    out: list[Description] = []
+    for _ in range(n):
+        t = r.i32('description type')
+        if _has_byte_counts(version):
+            size = r.i32('description byte count')
+            if size < 0 or size > r.remaining():
+                raise NatNetDecodeError(f'description byte count {size} out of range', r.pos - 4)
+            if t not in range(0, 7):
+                out.append(UnknownDescription(t, r.raw(size, 'unknown description')))
+                continue
+            sub = _Reader(r.buf, r.pos, r.pos + size)
+            out.append(_rd_desc_body(sub, t, version))
+            if sub.pos != sub.end:
+                raise NatNetDecodeError(
+                    f'description type {t} used {sub.pos - r.pos} bytes, byte count says {size}',
+                    r.pos,
+                )
+            r.pos = sub.end
+        else:
+            out.append(_rd_desc_body(r, t, version))
+    if r.remaining():
+        raise NatNetDecodeError(f'{r.remaining()} trailing bytes after model definitions', r.pos)
+    return ModelDefinitions(out)
+
+
+# Sender blocks -------------------------------------------------------------------------------
+def _cut_name(raw: bytes) -> str:
+    """Spec pitfall 2: the 256-byte name may carry junk after the first NUL."""
+    return raw.split(b'\0', 1)[0].decode('utf-8', 'replace')
+
+
+def _version4(raw: bytes) -> tuple[int, int, int, int]:
+    """A 4-byte version field (major, minor, build, revision)."""
+    a, b, c, d = raw
+    return (a, b, c, d)
+
+
+def decode_serverinfo(payload: bytes) -> ServerInfo:
+    if len(payload) not in (SENDER_LEN, SERVERINFO_LEN):
+        raise NatNetDecodeError(f'server info must be 264 or 279 bytes, got {len(payload)}')
+    info = ServerInfo(
+        app_name=_cut_name(payload[:256]),
+        app_version=_version4(payload[256:260]),
+        natnet_version=_version4(payload[260:264]),
+    )
+    if len(payload) == SENDER_LEN:
+        info.clock_hz = None
+        return info
+    clock, port, mc = struct.unpack_from('<QHB', payload, 264)
+    if clock == 0:
+        raise NatNetDecodeError('server info reports a 0 Hz clock')
+    info.clock_hz, info.data_port, info.multicast = clock, port, bool(mc)
+    info.multicast_group = '.'.join(str(b) for b in payload[275:279])
+    return info
+
+
+def decode_connect(payload: bytes) -> ConnectRequest:
+    if len(payload) < SENDER_LEN:
+        # SDK 3.x Python sample sends "Ping\0"; accept anything.
+        return ConnectRequest(
+            app_name=_cut_name(payload),
+            app_version=(0, 0, 0, 0),
+            natnet_version=(0, 0, 0, 0),
+            raw=bytes(payload),
+        )
+    c = ConnectRequest(
+        _cut_name(payload[:256]), _version4(payload[256:260]), _version4(payload[260:264])
+    )
+    if len(payload) >= 265:
+        c.subscribed_data_only = bool(payload[264])
+    if len(payload) >= 269:
+        c.bitstream_version = _version4(payload[265:269])
+    return c
+
+
+def _cstr_payload(payload: bytes, what: str) -> str:
+    if not payload or payload[-1:] != b'\0' or b'\0' in payload[:-1]:
+        raise NatNetDecodeError(f'{what} must be one NUL-terminated string')
+    try:
+        return payload[:-1].decode('utf-8')
+    except UnicodeDecodeError:
+        raise NatNetDecodeError(f'{what} is not valid UTF-8') from None
+
+
+# --------------------------------------------------------------------------------------------
+# Top level
+# --------------------------------------------------------------------------------------------
+def split_packet(datagram: bytes) -> tuple[int, bytes]:
+    """Check the 4-byte header against the datagram length; return (message id, payload)."""
+    if len(datagram) < 4:
+        raise NatNetDecodeError(f'datagram of {len(datagram)} bytes is shorter than the header')
+    mid, n = HEADER.unpack_from(datagram, 0)
+    if n != len(datagram) - 4:
+        raise NatNetDecodeError(
+            f'header says {n} payload bytes but the datagram carries {len(datagram) - 4}'
+        )
+    return mid, memoryview(datagram)[4:].tobytes()
+
+
+def _expect_len(payload: bytes, n: int, what: str) -> None:
+    if len(payload) != n:
+        raise NatNetDecodeError(f'{what} payload must be {n} bytes, got {len(payload)}')
+
+
+def decode_message(datagram: bytes, version: Version | None = None) -> Message:
+    """Decode one datagram. ``version`` is needed for frames and model definitions."""
+    mid, p = split_packet(datagram)
+    if mid == MessageId.FRAMEOFDATA or mid == MessageId.MODELDEF:
+        if version is None:
+            raise NatNetDecodeError(
+                'frame or model definitions received before server info (NatNet version unknown)'
+            )
+        return (
+            decode_frame(p, version)
+            if mid == MessageId.FRAMEOFDATA
+            else decode_modeldef(p, version)
+        )
+    if mid == MessageId.SERVERINFO:
+        return decode_serverinfo(p)
+    if mid in (MessageId.CONNECT, MessageId.DISCOVERY):
+        return decode_connect(p)
+    if mid == MessageId.REQUEST:
+        return Request(_cstr_payload(p, 'request'))
+    if mid == MessageId.RESPONSE:
+        if len(p) != 4:
+            _cstr_payload(p, 'response')
+        return Response(p)
+    if mid == MessageId.MESSAGESTRING:
+        return MessageString(_cstr_payload(p, 'message string'))
+    if mid == MessageId.ECHOREQUEST:
+        _expect_len(p, 8, 'echo request')
+        return EchoRequest(_U64.unpack(p)[0])
+    if mid == MessageId.ECHORESPONSE:
+        _expect_len(p, 16, 'echo response')
+        return EchoResponse(*struct.unpack('<QQ', p))
+    if (
+        mid
+        in (
+            MessageId.REQUEST_MODELDEF,
+            MessageId.REQUEST_FRAMEOFDATA,
+            MessageId.DISCONNECT,
+            MessageId.KEEPALIVE,
+            MessageId.DISCONNECTBYTIMEOUT,
+        )
+        or mid in UNRECOGNIZED_IDS
+    ):
+        _expect_len(p, 0, f'message {mid}')
+        return Empty(MessageId.UNRECOGNIZED_REQUEST if mid in UNRECOGNIZED_IDS else mid)
+    raise NatNetDecodeError(f'unknown message id {mid}')
+
+
+# --------------------------------------------------------------------------------------------
+# Encoders
+# --------------------------------------------------------------------------------------------
+def packet(message_id: int, payload: bytes = b'') -> bytes:
+    if len(payload) > MAX_PAYLOAD:
+        raise ValueError(f'payload of {len(payload)} bytes exceeds the NatNet maximum')
+    return HEADER.pack(int(message_id), len(payload)) + payload
+
+
+def _cs(s: str) -> bytes:
+    return s.encode('utf-8') + b'\0'
+
+
+def _enc_section(parts: list[bytes], items: list, enc_one, version: Version) -> None:
+    body = b''.join(enc_one(x) for x in items)
+    parts.append(_I32.pack(len(items)))
+    if _has_byte_counts(version):
+        parts.append(_I32.pack(len(body)))
+    parts.append(body)
+
+
+def _enc_rb(b: RigidBody) -> bytes:
+    return _RB.pack(b.id, *b.position, *b.orientation, b.mean_error, _s16(b.params))
+
+
+def _s16(v: int) -> int:
+    v &= 0xFFFF
+    return v - 0x10000 if v >= 0x8000 else v
+
+
+def _enc_marker(m: Marker) -> bytes:
+    return _MARKER.pack(m.id, *m.position, m.size, _s16(m.params), m.residual)
+
+
+def _enc_analog(a: AnalogData) -> bytes:
+    out = [_I32.pack(a.id), _I32.pack(len(a.channels))]
+    for ch in a.channels:
+        out.append(_I32.pack(len(ch)) + struct.pack(f'<{len(ch)}f', *ch))
+    return b''.join(out)
+
+
+def encode_frame(f: Frame, version: Version) -> bytes:
+    version = check_version(version)
+    parts = [_I32.pack(f.frame_number)]
+    _enc_section(
+        parts,
+        f.marker_sets,
+        lambda m: (
+            _cs(m.name)
+            + _I32.pack(len(m.positions))
+            + b''.join(_VEC3.pack(*p) for p in m.positions)
+        ),
+        version,
+    )
+    _enc_section(parts, f.other_markers, lambda p: _VEC3.pack(*p), version)
+    _enc_section(parts, f.rigid_bodies, _enc_rb, version)
+    _enc_section(
+        parts,
+        f.skeletons,
+        lambda s: _I32.pack(s.id) + _I32.pack(len(s.bones)) + b''.join(_enc_rb(b) for b in s.bones),
+        version,
+    )
+    if version >= (4, 1):
+        _enc_section(
+            parts,
+            f.assets,
+            lambda a: (
+                _I32.pack(a.id)
+                + _I32.pack(len(a.rigid_bodies))
+                + b''.join(_enc_rb(b) for b in a.rigid_bodies)
+                + _I32.pack(len(a.markers))
+                + b''.join(_enc_marker(m) for m in a.markers)
+            ),
+            version,
+        )
+    _enc_section(parts, f.labeled_markers, _enc_marker, version)
+    _enc_section(parts, f.force_plates, _enc_analog, version)
+    _enc_section(parts, f.devices, _enc_analog, version)
+    parts.append(
+        _SUFFIX.pack(
+            f.timecode,
+            f.timecode_sub,
+            f.timestamp,
+            f.stamp_mid_exposure,
+            f.stamp_data_received,
+            f.stamp_transmit,
+        )
+    )
+    if f.precision_timestamp is not None:
+        parts.append(struct.pack('<II', *f.precision_timestamp))
+    parts.append(_I16.pack(_s16(f.params)) + _I32.pack(0))
+    return b''.join(parts)
+
+
+def _enc_rb_desc(d: RigidBodyDescription, version: Version) -> bytes:
+    n = len(d.marker_positions)
+    labels = list(d.marker_labels) or [0] * n
+    out = [
+        _cs(d.name),
+        struct.pack('<ii', d.id, d.parent_id),
+        _VEC3.pack(*d.offset),
+        _I32.pack(n),
+        b''.join(_VEC3.pack(*p) for p in d.marker_positions),
+        struct.pack(f'<{n}i', *labels),
+    ]
+    if version >= (4, 0):
+        names = d.marker_names if d.marker_names is not None else [''] * n
+        out.append(b''.join(_cs(s) for s in names))
+    return b''.join(out)
+
+
+def _enc_desc_body(d: Description, version: Version) -> bytes:
+    if isinstance(d, MarkerSetDescription):
+        return (
+            _cs(d.name) + _I32.pack(len(d.marker_names)) + b''.join(_cs(s) for s in d.marker_names)
+        )
+    if isinstance(d, RigidBodyDescription):
+        return _enc_rb_desc(d, version)
+    if isinstance(d, SkeletonDescription):
+        return (
+            _cs(d.name)
+            + struct.pack('<ii', d.id, len(d.bones))
+            + b''.join(_enc_rb_desc(b, version) for b in d.bones)
+        )
+    if isinstance(d, ForcePlateDescription):
+        return (
+            _I32.pack(d.id)
+            + _cs(d.serial)
+            + struct.pack('<2f', d.width, d.length)
+            + _VEC3.pack(*d.origin)
+            + struct.pack('<144f', *d.cal_matrix)
+            + struct.pack('<12f', *d.corners)
+            + struct.pack('<ii', d.plate_type, d.channel_data_type)
+            + _I32.pack(len(d.channel_names))
+            + b''.join(_cs(s) for s in d.channel_names)
+        )
+    if isinstance(d, DeviceDescription):
+        return (
+            _I32.pack(d.id)
+            + _cs(d.name)
+            + _cs(d.serial)
+            + struct.pack('<ii', d.device_type, d.channel_data_type)
+            + _I32.pack(len(d.channel_names))
+            + b''.join(_cs(s) for s in d.channel_names)
+        )
+    if isinstance(d, CameraDescription):
+        if version < (4, 0):
+            raise ValueError('camera descriptions exist from NatNet 4.0')
+        return _cs(d.name) + struct.pack('<7f', *d.position, *d.orientation)
+    if isinstance(d, AssetDescription):
+        if version < (4, 1):
+            raise ValueError('asset descriptions exist from NatNet 4.1')
+        return (
+            _cs(d.name)
+            + struct.pack('<iii', d.asset_type, d.id, len(d.rigid_bodies))
+            + b''.join(_enc_rb_desc(b, version) for b in d.rigid_bodies)
+            + _I32.pack(len(d.markers))
+            + b''.join(
+                _cs(m.name) + _ASSET_MARKER.pack(m.id, *m.position, m.size, _s16(m.params))
+                for m in d.markers
+            )
+        )
+    if isinstance(d, UnknownDescription):
+        if version < (4, 1):
+            raise ValueError('unknown descriptions can only be sent with 4.1 byte counts')
+        return d.body
+    raise TypeError(f'not a model description: {d!r}')
+
+
+def encode_modeldef(m: ModelDefinitions, version: Version) -> bytes:
+    version = check_version(version)
+    parts = [_I32.pack(len(m.descriptions))]
+    for d in m.descriptions:
+        body = _enc_desc_body(d, version)
+        parts.append(_I32.pack(d.type_id))
+        if _has_byte_counts(version):
+            parts.append(_I32.pack(len(body)))
+        parts.append(body)
+    return b''.join(parts)
+
+
+def _name_field(name: str) -> bytes:
+    b = name.encode('utf-8')[: SENDER_NAME_LEN - 1]
+    return b + b'\0' * (SENDER_NAME_LEN - len(b))
+
+
+def encode_serverinfo(s: ServerInfo) -> bytes:
+    out = _name_field(s.app_name) + bytes(s.app_version) + bytes(s.natnet_version)
+    if s.clock_hz is None:
+        return out
+    group = bytes(int(x) for x in s.multicast_group.split('.'))
+    return out + struct.pack('<QHB', s.clock_hz, s.data_port, int(s.multicast)) + group
+
+
+def encode_connect(c: ConnectRequest) -> bytes:
+    if c.raw is not None:
+        return c.raw
+    out = _name_field(c.app_name) + bytes(c.app_version) + bytes(c.natnet_version)
+    if c.subscribed_data_only is not None or c.bitstream_version is not None:
+        out += bytes([int(bool(c.subscribed_data_only))])
+        out += bytes(c.bitstream_version or (0, 0, 0, 0))
+    return out
+
+
+def encode_message(msg: Message, version: Version | None = None) -> bytes:
+    """Whole datagram (header + payload) for any message dataclass."""
+    if isinstance(msg, Frame | ModelDefinitions):
+        if version is None:
+            raise ValueError('encoding a frame or model definitions needs the NatNet version')
+        if isinstance(msg, Frame):
+            return packet(MessageId.FRAMEOFDATA, encode_frame(msg, version))
+        return packet(MessageId.MODELDEF, encode_modeldef(msg, version))
+    if isinstance(msg, ServerInfo):
+        return packet(MessageId.SERVERINFO, encode_serverinfo(msg))
+    if isinstance(msg, ConnectRequest):
+        return packet(MessageId.CONNECT, encode_connect(msg))
+    if isinstance(msg, Request):
+        return packet(MessageId.REQUEST, _cs(msg.command))
+    if isinstance(msg, Response):
+        return packet(MessageId.RESPONSE, msg.data)
+    if isinstance(msg, EchoRequest):
+        return packet(MessageId.ECHOREQUEST, _U64.pack(msg.client_time))
+    if isinstance(msg, EchoResponse):
+        return packet(MessageId.ECHORESPONSE, struct.pack('<QQ', msg.client_time, msg.server_ticks))
+    if isinstance(msg, MessageString):
+        return packet(MessageId.MESSAGESTRING, _cs(msg.text))
+    if isinstance(msg, Empty):
+        return packet(msg.message_id)
+    raise TypeError(f'cannot encode {msg!r}')

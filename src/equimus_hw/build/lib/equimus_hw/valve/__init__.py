@@ -1,0 +1,1 @@
+"""VPPE valve DAC board protocol, emulator and driver."""

@@ -1,0 +1,536 @@
+"""DAC board emulator: the reference firmware's behaviour on a real pseudo-terminal.
+
+Run `dac_board_emulator --link /tmp/equimus_dac` and point the valve driver's `port` parameter at
+/tmp/equimus_dac. It speaks protocol.py exactly (docs/dac_board_protocol.md), models each VPPE as
+the description's valve (equimus_description.valve.ValveLag, τ from the leg description, optional
+dead time) whose pressure it reports through the ACK's
+measured codes, vents on boot, on bad frames and when its watchdog expires, and can be told to
+misbehave (drop bytes, corrupt frames, stall, disappear and reappear) from the command line or
+from Python (`BoardEmulator`). Every decoded SET is logged with its codes so tests can check the
+bytes on the wire, and any code above the 50 kPa code counts as an invariant violation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import json
+import os
+import random
+import select
+import signal
+import sys
+import threading
+import time
+import tty
+from collections import deque
+
+from equimus_description.valve import VALVE_TAU_S, ValveLag
+
+from . import protocol as P
+from .calibration import ValveCalibration
+
+FIRMWARE_VERSION = (1, 0, 0)
+
+
+@dataclasses.dataclass(frozen=True)
+class FrameRecord:
+    """One decoded SET frame as it arrived on the wire."""
+
+    t: float  # time.monotonic() when the delimiter byte was read
+    seq: int
+    codes: tuple[int, ...]
+    accepted: bool
+
+
+class ValveModel:
+    """VPPE: setpoint code -> target pressure (vents below 0.1 V), dead time, then the one valve
+    lag (ValveLag) stepped over each board tick with the target held."""
+
+    def __init__(
+        self, calibration: ValveCalibration, tau_s: float = VALVE_TAU_S, dead_time_s: float = 0.0
+    ):
+        self.cal = calibration
+        self.lag = ValveLag(tau_s, 1)
+        self.dead = float(dead_time_s)
+        self._pending: deque[tuple[float, float]] = deque()
+        self._target = 0.0
+
+    @property
+    def tau(self) -> float:
+        return self.lag.tau
+
+    @property
+    def pressure(self) -> float:
+        return float(self.lag.p[0])
+
+    def set_code(self, code: int, now: float) -> None:
+        self._pending.append((now + self.dead, self.cal.code_to_kpa(code)))
+
+    def advance(self, now: float, dt: float) -> float:
+        while self._pending and self._pending[0][0] <= now:
+            self._target = self._pending.popleft()[1]
+        if dt > 0:
+            self.lag.step((self._target,), dt)
+        return self.pressure
+
+
+class BoardEmulator:
+    """A DAC board on a pty. start() runs it in a background thread; close() stops it."""
+
+    def __init__(
+        self,
+        channels: int = 2,
+        link: str | None = None,
+        calibration: ValveCalibration | None = None,
+        watchdog_ms: int = 200,
+        tau_s: float = VALVE_TAU_S,
+        dead_time_s: float = 0.0,
+        adc: bool = True,
+        vent_on_bad_frame: bool = True,
+        drop_rate: float = 0.0,
+        corrupt_rate: float = 0.0,
+        log_path: str | None = None,
+        verbose: bool = False,
+        seed: int | None = None,
+        history: int = 20000,
+    ):
+        self.cal = calibration or ValveCalibration()
+        self.channels = channels
+        self.link = link
+        self.watchdog_s = watchdog_ms / 1000.0
+        self.watchdog_ms = int(watchdog_ms)
+        self.adc = adc
+        self.vent_on_bad_frame = vent_on_bad_frame
+        self.max_code = self.cal.max_code
+        self.drop_rate = float(drop_rate)
+        self.corrupt_rate = float(corrupt_rate)
+        self.verbose = verbose
+        self._rng = random.Random(seed)
+        # Open for the emulator's lifetime (closed in close()), so no with-block.
+        self._log_file = open(log_path, 'a', buffering=1) if log_path else None  # noqa: SIM115
+        self._lock = threading.RLock()
+        self.valves = [ValveModel(self.cal, tau_s, dead_time_s) for _ in range(channels)]
+        self.codes = [0] * channels
+        # The newest `history` SET frames for inspection (the log file keeps all of them); a
+        # bounded deque so a long soak neither grows nor scans ever longer lists under the lock.
+        self.frames: deque[FrameRecord] = deque(maxlen=history)
+        self.frames_total = 0
+        self.rejections: list[tuple[float, int, str]] = []
+        self.invariant_violations: list[FrameRecord] = []
+        self.watchdog_trips = 0
+        self.boots = 0
+        self._flags = 0
+        self._last_valid_set = 0.0
+        self._stalled = False
+        self._drop_next = 0
+        self._corrupt_next = 0
+        self._master: int | None = None
+        self._slave: int | None = None
+        self.slave_path: str | None = None
+        self._decoder = P.FrameDecoder()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._open_pty()
+
+    # ----------------------------------------------------------------- pty lifecycle
+    def _open_pty(self) -> None:
+        master, slave = os.openpty()
+        tty.setraw(slave)  # no echo or line editing before the host opens it
+        os.set_blocking(master, False)
+        self._master, self._slave = master, slave
+        self.slave_path = os.ttyname(slave)
+        if self.link:
+            tmp = f'{self.link}.{os.getpid()}.tmp'
+            if os.path.lexists(tmp):
+                os.unlink(tmp)
+            os.symlink(self.slave_path, tmp)
+            os.replace(tmp, self.link)
+        self._boot()
+
+    def _boot(self) -> None:
+        """Firmware power-up: all outputs 0 V, watchdog armed, FRESH_BOOT until a valid SET."""
+        now = time.monotonic()
+        self.boots += 1
+        self._decoder.reset()
+        self._flags = P.ACK_FRESH_BOOT
+        self._last_valid_set = now
+        self._write_codes([0] * self.channels, now)
+
+    def _close_pty(self) -> None:
+        for fd in (self._master, self._slave):
+            if fd is not None:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self._master = self._slave = None
+        if self.link and os.path.islink(self.link):
+            with contextlib.suppress(OSError):
+                os.unlink(self.link)
+
+    @property
+    def present(self) -> bool:
+        return self._master is not None
+
+    def disappear(self) -> None:
+        """Unplug: close the pty (the host sees I/O errors) and remove the link."""
+        with self._lock:
+            self._close_pty()
+            self.slave_path = None
+            for v in self.valves:  # unpowered board: the setpoint wire reads 0 V, valve vents
+                v.set_code(0, time.monotonic())
+            self.codes = [0] * self.channels
+
+    def reappear(self) -> None:
+        """Plug back in: a new pty (new /dev/pts path, link updated) and a fresh boot."""
+        with self._lock:
+            if self._master is None:
+                self._open_pty()
+
+    def stall(self, stalled: bool = True) -> None:
+        """Hung firmware: input is swallowed, nothing is answered, outputs hold their codes
+        (the worst case: a real board's hardware watchdog would reset it to 0 V)."""
+        with self._lock:
+            self._stalled = stalled
+
+    def drop_next_bytes(self, n: int) -> None:
+        with self._lock:
+            self._drop_next += int(n)
+
+    def corrupt_next_frames(self, n: int) -> None:
+        with self._lock:
+            self._corrupt_next += int(n)
+
+    # ----------------------------------------------------------------- running
+    def start(self) -> BoardEmulator:
+        self._thread = threading.Thread(target=self.run, name='dac_board_emulator', daemon=True)
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=2.0)
+        with self._lock:
+            self._close_pty()
+        if self._log_file:
+            self._log_file.close()
+            self._log_file = None
+
+    def __enter__(self) -> BoardEmulator:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def run(self) -> None:
+        last = time.monotonic()
+        while not self._stop.is_set():
+            master = self._master
+            data = b''
+            if master is None:
+                time.sleep(0.005)
+            else:
+                try:
+                    ready, _, _ = select.select([master], [], [], 0.002)
+                except (OSError, ValueError):
+                    ready = []
+                if ready:
+                    try:
+                        data = os.read(master, 4096)
+                    except (BlockingIOError, InterruptedError):
+                        data = b''
+                    except OSError:
+                        data = b''  # no reader on the slave side yet, or closed by disappear
+                        time.sleep(0.002)
+            now = time.monotonic()
+            with self._lock:
+                if data:
+                    self._receive(data, now)
+                self._tick(now, now - last)
+            last = now
+
+    def _tick(self, now: float, dt: float) -> None:
+        if not self._stalled and any(self.codes) and now - self._last_valid_set > self.watchdog_s:
+            self.watchdog_trips += 1
+            self._flags |= P.ACK_WATCHDOG_VENTED
+            self._write_codes([0] * self.channels, now)
+            self._log({'event': 'watchdog_vent', 't': now})
+        for v in self.valves:
+            v.advance(now, dt)
+
+    def _receive(self, data: bytes, now: float) -> None:
+        if self._stalled:
+            return
+        if self._drop_next or self.drop_rate > 0:
+            kept = bytearray()
+            for b in data:
+                if self._drop_next:
+                    self._drop_next -= 1
+                elif self.drop_rate > 0 and self._rng.random() < self.drop_rate:
+                    pass
+                else:
+                    kept.append(b)
+            data = bytes(kept)
+        # Split at delimiters ourselves so frame corruption can be injected per frame.
+        parts = data.split(b'\x00')
+        for i, part in enumerate(parts):
+            last_part = i == len(parts) - 1
+            if part and (
+                self._corrupt_next
+                or (self.corrupt_rate > 0 and self._rng.random() < self.corrupt_rate)
+            ):
+                if self._corrupt_next:
+                    self._corrupt_next -= 1
+                j = self._rng.randrange(len(part))
+                flipped = part[j] ^ (1 << self._rng.randrange(8))
+                # A flip to 0x00 would split the frame instead of corrupting it: use 0x01.
+                part = part[:j] + bytes([flipped or 0x01]) + part[j + 1 :]
+            for item in self._decoder.feed(part + (b'' if last_part else b'\x00')):
+                self._handle(item, now)
+
+    def _handle(self, item, now: float) -> None:
+        if isinstance(item, P.Rejected):
+            self.rejections.append((now, item.reason, item.message))
+            self._log(
+                {
+                    'event': 'rejected',
+                    't': now,
+                    'reason': P.REASON_NAMES.get(item.reason),
+                    'detail': item.message,
+                }
+            )
+            if self.vent_on_bad_frame and any(self.codes):
+                self._flags |= P.ACK_BAD_FRAME_VENTED
+                self._write_codes([0] * self.channels, now)
+            # seq is 0 for undecodable frames, the request's for CRC-valid malformed ones.
+            self._send(P.Nak(item.seq, item.reason))
+            return
+        if isinstance(item, P.Set):
+            self._handle_set(item, now)
+        elif isinstance(item, P.Ping):
+            self._send(self._ack(item.seq))
+        elif isinstance(item, P.Hello):
+            self._send(
+                P.Info(
+                    item.seq,
+                    P.PROTOCOL_VERSION,
+                    FIRMWARE_VERSION,
+                    self.channels,
+                    self.cal.dac_bits,
+                    self.cal.adc_bits if self.adc else 0,
+                    P.INFO_VENT_ON_BAD_FRAME if self.vent_on_bad_frame else 0,
+                    int(round(self.cal.dac_vref * 1000)),
+                    self.watchdog_ms,
+                    self.max_code,
+                )
+            )
+        else:  # a board -> host message sent to the board: valid frame, wrong direction
+            self._send(P.Nak(item.seq, P.R_UNKNOWN_TYPE))
+
+    def _handle_set(self, msg: P.Set, now: float) -> None:
+        codes = tuple(msg.codes)
+        reason = 0
+        detail = 0
+        if len(codes) != self.channels:
+            reason, detail = P.R_BAD_CHANNEL_COUNT, self.channels
+        else:
+            for ch, c in enumerate(codes):
+                if c > self.max_code:
+                    reason, detail = P.R_CODE_OUT_OF_RANGE, ch
+                    break
+        rec = FrameRecord(now, msg.seq, codes, reason == 0)
+        self.frames.append(rec)
+        self.frames_total += 1
+        self._log(
+            {
+                'event': 'set',
+                't': now,
+                'seq': msg.seq,
+                'codes': list(codes),
+                'accepted': reason == 0,
+            }
+        )
+        if self.verbose:
+            print(
+                f'{now:.6f} SET seq={msg.seq} codes={list(codes)}'
+                f'{"" if reason == 0 else " REFUSED " + P.REASON_NAMES[reason]}',
+                flush=True,
+            )
+        if any(c > self.max_code for c in codes):
+            self.invariant_violations.append(rec)
+        if reason:
+            self._flags |= P.ACK_BAD_FRAME_VENTED
+            self._write_codes([0] * self.channels, now)
+            self._send(P.Nak(msg.seq, reason, detail))
+            return
+        self._last_valid_set = now
+        self._write_codes(list(codes), now)
+        self._send(self._ack(msg.seq))
+        self._flags &= ~P.ACK_FRESH_BOOT
+
+    def _ack(self, seq: int) -> P.Ack:
+        measured = None
+        if self.adc:
+            measured = tuple(self.cal.kpa_to_adc(v.pressure) for v in self.valves)
+        ack = P.Ack(seq, self._flags, tuple(self.codes), measured)
+        self._flags &= P.ACK_FRESH_BOOT  # the event flags are reported once, then cleared
+        return ack
+
+    def _write_codes(self, codes: list[int], now: float) -> None:
+        self.codes = list(codes)
+        for v, c in zip(self.valves, codes, strict=True):  # SET frames are length-checked
+            v.set_code(c, now)
+
+    def _send(self, msg) -> None:
+        if self._master is None:
+            return
+        # OSError: host not reading / buffer full: a real UART drops bytes the same way.
+        with contextlib.suppress(OSError):
+            os.write(self._master, P.encode(msg))
+
+    def _log(self, entry: dict) -> None:
+        if self._log_file:
+            self._log_file.write(json.dumps(entry) + '\n')
+
+    # ----------------------------------------------------------------- inspection
+    def pressures(self) -> list[float]:
+        with self._lock:
+            return [v.pressure for v in self.valves]
+
+    def frames_since(self, t: float) -> list[FrameRecord]:
+        """Frames received at or after t (among the newest `history`), oldest first."""
+        out = []
+        with self._lock:
+            for f in reversed(self.frames):
+                if f.t < t:
+                    break
+                out.append(f)
+        out.reverse()
+        return out
+
+    def last_frame(self) -> FrameRecord | None:
+        with self._lock:
+            return self.frames[-1] if self.frames else None
+
+
+def main(args=None) -> int:
+    parser = argparse.ArgumentParser(
+        prog='dac_board_emulator',
+        description='Emulate the equimus VPPE DAC board (docs/dac_board_protocol.md) on a '
+        'pseudo-terminal. Point the valve driver at the printed path or --link.',
+    )
+    parser.add_argument(
+        '--link',
+        default='/tmp/equimus_dac',
+        help='symlink to the pty slave (default %(default)s; "" for none)',
+    )
+    parser.add_argument('--channels', type=int, default=2)
+    parser.add_argument('--watchdog-ms', type=int, default=200)
+    parser.add_argument(
+        '--tau',
+        type=float,
+        default=None,
+        help="valve time constant, s (default: the leg description's)",
+    )
+    parser.add_argument('--dead-time', type=float, default=0.0, help='valve dead time, s')
+    parser.add_argument('--no-adc', action='store_true', help='board without read-back ADC')
+    parser.add_argument(
+        '--keep-on-bad-frame',
+        action='store_true',
+        help='do not vent on a bad frame (firmware option)',
+    )
+    parser.add_argument(
+        '--drop-rate', type=float, default=0.0, help='probability of dropping each received byte'
+    )
+    parser.add_argument(
+        '--corrupt-rate',
+        type=float,
+        default=0.0,
+        help='probability of flipping a bit in each received frame',
+    )
+    parser.add_argument(
+        '--stall-after', type=float, default=None, help='stop responding after this many seconds'
+    )
+    parser.add_argument(
+        '--disappear-after',
+        type=float,
+        default=None,
+        help='close the pty and remove the link after this many seconds',
+    )
+    parser.add_argument(
+        '--reappear-after',
+        type=float,
+        default=None,
+        help='seconds after disappearing to come back on a new pty',
+    )
+    parser.add_argument('--log', default=None, help='append every frame as JSON lines here')
+    parser.add_argument('--verbose', action='store_true', help='print every SET frame')
+    parser.add_argument('--seed', type=int, default=None)
+    ns = parser.parse_args(args)
+
+    if ns.tau is None:
+        from equimus_description.leg import load_leg
+
+        ns.tau = load_leg().valve_time_constant
+    emu = BoardEmulator(
+        channels=ns.channels,
+        link=ns.link or None,
+        watchdog_ms=ns.watchdog_ms,
+        tau_s=ns.tau,
+        dead_time_s=ns.dead_time,
+        adc=not ns.no_adc,
+        vent_on_bad_frame=not ns.keep_on_bad_frame,
+        drop_rate=ns.drop_rate,
+        corrupt_rate=ns.corrupt_rate,
+        log_path=ns.log,
+        verbose=ns.verbose,
+        seed=ns.seed,
+    )
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    emu.start()
+    print(
+        f'DAC board emulator on {emu.slave_path}' + (f' (link {ns.link})' if ns.link else ''),
+        flush=True,
+    )
+    t0 = time.monotonic()
+    disappeared_at = None
+    stalled = False
+    try:
+        while not stop.wait(0.05):
+            t = time.monotonic() - t0
+            if ns.stall_after is not None and not stalled and t >= ns.stall_after:
+                emu.stall(True)
+                stalled = True
+                print('stalled: no longer responding', flush=True)
+            if (
+                ns.disappear_after is not None
+                and disappeared_at is None
+                and t >= ns.disappear_after
+            ):
+                emu.disappear()
+                disappeared_at = t
+                print('disappeared: pty closed', flush=True)
+            if (
+                disappeared_at is not None
+                and ns.reappear_after is not None
+                and not emu.present
+                and t >= disappeared_at + ns.reappear_after
+            ):
+                emu.reappear()
+                print(f'reappeared on {emu.slave_path}', flush=True)
+    finally:
+        emu.close()
+        print(
+            f'DAC board emulator stopped: {emu.frames_total} SET frames, '
+            f'{len(emu.rejections)} rejected, {emu.watchdog_trips} watchdog trips, '
+            f'{len(emu.invariant_violations)} invariant violations',
+            flush=True,
+        )
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

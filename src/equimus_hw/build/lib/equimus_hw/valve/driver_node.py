@@ -1,0 +1,344 @@
+"""valve_driver: pressure commands (kPa) -> safety filter -> DAC codes -> DAC board.
+
+Thin rclpy wrapper around safety.SafetyFilter, calibration.ValveCalibration and a board
+(board.Board): the serial DAC board (link.BoardLink, `board: serial`) on the rig, or the simulated
+board (board.SimBoard, `board: sim`) in the sim graph, where the pressures the codes regulate to go
+on /valve/applied and the sim node's valves follow them. The safety layer is the same on both legs.
+
+It starts DISARMED: the output is 0 kPa until `/valve_driver/arm` is called (or the parameter
+auto_arm is true, as the sim graph sets it) AND a fresh command arrives. Timers and the watchdog
+run on the steady clock, never on sim time: a paused /clock must not stop the keep-alive or the
+watchdog. With the simulated board the slew limit follows the node's clock (sim time in the sim
+graph), so a lockstep run does not depend on the wall clock's speed, and /valve/applied carries
+one message per command plus the safety layer's own changes (vents), never a keep-alive: each one
+is a step of the lockstep simulation.
+On shutdown (Ctrl-C, SIGTERM, or a normal exit) it writes SET all-zero and waits briefly for the
+ACK before the port closes.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import sys
+import threading
+import time
+
+from rclpy.clock import Clock, ClockType
+from rclpy.node import Node
+from std_msgs.msg import Float64MultiArray
+from std_srvs.srv import Trigger
+
+from equimus_description.interface import (
+    ACTUATORS,
+    DIAGNOSTICS,
+    PRESSURE_LAYOUT,
+    VALVE_APPLIED,
+    VALVE_COMMAND,
+    VALVE_PRESSURE,
+)
+from equimus_ros.arrays import float_array
+from equimus_ros.diagnostics import Diagnostics, Level
+from equimus_ros.main import run_node
+from equimus_ros.params import bind
+from equimus_ros.qos import publisher, subscription
+
+from .board import Board, SimBoard
+from .config import DriverConfig
+from .link import BoardLink
+from .safety import SafetyFilter
+
+
+def _serialised(method):
+    """Hold the driver's lock: its safety filter and link are driven from the executor (timers,
+    services) and, in the fused control loop, from the NatNet receive thread (on_command)."""
+
+    @functools.wraps(method)
+    def call(self, *args, **kwargs):
+        with self._lock:
+            return method(self, *args, **kwargs)
+
+    return call
+
+
+class ValveDriver(Node):
+    """`subscribe=False` is for the fused control loop: commands come by call (`on_command`)
+    from the controller in the same process; /valve/command is then published, not read."""
+
+    def __init__(self, subscribe: bool = True, **kwargs):
+        super().__init__('valve_driver', **kwargs)
+        self._lock = threading.RLock()
+        self.params = bind(self, DriverConfig(), apply=self._apply)
+        p = self.params.config
+        self.cal = p.calibration()
+        self.safety = SafetyFilter(
+            len(ACTUATORS), p.max_kpa, p.slew_rate_kpa_s, p.command_timeout_s
+        )
+        self.keepalive_s = p.keepalive_period_s
+        self.shutdown_ack_timeout_s = p.shutdown_ack_timeout_s
+        self.simulated = p.board == 'sim'
+        self.board: Board = (
+            SimBoard(len(ACTUATORS), self.cal)
+            if self.simulated
+            else BoardLink(
+                p.port,
+                len(ACTUATORS),
+                self.cal,
+                baud=p.baud,
+                ack_timeout_s=p.ack_timeout_s,
+                link_timeout_s=p.link_timeout_s,
+                backoff_min_s=p.reconnect_backoff_min_s,
+                backoff_max_s=p.reconnect_backoff_max_s,
+                log=self._link_log,
+            )
+        )
+        self._closing = False
+        self.last_write_ns = 0
+        self._last_sent: list[int] | None = None
+        self._last_send_t = 0.0
+        self._slew_t: float | None = None
+        self._generation = 0
+        self._measured_count = 0
+        self._last_commanded = [math.nan] * len(ACTUATORS)
+        self._diag_key: tuple[str, bool, bool, bool] | None = None
+        self._last_warn_t = -math.inf
+
+        self.pub_applied = publisher(self, Float64MultiArray, VALVE_APPLIED)
+        # The simulated leg's measured pressures come from the sim node itself.
+        self.pub_pressure = (
+            None if self.simulated else publisher(self, Float64MultiArray, VALVE_PRESSURE)
+        )
+        self.diagnostics = Diagnostics(
+            self, DIAGNOSTICS, 'valve_driver: DAC board', self.board.port
+        )
+        if subscribe:
+            subscription(self, Float64MultiArray, VALVE_COMMAND, self.on_command)
+        self.create_service(Trigger, '~/arm', self._srv_arm)
+        self.create_service(Trigger, '~/disarm', self._srv_disarm)
+        self.create_service(Trigger, '~/estop', self._srv_estop)
+        steady = Clock(clock_type=ClockType.STEADY_TIME)
+        self.create_timer(1.0 / p.rate_hz, self._tick, clock=steady)
+        self.create_timer(1.0, self._publish_diagnostics, clock=steady)
+
+        self.board.start()
+        if p.auto_arm:
+            self.safety.arm(time.monotonic())
+            self.get_logger().warning(
+                'auto_arm=true: ARMED at start-up; valves follow '
+                f'{VALVE_COMMAND.name} as soon as a command arrives'
+            )
+        else:
+            self.get_logger().info('started DISARMED (0 kPa); call /valve_driver/arm to enable')
+        self.get_logger().info(
+            f'board {p.board}'
+            + ('' if self.simulated else f' on {p.port}')
+            + f', max {self.cal.max_kpa:g} kPa = DAC code {self.cal.max_code}, '
+            f'watchdog {p.command_timeout_s:g} s, slew {p.slew_rate_kpa_s:g} kPa/s'
+        )
+
+    @_serialised
+    def _apply(self, cfg: DriverConfig) -> None:
+        """A runtime parameter changed (already validated): the new limits hold from now on."""
+        self.safety.configure(cfg.max_kpa, cfg.slew_rate_kpa_s, cfg.command_timeout_s)
+        self.cal = cfg.calibration()
+        self.board.cal = self.cal  # the next tick clamps the output to a lower ceiling
+
+    def _slew_elapsed(self) -> float:
+        """Time for the slew limit with the simulated board: the node clock (sim time)."""
+        t = self.get_clock().now().nanoseconds * 1e-9
+        elapsed = 0.0 if self._slew_t is None else max(0.0, t - self._slew_t)
+        self._slew_t = t
+        return elapsed
+
+    # ----------------------------------------------------------------- commands and output
+    @_serialised
+    def on_command(self, msg: Float64MultiArray) -> None:
+        now = time.monotonic()
+        self._check_reconnect(now)
+        self._last_commanded = list(msg.data)
+        res = self.safety.command(msg.data, now)
+        if res.warnings and now - self._last_warn_t > 1.0:
+            self._last_warn_t = now
+            self.get_logger().warning('; '.join(res.warnings))
+        self._send(self.safety.step(now, self._slew_elapsed() if self.simulated else None), now)
+
+    def _check_reconnect(self, now: float) -> None:
+        """After every (re)connect, vent until a command newer than the connect arrives."""
+        if self.board.generation != self._generation:
+            self._generation = self.board.generation
+            if self._generation > 1:
+                self.get_logger().warning(
+                    'DAC board reconnected: venting until a fresh command arrives'
+                )
+            self.safety.require_fresh_command(now)
+            self._last_sent = None
+
+    @_serialised
+    def _tick(self) -> None:
+        now = time.monotonic()
+        self._check_reconnect(now)
+        # The simulated board: the slew advances with the commands only (in sim time), so a tick
+        # changes the output only when the safety layer vents.
+        out = self.safety.step(now, 0.0 if self.simulated else None)
+        codes = self.cal.codes(out)
+        if codes != self._last_sent or (
+            self.board.needs_keepalive and now - self._last_send_t >= self.keepalive_s
+        ):
+            self._send(out, now)
+        if not self.context.ok():
+            return
+        board = self.board
+        if (
+            self.pub_pressure is not None
+            and board.measured_count != self._measured_count
+            and board.measured_kpa
+        ):
+            self._measured_count = board.measured_count
+            self.pub_pressure.publish(float_array(board.measured_kpa, PRESSURE_LAYOUT))
+        key = (board.state, self.safety.armed, self.safety.estopped, self.safety.watchdog_active)
+        if key != self._diag_key:
+            self._publish_diagnostics()
+
+    def _send(self, out_kpa: list[float], now: float) -> None:
+        codes = [0] * len(ACTUATORS) if self._closing else self.cal.codes(out_kpa)
+        seq = self.board.send_codes(codes)
+        if seq is not None:  # written: the fused loop's latency ends here
+            self.last_write_ns = time.perf_counter_ns()
+        self._last_sent = codes
+        self._last_send_t = now
+        applied = (
+            [self.cal.code_to_kpa(c) for c in codes] if seq is not None else [0.0] * len(ACTUATORS)
+        )
+        if self.context.ok():  # a signal may have shut ROS down already; the serial side still runs
+            self.pub_applied.publish(float_array(applied, PRESSURE_LAYOUT))
+
+    # ----------------------------------------------------------------- services
+    @_serialised
+    def _srv_arm(self, request, response):
+        now = time.monotonic()
+        self.safety.arm(now)
+        self._send(self.safety.step(now, 0.0), now)  # a vent: no slew
+        link = (
+            'board connected'
+            if self.board.connected
+            else f'WARNING: board not connected ({self.board.last_error or self.board.state})'
+        )
+        response.success = True
+        response.message = f'armed; output stays 0 kPa until the next command ({link})'
+        self.get_logger().info(response.message)
+        self._publish_diagnostics()
+        return response
+
+    @_serialised
+    def _srv_disarm(self, request, response):
+        now = time.monotonic()
+        self.safety.disarm()
+        self._send(self.safety.step(now, 0.0), now)  # a vent: no slew
+        response.success = True
+        response.message = 'disarmed: all channels vented to 0 kPa'
+        self.get_logger().info(response.message)
+        self._publish_diagnostics()
+        return response
+
+    @_serialised
+    def _srv_estop(self, request, response):
+        now = time.monotonic()
+        self.safety.estop()
+        self._send(self.safety.step(now, 0.0), now)  # a vent: no slew
+        response.success = True
+        response.message = (
+            'EMERGENCY STOP latched: all channels vented to 0 kPa; call /valve_driver/arm to re-arm'
+        )
+        self.get_logger().error(response.message)
+        self._publish_diagnostics()
+        return response
+
+    # ----------------------------------------------------------------- diagnostics
+    def _link_log(self, level: str, text: str) -> None:
+        # rclpy requires one severity per call site, hence one call per level.
+        if level == 'error':
+            self.get_logger().error(text)
+        elif level == 'warn':
+            self.get_logger().warning(text)
+        else:
+            self.get_logger().info(text)
+
+    def _publish_diagnostics(self) -> None:
+        s, lk, st = self.safety, self.board, self.board.stats
+        self._diag_key = (lk.state, s.armed, s.estopped, s.watchdog_active)
+        if s.estopped:
+            level, message = Level.ERROR, 'EMERGENCY STOP latched (vented)'
+        elif lk.state != 'connected':
+            level, message = Level.ERROR, f'DAC board {lk.state}: {lk.last_error}'
+        elif not s.armed:
+            level, message = Level.OK, 'disarmed (vented); call /valve_driver/arm'
+        elif s.watchdog_active:
+            level, message = Level.WARN, 'command watchdog tripped: vented'
+        else:
+            level, message = Level.OK, 'armed'
+        lat = lk.latency_percentiles_ms()
+        info = lk.info
+        values = {
+            'link': lk.state,
+            'port': lk.port,
+            'last_error': lk.last_error,
+            'firmware': '.'.join(map(str, info.firmware)) if info else '',
+            'board_watchdog_ms': str(info.watchdog_ms) if info else '',
+            'armed': str(s.armed).lower(),
+            'estopped': str(s.estopped).lower(),
+            'watchdog_active': str(s.watchdog_active).lower(),
+            'watchdog_trips': str(s.watchdog_trips),
+            'board_watchdog_vents': str(st.board_watchdog_vents),
+            'board_bad_frame_vents': str(st.board_bad_frame_vents),
+            'frames_sent': str(st.frames_sent),
+            'acks': str(st.acks),
+            'naks': str(sum(st.naks.values())),
+            'nak_reasons': ','.join(f'{k}={v}' for k, v in sorted(st.naks.items())),
+            'ack_timeouts': str(st.ack_timeouts),
+            'rx_rejected': str(st.rx_rejected),
+            'ack_latency_p50_ms': f'{lat["p50"]:.3f}' if lat else '',
+            'ack_latency_max_ms': f'{lat["max"]:.3f}' if lat else '',
+            'reconnects': str(st.reconnects),
+            'connect_failures': str(st.connect_failures),
+            'saturations': str(s.saturation_count),
+            'nonfinite_commands': str(s.nonfinite_count),
+            'rejected_commands': str(s.rejected_count),
+            'commanded_kpa': ','.join(f'{v:.3f}' for v in self._last_commanded),
+            'output_kpa': ','.join(f'{v:.3f}' for v in s.output),
+            'board_codes': ','.join(map(str, lk.board_codes or [])),
+            'measured_kpa': ','.join(f'{v:.3f}' for v in (lk.measured_kpa or [])),
+        }
+        self.diagnostics.publish(level, message, values)
+
+    # ----------------------------------------------------------------- shutdown
+    def vent_and_close(self) -> bool:
+        """Vent every channel and close the port; safe to call more than once."""
+        self._closing = True
+        self.safety.disarm()
+        acked = self.board.vent_and_close(self.shutdown_ack_timeout_s)
+        if acked and self.context.ok():
+            self.pub_applied.publish(float_array([0.0] * len(ACTUATORS), PRESSURE_LAYOUT))
+        return acked
+
+
+def vent_on_exit(node: ValveDriver) -> None:
+    acked = node.vent_and_close()
+    print(
+        'valve_driver: vented on shutdown ('
+        + ('acknowledged' if acked else 'NOT acknowledged: board unreachable, its watchdog vents')
+        + ')',
+        flush=True,
+    )
+
+
+def main(args=None) -> int:
+    return run_node(
+        ValveDriver,
+        args,
+        close=vent_on_exit,
+        config_hint='Fix config/valve.yaml or the --ros-args overrides.',
+    )
+
+
+if __name__ == '__main__':
+    sys.exit(main())

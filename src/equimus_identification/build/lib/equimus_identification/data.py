@@ -1,0 +1,504 @@
+"""Recordings in, identification experiments out.
+
+Two sources:
+- rosbag2 recordings of this project (`/valve/applied` or `/valve/command`, `/valve/pressure`,
+  `/joint_states` or `/sim/joint_states`), cut into one experiment per pressure step, kept on
+  their 120 Hz grid and fitted against the raw angles (a moving average flattens step
+  transients and biased the damping and valve-lag estimates by tens of per cent);
+- the EquiMus authors' CSVs (../shared/data/equimus/physical/): static equilibria (Set A / B) and
+  the ToCenter step releases, prepared as the authors do: from the release onwards, 4 s resampled
+  to 100 Hz by linear interpolation, then an 11-sample moving average.
+
+An `Experiment` is what the dynamic fit simulates: a measured joint trajectory on a uniform time
+grid, the valve command held over each sample interval, and the valve pressure at its start.
+Angles are the paper's θ1 (hip), θ2 (knee) in rad; pressures in kPa.
+"""
+
+from __future__ import annotations
+
+import pathlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy.signal import savgol_filter
+
+from equimus_description.interface import (
+    JOINT_STATES,
+    SIM_JOINT_STATES,
+    VALVE_APPLIED,
+    VALVE_COMMAND,
+    VALVE_PRESSURE,
+)
+
+RATE_HZ = 100.0  # the authors' resampling rate
+SMOOTH_SAMPLES = 11  # the authors' moving-average window
+BAG_RATE_HZ = 120.0  # our recordings: the mocap frame rate, so nothing is interpolated
+START_WINDOW = 11  # samples of the local cubic fit that estimates restart angles and velocities
+DURATION_S = 4.0  # the authors' identification window after the release
+HOLD_S = 5.0  # ToCenter: start pressures are held this long, then released
+
+# Set A of the paper: the 13 (P1, P2) kPa pairs without antagonistic actuation
+# (static/StaticPoint_effective_13.csv lists the same pairs; a test checks they agree).
+EFFECTIVE_13 = (
+    (0, 0),
+    (0, 10),
+    (0, 20),
+    (0, 30),
+    (10, 0),
+    (10, 10),
+    (10, 20),
+    (20, 0),
+    (20, 10),
+    (30, 0),
+    (30, 10),
+    (40, 0),
+    (50, 0),
+)
+
+JOINT_TOPICS = (JOINT_STATES.name, SIM_JOINT_STATES.name)
+COMMAND_TOPICS = (VALVE_APPLIED.name, VALVE_COMMAND.name)
+PRESSURE_TOPIC = VALVE_PRESSURE.name
+
+
+class DataError(ValueError):
+    """A recording cannot be used for identification; the message says why and what to do."""
+
+
+@dataclass
+class StaticSet:
+    """Equilibria: pressures (kPa) and the joint angles (rad) they hold, one row each."""
+
+    pressures_kpa: np.ndarray
+    q: np.ndarray
+    name: str = ''
+
+    def __len__(self):
+        return len(self.q)
+
+
+@dataclass
+class Experiment:
+    """One step experiment on a uniform time grid (t[0] = 0)."""
+
+    name: str
+    t: np.ndarray  # (N,) s
+    q: np.ndarray  # (N, 2) rad, measured (smoothed)
+    qd: np.ndarray  # (N, 2) rad/s, from the smoothed angles
+    command_kpa: np.ndarray  # (N, 2) valve command, held from t[i] to t[i+1]
+    p0_kpa: np.ndarray  # (2,) valve pressure at t = 0
+    meta: dict = field(default_factory=dict)
+    q_start: np.ndarray | None = None  # (N, 2) angles a simulation restarts from; None = q
+
+    @property
+    def start_q(self) -> np.ndarray:
+        return self.q if self.q_start is None else self.q_start
+
+    @property
+    def dt(self) -> float:
+        return float(self.t[1] - self.t[0])
+
+    def __len__(self):
+        return len(self.t)
+
+    def head(self, duration: float) -> Experiment:
+        """The first `duration` seconds (for quick fits and tests)."""
+        n = max(2, int(round(duration / self.dt)) + 1)
+        return Experiment(
+            self.name,
+            self.t[:n],
+            self.q[:n],
+            self.qd[:n],
+            self.command_kpa[:n],
+            self.p0_kpa.copy(),
+            dict(self.meta),
+            None if self.q_start is None else self.q_start[:n],
+        )
+
+
+def moving_average(x: np.ndarray, window: int = SMOOTH_SAMPLES) -> np.ndarray:
+    """Centred moving average along axis 0; edges padded with the end values (no lag, no shrink)."""
+    x = np.asarray(x, dtype=float)
+    if window <= 1:
+        return x.copy()
+    h = window // 2
+    pad = np.concatenate(
+        [np.repeat(x[:1], h, axis=0), x, np.repeat(x[-1:], window - 1 - h, axis=0)]
+    )
+    c = np.cumsum(np.concatenate([np.zeros((1,) + x.shape[1:]), pad]), axis=0)
+    return (c[window:] - c[:-window]) / window
+
+
+def resample(t_src, x_src, t_new) -> np.ndarray:
+    """Linear interpolation of each column of x_src onto t_new."""
+    x_src = np.asarray(x_src, dtype=float)
+    if x_src.ndim == 1:
+        return np.interp(t_new, t_src, x_src)
+    return np.stack([np.interp(t_new, t_src, x_src[:, j]) for j in range(x_src.shape[1])], axis=1)
+
+
+def hold(t_src, x_src, t_new) -> np.ndarray:
+    """Zero-order hold (last value at or before each t_new) of a command signal."""
+    idx = np.searchsorted(np.asarray(t_src), np.asarray(t_new), side='right') - 1
+    return np.asarray(x_src, dtype=float)[np.clip(idx, 0, len(t_src) - 1)]
+
+
+# ---------------------------------------------------------------- authors' CSVs
+
+
+def load_static_csv(path) -> StaticSet:
+    """StaticPoint_*.csv: columns P1 (kPa), P2 (kPa), theta1 (deg), theta2 (deg)."""
+    path = pathlib.Path(path)
+    try:
+        d = np.genfromtxt(path, delimiter=',', skip_header=1, dtype=float)
+    except OSError as exc:
+        raise DataError(f'{path}: cannot read ({exc})') from exc
+    d = np.atleast_2d(d)
+    if d.shape[1] != 4 or not np.all(np.isfinite(d)):
+        raise DataError(
+            f'{path}: expected 4 numeric columns P1 (kPa), P2 (kPa), theta1 (deg), '
+            f'theta2 (deg); got shape {d.shape}'
+        )
+    return StaticSet(d[:, :2].copy(), np.deg2rad(d[:, 2:]), name=path.stem)
+
+
+def _read_named_csv(path) -> np.ndarray:
+    try:
+        return np.genfromtxt(path, delimiter=',', names=True, dtype=float)
+    except OSError as exc:
+        raise DataError(f'{path}: cannot read ({exc})') from exc
+
+
+TOCENTER_COLUMNS = (
+    'relative_time',
+    'pressure1_start',
+    'pressure2_start',
+    'pressure1_end',
+    'pressure2_end',
+    'current_pressure1',
+    'current_pressure2',
+    'thigh_theta21',
+    'calf_theta32',
+)
+
+
+def is_tocenter_csv(path) -> bool:
+    try:
+        with open(path) as f:
+            header = f.readline()
+    except OSError:
+        return False
+    return all(c in header for c in TOCENTER_COLUMNS)
+
+
+def tocenter_groups(path) -> list[dict]:
+    """Split a ToCenter CSV into its groups (relative_time restarts at each group).
+
+    Each group: dict with t (s), command (N, 2) kPa, q (N, 2) rad, start/end pressures in kPa.
+    """
+    d = _read_named_csv(path)
+    missing = [c for c in TOCENTER_COLUMNS if c not in (d.dtype.names or ())]
+    if missing:
+        raise DataError(f'{path}: not a ToCenter CSV, missing columns {missing}')
+    t = d['relative_time']
+    cuts = np.r_[0, np.where(np.diff(t) < 0)[0] + 1, len(d)]
+    groups = []
+    for a, b in zip(cuts[:-1], cuts[1:], strict=True):
+        g = d[a:b]
+        groups.append(
+            dict(
+                t=g['relative_time'] - g['relative_time'][0],
+                command=np.stack([g['current_pressure1'], g['current_pressure2']], 1) / 1e3,
+                q=np.deg2rad(np.stack([g['thigh_theta21'], g['calf_theta32']], 1)),
+                start=(g['pressure1_start'][0] / 1e3, g['pressure2_start'][0] / 1e3),
+                end=(g['pressure1_end'][0] / 1e3, g['pressure2_end'][0] / 1e3),
+            )
+        )
+    return groups
+
+
+def release_index(g: dict, hold_s: float = HOLD_S) -> int:
+    """First sample where the command leaves the start pressures; for a (0, 0) group, t ≥ hold_s."""
+    start = np.asarray(g['start'])
+    moved = np.where(np.any(np.abs(g['command'] - start) > 1e-9, axis=1))[0]
+    moved = moved[g['t'][moved] > 0.5 * hold_s] if len(moved) else moved
+    if len(moved):
+        return int(moved[0])
+    return int(np.searchsorted(g['t'], hold_s))
+
+
+def local_cubic(q: np.ndarray, rate: float, window: int = START_WINDOW):
+    """Angles and velocities from a sliding local cubic fit (Savitzky-Golay).
+
+    Unlike a moving average it follows a step transient without flattening it, so simulations
+    restarted from these states are not biased towards slower dynamics.
+    """
+    w = min(window, len(q) if len(q) % 2 else len(q) - 1)
+    if w < 5:
+        return q.copy(), np.gradient(q, 1.0 / rate, axis=0)
+    return (
+        savgol_filter(q, w, 3, axis=0, mode='interp'),
+        savgol_filter(q, w, 3, deriv=1, delta=1.0 / rate, axis=0, mode='interp'),
+    )
+
+
+def prepare(
+    t_src,
+    q_src,
+    command_src,
+    t0: float,
+    duration: float,
+    rate: float,
+    smooth: int,
+    p0_kpa,
+    name: str,
+    meta: dict | None = None,
+    target: str = 'smoothed',
+) -> Experiment:
+    """Resample the whole signal to `rate`, filter it, then cut [t0, t0 + duration].
+
+    target 'smoothed' (the authors' way, for their CSVs): the fit compares with the moving average
+    of `smooth` samples and restarts from it. target 'raw' (our bags): the fit compares with the
+    measured angles themselves, which is unbiased under noise, and restarts from a local cubic fit.
+    Filtering before cutting keeps the window's edges honest (no padding at the release).
+    """
+    if target not in ('smoothed', 'raw'):
+        raise ValueError(f"target must be 'smoothed' or 'raw', got {target!r}")
+    t_src = np.asarray(t_src, float)
+    grid = np.arange(t_src[0], t_src[-1] + 1e-9, 1.0 / rate)
+    q_grid = resample(t_src, q_src, grid)
+    if target == 'smoothed':
+        qs = moving_average(q_grid, smooth)
+        q_start, qd = None, np.gradient(qs, 1.0 / rate, axis=0)
+    else:
+        qs = q_grid
+        q_start, qd = local_cubic(q_grid, rate)
+    i0 = int(np.searchsorted(grid, t0 - 1e-9))
+    n = int(round(duration * rate)) + 1
+    if i0 + n > len(grid):
+        n = len(grid) - i0
+    if n < 3:
+        raise DataError(f'{name}: fewer than 3 samples after t = {t0:.3f} s')
+    sl = slice(i0, i0 + n)
+    cmd = hold(t_src, command_src, grid[sl])
+    return Experiment(
+        name=name,
+        t=grid[sl] - grid[i0],
+        q=qs[sl],
+        qd=qd[sl],
+        command_kpa=cmd,
+        p0_kpa=np.asarray(p0_kpa, float).copy(),
+        meta=dict(meta or {}),
+        q_start=None if q_start is None else q_start[sl],
+    )
+
+
+def load_tocenter(
+    path,
+    groups='effective',
+    duration: float = DURATION_S,
+    rate: float = RATE_HZ,
+    smooth: int = SMOOTH_SAMPLES,
+) -> list[Experiment]:
+    """The ToCenter releases as experiments, prepared the authors' way.
+
+    groups: 'effective' (Set A's 13 pairs), 'all' (36), or an iterable of (P1, P2) kPa pairs.
+    The valve starts at the held start pressure (held for 5 s, so settled) and is commanded to
+    the end pressure (0) at the release.
+    """
+    wanted = (
+        None
+        if groups == 'all'
+        else {tuple(map(float, p)) for p in (EFFECTIVE_13 if groups == 'effective' else groups)}
+    )
+    out = []
+    for g in tocenter_groups(path):
+        key = tuple(float(round(v, 6)) for v in g['start'])
+        if wanted is not None and key not in wanted:
+            continue
+        i = release_index(g)
+        # A release logged at sample i happened between samples i−1 and i: take the midpoint.
+        t_rel = 0.5 * (g['t'][max(i - 1, 0)] + g['t'][i])
+        e = prepare(
+            g['t'],
+            g['q'],
+            g['command'],
+            t_rel,
+            duration,
+            rate,
+            smooth,
+            p0_kpa=g['start'],
+            name=f'P{key[0]:g}-{key[1]:g}',
+            meta={'start_kpa': list(key), 'end_kpa': list(g['end']), 'source': str(path)},
+        )
+        e.command_kpa[:] = np.asarray(g['end'])  # from the release instant on: the end pressure
+        out.append(e)
+    if wanted is not None and len(out) != len(wanted):
+        have = {tuple(e.meta['start_kpa']) for e in out}
+        raise DataError(f'{path}: groups {sorted(wanted - have)} not found in the file')
+    return out
+
+
+# ---------------------------------------------------------------- rosbag2 recordings
+
+
+@dataclass
+class Recording:
+    """Raw time series from one bag (t in s from the bag's first message)."""
+
+    t_q: np.ndarray
+    q: np.ndarray
+    t_cmd: np.ndarray
+    command_kpa: np.ndarray
+    t_p: np.ndarray | None = None
+    pressure_kpa: np.ndarray | None = None
+    source: str = ''
+    joint_topic: str = ''
+    command_topic: str = ''
+
+
+def _joint_order(names: Sequence[str]) -> list[int]:
+    names = list(names)
+    if {'hip', 'knee'} <= set(names):
+        return [names.index('hip'), names.index('knee')]
+    return [0, 1]
+
+
+def load_bag(path, joint_topic: str | None = None, command_topic: str | None = None) -> Recording:
+    """Read joint angles, valve commands and valve pressures from a rosbag2 recording.
+
+    By default the estimated `/joint_states` is used (what the rig measures), falling back to
+    `/sim/joint_states`; the command is `/valve/applied` (after the safety clamp), falling back to
+    `/valve/command`.
+    """
+    from equimus_record.bag import read_messages
+
+    path = pathlib.Path(path)
+    series: dict[str, tuple[list[float], list[list[float]]]] = {}  # topic → (t s, rows)
+    for topic, stamp, msg in read_messages(
+        path, list(JOINT_TOPICS + COMMAND_TOPICS + (PRESSURE_TOPIC,))
+    ):
+        if topic in JOINT_TOPICS:
+            pos = list(msg.position)
+            if len(pos) < 2:
+                continue
+            idx = _joint_order(msg.name)
+            row = [pos[idx[0]], pos[idx[1]]]
+        else:
+            row = list(msg.data)[:2]
+            if len(row) < 2:
+                continue
+        if not np.all(np.isfinite(row)):
+            continue
+        series.setdefault(topic, ([], []))
+        series[topic][0].append(stamp * 1e-9)
+        series[topic][1].append(row)
+
+    def pick(choice, options, what):
+        if choice is not None:
+            if choice not in series:
+                raise DataError(f'{path}: no {what} messages on {choice} (have {sorted(series)})')
+            return choice
+        for o in options:
+            if o in series and len(series[o][0]) >= 2:
+                return o
+        raise DataError(
+            f'{path}: no {what} topic with data (looked for {", ".join(options)}; '
+            f'have {sorted(series) or "none"}). Record these topics (docs/interfaces.md).'
+        )
+
+    jt = pick(joint_topic, JOINT_TOPICS, 'joint-state')
+    ct = pick(command_topic, COMMAND_TOPICS, 'valve-command')
+    t0 = min(series[jt][0][0], series[ct][0][0])
+
+    def arr(topic):
+        t, x = series[topic]
+        order = np.argsort(t, kind='stable')
+        return np.asarray(t)[order] - t0, np.asarray(x, float)[order]
+
+    tq, q = arr(jt)
+    tc, c = arr(ct)
+    tp, p = arr(PRESSURE_TOPIC) if PRESSURE_TOPIC in series else (None, None)
+    return Recording(tq, q, tc, c, tp, p, source=str(path), joint_topic=jt, command_topic=ct)
+
+
+def step_times(rec: Recording, threshold_kpa: float = 0.5) -> np.ndarray:
+    """Times at which the command jumps by more than threshold_kpa on any channel."""
+    jumps = np.any(np.abs(np.diff(rec.command_kpa, axis=0)) > threshold_kpa, axis=1)
+    return rec.t_cmd[1:][jumps]
+
+
+def segment_steps(
+    rec: Recording,
+    max_duration: float = DURATION_S,
+    min_duration: float = 0.5,
+    rate: float = BAG_RATE_HZ,
+    smooth: int = SMOOTH_SAMPLES,
+    threshold_kpa: float = 0.5,
+    name: str = 'bag',
+    target: str = 'raw',
+) -> list[Experiment]:
+    """One experiment per pressure step: from the step to the next step (at most max_duration).
+
+    By default on the recording's own 120 Hz grid, fitted against the raw angles (see `prepare`).
+
+    The valve pressure at the step is the measured `/valve/pressure` when recorded, else the
+    command held before the step (assumes the valve had settled).
+    """
+    steps = step_times(rec, threshold_kpa)
+    t_end = min(rec.t_q[-1], rec.t_cmd[-1] + max_duration)
+    bounds = list(steps) + [t_end]
+    out = []
+    for k, ts in enumerate(steps):
+        # stop one sample before the next step so every sample of the experiment has this command
+        dur = min(max_duration, bounds[k + 1] - ts - 1.0 / rate, rec.t_q[-1] - ts)
+        if dur < min_duration:
+            continue
+        if rec.t_p is not None and len(rec.t_p) >= 2:
+            p0 = resample(rec.t_p, rec.pressure_kpa, np.array([ts]))[0]
+        else:
+            p0 = hold(rec.t_cmd, rec.command_kpa, np.array([ts - 1e-6]))[0]
+        q_src_t = rec.t_q
+        exp = prepare(
+            q_src_t,
+            rec.q,
+            hold(rec.t_cmd, rec.command_kpa, q_src_t),
+            ts,
+            dur,
+            rate,
+            smooth,
+            p0_kpa=p0,
+            name=f'{name}#{k}',
+            target=target,
+            meta={
+                'source': rec.source,
+                't_step': float(ts),
+                'command_kpa': hold(rec.t_cmd, rec.command_kpa, np.array([ts]))[0].tolist(),
+            },
+        )
+        # the command on the experiment grid from the recorded command itself (exact step time)
+        exp.command_kpa = hold(rec.t_cmd, rec.command_kpa, exp.t + ts)
+        out.append(exp)
+    if not out:
+        raise DataError(
+            f'{rec.source}: no pressure step of at least {min_duration} s found '
+            f'(steps > {threshold_kpa} kPa on {rec.command_topic}); record step commands'
+        )
+    return out
+
+
+def load_any(paths: Iterable, groups='effective', duration: float = DURATION_S) -> dict:
+    """Sort inputs into {'static': [StaticSet], 'dynamic': [Experiment]} by what they contain."""
+    out: dict[str, list] = {'static': [], 'dynamic': []}
+    for p in paths:
+        p = pathlib.Path(p)
+        if p.is_dir() or p.suffix == '.mcap':
+            bag = p if p.is_dir() else p.parent
+            out['dynamic'] += segment_steps(load_bag(bag), max_duration=duration, name=bag.name)
+        elif p.suffix == '.csv' and is_tocenter_csv(p):
+            out['dynamic'] += load_tocenter(p, groups=groups, duration=duration)
+        elif p.suffix == '.csv':
+            out['static'].append(load_static_csv(p))
+        else:
+            raise DataError(f'{p}: not a rosbag2 folder, .mcap file or EquiMus CSV')
+    return out

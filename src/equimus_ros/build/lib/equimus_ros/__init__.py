@@ -1,0 +1,1 @@
+"""rclpy plumbing shared by every equimus node (no physics here)."""

@@ -1,0 +1,1 @@
+"""equimus_sim."""

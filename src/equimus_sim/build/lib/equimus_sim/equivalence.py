@@ -1,0 +1,297 @@
+"""Equivalence check in the spirit of the paper's Table III: MuJoCo models vs the Lagrangian model.
+
+Samples equilibria θ in the workspace Ω = [π/6, 2π/3] × [0, π/2] whose balancing pressures
+P = f(θ)/S lie in 0–50 kPa (the valves' range), then
+  static: settles each MuJoCo model under F = f(θ) and compares its rest pose with θ;
+  swing:  steps the forces from f(θ) to f(θ') (θ' another sample) and compares the joint
+          trajectories over `duration` seconds. Runs whose Lagrangian trajectory leaves the valid
+          range θ1 ∈ (π/6, 5π/6), θ2 ∈ (0, 2π/3) are rejected, as the authors do.
+Each model starts from its own rest state under the initial forces. Valve lag is left out (step
+forces), as in the paper. Prints RMSE and MaxAE per joint for 'equimus' and 'pure' beside Table III.
+
+Run: equivalence --samples 50 --seed 1 --duration 2 [--plot out.png] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+import mujoco
+import numpy as np
+
+from equimus_description.leg import load_leg
+
+from .lagrangian import LagrangianLeg
+from .leg_model import LegModel
+
+WORKSPACE = ((np.pi / 6, 2 * np.pi / 3), (0.0, np.pi / 2))
+VALID = ((np.pi / 6, 5 * np.pi / 6), (0.0, 2 * np.pi / 3))
+PAPER = {  # Table III (rad)
+    'static': {'rmse': (0.00096, 0.00574), 'maxae': (0.00369, 0.01452)},
+    'swing': {'rmse': (0.00094, 0.00586), 'maxae': (0.00379, 0.01559)},
+}
+VARIANTS = ('equimus', 'pure')
+
+
+def sample_equilibria(
+    lag: LagrangianLeg, n: int, rng, p_max_kpa: float = 50.0, max_tries: int = 200000
+) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """n stable equilibria θ ∈ Ω whose balancing pressures lie in [0, p_max] kPa: (θ, F, P)."""
+    areas = np.array([a.area for a in lag.leg.actuators.values()]) * 1e3
+    out: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    for _ in range(max_tries):
+        if len(out) == n:
+            break
+        q = np.array([rng.uniform(*WORKSPACE[0]), rng.uniform(*WORKSPACE[1])])
+        F = lag.balancing_forces(q)
+        P = F / areas
+        if (
+            np.all(P >= 0.0)
+            and np.all(p_max_kpa >= P)
+            and np.all(np.linalg.eigvals(lag.stiffness_matrix(q, F)).real > 0)
+        ):
+            out.append((q, F, P))
+    if len(out) < n:
+        raise RuntimeError(
+            f'only {len(out)} of {n} equilibria found with pressures in 0–{p_max_kpa} kPa'
+        )
+    return out
+
+
+def _in_valid(theta: np.ndarray) -> bool:
+    return bool(
+        np.all(
+            (theta[:, 0] > VALID[0][0])
+            & (theta[:, 0] < VALID[0][1])
+            & (theta[:, 1] > VALID[1][0])
+            & (theta[:, 1] < VALID[1][1])
+        )
+    )
+
+
+def _mujoco_step_response(lm: LegModel, q0, F0, F1, n_steps: int) -> tuple[np.ndarray, float]:
+    """Joint angles (n_steps + 1, n_joints) after a force step F0 -> F1, and the largest
+    loop-closure residual seen (m)."""
+    d = mujoco.MjData(lm.model)
+    lm.reset(d, q0)
+    lm.set_forces(d, F0)
+    lm.settle(d)
+    lm.set_forces(d, F1)
+    out = np.empty((n_steps + 1, len(lm.joint_names)))
+    out[0] = lm.joint_angles(d)
+    loop = 0.0
+    for k in range(n_steps):
+        mujoco.mj_step(lm.model, d)
+        out[k + 1] = lm.joint_angles(d)
+        if k % 10 == 0:
+            loop = max(loop, float(np.max(lm.loop_residuals(d), initial=0.0)))
+    if not np.all(np.isfinite(out)):
+        raise RuntimeError('MuJoCo step response diverged')
+    return out, loop
+
+
+def _metrics(errors: list) -> dict:
+    if not errors:
+        return {'rmse': [float('nan')] * 2, 'maxae': [float('nan')] * 2, 'n': 0}
+    e = np.concatenate(errors, axis=0)
+    return {
+        'rmse': np.sqrt(np.mean(e**2, axis=0)).tolist(),
+        'maxae': np.max(np.abs(e), axis=0).tolist(),
+        'n': len(errors),
+    }
+
+
+def run_equivalence(
+    samples: int = 20,
+    seed: int = 0,
+    duration: float = 2.0,
+    leg=None,
+    timestep: float | None = None,
+    integrator: str | None = None,
+    static_samples: int | None = None,
+    progress=None,
+    keep_traces: int = 0,
+) -> dict:
+    """Static and swing comparison; returns metrics per variant plus counts (and a few traces)."""
+    leg = leg if leg is not None else load_leg()
+    if timestep is not None:
+        leg = leg.with_timestep(timestep)
+    if integrator is not None:
+        leg = leg.with_overrides({'sim.integrator': integrator})
+    lag = LagrangianLeg(leg)
+    models = {v: LegModel(leg, v) for v in VARIANTS}
+    rng = np.random.default_rng(seed)
+    dt = leg.timestep
+    n_steps = int(round(duration / dt))
+    t = np.arange(n_steps + 1) * dt
+    say = progress or (lambda msg: None)
+
+    n_static = samples if static_samples is None else static_samples
+    static_err: dict[str, list[np.ndarray]] = {v: [] for v in VARIANTS}
+    eqs = sample_equilibria(lag, n_static, rng)
+    t0 = time.perf_counter()
+    for i, (q, F, _) in enumerate(eqs):
+        for v, lm in models.items():
+            d = mujoco.MjData(lm.model)
+            lm.reset(d, q)
+            lm.set_forces(d, F)
+            lm.settle(d)
+            static_err[v].append((lm.joint_angles(d) - q)[None, :])
+        if (i + 1) % max(1, n_static // 10) == 0:
+            say(f'static {i + 1}/{n_static} ({time.perf_counter() - t0:.1f} s)')
+
+    swing_err: dict[str, list[np.ndarray]] = {v: [] for v in VARIANTS}
+    traces: list[dict[str, np.ndarray]] = []
+    rejected = 0
+    max_loop = 0.0
+    t0 = time.perf_counter()
+    for i in range(samples):
+        (q0, F0, P0), (q1, F1, P1) = sample_equilibria(lag, 2, rng)
+        sol = lag.simulate(q0, F1, t)
+        if sol.status != 0 or sol.y.shape[1] != len(t):
+            rejected += 1
+            continue
+        ref = sol.y[:2].T
+        if not _in_valid(ref):
+            rejected += 1
+            continue
+        runs = {}
+        for v, lm in models.items():
+            runs[v], loop = _mujoco_step_response(lm, q0, F0, F1, n_steps)
+            max_loop = max(max_loop, loop)
+        for v in VARIANTS:
+            swing_err[v].append(runs[v] - ref)
+        if len(traces) < keep_traces:
+            traces.append({'t': t, 'lagrangian': ref, **runs, 'p0': P0, 'p1': P1})
+        if (i + 1) % max(1, samples // 10) == 0:
+            rmse = _metrics(swing_err['equimus'])['rmse']
+            say(
+                f'swing {i + 1}/{samples}: {i + 1 - rejected} valid, equimus RMSE so far '
+                f'{rmse[0]:.5f} / {rmse[1]:.5f} rad ({time.perf_counter() - t0:.1f} s)'
+            )
+    return {
+        'static': {v: _metrics(static_err[v]) for v in VARIANTS},
+        'swing': {v: _metrics(swing_err[v]) for v in VARIANTS},
+        'max_loop_residual_m': max_loop,
+        'swing_valid': samples - rejected,
+        'swing_rejected': rejected,
+        'samples': samples,
+        'seed': seed,
+        'duration': duration,
+        'timestep': dt,
+        'integrator': leg.integrator,
+        'traces': traces,
+    }
+
+
+def format_table(res: dict) -> str:
+    rows = [
+        f'{"test":8s} {"model":10s} {"RMSE θ1":>10s} {"RMSE θ2":>10s} '
+        f'{"MaxAE θ1":>10s} {"MaxAE θ2":>10s}  n'
+    ]
+    for test in ('static', 'swing'):
+        p = PAPER[test]
+        rows.append(
+            f'{test:8s} {"paper":10s} {p["rmse"][0]:10.5f} {p["rmse"][1]:10.5f} '
+            f'{p["maxae"][0]:10.5f} {p["maxae"][1]:10.5f}  (Table III)'
+        )
+        for v in VARIANTS:
+            m = res[test][v]
+            rows.append(
+                f'{test:8s} {v:10s} {m["rmse"][0]:10.5f} {m["rmse"][1]:10.5f} '
+                f'{m["maxae"][0]:10.5f} {m["maxae"][1]:10.5f}  {m["n"]}'
+            )
+    sw = res['swing']
+    ratio = np.array(sw['pure']['rmse']) / np.array(sw['equimus']['rmse'])
+    rows.append(
+        f'swing runs: {res["swing_valid"]} valid of {res["samples"]} '
+        f'({res["swing_rejected"]} left the valid workspace); duration {res["duration"]} s, '
+        f'dt {res["timestep"]} s, {res["integrator"]}'
+    )
+    rows.append(
+        f'pure / equimus swing RMSE: {ratio[0]:.1f}× / {ratio[1]:.1f}×; '
+        'largest EquiMus loop-closure residual during the swings: '
+        f'{res["max_loop_residual_m"]:.2e} m'
+    )
+    return '\n'.join(rows)
+
+
+def plot(res: dict, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+
+    traces = res['traces']
+    fig, axes = plt.subplots(len(traces), 2, figsize=(10, 2.6 * len(traces)), squeeze=False)
+    for r, tr in enumerate(traces):
+        for j in range(2):
+            ax = axes[r, j]
+            ax.plot(tr['t'], tr['lagrangian'][:, j], 'k-', lw=2, label='Lagrangian (scipy)')
+            ax.plot(tr['t'], tr['equimus'][:, j], 'C1--', label='EquiMus (MuJoCo)')
+            ax.plot(tr['t'], tr['pure'][:, j], 'C0:', label='pure MuJoCo (massless)')
+            ax.set_ylabel(f'θ{j + 1} (rad)')
+            ax.set_title(f'P {np.round(tr["p0"], 1)} → {np.round(tr["p1"], 1)} kPa', fontsize=9)
+            if r == len(traces) - 1:
+                ax.set_xlabel('t (s)')
+    axes[0, 0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        '--samples', type=int, default=50, help='swing step responses (and static poses)'
+    )
+    ap.add_argument(
+        '--static-samples', type=int, default=None, help='static poses (default: --samples)'
+    )
+    ap.add_argument('--seed', type=int, default=0)
+    ap.add_argument('--duration', type=float, default=2.0, help='seconds per step response')
+    ap.add_argument(
+        '--timestep', type=float, default=None, help='MuJoCo timestep (default: leg.yaml)'
+    )
+    ap.add_argument(
+        '--integrator', choices=['Euler', 'RK4', 'implicit', 'implicitfast'], default=None
+    )
+    ap.add_argument('--leg', default=None, help='leg YAML (default: config/leg.yaml)')
+    ap.add_argument('--overrides', default=None, help='override YAML (e.g. identified parameters)')
+    ap.add_argument('--plot', default=None, help='write a comparison plot (PNG)')
+    ap.add_argument('--json', default=None, help='write the metrics as JSON')
+    args = ap.parse_args(argv)
+    if args.samples < 1 or args.duration <= 0:
+        ap.error('--samples must be ≥ 1 and --duration > 0')
+    leg = load_leg(args.leg, overrides=args.overrides)
+    t0 = time.perf_counter()
+    res = run_equivalence(
+        args.samples,
+        args.seed,
+        args.duration,
+        leg=leg,
+        timestep=args.timestep,
+        integrator=args.integrator,
+        static_samples=args.static_samples,
+        progress=lambda s: print(s, file=sys.stderr, flush=True),
+        keep_traces=4 if args.plot else 0,
+    )
+    print(format_table(res))
+    print(f'({time.perf_counter() - t0:.1f} s wall)')
+    if args.plot:
+        plot(res, args.plot)
+        print(f'plot: {args.plot}')
+    if args.json:
+        out = {k: v for k, v in res.items() if k != 'traces'}
+        with open(args.json, 'w') as f:
+            json.dump(out, f, indent=2)
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -1,0 +1,229 @@
+"""MJCF from a LegDescription: the EquiMus 3-2-1 actuator unit, or the massless baseline.
+
+'equimus' (paper Sec. III): each actuator of mass m becomes three point-mass bodies on its line
+at ξ = 0, ½, 1 (m/6, 2m/3, m/6). The first hangs on a hinge at the base anchor, the other two on
+slide joints along the line (each segment: stiffness 2k, damping 2c, rest length l0/2 through
+`springref`, force F from a motor with gear +1 so that ctrl = F = S·P > 0 extends, as pressure
+does on the rig). A joint equality keeps the two segments equal, a connect equality closes the
+loop onto the tip anchor's body.
+
+'pure' (Table VI 'PureMuJoCo'): a massless spatial tendon between the two anchors with stiffness
+k, damping c, spring length l0 and one motor (gear +1); no extra bodies or constraints.
+
+Only the skeleton's inertial values carry mass; optional meshes are visual (no mass, no contact).
+The swing plane is the world y–z plane: all hinge axes must be parallel.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import xml.etree.ElementTree as ET
+
+import numpy as np
+
+from equimus_description.leg import LegDescription, anchor_world, load_leg
+
+VARIANTS = ('equimus', 'pure')
+POINT_INERTIA = 1e-9  # kg·m², tiny rotational inertia that MuJoCo needs on a point mass
+
+
+def default_mesh_dir() -> pathlib.Path:
+    """$EQUIMUS_MESH_DIR, else data/equimus/models/meshes in $EQUIMUS_SHARED (the EquiMus authors'
+    data; scripts/env.sh points it at the shared folder beside the checkout when there is one)."""
+    env = os.environ.get('EQUIMUS_MESH_DIR')
+    if env:
+        return pathlib.Path(env)
+    shared = os.environ.get('EQUIMUS_SHARED')
+    if shared:
+        return pathlib.Path(shared) / 'data' / 'equimus' / 'models' / 'meshes'
+    raise FileNotFoundError(
+        'no mesh folder: set EQUIMUS_MESH_DIR (the STL meshes) or '
+        'EQUIMUS_SHARED (the shared data folder), pass mesh_dir, or meshes=False'
+    )
+
+
+def _f(x) -> str:
+    return ' '.join(repr(float(v)) for v in np.atleast_1d(x))
+
+
+def _sub(parent, tag, **attrs):
+    return ET.SubElement(
+        parent, tag, {k: (v if isinstance(v, str) else _f(v)) for k, v in attrs.items()}
+    )
+
+
+def seg_names(act: str) -> tuple:
+    """Names of the two slide joints (and their motors) of an actuator's 3-2-1 unit."""
+    return f'{act}_seg1', f'{act}_seg2'
+
+
+def point_names(act: str) -> tuple:
+    """Names of the three point-mass bodies of an actuator's 3-2-1 unit (ξ = 0, ½, 1)."""
+    return f'{act}_p0', f'{act}_p1', f'{act}_p2'
+
+
+def _plane_axis(leg: LegDescription) -> np.ndarray:
+    axes = [j.axis for j in leg.joints.values()]
+    axis = axes[0] if axes else np.array([-1.0, 0.0, 0.0])
+    for j in leg.joints.values():
+        if abs(abs(float(j.axis @ axis)) - 1.0) > 1e-9:
+            raise ValueError(
+                f'joint {j.name}: axis {j.axis} not parallel to {axis}; the builder '
+                'supports planar skeletons (all hinge axes parallel)'
+            )
+    return axis
+
+
+def build_mjcf(
+    leg: LegDescription | None = None,
+    variant: str = 'equimus',
+    *,
+    meshes: bool = False,
+    mesh_dir=None,
+    timestep: float | None = None,
+    integrator: str | None = None,
+) -> str:
+    """MJCF XML text of the leg. meshes=True adds visual meshes (needs mesh_dir)."""
+    leg = leg if leg is not None else load_leg()
+    if variant not in VARIANTS:
+        raise ValueError(f'variant must be one of {VARIANTS}, got {variant!r}')
+    axis = _plane_axis(leg)
+    dt = float(timestep if timestep is not None else leg.timestep)
+    root = ET.Element('mujoco', model=f'{leg.name}_{variant}')
+    _sub(root, 'compiler', angle='radian', autolimits='true')
+    opt = _sub(
+        root,
+        'option',
+        timestep=dt,
+        integrator=integrator or leg.integrator,
+        gravity=[0.0, 0.0, -leg.gravity],
+    )
+    _sub(opt, 'flag', contact='disable')
+    if meshes:
+        mesh_dir = pathlib.Path(mesh_dir) if mesh_dir is not None else default_mesh_dir()
+        asset = _sub(root, 'asset')
+        for b in leg.bodies.values():
+            if b.mesh:
+                if not (mesh_dir / b.mesh).is_file():
+                    raise FileNotFoundError(
+                        f'mesh {b.mesh} not in {mesh_dir}: pass mesh_dir or meshes=False'
+                    )
+                _sub(asset, 'mesh', name=f'{b.name}_mesh', file=str(mesh_dir / b.mesh))
+
+    world = _sub(root, 'worldbody')
+    elems: dict[str, ET.Element] = {}  # body name -> its <body> element
+    for name, b in leg.bodies.items():
+        j = leg.parent_joint(name)
+        parent = world if j is None else elems[j.parent]
+        el = _sub(parent, 'body', name=name, pos=b.pos)
+        if j is not None:
+            _sub(
+                el,
+                'joint',
+                name=j.name,
+                type='hinge',
+                pos=[0, 0, 0],
+                axis=j.axis,
+                ref=j.ref,
+                damping=j.damping,
+                range=list(j.range),
+                limited='true',
+            )
+        _sub(el, 'inertial', pos=b.com, mass=b.mass, fullinertia=b.inertia)
+        _sub(el, 'site', name=f'{name}_origin', pos=[0, 0, 0], size=[0.004])
+        if meshes and b.mesh:
+            _sub(
+                el,
+                'geom',
+                type='mesh',
+                mesh=f'{name}_mesh',
+                mass=0.0,
+                contype='0',
+                conaffinity='0',
+                group='1',
+                rgba=[0.75, 0.75, 0.75, 0.9],
+            )
+        elems[name] = el
+
+    equality = ET.Element('equality')
+    actuator = ET.Element('actuator')
+    tendon = ET.Element('tendon')
+    solref = [max(leg.equality_solref[0], 2.0 * dt), leg.equality_solref[1]]
+    for a in leg.actuators.values():
+        _sub(elems[a.base.body], 'site', name=f'{a.name}_base', pos=a.base.pos, size=[0.003])
+        _sub(elems[a.tip.body], 'site', name=f'{a.name}_tip', pos=a.tip.pos, size=[0.003])
+        fmax = a.area * a.pressure_max_kpa * 1e3
+        if variant == 'pure':
+            t = _sub(
+                tendon,
+                'spatial',
+                name=a.name,
+                stiffness=a.k,
+                damping=a.c,
+                springlength=a.l0,
+                width=0.003,
+            )
+            _sub(t, 'site', site=f'{a.name}_base')
+            _sub(t, 'site', site=f'{a.name}_tip')
+            _sub(actuator, 'motor', name=a.name, tendon=a.name, gear=[1.0], ctrlrange=[0.0, fmax])
+            continue
+        pa, pb = anchor_world(leg, a.base), anchor_world(leg, a.tip)
+        lb = float(np.linalg.norm(pb - pa))
+        if lb < 1e-6:
+            raise ValueError(f'actuator {a.name}: both anchors coincide at the build pose')
+        e = (pb - pa) / lb
+        masses = (a.m / 6.0, 2.0 * a.m / 3.0, a.m / 6.0)
+        p_names, s_names = point_names(a.name), seg_names(a.name)
+        el = _sub(elems[a.base.body], 'body', name=p_names[0], pos=a.base.pos)
+        _sub(el, 'joint', name=f'{a.name}_swing', type='hinge', pos=[0, 0, 0], axis=axis)
+        _sub(el, 'inertial', pos=[0, 0, 0], mass=masses[0], diaginertia=[POINT_INERTIA] * 3)
+        for i in (1, 2):
+            el = _sub(el, 'body', name=p_names[i], pos=e * lb / 2.0)
+            _sub(
+                el,
+                'joint',
+                name=s_names[i - 1],
+                type='slide',
+                pos=[0, 0, 0],
+                axis=e,
+                stiffness=2.0 * a.k,
+                damping=2.0 * a.c,
+                springref=(a.l0 - lb) / 2.0,
+            )
+            _sub(el, 'inertial', pos=[0, 0, 0], mass=masses[i], diaginertia=[POINT_INERTIA] * 3)
+        _sub(el, 'site', name=f'{a.name}_end', pos=[0, 0, 0], size=[0.003])
+        _sub(
+            equality,
+            'connect',
+            name=f'{a.name}_loop',
+            body1=p_names[2],
+            body2=a.tip.body,
+            anchor=[0, 0, 0],
+            solref=solref,
+            solimp=list(leg.equality_solimp),
+        )
+        _sub(
+            equality,
+            'joint',
+            name=f'{a.name}_mid',
+            joint1=s_names[0],
+            joint2=s_names[1],
+            polycoef=[0, 1, 0, 0, 0],
+            solref=solref,
+            solimp=list(leg.equality_solimp),
+        )
+        for s in s_names:
+            _sub(actuator, 'motor', name=s, joint=s, gear=[1.0], ctrlrange=[0.0, fmax])
+    for el in (tendon, equality, actuator):
+        if len(el):
+            root.append(el)
+    ET.indent(root)
+    return ET.tostring(root, encoding='unicode')
+
+
+def build_model(leg: LegDescription | None = None, variant: str = 'equimus', **kw):
+    """Compiled mujoco.MjModel of build_mjcf(leg, variant, **kw)."""
+    import mujoco
+
+    return mujoco.MjModel.from_xml_string(build_mjcf(leg, variant, **kw))

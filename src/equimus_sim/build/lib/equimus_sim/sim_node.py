@@ -1,0 +1,350 @@
+"""ROS 2 node `sim`: the simulated leg behind the same topics as the real rig.
+
+A thin wrapper over `simulator.LegSimulator` (physics, valves) and `mocap.VirtualMocap` (what the
+NatNet bridge would publish). The node owns sim time: it publishes /clock and stamps everything
+with sim time, and never uses sim time itself.
+
+Its valves follow /valve/applied: the pressures the valve driver (`board: sim`) applies after its
+safety layer, exactly as the rig's valves follow the driver's DAC codes. The node applies no
+safety rule of its own; pressures no valve could produce are refused (counted, logged) and the
+valves keep their setpoint.
+
+Threads: an executor thread receives /valve/applied and serves ~/reset; the main thread runs
+the loop (one tick = one mocap frame = 1/mocap_rate sim seconds) and publishes. A lock guards
+the simulator.
+- realtime: ticks on absolute wall deadlines t0 + k·period/rate_factor (monotonic clock, no
+  drift); rate_factor 0 runs as fast as possible. The newest pressures are held between ticks.
+- lockstep: each /valve/applied message (the driver's answer to a command, or a vent of its
+  safety layer) advances exactly one tick and then that frame's outputs are published. With no
+  message for `lockstep_timeout` wall seconds (a dropped mocap frame broke the loop, or the
+  controller is not up yet or has stopped) it advances anyway, holding the last pressures.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import threading
+import time
+from collections import deque
+
+import numpy as np
+from geometry_msgs.msg import PoseStamped
+from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
+from rclpy.node import Node
+from rclpy.parameter import Parameter
+from rosgraph_msgs.msg import Clock
+from sensor_msgs.msg import JointState
+from std_msgs.msg import Float64MultiArray
+from std_srvs.srv import Trigger
+
+from equimus_description.interface import (
+    ACTUATORS,
+    BODIES,
+    CLOCK,
+    DIAGNOSTICS,
+    FRAME_MOCAP,
+    JOINTS,
+    PRESSURE_LAYOUT,
+    SIM_JOINT_STATES,
+    TOPICS,
+    VALVE_APPLIED,
+    VALVE_PRESSURE,
+    mocap_topic,
+)
+from equimus_ros.arrays import float_array
+from equimus_ros.cdr import ArrayWriter, ClockWriter, JointStateWriter, PoseWriter
+from equimus_ros.diagnostics import Diagnostics, Level
+from equimus_ros.main import is_shutting_down, run_node
+from equimus_ros.params import bind
+from equimus_ros.qos import publisher, subscription
+
+from .config import SimConfig
+from .mocap import VirtualMocap
+from .pacing import JitterStats, Pacer
+from .simulator import make_simulator
+
+_TOPICS = {t.name: t for t in TOPICS}
+
+
+class SimNode(Node):
+    """The `sim` node; see the module docstring."""
+
+    def __init__(self, **kwargs):
+        super().__init__('sim', **kwargs)
+        if self.get_parameter('use_sim_time').value:
+            self.get_logger().warning(
+                'use_sim_time=true ignored: the sim node publishes /clock and '
+                'must run on wall time; set use_sim_time only on the other nodes'
+            )
+            self.set_parameters([Parameter('use_sim_time', Parameter.Type.BOOL, False)])
+        self.params = bind(self, SimConfig())
+        p = self.params.config
+        self.mode = p.mode
+        self.rate_factor = p.rate_factor
+        self.lockstep_timeout = p.lockstep_timeout
+        self.rate = p.mocap_rate
+        self.diag_period = p.diagnostics_period
+        self.realtime_priority = p.realtime_priority
+
+        self.sim = make_simulator(
+            leg_path=p.leg_description or None,
+            overrides=p.parameter_overrides or None,
+            variant=p.variant,
+            timestep=p.timestep or None,
+            initial_pressures=list(p.initial_pressures),
+            initial_q=None if p.initial_equilibrium else list(p.initial_q),
+        )
+        self.mocap = VirtualMocap(p.mocap())
+
+        self.lock = threading.Lock()
+        self.cond = threading.Condition(self.lock)
+        self.queue: deque = deque(maxlen=1000)
+        self.frame = 0
+        self.lockstep_timeouts = 0
+        self.lockstep_discarded = 0
+        self.commands = 0
+        self.work = JitterStats(2400)
+        self.pacer = Pacer(1.0 / (self.rate * self.rate_factor) if self.rate_factor > 0 else 0.0)
+        self._stop = threading.Event()
+        self._last_resets = 0
+        self._diag_wall = time.monotonic()
+        self._diag_sim = 0.0
+
+        self.pub_clock = publisher(self, Clock, CLOCK)
+        self.pub_joints = publisher(self, JointState, SIM_JOINT_STATES)
+        self.pub_pose = {b: publisher(self, PoseStamped, _TOPICS[mocap_topic(b)]) for b in BODIES}
+        self.pub_pressure = publisher(self, Float64MultiArray, VALVE_PRESSURE)
+        self.diagnostics = Diagnostics(self, DIAGNOSTICS, 'sim: simulator', 'mujoco')
+        subscription(self, Float64MultiArray, VALVE_APPLIED, self._on_applied)
+        self.create_service(Trigger, '~/reset', self._on_reset)
+        self.create_timer(self.diag_period, self._publish_diagnostics)
+
+        self.out_clock = ClockWriter(self.pub_clock)
+        self.out_joints = JointStateWriter(self.pub_joints, list(JOINTS))
+        self.out_pose = {b: PoseWriter(self.pub_pose[b], FRAME_MOCAP) for b in BODIES}
+        self.out_pressure = ArrayWriter(
+            self.pub_pressure, float_array([0.0] * len(ACTUATORS), PRESSURE_LAYOUT)
+        )
+        self.get_logger().info(
+            f'sim: {p.variant} model, Δt={self.sim.dt * 1e3:.4f} ms, {self.mode}'
+            + (
+                f' x{self.rate_factor:g}'
+                if self.mode == 'realtime'
+                else f' (timeout {self.lockstep_timeout:g} s)'
+            )
+            + f', {self.rate:g} Hz frames, θ0={np.round(self.sim.initial_q, 4).tolist()} rad; '
+            f'valves follow {VALVE_APPLIED.name}'
+        )
+
+    # ----- callbacks (executor thread) ------------------------------------------------------
+    def _on_applied(self, msg: Float64MultiArray) -> None:
+        with self.cond:
+            self.commands += 1
+            problem = self.sim.set_command(list(msg.data))
+            if self.mode == 'lockstep':
+                self.queue.append(self.sim.command.copy())
+                self.cond.notify()
+        if problem:
+            self.get_logger().warning(
+                f'refused {VALVE_APPLIED.name} {list(msg.data)}: {problem}; the valves keep '
+                f'{self.sim.command.tolist()} kPa',
+                throttle_duration_sec=1.0,
+            )
+
+    def _on_reset(self, request, response):
+        with self.lock:
+            self.sim.reset('reset service called')
+            self.mocap.clear_pending()
+        response.success = True
+        response.message = (
+            f'leg reset to θ={np.round(self.sim.initial_q, 4).tolist()} rad, '
+            f'p={self.sim.initial_pressures.tolist()} kPa'
+        )
+        self.get_logger().info(response.message)
+        return response
+
+    # ----- the loop (main thread) -----------------------------------------------------------
+    def time_ns(self, frame: int) -> int:
+        return int(round(frame * 1e9 / self.rate))
+
+    def tick(self, command=None) -> None:
+        """Advance one frame (optionally with a lockstep command) and publish its outputs."""
+        t0 = time.perf_counter()
+        with self.lock:
+            if command is not None:
+                self.sim.command = command
+            self.frame += 1
+            t_ns = self.time_ns(self.frame)
+            self.sim.advance_to(t_ns * 1e-9)
+            self._drop_unanswered_commands()
+            self._publish_frame(t_ns)
+            resets = self.sim.resets
+        self.work.add(time.perf_counter() - t0)
+        if resets != self._last_resets:
+            self._last_resets = resets
+            self.get_logger().error(
+                f'simulation reset ({resets} so far): {self.sim.last_reset_reason}'
+            )
+            self._publish_diagnostics()
+
+    def _publish_frame(self, t_ns: int) -> None:
+        sim = self.sim
+        self.out_clock.write(t_ns)
+        self.out_joints.write(t_ns, *sim.joint_state())
+        self.mocap.capture_arrays(t_ns * 1e-9, *sim.body_arrays(BODIES))
+        for frame in self.mocap.release(t_ns * 1e-9):
+            cap_ns = int(round(frame.capture_time * 1e9))
+            for name, pose in frame.bodies.items():
+                self.out_pose[name].write(cap_ns, pose.position, pose.orientation)
+        self.out_pressure.write(sim.pressures)
+
+    def _drop_unanswered_commands(self) -> None:
+        # Lockstep: only a command sent after a frame was published answers that frame. Commands
+        # queued earlier (start-up vents, a late answer after a timeout) would otherwise keep the
+        # loop permanently that many frames behind, varying from run to run.
+        if self.mode == 'lockstep':
+            self.lockstep_discarded += len(self.queue)
+            self.queue.clear()
+
+    def publish_initial(self) -> None:
+        with self.lock:
+            self._drop_unanswered_commands()
+            self._publish_frame(self.time_ns(0))
+
+    def run(self) -> None:
+        """Main loop until shutdown; the executor runs in a background thread."""
+        executor = SingleThreadedExecutor(context=self.context)
+        executor.add_node(self)
+        spinner = threading.Thread(target=self._spin, args=(executor,), daemon=True)
+        spinner.start()
+        if self.mode == 'realtime':
+            self._set_priority(self.realtime_priority)
+        try:
+            self.publish_initial()
+            self.pacer.restart()
+            while not self._stop.is_set() and self.context.ok():
+                try:
+                    if self.mode == 'realtime':
+                        self.pacer.wait()
+                        self.tick()
+                    else:
+                        self._lockstep_once()
+                except Exception:
+                    if self.context.ok():
+                        raise
+                    break  # shut down (SIGINT/SIGTERM) while publishing: leave quietly
+        finally:
+            self._stop.set()
+            spinner.join(timeout=2.0)
+            executor.remove_node(self)
+            executor.shutdown(timeout_sec=0.5)
+
+    def _set_priority(self, prio: int) -> None:
+        if prio <= 0:
+            return
+        try:
+            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(prio))  # this thread only
+            self.get_logger().info(f'loop thread runs SCHED_FIFO priority {prio}')
+        except (OSError, AttributeError) as e:
+            self.get_logger().warning(
+                f'realtime_priority={prio} not applied ({e}); running with normal '
+                'scheduling. Grant CAP_SYS_NICE or an rtprio limit to use it.'
+            )
+
+    def _lockstep_once(self) -> None:
+        deadline = time.monotonic() + self.lockstep_timeout
+        with self.cond:
+            while not self.queue and not self._stop.is_set() and self.context.ok():
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                self.cond.wait(min(remaining, 0.1))
+            command = self.queue.popleft() if self.queue else None
+            if command is None:
+                if self._stop.is_set() or not self.context.ok():
+                    return
+                self.lockstep_timeouts += 1
+        self.tick(command)
+
+    def _spin(self, executor) -> None:
+        try:
+            while not self._stop.is_set() and self.context.ok():
+                executor.spin_once(timeout_sec=0.1)
+        except (ExternalShutdownException, KeyboardInterrupt):
+            pass
+        except RuntimeError:
+            # a signal shut the context down between the check and spin_once: leave quietly
+            if not is_shutting_down():
+                raise
+        finally:
+            self._stop.set()
+            with self.cond:
+                self.cond.notify_all()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    # ----- diagnostics ----------------------------------------------------------------------
+    def _publish_diagnostics(self) -> None:
+        now = time.monotonic()
+        with self.lock:
+            sim = self.sim
+            sim_t = self.frame / self.rate
+            wall = now - self._diag_wall
+            rtf = (sim_t - self._diag_sim) / wall if wall > 0 else math.nan
+            self._diag_wall, self._diag_sim = now, sim_t
+            jit = self.pacer.jitter.summary()
+            self.pacer.jitter.clear()
+            work = self.work.summary()
+            self.work.clear()
+            values = {
+                'mode': self.mode,
+                'rate_factor': f'{self.rate_factor:g}',
+                'sim_time': f'{sim_t:.6f}',
+                'frames': str(self.frame),
+                'real_time_factor': f'{rtf:.4f}',
+                'jitter_p50_us': f'{jit["p50"] * 1e6:.1f}',
+                'jitter_p99_us': f'{jit["p99"] * 1e6:.1f}',
+                'jitter_max_us': f'{jit["max"] * 1e6:.1f}',
+                'jitter_samples': str(jit['n']),
+                'tick_work_p50_us': f'{work["p50"] * 1e6:.1f}',
+                'tick_work_p99_us': f'{work["p99"] * 1e6:.1f}',
+                'overruns': str(self.pacer.overruns),
+                'applied_received': str(self.commands),
+                'lockstep_timeouts': str(self.lockstep_timeouts),
+                'lockstep_discarded': str(self.lockstep_discarded),
+                'refused_pressures': str(sim.rejected),
+                'last_refusal': sim.last_reject_reason,
+                'resets': str(sim.resets),
+                'last_reset_reason': sim.last_reset_reason,
+                'mocap_dropped_frames': str(self.mocap.dropped),
+                'mocap_occluded_poses': str(self.mocap.occluded),
+                'valve_pressure_kpa': str(np.round(sim.pressures, 3).tolist()),
+                'valve_setpoint_kpa': str(np.round(sim.command, 3).tolist()),
+            }
+            level = Level.OK
+            message = f'{self.mode}, real-time factor {rtf:.2f}'
+            if sim.resets:
+                level, message = Level.WARN, f'{message}; {sim.resets} unstable-state resets'
+            if sim.rejected:
+                level, message = (
+                    Level.WARN,
+                    f'{message}; {sim.rejected} impossible pressures refused',
+                )
+        self.diagnostics.publish(level, message, values)
+
+
+def main(args=None) -> int:
+    return run_node(
+        SimNode,
+        args,
+        spin=SimNode.run,
+        close=SimNode.stop,
+        config_hint='Fix config/sim.yaml or the --ros-args overrides.',
+    )
+
+
+if __name__ == '__main__':
+    sys.exit(main())

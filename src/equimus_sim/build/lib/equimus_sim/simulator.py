@@ -1,0 +1,277 @@
+"""The simulated leg as the controller sees it: valves, muscles and MuJoCo physics (no ROS).
+
+`LegSimulator` owns the MjModel/MjData (through `LegModel`) and adds what the model alone does
+not have: the valves' first-order lag, stepping to a target time, and recovery from a numerically
+unstable state.
+
+Pressures in: the pressures the valves are set to (kPa), i.e. what the valve driver applies after
+its safety layer (clamp, NaN vent, slew, watchdog, arming: equimus_hw.valve, the same on the real
+rig). The simulator repeats none of those rules; it only refuses what no valve could produce (a
+wrong number of values, a non-finite value, outside 0..p_max): the valves then keep their last
+setpoint and the refusal is counted with its reason.
+
+Valve: each channel follows the description's one valve model (equimus_description.valve.ValveLag,
+τ from the leg description) stepped once per physics step of Δt with the setpoint held. With
+`tau=None` the simulator has no valve of its own and the pressures act at once (the rig emulator:
+the DAC board emulator's valve model is the valve there).
+
+Instability: after each `advance`, non-finite or runaway qpos/qvel, or a MuJoCo bad-state warning
+(MuJoCo would silently auto-reset to its loading pose), resets the leg to the initial pose and
+pressures, counts the event and keeps its reason; nothing is raised.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import mujoco
+import numpy as np
+
+from equimus_description.interface import BODIES
+from equimus_description.valve import ACTUATORS, ValveLag
+from equimus_description.valve import HARD_MAX_KPA as P_MAX_KPA
+
+MAX_JOINT_SPEED = 1.0e3  # rad/s or m/s in any dof: beyond this the integration has diverged
+
+_BAD_WARNINGS = (
+    mujoco.mjtWarning.mjWARN_BADQACC,
+    mujoco.mjtWarning.mjWARN_BADQPOS,
+    mujoco.mjtWarning.mjWARN_BADQVEL,
+)
+_BAD_WARNING_IDX = np.array([int(w) for w in _BAD_WARNINGS])
+
+
+def physical_problem(p_kpa, n: int = len(ACTUATORS), p_max=P_MAX_KPA) -> str | None:
+    """Why valves cannot be set to `p_kpa` (kPa), or None when they can (a sanity check only).
+
+    p_max: upper limit (kPa), one number or one per channel."""
+    try:
+        p = np.asarray(p_kpa, dtype=float).reshape(-1)
+    except (TypeError, ValueError):
+        return f'pressures {p_kpa!r} are not numbers'
+    if p.size != n:
+        return f'{p.size} pressures, expected {n} ({", ".join(ACTUATORS[:n])})'
+    pmax = np.broadcast_to(np.asarray(p_max, dtype=float), (n,))
+    if not np.all(np.isfinite(p)):
+        return f'pressures {p.tolist()} kPa are not finite'
+    if np.any(p < 0.0) or np.any(p > pmax):
+        return f"pressures {p.tolist()} kPa outside the valves' range [0, {pmax.tolist()}] kPa"
+    return None
+
+
+class LegSimulator:
+    """MuJoCo leg + valve lag + instability recovery.
+
+    leg_model: an `equimus_sim.leg_model.LegModel` (owns MjModel, knows joints/actuators).
+    tau: valve time constant (s), None = no valve lag here; initial_pressures (kPa) and initial_q
+    (θ1, θ2 rad; None = static equilibrium at the initial pressures) define the pose `reset()`
+    returns to.
+    """
+
+    def __init__(
+        self,
+        leg_model,
+        tau: float | None,
+        p_max=P_MAX_KPA,
+        initial_pressures: Sequence[float] = (0.0, 0.0),
+        initial_q: Sequence[float] | None = None,
+    ):
+        self.leg = leg_model
+        self.model = leg_model.model
+        self.data = mujoco.MjData(self.model)
+        self.n = len(leg_model.actuator_names)
+        self.names = tuple(leg_model.actuator_names)
+        self.p_max = np.broadcast_to(np.asarray(p_max, float), (self.n,)).copy()
+        self.dt = float(self.model.opt.timestep)
+        problem = physical_problem(initial_pressures, self.n, self.p_max)
+        if problem:
+            raise ValueError(f'invalid initial pressures: {problem}')
+        self.initial_pressures = np.asarray(initial_pressures, float).reshape(self.n)
+        if initial_q is None:
+            initial_q = self.leg.static_equilibrium(self.initial_pressures)
+        self.initial_q = np.array(initial_q, float).reshape(2)
+        self.valve = None if tau is None else ValveLag(tau, self.n, self.initial_pressures)
+        # Hot path: F = S·P written straight to the actuator motors (LegModel.set_pressures does
+        # the same with per-call argument checks that cost more than an mj_step).
+        self._gain = np.asarray(leg_model.areas, float) * 1e3  # N per kPa
+        ctrl_idx = np.asarray(leg_model.ctrl_idx).reshape(self.n, -1)
+        self._ctrl_act = np.full(self.model.nu, -1, dtype=int)
+        for i, row in enumerate(ctrl_idx):
+            self._ctrl_act[row] = i
+        if np.any(self._ctrl_act < 0):
+            raise ValueError(
+                'the model has motors that belong to no actuator of the leg description'
+            )
+        # Cache of a^1..a^n for the last (n, dt) that `_powers` was asked for.
+        self._pow_n: int = -1
+        self._pow_dt: float | None = None
+        self._pow: list[float] = []
+        self._gain_t = tuple(self._gain.tolist())
+        self._ctrl_act_t = tuple(self._ctrl_act.tolist())
+        self._body_ids: dict[tuple[str, ...], np.ndarray] = {}
+        self.command = self.initial_pressures.copy()  # the valves' setpoint, kPa
+        self.time = 0.0  # nominal sim time, s (monotonic across resets)
+        self.steps = 0
+        self.resets = 0
+        self.last_reset_reason = ''
+        self.rejected = 0
+        self.last_reject_reason = ''
+        self._warn_number = self.data.warning.number  # live view of MuJoCo's warning counters
+        self._warn_counts = self._bad_warning_count()
+        self._warn_bytes = self._warn_number.tobytes()
+        self._place(self.initial_q)
+
+    # ----- commands -------------------------------------------------------------------------
+    def set_command(self, p_kpa) -> str | None:
+        """Set the valves to p_kpa (kPa) from now on; the reason when that is impossible (the
+        valves then keep their setpoint; see the module docstring)."""
+        problem = physical_problem(p_kpa, self.n, self.p_max)
+        if problem:
+            self.rejected += 1
+            self.last_reject_reason = problem
+            return problem
+        self.command = np.asarray(p_kpa, float).reshape(self.n)
+        return None
+
+    # ----- stepping -------------------------------------------------------------------------
+    def advance(self, duration: float) -> int:
+        """Advance the nominal time by `duration` s with the held command; return physics steps.
+
+        The number of physics steps is chosen so that physics time stays within Δt/2 of the
+        nominal time (exact when Δt divides the period, e.g. Δt = 1/1200 s at 120 Hz).
+        """
+        if not (duration >= 0 and math.isfinite(duration)):
+            raise ValueError(f'advance duration must be a finite number >= 0 s, got {duration!r}')
+        target = self.time + duration
+        n = int(round((target - self.steps * self.dt) / self.dt))
+        n = max(n, 0)
+        if n:
+            # The command is held over the interval, so the per-step recursion
+            # p ← a·p + (1−a)·u has the closed form p_k = u + (p_0 − u)·a^k (k = 1..n).
+            # Plain floats: for two channels numpy's per-call cost exceeds the arithmetic.
+            model, data, step, ctrl = self.model, self.data, mujoco.mj_step, self.data.ctrl
+            u = self.command.tolist()
+            # All per-actuator lists have self.n entries.
+            d0 = [p0 - ui for p0, ui in zip(self.pressures.tolist(), u, strict=True)]
+            gain, act = self._gain_t, self._ctrl_act_t
+            p = u
+            for ak in self._powers(n):
+                p = [ui + di * ak for ui, di in zip(u, d0, strict=True)]
+                force = [g * pi for g, pi in zip(gain, p, strict=True)]  # F = S·P, N
+                ctrl[:] = [force[i] for i in act]
+                step(model, data)
+            if self.valve is not None:
+                self.valve.p = np.array(p)
+            # mj_step leaves body poses at the pre-integration qpos; the mocap must see the
+            # same instant as the joint state, so refresh the kinematics (≈1 µs).
+            mujoco.mj_kinematics(model, data)
+        self.steps += n
+        self.time = target
+        self._check_stability()
+        return n
+
+    def _powers(self, n: int) -> list[float]:
+        if self._pow_n != n or self._pow_dt != self.dt:
+            a = 0.0 if self.valve is None else self.valve.coefficient(self.dt)
+            self._pow = (a ** np.arange(1, n + 1, dtype=float)).tolist()
+            self._pow_n, self._pow_dt = n, self.dt
+        return self._pow
+
+    def advance_to(self, t: float) -> int:
+        """Advance to nominal time t (s); see `advance`."""
+        return self.advance(max(0.0, t - self.time))
+
+    # ----- state ----------------------------------------------------------------------------
+    @property
+    def pressures(self) -> np.ndarray:
+        """Current valve (muscle) pressures, kPa."""
+        return (self.command if self.valve is None else self.valve.p).copy()
+
+    def joint_state(self):
+        """(θ, θ̇) of [hip, knee] in the paper's convention (rad, rad/s)."""
+        return (
+            np.asarray(self.leg.joint_angles(self.data), float),
+            np.asarray(self.leg.joint_velocities(self.data), float),
+        )
+
+    def body_arrays(self, names: Sequence[str] = BODIES):
+        """World positions (N, 3) and wxyz quaternions (N, 4) of skeleton bodies (fast path of
+        `LegModel.body_pose`, with the body ids looked up once)."""
+        key = tuple(names)
+        ids = self._body_ids.get(key)
+        if ids is None:
+            ids = self._body_ids[key] = np.array([self.model.body(n).id for n in names])
+        return self.data.xpos[ids], self.data.xquat[ids]
+
+    def body_poses(self, names: Sequence[str] = BODIES) -> dict:
+        """{name: (position (3,), quaternion wxyz (4,))} in MuJoCo world coordinates."""
+        out = {}
+        for name in names:
+            pos, quat = self.leg.body_pose(self.data, name)
+            out[name] = (np.array(pos, float), np.array(quat, float))
+        return out
+
+    # ----- recovery -------------------------------------------------------------------------
+    def reset(self, reason: str = 'reset requested') -> None:
+        """Return to the initial pose and pressures (time keeps running)."""
+        self.resets += 1
+        self.last_reset_reason = reason
+        if self.valve is not None:
+            self.valve.p = self.initial_pressures.copy()
+        self.command = self.initial_pressures.copy()
+        self._place(self.initial_q)
+
+    def _place(self, q) -> None:
+        self.leg.reset(self.data, q)
+        self.leg.set_pressures(self.data, self.pressures)
+        mujoco.mj_forward(self.model, self.data)
+        # physics time is tracked as a step count; the nominal time continues over resets
+        self.steps = int(round(self.time / self.dt))
+        self.data.time = self.steps * self.dt
+        self._warn_counts = self._bad_warning_count()
+        self._warn_bytes = self._warn_number.tobytes()
+
+    def _bad_warning_count(self) -> int:
+        return int(self._warn_number[_BAD_WARNING_IDX].sum())
+
+    def _check_stability(self) -> None:
+        """Cheap per-frame check: MuJoCo bad-state warnings, non-finite or runaway state."""
+        d = self.data
+        reason = ''
+        qvel_sq = float(d.qvel @ d.qvel)
+        # Comparing the raw counters first (0.2 µs) skips the per-warning count on most frames.
+        counters = self._warn_number.tobytes()
+        bad = False
+        if counters != self._warn_bytes:
+            self._warn_bytes = counters
+            bad = self._bad_warning_count() != self._warn_counts
+        if bad:
+            names = [w.name for w in _BAD_WARNINGS if d.warning[w].number]
+            reason = f'MuJoCo reported an unstable state ({", ".join(names)}) and auto-reset it'
+        elif not (math.isfinite(float(d.qpos.sum())) and math.isfinite(qvel_sq)):
+            reason = 'non-finite joint position or velocity'
+        elif qvel_sq > MAX_JOINT_SPEED**2:
+            reason = f'joint speed above {MAX_JOINT_SPEED:g} (integration diverged)'
+        if reason:
+            self.reset(f'{reason} at t={self.time:.4f} s: reset to the initial pose')
+
+
+def make_simulator(
+    leg_path=None, overrides=None, variant: str = 'equimus', timestep: float | None = None, **kwargs
+) -> LegSimulator:
+    """Build a LegSimulator from a leg YAML (default config/leg.yaml) and optional overrides.
+
+    overrides: dotted-key mapping or path to an override YAML (identification output).
+    timestep: physics Δt (s); None keeps the description's. The valve τ and the per-actuator
+    pressure limits come from the description.
+    """
+    from equimus_description.leg import load_leg
+
+    from .leg_model import LegModel
+
+    leg = load_leg(leg_path, overrides)
+    if timestep:
+        leg = leg.with_timestep(float(timestep))
+    lm = LegModel(leg, variant)
+    return LegSimulator(lm, tau=leg.valve_time_constant, p_max=lm.pressure_max_kpa, **kwargs)
