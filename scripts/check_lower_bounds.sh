@@ -23,9 +23,10 @@ log "installing the lower bounds: $(tr '\n' ' ' <"$WORK/lower.txt")"
 VPY="$WORK/venv/bin/python"
 "$VPY" -m pip install -q --upgrade pip >/dev/null 2>&1 || true
 "$VPY" -m pip install -q -r "$WORK/lower.txt" -r "$WORK/tools.txt" setuptools wheel
+# Built from a copy: a build in src/ would leave build/ and *.egg-info in the checkout.
+cp -r src "$WORK/src"
 "$VPY" -m pip install -q --no-deps --no-build-isolation \
-  src/equimus_description src/equimus_sim src/equimus_control src/equimus_record \
-  src/equimus_identification src/equimus_hw src/equimus_ros
+  "$WORK"/src/equimus_{description,sim,control,record,identification,hw,ros}
 "$VPY" -m pip freeze | grep -iE "^($(cut -d= -f1 "$WORK/lower.txt" | paste -sd'|'))==" >&2
 
 log "smoke test"

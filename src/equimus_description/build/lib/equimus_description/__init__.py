@@ -1,1 +1,0 @@
-"""The EquiMus leg described once (plain Python: no rclpy, no MuJoCo)."""

@@ -1,1 +1,0 @@
-"""NatNet protocol, emulator and bridge."""

@@ -1,1 +1,0 @@
-"""VPPE valve DAC board protocol, emulator and driver."""

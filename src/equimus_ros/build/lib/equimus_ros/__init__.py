@@ -1,1 +1,0 @@
-"""rclpy plumbing shared by every equimus node (no physics here)."""

@@ -1,1 +1,0 @@
-"""equimus_sim."""
