@@ -79,7 +79,9 @@ def test_tf_follows_joint_states_and_mocap():
         pose.pose.orientation.w = 1.0
         end = time.monotonic() + 30.0
         while time.monotonic() < end and not (
-            got['urdf'] and {'calf', mocap_frame('thigh')} <= set(got['tf'])
+            got['urdf']
+            and {'base', 'mocap'} <= set(got['static'])
+            and {'calf', mocap_frame('thigh')} <= set(got['tf'])
         ):
             js_pub.publish(js)
             pose_pub.publish(pose)
