@@ -6,8 +6,11 @@ ros2 launch equimus_bringup hardware.launch.py emulator:=true serial_port:=/tmp/
 ros2 launch equimus_bringup hardware.launch.py fused_loop:=true rt_priority:=50 ...
 """
 
-from equimus_bringup.launch_common import generate
+from equimus_bringup.launch_common import generate, viewer_actions
 
 
 def generate_launch_description():
-    return generate('hardware')
+    description = generate('hardware')
+    for action in viewer_actions():  # rviz:=true
+        description.add_action(action)
+    return description

@@ -3,8 +3,11 @@
 ros2 launch equimus_bringup sim.launch.py controller:=mpc record:=true
 """
 
-from equimus_bringup.launch_common import generate
+from equimus_bringup.launch_common import generate, viewer_actions
 
 
 def generate_launch_description():
-    return generate('sim')
+    description = generate('sim')
+    for action in viewer_actions():  # rviz:=true
+        description.add_action(action)
+    return description

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Quality gates: ruff (lint + format check) over src/, tests/ and benchmarks/, and mypy over every
-# package under src/. Run after scripts/setup.sh (`make lint`); CI runs it before the tests.
+# Quality gates: ruff (lint + format check) over src/, tests/ and benchmarks/, mypy over every
+# package under src/, and hadolint over docker/Dockerfile. Run after scripts/setup.sh
+# (`make lint`); CI runs it before the tests.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -12,3 +13,4 @@ set -u
 ruff check src tests benchmarks scripts launch
 ruff format --check src tests benchmarks scripts launch
 mypy src/*/equimus_*
+hadolint docker/Dockerfile

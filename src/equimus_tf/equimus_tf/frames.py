@@ -1,0 +1,80 @@
+"""The transforms of /tf and /tf_static as plain data (no ROS): what robot_state_publisher would
+compute from the URDF, plus the motion-capture frame.
+
+A transform is (parent, child, xyz, quaternion xyzw). The node turns them into
+geometry_msgs/TransformStamped; the tests compare them with the URDF's forward kinematics.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from equimus_description.interface import FRAME_MOCAP, FRAME_WORLD
+from equimus_description.urdf import (
+    axis_angle_matrix,
+    matrix_to_quat,
+    parse_urdf_chain,
+    rpy_matrix,
+)
+
+
+@dataclass(frozen=True)
+class Transform:
+    parent: str
+    child: str
+    xyz: tuple[float, float, float]
+    quat: tuple[float, float, float, float]  # x, y, z, w
+
+
+def _transform(parent: str, child: str, xyz, rot) -> Transform:
+    q = matrix_to_quat(rot)
+    return Transform(
+        parent,
+        child,
+        (float(xyz[0]), float(xyz[1]), float(xyz[2])),
+        (float(q[0]), float(q[1]), float(q[2]), float(q[3])),
+    )
+
+
+class LegFrames:
+    """The URDF's kinematic tree (parsed once): fixed joints once, movable ones per joint state."""
+
+    def __init__(self, urdf: str):
+        self.chain = parse_urdf_chain(urdf)
+        self.joints = tuple(j for (_, j, kind, *_r) in self.chain.values() if kind != 'fixed')
+        self._origin = {child: rpy_matrix(c[4]) for child, c in self.chain.items()}
+
+    def static(self) -> list[Transform]:
+        """Transforms of the fixed joints (world → root body)."""
+        return [
+            _transform(parent, child, xyz, self._origin[child])
+            for child, (parent, _, kind, xyz, _rpy, _axis) in self.chain.items()
+            if kind == 'fixed'
+        ]
+
+    def moving(self, names: Sequence[str], positions: Sequence[float]) -> list[Transform] | None:
+        """Transforms of the movable joints at a joint state; None unless every joint of the
+        tree has a finite position (an invalid estimate publishes no stale or NaN frame)."""
+        q = {name: float(value) for name, value in zip(names, positions, strict=False)}
+        if not all(j in q and math.isfinite(q[j]) for j in self.joints):
+            return None
+        return [
+            _transform(parent, child, xyz, self._origin[child] @ axis_angle_matrix(axis, q[joint]))
+            for child, (parent, joint, kind, xyz, _rpy, axis) in self.chain.items()
+            if kind != 'fixed'
+        ]
+
+
+def mocap_frame(xyz: Sequence[float], rpy: Sequence[float]) -> Transform:
+    """world → mocap: where the motion-capture frame sits in the world frame."""
+    return _transform(FRAME_WORLD, FRAME_MOCAP, np.asarray(xyz, float), rpy_matrix(rpy))
+
+
+def pose_is_finite(position: Sequence[float], orientation: Sequence[float]) -> bool:
+    """An occluded body is published with NaN fields: no frame for it."""
+    values = [*position, *orientation]
+    return all(math.isfinite(float(v)) for v in values)

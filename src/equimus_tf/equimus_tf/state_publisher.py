@@ -1,0 +1,139 @@
+"""state_publisher node: robot_description, /tf and /tf_static (a robot_state_publisher for the
+leg, plus the motion-capture rigid bodies as frames of their own).
+
+- /robot_description (latched): the URDF built from the leg description (equimus_description.urdf).
+- /tf_static (latched): world → base (the URDF's fixed joint) and world → mocap (parameters).
+- /tf: base → thigh → calf at each /joint_states (the estimator's), stamped with its stamp;
+  mocap → mocap_<body> at each /mocap/<body>/pose, stamped with the capture time.
+
+/tf and /tf_static need tf2_msgs, which has no PyPI wheel: scripts/setup.sh builds it
+(third_party/tf2_msgs); a ROS 2 install has it. Without it the node publishes robot_description
+only and says so.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import sys
+from typing import Any
+
+from geometry_msgs.msg import PoseStamped, TransformStamped
+from rclpy.node import Node
+from sensor_msgs.msg import JointState
+from std_msgs.msg import String
+
+from equimus_description.config import ConfigError, param, validate_fields
+from equimus_description.interface import (
+    BODIES,
+    JOINT_STATES,
+    ROBOT_DESCRIPTION,
+    TF,
+    TF_STATIC,
+    mocap_frame,
+    mocap_pose,
+)
+from equimus_description.leg import load_leg
+from equimus_description.urdf import build_urdf
+from equimus_ros.main import run_node
+from equimus_ros.params import bind
+from equimus_ros.qos import publisher, subscription
+
+from . import frames
+
+try:
+    from tf2_msgs.msg import TFMessage
+except ImportError:  # PyPI ROS without the locally built tf2_msgs
+    TFMessage = None
+
+
+@dataclasses.dataclass(frozen=True)
+class StatePublisherParams:
+    """Fixed at start: the frames describe the rig, which does not move while running."""
+
+    mocap_frame_xyz: tuple[float, ...] = param(
+        (0.0, 0.0, 0.0), 'm, origin of the motion-capture frame in the world frame'
+    )
+    mocap_frame_rpy: tuple[float, ...] = param(
+        (math.pi / 2, 0.0, 0.0),
+        'rad, roll-pitch-yaw of the motion-capture frame in the world frame '
+        "(+90° about x: Motive's Y-up stream under the Z-up world)",
+        range=(-2 * math.pi, 2 * math.pi),
+    )
+    leg_parameter_set: str = param('', "parameter set of the leg description ('' = as is)")
+
+    def __post_init__(self) -> None:
+        validate_fields(self)
+        for name in ('mocap_frame_xyz', 'mocap_frame_rpy'):
+            value = getattr(self, name)
+            if len(value) != 3 or not all(math.isfinite(v) for v in value):
+                raise ConfigError(f'{name}={list(value)}: must be three finite numbers')
+
+
+def to_msg(t: frames.Transform, stamp: Any) -> TransformStamped:
+    msg = TransformStamped()
+    msg.header.stamp = stamp
+    msg.header.frame_id = t.parent
+    msg.child_frame_id = t.child
+    tr, rot = msg.transform.translation, msg.transform.rotation
+    tr.x, tr.y, tr.z = t.xyz
+    rot.x, rot.y, rot.z, rot.w = t.quat
+    return msg
+
+
+class StatePublisher(Node):
+    def __init__(self):
+        super().__init__('state_publisher')
+        cfg = bind(self, StatePublisherParams()).config
+        self.urdf = build_urdf(load_leg(parameter_set=cfg.leg_parameter_set or None))
+        self.frames = frames.LegFrames(self.urdf)
+        self.description_pub = publisher(self, String, ROBOT_DESCRIPTION)
+        self.description_pub.publish(String(data=self.urdf))
+        if TFMessage is None:
+            self.get_logger().warning(
+                'tf2_msgs is not importable: /tf and /tf_static are off '
+                '(run scripts/setup.sh, which builds it, or install ros-<distro>-tf2-msgs)'
+            )
+            return
+        stamp = self.get_clock().now().to_msg()
+        static = [
+            *self.frames.static(),
+            frames.mocap_frame(cfg.mocap_frame_xyz, cfg.mocap_frame_rpy),
+        ]
+        self.static_pub = publisher(self, TFMessage, TF_STATIC)
+        self.static_pub.publish(TFMessage(transforms=[to_msg(t, stamp) for t in static]))
+        self.tf_pub = publisher(self, TFMessage, TF)
+        subscription(self, JointState, JOINT_STATES, self.on_joint_state)
+        for body in BODIES:
+            subscription(self, PoseStamped, mocap_pose(body), lambda m, b=body: self.on_pose(b, m))
+
+    def on_joint_state(self, msg: JointState) -> None:
+        moving = self.frames.moving(msg.name, msg.position)
+        if moving is not None:
+            stamp = msg.header.stamp
+            self.tf_pub.publish(TFMessage(transforms=[to_msg(t, stamp) for t in moving]))
+
+    def on_pose(self, body: str, msg: PoseStamped) -> None:
+        p, o = msg.pose.position, msg.pose.orientation
+        if not frames.pose_is_finite((p.x, p.y, p.z), (o.x, o.y, o.z, o.w)):
+            return
+        t = TransformStamped()
+        t.header = msg.header
+        t.child_frame_id = mocap_frame(body)
+        t.transform.translation.x, t.transform.translation.y, t.transform.translation.z = (
+            p.x,
+            p.y,
+            p.z,
+        )
+        t.transform.rotation = o
+        self.tf_pub.publish(TFMessage(transforms=[t]))
+
+
+def main(args=None) -> int:
+    return run_node(
+        StatePublisher, args, config_hint='Fix the --ros-args overrides of state_publisher.'
+    )
+
+
+if __name__ == '__main__':
+    sys.exit(main())

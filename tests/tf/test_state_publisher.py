@@ -1,0 +1,116 @@
+"""state_publisher over real rclpy/DDS: the URDF, the static frames and /tf follow the joint
+states and the mocap poses; the chain world → calf equals the URDF's forward kinematics."""
+
+import math
+import time
+
+import numpy as np
+import pytest
+import rclpy
+from geometry_msgs.msg import PoseStamped
+from rosproc import start_node, stop
+from sensor_msgs.msg import JointState
+from std_msgs.msg import String
+
+from equimus_description.interface import (
+    JOINT_STATES,
+    ROBOT_DESCRIPTION,
+    TF,
+    TF_STATIC,
+    mocap_frame,
+    mocap_pose,
+)
+from equimus_description.urdf import build_urdf, forward_kinematics
+from equimus_ros.qos import publisher, subscription
+
+tf2_msgs = pytest.importorskip(
+    'tf2_msgs.msg', reason='tf2_msgs not built (scripts/setup.sh builds third_party/tf2_msgs)'
+)
+
+
+def quat_matrix(q):
+    x, y, z, w = q.x, q.y, q.z, q.w
+    return np.array(
+        [
+            [1 - 2 * (y * y + z * z), 2 * (x * y - z * w), 2 * (x * z + y * w)],
+            [2 * (x * y + z * w), 1 - 2 * (x * x + z * z), 2 * (y * z - x * w)],
+            [2 * (x * z - y * w), 2 * (y * z + x * w), 1 - 2 * (x * x + y * y)],
+        ]
+    )
+
+
+def compose(frames, child):
+    """World pose of `child` through the received transforms (parent links followed up)."""
+    pos, rot = np.zeros(3), np.eye(3)
+    chain = []
+    while child in frames:
+        chain.append(frames[child])
+        child = frames[child].header.frame_id
+    for t in reversed(chain):
+        tr = t.transform.translation
+        pos = pos + rot @ np.array([tr.x, tr.y, tr.z])
+        rot = rot @ quat_matrix(t.transform.rotation)
+    return child, pos, rot
+
+
+def test_tf_follows_joint_states_and_mocap():
+    proc = start_node('equimus_tf', 'state_publisher')
+    rclpy.init()
+    node = rclpy.create_node('tf_probe')
+    got = {'static': {}, 'tf': {}, 'urdf': []}
+
+    def on_tf(msg, key):
+        for t in msg.transforms:
+            got[key][t.child_frame_id] = t
+
+    try:
+        subscription(node, tf2_msgs.TFMessage, TF_STATIC, lambda m: on_tf(m, 'static'))
+        subscription(node, tf2_msgs.TFMessage, TF, lambda m: on_tf(m, 'tf'))
+        subscription(node, String, ROBOT_DESCRIPTION, lambda m: got['urdf'].append(m.data))
+        js_pub = publisher(node, JointState, JOINT_STATES)
+        pose_pub = publisher(node, PoseStamped, mocap_pose('thigh'))
+        q = {'hip': 1.2, 'knee': 0.7}
+        js = JointState(name=list(q), position=list(q.values()))
+        js.header.stamp.sec = 42
+        pose = PoseStamped()
+        pose.header.frame_id = 'mocap'
+        pose.header.stamp.sec = 43
+        pose.pose.position.x, pose.pose.position.y = 0.1, 0.7
+        pose.pose.orientation.w = 1.0
+        end = time.monotonic() + 30.0
+        while time.monotonic() < end and not (
+            got['urdf']
+            and {'base', 'mocap'} <= set(got['static'])
+            and {'calf', mocap_frame('thigh')} <= set(got['tf'])
+        ):
+            js_pub.publish(js)
+            pose_pub.publish(pose)
+            rclpy.spin_once(node, timeout_sec=0.1)
+        out = '' if proc.poll() is None else stop(proc)
+        assert got['urdf'], f'no robot_description; node output:\n{out}'
+        assert got['urdf'][0] == build_urdf()
+        assert {'base', 'mocap'} <= set(got['static']), got['static'].keys()
+        assert {'thigh', 'calf', mocap_frame('thigh')} <= set(got['tf']), got['tf'].keys()
+        assert got['tf']['calf'].header.stamp.sec == 42
+        frames = {**got['static'], **got['tf']}
+        fk = forward_kinematics(build_urdf(), q)
+        for link in ('base', 'thigh', 'calf'):
+            root, pos, rot = compose(frames, link)
+            assert root == 'world'
+            assert np.linalg.norm(pos - fk[link][0]) < 1e-9
+            assert np.abs(rot - fk[link][1]).max() < 1e-9
+        # the rigid body: mocap (Y up) under world (Z up); Motive's +y is the world's +z
+        root, pos, _ = compose(frames, mocap_frame('thigh'))
+        assert root == 'world'
+        assert np.allclose(pos, [0.1, 0.0, 0.7], atol=1e-12)
+        # an invalid estimate (NaN) publishes no frame
+        js.position = [math.nan, 0.7]
+        js.header.stamp.sec = 44
+        for _ in range(20):
+            js_pub.publish(js)
+            rclpy.spin_once(node, timeout_sec=0.05)
+        assert got['tf']['calf'].header.stamp.sec == 42
+    finally:
+        node.destroy_node()
+        rclpy.shutdown()
+        stop(proc)
