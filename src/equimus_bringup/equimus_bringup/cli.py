@@ -6,6 +6,8 @@ equimus args                                list the launch arguments
 equimus bag repair <bag>                    make a bag cut short by a crash readable again
 equimus bag info <bag>                      topics, counts and rates of a bag
 equimus identify <bags or CSVs> --out fit/  fit the model to recordings (see --help)
+equimus tune pid [--task triangle]         tune the PID gains on the model -> params_file YAML
+equimus train [--algo ppo|distil]           train a tracking policy -> controller:=policy
 """
 
 from __future__ import annotations
@@ -78,6 +80,10 @@ def main(argv: list[str] | None = None) -> int:
         from equimus_identification.cli import main as identify
 
         return identify(argv[1:])
+    if argv[:1] in (['tune'], ['train']):
+        from equimus_learning.cli import main as learning
+
+        return learning(argv)
     parser = argparse.ArgumentParser(
         prog='equimus', description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -92,6 +98,8 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser(
         'identify', help='system identification from bags or CSVs (equimus identify --help)'
     )
+    sub.add_parser('tune', help='tune the PID gains on the model (equimus tune pid --help)')
+    sub.add_parser('train', help='train a tracking policy (equimus train --help)')
     p = sub.add_parser('bag', help='inspect or repair a recorded bag')
     p.add_argument('action', choices=('info', 'repair'))
     p.add_argument('path')
