@@ -11,8 +11,9 @@ Policy files:
   `activation` (tanh | relu), observation normalisation `obs_mean`, `obs_std`, `obs_clip`, and
   `obs_layout` (the names of `OBS_LAYOUT`, checked on load so a policy trained on another
   layout is refused rather than fed the wrong numbers).
-- `.zip` from stable-baselines3 (PPO/A2C/SAC... with an MLP actor): loaded only when the `rl`
-  extra is installed, and converted to the same arrays (`sb3_to_arrays`).
+- `.zip` from stable-baselines3 (PPO/A2C with an MLP actor): loaded only when the `rl` extra is
+  installed, and converted to the same arrays (`sb3_to_arrays`); the observation normalisation
+  comes from `vecnormalize.pkl` beside it when present.
 """
 
 from __future__ import annotations
@@ -46,6 +47,8 @@ OBS_LAYOUT = (
     'u_prev_baa',
 )
 OBS_SIZE = len(OBS_LAYOUT)
+#: stable-baselines3's VecNormalize statistics, saved beside a policy .zip by `equimus train`
+VECNORMALIZE_FILE = 'vecnormalize.pkl'
 ACTIVATIONS = ('tanh', 'relu')
 
 
@@ -185,7 +188,15 @@ def load_policy(path: str | os.PathLike) -> MLP:
                 '`equimus train` writes beside it'
             ) from None
         arrays = sb3_to_arrays(PPO.load(path, device='cpu'))
-        arrays['obs_layout'] = np.array(OBS_LAYOUT)
+        stats = os.path.join(os.path.dirname(path), VECNORMALIZE_FILE)
+        if os.path.isfile(stats):  # the observation normalisation saved beside the zip
+            import pickle
+
+            with open(stats, 'rb') as f:
+                norm = pickle.load(f)
+            arrays['obs_mean'] = np.asarray(norm.obs_rms.mean, float)
+            arrays['obs_std'] = np.sqrt(np.asarray(norm.obs_rms.var, float) + norm.epsilon)
+            arrays['obs_clip'] = np.array(float(norm.clip_obs))
         return _from_arrays(arrays, path)
     try:
         with np.load(path, allow_pickle=False) as data:

@@ -109,7 +109,9 @@ def train_ppo(
     reference: str = 'random',
     progress_bar: bool = True,
 ) -> tuple[str, str]:
-    """PPO (stable-baselines3) on the tracking task; returns (zip path, exported .npz path)."""
+    """PPO (stable-baselines3) on the tracking task; returns (zip path, exported .npz path).
+
+    Also writes policy_untrained.npz (the initial network, for comparison)."""
     try:
         from stable_baselines3 import PPO
         from stable_baselines3.common.env_util import make_vec_env
@@ -119,7 +121,7 @@ def train_ppo(
             'equimus train --algo ppo needs the rl extra (stable-baselines3, torch): '
             'scripts/setup.sh --rl, or use --algo distil'
         ) from None
-    from equimus_control.policy import _from_arrays, sb3_to_arrays
+    from equimus_control.policy import VECNORMALIZE_FILE, _from_arrays, sb3_to_arrays
 
     os.makedirs(out_dir, exist_ok=True)
     venv = VecNormalize(
@@ -146,10 +148,17 @@ def train_ppo(
         device='cpu',
         verbose=0,
     )
+    save_mlp(
+        os.path.join(out_dir, 'policy_untrained.npz'),
+        _from_arrays(sb3_to_arrays(model), 'the untrained policy'),
+        algo='ppo',
+        steps=0,
+    )
     t0 = time.perf_counter()
     model.learn(total_timesteps=steps, progress_bar=progress_bar)
     zip_path = os.path.join(out_dir, 'policy.zip')
     model.save(zip_path)
+    venv.save(os.path.join(out_dir, VECNORMALIZE_FILE))
     arrays = sb3_to_arrays(model)
     mlp = _from_arrays(arrays, zip_path)
     npz_path = os.path.join(out_dir, 'policy.npz')
