@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -134,10 +135,8 @@ def run(quick: bool = True) -> dict:
     warnings.simplefilter('ignore')
     out = throughput(quick)
     out.update(tuning(quick))
-    try:
+    with contextlib.suppress(OSError):
         out['load_average_1min'] = os.getloadavg()[0]
-    except OSError:
-        pass
     return out
 
 

@@ -6,7 +6,7 @@ import pytest
 
 pytest.importorskip(
     'stable_baselines3',
-    reason='the rl extra is not installed (scripts/setup.sh --rl installs stable-baselines3, torch)',
+    reason='the rl extra is not installed (scripts/setup.sh --rl: stable-baselines3, torch)',
 )
 
 
