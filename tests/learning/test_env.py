@@ -22,17 +22,18 @@ def _episode(env, seed, n=150):
     out = [obs]
     for a in actions:
         obs, r, term, trunc, info = env.step(a)
-        out.append(np.concatenate([obs, [r], info['q']]))
+        out.append(np.concatenate([obs, [r], env.sim.joint_state()[0]]))
         if term or trunc:
             break
     return np.concatenate(out)
 
 
-def test_identical_seeds_give_identical_episodes():
-    env = gym.make('equimus/Track-v0', drop_probability=0.05).unwrapped
+@pytest.mark.parametrize('env_id', ['equimus/Track-v0', 'equimus/Kick-v0'])
+def test_identical_seeds_give_identical_episodes(env_id):
+    env = gym.make(env_id, drop_probability=0.05).unwrapped
     a = _episode(env, 11)
     b = _episode(env, 11)
-    c = _episode(gym.make('equimus/Track-v0', drop_probability=0.05).unwrapped, 11)
+    c = _episode(gym.make(env_id, drop_probability=0.05).unwrapped, 11)
     d = _episode(env, 12)
     assert np.array_equal(a, b)
     assert np.array_equal(a, c)
@@ -59,3 +60,24 @@ def test_privileged_observation_extends_the_controllers_view():
     assert obs.shape == (base.shape[0] + 6,)
     assert np.allclose(obs[: base.shape[0]], base)
     assert np.allclose(obs[base.shape[0] : base.shape[0] + 2], env.sim.joint_state()[0])
+
+
+def test_kick_a_swing_through_the_ball_moves_it_and_pays():
+    """Hip forward then back with the knee straight: the foot meets the ball and pushes it."""
+    env = gym.make('equimus/Kick-v0', target=1.0).unwrapped
+    env.reset(seed=0)
+    total, touched = 0.0, False
+    for k in range(240):
+        a = np.array([1.0, -1.0]) if k < 60 else np.array([-1.0, 1.0])
+        obs, r, term, trunc, info = env.step(a)
+        total += r
+        touched |= info['touched']
+        if term or trunc:
+            break
+    assert touched
+    assert obs[8] > 0.05  # the ball moved along +y (relative to the hip)
+    assert info['ball_velocity'][0] > 0.05
+    idle = gym.make('equimus/Kick-v0', target=1.0).unwrapped
+    idle.reset(seed=0)
+    rest = sum(idle.step(np.zeros(2))[1] for _ in range(240))
+    assert total > rest + 10.0

@@ -1,13 +1,18 @@
 """equimus_learning: Gymnasium environments of the leg, PID auto-tuning, policy training.
 
 Importing the package registers the environments with Gymnasium:
-`gymnasium.make('equimus/Track-v0')` (random references), `'equimus/TrackTriangle-v0'` and
-`'equimus/TrackSteps-v0'`.
+`gymnasium.make('equimus/Track-v0')` (random references), `'equimus/TrackTriangle-v0'`,
+`'equimus/TrackSteps-v0'` and `'equimus/Kick-v0'` (ball kicking).
 """
 
 from __future__ import annotations
 
-ENV_IDS = ('equimus/Track-v0', 'equimus/TrackTriangle-v0', 'equimus/TrackSteps-v0')
+ENV_IDS = (
+    'equimus/Track-v0',
+    'equimus/TrackTriangle-v0',
+    'equimus/TrackSteps-v0',
+    'equimus/Kick-v0',
+)
 
 
 def register_envs() -> None:
@@ -24,6 +29,10 @@ def register_envs() -> None:
                 kwargs={'reference': reference},
                 disable_env_checker=True,
             )
+    if 'equimus/Kick-v0' not in gym.registry:
+        gym.register(
+            'equimus/Kick-v0', entry_point='equimus_learning.kick:KickEnv', disable_env_checker=True
+        )
 
 
 register_envs()
