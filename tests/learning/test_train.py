@@ -11,6 +11,7 @@ pytest.importorskip(
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)
 def test_short_ppo_run_improves_the_mean_episode_reward(tmp_path):
     from equimus_bringup.cli import main as equimus
     from equimus_control.policy import load_policy

@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         help='ppo: stable-baselines3 (rl extra); distil: imitate the PID (NumPy, seconds)',
     )
     p.add_argument('--steps', type=int, default=200_000, help='ppo: environment steps')
-    p.add_argument('--envs', type=int, default=2, help='ppo: parallel environments')
+    p.add_argument('--envs', type=int, default=4, help='ppo: environments per update')
     p.add_argument('--episodes', type=int, default=12, help='distil: PID episodes')
     p.add_argument('--reference', default='random', choices=('random', 'triangle', 'steps'))
     p.add_argument('--out', default='runs/policy', help='output folder')

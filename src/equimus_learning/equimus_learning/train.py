@@ -104,7 +104,7 @@ def evaluate(policy: Callable[[np.ndarray], np.ndarray], reference: str, seeds: 
 def train_ppo(
     out_dir: str,
     steps: int,
-    n_envs: int = 2,
+    n_envs: int = 4,
     seed: int = 0,
     reference: str = 'random',
     progress_bar: bool = True,
@@ -122,6 +122,9 @@ def train_ppo(
             'scripts/setup.sh --rl, or use --algo distil'
         ) from None
     from equimus_control.policy import VECNORMALIZE_FILE, _from_arrays, sb3_to_arrays
+    import torch
+
+    torch.set_num_threads(1)  # a 64×64 network: more threads only contend with the simulation
 
     os.makedirs(out_dir, exist_ok=True)
     venv = VecNormalize(
@@ -138,7 +141,7 @@ def train_ppo(
     model = PPO(
         'MlpPolicy',
         venv,
-        n_steps=512,
+        n_steps=256,  # × n_envs per update
         batch_size=256,
         learning_rate=3e-4,
         gamma=0.98,
