@@ -121,8 +121,9 @@ def train_ppo(
             'equimus train --algo ppo needs the rl extra (stable-baselines3, torch): '
             'scripts/setup.sh --rl, or use --algo distil'
         ) from None
-    from equimus_control.policy import VECNORMALIZE_FILE, _from_arrays, sb3_to_arrays
     import torch
+
+    from equimus_control.policy import VECNORMALIZE_FILE, _from_arrays, sb3_to_arrays
 
     torch.set_num_threads(1)  # a 64×64 network: more threads only contend with the simulation
 
