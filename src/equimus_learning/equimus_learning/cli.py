@@ -54,14 +54,18 @@ def cmd_tune(ns: argparse.Namespace) -> int:
 def cmd_train(ns: argparse.Namespace) -> int:
     from equimus_control.policy import save_mlp
 
-    from .train import DistilConfig, distil_pid, train_ppo
+    from .train import DistilConfig, RLExtraMissing, distil_pid, train_ppo
 
     out = Path(ns.out)
     out.mkdir(parents=True, exist_ok=True)
     if ns.algo == 'ppo':
-        zip_path, npz = train_ppo(
-            str(out), ns.steps, n_envs=ns.envs, seed=ns.seed, reference=ns.reference
-        )
+        try:
+            zip_path, npz = train_ppo(
+                str(out), ns.steps, n_envs=ns.envs, seed=ns.seed, reference=ns.reference
+            )
+        except RLExtraMissing as exc:
+            print(f'equimus train: {exc}', file=sys.stderr)
+            return 2
         _say(f'wrote {zip_path} and {npz}; TensorBoard: tensorboard --logdir {out / "tb"}')
     else:
         mlp = distil_pid(

@@ -31,6 +31,10 @@ from .env import TrackEnv
 Progress = Callable[[str], None]
 
 
+class RLExtraMissing(RuntimeError):
+    """stable-baselines3 / torch are not installed (the `rl` extra)."""
+
+
 @dataclass(frozen=True)
 class DistilConfig:
     episodes: int = 12
@@ -117,9 +121,9 @@ def train_ppo(
         from stable_baselines3.common.env_util import make_vec_env
         from stable_baselines3.common.vec_env import VecNormalize
     except ImportError:
-        raise SystemExit(
+        raise RLExtraMissing(
             'equimus train --algo ppo needs the rl extra (stable-baselines3, torch): '
-            'scripts/setup.sh --rl, or use --algo distil'
+            'run scripts/setup.sh --rl, or use --algo distil'
         ) from None
     import torch
 
