@@ -56,3 +56,16 @@ def test_seeding_autoreset_and_slew():
         if k == 11:  # 12 periods = 0.1 s: every env truncated, reset in the same step
             assert tra.all() and 'final_obs' in info
             assert np.array_equal(a.k, np.zeros(4))
+
+
+def test_make_vec_builds_the_batched_env():
+    import gymnasium as gym
+
+    import equimus_learning  # noqa: F401  (registers the ids)
+
+    vec = gym.make_vec('equimus/TrackSteps-v0', num_envs=3, vectorization_mode='vector_entry_point')
+    assert isinstance(vec.unwrapped, VectorTrackEnv)
+    assert vec.unwrapped.cfg.reference == 'steps'
+    obs, _ = vec.reset(seed=0)
+    assert obs.shape == (3, 12)
+    vec.close()

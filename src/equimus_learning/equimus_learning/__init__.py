@@ -2,7 +2,9 @@
 
 Importing the package registers the environments with Gymnasium:
 `gymnasium.make('equimus/Track-v0')` (random references), `'equimus/TrackTriangle-v0'`,
-`'equimus/TrackSteps-v0'` and `'equimus/Kick-v0'` (ball kicking).
+`'equimus/TrackSteps-v0'` and `'equimus/Kick-v0'` (ball kicking). The tracking ids also make
+the batched vector environment: `gymnasium.make_vec(id, num_envs=N,
+vectorization_mode='vector_entry_point')`.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ def register_envs() -> None:
             gym.register(
                 env_id,
                 entry_point='equimus_learning.env:TrackEnv',
+                vector_entry_point='equimus_learning.vector:VectorTrackEnv',
                 kwargs={'reference': reference},
                 disable_env_checker=True,
             )

@@ -77,8 +77,8 @@ class VectorTrackEnv(gym.vector.VectorEnv):
         self._models = [self.model] * n  # rollout's fast path (skip_checks) takes one per env
         self._scratch = mujoco.MjData(self.model)
         self._runner = rollout.Rollout(nthread=self.nthread)
-        self.spec = mujoco.mjtState.mjSTATE_FULLPHYSICS
-        nstate = mujoco.mj_stateSize(self.model, self.spec)
+        self._state_sig = mujoco.mjtState.mjSTATE_FULLPHYSICS
+        nstate = mujoco.mj_stateSize(self.model, self._state_sig)
         self._qpos0 = mujoco.mj_stateSize(self.model, mujoco.mjtState.mjSTATE_TIME)
         self._qvel0 = self._qpos0 + self.model.nq
         self.state = np.zeros((n, nstate))
@@ -161,7 +161,7 @@ class VectorTrackEnv(gym.vector.VectorEnv):
             q0 = self.poses[i, 0]
             p0 = np.clip(holding_pressures(q0, self.params), 0.0, cfg.p_max)
             self.lm.reset(self._scratch, q0)
-            mujoco.mj_getState(self.model, self._scratch, self.state[i], self.spec)
+            mujoco.mj_getState(self.model, self._scratch, self.state[i], self._state_sig)
             self.p_valve[i] = p0
             self.out[i] = p0
         self.k[ids] = 0
