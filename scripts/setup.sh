@@ -47,6 +47,25 @@ if [ "$MODE" = pypi-ros ] && ! "$VENV/bin/python" -c 'import tf2_msgs.msg' 2>/de
   bash third_party/tf2_msgs/build.sh "$VENV" constraints.txt || log "tf2_msgs not built: /tf and /tf_static stay off"
 fi
 
+# Optional extra on request: `scripts/setup.sh --rl` (or EQUIMUS_EXTRAS=rl) adds
+# requirements-rl.txt (stable-baselines3, torch CPU, TensorBoard) for `equimus train --algo ppo`.
+if [[ " $* " == *" --rl "* || "${EQUIMUS_EXTRAS:-}" == *rl* ]]; then
+  rl_stamp="$VENV/.equimus-setup-rl"
+  rl_want="$(sha256sum requirements-rl.txt | cut -c1-16)"
+  if [ "$(cat "$rl_stamp" 2>/dev/null)" != "$rl_want" ]; then
+    log "installing the rl extra (torch CPU, stable-baselines3; one time, a few minutes)"
+    # colcon needs setuptools < 80; torch's dependencies would upgrade it
+    echo 'setuptools<80' > "$VENV/constraints-rl.txt"
+    "$VENV/bin/python" -m pip install -q -c "$VENV/constraints-rl.txt" torch \
+      --index-url https://download.pytorch.org/whl/cpu 2>"$VENV/pip.err" \
+      || "$VENV/bin/python" -m pip install -q -c "$VENV/constraints-rl.txt" torch 2>"$VENV/pip.err" \
+      || { grep -v "^WARNING: Location" "$VENV/pip.err" >&2; exit 1; }
+    "$VENV/bin/python" -m pip install -q -c "$VENV/constraints-rl.txt" -r requirements-rl.txt \
+      2>"$VENV/pip.err" || { grep -v "^WARNING: Location" "$VENV/pip.err" >&2; exit 1; }
+    echo "$rl_want" > "$rl_stamp"
+  fi
+fi
+
 log "colcon build (ros2_ws, symlink install)"
 (
   cd ros2_ws

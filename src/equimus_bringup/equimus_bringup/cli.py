@@ -9,6 +9,8 @@ equimus identify <bags or CSVs> --out fit/  fit the model to recordings (see --h
 equimus natnet list|record|replay           Motive's rigid bodies; capture and replay a session
 equimus evaluate <params> <bags or CSVs>    score a parameter set by open-loop replay (--help)
 equimus excite --out excite/                design an identifying pressure trajectory (--help)
+equimus tune pid [--task triangle]         tune the PID gains on the model -> params_file YAML
+equimus train [--algo ppo|distil]           train a tracking policy -> controller:=policy
 """
 
 from __future__ import annotations
@@ -113,6 +115,10 @@ def main(argv: list[str] | None = None) -> int:
         from equimus_identification.excite import main as excite
 
         return excite(argv[1:])
+    if argv[:1] in (['tune'], ['train']):
+        from equimus_learning.cli import main as learning
+
+        return learning(argv)
     parser = argparse.ArgumentParser(
         prog='equimus', description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -130,6 +136,8 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser('natnet', help='list Motive bodies, record/replay NatNet (equimus natnet -h)')
     sub.add_parser('evaluate', help='score a parameter set on recordings (equimus evaluate --help)')
     sub.add_parser('excite', help='design an excitation trajectory (equimus excite --help)')
+    sub.add_parser('tune', help='tune the PID gains on the model (equimus tune pid --help)')
+    sub.add_parser('train', help='train a tracking policy (equimus train --help)')
     p = sub.add_parser('bag', help='inspect or repair a recorded bag')
     p.add_argument('action', choices=('info', 'repair'))
     p.add_argument('path')

@@ -72,6 +72,7 @@ ARGUMENTS: dict[str, tuple[str, str]] = {
         'arm the valve driver at start (default: true in sim, false on hardware, '
         'where the driver starts disarmed until /valve_driver/arm)',
     ),
+    'policy_file': ('', 'controller:=policy: the policy network (.npz from `equimus train`)'),
     'params_file': ('', 'extra ROS parameter file applied to every node after the defaults'),
     'config_dir': ('', 'folder with the default parameter files (default: the installed share)'),
     'log_level': ('info', 'ROS log level for every node'),
@@ -333,7 +334,10 @@ def describe_graph(mode: str, overrides: Mapping[str, str] | None = None) -> lis
             'equimus_control',
             'controller',
             _files(args, 'control.yaml'),
-            dict(common, controller=args['controller']),
+            dict(common, controller=args['controller'])
+            | (
+                {'policy_file': os.path.abspath(args['policy_file'])} if args['policy_file'] else {}
+            ),
         )
     )
     specs.append(

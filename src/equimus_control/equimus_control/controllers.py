@@ -92,6 +92,14 @@ def _sampling(
     return PredictiveSampling(model, params, replace(cfg, valve_tau=leg.valve_time_constant))
 
 
+def _policy(
+    cfg: Any, params: StaticParams, leg: LegDescription, plant: Callable[[], PlantFactory]
+) -> Controller:
+    from .policy import PolicyController, load_policy
+
+    return PolicyController(load_policy(cfg.policy_file))
+
+
 @dataclass(frozen=True)
 class ControllerKind:
     config: Callable[[], Any]  # the config dataclass (called for its defaults)
@@ -104,6 +112,7 @@ def kinds() -> dict[str, ControllerKind]:
     """Every kind of CONTROLLERS (imports the config classes only)."""
     from .mpc import MPCConfig
     from .pid import PIDGains
+    from .policy import PolicyConfig
     from .sampling import SamplingConfig
 
     table = {
@@ -111,6 +120,7 @@ def kinds() -> dict[str, ControllerKind]:
         'pid': ControllerKind(PIDGains, '', _pid, _pid_apply),
         'mpc': ControllerKind(MPCConfig, '', _mpc),
         'sampling': ControllerKind(SamplingConfig, 'sampling_', _sampling),
+        'policy': ControllerKind(PolicyConfig, '', _policy),
     }
     assert set(table) == set(CONTROLLERS)
     return table

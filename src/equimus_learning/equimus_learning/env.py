@@ -1,0 +1,226 @@
+"""Gymnasium environment of the leg: the sim graph's model, valve lag, safety layer and estimator.
+
+One `step` is one control period (120 Hz) and runs what the sim graph runs, as plain code, in
+the order `equimus_control.closed_loop.run` runs it:
+
+    action → ControlStep (guards, clip to [0, p_max]) → SimulatedDriver (the valve driver's
+    safety filter: clamp, NaN vent, slew, watchdog; DAC quantisation) → LegSimulator (valve lag,
+    MuJoCo) → VirtualMocap (noise, dropped frames) → JointStateEstimator → observation
+
+The action is the controller's output, [-1, 1]² mapped to [0, p_max] kPa
+(`equimus_control.policy.action_to_kpa`); the observation is `equimus_control.policy.observation`
+of the estimate (what the controller node sees on the rig), optionally followed by privileged
+state (true angles, rates and valve pressures). A policy trained here therefore runs unchanged as
+`controller:=policy`. Rewards use the true joint angles.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from equimus_control.controller import ControlOutput, Estimate, Reference
+from equimus_control.estimation import EstimatorConfig, JointStateEstimator, Status
+from equimus_control.policy import OBS_SIZE, action_to_kpa, kpa_to_action, observation
+from equimus_control.reference import Waypoints, triangle_poses
+from equimus_control.step import PERIOD, ControlStep
+from equimus_control.supervisor import SafetyConfig
+from equimus_description.leg import load_leg
+from equimus_description.statics import StaticParams, holding_pressures
+from equimus_description.valve import HARD_MAX_KPA
+from equimus_hw.valve.stage import SimulatedDriver
+from equimus_sim.leg_model import LegModel
+from equimus_sim.mocap import MocapConfig, VirtualMocap
+from equimus_sim.simulator import LegSimulator
+
+REFERENCES = ('random', 'triangle', 'steps')
+#: rad: the box random references are drawn from (the MPC's linearisation grid: reachable poses)
+RANDOM_LO, RANDOM_HI = (1.1, 0.2), (1.8, 1.1)
+#: the step set of config/control.yaml (reference node `step_poses`), rad
+STEP_POSES = ((1.4, 0.8), (1.6, 0.5), (1.45, 0.55))
+#: physics step of the sim graph (config/sim.yaml), s
+PHYSICS_DT = 1.0 / 1200.0
+
+
+@dataclass(frozen=True)
+class TrackConfig:
+    """The tracking task; weights are per control period."""
+
+    reference: str = 'random'  # random | triangle | steps
+    episode_s: float = 4.0
+    p_max: float = HARD_MAX_KPA
+    position_noise: float = 0.0003  # m, virtual mocap (as the control benchmark)
+    orientation_noise: float = 0.002  # rad
+    drop_probability: float = 0.0  # per frame (mocap model)
+    privileged: bool = False
+    w_track: float = 100.0  # 1/rad², on the squared true tracking error
+    w_effort: float = 0.05  # on the mean squared command, scaled to [0, 1]
+    w_rate: float = 0.05  # on the squared change of the scaled command
+    fall_penalty: float = 10.0  # once, when the joint-limit guard or an invalid estimate vents
+    random_waypoints: int = 4
+    safety: SafetyConfig = field(default_factory=SafetyConfig)
+
+    def __post_init__(self) -> None:
+        if self.reference not in REFERENCES:
+            raise ValueError(f'reference {self.reference!r}: use one of {", ".join(REFERENCES)}')
+        if not (0 < self.p_max <= HARD_MAX_KPA):
+            raise ValueError(f'p_max {self.p_max} must be in (0, {HARD_MAX_KPA}] kPa')
+        if not self.episode_s > 0:
+            raise ValueError('episode_s must be > 0')
+
+
+class _Action:
+    """The controller inside the env's ControlStep: answers the pressures the agent chose."""
+
+    def __init__(self) -> None:
+        self.p = np.zeros(2)
+
+    def reset(self) -> None:
+        pass
+
+    def step(self, state: Estimate, ref: Reference, dt: float, p_max: float) -> ControlOutput:
+        return ControlOutput(self.p.copy(), (self.p <= 0.0) | (self.p >= p_max))
+
+
+class TrackEnv(gym.Env):
+    """Reference tracking (see the module docstring). `reset(seed=…)` fixes the reference,
+    the mocap noise and the drops: identical seeds and actions give identical episodes."""
+
+    metadata: dict[str, Any] = {'render_modes': []}
+
+    def __init__(self, config: TrackConfig | None = None, **overrides: Any) -> None:
+        self.cfg = replace(config or TrackConfig(), **overrides)
+        leg = load_leg().with_timestep(PHYSICS_DT)
+        self.leg = leg
+        self.params = StaticParams.from_leg(leg)
+        self.leg_model = LegModel(leg)
+        self.tau = leg.valve_time_constant
+        n_obs = OBS_SIZE + (6 if self.cfg.privileged else 0)
+        self.observation_space = gym.spaces.Box(-np.inf, np.inf, (n_obs,), np.float64)
+        self.action_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+        self.max_steps = int(round(self.cfg.episode_s / PERIOD))
+        self._triangle = triangle_poses(self.params)
+        self.sim: LegSimulator | None = None
+
+    # ----- episode ---------------------------------------------------------------------------
+    def _reference(self) -> Waypoints:
+        cfg, rng = self.cfg, self.np_random
+        if cfg.reference == 'triangle':
+            return Waypoints(self._triangle.tolist(), move=0.5, hold=1.5)
+        if cfg.reference == 'steps':
+            return Waypoints(STEP_POSES, move=0.3, hold=1.5)
+        poses = rng.uniform(RANDOM_LO, RANDOM_HI, (cfg.random_waypoints, 2))
+        return Waypoints(
+            poses.tolist(),
+            move=float(rng.uniform(0.3, 0.8)),
+            hold=float(rng.uniform(0.4, 1.2)),
+            loop=False,
+        )
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        super().reset(seed=seed)
+        cfg = self.cfg
+        self.ref = self._reference()
+        q0 = self.ref(0.0)[0]
+        p0 = np.clip(holding_pressures(q0, self.params), 0.0, cfg.p_max)
+        self.sim = LegSimulator(
+            self.leg_model,
+            self.tau,
+            p_max=self.leg_model.pressure_max_kpa,
+            initial_pressures=tuple(p0),
+            initial_q=q0,
+        )
+        self.mocap = VirtualMocap(
+            MocapConfig(
+                position_noise=cfg.position_noise,
+                orientation_noise=cfg.orientation_noise,
+                drop_probability=cfg.drop_probability,
+                seed=int(self.np_random.integers(2**31)),
+            )
+        )
+        self.estimator = JointStateEstimator(EstimatorConfig())
+        self.action_ctrl = _Action()
+        self.control = ControlStep(self.action_ctrl, replace(cfg.safety, p_max=cfg.p_max))
+        self.driver = SimulatedDriver()
+        self.t = 0.0
+        self.k = 0
+        self.u_prev = np.zeros(2)  # kPa, as the policy controller starts
+        self._last_q = q0
+        self._estimate()
+        return self._obs(), {}
+
+    def _estimate(self) -> None:
+        assert self.sim is not None
+        P, Q = self.sim.body_arrays()
+        frame = self.mocap.capture_arrays(self.t, P, Q)
+        if frame is None:
+            self.est = self.estimator.update_gap(self.t)
+        else:
+            poses = []
+            for b in frame.bodies.values():
+                w, x, y, z = b.orientation
+                poses.append((b.position, (x, y, z, w)))
+            self.est = self.estimator.update(self.t, poses)
+        self.q_ref, self.qd_ref = self.ref(self.t)
+
+    def _obs(self) -> np.ndarray:
+        assert self.sim is not None
+        q, qd = self.est.position, self.est.velocity
+        if self.est.status == Status.INVALID:  # no estimate: the last good one, no motion
+            q, qd = self._last_q, np.zeros(2)
+        self._last_q = q
+        obs = observation(
+            q, qd, self.q_ref, self.qd_ref, kpa_to_action(self.u_prev, self.cfg.p_max)
+        )
+        if self.cfg.privileged:
+            q_true, qd_true = self.sim.joint_state()
+            p = kpa_to_action(self.sim.pressures, self.cfg.p_max)
+            obs = np.concatenate([obs, q_true, qd_true, p])
+        return obs.astype(np.float64)
+
+    # ----- step ------------------------------------------------------------------------------
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        assert self.sim is not None, 'call reset() first'
+        cfg = self.cfg
+        self.action_ctrl.p = action_to_kpa(np.asarray(action, float).reshape(2), cfg.p_max)
+        self.control.set_reference(self.q_ref, self.qd_ref, self.t)
+        cmd = self.control.step(self.est.position, self.est.velocity, self.t, self.t)
+        u_prev_scaled = kpa_to_action(self.u_prev, cfg.p_max)
+        self.u_prev = np.zeros(2) if cmd.vented else cmd.pressures
+        self.sim.set_command(self.driver(cmd.pressures.tolist(), self.t))
+        self.sim.advance(PERIOD)
+        self.t = (self.k + 1) * PERIOD
+        self.k += 1
+        self._estimate()
+        q_true, _ = self.sim.joint_state()
+        q_ref_now = self.q_ref
+        err = q_true - q_ref_now
+        u_scaled = cmd.pressures / cfg.p_max
+        du = kpa_to_action(cmd.pressures, cfg.p_max) - u_prev_scaled
+        reward = -(
+            cfg.w_track * float(err @ err)
+            + cfg.w_effort * float(np.mean(u_scaled**2))
+            + cfg.w_rate * float(np.mean(du**2))
+        )
+        outside = bool(
+            np.any(q_true < np.asarray(cfg.safety.safe_min))
+            or np.any(q_true > np.asarray(cfg.safety.safe_max))
+        )
+        terminated = outside or self.est.status == Status.INVALID or self.sim.resets > 0
+        if terminated:
+            reward -= cfg.fall_penalty
+        truncated = not terminated and self.k >= self.max_steps
+        info = {
+            'q': q_true,
+            'q_ref': q_ref_now,
+            'pressures': cmd.pressures,
+            'vented': cmd.vented,
+            'tracking_error': math.sqrt(float(err @ err) / 2),
+        }
+        return self._obs(), reward, terminated, truncated, info

@@ -1,0 +1,174 @@
+"""Training policies for `controller:=policy` (`equimus train`).
+
+Two ways, both ending in the NumPy `.npz` policy that `equimus_control.policy` loads:
+
+- `ppo` (the `rl` extra: stable-baselines3 + torch): PPO on the tracking environment with
+  observation normalisation, a progress bar and TensorBoard logs; the trained zip is exported to
+  `.npz` (`equimus_control.policy.sb3_to_arrays`).
+- `distil` (base install, NumPy only, seconds): behaviour cloning of the PID controller into a
+  one-hidden-layer network. The hidden layer is a fixed random tanh layer and the output layer is
+  the ridge-regression solution on atanh of the PID's actions (closed form, no gradient steps);
+  states come from episodes driven by the PID with exploration noise on the executed action, so
+  the network also sees states off the PID's own path. It makes a working policy file without
+  the RL libraries (the tests use it) and a warm start to compare PPO with.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from equimus_control.controller import Estimate, Reference
+from equimus_control.pid import PIDController, PIDGains
+from equimus_control.policy import MLP, OBS_SIZE, kpa_to_action, save_mlp
+
+from .env import TrackEnv
+
+Progress = Callable[[str], None]
+
+
+class RLExtraMissing(RuntimeError):
+    """stable-baselines3 / torch are not installed (the `rl` extra)."""
+
+
+@dataclass(frozen=True)
+class DistilConfig:
+    episodes: int = 12
+    hidden: int = 96
+    ridge: float = 1e-3
+    explore: float = 0.3  # σ of the executed action's noise (actions in [-1, 1])
+    reference: str = 'random'
+    seed: int = 0
+
+
+def _pid_action(pid: PIDController, env: TrackEnv) -> np.ndarray:
+    e = env.est
+    est = Estimate(e.position, e.velocity, env.t)
+    out = pid.step(est, Reference(env.q_ref, env.qd_ref), 1.0 / 120.0, env.cfg.p_max)
+    return kpa_to_action(out.pressures, env.cfg.p_max)
+
+
+def distil_pid(
+    cfg: DistilConfig | None = None,
+    gains: PIDGains | None = None,
+    progress: Progress | None = None,
+) -> MLP:
+    """An MLP imitating the PID controller on the tracking environment (see module docstring)."""
+    cfg = cfg or DistilConfig()
+    rng = np.random.default_rng(cfg.seed)
+    env = TrackEnv(reference=cfg.reference)
+    X, Y = [], []
+    for ep in range(cfg.episodes):
+        obs, _ = env.reset(seed=cfg.seed * 1000 + ep)
+        pid = PIDController(env.params, gains)
+        noise = cfg.explore * (ep % 3) / 2  # a third of the episodes without noise
+        while True:
+            target = _pid_action(pid, env)
+            X.append(obs)
+            Y.append(target)
+            act = np.clip(target + rng.normal(0.0, noise, 2), -1, 1) if noise else target
+            obs, _, term, trunc, _ = env.step(act)
+            if term or trunc:
+                break
+        if progress:
+            progress(f'distil: episode {ep + 1}/{cfg.episodes}, {len(X)} samples')
+    x, y = np.asarray(X), np.asarray(Y)
+    mean, std = x.mean(axis=0), np.maximum(x.std(axis=0), 1e-3)
+    xn = np.clip((x - mean) / std, -10, 10)
+    W0 = rng.normal(0.0, 1.0 / np.sqrt(OBS_SIZE), (OBS_SIZE, cfg.hidden))
+    b0 = rng.normal(0.0, 0.5, cfg.hidden)
+    H = np.tanh(xn @ W0 + b0)
+    Ha = np.hstack([H, np.ones((len(H), 1))])
+    target = np.arctanh(np.clip(y, -0.995, 0.995))
+    A = Ha.T @ Ha + cfg.ridge * len(Ha) * np.eye(Ha.shape[1])
+    sol = np.linalg.solve(A, Ha.T @ target)
+    return MLP((W0, sol[:-1]), (b0, sol[-1]), 'tanh', mean, std)
+
+
+def evaluate(policy: Callable[[np.ndarray], np.ndarray], reference: str, seeds: range) -> float:
+    """Mean episode return of a deterministic policy on the tracking environment."""
+    env = TrackEnv(reference=reference)
+    returns = []
+    for s in seeds:
+        obs, _ = env.reset(seed=s)
+        total = 0.0
+        while True:
+            obs, r, term, trunc, _ = env.step(policy(obs))
+            total += r
+            if term or trunc:
+                break
+        returns.append(total)
+    return float(np.mean(returns))
+
+
+def train_ppo(
+    out_dir: str,
+    steps: int,
+    n_envs: int = 4,
+    seed: int = 0,
+    reference: str = 'random',
+    progress_bar: bool = True,
+) -> tuple[str, str]:
+    """PPO (stable-baselines3) on the tracking task; returns (zip path, exported .npz path).
+
+    Also writes policy_untrained.npz (the initial network, for comparison)."""
+    try:
+        from stable_baselines3 import PPO
+        from stable_baselines3.common.env_util import make_vec_env
+        from stable_baselines3.common.vec_env import VecNormalize
+    except ImportError:
+        raise RLExtraMissing(
+            'equimus train --algo ppo needs the rl extra (stable-baselines3, torch): '
+            'run scripts/setup.sh --rl, or use --algo distil'
+        ) from None
+    import torch
+
+    from equimus_control.policy import VECNORMALIZE_FILE, _from_arrays, sb3_to_arrays
+
+    torch.set_num_threads(1)  # a 64×64 network: more threads only contend with the simulation
+
+    os.makedirs(out_dir, exist_ok=True)
+    venv = VecNormalize(
+        make_vec_env(TrackEnv, n_envs=n_envs, seed=seed, env_kwargs={'reference': reference}),
+        norm_reward=True,
+        clip_obs=10.0,
+    )
+    try:
+        import tensorboard  # noqa: F401
+
+        tb: str | None = os.path.join(out_dir, 'tb')
+    except ImportError:
+        tb = None
+    model = PPO(
+        'MlpPolicy',
+        venv,
+        n_steps=256,  # × n_envs per update
+        batch_size=256,
+        learning_rate=3e-4,
+        gamma=0.98,
+        seed=seed,
+        tensorboard_log=tb,
+        policy_kwargs={'net_arch': [64, 64]},
+        device='cpu',
+        verbose=0,
+    )
+    save_mlp(
+        os.path.join(out_dir, 'policy_untrained.npz'),
+        _from_arrays(sb3_to_arrays(model), 'the untrained policy'),
+        algo='ppo',
+        steps=0,
+    )
+    t0 = time.perf_counter()
+    model.learn(total_timesteps=steps, progress_bar=progress_bar)
+    zip_path = os.path.join(out_dir, 'policy.zip')
+    model.save(zip_path)
+    venv.save(os.path.join(out_dir, VECNORMALIZE_FILE))
+    arrays = sb3_to_arrays(model)
+    mlp = _from_arrays(arrays, zip_path)
+    npz_path = os.path.join(out_dir, 'policy.npz')
+    save_mlp(npz_path, mlp, algo='ppo', steps=steps, seconds=time.perf_counter() - t0)
+    return zip_path, npz_path

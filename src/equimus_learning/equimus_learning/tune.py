@@ -1,0 +1,257 @@
+"""PID auto-tuning on the model (`equimus tune pid`), as the EquiMus authors tuned theirs: a local
+method (L-BFGS-B on finite differences) from the current gains, then a global one (differential
+evolution, seeded with the local optimum), minimising the joint-angle mean squared error.
+
+Each evaluation is a closed-loop run of the sim graph's pieces as plain code
+(`equimus_control.closed_loop.run`: LegSimulator with valve lag, VirtualMocap with noise, the
+estimator, the one ControlStep around `PIDController`, and `SimulatedDriver`, the valve driver's
+safety filter), so the gains are tuned through the same control step the node runs. The noise
+seed is fixed, which makes the objective deterministic. The result is a ROS parameter file for
+the controller node that the launch files take as `params_file:=…`.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from equimus_control.closed_loop import run
+from equimus_control.pid import PIDController, PIDGains
+from equimus_control.reference import Waypoints, triangle_poses
+from equimus_description.leg import load_leg
+from equimus_description.statics import StaticParams, holding_pressures
+from equimus_hw.valve.stage import SimulatedDriver
+from equimus_sim.mocap import MocapConfig, VirtualMocap
+from equimus_sim.simulator import make_simulator
+
+from .env import PHYSICS_DT, STEP_POSES
+
+TASKS = ('triangle', 'steps', 'upright')
+#: the authors' tuning pose: the leg upright, θ = (π/2, 0) rad
+UPRIGHT = (math.pi / 2, 0.0)
+#: log10 bounds of the tuned gains [kp hip, kp knee, ki hip, ki knee, kd hip, kd knee]
+LOG_LO = np.log10([0.1, 0.05, 0.01, 0.01, 0.002, 0.001])
+LOG_HI = np.log10([30.0, 20.0, 40.0, 30.0, 1.5, 1.0])
+#: mean squared error (rad²) charged for a run in which a guard vented
+VENT_COST = 1.0
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class TuneConfig:
+    task: str = 'triangle'
+    duration: float = 8.0  # s per evaluation: all three moves of the triangle (2 s each + hold)
+    skip: float = 0.5  # s left out of the error at the start
+    local_evals: int = 40
+    global_generations: int = 4
+    population: int = 3  # × 6 gains per generation
+    seed: int = 0  # of the global search
+    noise_seed: int = 7  # of the virtual mocap's noise (fixed: a deterministic objective)
+    workers: int = 1
+
+    def __post_init__(self) -> None:
+        if self.task not in TASKS:
+            raise ValueError(f'task {self.task!r}: use one of {", ".join(TASKS)}')
+
+
+def task_reference(task: str, params: StaticParams) -> Waypoints:
+    if task == 'triangle':
+        return Waypoints(triangle_poses(params).tolist(), move=0.5, hold=1.5)
+    if task == 'steps':
+        return Waypoints([list(p) for p in STEP_POSES], move=0.3, hold=1.5)
+    start = triangle_poses(params)[0].tolist()
+    return Waypoints([start, list(UPRIGHT)], move=0.5, hold=3.0, loop=False)
+
+
+def gains_from_x(x: np.ndarray, base: PIDGains) -> PIDGains:
+    g = np.power(10.0, np.clip(x, LOG_LO, LOG_HI))
+    return replace(
+        base,
+        kp=(float(g[0]), float(g[1])),
+        ki=(float(g[2]), float(g[3])),
+        kd=(float(g[4]), float(g[5])),
+    )
+
+
+def x_from_gains(g: PIDGains) -> np.ndarray:
+    return np.clip(np.log10(np.maximum([*g.kp, *g.ki, *g.kd], 1e-9)), LOG_LO, LOG_HI)
+
+
+def closed_loop_rmse(
+    gains: PIDGains, task: str, duration: float, noise_seed: int, skip: float = 0.5
+) -> tuple[np.ndarray, bool]:
+    """(RMSE per joint in rad, whether a guard vented) of the PID on `task` in the sim graph's
+    plain-code loop."""
+    params = StaticParams.from_leg(load_leg())
+    ref = task_reference(task, params)
+    q0 = np.asarray(ref(0.0)[0])
+    p0 = np.clip(holding_pressures(q0, params), 0.0, 50.0)
+    sim = make_simulator(timestep=PHYSICS_DT, initial_q=q0, initial_pressures=tuple(p0))
+    mocap = VirtualMocap(
+        MocapConfig(position_noise=0.0003, orientation_noise=0.002, seed=noise_seed)
+    )
+    driver = SimulatedDriver()  # the sim graph's valve driver: safety filter + DAC
+    r = run(
+        sim,
+        mocap,
+        PIDController(params, gains),
+        ref,
+        duration,
+        actuation=lambda u, t: driver(u.tolist(), t),
+    )
+    return r.rmse(skip=skip), bool(np.any(r.vented))
+
+
+class _Objective:
+    """Mean squared joint error of a gain vector (picklable for parallel workers)."""
+
+    def __init__(self, cfg: TuneConfig, base: PIDGains) -> None:
+        self.cfg, self.base = cfg, base
+
+    def __call__(self, x: np.ndarray) -> float:
+        cfg = self.cfg
+        rmse, vented = closed_loop_rmse(
+            gains_from_x(np.asarray(x), self.base), cfg.task, cfg.duration, cfg.noise_seed, cfg.skip
+        )
+        mse = float(np.mean(rmse**2))
+        return mse + (VENT_COST if vented or not math.isfinite(mse) else 0.0)
+
+
+@dataclass
+class TuneResult:
+    gains: PIDGains
+    start: PIDGains
+    cost: float  # mean squared error, rad²
+    start_cost: float
+    evaluations: int
+    seconds: float
+
+
+def tune_pid(
+    cfg: TuneConfig | None = None, start: PIDGains | None = None, progress: Progress | None = None
+) -> TuneResult:
+    """Local (L-BFGS-B) then global (differential evolution) search from `start` (see module)."""
+    from scipy.optimize import differential_evolution, minimize
+
+    cfg = cfg or TuneConfig()
+    start = start or PIDGains()
+    say = progress or (lambda _: None)
+    f = _Objective(cfg, start)
+    t0 = time.perf_counter()
+    evals = 0
+    best_cost, best_x = math.inf, x_from_gains(start)
+
+    def counted(x: np.ndarray) -> float:
+        nonlocal evals, best_cost, best_x
+        evals += 1
+        c = f(x)
+        if c < best_cost:
+            best_cost, best_x = c, np.array(x, float)
+            say(f'  eval {evals}: MSE {c:.3e} rad² (RMSE {math.sqrt(c):.4f} rad) new best')
+        return c
+
+    x0 = x_from_gains(start)
+    start_cost = counted(x0)
+    say(f'start: gains {_fmt(start)}, MSE {start_cost:.3e} rad²')
+    bounds = list(zip(LOG_LO, LOG_HI, strict=True))
+    if cfg.local_evals > 0:
+        say(f'local search (L-BFGS-B, at most {cfg.local_evals} evaluations)')
+        minimize(
+            counted,
+            x0,
+            method='L-BFGS-B',
+            bounds=bounds,
+            options={'maxfun': cfg.local_evals, 'eps': 0.02},
+        )
+    if cfg.global_generations > 0:
+        say(
+            f'global search (differential evolution, {cfg.global_generations} generations of '
+            f'{cfg.population * len(x0)})'
+        )
+        rng = np.random.default_rng(cfg.seed)
+        n = cfg.population * len(x0)
+        init = np.clip(best_x + rng.normal(0.0, 0.3, (n, len(x0))), LOG_LO, LOG_HI)
+        init[0] = best_x
+        if cfg.workers > 1:
+            res = differential_evolution(
+                f,
+                bounds,
+                maxiter=cfg.global_generations,
+                init=init,
+                seed=cfg.seed,
+                polish=False,
+                tol=0.0,
+                workers=cfg.workers,
+                updating='deferred',
+            )
+            evals += int(res.nfev)
+            if float(res.fun) < best_cost:
+                best_cost, best_x = float(res.fun), np.asarray(res.x, float)
+                say(f'  global best: MSE {res.fun:.3e} rad²')
+        else:
+            differential_evolution(
+                counted,
+                bounds,
+                maxiter=cfg.global_generations,
+                init=init,
+                seed=cfg.seed,
+                polish=False,
+                tol=0.0,
+            )
+    gains = gains_from_x(best_x, start)
+    return TuneResult(gains, start, float(best_cost), start_cost, evals, time.perf_counter() - t0)
+
+
+def _fmt(g: PIDGains) -> str:
+    return f'kp {_pair(g.kp)}, ki {_pair(g.ki)}, kd {_pair(g.kd)}'
+
+
+def _pair(v: tuple[float, float]) -> str:
+    return f'[{v[0]:.4g}, {v[1]:.4g}]'
+
+
+def write_params(path: str | Path, result: TuneResult, cfg: TuneConfig) -> None:
+    """The controller node's parameter file with the tuned gains (`params_file:=path`)."""
+    g = result.gains
+    doc = {
+        'controller': {
+            'ros__parameters': {
+                'controller': 'pid',
+                'kp': [round(v, 6) for v in g.kp],
+                'ki': [round(v, 6) for v in g.ki],
+                'kd': [round(v, 6) for v in g.kd],
+            }
+        }
+    }
+    head = (
+        f'# PID gains from `equimus tune pid --task {cfg.task}` '
+        f'({result.evaluations} closed-loop evaluations of {cfg.duration:g} s, '
+        f'{result.seconds:.0f} s).\n'
+        f'# Joint-angle RMSE on the model: {math.sqrt(result.start_cost):.4f} rad with the start '
+        f'gains, {math.sqrt(result.cost):.4f} rad tuned.\n'
+        f'# Use: equimus launch sim params_file:={Path(path).name} (or ros2 launch ... '
+        f'params_file:=...).\n'
+    )
+    Path(path).write_text(head + yaml.safe_dump(doc, sort_keys=False))
+
+
+def read_gains(path: str | Path, base: PIDGains | None = None) -> PIDGains:
+    """The gains of a parameter file written by `write_params` (or any controller section)."""
+    doc = yaml.safe_load(Path(path).read_text())
+    p = doc['controller']['ros__parameters']
+    g = base or PIDGains()
+
+    def pair(key: str, default: tuple[float, float]) -> tuple[float, float]:
+        if key not in p:
+            return default
+        a, b = (float(v) for v in p[key])
+        return a, b
+
+    return replace(g, kp=pair('kp', g.kp), ki=pair('ki', g.ki), kd=pair('kd', g.kd))

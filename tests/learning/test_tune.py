@@ -1,0 +1,68 @@
+"""`equimus tune pid`: the search improves the closed-loop error on the model and writes a
+parameter file that the graph takes as params_file:=."""
+
+import math
+
+import numpy as np
+import yaml
+
+from equimus_bringup.cli import main as equimus
+from equimus_control.pid import PIDGains
+from equimus_learning.tune import (
+    TuneConfig,
+    closed_loop_rmse,
+    read_gains,
+    tune_pid,
+    write_params,
+)
+
+
+def test_local_search_improves_the_closed_loop_error(tmp_path):
+    cfg = TuneConfig(duration=3.0, local_evals=10, global_generations=0)
+    result = tune_pid(cfg)
+    assert result.evaluations >= 8
+    assert result.cost < 0.99 * result.start_cost, (result.cost, result.start_cost)
+    assert result.gains != PIDGains()
+    # the reported cost is the loop's error with those gains (deterministic objective)
+    rmse, vented = closed_loop_rmse(result.gains, 'triangle', 3.0, cfg.noise_seed)
+    assert not vented
+    assert math.isclose(float(np.mean(rmse**2)), result.cost, rel_tol=1e-9)
+    path = tmp_path / 'tuned.yaml'
+    write_params(path, result, cfg)
+    doc = yaml.safe_load(path.read_text())
+    assert doc['controller']['ros__parameters']['controller'] == 'pid'
+    back = read_gains(path)
+    assert np.allclose(back.kp, result.gains.kp, rtol=1e-5)
+    assert np.allclose(back.kd, result.gains.kd, rtol=1e-5)
+
+
+def test_the_graph_takes_the_file_as_params_file(tmp_path):
+    from equimus_bringup.graph import describe_graph
+
+    path = tmp_path / 'tuned.yaml'
+    rc = equimus(
+        [
+            'tune',
+            'pid',
+            '--duration',
+            '1.5',
+            '--local-evals',
+            '2',
+            '--generations',
+            '0',
+            '--out',
+            str(path),
+        ]
+    )
+    assert rc == 0 and path.is_file()
+    specs = {s.name: s for s in describe_graph('sim', {'params_file': str(path)})}
+    assert specs['controller'].parameter_files[-1] == str(path)  # applied after the defaults
+
+
+def test_unknown_task_exits_2_with_the_choices(capsys):
+    try:
+        rc = equimus(['tune', 'pid', '--task', 'dance'])
+    except SystemExit as exc:  # argparse's choices
+        rc = exc.code
+    assert rc == 2
+    assert 'triangle' in capsys.readouterr().err
