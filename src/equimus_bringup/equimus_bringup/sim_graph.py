@@ -163,17 +163,19 @@ class SimGraph(Node):
             self.recorder = Recorder(writer=BagWriterProcess) if self.cfg.record else None
             if self.recorder is not None:
                 self.nodes.append(self.recorder)
-            self.driver = ValveDriver()
-            self.nodes.append(self.driver)
-            self.controller = ControllerNode()
-            self.nodes.append(self.controller)
-            self.estimator = EstimatorNode()
-            self.nodes.append(self.estimator)
-            self.reference = ReferenceNode(paced=False)
-            self.nodes.append(self.reference)
+            # The slow constructions first (model, equilibrium, the triangle's poses), so the
+            # first frame follows the controller's and the driver's start closely.
             self.sim = SimNode()
             self.nodes.append(self.sim)
             self.sim.compose()
+            self.reference = ReferenceNode(paced=False)
+            self.nodes.append(self.reference)
+            self.driver = ValveDriver()
+            self.nodes.append(self.driver)
+            self.estimator = EstimatorNode()
+            self.nodes.append(self.estimator)
+            self.controller = ControllerNode()
+            self.nodes.append(self.controller)
         except BaseException:
             self.close()
             for node in self.nodes:
@@ -232,8 +234,11 @@ class SimGraph(Node):
                 vent_on_exit(node)
 
     def all_nodes(self) -> list[Node]:
-        """Upstream first (the order they are destroyed in); the recorder last."""
-        return [self, *self.nodes[::-1]]
+        """This node first, the recorder last (the order they are destroyed in)."""
+        return [self, *(n for n in self.nodes if n is not self.recorder), *self._recorder()]
+
+    def _recorder(self) -> list[Node]:
+        return [] if self.recorder is None else [self.recorder]
 
 
 def sim_graph() -> list[Node]:

@@ -40,7 +40,11 @@ from collections.abc import Sequence
 import numpy as np
 from geometry_msgs.msg import PoseStamped
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
-from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
+from rclpy.executors import (
+    ExternalShutdownException,
+    MultiThreadedExecutor,
+    SingleThreadedExecutor,
+)
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rosgraph_msgs.msg import Clock
@@ -357,15 +361,23 @@ class SimNode(Node):
     def run(self, others: Sequence[Node] = ()) -> None:
         """Main loop until shutdown; the executor (this node and `others`, the composed graph's
         nodes) runs in background threads."""
-        executor = MultiThreadedExecutor(num_threads=2, context=self.context)
+        # Composed, the frames run on this thread, so a blocking ~/step never holds up an answer
+        # and one executor thread will do (a second one only competes for the GIL).
+        executor = (
+            SingleThreadedExecutor(context=self.context)
+            if self.in_process
+            else MultiThreadedExecutor(num_threads=2, context=self.context)
+        )
         for node in (self, *others):
             executor.add_node(node)
         spinner = threading.Thread(target=self._spin, args=(executor,), daemon=True)
-        spinner.start()
         if self.mode == 'realtime':
             self._set_priority(self.realtime_priority)
         try:
+            # Frame 0 before any timer can run: a composed controller's stale-state guard must
+            # not find "no state yet" at start (a wall-clock race, so not deterministic).
             self.publish_initial()
+            spinner.start()
             self.pacer.restart()
             while self.running():
                 try:
@@ -387,7 +399,8 @@ class SimNode(Node):
             self._stop.set()
             with self.cond:
                 self.cond.notify_all()
-            spinner.join(timeout=2.0)
+            if spinner.is_alive():
+                spinner.join(timeout=2.0)
             for node in (self, *others):
                 executor.remove_node(node)
             executor.shutdown(timeout_sec=0.5)
