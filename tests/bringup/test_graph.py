@@ -102,7 +102,7 @@ def test_ros_arguments_carry_name_files_and_parameters():
 
 
 def test_rt_priority_applies_to_the_control_path_only():
-    for mode, extra in (('sim', {}), ('hardware', {'emulator': 'true'})):
+    for mode, extra in (('sim', SPLIT), ('hardware', {'emulator': 'true'})):
         specs = describe_graph(mode, dict(extra, rt_priority='20', record='true', bag='b'))
         rt = {s.name for s in specs if s.prefix == ['chrt', '-f', '20']}
         assert rt == {s.name for s in specs if s.name in CONTROL_PATH}

@@ -158,3 +158,34 @@ def test_two_runs_give_byte_identical_bags(ros_node, tmp_path):
     # The seeded generator was drawn from: frames were dropped (the same ones in both runs).
     calf = [d for t, _, d in a if t == '/mocap/calf/pose']
     assert len(calf) < pause_at * 120
+
+
+def test_the_composed_spec_holds_every_node_with_its_own_parameters():
+    (spec,) = describe_graph('sim', {'record': 'true', 'bag': 'b', 'controller': 'mpc'})
+    assert (spec.package, spec.executable) == ('equimus_bringup', 'sim_graph')
+    assert spec.nodes == (
+        'sim',
+        'valve_driver',
+        'estimator',
+        'controller',
+        'reference',
+        'recorder',
+        'sim_graph',
+    )
+    p = spec.node_parameters
+    assert spec.parameters == {}  # nothing process-wide: use_sim_time must not reach the sim
+    assert 'use_sim_time' not in p['sim'] and p['sim']['mode'] == 'lockstep'
+    assert p['sim']['real_time_factor'] == 0.0  # lockstep: as fast as the graph answers
+    for name in ('valve_driver', 'estimator', 'controller', 'reference', 'recorder', 'sim_graph'):
+        assert p[name]['use_sim_time'] is True, name
+    assert p['controller']['controller'] == 'mpc' and p['valve_driver']['board'] == 'sim'
+    assert p['sim_graph']['record'] is True and p['recorder']['bag_path'] == 'b'
+    (plain,) = describe_graph('sim')
+    assert plain.node_parameters['sim_graph']['record'] is False
+    assert 'recorder' not in plain.nodes
+    with pytest.raises(ValueError, match='composed'):
+        describe_graph('sim', {'sim_mode': 'realtime'})
+    with pytest.raises(ValueError, match='composed'):
+        describe_graph('hardware', {'composed': 'true'})
+    split = describe_graph('sim', {'sim_mode': 'realtime', 'composed': 'false'})
+    assert split[0].parameters['real_time_factor'] == 1.0
