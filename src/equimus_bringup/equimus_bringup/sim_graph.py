@@ -115,15 +115,27 @@ class InProcessBus:
         self.routes: list[_Route] = []
         self.handed_off = 0
         self.dds_published = 0
+        self.now_ns = 0  # sim time of the current frame: the log time of what it records
+        self.subscribers[CLOCK.name] = [self._on_clock]  # first: before the /clock message
         self._record_lock = threading.Lock()  # a leaf lock: nothing is called while it is held
         self.record: Callable[[str, bytes], None] | None = (
             None if recorder is None else self._record
         )
 
     def _record(self, topic: str, data: bytes) -> None:
-        assert self.recorder is not None
+        """Write with the sim time of the frame (the recorder's own clock, without asking it)."""
+        recorder = self.recorder
+        assert recorder is not None
         with self._record_lock:
-            self.recorder.on_message(topic, data)
+            if recorder.error:
+                return
+            try:
+                recorder.writer.write(topic, self.now_ns, data)
+            except OSError as exc:
+                recorder.stop_recording(exc)
+
+    def _on_clock(self, msg: Any) -> None:
+        self.now_ns = msg.clock.sec * 1_000_000_000 + msg.clock.nanosec
 
     def attach(self, nodes: list[Node]) -> None:
         """Route every publisher of `nodes`; serve their subscriptions to those topics here."""
