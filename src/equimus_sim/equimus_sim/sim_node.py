@@ -36,6 +36,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 from geometry_msgs.msg import PoseStamped
@@ -125,6 +126,12 @@ class _ArrayOut(_Reused):
 
 class SimNode(Node):
     """The `sim` node; see the module docstring."""
+
+    # The frame's writers: pre-serialised (equimus_ros.cdr) or reused objects (compose()).
+    out_clock: Any
+    out_joints: Any
+    out_pose: dict[str, Any]
+    out_pressure: Any
 
     def __init__(self, **kwargs):
         super().__init__('sim', **kwargs)
