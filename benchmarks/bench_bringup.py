@@ -5,9 +5,10 @@
 Recorder: a publisher process sends reliable messages (Float64MultiArray, 128 doubles, ~1 KiB)
 at stepped target rates to the real recorder node; after each step the bag is read back and the
 messages in it are compared with the ones sent. The sustained rate is the highest step with no
-message missing. Lockstep graph: the sim graph (sim, estimator, controller, reference, recorder)
-as separate processes; simulated seconds per wall second once it runs, with a plain mj_step loop
-of the same model as the baseline measured in the same run.
+message missing. Lockstep graph: the sim graph (sim, valve driver, estimator, controller,
+reference, recorder) as separate processes and composed in one process (sim_graph, the default
+since issue 13); simulated seconds per wall second once it runs, with a plain mj_step loop of the
+same model as the baseline measured in the same run.
 """
 
 from __future__ import annotations
@@ -97,7 +98,7 @@ def recorder_step(rate: float, seconds: float, workdir: Path) -> dict:
     }
 
 
-def lockstep_speed(seconds: float) -> dict:
+def lockstep_speed(seconds: float, composed: bool) -> dict:
     from equimus_bringup.graph import describe_graph
     from equimus_bringup.main_job import ClockWatch
     from equimus_bringup.supervisor import Supervisor
@@ -105,7 +106,13 @@ def lockstep_speed(seconds: float) -> dict:
     with tempfile.TemporaryDirectory() as d:
         sup = Supervisor(
             describe_graph(
-                'sim', {'record': 'true', 'bag': str(Path(d) / 'bag'), 'sim_mode': 'lockstep'}
+                'sim',
+                {
+                    'record': 'true',
+                    'bag': str(Path(d) / 'bag'),
+                    'sim_mode': 'lockstep',
+                    'composed': 'true' if composed else 'false',
+                },
             ),
             echo=False,
         )
@@ -158,11 +165,15 @@ def run(quick: bool = False) -> dict:
     if best:
         figures['recorder sustained without drops (msg/s)'] = round(best['rate'])
         figures['recorder sustained without drops (MB/s in the bag, ZSTD)'] = round(best['mb_s'], 3)
-    ls = lockstep_speed(5.0 if quick else 20.0)
+    ls = lockstep_speed(5.0 if quick else 20.0, composed=False)
     base = mj_step_baseline()
+    comp = lockstep_speed(10.0 if quick else 40.0, composed=True)
     figures['sim graph, lockstep: simulated s per wall s'] = round(ls['speed'], 2)
     figures['plain mj_step loop, same model, dt 1/600 s: simulated s per wall s'] = round(base, 1)
     figures['graph / plain loop'] = f'{ls["speed"] / base:.4f}'
+    figures['composed sim graph, lockstep: simulated s per wall s'] = round(comp['speed'], 2)
+    figures['composed graph / plain loop'] = f'{comp["speed"] / base:.4f}'
+    figures['composed graph / split graph'] = f'{comp["speed"] / ls["speed"]:.2f}'
     return figures
 
 

@@ -9,10 +9,20 @@ Side by side, in one run, on the default model (config/leg.yaml, 'equimus' varia
   tick lateness (jitter) p50/p99/max against the absolute deadlines, from its /diagnostics;
   a subscriber in this process also counts the /mocap/calf/pose rate;
 - the same with the loop thread at SCHED_FIFO priority 50 (parameter realtime_priority);
-- the node free-running (rate_factor 0): sim seconds per wall second, from /diagnostics;
+- the node free-running (real_time_factor 0): sim seconds per wall second, from /diagnostics;
 - the node's per-frame cost in this process, publishing pre-serialised messages against message
   objects, in alternating blocks.
 Targets (issue 2): realtime holds 1.0 with p99 jitter < 1 ms; free-running >= 100x.
+
+Simulation as a platform (issue 13; `--platform` runs only this part), in alternating rounds so
+machine load hits all three alike, each a run of `pause_at` sim seconds in a fresh process:
+- the bare mj_step loop (one mj_step call per physics step, as above);
+- the free-running sim node (realtime, real_time_factor 0) running its own loop until pause_at;
+- the whole lockstep sim graph composed in one process (equimus_bringup.sim_graph: sim, valve
+  driver on its simulated board, estimator, PID controller, reference, recorder recording every
+  topic), as `make run` starts it, from its first frame until pause_at.
+Ratios to the bare loop are the figures that carry over between machines: the targets (graph
+>= 20x, node >= 100x) are against a bare loop of 270-320x on an idle machine (issue 13).
 """
 
 from __future__ import annotations
@@ -38,10 +48,11 @@ def bare_model(dt: float, sim_seconds: float) -> dict:
     sim = make_simulator(timestep=dt)
     m, d = sim.model, sim.data
     n = int(round(sim_seconds / dt))
-    t = time.perf_counter()
+    t, c = time.perf_counter(), time.process_time()
     for _ in range(n):
         mujoco.mj_step(m, d)
     bare = sim_seconds / (time.perf_counter() - t)
+    bare_cpu = sim_seconds / (time.process_time() - c)
     sim.reset('benchmark')
     sim.set_command([30.0, 20.0])
     frames = int(round(sim_seconds * 120))
@@ -49,7 +60,12 @@ def bare_model(dt: float, sim_seconds: float) -> dict:
     for _ in range(frames):
         sim.advance_to(sim.time + 1 / 120)
     adv = sim_seconds / (time.perf_counter() - t)
-    return {'mj_step_rtf': bare, 'simulator_rtf': adv, 'us_per_step': 1e6 * dt / bare}
+    return {
+        'mj_step_rtf': bare,
+        'mj_step_rtf_cpu': bare_cpu,
+        'simulator_rtf': adv,
+        'us_per_step': 1e6 * dt / bare,
+    }
 
 
 def node_run(params: dict, seconds: float, count_poses: bool) -> dict:
@@ -124,7 +140,7 @@ def node_run(params: dict, seconds: float, count_poses: bool) -> dict:
         'work_p99_us': float(np.max(f('tick_work_p99_us'))),
         'overruns': int(win[-1]['overruns']) if win else 0,
     }
-    if params.get('rate_factor', 1.0) > 0:
+    if params.get('real_time_factor', 1.0) > 0:
         out.update(
             jitter_p50_us=float(np.median(f('jitter_p50_us'))),
             jitter_p99_us_median=float(np.median(f('jitter_p99_us'))),
@@ -146,7 +162,7 @@ def publish_paths(blocks: int, ticks: int) -> dict:
 
     ctx = rclpy.Context()
     rclpy.init(context=ctx)
-    node = SimNode(context=ctx, parameter_overrides=[Parameter('rate_factor', value=0.0)])
+    node = SimNode(context=ctx, parameter_overrides=[Parameter('real_time_factor', value=0.0)])
     writers = [
         node.out_clock,
         node.out_joints,
@@ -178,6 +194,144 @@ def publish_paths(blocks: int, ticks: int) -> dict:
     }
 
 
+def _child_run(kind: str, seconds: float, out_dir: str) -> dict:
+    """In a fresh process: the free-running node or the composed graph, from its first frame
+    until it pauses itself at `seconds` of sim time."""
+    import threading
+
+    import rclpy
+
+    from equimus_bringup.graph import describe_graph, ros_arguments
+
+    cfg = str(REPO / 'config')
+    if kind == 'graph':
+        (spec,) = describe_graph(
+            'sim',
+            {
+                'record': 'true',
+                'bag': str(Path(out_dir) / 'bag'),
+                'pause_at': repr(seconds),
+                'config_dir': cfg,
+            },
+        )
+        args = ros_arguments(spec, 'warn')
+    else:
+        args = ['--ros-args', '--log-level', 'warn', '--params-file', f'{cfg}/sim.yaml']
+        for k, v in (('mode', 'realtime'), ('real_time_factor', 0.0), ('pause_at', seconds)):
+            args += ['-p', f'{k}:={v}']
+    from equimus_ros.main import GIL_SWITCH_INTERVAL_S
+
+    sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)  # as every node process (equimus_ros.main)
+    rclpy.init(args=args)
+    if kind == 'graph':
+        from equimus_bringup.sim_graph import SimGraph
+
+        graph = SimGraph()
+        sim, nodes, spin = graph.sim, graph.all_nodes(), graph.spin
+    else:
+        from equimus_sim.sim_node import SimNode
+
+        sim = SimNode()
+        nodes, spin = [sim], sim.run
+    marks: dict[str, float] = {}
+
+    def watch() -> None:
+        while sim.frame == 0 and sim.running():
+            time.sleep(0.0005)
+        marks['first'], marks['cpu0'] = time.perf_counter(), time.process_time()
+        while not sim.paused and sim.running():
+            time.sleep(0.002)
+        marks['paused'], marks['cpu1'] = time.perf_counter(), time.process_time()
+        sim.stop()
+
+    threading.Thread(target=watch, daemon=True).start()
+    spin()
+    frames = sim.frame
+    if kind == 'graph':
+        graph.close()
+    for node in nodes:
+        node.destroy_node()
+    rclpy.try_shutdown()
+    wall = marks['paused'] - marks['first']
+    sim_s = (frames - 1) / sim.rate
+    # CPU time of this process (all its threads): what the run costs, whatever else the machine
+    # runs; the recorder's writer process is not in it (it runs beside, see bag_process).
+    cpu = marks['cpu1'] - marks['cpu0']
+    return {'rtf': sim_s / wall, 'rtf_cpu': sim_s / cpu, 'frames': frames, 'wall_s': wall}
+
+
+def _child(kind: str, seconds: float) -> dict:
+    import json
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix='bench_sim_') as tmp:
+        r = subprocess.run(
+            [sys.executable, __file__, '--child', kind, '--seconds', repr(seconds), '--out', tmp],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+    lines = [line for line in r.stdout.splitlines() if line.startswith('{')]
+    if r.returncode or not lines:
+        raise RuntimeError(f'{kind} run failed ({r.returncode}): {r.stderr[-2000:]}')
+    return json.loads(lines[-1])
+
+
+def platform(rounds: int, sim_seconds: float) -> dict:
+    """Issue 13's three figures side by side (see the module docstring)."""
+    runs: dict[str, list[float]] = {'bare': [], 'node': [], 'graph': []}
+    cpu: dict[str, list[float]] = {'bare': [], 'node': [], 'graph': []}
+    for _ in range(rounds):
+        b = bare_model(1 / 600, sim_seconds)
+        runs['bare'].append(b['mj_step_rtf'])
+        cpu['bare'].append(b['mj_step_rtf_cpu'])
+        for kind in ('node', 'graph'):
+            r = _child(kind, sim_seconds)
+            runs[kind].append(r['rtf'])
+            cpu[kind].append(r['rtf_cpu'])
+    med = {k: float(np.median(v)) for k, v in runs.items()}
+    mcpu = {k: float(np.median(v)) for k, v in cpu.items()}
+    return {
+        'platform_cpu_bare_mj_step_rtf': mcpu['bare'],
+        'platform_cpu_free_node_rtf': mcpu['node'],
+        'platform_cpu_composed_graph_recording_rtf': mcpu['graph'],
+        'platform_cpu_graph_vs_bare': mcpu['graph'] / mcpu['bare'],
+        'platform_bare_mj_step_rtf': med['bare'],
+        'platform_free_node_rtf': med['node'],
+        'platform_composed_graph_recording_rtf': med['graph'],
+        'platform_free_node_vs_bare': med['node'] / med['bare'],
+        'platform_graph_vs_bare': med['graph'] / med['bare'],
+        'platform_rounds': rounds,
+        'platform_sim_seconds': sim_seconds,
+        'platform_runs': {k: [round(x, 2) for x in v] for k, v in runs.items()},
+    }
+
+
+def print_platform(r: dict) -> None:
+    bare = r['platform_bare_mj_step_rtf']
+    print(
+        f'\nsimulation as a platform (issue 13), medians of {r["platform_rounds"]} alternating '
+        f'rounds of {r["platform_sim_seconds"]:g} sim s:'
+    )
+    print(f'  bare mj_step loop              {bare:8.1f}x   1')
+    for key, label, target in (
+        ('platform_free_node_rtf', 'sim node, free-running', 100),
+        ('platform_composed_graph_recording_rtf', 'composed graph, recording', 20),
+    ):
+        v = r[key]
+        print(
+            f'  {label:30s} {v:8.1f}x   {v / bare:.4f} of bare '
+            f'(target {target}x = {target / 300:.3f} of an idle 300x bare loop)'
+        )
+    print(f'  all runs: {r["platform_runs"]}')
+    print(
+        '  per CPU second of the process instead of per wall second (load-independent): bare '
+        f'{r["platform_cpu_bare_mj_step_rtf"]:.1f}x, node {r["platform_cpu_free_node_rtf"]:.1f}x, '
+        f'graph {r["platform_cpu_composed_graph_recording_rtf"]:.1f}x '
+        f'({r["platform_cpu_graph_vs_bare"]:.4f} of bare)'
+    )
+
+
 def run(quick: bool) -> dict:
     os.environ.setdefault('ROS_DOMAIN_ID', str(150 + os.getpid() % 80))
     os.environ.setdefault('ROS_AUTOMATIC_DISCOVERY_RANGE', 'LOCALHOST')
@@ -190,12 +344,14 @@ def run(quick: bool) -> dict:
         res[f'us_per_mj_step_{label}'] = b['us_per_step']
     res.update(publish_paths(4 if quick else 20, 300))
     wall = 6.0 if quick else 30.0
-    rt = node_run({'mode': 'realtime', 'rate_factor': 1.0, 'diagnostics_period': 1.0}, wall, True)
+    rt = node_run(
+        {'mode': 'realtime', 'real_time_factor': 1.0, 'diagnostics_period': 1.0}, wall, True
+    )
     res.update({f'node_realtime_{k}': v for k, v in rt.items()})
     fifo = node_run(
         {
             'mode': 'realtime',
-            'rate_factor': 1.0,
+            'real_time_factor': 1.0,
             'diagnostics_period': 1.0,
             'realtime_priority': 50,
         },
@@ -206,11 +362,16 @@ def run(quick: bool) -> dict:
         {f'node_realtime_fifo_{k}': v for k, v in fifo.items() if k.startswith(('rtf', 'jitter'))}
     )
     free = node_run(
-        {'mode': 'realtime', 'rate_factor': 0.0, 'diagnostics_period': 1.0}, wall / 2, False
+        {'mode': 'realtime', 'real_time_factor': 0.0, 'diagnostics_period': 1.0}, wall / 2, False
     )
     res.update({f'node_free_{k}': v for k, v in free.items()})
     free12 = node_run(
-        {'mode': 'realtime', 'rate_factor': 0.0, 'diagnostics_period': 1.0, 'timestep': 1 / 1200},
+        {
+            'mode': 'realtime',
+            'real_time_factor': 0.0,
+            'diagnostics_period': 1.0,
+            'timestep': 1 / 1200,
+        },
         wall / 2,
         False,
     )
@@ -218,6 +379,7 @@ def run(quick: bool) -> dict:
     res['target_realtime_p99_jitter_under_1ms'] = bool(rt.get('jitter_p99_us_worst', 1e9) < 1000)
     res['target_free_running_100x'] = bool(free['rtf'] >= 100)
     res['free_running_node_vs_bare_mj_step'] = free['rtf'] / res['bare_mj_step_rtf_dt600']
+    res.update(platform(2 if quick else 3, 5.0 if quick else 15.0))
     return res
 
 
@@ -226,7 +388,25 @@ def main(argv=None) -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     p.add_argument('--quick', action='store_true', help='short runs (~30 s)')
+    p.add_argument('--platform', action='store_true', help="only issue 13's side-by-side figures")
+    p.add_argument('--rounds', type=int, default=3, help='--platform: alternating rounds')
+    p.add_argument('--child', choices=('node', 'graph'), help=argparse.SUPPRESS)
+    p.add_argument('--seconds', type=float, default=15.0, help='--platform: sim s per run')
+    p.add_argument('--out', default='', help=argparse.SUPPRESS)
     ns = p.parse_args(argv)
+    if ns.child:
+        import json
+
+        print(json.dumps(_child_run(ns.child, ns.seconds, ns.out)), flush=True)
+        return 0
+    os.environ.setdefault('ROS_DOMAIN_ID', str(150 + os.getpid() % 80))
+    os.environ.setdefault('ROS_AUTOMATIC_DISCOVERY_RANGE', 'LOCALHOST')
+    if ns.platform:
+        load = os.getloadavg()[0]
+        r = platform(ns.rounds, ns.seconds)
+        print_platform(r)
+        print(f'  (1-min load average at start: {load:.2f} on {os.cpu_count()} cores)')
+        return 0
     r = run(ns.quick)
     print(f'{"figure":48s} value')
     for k, v in r.items():
@@ -251,6 +431,7 @@ def main(argv=None) -> int:
         f'{r["node_realtime_fifo_jitter_p99_us_worst"]:.0f}/'
         f'{r["node_realtime_fifo_jitter_max_us"]:.0f} us'
     )
+    print_platform(r)
     print(
         f'  (1-min load average at start: {r["load_average_1min_at_start"]:.2f} '
         f'on {os.cpu_count()} cores)'

@@ -29,6 +29,7 @@ setup(
             'equimus = equimus_bringup.cli:main',
             'rig_emulator = equimus_bringup.rig_emulator:main',
             'control_loop = equimus_bringup.control_loop:main',
+            'sim_graph = equimus_bringup.sim_graph:main',
         ],
     },
 )

@@ -16,6 +16,8 @@ from equimus_bringup.graph import (
 )
 
 SHARED_NODES = {'estimator', 'controller', 'reference'}
+# The split (one process per node) sim graph; the composed one is tested in test_sim_graph.py.
+SPLIT = {'composed': 'false'}
 
 
 def names(specs):
@@ -23,7 +25,7 @@ def names(specs):
 
 
 def test_sim_and_hardware_share_the_control_side():
-    sim = {s.name: s for s in describe_graph('sim', {'record': 'true', 'bag': 'b'})}
+    sim = {s.name: s for s in describe_graph('sim', {'record': 'true', 'bag': 'b', **SPLIT})}
     hw = {
         s.name: s
         for s in describe_graph('hardware', {'record': 'true', 'bag': 'b', 'use_sim_time': 'true'})
@@ -39,7 +41,7 @@ def test_sim_and_hardware_share_the_control_side():
     )
     assert drv_sim.parameters['board'] == 'sim' and drv_hw.parameters['board'] == 'serial'
     assert drv_sim.parameters['auto_arm'] is True and drv_hw.parameters['auto_arm'] is False
-    assert describe_graph('sim', {'auto_arm': 'false'})[1].parameters['auto_arm'] is False
+    assert describe_graph('sim', {'auto_arm': 'false', **SPLIT})[1].parameters['auto_arm'] is False
     for n in SHARED_NODES | {'recorder'}:
         a, b = sim[n], hw[n]
         assert (a.package, a.executable, a.parameters, a.parameter_files) == (
@@ -52,7 +54,9 @@ def test_sim_and_hardware_share_the_control_side():
 
 def test_sim_time_defaults_per_mode():
     assert all(
-        s.parameters['use_sim_time'] is True for s in describe_graph('sim') if s.name != 'sim'
+        s.parameters['use_sim_time'] is True
+        for s in describe_graph('sim', SPLIT)
+        if s.name != 'sim'
     )
     assert all(
         s.parameters.get('use_sim_time') is False
@@ -61,7 +65,8 @@ def test_sim_time_defaults_per_mode():
     )
     # The simulation node owns /clock and never listens to it.
     assert (
-        'use_sim_time' not in next(s for s in describe_graph('sim') if s.name == 'sim').parameters
+        'use_sim_time'
+        not in next(s for s in describe_graph('sim', SPLIT) if s.name == 'sim').parameters
     )
 
 
@@ -86,7 +91,9 @@ def test_bad_arguments_are_refused_with_the_valid_list():
 
 
 def test_ros_arguments_carry_name_files_and_parameters():
-    spec = next(s for s in describe_graph('sim', {'controller': 'mpc'}) if s.name == 'controller')
+    spec = next(
+        s for s in describe_graph('sim', {'controller': 'mpc', **SPLIT}) if s.name == 'controller'
+    )
     argv = ros_arguments(spec)
     assert argv[:3] == ['--ros-args', '-r', '__node:=controller']
     assert 'controller:=mpc' in argv and 'use_sim_time:=true' in argv
@@ -95,7 +102,7 @@ def test_ros_arguments_carry_name_files_and_parameters():
 
 
 def test_rt_priority_applies_to_the_control_path_only():
-    for mode, extra in (('sim', {}), ('hardware', {'emulator': 'true'})):
+    for mode, extra in (('sim', SPLIT), ('hardware', {'emulator': 'true'})):
         specs = describe_graph(mode, dict(extra, rt_priority='20', record='true', bag='b'))
         rt = {s.name for s in specs if s.prefix == ['chrt', '-f', '20']}
         assert rt == {s.name for s in specs if s.name in CONTROL_PATH}
@@ -117,7 +124,7 @@ def test_supervised_nodes_really_run_sched_fifo(tmp_path):
         pytest.skip(f'SCHED_FIFO not permitted here: {realtime_problem(10)}')
     specs = [
         s
-        for s in describe_graph('sim', {'rt_priority': '10'})
+        for s in describe_graph('sim', {'rt_priority': '10', **SPLIT})
         if s.name in ('estimator', 'reference')
     ]
     sup = Supervisor(specs, echo=False)
@@ -159,7 +166,7 @@ def test_rt_priority_is_refused_clearly_without_the_privilege():
     probe = (
         'from equimus_bringup.graph import describe_graph\n'
         'from equimus_bringup.supervisor import GraphError, Supervisor\n'
-        "specs = [s for s in describe_graph('sim', {'rt_priority': '10'})\n"
+        "specs = [s for s in describe_graph('sim', {'rt_priority': '10', 'composed': 'false'})\n"
         "         if s.name == 'estimator']\n"
         'sup = Supervisor(specs, echo=False)\n'
         'try:\n'

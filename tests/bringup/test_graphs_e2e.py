@@ -72,7 +72,10 @@ def test_a_node_dying_stops_the_graph_with_failure(tmp_path):
     from equimus_bringup.supervisor import Supervisor
 
     sup = Supervisor(
-        describe_graph('sim', {'record': 'true', 'bag': str(tmp_path / 'bag')}), echo=False
+        describe_graph(
+            'sim', {'record': 'true', 'bag': str(tmp_path / 'bag'), 'composed': 'false'}
+        ),
+        echo=False,
     )
     sup.start()
     try:

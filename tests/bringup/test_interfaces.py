@@ -88,6 +88,7 @@ def ros(ros_node):
     'mode,overrides',
     [
         ('sim', {'record': 'true'}),
+        ('sim', {'record': 'true', 'composed': 'false'}),
         (
             'hardware',
             {'emulator': 'true', 'auto_arm': 'true', 'record': 'true', 'natnet_multicast': 'false'},

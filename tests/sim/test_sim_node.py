@@ -305,7 +305,7 @@ def test_realtime_mode_runs_at_real_time(ros, repo_dir, tmp_path):
         repo_dir,
         tmp_path,
         mode='realtime',
-        rate_factor=1.0,
+        real_time_factor=1.0,
         diagnostics_period=0.5,
         mocap_position_noise=0.0005,
         mocap_drop_probability=0.02,

@@ -44,10 +44,19 @@ ARGUMENTS: dict[str, tuple[str, str]] = {
         'use /clock from the simulation (default: true in sim, false on hardware)',
     ),
     'sim_mode': ('lockstep', 'simulation pacing: lockstep | realtime'),
-    'rate_factor': (
-        str(_SIM.rate_factor),
-        'realtime pacing: multiple of real time (0 = as fast as possible)',
+    'real_time_factor': (
+        '',
+        'simulation speed cap: multiple of real time, <= 0 = as fast as possible (default: '
+        f'{_SIM.real_time_factor:g} with sim_mode:=realtime, 0 with lockstep); runtime parameter '
+        'real_time_factor of /sim',
     ),
+    'composed': (
+        '',
+        'sim mode: run the nodes in one process (sim_graph) with an in-process hand-off on the '
+        'lockstep path: true (default in sim) | false (one process per node); hardware mode '
+        'always runs split (see fused_loop)',
+    ),
+    'pause_at': ('0', 'sim mode: sim seconds at which the simulation pauses (0 = never)'),
     'variant': (_SIM.variant, 'simulation model: equimus | pure'),
     'leg_overrides': (
         '',
@@ -100,7 +109,12 @@ CONTROL_PATH = (
     'estimator',
     'controller',
     'control_loop',
+    'sim_graph',
 )
+
+# The nodes the composed sim_graph process holds (with its own node, sim_graph).
+COMPOSED_DISCOVERY_PERIOD_S = 5.0  # sim s, the recorder's in the composed graph
+COMPOSED_NODES = ('sim', 'valve_driver', 'estimator', 'controller', 'reference', 'recorder')
 
 # The nodes the fused control_loop process holds in place of their own processes (it adds one
 # node of its own, also named control_loop, that reports the loop's latency).
@@ -113,6 +127,7 @@ SHUTDOWN_RANK = {
     'estimator': 2,
     'natnet_bridge': 3,
     'sim': 3,
+    'sim_graph': 3,
     'recorder': 4,
     'valve_driver': 5,
     'control_loop': 5,
@@ -185,6 +200,12 @@ def resolve_args(mode: str, overrides: Mapping[str, str] | None = None) -> dict[
         args['use_sim_time'] = 'true' if mode == 'sim' else 'false'
     if not args['auto_arm']:
         args['auto_arm'] = 'true' if mode == 'sim' else 'false'
+    if not args['composed']:
+        args['composed'] = 'true' if mode == 'sim' else 'false'
+    if not args['real_time_factor']:
+        args['real_time_factor'] = (
+            f'{_SIM.real_time_factor:g}' if args['sim_mode'] == 'realtime' else '0'
+        )
     if not args['config_dir']:
         args['config_dir'] = default_config_dir()
     if not args['bag']:
@@ -199,6 +220,19 @@ def resolve_args(mode: str, overrides: Mapping[str, str] | None = None) -> dict[
         prio = -1
     if not 0 <= prio <= 98:
         raise ValueError(f'rt_priority:={args["rt_priority"]} must be an integer 0 (off) to 98')
+    try:
+        float(args['real_time_factor'])
+        float(args['pause_at'])
+    except ValueError:
+        raise ValueError(
+            f'real_time_factor:={args["real_time_factor"]} and pause_at:={args["pause_at"]} '
+            'must be numbers'
+        ) from None
+    if _truthy(args['composed']) and (mode != 'sim' or args['sim_mode'] != 'lockstep'):
+        raise ValueError(
+            'composed:=true runs the lockstep simulation graph only: use it with sim.launch.py '
+            'and sim_mode:=lockstep, or set composed:=false'
+        )
     if mode == 'sim' and _truthy(args['fused_loop']):
         raise ValueError(
             'fused_loop:=true applies to hardware mode only (the simulation node '
@@ -250,7 +284,8 @@ def describe_graph(mode: str, overrides: Mapping[str, str] | None = None) -> lis
                 _files(args, 'sim.yaml'),
                 {
                     'mode': args['sim_mode'],
-                    'rate_factor': float(args['rate_factor']),
+                    'real_time_factor': float(args['real_time_factor']),
+                    'pause_at': float(args['pause_at']),
                     'variant': args['variant'],
                     'parameter_overrides': args['leg_overrides'],
                 },
@@ -364,6 +399,8 @@ def describe_graph(mode: str, overrides: Mapping[str, str] | None = None) -> lis
         )
     if mode == 'hardware' and _truthy(args['fused_loop']):
         specs = _fuse(specs, args)
+    if mode == 'sim' and _truthy(args['composed']):
+        specs = _compose(specs, args)
     for spec in specs:
         if spec.name in CONTROL_PATH:
             spec.rt_priority = int(args['rt_priority'])
@@ -407,6 +444,36 @@ def _fuse(specs: list[ProcessSpec], args: Mapping[str, str]) -> list[ProcessSpec
     )
     at = specs.index(fused[0])
     return [*specs[:at], loop, *(s for s in specs[at:] if s.name not in FUSED_NODES)]
+
+
+def _compose(specs: list[ProcessSpec], args: Mapping[str, str]) -> list[ProcessSpec]:
+    """One sim_graph process holding every node, each with its own parameters (no process-wide
+    parameter: use_sim_time must not reach the sim node, which owns the clock)."""
+    files: list[str] = []
+    for s in specs:
+        files += [f for f in s.parameter_files if f not in files]
+    names = tuple(s.name for s in specs)
+    unknown = set(names) - set(COMPOSED_NODES)
+    if unknown:
+        raise ValueError(f'cannot compose {", ".join(sorted(unknown))} into sim_graph')
+    record = 'recorder' in names
+    node_parameters = {s.name: dict(s.parameters) for s in specs}
+    if record:
+        # The recorder's timers run in sim time, here 20-30x faster than real time: look for
+        # topics from outside the process every few sim seconds, not four times a sim second.
+        node_parameters['recorder']['discovery_period'] = COMPOSED_DISCOVERY_PERIOD_S
+    node_parameters['sim_graph'] = {'record': record, 'use_sim_time': _truthy(args['use_sim_time'])}
+    return [
+        ProcessSpec(
+            'sim_graph',
+            'equimus_bringup',
+            'sim_graph',
+            files,
+            {},
+            nodes=names + ('sim_graph',),
+            node_parameters=node_parameters,
+        )
+    ]
 
 
 def node_parameter_arguments(spec: ProcessSpec) -> list[str]:

@@ -1,10 +1,13 @@
 """The main job: the simulated leg under closed-loop control through the triangle, recorded.
 
 Starts the sim graph (lockstep simulation, valve driver on its simulated board, estimator,
-controller, reference, recorder) with the
-same description as `sim.launch.py`, runs it for the reference's length in sim time while printing
-progress, stops it in order, then reads the bag back and prints a tracking summary and writes a
-plot of reference vs measured joint angles and pressures.
+controller, reference, recorder) with the same description as `sim.launch.py`: composed in one
+process by default (equimus_bringup.sim_graph; `--set composed:=false` for one process per node).
+The simulation pauses by itself at the run's length in sim time (pause_at); meanwhile a progress
+line (sim time, wall time, real-time factor) is printed every second. Then it stops the graph in
+order, reads the bag back, prints a tracking summary with the run's real-time factor (sim time
+over wall time from the first /clock to the end, start-up aside) and writes a plot of reference vs
+measured joint angles and pressures.
 
     make run                   # PID
     make run CONTROLLER=mpc
@@ -56,6 +59,7 @@ class ClockWatch:
         rclpy.init(args=['--ros-args', '-r', '__node:=main_job_clock'])
         self.node = rclpy.create_node('main_job_clock')
         self.first = None
+        self.first_wall: float | None = None  # monotonic time of the first /clock seen
         self.now = 0.0
         self.wall = wall
         self.t0 = time.monotonic()
@@ -67,10 +71,19 @@ class ClockWatch:
         subscription(self.node, Clock, CLOCK, self._on_clock)
 
     def _on_clock(self, msg):
+        # Sim time starts at 0: absolute, so a /clock missed during discovery costs nothing.
         t = msg.clock.sec + msg.clock.nanosec * 1e-9
         if self.first is None:
-            self.first = t
-        self.now = t - self.first
+            self.first, self.first_wall = t, time.monotonic()
+        self.now = t
+
+    def real_time_factor(self) -> float:
+        """Sim seconds per wall second since the first /clock seen (start-up aside)."""
+        if self.wall:
+            return 1.0  # the hardware graph runs in real time by construction
+        if self.first is None or self.first_wall is None:
+            return float('nan')
+        return (self.now - self.first) / max(time.monotonic() - self.first_wall, 1e-9)
 
     def spin(self, seconds: float):
         end = time.monotonic() + seconds
@@ -124,6 +137,7 @@ def main(argv=None) -> int:
     }
     if ns.mode == 'sim':
         overrides['sim_mode'] = 'lockstep'
+        overrides['pause_at'] = str(ns.duration)
     else:
         port = free_udp_port_pair()
         overrides.update(
@@ -147,11 +161,17 @@ def main(argv=None) -> int:
     sup = Supervisor(specs, echo=False)
     watch = ClockWatch(wall=ns.mode == 'hardware')
     wall0 = time.monotonic()
+    rtf = float('nan')
     try:
         sup.start()
-        next_report = 0.0
-        while watch.now < ns.duration:
-            watch.spin(0.2)
+        next_report = time.monotonic() + 1.0
+        last, last_change = watch.now, time.monotonic()
+        while watch.now < ns.duration - 1e-6:
+            watch.spin(0.02)
+            if watch.now != last:
+                last, last_change = watch.now, time.monotonic()
+            elif watch.now > ns.duration - 0.5 and time.monotonic() - last_change > 2.0:
+                break  # paused at the end, its last /clock (best effort) lost on the way
             if sup.poll():
                 break
             if time.monotonic() - wall0 > ns.wall_timeout:
@@ -159,14 +179,15 @@ def main(argv=None) -> int:
                     f'no progress to {ns.duration} s sim time within {ns.wall_timeout} s wall time'
                 )
                 break
-            if watch.now >= next_report:
-                wall = time.monotonic() - wall0
+            if time.monotonic() >= next_report:
+                next_report += 1.0
                 print(
-                    f'[main] sim time {watch.now:5.1f} / {ns.duration:.0f} s   '
-                    f'(wall {wall:5.1f} s)',
+                    f'[main] sim time {watch.now:6.1f} / {ns.duration:.0f} s   '
+                    f'wall {time.monotonic() - wall0:6.1f} s   '
+                    f'{watch.real_time_factor():6.1f}x real time',
                     flush=True,
                 )
-                next_report += 2.0
+        rtf = watch.real_time_factor()
     except KeyboardInterrupt:
         print('[main] interrupted: stopping the graph and keeping the bag', flush=True)
     except GraphError as exc:
@@ -184,8 +205,8 @@ def main(argv=None) -> int:
         )
         return 1
     print(
-        f'[main] stopped cleanly after {wall:.1f} s wall '
-        f'({watch.now / max(wall, 1e-9):.2f}x real time); exit codes {codes}',
+        f'[main] stopped cleanly after {wall:.1f} s wall in all; {watch.now:.1f} s sim time at '
+        f'{rtf:.1f}x real time (from the first /clock, start-up aside); exit codes {codes}',
         flush=True,
     )
 
@@ -194,7 +215,10 @@ def main(argv=None) -> int:
         bag_path, plot_path, title=f'EquiMus {ns.mode}, {ns.controller}, {ns.reference}', settle=0.5
     )
     print('\n' + summary.table())
-    (run_dir / 'summary.json').write_text(json.dumps(summary.__dict__, indent=2))
+    print(f'real-time factor: {rtf:.1f}x ({watch.now:.1f} s sim time)')
+    (run_dir / 'summary.json').write_text(
+        json.dumps(dict(summary.__dict__, real_time_factor=rtf), indent=2)
+    )
     print(f'\nbag:  {bag_path}\nplot: {plot_path}\nsummary: {run_dir / "summary.json"}')
     return 0
 

@@ -12,6 +12,7 @@ import numpy as np
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.node import Node
 from rclpy.parameter import Parameter
+from rclpy.time import Time
 from sensor_msgs.msg import JointState
 
 from equimus_description.config import ConfigError, param, validate_fields
@@ -106,7 +107,10 @@ class ReferenceParams:
 
 
 class ReferenceNode(Node):
-    def __init__(self):
+    """`paced=False` is for the composed sim graph: no rate timer; the graph calls `tick()` on
+    the frames where the timer would fire, so the reference is in step with the simulation."""
+
+    def __init__(self, paced: bool = True):
         super().__init__('reference')
         self.params = bind(self, ReferenceParams(), apply=self._apply)
         cfg = self.params.config
@@ -117,11 +121,12 @@ class ReferenceNode(Node):
                 f'{cfg.trajectory} poses (rad): {np.round(self.traj.poses, 4).tolist()}'
             )
         self.kind = cfg.trajectory
-        self.t0 = None
+        self.t0: Time | None = None
         self.count = 0
         self.pub = publisher(self, JointState, REFERENCE)
         self.diagnostics = Diagnostics(self, DIAGNOSTICS, 'reference')
-        self.create_timer(1.0 / cfg.rate, self._tick)
+        if paced:
+            self.create_timer(1.0 / cfg.rate, self.tick)
         self.create_timer(1.0, self._diag)
 
     def _elapsed(self) -> float:
@@ -154,7 +159,7 @@ class ReferenceNode(Node):
             phase=tuple(p + dw * t for p in old.phase),
         )
 
-    def _tick(self):
+    def tick(self):
         now = self.get_clock().now()
         if self.t0 is None:
             self.t0 = now

@@ -69,14 +69,17 @@ def qos_dicts(profiles) -> list:
 
 
 class Recorder(Node):
-    def __init__(self):
+    """`writer` builds the bag writer (BagWriter's interface); the composed sim graph passes one
+    that writes in a child process."""
+
+    def __init__(self, writer=BagWriter):
         super().__init__('recorder')
         cfg = bind(self, RecorderConfig()).config
         path = cfg.bag_path
         self.exclude = {t for t in cfg.exclude_topics if t}
         self.error = ''
         try:
-            self.writer = BagWriter(Path(path), flush_period=cfg.flush_period)
+            self.writer = writer(Path(path), flush_period=cfg.flush_period)
         except (BagError, OSError) as exc:
             raise SystemExit(f'recorder: cannot create bag {path}: {exc}') from exc
         self.subs = {}

@@ -1,7 +1,8 @@
 """The sim node's configuration: defaults here, overrides in config/sim.yaml (no ROS).
 
-Each field is a read-only ROS parameter of the `sim` node (equimus_ros.params.bind): the model,
-the pacing and the virtual mocap are fixed for the life of a simulation.
+Each field is a ROS parameter of the `sim` node (equimus_ros.params.bind). The model and the
+virtual mocap are fixed for the life of a simulation (read-only); the control surface (pacing,
+pause, step size, reset target) follows `ros2 param set` (runtime).
 """
 
 from __future__ import annotations
@@ -12,10 +13,12 @@ import math
 from equimus_description.config import ConfigError, check_pair, param, validate_fields
 
 from .mocap import MocapConfig
+from .simulator import VALVES
 
-__all__ = ['MODES', 'VARIANTS', 'SimConfig']
+__all__ = ['MODES', 'RESET_POSES', 'VARIANTS', 'SimConfig']
 
 MODES = ('realtime', 'lockstep')
+RESET_POSES = ('initial', 'equilibrium', 'given')
 VARIANTS = ('equimus', 'pure')
 
 
@@ -34,11 +37,18 @@ class SimConfig:
         '1/600 gives exactly 5 steps per 1/120 s frame',
         range=(0.0, 0.01),
     )
+    valve_model: str = param(
+        'mujoco',
+        'valve lag: mujoco (MuJoCo actuator dynamics, one mj_step call per frame) | python '
+        '(the same exact lag stepped in Python per physics step)',
+    )
     mode: str = param('realtime', 'pacing: realtime | lockstep')
-    rate_factor: float = param(
+    real_time_factor: float = param(
         1.0,
-        'realtime mode: sim seconds per wall second (1 = real time); 0 = as fast as possible',
-        range=(0.0, 1000.0),
+        'sim seconds per wall second at most (1 = real time, 5 = 5x); 0 or negative = as fast '
+        'as possible (lockstep: as fast as the graph answers)',
+        range=(-1.0, 1000.0),
+        runtime=True,
     )
     lockstep_timeout: float = param(
         0.5,
@@ -89,6 +99,33 @@ class SimConfig:
         'realtime mode: SCHED_FIFO priority (1-99) for the loop thread; 0 = normal scheduling',
         range=(0, 99),
     )
+    start_paused: bool = param(False, 'start paused: frame 0 is published, then ~/resume or ~/step')
+    pause_at: float = param(
+        0.0,
+        'sim time (s) at which the simulation pauses by itself; 0 = never',
+        range=(0.0, 1e9),
+        runtime=True,
+    )
+    step_frames: int = param(
+        1,
+        'frames one ~/step call advances (then the simulation stays paused)',
+        range=(1, 10_000_000),
+        runtime=True,
+    )
+    reset_pose: str = param(
+        'initial',
+        '~/reset target: initial (start state) | equilibrium (static equilibrium of '
+        'reset_pressures) | given (reset_q with reset_pressures)',
+        runtime=True,
+    )
+    reset_q: tuple = param(
+        [math.pi / 2, math.pi / 2], '~/reset with reset_pose given: [θ1, θ2] (rad)', runtime=True
+    )
+    reset_pressures: tuple = param(
+        [0.0, 0.0],
+        '~/reset with reset_pose equilibrium or given: valve pressures [maa, baa] (kPa)',
+        runtime=True,
+    )
     diagnostics_period: float = param(
         1.0, 'wall seconds between /diagnostics reports', range=(0.05, 60.0)
     )
@@ -97,9 +134,17 @@ class SimConfig:
         validate_fields(self)
         if self.mode not in MODES:
             raise ConfigError(f'mode={self.mode!r}: use one of {", ".join(MODES)}')
+        if self.valve_model not in VALVES:
+            raise ConfigError(f'valve_model={self.valve_model!r}: use one of {", ".join(VALVES)}')
         if self.variant not in VARIANTS:
             raise ConfigError(f'variant={self.variant!r}: use one of {", ".join(VARIANTS)}')
+        if self.reset_pose not in RESET_POSES:
+            raise ConfigError(
+                f'reset_pose={self.reset_pose!r}: use one of {", ".join(RESET_POSES)}'
+            )
         check_pair('initial_pressures', self.initial_pressures)
+        check_pair('reset_q', self.reset_q)
+        check_pair('reset_pressures', self.reset_pressures)
         check_pair('initial_q', self.initial_q)
         if len(self.mocap_base_position) != 3:
             raise ConfigError(

@@ -35,6 +35,8 @@ class LegModel:
         self.variant = variant
         self.model = model if model is not None else build_model(self.leg, variant, **build_kw)
         m = self.model
+        # Valves inside MuJoCo (build_mjcf's valve_tau): ctrl and act are pressures in kPa.
+        self.valve_tau: float | None = build_kw.get('valve_tau')
         self.joint_names = list(self.leg.joints)
         self.actuator_names = list(self.leg.actuators)
         jid = [m.joint(n).id for n in self.joint_names]
@@ -121,7 +123,13 @@ class LegModel:
         F = self._vector(forces, self.actuator_names, 'forces')
         if not np.all(np.isfinite(F)):
             raise ValueError(f'forces must be finite, got {F}')
-        data.ctrl[self.ctrl_idx] = F[:, None]
+        if self.valve_tau is None:
+            data.ctrl[self.ctrl_idx] = F[:, None]
+        else:
+            # The valves' setpoint and state, settled: the pressure acts at once.
+            p = F / (self.areas * 1e3)
+            data.ctrl[self.ctrl_idx] = p[:, None]
+            data.act[self.model.actuator_actadr[self.ctrl_idx]] = p[:, None]
         return F
 
     def set_pressures(self, data: mujoco.MjData, p_kpa: ArrayLike) -> np.ndarray:

@@ -83,8 +83,16 @@ def build_mjcf(
     mesh_dir=None,
     timestep: float | None = None,
     integrator: str | None = None,
+    valve_tau: float | None = None,
 ) -> str:
-    """MJCF XML text of the leg. meshes=True adds visual meshes (needs mesh_dir)."""
+    """MJCF XML text of the leg. meshes=True adds visual meshes (needs mesh_dir).
+
+    valve_tau (s): the valves inside MuJoCo: each motor becomes a `general` actuator whose ctrl
+    is the valve setpoint in kPa, with first-order dynamics `filterexact` (the exact
+    zero-order-hold discretisation of τ·ṗ = u − p, as equimus_description.valve.ValveLag), gain
+    S·1e3 N/kPa and `actearly` (the step's force uses the pressure at the end of the step, as
+    LegSimulator's own valve loop does). None: plain motors, ctrl = F = S·P in N.
+    """
     leg = leg if leg is not None else load_leg()
     if variant not in VARIANTS:
         raise ValueError(f'variant must be one of {VARIANTS}, got {variant!r}')
@@ -150,10 +158,31 @@ def build_mjcf(
     actuator = ET.Element('actuator')
     tendon = ET.Element('tendon')
     solref = [max(leg.equality_solref[0], 2.0 * dt), leg.equality_solref[1]]
+    if valve_tau is not None and not valve_tau > 0:
+        raise ValueError(f'valve_tau must be > 0 s, got {valve_tau!r}')
+
+    def motor(a, **target) -> None:
+        """One actuator motor (target: joint= or tendon=), see valve_tau."""
+        if valve_tau is None:
+            fmax = a.area * a.pressure_max_kpa * 1e3
+            _sub(actuator, 'motor', gear=[1.0], ctrlrange=[0.0, fmax], **target)
+        else:
+            _sub(
+                actuator,
+                'general',
+                gaintype='fixed',
+                gainprm=[a.area * 1e3],
+                biastype='none',
+                dyntype='filterexact',
+                dynprm=[valve_tau],
+                actearly='true',
+                ctrlrange=[0.0, a.pressure_max_kpa],
+                **target,
+            )
+
     for a in leg.actuators.values():
         _sub(elems[a.base.body], 'site', name=f'{a.name}_base', pos=a.base.pos, size=[0.003])
         _sub(elems[a.tip.body], 'site', name=f'{a.name}_tip', pos=a.tip.pos, size=[0.003])
-        fmax = a.area * a.pressure_max_kpa * 1e3
         if variant == 'pure':
             t = _sub(
                 tendon,
@@ -166,7 +195,7 @@ def build_mjcf(
             )
             _sub(t, 'site', site=f'{a.name}_base')
             _sub(t, 'site', site=f'{a.name}_tip')
-            _sub(actuator, 'motor', name=a.name, tendon=a.name, gear=[1.0], ctrlrange=[0.0, fmax])
+            motor(a, name=a.name, tendon=a.name)
             continue
         pa, pb = anchor_world(leg, a.base), anchor_world(leg, a.tip)
         lb = float(np.linalg.norm(pb - pa))
@@ -214,7 +243,7 @@ def build_mjcf(
             solimp=list(leg.equality_solimp),
         )
         for s in s_names:
-            _sub(actuator, 'motor', name=s, joint=s, gear=[1.0], ctrlrange=[0.0, fmax])
+            motor(a, name=s, joint=s)
     for el in (tendon, equality, actuator):
         if len(el):
             root.append(el)

@@ -9,15 +9,22 @@ safety layer, exactly as the rig's valves follow the driver's DAC codes. The nod
 safety rule of its own; pressures no valve could produce are refused (counted, logged) and the
 valves keep their setpoint.
 
-Threads: an executor thread receives /valve/applied and serves ~/reset; the main thread runs
-the loop (one tick = one mocap frame = 1/mocap_rate sim seconds) and publishes. A lock guards
-the simulator.
-- realtime: ticks on absolute wall deadlines t0 + k·period/rate_factor (monotonic clock, no
-  drift); rate_factor 0 runs as fast as possible. The newest pressures are held between ticks.
+Threads: executor threads (two: a blocking ~/step must not hold up /valve/applied) receive
+/valve/applied and serve the services; the main thread runs the loop (one tick = one mocap frame
+= 1/mocap_rate sim seconds) and publishes. A lock guards the simulator; it is not held while
+publishing, so a subscriber in the same process (the composed graph) may answer at once.
+- realtime: ticks on absolute wall deadlines t0 + k·period/real_time_factor (monotonic clock, no
+  drift); real_time_factor <= 0 runs as fast as possible. The newest pressures are held between
+  ticks.
 - lockstep: each /valve/applied message (the driver's answer to a command, or a vent of its
   safety layer) advances exactly one tick and then that frame's outputs are published. With no
   message for `lockstep_timeout` wall seconds (a dropped mocap frame broke the loop, or the
   controller is not up yet or has stopped) it advances anyway, holding the last pressures.
+  real_time_factor > 0 caps the speed here too.
+
+Control surface (docs/interfaces.md, docs/simulation.md): ~/pause, ~/resume, ~/step (advances
+`step_frames` frames, returns when they are done, then stays paused), ~/reset (to `reset_pose`),
+the runtime `real_time_factor`, `pause_at`; the achieved real-time factor is on /diagnostics.
 """
 
 from __future__ import annotations
@@ -28,10 +35,17 @@ import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 from geometry_msgs.msg import PoseStamped
-from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
+from rclpy.executors import (
+    ExternalShutdownException,
+    MultiThreadedExecutor,
+    SingleThreadedExecutor,
+)
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rosgraph_msgs.msg import Clock
@@ -68,8 +82,56 @@ from .simulator import make_simulator
 _TOPICS = {t.name: t for t in TOPICS}
 
 
+class _Reused:
+    """The composed graph's writers: each frame's message is one object per topic, updated in
+    place and published as an object, so the in-process subscribers get it without a byte
+    round trip (16 µs a pose to decode). They copy what they keep (the estimator its pose
+    values, the nodes' clocks the time): nothing holds the object past the call."""
+
+    def __init__(self, pub, msg) -> None:
+        self.pub, self.msg = pub, msg
+
+
+class _ClockOut(_Reused):
+    def write(self, t_ns: int) -> None:
+        c = self.msg.clock
+        c.sec, c.nanosec = divmod(int(t_ns), 1_000_000_000)
+        self.pub.publish(self.msg)
+
+
+class _JointsOut(_Reused):
+    def write(self, t_ns: int, position, velocity) -> None:
+        m = self.msg
+        m.header.stamp.sec, m.header.stamp.nanosec = divmod(int(t_ns), 1_000_000_000)
+        m.position = [float(v) for v in position]
+        m.velocity = [float(v) for v in velocity]
+        self.pub.publish(m)
+
+
+class _PoseOut(_Reused):
+    def write(self, t_ns: int, position, quat_wxyz) -> None:
+        m = self.msg
+        m.header.stamp.sec, m.header.stamp.nanosec = divmod(int(t_ns), 1_000_000_000)
+        p, q = m.pose.position, m.pose.orientation
+        p.x, p.y, p.z = (float(v) for v in position)
+        q.w, q.x, q.y, q.z = (float(v) for v in quat_wxyz)
+        self.pub.publish(m)
+
+
+class _ArrayOut(_Reused):
+    def write(self, values) -> None:
+        self.msg.data = [float(v) for v in values]
+        self.pub.publish(self.msg)
+
+
 class SimNode(Node):
     """The `sim` node; see the module docstring."""
+
+    # The frame's writers: pre-serialised (equimus_ros.cdr) or reused objects (compose()).
+    out_clock: Any
+    out_joints: Any
+    out_pose: dict[str, Any]
+    out_pressure: Any
 
     def __init__(self, **kwargs):
         super().__init__('sim', **kwargs)
@@ -79,10 +141,10 @@ class SimNode(Node):
                 'must run on wall time; set use_sim_time only on the other nodes'
             )
             self.set_parameters([Parameter('use_sim_time', Parameter.Type.BOOL, False)])
-        self.params = bind(self, SimConfig())
+        self.params = bind(self, SimConfig(), apply=self._apply)
         p = self.params.config
         self.mode = p.mode
-        self.rate_factor = p.rate_factor
+        self.real_time_factor = p.real_time_factor
         self.lockstep_timeout = p.lockstep_timeout
         self.rate = p.mocap_rate
         self.diag_period = p.diagnostics_period
@@ -93,20 +155,26 @@ class SimNode(Node):
             overrides=p.parameter_overrides or None,
             variant=p.variant,
             timestep=p.timestep or None,
+            valve=p.valve_model,
             initial_pressures=list(p.initial_pressures),
             initial_q=None if p.initial_equilibrium else list(p.initial_q),
         )
         self.mocap = VirtualMocap(p.mocap())
 
-        self.lock = threading.Lock()
+        # Re-entrant: a subscriber in this process may answer (on_applied) from inside a publish.
+        self.lock = threading.RLock()
         self.cond = threading.Condition(self.lock)
         self.queue: deque = deque(maxlen=1000)
+        self.in_process = False  # set by compose(): answers arrive during the frame's publishing
         self.frame = 0
         self.lockstep_timeouts = 0
         self.lockstep_discarded = 0
         self.commands = 0
         self.work = JitterStats(2400)
-        self.pacer = Pacer(1.0 / (self.rate * self.rate_factor) if self.rate_factor > 0 else 0.0)
+        self.pacer = Pacer(self._period(self.real_time_factor))
+        self.paused = p.start_paused
+        self.steps_left = 0  # frames still to run for ~/step calls
+        self.pause_at_ns = self._pause_at_ns(p.pause_at)
         self._stop = threading.Event()
         self._last_resets = 0
         self._diag_wall = time.monotonic()
@@ -117,35 +185,77 @@ class SimNode(Node):
         self.pub_pose = {b: publisher(self, PoseStamped, _TOPICS[mocap_topic(b)]) for b in BODIES}
         self.pub_pressure = publisher(self, Float64MultiArray, VALVE_PRESSURE)
         self.diagnostics = Diagnostics(self, DIAGNOSTICS, 'sim: simulator', 'mujoco')
-        subscription(self, Float64MultiArray, VALVE_APPLIED, self._on_applied)
+        subscription(self, Float64MultiArray, VALVE_APPLIED, self.on_applied)
         self.create_service(Trigger, '~/reset', self._on_reset)
-        self.create_timer(self.diag_period, self._publish_diagnostics)
-
-        self.out_clock = ClockWriter(self.pub_clock)
-        self.out_joints = JointStateWriter(self.pub_joints, list(JOINTS))
-        self.out_pose = {b: PoseWriter(self.pub_pose[b], FRAME_MOCAP) for b in BODIES}
-        self.out_pressure = ArrayWriter(
-            self.pub_pressure, float_array([0.0] * len(ACTUATORS), PRESSURE_LAYOUT)
+        self.create_service(Trigger, '~/pause', self._on_pause)
+        self.create_service(Trigger, '~/resume', self._on_resume)
+        # Its own group: a ~/step call waits for frames whose commands the default group brings.
+        self.create_service(
+            Trigger, '~/step', self._on_step, callback_group=MutuallyExclusiveCallbackGroup()
         )
+        self.create_timer(self.diag_period, self._publish_diagnostics)
+        self._make_writers(raw=True)
+        rtf = self.real_time_factor
         self.get_logger().info(
             f'sim: {p.variant} model, Δt={self.sim.dt * 1e3:.4f} ms, {self.mode}'
-            + (
-                f' x{self.rate_factor:g}'
-                if self.mode == 'realtime'
-                else f' (timeout {self.lockstep_timeout:g} s)'
-            )
+            + (f' x{rtf:g}' if rtf > 0 else ' as fast as possible')
+            + (f' (timeout {self.lockstep_timeout:g} s)' if self.mode == 'lockstep' else '')
             + f', {self.rate:g} Hz frames, θ0={np.round(self.sim.initial_q, 4).tolist()} rad; '
-            f'valves follow {VALVE_APPLIED.name}'
+            f'valves follow {VALVE_APPLIED.name}' + ('; PAUSED' if self.paused else '')
         )
 
+    def _make_writers(self, raw: bool) -> None:
+        """raw: pre-serialised writers (bytes to DDS, equimus_ros.cdr); else reused message
+        objects through Publisher.publish, which the composed graph's hand-off replaces."""
+        pressure = float_array([0.0] * len(ACTUATORS), PRESSURE_LAYOUT)
+        if raw:
+            self.out_clock = ClockWriter(self.pub_clock)
+            self.out_joints = JointStateWriter(self.pub_joints, list(JOINTS))
+            self.out_pose = {b: PoseWriter(self.pub_pose[b], FRAME_MOCAP) for b in BODIES}
+            self.out_pressure = ArrayWriter(self.pub_pressure, pressure)
+            return
+        self.out_clock = _ClockOut(self.pub_clock, Clock())
+        self.out_joints = _JointsOut(self.pub_joints, JointState(name=list(JOINTS)))
+        self.out_pose = {}
+        for b in BODIES:
+            pose = PoseStamped()
+            pose.header.frame_id = FRAME_MOCAP
+            self.out_pose[b] = _PoseOut(self.pub_pose[b], pose)
+        self.out_pressure = _ArrayOut(self.pub_pressure, pressure)
+
+    def compose(self) -> None:
+        """Run inside the composed graph: the valve driver answers each frame by a direct call
+        during the frame's publishing, so lockstep never waits for an answer; the outputs are
+        reused message objects (see _Reused)."""
+        if self.mode != 'lockstep':
+            raise ValueError('the composed sim graph needs mode lockstep')
+        self.in_process = True
+        self._make_writers(raw=False)
+
+    def _period(self, rtf: float) -> float:
+        return 1.0 / (self.rate * rtf) if rtf > 0 else 0.0
+
+    def _pause_at_ns(self, pause_at: float) -> int:
+        return int(round(pause_at * 1e9)) if pause_at > 0 else 0
+
+    def _apply(self, cfg: SimConfig) -> None:
+        """Runtime parameters (already validated): pacing and pause_at from the next frame."""
+        with self.cond:
+            if cfg.real_time_factor != self.real_time_factor:
+                self.real_time_factor = cfg.real_time_factor
+                self.pacer.period = self._period(cfg.real_time_factor)
+                self.pacer.restart()
+            self.pause_at_ns = self._pause_at_ns(cfg.pause_at)
+            self.cond.notify_all()
+
     # ----- callbacks (executor thread) ------------------------------------------------------
-    def _on_applied(self, msg: Float64MultiArray) -> None:
+    def on_applied(self, msg: Float64MultiArray) -> None:
         with self.cond:
             self.commands += 1
             problem = self.sim.set_command(list(msg.data))
             if self.mode == 'lockstep':
                 self.queue.append(self.sim.command.copy())
-                self.cond.notify()
+                self.cond.notify_all()
         if problem:
             self.get_logger().warning(
                 f'refused {VALVE_APPLIED.name} {list(msg.data)}: {problem}; the valves keep '
@@ -154,15 +264,77 @@ class SimNode(Node):
             )
 
     def _on_reset(self, request, response):
+        cfg = self.params.config
         with self.lock:
-            self.sim.reset('reset service called')
+            sim = self.sim
+            try:
+                p = np.asarray(cfg.reset_pressures, float)
+                if cfg.reset_pose == 'initial':
+                    q, p = sim.initial_q, sim.initial_pressures
+                elif cfg.reset_pose == 'equilibrium':
+                    q = sim.equilibrium(p)
+                else:
+                    q = np.asarray(cfg.reset_q, float)
+                sim.place(q, p)
+            except ValueError as exc:
+                response.success = False
+                response.message = f'reset to {cfg.reset_pose} refused: {exc}'
+                self.get_logger().warning(response.message)
+                return response
             self.mocap.clear_pending()
+            self.queue.clear()
+            t = self.frame / self.rate
         response.success = True
         response.message = (
-            f'leg reset to θ={np.round(self.sim.initial_q, 4).tolist()} rad, '
-            f'p={self.sim.initial_pressures.tolist()} kPa'
+            f'leg reset ({cfg.reset_pose}) to θ={np.round(q, 4).tolist()} '
+            f'rad, p={p.tolist()} kPa at t={t:.4f} s'
         )
         self.get_logger().info(response.message)
+        return response
+
+    def _on_pause(self, request, response):
+        with self.cond:
+            self.paused = True
+            self.steps_left = 0
+            t = self.frame / self.rate
+        response.success = True
+        response.message = f'paused at t={t:.4f} s (frame {self.frame})'
+        return response
+
+    def _on_resume(self, request, response):
+        with self.cond:
+            was = self.paused
+            self.paused = False
+            self.steps_left = 0
+            self.cond.notify_all()
+            t = self.frame / self.rate
+        response.success = True
+        response.message = f'resumed at t={t:.4f} s' if was else f'running (t={t:.4f} s)'
+        return response
+
+    def _on_step(self, request, response):
+        """Advance `step_frames` frames (as fast as possible), return when done, stay paused."""
+        n = self.params.config.step_frames
+        limit = n * (self.lockstep_timeout + 1.0) + 5.0  # wall s; a stalled loop fails the call
+        deadline = time.monotonic() + limit
+        with self.cond:
+            self.paused = True
+            self.steps_left += n
+            target = self.frame + self.steps_left
+            self.cond.notify_all()
+            while self.frame < target and not self._stop.is_set() and self.context.ok():
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                self.cond.wait(min(remaining, 0.1))
+            done = self.frame >= target
+            t = self.frame / self.rate
+        response.success = done
+        response.message = (
+            f'stepped {n} frames to t={t:.4f} s (frame {self.frame}); paused'
+            if done
+            else f'step of {n} frames not finished within {limit:g} s (frame {self.frame})'
+        )
         return response
 
     # ----- the loop (main thread) -----------------------------------------------------------
@@ -179,8 +351,9 @@ class SimNode(Node):
             t_ns = self.time_ns(self.frame)
             self.sim.advance_to(t_ns * 1e-9)
             self._drop_unanswered_commands()
-            self._publish_frame(t_ns)
+            out = self._frame_outputs(t_ns)
             resets = self.sim.resets
+        self._publish_frame(t_ns, *out)
         self.work.add(time.perf_counter() - t0)
         if resets != self._last_resets:
             self._last_resets = resets
@@ -189,16 +362,27 @@ class SimNode(Node):
             )
             self._publish_diagnostics()
 
-    def _publish_frame(self, t_ns: int) -> None:
+    def _frame_outputs(self, t_ns: int) -> tuple:
+        """The frame's outputs, copied under the lock so they are published without it."""
         sim = self.sim
-        self.out_clock.write(t_ns)
-        self.out_joints.write(t_ns, *sim.joint_state())
+        q, qd = sim.joint_state()
         self.mocap.capture_arrays(t_ns * 1e-9, *sim.body_arrays(BODIES))
-        for frame in self.mocap.release(t_ns * 1e-9):
-            cap_ns = int(round(frame.capture_time * 1e9))
-            for name, pose in frame.bodies.items():
-                self.out_pose[name].write(cap_ns, pose.position, pose.orientation)
-        self.out_pressure.write(sim.pressures)
+        poses = [
+            (
+                int(round(f.capture_time * 1e9)),
+                [(n, p.position, p.orientation) for n, p in f.bodies.items()],
+            )
+            for f in self.mocap.release(t_ns * 1e-9)
+        ]
+        return q, qd, poses, sim.pressures
+
+    def _publish_frame(self, t_ns: int, q, qd, poses, pressures) -> None:
+        self.out_clock.write(t_ns)
+        self.out_joints.write(t_ns, q, qd)
+        for cap_ns, bodies in poses:
+            for name, position, orientation in bodies:
+                self.out_pose[name].write(cap_ns, position, orientation)
+        self.out_pressure.write(pressures)
 
     def _drop_unanswered_commands(self) -> None:
         # Lockstep: only a command sent after a frame was published answers that frame. Commands
@@ -211,35 +395,87 @@ class SimNode(Node):
     def publish_initial(self) -> None:
         with self.lock:
             self._drop_unanswered_commands()
-            self._publish_frame(self.time_ns(0))
+            t_ns = self.time_ns(0)
+            out = self._frame_outputs(t_ns)
+        self._publish_frame(t_ns, *out)
 
-    def run(self) -> None:
-        """Main loop until shutdown; the executor runs in a background thread."""
-        executor = SingleThreadedExecutor(context=self.context)
-        executor.add_node(self)
+    def running(self) -> bool:
+        return not self._stop.is_set() and self.context.ok()
+
+    def run(self, others: Sequence[Node] = ()) -> None:
+        """Main loop until shutdown; the executor (this node and `others`, the composed graph's
+        nodes) runs in background threads."""
+        # Composed, the frames run on this thread, so a blocking ~/step never holds up an answer
+        # and one executor thread will do (a second one only competes for the GIL).
+        executor = (
+            SingleThreadedExecutor(context=self.context)
+            if self.in_process
+            else MultiThreadedExecutor(num_threads=2, context=self.context)
+        )
+        for node in (self, *others):
+            executor.add_node(node)
         spinner = threading.Thread(target=self._spin, args=(executor,), daemon=True)
-        spinner.start()
         if self.mode == 'realtime':
             self._set_priority(self.realtime_priority)
         try:
+            # Frame 0 before any timer can run: a composed controller's stale-state guard must
+            # not find "no state yet" at start (a wall-clock race, so not deterministic).
             self.publish_initial()
+            spinner.start()
             self.pacer.restart()
-            while not self._stop.is_set() and self.context.ok():
+            while self.running():
                 try:
-                    if self.mode == 'realtime':
+                    stepping = self._gate()
+                    if stepping is None:
+                        break
+                    if not stepping:
                         self.pacer.wait()
+                    if self.mode == 'realtime':
                         self.tick()
                     else:
                         self._lockstep_once()
+                    self._frame_done(stepping)
                 except Exception:
                     if self.context.ok():
                         raise
                     break  # shut down (SIGINT/SIGTERM) while publishing: leave quietly
         finally:
             self._stop.set()
-            spinner.join(timeout=2.0)
-            executor.remove_node(self)
+            with self.cond:
+                self.cond.notify_all()
+            if spinner.is_alive():
+                spinner.join(timeout=2.0)
+            for node in (self, *others):
+                executor.remove_node(node)
             executor.shutdown(timeout_sec=0.5)
+
+    def _gate(self) -> bool | None:
+        """Wait while paused. True: the next frame is a ~/step frame (not paced); None: stop."""
+        waited = False
+        with self.cond:
+            while self.paused and self.steps_left == 0:
+                if not self.running():
+                    return None
+                waited = True
+                self.cond.wait(0.1)
+            stepping = self.steps_left > 0
+        if waited:
+            self.pacer.restart()
+        return stepping
+
+    def _frame_done(self, stepping: bool) -> None:
+        with self.cond:
+            if stepping and self.steps_left > 0:
+                self.steps_left -= 1
+            if self.pause_at_ns and self.time_ns(self.frame) >= self.pause_at_ns:
+                self.pause_at_ns = 0
+                if not self.paused:
+                    self.paused = True
+                    self.get_logger().info(
+                        f'paused at t={self.frame / self.rate:.4f} s (pause_at); '
+                        'call ~/resume or ~/step'
+                    )
+            self.cond.notify_all()
 
     def _set_priority(self, prio: int) -> None:
         if prio <= 0:
@@ -254,7 +490,8 @@ class SimNode(Node):
             )
 
     def _lockstep_once(self) -> None:
-        deadline = time.monotonic() + self.lockstep_timeout
+        # In the composed graph the answer (if any) arrived while the frame was published.
+        deadline = time.monotonic() + (0.0 if self.in_process else self.lockstep_timeout)
         with self.cond:
             while not self.queue and not self._stop.is_set() and self.context.ok():
                 remaining = deadline - time.monotonic()
@@ -301,7 +538,8 @@ class SimNode(Node):
             self.work.clear()
             values = {
                 'mode': self.mode,
-                'rate_factor': f'{self.rate_factor:g}',
+                'real_time_factor_target': f'{self.real_time_factor:g}',
+                'paused': str(self.paused).lower(),
                 'sim_time': f'{sim_t:.6f}',
                 'frames': str(self.frame),
                 'real_time_factor': f'{rtf:.4f}',
@@ -325,7 +563,9 @@ class SimNode(Node):
                 'valve_setpoint_kpa': str(np.round(sim.command, 3).tolist()),
             }
             level = Level.OK
-            message = f'{self.mode}, real-time factor {rtf:.2f}'
+            message = f'{self.mode}, real-time factor {rtf:.2f}' + (
+                ', paused' if self.paused else ''
+            )
             if sim.resets:
                 level, message = Level.WARN, f'{message}; {sim.resets} unstable-state resets'
             if sim.rejected:

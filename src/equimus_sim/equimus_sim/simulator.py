@@ -11,9 +11,14 @@ wrong number of values, a non-finite value, outside 0..p_max): the valves then k
 setpoint and the refusal is counted with its reason.
 
 Valve: each channel follows the description's one valve model (equimus_description.valve.ValveLag,
-τ from the leg description) stepped once per physics step of Δt with the setpoint held. With
-`tau=None` the simulator has no valve of its own and the pressures act at once (the rig emulator:
-the DAC board emulator's valve model is the valve there).
+τ from the leg description) stepped once per physics step of Δt with the setpoint held. By
+default (`make_simulator(valve='mujoco')`) that lag runs inside MuJoCo as actuator dynamics
+(mjcf_builder's valve_tau: `filterexact`, the same exact zero-order-hold discretisation, with
+`actearly`), so a frame is one `mj_step(m, d, nstep)` call: the Python cost is paid once per frame,
+not per physics step. tests/sim/test_valve_dynamics.py checks both against each other.
+`valve='python'` keeps the loop in Python. With `tau=None` the simulator has no valve of its own
+and the pressures act at once (the rig emulator: the DAC board emulator's valve model is the valve
+there).
 
 Instability: after each `advance`, non-finite or runaway qpos/qvel, or a MuJoCo bad-state warning
 (MuJoCo would silently auto-reset to its loading pose), resets the leg to the initial pose and
@@ -60,6 +65,24 @@ def physical_problem(p_kpa, n: int = len(ACTUATORS), p_max=P_MAX_KPA) -> str | N
     return None
 
 
+class MujocoValves:
+    """The valves while MuJoCo integrates them (actuator dynamics): τ, and the pressures, which
+    are the actuators' activations (one per motor; an actuator's motors share its valve)."""
+
+    def __init__(self, tau: float, data: mujoco.MjData, act_adr: np.ndarray) -> None:
+        self.tau = float(tau)
+        self._data = data
+        self._adr = act_adr  # (valves, motors per valve)
+
+    @property
+    def p(self) -> np.ndarray:
+        return self._data.act[self._adr[:, 0]].copy()
+
+    @p.setter
+    def p(self, value) -> None:
+        self._data.act[self._adr] = np.asarray(value, float).reshape(-1, 1)
+
+
 class LegSimulator:
     """MuJoCo leg + valve lag + instability recovery.
 
@@ -91,11 +114,25 @@ class LegSimulator:
         if initial_q is None:
             initial_q = self.leg.static_equilibrium(self.initial_pressures)
         self.initial_q = np.array(initial_q, float).reshape(2)
-        self.valve = None if tau is None else ValveLag(tau, self.n, self.initial_pressures)
+        # Valves inside MuJoCo (ctrl and act in kPa), else the Python loop in `advance`.
+        self.valve_in_model = getattr(leg_model, 'valve_tau', None) is not None
+        if tau is not None and not (tau > 0 and math.isfinite(tau)):
+            raise ValueError(f'valve time constant must be > 0 s, got {tau!r}')
+        if self.valve_in_model and tau is not None and not math.isclose(tau, leg_model.valve_tau):
+            raise ValueError(
+                f"valve time constant {tau} s differs from the MuJoCo model's "
+                f'{leg_model.valve_tau} s: build the LegModel with valve_tau={tau}'
+            )
+        ctrl_idx = np.asarray(leg_model.ctrl_idx).reshape(self.n, -1)
+        self.valve: ValveLag | MujocoValves | None = None
+        self._act_adr = np.asarray(self.model.actuator_actadr)[ctrl_idx]
+        if self.valve_in_model and tau is not None:
+            self.valve = MujocoValves(leg_model.valve_tau, self.data, self._act_adr)
+        elif tau is not None:
+            self.valve = ValveLag(tau, self.n, self.initial_pressures)
         # Hot path: F = S·P written straight to the actuator motors (LegModel.set_pressures does
         # the same with per-call argument checks that cost more than an mj_step).
         self._gain = np.asarray(leg_model.areas, float) * 1e3  # N per kPa
-        ctrl_idx = np.asarray(leg_model.ctrl_idx).reshape(self.n, -1)
         self._ctrl_act = np.full(self.model.nu, -1, dtype=int)
         for i, row in enumerate(ctrl_idx):
             self._ctrl_act[row] = i
@@ -120,7 +157,7 @@ class LegSimulator:
         self._warn_number = self.data.warning.number  # live view of MuJoCo's warning counters
         self._warn_counts = self._bad_warning_count()
         self._warn_bytes = self._warn_number.tobytes()
-        self._place(self.initial_q)
+        self._place(self.initial_q, self.initial_pressures)
 
     # ----- commands -------------------------------------------------------------------------
     def set_command(self, p_kpa) -> str | None:
@@ -146,7 +183,13 @@ class LegSimulator:
         target = self.time + duration
         n = int(round((target - self.steps * self.dt) / self.dt))
         n = max(n, 0)
-        if n:
+        if n and self.valve_in_model:
+            self.data.ctrl[:] = self.command[self._ctrl_act]
+            if self.valve is None:  # no valve here (tau=None): the setpoint acts at once
+                self.data.act[self._act_adr] = self.command.reshape(-1, 1)
+            mujoco.mj_step(self.model, self.data, n)
+            mujoco.mj_kinematics(self.model, self.data)  # as below
+        elif n:
             # The command is held over the interval, so the per-step recursion
             # p ← a·p + (1−a)·u has the closed form p_k = u + (p_0 − u)·a^k (k = 1..n).
             # Plain floats: for two channels numpy's per-call cost exceeds the arithmetic.
@@ -161,7 +204,7 @@ class LegSimulator:
                 force = [g * pi for g, pi in zip(gain, p, strict=True)]  # F = S·P, N
                 ctrl[:] = [force[i] for i in act]
                 step(model, data)
-            if self.valve is not None:
+            if isinstance(self.valve, ValveLag):
                 self.valve.p = np.array(p)
             # mj_step leaves body poses at the pre-integration qpos; the mocap must see the
             # same instant as the joint state, so refresh the kinematics (≈1 µs).
@@ -173,7 +216,7 @@ class LegSimulator:
 
     def _powers(self, n: int) -> list[float]:
         if self._pow_n != n or self._pow_dt != self.dt:
-            a = 0.0 if self.valve is None else self.valve.coefficient(self.dt)
+            a = self.valve.coefficient(self.dt) if isinstance(self.valve, ValveLag) else 0.0
             self._pow = (a ** np.arange(1, n + 1, dtype=float)).tolist()
             self._pow_n, self._pow_dt = n, self.dt
         return self._pow
@@ -220,11 +263,32 @@ class LegSimulator:
         if self.valve is not None:
             self.valve.p = self.initial_pressures.copy()
         self.command = self.initial_pressures.copy()
-        self._place(self.initial_q)
+        self._place(self.initial_q, self.initial_pressures)
 
-    def _place(self, q) -> None:
+    def place(self, q, p_kpa) -> None:
+        """Put the leg at joint angles q (θ1, θ2 rad) at rest with the valves at p_kpa (kPa), held
+        as the setpoint: a requested reset (not counted as an unstable-state reset).
+
+        Raises ValueError when the pressures are impossible or q is not two finite angles."""
+        problem = physical_problem(p_kpa, self.n, self.p_max)
+        if problem:
+            raise ValueError(problem)
+        q = np.asarray(q, float).reshape(-1)
+        if q.size != 2 or not np.all(np.isfinite(q)):
+            raise ValueError(f'joint angles {q.tolist()} rad: need two finite values (θ1, θ2)')
+        p = np.asarray(p_kpa, float).reshape(self.n)
+        if self.valve is not None:
+            self.valve.p = p.copy()
+        self.command = p.copy()
+        self._place(q, p)
+
+    def equilibrium(self, p_kpa) -> np.ndarray:
+        """Static equilibrium joint angles (θ1, θ2 rad) of the leg under p_kpa (kPa)."""
+        return np.asarray(self.leg.static_equilibrium(np.asarray(p_kpa, float)), float)
+
+    def _place(self, q, p_kpa) -> None:
         self.leg.reset(self.data, q)
-        self.leg.set_pressures(self.data, self.pressures)
+        self.leg.set_pressures(self.data, p_kpa)
         mujoco.mj_forward(self.model, self.data)
         # physics time is tracked as a step count; the nominal time continues over resets
         self.steps = int(round(self.time / self.dt))
@@ -257,15 +321,26 @@ class LegSimulator:
             self.reset(f'{reason} at t={self.time:.4f} s: reset to the initial pose')
 
 
+VALVES = ('mujoco', 'python')
+
+
 def make_simulator(
-    leg_path=None, overrides=None, variant: str = 'equimus', timestep: float | None = None, **kwargs
+    leg_path=None,
+    overrides=None,
+    variant: str = 'equimus',
+    timestep: float | None = None,
+    valve: str = 'mujoco',
+    **kwargs,
 ) -> LegSimulator:
     """Build a LegSimulator from a leg YAML (default config/leg.yaml) and optional overrides.
 
     overrides: dotted-key mapping or path to an override YAML (identification output).
     timestep: physics Δt (s); None keeps the description's. The valve τ and the per-actuator
-    pressure limits come from the description.
+    pressure limits come from the description. valve: 'mujoco' (the lag as MuJoCo actuator
+    dynamics) | 'python' (LegSimulator's own loop); see the module docstring.
     """
+    if valve not in VALVES:
+        raise ValueError(f'valve={valve!r}: use one of {", ".join(VALVES)}')
     from equimus_description.leg import load_leg
 
     from .leg_model import LegModel
@@ -273,5 +348,6 @@ def make_simulator(
     leg = load_leg(leg_path, overrides)
     if timestep:
         leg = leg.with_timestep(float(timestep))
-    lm = LegModel(leg, variant)
-    return LegSimulator(lm, tau=leg.valve_time_constant, p_max=lm.pressure_max_kpa, **kwargs)
+    tau = leg.valve_time_constant
+    lm = LegModel(leg, variant, valve_tau=tau) if valve == 'mujoco' else LegModel(leg, variant)
+    return LegSimulator(lm, tau=tau, p_max=lm.pressure_max_kpa, **kwargs)

@@ -1,0 +1,226 @@
+"""A bag writer in a child process, for the recorder of the composed sim graph (no ROS).
+
+`BagWriterProcess` has `equimus_record.bag.BagWriter`'s interface and runs a BagWriter in a
+child process. Why: the mcap library spends a few dozen Python calls on each message, about 40 %
+of a composed lockstep frame with recording on (docs/benchmarks.md, issue 13). In the child that
+work runs beside the simulation, on another core when there is one, and the graph pays one pipe
+write per batch of messages.
+
+The child also trims what rclpy's `serialize_message` adds: it returns the message's estimated
+size, which for a message ending in an empty sequence (JointState's `effort`) has alignment bytes
+after the last field that strict readers (rosbags) refuse. A message from DDS ends at its last
+field; the exact size is found with rosbags once per topic and length and then cached.
+
+The child runs in its own session and ignores SIGINT: the parent closes the bag in order; if the
+parent dies, the closed socket makes the child close the bag itself.
+"""
+
+from __future__ import annotations
+
+import functools
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+from equimus_record.bag import BagError
+
+BATCH_MESSAGES = 400  # messages per pipe write
+BATCH_WALL_S = 0.1  # at most this long (wall s) in the parent's batch when writes go quiet
+REPLY_TIMEOUT_S = 60.0  # start-up (imports, typestore) on a loaded machine included
+
+
+def _locked(method):
+    """One user of the socket at a time: the graph's frames write while the recorder's timers
+    flush."""
+
+    @functools.wraps(method)
+    def call(self, *args, **kwargs):
+        with self._lock:
+            return method(self, *args, **kwargs)
+
+    return call
+
+
+class BagWriterProcess:
+    """BagWriter's interface (add_topic, write, flush_if_due, flush, close, count, ...)."""
+
+    def __init__(self, path: Path | str, flush_period: float = 0.5) -> None:
+        self.path = Path(path)
+        self.flush_period = flush_period
+        # A fresh interpreter (never fork a process with DDS threads), in its own session so a
+        # Ctrl-C to the terminal's process group reaches the parent only.
+        parent, child = socket.socketpair()
+        self._proc = subprocess.Popen(
+            [
+                sys.executable,
+                '-m',
+                'equimus_bringup.bag_process',
+                str(child.fileno()),
+                str(self.path),
+                repr(flush_period),
+            ],
+            pass_fds=(child.fileno(),),
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        child.close()
+        self._conn = Connection(parent.detach())
+        self.topics: dict[str, int] = {}
+        self._counts: list[int] = []
+        self._batch: list[tuple[int, int, bytes]] = []
+        self._last_send = time.monotonic()
+        self.flushed_count = 0
+        self.closed = False
+        self._lock = threading.RLock()
+        self._reply()  # BagError if the bag cannot be created
+
+    def _reply(self) -> Any:
+        if not self._conn.poll(REPLY_TIMEOUT_S):
+            raise BagError(f'the bag writer process did not answer within {REPLY_TIMEOUT_S:g} s')
+        kind, value = self._conn.recv()
+        if kind == 'error':
+            raise BagError(value)
+        return value
+
+    def _send(self, item: tuple) -> None:
+        try:
+            self._conn.send(item)
+        except OSError as exc:
+            raise OSError(f'the bag writer process has stopped ({exc})') from exc
+
+    @_locked
+    def add_topic(self, topic: str, msgtype: str, qos: list[dict] | None = None) -> None:
+        if topic in self.topics:
+            return
+        self._send_batch()
+        self._send(('topic', (topic, msgtype, list(qos or []))))
+        self._reply()
+        self.topics[topic] = len(self._counts)
+        self._counts.append(0)
+
+    @_locked
+    def write(self, topic: str, stamp_ns: int, data: bytes) -> None:
+        i = self.topics[topic]
+        self._batch.append((i, stamp_ns, bytes(data)))
+        self._counts[i] += 1
+        if len(self._batch) >= BATCH_MESSAGES:
+            self._send_batch()
+
+    def _send_batch(self) -> None:
+        if self._batch:
+            self._send(('write', self._batch))
+            self._batch = []
+        self._last_send = time.monotonic()
+        while self._conn.poll():  # a write error in the child, reported on its own
+            kind, value = self._conn.recv()
+            if kind == 'error':
+                raise OSError(value)
+
+    @_locked
+    def flush_if_due(self) -> bool:
+        """Hand the pending batch over once it is BATCH_WALL_S old (the child flushes to disk
+        every flush_period itself)."""
+        if self._batch and time.monotonic() - self._last_send >= BATCH_WALL_S:
+            self._send_batch()
+            return True
+        return False
+
+    @property
+    def count(self) -> int:
+        return sum(self._counts)
+
+    @_locked
+    def flush(self) -> None:
+        """Everything written so far is on disk when this returns."""
+        self._send_batch()
+        self._send(('flush', None))
+        self.flushed_count = self._reply()
+
+    @_locked
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            self._send_batch()
+            self._send(('close', None))
+            self.flushed_count = self._reply()
+        finally:
+            self._conn.close()
+            try:
+                self._proc.wait(timeout=REPLY_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+
+
+def exact_size(typestore: Any, data: bytes, msgtype: str) -> int:
+    """Length of the CDR message in `data` without trailing alignment bytes."""
+    for cut in range(min(8, len(data) - 4)):
+        try:
+            msg = typestore.deserialize_cdr(data[: len(data) - cut], msgtype)
+        except Exception:  # rosbags refuses the size: try a shorter one
+            continue
+        return len(typestore.serialize_cdr(msg, msgtype))
+    return len(data)
+
+
+def _child(conn: Any, path: str, flush_period: float) -> None:
+    """The writer: one BagWriter fed from `conn` until 'close' or the parent's end."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    from rosbags.typesys import Stores, get_typestore
+
+    from equimus_record.bag import BagWriter
+
+    try:
+        writer = BagWriter(Path(path), flush_period=flush_period)
+    except (BagError, OSError) as exc:
+        conn.send(('error', str(exc)))
+        return
+    typestore = get_typestore(Stores.ROS2_KILTED)
+    names: list[str] = []
+    types: list[str] = []
+    sizes: dict[tuple[int, int], int] = {}
+    conn.send(('ok', None))
+    try:
+        while True:
+            try:
+                if not conn.poll(flush_period):
+                    writer.flush_if_due()  # the graph is paused or quiet: the tail to disk
+                    continue
+                kind, value = conn.recv()
+            except EOFError:
+                return  # the parent is gone: close the bag below
+            try:
+                if kind == 'write':
+                    for i, stamp, data in value:
+                        key = (i, len(data))
+                        size = sizes.get(key)
+                        if size is None:
+                            size = sizes[key] = exact_size(typestore, data, types[i])
+                        writer.write(names[i], stamp, data[:size])
+                elif kind == 'topic':
+                    writer.add_topic(*value)
+                    names.append(value[0])
+                    types.append(value[1])
+                    conn.send(('ok', None))
+                elif kind == 'flush':
+                    writer.flush()
+                    conn.send(('ok', writer.flushed_count))
+                elif kind == 'close':
+                    writer.close()
+                    conn.send(('ok', writer.count))
+                    return
+            except (BagError, OSError) as exc:
+                conn.send(('error', f'{exc}'))
+    finally:
+        writer.close()
+
+
+if __name__ == '__main__':
+    _child(Connection(int(sys.argv[1])), sys.argv[2], float(sys.argv[3]))

@@ -1,0 +1,285 @@
+"""sim_graph: the simulation graph composed in one process, lockstep by direct calls.
+
+    ros2 launch equimus_bringup sim.launch.py                 # composed:=true is the default
+    ros2 launch equimus_bringup sim.launch.py composed:=false # one process per node
+
+The same nodes as the split sim graph (sim, valve_driver on its simulated board, estimator,
+controller, reference and, with record:=true, recorder; same names, parameters, services and
+topics) under one executor, plus a small `sim_graph` node that reports the hand-off. rclpy has no
+intra-process transport, so `InProcessBus` plays its part (what rclcpp's intra-process
+communication does in a component container): every publisher of these nodes is routed through
+it, and every subscription to a topic published in this process is served by a direct call
+instead of DDS. A frame thus runs in a fixed order, with no executor wake-up and no DDS hop:
+
+    sim publishes /clock -> the nodes' clocks (their TimeSource callbacks) -> reference tick
+    sim publishes the mocap poses -> estimator -> /joint_states -> controller (its ControlStep)
+    -> /valve/command -> valve driver (its SafetyFilter) -> /valve/applied -> sim (next frame)
+
+Every message is also handed to the recorder in this process, serialised once and written with
+the frame's sim time, and published on DDS only while a subscriber outside the process exists
+(checked every `outside_check_period` wall seconds), so `ros2 topic echo` and other tools see the
+usual graph. Why: the split graph spends its time in DDS hops and executor wake-ups, not in the
+nodes (docs/benchmarks.md, issue 13). The order also makes a run deterministic: the same seed,
+configuration and reference give byte-identical bag payloads (tests/bringup/test_sim_graph.py).
+
+Topics published in this process are delivered inside it only: an outside publisher on, for
+example, /valve/command is not heard by the composed valve driver.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from rclpy.node import Node
+from rclpy.serialization import deserialize_message, serialize_message
+
+from equimus_bringup.bag_process import BagWriterProcess
+from equimus_control.controller_node import ControllerNode
+from equimus_control.estimator_node import EstimatorNode
+from equimus_control.reference_node import ReferenceNode
+from equimus_description.config import param, validate_fields
+from equimus_description.interface import CLOCK, DIAGNOSTICS
+from equimus_hw.valve.driver_node import ValveDriver, vent_on_exit
+from equimus_record.recorder_node import Recorder, qos_dicts
+from equimus_ros.diagnostics import Diagnostics, Level
+from equimus_ros.main import run_node
+from equimus_ros.params import bind
+from equimus_sim.sim_node import SimNode
+
+
+@dataclasses.dataclass(frozen=True)
+class SimGraphConfig:
+    """Parameters of the `sim_graph` node (the composition itself)."""
+
+    record: bool = param(False, 'also run the recorder in this process (record:=true)')
+    outside_check_period: float = param(
+        0.5,
+        'wall s between checks for subscribers outside this process; a topic without one is '
+        'not published on DDS',
+        range=(0.01, 60.0),
+    )
+
+    def __post_init__(self) -> None:
+        validate_fields(self)
+
+
+def type_name(msg_type: type) -> str:
+    """'std_msgs/msg/Float64MultiArray' of a generated message class."""
+    return f'{msg_type.__module__.split(".")[0]}/msg/{msg_type.__name__}'
+
+
+class _Route:
+    """One publisher's `publish`, replaced: record, deliver in process, DDS if needed."""
+
+    def __init__(self, bus: InProcessBus, pub: Any) -> None:
+        self.bus = bus
+        self.pub = pub
+        self.topic: str = pub.topic_name
+        self.msg_type = pub.msg_type
+        self.dds_publish: Callable[[Any], None] = pub.publish
+        self.local: list[Callable[..., None]] = bus.subscribers.setdefault(self.topic, [])
+        self.outside = True
+        self.next_check = 0.0
+
+    def publish(self, msg: Any) -> None:
+        bus = self.bus
+        raw = isinstance(msg, bytes)
+        if bus.record is not None:
+            bus.record(self.topic, msg if raw else serialize_message(msg))
+        if self.local:
+            obj = deserialize_message(msg, self.msg_type) if raw else msg
+            for callback in self.local:
+                callback(obj)
+        bus.handed_off += 1
+        now = time.monotonic()
+        if now >= self.next_check:
+            self.next_check = now + bus.outside_check_period
+            self.outside = self.pub.get_subscription_count() > 0
+        if self.outside:
+            self.dds_publish(msg)
+            bus.dds_published += 1
+
+
+class InProcessBus:
+    """In-process hand-off between nodes of one process (see the module docstring)."""
+
+    def __init__(self, recorder: Recorder | None, outside_check_period: float = 0.5) -> None:
+        self.recorder = recorder
+        self.outside_check_period = outside_check_period
+        self.subscribers: dict[str, list[Callable[..., None]]] = {}
+        self.routes: list[_Route] = []
+        self.handed_off = 0
+        self.dds_published = 0
+        self.now_ns = 0  # sim time of the current frame: the log time of what it records
+        self.subscribers[CLOCK.name] = [self._on_clock]  # first: before the /clock message
+        self._record_lock = threading.Lock()  # a leaf lock: nothing is called while it is held
+        self.record: Callable[[str, bytes], None] | None = (
+            None if recorder is None else self._record
+        )
+
+    def _record(self, topic: str, data: bytes) -> None:
+        """Write with the sim time of the frame (the recorder's own clock, without asking it)."""
+        recorder = self.recorder
+        assert recorder is not None
+        with self._record_lock:
+            if recorder.error:
+                return
+            try:
+                recorder.writer.write(topic, self.now_ns, data)
+            except OSError as exc:
+                recorder.stop_recording(exc)
+
+    def _on_clock(self, msg: Any) -> None:
+        self.now_ns = msg.clock.sec * 1_000_000_000 + msg.clock.nanosec
+
+    def attach(self, nodes: list[Node]) -> None:
+        """Route every publisher of `nodes`; serve their subscriptions to those topics here."""
+        for node in nodes:
+            for pub in node.publishers:
+                route = _Route(self, pub)
+                # The instance attribute shadows Publisher.publish for every caller of this
+                # publisher (the nodes keep their own references to it).
+                pub.publish = route.publish  # type: ignore[method-assign]
+                self.routes.append(route)
+                if self.recorder is not None:
+                    self.recorder.writer.add_topic(
+                        route.topic, type_name(route.msg_type), qos_dicts([pub.qos_profile])
+                    )
+                    self.recorder.exclude.add(route.topic)
+        for node in nodes:
+            # The recorder's own subscriptions are raw (bytes as received) and stay on DDS for
+            # topics from outside; its clock's /clock subscription is served here like the rest.
+            for sub in list(node.subscriptions):
+                if sub.topic_name in self.subscribers and not sub.raw:
+                    self.subscribers[sub.topic_name].append(sub.callback)
+                    node.destroy_subscription(sub)
+
+    def subscribe(self, topic: str, callback: Callable[[Any], None]) -> None:
+        """An in-process subscriber of the graph itself (after the nodes' own)."""
+        self.subscribers.setdefault(topic, []).append(callback)
+
+
+class SimGraph(Node):
+    """Node `sim_graph`: builds and wires the composed graph, reports its hand-off."""
+
+    def __init__(self) -> None:
+        super().__init__('sim_graph')
+        self.cfg = bind(self, SimGraphConfig()).config
+        self.nodes: list[Node] = []
+        try:
+            self.recorder = Recorder(writer=BagWriterProcess) if self.cfg.record else None
+            if self.recorder is not None:
+                self.nodes.append(self.recorder)
+            # The slow constructions first (model, equilibrium, the triangle's poses), so the
+            # first frame follows the controller's and the driver's start closely.
+            self.sim = SimNode()
+            self.nodes.append(self.sim)
+            self.sim.compose()
+            self.reference = ReferenceNode(paced=False)
+            self.nodes.append(self.reference)
+            self.driver = ValveDriver()
+            self.nodes.append(self.driver)
+            self.estimator = EstimatorNode()
+            self.nodes.append(self.estimator)
+            self.controller = ControllerNode()
+            self.nodes.append(self.controller)
+        except BaseException:
+            self.close()
+            for node in self.nodes:
+                node.destroy_node()
+            raise
+        self.diagnostics = Diagnostics(self, DIAGNOSTICS, 'sim_graph: in-process hand-off')
+        self.bus = InProcessBus(self.recorder, self.cfg.outside_check_period)
+        self.bus.attach([*self.nodes, self])
+        rate = self.reference.params.config.rate
+        self.ref_period_ns = int(round(1e9 / rate))
+        self.next_ref_ns: int | None = None
+        # After the nodes' own /clock callbacks (their clocks): the reference sees the new time.
+        self.bus.subscribe(CLOCK.name, self._on_clock)
+        self.create_timer(1.0, self._diag)
+        self._wall0 = time.monotonic()
+        self.get_logger().info(
+            f'composed: {", ".join(n.get_name() for n in self.nodes)}; '
+            f'{len(self.bus.routes)} publishers through the in-process hand-off'
+        )
+
+    def _on_clock(self, msg: Any) -> None:
+        """The reference's timer, in sim time: a tick on each frame a period has elapsed by."""
+        t = msg.clock.sec * 1_000_000_000 + msg.clock.nanosec
+        if self.next_ref_ns is None:
+            self.next_ref_ns = t
+        if t >= self.next_ref_ns:
+            self.reference.tick()
+            while self.next_ref_ns <= t:
+                self.next_ref_ns += self.ref_period_ns
+
+    def _diag(self) -> None:
+        bus = self.bus
+        self.diagnostics.publish(
+            Level.OK,
+            f'{len(self.nodes)} nodes composed',
+            {
+                'nodes': ','.join(n.get_name() for n in self.nodes),
+                'messages_handed_off': bus.handed_off,
+                'messages_on_dds': bus.dds_published,
+                'topics_with_outside_subscribers': ','.join(
+                    sorted({r.topic for r in bus.routes if r.outside})
+                ),
+            },
+        )
+
+    def spin(self) -> None:
+        self.sim.run(others=[n for n in (*self.nodes, self) if n is not self.sim])
+
+    def close(self) -> None:
+        """Stop the frames first, then vent; the recorder closes its bag when destroyed."""
+        for node in self.nodes:
+            if isinstance(node, SimNode):
+                node.stop()
+        for node in self.nodes:
+            if isinstance(node, ValveDriver):
+                vent_on_exit(node)
+
+    def all_nodes(self) -> list[Node]:
+        """This node first, the recorder last (the order they are destroyed in)."""
+        return [self, *(n for n in self.nodes if n is not self.recorder), *self._recorder()]
+
+    def _recorder(self) -> list[Node]:
+        return [] if self.recorder is None else [self.recorder]
+
+
+def sim_graph() -> list[Node]:
+    graph = SimGraph()
+    return graph.all_nodes()
+
+
+def _spin(nodes: list[Node]) -> None:
+    graph = nodes[0]
+    assert isinstance(graph, SimGraph)
+    graph.spin()
+
+
+def _close(nodes: list[Node]) -> None:
+    graph = nodes[0]
+    assert isinstance(graph, SimGraph)
+    graph.close()
+
+
+def main(args: Any = None) -> int:
+    return run_node(
+        sim_graph,
+        args,
+        spin=_spin,
+        close=_close,
+        config_hint='Fix config/sim.yaml, valve.yaml, control.yaml, recorder.yaml or the '
+        '--ros-args overrides.',
+    )
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -1,0 +1,191 @@
+"""The composed sim graph (equimus_bringup.sim_graph) as `sim.launch.py` starts it: one process,
+lockstep by direct calls, every topic recorded; stepped from outside over real rclpy; and two runs
+of the same seed, configuration and reference give byte-identical bags."""
+
+import time
+
+import pytest
+from mcap.reader import make_reader
+from paramclient import set_parameters
+from rclpy.qos import QoSProfile, ReliabilityPolicy
+from rosgraph_msgs.msg import Clock
+from std_srvs.srv import Trigger
+
+from equimus_bringup.graph import describe_graph
+from equimus_bringup.supervisor import Supervisor
+from equimus_record import bag as bagio
+
+FRAME_NS = 1e9 / 120
+CONTROL_TOPICS = (
+    '/clock',
+    '/mocap/base/pose',
+    '/mocap/thigh/pose',
+    '/mocap/calf/pose',
+    '/sim/joint_states',
+    '/joint_states',
+    '/valve/command',
+    '/valve/applied',
+    '/valve/pressure',
+    '/reference/joint',
+)
+# Wall-clock figures (rates, jitter, timing) and logs: not part of a run's payload.
+WALL_TOPICS = ('/diagnostics', '/rosout', '/parameter_events')
+
+
+class Graph:
+    """The composed graph in its own process, and /clock seen from this one."""
+
+    def __init__(self, node, tmp_path, name, **args):
+        self.node = node
+        self.bag = tmp_path / name
+        overrides = {'record': 'true', 'bag': str(self.bag), **args}
+        self.specs = describe_graph('sim', overrides)
+        assert [s.name for s in self.specs] == ['sim_graph']
+        self.sup = Supervisor(self.specs, echo=False)
+        self.now_ns = -1
+        self.sub = node.create_subscription(
+            Clock,
+            '/clock',
+            self._on_clock,
+            QoSProfile(depth=1, reliability=ReliabilityPolicy.BEST_EFFORT),
+        )
+
+    def _on_clock(self, msg):
+        self.now_ns = msg.clock.sec * 1_000_000_000 + msg.clock.nanosec
+
+    def spin_until(self, cond, timeout, what):
+        import rclpy
+
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            assert self.sup.poll() is None, self.sup.failed
+            if cond():
+                return
+            rclpy.spin_once(self.node, timeout_sec=0.02)
+        pytest.fail(f'timed out after {timeout} s waiting for {what}')
+
+    def wait_paused_at(self, t_s, timeout=120.0):
+        target = round(t_s * 120) * FRAME_NS
+        self.spin_until(lambda: abs(self.now_ns - target) < 1e3, timeout, f'sim time {t_s} s')
+        stopped = self.now_ns
+        t_end = time.monotonic() + 0.5
+        self.spin_until(lambda: time.monotonic() > t_end, 2.0, 'a pause')
+        assert self.now_ns == stopped, 'the simulation did not stay paused'
+
+    def stop(self):
+        codes = self.sup.stop()
+        self.node.destroy_subscription(self.sub)
+        return codes
+
+
+def _payloads(bag, before_ns):
+    """(topic, log time, CDR bytes) of every message logged before `before_ns`, in file order."""
+    with open(next(bag.glob('*.mcap')), 'rb') as fh:
+        return [
+            (channel.topic, message.log_time, bytes(message.data))
+            for _, channel, message in make_reader(fh).iter_messages(log_time_order=False)
+            if channel.topic not in WALL_TOPICS and message.log_time < before_ns
+        ]
+
+
+def test_composed_graph_records_every_topic_and_steps_from_outside(ros_node, tmp_path):
+    g = Graph(ros_node, tmp_path, 'bag', pause_at='2.0')
+    try:
+        g.sup.start()
+        g.wait_paused_at(2.0)
+        assert set_parameters(ros_node, 'sim', step_frames=6)[0].successful
+        client = ros_node.create_client(Trigger, '/sim/step')
+        assert client.wait_for_service(20.0)
+        fut = client.call_async(Trigger.Request())
+        g.spin_until(fut.done, 20.0, 'the ~/step answer')
+        assert fut.result().success, fut.result().message
+        g.wait_paused_at(2.0 + 6 / 120)
+    finally:
+        codes = g.stop()
+    assert codes == {'sim_graph': 0}, codes
+    counts = bagio.topic_counts(g.bag)
+    for topic in CONTROL_TOPICS + ('/diagnostics',):
+        assert topic in counts, f'{topic} missing from the bag: {sorted(counts)}'
+    frames = 2 * 120 + 6 + 1  # frame 0 included
+    # Lockstep by direct calls: one estimate, one command and one applied pressure per frame.
+    for topic in ('/sim/joint_states', '/mocap/calf/pose', '/joint_states', '/reference/joint'):
+        assert counts[topic][1] == frames, (topic, counts[topic])
+    # Every frame answered; while paused the controller's stale-state guard (wall clock) adds
+    # vents, logged at the paused sim time.
+    for topic in ('/valve/command', '/valve/applied'):
+        logged = {log for _, log, _ in bagio.read_messages(g.bag, [topic])}
+        assert logged >= {round(k * FRAME_NS) for k in range(frames)}, topic
+    # The bag's time is sim time: every estimate is stamped and logged on a frame.
+    msgs = list(bagio.read_messages(g.bag, ['/joint_states']))
+    assert [log for _, log, _ in msgs] == [round(k * FRAME_NS) for k in range(frames)]
+    assert all(
+        m.header.stamp.sec * 1_000_000_000 + m.header.stamp.nanosec == log for _, log, m in msgs
+    )
+
+
+def test_two_runs_give_byte_identical_bags(ros_node, tmp_path):
+    """Same seed, configuration and reference: the same messages, byte for byte, in the same
+    order at the same sim times, with mocap noise, frame drops and occlusions drawn from the
+    seeded generator. Compared up to the last frame before the pause (after it the controller's
+    stale-state guard, on the wall clock, vents while the graph waits to be stopped)."""
+    params = tmp_path / 'noise.yaml'
+    params.write_text(
+        'sim:\n  ros__parameters:\n'
+        '    mocap_position_noise: 0.0005\n'
+        '    mocap_orientation_noise: 0.002\n'
+        '    mocap_drop_probability: 0.02\n'
+        '    mocap_occlusion_probability: 0.01\n'
+        '    seed: 11\n'
+    )
+    pause_at = 3.0
+    runs = []
+    for name in ('run_a', 'run_b'):
+        g = Graph(ros_node, tmp_path, name, pause_at=str(pause_at), params_file=str(params))
+        try:
+            g.sup.start()
+            g.wait_paused_at(pause_at)
+        finally:
+            codes = g.stop()
+        assert codes == {'sim_graph': 0}, codes
+        runs.append(_payloads(g.bag, round(pause_at * 1e9)))
+    a, b = runs
+    topics = {t for t, _, _ in a}
+    assert set(CONTROL_TOPICS) <= topics, sorted(topics)
+    assert len(a) > 8 * 120 * pause_at  # ten topics a frame, less the dropped poses
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):
+        assert x == y, f'message {i} differs: {x[:2]} vs {y[:2]}'
+    assert len(a) == len(b)
+    # The seeded generator was drawn from: frames were dropped (the same ones in both runs).
+    calf = [d for t, _, d in a if t == '/mocap/calf/pose']
+    assert len(calf) < pause_at * 120
+
+
+def test_the_composed_spec_holds_every_node_with_its_own_parameters():
+    (spec,) = describe_graph('sim', {'record': 'true', 'bag': 'b', 'controller': 'mpc'})
+    assert (spec.package, spec.executable) == ('equimus_bringup', 'sim_graph')
+    assert spec.nodes == (
+        'sim',
+        'valve_driver',
+        'estimator',
+        'controller',
+        'reference',
+        'recorder',
+        'sim_graph',
+    )
+    p = spec.node_parameters
+    assert spec.parameters == {}  # nothing process-wide: use_sim_time must not reach the sim
+    assert 'use_sim_time' not in p['sim'] and p['sim']['mode'] == 'lockstep'
+    assert p['sim']['real_time_factor'] == 0.0  # lockstep: as fast as the graph answers
+    for name in ('valve_driver', 'estimator', 'controller', 'reference', 'recorder', 'sim_graph'):
+        assert p[name]['use_sim_time'] is True, name
+    assert p['controller']['controller'] == 'mpc' and p['valve_driver']['board'] == 'sim'
+    assert p['sim_graph']['record'] is True and p['recorder']['bag_path'] == 'b'
+    (plain,) = describe_graph('sim')
+    assert plain.node_parameters['sim_graph']['record'] is False
+    assert 'recorder' not in plain.nodes
+    with pytest.raises(ValueError, match='composed'):
+        describe_graph('sim', {'sim_mode': 'realtime'})
+    with pytest.raises(ValueError, match='composed'):
+        describe_graph('hardware', {'composed': 'true'})
+    split = describe_graph('sim', {'sim_mode': 'realtime', 'composed': 'false'})
+    assert split[0].parameters['real_time_factor'] == 1.0
