@@ -46,6 +46,10 @@ def test_npz_round_trip_and_controller_output(tmp_path):
     back = load_policy(tmp_path / 'p.npz')
     x = rng.normal(size=(5, OBS_SIZE))
     assert np.allclose(back(x), mlp(x))
+    clipped = MLP(mlp.weights, mlp.biases, 'relu', mlp.obs_mean, mlp.obs_std, output='clip')
+    save_mlp(tmp_path / 'c.npz', clipped)
+    y = load_policy(tmp_path / 'c.npz')(x * 5)
+    assert np.allclose(y, clipped(x * 5)) and np.any(np.abs(y) == 1.0)  # clipped, not squashed
     ctrl = PolicyController(back)
     est, ref = Estimate(np.array([1.4, 0.8]), np.zeros(2), 0.0), Reference(np.ones(2), np.zeros(2))
     out = ctrl.step(est, ref, 1 / 120, 30.0)
