@@ -131,3 +131,27 @@ def test_policy_drives_the_sim_graph(policy_file, tmp_path):
     print('distilled policy in the sim graph:', summary['rmse'])
     assert summary['rmse']['hip'] < 0.1 and summary['rmse']['knee'] < 0.2, summary
     assert summary['pressure_min'] >= 0.0 and summary['pressure_max'] <= 50.0
+
+
+def test_controller_node_without_a_policy_file_exits_2_with_the_fix():
+    """The node reports the missing file as a parameter error (exit 2, no traceback)."""
+    import subprocess
+    import sys
+
+    pytest.importorskip('rclpy')
+    proc = subprocess.run(
+        [
+            sys.executable,
+            '-m',
+            'equimus_control.controller_node',
+            '--ros-args',
+            '-p',
+            'controller:=policy',
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 2, out
+    assert 'policy_file' in out and 'Traceback' not in out, out
