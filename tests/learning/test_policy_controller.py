@@ -97,7 +97,7 @@ def test_policy_tracks_in_the_offline_closed_loop(policy_file):
     rmse = r.rmse(skip=0.5)
     print(f'distilled policy, offline loop: RMSE {rmse}')
     assert not r.vented.any()
-    assert np.all(rmse < np.array([0.1, 0.2])), rmse
+    assert np.all(rmse < np.array([0.07, 0.12])), rmse  # measured 0.028, 0.053
 
 
 @pytest.mark.slow
@@ -129,7 +129,8 @@ def test_policy_drives_the_sim_graph(policy_file, tmp_path):
     assert 105 < counts['/valve/command'][2] < 135, counts['/valve/command']
     summary = json.loads((run_dir / 'summary.json').read_text())
     print('distilled policy in the sim graph:', summary['rmse'])
-    assert summary['rmse']['hip'] < 0.1 and summary['rmse']['knee'] < 0.2, summary
+    # measured 0.036, 0.069 (the PID in the same graph: 0.042, 0.074 over 15 s)
+    assert summary['rmse']['hip'] < 0.08 and summary['rmse']['knee'] < 0.15, summary
     assert summary['pressure_min'] >= 0.0 and summary['pressure_max'] <= 50.0
 
 

@@ -38,9 +38,9 @@ class RLExtraMissing(RuntimeError):
 @dataclass(frozen=True)
 class DistilConfig:
     episodes: int = 12
-    hidden: int = 96
+    hidden: int = 192
     ridge: float = 1e-3
-    explore: float = 0.3  # σ of the executed action's noise (actions in [-1, 1])
+    explore: float = 0.15  # σ of the executed action's noise (actions in [-1, 1])
     reference: str = 'random'
     seed: int = 0
 
