@@ -156,3 +156,18 @@ def test_controller_node_without_a_policy_file_exits_2_with_the_fix():
     out = proc.stdout + proc.stderr
     assert proc.returncode == 2, out
     assert 'policy_file' in out and 'Traceback' not in out, out
+
+
+@pytest.mark.parametrize('mode', ['sim', 'hardware'])
+def test_policy_file_argument_reaches_the_controller_in_both_graphs(mode, tmp_path, monkeypatch):
+    from equimus_bringup.graph import describe_graph
+
+    monkeypatch.chdir(tmp_path)
+    specs = {
+        s.name: s for s in describe_graph(mode, {'controller': 'policy', 'policy_file': 'p.npz'})
+    }
+    params = specs['controller'].parameters
+    assert params['controller'] == 'policy'
+    assert params['policy_file'] == str(tmp_path / 'p.npz')  # absolute: nodes may run elsewhere
+    pid = {s.name: s for s in describe_graph(mode, {})}['controller'].parameters
+    assert 'policy_file' not in pid
