@@ -29,6 +29,8 @@ MODULE_KEYS = {
     'osqp': 'python3-osqp-pip',
     'rosbags': 'python3-rosbags-pip',
     'mcap': 'python3-mcap-pip',
+    'gymnasium': 'python3-gymnasium-pip',
+    'tqdm': 'python3-tqdm-pip',
 }
 # Keys of the rosdistro database (rosdep/python.yaml) that the package.xml files use.
 ROSDISTRO_PYTHON_KEYS = {
@@ -56,8 +58,9 @@ ROS_PACKAGES = {
     'launch',
     'launch_ros',
 }
-# Imported only by an optional path that says how to install it (identification --mapper dask).
-OPTIONAL = {'dask'}
+# Imported only by an optional path that says how to install it: identification --mapper dask,
+# the `rl` extra (equimus train --algo ppo, a stable-baselines3 policy file).
+OPTIONAL = {'dask', 'torch', 'stable_baselines3', 'tensorboard'}
 
 
 def packages():
