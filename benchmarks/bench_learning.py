@@ -131,10 +131,11 @@ def tuning(quick: bool) -> dict:
     return out
 
 
-def run(quick: bool = True) -> dict:
+def run(quick: bool = True, tune: bool = True) -> dict:
     warnings.simplefilter('ignore')
     out = throughput(quick)
-    out.update(tuning(quick))
+    if tune:
+        out.update(tuning(quick))
     with contextlib.suppress(OSError):
         out['load_average_1min'] = os.getloadavg()[0]
     return out
@@ -143,8 +144,11 @@ def run(quick: bool = True) -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument('--quick', action='store_true', help='short loops and a small tuning budget')
+    ap.add_argument(
+        '--throughput-only', action='store_true', help='env steps/s only (no tuning, ~15 s)'
+    )
     a = ap.parse_args(argv)
-    for k, v in run(a.quick).items():
+    for k, v in run(a.quick, tune=not a.throughput_only).items():
         print(f'{k:48s} {v:.4g}' if isinstance(v, float) else f'{k:48s} {v}')
     return 0
 
