@@ -97,6 +97,8 @@ def bridge_args(ports, multicast, group, extra=()):
         f'multicast_group:={group}',
         '-p',
         'stale_timeout:=0.3',
+        '-p',
+        'autostart:=true',
         *extra,
     ]
 

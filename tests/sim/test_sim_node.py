@@ -358,6 +358,8 @@ def test_the_valve_driver_advances_lockstep_once_per_command(ros, repo_dir, tmp_
         'equimus_hw',
         'valve_driver',
         '-p',
+        'autostart:=true',
+        '-p',
         'board:=sim',
         '-p',
         'auto_arm:=true',

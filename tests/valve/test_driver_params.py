@@ -27,6 +27,8 @@ def driver():
         'equimus_hw',
         'valve_driver',
         '-p',
+        'autostart:=true',
+        '-p',
         'board:=sim',
         '-p',
         'auto_arm:=true',

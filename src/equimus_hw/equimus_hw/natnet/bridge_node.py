@@ -3,6 +3,11 @@
 The protocol, clock mapping and health counters live in :mod:`.client` (no ROS). This node only
 declares parameters, runs the client's receive loop in a thread, turns frames into
 PoseStamped messages and reports on /diagnostics.
+
+A managed (lifecycle) node: `configure` opens the NatNet sockets, `activate` starts the receive
+thread (connect, stream, publish), `deactivate` stops it (no pose is published), `cleanup` and
+`shutdown` close the sockets. The launch files and the supervisor take it to active;
+`autostart: true` does so alone (a bare `ros2 run`).
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from collections.abc import Callable
 
 from geometry_msgs.msg import PoseStamped
 from rclpy.duration import Duration
-from rclpy.node import Node
+from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from rclpy.publisher import Publisher
 from sensor_msgs.msg import PointCloud2, PointField
 
@@ -30,6 +35,7 @@ from equimus_description.interface import (
     mocap_pose,
 )
 from equimus_ros.diagnostics import Diagnostics, Level
+from equimus_ros.lifecycle import bring_up
 from equimus_ros.main import run_node
 from equimus_ros.params import bind
 from equimus_ros.qos import publisher
@@ -72,6 +78,11 @@ class BridgeConfig:
         "publish Motive's labeled markers on /mocap/markers (sensor_msgs/PointCloud2: x, y, z "
         'float32 m in frame_id, id uint32), one cloud per frame',
     )
+    autostart: bool = param(
+        False,
+        'configure and activate at start-up (a bare `ros2 run`); the launch files and the '
+        'supervisor leave it false and drive the lifecycle transitions',
+    )
     discovery_wait: float = param(
         1.0,
         's to wait at start, before connecting, for every pose topic to have a subscriber (so a '
@@ -93,12 +104,17 @@ class BridgeConfig:
                 )
 
 
-class NatNetBridge(Node):
+class NatNetBridge(LifecycleNode):
     """`downstream`, if given, gets every pose in the receive thread before it is published: the
     fused control loop (equimus_bringup.control_loop) chains the estimator there without a DDS
     hop."""
 
     def __init__(self, downstream: PoseSink | None = None, **kwargs):
+        # Before the node exists: destroy_node may run on a half-built bridge (bad parameters).
+        self._stop = threading.Event()
+        self._stop.set()
+        self._thread: threading.Thread | None = None
+        self._sockets_open = False
         super().__init__('natnet_bridge', **kwargs)
         self.downstream = downstream
         self.frame_arrival_ns = 0  # perf_counter_ns of the datagram being handled
@@ -146,20 +162,65 @@ class NatNetBridge(Node):
             plausibility=net.plausibility(),
             on_model=self._on_model,
         )
-        self._stop = threading.Event()
+        self.autostart = bridge.autostart
         self._last_diag = 0.0
         self._last_level: Level | None = None
         self._prev = (0, 0, 0)
         self._prev_more = (0, 0, 0)
         self._reject_log_t = 0.0
-        self._thread = threading.Thread(target=self._receive, daemon=True, name='natnet-rx')
         self.create_timer(0.1, self._diagnostics)
-        self._thread.start()
         mode = f'multicast {self.group}:{self.data_port}' if self.multicast else 'unicast'
         self.get_logger().info(
             f'NatNet bridge: server {self.server_address}:{self.command_port}, {mode}, '
-            f'frame {self.frame_id}{" (Z-up)" if self.z_up else " (Motive Y-up)"}'
+            f'frame {self.frame_id}{" (Z-up)" if self.z_up else " (Motive Y-up)"}; unconfigured'
         )
+
+    # -- lifecycle --------------------------------------------------------------------------
+    def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """Open the sockets (binding the data port may fail: the transition then fails)."""
+        try:
+            self.client.open()
+        except OSError as e:
+            self.client.close()
+            self.get_logger().fatal(
+                f'cannot open NatNet sockets ({e}); check local_address/data_port/multicast_group'
+            )
+            return TransitionCallbackReturn.FAILURE
+        self._sockets_open = True
+        self.get_logger().info('configured: NatNet sockets open')
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """Start the receive thread: connect to Motive, stream and publish."""
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._receive, daemon=True, name='natnet-rx')
+        self._thread.start()
+        self.get_logger().info('active: streaming')
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self.stop_receiving()
+        self.get_logger().info('inactive: no pose is published')
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_cleanup(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self._close_sockets()
+        self.get_logger().info('cleaned up: NatNet sockets closed')
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_shutdown(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self._close_sockets()
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_error(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self._close_sockets()
+        return TransitionCallbackReturn.SUCCESS
+
+    def _close_sockets(self) -> None:
+        self.stop_receiving()
+        if self._sockets_open:
+            self._sockets_open = False
+            self.client.close()
 
     def _apply(self, cfg: NatNetConfig) -> None:
         """Runtime: the stale timeout (the receive thread reads it on every check)."""
@@ -174,18 +235,9 @@ class NatNetBridge(Node):
             self._stop.wait(0.01)
 
     def _receive(self) -> None:
+        stop = self._stop
         self._wait_for_subscribers()
-        try:
-            self.client.open()
-        except OSError as e:
-            self.get_logger().fatal(
-                f'cannot open NatNet sockets ({e}); check local_address/data_port/multicast_group'
-            )
-            return
-        try:
-            self.client.run(self._stop)
-        finally:
-            self.client.close()
+        self.client.run(stop)
 
     def _log(self, level: str, msg: str) -> None:
         log = self.get_logger()
@@ -303,7 +355,9 @@ class NatNetBridge(Node):
         new_foreign = st.foreign_packets - self._prev_more[0]
         new_implausible = st.implausible_frames - self._prev_more[1]
         new_ts = st.non_monotonic_timestamps - self._prev_more[2]
-        if c.version_error:
+        if self._stop.is_set():
+            level, text = Level.WARN, 'not active (lifecycle): no pose is published'
+        elif c.version_error:
             level, text = Level.ERROR, f'cannot decode the stream: {c.version_error}'
         elif c.layout_error:
             level, text = Level.ERROR, f'cannot decode the stream: {c.layout_error}'
@@ -390,17 +444,26 @@ class NatNetBridge(Node):
     def stop_receiving(self) -> None:
         """Stop the receive thread (no frame is handled after this returns, unless it hangs)."""
         self._stop.set()
-        if self._thread.is_alive() and self._thread is not threading.current_thread():
-            self._thread.join(timeout=2.0)
+        thread = self._thread
+        if thread is not None and thread.is_alive() and thread is not threading.current_thread():
+            thread.join(timeout=2.0)
 
     def destroy_node(self):
-        self.stop_receiving()
+        self._close_sockets()
         return super().destroy_node()
+
+
+def natnet_bridge() -> NatNetBridge:
+    """The node; taken to active here only with `autostart: true` (else by launch/supervisor)."""
+    node = NatNetBridge()
+    if node.autostart:
+        bring_up(node)
+    return node
 
 
 def main(args=None) -> int:
     return run_node(
-        NatNetBridge, args, config_hint='Fix config/natnet.yaml or the --ros-args overrides.'
+        natnet_bridge, args, config_hint='Fix config/natnet.yaml or the --ros-args overrides.'
     )
 
 
