@@ -169,6 +169,7 @@ class SoakSupervisor(Supervisor):
         t = threading.Thread(target=self._pump, args=(name, proc), daemon=True)
         t.start()
         self._threads.append(t)
+        self.bring_up(name)  # a (re)started managed node: configure and activate it
 
     def kill(self, name: str) -> None:
         proc = self.procs[name]
