@@ -13,12 +13,12 @@ import rclpy
 from lifecycle_msgs.msg import State, Transition
 from lifecycle_msgs.srv import ChangeState, GetState
 from rclpy.executors import SingleThreadedExecutor
+from rosproc import start_node, stop
 from std_msgs.msg import Float64MultiArray
 
 from equimus_description.interface import VALVE_APPLIED, VALVE_COMMAND
 from equimus_ros.arrays import float_array
 from equimus_ros.qos import publisher, subscription
-from rosproc import start_node, stop
 
 
 class Manager:
