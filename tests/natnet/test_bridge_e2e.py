@@ -158,8 +158,9 @@ def test_poses_arrive_with_exposure_stamps(version, multicast, ports, spawn, lis
             msg.pose.orientation.z,
             msg.pose.orientation.w,
         )
-        assert got_p == pytest.approx(p, abs=1e-6)
-        assert got_q == pytest.approx(q, abs=1e-6)
+        # Motive streams Y up; the bridge publishes Z up (REP-103): +90 deg about x
+        assert got_p == pytest.approx((p[0], -p[2], p[1]), abs=1e-6)
+        assert got_q == pytest.approx((q[0], -q[2], q[1], q[3]), abs=1e-6)
         ages = [
             (rx - (m.header.stamp.sec * 10**9 + m.header.stamp.nanosec)) / 1e6
             for rx, m in listener.poses[name][-40:]

@@ -179,7 +179,7 @@ def test_lockstep_advances_one_frame_per_command(ros, repo_dir, tmp_path):
         assert np.all(np.diff(stamps) > 0)
         assert len(stamps) >= n_cmd - 5  # best-effort /clock: allow a few losses
 
-        # every output of a frame carries that frame's sim time; poses are Motive-frame mocap
+        # every output of a frame carries that frame's sim time; poses are in `mocap`, Z up
         js = {_ns(m.header.stamp): m for m in probe.joints}
         assert set(js) <= set(round(k * FRAME_NS) for k in range(0, n_cmd + 1))
         for b in BODIES:
@@ -210,11 +210,11 @@ def test_lockstep_advances_one_frame_per_command(ros, repo_dir, tmp_path):
                 )
                 for b in BODIES
             }
-            assert pos['base'][1] == pytest.approx(0.7, abs=1e-9)  # base 0.7 m above the floor
-            assert pos['base'][1] > pos['thigh'][1] > pos['calf'][1]  # Y up: base > hip > knee
-            knee_rel = pos['calf'] - pos['thigh']  # knee − hip, Motive frame
-            assert np.allclose(knee_rel, [0.0, -A1 * math.sin(th1), -A1 * math.cos(th1)], atol=2e-4)
-            # the calf turns about the hinge (Motive x) by the knee angle relative to the thigh
+            assert pos['base'][2] == pytest.approx(0.7, abs=1e-9)  # base 0.7 m above the floor
+            assert pos['base'][2] > pos['thigh'][2] > pos['calf'][2]  # Z up: base > hip > knee
+            knee_rel = pos['calf'] - pos['thigh']  # knee − hip, Z-up frame `mocap` (REP-103)
+            assert np.allclose(knee_rel, [0.0, A1 * math.cos(th1), -A1 * math.sin(th1)], atol=2e-4)
+            # the calf turns about the hinge (x) by the knee angle relative to the thigh
             qt, qc = quat['thigh'], quat['calf']
             rel = np.array(
                 [

@@ -63,7 +63,9 @@ BODIES: tuple[str, ...] = ('base', 'thigh', 'calf')
 #: Layout label of every pressure array, in channel order (kPa).
 PRESSURE_LAYOUT = ','.join(ACTUATORS)
 
-FRAME_MOCAP = 'mocap'  # Motive's frame (Y up) as the bridge and the virtual mocap publish it
+#: The motion-capture frame (REP-103: Z up, metres), as the bridge and the virtual mocap publish
+#: it, converted from Motive's streamed up axis (equimus_description.motive).
+FRAME_MOCAP = 'mocap'
 FRAME_WORLD = 'world'
 
 

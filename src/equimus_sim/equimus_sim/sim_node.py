@@ -67,6 +67,7 @@ from equimus_description.interface import (
     VALVE_PRESSURE,
     mocap_topic,
 )
+from equimus_description.motive import DEFAULT_UP_AXIS, motive_to_ros
 from equimus_ros.arrays import float_array
 from equimus_ros.cdr import ArrayWriter, ClockWriter, JointStateWriter, PoseWriter
 from equimus_ros.diagnostics import Diagnostics, Level
@@ -116,6 +117,14 @@ class _PoseOut(_Reused):
         p.x, p.y, p.z = (float(v) for v in position)
         q.w, q.x, q.y, q.z = (float(v) for v in quat_wxyz)
         self.pub.publish(m)
+
+
+def ros_pose(position, quat_wxyz) -> tuple:
+    """A virtual-mocap pose (Motive's default Y-up stream) as the bridge publishes it: in the
+    Z-up frame `mocap` (REP-103), by the bridge's own conversion; quaternion w, x, y, z."""
+    w, x, y, z = quat_wxyz
+    pos, (qx, qy, qz, qw) = motive_to_ros(position, (x, y, z, w), DEFAULT_UP_AXIS)
+    return pos, (qw, qx, qy, qz)
 
 
 class _ArrayOut(_Reused):
@@ -370,7 +379,7 @@ class SimNode(Node):
         poses = [
             (
                 int(round(f.capture_time * 1e9)),
-                [(n, p.position, p.orientation) for n, p in f.bodies.items()],
+                [(n, *ros_pose(p.position, p.orientation)) for n, p in f.bodies.items()],
             )
             for f in self.mocap.release(t_ns * 1e-9)
         ]

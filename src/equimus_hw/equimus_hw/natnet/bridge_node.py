@@ -34,6 +34,7 @@ from equimus_description.interface import (
     MOCAP_MARKERS,
     mocap_pose,
 )
+from equimus_description.motive import DEFAULT_UP_AXIS, check_up_axis, motive_to_ros
 from equimus_ros.diagnostics import Diagnostics, Level
 from equimus_ros.lifecycle import bring_up
 from equimus_ros.main import run_node
@@ -49,11 +50,6 @@ _POINT = struct.Struct('<fffI')
 _S = math.sqrt(0.5)
 
 
-def y_up_to_z_up(p, q):
-    """Motive Y-up -> ROS Z-up: +90 deg about X. (x, y, z) -> (x, -z, y); same for q's vector."""
-    return (p[0], -p[2], p[1]), (q[0], -q[2], q[1], q[3])
-
-
 PoseSink = Callable[[str, PoseStamped], None]
 
 
@@ -62,10 +58,10 @@ class BridgeConfig:
     """What the bridge publishes (the connection is NatNetConfig's)."""
 
     frame_id: str = param(FRAME_MOCAP, 'frame_id of the published poses')
-    convert_to_z_up: bool = param(
-        False,
-        'rotate Motive Y-up into Z-up (+90 deg about X) before '
-        "publishing (the graph's topics are in Motive's Y-up frame)",
+    up_axis: str = param(
+        DEFAULT_UP_AXIS,
+        "Motive's Streaming > Up Axis setting: 'y' (Motive's default; rotated +90 deg about X "
+        "into the Z-up frame) or 'z' (passed as is); the poses are Z-up (REP-103) either way",
     )
     rigid_bodies: tuple[str, ...] = param(
         BODIES,
@@ -92,6 +88,10 @@ class BridgeConfig:
 
     def __post_init__(self) -> None:
         validate_fields(self)
+        try:
+            check_up_axis(self.up_axis)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
         dup = sorted({n for n in self.rigid_bodies if self.rigid_bodies.count(n) > 1})
         if dup:
             raise ConfigError(f'rigid_bodies lists {dup} more than once; list each body once')
@@ -125,7 +125,7 @@ class NatNetBridge(LifecycleNode):
         self.server_address, self.command_port = net.server_address, net.command_port
         self.multicast, self.group = net.multicast, net.multicast_group
         self.data_port = net.data_port
-        self.frame_id, self.z_up = bridge.frame_id, bridge.convert_to_z_up
+        self.frame_id, self.up_axis = bridge.frame_id, bridge.up_axis
         self.discovery_wait = bridge.discovery_wait
         self.markers_pub = (
             publisher(self, PointCloud2, MOCAP_MARKERS) if bridge.publish_markers else None
@@ -172,7 +172,7 @@ class NatNetBridge(LifecycleNode):
         mode = f'multicast {self.group}:{self.data_port}' if self.multicast else 'unicast'
         self.get_logger().info(
             f'NatNet bridge: server {self.server_address}:{self.command_port}, {mode}, '
-            f'frame {self.frame_id}{" (Z-up)" if self.z_up else " (Motive Y-up)"}; unconfigured'
+            f'frame {self.frame_id} (Z-up, from Motive {self.up_axis.upper()}-up); unconfigured'
         )
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -298,11 +298,7 @@ class NatNetBridge(LifecycleNode):
             msg.header.stamp = stamp
             msg.header.frame_id = self.frame_id
             if b.tracking_valid:
-                pos, q = (
-                    y_up_to_z_up(b.position, b.orientation)
-                    if self.z_up
-                    else (b.position, b.orientation)
-                )
+                pos, q = motive_to_ros(b.position, b.orientation, self.up_axis)
             else:
                 pos, q = (NAN, NAN, NAN), (NAN, NAN, NAN, NAN)
             o = msg.pose.position
@@ -329,7 +325,7 @@ class NatNetBridge(LifecycleNode):
         id tells them apart) as an unordered cloud of (x, y, z, id)."""
         pts = []
         for m in ev.frame.labeled_markers:
-            p = y_up_to_z_up(m.position, (0.0, 0.0, 0.0, 1.0))[0] if self.z_up else m.position
+            p = motive_to_ros(m.position, (0.0, 0.0, 0.0, 1.0), self.up_axis)[0]
             pts.append(_POINT.pack(*p, m.id & 0xFFFFFFFF))
         msg = PointCloud2()
         msg.header.stamp = stamp
