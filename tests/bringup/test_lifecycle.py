@@ -14,6 +14,7 @@ from lifecycle_msgs.msg import State, Transition
 from lifecycle_msgs.srv import ChangeState, GetState
 from rclpy.executors import SingleThreadedExecutor
 from rosproc import start_node, stop
+from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
 
 from equimus_description.interface import VALVE_APPLIED, VALVE_COMMAND
@@ -65,9 +66,9 @@ class Manager:
     def watch_applied(self) -> None:
         def on(msg):
             with self._lock:
-                self.applied.append(list(msg.data))
+                self.applied.append(list(msg.effort))
 
-        subscription(self.node, Float64MultiArray, VALVE_APPLIED, on)
+        subscription(self.node, JointState, VALVE_APPLIED, on)
 
     def last_applied(self) -> list[float] | None:
         with self._lock:
@@ -249,3 +250,54 @@ def test_supervisor_activates_the_drivers_and_a_killed_bridge_ends_the_graph(har
     vent = driver_log.find('deactivated: disarmed, all channels vented to 0 kPa')
     assert vent >= 0, driver_log
     assert vent < driver_log.find('vented on shutdown'), driver_log  # deactivated before the stop
+
+
+def test_a_recorded_bag_holds_stamped_pressures_and_z_up_poses(tmp_path):
+    """The hardware side (rig emulator, bridge, driver) recorded: /valve/applied and
+    /valve/pressure are stamped JointStates of the actuators; the poses are in `mocap`, Z up
+    (the emulated Motive streams Y up, as Motive does by default)."""
+    from equimus_bringup import main_job
+    from equimus_bringup.graph import describe_graph
+    from equimus_bringup.supervisor import Supervisor
+    from equimus_description.interface import ACTUATORS, FRAME_MOCAP, VALVE_PRESSURE, mocap_topic
+    from equimus_record import bag
+
+    port = main_job.free_udp_port_pair()
+    specs = describe_graph(
+        'hardware',
+        dict(
+            emulator='true',
+            record='true',
+            bag=str(tmp_path / 'bag'),
+            serial_port=str(tmp_path / 'dac'),
+            natnet_command_port=str(port),
+            natnet_data_port=str(port + 1),
+        ),
+    )
+    keep = ('rig_emulator', 'natnet_bridge', 'valve_driver', 'recorder')
+    sup = Supervisor([s for s in specs if s.name in keep], echo=False)
+    try:
+        sup.start()
+        assert sup.run_until(timeout=6.0) == 0, sup.failed
+    finally:
+        sup.stop()
+    assert bag.is_complete(tmp_path / 'bag')
+    counts = bag.topic_counts(tmp_path / 'bag')
+    for topic in (VALVE_APPLIED.name, VALVE_PRESSURE.name):
+        assert counts.get(topic, ('',))[0] == 'sensor_msgs/msg/JointState', (topic, counts)
+        msgs = list(bag.read_messages(tmp_path / 'bag', [topic]))
+        assert len(msgs) > 20, (topic, len(msgs))
+        stamps = [m.header.stamp.sec * 10**9 + m.header.stamp.nanosec for _, _, m in msgs]
+        assert all(b >= a for a, b in zip(stamps, stamps[1:], strict=False)), topic
+        for _, log_ns, m in msgs:
+            assert list(m.name) == list(ACTUATORS) and len(m.effort) == len(ACTUATORS)
+            assert len(m.position) == 0 and len(m.velocity) == 0
+            stamp = m.header.stamp.sec * 10**9 + m.header.stamp.nanosec
+            assert 0 <= log_ns - stamp < 0.5e9, (topic, log_ns, stamp)  # stamped when made
+            assert all(0.0 <= p <= 50.0 for p in bag.pressures(m))
+    poses = [m for _, _, m in bag.read_messages(tmp_path / 'bag', [mocap_topic('base')])]
+    assert len(poses) > 100
+    base = poses[-1].pose.position
+    assert poses[-1].header.frame_id == FRAME_MOCAP
+    # the rig's base hangs 0.7 m above the floor: z up in `mocap` (it was Motive's y)
+    assert base.z == pytest.approx(0.7, abs=0.01) and abs(base.y) < 0.01, base

@@ -38,18 +38,18 @@ import time
 
 from rclpy.clock import Clock, ClockType
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
+from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
 from std_srvs.srv import Trigger
 
 from equimus_description.interface import (
     ACTUATORS,
     DIAGNOSTICS,
-    PRESSURE_LAYOUT,
     VALVE_APPLIED,
     VALVE_COMMAND,
     VALVE_PRESSURE,
 )
-from equimus_ros.arrays import float_array
+from equimus_ros.arrays import pressure_state
 from equimus_ros.diagnostics import Diagnostics, Level
 from equimus_ros.lifecycle import bring_up
 from equimus_ros.main import run_node
@@ -91,11 +91,9 @@ class ValveDriver(LifecycleNode):
         self._sub = None
         self._closing = False
         self._reset(p)
-        self.pub_applied = publisher(self, Float64MultiArray, VALVE_APPLIED)
+        self.pub_applied = publisher(self, JointState, VALVE_APPLIED)
         # The simulated leg's measured pressures come from the sim node itself.
-        self.pub_pressure = (
-            None if self.simulated else publisher(self, Float64MultiArray, VALVE_PRESSURE)
-        )
+        self.pub_pressure = None if self.simulated else publisher(self, JointState, VALVE_PRESSURE)
         self.diagnostics = Diagnostics(
             self, DIAGNOSTICS, 'valve_driver: DAC board', 'sim' if self.simulated else p.port
         )
@@ -319,7 +317,7 @@ class ValveDriver(LifecycleNode):
             and board.measured_kpa
         ):
             self._measured_count = board.measured_count
-            self.pub_pressure.publish(float_array(board.measured_kpa, PRESSURE_LAYOUT))
+            self.pub_pressure.publish(self._pressures(board.measured_kpa))
         key = (
             board.state,
             self.safety.armed,
@@ -343,7 +341,11 @@ class ValveDriver(LifecycleNode):
             [self.cal.code_to_kpa(c) for c in codes] if seq is not None else [0.0] * len(ACTUATORS)
         )
         if self.context.ok():  # a signal may have shut ROS down already; the serial side still runs
-            self.pub_applied.publish(float_array(applied, PRESSURE_LAYOUT))
+            self.pub_applied.publish(self._pressures(applied))
+
+    def _pressures(self, kpa):
+        """Stamped now on the node clock (sim time in the sim graph: the frame it answers)."""
+        return pressure_state(ACTUATORS, kpa, self.get_clock().now().to_msg())
 
     # ----------------------------------------------------------------- services
     @_serialised
@@ -480,7 +482,7 @@ class ValveDriver(LifecycleNode):
             return True  # unconfigured: the port is closed (the board vents by its watchdog)
         acked = self.board.vent_and_close(self.shutdown_ack_timeout_s)
         if acked and self.context.ok():
-            self.pub_applied.publish(float_array([0.0] * len(ACTUATORS), PRESSURE_LAYOUT))
+            self.pub_applied.publish(self._pressures([0.0] * len(ACTUATORS)))
         return acked
 
 
