@@ -86,21 +86,32 @@ class LifecycleClient:
         self.executor.add_node(self.node)
         self._clients: dict[str, object] = {}
 
-    def _client(self, node: str):
+    def _client(self, node: str, srv=None):
         from lifecycle_msgs.srv import ChangeState
 
-        if node not in self._clients:
-            self._clients[node] = self.node.create_client(ChangeState, f'/{node}/change_state')
-        return self._clients[node]
+        srv = srv or ChangeState
+        key = f'/{node}/{"get_state" if srv is not ChangeState else "change_state"}'
+        if key not in self._clients:
+            self._clients[key] = self.node.create_client(srv, key)
+        return self._clients[key]
 
     def wait_for(self, node: str, alive: Callable[[], bool], timeout: float) -> None:
-        client = self._client(node)
+        """Until `node` answers get_state. A service listed is not enough: a killed process's
+        stays listed for its DDS lease, and a request sent then would be lost."""
+        from lifecycle_msgs.srv import GetState
+
+        client = self._client(node, GetState)
         end = time.monotonic() + timeout
-        while not client.wait_for_service(timeout_sec=0.2):  # type: ignore[attr-defined]
+        while True:
             if not alive():
                 raise GraphError(f'{node} exited before offering its lifecycle services')
             if time.monotonic() > end:
-                raise GraphError(f'{node} offered no /{node}/change_state within {timeout:g} s')
+                raise GraphError(f'{node} did not answer /{node}/get_state within {timeout:g} s')
+            if client.wait_for_service(timeout_sec=0.2):  # type: ignore[attr-defined]
+                future = client.call_async(GetState.Request())  # type: ignore[attr-defined]
+                self.executor.spin_until_future_complete(future, timeout_sec=1.0)
+                if future.done():
+                    return
 
     def change(self, node: str, transition: int, label: str, timeout: float) -> None:
         """One transition; GraphError if the node refuses it or does not answer."""
