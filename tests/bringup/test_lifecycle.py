@@ -301,3 +301,19 @@ def test_a_recorded_bag_holds_stamped_pressures_and_z_up_poses(tmp_path):
     assert poses[-1].header.frame_id == FRAME_MOCAP
     # the rig's base hangs 0.7 m above the floor: z up in `mocap` (it was Motive's y)
     assert base.z == pytest.approx(0.7, abs=0.01) and abs(base.y) < 0.01, base
+
+
+def test_the_graph_marks_the_managed_and_the_required_processes(tmp_path):
+    """Managed: the drivers in their own processes (the launch files and the supervisor bring
+    them up); required (their exit ends the graph): the drivers or the process holding them."""
+    from equimus_bringup.graph import describe_graph
+
+    common = dict(emulator='true', serial_port=str(tmp_path / 'dac'))
+    split = describe_graph('hardware', common)
+    assert {s.name for s in split if s.managed} == {'natnet_bridge', 'valve_driver'}
+    assert {s.name for s in split if s.required} == {'natnet_bridge', 'valve_driver'}
+    fused = describe_graph('hardware', dict(common, fused_loop='true'))
+    assert not any(s.managed for s in fused)  # control_loop brings them up in-process
+    assert {s.name for s in fused if s.required} == {'control_loop'}
+    sim = describe_graph('sim', {'composed': 'false'})
+    assert {s.name for s in sim if s.managed} == {'valve_driver'}

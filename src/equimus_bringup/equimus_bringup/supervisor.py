@@ -20,6 +20,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from equimus_bringup.graph import ProcessSpec, realtime_problem, ros_arguments
 
@@ -84,7 +85,7 @@ class LifecycleClient:
         )
         self.executor = SingleThreadedExecutor(context=self.context)
         self.executor.add_node(self.node)
-        self._clients: dict[str, object] = {}
+        self._clients: dict[str, Any] = {}
 
     def _client(self, node: str, srv=None):
         from lifecycle_msgs.srv import ChangeState
@@ -107,8 +108,8 @@ class LifecycleClient:
                 raise GraphError(f'{node} exited before offering its lifecycle services')
             if time.monotonic() > end:
                 raise GraphError(f'{node} did not answer /{node}/get_state within {timeout:g} s')
-            if client.wait_for_service(timeout_sec=0.2):  # type: ignore[attr-defined]
-                future = client.call_async(GetState.Request())  # type: ignore[attr-defined]
+            if client.wait_for_service(timeout_sec=0.2):
+                future = client.call_async(GetState.Request())
                 self.executor.spin_until_future_complete(future, timeout_sec=1.0)
                 if future.done():
                     return
@@ -119,7 +120,7 @@ class LifecycleClient:
 
         request = ChangeState.Request()
         request.transition.id = transition
-        future = self._client(node).call_async(request)  # type: ignore[attr-defined]
+        future = self._client(node).call_async(request)
         self.executor.spin_until_future_complete(future, timeout_sec=timeout)
         if not future.done():
             raise GraphError(f'{node} did not answer {label} within {timeout:g} s')
