@@ -28,6 +28,8 @@ from equimus_bringup.graph import ProcessSpec, realtime_problem, ros_arguments
 #: DDS discovery on a loaded machine), and to answer one transition.
 LIFECYCLE_SERVICE_TIMEOUT_S = 30.0
 LIFECYCLE_CALL_TIMEOUT_S = 10.0
+#: The environment that decides which DDS graph a participant joins.
+GRAPH_DDS_ENV = ('ROS_DOMAIN_ID', 'ROS_AUTOMATIC_DISCOVERY_RANGE', 'ROS_STATIC_PEERS')
 
 
 class GraphError(RuntimeError):
@@ -70,14 +72,24 @@ class LifecycleClient:
     """Calls the lifecycle_msgs services of the graph's managed nodes (own rclpy context, so it
     never touches a context of the caller)."""
 
-    def __init__(self) -> None:
+    def __init__(self, env: dict[str, str]) -> None:
         import rclpy
         from rclpy.context import Context
         from rclpy.executors import SingleThreadedExecutor
 
         self._rclpy = rclpy
         self.context = Context()
-        rclpy.init(context=self.context, args=[])
+        # On the graph's DDS domain and discovery range (the caller's may differ: the soak).
+        saved = {k: os.environ.get(k) for k in GRAPH_DDS_ENV}
+        os.environ.update({k: env[k] for k in GRAPH_DDS_ENV if k in env})
+        try:
+            rclpy.init(context=self.context, args=[])
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
         self.node = rclpy.create_node(
             f'equimus_supervisor_{os.getpid()}',
             context=self.context,
@@ -189,7 +201,8 @@ class Supervisor:
     @property
     def lifecycle(self) -> LifecycleClient:
         if self._lifecycle is None:
-            self._lifecycle = LifecycleClient()
+            spec_env = next((s.env for s in self.specs if s.managed), {})
+            self._lifecycle = LifecycleClient({**self.env, **spec_env})
         return self._lifecycle
 
     def bring_up(self, name: str) -> None:

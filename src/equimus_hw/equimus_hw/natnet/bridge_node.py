@@ -60,8 +60,8 @@ class BridgeConfig:
     frame_id: str = param(FRAME_MOCAP, 'frame_id of the published poses')
     up_axis: str = param(
         DEFAULT_UP_AXIS,
-        "Motive's Streaming > Up Axis setting: 'y' (Motive's default; rotated +90 deg about X "
-        "into the Z-up frame) or 'z' (passed as is); the poses are Z-up (REP-103) either way",
+        "Motive's Streaming > Up Axis setting: 'y_up' (Motive's default; rotated +90 deg about "
+        "X into the Z-up frame) or 'z_up' (passed as is); the poses are Z-up (REP-103) either way",
     )
     rigid_bodies: tuple[str, ...] = param(
         BODIES,
@@ -172,7 +172,7 @@ class NatNetBridge(LifecycleNode):
         mode = f'multicast {self.group}:{self.data_port}' if self.multicast else 'unicast'
         self.get_logger().info(
             f'NatNet bridge: server {self.server_address}:{self.command_port}, {mode}, '
-            f'frame {self.frame_id} (Z-up, from Motive {self.up_axis.upper()}-up); unconfigured'
+            f'frame {self.frame_id} (Z-up, from Motive {self.up_axis}); unconfigured'
         )
 
     # -- lifecycle --------------------------------------------------------------------------
