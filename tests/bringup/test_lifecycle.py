@@ -16,6 +16,7 @@ from rclpy.executors import SingleThreadedExecutor
 from rosproc import start_node, stop
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
+from std_srvs.srv import Trigger
 
 from equimus_description.interface import VALVE_APPLIED, VALVE_COMMAND
 from equimus_ros.arrays import float_array
@@ -118,6 +119,8 @@ def test_valve_driver_transitions_open_arm_vent_and_close():
         cmd.publish(float_array([20.0, 20.0], ''))
         time.sleep(0.5)
         assert m.last_applied() in (None, [0.0, 0.0])  # inactive: commands are ignored
+        refused = m._call(Trigger, '/valve_driver/arm', Trigger.Request())
+        assert not refused.success and 'not active' in refused.message, refused.message
 
         assert m.change(name, Transition.TRANSITION_ACTIVATE)
         assert m.state(name) == State.PRIMARY_STATE_ACTIVE
