@@ -16,7 +16,8 @@ Measures, side by side in one run:
 - the independent cross-check: the whole-trajectory least-squares problem of the ToCenter releases
   (11 parameters from Table V) solved by ours and by mujoco.sysid (`crosscheck.py`): both optima,
   their 95 % intervals, whether they agree, and the two wall times (skipped without the
-  `mujoco[sysid]` extra); quick mode: 3 groups of 1 s;
+  `mujoco[sysid]` extra); quick mode: 3 groups of 1 s and 5 sysid iterations, a smoke run whose
+  optima have not converged (its agreement figure means nothing);
 - full mode only: the full ground truth (all eleven parameters from a synthetic bag with mocap
   noise): the largest relative error among the parameters the data determine, and the ones they
   do not (identifiability analysis at the fit).

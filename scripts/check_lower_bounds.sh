@@ -4,7 +4,7 @@
 # each of them: MuJoCo model and rollouts (mujoco), MPC (osqp, scipy), identification from a
 # bag written and read back (mcap, rosbags with the Kilted typestore, scipy's rng=), the DAC
 # board protocol on a pty (pyserial), the leg description (PyYAML, numpy), a plot (matplotlib).
-# CI runs it (.ci/run); about two minutes, most of it downloading.
+# CI runs it (.ci/run); 2-3 minutes here, most of it downloading.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PY="${PYTHON:-python3}"

@@ -29,6 +29,8 @@ MODULE_KEYS = {
     'osqp': 'python3-osqp-pip',
     'rosbags': 'python3-rosbags-pip',
     'mcap': 'python3-mcap-pip',
+    'gymnasium': 'python3-gymnasium-pip',
+    'tqdm': 'python3-tqdm-pip',
 }
 # Keys of the rosdistro database (rosdep/python.yaml) that the package.xml files use.
 ROSDISTRO_PYTHON_KEYS = {
@@ -58,8 +60,9 @@ ROS_PACKAGES = {
     'launch',
     'launch_ros',
 }
-# Imported only by an optional path that says how to install it (identification --mapper dask).
-OPTIONAL = {'dask'}
+# Imported only by an optional path that says how to install it: identification --mapper dask,
+# the `rl` extra (equimus train --algo ppo, a stable-baselines3 policy file).
+OPTIONAL = {'dask', 'torch', 'stable_baselines3', 'tensorboard'}
 
 
 def packages():
@@ -145,3 +148,20 @@ def test_colcon_build_from_ros2_ws(tmp_path, symlink):
     for name in packages():
         index = tmp_path / 'install' / name / 'share' / 'ament_index' / 'resource_index'
         assert (index / 'packages' / name).exists(), name
+
+
+def test_colcon_test_covers_every_test_folder_once():
+    """`colcon test` runs pytest in each package folder with its setup.cfg testpaths: together
+    they must name every test folder and top-level test file, each once."""
+    import configparser
+
+    named = []
+    for pkg in packages().values():
+        cfg = configparser.ConfigParser()
+        cfg.read(pkg / 'setup.cfg')
+        for path in cfg['tool:pytest']['testpaths'].split():
+            named.append((pkg / path).resolve().relative_to(REPO / 'tests').as_posix())
+    tests = REPO / 'tests'
+    wanted = [p.name for p in tests.iterdir() if p.is_dir() and any(p.glob('test_*.py'))]
+    wanted += [p.name for p in tests.glob('test_*.py')]
+    assert sorted(named) == sorted(wanted)

@@ -186,7 +186,7 @@ def test_a_dead_controller_vents_the_valves_within_the_watchdog_period(mode, tmp
         'ros__parameters'
     ]['command_timeout_s']
     margin_s = 0.1
-    overrides = {}
+    overrides = {'composed': 'false'}  # the controller in its own process, to be killed
     if mode == 'hardware':
         port = main_job.free_udp_port_pair()
         overrides = dict(

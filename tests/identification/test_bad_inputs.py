@@ -9,6 +9,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from equimus_description.leg import default_leg_path
 from equimus_identification import data
 from equimus_identification.cli import main
 
@@ -53,8 +54,10 @@ def test_damaged_bag_and_bad_leg(capsys, tmp_path):
     assert code == 2 and 'not an MCAP file' in err and err.count('\n') == 0, err
     assert not out.exists()
     leg = tmp_path / 'leg.yaml'
-    leg.write_text(yaml.safe_dump({'bodies': {'base': {'mass': math.nan}}}))
+    doc = yaml.safe_load(default_leg_path().read_text())
+    doc['bodies']['thigh']['mass'] = math.nan
+    leg.write_text(yaml.safe_dump(doc, sort_keys=False))
     code = main([str(bag), '--leg', str(leg), '--out', str(out)])
     err = capsys.readouterr().err.strip()
-    assert code == 2 and f'{leg}:' in err and 'bodies.base.mass' in err, err
+    assert code == 2 and f'{leg}:' in err and 'bodies.thigh.mass' in err, err
     assert not out.exists()

@@ -46,6 +46,10 @@ def test_npz_round_trip_and_controller_output(tmp_path):
     back = load_policy(tmp_path / 'p.npz')
     x = rng.normal(size=(5, OBS_SIZE))
     assert np.allclose(back(x), mlp(x))
+    clipped = MLP(mlp.weights, mlp.biases, 'relu', mlp.obs_mean, mlp.obs_std, output='clip')
+    save_mlp(tmp_path / 'c.npz', clipped)
+    y = load_policy(tmp_path / 'c.npz')(x * 5)
+    assert np.allclose(y, clipped(x * 5)) and np.any(np.abs(y) == 1.0)  # clipped, not squashed
     ctrl = PolicyController(back)
     est, ref = Estimate(np.array([1.4, 0.8]), np.zeros(2), 0.0), Reference(np.ones(2), np.zeros(2))
     out = ctrl.step(est, ref, 1 / 120, 30.0)
@@ -93,7 +97,7 @@ def test_policy_tracks_in_the_offline_closed_loop(policy_file):
     rmse = r.rmse(skip=0.5)
     print(f'distilled policy, offline loop: RMSE {rmse}')
     assert not r.vented.any()
-    assert np.all(rmse < np.array([0.1, 0.2])), rmse
+    assert np.all(rmse < np.array([0.07, 0.12])), rmse  # measured 0.028, 0.053
 
 
 @pytest.mark.slow
@@ -125,5 +129,45 @@ def test_policy_drives_the_sim_graph(policy_file, tmp_path):
     assert 105 < counts['/valve/command'][2] < 135, counts['/valve/command']
     summary = json.loads((run_dir / 'summary.json').read_text())
     print('distilled policy in the sim graph:', summary['rmse'])
-    assert summary['rmse']['hip'] < 0.1 and summary['rmse']['knee'] < 0.2, summary
+    # measured 0.036, 0.069 (the PID in the same graph: 0.042, 0.074 over 15 s)
+    assert summary['rmse']['hip'] < 0.08 and summary['rmse']['knee'] < 0.15, summary
     assert summary['pressure_min'] >= 0.0 and summary['pressure_max'] <= 50.0
+
+
+def test_controller_node_without_a_policy_file_exits_2_with_the_fix():
+    """The node reports the missing file as a parameter error (exit 2, no traceback)."""
+    import subprocess
+    import sys
+
+    pytest.importorskip('rclpy')
+    proc = subprocess.run(
+        [
+            sys.executable,
+            '-m',
+            'equimus_control.controller_node',
+            '--ros-args',
+            '-p',
+            'controller:=policy',
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 2, out
+    assert 'policy_file' in out and 'Traceback' not in out, out
+
+
+@pytest.mark.parametrize('mode', ['sim', 'hardware'])
+def test_policy_file_argument_reaches_the_controller_in_both_graphs(mode, tmp_path, monkeypatch):
+    from equimus_bringup.graph import describe_graph
+
+    monkeypatch.chdir(tmp_path)
+    specs = {
+        s.name: s for s in describe_graph(mode, {'controller': 'policy', 'policy_file': 'p.npz'})
+    }
+    params = specs['controller'].parameters
+    assert params['controller'] == 'policy'
+    assert params['policy_file'] == str(tmp_path / 'p.npz')  # absolute: nodes may run elsewhere
+    pid = {s.name: s for s in describe_graph(mode, {})}['controller'].parameters
+    assert 'policy_file' not in pid

@@ -16,6 +16,7 @@ equimus train [--algo ppo|distil]           train a tracking policy -> controlle
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 
 from equimus_bringup.graph import ARGUMENTS, MODES, describe_graph, resolve_args
@@ -97,28 +98,54 @@ def cmd_bag(ns: argparse.Namespace) -> int:
     return 0
 
 
+#: Subcommands that own their argument parsing: name -> (module, function, help, gets its name).
+#: Imported only when called, so `equimus launch` never loads the fitting or learning stacks.
+DELEGATED: dict[str, tuple[str, str, str, bool]] = {
+    'identify': (
+        'equimus_identification.cli',
+        'main',
+        'system identification from bags or CSVs (equimus identify --help)',
+        False,
+    ),
+    'evaluate': (
+        'equimus_identification.evaluate',
+        'main',
+        'score a parameter set on recordings (equimus evaluate --help)',
+        False,
+    ),
+    'excite': (
+        'equimus_identification.excite',
+        'main',
+        'design an excitation trajectory (equimus excite --help)',
+        False,
+    ),
+    'natnet': (
+        'equimus_hw.natnet.cli',
+        'main',
+        'list Motive bodies, record/replay NatNet (equimus natnet -h)',
+        False,
+    ),
+    'tune': (
+        'equimus_learning.cli',
+        'main',
+        'tune the PID gains on the model (equimus tune pid --help)',
+        True,
+    ),
+    'train': (
+        'equimus_learning.cli',
+        'main',
+        'train a tracking policy (equimus train --help)',
+        True,
+    ),
+}
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv[:1] == ['identify']:
-        from equimus_identification.cli import main as identify
-
-        return identify(argv[1:])
-    if argv[:1] == ['natnet']:
-        from equimus_hw.natnet.cli import main as natnet
-
-        return natnet(argv[1:])
-    if argv[:1] == ['evaluate']:
-        from equimus_identification.evaluate import main as evaluate
-
-        return evaluate(argv[1:])
-    if argv[:1] == ['excite']:
-        from equimus_identification.excite import main as excite
-
-        return excite(argv[1:])
-    if argv[:1] in (['tune'], ['train']):
-        from equimus_learning.cli import main as learning
-
-        return learning(argv)
+    if argv and argv[0] in DELEGATED:
+        module, function, _, gets_name = DELEGATED[argv[0]]
+        entry = getattr(importlib.import_module(module), function)
+        return int(entry(argv if gets_name else argv[1:]))
     parser = argparse.ArgumentParser(
         prog='equimus', description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -130,20 +157,14 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(func=cmd_launch)
     p = sub.add_parser('args', help='list launch arguments')
     p.set_defaults(func=cmd_args)
-    sub.add_parser(
-        'identify', help='system identification from bags or CSVs (equimus identify --help)'
-    )
-    sub.add_parser('natnet', help='list Motive bodies, record/replay NatNet (equimus natnet -h)')
-    sub.add_parser('evaluate', help='score a parameter set on recordings (equimus evaluate --help)')
-    sub.add_parser('excite', help='design an excitation trajectory (equimus excite --help)')
-    sub.add_parser('tune', help='tune the PID gains on the model (equimus tune pid --help)')
-    sub.add_parser('train', help='train a tracking policy (equimus train --help)')
+    for name, (_, _, text, _) in DELEGATED.items():
+        sub.add_parser(name, help=text)
     p = sub.add_parser('bag', help='inspect or repair a recorded bag')
     p.add_argument('action', choices=('info', 'repair'))
     p.add_argument('path')
     p.set_defaults(func=cmd_bag)
     ns = parser.parse_args(argv)
-    return ns.func(ns)
+    return int(ns.func(ns))
 
 
 if __name__ == '__main__':

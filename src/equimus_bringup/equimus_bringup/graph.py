@@ -402,9 +402,6 @@ def describe_graph(mode: str, overrides: Mapping[str, str] | None = None) -> lis
             dict(common, trajectory=args['reference']),
         )
     )
-    specs.append(
-        ProcessSpec('state_publisher', 'equimus_tf', 'state_publisher', parameters=dict(common))
-    )
     if _truthy(args['record']):
         specs.append(
             ProcessSpec(
@@ -415,6 +412,10 @@ def describe_graph(mode: str, overrides: Mapping[str, str] | None = None) -> lis
                 dict(common, bag_path=args['bag']),
             )
         )
+    # Last: off the control path, so the control nodes get the CPU first while all start up.
+    specs.append(
+        ProcessSpec('state_publisher', 'equimus_tf', 'state_publisher', parameters=dict(common))
+    )
     if mode == 'hardware' and _truthy(args['fused_loop']):
         specs = _fuse(specs, args)
     if mode == 'sim' and _truthy(args['composed']):

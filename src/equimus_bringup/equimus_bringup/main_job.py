@@ -51,9 +51,11 @@ class ClockWatch:
 
     def __init__(self, wall: bool = False):
         """wall=True: no /clock (the hardware graph); progress is wall time since the first
-        message."""
+        /valve/command, when the loop is closed (the processes' start-up, up to 10 s apart on a
+        loaded machine, aside)."""
         import rclpy
         from rosgraph_msgs.msg import Clock
+        from std_msgs.msg import Float64MultiArray
 
         self.rclpy = rclpy
         rclpy.init(args=['--ros-args', '-r', '__node:=main_job_clock'])
@@ -62,13 +64,18 @@ class ClockWatch:
         self.first_wall: float | None = None  # monotonic time of the first /clock seen
         self.now = 0.0
         self.wall = wall
-        self.t0 = time.monotonic()
-        if wall:
-            return
-        from equimus_description.interface import CLOCK
+        self.t0: float | None = None
+        from equimus_description.interface import CLOCK, VALVE_COMMAND
         from equimus_ros.qos import subscription
 
-        subscription(self.node, Clock, CLOCK, self._on_clock)
+        if wall:
+            subscription(self.node, Float64MultiArray, VALVE_COMMAND, self._on_command)
+        else:
+            subscription(self.node, Clock, CLOCK, self._on_clock)
+
+    def _on_command(self, msg):
+        if self.t0 is None:
+            self.t0 = time.monotonic()
 
     def _on_clock(self, msg):
         # Sim time starts at 0: absolute, so a /clock missed during discovery costs nothing.
@@ -89,7 +96,7 @@ class ClockWatch:
         end = time.monotonic() + seconds
         while time.monotonic() < end:
             self.rclpy.spin_once(self.node, timeout_sec=0.02)
-        if self.wall:
+        if self.wall and self.t0 is not None:
             self.now = time.monotonic() - self.t0
 
     def close(self):

@@ -8,10 +8,11 @@ the clip and, downstream, the valve driver's safety filter apply to it unchanged
 
 Policy files:
 - `.npz` (the deployable form, see `save_mlp`): weights `W0, b0, W1, b1, ...` (y = x W + b),
-  `activation` (tanh | relu), observation normalisation `obs_mean`, `obs_std`, `obs_clip`, and
-  `obs_layout` (the names of `OBS_LAYOUT`, checked on load so a policy trained on another
-  layout is refused rather than fed the wrong numbers).
-- `.zip` from stable-baselines3 (PPO/A2C with an MLP actor): loaded only when the `rl` extra is
+  `activation` (tanh | relu) of the hidden layers, `output` (tanh | clip) of the last,
+  observation normalisation `obs_mean`, `obs_std`, `obs_clip`, and `obs_layout` (the names of
+  `OBS_LAYOUT`, checked on load so a policy trained on another layout is refused rather than
+  fed the wrong numbers).
+- `.zip` from stable-baselines3 (PPO with an MLP actor): loaded only when the `rl` extra is
   installed, and converted to the same arrays (`sb3_to_arrays`); the observation normalisation
   comes from `vecnormalize.pkl` beside it when present.
 """
@@ -47,6 +48,9 @@ OBS_LAYOUT = (
     'u_prev_baa',
 )
 OBS_SIZE = len(OBS_LAYOUT)
+#: how the last layer becomes an action in [-1, 1]: tanh, or clip (stable-baselines3's PPO takes
+#: the Gaussian's mean as it is and the environment clips it to the action space)
+OUTPUTS = ('tanh', 'clip')
 #: stable-baselines3's VecNormalize statistics, saved beside a policy .zip by `equimus train`
 VECNORMALIZE_FILE = 'vecnormalize.pkl'
 ACTIVATIONS = ('tanh', 'relu')
@@ -70,7 +74,8 @@ def kpa_to_action(p_kpa, p_max: float) -> np.ndarray:
 
 @dataclass(frozen=True)
 class MLP:
-    """y = tanh(last layer) of the hidden layers' activations; deterministic (the mean action)."""
+    """Hidden layers with `activation`, a linear last layer, then `output` (tanh or clip) to
+    [-1, 1]; deterministic (the mean action)."""
 
     weights: tuple[np.ndarray, ...]
     biases: tuple[np.ndarray, ...]
@@ -78,8 +83,11 @@ class MLP:
     obs_mean: np.ndarray | None = None
     obs_std: np.ndarray | None = None
     obs_clip: float = 10.0
+    output: str = 'tanh'
 
     def __post_init__(self) -> None:
+        if self.output not in OUTPUTS:
+            raise ConfigError(f'policy output {self.output!r}: use one of {", ".join(OUTPUTS)}')
         if self.activation not in ACTIVATIONS:
             raise ConfigError(
                 f'policy activation {self.activation!r}: use one of {", ".join(ACTIVATIONS)}'
@@ -108,7 +116,7 @@ class MLP:
             x = x @ W + b
             if i < last:
                 x = np.tanh(x) if self.activation == 'tanh' else np.maximum(x, 0.0)
-        return np.tanh(x)
+        return np.tanh(x) if self.output == 'tanh' else np.clip(x, -1.0, 1.0)
 
 
 def save_mlp(path: str | os.PathLike, mlp: MLP, **meta: Any) -> None:
@@ -118,6 +126,7 @@ def save_mlp(path: str | os.PathLike, mlp: MLP, **meta: Any) -> None:
     arrays['activation'] = np.array(mlp.activation)
     arrays['obs_layout'] = np.array(OBS_LAYOUT)
     arrays['obs_clip'] = np.array(mlp.obs_clip)
+    arrays['output'] = np.array(mlp.output)
     if mlp.obs_mean is not None and mlp.obs_std is not None:
         arrays['obs_mean'], arrays['obs_std'] = mlp.obs_mean, mlp.obs_std
     for k, v in meta.items():
@@ -126,7 +135,7 @@ def save_mlp(path: str | os.PathLike, mlp: MLP, **meta: Any) -> None:
         np.savez(f, **arrays)
 
 
-def _from_arrays(a: Mapping[str, np.ndarray], where: str) -> MLP:
+def mlp_from_arrays(a: Mapping[str, np.ndarray], where: str) -> MLP:
     layout = tuple(str(s) for s in a.get('obs_layout', np.array([])).tolist())
     if layout != OBS_LAYOUT:
         raise ConfigError(
@@ -143,6 +152,7 @@ def _from_arrays(a: Mapping[str, np.ndarray], where: str) -> MLP:
         None if mean is None else np.asarray(mean, float),
         None if std is None else np.maximum(np.asarray(std, float), 1e-8),
         float(a.get('obs_clip', 10.0)),
+        str(a.get('output', 'tanh')),
     )
 
 
@@ -155,7 +165,7 @@ def sb3_to_arrays(model: Any) -> dict[str, np.ndarray]:
     acts = [m for m in policy.mlp_extractor.policy_net if not isinstance(m, nn.Linear)]
     activation = 'relu' if acts and isinstance(acts[0], nn.ReLU) else 'tanh'
     layers.append(policy.action_net)
-    out: dict[str, np.ndarray] = {'activation': np.array(activation)}
+    out: dict[str, np.ndarray] = {'activation': np.array(activation), 'output': np.array('clip')}
     for i, lin in enumerate(layers):
         out[f'W{i}'] = lin.weight.detach().cpu().numpy().T.astype(float)
         out[f'b{i}'] = lin.bias.detach().cpu().numpy().astype(float)
@@ -197,13 +207,13 @@ def load_policy(path: str | os.PathLike) -> MLP:
             arrays['obs_mean'] = np.asarray(norm.obs_rms.mean, float)
             arrays['obs_std'] = np.sqrt(np.asarray(norm.obs_rms.var, float) + norm.epsilon)
             arrays['obs_clip'] = np.array(float(norm.clip_obs))
-        return _from_arrays(arrays, path)
+        return mlp_from_arrays(arrays, path)
     try:
         with np.load(path, allow_pickle=False) as data:
             arrays = {k: data[k] for k in data.files}
     except (OSError, ValueError) as exc:
         raise ConfigError(f'policy_file {path!r} is not a .npz policy: {exc}') from None
-    return _from_arrays(arrays, path)
+    return mlp_from_arrays(arrays, path)
 
 
 @dataclass(frozen=True)

@@ -70,6 +70,43 @@ def fit_one(exps, leg, names, weight, a, workers) -> D.FitResult:
     )
 
 
+def report_markdown(doc: dict) -> str:
+    """The cross-validation table: per static weight the mean over folds of the train and
+    held-out figures, then every parameter set on all pairs and on the validation sets."""
+
+    def f(v):
+        return '–' if v is None or not np.isfinite(v) else f'{v:.4f}'
+
+    out = [
+        '| static weight w | dynamic RMSE train | dynamic RMSE held-out | static RMSE train | '
+        'static RMSE held-out | held-out criterion (rad²) | held-out after DE only |',
+        '|---|---|---|---|---|---|---|',
+    ]
+    for w, sm in doc['summary'].items():
+        chosen = ' (chosen)' if float(w) == float(doc['chosen_weight']) else ''
+        out.append(
+            f'| {float(w):g}{chosen} | {f(sm["train.dyn_rmse"])} | {f(sm["held_out.dyn_rmse"])} | '
+            f'{f(sm["train.static_rmse"])} | {f(sm["held_out.static_rmse"])} | '
+            f'{sm["held_out.criterion"]:.5f} | {sm["held_out_de.criterion"]:.5f} |'
+        )
+    out += [
+        '',
+        '| parameter set | dynamic RMSE (pooled / worst release) | static RMSE Set A θ1 / θ2 | '
+        'static RMSE Set B θ1 / θ2 (validation) |',
+        '|---|---|---|---|',
+    ]
+    for name, sc in doc['scores_all'].items():
+        a = sc.get('static_rmse_joint') or [float('nan')] * 2
+        b = (doc['validation_sets'].get(name) or [{}])[0].get('static_rmse_joint') or [
+            float('nan')
+        ] * 2
+        out.append(
+            f'| {name} | {f(sc["dyn_rmse"])} / {f(sc["dyn_rmse_max"])} | {f(a[0])} / {f(a[1])} | '
+            f'{f(b[0])} / {f(b[1])} |'
+        )
+    return '\n'.join(out) + '\n'
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         prog='python -m equimus_identification.crossval',
@@ -212,7 +249,9 @@ def main(argv: list[str] | None = None) -> int:
             indent=1,
         )
     )
-    print(json.dumps({'summary': summary, 'chosen': best, 'all': all_scores}, indent=1))
+    md = report_markdown(json.loads((out / 'cv.json').read_text()))
+    (out / 'cv.md').write_text(md)
+    print(md)
     return 0
 
 

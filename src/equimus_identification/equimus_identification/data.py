@@ -144,9 +144,18 @@ def resample(t_src, x_src, t_new) -> np.ndarray:
     return np.stack([np.interp(t_new, t_src, x_src[:, j]) for j in range(x_src.shape[1])], axis=1)
 
 
+HOLD_TOLERANCE_S = 1e-7  # a grid time this close to a command's stamp counts as at or after it
+
+
 def hold(t_src, x_src, t_new) -> np.ndarray:
-    """Zero-order hold (last value at or before each t_new) of a command signal."""
-    idx = np.searchsorted(np.asarray(t_src), np.asarray(t_new), side='right') - 1
+    """Zero-order hold (last value at or before each t_new) of a command signal.
+
+    Grid times are sums of floats and stamps are rounded nanoseconds, so a sample meant to fall
+    on a command's stamp can land a hair before it; without the tolerance it would take the
+    previous command (a one-sample delay of every command, 2 mrad of residual on ramps).
+    """
+    t_new = np.asarray(t_new, float) + HOLD_TOLERANCE_S
+    idx = np.searchsorted(np.asarray(t_src), t_new, side='right') - 1
     return np.asarray(x_src, dtype=float)[np.clip(idx, 0, len(t_src) - 1)]
 
 
@@ -385,7 +394,9 @@ def load_bag(path, joint_topic: str | None = None, command_topic: str | None = N
     from equimus_record.bag import pressures, read_messages
 
     path = pathlib.Path(path)
-    series: dict[str, tuple[list[float], list[list[float]]]] = {}  # topic → (t s, rows)
+    # topic → (stamp ns, rows); stamps stay integers until the first one is subtracted: an
+    # epoch time in float seconds keeps only ~0.2 µs, enough to move a grid sample across a stamp
+    series: dict[str, tuple[list[int], list[list[float]]]] = {}
     for topic, stamp, msg in read_messages(
         path, list(JOINT_TOPICS + COMMAND_TOPICS + (PRESSURE_TOPIC,))
     ):
@@ -404,7 +415,7 @@ def load_bag(path, joint_topic: str | None = None, command_topic: str | None = N
         if not np.all(np.isfinite(row)):
             continue
         series.setdefault(topic, ([], []))
-        series[topic][0].append(stamp * 1e-9)
+        series[topic][0].append(int(stamp))
         series[topic][1].append(row)
 
     def pick(choice, options, what):
@@ -427,7 +438,7 @@ def load_bag(path, joint_topic: str | None = None, command_topic: str | None = N
     def arr(topic):
         t, x = series[topic]
         order = np.argsort(t, kind='stable')
-        return np.asarray(t)[order] - t0, np.asarray(x, float)[order]
+        return (np.asarray(t, np.int64)[order] - t0) * 1e-9, np.asarray(x, float)[order]
 
     tq, q = arr(jt)
     tc, c = arr(ct)

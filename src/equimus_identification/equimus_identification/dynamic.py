@@ -651,11 +651,25 @@ def fit(
             f'local refinement ({refine}, ≤ {refine_maxfev} evaluations) from loss {loss_start:.6g}'
         )
         evals0 = ev.n_evals + (rev.n_evals if rev is not ev else 0)
+        rbar = None
+        if progress:
+            from tqdm import tqdm
+
+            rbar = tqdm(total=refine_maxfev, desc=f'refine ({refine})', unit='sim', leave=False)
+
+        def counted(fn):
+            def call(v):
+                if rbar is not None:
+                    rbar.update(1)
+                return fn(v)
+
+            return call
+
         try:
             if refine == 'nelder-mead':
                 simplex = np.clip(u_de + np.vstack([np.zeros(n), 0.03 * np.eye(n)]), 0, 1)
                 r = minimize(
-                    rev,
+                    counted(rev),
                     u_de,
                     method='Nelder-Mead',
                     bounds=[(0, 1)] * n,
@@ -673,7 +687,7 @@ def fit(
                         'loss or sign_weight 0'
                     )
                 r = least_squares(
-                    lambda v: ev.residuals(ev.from_unit(v)),
+                    counted(lambda v: ev.residuals(ev.from_unit(v))),
                     u_de,
                     bounds=(0.0, 1.0),
                     method='trf',
@@ -684,7 +698,7 @@ def fit(
                 r.fun = float(ev(r.x))
             elif refine == 'lbfgsb':
                 r = minimize(
-                    rev,
+                    counted(rev),
                     u_de,
                     method='L-BFGS-B',
                     bounds=[(0, 1)] * n,
@@ -702,6 +716,9 @@ def fit(
         except KeyboardInterrupt:
             interrupted = True
             log('refinement interrupted; keeping the differential-evolution result')
+        finally:
+            if rbar is not None:
+                rbar.close()
     return FitResult(
         list(ev.names),
         ev.from_unit(u),

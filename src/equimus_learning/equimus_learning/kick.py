@@ -8,8 +8,8 @@ no other geom). The valves, the safety layer, the mocap and the estimator are th
 `TrackEnv`: the action is the command of one control period, [-1, 1]² → [0, p_max] kPa.
 
 Observation: the estimated θ, θ̇ and the last command (as in the tracking task), then the ball's
-position relative to the hip and its velocity in the leg's plane (world y, z; as a tracked ball
-would give them) and the target direction (+1: world +y, −1: world −y).
+position relative to the hip and its velocity in the leg's plane (world y, z; the true values:
+the ball has no mocap model yet) and the target direction (+1: world +y, −1: world −y).
 
 Reward per period, shaped like the authors': approach (−w_approach · foot–ball distance until the
 first contact), a one-off contact bonus, the ball's velocity along the target direction, and

@@ -38,9 +38,9 @@ class RLExtraMissing(RuntimeError):
 @dataclass(frozen=True)
 class DistilConfig:
     episodes: int = 12
-    hidden: int = 96
+    hidden: int = 192
     ridge: float = 1e-3
-    explore: float = 0.3  # σ of the executed action's noise (actions in [-1, 1])
+    explore: float = 0.15  # σ of the executed action's noise (actions in [-1, 1])
     reference: str = 'random'
     seed: int = 0
 
@@ -127,7 +127,7 @@ def train_ppo(
         ) from None
     import torch
 
-    from equimus_control.policy import VECNORMALIZE_FILE, _from_arrays, sb3_to_arrays
+    from equimus_control.policy import VECNORMALIZE_FILE, mlp_from_arrays, sb3_to_arrays
 
     torch.set_num_threads(1)  # a 64×64 network: more threads only contend with the simulation
 
@@ -158,7 +158,7 @@ def train_ppo(
     )
     save_mlp(
         os.path.join(out_dir, 'policy_untrained.npz'),
-        _from_arrays(sb3_to_arrays(model), 'the untrained policy'),
+        mlp_from_arrays(sb3_to_arrays(model), 'the untrained policy'),
         algo='ppo',
         steps=0,
     )
@@ -168,7 +168,7 @@ def train_ppo(
     model.save(zip_path)
     venv.save(os.path.join(out_dir, VECNORMALIZE_FILE))
     arrays = sb3_to_arrays(model)
-    mlp = _from_arrays(arrays, zip_path)
+    mlp = mlp_from_arrays(arrays, zip_path)
     npz_path = os.path.join(out_dir, 'policy.npz')
     save_mlp(npz_path, mlp, algo='ppo', steps=steps, seconds=time.perf_counter() - t0)
     return zip_path, npz_path

@@ -223,7 +223,6 @@ def write_params(path: str | Path, result: TuneResult, cfg: TuneConfig) -> None:
     doc = {
         'controller': {
             'ros__parameters': {
-                'controller': 'pid',
                 'kp': [round(v, 6) for v in g.kp],
                 'ki': [round(v, 6) for v in g.ki],
                 'kd': [round(v, 6) for v in g.kd],

@@ -20,6 +20,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import shutil
 import struct
 import time
 from collections.abc import Iterator
@@ -427,67 +428,77 @@ def repair(bag: Path) -> str:
 
     Streams record by record (constant memory), refuses while the writer is alive, writes the new
     file beside the old one and swaps it in atomically; the original stays as `*.mcap.broken`."""
-    from mcap.records import Channel, Message, Schema
-    from mcap.writer import CompressionType, Writer
-
     bag = Path(bag)
     src = _checked_mcap_file(bag)
     if is_complete(bag):
         return f'{bag}: complete, nothing to repair'
     lock = _hold_repair_lock(bag)
+    tmp = src.with_name(src.name + '.repairing')
     try:
-        tmp = src.with_name(src.name + '.repairing')
-        kept = src.with_name(src.name + ORIGINAL_SUFFIX)
-        if kept.exists():
-            raise BagError(f'{kept} exists already; move it away before repairing {bag} again')
-        stream = _Stream(src)
-        ts = _typestore()
-        sid: dict[int, int] = {}
-        schema_names: dict[int, str] = {}
-        cid: dict[int, int] = {}
-        channels: dict[int, Channel] = {}
-        counts: dict[int, int] = {}
-        first, last = None, 0
-        with open(tmp, 'wb') as fh:
-            w = Writer(fh, compression=CompressionType.ZSTD)
-            w.start(profile='ros2', library='equimus_record repair')
-            for r in stream.records():
-                if isinstance(r, Schema) and r.id not in sid:
-                    sid[r.id] = w.register_schema(r.name, r.encoding, r.data)
-                    schema_names[r.id] = r.name
-                elif isinstance(r, Channel) and r.id not in cid and r.schema_id in sid:
-                    cid[r.id] = w.register_channel(
-                        r.topic, r.message_encoding, sid[r.schema_id], r.metadata
-                    )
-                    channels[r.id] = r
-                elif isinstance(r, Message) and r.channel_id in cid:
-                    w.add_message(
-                        cid[r.channel_id],
-                        log_time=r.log_time,
-                        data=r.data,
-                        publish_time=r.publish_time,
-                        sequence=r.sequence,
-                    )
-                    counts[r.channel_id] = counts.get(r.channel_id, 0) + 1
-                    first = r.log_time if first is None else min(first, r.log_time)
-                    last = max(last, r.log_time)
-            w.finish()
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.link(src, kept)  # the original stays, under its new name, before the swap
-        os.replace(tmp, src)
-        topics = []
-        for k, c in channels.items():
-            msgtype = schema_names[c.schema_id]
-            try:
-                rihs = ts.hash_rihs01(msgtype)
-            except Exception:
-                rihs = ''
-            qos = yaml.safe_load(c.metadata.get('offered_qos_profiles', '') or '[]') or []
-            topics.append((c.topic, msgtype, qos, rihs, counts.get(k, 0)))
-        write_metadata(bag, src.name, topics, first or 0, last)
+        return _repair_locked(bag, src, tmp)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise BagError(f'{bag}: repair failed ({exc}); the original file is kept') from None
     finally:
         _release_lock(bag, lock)
+
+
+def _repair_locked(bag: Path, src: Path, tmp: Path) -> str:
+    from mcap.records import Channel, Message, Schema
+    from mcap.writer import CompressionType, Writer
+
+    kept = src.with_name(src.name + ORIGINAL_SUFFIX)
+    if kept.exists():
+        raise BagError(f'{kept} exists already; move it away before repairing {bag} again')
+    stream = _Stream(src)
+    ts = _typestore()
+    sid: dict[int, int] = {}
+    schema_names: dict[int, str] = {}
+    cid: dict[int, int] = {}
+    channels: dict[int, Channel] = {}
+    counts: dict[int, int] = {}
+    first, last = None, 0
+    with open(tmp, 'wb') as fh:
+        w = Writer(fh, compression=CompressionType.ZSTD)
+        w.start(profile='ros2', library='equimus_record repair')
+        for r in stream.records():
+            if isinstance(r, Schema) and r.id not in sid:
+                sid[r.id] = w.register_schema(r.name, r.encoding, r.data)
+                schema_names[r.id] = r.name
+            elif isinstance(r, Channel) and r.id not in cid and r.schema_id in sid:
+                cid[r.id] = w.register_channel(
+                    r.topic, r.message_encoding, sid[r.schema_id], r.metadata
+                )
+                channels[r.id] = r
+            elif isinstance(r, Message) and r.channel_id in cid:
+                w.add_message(
+                    cid[r.channel_id],
+                    log_time=r.log_time,
+                    data=r.data,
+                    publish_time=r.publish_time,
+                    sequence=r.sequence,
+                )
+                counts[r.channel_id] = counts.get(r.channel_id, 0) + 1
+                first = r.log_time if first is None else min(first, r.log_time)
+                last = max(last, r.log_time)
+        w.finish()
+        fh.flush()
+        os.fsync(fh.fileno())
+    try:
+        os.link(src, kept)  # the original stays, under its new name, before the swap
+    except OSError:  # a file system without hard links: copy it
+        shutil.copy2(src, kept)
+    os.replace(tmp, src)
+    topics = []
+    for k, c in channels.items():
+        msgtype = schema_names[c.schema_id]
+        try:
+            rihs = ts.hash_rihs01(msgtype)
+        except Exception:
+            rihs = ''
+        qos = yaml.safe_load(c.metadata.get('offered_qos_profiles', '') or '[]') or []
+        topics.append((c.topic, msgtype, qos, rihs, counts.get(k, 0)))
+    write_metadata(bag, src.name, topics, first or 0, last)
     n = sum(counts.values())
     return f'{bag}: recovered {n} messages on {len(topics)} topics (original kept as {kept.name})'
 

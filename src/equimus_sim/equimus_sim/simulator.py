@@ -106,6 +106,7 @@ class LegSimulator:
         self.n = len(leg_model.actuator_names)
         self.names = tuple(leg_model.actuator_names)
         self.p_max = np.broadcast_to(np.asarray(p_max, float), (self.n,)).copy()
+        self._p_max_t = tuple(self.p_max.tolist())
         self.dt = float(self.model.opt.timestep)
         problem = physical_problem(initial_pressures, self.n, self.p_max)
         if problem:
@@ -163,6 +164,17 @@ class LegSimulator:
     def set_command(self, p_kpa) -> str | None:
         """Set the valves to p_kpa (kPa) from now on; the reason when that is impossible (the
         valves then keep their setpoint; see the module docstring)."""
+        # Fast path (every lockstep frame): n plain numbers inside [0, p_max]; NaN fails the
+        # comparison and takes the full check below, which says why.
+        try:
+            values = [float(v) for v in p_kpa]
+        except (TypeError, ValueError):
+            values = []
+        if len(values) == self.n and all(
+            0.0 <= v <= m for v, m in zip(values, self._p_max_t, strict=True)
+        ):
+            self.command = np.array(values)
+            return None
         problem = physical_problem(p_kpa, self.n, self.p_max)
         if problem:
             self.rejected += 1

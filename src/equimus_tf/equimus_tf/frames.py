@@ -78,3 +78,45 @@ def pose_is_finite(position: Sequence[float], orientation: Sequence[float]) -> b
     """An occluded body is published with NaN fields: no frame for it."""
     values = [*position, *orientation]
     return all(math.isfinite(float(v)) for v in values)
+
+
+class RateGate:
+    """At most `rate` publications per second of message time (stamps, so sim time works too):
+    a stamp passes when a period has gone by since the last one that passed (10 % slack, so a
+    120 Hz stream under a 60 Hz gate keeps every second frame). rate = 0: everything passes. A
+    stamp that goes backwards (a restarted source) passes and restarts the gate."""
+
+    def __init__(self, rate: float):
+        self.period_ns = int(1e9 / rate * 0.9) if rate > 0 else 0
+        self.last_ns: int | None = None
+
+    def ready(self, stamp_ns: int) -> bool:
+        if self.last_ns is not None and self.last_ns <= stamp_ns < self.last_ns + self.period_ns:
+            return False
+        self.last_ns = stamp_ns
+        return True
+
+
+class StampBatch:
+    """Groups the rigid bodies of one motion-capture frame (same stamp) into one /tf message:
+    a group is released when every expected body has arrived, or, incomplete, when a newer
+    stamp starts. An occluded body counts as arrived with no transform. Late stamps are dropped."""
+
+    def __init__(self, keys: Sequence[str]):
+        self.keys = frozenset(keys)
+        self.stamp_ns: int | None = None
+        self.items: dict[str, object] = {}
+
+    def add(self, key: str, stamp_ns: int, item: object | None) -> list | None:
+        released: list = []
+        if self.stamp_ns is not None and stamp_ns != self.stamp_ns:
+            if stamp_ns < self.stamp_ns:
+                return None
+            released = [v for v in self.items.values() if v is not None]
+            self.items = {}
+        self.stamp_ns = stamp_ns
+        self.items[key] = item
+        if set(self.items) >= self.keys:
+            released += [v for v in self.items.values() if v is not None]
+            self.items = {}
+        return released or None

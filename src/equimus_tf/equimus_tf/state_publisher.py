@@ -61,6 +61,12 @@ class StatePublisherParams:
         range=(-2 * math.pi, 2 * math.pi),
     )
     leg_parameter_set: str = param('', "parameter set of the leg description ('' = as is)")
+    publish_frequency: float = param(
+        50.0,
+        'Hz, most /tf messages per second from each source (joint states; mocap frames), '
+        'by message stamp; 0 = one per message',
+        range=(0.0, 1000.0),
+    )
 
     def __post_init__(self) -> None:
         validate_fields(self)
@@ -103,30 +109,37 @@ class StatePublisher(Node):
         self.static_pub = publisher(self, TFMessage, TF_STATIC)
         self.static_pub.publish(TFMessage(transforms=[to_msg(t, stamp) for t in static]))
         self.tf_pub = publisher(self, TFMessage, TF)
+        self.joint_gate = frames.RateGate(cfg.publish_frequency)
+        self.mocap_gate = frames.RateGate(cfg.publish_frequency)
+        self.mocap_batch = frames.StampBatch(BODIES)
         subscription(self, JointState, JOINT_STATES, self.on_joint_state)
         for body in BODIES:
             subscription(self, PoseStamped, mocap_pose(body), lambda m, b=body: self.on_pose(b, m))
 
     def on_joint_state(self, msg: JointState) -> None:
+        stamp = msg.header.stamp
         moving = self.frames.moving(msg.name, msg.position)
-        if moving is not None:
-            stamp = msg.header.stamp
+        if moving is not None and self.joint_gate.ready(_ns(stamp)):
             self.tf_pub.publish(TFMessage(transforms=[to_msg(t, stamp) for t in moving]))
 
     def on_pose(self, body: str, msg: PoseStamped) -> None:
+        """One /tf message per motion-capture frame (its bodies share the capture stamp)."""
         p, o = msg.pose.position, msg.pose.orientation
-        if not frames.pose_is_finite((p.x, p.y, p.z), (o.x, o.y, o.z, o.w)):
-            return
-        t = TransformStamped()
-        t.header = msg.header
-        t.child_frame_id = mocap_frame(body)
-        t.transform.translation.x, t.transform.translation.y, t.transform.translation.z = (
-            p.x,
-            p.y,
-            p.z,
-        )
-        t.transform.rotation = o
-        self.tf_pub.publish(TFMessage(transforms=[t]))
+        t = None
+        if frames.pose_is_finite((p.x, p.y, p.z), (o.x, o.y, o.z, o.w)):
+            t = TransformStamped()
+            t.header = msg.header
+            t.child_frame_id = mocap_frame(body)
+            tr = t.transform.translation
+            tr.x, tr.y, tr.z = p.x, p.y, p.z
+            t.transform.rotation = o
+        group = self.mocap_batch.add(body, _ns(msg.header.stamp), t)
+        if group and self.mocap_gate.ready(_ns(group[0].header.stamp)):
+            self.tf_pub.publish(TFMessage(transforms=group))
+
+
+def _ns(stamp: Any) -> int:
+    return int(stamp.sec) * 1_000_000_000 + int(stamp.nanosec)
 
 
 def main(args=None) -> int:
