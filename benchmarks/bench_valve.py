@@ -122,6 +122,8 @@ def run(quick: bool = False, n: int = None, rate_hz: float = 500.0) -> dict:
             'equimus_hw.valve.driver_node',
             '--ros-args',
             '-p',
+            'autostart:=true',
+            '-p',
             f'port:={link}',
             '-p',
             'auto_arm:=true',

@@ -55,6 +55,8 @@ ROS_PACKAGES = {
     'diagnostic_msgs',
     'rosgraph_msgs',
     'tf2_msgs',
+    'lifecycle_msgs',
+    'builtin_interfaces',
     'launch',
     'launch_ros',
 }

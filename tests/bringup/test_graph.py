@@ -193,7 +193,13 @@ def test_launch_files_use_the_shared_description(repo_dir, name):
     for needle in (
         'DeclareLaunchArgument',
         'describe_graph(mode',
-        'launch_ros.actions import Node',
+        'launch_ros.actions import LifecycleNode, Node',
+        # managed drivers go to active by ChangeState events; a required exit ends the launch
+        'transition_id=Transition.TRANSITION_CONFIGURE',
+        'transition_id=Transition.TRANSITION_ACTIVATE',
+        "goal_state='inactive'",
+        'OnProcessExit(target_action=action',
+        'Shutdown(reason=',
         'parameters=[*spec.parameter_files, spec.parameters]',
         "prefix=' '.join(spec.prefix) or None",
     ):

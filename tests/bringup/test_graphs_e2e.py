@@ -56,7 +56,9 @@ def test_hardware_graph_against_the_emulated_rig(tmp_path):
     for topic in ('/mocap/calf/pose', '/joint_states'):
         assert 90 < counts[topic][2] < 135, (topic, counts[topic])
     # Every command reached the wire through the driver's clamp, and the loop tracked.
-    applied = [m.data for _, _, m in bag.read_messages(run_dir / 'bag', ['/valve/applied'])]
+    applied = [
+        bag.pressures(m) for _, _, m in bag.read_messages(run_dir / 'bag', ['/valve/applied'])
+    ]
     assert applied and all(0.0 <= p <= 50.0 for row in applied for p in row)
     summary = json.loads((run_dir / 'summary.json').read_text())
     assert summary['rmse']['hip'] < 0.15 and summary['rmse']['knee'] < 0.2, summary
@@ -110,7 +112,9 @@ def test_fused_control_loop_against_the_emulated_rig(tmp_path):
         assert topic in counts, f'{topic} missing from the bag: {sorted(counts)}'
     for topic in ('/mocap/calf/pose', '/joint_states', '/valve/command'):
         assert 90 < counts[topic][2] < 135, (topic, counts[topic])
-    applied = [m.data for _, _, m in bag.read_messages(run_dir / 'bag', ['/valve/applied'])]
+    applied = [
+        bag.pressures(m) for _, _, m in bag.read_messages(run_dir / 'bag', ['/valve/applied'])
+    ]
     assert applied and all(0.0 <= p <= 50.0 for row in applied for p in row)
     summary = json.loads((run_dir / 'summary.json').read_text())
     assert summary['rmse']['hip'] < 0.15 and summary['rmse']['knee'] < 0.2, summary
@@ -128,7 +132,7 @@ def _watch(topics):
 
     import rclpy
     from rclpy.executors import SingleThreadedExecutor
-    from std_msgs.msg import Float64MultiArray
+    from sensor_msgs.msg import JointState
 
     from equimus_ros.qos import subscription
 
@@ -139,9 +143,9 @@ def _watch(topics):
     for t in topics:
         subscription(
             node,
-            Float64MultiArray,
+            JointState,  # /valve/applied and /valve/pressure: stamped pressures
             t,
-            lambda m, name=t.name: seen[name].append((time.monotonic(), list(m.data))),
+            lambda m, name=t.name: seen[name].append((time.monotonic(), list(m.effort))),
         )
     ex = SingleThreadedExecutor(context=ctx)
     ex.add_node(node)

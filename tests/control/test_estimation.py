@@ -158,3 +158,38 @@ def test_filter_equals_the_matrix_kalman_equations_on_irregular_steps():
         t_prev = t
         assert np.allclose(e.position, [x[0][0], x[1][0]], atol=1e-12)
         assert np.allclose(e.velocity, [x[0][1], x[1][1]], rtol=1e-9, atol=1e-9)
+
+
+def test_joint_angles_are_the_same_in_the_z_up_mocap_frame():
+    """REP-103: the bridge's Y-up -> Z-up conversion (equimus_description.motive) leaves the
+    estimated angles unchanged, for random hinge rotations about the bodies' x axis and random
+    body attitudes in the capture volume."""
+    from equimus_control.estimation import HingeSpec
+    from equimus_description.motive import motive_to_ros
+
+    rng = np.random.default_rng(4)
+    hinge = HingeSpec()
+
+    def quat(axis, angle):  # x, y, z, w
+        s = math.sin(angle / 2)
+        return (axis[0] * s, axis[1] * s, axis[2] * s, math.cos(angle / 2))
+
+    def mul(a, b):
+        ax, ay, az, aw = a
+        bx, by, bz, bw = b
+        return (
+            aw * bx + ax * bw + ay * bz - az * by,
+            aw * by - ax * bz + ay * bw + az * bx,
+            aw * bz + ax * by - ay * bx + az * bw,
+            aw * bw - ax * bx - ay * by - az * bz,
+        )
+
+    for _ in range(200):
+        axis = rng.normal(size=3)
+        axis /= np.linalg.norm(axis)
+        parent = quat(axis, rng.uniform(-math.pi, math.pi))
+        child = mul(parent, quat((1.0, 0.0, 0.0), rng.uniform(-2.0, 2.0)))
+        y_up = hinge.angle(parent, child)
+        zp = motive_to_ros((0.0, 0.0, 0.0), parent, 'y_up')[1]
+        zc = motive_to_ros((0.0, 0.0, 0.0), child, 'y_up')[1]
+        assert abs(hinge.angle(zp, zc) - y_up) < 1e-12

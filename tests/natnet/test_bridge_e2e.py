@@ -97,6 +97,8 @@ def bridge_args(ports, multicast, group, extra=()):
         f'multicast_group:={group}',
         '-p',
         'stale_timeout:=0.3',
+        '-p',
+        'autostart:=true',
         *extra,
     ]
 
@@ -114,9 +116,13 @@ def vals(st):
 
 
 @pytest.mark.parametrize(
-    'version,multicast', [('3.0', True), ('4.1', False), ('4.1', True), ('3.0', False)]
+    'version,multicast,up_axis',
+    [('3.0', True, 'y_up'), ('4.1', False, 'z_up'), ('4.1', True, 'y_up'), ('3.0', False, 'z_up')],
 )
-def test_poses_arrive_with_exposure_stamps(version, multicast, ports, spawn, listener, tmp_path):
+def test_poses_arrive_with_exposure_stamps(
+    version, multicast, up_axis, ports, spawn, listener, tmp_path
+):
+    """Motive streaming Y up (its default) or Z up, the bridge set to match: Z-up poses."""
     group = random_group()
     traj = tmp_path / 'traj.csv'
     write_trajectory(traj)
@@ -137,10 +143,12 @@ def test_poses_arrive_with_exposure_stamps(version, multicast, ports, spawn, lis
             str(traj),
             '--exposure-latency-ms',
             '4',
+            '--up-axis',
+            up_axis,
         ],
         'emulator',
     )
-    bridge = spawn(bridge_args(ports, multicast, group), 'bridge')
+    bridge = spawn(bridge_args(ports, multicast, group, ['-p', f'up_axis:={up_axis}']), 'bridge')
     ok = wait_for(lambda: all(listener.count(n) >= 60 for n in BODIES), 20)
     assert ok, (
         f'poses did not arrive: {[listener.count(n) for n in BODIES]}\n'
@@ -156,8 +164,9 @@ def test_poses_arrive_with_exposure_stamps(version, multicast, ports, spawn, lis
             msg.pose.orientation.z,
             msg.pose.orientation.w,
         )
-        assert got_p == pytest.approx(p, abs=1e-6)
-        assert got_q == pytest.approx(q, abs=1e-6)
+        # the trajectory is Motive Y-up; the bridge publishes Z up (REP-103): +90 deg about x
+        assert got_p == pytest.approx((p[0], -p[2], p[1]), abs=1e-6)
+        assert got_q == pytest.approx((q[0], -q[2], q[1], q[3]), abs=1e-6)
         ages = [
             (rx - (m.header.stamp.sec * 10**9 + m.header.stamp.nanosec)) / 1e6
             for rx, m in listener.poses[name][-40:]

@@ -126,7 +126,7 @@ def test_pause_step_resume_rate_and_reset(ros, repo_dir, tmp_path):
         assert _call(probe, 'step').success
         probe.spin_until(lambda: probe.joints and probe.pressure, 5.0, 'the frame after reset')
         assert np.allclose(probe.joints[-1].position, [1.2, 0.9], atol=0.01)
-        assert np.allclose(probe.pressure[-1].data, [10.0, 5.0], atol=1e-9)
+        assert np.allclose(probe.pressure[-1].effort, [10.0, 5.0], atol=1e-9)
 
         # ... to a named pose: the static equilibrium of the given pressures, where it stays.
         _set(probe, reset_pose='equilibrium', reset_pressures=[30.0, 20.0], step_frames=60)

@@ -22,7 +22,7 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
 from std_srvs.srv import Trigger
 
-from equimus_description.interface import VALVE_APPLIED
+from equimus_description.interface import ACTUATORS, VALVE_APPLIED
 from equimus_ros.qos import publisher
 
 BODIES = ('base', 'thigh', 'calf')
@@ -92,14 +92,14 @@ class Probe:
             JointState, '/sim/joint_states', self.joints.append, qos_profile_sensor_data
         )
         n.create_subscription(
-            Float64MultiArray, '/valve/pressure', self.pressure.append, qos_profile_sensor_data
+            JointState, '/valve/pressure', self.pressure.append, qos_profile_sensor_data
         )
         n.create_subscription(DiagnosticArray, '/diagnostics', self.diag.append, 10)
         for b in BODIES:
             n.create_subscription(
                 PoseStamped, f'/mocap/{b}/pose', self.poses[b].append, qos_profile_sensor_data
             )
-        self.cmd = publisher(n, Float64MultiArray, VALVE_APPLIED)
+        self.cmd = publisher(n, JointState, VALVE_APPLIED)
 
     def spin_until(self, cond, timeout, what):
         end = time.monotonic() + timeout
@@ -117,7 +117,7 @@ class Probe:
             self.executor.spin_once(timeout_sec=0.01)
 
     def send(self, p):
-        self.cmd.publish(Float64MultiArray(data=[float(v) for v in p]))
+        self.cmd.publish(JointState(name=list(ACTUATORS), effort=[float(v) for v in p]))
 
     def sim_status(self):
         for arr in reversed(self.diag):
@@ -179,7 +179,7 @@ def test_lockstep_advances_one_frame_per_command(ros, repo_dir, tmp_path):
         assert np.all(np.diff(stamps) > 0)
         assert len(stamps) >= n_cmd - 5  # best-effort /clock: allow a few losses
 
-        # every output of a frame carries that frame's sim time; poses are Motive-frame mocap
+        # every output of a frame carries that frame's sim time; poses are in `mocap`, Z up
         js = {_ns(m.header.stamp): m for m in probe.joints}
         assert set(js) <= set(round(k * FRAME_NS) for k in range(0, n_cmd + 1))
         for b in BODIES:
@@ -210,11 +210,11 @@ def test_lockstep_advances_one_frame_per_command(ros, repo_dir, tmp_path):
                 )
                 for b in BODIES
             }
-            assert pos['base'][1] == pytest.approx(0.7, abs=1e-9)  # base 0.7 m above the floor
-            assert pos['base'][1] > pos['thigh'][1] > pos['calf'][1]  # Y up: base > hip > knee
-            knee_rel = pos['calf'] - pos['thigh']  # knee − hip, Motive frame
-            assert np.allclose(knee_rel, [0.0, -A1 * math.sin(th1), -A1 * math.cos(th1)], atol=2e-4)
-            # the calf turns about the hinge (Motive x) by the knee angle relative to the thigh
+            assert pos['base'][2] == pytest.approx(0.7, abs=1e-9)  # base 0.7 m above the floor
+            assert pos['base'][2] > pos['thigh'][2] > pos['calf'][2]  # Z up: base > hip > knee
+            knee_rel = pos['calf'] - pos['thigh']  # knee − hip, Z-up frame `mocap` (REP-103)
+            assert np.allclose(knee_rel, [0.0, A1 * math.cos(th1), -A1 * math.sin(th1)], atol=2e-4)
+            # the calf turns about the hinge (x) by the knee angle relative to the thigh
             qt, qc = quat['thigh'], quat['calf']
             rel = np.array(
                 [
@@ -263,7 +263,7 @@ def test_impossible_pressures_are_refused_and_the_valves_hold(ros, repo_dir, tmp
         status, values = probe.sim_status()
         assert values['valve_setpoint_kpa'] == '[30.0, 10.0]', values
         # the valves kept following the held setpoint: pressures rise towards it, never beyond
-        last = list(probe.pressure[-1].data)
+        last = list(probe.pressure[-1].effort)
         assert 0.0 < last[0] < 30.0 and 0.0 < last[1] < 10.0, last
         level = ord(status.level) if isinstance(status.level, bytes) else int(status.level)
         assert level == 1 and 'refused' in status.message  # WARN
@@ -357,6 +357,8 @@ def test_the_valve_driver_advances_lockstep_once_per_command(ros, repo_dir, tmp_
     driver = start_node(
         'equimus_hw',
         'valve_driver',
+        '-p',
+        'autostart:=true',
         '-p',
         'board:=sim',
         '-p',

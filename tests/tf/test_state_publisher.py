@@ -74,7 +74,7 @@ def test_tf_follows_joint_states_and_mocap():
         js.header.stamp.sec = 42
         pose = PoseStamped()
         pose.header.frame_id = 'mocap'
-        pose.pose.position.x, pose.pose.position.y = 0.1, 0.7
+        pose.pose.position.x, pose.pose.position.z = 0.1, 0.7  # Z up (REP-103)
         pose.pose.orientation.w = 1.0
         end = time.monotonic() + 30.0
         i = 0
@@ -103,7 +103,7 @@ def test_tf_follows_joint_states_and_mocap():
             assert root == 'world'
             assert np.linalg.norm(pos - fk[link][0]) < 1e-9
             assert np.abs(rot - fk[link][1]).max() < 1e-9
-        # the rigid body: mocap (Y up) under world (Z up); Motive's +y is the world's +z
+        # the rigid body: mocap and world both Z up (REP-103), mocap at the world's origin
         root, pos, _ = compose(frames, mocap_frame('thigh'))
         assert root == 'world'
         assert np.allclose(pos, [0.1, 0.0, 0.7], atol=1e-12)

@@ -36,6 +36,7 @@ class Driver:
             '-p',
             f'port:={port}',
         ]
+        params.setdefault('autostart', True)  # no launch here: the node brings itself up
         for k, v in params.items():
             args += ['-p', f'{k}:={str(v).lower() if isinstance(v, bool) else v}']
         self.out_path = log_dir / f'valve_driver_{time.monotonic_ns()}.log'
@@ -74,6 +75,7 @@ class Harness:
             QoSReliabilityPolicy,
             qos_profile_sensor_data,
         )
+        from sensor_msgs.msg import JointState
         from std_msgs.msg import Float64MultiArray
         from std_srvs.srv import Trigger
 
@@ -88,15 +90,15 @@ class Harness:
         self.pub = self.node.create_publisher(Float64MultiArray, '/valve/command', command_qos)
         self.applied, self.pressure, self.diag = [], [], []
         self.node.create_subscription(
-            Float64MultiArray,
+            JointState,
             '/valve/applied',
-            lambda m: self.applied.append((time.monotonic(), list(m.data))),
+            lambda m: self.applied.append((time.monotonic(), list(m.effort))),
             qos_profile_sensor_data,
         )
         self.node.create_subscription(
-            Float64MultiArray,
+            JointState,
             '/valve/pressure',
-            lambda m: self.pressure.append((time.monotonic(), list(m.data))),
+            lambda m: self.pressure.append((time.monotonic(), list(m.effort))),
             qos_profile_sensor_data,
         )
         self.node.create_subscription(DiagnosticArray, '/diagnostics', self._on_diag, 50)

@@ -14,6 +14,7 @@ from rcl_interfaces.msg import ParameterType, ParameterValue
 from rcl_interfaces.srv import GetParameters, SetParameters
 from rclpy.executors import SingleThreadedExecutor
 from rosproc import start_node, stop
+from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
 
 from equimus_description.interface import VALVE_APPLIED, VALVE_COMMAND
@@ -26,6 +27,8 @@ def driver():
     proc = start_node(
         'equimus_hw',
         'valve_driver',
+        '-p',
+        'autostart:=true',
         '-p',
         'board:=sim',
         '-p',
@@ -64,7 +67,7 @@ def _call(ex, client, request, timeout=10.0):
 def test_runtime_limits_apply_and_invalid_or_read_only_values_are_refused(driver):
     proc, node, ex = driver
     applied = []
-    subscription(node, Float64MultiArray, VALVE_APPLIED, lambda m: applied.append(list(m.data)))
+    subscription(node, JointState, VALVE_APPLIED, lambda m: applied.append(list(m.effort)))
     cmd = publisher(node, Float64MultiArray, VALVE_COMMAND)
     setp = node.create_client(SetParameters, '/valve_driver/set_parameters')
     getp = node.create_client(GetParameters, '/valve_driver/get_parameters')

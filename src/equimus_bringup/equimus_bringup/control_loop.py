@@ -18,6 +18,8 @@ their node's lock, so nothing here wraps another node's callbacks or reads its p
 The controller in this process is the same `ControllerNode` (and so the same
 `equimus_control.step.ControlStep`) as in the split graph.
 
+The managed nodes (valve_driver, natnet_bridge) are configured and activated here, in-process;
+their lifecycle services stay available (`ros2 lifecycle set /valve_driver deactivate` vents).
 The valve driver does not read /valve/command in this mode: the in-process controller is its
 only command source.
 """
@@ -40,6 +42,7 @@ from equimus_description.interface import DIAGNOSTICS
 from equimus_hw.natnet.bridge_node import NatNetBridge
 from equimus_hw.valve.driver_node import ValveDriver, vent_on_exit
 from equimus_ros.diagnostics import Diagnostics, Level
+from equimus_ros.lifecycle import bring_up
 from equimus_ros.main import run_node
 
 LATENCY_WINDOW = 1200  # frames (10 s at 120 Hz) behind the latency percentiles
@@ -96,16 +99,18 @@ def control_loop() -> list[Node]:
     try:
         driver = ValveDriver(subscribe=False)
         nodes.append(driver)
+        bring_up(driver)  # managed: configured and active in-process, no service round trip
         monitor = LoopLatency()
         nodes.append(monitor)
         controller = ControllerNode(subscribe_state=False, downstream=monitor.timed(driver))
         nodes.append(controller)
         estimator = EstimatorNode(subscribe=False, downstream=controller.on_state)
         nodes.append(estimator)
-        # Last: the bridge starts receiving (and driving the chain) in its constructor.
+        # Last: the bridge starts receiving (and driving the chain) when it is activated.
         bridge = NatNetBridge(downstream=estimator.on_pose)
         monitor.bridge = bridge
         nodes.append(bridge)
+        bring_up(bridge)
     except BaseException:
         for node in nodes:
             if isinstance(node, ValveDriver):

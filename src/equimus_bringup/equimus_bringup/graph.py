@@ -120,6 +120,15 @@ COMPOSED_NODES = ('sim', 'valve_driver', 'estimator', 'controller', 'reference',
 # node of its own, also named control_loop, that reports the loop's latency).
 FUSED_NODES = ('natnet_bridge', 'estimator', 'controller', 'valve_driver')
 
+# Managed (lifecycle) nodes: the launch files and the supervisor configure and activate them
+# after start; the processes holding them in-process (control_loop, sim_graph) do it themselves.
+MANAGED_NODES = ('valve_driver', 'natnet_bridge')
+
+# Processes whose exit ends the whole graph (the driver and the bridge, and the processes that
+# hold them). The supervisor ends the graph on any exit; the launch files on these (the others are
+# not respawned: see docs/interfaces.md, "Lifecycle and shutdown").
+REQUIRED_PROCESSES = ('valve_driver', 'natnet_bridge', 'control_loop', 'sim_graph')
+
 # Lower rank stops first on shutdown: the loop is opened from the top, the valve driver vents last.
 SHUTDOWN_RANK = {
     'reference': 0,
@@ -161,6 +170,15 @@ class ProcessSpec:
     def prefix(self) -> list[str]:
         """Command prefix (launch_ros `prefix`): `chrt -f N` for a real-time process."""
         return ['chrt', '-f', str(self.rt_priority)] if self.rt_priority > 0 else []
+
+    @property
+    def managed(self) -> bool:
+        """A lifecycle node in its own process: started unconfigured, brought up from outside."""
+        return self.is_ros_node and not self.nodes and self.name in MANAGED_NODES
+
+    @property
+    def required(self) -> bool:
+        return self.name in REQUIRED_PROCESSES
 
     @property
     def shutdown_rank(self) -> int:

@@ -1,18 +1,78 @@
 """Turns the graph description into launch_ros actions (used by launch/*.launch.py only).
 
 Imports `launch` and `launch_ros`, so it is only imported on a machine with a ROS 2 install.
+
+The managed nodes (graph.MANAGED_NODES) are `LifecycleNode` actions: a ChangeState(configure)
+event is emitted at start and each one is activated when it reaches `inactive`, as the supervisor
+does over the same lifecycle_msgs services. When a required process (graph.REQUIRED_PROCESSES:
+the valve driver, the bridge, or the process holding them) exits, the valve driver is asked to
+deactivate (vent) and the launch shuts down; the driver also vents on the SIGINT of the shutdown.
 """
 
 # mypy resolves `launch` to src/equimus_bringup/launch/ (the launch files, on mypy_path), not
 # to ROS's launch package, which it cannot see.
 from launch import LaunchDescription  # type: ignore[attr-defined]
-from launch.actions import DeclareLaunchArgument, ExecuteProcess, OpaqueFunction
+from launch.actions import (
+    DeclareLaunchArgument,
+    EmitEvent,
+    ExecuteProcess,
+    OpaqueFunction,
+    RegisterEventHandler,
+)
 from launch.conditions import IfCondition
+from launch.event_handlers import OnProcessExit
+from launch.events import Shutdown, matches_action
 from launch.substitutions import LaunchConfiguration, PathJoinSubstitution
-from launch_ros.actions import Node
+from launch_ros.actions import LifecycleNode, Node
+from launch_ros.event_handlers import OnStateTransition
+from launch_ros.events.lifecycle import ChangeState
 from launch_ros.substitutions import ExecutableInPackage, FindPackageShare
+from lifecycle_msgs.msg import Transition
 
 from equimus_bringup.graph import ARGUMENTS, describe_graph, node_parameter_arguments
+
+
+def lifecycle_actions(node: LifecycleNode) -> list:
+    """Configure at start; activate once inactive (the launch_ros equivalent of bring_up)."""
+    return [
+        RegisterEventHandler(
+            OnStateTransition(
+                target_lifecycle_node=node,
+                goal_state='inactive',
+                entities=[
+                    EmitEvent(
+                        event=ChangeState(
+                            lifecycle_node_matcher=matches_action(node),
+                            transition_id=Transition.TRANSITION_ACTIVATE,
+                        )
+                    )
+                ],
+                handle_once=True,
+            )
+        ),
+        EmitEvent(
+            event=ChangeState(
+                lifecycle_node_matcher=matches_action(node),
+                transition_id=Transition.TRANSITION_CONFIGURE,
+            )
+        ),
+    ]
+
+
+def shutdown_on_exit(action, name: str, driver: LifecycleNode | None) -> RegisterEventHandler:
+    """A required process exited: vent the valve driver (deactivate), then end the launch."""
+    events = []
+    if driver is not None and driver is not action:
+        events.append(
+            EmitEvent(
+                event=ChangeState(
+                    lifecycle_node_matcher=matches_action(driver),
+                    transition_id=Transition.TRANSITION_DEACTIVATE,
+                )
+            )
+        )
+    events.append(EmitEvent(event=Shutdown(reason=f'{name} exited: the graph stops')))
+    return RegisterEventHandler(OnProcessExit(target_action=action, on_exit=events))
 
 
 def generate(mode: str) -> LaunchDescription:
@@ -25,40 +85,49 @@ def generate(mode: str) -> LaunchDescription:
     def _actions(context):
         values = {name: LaunchConfiguration(name).perform(context) for name in ARGUMENTS}
         log_level = values['log_level'] or 'info'
-        actions = []
+        actions: list = []
+        required: list = []
+        driver = None
         for spec in describe_graph(mode, values):
             if spec.is_ros_node:
                 # A multi-node process keeps its nodes' own names: no name remap, and per-node
-                # parameters as node-scoped overrides.
-                actions.append(
-                    Node(
-                        package=spec.package,
-                        executable=spec.executable,
-                        name=None if spec.nodes else spec.name,
-                        parameters=[*spec.parameter_files, spec.parameters],
-                        arguments=[
-                            '--ros-args',
-                            '--log-level',
-                            log_level,
-                            *node_parameter_arguments(spec),
-                        ],
-                        prefix=' '.join(spec.prefix) or None,
-                        additional_env=spec.env or None,
-                        output='screen',
-                        emulate_tty=True,
-                    )
+                # parameters as node-scoped overrides. Managed nodes are LifecycleNode actions.
+                kind = LifecycleNode if spec.managed else Node
+                extra = {'namespace': ''} if spec.managed else {}
+                action = kind(
+                    package=spec.package,
+                    executable=spec.executable,
+                    name=None if spec.nodes else spec.name,
+                    parameters=[*spec.parameter_files, spec.parameters],
+                    arguments=[
+                        '--ros-args',
+                        '--log-level',
+                        log_level,
+                        *node_parameter_arguments(spec),
+                    ],
+                    prefix=' '.join(spec.prefix) or None,
+                    additional_env=spec.env or None,
+                    output='screen',
+                    emulate_tty=True,
+                    **extra,
                 )
+                actions.append(action)
+                if spec.managed:
+                    actions += lifecycle_actions(action)
+                    if spec.name == 'valve_driver':
+                        driver = action
             else:
-                actions.append(
-                    ExecuteProcess(
-                        cmd=[ExecutableInPackage(spec.executable, spec.package), *spec.arguments],
-                        prefix=' '.join(spec.prefix) or None,
-                        additional_env=spec.env or None,
-                        name=spec.name,
-                        output='screen',
-                    )
+                action = ExecuteProcess(
+                    cmd=[ExecutableInPackage(spec.executable, spec.package), *spec.arguments],
+                    prefix=' '.join(spec.prefix) or None,
+                    additional_env=spec.env or None,
+                    name=spec.name,
+                    output='screen',
                 )
-        return actions
+                actions.append(action)
+            if spec.required:
+                required.append((action, spec.name))
+        return actions + [shutdown_on_exit(a, name, driver) for a, name in required]
 
     return LaunchDescription([*declared, OpaqueFunction(function=_actions)])
 

@@ -44,12 +44,15 @@ def load_series(bag_path: Path) -> dict[str, Series]:
         TRUTH: 'position',
         REF: 'position',
         CMD: 'data',
-        PRESSURE: 'data',
-        APPLIED: 'data',
+        PRESSURE: 'effort',  # stamped pressures (bagio.pressures also reads older array bags)
+        APPLIED: 'effort',
     }
     rows: dict[str, list] = {k: [] for k in wanted}
     for topic, log_ns, msg in bagio.read_messages(bag_path, list(wanted)):
-        vals = np.asarray(getattr(msg, wanted[topic]), dtype=float)
+        field = wanted[topic]
+        vals = np.asarray(
+            bagio.pressures(msg) if field == 'effort' else getattr(msg, field), dtype=float
+        )
         if vals.size:
             rows[topic].append((_stamp(msg, log_ns), vals))
     out = {}

@@ -47,6 +47,7 @@ from equimus_description.interface import CLOCK, DIAGNOSTICS
 from equimus_hw.valve.driver_node import ValveDriver, vent_on_exit
 from equimus_record.recorder_node import Recorder, qos_dicts
 from equimus_ros.diagnostics import Diagnostics, Level
+from equimus_ros.lifecycle import bring_up
 from equimus_ros.main import run_node
 from equimus_ros.params import bind
 from equimus_sim.sim_node import SimNode
@@ -184,6 +185,7 @@ class SimGraph(Node):
             self.nodes.append(self.reference)
             self.driver = ValveDriver()
             self.nodes.append(self.driver)
+            bring_up(self.driver)  # managed: active in-process, before the hand-off is wired
             self.estimator = EstimatorNode()
             self.nodes.append(self.estimator)
             self.controller = ControllerNode()

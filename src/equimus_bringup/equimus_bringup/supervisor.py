@@ -1,9 +1,12 @@
 """Runs the graph description as processes where `ros2 launch` is not available.
 
 Each node is its own process started with the same parameters `launch_ros` would give it. Output
-is prefixed with the node name. Ctrl-C (or SIGTERM) stops the nodes one at a time in shutdown
-order, so the valve driver vents last; if any node dies on its own, the rest are stopped and the
-supervisor reports failure.
+is prefixed with the node name. The managed (lifecycle) nodes, valve_driver and natnet_bridge,
+start unconfigured; the supervisor configures and activates them over their lifecycle_msgs
+services, as the launch files do with ChangeState events. Ctrl-C (or SIGTERM) stops the nodes one
+at a time in shutdown order, so the valve driver vents last; if any node dies on its own, the
+valve driver is deactivated (it vents) first, then the rest are stopped and the supervisor
+reports failure.
 """
 
 from __future__ import annotations
@@ -16,9 +19,17 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from equimus_bringup.graph import ProcessSpec, realtime_problem, ros_arguments
+
+#: s a managed node may take to offer its lifecycle services after its process started (imports,
+#: DDS discovery on a loaded machine), and to answer one transition.
+LIFECYCLE_SERVICE_TIMEOUT_S = 30.0
+LIFECYCLE_CALL_TIMEOUT_S = 10.0
+#: The environment that decides which DDS graph a participant joins.
+GRAPH_DDS_ENV = ('ROS_DOMAIN_ID', 'ROS_AUTOMATIC_DISCOVERY_RANGE', 'ROS_STATIC_PEERS')
 
 
 class GraphError(RuntimeError):
@@ -57,6 +68,83 @@ def command_for(spec: ProcessSpec, log_level: str = 'info') -> list[str]:
     return cmd
 
 
+class LifecycleClient:
+    """Calls the lifecycle_msgs services of the graph's managed nodes (own rclpy context, so it
+    never touches a context of the caller)."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        import rclpy
+        from rclpy.context import Context
+        from rclpy.executors import SingleThreadedExecutor
+
+        self._rclpy = rclpy
+        self.context = Context()
+        # On the graph's DDS domain and discovery range (the caller's may differ: the soak).
+        saved = {k: os.environ.get(k) for k in GRAPH_DDS_ENV}
+        os.environ.update({k: env[k] for k in GRAPH_DDS_ENV if k in env})
+        try:
+            rclpy.init(context=self.context, args=[])
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+        self.node = rclpy.create_node(
+            f'equimus_supervisor_{os.getpid()}',
+            context=self.context,
+            start_parameter_services=False,
+        )
+        self.executor = SingleThreadedExecutor(context=self.context)
+        self.executor.add_node(self.node)
+        self._clients: dict[str, Any] = {}
+
+    def _client(self, node: str, srv=None):
+        from lifecycle_msgs.srv import ChangeState
+
+        srv = srv or ChangeState
+        key = f'/{node}/{"get_state" if srv is not ChangeState else "change_state"}'
+        if key not in self._clients:
+            self._clients[key] = self.node.create_client(srv, key)
+        return self._clients[key]
+
+    def wait_for(self, node: str, alive: Callable[[], bool], timeout: float) -> None:
+        """Until `node` answers get_state. A service listed is not enough: a killed process's
+        stays listed for its DDS lease, and a request sent then would be lost."""
+        from lifecycle_msgs.srv import GetState
+
+        client = self._client(node, GetState)
+        end = time.monotonic() + timeout
+        while True:
+            if not alive():
+                raise GraphError(f'{node} exited before offering its lifecycle services')
+            if time.monotonic() > end:
+                raise GraphError(f'{node} did not answer /{node}/get_state within {timeout:g} s')
+            if client.wait_for_service(timeout_sec=0.2):
+                future = client.call_async(GetState.Request())
+                self.executor.spin_until_future_complete(future, timeout_sec=1.0)
+                if future.done():
+                    return
+
+    def change(self, node: str, transition: int, label: str, timeout: float) -> None:
+        """One transition; GraphError if the node refuses it or does not answer."""
+        from lifecycle_msgs.srv import ChangeState
+
+        request = ChangeState.Request()
+        request.transition.id = transition
+        future = self._client(node).call_async(request)
+        self.executor.spin_until_future_complete(future, timeout_sec=timeout)
+        if not future.done():
+            raise GraphError(f'{node} did not answer {label} within {timeout:g} s')
+        if not future.result().success:
+            raise GraphError(f'{node} refused {label}: see its log above')
+
+    def close(self) -> None:
+        self.executor.shutdown()
+        self.node.destroy_node()
+        self._rclpy.try_shutdown(context=self.context)
+
+
 class Supervisor:
     """Start, watch and stop the processes of one graph."""
 
@@ -79,6 +167,7 @@ class Supervisor:
         self._stopping = False
         self._threads: list[threading.Thread] = []
         self.output: dict[str, list[str]] = {}
+        self._lifecycle: LifecycleClient | None = None
 
     def check_realtime(self) -> None:
         """Refuse to start a graph whose real-time processes could not get their priority."""
@@ -106,6 +195,42 @@ class Supervisor:
             t = threading.Thread(target=self._pump, args=(spec.name, proc), daemon=True)
             t.start()
             self._threads.append(t)
+        for spec in self.specs:
+            self.bring_up(spec.name)
+
+    @property
+    def lifecycle(self) -> LifecycleClient:
+        if self._lifecycle is None:
+            spec_env = next((s.env for s in self.specs if s.managed), {})
+            self._lifecycle = LifecycleClient({**self.env, **spec_env})
+        return self._lifecycle
+
+    def bring_up(self, name: str) -> None:
+        """Configure and activate `name` over its lifecycle services if it is a managed node."""
+        from equimus_ros.lifecycle import BRING_UP
+
+        spec = next(s for s in self.specs if s.name == name)
+        if not spec.managed:
+            return
+        proc = self.procs[name]
+        self.lifecycle.wait_for(name, lambda: proc.poll() is None, LIFECYCLE_SERVICE_TIMEOUT_S)
+        for transition, label in BRING_UP:
+            self.lifecycle.change(name, transition, label, LIFECYCLE_CALL_TIMEOUT_S)
+
+    def vent_first(self) -> None:
+        """Deactivate (vent) a running valve driver before the rest stops: a node died."""
+        from lifecycle_msgs.msg import Transition
+
+        spec = next((s for s in self.specs if s.name == 'valve_driver' and s.managed), None)
+        proc = self.procs.get('valve_driver')
+        if spec is None or proc is None or proc.poll() is not None:
+            return
+        try:
+            self.lifecycle.change(
+                'valve_driver', Transition.TRANSITION_DEACTIVATE, 'deactivate', 2.0
+            )
+        except GraphError as exc:  # it still vents when it is stopped below
+            print(f'[equimus] {exc}', file=sys.stderr)
 
     def _pump(self, name: str, proc: subprocess.Popen) -> None:
         assert proc.stdout is not None
@@ -132,6 +257,8 @@ class Supervisor:
 
     def stop(self) -> dict[str, int]:
         """Interrupt each process in shutdown order and wait for it; returns exit codes."""
+        if self.failed:
+            self.vent_first()
         self._stopping = True
         codes: dict[str, int] = {}
         for spec in sorted(self.specs, key=lambda s: s.shutdown_rank):
@@ -152,6 +279,9 @@ class Supervisor:
             codes[spec.name] = proc.returncode
         for t in self._threads:
             t.join(timeout=1.0)
+        if self._lifecycle is not None:
+            self._lifecycle.close()
+            self._lifecycle = None
         return codes
 
     @staticmethod

@@ -5,6 +5,9 @@ signed angle about the hinge axis, measured in the plane perpendicular to it (ro
 out-of-plane marker errors), plus a calibrated zero offset. The axis is given in the parent and
 in the child body frame, so the same code serves the simulation's virtual mocap (body frames =
 MuJoCo body frames) and the rig's Motive rigid bodies (arbitrary frames, calibrated).
+Frames: positions and the world frame never enter, so the Z-up `mocap` frame (REP-103) changes
+nothing; the Y-up -> Z-up conversion also turns the body frames +90° about x, which leaves the
+leg's hinge axes (body x) and so the angles unchanged.
 
 Velocities: a two-state constant-velocity Kalman filter per joint (white-acceleration model).
 At 120 Hz a raw finite difference multiplies angle noise by ~170 (√2·120); the filter is the

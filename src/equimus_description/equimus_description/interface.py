@@ -63,7 +63,9 @@ BODIES: tuple[str, ...] = ('base', 'thigh', 'calf')
 #: Layout label of every pressure array, in channel order (kPa).
 PRESSURE_LAYOUT = ','.join(ACTUATORS)
 
-FRAME_MOCAP = 'mocap'  # Motive's frame (Y up) as the bridge and the virtual mocap publish it
+#: The motion-capture frame (REP-103: Z up, metres), as the bridge and the virtual mocap publish
+#: it, converted from Motive's streamed up axis (equimus_description.motive).
+FRAME_MOCAP = 'mocap'
 FRAME_WORLD = 'world'
 
 
@@ -115,18 +117,21 @@ VALVE_COMMAND = Topic(
     QosClass.COMMAND,
     'commanded valve pressures (kPa, [maa, baa]) before the safety layer',
 )
+#: Measured and applied pressures are stamped (aligned in time with the poses in a bag, plotted
+#: against time): a sensor_msgs/JointState of the actuators, `name` = ACTUATORS and `effort` =
+#: the pressures (kPa), no positions or velocities (equimus_ros.arrays.pressure_state).
 VALVE_APPLIED = Topic(
     '/valve/applied',
-    'std_msgs/msg/Float64MultiArray',
+    'sensor_msgs/msg/JointState',
     QosClass.COMMAND,
-    'pressures the valve driver applies after its safety filter (kPa); the '
-    "simulated leg's valves follow it (reliable: each message is a lockstep step)",
+    'pressures the valve driver applies after its safety filter (effort, kPa, stamped when '
+    "applied); the simulated leg's valves follow it (reliable: each message is a lockstep step)",
 )
 VALVE_PRESSURE = Topic(
     '/valve/pressure',
-    'std_msgs/msg/Float64MultiArray',
+    'sensor_msgs/msg/JointState',
     QosClass.SENSOR,
-    'pressures measured at the valves (kPa)',
+    'pressures measured at the valves (effort, kPa, stamped when measured)',
 )
 DIAGNOSTICS = Topic(
     '/diagnostics',

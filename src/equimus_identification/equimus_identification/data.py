@@ -391,7 +391,7 @@ def load_bag(path, joint_topic: str | None = None, command_topic: str | None = N
     `/sim/joint_states`; the command is `/valve/applied` (after the safety clamp), falling back to
     `/valve/command`.
     """
-    from equimus_record.bag import read_messages
+    from equimus_record.bag import pressures, read_messages
 
     path = pathlib.Path(path)
     # topic → (stamp ns, rows); stamps stay integers until the first one is subtracted: an
@@ -406,8 +406,10 @@ def load_bag(path, joint_topic: str | None = None, command_topic: str | None = N
                 continue
             idx = _joint_order(msg.name)
             row = [pos[idx[0]], pos[idx[1]]]
-        else:
+        elif topic == VALVE_COMMAND.name:
             row = list(msg.data)[:2]
+        else:  # measured or applied: stamped pressures (older bags: arrays)
+            row = pressures(msg)[:2]
             if len(row) < 2:
                 continue
         if not np.all(np.isfinite(row)):

@@ -3,8 +3,9 @@
 The leg is simulated in MuJoCo (equimus_sim's model at the simulation node's 1/600 s step) with
 the valve lag of equimus_description.valve.ValveLag, driven by a sequence of pressure steps, and
 written through equimus_record.bag.BagWriter on the topics and types the recorder writes
-(docs/interfaces.md): /valve/command, /valve/applied, /valve/pressure (Float64MultiArray kPa),
-/sim/joint_states (truth) and /joint_states (truth + mocap-like noise), all at 120 Hz.
+(docs/interfaces.md): /valve/command (Float64MultiArray kPa), /valve/applied and /valve/pressure
+(stamped JointState, effort kPa), /sim/joint_states (truth) and /joint_states (truth +
+mocap-like noise), all at 120 Hz.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import mujoco
 import numpy as np
 
 from equimus_description.interface import (
+    ACTUATORS,
     JOINT_STATES,
     JOINTS,
     SIM_JOINT_STATES,
@@ -128,7 +130,7 @@ def write_bag(
         )
         return ts.serialize_cdr(msg, F64)
 
-    def js(stamp_ns, q, qd):
+    def js(stamp_ns, q, qd, names=JOINTS, effort=()):
         hdr = T['std_msgs/msg/Header'](
             stamp=T['builtin_interfaces/msg/Time'](
                 sec=int(stamp_ns // 10**9), nanosec=int(stamp_ns % 10**9)
@@ -137,19 +139,22 @@ def write_bag(
         )
         msg = T[JS](
             header=hdr,
-            name=list(JOINTS),
+            name=list(names),
             position=np.asarray(q, np.float64),
             velocity=np.asarray(qd, np.float64),
-            effort=np.zeros(0),
+            effort=np.asarray(effort, np.float64),
         )
         return ts.serialize_cdr(msg, JS)
+
+    def kpa(stamp_ns, values):
+        return js(stamp_ns, (), (), ACTUATORS, values)
 
     try:
         for i, t in enumerate(sim['t']):
             ns = t0_ns + int(round(t * 1e9))
             w.write(VALVE_COMMAND.name, ns, f64(sim['command'][i]))
-            w.write(VALVE_APPLIED.name, ns, f64(sim['command'][i]))
-            w.write(VALVE_PRESSURE.name, ns, f64(sim['pressure'][i]))
+            w.write(VALVE_APPLIED.name, ns, kpa(ns, sim['command'][i]))
+            w.write(VALVE_PRESSURE.name, ns, kpa(ns, sim['pressure'][i]))
             w.write(SIM_JOINT_STATES.name, ns, js(ns, sim['q'][i], sim['qd'][i]))
             w.write(
                 JOINT_STATES.name,

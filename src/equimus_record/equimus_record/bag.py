@@ -353,6 +353,14 @@ def raw_messages(bag: Path, topics: list[str] | None) -> Iterator[tuple[str, str
                 yield topic, msgtype, record.log_time, record.data
 
 
+def pressures(msg: Any) -> list[float]:
+    """The pressures (kPa) of a /valve/applied or /valve/pressure message: the stamped
+    sensor_msgs/JointState's `effort`, or the `data` of the Float64MultiArray that bags recorded
+    before the pressures were stamped hold."""
+    values = getattr(msg, 'effort', None)
+    return [float(v) for v in (msg.data if values is None else values)]
+
+
 def read_messages(
     bag: Path, topics: list[str] | None = None
 ) -> Iterator[tuple[str, int, Any]]:  # Any: a message of whichever type the topic has

@@ -204,6 +204,46 @@ class JointStateWriter(_Writer):
         return msg
 
 
+class PressureStateWriter(_Writer):
+    """sensor_msgs/JointState with fixed names and efforts only (the stamped pressures, kPa):
+    ``write(t_ns, efforts)``."""
+
+    def __init__(self, publisher, names: Sequence[str], frame_id: str = ''):
+        from sensor_msgs.msg import JointState
+
+        self.names, self.frame_id = list(names), frame_id
+        n = len(self.names)
+        lay = _Layout()
+        self._stamp = lay.take(8, 4)
+        lay.string(frame_id)
+        lay.take(4, 4)
+        for name in self.names:
+            lay.string(name)
+        lay.doubles(0)
+        lay.doubles(0)
+        self._vec = struct.Struct(f'<{n}d')
+        self._effort = lay.doubles(n)
+        proto = JointState(name=self.names, effort=[0.0] * n)
+        proto.header.frame_id = frame_id
+        super().__init__(
+            publisher, proto, [5_000_000_042, [0.5 + 3 * i for i in range(n)]], lay.pos
+        )
+
+    def _encode(self, t_ns: int, effort) -> bytes:
+        buf = self._buf
+        _STAMP.pack_into(buf, self._stamp, *divmod(int(t_ns), 1_000_000_000))
+        self._vec.pack_into(buf, self._effort, *effort)
+        return bytes(buf)
+
+    def _message(self, t_ns: int, effort):
+        from sensor_msgs.msg import JointState
+
+        msg = JointState(name=self.names, effort=[float(v) for v in effort])
+        msg.header.stamp.sec, msg.header.stamp.nanosec = divmod(int(t_ns), 1_000_000_000)
+        msg.header.frame_id = self.frame_id
+        return msg
+
+
 class ArrayWriter(_Writer):
     """std_msgs/Float64MultiArray with the prototype's layout and length: ``write(values)``."""
 

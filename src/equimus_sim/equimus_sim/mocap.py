@@ -1,7 +1,10 @@
 """Virtual motion capture: MuJoCo body poses as the OptiTrack/NatNet bridge would publish them.
 
 Plain Python, no ROS. The node turns each released `MocapFrame` into one
-geometry_msgs/PoseStamped per rigid body (frame_id `mocap`, stamp = capture time).
+geometry_msgs/PoseStamped per rigid body (frame_id `mocap`, stamp = capture time), converted to
+the Z-up ROS frame (REP-103) exactly as the NatNet bridge converts Motive's default Y-up stream
+(equimus_description.motive); the frames here stay Motive's stream, which the rig emulator
+serves over NatNet.
 
 Frame convention (Motive default stream, see ../shared/spec/natnet.md §7): Y up, metres,
 right-handed, X and Z horizontal. MuJoCo's world is Z up. A world point p_w maps to

@@ -50,7 +50,6 @@ from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import JointState
-from std_msgs.msg import Float64MultiArray
 from std_srvs.srv import Trigger
 
 from equimus_description.interface import (
@@ -60,15 +59,14 @@ from equimus_description.interface import (
     DIAGNOSTICS,
     FRAME_MOCAP,
     JOINTS,
-    PRESSURE_LAYOUT,
     SIM_JOINT_STATES,
     TOPICS,
     VALVE_APPLIED,
     VALVE_PRESSURE,
     mocap_topic,
 )
-from equimus_ros.arrays import float_array
-from equimus_ros.cdr import ArrayWriter, ClockWriter, JointStateWriter, PoseWriter
+from equimus_description.motive import DEFAULT_UP_AXIS, motive_to_ros
+from equimus_ros.cdr import ClockWriter, JointStateWriter, PoseWriter, PressureStateWriter
 from equimus_ros.diagnostics import Diagnostics, Level
 from equimus_ros.main import is_shutting_down, run_node
 from equimus_ros.params import bind
@@ -118,10 +116,20 @@ class _PoseOut(_Reused):
         self.pub.publish(m)
 
 
-class _ArrayOut(_Reused):
-    def write(self, values) -> None:
-        self.msg.data = [float(v) for v in values]
-        self.pub.publish(self.msg)
+def ros_pose(position, quat_wxyz) -> tuple:
+    """A virtual-mocap pose (Motive's default Y-up stream) as the bridge publishes it: in the
+    Z-up frame `mocap` (REP-103), by the bridge's own conversion; quaternion w, x, y, z."""
+    w, x, y, z = quat_wxyz
+    pos, (qx, qy, qz, qw) = motive_to_ros(position, (x, y, z, w), DEFAULT_UP_AXIS)
+    return pos, (qw, qx, qy, qz)
+
+
+class _PressureOut(_Reused):
+    def write(self, t_ns: int, values) -> None:
+        m = self.msg
+        m.header.stamp.sec, m.header.stamp.nanosec = divmod(int(t_ns), 1_000_000_000)
+        m.effort = [float(v) for v in values]
+        self.pub.publish(m)
 
 
 class SimNode(Node):
@@ -183,9 +191,9 @@ class SimNode(Node):
         self.pub_clock = publisher(self, Clock, CLOCK)
         self.pub_joints = publisher(self, JointState, SIM_JOINT_STATES)
         self.pub_pose = {b: publisher(self, PoseStamped, _TOPICS[mocap_topic(b)]) for b in BODIES}
-        self.pub_pressure = publisher(self, Float64MultiArray, VALVE_PRESSURE)
+        self.pub_pressure = publisher(self, JointState, VALVE_PRESSURE)
         self.diagnostics = Diagnostics(self, DIAGNOSTICS, 'sim: simulator', 'mujoco')
-        subscription(self, Float64MultiArray, VALVE_APPLIED, self.on_applied)
+        subscription(self, JointState, VALVE_APPLIED, self.on_applied)
         self.create_service(Trigger, '~/reset', self._on_reset)
         self.create_service(Trigger, '~/pause', self._on_pause)
         self.create_service(Trigger, '~/resume', self._on_resume)
@@ -207,12 +215,11 @@ class SimNode(Node):
     def _make_writers(self, raw: bool) -> None:
         """raw: pre-serialised writers (bytes to DDS, equimus_ros.cdr); else reused message
         objects through Publisher.publish, which the composed graph's hand-off replaces."""
-        pressure = float_array([0.0] * len(ACTUATORS), PRESSURE_LAYOUT)
         if raw:
             self.out_clock = ClockWriter(self.pub_clock)
             self.out_joints = JointStateWriter(self.pub_joints, list(JOINTS))
             self.out_pose = {b: PoseWriter(self.pub_pose[b], FRAME_MOCAP) for b in BODIES}
-            self.out_pressure = ArrayWriter(self.pub_pressure, pressure)
+            self.out_pressure = PressureStateWriter(self.pub_pressure, ACTUATORS)
             return
         self.out_clock = _ClockOut(self.pub_clock, Clock())
         self.out_joints = _JointsOut(self.pub_joints, JointState(name=list(JOINTS)))
@@ -221,7 +228,7 @@ class SimNode(Node):
             pose = PoseStamped()
             pose.header.frame_id = FRAME_MOCAP
             self.out_pose[b] = _PoseOut(self.pub_pose[b], pose)
-        self.out_pressure = _ArrayOut(self.pub_pressure, pressure)
+        self.out_pressure = _PressureOut(self.pub_pressure, JointState(name=list(ACTUATORS)))
 
     def compose(self) -> None:
         """Run inside the composed graph: the valve driver answers each frame by a direct call
@@ -249,16 +256,16 @@ class SimNode(Node):
             self.cond.notify_all()
 
     # ----- callbacks (executor thread) ------------------------------------------------------
-    def on_applied(self, msg: Float64MultiArray) -> None:
+    def on_applied(self, msg: JointState) -> None:
         with self.cond:
             self.commands += 1
-            problem = self.sim.set_command(list(msg.data))
+            problem = self.sim.set_command(list(msg.effort))
             if self.mode == 'lockstep':
                 self.queue.append(self.sim.command.copy())
                 self.cond.notify_all()
         if problem:
             self.get_logger().warning(
-                f'refused {VALVE_APPLIED.name} {list(msg.data)}: {problem}; the valves keep '
+                f'refused {VALVE_APPLIED.name} {list(msg.effort)}: {problem}; the valves keep '
                 f'{self.sim.command.tolist()} kPa',
                 throttle_duration_sec=1.0,
             )
@@ -370,7 +377,7 @@ class SimNode(Node):
         poses = [
             (
                 int(round(f.capture_time * 1e9)),
-                [(n, p.position, p.orientation) for n, p in f.bodies.items()],
+                [(n, *ros_pose(p.position, p.orientation)) for n, p in f.bodies.items()],
             )
             for f in self.mocap.release(t_ns * 1e-9)
         ]
@@ -382,7 +389,7 @@ class SimNode(Node):
         for cap_ns, bodies in poses:
             for name, position, orientation in bodies:
                 self.out_pose[name].write(cap_ns, position, orientation)
-        self.out_pressure.write(pressures)
+        self.out_pressure.write(t_ns, pressures)
 
     def _drop_unanswered_commands(self) -> None:
         # Lockstep: only a command sent after a frame was published answers that frame. Commands

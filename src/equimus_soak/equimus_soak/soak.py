@@ -145,9 +145,11 @@ class SoakSupervisor(Supervisor):
     def start(self) -> None:
         self.check_realtime()
         for spec in self.specs:
-            self.spawn(spec.name)
+            self.spawn(spec.name, bring_up=False)
+        for spec in self.specs:  # all processes start at once, then the managed ones go active
+            self.bring_up(spec.name)
 
-    def spawn(self, name: str) -> None:
+    def spawn(self, name: str, bring_up: bool = True) -> None:
         spec = next(s for s in self.specs if s.name == name)
         cmd = command_for(spec, self.log_level)
         if name == 'recorder':
@@ -169,6 +171,8 @@ class SoakSupervisor(Supervisor):
         t = threading.Thread(target=self._pump, args=(name, proc), daemon=True)
         t.start()
         self._threads.append(t)
+        if bring_up:
+            self.bring_up(name)  # a restarted managed node: configure and activate it
 
     def kill(self, name: str) -> None:
         proc = self.procs[name]

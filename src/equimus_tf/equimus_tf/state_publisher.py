@@ -55,9 +55,9 @@ class StatePublisherParams:
         (0.0, 0.0, 0.0), 'm, origin of the motion-capture frame in the world frame'
     )
     mocap_frame_rpy: tuple[float, ...] = param(
-        (math.pi / 2, 0.0, 0.0),
-        'rad, roll-pitch-yaw of the motion-capture frame in the world frame '
-        "(+90° about x: Motive's Y-up stream under the Z-up world)",
+        (0.0, 0.0, 0.0),
+        'rad, roll-pitch-yaw of the motion-capture frame in the world frame (both Z-up, '
+        "REP-103: the bridge converts Motive's up axis, so no rotation by default)",
         range=(-2 * math.pi, 2 * math.pi),
     )
     leg_parameter_set: str = param('', "parameter set of the leg description ('' = as is)")

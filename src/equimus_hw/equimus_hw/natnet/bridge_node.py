@@ -3,6 +3,11 @@
 The protocol, clock mapping and health counters live in :mod:`.client` (no ROS). This node only
 declares parameters, runs the client's receive loop in a thread, turns frames into
 PoseStamped messages and reports on /diagnostics.
+
+A managed (lifecycle) node: `configure` opens the NatNet sockets, `activate` starts the receive
+thread (connect, stream, publish), `deactivate` stops it (no pose is published), `cleanup` and
+`shutdown` close the sockets. The launch files and the supervisor take it to active;
+`autostart: true` does so alone (a bare `ros2 run`).
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from collections.abc import Callable
 
 from geometry_msgs.msg import PoseStamped
 from rclpy.duration import Duration
-from rclpy.node import Node
+from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from rclpy.publisher import Publisher
 from sensor_msgs.msg import PointCloud2, PointField
 
@@ -29,7 +34,9 @@ from equimus_description.interface import (
     MOCAP_MARKERS,
     mocap_pose,
 )
+from equimus_description.motive import DEFAULT_UP_AXIS, check_up_axis, motive_to_ros
 from equimus_ros.diagnostics import Diagnostics, Level
+from equimus_ros.lifecycle import bring_up
 from equimus_ros.main import run_node
 from equimus_ros.params import bind
 from equimus_ros.qos import publisher
@@ -43,11 +50,6 @@ _POINT = struct.Struct('<fffI')
 _S = math.sqrt(0.5)
 
 
-def y_up_to_z_up(p, q):
-    """Motive Y-up -> ROS Z-up: +90 deg about X. (x, y, z) -> (x, -z, y); same for q's vector."""
-    return (p[0], -p[2], p[1]), (q[0], -q[2], q[1], q[3])
-
-
 PoseSink = Callable[[str, PoseStamped], None]
 
 
@@ -56,10 +58,10 @@ class BridgeConfig:
     """What the bridge publishes (the connection is NatNetConfig's)."""
 
     frame_id: str = param(FRAME_MOCAP, 'frame_id of the published poses')
-    convert_to_z_up: bool = param(
-        False,
-        'rotate Motive Y-up into Z-up (+90 deg about X) before '
-        "publishing (the graph's topics are in Motive's Y-up frame)",
+    up_axis: str = param(
+        DEFAULT_UP_AXIS,
+        "Motive's Streaming > Up Axis setting: 'y_up' (Motive's default; rotated +90 deg about "
+        "X into the Z-up frame) or 'z_up' (passed as is); the poses are Z-up (REP-103) either way",
     )
     rigid_bodies: tuple[str, ...] = param(
         BODIES,
@@ -72,6 +74,11 @@ class BridgeConfig:
         "publish Motive's labeled markers on /mocap/markers (sensor_msgs/PointCloud2: x, y, z "
         'float32 m in frame_id, id uint32), one cloud per frame',
     )
+    autostart: bool = param(
+        False,
+        'configure and activate at start-up (a bare `ros2 run`); the launch files and the '
+        'supervisor leave it false and drive the lifecycle transitions',
+    )
     discovery_wait: float = param(
         1.0,
         's to wait at start, before connecting, for every pose topic to have a subscriber (so a '
@@ -81,6 +88,10 @@ class BridgeConfig:
 
     def __post_init__(self) -> None:
         validate_fields(self)
+        try:
+            check_up_axis(self.up_axis)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
         dup = sorted({n for n in self.rigid_bodies if self.rigid_bodies.count(n) > 1})
         if dup:
             raise ConfigError(f'rigid_bodies lists {dup} more than once; list each body once')
@@ -93,12 +104,17 @@ class BridgeConfig:
                 )
 
 
-class NatNetBridge(Node):
+class NatNetBridge(LifecycleNode):
     """`downstream`, if given, gets every pose in the receive thread before it is published: the
     fused control loop (equimus_bringup.control_loop) chains the estimator there without a DDS
     hop."""
 
     def __init__(self, downstream: PoseSink | None = None, **kwargs):
+        # Before the node exists: destroy_node may run on a half-built bridge (bad parameters).
+        self._stop = threading.Event()
+        self._stop.set()
+        self._thread: threading.Thread | None = None
+        self._sockets_open = False
         super().__init__('natnet_bridge', **kwargs)
         self.downstream = downstream
         self.frame_arrival_ns = 0  # perf_counter_ns of the datagram being handled
@@ -109,7 +125,7 @@ class NatNetBridge(Node):
         self.server_address, self.command_port = net.server_address, net.command_port
         self.multicast, self.group = net.multicast, net.multicast_group
         self.data_port = net.data_port
-        self.frame_id, self.z_up = bridge.frame_id, bridge.convert_to_z_up
+        self.frame_id, self.up_axis = bridge.frame_id, bridge.up_axis
         self.discovery_wait = bridge.discovery_wait
         self.markers_pub = (
             publisher(self, PointCloud2, MOCAP_MARKERS) if bridge.publish_markers else None
@@ -146,20 +162,65 @@ class NatNetBridge(Node):
             plausibility=net.plausibility(),
             on_model=self._on_model,
         )
-        self._stop = threading.Event()
+        self.autostart = bridge.autostart
         self._last_diag = 0.0
         self._last_level: Level | None = None
         self._prev = (0, 0, 0)
         self._prev_more = (0, 0, 0)
         self._reject_log_t = 0.0
-        self._thread = threading.Thread(target=self._receive, daemon=True, name='natnet-rx')
         self.create_timer(0.1, self._diagnostics)
-        self._thread.start()
         mode = f'multicast {self.group}:{self.data_port}' if self.multicast else 'unicast'
         self.get_logger().info(
             f'NatNet bridge: server {self.server_address}:{self.command_port}, {mode}, '
-            f'frame {self.frame_id}{" (Z-up)" if self.z_up else " (Motive Y-up)"}'
+            f'frame {self.frame_id} (Z-up, from Motive {self.up_axis}); unconfigured'
         )
+
+    # -- lifecycle --------------------------------------------------------------------------
+    def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """Open the sockets (binding the data port may fail: the transition then fails)."""
+        try:
+            self.client.open()
+        except OSError as e:
+            self.client.close()
+            self.get_logger().fatal(
+                f'cannot open NatNet sockets ({e}); check local_address/data_port/multicast_group'
+            )
+            return TransitionCallbackReturn.FAILURE
+        self._sockets_open = True
+        self.get_logger().info('configured: NatNet sockets open')
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """Start the receive thread: connect to Motive, stream and publish."""
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._receive, daemon=True, name='natnet-rx')
+        self._thread.start()
+        self.get_logger().info('active: streaming')
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self.stop_receiving()
+        self.get_logger().info('inactive: no pose is published')
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_cleanup(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self._close_sockets()
+        self.get_logger().info('cleaned up: NatNet sockets closed')
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_shutdown(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self._close_sockets()
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_error(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self._close_sockets()
+        return TransitionCallbackReturn.SUCCESS
+
+    def _close_sockets(self) -> None:
+        self.stop_receiving()
+        if self._sockets_open:
+            self._sockets_open = False
+            self.client.close()
 
     def _apply(self, cfg: NatNetConfig) -> None:
         """Runtime: the stale timeout (the receive thread reads it on every check)."""
@@ -174,18 +235,9 @@ class NatNetBridge(Node):
             self._stop.wait(0.01)
 
     def _receive(self) -> None:
+        stop = self._stop
         self._wait_for_subscribers()
-        try:
-            self.client.open()
-        except OSError as e:
-            self.get_logger().fatal(
-                f'cannot open NatNet sockets ({e}); check local_address/data_port/multicast_group'
-            )
-            return
-        try:
-            self.client.run(self._stop)
-        finally:
-            self.client.close()
+        self.client.run(stop)
 
     def _log(self, level: str, msg: str) -> None:
         log = self.get_logger()
@@ -246,11 +298,7 @@ class NatNetBridge(Node):
             msg.header.stamp = stamp
             msg.header.frame_id = self.frame_id
             if b.tracking_valid:
-                pos, q = (
-                    y_up_to_z_up(b.position, b.orientation)
-                    if self.z_up
-                    else (b.position, b.orientation)
-                )
+                pos, q = motive_to_ros(b.position, b.orientation, self.up_axis)
             else:
                 pos, q = (NAN, NAN, NAN), (NAN, NAN, NAN, NAN)
             o = msg.pose.position
@@ -277,7 +325,7 @@ class NatNetBridge(Node):
         id tells them apart) as an unordered cloud of (x, y, z, id)."""
         pts = []
         for m in ev.frame.labeled_markers:
-            p = y_up_to_z_up(m.position, (0.0, 0.0, 0.0, 1.0))[0] if self.z_up else m.position
+            p = motive_to_ros(m.position, (0.0, 0.0, 0.0, 1.0), self.up_axis)[0]
             pts.append(_POINT.pack(*p, m.id & 0xFFFFFFFF))
         msg = PointCloud2()
         msg.header.stamp = stamp
@@ -303,7 +351,9 @@ class NatNetBridge(Node):
         new_foreign = st.foreign_packets - self._prev_more[0]
         new_implausible = st.implausible_frames - self._prev_more[1]
         new_ts = st.non_monotonic_timestamps - self._prev_more[2]
-        if c.version_error:
+        if self._stop.is_set():
+            level, text = Level.WARN, 'not active (lifecycle): no pose is published'
+        elif c.version_error:
             level, text = Level.ERROR, f'cannot decode the stream: {c.version_error}'
         elif c.layout_error:
             level, text = Level.ERROR, f'cannot decode the stream: {c.layout_error}'
@@ -390,17 +440,26 @@ class NatNetBridge(Node):
     def stop_receiving(self) -> None:
         """Stop the receive thread (no frame is handled after this returns, unless it hangs)."""
         self._stop.set()
-        if self._thread.is_alive() and self._thread is not threading.current_thread():
-            self._thread.join(timeout=2.0)
+        thread = self._thread
+        if thread is not None and thread.is_alive() and thread is not threading.current_thread():
+            thread.join(timeout=2.0)
 
     def destroy_node(self):
-        self.stop_receiving()
+        self._close_sockets()
         return super().destroy_node()
+
+
+def natnet_bridge() -> NatNetBridge:
+    """The node; taken to active here only with `autostart: true` (else by launch/supervisor)."""
+    node = NatNetBridge()
+    if node.autostart:
+        bring_up(node)
+    return node
 
 
 def main(args=None) -> int:
     return run_node(
-        NatNetBridge, args, config_hint='Fix config/natnet.yaml or the --ros-args overrides.'
+        natnet_bridge, args, config_hint='Fix config/natnet.yaml or the --ros-args overrides.'
     )
 
 

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from equimus_description.interface import BODIES
+from equimus_description.motive import DEFAULT_UP_AXIS, UP_AXES, check_up_axis, motive_to_ros
 
 from . import protocol as P
 
@@ -193,7 +194,11 @@ class NatNetEmulator:
         before_frame: Callable[[], None] | None = None,
         bitstream_changeable: bool = True,
         announce_version: str | None = None,
+        up_axis: str = DEFAULT_UP_AXIS,
     ):
+        # Motive's Streaming > Up Axis: the sources give poses in Motive's default Y-up frame;
+        # with 'z_up' they are streamed as Motive streams them with Up Axis = Z.
+        self.up_axis = check_up_axis(up_axis)
         self.version = P.check_version(P.parse_version(version))
         # False: a server that refuses `Bitstream,X.Y` (-1), like Motive in multicast.
         self.bitstream_changeable = bitstream_changeable
@@ -359,6 +364,8 @@ class NatNetEmulator:
         poses = dict(self.source(t))
         with self._lock:
             poses.update(self._pushed)
+        if self.up_axis == 'z_up':
+            return {n: motive_to_ros(p, q, DEFAULT_UP_AXIS) for n, (p, q) in poses.items()}
         return poses
 
     def build_frame(self, t: float) -> P.Frame:
@@ -731,6 +738,13 @@ def build_parser() -> argparse.ArgumentParser:
         type=_version_arg,
         help='fault: announce this NatNet version in server info while streaming --version',
     )
+    p.add_argument(
+        '--up-axis',
+        choices=UP_AXES,
+        default=DEFAULT_UP_AXIS,
+        help="Motive's Streaming > Up Axis: y_up (default) streams the Y-up poses as they are, "
+        'z_up rotates them as Motive does (the bridge must have the same up_axis)',
+    )
     p.add_argument('--duration', type=float, default=0.0, help='exit after this many s (0 = run)')
     p.add_argument('--seed', type=int, default=0)
     return p
@@ -776,6 +790,7 @@ def main(argv: list[str] | None = None) -> int:
         seed=args.seed,
         bitstream_changeable=not args.refuse_bitstream,
         announce_version=args.announce_version,
+        up_axis=args.up_axis,
     )
     try:
         emu.open()

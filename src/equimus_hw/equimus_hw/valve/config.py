@@ -31,6 +31,11 @@ class DriverConfig:
     )
     port: str = param('/dev/ttyACM0', 'serial device of the DAC board (or the emulator link)')
     baud: int = param(115200, 'serial baud rate (ignored by USB CDC boards)', range=(1, 10_000_000))
+    autostart: bool = param(
+        False,
+        'configure and activate at start-up (a bare `ros2 run`); the launch files and the '
+        'supervisor leave it false and drive the lifecycle transitions',
+    )
     auto_arm: bool = param(
         False, 'arm at start-up; false = start disarmed, call ~/arm (the sim graph sets it true)'
     )

@@ -5,8 +5,14 @@ Thin rclpy wrapper around safety.SafetyFilter, calibration.ValveCalibration and 
 board (board.SimBoard, `board: sim`) in the sim graph, where the pressures the codes regulate to go
 on /valve/applied and the sim node's valves follow them. The safety layer is the same on both legs.
 
-It starts DISARMED: the output is 0 kPa until `/valve_driver/arm` is called (or the parameter
-auto_arm is true, as the sim graph sets it) AND a fresh command arrives.
+A managed (lifecycle) node: `configure` opens the board (serial port or simulated board) and
+starts the keep-alive and watchdog ticks, venting; `activate` accepts commands and arms when
+auto_arm is true; `deactivate` disarms and vents (`ros2 lifecycle set /valve_driver deactivate`);
+`cleanup` vents and closes the port; `shutdown` (and any exit) vents and closes. The launch files
+and the supervisor take it to active; `autostart: true` does so alone (a bare `ros2 run`).
+
+When active it is DISARMED until `/valve_driver/arm` is called (or the parameter auto_arm is true,
+as the sim graph sets it) AND a fresh command arrives: output 0 kPa.
 One commander (safety.CommanderGuard): arming is refused while more than one node publishes
 /valve/command; if a second node sends commands while armed, every command is ignored, so the
 last accepted one holds until the watchdog vents, and control resumes with the first command
@@ -31,20 +37,21 @@ import threading
 import time
 
 from rclpy.clock import Clock, ClockType
-from rclpy.node import Node
+from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
+from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
 from std_srvs.srv import Trigger
 
 from equimus_description.interface import (
     ACTUATORS,
     DIAGNOSTICS,
-    PRESSURE_LAYOUT,
     VALVE_APPLIED,
     VALVE_COMMAND,
     VALVE_PRESSURE,
 )
-from equimus_ros.arrays import float_array
+from equimus_ros.arrays import pressure_state
 from equimus_ros.diagnostics import Diagnostics, Level
+from equimus_ros.lifecycle import bring_up
 from equimus_ros.main import run_node
 from equimus_ros.params import bind
 from equimus_ros.qos import publisher, subscription
@@ -67,7 +74,7 @@ def _serialised(method):
     return call
 
 
-class ValveDriver(Node):
+class ValveDriver(LifecycleNode):
     """`subscribe=False` is for the fused control loop: commands come by call (`on_command`)
     from the controller in the same process; /valve/command is then published, not read."""
 
@@ -76,6 +83,27 @@ class ValveDriver(Node):
         self._lock = threading.RLock()
         self.params = bind(self, DriverConfig(), apply=self._apply)
         p = self.params.config
+        self.simulated = p.board == 'sim'
+        self.subscribed = subscribe
+        self.active = False
+        self.board: Board | None = None
+        self._timers: list = []
+        self._sub = None
+        self._closing = False
+        self._reset(p)
+        self.pub_applied = publisher(self, JointState, VALVE_APPLIED)
+        # The simulated leg's measured pressures come from the sim node itself.
+        self.pub_pressure = None if self.simulated else publisher(self, JointState, VALVE_PRESSURE)
+        self.diagnostics = Diagnostics(
+            self, DIAGNOSTICS, 'valve_driver: DAC board', 'sim' if self.simulated else p.port
+        )
+        self.create_service(Trigger, '~/arm', self._srv_arm)
+        self.create_service(Trigger, '~/disarm', self._srv_disarm)
+        self.create_service(Trigger, '~/estop', self._srv_estop)
+        self.get_logger().info('unconfigured: the board is closed until configure')
+
+    def _reset(self, p: DriverConfig) -> None:
+        """Fresh safety state from the current parameters (at construction and each configure)."""
         self.cal = p.calibration()
         self.safety = SafetyFilter(
             len(ACTUATORS), p.max_kpa, p.slew_rate_kpa_s, p.command_timeout_s
@@ -83,8 +111,24 @@ class ValveDriver(Node):
         self.guard = CommanderGuard(p.command_timeout_s)
         self.keepalive_s = p.keepalive_period_s
         self.shutdown_ack_timeout_s = p.shutdown_ack_timeout_s
-        self.simulated = p.board == 'sim'
-        self.board: Board = (
+        self.last_write_ns = 0
+        self._last_sent: list[int] | None = None
+        self._last_send_t = 0.0
+        self._slew_t: float | None = None
+        self._generation = 0
+        self._measured_count = 0
+        self._last_commanded = [math.nan] * len(ACTUATORS)
+        self._diag_key: tuple[str, bool, bool, bool, bool] | None = None
+        self._last_warn_t = -math.inf
+
+    # ----------------------------------------------------------------- lifecycle
+    @_serialised
+    def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """Open the board and start the ticks; the output is vented (disarmed)."""
+        p = self.params.config
+        self._reset(p)
+        self._closing = False
+        board: Board = (
             SimBoard(len(ACTUATORS), self.cal)
             if self.simulated
             else BoardLink(
@@ -99,52 +143,86 @@ class ValveDriver(Node):
                 log=self._link_log,
             )
         )
-        self._closing = False
-        self.last_write_ns = 0
-        self._last_sent: list[int] | None = None
-        self._last_send_t = 0.0
-        self._slew_t: float | None = None
-        self._generation = 0
-        self._measured_count = 0
-        self._last_commanded = [math.nan] * len(ACTUATORS)
-        self._diag_key: tuple[str, bool, bool, bool, bool] | None = None
-        self._last_warn_t = -math.inf
-
-        self.pub_applied = publisher(self, Float64MultiArray, VALVE_APPLIED)
-        # The simulated leg's measured pressures come from the sim node itself.
-        self.pub_pressure = (
-            None if self.simulated else publisher(self, Float64MultiArray, VALVE_PRESSURE)
-        )
-        self.diagnostics = Diagnostics(
-            self, DIAGNOSTICS, 'valve_driver: DAC board', self.board.port
-        )
+        try:
+            board.start()
+        except OSError as exc:
+            self.get_logger().error(f'configure failed: cannot open {p.port}: {exc}')
+            return TransitionCallbackReturn.FAILURE
+        self.board = board
         steady = Clock(clock_type=ClockType.STEADY_TIME)
-        self.subscribed = subscribe
-        if subscribe:
-            subscription(self, Float64MultiArray, VALVE_COMMAND, self._on_topic_command)
-            self.create_timer(0.2, self._count_commanders, clock=steady)
-        self.create_service(Trigger, '~/arm', self._srv_arm)
-        self.create_service(Trigger, '~/disarm', self._srv_disarm)
-        self.create_service(Trigger, '~/estop', self._srv_estop)
-        self.create_timer(1.0 / p.rate_hz, self._tick, clock=steady)
-        self.create_timer(1.0, self._publish_diagnostics, clock=steady)
+        if self.subscribed:
+            self._sub = subscription(self, Float64MultiArray, VALVE_COMMAND, self._on_topic_command)
+            self._timers.append(self.create_timer(0.2, self._count_commanders, clock=steady))
+        self._timers.append(self.create_timer(1.0 / p.rate_hz, self._tick, clock=steady))
+        self._timers.append(self.create_timer(1.0, self._publish_diagnostics, clock=steady))
+        self.get_logger().info(
+            f'configured: board {p.board}'
+            + ('' if self.simulated else f' on {p.port}')
+            + f', max {self.cal.max_kpa:g} kPa = DAC code {self.cal.max_code}, '
+            f'watchdog {p.command_timeout_s:g} s, slew {p.slew_rate_kpa_s:g} kPa/s; vented'
+        )
+        return TransitionCallbackReturn.SUCCESS
 
-        self.board.start()
-        if p.auto_arm:
+    @_serialised
+    def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """Accept commands; arm at once when auto_arm is true (else wait for ~/arm)."""
+        self.active = True
+        if self.params.config.auto_arm:
             # Not refused by the graph view: a restarted driver would see a SIGKILLed
             # controller listed for the DDS lease (20 s); the sender rule guards from here on.
             self.safety.arm(time.monotonic())
             self.get_logger().warning(
-                'auto_arm=true: ARMED at start-up; valves follow '
+                'active, auto_arm=true: ARMED; valves follow '
                 f'{VALVE_COMMAND.name} as soon as a command arrives'
             )
         else:
-            self.get_logger().info('started DISARMED (0 kPa); call /valve_driver/arm to enable')
+            self.get_logger().info('active, DISARMED (0 kPa); call /valve_driver/arm to enable')
+        self._publish_diagnostics()
+        return TransitionCallbackReturn.SUCCESS
+
+    @_serialised
+    def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """Disarm and vent; commands are ignored until the next activate."""
+        self.active = False
+        self._vent('deactivated')
+        return TransitionCallbackReturn.SUCCESS
+
+    @_serialised
+    def on_cleanup(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self._close_board('cleaned up')
+        return TransitionCallbackReturn.SUCCESS
+
+    @_serialised
+    def on_shutdown(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self._close_board('shut down')
+        return TransitionCallbackReturn.SUCCESS
+
+    @_serialised
+    def on_error(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self._close_board('error')
+        return TransitionCallbackReturn.SUCCESS
+
+    def _vent(self, why: str) -> None:
+        self.safety.disarm()
+        if self.board is not None:
+            now = time.monotonic()
+            self._send(self.safety.step(now, 0.0), now)  # a vent: no slew
+            self._publish_diagnostics()
+        self.get_logger().info(f'{why}: disarmed, all channels vented to 0 kPa')
+
+    def _close_board(self, why: str) -> None:
+        """Vent, close the port and stop the ticks (back to unconfigured)."""
+        self.active = False
+        acked = self.vent_and_close()
+        for timer in self._timers:
+            self.destroy_timer(timer)
+        self._timers.clear()
+        if self._sub is not None:
+            self.destroy_subscription(self._sub)
+            self._sub = None
+        self.board = None
         self.get_logger().info(
-            f'board {p.board}'
-            + ('' if self.simulated else f' on {p.port}')
-            + f', max {self.cal.max_kpa:g} kPa = DAC code {self.cal.max_code}, '
-            f'watchdog {p.command_timeout_s:g} s, slew {p.slew_rate_kpa_s:g} kPa/s'
+            f'{why}: vented ({"acknowledged" if acked else "not acknowledged"}), board closed'
         )
 
     @_serialised
@@ -153,7 +231,8 @@ class ValveDriver(Node):
         self.safety.configure(cfg.max_kpa, cfg.slew_rate_kpa_s, cfg.command_timeout_s)
         self.guard.window_s = cfg.command_timeout_s
         self.cal = cfg.calibration()
-        self.board.cal = self.cal  # the next tick clamps the output to a lower ceiling
+        if self.board is not None:
+            self.board.cal = self.cal  # the next tick clamps the output to a lower ceiling
 
     def _slew_elapsed(self) -> float:
         """Time for the slew limit with the simulated board: the node clock (sim time)."""
@@ -188,6 +267,14 @@ class ValveDriver(Node):
     @_serialised
     def on_command(self, msg: Float64MultiArray) -> None:
         now = time.monotonic()
+        if not self.active or self.board is None:
+            if now - self._last_warn_t > 1.0:
+                self._last_warn_t = now
+                self.get_logger().warning(
+                    'command ignored: valve_driver is not active (ros2 lifecycle set '
+                    '/valve_driver activate)'
+                )
+            return
         self._check_reconnect(now)
         self._last_commanded = list(msg.data)
         res = self.safety.command(msg.data, now)
@@ -198,7 +285,7 @@ class ValveDriver(Node):
 
     def _check_reconnect(self, now: float) -> None:
         """After every (re)connect, vent until a command newer than the connect arrives."""
-        if self.board.generation != self._generation:
+        if self.board is not None and self.board.generation != self._generation:
             self._generation = self.board.generation
             if self._generation > 1:
                 self.get_logger().warning(
@@ -209,6 +296,9 @@ class ValveDriver(Node):
 
     @_serialised
     def _tick(self) -> None:
+        board = self.board
+        if board is None:
+            return
         now = time.monotonic()
         self._check_reconnect(now)
         # The simulated board: the slew advances with the commands only (in sim time), so a tick
@@ -216,19 +306,18 @@ class ValveDriver(Node):
         out = self.safety.step(now, 0.0 if self.simulated else None)
         codes = self.cal.codes(out)
         if codes != self._last_sent or (
-            self.board.needs_keepalive and now - self._last_send_t >= self.keepalive_s
+            board.needs_keepalive and now - self._last_send_t >= self.keepalive_s
         ):
             self._send(out, now)
         if not self.context.ok():
             return
-        board = self.board
         if (
             self.pub_pressure is not None
             and board.measured_count != self._measured_count
             and board.measured_kpa
         ):
             self._measured_count = board.measured_count
-            self.pub_pressure.publish(float_array(board.measured_kpa, PRESSURE_LAYOUT))
+            self.pub_pressure.publish(self._pressures(board.measured_kpa))
         key = (
             board.state,
             self.safety.armed,
@@ -240,6 +329,8 @@ class ValveDriver(Node):
             self._publish_diagnostics()
 
     def _send(self, out_kpa: list[float], now: float) -> None:
+        if self.board is None:
+            return
         codes = [0] * len(ACTUATORS) if self._closing else self.cal.codes(out_kpa)
         seq = self.board.send_codes(codes)
         if seq is not None:  # written: the fused loop's latency ends here
@@ -250,12 +341,24 @@ class ValveDriver(Node):
             [self.cal.code_to_kpa(c) for c in codes] if seq is not None else [0.0] * len(ACTUATORS)
         )
         if self.context.ok():  # a signal may have shut ROS down already; the serial side still runs
-            self.pub_applied.publish(float_array(applied, PRESSURE_LAYOUT))
+            self.pub_applied.publish(self._pressures(applied))
+
+    def _pressures(self, kpa):
+        """Stamped now on the node clock (sim time in the sim graph: the frame it answers)."""
+        return pressure_state(ACTUATORS, kpa, self.get_clock().now().to_msg())
 
     # ----------------------------------------------------------------- services
     @_serialised
     def _srv_arm(self, request, response):
         now = time.monotonic()
+        if not self.active or self.board is None:
+            response.success = False
+            response.message = (
+                'not armed: valve_driver is not active; `ros2 lifecycle set /valve_driver '
+                'configure` then `activate` first'
+            )
+            self.get_logger().error(response.message)
+            return response
         if self.subscribed:
             self._count_commanders()
             refusal = self.guard.arm_refusal(now)
@@ -313,7 +416,10 @@ class ValveDriver(Node):
             self.get_logger().info(text)
 
     def _publish_diagnostics(self) -> None:
-        s, lk, st = self.safety, self.board, self.board.stats
+        lk = self.board
+        if lk is None or not self.context.ok():
+            return
+        s, st = self.safety, lk.stats
         self._diag_key = (lk.state, s.armed, s.estopped, s.watchdog_active, self.guard.conflict)
         now = time.monotonic()
         if s.estopped:
@@ -322,6 +428,8 @@ class ValveDriver(Node):
             level, message = Level.ERROR, self.guard.reason(now)
         elif lk.state != 'connected':
             level, message = Level.ERROR, f'DAC board {lk.state}: {lk.last_error}'
+        elif not self.active:
+            level, message = Level.OK, 'inactive (vented); activate to accept commands'
         elif not s.armed:
             level, message = Level.OK, 'disarmed (vented); call /valve_driver/arm'
         elif s.watchdog_active:
@@ -370,9 +478,11 @@ class ValveDriver(Node):
         """Vent every channel and close the port; safe to call more than once."""
         self._closing = True
         self.safety.disarm()
+        if self.board is None:
+            return True  # unconfigured: the port is closed (the board vents by its watchdog)
         acked = self.board.vent_and_close(self.shutdown_ack_timeout_s)
         if acked and self.context.ok():
-            self.pub_applied.publish(float_array([0.0] * len(ACTUATORS), PRESSURE_LAYOUT))
+            self.pub_applied.publish(self._pressures([0.0] * len(ACTUATORS)))
         return acked
 
 
@@ -386,9 +496,17 @@ def vent_on_exit(node: ValveDriver) -> None:
     )
 
 
+def valve_driver() -> ValveDriver:
+    """The node; taken to active here only with `autostart: true` (else by launch/supervisor)."""
+    node = ValveDriver()
+    if node.params.config.autostart:
+        bring_up(node)
+    return node
+
+
 def main(args=None) -> int:
     return run_node(
-        ValveDriver,
+        valve_driver,
         args,
         close=vent_on_exit,
         config_hint='Fix config/valve.yaml or the --ros-args overrides.',

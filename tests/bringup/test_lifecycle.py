@@ -1,0 +1,363 @@
+"""Managed drivers over real rclpy and DDS: the lifecycle_msgs services of valve_driver and
+natnet_bridge, and the supervisor taking them to active and ending the graph when one exits."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import pytest
+import rclpy
+from lifecycle_msgs.msg import State, Transition
+from lifecycle_msgs.srv import ChangeState, GetState
+from rclpy.executors import SingleThreadedExecutor
+from rosproc import start_node, stop
+from sensor_msgs.msg import JointState
+from std_msgs.msg import Float64MultiArray
+from std_srvs.srv import Trigger
+
+from equimus_description.interface import VALVE_APPLIED, VALVE_COMMAND
+from equimus_ros.arrays import float_array
+from equimus_ros.qos import publisher, subscription
+
+
+class Manager:
+    """A lifecycle manager in the test process: get_state/change_state of any node."""
+
+    def __init__(self, name: str):
+        self.ctx = rclpy.Context()
+        rclpy.init(context=self.ctx)
+        self.node = rclpy.create_node(name, context=self.ctx)
+        self.ex = SingleThreadedExecutor(context=self.ctx)
+        self.ex.add_node(self.node)
+        self.applied: list[list[float]] = []
+        self._lock = threading.Lock()
+        self._spinning = True
+        self._thread = threading.Thread(target=self._spin, daemon=True)
+        self._thread.start()
+
+    def _spin(self) -> None:
+        while self._spinning and self.ctx.ok():
+            try:
+                self.ex.spin_once(timeout_sec=0.05)
+            except Exception:  # noqa: BLE001 - context shut down while spinning
+                return
+
+    def _call(self, srv, name: str, request, timeout: float = 20.0):
+        client = self.node.create_client(srv, name)
+        assert client.wait_for_service(timeout_sec=timeout), f'{name} never appeared'
+        future = client.call_async(request)
+        end = time.monotonic() + timeout
+        while not future.done():
+            assert time.monotonic() < end, f'{name} did not answer'
+            time.sleep(0.01)
+        self.node.destroy_client(client)
+        return future.result()
+
+    def state(self, node: str) -> int:
+        return self._call(GetState, f'/{node}/get_state', GetState.Request()).current_state.id
+
+    def change(self, node: str, transition: int) -> bool:
+        request = ChangeState.Request()
+        request.transition.id = transition
+        return self._call(ChangeState, f'/{node}/change_state', request).success
+
+    def watch_applied(self) -> None:
+        def on(msg):
+            with self._lock:
+                self.applied.append(list(msg.effort))
+
+        subscription(self.node, JointState, VALVE_APPLIED, on)
+
+    def last_applied(self) -> list[float] | None:
+        with self._lock:
+            return self.applied[-1] if self.applied else None
+
+    def close(self) -> None:
+        self._spinning = False
+        self._thread.join(2.0)
+        self.ex.shutdown()
+        self.node.destroy_node()
+        rclpy.try_shutdown(context=self.ctx)
+
+
+def _until(predicate, timeout: float, what: str):
+    end = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < end, what
+        time.sleep(0.02)
+
+
+def test_valve_driver_transitions_open_arm_vent_and_close():
+    """unconfigured -> configure (board open, vented) -> activate (auto_arm: follows commands)
+    -> deactivate (vents, ignores commands) -> cleanup -> shutdown, over the real services."""
+    proc = start_node(
+        'equimus_hw',
+        'valve_driver',
+        '-p',
+        'board:=sim',
+        '-p',
+        'auto_arm:=true',
+        '-p',
+        'command_timeout_s:=5.0',
+    )
+    m = Manager('lifecycle_manager_valve')
+    m.watch_applied()
+    cmd = publisher(m.node, Float64MultiArray, VALVE_COMMAND)
+    name = 'valve_driver'
+    try:
+        assert m.state(name) == State.PRIMARY_STATE_UNCONFIGURED
+        cmd.publish(float_array([20.0, 20.0], ''))
+        time.sleep(0.5)
+        assert m.last_applied() is None  # no board open: nothing is applied
+
+        assert m.change(name, Transition.TRANSITION_CONFIGURE)
+        assert m.state(name) == State.PRIMARY_STATE_INACTIVE
+        time.sleep(0.3)
+        cmd.publish(float_array([20.0, 20.0], ''))
+        time.sleep(0.5)
+        assert m.last_applied() in (None, [0.0, 0.0])  # inactive: commands are ignored
+        refused = m._call(Trigger, '/valve_driver/arm', Trigger.Request())
+        assert not refused.success and 'not active' in refused.message, refused.message
+
+        assert m.change(name, Transition.TRANSITION_ACTIVATE)
+        assert m.state(name) == State.PRIMARY_STATE_ACTIVE
+
+        def pressurised():
+            cmd.publish(float_array([20.0, 20.0], ''))
+            last = m.last_applied()
+            return last is not None and min(last) > 15.0
+
+        _until(pressurised, 10.0, f'active driver never followed commands: {m.last_applied()}')
+
+        assert m.change(name, Transition.TRANSITION_DEACTIVATE)
+        assert m.state(name) == State.PRIMARY_STATE_INACTIVE
+        _until(lambda: m.last_applied() == [0.0, 0.0], 2.0, 'deactivate did not vent')
+        for _ in range(10):
+            cmd.publish(float_array([20.0, 20.0], ''))
+            time.sleep(0.02)
+        time.sleep(0.3)
+        assert m.last_applied() == [0.0, 0.0]  # still vented: inactive ignores commands
+
+        assert m.change(name, Transition.TRANSITION_CLEANUP)
+        assert m.state(name) == State.PRIMARY_STATE_UNCONFIGURED
+        assert not m.change(name, Transition.TRANSITION_ACTIVATE)  # must configure first
+        assert m.change(name, Transition.TRANSITION_UNCONFIGURED_SHUTDOWN)
+        assert m.state(name) == State.PRIMARY_STATE_FINALIZED
+    finally:
+        m.close()
+        out = stop(proc)
+    assert proc.returncode == 0 and 'Traceback' not in out, out
+    assert 'deactivated: disarmed, all channels vented to 0 kPa' in out, out
+
+
+def test_natnet_bridge_configure_opens_the_sockets_and_fails_on_a_foreign_address():
+    """configure binds the NatNet sockets: an address of no local interface fails the transition
+    (the node stays unconfigured and says why); a local one succeeds, activate streams."""
+    port = 40000 + os.getpid() % 20000
+    bad = start_node(
+        'equimus_hw',
+        'natnet_bridge',
+        '-p',
+        'local_address:=192.0.2.1',  # TEST-NET-1: never a local interface
+        '-p',
+        f'data_port:={port}',
+        '-p',
+        'multicast:=false',
+    )
+    m = Manager('lifecycle_manager_bridge')
+    try:
+        assert m.state('natnet_bridge') == State.PRIMARY_STATE_UNCONFIGURED
+        assert not m.change('natnet_bridge', Transition.TRANSITION_CONFIGURE)
+        assert m.state('natnet_bridge') == State.PRIMARY_STATE_UNCONFIGURED
+    finally:
+        out = stop(bad)
+    assert 'cannot open NatNet sockets' in out, out
+    # Another name: the first process's service may stay listed for its DDS lease.
+    good = start_node(
+        'equimus_hw',
+        'natnet_bridge',
+        '-r',
+        '__node:=bridge_b',
+        '-p',
+        'local_address:=127.0.0.1',
+        '-p',
+        'server_address:=127.0.0.1',
+        '-p',
+        f'data_port:={port}',
+        '-p',
+        'multicast:=false',
+    )
+    try:
+        for transition, state in (
+            (Transition.TRANSITION_CONFIGURE, State.PRIMARY_STATE_INACTIVE),
+            (Transition.TRANSITION_ACTIVATE, State.PRIMARY_STATE_ACTIVE),
+            (Transition.TRANSITION_DEACTIVATE, State.PRIMARY_STATE_INACTIVE),
+            (Transition.TRANSITION_CLEANUP, State.PRIMARY_STATE_UNCONFIGURED),
+        ):
+            assert m.change('bridge_b', transition), transition
+            assert m.state('bridge_b') == state
+    finally:
+        m.close()
+        out = stop(good)
+    assert good.returncode == 0 and 'Traceback' not in out, out
+    assert 'active: streaming' in out and 'NatNet sockets closed' in out, out
+
+
+@pytest.fixture
+def hardware_drivers(tmp_path):
+    """rig_emulator, natnet_bridge and valve_driver of the hardware graph under the supervisor."""
+    from equimus_bringup import main_job
+    from equimus_bringup.graph import describe_graph
+    from equimus_bringup.supervisor import Supervisor
+
+    port = main_job.free_udp_port_pair()
+    specs = describe_graph(
+        'hardware',
+        dict(
+            emulator='true',
+            serial_port=str(tmp_path / 'dac'),
+            natnet_command_port=str(port),
+            natnet_data_port=str(port + 1),
+        ),
+    )
+    keep = ('rig_emulator', 'natnet_bridge', 'valve_driver')
+    sup = Supervisor([s for s in specs if s.name in keep], echo=False)
+    yield sup
+    sup.stop()
+
+
+def test_supervisor_activates_the_drivers_and_a_killed_bridge_ends_the_graph(hardware_drivers):
+    """The supervisor brings both managed nodes to active over their services; a SIGKILL of the
+    bridge ends the graph: the valve driver is deactivated (vents) first, then all stop."""
+    sup = hardware_drivers
+    sup.start()
+    m = Manager('lifecycle_observer')
+    try:
+        for name in ('valve_driver', 'natnet_bridge'):
+            assert m.state(name) == State.PRIMARY_STATE_ACTIVE, name
+    finally:
+        m.close()
+    assert sup.poll() is None, sup.failed
+    os.kill(sup.procs['natnet_bridge'].pid, signal.SIGKILL)
+    t0 = time.monotonic()
+    rc = sup.run_until(timeout=30.0)
+    elapsed = time.monotonic() - t0
+    assert rc == 1 and sup.failed.startswith('natnet_bridge exited with code -9'), sup.failed
+    assert elapsed < 15.0, elapsed
+    assert all(p.poll() is not None for p in sup.procs.values())
+    assert sup.procs['valve_driver'].returncode == 0
+    driver_log = ''.join(sup.output['valve_driver'])
+    vent = driver_log.find('deactivated: disarmed, all channels vented to 0 kPa')
+    assert vent >= 0, driver_log
+    assert vent < driver_log.find('vented on shutdown'), driver_log  # deactivated before the stop
+
+
+def test_a_recorded_bag_holds_stamped_pressures_and_z_up_poses(tmp_path):
+    """The hardware side (rig emulator, bridge, driver) recorded: /valve/applied and
+    /valve/pressure are stamped JointStates of the actuators; the poses are in `mocap`, Z up
+    (the emulated Motive streams Y up, as Motive does by default)."""
+    from equimus_bringup import main_job
+    from equimus_bringup.graph import describe_graph
+    from equimus_bringup.supervisor import Supervisor
+    from equimus_description.interface import ACTUATORS, FRAME_MOCAP, VALVE_PRESSURE, mocap_topic
+    from equimus_record import bag
+
+    port = main_job.free_udp_port_pair()
+    specs = describe_graph(
+        'hardware',
+        dict(
+            emulator='true',
+            record='true',
+            bag=str(tmp_path / 'bag'),
+            serial_port=str(tmp_path / 'dac'),
+            natnet_command_port=str(port),
+            natnet_data_port=str(port + 1),
+        ),
+    )
+    keep = ('rig_emulator', 'natnet_bridge', 'valve_driver', 'recorder')
+    sup = Supervisor([s for s in specs if s.name in keep], echo=False)
+    try:
+        sup.start()
+        assert sup.run_until(timeout=6.0) == 0, sup.failed
+    finally:
+        sup.stop()
+    assert bag.is_complete(tmp_path / 'bag')
+    counts = bag.topic_counts(tmp_path / 'bag')
+    for topic in (VALVE_APPLIED.name, VALVE_PRESSURE.name):
+        assert counts.get(topic, ('',))[0] == 'sensor_msgs/msg/JointState', (topic, counts)
+        msgs = list(bag.read_messages(tmp_path / 'bag', [topic]))
+        assert len(msgs) > 20, (topic, len(msgs))
+        stamps = [m.header.stamp.sec * 10**9 + m.header.stamp.nanosec for _, _, m in msgs]
+        assert all(b >= a for a, b in zip(stamps, stamps[1:], strict=False)), topic
+        for _, log_ns, m in msgs:
+            assert list(m.name) == list(ACTUATORS) and len(m.effort) == len(ACTUATORS)
+            assert len(m.position) == 0 and len(m.velocity) == 0
+            stamp = m.header.stamp.sec * 10**9 + m.header.stamp.nanosec
+            assert 0 <= log_ns - stamp < 0.5e9, (topic, log_ns, stamp)  # stamped when made
+            assert all(0.0 <= p <= 50.0 for p in bag.pressures(m))
+    poses = [m for _, _, m in bag.read_messages(tmp_path / 'bag', [mocap_topic('base')])]
+    assert len(poses) > 100
+    base = poses[-1].pose.position
+    assert poses[-1].header.frame_id == FRAME_MOCAP
+    # the rig's base hangs 0.7 m above the floor: z up in `mocap` (it was Motive's y)
+    assert base.z == pytest.approx(0.7, abs=0.01) and abs(base.y) < 0.01, base
+
+
+def test_the_graph_marks_the_managed_and_the_required_processes(tmp_path):
+    """Managed: the drivers in their own processes (the launch files and the supervisor bring
+    them up); required (their exit ends the graph): the drivers or the process holding them."""
+    from equimus_bringup.graph import describe_graph
+
+    common = dict(emulator='true', serial_port=str(tmp_path / 'dac'))
+    split = describe_graph('hardware', common)
+    assert {s.name for s in split if s.managed} == {'natnet_bridge', 'valve_driver'}
+    assert {s.name for s in split if s.required} == {'natnet_bridge', 'valve_driver'}
+    fused = describe_graph('hardware', dict(common, fused_loop='true'))
+    assert not any(s.managed for s in fused)  # control_loop brings them up in-process
+    assert {s.name for s in fused if s.required} == {'control_loop'}
+    sim = describe_graph('sim', {'composed': 'false'})
+    assert {s.name for s in sim if s.managed} == {'valve_driver'}
+
+
+def test_a_recorded_sim_bag_stamps_pressures_with_the_frame_time(tmp_path):
+    """The split sim graph recorded: /valve/pressure (the sim node's raw CDR writer) is stamped
+    with its frame's sim time, like /sim/joint_states; the poses are Z up."""
+    from equimus_bringup.graph import describe_graph
+    from equimus_bringup.supervisor import Supervisor
+    from equimus_description.interface import (
+        ACTUATORS,
+        SIM_JOINT_STATES,
+        VALVE_PRESSURE,
+        mocap_topic,
+    )
+    from equimus_record import bag
+
+    specs = describe_graph(
+        'sim', {'composed': 'false', 'record': 'true', 'bag': str(tmp_path / 'bag')}
+    )
+    keep = ('sim', 'valve_driver', 'estimator', 'controller', 'reference', 'recorder')
+    sup = Supervisor([s for s in specs if s.name in keep], echo=False)
+    try:
+        sup.start()
+        assert sup.run_until(timeout=8.0) == 0, sup.failed
+    finally:
+        sup.stop()
+    path = tmp_path / 'bag'
+
+    def stamp(m):
+        return m.header.stamp.sec * 10**9 + m.header.stamp.nanosec
+
+    truth = {stamp(m) for _, _, m in bag.read_messages(path, [SIM_JOINT_STATES.name])}
+    pressures = [m for _, _, m in bag.read_messages(path, [VALVE_PRESSURE.name])]
+    assert len(pressures) > 50 and len(truth) > 50
+    assert all(list(m.name) == list(ACTUATORS) for m in pressures)
+    matched = sum(stamp(m) in truth for m in pressures)
+    assert matched > 0.9 * len(pressures), (matched, len(pressures))  # best effort: a few lost
+    applied = [m for _, _, m in bag.read_messages(path, [VALVE_APPLIED.name])]
+    # stamped on the driver's sim clock: 0 only before its first /clock
+    assert applied and sum(stamp(m) > 0 for m in applied) > 0.9 * len(applied)
+    base = [m.pose.position for _, _, m in bag.read_messages(path, [mocap_topic('base')])]
+    assert base and all(abs(p.z - 0.7) < 1e-9 and abs(p.y) < 1e-9 for p in base)
