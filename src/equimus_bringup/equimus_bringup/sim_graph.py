@@ -29,6 +29,7 @@ example, /valve/command is not heard by the composed valve driver.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import sys
 import threading
 import time
@@ -74,6 +75,14 @@ def type_name(msg_type: type) -> str:
     return f'{msg_type.__module__.split(".")[0]}/msg/{msg_type.__name__}'
 
 
+def _takes_info(callback: Callable[..., None]) -> bool:
+    """As rclpy decides: a subscription callback with two parameters gets the message info."""
+    try:
+        return len(inspect.signature(callback).parameters) >= 2
+    except (TypeError, ValueError):
+        return False
+
+
 class _Route:
     """One publisher's `publish`, replaced: record, deliver in process, DDS if needed."""
 
@@ -86,6 +95,10 @@ class _Route:
         self.local: list[Callable[..., None]] = bus.subscribers.setdefault(self.topic, [])
         self.outside = True
         self.next_check = 0.0
+        # What rclpy hands a subscriber that takes message info. The sender's identity is this
+        # publisher (stable and unique within the process), as the one-commander check needs.
+        gid = f'in-process {pub.topic_name} {id(pub)}'.encode()
+        self.info = {'publisher_gid': {'data': gid}}
 
     def publish(self, msg: Any) -> None:
         bus = self.bus
@@ -95,7 +108,7 @@ class _Route:
         if self.local:
             obj = deserialize_message(msg, self.msg_type) if raw else msg
             for callback in self.local:
-                callback(obj)
+                callback(obj, self.info) if callback in bus.wants_info else callback(obj)
         bus.handed_off += 1
         now = time.monotonic()
         if now >= self.next_check:
@@ -118,6 +131,7 @@ class InProcessBus:
         self.dds_published = 0
         self.now_ns = 0  # sim time of the current frame: the log time of what it records
         self.subscribers[CLOCK.name] = [self._on_clock]  # first: before the /clock message
+        self.wants_info: set[Callable[..., None]] = set()  # callbacks taking (msg, info)
         self._record_lock = threading.Lock()  # a leaf lock: nothing is called while it is held
         self.record: Callable[[str, bytes], None] | None = (
             None if recorder is None else self._record
@@ -158,6 +172,8 @@ class InProcessBus:
             for sub in list(node.subscriptions):
                 if sub.topic_name in self.subscribers and not sub.raw:
                     self.subscribers[sub.topic_name].append(sub.callback)
+                    if _takes_info(sub.callback):
+                        self.wants_info.add(sub.callback)
                     node.destroy_subscription(sub)
 
     def subscribe(self, topic: str, callback: Callable[[Any], None]) -> None:
