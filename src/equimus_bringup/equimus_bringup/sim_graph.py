@@ -4,12 +4,13 @@
     ros2 launch equimus_bringup sim.launch.py composed:=false # one process per node
 
 The same nodes as the split sim graph (sim, valve_driver on its simulated board, estimator,
-controller, reference and, with record:=true, recorder; same names, parameters, services and
-topics) under one executor, plus a small `sim_graph` node that reports the hand-off. rclpy has no
-intra-process transport, so `InProcessBus` plays its part (what rclcpp's intra-process
-communication does in a component container): every publisher of these nodes is routed through
-it, and every subscription to a topic published in this process is served by a direct call
-instead of DDS. A frame thus runs in a fixed order, with no executor wake-up and no DDS hop:
+controller, reference, state_publisher and, with record:=true, recorder; same names, parameters,
+services and topics) under one executor, plus a small `sim_graph` node that reports the
+hand-off. rclpy has no intra-process transport, so `InProcessBus` plays its part (what rclcpp's
+intra-process communication does in a component container): every publisher of these nodes is
+routed through it, and every subscription to a topic published in this process is served by a
+direct call instead of DDS. A frame thus runs in a fixed order, with no executor wake-up and no
+DDS hop:
 
     sim publishes /clock -> the nodes' clocks (their TimeSource callbacks) -> reference tick
     sim publishes the mocap poses -> estimator -> /joint_states -> controller (its ControlStep)
@@ -35,8 +36,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from equimus_tf.state_publisher import StatePublisher
 from rclpy.node import Node
 from rclpy.serialization import deserialize_message, serialize_message
+from rclpy.subscription import Subscription
 
 from equimus_bringup.bag_process import BagWriterProcess
 from equimus_control.controller_node import ControllerNode
@@ -76,13 +79,18 @@ def type_name(msg_type: type) -> str:
 class _Route:
     """One publisher's `publish`, replaced: record, deliver in process, DDS if needed."""
 
-    def __init__(self, bus: InProcessBus, pub: Any) -> None:
+    def __init__(self, bus: InProcessBus, pub: Any, node: Node) -> None:
         self.bus = bus
         self.pub = pub
         self.topic: str = pub.topic_name
         self.msg_type = pub.msg_type
         self.dds_publish: Callable[[Any], None] = pub.publish
-        self.local: list[Callable[..., None]] = bus.subscribers.setdefault(self.topic, [])
+        self.local: list[tuple[Callable[..., None], bool]] = bus.subscribers.setdefault(
+            self.topic, []
+        )
+        # What a callback taking message info gets: a sender id per publishing node, as the
+        # publisher gid of a DDS delivery (the valve driver's one-commander guard reads it).
+        self.info = {'publisher_gid': {'data': node.get_fully_qualified_name().encode()}}
         self.outside = True
         self.next_check = 0.0
 
@@ -93,8 +101,11 @@ class _Route:
             bus.record(self.topic, msg if raw else serialize_message(msg))
         if self.local:
             obj = deserialize_message(msg, self.msg_type) if raw else msg
-            for callback in self.local:
-                callback(obj)
+            for callback, with_info in self.local:
+                if with_info:
+                    callback(obj, self.info)
+                else:
+                    callback(obj)
         bus.handed_off += 1
         now = time.monotonic()
         if now >= self.next_check:
@@ -111,12 +122,13 @@ class InProcessBus:
     def __init__(self, recorder: Recorder | None, outside_check_period: float = 0.5) -> None:
         self.recorder = recorder
         self.outside_check_period = outside_check_period
-        self.subscribers: dict[str, list[Callable[..., None]]] = {}
+        # topic -> (callback, whether it takes message info as its second argument)
+        self.subscribers: dict[str, list[tuple[Callable[..., None], bool]]] = {}
         self.routes: list[_Route] = []
         self.handed_off = 0
         self.dds_published = 0
         self.now_ns = 0  # sim time of the current frame: the log time of what it records
-        self.subscribers[CLOCK.name] = [self._on_clock]  # first: before the /clock message
+        self.subscribers[CLOCK.name] = [(self._on_clock, False)]  # first: before the /clock message
         self._record_lock = threading.Lock()  # a leaf lock: nothing is called while it is held
         self.record: Callable[[str, bytes], None] | None = (
             None if recorder is None else self._record
@@ -134,6 +146,11 @@ class InProcessBus:
             except OSError as exc:
                 recorder.stop_recording(exc)
 
+    def record_latched(self, topic: str, msg: Any) -> None:
+        """Record a message published before `attach` (a latched one) at the current time."""
+        if self.record is not None:
+            self.record(topic, serialize_message(msg))
+
     def _on_clock(self, msg: Any) -> None:
         self.now_ns = msg.clock.sec * 1_000_000_000 + msg.clock.nanosec
 
@@ -141,7 +158,7 @@ class InProcessBus:
         """Route every publisher of `nodes`; serve their subscriptions to those topics here."""
         for node in nodes:
             for pub in node.publishers:
-                route = _Route(self, pub)
+                route = _Route(self, pub, node)
                 # The instance attribute shadows Publisher.publish for every caller of this
                 # publisher (the nodes keep their own references to it).
                 pub.publish = route.publish  # type: ignore[method-assign]
@@ -156,12 +173,13 @@ class InProcessBus:
             # topics from outside; its clock's /clock subscription is served here like the rest.
             for sub in list(node.subscriptions):
                 if sub.topic_name in self.subscribers and not sub.raw:
-                    self.subscribers[sub.topic_name].append(sub.callback)
+                    with_info = sub._callback_type == Subscription.CallbackType.WithMessageInfo
+                    self.subscribers[sub.topic_name].append((sub.callback, with_info))
                     node.destroy_subscription(sub)
 
     def subscribe(self, topic: str, callback: Callable[[Any], None]) -> None:
         """An in-process subscriber of the graph itself (after the nodes' own)."""
-        self.subscribers.setdefault(topic, []).append(callback)
+        self.subscribers.setdefault(topic, []).append((callback, False))
 
 
 class SimGraph(Node):
@@ -188,6 +206,9 @@ class SimGraph(Node):
             self.nodes.append(self.estimator)
             self.controller = ControllerNode()
             self.nodes.append(self.controller)
+            # Last: its /joint_states and pose callbacks run after the control path's.
+            self.state_publisher = StatePublisher()
+            self.nodes.append(self.state_publisher)
         except BaseException:
             self.close()
             for node in self.nodes:
@@ -196,6 +217,10 @@ class SimGraph(Node):
         self.diagnostics = Diagnostics(self, DIAGNOSTICS, 'sim_graph: in-process hand-off')
         self.bus = InProcessBus(self.recorder, self.cfg.outside_check_period)
         self.bus.attach([*self.nodes, self])
+        # Published at construction, before the hand-off existed: on DDS (latched) but not in
+        # the bag, whose recorder skips topics published in this process. Record them at t=0.
+        for pub, msg in self.state_publisher.latched:
+            self.bus.record_latched(pub.topic_name, msg)
         rate = self.reference.params.config.rate
         self.ref_period_ns = int(round(1e9 / rate))
         self.next_ref_ns: int | None = None

@@ -88,7 +88,10 @@ class StatePublisher(Node):
         self.urdf = build_urdf(load_leg(parameter_set=cfg.leg_parameter_set or None))
         self.frames = frames.LegFrames(self.urdf)
         self.description_pub = publisher(self, String, ROBOT_DESCRIPTION)
-        self.description_pub.publish(String(data=self.urdf))
+        description = String(data=self.urdf)
+        self.description_pub.publish(description)
+        # What was published once at start (a composing process records it: sim_graph).
+        self.latched: list[tuple[Any, Any]] = [(self.description_pub, description)]
         if TFMessage is None:
             self.get_logger().warning(
                 'tf2_msgs is not importable: /tf and /tf_static are off '
@@ -101,7 +104,9 @@ class StatePublisher(Node):
             frames.mocap_frame(cfg.mocap_frame_xyz, cfg.mocap_frame_rpy),
         ]
         self.static_pub = publisher(self, TFMessage, TF_STATIC)
-        self.static_pub.publish(TFMessage(transforms=[to_msg(t, stamp) for t in static]))
+        static_msg = TFMessage(transforms=[to_msg(t, stamp) for t in static])
+        self.static_pub.publish(static_msg)
+        self.latched.append((self.static_pub, static_msg))
         self.tf_pub = publisher(self, TFMessage, TF)
         subscription(self, JointState, JOINT_STATES, self.on_joint_state)
         for body in BODIES:
