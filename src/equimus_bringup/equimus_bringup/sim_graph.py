@@ -49,6 +49,7 @@ from equimus_description.config import param, validate_fields
 from equimus_description.interface import CLOCK, DIAGNOSTICS
 from equimus_hw.valve.driver_node import ValveDriver, vent_on_exit
 from equimus_record.recorder_node import Recorder, qos_dicts
+from equimus_ros.cdr import MessageEncoder
 from equimus_ros.diagnostics import Diagnostics, Level
 from equimus_ros.main import run_node
 from equimus_ros.params import bind
@@ -85,6 +86,7 @@ class _Route:
         self.topic: str = pub.topic_name
         self.msg_type = pub.msg_type
         self.dds_publish: Callable[[Any], None] = pub.publish
+        self.encode = MessageEncoder(self.msg_type).encode  # for the bag: 2-5x rclpy's speed
         self.local: list[tuple[Callable[..., None], bool]] = bus.subscribers.setdefault(
             self.topic, []
         )
@@ -98,7 +100,7 @@ class _Route:
         bus = self.bus
         raw = isinstance(msg, bytes)
         if bus.record is not None:
-            bus.record(self.topic, msg if raw else serialize_message(msg))
+            bus.record(self.topic, msg if raw else self.encode(msg))
         if self.local:
             obj = deserialize_message(msg, self.msg_type) if raw else msg
             for callback, with_info in self.local:
