@@ -108,30 +108,46 @@ class StatePublisher(Node):
         self.static_pub.publish(static_msg)
         self.latched.append((self.static_pub, static_msg))
         self.tf_pub = publisher(self, TFMessage, TF)
+        self._joint_tf: Any = None
+        self._pose_tf: dict[str, Any] = {}
         subscription(self, JointState, JOINT_STATES, self.on_joint_state)
         for body in BODIES:
             subscription(self, PoseStamped, mocap_pose(body), lambda m, b=body: self.on_pose(b, m))
 
+    # At 120 Hz per source, the /tf messages are built once and their numbers updated in place
+    # (publish serialises at once, and nothing keeps the message past the call).
     def on_joint_state(self, msg: JointState) -> None:
         moving = self.frames.moving(msg.name, msg.position)
-        if moving is not None:
-            stamp = msg.header.stamp
-            self.tf_pub.publish(TFMessage(transforms=[to_msg(t, stamp) for t in moving]))
+        if moving is None:
+            return
+        out = self._joint_tf
+        if out is None or len(out.transforms) != len(moving):
+            out = self._joint_tf = TFMessage(transforms=[TransformStamped() for _ in moving])
+        s = msg.header.stamp
+        for m, t in zip(out.transforms, moving, strict=True):
+            m.header.stamp.sec, m.header.stamp.nanosec = s.sec, s.nanosec
+            m.header.frame_id, m.child_frame_id = t.parent, t.child
+            tr, rot = m.transform.translation, m.transform.rotation
+            tr.x, tr.y, tr.z = t.xyz
+            rot.x, rot.y, rot.z, rot.w = t.quat
+        self.tf_pub.publish(out)
 
     def on_pose(self, body: str, msg: PoseStamped) -> None:
         p, o = msg.pose.position, msg.pose.orientation
         if not frames.pose_is_finite((p.x, p.y, p.z), (o.x, o.y, o.z, o.w)):
             return
-        t = TransformStamped()
-        t.header = msg.header
-        t.child_frame_id = mocap_frame(body)
-        t.transform.translation.x, t.transform.translation.y, t.transform.translation.z = (
-            p.x,
-            p.y,
-            p.z,
-        )
-        t.transform.rotation = o
-        self.tf_pub.publish(TFMessage(transforms=[t]))
+        out = self._pose_tf.get(body)
+        if out is None:
+            out = self._pose_tf[body] = TFMessage(transforms=[TransformStamped()])
+            out.transforms[0].child_frame_id = mocap_frame(body)
+        t = out.transforms[0]
+        h, s = msg.header, msg.header.stamp
+        t.header.stamp.sec, t.header.stamp.nanosec = s.sec, s.nanosec
+        t.header.frame_id = h.frame_id
+        tr, rot = t.transform.translation, t.transform.rotation
+        tr.x, tr.y, tr.z = p.x, p.y, p.z
+        rot.x, rot.y, rot.z, rot.w = o.x, o.y, o.z, o.w
+        self.tf_pub.publish(out)
 
 
 def main(args=None) -> int:
