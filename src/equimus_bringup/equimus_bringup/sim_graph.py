@@ -37,9 +37,13 @@ from collections.abc import Callable
 from typing import Any
 
 from equimus_tf.state_publisher import StatePublisher
+from rclpy.clock import Clock as RosClock
+from rclpy.clock import ClockType
 from rclpy.node import Node
-from rclpy.serialization import deserialize_message, serialize_message
+from rclpy.serialization import deserialize_message
 from rclpy.subscription import Subscription
+from rclpy.time import Time
+from rclpy.time_source import TimeSource
 
 from equimus_bringup.bag_process import BagWriterProcess
 from equimus_control.controller_node import ControllerNode
@@ -54,6 +58,8 @@ from equimus_ros.diagnostics import Diagnostics, Level
 from equimus_ros.main import run_node
 from equimus_ros.params import bind
 from equimus_sim.sim_node import SimNode
+
+PAUSED_CLOCK_PERIOD_S = 0.5  # wall s between /clock repeats on DDS while paused
 
 
 @dataclasses.dataclass(frozen=True)
@@ -131,6 +137,8 @@ class InProcessBus:
         self.dds_published = 0
         self.now_ns = 0  # sim time of the current frame: the log time of what it records
         self.subscribers[CLOCK.name] = [(self._on_clock, False)]  # first: before the /clock message
+        self.time_sources: list[TimeSource] = []
+        self.last_clock: Any = None  # the frame's /clock message (the sim updates it in place)
         self._record_lock = threading.Lock()  # a leaf lock: nothing is called while it is held
         self.record: Callable[[str, bytes], None] | None = (
             None if recorder is None else self._record
@@ -151,10 +159,12 @@ class InProcessBus:
     def record_latched(self, topic: str, msg: Any) -> None:
         """Record a message published before `attach` (a latched one) at the current time."""
         if self.record is not None:
-            self.record(topic, serialize_message(msg))
+            # The encoder's padding is zero; rclpy's may hold leftovers (not deterministic).
+            self.record(topic, MessageEncoder(type(msg)).encode(msg))
 
     def _on_clock(self, msg: Any) -> None:
         self.now_ns = msg.clock.sec * 1_000_000_000 + msg.clock.nanosec
+        self.last_clock = msg
 
     def attach(self, nodes: list[Node]) -> None:
         """Route every publisher of `nodes`; serve their subscriptions to those topics here."""
@@ -178,6 +188,31 @@ class InProcessBus:
                     with_info = sub._callback_type == Subscription.CallbackType.WithMessageInfo
                     self.subscribers[sub.topic_name].append((sub.callback, with_info))
                     node.destroy_subscription(sub)
+        self._merge_time_sources()
+
+    def _merge_time_sources(self) -> None:
+        """The nodes' TimeSource /clock callbacks as one: a single Time per frame set on every
+        node's clock (what each TimeSource.clock_callback does for its own clocks)."""
+        callbacks = self.subscribers[CLOCK.name]
+        sources = [
+            getattr(cb, '__self__')  # noqa: B009 (a bound method's instance; mypy sees Callable)
+            for cb, _ in callbacks
+            if getattr(cb, '__func__', None) is TimeSource.clock_callback
+        ]
+        if not sources:
+            return
+        self.time_sources = sources
+        kept = [
+            (cb, info) for cb, info in callbacks if getattr(cb, '__self__', None) not in sources
+        ]
+        callbacks[:] = [kept[0], (self._set_clocks, False), *kept[1:]]
+
+    def _set_clocks(self, msg: Any) -> None:
+        t = Time.from_msg(msg.clock)
+        for source in self.time_sources:
+            source._last_time_set = t  # as its clock_callback: a clock attached later starts here
+            for clock in source._associated_clocks:
+                clock.set_ros_time_override(t)
 
     def subscribe(self, topic: str, callback: Callable[[Any], None]) -> None:
         """An in-process subscriber of the graph itself (after the nodes' own)."""
@@ -229,6 +264,15 @@ class SimGraph(Node):
         # After the nodes' own /clock callbacks (their clocks): the reference sees the new time.
         self.bus.subscribe(CLOCK.name, self._on_clock)
         self.create_timer(1.0, self._diag)
+        # While paused, /clock is sent again on DDS every PAUSED_CLOCK_PERIOD_S wall seconds (as
+        # Gazebo does): a tool that subscribed after the last frame (DDS discovery takes longer
+        # than a fast run) still learns the time. Not recorded, not delivered in the process.
+        self.clock_route = next(r for r in self.bus.routes if r.topic == CLOCK.name)
+        self.create_timer(
+            PAUSED_CLOCK_PERIOD_S,
+            self._clock_while_paused,
+            clock=RosClock(clock_type=ClockType.STEADY_TIME),
+        )
         self._wall0 = time.monotonic()
         self.get_logger().info(
             f'composed: {", ".join(n.get_name() for n in self.nodes)}; '
@@ -244,6 +288,12 @@ class SimGraph(Node):
             self.reference.tick()
             while self.next_ref_ns <= t:
                 self.next_ref_ns += self.ref_period_ns
+
+    def _clock_while_paused(self) -> None:
+        last = self.bus.last_clock
+        route = self.clock_route
+        if self.sim.paused and last is not None and route.pub.get_subscription_count() > 0:
+            route.dds_publish(last)
 
     def _diag(self) -> None:
         bus = self.bus
