@@ -139,20 +139,31 @@ class InProcessBus:
         self.subscribers[CLOCK.name] = [(self._on_clock, False)]  # first: before the /clock message
         self.time_sources: list[TimeSource] = []
         self.last_clock: Any = None  # the frame's /clock message (the sim updates it in place)
-        self._record_lock = threading.Lock()  # a leaf lock: nothing is called while it is held
+        # Guards _pending; held while handing it to the writer (whose lock is taken inside).
+        self._record_lock = threading.Lock()
+        self._pending: list[tuple[str, int, bytes]] = []
         self.record: Callable[[str, bytes], None] | None = (
             None if recorder is None else self._record
         )
 
     def _record(self, topic: str, data: bytes) -> None:
-        """Write with the sim time of the frame (the recorder's own clock, without asking it)."""
-        recorder = self.recorder
-        assert recorder is not None
+        """Keep for the bag with the sim time of the frame (the recorder's own clock, without
+        asking it); `flush` hands a frame's messages to the writer in one call."""
         with self._record_lock:
-            if recorder.error:
+            self._pending.append((topic, self.now_ns, data))
+
+    def flush(self) -> None:
+        """The kept messages to the bag writer, in the order they were published (at each
+        frame's /clock, while paused, and before the recorder closes)."""
+        recorder = self.recorder
+        if recorder is None:
+            return
+        with self._record_lock:
+            items, self._pending = self._pending, []
+            if not items or recorder.error:
                 return
             try:
-                recorder.writer.write(topic, self.now_ns, data)
+                recorder.writer.write_many(items)
             except OSError as exc:
                 recorder.stop_recording(exc)
 
@@ -163,6 +174,7 @@ class InProcessBus:
             self.record(topic, MessageEncoder(type(msg)).encode(msg))
 
     def _on_clock(self, msg: Any) -> None:
+        self.flush()  # the previous frame's messages, logged at its time
         self.now_ns = msg.clock.sec * 1_000_000_000 + msg.clock.nanosec
         self.last_clock = msg
 
@@ -290,6 +302,8 @@ class SimGraph(Node):
                 self.next_ref_ns += self.ref_period_ns
 
     def _clock_while_paused(self) -> None:
+        if self.sim.paused:
+            self.bus.flush()  # what the nodes' timers published since the last frame
         last = self.bus.last_clock
         route = self.clock_route
         if self.sim.paused and last is not None and route.pub.get_subscription_count() > 0:
@@ -321,6 +335,8 @@ class SimGraph(Node):
         for node in self.nodes:
             if isinstance(node, ValveDriver):
                 vent_on_exit(node)
+        if hasattr(self, 'bus'):
+            self.bus.flush()  # the last frame's messages, before the recorder closes its bag
 
     def all_nodes(self) -> list[Node]:
         """This node first, the recorder last (the order they are destroyed in)."""
