@@ -74,6 +74,13 @@ class SimGraphConfig:
         range=(0.01, 60.0),
     )
 
+    outside_clock_period: float = param(
+        0.01,
+        'wall s between /clock messages on DDS for subscribers outside this process (every '
+        'frame is delivered inside it and recorded); 0 = every frame',
+        range=(0.0, 1.0),
+    )
+
     def __post_init__(self) -> None:
         validate_fields(self)
 
@@ -101,6 +108,8 @@ class _Route:
         self.info = {'publisher_gid': {'data': node.get_fully_qualified_name().encode()}}
         self.outside = True
         self.next_check = 0.0
+        self.dds_period = 0.0  # wall s between DDS publishes (the /clock route: see SimGraph)
+        self.next_dds = 0.0
 
     def publish(self, msg: Any) -> None:
         bus = self.bus
@@ -119,7 +128,8 @@ class _Route:
         if now >= self.next_check:
             self.next_check = now + bus.outside_check_period
             self.outside = self.pub.get_subscription_count() > 0
-        if self.outside:
+        if self.outside and now >= self.next_dds:
+            self.next_dds = now + self.dds_period
             self.dds_publish(msg)
             bus.dds_published += 1
 
@@ -280,6 +290,9 @@ class SimGraph(Node):
         # Gazebo does): a tool that subscribed after the last frame (DDS discovery takes longer
         # than a fast run) still learns the time. Not recorded, not delivered in the process.
         self.clock_route = next(r for r in self.bus.routes if r.topic == CLOCK.name)
+        # /clock outside at a wall-clock rate (as Gazebo's 10 Hz default): at 20x real time,
+        # every frame would be 2400 messages a second for each outside tool to take in.
+        self.clock_route.dds_period = self.cfg.outside_clock_period
         self.create_timer(
             PAUSED_CLOCK_PERIOD_S,
             self._clock_while_paused,
@@ -294,6 +307,8 @@ class SimGraph(Node):
     def _on_clock(self, msg: Any) -> None:
         """The reference's timer, in sim time: a tick on each frame a period has elapsed by."""
         t = msg.clock.sec * 1_000_000_000 + msg.clock.nanosec
+        if self.sim.pause_at_ns and t >= self.sim.pause_at_ns:
+            self.clock_route.next_dds = 0.0  # the frame it pauses at: on DDS, not throttled
         if self.next_ref_ns is None:
             self.next_ref_ns = t
         if t >= self.next_ref_ns:
