@@ -211,6 +211,13 @@ class InProcessBus:
                     self.subscribers[sub.topic_name].append((sub.callback, with_info))
                     node.destroy_subscription(sub)
         self._merge_time_sources()
+        recorder = self.recorder
+        if recorder is not None:
+            # Topics the recorder found on DDS before this hand-off existed (/diagnostics,
+            # /parameter_events at start-up): it records them from here now, so its DDS copy
+            # would write each message twice (and keep them published on DDS for itself).
+            for topic in [t for t in recorder.subs if t in self.subscribers]:
+                recorder.destroy_subscription(recorder.subs.pop(topic))
 
     def _merge_time_sources(self) -> None:
         """The nodes' TimeSource /clock callbacks as one: a single Time per frame set on every
