@@ -146,3 +146,28 @@ def test_what_the_check_refuses_is_serialised_by_rclpy():
     assert enc.encode(later) == serialize_message(later)
     text = MessageEncoder(String)
     assert text.encode(String(data='hello')) == serialize_message(String(data='hello'))
+
+
+@pytest.mark.skipif(TFMessage is None, reason='tf2_msgs is not importable (scripts/setup.sh)')
+def test_transforms_writer_bytes_decode_to_the_transforms():
+    from equimus_ros.cdr import TransformsWriter
+
+    r = random.Random(13)
+    for pairs in ((('base', 'thigh'), ('thigh', 'calf')), (('mocap', 'mocap_calf'),)):
+        w = TransformsWriter(pairs)
+        assert w.ok
+        for _ in range(100):
+            values = [
+                (
+                    r.randrange(2**31 * 10**9),
+                    tuple(r.uniform(-3, 3) for _ in range(3)),
+                    tuple(r.uniform(-1, 1) for _ in range(4)),
+                )
+                for _ in pairs
+            ]
+            data = w.encode(values)
+            assert deserialize_message(data, TFMessage) == w.message(values)
+            assert data == w.encode(values)  # zero padding: the same bytes every time
+            t = deserialize_message(data, TFMessage).transforms[-1]
+            assert (t.header.frame_id, t.child_frame_id) == pairs[-1]
+            assert t.transform.rotation.w == values[-1][2][3]

@@ -441,3 +441,58 @@ class MessageEncoder:
             return template if deserialize_message(template.encode(msg), type(msg)) == msg else None
         except Exception:  # any failure of the check means: serialise with rclpy
             return None
+
+
+class TransformsWriter:
+    """tf2_msgs/TFMessage bytes for fixed (parent, child) frame pairs, from plain numbers:
+    ``encode([(t_ns, (x, y, z), (qx, qy, qz, qw)), ...])`` (one entry per pair).
+
+    For the 120 Hz /tf of the state_publisher: no message objects are built (each field set on
+    a generated message costs a type check). The template is written here with zero padding,
+    so equal transforms give equal bytes. `ok` is False if the bytes do not decode to the
+    equivalent message (then publish message objects)."""
+
+    def __init__(self, pairs: Sequence[tuple[str, str]]) -> None:
+        self.pairs = list(pairs)
+        b = _Builder()
+        b.u32(len(self.pairs))
+        self._at = []
+        for parent, child in self.pairs:
+            stamp = b.stamp()
+            b.string(parent)
+            b.string(child)
+            self._at.append((stamp, b.lay.take(24, 8), b.lay.take(32, 8)))
+        self._buf = b.buffer()
+        probe = [
+            (17_999_999_999 + i, (0.1, -2.5, 3e-7), (0.625, 0.5, -0.5, 0.25))
+            for i in range(len(self.pairs))
+        ]
+        try:
+            msg = self.message(probe)
+            self.ok = deserialize_message(self.encode(probe), type(msg)) == msg
+        except Exception:  # any failure of the check means: publish message objects
+            self.ok = False
+
+    def encode(self, transforms: Sequence) -> bytes:
+        buf = self._buf[:]  # a copy per call: nothing shared between callers
+        for (stamp, tr, rot), (t_ns, xyz, quat) in zip(self._at, transforms, strict=True):
+            _STAMP.pack_into(buf, stamp, *divmod(int(t_ns), 1_000_000_000))
+            _D3.pack_into(buf, tr, *xyz)
+            _D4.pack_into(buf, rot, *quat)
+        return bytes(buf)
+
+    def message(self, transforms: Sequence) -> Any:
+        """The equivalent TFMessage (the self-check and the fallback)."""
+        from geometry_msgs.msg import TransformStamped
+        from tf2_msgs.msg import TFMessage
+
+        out = []
+        for (parent, child), (t_ns, xyz, quat) in zip(self.pairs, transforms, strict=True):
+            t = TransformStamped()
+            t.header.stamp.sec, t.header.stamp.nanosec = divmod(int(t_ns), 1_000_000_000)
+            t.header.frame_id, t.child_frame_id = parent, child
+            tr, rot = t.transform.translation, t.transform.rotation
+            tr.x, tr.y, tr.z = (float(v) for v in xyz)
+            rot.x, rot.y, rot.z, rot.w = (float(v) for v in quat)
+            out.append(t)
+        return TFMessage(transforms=out)
