@@ -104,8 +104,11 @@ def test_composed_graph_records_every_topic_and_steps_from_outside(ros_node, tmp
         codes = g.stop()
     assert codes == {'sim_graph': 0}, codes
     counts = bagio.topic_counts(g.bag)
-    for topic in CONTROL_TOPICS + ('/diagnostics',):
+    for topic in CONTROL_TOPICS + ('/diagnostics', '/tf'):
         assert topic in counts, f'{topic} missing from the bag: {sorted(counts)}'
+    # The state_publisher's latched messages, published before the hand-off existed, are in it.
+    for topic in ('/robot_description', '/tf_static'):
+        assert counts.get(topic, (None, 0))[1] == 1, (topic, counts.get(topic))
     frames = 2 * 120 + 6 + 1  # frame 0 included
     # Lockstep by direct calls: one estimate, one command and one applied pressure per frame.
     for topic in ('/sim/joint_states', '/mocap/calf/pose', '/joint_states', '/reference/joint'):
@@ -169,6 +172,7 @@ def test_the_composed_spec_holds_every_node_with_its_own_parameters():
         'estimator',
         'controller',
         'reference',
+        'state_publisher',
         'recorder',
         'sim_graph',
     )

@@ -163,11 +163,15 @@ def test_policy_file_argument_reaches_the_controller_in_both_graphs(mode, tmp_pa
     from equimus_bringup.graph import describe_graph
 
     monkeypatch.chdir(tmp_path)
-    specs = {
-        s.name: s for s in describe_graph(mode, {'controller': 'policy', 'policy_file': 'p.npz'})
-    }
-    params = specs['controller'].parameters
+
+    def controller_parameters(overrides):
+        # The sim graph is composed by default: the controller is a node of sim_graph.
+        specs = {s.name: s for s in describe_graph(mode, overrides)}
+        if 'controller' in specs:
+            return specs['controller'].parameters
+        return specs['sim_graph'].node_parameters['controller']
+
+    params = controller_parameters({'controller': 'policy', 'policy_file': 'p.npz'})
     assert params['controller'] == 'policy'
     assert params['policy_file'] == str(tmp_path / 'p.npz')  # absolute: nodes may run elsewhere
-    pid = {s.name: s for s in describe_graph(mode, {})}['controller'].parameters
-    assert 'policy_file' not in pid
+    assert 'policy_file' not in controller_parameters({})

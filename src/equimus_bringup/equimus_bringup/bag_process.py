@@ -112,6 +112,17 @@ class BagWriterProcess:
         if len(self._batch) >= BATCH_MESSAGES:
             self._send_batch()
 
+    @_locked
+    def write_many(self, items: list[tuple[str, int, bytes]]) -> None:
+        """`write` for a list of (topic, stamp_ns, data): one call a frame from sim_graph."""
+        topics, counts, batch = self.topics, self._counts, self._batch
+        for topic, stamp_ns, data in items:
+            i = topics[topic]
+            batch.append((i, stamp_ns, bytes(data)))
+            counts[i] += 1
+        if len(batch) >= BATCH_MESSAGES:
+            self._send_batch()
+
     def _send_batch(self) -> None:
         if self._batch:
             self._send(('write', self._batch))

@@ -114,7 +114,15 @@ CONTROL_PATH = (
 
 # The nodes the composed sim_graph process holds (with its own node, sim_graph).
 COMPOSED_DISCOVERY_PERIOD_S = 5.0  # sim s, the recorder's in the composed graph
-COMPOSED_NODES = ('sim', 'valve_driver', 'estimator', 'controller', 'reference', 'recorder')
+COMPOSED_NODES = (
+    'sim',
+    'valve_driver',
+    'estimator',
+    'controller',
+    'reference',
+    'state_publisher',
+    'recorder',
+)
 
 # The nodes the fused control_loop process holds in place of their own processes (it adds one
 # node of its own, also named control_loop, that reports the loop's latency).

@@ -4,12 +4,13 @@
     ros2 launch equimus_bringup sim.launch.py composed:=false # one process per node
 
 The same nodes as the split sim graph (sim, valve_driver on its simulated board, estimator,
-controller, reference and, with record:=true, recorder; same names, parameters, services and
-topics) under one executor, plus a small `sim_graph` node that reports the hand-off. rclpy has no
-intra-process transport, so `InProcessBus` plays its part (what rclcpp's intra-process
-communication does in a component container): every publisher of these nodes is routed through
-it, and every subscription to a topic published in this process is served by a direct call
-instead of DDS. A frame thus runs in a fixed order, with no executor wake-up and no DDS hop:
+controller, reference, state_publisher and, with record:=true, recorder; same names, parameters,
+services and topics) under one executor, plus a small `sim_graph` node that reports the
+hand-off. rclpy has no intra-process transport, so `InProcessBus` plays its part (what rclcpp's
+intra-process communication does in a component container): every publisher of these nodes is
+routed through it, and every subscription to a topic published in this process is served by a
+direct call instead of DDS. A frame thus runs in a fixed order, with no executor wake-up and no
+DDS hop:
 
     sim publishes /clock -> the nodes' clocks (their TimeSource callbacks) -> reference tick
     sim publishes the mocap poses -> estimator -> /joint_states -> controller (its ControlStep)
@@ -29,15 +30,19 @@ example, /valve/command is not heard by the composed valve driver.
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import sys
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
+from rclpy.clock import Clock as RosClock
+from rclpy.clock import ClockType
 from rclpy.node import Node
-from rclpy.serialization import deserialize_message, serialize_message
+from rclpy.serialization import deserialize_message
+from rclpy.subscription import Subscription
+from rclpy.time import Time
+from rclpy.time_source import TimeSource
 
 from equimus_bringup.bag_process import BagWriterProcess
 from equimus_control.controller_node import ControllerNode
@@ -47,11 +52,15 @@ from equimus_description.config import param, validate_fields
 from equimus_description.interface import CLOCK, DIAGNOSTICS
 from equimus_hw.valve.driver_node import ValveDriver, vent_on_exit
 from equimus_record.recorder_node import Recorder, qos_dicts
+from equimus_ros.cdr import MessageEncoder
 from equimus_ros.diagnostics import Diagnostics, Level
 from equimus_ros.lifecycle import bring_up
 from equimus_ros.main import run_node
 from equimus_ros.params import bind
 from equimus_sim.sim_node import SimNode
+from equimus_tf.state_publisher import StatePublisher
+
+PAUSED_CLOCK_PERIOD_S = 0.5  # wall s between /clock repeats on DDS while paused
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,6 +75,13 @@ class SimGraphConfig:
         range=(0.01, 60.0),
     )
 
+    outside_clock_period: float = param(
+        0.01,
+        'wall s between /clock messages on DDS for subscribers outside this process (every '
+        'frame is delivered inside it and recorded); 0 = every frame',
+        range=(0.0, 1.0),
+    )
+
     def __post_init__(self) -> None:
         validate_fields(self)
 
@@ -75,46 +91,46 @@ def type_name(msg_type: type) -> str:
     return f'{msg_type.__module__.split(".")[0]}/msg/{msg_type.__name__}'
 
 
-def _takes_info(callback: Callable[..., None]) -> bool:
-    """As rclpy decides: a subscription callback with two parameters gets the message info."""
-    try:
-        return len(inspect.signature(callback).parameters) >= 2
-    except (TypeError, ValueError):
-        return False
-
-
 class _Route:
     """One publisher's `publish`, replaced: record, deliver in process, DDS if needed."""
 
-    def __init__(self, bus: InProcessBus, pub: Any) -> None:
+    def __init__(self, bus: InProcessBus, pub: Any, node: Node) -> None:
         self.bus = bus
         self.pub = pub
         self.topic: str = pub.topic_name
         self.msg_type = pub.msg_type
         self.dds_publish: Callable[[Any], None] = pub.publish
-        self.local: list[Callable[..., None]] = bus.subscribers.setdefault(self.topic, [])
+        self.encode = MessageEncoder(self.msg_type).encode  # for the bag: 2-5x rclpy's speed
+        self.local: list[tuple[Callable[..., None], bool]] = bus.subscribers.setdefault(
+            self.topic, []
+        )
+        # What a callback taking message info gets: a sender id per publishing node, as the
+        # publisher gid of a DDS delivery (the valve driver's one-commander guard reads it).
+        self.info = {'publisher_gid': {'data': node.get_fully_qualified_name().encode()}}
         self.outside = True
         self.next_check = 0.0
-        # What rclpy hands a subscriber that takes message info. The sender's identity is this
-        # publisher (stable and unique within the process), as the one-commander check needs.
-        gid = f'in-process {pub.topic_name} {id(pub)}'.encode()
-        self.info = {'publisher_gid': {'data': gid}}
+        self.dds_period = 0.0  # wall s between DDS publishes (the /clock route: see SimGraph)
+        self.next_dds = 0.0
 
     def publish(self, msg: Any) -> None:
         bus = self.bus
         raw = isinstance(msg, bytes)
         if bus.record is not None:
-            bus.record(self.topic, msg if raw else serialize_message(msg))
+            bus.record(self.topic, msg if raw else self.encode(msg))
         if self.local:
             obj = deserialize_message(msg, self.msg_type) if raw else msg
-            for callback in self.local:
-                callback(obj, self.info) if callback in bus.wants_info else callback(obj)
+            for callback, with_info in self.local:
+                if with_info:
+                    callback(obj, self.info)
+                else:
+                    callback(obj)
         bus.handed_off += 1
         now = time.monotonic()
         if now >= self.next_check:
             self.next_check = now + bus.outside_check_period
             self.outside = self.pub.get_subscription_count() > 0
-        if self.outside:
+        if self.outside and now >= self.next_dds:
+            self.next_dds = now + self.dds_period
             self.dds_publish(msg)
             bus.dds_published += 1
 
@@ -125,38 +141,59 @@ class InProcessBus:
     def __init__(self, recorder: Recorder | None, outside_check_period: float = 0.5) -> None:
         self.recorder = recorder
         self.outside_check_period = outside_check_period
-        self.subscribers: dict[str, list[Callable[..., None]]] = {}
+        # topic -> (callback, whether it takes message info as its second argument)
+        self.subscribers: dict[str, list[tuple[Callable[..., None], bool]]] = {}
         self.routes: list[_Route] = []
         self.handed_off = 0
         self.dds_published = 0
         self.now_ns = 0  # sim time of the current frame: the log time of what it records
-        self.subscribers[CLOCK.name] = [self._on_clock]  # first: before the /clock message
-        self.wants_info: set[Callable[..., None]] = set()  # callbacks taking (msg, info)
-        self._record_lock = threading.Lock()  # a leaf lock: nothing is called while it is held
+        self.subscribers[CLOCK.name] = [(self._on_clock, False)]  # first: before the /clock message
+        self.time_sources: list[TimeSource] = []
+        self.last_clock: Any = None  # the frame's /clock message (the sim updates it in place)
+        # Guards _pending; held while handing it to the writer (whose lock is taken inside).
+        self._record_lock = threading.Lock()
+        self._pending: list[tuple[str, int, bytes]] = []
         self.record: Callable[[str, bytes], None] | None = (
             None if recorder is None else self._record
         )
 
     def _record(self, topic: str, data: bytes) -> None:
-        """Write with the sim time of the frame (the recorder's own clock, without asking it)."""
-        recorder = self.recorder
-        assert recorder is not None
+        """Keep for the bag with the sim time of the frame (the recorder's own clock, without
+        asking it); `flush` hands a frame's messages to the writer in one call."""
         with self._record_lock:
-            if recorder.error:
+            self._pending.append((topic, self.now_ns, data))
+
+    def flush(self) -> None:
+        """The kept messages to the bag writer, in the order they were published (at each
+        frame's /clock, while paused, and before the recorder closes)."""
+        recorder = self.recorder
+        if recorder is None:
+            return
+        with self._record_lock:
+            items, self._pending = self._pending, []
+            if not items or recorder.error:
                 return
             try:
-                recorder.writer.write(topic, self.now_ns, data)
+                recorder.writer.write_many(items)
             except OSError as exc:
                 recorder.stop_recording(exc)
 
+    def record_latched(self, topic: str, msg: Any) -> None:
+        """Record a message published before `attach` (a latched one) at the current time."""
+        if self.record is not None:
+            # The encoder's padding is zero; rclpy's may hold leftovers (not deterministic).
+            self.record(topic, MessageEncoder(type(msg)).encode(msg))
+
     def _on_clock(self, msg: Any) -> None:
+        self.flush()  # the previous frame's messages, logged at its time
         self.now_ns = msg.clock.sec * 1_000_000_000 + msg.clock.nanosec
+        self.last_clock = msg
 
     def attach(self, nodes: list[Node]) -> None:
         """Route every publisher of `nodes`; serve their subscriptions to those topics here."""
         for node in nodes:
             for pub in node.publishers:
-                route = _Route(self, pub)
+                route = _Route(self, pub, node)
                 # The instance attribute shadows Publisher.publish for every caller of this
                 # publisher (the nodes keep their own references to it).
                 pub.publish = route.publish  # type: ignore[method-assign]
@@ -171,14 +208,45 @@ class InProcessBus:
             # topics from outside; its clock's /clock subscription is served here like the rest.
             for sub in list(node.subscriptions):
                 if sub.topic_name in self.subscribers and not sub.raw:
-                    self.subscribers[sub.topic_name].append(sub.callback)
-                    if _takes_info(sub.callback):
-                        self.wants_info.add(sub.callback)
+                    with_info = sub._callback_type == Subscription.CallbackType.WithMessageInfo
+                    self.subscribers[sub.topic_name].append((sub.callback, with_info))
                     node.destroy_subscription(sub)
+        self._merge_time_sources()
+        recorder = self.recorder
+        if recorder is not None:
+            # Topics the recorder found on DDS before this hand-off existed (/diagnostics,
+            # /parameter_events at start-up): it records them from here now, so its DDS copy
+            # would write each message twice (and keep them published on DDS for itself).
+            for topic in [t for t in recorder.subs if t in self.subscribers]:
+                recorder.destroy_subscription(recorder.subs.pop(topic))
+
+    def _merge_time_sources(self) -> None:
+        """The nodes' TimeSource /clock callbacks as one: a single Time per frame set on every
+        node's clock (what each TimeSource.clock_callback does for its own clocks)."""
+        callbacks = self.subscribers[CLOCK.name]
+        sources = [
+            getattr(cb, '__self__')  # noqa: B009 (a bound method's instance; mypy sees Callable)
+            for cb, _ in callbacks
+            if getattr(cb, '__func__', None) is TimeSource.clock_callback
+        ]
+        if not sources:
+            return
+        self.time_sources = sources
+        kept = [
+            (cb, info) for cb, info in callbacks if getattr(cb, '__self__', None) not in sources
+        ]
+        callbacks[:] = [kept[0], (self._set_clocks, False), *kept[1:]]
+
+    def _set_clocks(self, msg: Any) -> None:
+        t = Time.from_msg(msg.clock)
+        for source in self.time_sources:
+            source._last_time_set = t  # as its clock_callback: a clock attached later starts here
+            for clock in source._associated_clocks:
+                clock.set_ros_time_override(t)
 
     def subscribe(self, topic: str, callback: Callable[[Any], None]) -> None:
         """An in-process subscriber of the graph itself (after the nodes' own)."""
-        self.subscribers.setdefault(topic, []).append(callback)
+        self.subscribers.setdefault(topic, []).append((callback, False))
 
 
 class SimGraph(Node):
@@ -206,6 +274,9 @@ class SimGraph(Node):
             self.nodes.append(self.estimator)
             self.controller = ControllerNode()
             self.nodes.append(self.controller)
+            # Last: its /joint_states and pose callbacks run after the control path's.
+            self.state_publisher = StatePublisher()
+            self.nodes.append(self.state_publisher)
         except BaseException:
             self.close()
             for node in self.nodes:
@@ -214,12 +285,28 @@ class SimGraph(Node):
         self.diagnostics = Diagnostics(self, DIAGNOSTICS, 'sim_graph: in-process hand-off')
         self.bus = InProcessBus(self.recorder, self.cfg.outside_check_period)
         self.bus.attach([*self.nodes, self])
+        # Published at construction, before the hand-off existed: on DDS (latched) but not in
+        # the bag, whose recorder skips topics published in this process. Record them at t=0.
+        for pub, msg in self.state_publisher.latched:
+            self.bus.record_latched(pub.topic_name, msg)
         rate = self.reference.params.config.rate
         self.ref_period_ns = int(round(1e9 / rate))
         self.next_ref_ns: int | None = None
         # After the nodes' own /clock callbacks (their clocks): the reference sees the new time.
         self.bus.subscribe(CLOCK.name, self._on_clock)
         self.create_timer(1.0, self._diag)
+        # While paused, /clock is sent again on DDS every PAUSED_CLOCK_PERIOD_S wall seconds (as
+        # Gazebo does): a tool that subscribed after the last frame (DDS discovery takes longer
+        # than a fast run) still learns the time. Not recorded, not delivered in the process.
+        self.clock_route = next(r for r in self.bus.routes if r.topic == CLOCK.name)
+        # /clock outside at a wall-clock rate (as Gazebo's 10 Hz default): at 20x real time,
+        # every frame would be 2400 messages a second for each outside tool to take in.
+        self.clock_route.dds_period = self.cfg.outside_clock_period
+        self.create_timer(
+            PAUSED_CLOCK_PERIOD_S,
+            self._clock_while_paused,
+            clock=RosClock(clock_type=ClockType.STEADY_TIME),
+        )
         self._wall0 = time.monotonic()
         self.get_logger().info(
             f'composed: {", ".join(n.get_name() for n in self.nodes)}; '
@@ -229,12 +316,22 @@ class SimGraph(Node):
     def _on_clock(self, msg: Any) -> None:
         """The reference's timer, in sim time: a tick on each frame a period has elapsed by."""
         t = msg.clock.sec * 1_000_000_000 + msg.clock.nanosec
+        if self.sim.pause_at_ns and t >= self.sim.pause_at_ns:
+            self.clock_route.next_dds = 0.0  # the frame it pauses at: on DDS, not throttled
         if self.next_ref_ns is None:
             self.next_ref_ns = t
         if t >= self.next_ref_ns:
             self.reference.tick()
             while self.next_ref_ns <= t:
                 self.next_ref_ns += self.ref_period_ns
+
+    def _clock_while_paused(self) -> None:
+        if self.sim.paused:
+            self.bus.flush()  # what the nodes' timers published since the last frame
+        last = self.bus.last_clock
+        route = self.clock_route
+        if self.sim.paused and last is not None and route.pub.get_subscription_count() > 0:
+            route.dds_publish(last)
 
     def _diag(self) -> None:
         bus = self.bus
@@ -262,6 +359,8 @@ class SimGraph(Node):
         for node in self.nodes:
             if isinstance(node, ValveDriver):
                 vent_on_exit(node)
+        if hasattr(self, 'bus'):
+            self.bus.flush()  # the last frame's messages, before the recorder closes its bag
 
     def all_nodes(self) -> list[Node]:
         """This node first, the recorder last (the order they are destroyed in)."""

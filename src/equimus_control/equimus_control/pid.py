@@ -24,8 +24,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from equimus_description.config import check_pair, param, validate_fields
-from equimus_description.kinematics import actuation_derivatives
-from equimus_description.statics import StaticParams, holding_pressures
+from equimus_description.kinematics import actuation_derivatives, actuation_lengths_jacobian
+from equimus_description.statics import (
+    StaticParams,
+    holding_pressures,
+    holding_pressures_floats,
+)
 from equimus_description.valve import HARD_MAX_KPA
 
 from .controller import ControlOutput, Estimate, Reference
@@ -47,14 +51,25 @@ def box_lsq(A: np.ndarray, b: np.ndarray, lo: np.ndarray, hi: np.ndarray):
     Plain floats: it runs every control cycle, and on 2×2 problems numpy's call overhead was
     most of the controller's compute time."""
     (a00, a01), (a10, a11) = np.asarray(A, float).tolist()
-    b0, b1 = (float(v) for v in b)
-    lo_f, hi_f = [float(v) for v in lo], [float(v) for v in hi]
+    best, sat = box_lsq_floats(
+        ((a00, a01), (a10, a11)),
+        (float(b[0]), float(b[1])),
+        (float(lo[0]), float(lo[1])),
+        (float(hi[0]), float(hi[1])),
+    )
+    return np.array(best), np.array(sat)
+
+
+def box_lsq_floats(A, b, lo_f, hi_f) -> tuple[list[float], list[bool]]:
+    """`box_lsq` on plain floats: A ((a00, a01), (a10, a11)), b, lo, hi pairs."""
+    (a00, a01), (a10, a11) = A
+    b0, b1 = b
     cols = ((a00, a10), (a01, a11))
     det = a00 * a11 - a01 * a10
     if det != 0.0:
         x = ((b0 * a11 - a01 * b1) / det, (a00 * b1 - a10 * b0) / det)
-        if all(lo_f[i] <= x[i] <= hi_f[i] for i in range(2)):
-            return np.array(x), np.zeros(2, bool)
+        if lo_f[0] <= x[0] <= hi_f[0] and lo_f[1] <= x[1] <= hi_f[1]:
+            return [x[0], x[1]], [False, False]
     best: list[float] | None = None
     best_cost = math.inf
     for pattern in itertools.product((0, 1, 2), repeat=2):  # 0 free, 1 at lo, 2 at hi
@@ -80,7 +95,7 @@ def box_lsq(A: np.ndarray, b: np.ndarray, lo: np.ndarray, hi: np.ndarray):
     # a corner (both at a bound) always has a finite cost for finite A, b, lo, hi
     assert best is not None, 'box_lsq: non-finite problem data'
     sat = [_isclose(best[i], lo_f[i]) or _isclose(best[i], hi_f[i]) for i in range(2)]
-    return np.array(best), np.array(sat)
+    return best, sat
 
 
 def pressures_for_torque(q, tau_extra, p_ff, params: StaticParams, p_max=HARD_MAX_KPA):
@@ -158,6 +173,43 @@ class PIDController:
         self.integral = np.clip(self.integral, -i_max, i_max)
 
     def step(self, state: Estimate, ref: Reference, dt: float, p_max: float) -> ControlOutput:
+        """The control law in plain floats (every cycle; numpy on 2-vectors cost most of it).
+        `step_numpy` is the same law on arrays, the reference the tests compare with."""
+        q0, q1 = float(state.q[0]), float(state.q[1])
+        qd0, qd1 = float(state.qd[0]), float(state.qd[1])
+        r0, r1 = float(ref.q[0]), float(ref.q[1])
+        rd0, rd1 = float(ref.qd[0]), float(ref.qd[1])
+        g = self.g
+        (kp0, kp1), (ki0, ki1), (kd0, kd1) = g.kp, g.ki, g.kd
+        e0, e1 = r0 - q0, r1 - q1
+        h0, h1 = holding_pressures_floats((r0, r1), self.params)
+        f0 = min(max(h0, 0.0), p_max)  # np.clip(x, 0, p_max) for p_max >= 0
+        f1 = min(max(h1, 0.0), p_max)
+        i0, i1 = float(self.integral[0]), float(self.integral[1])
+        t0 = kp0 * e0 + kd0 * (rd0 - qd0) + i0
+        t1 = kp1 * e1 + kd1 * (rd1 - qd1) + i1
+        # A = σ J_Aᵀ diag(S·1e3): A[j][a] = σ J[a][j] S[a] 1e3
+        _, (j00, j01), (j10, j11) = actuation_lengths_jacobian((q0, q1), self.params.geometry)
+        sg = self.params.pressure_sign
+        s0, s1 = self.params.S[0] * 1e3, self.params.S[1] * 1e3
+        a00, a01, a10, a11 = sg * j00 * s0, sg * j10 * s1, sg * j01 * s0, sg * j11 * s1
+        b0 = (a00 * f0 + a01 * f1) + t0
+        b1 = (a10 * f0 + a11 * f1) + t1
+        pm = float(p_max)
+        (p0, p1), sat = box_lsq_floats(((a00, a01), (a10, a11)), (b0, b1), (0.0, 0.0), (pm, pm))
+        p0, p1 = min(max(p0, 0.0), pm), min(max(p1, 0.0), pm)
+        err0 = (a00 * p0 + a01 * p1) - b0
+        err1 = (a10 * p0 + a11 * p1) - b1
+        ni0 = _integrate(i0, err0, ki0 * e0, g.k_aw, dt, g.i_max[0])
+        ni1 = _integrate(i1, err1, ki1 * e1, g.k_aw, dt, g.i_max[1])
+        self.integral = np.array([ni0, ni1])
+        return ControlOutput(
+            np.array([p0, p1]),
+            np.array(sat),
+            {'torque_error': np.array([err0, err1]), 'feedforward': np.array([f0, f1])},
+        )
+
+    def step_numpy(self, state: Estimate, ref: Reference, dt: float, p_max: float) -> ControlOutput:
         q, qd = np.asarray(state.q, float), np.asarray(state.qd, float)
         q_ref, qd_ref = np.asarray(ref.q, float), np.asarray(ref.qd, float)
         kp, ki, kd = (np.asarray(v) for v in (self.g.kp, self.g.ki, self.g.kd))
@@ -179,6 +231,23 @@ class PIDController:
         i_max = np.asarray(self.g.i_max)
         self.integral = np.clip(self.integral, -i_max, i_max)
         return ControlOutput(P, sat, {'torque_error': terr, 'feedforward': p_ff})
+
+
+def _sign(x: float) -> float:
+    return 1.0 if x > 0 else (-1.0 if x < 0 else (0.0 if x == 0 else math.nan))
+
+
+def _integrate(
+    integral: float, terr: float, push: float, k_aw: float, dt: float, i_max: float
+) -> float:
+    """One joint's anti-windup update (see PIDController.step_numpy, its array form)."""
+    s_err = _sign(terr)
+    short = abs(terr) > 1e-9 and s_err != _sign(push)
+    di = 0.0 if short else push
+    s_int = _sign(integral)
+    bleed = min(k_aw * abs(terr) * dt, abs(integral)) if short and s_err == -s_int else 0.0
+    out = integral + (dt * di - s_int * bleed)
+    return min(max(out, -i_max), i_max)
 
 
 def impedance_transfer(q, qd, q_ref, kp, kd, params: StaticParams):

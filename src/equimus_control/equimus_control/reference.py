@@ -31,8 +31,11 @@ class Waypoints:
     hold: float = 1.5
     loop: bool = True
 
+    def __post_init__(self) -> None:
+        self._P = np.asarray(self.poses, float)  # once, not at every sample
+
     def __call__(self, t: float):
-        P = np.asarray(self.poses, float)
+        P = self._P
         seg = self.move + self.hold
         n = len(P)
         k = int(t // seg)

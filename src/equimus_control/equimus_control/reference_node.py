@@ -124,6 +124,7 @@ class ReferenceNode(Node):
         self.t0: Time | None = None
         self.count = 0
         self.pub = publisher(self, JointState, REFERENCE)
+        self._msg = JointState(name=list(JOINTS))
         self.diagnostics = Diagnostics(self, DIAGNOSTICS, 'reference')
         if paced:
             self.create_timer(1.0 / cfg.rate, self.tick)
@@ -165,9 +166,9 @@ class ReferenceNode(Node):
             self.t0 = now
         t = (now - self.t0).nanoseconds * 1e-9
         q, qd = self.traj(t)
-        m = JointState()
-        m.header.stamp = now.to_msg()
-        m.name = list(JOINTS)
+        # One message, its numbers updated (publish serialises at once; nothing keeps it).
+        m = self._msg
+        m.header.stamp.sec, m.header.stamp.nanosec = divmod(now.nanoseconds, 1_000_000_000)
         m.position = [float(v) for v in q]
         m.velocity = [float(v) for v in qd]
         self.pub.publish(m)

@@ -9,6 +9,7 @@ as arguments only: `now` (steady-clock s) drives the stale-state guard, the esti
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -73,11 +74,16 @@ class ControlStep:
     def set_reference(self, q: Vector, qd: Vector, stamp: float) -> bool:
         """The latest reference sample (rad, rad/s at `stamp` s). A non-finite pose is ignored
         (False); a non-finite velocity counts as 0."""
-        q_arr = np.asarray(q, float)[:2]
-        if q_arr.shape != (2,) or not np.all(np.isfinite(q_arr)):
+        if len(q) < 2:
             return False
-        qd_arr = np.asarray(qd, float)[:2] if len(qd) >= 2 else np.zeros(2)
-        self.q_ref, self.qd_ref = q_arr, np.nan_to_num(qd_arr, nan=0.0, posinf=0.0, neginf=0.0)
+        q0, q1 = float(q[0]), float(q[1])
+        if not (math.isfinite(q0) and math.isfinite(q1)):
+            return False
+        qd0, qd1 = (float(qd[0]), float(qd[1])) if len(qd) >= 2 else (0.0, 0.0)
+        self.q_ref = np.array([q0, q1])
+        self.qd_ref = np.array(
+            [qd0 if math.isfinite(qd0) else 0.0, qd1 if math.isfinite(qd1) else 0.0]
+        )
         self.ref_stamp = stamp
         return True
 

@@ -79,30 +79,33 @@ class Supervisor:
 
     def check_state(self, q: np.ndarray, now: float, qd: np.ndarray | None = None) -> bool:
         """True if the controller may act on this state (angles q, rates qd); False → VENT."""
+        # Plain floats: every control cycle, and numpy's per-call overhead on 2-vectors was
+        # most of this check's cost. The same tests as on arrays.
         q = np.asarray(q, float)
         c = self.cfg
-        if q.shape != (2,) or not np.all(np.isfinite(q)):
+        q0, q1 = (float(v) for v in q) if q.shape == (2,) else (math.nan, math.nan)
+        if not (math.isfinite(q0) and math.isfinite(q1)):
             self._trip(
                 'invalid',
                 'estimator reports no valid joint state (NaN); '
                 'check mocap tracking of base/thigh/calf',
             )
             return False
-        if qd is not None and not np.all(np.isfinite(qd)):
+        if qd is not None and not all(map(math.isfinite, np.asarray(qd, float).ravel().tolist())):
             self._trip('invalid', 'estimator reports a non-finite joint velocity')
             return False
         self.last_valid_time = now
-        lo, hi = np.asarray(c.safe_min), np.asarray(c.safe_max)
-        if np.any(q < lo) or np.any(q > hi):
+        (lo0, lo1), (hi0, hi1) = c.safe_min, c.safe_max
+        if q0 < lo0 or q1 < lo1 or q0 > hi0 or q1 > hi1:
             self._trip(
                 'joint_limit',
-                f'θ = ({q[0]:.3f}, {q[1]:.3f}) rad outside the safe range '
-                f'[{lo[0]:.2f}, {hi[0]:.2f}] × [{lo[1]:.2f}, {hi[1]:.2f}]',
+                f'θ = ({q0:.3f}, {q1:.3f}) rad outside the safe range '
+                f'[{lo0:.2f}, {hi0:.2f}] × [{lo1:.2f}, {hi1:.2f}]',
             )
             return False
         if self.venting and self.reason.startswith('joint_limit'):
             m = c.rearm_margin
-            if np.any(q < lo + m) or np.any(q > hi - m):
+            if q0 < lo0 + m or q1 < lo1 + m or q0 > hi0 - m or q1 > hi1 - m:
                 return False
         self.venting = False
         self.reason = 'ok'
@@ -122,7 +125,9 @@ class Supervisor:
 
     def clip(self, u: np.ndarray) -> np.ndarray:
         u = np.asarray(u, float)
-        if u.shape != (2,) or not np.all(np.isfinite(u)):
+        u0, u1 = (float(v) for v in u) if u.shape == (2,) else (math.nan, math.nan)
+        if not (math.isfinite(u0) and math.isfinite(u1)):
             self._trip('invalid', f'controller produced a non-finite command {u}')
             return VENT.copy()
-        return np.clip(u, 0.0, self.cfg.p_max)
+        p_max = self.cfg.p_max
+        return np.array([min(max(u0, 0.0), p_max), min(max(u1, 0.0), p_max)])

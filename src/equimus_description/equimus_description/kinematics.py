@@ -131,6 +131,23 @@ def actuation_derivatives(q, g: PlanarGeometry = PlanarGeometry()):
     return np.array(lengths), np.array(J), np.array(H)
 
 
+def actuation_lengths_jacobian(
+    q, g: PlanarGeometry = PlanarGeometry()
+) -> tuple[tuple[float, float], tuple[float, float], tuple[float, float]]:
+    """(l, J_A rows) of `actuation_derivatives` in plain floats, without the second derivatives
+    (the controller's per-cycle need)."""
+    bases = ((g.d1, 0.0), (-g.d2, 0.0))
+    out: list = []
+    for a, (pt, dp, _) in enumerate(_anchor_derivatives(q, g)):
+        r0, r1 = pt[0] - bases[a][0], pt[1] - bases[a][1]
+        la = math.hypot(r0, r1)
+        out.append(
+            (la, ((r0 * dp[0][0] + r1 * dp[0][1]) / la, (r0 * dp[1][0] + r1 * dp[1][1]) / la))
+        )
+    (l0, J0), (l1, J1) = out
+    return (l0, l1), J0, J1
+
+
 def jacobian_rate(q, qd, g: PlanarGeometry = PlanarGeometry()) -> np.ndarray:
     """dJ_A/dt = Σ_j ∂J_A/∂θ_j · θ̇_j."""
     _, _, H = actuation_derivatives(q, g)

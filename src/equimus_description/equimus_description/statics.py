@@ -22,7 +22,11 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 from scipy.optimize import minimize
 
-from equimus_description.kinematics import PlanarGeometry, actuation_derivatives
+from equimus_description.kinematics import (
+    PlanarGeometry,
+    actuation_derivatives,
+    actuation_lengths_jacobian,
+)
 
 G = 9.81
 P_MAX_KPA = 50.0
@@ -147,15 +151,34 @@ def potential_gradient(q, pressures_kpa, p: StaticParams) -> np.ndarray:
 
 def holding_forces(q, p: StaticParams) -> np.ndarray:
     """Lengthening actuator forces F (N) that hold pose q: J_Aᵀ F = J_Aᵀ k(l−l0) − g ∂U/∂θ."""
-    lengths, J, _ = actuation_derivatives(q, p.geometry)
+    return np.array(holding_forces_floats(q, p))
+
+
+def holding_forces_floats(q, p: StaticParams) -> tuple[float, float]:
+    """`holding_forces` in plain floats (every control cycle: numpy's overhead on 2-vectors and
+    a 2×2 solve is most of the cost). The 2×2 system by Cramer's rule; a singular J_A (no pose
+    in the joint limits has one) raises ZeroDivisionError as numpy's solve raised LinAlgError."""
+    lengths, (j00, j01), (j10, j11) = actuation_lengths_jacobian(q, p.geometry)
     _, dU = gravity_generalized(q, p)
-    k, l0 = np.asarray(p.k), np.asarray(p.l0)
-    return k * (lengths - l0) - np.linalg.solve(J.T, p.g * dU)
+    # J_Aᵀ x = g dU, J_Aᵀ = [[j00, j10], [j01, j11]]
+    b0, b1 = p.g * float(dU[0]), p.g * float(dU[1])
+    det = j00 * j11 - j10 * j01
+    x0 = (b0 * j11 - j10 * b1) / det
+    x1 = (j00 * b1 - j01 * b0) / det
+    (k0, k1), (l00, l01) = p.k, p.l0
+    return k0 * (lengths[0] - l00) - x0, k1 * (lengths[1] - l01) - x1
+
+
+def holding_pressures_floats(q, p: StaticParams) -> tuple[float, float]:
+    """`holding_pressures` (unclipped) in plain floats."""
+    f0, f1 = holding_forces_floats(q, p)
+    s = p.pressure_sign
+    return s * f0 / p.S[0] / 1e3, s * f1 / p.S[1] / 1e3
 
 
 def holding_pressures(q, p: StaticParams, clip: bool = False) -> np.ndarray:
     """Pressures (kPa) that hold pose q. Unclipped values < 0 mean the pose needs a pull."""
-    P = p.pressure_sign * holding_forces(q, p) / np.asarray(p.S) / 1e3
+    P = np.array(holding_pressures_floats(q, p))
     return np.clip(P, 0.0, P_MAX_KPA) if clip else P
 
 

@@ -47,6 +47,20 @@ class LegFrames:
         self.chain = parse_urdf_chain(urdf)
         self.joints = tuple(j for (_, j, kind, *_r) in self.chain.values() if kind != 'fixed')
         self._origin = {child: rpy_matrix(c[4]) for child, c in self.chain.items()}
+        # Per movable joint, what `moving` needs in plain floats (it runs at every joint state):
+        # (parent, child, joint, xyz, origin quaternion, unit axis).
+        self._movable = [
+            (
+                parent,
+                child,
+                joint,
+                (float(xyz[0]), float(xyz[1]), float(xyz[2])),
+                tuple(float(v) for v in matrix_to_quat(self._origin[child])),
+                tuple(float(v) for v in np.asarray(axis, float) / np.linalg.norm(axis)),
+            )
+            for child, (parent, joint, kind, xyz, _rpy, axis) in self.chain.items()
+            if kind != 'fixed'
+        ]
 
     def static(self) -> list[Transform]:
         """Transforms of the fixed joints (world → root body)."""
@@ -59,6 +73,34 @@ class LegFrames:
     def moving(self, names: Sequence[str], positions: Sequence[float]) -> list[Transform] | None:
         """Transforms of the movable joints at a joint state; None unless every joint of the
         tree has a finite position (an invalid estimate publishes no stale or NaN frame)."""
+        q = {name: float(value) for name, value in zip(names, positions, strict=False)}
+        if not all(j in q and math.isfinite(q[j]) for j in self.joints):
+            return None
+        out = []
+        for parent, child, joint, xyz, (x1, y1, z1, w1), (ax, ay, az) in self._movable:
+            # origin rotation, then the hinge's: q_origin * (cos(θ/2), sin(θ/2)·axis)
+            half = 0.5 * q[joint]
+            s, w2 = math.sin(half), math.cos(half)
+            x2, y2, z2 = s * ax, s * ay, s * az
+            out.append(
+                Transform(
+                    parent,
+                    child,
+                    xyz,
+                    (
+                        w1 * x2 + x1 * w2 + y1 * z2 - z1 * y2,
+                        w1 * y2 - x1 * z2 + y1 * w2 + z1 * x2,
+                        w1 * z2 + x1 * y2 - y1 * x2 + z1 * w2,
+                        w1 * w2 - x1 * x2 - y1 * y2 - z1 * z2,
+                    ),
+                )
+            )
+        return out
+
+    def moving_by_matrix(
+        self, names: Sequence[str], positions: Sequence[float]
+    ) -> list[Transform] | None:
+        """`moving` through rotation matrices (the reference the tests compare it with)."""
         q = {name: float(value) for name, value in zip(names, positions, strict=False)}
         if not all(j in q and math.isfinite(q[j]) for j in self.joints):
             return None
@@ -76,8 +118,8 @@ def mocap_frame(xyz: Sequence[float], rpy: Sequence[float]) -> Transform:
 
 def pose_is_finite(position: Sequence[float], orientation: Sequence[float]) -> bool:
     """An occluded body is published with NaN fields: no frame for it."""
-    values = [*position, *orientation]
-    return all(math.isfinite(float(v)) for v in values)
+    # One check of a sum: NaN and ±inf propagate through it (a pose in metres cannot overflow).
+    return math.isfinite(sum(position) + sum(orientation))
 
 
 class RateGate:

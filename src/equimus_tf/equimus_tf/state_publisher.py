@@ -35,6 +35,7 @@ from equimus_description.interface import (
 )
 from equimus_description.leg import load_leg
 from equimus_description.urdf import build_urdf
+from equimus_ros.cdr import TransformsWriter
 from equimus_ros.main import run_node
 from equimus_ros.params import bind
 from equimus_ros.qos import publisher, subscription
@@ -94,7 +95,10 @@ class StatePublisher(Node):
         self.urdf = build_urdf(load_leg(parameter_set=cfg.leg_parameter_set or None))
         self.frames = frames.LegFrames(self.urdf)
         self.description_pub = publisher(self, String, ROBOT_DESCRIPTION)
-        self.description_pub.publish(String(data=self.urdf))
+        description = String(data=self.urdf)
+        self.description_pub.publish(description)
+        # What was published once at start (a composing process records it: sim_graph).
+        self.latched: list[tuple[Any, Any]] = [(self.description_pub, description)]
         if TFMessage is None:
             self.get_logger().warning(
                 'tf2_msgs is not importable: /tf and /tf_static are off '
@@ -107,35 +111,49 @@ class StatePublisher(Node):
             frames.mocap_frame(cfg.mocap_frame_xyz, cfg.mocap_frame_rpy),
         ]
         self.static_pub = publisher(self, TFMessage, TF_STATIC)
-        self.static_pub.publish(TFMessage(transforms=[to_msg(t, stamp) for t in static]))
+        static_msg = TFMessage(transforms=[to_msg(t, stamp) for t in static])
+        self.static_pub.publish(static_msg)
+        self.latched.append((self.static_pub, static_msg))
         self.tf_pub = publisher(self, TFMessage, TF)
         self.joint_gate = frames.RateGate(cfg.publish_frequency)
         self.mocap_gate = frames.RateGate(cfg.publish_frequency)
         self.mocap_batch = frames.StampBatch(BODIES)
+        self._tf_writers: dict[tuple[tuple[str, str], ...], TransformsWriter] = {}
         subscription(self, JointState, JOINT_STATES, self.on_joint_state)
         for body in BODIES:
             subscription(self, PoseStamped, mocap_pose(body), lambda m, b=body: self.on_pose(b, m))
 
+    # At 120 Hz per source: /tf is packed from the numbers (equimus_ros.cdr.TransformsWriter),
+    # one writer per frame pair set, and published as bytes (messages only if its check failed).
+    def _publish_tf(self, pairs: tuple[tuple[str, str], ...], transforms: list) -> None:
+        writer = self._tf_writers.get(pairs)
+        if writer is None:
+            writer = self._tf_writers[pairs] = TransformsWriter(pairs)
+        self.tf_pub.publish(writer.encode(transforms) if writer.ok else writer.message(transforms))
+
     def on_joint_state(self, msg: JointState) -> None:
         stamp = msg.header.stamp
         moving = self.frames.moving(msg.name, msg.position)
-        if moving is not None and self.joint_gate.ready(_ns(stamp)):
-            self.tf_pub.publish(TFMessage(transforms=[to_msg(t, stamp) for t in moving]))
+        if moving is None:
+            return
+        t_ns = _ns(stamp)
+        if not self.joint_gate.ready(t_ns):
+            return
+        self._publish_tf(
+            tuple((t.parent, t.child) for t in moving), [(t_ns, t.xyz, t.quat) for t in moving]
+        )
 
     def on_pose(self, body: str, msg: PoseStamped) -> None:
         """One /tf message per motion-capture frame (its bodies share the capture stamp)."""
         p, o = msg.pose.position, msg.pose.orientation
-        t = None
-        if frames.pose_is_finite((p.x, p.y, p.z), (o.x, o.y, o.z, o.w)):
-            t = TransformStamped()
-            t.header = msg.header
-            t.child_frame_id = mocap_frame(body)
-            tr = t.transform.translation
-            tr.x, tr.y, tr.z = p.x, p.y, p.z
-            t.transform.rotation = o
-        group = self.mocap_batch.add(body, _ns(msg.header.stamp), t)
-        if group and self.mocap_gate.ready(_ns(group[0].header.stamp)):
-            self.tf_pub.publish(TFMessage(transforms=group))
+        xyz, quat = (p.x, p.y, p.z), (o.x, o.y, o.z, o.w)
+        t_ns = _ns(msg.header.stamp)
+        item = None
+        if frames.pose_is_finite(xyz, quat):
+            item = ((msg.header.frame_id, mocap_frame(body)), (t_ns, xyz, quat))
+        group = self.mocap_batch.add(body, t_ns, item)
+        if group and self.mocap_gate.ready(group[0][1][0]):
+            self._publish_tf(tuple(pair for pair, _ in group), [tf for _, tf in group])
 
 
 def _ns(stamp: Any) -> int:
