@@ -34,7 +34,7 @@ def _seen(node, topic: str, timeout: float) -> bool:
 @pytest.mark.parametrize(('rng', 'visible'), [('LOCALHOST', True), ('OFF', False)])
 def test_the_graph_environment_reaches_the_process(ros_node, monkeypatch, rng, visible):
     monkeypatch.delenv(DISCOVERY_RANGE_ENV, raising=False)
-    spec = next(s for s in describe_graph('sim') if s.name == 'reference')
+    spec = next(s for s in describe_graph('sim', {'composed': 'false'}) if s.name == 'reference')
     assert spec.env[DISCOVERY_RANGE_ENV] == 'LOCALHOST'
     spec = dataclasses.replace(spec, env={DISCOVERY_RANGE_ENV: rng})
     sup = Supervisor([spec], echo=False)

@@ -172,8 +172,8 @@ def test_the_composed_spec_holds_every_node_with_its_own_parameters():
         'estimator',
         'controller',
         'reference',
-        'state_publisher',
         'recorder',
+        'state_publisher',  # started last in both graphs
         'sim_graph',
     )
     p = spec.node_parameters

@@ -48,6 +48,8 @@ def test_lockstep_graph_tracks_triangle(kind):
             'board:=sim',
             '-p',
             'auto_arm:=true',
+            '-p',
+            'autostart:=true',  # a managed node: configure and activate itself (no launch here)
         ),
         _start('equimus_control.estimator_node', '-p', 'use_sim_time:=true'),
         _start('equimus_control.reference_node', '-p', 'use_sim_time:=true'),

@@ -55,8 +55,14 @@ def test_the_graph_takes_the_file_as_params_file(tmp_path):
         ]
     )
     assert rc == 0 and path.is_file()
-    specs = {s.name: s for s in describe_graph('sim', {'params_file': str(path)})}
-    assert specs['controller'].parameter_files[-1] == str(path)  # applied after the defaults
+    split = {
+        s.name: s for s in describe_graph('sim', {'params_file': str(path), 'composed': 'false'})
+    }
+    assert split['controller'].parameter_files[-1] == str(path)  # applied after the defaults
+    (composed,) = describe_graph('sim', {'params_file': str(path)})
+    assert composed.parameter_files[-1] == str(path)  # after control.yaml, which it overrides
+    fused = describe_graph('hardware', {'params_file': str(path), 'fused_loop': 'true'})
+    assert next(s for s in fused if s.name == 'control_loop').parameter_files[-1] == str(path)
 
 
 def test_unknown_task_exits_2_with_the_choices(capsys):

@@ -190,6 +190,8 @@ def test_labelled_markers_as_point_cloud(ports, spawn, listener):
     from rclpy.qos import qos_profile_sensor_data
     from sensor_msgs.msg import PointCloud2
 
+    from equimus_description.motive import DEFAULT_UP_AXIS, motive_to_ros
+
     clouds = []
     listener.node.create_subscription(
         PointCloud2, '/mocap/markers', clouds.append, qos_profile_sensor_data
@@ -209,7 +211,8 @@ def test_labelled_markers_as_point_cloud(ports, spawn, listener):
         pts = [struct.unpack_from('<fffI', bytes(c.data), 16 * i) for i in range(c.width)]
         want = emu.build_frame(0.0).labeled_markers
         for (x, y, z, mid), m in zip(pts, want, strict=True):
-            assert mid == m.id and (x, y, z) == pytest.approx(m.position, abs=1e-6)
+            ros = motive_to_ros(m.position, (0.0, 0.0, 0.0, 1.0), DEFAULT_UP_AXIS)[0]  # REP-103
+            assert mid == m.id and (x, y, z) == pytest.approx(ros, abs=1e-6)
         assert bridge.stop()[0] == 0
     finally:
         emu.stop()

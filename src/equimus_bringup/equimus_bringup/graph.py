@@ -452,12 +452,21 @@ def graph_environment(mode: str, environ: Mapping[str, str] | None = None) -> di
     return {}
 
 
+def _merged_files(specs: list[ProcessSpec], args: Mapping[str, str]) -> list[str]:
+    """The parameter files of several processes for one process: each once, and the user's
+    params_file last, so it overrides every default file as it does in a process of its own."""
+    files: list[str] = []
+    for s in specs:
+        files += [f for f in s.parameter_files if f not in files and f != args['params_file']]
+    if args['params_file'] and any(args['params_file'] in s.parameter_files for s in specs):
+        files.append(args['params_file'])
+    return files
+
+
 def _fuse(specs: list[ProcessSpec], args: Mapping[str, str]) -> list[ProcessSpec]:
     """Replace the FUSED_NODES' processes by one control_loop process with their parameters."""
     fused = [s for s in specs if s.name in FUSED_NODES]
-    files: list[str] = []
-    for s in fused:
-        files += [f for f in s.parameter_files if f not in files]
+    files = _merged_files(fused, args)
     loop = ProcessSpec(
         'control_loop',
         'equimus_bringup',
@@ -476,9 +485,7 @@ def _fuse(specs: list[ProcessSpec], args: Mapping[str, str]) -> list[ProcessSpec
 def _compose(specs: list[ProcessSpec], args: Mapping[str, str]) -> list[ProcessSpec]:
     """One sim_graph process holding every node, each with its own parameters (no process-wide
     parameter: use_sim_time must not reach the sim node, which owns the clock)."""
-    files: list[str] = []
-    for s in specs:
-        files += [f for f in s.parameter_files if f not in files]
+    files = _merged_files(specs, args)
     names = tuple(s.name for s in specs)
     unknown = set(names) - set(COMPOSED_NODES)
     if unknown:
