@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -188,10 +189,11 @@ def main(argv=None) -> int:
                 break
             if time.monotonic() >= next_report:
                 next_report += 1.0
+                rate = watch.real_time_factor()
                 print(
                     f'[main] sim time {watch.now:6.1f} / {ns.duration:.0f} s   '
                     f'wall {time.monotonic() - wall0:6.1f} s   '
-                    f'{watch.real_time_factor():6.1f}x real time',
+                    + (f'{rate:6.1f}x real time' if math.isfinite(rate) else 'waiting for /clock'),
                     flush=True,
                 )
         rtf = watch.real_time_factor()
