@@ -1,6 +1,8 @@
 """End to end over real sockets and real DDS: natnet_emulator <-> natnet_bridge <-> subscriber."""
 
+import itertools
 import math
+import statistics
 import threading
 
 import pytest
@@ -178,7 +180,10 @@ def test_poses_arrive_with_exposure_stamps(
     stamps = [
         m.header.stamp.sec + m.header.stamp.nanosec * 1e-9 for _, m in listener.poses['thigh'][-41:]
     ]
-    assert 40 / (stamps[-1] - stamps[0]) == pytest.approx(120, rel=0.15)
+    # The median period, not the span's ends: one clock-sync correction between the ends (seen
+    # once in CI under load: 150 Hz over the span) is not a frame-rate error.
+    period = statistics.median(b - a for a, b in itertools.pairwise(stamps))
+    assert 1.0 / period == pytest.approx(120, rel=0.15)
 
     def steady() -> bool:
         # A status from the steady stream: OK with a measured rate (a CI run once read 0.0 Hz
