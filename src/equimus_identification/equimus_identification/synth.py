@@ -72,39 +72,15 @@ def simulate_steps(
     settle_s: float = 3.0,
     parameter_set: str | None = 'table_v_dynamic',
 ) -> dict:
-    """Simulate pressure steps; returns t, command, valve pressure, q, qd sampled at rate_hz.
+    """Simulate pressure steps, each held hold_s; returns t, command, valve pressure, q, qd sampled
+    at rate_hz (simulate_command's outputs).
 
     The leg first settles at the first step's pressures (not recorded), so the record starts at
     rest.
     """
-    leg = load_leg(parameter_set=parameter_set, overrides=dict(truth)).with_timestep(dt)
-    lm = LegModel(leg)
-    m = lm.model
-    if PRESSURE_LENGTHENS:
-        m.actuator_gear[:, 0] = np.abs(m.actuator_gear[:, 0])
-    m.actuator_ctrllimited[:] = 0
-    d = mujoco.MjData(m)
-    lm.reset(d, (1.3, 1.0))
-    valve = ValveLag(leg.valve_time_constant, 2, p0=steps_kpa[0])
-    lm.set_pressures(d, valve.p)
-    for _ in range(int(settle_s / dt)):
-        mujoco.mj_step(m, d)
-    d.time = 0.0
-    every = int(round(1.0 / (rate_hz * dt)))
-    rows: dict[str, list] = {'t': [], 'command': [], 'pressure': [], 'q': [], 'qd': []}
-    n_hold = int(round(hold_s / dt))
-    for cmd in steps_kpa:
-        cmd = np.asarray(cmd, float)
-        for k in range(n_hold):
-            if k % every == 0:
-                rows['t'].append(d.time)
-                rows['command'].append(cmd.copy())
-                rows['pressure'].append(valve.p.copy())
-                rows['q'].append(lm.joint_angles(d))
-                rows['qd'].append(lm.joint_velocities(d))
-            lm.set_pressures(d, valve.step(cmd, dt))
-            mujoco.mj_step(m, d)
-    return {k: np.asarray(v) for k, v in rows.items()} | {'leg': leg}
+    per_step = max(1, int(round(hold_s * rate_hz)))
+    command = np.repeat(np.asarray(steps_kpa, float), per_step, axis=0)
+    return simulate_command(truth, command, rate_hz, dt, settle_s, parameter_set)
 
 
 def write_bag(
