@@ -24,7 +24,7 @@ import gymnasium as gym
 import numpy as np
 
 from equimus_control.controller import ControlOutput, Estimate, Reference
-from equimus_control.estimation import EstimatorConfig, JointStateEstimator, Status
+from equimus_control.estimation import Status
 from equimus_control.policy import OBS_SIZE, action_to_kpa, kpa_to_action, observation
 from equimus_control.reference import Waypoints, triangle_poses
 from equimus_control.step import PERIOD, ControlStep
@@ -32,10 +32,10 @@ from equimus_control.supervisor import SafetyConfig
 from equimus_description.leg import load_leg
 from equimus_description.statics import StaticParams, holding_pressures
 from equimus_description.valve import HARD_MAX_KPA
-from equimus_hw.valve.stage import SimulatedDriver
 from equimus_sim.leg_model import LegModel
-from equimus_sim.mocap import MocapConfig, VirtualMocap
 from equimus_sim.simulator import LegSimulator
+
+from .rig import SimulatedRig
 
 REFERENCES = ('random', 'triangle', 'steps')
 #: rad: the box random references are drawn from (the MPC's linearisation grid: reachable poses)
@@ -129,25 +129,13 @@ class TrackEnv(gym.Env):
         self.ref = self._reference()
         q0 = self.ref(0.0)[0]
         p0 = np.clip(holding_pressures(q0, self.params), 0.0, cfg.p_max)
-        self.sim = LegSimulator(
-            self.leg_model,
-            self.tau,
-            p_max=self.leg_model.pressure_max_kpa,
-            initial_pressures=tuple(p0),
-            initial_q=q0,
+        rig = SimulatedRig.build(
+            self.leg_model, self.tau, q0, p0, cfg, int(self.np_random.integers(2**31))
         )
-        self.mocap = VirtualMocap(
-            MocapConfig(
-                position_noise=cfg.position_noise,
-                orientation_noise=cfg.orientation_noise,
-                drop_probability=cfg.drop_probability,
-                seed=int(self.np_random.integers(2**31)),
-            )
-        )
-        self.estimator = JointStateEstimator(EstimatorConfig())
+        self.sim, self.driver = rig.sim, rig.driver
+        self.rig = rig
         self.action_ctrl = _Action()
         self.control = ControlStep(self.action_ctrl, replace(cfg.safety, p_max=cfg.p_max))
-        self.driver = SimulatedDriver()
         self.t = 0.0
         self.k = 0
         self.u_prev = np.zeros(2)  # kPa, as the policy controller starts
@@ -157,16 +145,7 @@ class TrackEnv(gym.Env):
 
     def _estimate(self) -> None:
         assert self.sim is not None
-        P, Q = self.sim.body_arrays()
-        frame = self.mocap.capture_arrays(self.t, P, Q)
-        if frame is None:
-            self.est = self.estimator.update_gap(self.t)
-        else:
-            poses = []
-            for b in frame.bodies.values():
-                w, x, y, z = b.orientation
-                poses.append((b.position, (x, y, z, w)))
-            self.est = self.estimator.update(self.t, poses)
+        self.est = self.rig.estimate(self.t)
         self.q_ref, self.qd_ref = self.ref(self.t)
 
     def _obs(self) -> np.ndarray:

@@ -26,20 +26,19 @@ import gymnasium as gym
 import mujoco
 import numpy as np
 
-from equimus_control.estimation import EstimatorConfig, JointStateEstimator, Status
+from equimus_control.estimation import Status
 from equimus_control.policy import action_to_kpa, kpa_to_action
 from equimus_control.step import PERIOD
 from equimus_control.supervisor import SafetyConfig
 from equimus_description.leg import load_leg
 from equimus_description.statics import StaticParams, holding_pressures
 from equimus_description.valve import HARD_MAX_KPA
-from equimus_hw.valve.stage import SimulatedDriver
 from equimus_sim.leg_model import LegModel
 from equimus_sim.mjcf_builder import build_mjcf
-from equimus_sim.mocap import MocapConfig, VirtualMocap
 from equimus_sim.simulator import LegSimulator
 
 from .env import PHYSICS_DT
+from .rig import SimulatedRig
 
 OBS_SIZE = 11
 BALL = 'ball'
@@ -140,23 +139,11 @@ class KickEnv(gym.Env):
         self.target = cfg.target or float(self.np_random.choice([-1.0, 1.0]))
         q0 = np.asarray(cfg.start_pose, float)
         p0 = np.clip(holding_pressures(q0, self.params), 0.0, cfg.p_max)
-        self.sim = LegSimulator(
-            self.leg_model,
-            self.tau,
-            p_max=self.leg_model.pressure_max_kpa,
-            initial_pressures=tuple(p0),
-            initial_q=tuple(q0.tolist()),
+        rig = SimulatedRig.build(
+            self.leg_model, self.tau, q0, p0, cfg, int(self.np_random.integers(2**31))
         )
-        self.mocap = VirtualMocap(
-            MocapConfig(
-                position_noise=cfg.position_noise,
-                orientation_noise=cfg.orientation_noise,
-                drop_probability=cfg.drop_probability,
-                seed=int(self.np_random.integers(2**31)),
-            )
-        )
-        self.estimator = JointStateEstimator(EstimatorConfig())
-        self.driver = SimulatedDriver()
+        self.sim, self.driver = rig.sim, rig.driver
+        self.rig = rig
         self.t, self.k = 0.0, 0
         self.u_prev = np.zeros(2)
         self.touched = False
@@ -166,16 +153,7 @@ class KickEnv(gym.Env):
 
     def _estimate(self) -> None:
         assert self.sim is not None
-        P, Q = self.sim.body_arrays()
-        frame = self.mocap.capture_arrays(self.t, P, Q)
-        if frame is None:
-            self.est = self.estimator.update_gap(self.t)
-            return
-        poses = []
-        for b in frame.bodies.values():
-            w, x, y, z = b.orientation
-            poses.append((b.position, (x, y, z, w)))
-        self.est = self.estimator.update(self.t, poses)
+        self.est = self.rig.estimate(self.t)
 
     def _ball_state(self) -> tuple[np.ndarray, np.ndarray]:
         assert self.sim is not None
