@@ -132,3 +132,30 @@ def test_cli_prints_the_stance_rows_and_plot(tmp_path):
     assert 'stance   paper' in out.stdout and 'stance   equimus' in out.stdout
     assert 'solref' in out.stdout and 'friction' in out.stdout
     assert png.stat().st_size > 10000
+
+
+def test_cli_without_a_foot_says_so(tmp_path):
+    """A description without foot/ground: `stance` exits 2 with a message (no traceback), the
+    equivalence report leaves the stance row out and says why."""
+    import yaml
+
+    raw = {k: v for k, v in load_leg().raw.items() if k not in ('foot', 'ground')}
+    path = tmp_path / 'legless.yaml'
+    path.write_text(yaml.safe_dump(raw))
+    out = subprocess.run(
+        [sys.executable, '-m', 'equimus_sim.stance', '--leg', str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 2
+    assert 'no `foot` and `ground` sections' in out.stderr and 'Traceback' not in out.stderr
+    out = subprocess.run(
+        [sys.executable, '-m', 'equimus_sim.equivalence', '--leg', str(path), '--samples', '1']
+        + ['--duration', '0.2'],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert out.returncode == 0, out.stderr
+    assert 'stance: left out' in out.stderr and 'stance   equimus' not in out.stdout

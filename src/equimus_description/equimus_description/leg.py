@@ -495,10 +495,14 @@ def _ground(raw: Any) -> Ground | None:
         raise LegDescriptionError(f'ground.condim: one of 1, 3, 4, 6; got {condim!r}', 'ground')
     return Ground(
         height=_number(raw.get('height', 0.0), 'ground.height'),
-        friction=tuple(_vec(raw.get('friction', [1.0, 0.005, 0.0001]), 3, 'ground.friction')),
+        friction=tuple(
+            _vec(raw.get('friction', [1.0, 0.005, 0.0001]), 3, 'ground.friction').tolist()
+        ),
         condim=int(condim),
-        solref=tuple(_vec(raw.get('solref', [0.02, 1.0]), 2, 'ground.solref')),
-        solimp=tuple(_vec(raw.get('solimp', [0.9, 0.95, 0.001, 0.5, 2.0]), 5, 'ground.solimp')),
+        solref=tuple(_vec(raw.get('solref', [0.02, 1.0]), 2, 'ground.solref').tolist()),
+        solimp=tuple(
+            _vec(raw.get('solimp', [0.9, 0.95, 0.001, 0.5, 2.0]), 5, 'ground.solimp').tolist()
+        ),
     )
 
 

@@ -30,7 +30,7 @@ from equimus_description.leg import load_leg
 from .lagrangian import LagrangianLeg
 from .leg_model import LegModel
 from .stance import format_rows as stance_rows
-from .stance import run_stance
+from .stance import has_stance, run_stance
 
 WORKSPACE = ((np.pi / 6, 2 * np.pi / 3), (0.0, np.pi / 2))
 VALID = ((np.pi / 6, 5 * np.pi / 6), (0.0, 2 * np.pi / 3))
@@ -179,7 +179,9 @@ def run_equivalence(
                 f'{rmse[0]:.5f} / {rmse[1]:.5f} rad ({time.perf_counter() - t0:.1f} s)'
             )
     stance_res = None
-    if stance:
+    if stance and not has_stance(leg):
+        say('stance: left out (the description has no `foot` and `ground` sections)')
+    elif stance:
         t0 = time.perf_counter()
         stance_res = run_stance(leg, timestep=timestep, integrator=integrator)
         stance_res.pop('trace')

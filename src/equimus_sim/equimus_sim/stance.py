@@ -48,12 +48,17 @@ DURATION_S = 1.0  # compared trajectory length (s)
 VARIANTS = ('equimus', 'pure')
 
 
+def has_stance(leg: LegDescription) -> bool:
+    """Whether the description can stand: it has a foot and a ground section (enabled or not)."""
+    return leg.foot is not None and (leg.ground is not None or 'ground' in leg.raw)
+
+
 def stance_leg(leg: LegDescription | None = None) -> LegDescription:
     """The description with its ground enabled (it must have `foot` and `ground` sections)."""
     leg = leg if leg is not None else load_leg()
     if leg.ground is not None:
         return leg
-    if 'ground' not in leg.raw or leg.foot is None:
+    if not has_stance(leg):
         raise ValueError(
             f'{leg.source or leg.name}: no `foot` and `ground` sections, so no stance model; '
             'add them as in config/leg.yaml'
