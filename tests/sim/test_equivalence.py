@@ -34,6 +34,17 @@ def test_equimus_static_at_or_below_paper(result):
     assert np.all(np.array(st['rmse']) <= np.array(PAPER['static']['rmse'])), st
 
 
+def test_report_has_the_stance_row_within_paper(result):
+    from equimus_sim.equivalence import format_table
+    from equimus_sim.stance import PAPER_STANCE
+
+    st = result['stance']['equimus']
+    assert np.all(np.array(st['rmse']) <= np.array(PAPER_STANCE['rmse'])), st
+    assert np.all(np.array(st['maxae']) <= np.array(PAPER_STANCE['maxae'])), st
+    table = format_table(result)
+    assert 'stance   paper' in table and 'solref' in table and 'condim' in table
+
+
 def test_pure_baseline_is_clearly_worse(result):
     for test in ('swing', 'static'):
         eq = np.array(result[test]['equimus']['rmse'])
@@ -69,6 +80,7 @@ def test_cli_prints_table_and_writes_plot_and_json(tmp_path):
     assert png.stat().st_size > 10000
     data = json.loads(js.read_text())
     assert data['samples'] == 1 and len(data['swing']['equimus']['rmse']) == 2
+    assert len(data['stance']['equimus']['rmse']) == 2
 
 
 def test_cli_rejects_bad_arguments():

@@ -126,6 +126,27 @@ class Actuator:
 
 
 @dataclass(frozen=True)
+class Foot:
+    """The foot: a sphere of `radius` centred at `pos` in `body`'s frame (build pose)."""
+
+    body: str
+    pos: np.ndarray
+    radius: float
+
+
+@dataclass(frozen=True)
+class Ground:
+    """A ground plane at world z = `height` touching the foot (stance phase); MuJoCo contact
+    parameters as named in MJCF (friction: sliding, torsional, rolling)."""
+
+    height: float
+    friction: tuple
+    condim: int
+    solref: tuple
+    solimp: tuple
+
+
+@dataclass(frozen=True)
 class LegDescription:
     name: str
     bodies: dict  # name -> Body, parents before children
@@ -140,6 +161,8 @@ class LegDescription:
     equality_solimp: tuple
     source: str | None = None
     raw: dict = field(default_factory=dict, repr=False)
+    foot: Foot | None = None
+    ground: Ground | None = None  # None: no contact (swing phase, base fixed)
 
     @property
     def root(self) -> str:
@@ -435,10 +458,52 @@ def _finish(raw: Mapping, source, bodies, joints, actuators) -> LegDescription:
         ),
         source=source,
         raw=copy.deepcopy(dict(raw)),
+        foot=_foot(raw.get('foot'), bodies),
+        ground=_ground(raw.get('ground')),
     )
+    if leg.ground is not None and leg.foot is None:
+        raise LegDescriptionError('ground.enabled: the ground needs a `foot` section', 'ground')
     if geometry is not None:
         check_geometry(leg)
     return leg
+
+
+def _foot(raw: Any, bodies: Mapping) -> Foot | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, Mapping):
+        raise LegDescriptionError('foot: expected a mapping', 'foot')
+    if raw.get('body') not in bodies:
+        raise LegDescriptionError(f'foot.body: unknown body {raw.get("body")!r}', 'foot.body')
+    return Foot(
+        body=str(raw['body']),
+        pos=_vec(raw.get('pos', [0, 0, 0]), 3, 'foot.pos'),
+        radius=_positive(raw.get('radius', 0.01), 'foot.radius'),
+    )
+
+
+def _ground(raw: Any) -> Ground | None:
+    """The `ground` section; None when absent or `enabled: false` (the default)."""
+    if raw is None:
+        return None
+    if not isinstance(raw, Mapping):
+        raise LegDescriptionError('ground: expected a mapping', 'ground')
+    if not raw.get('enabled', False):
+        return None
+    condim = _number(raw.get('condim', 3), 'ground.condim')
+    if condim not in (1, 3, 4, 6):
+        raise LegDescriptionError(f'ground.condim: one of 1, 3, 4, 6; got {condim!r}', 'ground')
+    return Ground(
+        height=_number(raw.get('height', 0.0), 'ground.height'),
+        friction=tuple(
+            _vec(raw.get('friction', [1.0, 0.005, 0.0001]), 3, 'ground.friction').tolist()
+        ),
+        condim=int(condim),
+        solref=tuple(_vec(raw.get('solref', [0.02, 1.0]), 2, 'ground.solref').tolist()),
+        solimp=tuple(
+            _vec(raw.get('solimp', [0.9, 0.95, 0.001, 0.5, 2.0]), 5, 'ground.solimp').tolist()
+        ),
+    )
 
 
 def load_leg(

@@ -8,6 +8,9 @@ P = f(θ)/S lie in 0–50 kPa (the valves' range), then
           range θ1 ∈ (π/6, 5π/6), θ2 ∈ (0, 2π/3) are rejected, as the authors do.
 Each model starts from its own rest state under the initial forces. Valve lag is left out (step
 forces), as in the paper. Prints RMSE and MaxAE per joint for 'equimus' and 'pure' beside Table III.
+  stance: the leg standing on its foot (ground contact) and pushed, vs the analytic model re-rooted
+          at the foot (equimus_sim.stance, which states our reading of the paper); --no-stance
+          leaves it out.
 
 Run: equivalence --samples 50 --seed 1 --duration 2 [--plot out.png] [--json out.json]
 """
@@ -26,6 +29,8 @@ from equimus_description.leg import load_leg
 
 from .lagrangian import LagrangianLeg
 from .leg_model import LegModel
+from .stance import format_rows as stance_rows
+from .stance import has_stance, run_stance
 
 WORKSPACE = ((np.pi / 6, 2 * np.pi / 3), (0.0, np.pi / 2))
 VALID = ((np.pi / 6, 5 * np.pi / 6), (0.0, 2 * np.pi / 3))
@@ -114,6 +119,7 @@ def run_equivalence(
     static_samples: int | None = None,
     progress=None,
     keep_traces: int = 0,
+    stance: bool = True,
 ) -> dict:
     """Static and swing comparison; returns metrics per variant plus counts (and a few traces)."""
     leg = leg if leg is not None else load_leg()
@@ -172,7 +178,16 @@ def run_equivalence(
                 f'swing {i + 1}/{samples}: {i + 1 - rejected} valid, equimus RMSE so far '
                 f'{rmse[0]:.5f} / {rmse[1]:.5f} rad ({time.perf_counter() - t0:.1f} s)'
             )
+    stance_res = None
+    if stance and not has_stance(leg):
+        say('stance: left out (the description has no `foot` and `ground` sections)')
+    elif stance:
+        t0 = time.perf_counter()
+        stance_res = run_stance(leg, timestep=timestep, integrator=integrator)
+        stance_res.pop('trace')
+        say(f'stance ({time.perf_counter() - t0:.1f} s)')
     return {
+        'stance': stance_res,
         'static': {v: _metrics(static_err[v]) for v in VARIANTS},
         'swing': {v: _metrics(swing_err[v]) for v in VARIANTS},
         'max_loop_residual_m': max_loop,
@@ -216,6 +231,8 @@ def format_table(res: dict) -> str:
         'largest EquiMus loop-closure residual during the swings: '
         f'{res["max_loop_residual_m"]:.2e} m'
     )
+    if res.get('stance'):
+        rows.extend(stance_rows(res['stance']))
     return '\n'.join(rows)
 
 
@@ -265,6 +282,7 @@ def main(argv=None) -> int:
     ap.add_argument('--overrides', default=None, help='override YAML (e.g. identified parameters)')
     ap.add_argument('--plot', default=None, help='write a comparison plot (PNG)')
     ap.add_argument('--json', default=None, help='write the metrics as JSON')
+    ap.add_argument('--no-stance', action='store_true', help='leave out the stance row')
     args = ap.parse_args(argv)
     if args.samples < 1 or args.duration <= 0:
         ap.error('--samples must be ≥ 1 and --duration > 0')
@@ -280,6 +298,7 @@ def main(argv=None) -> int:
         static_samples=args.static_samples,
         progress=lambda s: print(s, file=sys.stderr, flush=True),
         keep_traces=4 if args.plot else 0,
+        stance=not args.no_stance,
     )
     print(format_table(res))
     print(f'({time.perf_counter() - t0:.1f} s wall)')

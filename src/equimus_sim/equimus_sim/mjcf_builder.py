@@ -107,7 +107,8 @@ def build_mjcf(
         integrator=integrator or leg.integrator,
         gravity=[0.0, 0.0, -leg.gravity],
     )
-    _sub(opt, 'flag', contact='disable')
+    if leg.ground is None:
+        _sub(opt, 'flag', contact='disable')
     if meshes:
         mesh_dir = pathlib.Path(mesh_dir) if mesh_dir is not None else default_mesh_dir()
         asset = _sub(root, 'asset')
@@ -153,6 +154,8 @@ def build_mjcf(
                 rgba=[0.75, 0.75, 0.75, 0.9],
             )
         elems[name] = el
+    if leg.ground is not None:
+        _add_ground(leg, world, elems, axis, dt)
 
     equality = ET.Element('equality')
     actuator = ET.Element('actuator')
@@ -249,6 +252,48 @@ def build_mjcf(
             root.append(el)
     ET.indent(root)
     return ET.tostring(root, encoding='unicode')
+
+
+def base_slide_names() -> tuple:
+    """Names of the root body's two slide joints when the ground is enabled (in-plane axes)."""
+    return 'base_slide_h', 'base_slide_v'
+
+
+def _add_ground(leg: LegDescription, world, elems: dict, axis: np.ndarray, dt: float) -> None:
+    """Stance: a plane at ground.height, a foot sphere (no mass) and the root body free to
+    translate in the swing plane without rotating (horizontal and vertical slides)."""
+    g, foot = leg.ground, leg.foot
+    assert g is not None and foot is not None  # from_dict guarantees a foot with a ground
+    up = np.array([0.0, 0.0, 1.0])
+    horizontal = np.cross(up, axis)
+    if not np.linalg.norm(horizontal) > 0.5:
+        raise ValueError('ground: the hinge axes must be horizontal for a stance on a plane')
+    solref = [max(g.solref[0], 2.0 * dt), g.solref[1]]
+    contact = dict(
+        friction=list(g.friction), condim=str(g.condim), solref=solref, solimp=list(g.solimp)
+    )
+    _sub(
+        world,
+        'geom',
+        name='ground',
+        type='plane',
+        pos=[0, 0, g.height],
+        size=[5, 5, 0.05],
+        **contact,
+    )
+    h_name, v_name = base_slide_names()
+    for name, ax in ((h_name, horizontal / np.linalg.norm(horizontal)), (v_name, up)):
+        _sub(elems[leg.root], 'joint', name=name, type='slide', pos=[0, 0, 0], axis=ax)
+    _sub(
+        elems[foot.body],
+        'geom',
+        name='foot',
+        type='sphere',
+        size=[foot.radius],
+        pos=foot.pos,
+        mass=0.0,
+        **contact,
+    )
 
 
 def build_model(leg: LegDescription | None = None, variant: str = 'equimus', **kw):
