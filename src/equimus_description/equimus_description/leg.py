@@ -324,6 +324,13 @@ def from_dict(raw: Mapping, source: str | None = None) -> LegDescription:
             )
         children[j['child']] = name
         joints[name] = _entry('joints', name, lambda name=name, j=j: _joint(name, j))
+    loop = _find_loop(joints_raw, children)
+    if loop:
+        raise LegDescriptionError(
+            f'joints.{loop[0]}: the joints form a loop ({" -> ".join(loop)} -> {loop[0]}); '
+            'the skeleton must be a tree (a closed chain is not supported)',
+            f'joints.{loop[0]}',
+        )
     roots = [b for b in bodies if b not in children]
     if len(roots) != 1:
         raise LegDescriptionError(
@@ -345,6 +352,21 @@ def from_dict(raw: Mapping, source: str | None = None) -> LegDescription:
             'actuators', name, lambda name=name, a=a: _actuator(name, a, bodies)
         )
     return _finish(raw, source, bodies, joints, actuators)
+
+
+def _find_loop(joints_raw: Mapping, children: Mapping[str, str]) -> list[str]:
+    """Joint names around a cycle of the skeleton (each body has one parent joint here, so a
+    cycle is found by walking up from every body), or [] for a tree."""
+    for start in children:
+        seen: list[str] = []
+        body = start
+        while body in children:
+            joint = children[body]
+            if joint in seen:
+                return seen[seen.index(joint) :]
+            seen.append(joint)
+            body = joints_raw[joint]['parent']
+    return []
 
 
 def _joint(name: str, j: Mapping) -> Joint:
@@ -378,6 +400,12 @@ def _actuator(name: str, a: Mapping, bodies: Mapping) -> Actuator:
             raise LegDescriptionError(f'actuators.{name}.{end}.body: unknown body {e!r}')
         anchors.append(
             Anchor(e['body'], _vec(e.get('pos', [0, 0, 0]), 3, f'actuators.{name}.{end}.pos'))
+        )
+    if anchors[0].body == anchors[1].body:
+        raise LegDescriptionError(
+            f'actuators.{name}.tip.body: both ends are on body {anchors[0].body!r}; a muscle '
+            'must span at least one joint (attach base and tip to two different bodies)',
+            f'actuators.{name}.tip.body',
         )
     return Actuator(
         name=name,
