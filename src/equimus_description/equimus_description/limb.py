@@ -161,7 +161,7 @@ class PlanarLimb:
         return pressure_sign * self.actuation_jacobian(q).T * (self.area * 1e3)[None, :]
 
     def holding_pressures(
-        self, q, p_max=None, pressure_sign: float = 1.0, prefer=None, weight: float = 1e-3
+        self, q, p_max=None, pressure_sign: float = 1.0, prefer=None, weight: float = 1e-6
     ) -> tuple[np.ndarray, np.ndarray]:
         """Pressures (kPa) in [0, p_max] that best hold pose θ, and the torque left unbalanced.
 
@@ -174,7 +174,7 @@ class PlanarLimb:
         return self.solve_pressures(A, b, p_max, prefer, weight)
 
     def solve_pressures(
-        self, A, b, p_max=None, prefer=None, weight: float = 1e-3
+        self, A, b, p_max=None, prefer=None, weight: float = 1e-6
     ) -> tuple[np.ndarray, np.ndarray]:
         """min ‖A P − b‖² + weight² ‖P − prefer‖² on 0 ≤ P ≤ p_max: (P, A P − b)."""
         hi = self.p_max if p_max is None else np.broadcast_to(np.asarray(p_max, float), (self.m,))
