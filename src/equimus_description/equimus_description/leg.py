@@ -174,6 +174,17 @@ def default_leg_path() -> pathlib.Path:
     return pathlib.Path(str(importlib.resources.files('equimus_description') / 'data' / 'leg.yaml'))
 
 
+def resolve_leg_path(path) -> pathlib.Path:
+    """A leg YAML path; a bare file name that is not in the working directory names one of this
+    package's descriptions (e.g. 'limb_3dof.yaml'), so parameter files need no absolute path."""
+    p = pathlib.Path(path)
+    if not p.exists() and p.name == str(path):
+        packaged = default_leg_path().parent / p.name
+        if packaged.exists():
+            return packaged
+    return p
+
+
 def _flatten(d: Mapping, prefix: str = '') -> dict:
     out = {}
     for k, v in d.items():
@@ -478,7 +489,7 @@ def load_leg(
 
     overrides: dotted keys -> values, a nested mapping, or a path to an override YAML.
     """
-    path = pathlib.Path(path) if path is not None else default_leg_path()
+    path = resolve_leg_path(path) if path is not None else default_leg_path()
     try:
         raw, lines = yamlfile.load(path)
     except yamlfile.YamlFileError as exc:
