@@ -94,3 +94,27 @@ def test_limb_pid_on_the_two_joint_leg_agrees_with_the_closed_form_pid():
         compared += 1
         np.testing.assert_allclose(a.pressures, b.pressures, atol=0.05)
     assert compared >= 10
+
+
+def test_controllers_that_need_the_two_joint_leg_say_so():
+    from equimus_control.controllers import build_limb_controller, controller_kind, is_rig_leg
+
+    leg = load_leg(LIMB)
+    assert not is_rig_leg(leg) and is_rig_leg(load_leg())
+    for name in ('mpc', 'sampling', 'policy'):
+        with pytest.raises(ConfigError, match=r'needs the 2-joint EquiMus leg.*pid or open_loop'):
+            build_limb_controller(name, controller_kind(name).config(), leg, 1.0)
+    ff = build_limb_controller('open_loop', None, leg, 1.0)
+    ref = Reference(POSES[0], np.zeros(3), 0.0)
+    out = ff.step(Estimate(POSES[0], np.zeros(3), 0.0), ref, 1 / 120, 50.0)
+    np.testing.assert_allclose(out.pressures, PlanarLimb(leg).holding_pressures(POSES[0])[0])
+
+
+def test_the_rig_board_refuses_another_limb():
+    from equimus_hw.valve.config import DriverConfig
+    from equimus_hw.valve.driver_node import _channels
+
+    assert _channels(DriverConfig(board='sim', leg_description=str(LIMB))) == ('maa', 'baa', 'faa')
+    assert _channels(DriverConfig(board='serial')) == ('maa', 'baa')
+    with pytest.raises(ConfigError, match='board:=sim only'):
+        _channels(DriverConfig(board='serial', leg_description=str(LIMB)))

@@ -4,7 +4,7 @@ seeds (random 3-DOF limbs from equimus_sim.morphology), per-joint RMSE at or bel
 
 Tolerance: each joint's RMSE must be at or below the paper's (0.0035 / 0.0066 / 0.0041 rad);
 no factor is added. MaxAE has no paper figure for 3-DOF: it is bounded by 3x the paper's RMSE
-(a bound on the largest deviation, well above what these seeds give, ~0.0015 rad), so a wrong
+(a bound on the largest deviation, well above what seeds 0-4 give, at most 0.002 rad), so a wrong
 model (the massless 'pure' variant, errors 0.02-0.09 rad) fails it.
 """
 
