@@ -11,7 +11,7 @@ from equimus_control.closed_loop import run
 from equimus_control.controller import Estimate, Reference
 from equimus_control.estimation import EstimatorConfig, hinges_from_description
 from equimus_control.limb_pid import LimbPIDController
-from equimus_control.pid import PIDController, PIDGains
+from equimus_control.pid import PIDController, PIDGains, check_joint_count
 from equimus_control.step import ControlStep
 from equimus_control.supervisor import SafetyConfig
 from equimus_description.config import ConfigError
@@ -118,3 +118,23 @@ def test_the_rig_board_refuses_another_limb():
     assert _channels(DriverConfig(board='serial')) == ('maa', 'baa')
     with pytest.raises(ConfigError, match='board:=sim only'):
         _channels(DriverConfig(board='serial', leg_description=str(LIMB)))
+
+
+def test_a_running_node_refuses_a_guard_or_gain_with_the_wrong_joint_count():
+    """What the controller node binds: `ros2 param set` builds the new config with
+    dataclasses.replace, which now runs the joint-count check too."""
+    import dataclasses
+
+    from equimus_control.supervisor import check_joints
+    from equimus_description.config import with_check
+
+    safety = with_check(SafetyConfig(), lambda c: check_joints(c, 2))
+    assert isinstance(safety, SafetyConfig)
+    assert dataclasses.replace(safety, safe_min=(0.5, 0.0)).safe_min == (0.5, 0.0)
+    with pytest.raises(ConfigError, match='2 joints'):
+        dataclasses.replace(safety, safe_min=(0.5, 0.0, 0.1), safe_max=(2.0, 2.0, 2.0))
+    gains = with_check(GAINS, lambda c: check_joint_count(c, 3))
+    with pytest.raises(ConfigError, match='3 joints'):
+        dataclasses.replace(gains, kp=(1.0, 1.0), ki=(1.0, 1.0), kd=(0.1, 0.1), i_max=(1, 1))
+    with pytest.raises(ConfigError, match='3 joints'):
+        with_check(PIDGains(), lambda c: check_joint_count(c, 3))

@@ -23,6 +23,7 @@ from rclpy.node import Node
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
 
+from equimus_description.config import with_check
 from equimus_description.interface import (
     DIAGNOSTICS,
     JOINT_STATES,
@@ -43,9 +44,10 @@ from .controllers import (
     controller_kind,
     is_rig_leg,
 )
+from .pid import PIDGains, check_joint_count
 from .plant import plant_factory
 from .step import Command, ControlStep, stamp_seconds
-from .supervisor import SafetyConfig
+from .supervisor import SafetyConfig, check_joints
 
 STALE_CHECK_S = 0.05  # s, steady-clock period of the stale-state guard
 DIAG_PERIOD_S = 1.0
@@ -92,6 +94,11 @@ class ControllerNode(Node):
             f'{choice.controller} controller ready in {time.perf_counter() - t0:.1f} s'
         )
         self.kind = choice.controller
+        # One value per joint, checked on every later `ros2 param set` too.
+        n = len(leg.joints)
+        safety.config = with_check(safety.config, lambda c: check_joints(c, n))
+        if isinstance(settings.config, PIDGains):
+            settings.config = with_check(settings.config, lambda c: check_joint_count(c, n))
         self.actuator_names = list(leg.actuators)
         self.layout = ','.join(self.actuator_names)
         self.step = ControlStep(
