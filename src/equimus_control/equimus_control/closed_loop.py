@@ -41,10 +41,13 @@ class RunResult:
         return np.sqrt(np.mean((self.q[m] - self.q_ref[m]) ** 2, axis=0))
 
 
-def frame_poses(frame: Any) -> list[tuple[Sequence[float], tuple[float, float, float, float]]]:
-    """[(position, quaternion xyzw)] × (base, thigh, calf) from a VirtualMocap frame (wxyz)."""
+def frame_poses(
+    frame: Any, bodies: Sequence[str] = BODIES
+) -> list[tuple[Sequence[float], tuple[float, float, float, float]]]:
+    """[(position, quaternion xyzw)] × bodies (base, thigh, calf) from a VirtualMocap frame
+    (wxyz)."""
     out = []
-    for name in BODIES:
+    for name in bodies:
         b = frame.bodies[name]
         w, x, y, z = b.orientation
         out.append((b.position, (x, y, z, w)))
@@ -60,13 +63,18 @@ def run(
     est_cfg: EstimatorConfig | None = None,
     safety: SafetyConfig | None = None,
     actuation: Actuation | None = None,
+    bodies: Sequence[str] = BODIES,
 ) -> RunResult:
     """`duration` s of closed loop; the reference is sampled at each frame's time, the guard's
     clock is the simulation time. `actuation(command, t)` turns each command into the pressures
     the valves get (the sim graph's valve driver: equimus_hw.valve.stage.SimulatedDriver); without
-    it the command reaches the valves as it is. `u` in the result is the commanded pressure."""
+    it the command reaches the valves as it is. `u` in the result is the commanded pressure.
+    `bodies`: the mocap bodies in the estimator's pose order (another limb: with est_cfg.joints).
+    """
     est = JointStateEstimator(est_cfg or EstimatorConfig())
-    step = ControlStep(controller, safety)
+    step = ControlStep(
+        controller, safety, n_joints=est.n, n_valves=len(np.asarray(sim.pressures).reshape(-1))
+    )
     n = int(round(duration / PERIOD))
     series: list[list[Any]] = [[] for _ in range(9)]
     T, Q, R, E, U, C, S, CPU, V = series
@@ -75,8 +83,8 @@ def run(
         sim.set_command(applied)
         sim.advance(PERIOD)
         t = (k + 1) * PERIOD
-        frame = mocap.capture(t, sim.body_poses())
-        e = est.update_gap(t) if frame is None else est.update(t, frame_poses(frame))
+        frame = mocap.capture(t, sim.body_poses(bodies))
+        e = est.update_gap(t) if frame is None else est.update(t, frame_poses(frame, bodies))
         q_ref, qd_ref = reference(t)
         step.set_reference(q_ref, qd_ref, t)
         t0, c0 = time.perf_counter(), time.thread_time()

@@ -23,10 +23,10 @@ from rclpy.node import Node
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
 
+from equimus_description.config import with_check
 from equimus_description.interface import (
     DIAGNOSTICS,
     JOINT_STATES,
-    PRESSURE_LAYOUT,
     REFERENCE,
     VALVE_COMMAND,
 )
@@ -38,10 +38,16 @@ from equimus_ros.main import run_node
 from equimus_ros.params import bind
 from equimus_ros.qos import publisher, subscription
 
-from .controllers import ControllerChoice, controller_kind
+from .controllers import (
+    ControllerChoice,
+    build_limb_controller,
+    controller_kind,
+    is_rig_leg,
+)
+from .pid import PIDGains, check_joint_count
 from .plant import plant_factory
 from .step import Command, ControlStep, stamp_seconds
-from .supervisor import SafetyConfig
+from .supervisor import SafetyConfig, check_joints
 
 STALE_CHECK_S = 0.05  # s, steady-clock period of the stale-state guard
 DIAG_PERIOD_S = 1.0
@@ -62,8 +68,11 @@ class ControllerNode(Node):
         self._lock = threading.Lock()
         choice = bind(self, ControllerChoice()).config
         kind = controller_kind(choice.controller)
-        leg = load_leg(parameter_set=choice.leg_parameter_set or None)
-        params = StaticParams.from_leg(leg, pressure_sign=choice.pressure_sign)
+        leg = load_leg(
+            choice.leg_description or None, parameter_set=choice.leg_parameter_set or None
+        )
+        rig_leg = is_rig_leg(leg)
+        params = StaticParams.from_leg(leg, pressure_sign=choice.pressure_sign) if rig_leg else None
         safety = bind(self, SafetyConfig(), apply=self._apply_safety)
         settings = bind(
             self,
@@ -73,19 +82,33 @@ class ControllerNode(Node):
         )
         self._kind_apply = kind.apply
         t0 = time.perf_counter()
-        controller = kind.build(
-            settings.config, params, leg, lambda: plant_factory(choice.plant_model)
-        )
+        if params is not None:
+            controller = kind.build(
+                settings.config, params, leg, lambda: plant_factory(choice.plant_model)
+            )
+        else:
+            controller = build_limb_controller(
+                choice.controller, settings.config, leg, choice.pressure_sign
+            )
         self.get_logger().info(
             f'{choice.controller} controller ready in {time.perf_counter() - t0:.1f} s'
         )
         self.kind = choice.controller
-        self.step = ControlStep(controller, safety.config)
+        # One value per joint, checked on every later `ros2 param set` too.
+        n = len(leg.joints)
+        safety.config = with_check(safety.config, lambda c: check_joints(c, n))
+        if isinstance(settings.config, PIDGains):
+            settings.config = with_check(settings.config, lambda c: check_joint_count(c, n))
+        self.actuator_names = list(leg.actuators)
+        self.layout = ','.join(self.actuator_names)
+        self.step = ControlStep(
+            controller, safety.config, n_joints=len(leg.joints), n_valves=len(leg.actuators)
+        )
         self.compute: collections.deque[float] = collections.deque(
             maxlen=1000
         )  # recent cycles only
         self.cycles = 0
-        self.saturated = np.zeros(2, int)
+        self.saturated = np.zeros(len(self.actuator_names), int)
         self.last_reason: str | None = None
         self.pub = publisher(self, Float64MultiArray, VALVE_COMMAND)
         self.diagnostics = Diagnostics(self, DIAGNOSTICS, 'controller', hardware_id=self.kind)
@@ -142,7 +165,7 @@ class ControllerNode(Node):
             self._reason_changed()
 
     def _publish(self, cmd: Command) -> None:
-        m = float_array(cmd.pressures, PRESSURE_LAYOUT)
+        m = float_array(cmd.pressures, self.layout)
         if self.downstream is not None:
             self.downstream(m)
         if self.context.ok():
@@ -167,8 +190,10 @@ class ControllerNode(Node):
             {
                 'controller': self.kind,
                 'cycles': self.cycles,
-                'saturated_cycles_maa': int(self.saturated[0]),
-                'saturated_cycles_baa': int(self.saturated[1]),
+                **{
+                    f'saturated_cycles_{a}': int(n)
+                    for a, n in zip(self.actuator_names, self.saturated, strict=True)
+                },
                 'trips_joint_limit': sup.trips['joint_limit'],
                 'trips_invalid': sup.trips['invalid'],
                 'trips_stale': sup.trips['stale'],

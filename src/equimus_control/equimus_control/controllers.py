@@ -38,6 +38,11 @@ class ControllerChoice:
         'plant model plugin (entry-point group '
         'equimus.plant_models) of the model-based controllers',
     )
+    leg_description: str = param(
+        '',
+        "leg YAML of the controller's model ('' = config/leg.yaml); another limb (not the "
+        '2-joint leg with its geometry block) runs pid or open_loop on its general kinematics',
+    )
 
     def __post_init__(self) -> None:
         validate_fields(self)
@@ -98,6 +103,39 @@ def _policy(
     from .policy import PolicyController, load_policy
 
     return PolicyController(load_policy(cfg.policy_file))
+
+
+#: Controllers that run on any limb of the description (equimus_control.limb_pid).
+LIMB_CONTROLLERS = ('pid', 'open_loop')
+
+
+def is_rig_leg(leg: LegDescription) -> bool:
+    """The 2-joint EquiMus leg with its closed-form geometry (every controller runs on it)."""
+    return (
+        leg.geometry is not None
+        and list(leg.joints) == ['hip', 'knee']
+        and list(leg.actuators) == ['maa', 'baa']
+    )
+
+
+def build_limb_controller(
+    name: str, cfg: Any, leg: LegDescription, pressure_sign: float
+) -> Controller:
+    """`name` for a limb other than the rig's leg (N joints, M muscles)."""
+    from equimus_description.limb import PlanarLimb
+
+    from .limb_pid import LimbPIDController, LimbStaticFeedforward
+
+    if name not in LIMB_CONTROLLERS:
+        raise ConfigError(
+            f'controller={name!r} needs the 2-joint EquiMus leg; the description '
+            f'{leg.source or leg.name} has joints {list(leg.joints)} and muscles '
+            f'{list(leg.actuators)}: use controller {" or ".join(LIMB_CONTROLLERS)}'
+        )
+    limb = PlanarLimb(leg)
+    if name == 'pid':
+        return LimbPIDController(limb, cfg, pressure_sign)
+    return LimbStaticFeedforward(limb, pressure_sign)
 
 
 @dataclass(frozen=True)

@@ -125,6 +125,30 @@ class EstimatorConfig:
     max_hold: float = 0.1  # s a held estimate stays usable, then INVALID
     sigma_meas: float = 0.002  # rad, angle noise
     sigma_acc: float = 10.0  # rad/s², white acceleration of the motion
+    #: Any tree of hinges: (parent pose index, child pose index, hinge) per joint, indices into
+    #: the poses given to `measure`. Empty: the 2-joint leg, poses (base, thigh, calf) with
+    #: `hip` and `knee` above.
+    joints: tuple = ()
+
+    @property
+    def chain(self) -> tuple:
+        return self.joints or ((0, 1, self.hip), (1, 2, self.knee))
+
+
+def hinges_from_description(leg) -> tuple[list[str], tuple]:
+    """(body names in pose order, EstimatorConfig.joints) for a leg description whose body
+    frames are the motion-capture frames (the simulation's virtual mocap: world-aligned at the
+    build pose, so each hinge axis is the joint axis in both bodies and the zero is `ref`)."""
+    bodies = list(leg.bodies)
+    joints = tuple(
+        (
+            bodies.index(j.parent),
+            bodies.index(j.child),
+            HingeSpec(tuple(j.axis.tolist()), tuple(j.axis.tolist()), float(j.ref)),
+        )
+        for j in leg.joints.values()
+    )
+    return bodies, joints
 
 
 @dataclass
@@ -147,6 +171,9 @@ class JointStateEstimator:
 
     def __init__(self, cfg: EstimatorConfig | None = None):
         self.cfg = cfg if cfg is not None else EstimatorConfig()
+        chain = self.cfg.chain
+        self.n = len(chain)
+        self.n_bodies = 1 + max(max(a, b) for a, b, _ in chain)
         self.reset()
 
     def reset(self) -> None:
@@ -159,11 +186,17 @@ class JointStateEstimator:
         self.lost_frames = 0
 
     def measure(self, poses: Sequence) -> np.ndarray | None:
-        """Wrapped joint angles from [(pos, quat xyzw)] × (base, thigh, calf); None if untracked."""
-        if len(poses) != 3 or not all(pose_is_valid(p, q) for p, q in poses):
+        """Wrapped joint angles from [(pos, quat xyzw)] × (base, thigh, calf) (or the bodies of
+        `cfg.joints`); None if untracked."""
+        if not self.cfg.joints:
+            if len(poses) != 3 or not all(pose_is_valid(p, q) for p, q in poses):
+                return None
+            qb, qt, qc = (_unit_quat(q) for _, q in poses)
+            return np.array([self.cfg.hip.angle(qb, qt), self.cfg.knee.angle(qt, qc)])
+        if len(poses) != self.n_bodies or not all(pose_is_valid(p, q) for p, q in poses):
             return None
-        qb, qt, qc = (_unit_quat(q) for _, q in poses)
-        return np.array([self.cfg.hip.angle(qb, qt), self.cfg.knee.angle(qt, qc)])
+        quats = [_unit_quat(q) for _, q in poses]
+        return np.array([h.angle(quats[a], quats[b]) for a, b, h in self.cfg.joints])
 
     def _unwrap(self, wrapped: np.ndarray) -> np.ndarray:
         if self.x is None:
@@ -193,8 +226,8 @@ class JointStateEstimator:
             self.x = None  # too long without data: start afresh, do not bridge the gap
         z = self._unwrap(z)
         if self.x is None:
-            self.x = np.stack([z, np.zeros(2)], axis=1)
-            self.P = np.array([np.diag([cfg.sigma_meas**2, 10.0**2])] * 2)
+            self.x = np.stack([z, np.zeros(self.n)], axis=1)
+            self.P = np.array([np.diag([cfg.sigma_meas**2, 10.0**2])] * self.n)
         else:
             # x and last_good_stamp are set together (just below), so x implies a stamp
             assert self.last_good_stamp is not None
@@ -209,7 +242,7 @@ class JointStateEstimator:
         R = self.cfg.sigma_meas**2
         x, P = self.x, self.P
         assert x is not None and P is not None  # only called once the filter is initialised
-        for j in range(2):
+        for j in range(self.n):
             a, v = float(x[j, 0]), float(x[j, 1])
             (p00, p01), (_, p11) = P[j].tolist()
             a += dt * v  # x = F x
@@ -229,14 +262,19 @@ class JointStateEstimator:
     def _held(self, stamp: float, gap: int) -> JointEstimate:
         if self.x is None or self.last_good_stamp is None:
             return JointEstimate(
-                stamp, np.full(2, np.nan), np.full(2, np.nan), Status.INVALID, gap, math.inf
+                stamp,
+                np.full(self.n, np.nan),
+                np.full(self.n, np.nan),
+                Status.INVALID,
+                gap,
+                math.inf,
             )
         held = stamp - self.last_good_stamp
         if held > self.cfg.max_hold:
             return JointEstimate(
-                stamp, np.full(2, np.nan), np.full(2, np.nan), Status.INVALID, gap, held
+                stamp, np.full(self.n, np.nan), np.full(self.n, np.nan), Status.INVALID, gap, held
             )
-        return JointEstimate(stamp, self.x[:, 0].copy(), np.zeros(2), Status.HELD, gap, held)
+        return JointEstimate(stamp, self.x[:, 0].copy(), np.zeros(self.n), Status.HELD, gap, held)
 
     def update_gap(self, stamp: float) -> JointEstimate:
         """No frame at all by `stamp` (e.g. a timer noticed silence): hold or invalidate."""

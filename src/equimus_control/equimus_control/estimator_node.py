@@ -24,12 +24,19 @@ from equimus_description.interface import (
     JOINTS,
     mocap_pose,
 )
+from equimus_description.leg import load_leg
 from equimus_ros.diagnostics import Diagnostics, Level
 from equimus_ros.main import run_node
 from equimus_ros.params import bind
 from equimus_ros.qos import publisher, subscription
 
-from .estimation import EstimatorConfig, HingeSpec, JointStateEstimator, Status
+from .estimation import (
+    EstimatorConfig,
+    HingeSpec,
+    JointStateEstimator,
+    Status,
+    hinges_from_description,
+)
 
 LEVEL = {Status.VALID: Level.OK, Status.HELD: Level.WARN, Status.INVALID: Level.ERROR}
 _EST, _HINGE = EstimatorConfig(), HingeSpec()  # the plain estimator's defaults
@@ -70,6 +77,12 @@ class EstimatorParams:
         _HINGE.axis_child, 'knee axis in the calf body frame'
     )
     knee_offset: float = param(_HINGE.offset, 'knee zero offset (rad)', range=(-10.0, 10.0))
+    leg_description: str = param(
+        '',
+        "another limb's YAML: its bodies are tracked and its hinges measured as in the "
+        "simulation's virtual mocap (body frames world-aligned at the build pose; the hip/knee "
+        "calibration above is then unused); '' = the rig's leg with that calibration",
+    )
 
     def __post_init__(self) -> None:
         validate_fields(self)
@@ -78,9 +91,18 @@ class EstimatorParams:
             if len(axis) != 3 or not math.hypot(*axis) > 1e-9:
                 raise ConfigError(f'{name}={list(axis)}: must be a non-zero 3-vector')
 
-    def estimator(self) -> EstimatorConfig:
+    def bodies_and_joints(self) -> tuple[list[str], list[str], tuple]:
+        """(mocap bodies in pose order, joint names, EstimatorConfig.joints)."""
+        if not self.leg_description:
+            return list(BODIES), list(JOINTS), ()
+        leg = load_leg(self.leg_description)
+        bodies, joints = hinges_from_description(leg)
+        return bodies, list(leg.joints), joints
+
+    def estimator(self, joints: tuple = ()) -> EstimatorConfig:
         """The plain estimator's configuration."""
         return EstimatorConfig(
+            joints=joints,
             hip=HingeSpec(tuple(self.hip_axis_parent), tuple(self.hip_axis_child), self.hip_offset),
             knee=HingeSpec(
                 tuple(self.knee_axis_parent), tuple(self.knee_axis_child), self.knee_offset
@@ -104,7 +126,8 @@ class EstimatorNode(Node):
         self.params = bind(self, EstimatorParams(), apply=self._apply)
         cfg = self.params.config
         self.sync_window = cfg.sync_window
-        self.est = JointStateEstimator(cfg.estimator())
+        self.bodies, self.joint_names, self._joints = cfg.bodies_and_joints()
+        self.est = JointStateEstimator(cfg.estimator(self._joints))
         self.pending: dict[int, dict[str, _Pose]] = {}  # stamp ns → {body: (pos, quat)}
         self.last_status: Status | None = None
         self.last_done_ns = -1
@@ -112,14 +135,14 @@ class EstimatorNode(Node):
         self.counts = {s: 0 for s in Status}
         self.pub = publisher(self, JointState, JOINT_STATES)
         self.diagnostics = Diagnostics(self, DIAGNOSTICS, 'estimator: joint state', 'mocap')
-        for b in BODIES if subscribe else ():
+        for b in self.bodies if subscribe else ():
             subscription(self, PoseStamped, mocap_pose(b), lambda m, b=b: self.on_pose(b, m))
         self.create_timer(1.0, self._diag)
 
     def _apply(self, cfg: EstimatorParams) -> None:
         """Runtime parameters: the estimator reads its config on every frame."""
         self.sync_window = cfg.sync_window
-        self.est.cfg = cfg.estimator()
+        self.est.cfg = cfg.estimator(self._joints)
 
     def on_pose(self, body: str, msg: PoseStamped) -> None:
         ns = msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec
@@ -129,7 +152,7 @@ class EstimatorNode(Node):
         self.pending.setdefault(ns, {})[body] = ((p.x, p.y, p.z), (o.x, o.y, o.z, o.w))
         for stamp in sorted(self.pending):
             frame = self.pending[stamp]
-            complete = len(frame) == len(BODIES)
+            complete = len(frame) == len(self.bodies)
             if not complete and (ns - stamp) * 1e-9 < self.sync_window:
                 break
             del self.pending[stamp]
@@ -137,7 +160,7 @@ class EstimatorNode(Node):
             self._process(
                 stamp,
                 msg.header.stamp if stamp == ns else None,
-                [frame.get(b, nan) for b in BODIES],
+                [frame.get(b, nan) for b in self.bodies],
             )
 
     def _process(self, ns, stamp_msg, poses):
@@ -152,7 +175,7 @@ class EstimatorNode(Node):
         out = JointState()
         out.header.stamp.sec, out.header.stamp.nanosec = divmod(ns, 1_000_000_000)
         out.header.frame_id = FRAME_MOCAP
-        out.name = list(JOINTS)
+        out.name = self.joint_names
         out.position = [float(v) for v in e.position]
         out.velocity = [float(v) for v in e.velocity]
         if self.downstream is not None:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from equimus_description.config import check_pair, param, validate_fields
+from equimus_description.config import ConfigError, param, validate_fields
 from equimus_description.kinematics import actuation_derivatives, actuation_lengths_jacobian
 from equimus_description.statics import (
     StaticParams,
@@ -136,8 +136,21 @@ class PIDGains:
 
     def __post_init__(self) -> None:
         validate_fields(self)
+        n = len(self.kp)
         for name in ('kp', 'ki', 'kd', 'i_max'):
-            check_pair(name, getattr(self, name))
+            if n == 0 or len(getattr(self, name)) != n:
+                raise ConfigError(
+                    f'{name}={getattr(self, name)!r}: one value per joint, as many as kp '
+                    f'({n}); the 2-joint leg takes [hip, knee]'
+                )
+
+
+def check_joint_count(gains: PIDGains, n: int) -> None:
+    if len(gains.kp) != n:
+        raise ConfigError(
+            f'kp={list(gains.kp)!r}: the limb has {n} joints; give kp, ki, kd and i_max '
+            f'with {n} values each'
+        )
 
 
 class StaticFeedforward:
@@ -165,9 +178,11 @@ class PIDController:
 
     def reset(self) -> None:
         self.integral = np.zeros(2)  # integral torque (N·m)
+        check_joint_count(self.g, 2)
 
     def set_gains(self, gains: PIDGains) -> None:
         """New gains from the next step on (the integral torque is kept, clamped to i_max)."""
+        check_joint_count(gains, len(self.integral))
         self.g = gains
         i_max = np.asarray(gains.i_max)
         self.integral = np.clip(self.integral, -i_max, i_max)

@@ -40,10 +40,10 @@ class Waypoints:
         n = len(P)
         k = int(t // seg)
         if n == 1 or (not self.loop and k >= n):
-            return P[-1].copy(), np.zeros(2)
+            return P[-1].copy(), np.zeros(P.shape[1])
         tau = t - k * seg
         if k == 0:
-            return P[0].copy(), np.zeros(2)
+            return P[0].copy(), np.zeros(P.shape[1])
         a, b = P[(k - 1) % n], P[k % n]
         s, ds = _min_jerk(tau / self.move) if self.move > 0 else (1.0, 0.0)
         return a + s * (b - a), (ds / self.move if self.move > 0 and tau < self.move else 0.0) * (

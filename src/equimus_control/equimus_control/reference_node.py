@@ -4,6 +4,7 @@ node clock (sim time with use_sim_time), from the trajectory chosen by parameter
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import sys
 from collections.abc import Callable
@@ -65,6 +66,15 @@ class ReferenceParams:
     )
     sine_frequency: float = param(_SINE.frequency, 'Hz', range=(0.0, 5.0), runtime=True)
     hold_pose: tuple[float, ...] = param((1.3909, 0.8533), 'rad (hip, knee), for trajectory hold')
+    leg_description: str = param(
+        '',
+        "another limb's YAML: the reference names its joints and step_poses, sine_center, "
+        "sine_amplitude and hold_pose hold one value per joint (no triangle); '' = the rig's leg",
+    )
+
+    @property
+    def joint_names(self) -> list[str]:
+        return list(_joint_names(self.leg_description))
 
     def __post_init__(self) -> None:
         validate_fields(self)
@@ -72,13 +82,25 @@ class ReferenceParams:
             raise ConfigError(f'trajectory={self.trajectory!r}: use {", ".join(TRAJECTORIES)}')
         if abs(self.pressure_sign) != 1.0:
             raise ConfigError(f'pressure_sign={self.pressure_sign}: must be +1 or -1')
+        joints = self.joint_names
+        n, what = len(joints), ', '.join(joints)
+        if n != 2 and self.trajectory == 'triangle':
+            raise ConfigError(
+                f'trajectory=triangle needs the 2-joint leg; {self.leg_description} has '
+                f'{n} joints ({what}): use step, sine or hold'
+            )
+        # The rig's leg: every field is checked. Another limb: the fields its trajectory uses.
+        used = {'step': ('step_poses',), 'sine': ('sine_center', 'sine_amplitude')}.get(
+            self.trajectory, ('hold_pose',)
+        )
         for name in ('triangle_kpa', 'step_poses'):
             value = getattr(self, name)
-            if not value or len(value) % 2:
-                raise ConfigError(f'{name}={list(value)}: needs pairs (hip, knee), flat')
+            k = 2 if name == 'triangle_kpa' else n
+            if (not value or len(value) % k) and (n == 2 or name in used):
+                raise ConfigError(f'{name}={list(value)}: needs groups of {k} ({what}), flat')
         for name in ('sine_center', 'sine_amplitude', 'hold_pose'):
-            if len(getattr(self, name)) != 2:
-                raise ConfigError(f'{name}={list(getattr(self, name))}: needs 2 values (hip, knee)')
+            if len(getattr(self, name)) != n and (n == 2 or name in used):
+                raise ConfigError(f'{name}={list(getattr(self, name))}: needs {n} values ({what})')
 
     def trajectory_fn(self) -> Callable[[float], tuple]:
         """The plain trajectory these parameters describe (t in s → q, qd)."""
@@ -94,7 +116,10 @@ class ReferenceParams:
             return make_reference('triangle', poses=poses, move=self.move, hold=self.hold)
         if self.trajectory == 'step':
             return make_reference(
-                'steps', poses=np.reshape(self.step_poses, (-1, 2)), move=self.move, hold=self.hold
+                'steps',
+                poses=np.reshape(self.step_poses, (-1, len(self.joint_names))),
+                move=self.move,
+                hold=self.hold,
             )
         if self.trajectory == 'hold':
             return make_reference('steps', poses=[self.hold_pose], move=0.0, hold=1.0)
@@ -103,7 +128,17 @@ class ReferenceParams:
             center=self.sine_center,
             amplitude=self.sine_amplitude,
             frequency=self.sine_frequency,
+            phase=tuple(i * math.pi / 2 for i in range(len(self.joint_names))),
         )
+
+
+@functools.lru_cache(maxsize=8)
+def _joint_names(leg_description: str) -> tuple[str, ...]:
+    if not leg_description:
+        return JOINTS
+    from equimus_description.leg import load_leg
+
+    return tuple(load_leg(leg_description).joints)
 
 
 class ReferenceNode(Node):
@@ -124,7 +159,7 @@ class ReferenceNode(Node):
         self.t0: Time | None = None
         self.count = 0
         self.pub = publisher(self, JointState, REFERENCE)
-        self._msg = JointState(name=list(JOINTS))
+        self._msg = JointState(name=self.params.config.joint_names)
         self.diagnostics = Diagnostics(self, DIAGNOSTICS, 'reference')
         if paced:
             self.create_timer(1.0 / cfg.rate, self.tick)

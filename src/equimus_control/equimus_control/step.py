@@ -17,7 +17,7 @@ import numpy as np
 
 from .controller import MAX_PREVIEW_S, Controller, ControlOutput, Estimate, Reference
 from .reference import reference_at
-from .supervisor import VENT, SafetyConfig, Supervisor
+from .supervisor import SafetyConfig, Supervisor, check_joints
 
 Vector = Sequence[float] | np.ndarray
 
@@ -54,12 +54,15 @@ class ControlStep:
         controller: Controller,
         safety: SafetyConfig | None = None,
         max_preview: float = MAX_PREVIEW_S,
+        n_joints: int = 2,
+        n_valves: int = 2,
     ) -> None:
         self.controller = controller
-        self.supervisor = Supervisor(safety)
+        self.supervisor = Supervisor(safety, n_joints, n_valves)
+        self.n, self.n_valves = n_joints, n_valves
         self.max_preview = max_preview
         self.q_ref: np.ndarray | None = None
-        self.qd_ref = np.zeros(2)
+        self.qd_ref = np.zeros(n_joints)
         self.ref_stamp: float | None = None
         self.last_stamp: float | None = None
 
@@ -68,12 +71,16 @@ class ControlStep:
         return self.supervisor.cfg
 
     def reconfigure(self, safety: SafetyConfig) -> None:
-        """New guard range, stale timeout or p_max, from the next cycle on."""
+        """New guard range, stale timeout or p_max, from the next cycle on (a guard range with
+        the wrong number of joints raises ConfigError and the old one stays)."""
+        check_joints(safety, self.n)
         self.supervisor.cfg = safety
 
     def set_reference(self, q: Vector, qd: Vector, stamp: float) -> bool:
         """The latest reference sample (rad, rad/s at `stamp` s). A non-finite pose is ignored
         (False); a non-finite velocity counts as 0."""
+        if self.n != 2:
+            return self._set_reference_n(q, qd, stamp)
         if len(q) < 2:
             return False
         q0, q1 = float(q[0]), float(q[1])
@@ -87,10 +94,24 @@ class ControlStep:
         self.ref_stamp = stamp
         return True
 
+    def _set_reference_n(self, q: Vector, qd: Vector, stamp: float) -> bool:
+        n = self.n
+        if len(q) < n:
+            return False
+        q_arr = np.asarray(q, float)[:n]
+        if not np.all(np.isfinite(q_arr)):
+            return False
+        qd_arr = np.asarray(qd, float)[:n] if len(qd) >= n else np.zeros(n)
+        self.q_ref = q_arr
+        self.qd_ref = np.where(np.isfinite(qd_arr), qd_arr, 0.0)
+        self.ref_stamp = stamp
+        return True
+
     def step(self, q: Vector, qd: Vector, stamp: float, now: float) -> Command:
         """The command for the estimate (q, qd) taken at `stamp`; `now` is the steady clock."""
-        q_arr = np.asarray(q, float)[:2] if len(q) >= 2 else np.full(2, np.nan)
-        qd_arr = np.asarray(qd, float)[:2] if len(qd) >= 2 else np.zeros(2)
+        n = self.n
+        q_arr = np.asarray(q, float)[:n] if len(q) >= n else np.full(n, np.nan)
+        qd_arr = np.asarray(qd, float)[:n] if len(qd) >= n else np.zeros(n)
         dt = (
             PERIOD
             if self.last_stamp is None or stamp <= self.last_stamp
@@ -107,7 +128,7 @@ class ControlStep:
         u = sup.clip(out.pressures)
         if sup.venting:  # the controller produced a non-finite command
             self.controller.reset()
-            return Command(u, np.zeros(2, bool), True, sup.reason, out)
+            return Command(u, np.zeros(self.n_valves, bool), True, sup.reason, out)
         return Command(u, np.asarray(out.saturated, bool), False, sup.reason, out)
 
     def check_stale(self, now: float) -> Command | None:
@@ -124,4 +145,5 @@ class ControlStep:
 
     def _vent(self) -> Command:
         self.controller.reset()
-        return Command(VENT.copy(), np.zeros(2, bool), True, self.supervisor.reason)
+        sup = self.supervisor
+        return Command(sup.vent.copy(), np.zeros(self.n_valves, bool), True, sup.reason)

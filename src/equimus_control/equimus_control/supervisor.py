@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from equimus_description.config import ConfigError, check_pair, param, validate_fields
+from equimus_description.config import ConfigError, param, validate_fields
 from equimus_description.valve import HARD_MAX_KPA, P_MIN_KPA
 
 VENT = np.full(2, P_MIN_KPA)
@@ -52,8 +52,11 @@ class SafetyConfig:
 
     def __post_init__(self) -> None:
         validate_fields(self)
-        check_pair('safe_min', self.safe_min)
-        check_pair('safe_max', self.safe_max)
+        if not self.safe_min or len(self.safe_min) != len(self.safe_max):
+            raise ConfigError(
+                f'safe_min={self.safe_min!r}, safe_max={self.safe_max!r}: one value per joint '
+                'in each, the same number'
+            )
         if not self.p_max > 0:
             raise ConfigError(f'p_max={self.p_max!r}: must be > 0 kPa and <= {HARD_MAX_KPA:g}')
         if any(lo >= hi for lo, hi in zip(self.safe_min, self.safe_max, strict=True)):
@@ -63,9 +66,26 @@ class SafetyConfig:
             )
 
 
+def check_joints(cfg: SafetyConfig, n_joints: int) -> None:
+    """The guard range must have one value per joint of the limb being controlled."""
+    if len(cfg.safe_min) != n_joints:
+        raise ConfigError(
+            f'safe_min={list(cfg.safe_min)!r}, safe_max={list(cfg.safe_max)!r}: the limb has '
+            f'{n_joints} joints; give one value per joint'
+        )
+
+
 class Supervisor:
-    def __init__(self, cfg: SafetyConfig | None = None) -> None:
+    """Guards for a limb of `n_joints` joints and `n_valves` valves (the rig's leg: 2 and 2;
+    the 2-joint case runs in plain floats, others on arrays)."""
+
+    def __init__(
+        self, cfg: SafetyConfig | None = None, n_joints: int = 2, n_valves: int = 2
+    ) -> None:
         self.cfg = cfg if cfg is not None else SafetyConfig()
+        check_joints(self.cfg, n_joints)
+        self.n_joints, self.n_valves = n_joints, n_valves
+        self.vent = np.full(n_valves, P_MIN_KPA)
         self.last_valid_time: float | None = None
         self.reason = 'no joint state yet'
         self.venting = True
@@ -81,6 +101,8 @@ class Supervisor:
         """True if the controller may act on this state (angles q, rates qd); False → VENT."""
         # Plain floats: every control cycle, and numpy's per-call overhead on 2-vectors was
         # most of this check's cost. The same tests as on arrays.
+        if self.n_joints != 2:
+            return self._check_state_n(np.asarray(q, float), now, qd)
         q = np.asarray(q, float)
         c = self.cfg
         q0, q1 = (float(v) for v in q) if q.shape == (2,) else (math.nan, math.nan)
@@ -111,6 +133,32 @@ class Supervisor:
         self.reason = 'ok'
         return True
 
+    def _check_state_n(self, q: np.ndarray, now: float, qd: np.ndarray | None) -> bool:
+        """check_state for any number of joints (arrays)."""
+        c = self.cfg
+        if q.shape != (self.n_joints,) or not np.all(np.isfinite(q)):
+            self._trip('invalid', 'estimator reports no valid joint state (NaN)')
+            return False
+        if qd is not None and not np.all(np.isfinite(np.asarray(qd, float))):
+            self._trip('invalid', 'estimator reports a non-finite joint velocity')
+            return False
+        self.last_valid_time = now
+        lo, hi = np.asarray(c.safe_min, float), np.asarray(c.safe_max, float)
+        if np.any(q < lo) or np.any(q > hi):
+            self._trip(
+                'joint_limit',
+                f'θ = {np.round(q, 3).tolist()} rad outside the safe range '
+                f'{np.round(lo, 2).tolist()} .. {np.round(hi, 2).tolist()}',
+            )
+            return False
+        if self.venting and self.reason.startswith('joint_limit'):
+            m = c.rearm_margin
+            if np.any(q < lo + m) or np.any(q > hi - m):
+                return False
+        self.venting = False
+        self.reason = 'ok'
+        return True
+
     def check_stale(self, now: float) -> bool:
         """Timer check: True if the state has gone stale (→ vent)."""
         if self.last_valid_time is None or now - self.last_valid_time > self.cfg.stale_timeout:
@@ -125,6 +173,11 @@ class Supervisor:
 
     def clip(self, u: np.ndarray) -> np.ndarray:
         u = np.asarray(u, float)
+        if self.n_valves != 2:
+            if u.shape != (self.n_valves,) or not np.all(np.isfinite(u)):
+                self._trip('invalid', f'controller produced a non-finite command {u}')
+                return self.vent.copy()
+            return np.clip(u, 0.0, self.cfg.p_max)
         u0, u1 = (float(v) for v in u) if u.shape == (2,) else (math.nan, math.nan)
         if not (math.isfinite(u0) and math.isfinite(u1)):
             self._trip('invalid', f'controller produced a non-finite command {u}')

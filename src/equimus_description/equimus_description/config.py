@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 __all__ = [
@@ -80,3 +80,19 @@ def validate_fields(cfg: Any) -> None:
         meta = f.metadata.get(METADATA_KEY)
         if meta is not None and meta.range is not None:
             check_range(f.name, value, *meta.range)
+
+
+def with_check(config: Any, check: Callable[[Any], None]) -> Any:
+    """The same config as an instance of a subclass whose validation also runs `check` (e.g.
+    one value per joint of the limb a node drives), so dataclasses.replace - and so a parameter
+    set on a running node - is refused with check's ConfigError."""
+    base = type(config)
+    parent = getattr(base, '__post_init__', None)
+
+    def __post_init__(self) -> None:
+        if parent is not None:
+            parent(self)
+        check(self)
+
+    sub = type(base.__name__, (base,), {'__post_init__': __post_init__})
+    return sub(**{f.name: getattr(config, f.name) for f in dataclasses.fields(config) if f.init})

@@ -197,6 +197,17 @@ def default_leg_path() -> pathlib.Path:
     return pathlib.Path(str(importlib.resources.files('equimus_description') / 'data' / 'leg.yaml'))
 
 
+def resolve_leg_path(path) -> pathlib.Path:
+    """A leg YAML path; a bare file name that is not in the working directory names one of this
+    package's descriptions (e.g. 'limb_3dof.yaml'), so parameter files need no absolute path."""
+    p = pathlib.Path(path)
+    if not p.exists() and p.name == str(path):
+        packaged = default_leg_path().parent / p.name
+        if packaged.exists():
+            return packaged
+    return p
+
+
 def _flatten(d: Mapping, prefix: str = '') -> dict:
     out = {}
     for k, v in d.items():
@@ -347,6 +358,13 @@ def from_dict(raw: Mapping, source: str | None = None) -> LegDescription:
             )
         children[j['child']] = name
         joints[name] = _entry('joints', name, lambda name=name, j=j: _joint(name, j))
+    loop = _find_loop(joints_raw, children)
+    if loop:
+        raise LegDescriptionError(
+            f'joints.{loop[0]}: the joints form a loop ({" -> ".join(loop)} -> {loop[0]}); '
+            'the skeleton must be a tree (a closed chain is not supported)',
+            f'joints.{loop[0]}',
+        )
     roots = [b for b in bodies if b not in children]
     if len(roots) != 1:
         raise LegDescriptionError(
@@ -368,6 +386,21 @@ def from_dict(raw: Mapping, source: str | None = None) -> LegDescription:
             'actuators', name, lambda name=name, a=a: _actuator(name, a, bodies)
         )
     return _finish(raw, source, bodies, joints, actuators)
+
+
+def _find_loop(joints_raw: Mapping, children: Mapping[str, str]) -> list[str]:
+    """Joint names around a cycle of the skeleton (each body has one parent joint here, so a
+    cycle is found by walking up from every body), or [] for a tree."""
+    for start in children:
+        seen: list[str] = []
+        body = start
+        while body in children:
+            joint = children[body]
+            if joint in seen:
+                return seen[seen.index(joint) :]
+            seen.append(joint)
+            body = joints_raw[joint]['parent']
+    return []
 
 
 def _joint(name: str, j: Mapping) -> Joint:
@@ -401,6 +434,12 @@ def _actuator(name: str, a: Mapping, bodies: Mapping) -> Actuator:
             raise LegDescriptionError(f'actuators.{name}.{end}.body: unknown body {e!r}')
         anchors.append(
             Anchor(e['body'], _vec(e.get('pos', [0, 0, 0]), 3, f'actuators.{name}.{end}.pos'))
+        )
+    if anchors[0].body == anchors[1].body:
+        raise LegDescriptionError(
+            f'actuators.{name}.tip.body: both ends are on body {anchors[0].body!r}; a muscle '
+            'must span at least one joint (attach base and tip to two different bodies)',
+            f'actuators.{name}.tip.body',
         )
     return Actuator(
         name=name,
@@ -515,7 +554,7 @@ def load_leg(
 
     overrides: dotted keys -> values, a nested mapping, or a path to an override YAML.
     """
-    path = pathlib.Path(path) if path is not None else default_leg_path()
+    path = resolve_leg_path(path) if path is not None else default_leg_path()
     try:
         raw, lines = yamlfile.load(path)
     except yamlfile.YamlFileError as exc:

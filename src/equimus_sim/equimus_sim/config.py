@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from equimus_description.config import ConfigError, check_pair, param, validate_fields
+from equimus_description.config import ConfigError, param, validate_fields
 
 from .mocap import MocapConfig
 from .simulator import VALVES
@@ -142,10 +142,11 @@ class SimConfig:
             raise ConfigError(
                 f'reset_pose={self.reset_pose!r}: use one of {", ".join(RESET_POSES)}'
             )
-        check_pair('initial_pressures', self.initial_pressures)
-        check_pair('reset_q', self.reset_q)
-        check_pair('reset_pressures', self.reset_pressures)
-        check_pair('initial_q', self.initial_q)
+        # One value per valve / joint of the description: the simulator checks the counts
+        # (the 2-joint leg's defaults are pairs).
+        for name in ('initial_pressures', 'reset_q', 'reset_pressures', 'initial_q'):
+            if not getattr(self, name):
+                raise ConfigError(f'{name}: needs one value per valve or joint, got none')
         if len(self.mocap_base_position) != 3:
             raise ConfigError(
                 f'mocap_base_position={self.mocap_base_position!r}: must be [x, y, z]'

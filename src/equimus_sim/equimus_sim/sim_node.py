@@ -53,17 +53,13 @@ from sensor_msgs.msg import JointState
 from std_srvs.srv import Trigger
 
 from equimus_description.interface import (
-    ACTUATORS,
-    BODIES,
     CLOCK,
     DIAGNOSTICS,
     FRAME_MOCAP,
-    JOINTS,
     SIM_JOINT_STATES,
-    TOPICS,
     VALVE_APPLIED,
     VALVE_PRESSURE,
-    mocap_topic,
+    mocap_pose,
 )
 from equimus_description.motive import DEFAULT_UP_AXIS, motive_to_ros
 from equimus_ros.cdr import ClockWriter, JointStateWriter, PoseWriter, PressureStateWriter
@@ -76,8 +72,6 @@ from .config import SimConfig
 from .mocap import VirtualMocap
 from .pacing import JitterStats, Pacer
 from .simulator import make_simulator
-
-_TOPICS = {t.name: t for t in TOPICS}
 
 
 class _Reused:
@@ -167,7 +161,11 @@ class SimNode(Node):
             initial_pressures=list(p.initial_pressures),
             initial_q=None if p.initial_equilibrium else list(p.initial_q),
         )
-        self.mocap = VirtualMocap(p.mocap())
+        # Names from the description (the rig's leg: interface.JOINTS, ACTUATORS, BODIES).
+        self.joint_names = list(self.sim.leg.joint_names)
+        self.actuator_names = list(self.sim.leg.actuator_names)
+        self.bodies = list(self.sim.leg.leg.bodies)
+        self.mocap = VirtualMocap(p.mocap(), bodies=self.bodies)
 
         # Re-entrant: a subscriber in this process may answer (on_applied) from inside a publish.
         self.lock = threading.RLock()
@@ -190,7 +188,7 @@ class SimNode(Node):
 
         self.pub_clock = publisher(self, Clock, CLOCK)
         self.pub_joints = publisher(self, JointState, SIM_JOINT_STATES)
-        self.pub_pose = {b: publisher(self, PoseStamped, _TOPICS[mocap_topic(b)]) for b in BODIES}
+        self.pub_pose = {b: publisher(self, PoseStamped, mocap_pose(b)) for b in self.bodies}
         self.pub_pressure = publisher(self, JointState, VALVE_PRESSURE)
         self.diagnostics = Diagnostics(self, DIAGNOSTICS, 'sim: simulator', 'mujoco')
         subscription(self, JointState, VALVE_APPLIED, self.on_applied)
@@ -217,18 +215,18 @@ class SimNode(Node):
         objects through Publisher.publish, which the composed graph's hand-off replaces."""
         if raw:
             self.out_clock = ClockWriter(self.pub_clock)
-            self.out_joints = JointStateWriter(self.pub_joints, list(JOINTS))
-            self.out_pose = {b: PoseWriter(self.pub_pose[b], FRAME_MOCAP) for b in BODIES}
-            self.out_pressure = PressureStateWriter(self.pub_pressure, ACTUATORS)
+            self.out_joints = JointStateWriter(self.pub_joints, self.joint_names)
+            self.out_pose = {b: PoseWriter(self.pub_pose[b], FRAME_MOCAP) for b in self.bodies}
+            self.out_pressure = PressureStateWriter(self.pub_pressure, tuple(self.actuator_names))
             return
         self.out_clock = _ClockOut(self.pub_clock, Clock())
-        self.out_joints = _JointsOut(self.pub_joints, JointState(name=list(JOINTS)))
+        self.out_joints = _JointsOut(self.pub_joints, JointState(name=self.joint_names))
         self.out_pose = {}
-        for b in BODIES:
+        for b in self.bodies:
             pose = PoseStamped()
             pose.header.frame_id = FRAME_MOCAP
             self.out_pose[b] = _PoseOut(self.pub_pose[b], pose)
-        self.out_pressure = _PressureOut(self.pub_pressure, JointState(name=list(ACTUATORS)))
+        self.out_pressure = _PressureOut(self.pub_pressure, JointState(name=self.actuator_names))
 
     def compose(self) -> None:
         """Run inside the composed graph: the valve driver answers each frame by a direct call
@@ -373,7 +371,7 @@ class SimNode(Node):
         """The frame's outputs, copied under the lock so they are published without it."""
         sim = self.sim
         q, qd = sim.joint_state()
-        self.mocap.capture_arrays(t_ns * 1e-9, *sim.body_arrays(BODIES))
+        self.mocap.capture_arrays(t_ns * 1e-9, *sim.body_arrays(self.bodies))
         poses = [
             (
                 int(round(f.capture_time * 1e9)),

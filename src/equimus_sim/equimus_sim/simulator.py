@@ -56,7 +56,8 @@ def physical_problem(p_kpa, n: int = len(ACTUATORS), p_max=P_MAX_KPA) -> str | N
     except (TypeError, ValueError):
         return f'pressures {p_kpa!r} are not numbers'
     if p.size != n:
-        return f'{p.size} pressures, expected {n} ({", ".join(ACTUATORS[:n])})'
+        names = ACTUATORS if n == len(ACTUATORS) else [f'valve {i}' for i in range(n)]
+        return f'{p.size} pressures, expected {n} ({", ".join(names)})'
     pmax = np.broadcast_to(np.asarray(p_max, dtype=float), (n,))
     if not np.all(np.isfinite(p)):
         return f'pressures {p.tolist()} kPa are not finite'
@@ -114,7 +115,14 @@ class LegSimulator:
         self.initial_pressures = np.asarray(initial_pressures, float).reshape(self.n)
         if initial_q is None:
             initial_q = self.leg.static_equilibrium(self.initial_pressures)
-        self.initial_q = np.array(initial_q, float).reshape(2)
+        self.n_joints = len(leg_model.joint_names)
+        q0 = np.array(initial_q, float).reshape(-1)
+        if q0.size != self.n_joints:
+            raise ValueError(
+                f'initial joint angles {q0.tolist()}: expected {self.n_joints} '
+                f'({", ".join(leg_model.joint_names)})'
+            )
+        self.initial_q = q0
         # Valves inside MuJoCo (ctrl and act in kPa), else the Python loop in `advance`.
         self.valve_in_model = getattr(leg_model, 'valve_tau', None) is not None
         if tau is not None and not (tau > 0 and math.isfinite(tau)):
@@ -286,8 +294,11 @@ class LegSimulator:
         if problem:
             raise ValueError(problem)
         q = np.asarray(q, float).reshape(-1)
-        if q.size != 2 or not np.all(np.isfinite(q)):
-            raise ValueError(f'joint angles {q.tolist()} rad: need two finite values (θ1, θ2)')
+        if q.size != self.n_joints or not np.all(np.isfinite(q)):
+            raise ValueError(
+                f'joint angles {q.tolist()} rad: need {self.n_joints} finite values '
+                f'({", ".join(self.leg.joint_names)})'
+            )
         p = np.asarray(p_kpa, float).reshape(self.n)
         if self.valve is not None:
             self.valve.p = p.copy()

@@ -62,6 +62,9 @@ class StatePublisherParams:
         range=(-2 * math.pi, 2 * math.pi),
     )
     leg_parameter_set: str = param('', "parameter set of the leg description ('' = as is)")
+    leg_description: str = param(
+        '', "another limb's YAML for the URDF and the mocap bodies ('' = the rig's leg)"
+    )
     publish_frequency: float = param(
         50.0,
         'Hz, most /tf messages per second from each source (joint states; mocap frames), '
@@ -92,7 +95,9 @@ class StatePublisher(Node):
     def __init__(self):
         super().__init__('state_publisher')
         cfg = bind(self, StatePublisherParams()).config
-        self.urdf = build_urdf(load_leg(parameter_set=cfg.leg_parameter_set or None))
+        leg = load_leg(cfg.leg_description or None, parameter_set=cfg.leg_parameter_set or None)
+        self.urdf = build_urdf(leg)
+        bodies = list(leg.bodies) if cfg.leg_description else list(BODIES)
         self.frames = frames.LegFrames(self.urdf)
         self.description_pub = publisher(self, String, ROBOT_DESCRIPTION)
         description = String(data=self.urdf)
@@ -117,10 +122,10 @@ class StatePublisher(Node):
         self.tf_pub = publisher(self, TFMessage, TF)
         self.joint_gate = frames.RateGate(cfg.publish_frequency)
         self.mocap_gate = frames.RateGate(cfg.publish_frequency)
-        self.mocap_batch = frames.StampBatch(BODIES)
+        self.mocap_batch = frames.StampBatch(bodies)
         self._tf_writers: dict[tuple[tuple[str, str], ...], TransformsWriter] = {}
         subscription(self, JointState, JOINT_STATES, self.on_joint_state)
-        for body in BODIES:
+        for body in bodies:
             subscription(self, PoseStamped, mocap_pose(body), lambda m, b=body: self.on_pose(b, m))
 
     # At 120 Hz per source: /tf is packed from the numbers (equimus_ros.cdr.TransformsWriter),

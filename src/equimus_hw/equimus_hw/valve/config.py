@@ -30,6 +30,11 @@ class DriverConfig:
         'simulated leg: the output goes on /valve/applied, which the sim node follows)',
     )
     port: str = param('/dev/ttyACM0', 'serial device of the DAC board (or the emulator link)')
+    leg_description: str = param(
+        '',
+        "another limb's YAML: one valve channel per muscle of it (board sim only; the rig's "
+        "board has the leg's two); '' = the rig's two valves",
+    )
     baud: int = param(115200, 'serial baud rate (ignored by USB CDC boards)', range=(1, 10_000_000))
     autostart: bool = param(
         False,

@@ -42,6 +42,7 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
 from std_srvs.srv import Trigger
 
+from equimus_description.config import ConfigError
 from equimus_description.interface import (
     ACTUATORS,
     DIAGNOSTICS,
@@ -49,6 +50,7 @@ from equimus_description.interface import (
     VALVE_COMMAND,
     VALVE_PRESSURE,
 )
+from equimus_description.leg import load_leg
 from equimus_ros.arrays import pressure_state
 from equimus_ros.diagnostics import Diagnostics, Level
 from equimus_ros.lifecycle import bring_up
@@ -74,6 +76,20 @@ def _serialised(method):
     return call
 
 
+def _channels(p: DriverConfig) -> tuple[str, ...]:
+    """Valve channel names: the rig's ACTUATORS, or the muscles of `leg_description`."""
+    if not p.leg_description:
+        return ACTUATORS
+    names = tuple(load_leg(p.leg_description).actuator_names)
+    if p.board != 'sim' and names != ACTUATORS:
+        raise ConfigError(
+            f'leg_description={p.leg_description!r} has muscles {list(names)}: board '
+            f"{p.board!r} drives the rig's valves {list(ACTUATORS)}; another limb runs with "
+            'board:=sim only'
+        )
+    return names
+
+
 class ValveDriver(LifecycleNode):
     """`subscribe=False` is for the fused control loop: commands come by call (`on_command`)
     from the controller in the same process; /valve/command is then published, not read."""
@@ -84,6 +100,7 @@ class ValveDriver(LifecycleNode):
         self.params = bind(self, DriverConfig(), apply=self._apply)
         p = self.params.config
         self.simulated = p.board == 'sim'
+        self.channels = _channels(p)
         self.subscribed = subscribe
         self.active = False
         self.board: Board | None = None
@@ -106,7 +123,7 @@ class ValveDriver(LifecycleNode):
         """Fresh safety state from the current parameters (at construction and each configure)."""
         self.cal = p.calibration()
         self.safety = SafetyFilter(
-            len(ACTUATORS), p.max_kpa, p.slew_rate_kpa_s, p.command_timeout_s
+            len(self.channels), p.max_kpa, p.slew_rate_kpa_s, p.command_timeout_s
         )
         self.guard = CommanderGuard(p.command_timeout_s)
         self.keepalive_s = p.keepalive_period_s
@@ -117,7 +134,7 @@ class ValveDriver(LifecycleNode):
         self._slew_t: float | None = None
         self._generation = 0
         self._measured_count = 0
-        self._last_commanded = [math.nan] * len(ACTUATORS)
+        self._last_commanded = [math.nan] * len(self.channels)
         self._diag_key: tuple[str, bool, bool, bool, bool] | None = None
         self._last_warn_t = -math.inf
 
@@ -129,11 +146,11 @@ class ValveDriver(LifecycleNode):
         self._reset(p)
         self._closing = False
         board: Board = (
-            SimBoard(len(ACTUATORS), self.cal)
+            SimBoard(len(self.channels), self.cal)
             if self.simulated
             else BoardLink(
                 p.port,
-                len(ACTUATORS),
+                len(self.channels),
                 self.cal,
                 baud=p.baud,
                 ack_timeout_s=p.ack_timeout_s,
@@ -331,21 +348,23 @@ class ValveDriver(LifecycleNode):
     def _send(self, out_kpa: list[float], now: float) -> None:
         if self.board is None:
             return
-        codes = [0] * len(ACTUATORS) if self._closing else self.cal.codes(out_kpa)
+        codes = [0] * len(self.channels) if self._closing else self.cal.codes(out_kpa)
         seq = self.board.send_codes(codes)
         if seq is not None:  # written: the fused loop's latency ends here
             self.last_write_ns = time.perf_counter_ns()
         self._last_sent = codes
         self._last_send_t = now
         applied = (
-            [self.cal.code_to_kpa(c) for c in codes] if seq is not None else [0.0] * len(ACTUATORS)
+            [self.cal.code_to_kpa(c) for c in codes]
+            if seq is not None
+            else [0.0] * len(self.channels)
         )
         if self.context.ok():  # a signal may have shut ROS down already; the serial side still runs
             self.pub_applied.publish(self._pressures(applied))
 
     def _pressures(self, kpa):
         """Stamped now on the node clock (sim time in the sim graph: the frame it answers)."""
-        return pressure_state(ACTUATORS, kpa, self.get_clock().now().to_msg())
+        return pressure_state(self.channels, kpa, self.get_clock().now().to_msg())
 
     # ----------------------------------------------------------------- services
     @_serialised
@@ -482,7 +501,7 @@ class ValveDriver(LifecycleNode):
             return True  # unconfigured: the port is closed (the board vents by its watchdog)
         acked = self.board.vent_and_close(self.shutdown_ack_timeout_s)
         if acked and self.context.ok():
-            self.pub_applied.publish(self._pressures([0.0] * len(ACTUATORS)))
+            self.pub_applied.publish(self._pressures([0.0] * len(self.channels)))
         return acked
 
 
