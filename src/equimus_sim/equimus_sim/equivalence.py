@@ -36,9 +36,9 @@ from equimus_description.leg import from_dict, load_leg
 
 from .lagrangian import LagrangianLeg
 from .leg_model import LegModel
+from .morphology import pulses, random_limb
 from .stance import format_rows as stance_rows
 from .stance import has_stance, run_stance
-from .morphology import pulses, random_limb
 
 WORKSPACE = ((np.pi / 6, 2 * np.pi / 3), (0.0, np.pi / 2))
 VALID = ((np.pi / 6, 5 * np.pi / 6), (0.0, 2 * np.pi / 3))
