@@ -512,8 +512,9 @@ def _foot(raw: Any, bodies: Mapping) -> Foot | None:
         return None
     if not isinstance(raw, Mapping):
         raise LegDescriptionError('foot: expected a mapping', 'foot')
-    if raw.get('body') not in bodies:
-        raise LegDescriptionError(f'foot.body: unknown body {raw.get("body")!r}', 'foot.body')
+    body = raw.get('body')
+    if not isinstance(body, str) or body not in bodies:
+        raise LegDescriptionError(f'foot.body: unknown body {body!r}', 'foot.body')
     return Foot(
         body=str(raw['body']),
         pos=_vec(raw.get('pos', [0, 0, 0]), 3, 'foot.pos'),
@@ -527,7 +528,12 @@ def _ground(raw: Any) -> Ground | None:
         return None
     if not isinstance(raw, Mapping):
         raise LegDescriptionError('ground: expected a mapping', 'ground')
-    if not raw.get('enabled', False):
+    enabled = raw.get('enabled', False)
+    if not isinstance(enabled, bool):
+        raise LegDescriptionError(
+            f'ground.enabled: true or false; got {enabled!r}', 'ground.enabled'
+        )
+    if not enabled:
         return None
     condim = _number(raw.get('condim', 3), 'ground.condim')
     if condim not in (1, 3, 4, 6):
