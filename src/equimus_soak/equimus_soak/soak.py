@@ -1017,14 +1017,14 @@ class Soak:
                 # "Keeps running": the driver's watchdog never starved while the disk was full,
                 # and the loop answered frames (the same 0.5 floor as the fault-free loop check).
                 # Not a 95 % ratio: at load 11 it read 396 of 481, a speed figure.
-                trips = int(last_value('valve_driver: DAC board', 'watchdog_trips', rec.t1 + 1.1))
-                trips -= int(last_value('valve_driver: DAC board', 'watchdog_trips', rec.t0))
+                wd = 'valve_driver: DAC board', 'watchdog_trips'
+                wd_trips = int(last_value(*wd, rec.t1 + 1.1)) - int(last_value(*wd, rec.t0))
                 checks.append(
                     Check(
                         'disk_full: control loop keeps running, recorder process stays up',
-                        n_f > 0 and n_c >= 0.5 * n_f and trips == 0 and alive,
+                        n_f > 0 and n_c >= 0.5 * n_f and wd_trips == 0 and alive,
                         f'{n_c} commands for {n_f} mocap frames while the disk was full, '
-                        f'{trips} driver watchdog trips',
+                        f'{wd_trips} driver watchdog trips',
                     )
                 )
 
