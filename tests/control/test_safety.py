@@ -115,22 +115,26 @@ def test_guards_trip_through_the_node(controller_proc):
                 break
         assert any(max(d) > 0.5 for _, d in got), f'controller never commanded pressure: {got[-3:]}'
 
-        got.clear()
-        send([2.6, 1.2])  # joint-limit guard
-        spin(0.2)
-        assert got and all(d == [0.0, 0.0] for _, d in got[-5:]), got[-5:]
+        def feed_until(q, cond, what, timeout=10.0):
+            """Keep sending state q until cond() holds: commands computed from states sent before
+            (still queued on a loaded machine) may arrive first; only the outcome is judged."""
+            end = time.monotonic() + timeout
+            while not cond():
+                assert time.monotonic() < end, f'{what}: {got[-5:]}'
+                send(q, 3)
 
-        send([1.45, 0.55], 20)
-        spin(0.1)
-        assert max(got[-1][1]) > 0.5  # re-armed
-        got.clear()
-        send([math.nan, math.nan])  # invalid-state guard
-        spin(0.2)
-        assert got and all(d == [0.0, 0.0] for _, d in got[-5:]), got[-5:]
+        def vented():
+            return len(got) >= 5 and all(d == [0.0, 0.0] for _, d in got[-5:])
 
-        send([1.45, 0.55], 20)
-        spin(0.1)
-        assert max(got[-1][1]) > 0.5
+        def commanding():
+            return bool(got) and max(got[-1][1]) > 0.5
+
+        got.clear()
+        feed_until([2.6, 1.2], vented, 'joint-limit guard never vented')
+        feed_until([1.45, 0.55], commanding, 'never re-armed after the joint-limit trip')
+        got.clear()
+        feed_until([math.nan, math.nan], vented, 'invalid-state guard never vented')
+        feed_until([1.45, 0.55], commanding, 'never re-armed after the invalid-state trip')
         got.clear()
         spin(1.0)  # silence → stale guard (timer)
         vents = [t for t, d in got if d == [0.0, 0.0]]

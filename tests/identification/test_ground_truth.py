@@ -43,6 +43,9 @@ def test_bag_reads_back_as_step_experiments(truth_bag):
     assert start < 0.6 * raw  # restart states come from the local cubic fit
 
 
+# Compute-bound (differential evolution on 2 workers): 211 s wall at load ~10 on 2 cores, past the
+# suite's 300 s at load ~14; its wall time is the machine's share, not a property of the fit.
+@pytest.mark.timeout(900)
 def test_identify_recovers_every_determined_parameter_within_5_percent(truth_bag, tmp_path):
     path, _ = truth_bag
     out = tmp_path / 'fit'

@@ -175,7 +175,10 @@ def test_poses_arrive_with_exposure_stamps(
         ]
         # Stamped at mid-exposure: 4 ms before the emulator sent it, never after arrival.
         assert min(ages) >= 3.9, ages
-        assert sorted(ages)[len(ages) // 2] < 30.0, ages
+        # The upper bound only catches a stamp off by a clock error (seconds): the age also holds
+        # DDS delivery to a listener that a loaded machine schedules late (the stamp's accuracy
+        # without DDS, 6-15 ms, is checked in test_client_emulator.py).
+        assert sorted(ages)[len(ages) // 2] < 250.0, ages
     # 120 Hz: 40 frames span ~1/3 s.
     stamps = [
         m.header.stamp.sec + m.header.stamp.nanosec * 1e-9 for _, m in listener.poses['thigh'][-41:]
@@ -268,9 +271,19 @@ def test_faults_untracked_stall_malformed(emulator, ports, spawn, listener):
     assert bridge.alive()
 
     # Stalled stream -> ERROR "stream stopped" within ~stale_timeout, then back to OK.
+    n_diag = len(listener.diags)
     emulator.stall(1.5)
-    assert wait_for(lambda: listener.last_diag().level == DiagnosticStatus.ERROR, 1.5)
-    d = listener.last_diag()
+
+    def stopped():
+        # Any status since the stall began, not only the newest: a listener that spins late on
+        # a loaded machine may read the ERROR after the stream (and the status) came back.
+        with listener.lock:
+            return next(
+                (d for d in listener.diags[n_diag:] if d.level == DiagnosticStatus.ERROR), None
+            )
+
+    assert wait_for(stopped, 5.0), [d.message for d in listener.diags[n_diag:]]
+    d = stopped()
     assert 'stream stopped' in d.message and vals(d)['stream_stopped'] == 'true'
     assert wait_for(lambda: listener.last_diag().level != DiagnosticStatus.ERROR, 4)
     rc, out = bridge.stop()

@@ -155,6 +155,24 @@ class Harness:
         assert wait_for(future.done, timeout), f'/valve_driver/{name} did not answer'
         return future.result()
 
+    def set_param(self, name, value, timeout=5.0):
+        """Set one driver parameter over its SetParameters service (spun by this harness)."""
+        from rcl_interfaces.srv import SetParameters
+        from rclpy.parameter import Parameter
+
+        client = self.node.create_client(SetParameters, '/valve_driver/set_parameters')
+        try:
+            assert client.wait_for_service(timeout_sec=timeout), 'no /valve_driver/set_parameters'
+            req = SetParameters.Request(
+                parameters=[Parameter(name, value=value).to_parameter_msg()]
+            )
+            future = client.call_async(req)
+            assert wait_for(future.done, timeout), '/valve_driver/set_parameters did not answer'
+            (result,) = future.result().results
+            assert result.successful, result.reason
+        finally:
+            self.node.destroy_client(client)
+
     def latest_diag(self):
         return self.diag[-1] if self.diag else None
 

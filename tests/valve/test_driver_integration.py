@@ -111,19 +111,28 @@ def test_command_stop_trips_watchdog_within_timeout(rig, harness):
 
 def test_keepalive_holds_pressure_at_slow_command_rate(rig, harness):
     emu, _ = rig
-    harness.call('arm')
-    t0 = time.monotonic()
-    harness.stream([30.0, 30.0], rate_hz=5.0)  # 200 ms apart: board watchdog is 200 ms
-    assert wait_frame(emu, t0, lambda f: f.codes == (C30, C30)) is not None
-    t1 = time.monotonic()
-    trips = emu.watchdog_trips
-    time.sleep(1.5)
-    harness.stop_stream()
+    # Commands 400 ms apart, twice the board's 200 ms watchdog, so only the driver's keepalives
+    # can hold the pressure. The host watchdog is raised to 1 s for this test: at 5 Hz against
+    # 0.25 s a publisher thread late by 50 ms on a loaded machine made the host vent, correctly.
+    harness.set_param('command_timeout_s', 1.0)
+    try:
+        harness.call('arm')
+        t0 = time.monotonic()
+        harness.stream([30.0, 30.0], rate_hz=2.5)
+        assert wait_frame(emu, t0, lambda f: f.codes == (C30, C30)) is not None
+        t1 = time.monotonic()
+        trips = emu.watchdog_trips
+        time.sleep(1.5)
+        harness.stop_stream()
+    finally:
+        harness.set_param('command_timeout_s', PARAMS['command_timeout_s'])
     frames = emu.frames_since(t1)
     held = [f for f in frames if f.t < t1 + 1.4]
     assert all(f.codes == (C30, C30) for f in held)
     gaps = [b.t - a.t for a, b in pairwise(held)]
-    assert max(gaps) < 0.15
+    # Keepalives are due every 50 ms; the bound that matters is the board's watchdog (a longer
+    # gap would vent it). A tighter figure only measured how promptly a loaded machine schedules.
+    assert max(gaps) < emu.watchdog_s, max(gaps)
     assert emu.watchdog_trips == trips
 
 
@@ -229,6 +238,7 @@ def test_signal_vents_before_port_closes(sig, harness, tmp_module):
             drv.output()
         )
         time.sleep(0.3)
+        t_sig = time.monotonic()
         rc = drv.stop(sig)
         time.sleep(0.1)
         harness.stop_stream()
@@ -238,8 +248,10 @@ def test_signal_vents_before_port_closes(sig, harness, tmp_module):
         assert 'vented on shutdown (acknowledged)' in out, out
         last, before = emu.frames[-1], emu.frames[-2]
         assert last.codes == (0, 0)
-        assert nonzero(before)  # the vent came from shutdown ...
-        assert last.t - before.t < 0.1  # ... not from the 0.25 s watchdog
+        # The vent is a SET frame the host sent after the signal while commands still streamed
+        # (so no host watchdog), and the board's own watchdog never fired (its vent is no frame).
+        # No interval bound between the last two frames: that measured process scheduling.
+        assert nonzero(before) and last.t >= t_sig, (before, last, t_sig)
         assert emu.watchdog_trips == 0
         assert emu.invariant_violations == []
     finally:

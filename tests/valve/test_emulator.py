@@ -80,15 +80,20 @@ def test_hello_set_ping_and_refusals(tmp_path):
 
 
 def test_board_watchdog_vents_without_set(tmp_path):
-    emu = make_emulator(tmp_path, watchdog_ms=100)
+    log = tmp_path / 'board.jsonl'
+    emu = make_emulator(tmp_path, watchdog_ms=100, log_path=str(log))
     host = Host(emu.link)
     try:
         host.send(P.Set(1, (200, 200)))
         host.replies()
-        t0 = time.monotonic()
-        assert wait_for(lambda: emu.codes == [0, 0], 1.0)
-        assert 0.08 <= time.monotonic() - t0 <= 0.3
+        assert wait_for(lambda: emu.codes == [0, 0], 2.0)
         assert emu.watchdog_trips == 1
+        # Both times on the board's own clock (SET read, vent written): a test thread that wakes
+        # late on a loaded machine neither shortens nor stretches the interval it measures.
+        t_set = emu.last_frame().t
+        events = [json.loads(line) for line in log.read_text().splitlines()]
+        (t_vent,) = [e['t'] for e in events if e.get('event') == 'watchdog_vent']
+        assert 0.1 <= t_vent - t_set <= 0.3, t_vent - t_set  # never early; 100 ms + slack
         host.send(P.Ping(2))  # PING does not feed the watchdog but reports the trip
         (ack,) = host.replies()
         assert ack.flags & P.ACK_WATCHDOG_VENTED and ack.applied == (0, 0)
@@ -104,18 +109,26 @@ def test_valve_first_order_lag_in_measured_codes(tmp_path):
     try:
         code = cal.kpa_to_code(50.0)
         host.send(P.Set(1, (code, 0)))
-        t0 = time.monotonic()
         host.replies()
+        t_set = emu.last_frame().t  # the board's own time of the step
         tau = emu.valves[0].tau
         assert tau == VALVE_TAU_S
-        time.sleep(tau - (time.monotonic() - t0))
+        time.sleep(max(tau - (time.monotonic() - t_set), 0.0))
+        t_ping = time.monotonic()
         host.send(P.Ping(2))
         (ack,) = host.replies()
-        t = time.monotonic() - t0
+        t_reply = time.monotonic()
         p = cal.adc_to_kpa(ack.measured[0])
         target = cal.code_to_kpa(code)
-        expected = target * (1 - math.exp(-t / tau))
-        assert abs(p - expected) < 3.0, (p, expected, t)
+
+        def lag(t):
+            return target * (1 - math.exp(-t / tau))
+
+        # The PING was answered between sending it and reading the reply (the board's last tick
+        # at most one 2 ms select before that): judge the reading against that window, not one
+        # instant taken after the reply, which a loaded machine delays by tens of ms (85 kPa/s).
+        lo, hi = lag(t_ping - t_set - 0.005), lag(t_reply - t_set)
+        assert lo - 1.0 < p < hi + 1.0, (p, lo, hi, t_ping - t_set, t_reply - t_set)
         assert cal.adc_to_kpa(ack.measured[1]) == 0.0
     finally:
         host.close()

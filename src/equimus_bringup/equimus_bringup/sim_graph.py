@@ -24,7 +24,8 @@ nodes (docs/benchmarks.md, issue 13). The order also makes a run deterministic: 
 configuration and reference give byte-identical bag payloads (tests/bringup/test_sim_graph.py).
 
 Topics published in this process are delivered inside it only: an outside publisher on, for
-example, /valve/command is not heard by the composed valve driver.
+example, /valve/command is not heard by the composed valve driver, which names it in a WARN on
+/diagnostics (docs/reliability.md, "One commander").
 """
 
 from __future__ import annotations
@@ -274,6 +275,8 @@ class SimGraph(Node):
             self.nodes.append(self.estimator)
             self.controller = ControllerNode()
             self.nodes.append(self.controller)
+            # The driver hears /valve/command from this controller only (the hand-off below).
+            self.driver.in_process_commanders = {self.controller.get_fully_qualified_name()}
             # Last: its /joint_states and pose callbacks run after the control path's.
             self.state_publisher = StatePublisher()
             self.nodes.append(self.state_publisher)

@@ -132,8 +132,18 @@ class LifecycleClient:
 
         request = ChangeState.Request()
         request.transition.id = transition
-        future = self._client(node).call_async(request)
-        self.executor.spin_until_future_complete(future, timeout_sec=timeout)
+        client = self._client(node)
+        end = time.monotonic() + timeout
+        # get_state answering does not mean change_state is discovered too (a separate service):
+        # a request sent before it is matched is lost, which a loaded machine made happen ("did
+        # not answer configure within 10 s" in a CI soak at load ~14).
+        while not client.wait_for_service(timeout_sec=0.2):
+            if time.monotonic() > end:
+                raise GraphError(f'{node} did not offer /{node}/change_state within {timeout:g} s')
+        future = client.call_async(request)
+        self.executor.spin_until_future_complete(
+            future, timeout_sec=max(end - time.monotonic(), 1.0)
+        )
         if not future.done():
             raise GraphError(f'{node} did not answer {label} within {timeout:g} s')
         if not future.result().success:

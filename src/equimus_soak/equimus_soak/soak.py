@@ -722,7 +722,10 @@ class Soak:
             self.t_loop = t_loop
             order, gap, warmup = self.schedule()
             self.sleep(warmup)
-            t_end = self.t_start + self.duration
+            # The schedule's time counts from the first pressure on the wire: graph start-up
+            # (10-20 s at load 14 on 2 cores) must not eat the faults (a CI soak skipped
+            # kill_controller and kill_driver that way).
+            t_end = t_loop + self.duration
             for name in order:
                 if time.monotonic() + 3.0 > t_end - (8.0 if 'disk_full' in self.faults else 4.0):
                     break
@@ -1011,11 +1014,17 @@ class Soak:
                 n_f = len([t for t in frames if rec.t0 <= t <= rec.t1])
                 n_c = len([t for t in cmd_t if rec.t0 <= t <= rec.t1])
                 alive = not any(u.startswith('recorder ') for u in self.unexpected)
+                # "Keeps running": the driver's watchdog never starved while the disk was full,
+                # and the loop answered frames (the same 0.5 floor as the fault-free loop check).
+                # Not a 95 % ratio: at load 11 it read 396 of 481, a speed figure.
+                wd = 'valve_driver: DAC board', 'watchdog_trips'
+                wd_trips = int(last_value(*wd, rec.t1 + 1.1)) - int(last_value(*wd, rec.t0))
                 checks.append(
                     Check(
                         'disk_full: control loop keeps running, recorder process stays up',
-                        n_c >= 0.95 * n_f and alive,
-                        f'{n_c} commands for {n_f} mocap frames while the disk was full',
+                        n_f > 0 and n_c >= 0.5 * n_f and wd_trips == 0 and alive,
+                        f'{n_c} commands for {n_f} mocap frames while the disk was full, '
+                        f'{wd_trips} driver watchdog trips',
                     )
                 )
 
@@ -1329,7 +1338,12 @@ def main(argv=None) -> int:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument('--duration', type=float, default=60.0, help='seconds of soak (default 60)')
+    p.add_argument(
+        '--duration',
+        type=float,
+        default=60.0,
+        help='seconds of soak from the control loop being up (default 60)',
+    )
     p.add_argument(
         '--faults', default='all', help=f'all | none | comma list of {",".join(ALL_FAULTS)}'
     )

@@ -19,6 +19,10 @@ last accepted one holds until the watchdog vents, and control resumes with the f
 after the second sender has been silent for one watchdog period and has left the ROS graph.
 auto_arm arms at start-up without the graph check (a killed controller stays listed for the DDS
 lease, which would block every restart), so the sender rule protects an auto-armed driver.
+In the composed sim graph (`in_process_commanders` set by equimus_bringup.sim_graph) commands come
+from the controller in the same process only; a publisher outside the process is never heard, so
+it cannot start a conflict: it is named in a WARN on /diagnostics and in the log, control goes on,
+and arming is still refused while it exists (docs/reliability.md, "One commander").
 Timers and the watchdog run on the steady clock, never on sim time: a paused /clock must not stop
 the keep-alive or the watchdog. With the simulated board the slew limit follows the node's clock
 (sim time in the sim graph), so a lockstep run does not depend on the wall clock's speed, and
@@ -102,6 +106,10 @@ class ValveDriver(LifecycleNode):
         self.simulated = p.board == 'sim'
         self.channels = _channels(p)
         self.subscribed = subscribe
+        # The composed sim graph's in-process publishers of /valve/command (None: every publisher
+        # is heard over DDS); any other publisher the graph shows is outside and never heard.
+        self.in_process_commanders: set[str] | None = None
+        self.outside_commanders: list[str] = []
         self.active = False
         self.board: Board | None = None
         self._timers: list = []
@@ -262,7 +270,23 @@ class ValveDriver(LifecycleNode):
     @_serialised
     def _count_commanders(self) -> None:
         infos = self.get_publishers_info_by_topic(VALVE_COMMAND.name)
-        self.guard.publishers([f'{i.node_namespace.rstrip("/")}/{i.node_name}' for i in infos])
+        names = [f'{i.node_namespace.rstrip("/")}/{i.node_name}' for i in infos]
+        self.guard.publishers(names)
+        local = self.in_process_commanders
+        if local is None:
+            return
+        outside = sorted(n for n in names if n not in local)
+        if outside and outside != self.outside_commanders:
+            self.get_logger().warning(self._outside_note(outside))
+        self.outside_commanders = outside
+
+    def _outside_note(self, outside: list[str]) -> str:
+        return (
+            f'not obeyed: {len(outside)} publisher(s) of {VALVE_COMMAND.name} outside this '
+            f'process ({", ".join(outside)}); in the composed sim graph only '
+            f'{", ".join(sorted(self.in_process_commanders or ()))} commands the valves (stop '
+            'the other one, or run the split graph: composed:=false)'
+        )
 
     @_serialised
     def _on_topic_command(self, msg: Float64MultiArray, info) -> None:
@@ -455,6 +479,11 @@ class ValveDriver(LifecycleNode):
             level, message = Level.WARN, 'command watchdog tripped: vented'
         else:
             level, message = Level.OK, 'armed'
+        outside = self.outside_commanders
+        if outside and level == Level.OK:
+            level, message = Level.WARN, self._outside_note(outside)
+        elif outside:
+            message = f'{message}; {self._outside_note(outside)}'
         lat = lk.latency_percentiles_ms()
         info = lk.info
         values = {
@@ -485,6 +514,7 @@ class ValveDriver(LifecycleNode):
             'command_publishers': str(self.guard.graph_publishers),
             'commander_conflicts': str(self.guard.conflicts),
             'commands_ignored_conflict': str(self.guard.ignored),
+            'outside_command_publishers': ','.join(outside),
             'commanded_kpa': ','.join(f'{v:.3f}' for v in self._last_commanded),
             'output_kpa': ','.join(f'{v:.3f}' for v in s.output),
             'board_codes': ','.join(map(str, lk.board_codes or [])),

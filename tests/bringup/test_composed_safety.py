@@ -1,0 +1,215 @@
+"""The safety layer in the composed sim graph (composed:=true, the default of sim.launch.py and
+`make run`), over real rclpy from this process: a commander outside the process is never obeyed
+and is named on /diagnostics; with the sim paused from outside, the controller's stale guard and
+the driver's watchdog (both on the steady clock) vent; control resumes after ~/resume.
+
+The split graph's one-commander rule is tested in tests/valve/test_one_commander.py, the guards'
+timing through the controller process in tests/control/test_safety.py."""
+
+import math
+import time
+
+import pytest
+from diagnostic_msgs.msg import DiagnosticArray
+from paramclient import set_parameters
+from sensor_msgs.msg import JointState
+from std_msgs.msg import Float64MultiArray
+from std_srvs.srv import Trigger
+
+from equimus_bringup.graph import describe_graph
+from equimus_bringup.supervisor import Supervisor
+from equimus_description.interface import DIAGNOSTICS, VALVE_APPLIED, VALVE_COMMAND, VALVE_PRESSURE
+from equimus_description.valve import HARD_MAX_KPA
+from equimus_ros.qos import qos_for
+
+rclpy = pytest.importorskip('rclpy')
+
+# What the outside commander sends, in turn: a plausible pressure, NaN, out of range. None of it
+# may reach the driver's safety filter (its counters) or the sim (/valve/applied, /valve/pressure).
+OUTSIDE = ([45.0, 45.0], [math.nan, math.nan], [80.0, -5.0])
+
+
+def _values(status):
+    return {kv.key: kv.value for kv in status.values}
+
+
+class Probe:
+    """Subscribers in this process (outside the graph's) and an outside commander node."""
+
+    def __init__(self, node):
+        self.node = node
+        self.applied, self.pressure = [], []
+        self.driver, self.controller = [], []
+        node.create_subscription(
+            JointState,
+            VALVE_APPLIED.name,
+            lambda m: self.applied.append((time.monotonic(), list(m.effort))),
+            qos_for(VALVE_APPLIED),
+        )
+        node.create_subscription(
+            JointState,
+            VALVE_PRESSURE.name,
+            lambda m: self.pressure.append((time.monotonic(), list(m.effort))),
+            qos_for(VALVE_PRESSURE),
+        )
+        node.create_subscription(
+            DiagnosticArray, DIAGNOSTICS.name, self._diag, qos_for(DIAGNOSTICS)
+        )
+        self.outside = rclpy.create_node('outside_commander')
+        self.pub = None
+        self.sent = 0
+        self.next_send = 0.0
+
+    def _diag(self, msg):
+        for st in msg.status:
+            level = st.level[0] if isinstance(st.level, bytes) else int(st.level)
+            entry = (time.monotonic(), level, st.message, _values(st))
+            if st.name.startswith('valve_driver'):
+                self.driver.append(entry)
+            elif st.name.startswith('controller'):
+                self.controller.append(entry)
+
+    def start_commanding(self):
+        self.pub = self.outside.create_publisher(
+            Float64MultiArray, VALVE_COMMAND.name, qos_for(VALVE_COMMAND)
+        )
+
+    def spin_until(self, sup, cond, timeout, what):
+        end = time.monotonic() + timeout
+        while not cond():
+            assert sup.poll() is None, sup.failed
+            assert time.monotonic() < end, f'timed out after {timeout} s waiting for {what}'
+            now = time.monotonic()
+            if self.pub is not None and now >= self.next_send:  # 50 Hz
+                self.next_send = now + 0.02
+                self.pub.publish(Float64MultiArray(data=OUTSIDE[self.sent % len(OUTSIDE)]))
+                self.sent += 1
+            rclpy.spin_once(self.node, timeout_sec=0.01)
+
+    def spin_for(self, sup, seconds):
+        end = time.monotonic() + seconds
+        self.spin_until(sup, lambda: time.monotonic() > end, seconds + 5.0, 'time to pass')
+
+    def controlling(self, since):
+        """The loop commands pressure again (a lockstep sim runs faster than real time, and the
+        triangle has stretches at 0 kPa: any pressure since, not the last few rows)."""
+        rows = [d for t, d in self.applied if t > since]
+        return len(rows) > 20 and any(max(d) > 1.0 for d in rows)
+
+    def close(self):
+        self.outside.destroy_node()
+
+
+def _trigger(node, service, timeout=20.0):
+    client = node.create_client(Trigger, service)
+    try:
+        assert client.wait_for_service(timeout_sec=timeout), f'{service} not found'
+        future = client.call_async(Trigger.Request())
+        rclpy.spin_until_future_complete(node, future, timeout_sec=timeout)
+        assert future.done(), f'no answer from {service}'
+        return future.result()
+    finally:
+        node.destroy_client(client)
+
+
+@pytest.mark.slow
+def test_composed_graph_ignores_an_outside_commander_and_still_vents(ros_node):
+    specs = describe_graph('sim', {})
+    assert [s.name for s in specs] == ['sim_graph'], 'the sim graph is composed by default'
+    sup = Supervisor(specs, echo=False)
+    probe = Probe(ros_node)
+    try:
+        sup.start()
+        t0 = time.monotonic()
+        probe.spin_until(
+            sup,
+            lambda: probe.controlling(t0) and bool(probe.driver),
+            120.0,
+            'the loop to pressurise and the driver to report',
+        )
+        base = probe.driver[-1][3]  # its counters before any outside command
+        # 1. An outside commander: named on the driver's /diagnostics (WARN), never obeyed.
+        probe.start_commanding()
+        t_out = time.monotonic()
+
+        def named():
+            return any(
+                t > t_out and lvl >= 1 and '/outside_commander' in v['outside_command_publishers']
+                for t, lvl, _, v in probe.driver
+            )
+
+        probe.spin_until(sup, named, 30.0, 'the driver to name the outside publisher')
+        status = [e for e in probe.driver if e[0] > t_out and e[3]['outside_command_publishers']][
+            -1
+        ]
+        assert 'not obeyed' in status[2] and '/outside_commander' in status[2], status
+        probe.spin_for(sup, 2.0)  # outside commands keep coming while the loop runs on
+        assert probe.controlling(t_out), (probe.applied[-5:], probe.controller[-3:])
+        for _, _, _, v in [e for e in probe.driver if e[0] > t_out]:
+            # Nothing from outside reached the safety filter: no NaN, no clamp, no 45 kPa.
+            assert v['nonfinite_commands'] == base['nonfinite_commands'], v
+            assert v['saturations'] == base['saturations'], v
+            assert v['commanded_kpa'] != '45.000,45.000', v
+            assert v['armed'] == 'true' and v['commander_conflicts'] == '0', v
+        for _, row in probe.applied + probe.pressure:
+            assert all(math.isfinite(p) and 0.0 <= p <= HARD_MAX_KPA for p in row), row
+        assert probe.sent > 50
+
+        # 2. Sim paused from outside: no states, so the controller's stale guard (steady clock)
+        #    vents: its 0 kPa commands reach the driver. (They are commands, slew-limited on sim
+        #    time with the simulated board, so /valve/applied holds its last value while the sim
+        #    is frozen; the driver's own vents below are immediate.)
+        assert _trigger(ros_node, '/sim/pause').success
+        t_pause = time.monotonic()
+        probe.spin_until(
+            sup,
+            lambda: any(
+                t > t_pause and int(v['trips_stale']) >= 1 and 'stale' in msg
+                for t, _, msg, v in probe.controller
+            ),
+            10.0,
+            'the controller to report its stale guard venting',
+        )
+        probe.spin_until(
+            sup,
+            lambda: any(
+                t > t_pause and v['commanded_kpa'] == '0.000,0.000' for t, _, _, v in probe.driver
+            ),
+            10.0,
+            "the controller's vent to reach the driver",
+        )
+        # 3. The driver's own watchdog: with the controller's stale guard held off (30 s), a
+        #    paused sim leaves the driver without commands; it vents on its steady clock.
+        assert _trigger(ros_node, '/sim/resume').success
+        t_resume = time.monotonic()
+        probe.spin_until(sup, lambda: probe.controlling(t_resume), 60.0, 'control to resume')
+        assert set_parameters(ros_node, 'controller', stale_timeout=10.0)[0].successful
+        trips = int(probe.driver[-1][3]['watchdog_trips'])
+        assert _trigger(ros_node, '/sim/pause').success
+        t_pause = time.monotonic()
+        probe.spin_until(
+            sup,
+            lambda: any(
+                t > t_pause
+                and int(v['watchdog_trips']) > trips
+                and v['watchdog_active'] == 'true'
+                and v['output_kpa'] == '0.000,0.000'
+                for t, _, _, v in probe.driver
+            ),
+            10.0,
+            'the driver watchdog to vent',
+        )
+        assert probe.applied[-1][1] == [0.0, 0.0], probe.applied[-3:]
+        assert not any(t > t_pause and 'stale' in msg for t, _, msg, _ in probe.controller), (
+            'the controller vented, not the driver watchdog'
+        )
+        # 4. Resumed, with the outside commander still publishing: control comes back.
+        assert set_parameters(ros_node, 'controller', stale_timeout=0.25)[0].successful
+        assert _trigger(ros_node, '/sim/resume').success
+        t_resume = time.monotonic()
+        probe.spin_until(sup, lambda: probe.controlling(t_resume), 60.0, 'control to resume')
+        assert '/outside_commander' in probe.driver[-1][3]['outside_command_publishers']
+    finally:
+        codes = sup.stop()
+        probe.close()
+    assert all(c == 0 for c in codes.values()), (codes, sup.output)
