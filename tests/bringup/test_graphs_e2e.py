@@ -45,6 +45,23 @@ def test_sim_graph_tracks_the_triangle_and_records_everything(tmp_path):
     assert summary['estimator_rmse']['hip'] < 0.005, summary
     assert summary['pressure_min'] >= 0.0 and summary['pressure_max'] <= 50.0
     assert (run_dir / 'tracking.png').stat().st_size > 10_000
+    # Both speed figures measured (first to last /clock): per wall s and per CPU s of the graph.
+    assert summary['real_time_factor'] > 0.1, summary
+    assert summary['real_time_factor_per_cpu_s'] > 0.1, summary
+
+
+def test_process_cpu_s_counts_a_busy_process():
+    import os
+    import time
+
+    before = main_job.process_cpu_s([os.getpid()])
+    end = time.thread_time() + 0.3
+    while time.thread_time() < end:
+        pass
+    after = main_job.process_cpu_s([os.getpid()])
+    assert before is not None and after is not None
+    assert 0.25 <= after - before < 5.0
+    assert main_job.process_cpu_s([2**22 + 12345]) is None  # no such process
 
 
 def test_hardware_graph_against_the_emulated_rig(tmp_path):
