@@ -1,6 +1,6 @@
 """Latency of the fused control loop per receive mode (issue 18, item 5), one command:
 
-    python benchmarks/bench_latency.py                     # every mode, 15 s each (~2.5 min)
+    python benchmarks/bench_latency.py                     # every mode, 12 s each (~2.5 min)
     python benchmarks/bench_latency.py --seconds 30 --modes default,busy_fifo
 
 The fused control loop (`control_loop`, fused_loop:=true: NatNet bridge, estimator, PID
@@ -19,8 +19,12 @@ Modes (parameters of natnet_bridge and control_loop; docs/interfaces.md):
 - fifo: the receive thread at SCHED_FIFO 50;
 - busy: it polls the socket without ever sleeping (one core busy);
 - busy_fifo: both;
-- tuned: polling only the last 2 ms before each expected frame, SCHED_FIFO 50, memory locked and
-  pre-faulted (mlockall), the garbage collector run after each write, SO_BUSY_POLL 50 us.
+- rt: the whole process at SCHED_FIFO 50 (graph argument rt_priority:=50: every thread, so the
+  one holding the GIL is not preempted by the machine's other work while the receive thread
+  waits for it);
+- rt_tuned: rt, and the receive thread at SCHED_FIFO 55 polling the last 2 ms before each
+  expected frame, memory locked and pre-faulted (mlockall), the garbage collector run after
+  each write, SO_BUSY_POLL 50 us.
 The rig's threads run at SCHED_FIFO 51 when this machine permits it (they stand in for Motive's
 PC and a microcontroller), in every mode alike; where SCHED_FIFO is refused the FIFO modes say so
 (the receive_thread value of the bridge's diagnostics) and run with normal scheduling.
@@ -45,19 +49,26 @@ WARMUP_S = 3.0  # after the loop's first second of answered frames (caches, allo
 RIG_PRIORITY = 51
 
 TUNED_WINDOW_S = 0.002
-MODES: dict[str, dict[str, dict[str, object]]] = {
-    'default': {},
-    'fifo': {'natnet_bridge': {'receive_priority': 50}},
-    'busy': {'natnet_bridge': {'busy_poll_window': 1.0}},
-    'busy_fifo': {'natnet_bridge': {'busy_poll_window': 1.0, 'receive_priority': 50}},
-    'tuned': {
-        'natnet_bridge': {
-            'busy_poll_window': TUNED_WINDOW_S,
-            'receive_priority': 50,
-            'so_busy_poll_us': 50,
-        },
-        'control_loop': {'lock_memory': True, 'gc_after_write': True},
+RT_PRIORITY = 50  # the whole process (graph argument rt_priority), and the receive thread alone
+TUNED = {
+    'natnet_bridge': {
+        'busy_poll_window': TUNED_WINDOW_S,
+        'receive_priority': RT_PRIORITY + 5,
+        'so_busy_poll_us': 50,
     },
+    'control_loop': {'lock_memory': True, 'gc_after_write': True},
+}
+# mode -> (node-scoped parameters, graph arguments)
+MODES: dict[str, tuple[dict[str, dict[str, object]], dict[str, str]]] = {
+    'default': ({}, {}),
+    'fifo': ({'natnet_bridge': {'receive_priority': RT_PRIORITY}}, {}),
+    'busy': ({'natnet_bridge': {'busy_poll_window': 1.0}}, {}),
+    'busy_fifo': (
+        {'natnet_bridge': {'busy_poll_window': 1.0, 'receive_priority': RT_PRIORITY}},
+        {},
+    ),
+    'rt': ({}, {'rt_priority': str(RT_PRIORITY)}),
+    'rt_tuned': (TUNED, {'rt_priority': str(RT_PRIORITY)}),
 }
 GOALS_MS = {'in_process_p99': 0.5, 'wire_p99': 2.0}
 
@@ -186,13 +197,15 @@ def run_mode(
     """One run of the fused loop in mode `name` against the running rig: both figures
     (`sink['sent']` collects the emulator's transmit stamps while it is a list)."""
     from equimus_bringup.graph import describe_graph
-    from equimus_bringup.supervisor import Supervisor
+    from equimus_bringup.supervisor import GraphError, Supervisor
 
     params = tmp / f'{name}.yaml'
-    _params_file(params, MODES[name], int(seconds * RATE_HZ))
+    node_params, graph_args = MODES[name]
+    _params_file(params, node_params, int(seconds * RATE_HZ))
     specs = describe_graph(
         'hardware',
         {
+            **graph_args,
             'fused_loop': 'true',
             'auto_arm': 'true',
             'record': 'false',
@@ -204,6 +217,10 @@ def run_mode(
     )
     specs = [s for s in specs if s.name in ('control_loop', 'reference')]
     sup = Supervisor(specs, echo=False, log_level='warn')
+    try:
+        sup.check_realtime()
+    except GraphError as exc:
+        return {'mode': name, 'skipped': str(exc)}
     sent: list[tuple[float, int]] = []
     sink['sent'] = sent
     try:
@@ -310,6 +327,8 @@ HEADER = (
 
 
 def _row(r: dict) -> str:
+    if 'skipped' in r:
+        return f'{r["mode"]:10s} skipped: {r["skipped"]}'
     ip = '/'.join(f'{r[f"in_process_{q}_ms"]:.3f}' for q in ('p50', 'p99', 'p999', 'max'))
     wi = '/'.join(f'{r[f"wire_{q}_ms"]:.3f}' for q in ('p50', 'p99', 'max'))
     return (
@@ -322,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    p.add_argument('--seconds', type=float, default=15.0, help='measured s per mode')
+    p.add_argument('--seconds', type=float, default=12.0, help='measured s per mode')
     p.add_argument('--modes', default=','.join(MODES), help=f'comma-separated, of {list(MODES)}')
     ns = p.parse_args(argv)
     modes = [m for m in ns.modes.split(',') if m]
@@ -340,6 +359,8 @@ def main(argv: list[str] | None = None) -> int:
         f'end, on {os.cpu_count()} cores'
     )
     for res in r['results']:
+        if 'skipped' in res:
+            continue
         print(
             f'  {res["mode"]:10s} receive thread: {res["receive_thread"]}; so_busy_poll '
             f'{res["so_busy_poll"]}; memory {res["memory"]}; gc {res["gc"]}'

@@ -12,6 +12,7 @@ thread (connect, stream, publish), `deactivate` stops it (no pose is published),
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import os
@@ -272,6 +273,10 @@ class NatNetBridge(LifecycleNode):
                     f'receive_cpu={self.receive_cpu} not applied ({why}); this machine has CPUs '
                     f'{sorted(os.sched_getaffinity(0))}. Receiving on any CPU'
                 )
+        if not parts and hasattr(os, 'sched_getscheduler'):
+            with contextlib.suppress(OSError):
+                if os.sched_getscheduler(0) == os.SCHED_FIFO:  # from the process (chrt -f)
+                    parts.append(f'SCHED_FIFO {os.sched_getparam(0).sched_priority} (process)')
         window = self.client.busy_poll_window
         if window >= 0.1:  # longer than any frame period in use
             parts.append('busy-poll always')
