@@ -1,6 +1,6 @@
 """Latency of the fused control loop per receive mode (issue 18, item 5), one command:
 
-    python benchmarks/bench_latency.py                     # every mode, 12 s each (~2.5 min)
+    python benchmarks/bench_latency.py                     # every mode, 10 s each (~3 min)
     python benchmarks/bench_latency.py --seconds 30 --modes default,busy_fifo
 
 The fused control loop (`control_loop`, fused_loop:=true: NatNet bridge, estimator, PID
@@ -22,6 +22,9 @@ Modes (parameters of natnet_bridge and control_loop; docs/interfaces.md):
 - rt: the whole process at SCHED_FIFO 50 (graph argument rt_priority:=50: every thread, so the
   one holding the GIL is not preempted by the machine's other work while the receive thread
   waits for it);
+- rt_busy: rt, and the receive thread at SCHED_FIFO 55 polling all the time;
+- rt_mlock: rt, memory locked and pre-faulted (control_loop lock_memory);
+- rt_gc: rt, the garbage collector run after each write (control_loop gc_after_write);
 - rt_tuned: rt, and the receive thread at SCHED_FIFO 55 polling the last 2 ms before each
   expected frame, memory locked and pre-faulted (mlockall), the garbage collector run after
   each write, SO_BUSY_POLL 50 us.
@@ -68,6 +71,12 @@ MODES: dict[str, tuple[dict[str, dict[str, object]], dict[str, str]]] = {
         {},
     ),
     'rt': ({}, {'rt_priority': str(RT_PRIORITY)}),
+    'rt_busy': (
+        {'natnet_bridge': {'busy_poll_window': 1.0, 'receive_priority': RT_PRIORITY + 5}},
+        {'rt_priority': str(RT_PRIORITY)},
+    ),
+    'rt_mlock': ({'control_loop': {'lock_memory': True}}, {'rt_priority': str(RT_PRIORITY)}),
+    'rt_gc': ({'control_loop': {'gc_after_write': True}}, {'rt_priority': str(RT_PRIORITY)}),
     'rt_tuned': (TUNED, {'rt_priority': str(RT_PRIORITY)}),
 }
 GOALS_MS = {'in_process_p99': 0.5, 'wire_p99': 2.0}
@@ -341,7 +350,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    p.add_argument('--seconds', type=float, default=12.0, help='measured s per mode')
+    p.add_argument('--seconds', type=float, default=10.0, help='measured s per mode')
     p.add_argument('--modes', default=','.join(MODES), help=f'comma-separated, of {list(MODES)}')
     ns = p.parse_args(argv)
     modes = [m for m in ns.modes.split(',') if m]
