@@ -261,15 +261,23 @@ def _child_run(kind: str, seconds: float, out_dir: str) -> dict:
 
 
 def _child(kind: str, seconds: float) -> dict:
+    """One run in a fresh process; kind 'graph_python_executor' is the composed graph on
+    rclpy's Python SingleThreadedExecutor (the fallback where rclpy has no EventsExecutor)."""
     import json
     import tempfile
 
+    from equimus_ros.executors import EVENTS_EXECUTOR_ENV
+
+    env = dict(os.environ)
+    if kind == 'graph_python_executor':
+        kind, env[EVENTS_EXECUTOR_ENV] = 'graph', '0'
     with tempfile.TemporaryDirectory(prefix='bench_sim_') as tmp:
         r = subprocess.run(
             [sys.executable, __file__, '--child', kind, '--seconds', repr(seconds), '--out', tmp],
             capture_output=True,
             text=True,
             timeout=600,
+            env=env,
         )
     lines = [line for line in r.stdout.splitlines() if line.startswith('{')]
     if r.returncode or not lines:
@@ -277,21 +285,30 @@ def _child(kind: str, seconds: float) -> dict:
     return json.loads(lines[-1])
 
 
-def platform(rounds: int, sim_seconds: float) -> dict:
-    """Issue 13's three figures side by side (see the module docstring)."""
-    runs: dict[str, list[float]] = {'bare': [], 'node': [], 'graph': []}
-    cpu: dict[str, list[float]] = {'bare': [], 'node': [], 'graph': []}
+def platform(rounds: int, sim_seconds: float, python_executor: bool = False) -> dict:
+    """Issue 13's three figures side by side (see the module docstring); with
+    `python_executor`, the composed graph on rclpy's Python executor as a fourth."""
+    kinds = ['node', 'graph', *(['graph_python_executor'] if python_executor else [])]
+    runs: dict[str, list[float]] = {k: [] for k in ['bare', *kinds]}
+    cpu: dict[str, list[float]] = {k: [] for k in ['bare', *kinds]}
     for _ in range(rounds):
         b = bare_model(1 / 600, sim_seconds)
         runs['bare'].append(b['mj_step_rtf'])
         cpu['bare'].append(b['mj_step_rtf_cpu'])
-        for kind in ('node', 'graph'):
+        for kind in kinds:
             r = _child(kind, sim_seconds)
             runs[kind].append(r['rtf'])
             cpu[kind].append(r['rtf_cpu'])
     med = {k: float(np.median(v)) for k, v in runs.items()}
     mcpu = {k: float(np.median(v)) for k, v in cpu.items()}
+    extra = {}
+    if python_executor:
+        extra = {
+            'platform_graph_python_executor_rtf': med['graph_python_executor'],
+            'platform_cpu_graph_python_executor_rtf': mcpu['graph_python_executor'],
+        }
     return {
+        **extra,
         'platform_cpu_bare_mj_step_rtf': mcpu['bare'],
         'platform_cpu_free_node_rtf': mcpu['node'],
         'platform_cpu_composed_graph_recording_rtf': mcpu['graph'],
@@ -322,6 +339,12 @@ def print_platform(r: dict) -> None:
         print(
             f'  {label:30s} {v:8.1f}x   {v / bare:.4f} of bare '
             f'(target {target}x = {target / 300:.3f} of an idle 300x bare loop)'
+        )
+    if 'platform_graph_python_executor_rtf' in r:
+        v = r['platform_graph_python_executor_rtf']
+        print(
+            f'  {"the same, Python executor":30s} {v:8.1f}x   {v / bare:.4f} of bare '
+            f'({r["platform_cpu_graph_python_executor_rtf"]:.1f}x per CPU s)'
         )
     print(f'  all runs: {r["platform_runs"]}')
     print(
@@ -392,6 +415,11 @@ def main(argv=None) -> int:
     p.add_argument('--rounds', type=int, default=3, help='--platform: alternating rounds')
     p.add_argument('--child', choices=('node', 'graph'), help=argparse.SUPPRESS)
     p.add_argument('--seconds', type=float, default=15.0, help='--platform: sim s per run')
+    p.add_argument(
+        '--python-executor',
+        action='store_true',
+        help="--platform: also the composed graph on rclpy's Python SingleThreadedExecutor",
+    )
     p.add_argument('--out', default='', help=argparse.SUPPRESS)
     ns = p.parse_args(argv)
     if ns.child:
@@ -403,7 +431,7 @@ def main(argv=None) -> int:
     os.environ.setdefault('ROS_AUTOMATIC_DISCOVERY_RANGE', 'LOCALHOST')
     if ns.platform:
         load = os.getloadavg()[0]
-        r = platform(ns.rounds, ns.seconds)
+        r = platform(ns.rounds, ns.seconds, ns.python_executor)
         print_platform(r)
         print(f'  (1-min load average at start: {load:.2f} on {os.cpu_count()} cores)')
         return 0

@@ -45,6 +45,30 @@ def test_sim_graph_tracks_the_triangle_and_records_everything(tmp_path):
     assert summary['estimator_rmse']['hip'] < 0.005, summary
     assert summary['pressure_min'] >= 0.0 and summary['pressure_max'] <= 50.0
     assert (run_dir / 'tracking.png').stat().st_size > 10_000
+    # Both speed figures measured by the composed graph itself (first to last frame) and read
+    # from the line it prints as it stops: per wall s and per CPU s of its process.
+    assert summary['real_time_factor'] > 0.1, summary
+    assert summary['real_time_factor_per_cpu_s'] > 0.1, summary
+    log = (run_dir / 'graph.log').read_text()
+    (line,) = [x for x in log.splitlines() if 'sim_graph speed:' in x]
+    assert main_job.speed_from_output([line]) == pytest.approx(
+        (summary['real_time_factor'], summary['real_time_factor_per_cpu_s']), rel=0.01
+    )
+    assert '8.0000 sim s' in line, line
+
+
+def test_process_cpu_s_counts_a_busy_process():
+    import os
+    import time
+
+    before = main_job.process_cpu_s([os.getpid()])
+    end = time.thread_time() + 0.3
+    while time.thread_time() < end:
+        pass
+    after = main_job.process_cpu_s([os.getpid()])
+    assert before is not None and after is not None
+    assert 0.25 <= after - before < 5.0
+    assert main_job.process_cpu_s([2**22 + 12345]) is None  # no such process
 
 
 def test_hardware_graph_against_the_emulated_rig(tmp_path):

@@ -27,7 +27,12 @@ only command source.
 from __future__ import annotations
 
 import collections
+import ctypes
+import dataclasses
+import gc
+import os
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -38,25 +43,85 @@ from std_msgs.msg import Float64MultiArray
 
 from equimus_control.controller_node import ControllerNode
 from equimus_control.estimator_node import EstimatorNode
+from equimus_description.config import param, validate_fields
 from equimus_description.interface import DIAGNOSTICS
 from equimus_hw.natnet.bridge_node import NatNetBridge
 from equimus_hw.valve.driver_node import ValveDriver, vent_on_exit
 from equimus_ros.diagnostics import Diagnostics, Level
 from equimus_ros.lifecycle import bring_up
 from equimus_ros.main import run_node
+from equimus_ros.params import bind
 
-LATENCY_WINDOW = 1200  # frames (10 s at 120 Hz) behind the latency percentiles
+MCL_CURRENT, MCL_FUTURE = 1, 2  # <sys/mman.h>
+GC_YOUNG_EVERY = 10  # frames between collections of the middle generation (gc_after_write)
+GC_FULL_EVERY = 1200  # frames between full collections (gc_after_write)
+
+
+@dataclasses.dataclass(frozen=True)
+class LoopConfig:
+    """Parameters of the `control_loop` node (the fused process itself)."""
+
+    latency_window: int = param(
+        1200,
+        'frames behind the latency percentiles on /diagnostics (1200 = 10 s)',
+        range=(10, 1_000_000),
+    )
+    lock_memory: bool = param(
+        False,
+        'mlockall(MCL_CURRENT | MCL_FUTURE) at start: every page of the process resident and '
+        'pre-faulted, none paged out (needs CAP_IPC_LOCK or a large enough `ulimit -l`; a '
+        'refusal is logged and the loop runs on)',
+    )
+    gc_after_write: bool = param(
+        False,
+        "Python's cyclic garbage collector off, and run by the receive thread right after each "
+        "frame's serial write instead (young objects every frame, the middle generation every "
+        f'{GC_YOUNG_EVERY}, all every {GC_FULL_EVERY}): no collection lands between a datagram '
+        'and its write',
+    )
+
+    def __post_init__(self) -> None:
+        validate_fields(self)
+
+
+def lock_memory() -> str:
+    """mlockall(MCL_CURRENT | MCL_FUTURE); '' on success, else why not (Linux only)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        mlockall = libc.mlockall
+    except (OSError, AttributeError) as e:
+        return f'mlockall is not available here ({e})'
+    if mlockall(MCL_CURRENT | MCL_FUTURE) != 0:
+        err = ctypes.get_errno()
+        return f'{os.strerror(err)} (errno {err})'
+    return ''
 
 
 class LoopLatency(Node):
     """Node `control_loop`: per frame, NatNet datagram read -> its SET frame written to the serial
-    port, measured in this process; p50/p99/max of the last 1200 frames (10 s) on /diagnostics."""
+    port, measured in this process; p50/p99/p99.9/max of the last `latency_window` frames on
+    /diagnostics. Also applies the process-wide latency settings (lock_memory, gc_after_write)."""
 
     def __init__(self) -> None:
         super().__init__('control_loop')
+        cfg = bind(self, LoopConfig()).config
         self.bridge: NatNetBridge | None = None  # set once the bridge exists (built last)
-        self.samples: collections.deque[float] = collections.deque(maxlen=LATENCY_WINDOW)
+        self.samples: collections.deque[float] = collections.deque(maxlen=cfg.latency_window)
         self.frames = 0
+        self.memory = 'not locked'
+        if cfg.lock_memory:
+            problem = lock_memory()
+            self.memory = f'not locked: {problem}' if problem else 'locked (mlockall)'
+            if problem:
+                self.get_logger().warning(
+                    f'lock_memory: mlockall refused: {problem}; grant CAP_IPC_LOCK or raise '
+                    '`ulimit -l`, or set lock_memory:=false. Running with pageable memory'
+                )
+        self.gc_after_write = cfg.gc_after_write
+        self._gc_frames = 0
+        self._gc_last = time.monotonic()
+        if self.gc_after_write:
+            gc.disable()
         self.diagnostics = Diagnostics(
             self, DIAGNOSTICS, 'control_loop: frame -> serial write', hardware_id='fused'
         )
@@ -76,13 +141,26 @@ class LoopLatency(Node):
                     self.samples.append((driver.last_write_ns - bridge.frame_arrival_ns) * 1e-6)
                     self.frames += 1
                 bridge.frame_arrival_ns = 0
+                if self.gc_after_write:
+                    self._collect()
 
         return call
 
+    def _collect(self) -> None:
+        """The collector's work, after the write (gc_after_write; see LoopConfig)."""
+        self._gc_frames += 1
+        n = self._gc_frames
+        gc.collect(2 if n % GC_FULL_EVERY == 0 else 1 if n % GC_YOUNG_EVERY == 0 else 0)
+        self._gc_last = time.monotonic()
+
     def _diag(self) -> None:
+        if self.gc_after_write and time.monotonic() - self._gc_last > 1.0:
+            gc.collect()  # no frames (stream stopped): the executor's garbage still goes
+            self._gc_last = time.monotonic()
         v = np.array(self.samples)
-        values: dict = {'frames': self.frames}
-        for name, q in (('p50', 50), ('p99', 99), ('max', 100)):
+        values: dict = {'frames': self.frames, 'window': v.size, 'memory': self.memory}
+        values['gc'] = 'after each write' if self.gc_after_write else 'automatic'
+        for name, q in (('p50', 50), ('p99', 99), ('p999', 99.9), ('max', 100)):
             values[f'latency_{name}_ms'] = f'{np.percentile(v, q):.3f}' if v.size else 'nan'
         self.diagnostics.publish(
             Level.OK,

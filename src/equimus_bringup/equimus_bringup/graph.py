@@ -112,6 +112,9 @@ CONTROL_PATH = (
     'sim_graph',
 )
 
+# The composed graph's last line: its speed from the first frame to the last (read by main_job).
+SPEED_PREFIX = 'sim_graph speed:'
+
 # The nodes the composed sim_graph process holds (with its own node, sim_graph).
 COMPOSED_DISCOVERY_PERIOD_S = 5.0  # sim s, the recorder's in the composed graph
 COMPOSED_NODES = (

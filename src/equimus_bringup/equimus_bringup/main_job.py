@@ -6,8 +6,11 @@ process by default (equimus_bringup.sim_graph; `--set composed:=false` for one p
 The simulation pauses by itself at the run's length in sim time (pause_at); meanwhile a progress
 line (sim time, wall time, real-time factor) is printed every second. Then it stops the graph in
 order, reads the bag back, prints a tracking summary with the run's real-time factor (sim time
-over wall time from the first /clock to the end, start-up aside) and writes a plot of reference vs
-measured joint angles and pressures.
+over wall time from the first frame to the last, start-up aside; and sim time per CPU second of
+the graph's process over the same span, which other load on the machine changes much less) and
+writes a plot of reference vs measured joint angles and pressures. The composed graph measures
+both itself and prints them as it stops (what benchmarks/bench_sim.py --platform measures); for
+the split graph they come from the first and the last /clock this job receives.
 
     make run                   # PID
     make run CONTROLLER=mpc
@@ -18,11 +21,14 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
+import re
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
-from equimus_bringup.graph import describe_graph
+from equimus_bringup.graph import SPEED_PREFIX, describe_graph
 from equimus_bringup.run_report import report
 from equimus_bringup.supervisor import GraphError, Supervisor
 from equimus_control import CONTROLLERS
@@ -47,6 +53,32 @@ def free_udp_port_pair(address: str = '127.0.0.1') -> int:
     raise RuntimeError('no free pair of UDP ports on loopback')
 
 
+def speed_from_output(lines: list[str]) -> tuple[float, float] | None:
+    """(real-time factor, per CPU second) from the composed graph's speed line, if it printed
+    one (equimus_bringup.sim_graph.SimGraph.speed_report)."""
+    for line in reversed(lines):
+        m = re.search(
+            re.escape(SPEED_PREFIX) + r'.*: ([0-9.]+)x real time, ([0-9.na]+)x per CPU', line
+        )
+        if m:
+            return float(m.group(1)), float(m.group(2))
+    return None
+
+
+def process_cpu_s(pids: list[int]) -> float | None:
+    """User + system CPU seconds of these processes so far (Linux /proc; None elsewhere or when
+    one has gone). Their own children (the bag writer) are not counted."""
+    total = 0.0
+    for pid in pids:
+        try:
+            stat = Path(f'/proc/{pid}/stat').read_text()
+        except OSError:
+            return None
+        fields = stat[stat.rindex(')') + 2 :].split()
+        total += int(fields[11]) + int(fields[12])  # utime, stime in clock ticks
+    return total / os.sysconf('SC_CLK_TCK')
+
+
 class ClockWatch:
     """Follows /clock from a small rclpy node of its own."""
 
@@ -64,6 +96,12 @@ class ClockWatch:
         self.first = None
         self.first_wall: float | None = None  # monotonic time of the first /clock seen
         self.now = 0.0
+        self.last_wall: float | None = None  # monotonic time of the last /clock that advanced
+        # CPU seconds of the graph's processes (see `process_cpu_s`) at those two /clock
+        # messages: sim time per CPU second, which the machine's other load changes little.
+        self.cpu_of: Callable[[], float | None] = lambda: None
+        self.first_cpu: float | None = None
+        self.last_cpu: float | None = None
         self.wall = wall
         self.t0: float | None = None
         from equimus_description.interface import CLOCK, VALVE_COMMAND
@@ -82,8 +120,27 @@ class ClockWatch:
         # Sim time starts at 0: absolute, so a /clock missed during discovery costs nothing.
         t = msg.clock.sec + msg.clock.nanosec * 1e-9
         if self.first is None:
-            self.first, self.first_wall = t, time.monotonic()
+            self.first, self.first_wall, self.first_cpu = t, time.monotonic(), self.cpu_of()
+        elif t > self.now:  # (while paused the last /clock is repeated: not progress)
+            self.last_wall, self.last_cpu = time.monotonic(), self.cpu_of()
         self.now = t
+
+    def final_factors(self) -> tuple[float, float]:
+        """(sim s per wall s, sim s per CPU s of the graph) between the first and the last
+        /clock that advanced: the watcher's polling after the end and start-up stay out, as in
+        benchmarks/bench_sim.py --platform (first frame to pause). NaN where not measured."""
+        nan = float('nan')
+        if self.wall:
+            return 1.0, nan
+        if self.first is None or self.first_wall is None or self.last_wall is None:
+            return nan, nan
+        sim = self.now - self.first
+        cpu = (
+            self.last_cpu - self.first_cpu
+            if self.last_cpu is not None and self.first_cpu is not None
+            else 0.0
+        )
+        return sim / max(self.last_wall - self.first_wall, 1e-9), sim / cpu if cpu > 0 else nan
 
     def real_time_factor(self) -> float:
         """Sim seconds per wall second since the first /clock seen (start-up aside)."""
@@ -169,7 +226,8 @@ def main(argv=None) -> int:
     sup = Supervisor(specs, echo=False)
     watch = ClockWatch(wall=ns.mode == 'hardware')
     wall0 = time.monotonic()
-    rtf = float('nan')
+    rtf = rtf_cpu = float('nan')
+    watch.cpu_of = lambda: process_cpu_s([p.pid for p in sup.procs.values()])
     try:
         sup.start()
         next_report = time.monotonic() + 1.0
@@ -196,7 +254,7 @@ def main(argv=None) -> int:
                     + (f'{rate:6.1f}x real time' if math.isfinite(rate) else 'waiting for /clock'),
                     flush=True,
                 )
-        rtf = watch.real_time_factor()
+        rtf, rtf_cpu = watch.final_factors()
     except KeyboardInterrupt:
         print('[main] interrupted: stopping the graph and keeping the bag', flush=True)
     except GraphError as exc:
@@ -208,6 +266,10 @@ def main(argv=None) -> int:
             for name, lines in sup.output.items():
                 fh.writelines(f'[{name}] {line}' for line in lines)
     wall = time.monotonic() - wall0
+    measured = speed_from_output(sup.output.get('sim_graph', []))
+    source = 'the first to the last /clock received'
+    if measured is not None:  # the composed graph's own figure: no wait for DDS discovery
+        (rtf, rtf_cpu), source = measured, 'the first to the last frame'
     if sup.failed:
         print(
             f'[main] the graph failed: {sup.failed}\nAll node output: {log_path}', file=sys.stderr
@@ -215,7 +277,8 @@ def main(argv=None) -> int:
         return 1
     print(
         f'[main] stopped cleanly after {wall:.1f} s wall in all; {watch.now:.1f} s sim time at '
-        f'{rtf:.1f}x real time (from the first /clock, start-up aside); exit codes {codes}',
+        f'{rtf:.1f}x real time, {rtf_cpu:.1f}x per CPU second of the graph (from {source}, '
+        f'start-up aside); exit codes {codes}',
         flush=True,
     )
 
@@ -224,9 +287,15 @@ def main(argv=None) -> int:
         bag_path, plot_path, title=f'EquiMus {ns.mode}, {ns.controller}, {ns.reference}', settle=0.5
     )
     print('\n' + summary.table())
-    print(f'real-time factor: {rtf:.1f}x ({watch.now:.1f} s sim time)')
+    print(
+        f'real-time factor: {rtf:.1f}x ({watch.now:.1f} s sim time; {rtf_cpu:.1f}x per CPU '
+        'second of the graph)'
+    )
     (run_dir / 'summary.json').write_text(
-        json.dumps(dict(summary.__dict__, real_time_factor=rtf), indent=2)
+        json.dumps(
+            dict(summary.__dict__, real_time_factor=rtf, real_time_factor_per_cpu_s=rtf_cpu),
+            indent=2,
+        )
     )
     print(f'\nbag:  {bag_path}\nplot: {plot_path}\nsummary: {run_dir / "summary.json"}')
     return 0

@@ -44,7 +44,6 @@ from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.executors import (
     ExternalShutdownException,
     MultiThreadedExecutor,
-    SingleThreadedExecutor,
 )
 from rclpy.node import Node
 from rclpy.parameter import Parameter
@@ -64,6 +63,7 @@ from equimus_description.interface import (
 from equimus_description.motive import DEFAULT_UP_AXIS, motive_to_ros
 from equimus_ros.cdr import ClockWriter, JointStateWriter, PoseWriter, PressureStateWriter
 from equimus_ros.diagnostics import Diagnostics, Level
+from equimus_ros.executors import single_thread_executor
 from equimus_ros.main import is_shutting_down, run_node
 from equimus_ros.params import bind
 from equimus_ros.qos import publisher, subscription
@@ -411,9 +411,10 @@ class SimNode(Node):
         """Main loop until shutdown; the executor (this node and `others`, the composed graph's
         nodes) runs in background threads."""
         # Composed, the frames run on this thread, so a blocking ~/step never holds up an answer
-        # and one executor thread will do (a second one only competes for the GIL).
+        # and one executor thread will do (a second one only competes for the GIL); the C++
+        # events executor where rclpy has it (equimus_ros.executors: its wake-ups cost a tenth).
         executor = (
-            SingleThreadedExecutor(context=self.context)
+            single_thread_executor(self.context)
             if self.in_process
             else MultiThreadedExecutor(num_threads=2, context=self.context)
         )

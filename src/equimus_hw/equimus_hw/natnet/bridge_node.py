@@ -12,8 +12,10 @@ thread (connect, stream, publish), `deactivate` stops it (no pose is published),
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
+import os
 import struct
 import sys
 import threading
@@ -161,7 +163,11 @@ class NatNetBridge(LifecycleNode):
             allowed_senders=net.allowed_senders,
             plausibility=net.plausibility(),
             on_model=self._on_model,
+            busy_poll_window=net.busy_poll_window,
+            so_busy_poll_us=net.so_busy_poll_us,
         )
+        self.receive_priority, self.receive_cpu = net.receive_priority, net.receive_cpu
+        self.receive_scheduling = 'normal'  # what the receive thread got (diagnostics)
         self.autostart = bridge.autostart
         self._last_diag = 0.0
         self._last_level: Level | None = None
@@ -236,8 +242,47 @@ class NatNetBridge(LifecycleNode):
 
     def _receive(self) -> None:
         stop = self._stop
+        self._tune_receive_thread()
         self._wait_for_subscribers()
         self.client.run(stop)
+
+    def _tune_receive_thread(self) -> None:
+        """receive_priority and receive_cpu for this thread only (Linux: pid 0 = the calling
+        thread). A refusal is logged with what to do, and the thread runs on as it is."""
+        parts = []
+        if self.receive_priority > 0:
+            try:
+                os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(self.receive_priority))
+                parts.append(f'SCHED_FIFO {self.receive_priority}')
+            except (OSError, AttributeError) as e:
+                why = getattr(e, 'strerror', None) or str(e)
+                parts.append(f'normal (SCHED_FIFO {self.receive_priority} refused: {why})')
+                self.get_logger().warning(
+                    f'receive_priority={self.receive_priority} not applied ({why}); grant '
+                    'CAP_SYS_NICE or raise `ulimit -r`, or set receive_priority:=0. Receiving '
+                    'with normal scheduling'
+                )
+        if self.receive_cpu >= 0:
+            try:
+                os.sched_setaffinity(0, {self.receive_cpu})
+                parts.append(f'on CPU {self.receive_cpu}')
+            except (OSError, AttributeError) as e:
+                why = getattr(e, 'strerror', None) or str(e)
+                parts.append(f'any CPU (CPU {self.receive_cpu} refused: {why})')
+                self.get_logger().warning(
+                    f'receive_cpu={self.receive_cpu} not applied ({why}); this machine has CPUs '
+                    f'{sorted(os.sched_getaffinity(0))}. Receiving on any CPU'
+                )
+        if not parts and hasattr(os, 'sched_getscheduler'):
+            with contextlib.suppress(OSError):
+                if os.sched_getscheduler(0) == os.SCHED_FIFO:  # from the process (chrt -f)
+                    parts.append(f'SCHED_FIFO {os.sched_getparam(0).sched_priority} (process)')
+        window = self.client.busy_poll_window
+        if window >= 0.1:  # longer than any frame period in use
+            parts.append('busy-poll always')
+        elif window > 0:
+            parts.append(f'busy-poll {window * 1e3:g} ms before each frame')
+        self.receive_scheduling = ', '.join(parts) or 'normal'
 
     def _log(self, level: str, msg: str) -> None:
         log = self.get_logger()
@@ -431,6 +476,12 @@ class NatNetBridge(LifecycleNode):
             'last_implausible_reason': st.last_implausible_reason,
             'non_monotonic_timestamps': st.non_monotonic_timestamps,
             'frame_number_resets': st.frame_number_resets,
+            'receive_thread': self.receive_scheduling,
+            'so_busy_poll': (
+                'off'
+                if c.so_busy_poll_us <= 0
+                else (f'refused: {c.so_busy_poll_error}' if c.so_busy_poll_error else 'set')
+            ),
         }
         self.diagnostics.publish(level, text, kv)
 

@@ -34,6 +34,12 @@ PENDING_FRAMES = 240
 #: Frame datagrams rejected in a row, with none accepted, before the layout counts as mismatched.
 MISMATCH_AFTER = 10
 COMMAND_REPLY_TIMEOUT_S = 0.5
+#: socket.SO_BUSY_POLL (Linux); Python's socket module does not export it.
+SO_BUSY_POLL = getattr(socket, 'SO_BUSY_POLL', 46)
+#: busy_poll: a frame this late (s) means the stream has stopped; sleep in select until it resumes.
+BUSY_POLL_LATE_S = 0.1
+#: Frames behind next_frame_ns (a quarter of a second at 120 Hz).
+NEXT_FRAME_WINDOW = 32
 
 
 class NatNetConnectError(RuntimeError):
@@ -126,6 +132,33 @@ class NatNetConfig:
     workspace_max: tuple[float, ...] = param(
         (10.0, 10.0, 10.0), 'm, Motive frame: upper x, y, z corner of the capture volume'
     )
+    busy_poll_window: float = param(
+        0.0,
+        's before each expected frame during which the receive thread polls its sockets without '
+        'sleeping (no wake-up from an idle CPU when the datagram lands); 0 = sleep in select '
+        'until a datagram arrives; at least the frame period = poll all the time (one core '
+        'busy)',
+        range=(0.0, 1.0),
+    )
+    so_busy_poll_us: int = param(
+        0,
+        'SO_BUSY_POLL on the sockets: us the kernel polls the device queue in a blocking '
+        'receive (needs a NAPI network driver, so not loopback; above net.core.busy_read it '
+        'needs CAP_NET_ADMIN, and a refusal is logged); 0 = off',
+        range=(0, 100000),
+    )
+    receive_priority: int = param(
+        0,
+        'SCHED_FIFO priority (1-98) of the receive thread (in the fused control loop it runs '
+        'the chain to the serial write); 0 = normal scheduling; if refused (EPERM: needs '
+        'CAP_SYS_NICE or `ulimit -r`) it is logged and normal scheduling kept',
+        range=(0, 98),
+    )
+    receive_cpu: int = param(
+        -1,
+        'CPU the receive thread is pinned to (its own core, e.g. with busy_poll_window); -1 = any',
+        range=(-1, 1023),
+    )
 
     def __post_init__(self) -> None:
         validate_fields(self)
@@ -184,6 +217,8 @@ class NatNetClient:
         allowed_senders: tuple[str, ...] = (),
         plausibility: Plausibility | None = None,
         on_model: Callable[[P.ModelDefinitions], None] | None = None,
+        busy_poll_window: float = 0.0,
+        so_busy_poll_us: int = 0,
     ):
         self.server = (server_address, int(command_port))
         # Only these hosts are heard (issue 18): a second Motive or a spoofed datagram on the lab
@@ -235,6 +270,10 @@ class NatNetClient:
         self._connected_ns: int | None = None
         self.cmd_sock: socket.socket | None = None
         self.data_sock: socket.socket | None = None
+        #: s before an expected frame to poll without sleeping (see NatNetConfig); 0 = off.
+        self.busy_poll_window = float(busy_poll_window)
+        self.so_busy_poll_us = int(so_busy_poll_us)
+        self.so_busy_poll_error = ''  # why SO_BUSY_POLL was refused, if it was
 
     def on_log(self, level: str, msg: str) -> None:
         """Forward to the user's logger; a failing logger must not break reception."""
@@ -262,6 +301,23 @@ class NatNetClient:
             )
             d.setblocking(False)
             self.data_sock = d
+        if self.so_busy_poll_us > 0:
+            self._set_busy_poll()
+
+    def _set_busy_poll(self) -> None:
+        for sock in (self.cmd_sock, self.data_sock):
+            if sock is None:
+                continue
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, SO_BUSY_POLL, self.so_busy_poll_us)
+            except OSError as e:
+                self.so_busy_poll_error = f'{e.strerror or e} (errno {e.errno})'
+                self.on_log(
+                    'warn',
+                    f'so_busy_poll_us={self.so_busy_poll_us} refused: {self.so_busy_poll_error}; '
+                    'it needs CAP_NET_ADMIN above net.core.busy_read. Receiving without it',
+                )
+                return
 
     def close(self) -> None:
         if self.cmd_sock is not None and self._connected_ns is not None and not self.multicast:
@@ -433,18 +489,75 @@ class NatNetClient:
         except (OSError, ValueError):
             return
         for s in ready:
-            for _ in range(256):
-                try:
-                    data, addr = s.recvfrom(65536)
-                except (BlockingIOError, InterruptedError):
-                    break
-                except OSError as e:  # e.g. ICMP port unreachable surfaced on the socket
-                    self.on_log('debug', f'receive error: {e}')
-                    break
-                now = self.clock_ns()
-                if self.raw_sink is not None and addr[0] in self.allowed_hosts:
-                    self.raw_sink(data, now, 1 if s is self.data_sock else 0)
-                self.handle_datagram(data, now, addr)
+            self._read_all(s)
+        self._housekeeping()
+
+    def _read_all(self, s: socket.socket) -> int:
+        """Handle every datagram waiting on the non-blocking socket ``s``; how many."""
+        n = 0
+        for _ in range(256):
+            try:
+                data, addr = s.recvfrom(65536)
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError as e:  # e.g. ICMP port unreachable surfaced on the socket
+                self.on_log('debug', f'receive error: {e}')
+                break
+            now = self.clock_ns()
+            if self.raw_sink is not None and addr[0] in self.allowed_hosts:
+                self.raw_sink(data, now, 1 if s is self.data_sock else 0)
+            self.handle_datagram(data, now, addr)
+            n += 1
+        return n
+
+    def next_frame_ns(self) -> int | None:
+        """The earliest time (clock_ns) the next frame can arrive: the last one's transmit time
+        on the server's clock plus the mean transmit interval of the recent frames (the server's
+        clock, unlike the arrivals, is not bunched by this machine's scheduling), plus their
+        shortest transit. None before two frames."""
+        recent = list(self._arrivals)[-NEXT_FRAME_WINDOW:]  # (arrival_ns, transmit ticks)
+        if len(recent) < 2:
+            return None
+        hz = self.server_info.clock_hz if self.server_info and self.server_info.clock_hz else 0
+        if not hz:  # no server clock: from the arrivals alone
+            return recent[-1][0] + (recent[-1][0] - recent[0][0]) // (len(recent) - 1)
+        ns_per_tick = 1e9 / hz
+        period = (recent[-1][1] - recent[0][1]) / (len(recent) - 1)
+        transit = min(a - t * ns_per_tick for a, t in recent)
+        return int((recent[-1][1] + period) * ns_per_tick + transit)
+
+    def busy_poll(self, timeout: float) -> None:
+        """`poll`, but the last ``busy_poll_window`` s before the next expected frame are spent
+        asking the sockets (non-blocking) instead of sleeping in the kernel, so the datagram is
+        read as it lands, by a thread already on a CPU. Returns after a datagram or ``timeout``
+        s; before the window opens it sleeps in select (a datagram wakes it early)."""
+        socks = [s for s in (self.cmd_sock, self.data_sock) if s is not None]
+        if not socks:
+            time.sleep(timeout)
+            return
+        now = self.clock_ns()
+        end = now + int(timeout * 1e9)
+        expected = self.next_frame_ns()
+        if expected is None or now - expected > BUSY_POLL_LATE_S * 1e9:
+            self.poll(timeout)  # no stream (yet, or any more): nothing to wait for awake
+            return
+        spin_from = expected - int(self.busy_poll_window * 1e9)
+        if spin_from > now:
+            try:
+                ready, _, _ = select.select(socks, [], [], (min(spin_from, end) - now) / 1e9)
+            except (OSError, ValueError):
+                return
+            if ready:
+                for s in ready:
+                    self._read_all(s)
+                self._housekeeping()
+                return
+        while True:
+            got = 0
+            for s in socks:
+                got += self._read_all(s)
+            if got or self.clock_ns() >= end:
+                break
         self._housekeeping()
 
     def _flush_raw(self) -> None:
@@ -727,7 +840,10 @@ class NatNetClient:
                     self.on_log('error', f'socket error while connecting: {e}')
                     stop.wait(retry_period)
                     continue
-            self.poll(0.05)
+            if self.busy_poll_window > 0:
+                self.busy_poll(0.05)
+            else:
+                self.poll(0.05)
             if self._renegotiate:
                 self._renegotiate = False
                 self._negotiated = None

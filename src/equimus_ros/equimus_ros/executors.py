@@ -1,0 +1,40 @@
+"""The executor for a process whose frames run outside it (the composed sim graph).
+
+rclpy's Python executors rebuild their wait set from every entity of every node at each
+wake-up: in the composed sim graph (9 nodes, ~150 services, timers, subscriptions and QoS event
+handlers) that is about 0.4-1 ms of CPU per wake-up, and its wall-clock timers (the valve
+driver's 120 Hz tick, the controller's stale check) wake it ~200 times a wall second, on the same
+GIL as the frame loop. rclpy 9 (ROS 2 Kilted) ships `rclpy.experimental.EventsExecutor`, which
+waits and dispatches in C++ and only enters Python for the callback itself; Jazzy's rclpy does
+not have it, so the plain SingleThreadedExecutor stays the fallback (same callbacks, same order
+guarantees for this use: one thread, callbacks never concurrent).
+"""
+
+from __future__ import annotations
+
+import os
+
+from rclpy.context import Context
+from rclpy.executors import Executor, SingleThreadedExecutor
+
+# Set to 0 to force rclpy's Python SingleThreadedExecutor (for comparison, or if the experimental
+# one misbehaves on some rclpy release).
+EVENTS_EXECUTOR_ENV = 'EQUIMUS_EVENTS_EXECUTOR'
+
+
+def events_executor_available() -> bool:
+    try:
+        from rclpy.experimental import EventsExecutor  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def single_thread_executor(context: Context | None = None) -> Executor:
+    """One-thread executor: rclpy's C++ EventsExecutor where this rclpy has it (and
+    $EQUIMUS_EVENTS_EXECUTOR is not 0), else its Python SingleThreadedExecutor."""
+    if os.environ.get(EVENTS_EXECUTOR_ENV, '1') != '0' and events_executor_available():
+        from rclpy.experimental import EventsExecutor
+
+        return EventsExecutor(context=context)
+    return SingleThreadedExecutor(context=context)

@@ -1,0 +1,74 @@
+"""Busy-polling receive (issue 18, latency): the client over real UDP from the emulator, with the
+socket polled the last ms before each expected frame or all the time, against the sleeping
+default; SO_BUSY_POLL set or its refusal reported."""
+
+import time
+
+import pytest
+from natnet_util import random_group
+
+from equimus_hw.natnet.client import NatNetClient
+from equimus_hw.natnet.emulator import NatNetEmulator
+
+
+def _run(ports, window, seconds=1.5, so_busy_poll_us=0):
+    group = random_group()
+    emu = NatNetEmulator(
+        version='4.1', command_port=ports[0], data_port=ports[1], multicast_group=group
+    ).start()
+    events = []
+    c = NatNetClient(
+        command_port=ports[0],
+        data_port=ports[1],
+        multicast_group=group,
+        on_frame=events.append,
+        busy_poll_window=window,
+        so_busy_poll_us=so_busy_poll_us,
+    )
+    logs = []
+    c._user_log = lambda level, msg: logs.append((level, msg))
+    calls = 0
+    try:
+        c.connect()
+        end = time.monotonic() + seconds
+        c0 = time.thread_time()
+        while time.monotonic() < end:
+            (c.busy_poll if window > 0 else c.poll)(0.05)
+            calls += 1
+        cpu = time.thread_time() - c0
+    finally:
+        c.close()
+        emu.stop()
+    return events, cpu, calls, c, logs
+
+
+@pytest.mark.parametrize('window', [0.002, 1.0])
+def test_busy_poll_receives_every_frame(ports, window):
+    events, _, _, c, _ = _run(ports, window)
+    n = len(events)
+    assert n > 150, n  # 120 Hz for 1.5 s, less the connection
+    assert c.stats.dropped_frames == 0 and c.stats.rejected_packets == 0
+    numbers = [e.frame.frame_number for e in events]
+    assert numbers == sorted(numbers) and len(set(numbers)) == n
+    # The next frame is expected at most one period (120 Hz) after the last one arrived (less
+    # if that one came late), and not before the last one was sent.
+    expected = c.next_frame_ns()
+    assert expected is not None
+    ahead = (expected - events[-1].arrival_ns) / 1e9
+    assert -0.05 < ahead <= 1 / 120 + 0.0015, ahead
+
+
+def test_cpu_sleeping_below_window_below_polling_all_the_time(ports):
+    """The window sleeps until 2 ms before each frame: CPU between the two others."""
+    cpu = {w: _run(ports, w, seconds=1.0)[1] for w in (0.0, 0.002, 1.0)}
+    assert cpu[0.0] < cpu[0.002] < cpu[1.0], cpu
+    assert cpu[1.0] > 2 * cpu[0.0], cpu
+
+
+def test_so_busy_poll_is_set_or_its_refusal_reported(ports):
+    events, _, _, c, logs = _run(ports, 0.0, seconds=0.5, so_busy_poll_us=50)
+    assert len(events) > 20
+    if c.so_busy_poll_error:
+        assert any('so_busy_poll_us=50 refused' in m for _, m in logs), logs
+    else:
+        assert not any('refused' in m for _, m in logs), logs

@@ -1,0 +1,55 @@
+"""equimus_ros.executors: the composed graph's executor, on real rclpy. The C++ events executor
+where this rclpy has it (unless EQUIMUS_EVENTS_EXECUTOR=0), and either executor runs a node's
+timer and delivers a subscription as the graph needs (spin_once from a thread of its own)."""
+
+import threading
+import time
+
+import pytest
+from std_msgs.msg import Int32
+
+from equimus_ros.executors import (
+    EVENTS_EXECUTOR_ENV,
+    events_executor_available,
+    single_thread_executor,
+)
+
+
+@pytest.mark.parametrize('env', ['1', '0'])
+def test_executor_choice_runs_timers_and_subscriptions(ros_node, monkeypatch, env):
+    from rclpy.executors import SingleThreadedExecutor
+
+    monkeypatch.setenv(EVENTS_EXECUTOR_ENV, env)
+    executor = single_thread_executor()
+    if env == '0' or not events_executor_available():
+        assert isinstance(executor, SingleThreadedExecutor)
+    else:
+        assert not isinstance(executor, SingleThreadedExecutor)
+        assert type(executor).__name__ == 'EventsExecutor'
+    ticks, got = [], []
+    ros_node.create_timer(0.01, lambda: ticks.append(1))
+    ros_node.create_subscription(Int32, '/executor_test', lambda m: got.append(m.data), 10)
+    pub = ros_node.create_publisher(Int32, '/executor_test', 10)
+    executor.add_node(ros_node)
+    stop = threading.Event()
+
+    def spin():
+        while not stop.is_set():
+            executor.spin_once(timeout_sec=0.05)
+
+    spinner = threading.Thread(target=spin, daemon=True)
+    spinner.start()
+    try:
+        end = time.monotonic() + 10.0
+        n = 0
+        while time.monotonic() < end and (len(ticks) < 10 or len(got) < 5):
+            pub.publish(Int32(data=n))
+            n += 1
+            time.sleep(0.02)
+    finally:
+        stop.set()
+        spinner.join(timeout=2.0)
+        executor.remove_node(ros_node)
+        executor.shutdown()
+    assert len(ticks) >= 10, len(ticks)
+    assert len(got) >= 5 and got == sorted(got), got
