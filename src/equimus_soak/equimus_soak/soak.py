@@ -619,14 +619,18 @@ class Soak:
 
     def _emulate_hardware_priority(self) -> None:
         # The emulators stand in for Motive and the DAC board, which on the rig are other machines
-        # and a microcontroller: with rt_priority the threads created from here on run one
-        # level above the graph's control path, and the graph's processes do not inherit it.
+        # and a microcontroller: with rt_priority their threads run one level above the graph's
+        # control path. New threads inherit this thread's policy (SCHED_RESET_ON_FORK would reset
+        # them too: Linux applies it to every new task), so it is set plainly here and dropped
+        # in `_end_hardware_priority` before any graph process is started.
         problem = realtime_problem(self.rt_priority + 1)
         if problem:
             raise ValueError(f'--rt-priority {self.rt_priority}: {problem}')
-        os.sched_setscheduler(
-            0, os.SCHED_FIFO | os.SCHED_RESET_ON_FORK, os.sched_param(self.rt_priority + 1)
-        )
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(self.rt_priority + 1))
+
+    def _end_hardware_priority(self) -> None:
+        """This thread back to the normal policy: the processes it starts do not inherit FIFO."""
+        os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
 
     def run(self) -> tuple[dict[str, object], list[Check]]:
         from equimus_bringup.rig_emulator import BODIES, EmulatedRig
@@ -703,6 +707,8 @@ class Soak:
             rig.__enter__()
             rig_thread = threading.Thread(target=rig.run, daemon=True, name='emulated-rig')
             rig_thread.start()
+            if self.rt_priority:
+                self._end_hardware_priority()
             self.probe = probe = ProbeClient(env)
             self.sup.start()
             sampler = ProcSampler(
