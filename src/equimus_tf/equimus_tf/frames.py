@@ -132,8 +132,13 @@ class RateGate:
         self.period_ns = int(1e9 / rate * 0.9) if rate > 0 else 0
         self.last_ns: int | None = None
 
+    def passes(self, stamp_ns: int) -> bool:
+        """Whether `ready` would pass this stamp, without taking it (skip work it would drop)."""
+        last = self.last_ns
+        return last is None or not last <= stamp_ns < last + self.period_ns
+
     def ready(self, stamp_ns: int) -> bool:
-        if self.last_ns is not None and self.last_ns <= stamp_ns < self.last_ns + self.period_ns:
+        if not self.passes(stamp_ns):
             return False
         self.last_ns = stamp_ns
         return True

@@ -137,13 +137,14 @@ class StatePublisher(Node):
         self.tf_pub.publish(writer.encode(transforms) if writer.ok else writer.message(transforms))
 
     def on_joint_state(self, msg: JointState) -> None:
-        stamp = msg.header.stamp
+        t_ns = _ns(msg.header.stamp)
+        # The gate first: it drops most states, and an invalid one must not take its slot.
+        if not self.joint_gate.passes(t_ns):
+            return
         moving = self.frames.moving(msg.name, msg.position)
         if moving is None:
             return
-        t_ns = _ns(stamp)
-        if not self.joint_gate.ready(t_ns):
-            return
+        self.joint_gate.ready(t_ns)
         self._publish_tf(
             tuple((t.parent, t.child) for t in moving), [(t_ns, t.xyz, t.quat) for t in moving]
         )
