@@ -241,10 +241,14 @@ class InProcessBus:
 
     def _set_clocks(self, msg: Any) -> None:
         t = Time.from_msg(msg.clock)
+        point = t._time_handle
         for source in self.time_sources:
             source._last_time_set = t  # as its clock_callback: a clock attached later starts here
             for clock in source._associated_clocks:
-                clock.set_ros_time_override(t)
+                # Clock.set_ros_time_override without its type check (t is a Time): 7 a frame.
+                handle = clock.handle
+                with handle:
+                    handle.set_ros_time_override(point)
 
     def subscribe(self, topic: str, callback: Callable[[Any], None]) -> None:
         """An in-process subscriber of the graph itself (after the nodes' own)."""
