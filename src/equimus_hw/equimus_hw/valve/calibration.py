@@ -14,6 +14,7 @@ and `kpa_to_code` can never return a code above `max_code`, the code of the ceil
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Iterable
 
@@ -93,16 +94,17 @@ class ValveCalibration:
             )
 
     # ----------------------------------------------------------------- derived constants
-    @property
+    # Cached: the calibration is frozen, and the driver reads these for every code it sends.
+    @functools.cached_property
     def full_code(self) -> int:
         return (1 << int(self.dac_bits)) - 1
 
-    @property
+    @functools.cached_property
     def volts_per_code(self) -> float:
         """Valve setpoint volts per DAC code."""
         return self.dac_vref * self.output_gain / self.full_code
 
-    @property
+    @functools.cached_property
     def max_code(self) -> int:
         """Largest code ever emitted: the code of max_kpa rounded DOWN, never above full scale."""
         volts = self.max_kpa / self.kpa_per_volt + self.zero_offset_v
