@@ -18,7 +18,7 @@ import numpy as np
 from equimus_description.limb import PlanarLimb
 
 from .controller import ControlOutput, Estimate, Reference
-from .pid import PIDGains, check_joint_count
+from .pid import PIDGains, anti_windup, check_joint_count
 
 
 class LimbStaticFeedforward:
@@ -66,14 +66,13 @@ class LimbPIDController:
         A = self.limb.pressure_torque_matrix(q, self.sign)
         P, terr = self.limb.solve_pressures(A, A @ p_ff + tau, p_max, prefer=p_ff)
         sat = np.isclose(P, 0.0) | np.isclose(P, p_max)
-        short = (np.abs(terr) > 1e-9) & (np.sign(terr) != np.sign(ki * e))
-        di = np.where(short, 0.0, ki * e)
-        bleed = np.where(
-            short & (np.sign(terr) == -np.sign(self.integral)),
-            np.minimum(self.g.k_aw * np.abs(terr) * dt, np.abs(self.integral)),
-            0.0,
+        i_max = np.broadcast_to(np.asarray(self.g.i_max, float), e.shape)
+        self.integral = np.array(
+            [
+                anti_windup(float(i), float(t), float(k * x), self.g.k_aw, dt, float(m))
+                for i, t, k, x, m in zip(
+                    self.integral, terr, np.broadcast_to(ki, e.shape), e, i_max, strict=True
+                )
+            ]
         )
-        self.integral += dt * di - np.sign(self.integral) * bleed
-        i_max = np.asarray(self.g.i_max, float)
-        self.integral = np.clip(self.integral, -i_max, i_max)
         return ControlOutput(P, sat, {'torque_error': terr, 'feedforward': p_ff})

@@ -215,8 +215,8 @@ class PIDController:
         p0, p1 = min(max(p0, 0.0), pm), min(max(p1, 0.0), pm)
         err0 = (a00 * p0 + a01 * p1) - b0
         err1 = (a10 * p0 + a11 * p1) - b1
-        ni0 = _integrate(i0, err0, ki0 * e0, g.k_aw, dt, g.i_max[0])
-        ni1 = _integrate(i1, err1, ki1 * e1, g.k_aw, dt, g.i_max[1])
+        ni0 = anti_windup(i0, err0, ki0 * e0, g.k_aw, dt, g.i_max[0])
+        ni1 = anti_windup(i1, err1, ki1 * e1, g.k_aw, dt, g.i_max[1])
         self.integral = np.array([ni0, ni1])
         return ControlOutput(
             np.array([p0, p1]),
@@ -252,10 +252,11 @@ def _sign(x: float) -> float:
     return 1.0 if x > 0 else (-1.0 if x < 0 else (0.0 if x == 0 else math.nan))
 
 
-def _integrate(
+def anti_windup(
     integral: float, terr: float, push: float, k_aw: float, dt: float, i_max: float
 ) -> float:
-    """One joint's anti-windup update (see PIDController.step_numpy, its array form)."""
+    """One joint's integral after a step: conditional integration + back-calculation (see
+    PIDController.step_numpy, its array form); also LimbPIDController's, joint by joint."""
     s_err = _sign(terr)
     short = abs(terr) > 1e-9 and s_err != _sign(push)
     di = 0.0 if short else push
