@@ -156,6 +156,16 @@ class PoseWriter(_Writer):
         return msg
 
 
+def _joint_state_head(lay: _Layout, frame_id: str, names: Sequence[str]) -> int:
+    """Lay out a JointState's header and names; the stamp's offset (the fields that vary)."""
+    stamp = lay.take(8, 4)
+    lay.string(frame_id)
+    lay.take(4, 4)
+    for name in names:
+        lay.string(name)
+    return stamp
+
+
 class JointStateWriter(_Writer):
     """sensor_msgs/JointState with fixed names, positions and velocities, no efforts:
     ``write(t_ns, positions, velocities)``."""
@@ -166,11 +176,7 @@ class JointStateWriter(_Writer):
         self.names, self.frame_id = list(names), frame_id
         n = len(self.names)
         lay = _Layout()
-        self._stamp = lay.take(8, 4)
-        lay.string(frame_id)
-        lay.take(4, 4)
-        for name in self.names:
-            lay.string(name)
+        self._stamp = _joint_state_head(lay, frame_id, self.names)
         self._vec = struct.Struct(f'<{n}d')
         self._pos = lay.doubles(n)
         self._vel = lay.doubles(n)
@@ -214,11 +220,7 @@ class PressureStateWriter(_Writer):
         self.names, self.frame_id = list(names), frame_id
         n = len(self.names)
         lay = _Layout()
-        self._stamp = lay.take(8, 4)
-        lay.string(frame_id)
-        lay.take(4, 4)
-        for name in self.names:
-            lay.string(name)
+        self._stamp = _joint_state_head(lay, frame_id, self.names)
         lay.doubles(0)
         lay.doubles(0)
         self._vec = struct.Struct(f'<{n}d')
