@@ -39,7 +39,6 @@ from typing import Any
 import numpy as np
 from rclpy.clock import Clock, ClockType
 from rclpy.node import Node
-from std_msgs.msg import Float64MultiArray
 
 from equimus_control.controller_node import ControllerNode
 from equimus_control.estimator_node import EstimatorNode
@@ -127,14 +126,14 @@ class LoopLatency(Node):
         )
         self.create_timer(1.0, self._diag, clock=Clock(clock_type=ClockType.STEADY_TIME))
 
-    def timed(self, driver: ValveDriver) -> Callable[[Float64MultiArray], None]:
-        """The driver's on_command, timing each frame from its datagram to the end of the serial
+    def timed(self, driver: ValveDriver) -> Callable[[list[float]], None]:
+        """The driver's on_pressures, timing each frame from its datagram to the end of the serial
         write (not of the driver's publishing after it).
 
         Commands from the executor thread (the stale-state vent) are not frame answers."""
 
-        def call(msg: Float64MultiArray) -> None:
-            driver.on_command(msg)
+        def call(kpa: list[float]) -> None:
+            driver.on_pressures(kpa)
             bridge = self.bridge
             if bridge is not None and bridge.is_receive_thread() and bridge.frame_arrival_ns:
                 if driver.last_write_ns > bridge.frame_arrival_ns:
@@ -182,10 +181,10 @@ def control_loop() -> list[Node]:
         nodes.append(monitor)
         controller = ControllerNode(subscribe_state=False, downstream=monitor.timed(driver))
         nodes.append(controller)
-        estimator = EstimatorNode(subscribe=False, downstream=controller.on_state)
+        estimator = EstimatorNode(subscribe=False, downstream=controller.on_joints)
         nodes.append(estimator)
         # Last: the bridge starts receiving (and driving the chain) when it is activated.
-        bridge = NatNetBridge(downstream=estimator.on_pose)
+        bridge = NatNetBridge(downstream=estimator.on_frame)
         monitor.bridge = bridge
         nodes.append(bridge)
         bring_up(bridge)

@@ -14,7 +14,7 @@ import collections
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -55,13 +55,14 @@ DIAG_PERIOD_S = 1.0
 
 class ControllerNode(Node):
     """`subscribe_state=False` and `downstream` are for the fused control loop: states come by
-    call (`on_state`) and each command goes to `downstream` before it is published. The node's
-    lock makes `on_state` safe to call from another thread than the executor's."""
+    call (`on_joints`) and each command's pressures go to `downstream` before its message is
+    built and published. The node's lock makes `on_joints` safe to call from another thread
+    than the executor's."""
 
     def __init__(
         self,
         subscribe_state: bool = True,
-        downstream: Callable[[Float64MultiArray], None] | None = None,
+        downstream: Callable[[list[float]], None] | None = None,
     ) -> None:
         super().__init__('controller')
         self.downstream = downstream
@@ -142,14 +143,21 @@ class ControllerNode(Node):
             )
 
     def on_state(self, msg: JointState) -> None:
+        """A joint state from /joint_states (the split graph)."""
+        self.on_joints(
+            msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec,
+            msg.position,
+            msg.velocity,
+        )
+
+    def on_joints(
+        self, stamp_ns: int, position: Sequence[float], velocity: Sequence[float]
+    ) -> None:
+        """One control cycle: a joint state (stamped on the node clock) -> one valve command."""
         t0 = time.perf_counter()
         with self._lock:
-            cmd = self.step.step(
-                msg.position,
-                msg.velocity,
-                stamp_seconds(msg.header.stamp.sec, msg.header.stamp.nanosec),
-                self._now(),
-            )
+            t = stamp_seconds(*divmod(stamp_ns, 1_000_000_000))
+            cmd = self.step.step(position, velocity, t, self._now())
         self._publish(cmd)
         if not cmd.vented:
             self.cycles += 1
@@ -165,11 +173,11 @@ class ControllerNode(Node):
             self._reason_changed()
 
     def _publish(self, cmd: Command) -> None:
-        m = float_array(cmd.pressures, self.layout)
-        if self.downstream is not None:
-            self.downstream(m)
+        pressures = [float(v) for v in cmd.pressures]
+        if self.downstream is not None:  # before the message is built
+            self.downstream(pressures)
         if self.context.ok():
-            self.pub.publish(m)
+            self.pub.publish(float_array(pressures, self.layout))
 
     # ----- diagnostics -------------------------------------------------------------------------
     def _reason_changed(self) -> None:

@@ -25,6 +25,7 @@ from equimus_description.interface import (
     mocap_pose,
 )
 from equimus_description.leg import load_leg
+from equimus_description.motive import Pose
 from equimus_ros.diagnostics import Diagnostics, Level
 from equimus_ros.main import run_node
 from equimus_ros.params import bind
@@ -40,7 +41,7 @@ from .estimation import (
 
 LEVEL = {Status.VALID: Level.OK, Status.HELD: Level.WARN, Status.INVALID: Level.ERROR}
 _EST, _HINGE = EstimatorConfig(), HingeSpec()  # the plain estimator's defaults
-_Pose = tuple[tuple[float, float, float], tuple[float, float, float, float]]  # pos, quat xyzw
+_NAN_POSE: Pose = ((math.nan,) * 3, (math.nan,) * 4)  # a body missing from its frame
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,11 +116,14 @@ class EstimatorParams:
 
 
 class EstimatorNode(Node):
-    """`subscribe=False` and `downstream` are for the fused control loop: poses come by call
-    (`on_pose`) and each joint state goes to `downstream` before it is published."""
+    """`subscribe=False` and `downstream` are for the fused control loop: frames come by call
+    (`on_frame`) and each joint state goes to `downstream` (stamp ns, positions, velocities)
+    before its message is built and published."""
 
     def __init__(
-        self, subscribe: bool = True, downstream: Callable[[JointState], None] | None = None
+        self,
+        subscribe: bool = True,
+        downstream: Callable[[int, list[float], list[float]], None] | None = None,
     ):
         super().__init__('estimator')
         self.downstream = downstream
@@ -128,7 +132,7 @@ class EstimatorNode(Node):
         self.sync_window = cfg.sync_window
         self.bodies, self.joint_names, self._joints = cfg.bodies_and_joints()
         self.est = JointStateEstimator(cfg.estimator(self._joints))
-        self.pending: dict[int, dict[str, _Pose]] = {}  # stamp ns → {body: (pos, quat)}
+        self.pending: dict[int, dict[str, Pose]] = {}  # stamp ns → {body: (pos, quat)}
         self.last_status: Status | None = None
         self.last_done_ns = -1
         self.frames = 0
@@ -145,25 +149,25 @@ class EstimatorNode(Node):
         self.est.cfg = cfg.estimator(self._joints)
 
     def on_pose(self, body: str, msg: PoseStamped) -> None:
+        """One body's pose from its topic (the split graph)."""
+        p, o = msg.pose.position, msg.pose.orientation
         ns = msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec
+        self.on_frame(ns, [(body, ((p.x, p.y, p.z), (o.x, o.y, o.z, o.w)))])
+
+    def on_frame(self, ns: int, poses: list[tuple[str, Pose]]) -> None:
+        """Poses of one stamp (ns): a whole frame in the fused loop, one body from a topic."""
         if ns <= self.last_done_ns:
             return
-        p, o = msg.pose.position, msg.pose.orientation
-        self.pending.setdefault(ns, {})[body] = ((p.x, p.y, p.z), (o.x, o.y, o.z, o.w))
+        self.pending.setdefault(ns, {}).update(poses)
         for stamp in sorted(self.pending):
             frame = self.pending[stamp]
             complete = len(frame) == len(self.bodies)
             if not complete and (ns - stamp) * 1e-9 < self.sync_window:
                 break
             del self.pending[stamp]
-            nan = ((math.nan,) * 3, (math.nan,) * 4)
-            self._process(
-                stamp,
-                msg.header.stamp if stamp == ns else None,
-                [frame.get(b, nan) for b in self.bodies],
-            )
+            self._process(stamp, [frame.get(b, _NAN_POSE) for b in self.bodies])
 
-    def _process(self, ns, stamp_msg, poses):
+    def _process(self, ns: int, poses: list[Pose]) -> None:
         self.last_done_ns = ns
         try:
             e = self.est.update(ns * 1e-9, poses)
@@ -172,14 +176,16 @@ class EstimatorNode(Node):
             return
         self.frames += 1
         self.counts[e.status] += 1
+        position = [float(v) for v in e.position]
+        velocity = [float(v) for v in e.velocity]
+        if self.downstream is not None:  # before the message is built
+            self.downstream(ns, position, velocity)
         out = JointState()
         out.header.stamp.sec, out.header.stamp.nanosec = divmod(ns, 1_000_000_000)
         out.header.frame_id = FRAME_MOCAP
         out.name = self.joint_names
-        out.position = [float(v) for v in e.position]
-        out.velocity = [float(v) for v in e.velocity]
-        if self.downstream is not None:
-            self.downstream(out)
+        out.position = position
+        out.velocity = velocity
         self.pub.publish(out)
         if e.status != self.last_status:
             self.last_status = e.status

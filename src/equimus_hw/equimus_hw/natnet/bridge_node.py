@@ -22,8 +22,8 @@ import threading
 import time
 from collections.abc import Callable
 
+from builtin_interfaces.msg import Time as TimeMsg
 from geometry_msgs.msg import PoseStamped
-from rclpy.duration import Duration
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from rclpy.publisher import Publisher
 from sensor_msgs.msg import PointCloud2, PointField
@@ -36,7 +36,7 @@ from equimus_description.interface import (
     MOCAP_MARKERS,
     mocap_pose,
 )
-from equimus_description.motive import DEFAULT_UP_AXIS, check_up_axis, motive_to_ros
+from equimus_description.motive import DEFAULT_UP_AXIS, Pose, check_up_axis, motive_to_ros
 from equimus_ros.diagnostics import Diagnostics, Level
 from equimus_ros.lifecycle import bring_up
 from equimus_ros.main import run_node
@@ -52,7 +52,9 @@ _POINT = struct.Struct('<fffI')
 _S = math.sqrt(0.5)
 
 
-PoseSink = Callable[[str, PoseStamped], None]
+#: The fused loop's sink: a frame's stamp (ns, node clock) and its (topic token, pose) pairs.
+FrameSink = Callable[[int, list[tuple[str, Pose]]], None]
+_NAN_POSE: Pose = ((NAN, NAN, NAN), (NAN, NAN, NAN, NAN))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,11 +109,12 @@ class BridgeConfig:
 
 
 class NatNetBridge(LifecycleNode):
-    """`downstream`, if given, gets every pose in the receive thread before it is published: the
-    fused control loop (equimus_bringup.control_loop) chains the estimator there without a DDS
-    hop."""
+    """`downstream`, if given, gets each frame's poses as plain tuples in the receive thread
+    before any message is built: the fused control loop (equimus_bringup.control_loop) chains
+    the estimator there without a DDS hop, and the PoseStamped messages are built and published
+    after the frame's valve command is written."""
 
-    def __init__(self, downstream: PoseSink | None = None, **kwargs):
+    def __init__(self, downstream: FrameSink | None = None, **kwargs):
         # Before the node exists: destroy_node may run on a half-built bridge (bad parameters).
         self._stop = threading.Event()
         self._stop.set()
@@ -331,35 +334,33 @@ class NatNetBridge(LifecycleNode):
         if self._stop.is_set() or not self.context.ok():
             return  # shutting down (Ctrl-C invalidates the context before the receive thread stops)
         self.frame_arrival_ns = ev.arrival_ns
-        now = self.get_clock().now()
-        age = (time.perf_counter_ns() - ev.arrival_ns) / 1e9 + ev.exposure_age_s
-        stamp = (now - Duration(nanoseconds=int(age * 1e9))).to_msg()
-        out = []
-        for b in ev.bodies:
-            name = self.topic_for_id.get(b.id)
-            if name is None:
-                continue
-            msg = PoseStamped()
-            msg.header.stamp = stamp
-            msg.header.frame_id = self.frame_id
-            if b.tracking_valid:
-                pos, q = motive_to_ros(b.position, b.orientation, self.up_axis)
-            else:
-                pos, q = (NAN, NAN, NAN), (NAN, NAN, NAN, NAN)
-            o = msg.pose.position
-            o.x, o.y, o.z = (float(v) for v in pos)
-            r = msg.pose.orientation
-            r.x, r.y, r.z, r.w = (float(v) for v in q)
-            out.append((name, msg))
-        cloud = self._marker_cloud(ev, stamp) if self.markers_pub is not None else None
-        if self.downstream is not None:  # the whole frame first, then publish
-            for name, msg in out:
-                self.downstream(name, msg)
+        age_ns = time.perf_counter_ns() - ev.arrival_ns + int(ev.exposure_age_s * 1e9)
+        stamp_ns = max(0, self.get_clock().now().nanoseconds - age_ns)
+        poses = [
+            (
+                name,
+                motive_to_ros(b.position, b.orientation, self.up_axis)
+                if b.tracking_valid
+                else _NAN_POSE,
+            )
+            for b in ev.bodies
+            if (name := self.topic_for_id.get(b.id)) is not None
+        ]
+        if self.downstream is not None:  # the whole frame, before any message is built
+            self.downstream(stamp_ns, poses)
+        stamp = TimeMsg(sec=stamp_ns // 1_000_000_000, nanosec=stamp_ns % 1_000_000_000)
         try:
-            for name, msg in out:
+            for name, (pos, q) in poses:
+                msg = PoseStamped()
+                msg.header.stamp = stamp
+                msg.header.frame_id = self.frame_id
+                o = msg.pose.position
+                o.x, o.y, o.z = pos
+                r = msg.pose.orientation
+                r.x, r.y, r.z, r.w = q
                 self._pub(name).publish(msg)
-            if cloud is not None and self.markers_pub is not None:
-                self.markers_pub.publish(cloud)
+            if self.markers_pub is not None:
+                self.markers_pub.publish(self._marker_cloud(ev, stamp))
         except Exception:
             # Ctrl-C may shut the context down mid-frame: that is the end, not a bad packet.
             if self.context.ok():

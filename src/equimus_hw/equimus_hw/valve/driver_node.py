@@ -39,6 +39,7 @@ import math
 import sys
 import threading
 import time
+from collections.abc import Sequence
 
 from rclpy.clock import Clock, ClockType
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
@@ -95,7 +96,7 @@ def _channels(p: DriverConfig) -> tuple[str, ...]:
 
 
 class ValveDriver(LifecycleNode):
-    """`subscribe=False` is for the fused control loop: commands come by call (`on_command`)
+    """`subscribe=False` is for the fused control loop: commands come by call (`on_pressures`)
     from the controller in the same process; /valve/command is then published, not read."""
 
     def __init__(self, subscribe: bool = True, **kwargs):
@@ -305,8 +306,12 @@ class ValveDriver(LifecycleNode):
             self._last_warn_t = now
             self.get_logger().error(self.guard.reason(now))
 
-    @_serialised
     def on_command(self, msg: Float64MultiArray) -> None:
+        self.on_pressures(msg.data)
+
+    @_serialised
+    def on_pressures(self, kpa: Sequence[float]) -> None:
+        """One command (kPa per channel): through the safety filter to the board."""
         now = time.monotonic()
         if not self.active or self.board is None:
             if now - self._last_warn_t > 1.0:
@@ -317,8 +322,8 @@ class ValveDriver(LifecycleNode):
                 )
             return
         self._check_reconnect(now)
-        self._last_commanded = list(msg.data)
-        res = self.safety.command(msg.data, now)
+        self._last_commanded = list(kpa)
+        res = self.safety.command(kpa, now)
         if res.warnings and now - self._last_warn_t > 1.0:
             self._last_warn_t = now
             self.get_logger().warning('; '.join(res.warnings))
