@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -37,6 +38,19 @@ class LinkStats:
         self.reconnects = 0
         self.connect_failures = 0
         self.latencies_s: collections.deque[float] = collections.deque(maxlen=500)
+
+
+def _write_frame(ser: serial.Serial, data: bytes) -> None:
+    """A whole frame in one write() call: pyserial's write() follows every write with a select()
+    for writability (a second system call on the control path). The port's descriptor is
+    non-blocking, so a full output buffer (a board not reading) leaves the rest to pyserial's
+    write, which waits up to its write timeout."""
+    try:
+        n = os.write(ser.fd, data)
+    except BlockingIOError:
+        n = 0
+    if n < len(data):
+        ser.write(data[n:])
 
 
 class BoardLink:
@@ -143,7 +157,7 @@ class BoardLink:
         ser = self._ser
         assert ser is not None, 'callers hold _wlock and have checked (or just set) the open port'
         try:
-            ser.write(data)
+            _write_frame(ser, data)
         except (serial.SerialException, OSError) as exc:
             self._lost_reason = f'write failed: {exc}'
             return None
