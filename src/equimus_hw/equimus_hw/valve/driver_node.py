@@ -71,7 +71,7 @@ from .safety import CommanderGuard, SafetyFilter
 
 def _serialised(method):
     """Hold the driver's lock: its safety filter and link are driven from the executor (timers,
-    services) and, in the fused control loop, from the NatNet receive thread (on_command)."""
+    services) and, in the fused control loop, from the NatNet receive thread (on_pressures)."""
 
     @functools.wraps(method)
     def call(self, *args, **kwargs):
