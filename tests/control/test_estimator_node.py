@@ -182,3 +182,24 @@ def test_an_invalid_hinge_axis_stops_the_node_with_the_reason():
     assert proc.returncode == 2, proc.stderr
     assert 'knee_axis_child=[0.0, 0.0, 0.0]: must be a non-zero 3-vector' in proc.stderr
     assert 'Traceback' not in proc.stderr
+
+
+def test_a_fused_frame_with_a_body_the_estimator_does_not_use_goes_on_at_once():
+    """The fused loop hands the estimator whole frames; a rigid body it does not use (Motive may
+    stream more, e.g. a wand) must not hold the frame back until the sync window closes."""
+    from equimus_control.estimator_node import EstimatorNode
+
+    rclpy.init()
+    try:
+        got = []
+        node = EstimatorNode(subscribe=False, downstream=lambda ns, q, v: got.append((ns, q, v)))
+        level = ((0.0, 0.0, 0.0), (0.0, 0.0, 0.0, 1.0))
+        frame = [('wand', level), ('base', level), ('thigh', level), ('calf', level)]
+        node.on_frame(1_000_000_000, frame)
+        assert [g[0] for g in got] == [1_000_000_000]
+        assert len(got[0][1]) == len(got[0][2]) == 2
+        node.on_frame(1_000_000_000, frame)  # the same stamp again: already done
+        assert len(got) == 1
+        node.destroy_node()
+    finally:
+        rclpy.shutdown()

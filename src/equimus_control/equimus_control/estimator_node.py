@@ -155,10 +155,11 @@ class EstimatorNode(Node):
         self.on_frame(ns, [(body, ((p.x, p.y, p.z), (o.x, o.y, o.z, o.w)))])
 
     def on_frame(self, ns: int, poses: list[tuple[str, Pose]]) -> None:
-        """Poses of one stamp (ns): a whole frame in the fused loop, one body from a topic."""
+        """Poses of one stamp (ns): a whole frame in the fused loop, one body from a topic.
+        Bodies the estimator does not use (the bridge may stream more) are left out."""
         if ns <= self.last_done_ns:
             return
-        self.pending.setdefault(ns, {}).update(poses)
+        self.pending.setdefault(ns, {}).update(p for p in poses if p[0] in self.bodies)
         for stamp in sorted(self.pending):
             frame = self.pending[stamp]
             complete = len(frame) == len(self.bodies)

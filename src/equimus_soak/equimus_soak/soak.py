@@ -703,6 +703,7 @@ class Soak:
         )
         probe = sampler = None
         rig_thread = None
+        finished = False
         try:
             rig.__enter__()
             rig_thread = threading.Thread(target=rig.run, daemon=True, name='emulated-rig')
@@ -744,16 +745,24 @@ class Soak:
                 self.records.append(self.fault_disk_full())
             self.sleep(max(0.0, t_end - time.monotonic()))
             self.t_stop = time.monotonic()
-            probe_data = probe.dump(str(self.out / 'probe.json'))
+            finished = True
         finally:
             try:
                 codes = self.sup.stop()
             finally:
                 if sampler is not None:
                     sampler.stop()
-                if probe is not None:
-                    probe.close()
-                rig.__exit__(None, None, None)
+                try:
+                    # Only once the graph has stopped (vented): parsing the probe's records
+                    # holds this process's GIL for a second or more, and the emulated board
+                    # in this process can then neither read the serial line nor run its
+                    # watchdog (the one-hour soak saw a non-zero output stand 1.23 s so).
+                    if probe is not None and finished:
+                        probe_data = probe.dump(str(self.out / 'probe.json'))
+                finally:
+                    if probe is not None:
+                        probe.close()
+                    rig.__exit__(None, None, None)
             with open(self.out / 'graph.log', 'w') as fh:
                 for name, lines in self.sup.output.items():
                     fh.writelines(f'[{name}] {line}' for line in lines)
