@@ -25,7 +25,7 @@ from equimus_description.interface import (
     mocap_pose,
 )
 from equimus_description.leg import load_leg
-from equimus_description.motive import Pose
+from equimus_description.motive import NAN_POSE, Pose
 from equimus_ros.diagnostics import Diagnostics, Level
 from equimus_ros.main import run_node
 from equimus_ros.params import bind
@@ -41,7 +41,6 @@ from .estimation import (
 
 LEVEL = {Status.VALID: Level.OK, Status.HELD: Level.WARN, Status.INVALID: Level.ERROR}
 _EST, _HINGE = EstimatorConfig(), HingeSpec()  # the plain estimator's defaults
-_NAN_POSE: Pose = ((math.nan,) * 3, (math.nan,) * 4)  # a body missing from its frame
 
 
 @dataclasses.dataclass(frozen=True)
@@ -166,7 +165,7 @@ class EstimatorNode(Node):
             if not complete and (ns - stamp) * 1e-9 < self.sync_window:
                 break
             del self.pending[stamp]
-            self._process(stamp, [frame.get(b, _NAN_POSE) for b in self.bodies])
+            self._process(stamp, [frame.get(b, NAN_POSE) for b in self.bodies])
 
     def _process(self, ns: int, poses: list[Pose]) -> None:
         self.last_done_ns = ns

@@ -12,7 +12,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-__all__ = ['DEFAULT_UP_AXIS', 'UP_AXES', 'Pose', 'Quat', 'Vec3', 'check_up_axis', 'motive_to_ros']
+__all__ = [
+    'DEFAULT_UP_AXIS',
+    'NAN_POSE',
+    'UP_AXES',
+    'Pose',
+    'Quat',
+    'Vec3',
+    'check_up_axis',
+    'motive_to_ros',
+]
 
 #: Values of Motive's streaming "Up Axis" setting, as the bridge's `up_axis` parameter names them.
 UP_AXES = ('y_up', 'z_up')  # not 'y'/'z': a ROS parameter 'y' would be read as YAML true
@@ -23,6 +32,8 @@ Vec3 = tuple[float, float, float]
 Quat = tuple[float, float, float, float]
 #: One rigid body's pose in `mocap`: position (m), quaternion x, y, z, w.
 Pose = tuple[Vec3, Quat]
+#: A body that is not tracked (or missing from its frame): every value NaN.
+NAN_POSE: Pose = ((float('nan'),) * 3, (float('nan'),) * 4)
 
 
 def check_up_axis(value: str) -> str:

@@ -36,7 +36,13 @@ from equimus_description.interface import (
     MOCAP_MARKERS,
     mocap_pose,
 )
-from equimus_description.motive import DEFAULT_UP_AXIS, Pose, check_up_axis, motive_to_ros
+from equimus_description.motive import (
+    DEFAULT_UP_AXIS,
+    NAN_POSE,
+    Pose,
+    check_up_axis,
+    motive_to_ros,
+)
 from equimus_ros.diagnostics import Diagnostics, Level
 from equimus_ros.lifecycle import bring_up
 from equimus_ros.main import run_node
@@ -47,14 +53,12 @@ from . import protocol as P
 from .checks import BodyMatch, match_bodies, topic_token
 from .client import FrameEvent, NatNetClient, NatNetConfig
 
-NAN = float('nan')
 _POINT = struct.Struct('<fffI')
 _S = math.sqrt(0.5)
 
 
 #: The fused loop's sink: a frame's stamp (ns, node clock) and its (topic token, pose) pairs.
 FrameSink = Callable[[int, list[tuple[str, Pose]]], None]
-_NAN_POSE: Pose = ((NAN, NAN, NAN), (NAN, NAN, NAN, NAN))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -341,7 +345,7 @@ class NatNetBridge(LifecycleNode):
                 name,
                 motive_to_ros(b.position, b.orientation, self.up_axis)
                 if b.tracking_valid
-                else _NAN_POSE,
+                else NAN_POSE,
             )
             for b in ev.bodies
             if (name := self.topic_for_id.get(b.id)) is not None
