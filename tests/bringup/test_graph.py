@@ -1,12 +1,10 @@
 """The graph description shared by the launch files and `equimus launch`."""
 
-import ast
 from pathlib import Path
 
 import pytest
 
 from equimus_bringup.graph import (
-    ARGUMENTS,
     CONTROL_PATH,
     FUSED_NODES,
     describe_graph,
@@ -90,15 +88,48 @@ def test_bad_arguments_are_refused_with_the_valid_list():
         describe_graph('simulation')
 
 
-def test_ros_arguments_carry_name_files_and_parameters():
+def _declared(argv: list[str], nodes: dict[str, dict[str, object]]) -> dict[str, dict]:
+    """In a fresh rclpy process started with `argv`, each node's value of each parameter
+    (declared with the given default), as rcl resolves them from the command line."""
+    import json
+    import subprocess
+    import sys
+
+    code = (
+        'import json, rclpy, sys; rclpy.init(args=sys.argv); '
+        f'nodes = {nodes!r}; '
+        'made = {n: rclpy.create_node(n) for n in nodes}; '
+        'get = lambda n, k, v: (made[n].get_parameter(k) if made[n].has_parameter(k) '
+        'else made[n].declare_parameter(k, v)).value; '
+        'print(json.dumps({n: {k: get(n, k, v) for k, v in ps.items()} '
+        'for n, ps in nodes.items()}))'
+    )
+    out = subprocess.run(
+        [sys.executable, '-c', code, *argv], capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_launch_arguments_beat_parameter_files_beat_defaults(tmp_path):
+    """rcl keeps the last value it reads: the launch arguments come after the default files and
+    the user's params_file, which comes after the defaults (config/control.yaml)."""
+    user = tmp_path / 'user.yaml'
+    user.write_text(
+        'controller:\n  ros__parameters:\n    controller: open_loop\n    stale_timeout: 0.125\n'
+    )
     spec = next(
-        s for s in describe_graph('sim', {'controller': 'mpc', **SPLIT}) if s.name == 'controller'
+        s
+        for s in describe_graph('sim', {'controller': 'mpc', 'params_file': str(user), **SPLIT})
+        if s.name == 'controller'
     )
     argv = ros_arguments(spec)
     assert argv[:3] == ['--ros-args', '-r', '__node:=controller']
-    assert 'controller:=mpc' in argv and 'use_sim_time:=true' in argv
-    for f in spec.parameter_files:
-        assert argv[argv.index(f) - 1] == '--params-file'
+    got = _declared(
+        argv, {'controller': {'controller': 'pid', 'stale_timeout': 9.0, 'use_sim_time': False}}
+    )
+    # launch argument over the user's file, the user's file over config/, the mode's default
+    assert got['controller'] == {'controller': 'mpc', 'stale_timeout': 0.125, 'use_sim_time': True}
 
 
 def test_rt_priority_applies_to_the_control_path_only():
@@ -180,40 +211,6 @@ def test_rt_priority_is_refused_clearly_without_the_privilege():
     assert 'rt_priority:=0' in r.stdout  # says what to do
 
 
-@pytest.mark.parametrize('name', ['sim.launch.py', 'hardware.launch.py'])
-def test_launch_files_use_the_shared_description(repo_dir, name):
-    """launch/launch_ros are not installable here; check the files' structure instead."""
-    src = (repo_dir / 'launch' / name).read_text()
-    tree = ast.parse(src)
-    funcs = [n.name for n in tree.body if isinstance(n, ast.FunctionDef)]
-    assert funcs == ['generate_launch_description']
-    mode = name.split('.')[0]
-    assert f"generate('{mode}')" in src
-    common = (repo_dir / 'src/equimus_bringup/equimus_bringup/launch_common.py').read_text()
-    for needle in (
-        'DeclareLaunchArgument',
-        'describe_graph(mode',
-        'launch_ros.actions import LifecycleNode, Node',
-        # managed drivers go to active by ChangeState events; a required exit ends the launch
-        'transition_id=Transition.TRANSITION_CONFIGURE',
-        'transition_id=Transition.TRANSITION_ACTIVATE',
-        "goal_state='inactive'",
-        'OnProcessExit(target_action=action',
-        'Shutdown(reason=',
-        'parameters=[*spec.parameter_files, spec.parameters]',
-        "prefix=' '.join(spec.prefix) or None",
-    ):
-        assert needle in common
-    assert set(ARGUMENTS) >= {
-        'controller',
-        'record',
-        'bag',
-        'use_sim_time',
-        'serial_port',
-        'natnet_server',
-    }
-
-
 def test_launch_files_are_installed(repo_dir):
     from ament_index_python.packages import get_package_share_directory
 
@@ -247,41 +244,45 @@ def test_fused_loop_puts_the_control_path_in_one_process():
                 assert loop.node_parameters[n][key] == value
     argv = ros_arguments(loop)
     assert '__node:=control_loop' not in ' '.join(argv)  # the nodes keep their names
-    assert 'valve_driver:port:=/tmp/dac' in argv and 'controller:controller:=mpc' in argv
-    assert 'natnet_bridge:data_port:=4011' in argv
     order = [s.name for s in sorted(fused.values(), key=lambda s: s.shutdown_rank)]
     assert order[0] == 'reference' and order[-2:] == ['control_loop', 'rig_emulator']
     with pytest.raises(ValueError, match='hardware mode only'):
         describe_graph('sim', {'fused_loop': 'true'})
 
 
-def test_node_scoped_overrides_reach_only_their_node():
-    """What the fused process relies on: `-p node:name:=value` sets `name` on `node` alone."""
-    import subprocess
-    import sys
-
-    code = (
-        'import rclpy, sys; rclpy.init(args=sys.argv); '
-        'a = rclpy.create_node("controller"); b = rclpy.create_node("natnet_bridge"); '
-        'print(a.declare_parameter("stale_timeout", 0.0).value, '
-        'b.declare_parameter("stale_timeout", 0.0).value)'
+def test_fused_and_composed_processes_take_their_launch_arguments(tmp_path):
+    """In a process holding several nodes, each launch argument reaches its own node and beats
+    the parameter files (which set serial port, NatNet ports, auto_arm and the sim mode too)."""
+    fused = next(
+        s
+        for s in describe_graph(
+            'hardware',
+            {
+                'fused_loop': 'true',
+                'serial_port': str(tmp_path / 'dac'),
+                'natnet_data_port': '4011',
+                'auto_arm': 'true',
+                'controller': 'mpc',
+            },
+        )
+        if s.name == 'control_loop'
     )
-    out = subprocess.run(
-        [
-            sys.executable,
-            '-c',
-            code,
-            '--ros-args',
-            '-p',
-            'controller:stale_timeout:=0.25',
-            '-p',
-            'natnet_bridge:stale_timeout:=0.5',
-        ],
-        capture_output=True,
-        text=True,
-        timeout=30,
+    got = _declared(
+        ros_arguments(fused),
+        {
+            'valve_driver': {'port': 'x', 'auto_arm': False},
+            'natnet_bridge': {'data_port': 0},
+            'controller': {'controller': 'x'},
+        },
     )
-    assert out.stdout.split() == ['0.25', '0.5'], out.stderr
+    assert got == {
+        'valve_driver': {'port': str(tmp_path / 'dac'), 'auto_arm': True},
+        'natnet_bridge': {'data_port': 4011},
+        'controller': {'controller': 'mpc'},
+    }
+    (composed,) = describe_graph('sim', {'sim_mode': 'lockstep', 'pause_at': '2.5'})
+    got = _declared(ros_arguments(composed), {'sim': {'mode': 'x', 'pause_at': 0.0}})
+    assert got == {'sim': {'mode': 'lockstep', 'pause_at': 2.5}}  # config/sim.yaml: realtime
 
 
 def test_fused_loop_refuses_bad_parameters_before_touching_the_port(tmp_path):

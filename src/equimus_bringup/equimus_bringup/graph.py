@@ -513,29 +513,55 @@ def _compose(specs: list[ProcessSpec], args: Mapping[str, str]) -> list[ProcessS
     ]
 
 
-def node_parameter_arguments(spec: ProcessSpec) -> list[str]:
-    """`-p node:name:=value` for each per-node parameter of a multi-node process."""
-    out: list[str] = []
-    for node, params in spec.node_parameters.items():
-        for key, value in params.items():
-            out += ['-p', f'{node}:{key}:={_param_literal(value)}']
-    return out
+def parameter_overrides(spec: ProcessSpec) -> dict[str, dict[str, object]]:
+    """Per node of the process, the parameters the launch arguments set."""
+    if spec.nodes:
+        return {node: dict(params) for node, params in spec.node_parameters.items() if params}
+    return {spec.name: dict(spec.parameters)} if spec.parameters else {}
+
+
+def overrides_file(spec: ProcessSpec) -> str | None:
+    """The launch arguments of `spec` as a node-scoped parameter file (None if there are none).
+
+    A file rather than `-p` rules: launch_ros puts every `--params-file` after the arguments
+    given to a Node action, and rcl keeps the last value it reads, so only a file placed last
+    beats the parameter files. The name is the content's hash, so identical launches share it.
+    """
+    import hashlib
+    import tempfile
+
+    import yaml
+
+    document = {
+        node: {'ros__parameters': params} for node, params in parameter_overrides(spec).items()
+    }
+    if not document:
+        return None
+    text = yaml.safe_dump(document, sort_keys=True)
+    folder = os.path.join(tempfile.gettempdir(), f'equimus-params-{os.getuid()}')
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+    path = os.path.join(folder, f'{spec.name}-{digest}.yaml')
+    if not os.path.isfile(path):
+        partial = f'{path}.{os.getpid()}'
+        with open(partial, 'w', encoding='utf-8') as f:
+            f.write(f'# launch arguments of {spec.name}: written by equimus_bringup.graph\n{text}')
+        os.replace(partial, path)
+    return path
+
+
+def parameter_layers(spec: ProcessSpec) -> list[str]:
+    """The parameter files of a process in the order rcl applies them, the last value winning:
+    the default files, the user's params_file, then the launch arguments. The launch files and
+    `equimus launch` both pass exactly this list."""
+    overrides = overrides_file(spec)
+    return [*spec.parameter_files, *([overrides] if overrides else [])]
 
 
 def ros_arguments(spec: ProcessSpec, log_level: str = 'info') -> list[str]:
     """The `--ros-args` a ROS node gets outside `launch_ros` (same meaning as its Node action)."""
     out = ['--ros-args'] + ([] if spec.nodes else ['-r', f'__node:={spec.name}'])
     out += ['--log-level', log_level]
-    for path in spec.parameter_files:
+    for path in parameter_layers(spec):
         out += ['--params-file', path]
-    for key, value in spec.parameters.items():
-        out += ['-p', f'{key}:={_param_literal(value)}']
-    return out + node_parameter_arguments(spec)
-
-
-def _param_literal(value: object) -> str:
-    if isinstance(value, bool):
-        return 'true' if value else 'false'
-    if isinstance(value, str):
-        return value if value else "''"
-    return repr(value)
+    return out

@@ -9,6 +9,9 @@ the valve driver, the bridge, or the process holding them) exits, the valve driv
 deactivate (vent) and the launch shuts down; the driver also vents on the SIGINT of the shutdown.
 """
 
+import os
+from pathlib import Path
+
 # mypy resolves `launch` to src/equimus_bringup/launch/ (the launch files, on mypy_path), not
 # to ROS's launch package, which it cannot see.
 from launch import LaunchDescription  # type: ignore[attr-defined]
@@ -29,7 +32,7 @@ from launch_ros.events.lifecycle import ChangeState
 from launch_ros.substitutions import ExecutableInPackage, FindPackageShare
 from lifecycle_msgs.msg import Transition
 
-from equimus_bringup.graph import ARGUMENTS, describe_graph, node_parameter_arguments
+from equimus_bringup.graph import ARGUMENTS, describe_graph, parameter_layers
 
 
 def lifecycle_actions(node: LifecycleNode) -> list:
@@ -60,19 +63,30 @@ def lifecycle_actions(node: LifecycleNode) -> list:
 
 
 def shutdown_on_exit(action, name: str, driver: LifecycleNode | None) -> RegisterEventHandler:
-    """A required process exited: vent the valve driver (deactivate), then end the launch."""
-    events = []
-    if driver is not None and driver is not action:
-        events.append(
-            EmitEvent(
-                event=ChangeState(
-                    lifecycle_node_matcher=matches_action(driver),
-                    transition_id=Transition.TRANSITION_DEACTIVATE,
+    """A required process exited on its own: vent the valve driver (deactivate), then end the
+    launch. Not when the launch is already stopping (Ctrl-C): every node then has its SIGINT,
+    the driver vents on it, and a transition or a second Shutdown sent to exiting processes
+    would only fail."""
+
+    def _stop(context) -> list:
+        if context.is_shutdown:
+            return []
+        events = []
+        if driver is not None and driver is not action:
+            events.append(
+                EmitEvent(
+                    event=ChangeState(
+                        lifecycle_node_matcher=matches_action(driver),
+                        transition_id=Transition.TRANSITION_DEACTIVATE,
+                    )
                 )
             )
-        )
-    events.append(EmitEvent(event=Shutdown(reason=f'{name} exited: the graph stops')))
-    return RegisterEventHandler(OnProcessExit(target_action=action, on_exit=events))
+        events.append(EmitEvent(event=Shutdown(reason=f'{name} exited: the graph stops')))
+        return events
+
+    return RegisterEventHandler(
+        OnProcessExit(target_action=action, on_exit=[OpaqueFunction(function=_stop)])
+    )
 
 
 def generate(mode: str) -> LaunchDescription:
@@ -90,21 +104,17 @@ def generate(mode: str) -> LaunchDescription:
         driver = None
         for spec in describe_graph(mode, values):
             if spec.is_ros_node:
-                # A multi-node process keeps its nodes' own names: no name remap, and per-node
-                # parameters as node-scoped overrides. Managed nodes are LifecycleNode actions.
+                # A multi-node process keeps its nodes' own names (no name remap); its launch
+                # arguments are node-scoped in the last parameter file. Managed nodes are
+                # LifecycleNode actions.
                 kind = LifecycleNode if spec.managed else Node
                 extra = {'namespace': ''} if spec.managed else {}
                 action = kind(
                     package=spec.package,
                     executable=spec.executable,
                     name=None if spec.nodes else spec.name,
-                    parameters=[*spec.parameter_files, spec.parameters],
-                    arguments=[
-                        '--ros-args',
-                        '--log-level',
-                        log_level,
-                        *node_parameter_arguments(spec),
-                    ],
+                    parameters=[Path(p) for p in parameter_layers(spec)],
+                    ros_arguments=['--log-level', log_level],
                     prefix=' '.join(spec.prefix) or None,
                     additional_env=spec.env or None,
                     output='screen',
@@ -136,20 +146,42 @@ RVIZ_CONFIG = ('viewers', 'equimus.rviz')  # in equimus_bringup's share folder
 
 
 def viewer_actions() -> list:
-    """`rviz:=true`: RViz with the leg's config (robot model from /robot_description, /tf)."""
+    """`rviz:=true`: RViz with the leg's config (robot model from /robot_description, /tf).
+
+    Without rviz2 installed (a headless machine) the graph runs without it, with one line saying
+    how to install it, rather than the launch failing on a viewer."""
+
+    def _rviz(context) -> list:
+        from ament_index_python.packages import PackageNotFoundError, get_package_prefix
+        from launch.logging import get_logger
+
+        if IfCondition(LaunchConfiguration('rviz')).evaluate(context) is False:
+            return []
+        try:
+            get_package_prefix('rviz2')
+        except PackageNotFoundError:
+            distro = os.environ.get('ROS_DISTRO') or '<distro>'
+            get_logger('launch.user').warning(
+                f'rviz:=true: rviz2 is not installed here (apt install ros-{distro}-rviz2); '
+                'the graph runs without RViz'
+            )
+            return []
+        return [
+            Node(
+                package='rviz2',
+                executable='rviz2',
+                name='rviz',
+                arguments=[
+                    '-d',
+                    PathJoinSubstitution([FindPackageShare('equimus_bringup'), *RVIZ_CONFIG]),
+                ],
+                output='screen',
+            )
+        ]
+
     return [
         DeclareLaunchArgument(
             'rviz', default_value='false', description='start RViz with viewers/equimus.rviz'
         ),
-        Node(
-            package='rviz2',
-            executable='rviz2',
-            name='rviz',
-            arguments=[
-                '-d',
-                PathJoinSubstitution([FindPackageShare('equimus_bringup'), *RVIZ_CONFIG]),
-            ],
-            condition=IfCondition(LaunchConfiguration('rviz')),
-            output='screen',
-        ),
+        OpaqueFunction(function=_rviz),
     ]

@@ -28,6 +28,7 @@ from equimus_sim.mocap import MocapConfig, VirtualMocap
 from equimus_sim.simulator import LegSimulator
 
 SWITCH_INTERVAL_S = 0.0005  # GIL hand-over bound for the emulators' threads (CPython: 5 ms)
+VENT_GRACE_S = 3.0  # s the rig waits for the driver's vent after a stop signal
 
 
 class EmulatedRig:
@@ -106,6 +107,18 @@ class EmulatedRig:
     def stop(self) -> None:
         self._stop.set()
 
+    def wait_vented(self, grace_s: float = VENT_GRACE_S) -> bool:
+        """Until every board output is at code 0 (the driver vented), at most `grace_s`.
+
+        A real rig stays powered when the graph is stopped; a Ctrl-C reaches this process and
+        the driver at once, and the driver's vent must still find a board that answers."""
+        end = time.monotonic() + grace_s
+        while any(self.board.codes):
+            if time.monotonic() >= end:
+                return False
+            time.sleep(0.01)
+        return True
+
     def __enter__(self):
         # The board answers and the NatNet server sends from threads of this process; neither may
         # wait out CPython's default 5 ms GIL switch interval behind the physics thread.
@@ -180,10 +193,12 @@ def main(argv: list[str] | None = None) -> int:
         )
         with contextlib.suppress(KeyboardInterrupt):
             rig.run(a.duration)
+            rig.wait_vented()
     print(
         f'rig_emulator: {rig.frames} frames, {rig.natnet.frames_sent} sent, '
         f'board watchdog trips {rig.board.watchdog_trips}, '
-        f'code-limit violations {len(rig.board.invariant_violations)}',
+        f'code-limit violations {len(rig.board.invariant_violations)}, '
+        f'outputs at stop {list(rig.board.codes)}',
         flush=True,
     )
     return 0
