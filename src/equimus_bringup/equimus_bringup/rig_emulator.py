@@ -28,7 +28,10 @@ from equimus_sim.mocap import MocapConfig, VirtualMocap
 from equimus_sim.simulator import LegSimulator
 
 SWITCH_INTERVAL_S = 0.0005  # GIL hand-over bound for the emulators' threads (CPython: 5 ms)
-VENT_GRACE_S = 3.0  # s the rig waits for the driver's vent after a stop signal
+# After a stop signal the rig waits for the driver's vent, at most VENT_GRACE_S (launch sends
+# SIGTERM 5 s after SIGINT); the driver is gone once it has sent nothing for DRIVER_GONE_S.
+VENT_GRACE_S = 4.0
+DRIVER_GONE_S = 0.5
 
 
 class EmulatedRig:
@@ -107,17 +110,21 @@ class EmulatedRig:
     def stop(self) -> None:
         self._stop.set()
 
-    def wait_vented(self, grace_s: float = VENT_GRACE_S) -> bool:
-        """Until every board output is at code 0 (the driver vented), at most `grace_s`.
+    def wait_released(self, grace_s: float = VENT_GRACE_S) -> bool:
+        """Until the driver has let go of the board: outputs at code 0 and no frame for
+        DRIVER_GONE_S (a running driver sends at least every watchdog period), at most `grace_s`.
 
         A real rig stays powered when the graph is stopped; a Ctrl-C reaches this process and
-        the driver at once, and the driver's vent must still find a board that answers."""
+        the driver at once, and the driver's vent on shutdown must still find a board that
+        answers."""
         end = time.monotonic() + grace_s
-        while any(self.board.codes):
-            if time.monotonic() >= end:
-                return False
-            time.sleep(0.01)
-        return True
+        while time.monotonic() < end:
+            last = self.board.last_frame()
+            quiet = last is None or time.monotonic() - last.t > DRIVER_GONE_S
+            if quiet and not any(self.board.codes):
+                return True
+            time.sleep(0.02)
+        return False
 
     def __enter__(self):
         # The board answers and the NatNet server sends from threads of this process; neither may
@@ -193,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         with contextlib.suppress(KeyboardInterrupt):
             rig.run(a.duration)
-            rig.wait_vented()
+            rig.wait_released()
     print(
         f'rig_emulator: {rig.frames} frames, {rig.natnet.frames_sent} sent, '
         f'board watchdog trips {rig.board.watchdog_trips}, '
