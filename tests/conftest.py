@@ -15,9 +15,20 @@ if SHARED.is_dir():
 # Shared test helpers (rosproc: start and stop real node processes) for every test folder.
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 
-# Concurrent test sessions on one machine must not hear each other's topics.
-os.environ.setdefault('ROS_DOMAIN_ID', str(1 + os.getpid() % 100))
+import dds_domain  # noqa: E402  (found through the path above)
+
+# Concurrent test sessions on one machine (`colcon test` runs the packages in parallel) must not
+# hear each other's topics: each claims a domain of its own, whatever ROS_DOMAIN_ID was exported.
+try:
+    DOMAIN, EXPORTED_DOMAIN = dds_domain.claim_for_session()
+except RuntimeError as e:
+    raise pytest.UsageError(str(e)) from None
 os.environ['ROS_AUTOMATIC_DISCOVERY_RANGE'] = 'LOCALHOST'
+
+
+def pytest_report_header(config) -> str:
+    exported = '' if EXPORTED_DOMAIN is None else f', the exported {EXPORTED_DOMAIN} not used'
+    return f'ROS_DOMAIN_ID={DOMAIN.domain} for this session (lock {DOMAIN.lock}{exported})'
 
 
 @pytest.fixture(scope='session')

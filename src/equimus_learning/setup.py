@@ -14,7 +14,11 @@ setup(
     ],
     install_requires=['setuptools', 'gymnasium>=1.0'],
     # Reinforcement learning (`equimus train --algo ppo`); the base install and tests need none.
-    extras_require={'rl': ['stable-baselines3>=2.3', 'torch', 'tensorboard', 'tqdm', 'rich']},
+    # 'test' lists pytest so that `colcon test` runs pytest (without it: unittest, 0 tests).
+    extras_require={
+        'rl': ['stable-baselines3>=2.3', 'torch', 'tensorboard', 'tqdm', 'rich'],
+        'test': ['pytest'],
+    },
     zip_safe=True,
     maintainer='EquiMus HIL maintainers',
     maintainer_email='maintainers@equimus.dev',
