@@ -236,6 +236,18 @@ class ValveDriver(LifecycleNode):
             self._publish_diagnostics()
         self.get_logger().info(f'{why}: disarmed, all channels vented to 0 kPa')
 
+    def not_active_reason(self) -> str:
+        """Why commands and arming are refused, with the transition valid from this state."""
+        state = self._state_machine.current_state[1]
+        cmd = f'ros2 lifecycle set {self.get_fully_qualified_name()}'
+        if state == 'unconfigured':
+            return f'valve_driver is unconfigured; `{cmd} configure`, then `{cmd} activate`'
+        if state == 'inactive':
+            return f'valve_driver is inactive; `{cmd} activate` first'
+        if state == 'finalized':
+            return 'valve_driver is finalized (shut down): no transition leaves it; restart it'
+        return f'valve_driver is {state}: wait for that transition to end, then try again'
+
     def _close_board(self, why: str) -> None:
         """Vent, close the port and stop the ticks (back to unconfigured)."""
         self.active = False
@@ -316,10 +328,7 @@ class ValveDriver(LifecycleNode):
         if not self.active or self.board is None:
             if now - self._last_warn_t > 1.0:
                 self._last_warn_t = now
-                self.get_logger().warning(
-                    'command ignored: valve_driver is not active (ros2 lifecycle set '
-                    '/valve_driver activate)'
-                )
+                self.get_logger().warning(f'command ignored: {self.not_active_reason()}')
             return
         self._check_reconnect(now)
         self._last_commanded = list(kpa)
@@ -401,10 +410,7 @@ class ValveDriver(LifecycleNode):
         now = time.monotonic()
         if not self.active or self.board is None:
             response.success = False
-            response.message = (
-                'not armed: valve_driver is not active; `ros2 lifecycle set /valve_driver '
-                'configure` then `activate` first'
-            )
+            response.message = f'not armed: {self.not_active_reason()}'
             self.get_logger().error(response.message)
             return response
         if self.subscribed:
