@@ -40,6 +40,7 @@ from typing import Any
 
 import numpy as np
 from geometry_msgs.msg import PoseStamped
+from rcl_interfaces.msg import SetParametersResult
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.executors import (
     ExternalShutdownException,
@@ -143,6 +144,9 @@ class SimNode(Node):
                 'must run on wall time; set use_sim_time only on the other nodes'
             )
             self.set_parameters([Parameter('use_sim_time', Parameter.Type.BOOL, False)])
+        # From here on, also refused while running (`ros2 param set /sim use_sim_time true`);
+        # added last, so it runs before the TimeSource's own callback switches the clock.
+        self.add_on_set_parameters_callback(self._refuse_sim_time)
         self.params = bind(self, SimConfig(), apply=self._apply)
         p = self.params.config
         self.mode = p.mode
@@ -242,6 +246,17 @@ class SimNode(Node):
 
     def _pause_at_ns(self, pause_at: float) -> int:
         return int(round(pause_at * 1e9)) if pause_at > 0 else 0
+
+    def _refuse_sim_time(self, parameters: list[Parameter]) -> SetParametersResult:
+        """The sim owns /clock: it cannot run on the clock it publishes (false is accepted)."""
+        for prm in parameters:
+            if prm.name == 'use_sim_time' and prm.value is not False:
+                return SetParametersResult(
+                    successful=False,
+                    reason=f'use_sim_time={prm.value!r} refused: the sim node publishes /clock '
+                    'and runs on wall time; set use_sim_time on the other nodes only',
+                )
+        return SetParametersResult(successful=True)
 
     def _apply(self, cfg: SimConfig) -> None:
         """Runtime parameters (already validated): pacing and pause_at from the next frame."""
