@@ -27,6 +27,7 @@ __all__ = [
     'TOPICS',
     'Topic',
     'VALVE_APPLIED',
+    'VALVE_ARMED',
     'VALVE_COMMAND',
     'VALVE_PRESSURE',
     'mocap_pose',
@@ -148,6 +149,15 @@ VALVE_PRESSURE = Topic(
     'pressures measured at the valves (effort, kPa, stamped when measured)',
     arrays=(('name', ACTUATORS), ('effort', ACTUATORS)),
 )
+#: Latched, so a controller that starts later learns the state at once.
+VALVE_ARMED = Topic(
+    '/valve/armed',
+    'std_msgs/msg/Bool',
+    QosClass.LATCHED,
+    'true while the valve driver is active and armed (the valves follow /valve/command), sent '
+    'on every change and at every arm (an arm restarts the output from 0 kPa): the controller '
+    'starts afresh (integrators, warm starts) at each true',
+)
 DIAGNOSTICS = Topic(
     '/diagnostics',
     'diagnostic_msgs/msg/DiagnosticArray',
@@ -164,6 +174,7 @@ TOPICS: tuple[Topic, ...] = (
     VALVE_COMMAND,
     VALVE_APPLIED,
     VALVE_PRESSURE,
+    VALVE_ARMED,
     DIAGNOSTICS,
     CLOCK,
 )
