@@ -1,8 +1,9 @@
 """Re-activating the valve driver (auto_arm:=true) restarts the output from vented and the
-controller afresh: over real rclpy/DDS, the driver (simulated board) and the PID controller as in
-the split graph, states and a far reference from the test. While the driver is inactive the PID
-winds up to its clamp; on activate the first applied pressures are 0 kPa and rise by the slew
-limit, and the integral is 0 when /valve/armed has reached the controller (issue 24).
+controller afresh: over real rclpy/DDS, the driver (simulated board, its own process) and the PID
+controller (in this process, to read its integral) as in the split graph, states and a far
+reference from the test. While the driver is inactive the PID winds up to its clamp; on
+activate the first applied pressures are 0 kPa and rise by the slew limit, and the integral is 0
+when /valve/armed has reached the controller (issue 24).
 
 The composed sim graph and the fused control loop, where the two share a process and are wired by
 direct calls, are run whole as well (slow)."""
@@ -20,6 +21,7 @@ from lifecycle_msgs.msg import Transition
 from lifecycle_msgs.srv import ChangeState
 from paramclient import set_parameters
 from rclpy.executors import MultiThreadedExecutor
+from rosproc import start_node, stop
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Bool, Float64MultiArray
 
@@ -36,8 +38,6 @@ from equimus_description.interface import (
     VALVE_COMMAND,
 )
 from equimus_hw.valve.config import DriverConfig
-from equimus_hw.valve.driver_node import ValveDriver
-from equimus_ros.lifecycle import bring_up
 from equimus_ros.qos import publisher, subscription
 
 STATE = [1.30, 0.90]  # rad: where the test's leg stays
@@ -49,23 +49,23 @@ RATE = 120.0
 
 
 class Rig:
-    """Driver and controller nodes spun by an executor thread; the test node feeds states."""
+    """The driver's process; the controller node and the test node spun by an executor thread
+    in this one (rclpy's LifecycleNode stays in the ROS graph after destroy_node, so the driver
+    does not run here)."""
 
     def __init__(self) -> None:
-        rclpy.init(
-            args=[
-                '--ros-args',
-                '-p',
-                'valve_driver:board:=sim',
-                '-p',
-                'valve_driver:auto_arm:=true',
-                '-p',
-                'valve_driver:command_timeout_s:=2.0',
-                '-p',
-                'controller:stale_timeout:=5.0',  # the test's pauses never trip the stale guard
-            ],
+        self.proc = start_node(
+            'equimus_hw',
+            'valve_driver',
+            '-p',
+            'board:=sim',
+            '-p',
+            'auto_arm:=true',
+            '-p',
+            'command_timeout_s:=2.0',
         )
-        self.driver = ValveDriver()
+        # the test's pauses never trip the stale guard
+        rclpy.init(args=['--ros-args', '-p', 'controller:stale_timeout:=5.0'])
         self.controller = ControllerNode()
         self.node = rclpy.create_node('rearm_probe')
         self.applied: list[tuple[float, float, list[float]]] = []  # (arrival, stamp s, kPa)
@@ -76,7 +76,7 @@ class Rig:
         self.state_pub = publisher(self.node, JointState, JOINT_STATES)
         self.ref_pub = publisher(self.node, JointState, REFERENCE)
         self.ex = MultiThreadedExecutor(num_threads=3)
-        for n in (self.driver, self.controller, self.node):
+        for n in (self.controller, self.node):
             self.ex.add_node(n)
         self.feeding = threading.Event()
         self._stop = False
@@ -118,7 +118,7 @@ class Rig:
 
     def change(self, transition: int) -> None:
         client = self.node.create_client(ChangeState, '/valve_driver/change_state')
-        assert client.wait_for_service(timeout_sec=10.0)
+        assert client.wait_for_service(timeout_sec=30.0), 'no /valve_driver/change_state'
         request = ChangeState.Request()
         request.transition.id = transition
         future = client.call_async(request)
@@ -130,15 +130,15 @@ class Rig:
         with self.controller._lock:
             return np.array(self.controller.step.controller.integral)
 
-    def close(self) -> None:
+    def close(self) -> str:
         self._stop = True
         for t in self._threads:
             t.join(2.0)
         self.ex.shutdown()
-        self.driver.vent_and_close()
-        for n in (self.node, self.controller, self.driver):
+        for n in (self.node, self.controller):
             n.destroy_node()
         rclpy.try_shutdown()
+        return stop(self.proc)
 
 
 def until(predicate, timeout: float, what: str) -> None:
@@ -167,9 +167,12 @@ def check_ramp(
 
 def test_reactivated_driver_ramps_from_vented_and_the_pid_restarts():
     rig = Rig()
+    out = ''
     try:
-        bring_up(rig.driver)
-        quantum = rig.driver.cal.volts_per_code * rig.driver.cal.kpa_per_volt  # one DAC code
+        rig.change(Transition.TRANSITION_CONFIGURE)
+        rig.change(Transition.TRANSITION_ACTIVATE)
+        cal = DriverConfig().calibration()
+        quantum = cal.volts_per_code * cal.kpa_per_volt  # one DAC code
         rig.feeding.set()
         until(lambda: rig.controller.arm_resets >= 1, 10.0, 'the driver armed at start')
         until(lambda: any(max(p) > 20.0 for _, _, p in rig.applied), 10.0, 'control under way')
@@ -203,7 +206,8 @@ def test_reactivated_driver_ramps_from_vented_and_the_pid_restarts():
         # The fresh PID integrates again from 0, not from the wound-up clamp.
         assert abs(rig.integral()[0]) < 0.5 * abs(wound[0]), (wound, rig.integral())
     finally:
-        rig.close()
+        out = rig.close()
+    assert rig.proc.returncode == 0 and 'Traceback' not in out, out
 
 
 def test_check_ramp_catches_a_jump():
