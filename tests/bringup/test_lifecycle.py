@@ -4,6 +4,7 @@ natnet_bridge, and the supervisor taking them to active and ending the graph whe
 from __future__ import annotations
 
 import os
+import re
 import signal
 import threading
 import time
@@ -11,7 +12,7 @@ import time
 import pytest
 import rclpy
 from lifecycle_msgs.msg import State, Transition
-from lifecycle_msgs.srv import ChangeState, GetState
+from lifecycle_msgs.srv import ChangeState, GetAvailableTransitions, GetState
 from rclpy.executors import SingleThreadedExecutor
 from rosproc import start_node, stop
 from sensor_msgs.msg import JointState
@@ -64,6 +65,15 @@ class Manager:
         request.transition.id = transition
         return self._call(ChangeState, f'/{node}/change_state', request).success
 
+    def available(self, node: str) -> set[str]:
+        """Labels of the transitions the node's state machine offers now."""
+        res = self._call(
+            GetAvailableTransitions,
+            f'/{node}/get_available_transitions',
+            GetAvailableTransitions.Request(),
+        )
+        return {t.transition.label for t in res.available_transitions}
+
     def watch_applied(self) -> None:
         def on(msg):
             with self._lock:
@@ -81,6 +91,15 @@ class Manager:
         self.ex.shutdown()
         self.node.destroy_node()
         rclpy.try_shutdown(context=self.ctx)
+
+
+def _check_arm_refusal(m: Manager, node: str, steps: list[str]) -> None:
+    """~/arm refused with the transitions to take, in order; the first is valid right now."""
+    refused = m._call(Trigger, f'/{node}/arm', Trigger.Request())
+    assert not refused.success, refused.message
+    named = re.findall(rf'`ros2 lifecycle set /{node} (\w+)`', refused.message)
+    assert named == steps, refused.message
+    assert steps[0] in m.available(node), (refused.message, m.available(node))
 
 
 def _until(predicate, timeout: float, what: str):
@@ -112,6 +131,7 @@ def test_valve_driver_transitions_open_arm_vent_and_close():
         cmd.publish(float_array([20.0, 20.0], ''))
         time.sleep(0.5)
         assert m.last_applied() is None  # no board open: nothing is applied
+        _check_arm_refusal(m, name, ['configure', 'activate'])
 
         assert m.change(name, Transition.TRANSITION_CONFIGURE)
         assert m.state(name) == State.PRIMARY_STATE_INACTIVE
@@ -119,8 +139,7 @@ def test_valve_driver_transitions_open_arm_vent_and_close():
         cmd.publish(float_array([20.0, 20.0], ''))
         time.sleep(0.5)
         assert m.last_applied() in (None, [0.0, 0.0])  # inactive: commands are ignored
-        refused = m._call(Trigger, '/valve_driver/arm', Trigger.Request())
-        assert not refused.success and 'not active' in refused.message, refused.message
+        _check_arm_refusal(m, name, ['activate'])  # configure is not valid from inactive
 
         assert m.change(name, Transition.TRANSITION_ACTIVATE)
         assert m.state(name) == State.PRIMARY_STATE_ACTIVE
@@ -146,6 +165,9 @@ def test_valve_driver_transitions_open_arm_vent_and_close():
         assert not m.change(name, Transition.TRANSITION_ACTIVATE)  # must configure first
         assert m.change(name, Transition.TRANSITION_UNCONFIGURED_SHUTDOWN)
         assert m.state(name) == State.PRIMARY_STATE_FINALIZED
+        finalized = m._call(Trigger, '/valve_driver/arm', Trigger.Request())
+        assert not finalized.success and 'restart' in finalized.message, finalized.message
+        assert 'lifecycle set' not in finalized.message  # no transition leaves finalized
     finally:
         m.close()
         out = stop(proc)

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 import rclpy
-from paramclient import set_parameters
+from paramclient import get_parameters, set_parameters
 from std_srvs.srv import Trigger
 from test_sim_node import FRAME_NS, Probe, SimProcess, _wait_connected
 
@@ -164,6 +164,15 @@ def test_pause_step_resume_rate_and_reset(ros, repo_dir, tmp_path):
         _set(probe, real_time_factor=-1.0)  # negative: as fast as possible, accepted
         res = set_parameters(_params_node(), 'sim', reset_pose='sideways')
         assert not res[0].successful and 'reset_pose' in res[0].reason
+
+        # use_sim_time: the sim publishes /clock and never runs on it (docs/interfaces.md).
+        res = set_parameters(_params_node(), 'sim', use_sim_time=True)
+        assert not res[0].successful and 'publishes /clock' in res[0].reason, res[0].reason
+        assert get_parameters(_params_node(), 'sim', 'use_sim_time') == [False]
+        assert set_parameters(_params_node(), 'sim', use_sim_time=False)[0].successful
+        _set(probe, real_time_factor=1.0, pause_at=0.0)
+        assert _call(probe, 'resume').success
+        assert 0.8 < _ratio(probe, 1.0) < 1.2  # still paced by the wall clock
     finally:
         rc = sim.stop()
         probe.close()

@@ -1,5 +1,6 @@
 """state_publisher over real rclpy/DDS: the URDF, the static frames and /tf follow the joint
-states and the mocap poses; the chain world → calf equals the URDF's forward kinematics."""
+states and the mocap poses; the chain world → calf equals the URDF's forward kinematics, at the
+rest pose (inside the joint limits) before the first joint state and at each joint state after."""
 
 import math
 import time
@@ -20,7 +21,8 @@ from equimus_description.interface import (
     mocap_frame,
     mocap_pose,
 )
-from equimus_description.urdf import build_urdf, forward_kinematics
+from equimus_description.leg import load_leg
+from equimus_description.urdf import build_urdf, forward_kinematics, rest_positions
 from equimus_ros.qos import publisher, subscription
 
 tf2_msgs = pytest.importorskip(
@@ -53,20 +55,40 @@ def compose(frames, child):
     return child, pos, rot
 
 
+def _check_chain(frames, q):
+    fk = forward_kinematics(build_urdf(), q)
+    for link in ('base', 'thigh', 'calf'):
+        root, pos, rot = compose(frames, link)
+        assert root == 'world'
+        assert np.linalg.norm(pos - fk[link][0]) < 1e-9, (link, q)
+        assert np.abs(rot - fk[link][1]).max() < 1e-9, (link, q)
+
+
 def test_tf_follows_joint_states_and_mocap():
     proc = start_node('equimus_tf', 'state_publisher')
     rclpy.init()
     node = rclpy.create_node('tf_probe')
-    got = {'static': {}, 'tf': {}, 'urdf': []}
+    got = {'static': {}, 'tf': {}, 'urdf': [], 'rest': []}
 
     def on_tf(msg, key):
         for t in msg.transforms:
             got[key][t.child_frame_id] = t
+        if key == 'tf' and msg.transforms[0].header.stamp.sec > 1_000_000:  # stamped now
+            got['rest'].append({t.child_frame_id: t for t in msg.transforms})
 
     try:
         subscription(node, tf2_msgs.TFMessage, TF_STATIC, lambda m: on_tf(m, 'static'))
         subscription(node, tf2_msgs.TFMessage, TF, lambda m: on_tf(m, 'tf'))
         subscription(node, String, ROBOT_DESCRIPTION, lambda m: got['urdf'].append(m.data))
+        # Before any joint state: the leg at its rest pose (inside the joint limits), repeated
+        # for viewers that join late, from a subscriber that joined after the node started.
+        end = time.monotonic() + 30.0
+        while time.monotonic() < end and not (got['rest'] and got['static']):
+            rclpy.spin_once(node, timeout_sec=0.1)
+        out = '' if proc.poll() is None else stop(proc)
+        assert got['rest'], f'no /tf before the first joint state; node output:\n{out}'
+        rest = rest_positions(load_leg())
+        _check_chain({**got['static'], **got['rest'][-1]}, rest)
         js_pub = publisher(node, JointState, JOINT_STATES)
         pose_pub = publisher(node, PoseStamped, mocap_pose('thigh'))
         q = {'hip': 1.2, 'knee': 0.7}
@@ -81,7 +103,8 @@ def test_tf_follows_joint_states_and_mocap():
         while time.monotonic() < end and not (
             got['urdf']
             and {'base', 'mocap'} <= set(got['static'])
-            and {'calf', mocap_frame('thigh')} <= set(got['tf'])
+            and mocap_frame('thigh') in got['tf']
+            and 42 <= got['tf']['calf'].header.stamp.sec < 1_000_000
         ):
             # stamps advance 20 ms a loop: /tf is rate-limited by message time (50 Hz)
             js.header.stamp.sec, js.header.stamp.nanosec = 42 + i // 50, (i % 50) * 20_000_000
@@ -95,14 +118,15 @@ def test_tf_follows_joint_states_and_mocap():
         assert got['urdf'][0] == build_urdf()
         assert {'base', 'mocap'} <= set(got['static']), got['static'].keys()
         assert {'thigh', 'calf', mocap_frame('thigh')} <= set(got['tf']), got['tf'].keys()
-        assert got['tf']['calf'].header.stamp.sec >= 42
+        assert 42 <= got['tf']['calf'].header.stamp.sec < 1_000_000
         frames = {**got['static'], **got['tf']}
-        fk = forward_kinematics(build_urdf(), q)
-        for link in ('base', 'thigh', 'calf'):
-            root, pos, rot = compose(frames, link)
-            assert root == 'world'
-            assert np.linalg.norm(pos - fk[link][0]) < 1e-9
-            assert np.abs(rot - fk[link][1]).max() < 1e-9
+        _check_chain(frames, q)
+        # The rest pose stops at the first joint state: no more /tf stamped now.
+        got['rest'].clear()
+        end = time.monotonic() + 1.0
+        while time.monotonic() < end:
+            rclpy.spin_once(node, timeout_sec=0.05)
+        assert not got['rest'], 'the rest pose went on after a joint state'
         # the rigid body: mocap and world both Z up (REP-103), mocap at the world's origin
         root, pos, _ = compose(frames, mocap_frame('thigh'))
         assert root == 'world'
@@ -113,7 +137,7 @@ def test_tf_follows_joint_states_and_mocap():
         for _ in range(20):
             js_pub.publish(js)
             rclpy.spin_once(node, timeout_sec=0.05)
-        assert got['tf']['calf'].header.stamp.sec >= 42
+        assert 42 <= got['tf']['calf'].header.stamp.sec < 44
     finally:
         node.destroy_node()
         rclpy.shutdown()

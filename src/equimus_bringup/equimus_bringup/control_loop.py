@@ -21,7 +21,8 @@ The controller in this process is the same `ControllerNode` (and so the same
 The managed nodes (valve_driver, natnet_bridge) are configured and activated here, in-process;
 their lifecycle services stay available (`ros2 lifecycle set /valve_driver deactivate` vents).
 The valve driver does not read /valve/command in this mode: the in-process controller is its
-only command source.
+only command source, and the controller hears the driver's armed state by call, not on
+/valve/armed.
 """
 
 from __future__ import annotations
@@ -179,8 +180,14 @@ def control_loop() -> list[Node]:
         bring_up(driver)  # managed: configured and active in-process, no service round trip
         monitor = LoopLatency()
         nodes.append(monitor)
-        controller = ControllerNode(subscribe_state=False, downstream=monitor.timed(driver))
+        controller = ControllerNode(
+            subscribe_state=False, downstream=monitor.timed(driver), subscribe_armed=False
+        )
         nodes.append(controller)
+        # The driver's armed state by direct call: the controller starts afresh at each arm,
+        # before the next frame (the driver armed before the controller existed: tell it now).
+        driver.armed_listeners.append(controller.on_valves_armed)
+        controller.on_valves_armed(driver.valves_armed)
         estimator = EstimatorNode(subscribe=False, downstream=controller.on_joints)
         nodes.append(estimator)
         # Last: the bridge starts receiving (and driving the chain) when it is activated.

@@ -44,6 +44,7 @@ from rclpy.serialization import deserialize_message
 from rclpy.subscription import Subscription
 from rclpy.time import Time
 from rclpy.time_source import TimeSource
+from std_msgs.msg import Bool
 
 from equimus_bringup.bag_process import BagWriterProcess
 from equimus_bringup.graph import SPEED_PREFIX
@@ -295,8 +296,12 @@ class SimGraph(Node):
         self.bus.attach([*self.nodes, self])
         # Published at construction, before the hand-off existed: on DDS (latched) but not in
         # the bag, whose recorder skips topics published in this process. Record them at t=0.
-        for pub, msg in self.state_publisher.latched:
+        armed = Bool(data=self.driver.valves_armed)
+        for pub, msg in (*self.state_publisher.latched, (self.driver.pub_armed, armed)):
             self.bus.record_latched(pub.topic_name, msg)
+        # The driver armed before the controller existed: its /valve/armed by a direct call
+        # (later ones reach the controller through the hand-off).
+        self.controller.on_valves_armed(armed.data)
         rate = self.reference.params.config.rate
         self.ref_period_ns = int(round(1e9 / rate))
         self.next_ref_ns: int | None = None

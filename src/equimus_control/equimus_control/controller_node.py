@@ -6,6 +6,8 @@ sampling | open_loop) and its settings come from config dataclasses (`controller
 `supervisor.SafetyConfig`) through equimus_ros.params; the guard range, stale timeout, p_max and
 the PID gains follow `ros2 param set`, everything else is read-only. The model-based controllers
 get their plant model from the `equimus.plant_models` entry point (equimus_sim registers it).
+Each time the valve driver (re)arms (/valve/armed true) the controller starts afresh
+(`ControlStep.reset`): what it integrated while the valves were vented never reaches them.
 """
 
 from __future__ import annotations
@@ -21,13 +23,14 @@ import numpy as np
 from rclpy.clock import Clock, ClockType
 from rclpy.node import Node
 from sensor_msgs.msg import JointState
-from std_msgs.msg import Float64MultiArray
+from std_msgs.msg import Bool, Float64MultiArray
 
 from equimus_description.config import with_check
 from equimus_description.interface import (
     DIAGNOSTICS,
     JOINT_STATES,
     REFERENCE,
+    VALVE_ARMED,
     VALVE_COMMAND,
 )
 from equimus_description.leg import load_leg
@@ -54,15 +57,16 @@ DIAG_PERIOD_S = 1.0
 
 
 class ControllerNode(Node):
-    """`subscribe_state=False` and `downstream` are for the fused control loop: states come by
-    call (`on_joints`) and each command's pressures go to `downstream` before its message is
-    built and published. The node's lock makes `on_joints` safe to call from another thread
-    than the executor's."""
+    """`subscribe_state=False`, `subscribe_armed=False` and `downstream` are for the fused control
+    loop: states and the driver's armed state come by call (`on_joints`, `on_valves_armed`) and
+    each command's pressures go to `downstream` before its message is built and published. The
+    node's lock makes those calls safe from another thread than the executor's."""
 
     def __init__(
         self,
         subscribe_state: bool = True,
         downstream: Callable[[list[float]], None] | None = None,
+        subscribe_armed: bool = True,
     ) -> None:
         super().__init__('controller')
         self.downstream = downstream
@@ -111,11 +115,15 @@ class ControllerNode(Node):
         self.cycles = 0
         self.saturated = np.zeros(len(self.actuator_names), int)
         self.last_reason: str | None = None
+        self.valves_armed: bool | None = None  # None: no word from the valve driver yet
+        self.arm_resets = 0
         self.pub = publisher(self, Float64MultiArray, VALVE_COMMAND)
         self.diagnostics = Diagnostics(self, DIAGNOSTICS, 'controller', hardware_id=self.kind)
         if subscribe_state:
             subscription(self, JointState, JOINT_STATES, self.on_state)
         subscription(self, JointState, REFERENCE, self._on_ref)
+        if subscribe_armed:
+            subscription(self, Bool, VALVE_ARMED, lambda m: self.on_valves_armed(m.data))
         self.steady = Clock(clock_type=ClockType.STEADY_TIME)
         self.create_timer(STALE_CHECK_S, self._stale_check, clock=self.steady)
         self.create_timer(DIAG_PERIOD_S, self._diag, clock=self.steady)
@@ -141,6 +149,17 @@ class ControllerNode(Node):
                 msg.velocity,
                 stamp_seconds(msg.header.stamp.sec, msg.header.stamp.nanosec),
             )
+
+    def on_valves_armed(self, armed: bool) -> None:
+        """The valve driver's armed state; at each arm the controller starts afresh."""
+        with self._lock:
+            self.valves_armed = bool(armed)
+            if armed:
+                self.step.reset()
+                self.arm_resets += 1
+        if armed:
+            self.get_logger().info('valves armed: controller state reset')
+        self._diag()
 
     def on_state(self, msg: JointState) -> None:
         """A joint state from /joint_states (the split graph)."""
@@ -206,6 +225,10 @@ class ControllerNode(Node):
                 'trips_invalid': sup.trips['invalid'],
                 'trips_stale': sup.trips['stale'],
                 'p_max_kpa': f'{sup.cfg.p_max:g}',
+                'valves_armed': 'unknown'
+                if self.valves_armed is None
+                else str(self.valves_armed).lower(),
+                'arm_resets': self.arm_resets,
                 'compute_p50_ms': f'{np.percentile(c, 50):.3f}' if c.size else 'nan',
                 'compute_p99_ms': f'{np.percentile(c, 99):.3f}' if c.size else 'nan',
             },

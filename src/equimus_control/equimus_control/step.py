@@ -76,6 +76,13 @@ class ControlStep:
         check_joints(safety, self.n)
         self.supervisor.cfg = safety
 
+    def reset(self) -> None:
+        """Start afresh (the valves were (re)armed): the controller forgets its integrators,
+        warm starts and predictions, and the next time step is the nominal one. The guards and
+        the reference stay."""
+        self.controller.reset()
+        self.last_stamp = None
+
     def set_reference(self, q: Vector, qd: Vector, stamp: float) -> bool:
         """The latest reference sample (rad, rad/s at `stamp` s). A non-finite pose is ignored
         (False); a non-finite velocity counts as 0."""

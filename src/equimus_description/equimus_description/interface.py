@@ -27,11 +27,13 @@ __all__ = [
     'TOPICS',
     'Topic',
     'VALVE_APPLIED',
+    'VALVE_ARMED',
     'VALVE_COMMAND',
     'VALVE_PRESSURE',
     'mocap_pose',
     'mocap_topic',
     'mocap_frame',
+    'topic_named',
     'ROBOT_DESCRIPTION',
     'TF',
     'TF_STATIC',
@@ -55,6 +57,14 @@ class Topic:
     type: str  # ROS interface name, e.g. 'sensor_msgs/msg/JointState'
     qos: QosClass
     description: str
+    #: The array fields the graph fills on this topic, each with its elements' names in order
+    #: (the rig's leg; another limb's come from its description). Fields not listed stay empty:
+    #: what a viewer may plot, by index or (JointState) by name.
+    arrays: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+    def elements(self, field: str) -> tuple[str, ...] | None:
+        """Element names of an array field this topic fills; None if it stays empty."""
+        return dict(self.arrays).get(field)
 
 
 #: Joint and actuator names in array order (JointState.name; Float64MultiArray layout label).
@@ -98,24 +108,28 @@ JOINT_STATES = Topic(
     'sensor_msgs/msg/JointState',
     QosClass.SENSOR,
     'estimated joint angles and velocities (rad, rad/s), stamped at the mocap frame',
+    arrays=(('name', JOINTS), ('position', JOINTS), ('velocity', JOINTS)),
 )
 SIM_JOINT_STATES = Topic(
     '/sim/joint_states',
     'sensor_msgs/msg/JointState',
     QosClass.SENSOR,
     'ground-truth joint state of the simulated leg',
+    arrays=(('name', JOINTS), ('position', JOINTS), ('velocity', JOINTS)),
 )
 REFERENCE = Topic(
     '/reference/joint',
     'sensor_msgs/msg/JointState',
     QosClass.COMMAND,
     'joint reference (rad) with its velocity',
+    arrays=(('name', JOINTS), ('position', JOINTS), ('velocity', JOINTS)),
 )
 VALVE_COMMAND = Topic(
     '/valve/command',
     'std_msgs/msg/Float64MultiArray',
     QosClass.COMMAND,
     'commanded valve pressures (kPa, [maa, baa]) before the safety layer',
+    arrays=(('data', ACTUATORS),),
 )
 #: Measured and applied pressures are stamped (aligned in time with the poses in a bag, plotted
 #: against time): a sensor_msgs/JointState of the actuators, `name` = ACTUATORS and `effort` =
@@ -126,12 +140,23 @@ VALVE_APPLIED = Topic(
     QosClass.COMMAND,
     'pressures the valve driver applies after its safety filter (effort, kPa, stamped when '
     "applied); the simulated leg's valves follow it (reliable: each message is a lockstep step)",
+    arrays=(('name', ACTUATORS), ('effort', ACTUATORS)),
 )
 VALVE_PRESSURE = Topic(
     '/valve/pressure',
     'sensor_msgs/msg/JointState',
     QosClass.SENSOR,
     'pressures measured at the valves (effort, kPa, stamped when measured)',
+    arrays=(('name', ACTUATORS), ('effort', ACTUATORS)),
+)
+#: Latched, so a controller that starts later learns the state at once.
+VALVE_ARMED = Topic(
+    '/valve/armed',
+    'std_msgs/msg/Bool',
+    QosClass.LATCHED,
+    'true while the valve driver is active and armed (the valves follow /valve/command), sent '
+    'on every change and at every arm (an arm restarts the output from 0 kPa): the controller '
+    'starts afresh (integrators, warm starts) at each true',
 )
 DIAGNOSTICS = Topic(
     '/diagnostics',
@@ -149,6 +174,7 @@ TOPICS: tuple[Topic, ...] = (
     VALVE_COMMAND,
     VALVE_APPLIED,
     VALVE_PRESSURE,
+    VALVE_ARMED,
     DIAGNOSTICS,
     CLOCK,
 )
@@ -178,3 +204,15 @@ TF_STATIC = Topic(
 def mocap_frame(body: str) -> str:
     """TF frame of a motion-capture rigid body (a child of its pose's frame_id)."""
     return f'{FRAME_MOCAP}_{body}'
+
+
+def topic_named(name: str) -> Topic:
+    """The interface's Topic of a topic name (any `/mocap/<body>/pose` included): how a tool or a
+    test finds a topic's type, QoS class and array layout from its name alone."""
+    known = {t.name: t for t in (*TOPICS, MOCAP_MARKERS, ROBOT_DESCRIPTION, TF, TF_STATIC)}
+    if name in known:
+        return known[name]
+    parts = name.split('/')
+    if len(parts) == 4 and parts[:2] == ['', 'mocap'] and parts[2] and parts[3] == 'pose':
+        return mocap_pose(parts[2])
+    raise KeyError(f'{name!r} is not a topic of the interface (equimus_description.interface)')

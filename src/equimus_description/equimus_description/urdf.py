@@ -13,6 +13,18 @@ is then rotated by θ − ref from the build pose, exactly as MuJoCo's hinge wit
 The actuators (elastic muscles between two bodies) are not links of a kinematic tree; they stay in
 the MJCF only. forward_kinematics() is the URDF's own chain evaluated in plain numpy, used by the
 /tf publisher and by the test that compares it with MuJoCo's.
+
+Each link is drawn (and collides) as simple shapes from the description's own points, no mesh
+file: a rod from the link's joint to each child joint and to the foot, a thinner strut to each
+actuator anchor on it, a hub along each hinge axis and a sphere for the foot; the root body gets
+a mount from its origin to the first joint and a beam from there to its anchors. Every shape is
+named after its end points (`hip-knee`, `knee-baa_tip`, `foot`), so a test can hold the drawing
+to the kinematics.
+
+Zero joint positions are not a pose of this leg: /joint_states carry the paper's θ, and θ1 = 0
+lies outside the hip's range. The URDF keeps θ as its joint variable (any robot_state_publisher
+fed /joint_states draws the leg right); `rest_positions` is the pose to show before a first
+joint state: the build pose (θ = ref, MuJoCo's qpos0), inside every joint's range.
 """
 
 from __future__ import annotations
@@ -20,6 +32,7 @@ from __future__ import annotations
 import math
 import xml.etree.ElementTree as ET
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -85,11 +98,124 @@ def joint_origin(leg: LegDescription, body: str) -> tuple[np.ndarray, np.ndarray
     return b.pos.copy(), rot
 
 
+#: m, radii of the drawn shapes: the links' rods, the struts to the actuator anchors, the hinge
+#: hubs (and their length along the axis); rendering only (the MJCF's dynamics do not see them).
+ROD_RADIUS = 0.012
+STRUT_RADIUS = 0.006
+HUB_RADIUS = 0.018
+HUB_LENGTH = 0.03
+#: rgba of the root body (the rig's frame) and of the moving links.
+FRAME_RGBA = (0.45, 0.45, 0.5, 1.0)
+LINK_RGBA = (0.85, 0.55, 0.2, 1.0)
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One URDF geometry of a link, in the link's frame: a `cylinder` (size = radius, length),
+    along its local z at `rot`, or a `sphere` (size = radius,)."""
+
+    name: str
+    kind: str
+    size: tuple[float, ...]
+    xyz: np.ndarray
+    rot: np.ndarray
+
+
+def _rod(name: str, a: np.ndarray, b: np.ndarray, radius: float) -> Shape | None:
+    """A cylinder from a to b (None if they coincide)."""
+    d = np.asarray(b, float) - np.asarray(a, float)
+    length = float(np.linalg.norm(d))
+    if length < 1e-9:
+        return None
+    return Shape(name, 'cylinder', (radius, length), (a + b) / 2.0, _z_to(d / length))
+
+
+def _z_to(u: np.ndarray) -> np.ndarray:
+    """A rotation taking +z to the unit vector u."""
+    z = np.array([0.0, 0.0, 1.0])
+    axis = np.cross(z, u)
+    s, c = float(np.linalg.norm(axis)), float(np.dot(z, u))
+    if s < 1e-12:
+        return np.eye(3) if c > 0 else axis_angle_matrix((1.0, 0.0, 0.0), math.pi)
+    return axis_angle_matrix(axis, math.atan2(s, c))
+
+
+def link_shapes(leg: LegDescription) -> dict[str, list[Shape]]:
+    """The shapes of every body (see the module docstring), from its joints, anchors and foot."""
+    out: dict[str, list[Shape]] = {}
+    for name, b in leg.bodies.items():
+        parent = leg.parent_joint(name)
+        origin = np.zeros(3)
+        shapes: list[Shape | None] = []
+        # Points on this body (its frame at the build pose) the drawing joins.
+        children = [
+            (j.name, leg.bodies[j.child].pos) for j in leg.joints.values() if j.parent == name
+        ]
+        anchors = [
+            (f'{a.name}_{end}', anchor.pos)
+            for a in leg.actuators.values()
+            for end, anchor in (('base', a.base), ('tip', a.tip))
+            if anchor.body == name
+        ]
+        if parent is None:
+            # The root: a mount from its origin to the first joint, a beam on to the anchors.
+            hub, hub_pos = children[0] if children else (name, origin)
+            shapes += [_rod(f'{name}-{j}', origin, p, ROD_RADIUS) for j, p in children]
+            shapes += [_rod(f'{hub}-{a}', hub_pos, p, ROD_RADIUS) for a, p in anchors]
+        else:
+            hub, hub_pos = parent.name, origin
+            shapes.append(
+                Shape(
+                    hub,
+                    'cylinder',
+                    (HUB_RADIUS, HUB_LENGTH),
+                    origin,
+                    _z_to(np.asarray(parent.axis, float)),
+                )
+            )
+            shapes += [_rod(f'{hub}-{j}', origin, p, ROD_RADIUS) for j, p in children]
+            shapes += [_rod(f'{hub}-{a}', origin, p, STRUT_RADIUS) for a, p in anchors]
+        foot = leg.foot
+        if foot is not None and foot.body == name:
+            shapes.append(_rod(f'{hub}-foot', hub_pos, foot.pos, ROD_RADIUS))
+            shapes.append(
+                Shape('foot', 'sphere', (max(foot.radius, ROD_RADIUS),), foot.pos, np.eye(3))
+            )
+        drawn = [s for s in shapes if s is not None]
+        if not drawn:  # a body with nothing to join: a ball at its centre of mass
+            drawn.append(Shape(name, 'sphere', (ROD_RADIUS,), np.asarray(b.com, float), np.eye(3)))
+        out[name] = drawn
+    return out
+
+
+def rest_positions(leg: LegDescription) -> dict[str, float]:
+    """Joint positions to show before a first joint state: the build pose (θ = ref), or the
+    middle of a joint's range if a description puts ref outside it."""
+    out = {}
+    for j in leg.joints.values():
+        lo, hi = j.range
+        out[j.name] = float(j.ref) if lo <= j.ref <= hi else 0.5 * (lo + hi)
+    return out
+
+
+def _geometry(parent: ET.Element, s: Shape) -> None:
+    ET.SubElement(parent, 'origin', xyz=_f(s.xyz), rpy=_f(matrix_to_rpy(s.rot)))
+    geometry = ET.SubElement(parent, 'geometry')
+    if s.kind == 'cylinder':
+        ET.SubElement(geometry, 'cylinder', radius=_f(s.size[0]), length=_f(s.size[1]))
+    else:
+        ET.SubElement(geometry, 'sphere', radius=_f(s.size[0]))
+
+
 def build_urdf(leg: LegDescription | None = None) -> str:
-    """URDF XML text of the leg's skeleton (links with inertials, revolute joints, world link)."""
+    """URDF XML text of the leg: links with inertials and simple shapes (visual and collision),
+    revolute joints, and the world link."""
     leg = leg if leg is not None else load_leg()
     robot = ET.Element('robot', name=leg.name)
+    for material, rgba in (('frame', FRAME_RGBA), ('link', LINK_RGBA)):
+        ET.SubElement(ET.SubElement(robot, 'material', name=material), 'color', rgba=_f(rgba))
     ET.SubElement(robot, 'link', name=FRAME_WORLD)
+    shapes = link_shapes(leg)
     for name, b in leg.bodies.items():
         link = ET.SubElement(robot, 'link', name=name)
         inertial = ET.SubElement(link, 'inertial')
@@ -97,6 +223,13 @@ def build_urdf(leg: LegDescription | None = None) -> str:
         ET.SubElement(inertial, 'mass', value=_f(b.mass))
         ixx, iyy, izz, ixy, ixz, iyz = (repr(float(v)) for v in b.inertia)
         ET.SubElement(inertial, 'inertia', ixx=ixx, iyy=iyy, izz=izz, ixy=ixy, ixz=ixz, iyz=iyz)
+        material = 'frame' if leg.parent_joint(name) is None else 'link'
+        for s in shapes[name]:
+            visual = ET.SubElement(link, 'visual', name=s.name)
+            _geometry(visual, s)
+            ET.SubElement(visual, 'material', name=material)
+        for s in shapes[name]:
+            _geometry(ET.SubElement(link, 'collision', name=s.name), s)
     for name in leg.bodies:
         j = leg.parent_joint(name)
         xyz, rot = joint_origin(leg, name)

@@ -30,7 +30,7 @@ from rcl_interfaces.msg import (
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 
-__all__ = ['METADATA_KEY', 'ConfigBinding', 'bind']
+__all__ = ['METADATA_KEY', 'ConfigBinding', 'bind', 'refuse_value']
 
 C = TypeVar('C')
 
@@ -181,3 +181,21 @@ def bind(
 ) -> ConfigBinding[C]:
     """Declare `config`'s fields on `node`; see the module docstring."""
     return ConfigBinding(node, config, prefix, apply)
+
+
+def refuse_value(
+    name: str, refused: Callable[[Any], str]
+) -> Callable[[list[Parameter]], SetParametersResult]:
+    """An on-set parameters callback (node.add_on_set_parameters_callback) that refuses a value
+    of the parameter `name` when `refused(value)` gives a reason (''/empty: accepted); for
+    parameters rclpy declares itself (use_sim_time), which `bind` does not cover."""
+
+    def check(parameters: list[Parameter]) -> SetParametersResult:
+        for prm in parameters:
+            if prm.name == name:
+                reason = refused(prm.value)
+                if reason:
+                    return SetParametersResult(successful=False, reason=reason)
+        return SetParametersResult(successful=True)
+
+    return check

@@ -65,7 +65,7 @@ from equimus_ros.cdr import ClockWriter, JointStateWriter, PoseWriter, PressureS
 from equimus_ros.diagnostics import Diagnostics, Level
 from equimus_ros.executors import single_thread_executor
 from equimus_ros.main import is_shutting_down, run_node
-from equimus_ros.params import bind
+from equimus_ros.params import bind, refuse_value
 from equimus_ros.qos import publisher, subscription
 
 from .config import SimConfig
@@ -126,6 +126,16 @@ class _PressureOut(_Reused):
         self.pub.publish(m)
 
 
+def _sim_time_refusal(value: Any) -> str:
+    """The sim owns /clock: it cannot run on the clock it publishes (false is accepted)."""
+    if value is False:
+        return ''
+    return (
+        f'use_sim_time={value!r} refused: the sim node publishes /clock and runs on wall time; '
+        'set use_sim_time on the other nodes only'
+    )
+
+
 class SimNode(Node):
     """The `sim` node; see the module docstring."""
 
@@ -143,6 +153,9 @@ class SimNode(Node):
                 'must run on wall time; set use_sim_time only on the other nodes'
             )
             self.set_parameters([Parameter('use_sim_time', Parameter.Type.BOOL, False)])
+        # From here on, also refused while running (`ros2 param set /sim use_sim_time true`);
+        # added last, so it runs before the TimeSource's own callback switches the clock.
+        self.add_on_set_parameters_callback(refuse_value('use_sim_time', _sim_time_refusal))
         self.params = bind(self, SimConfig(), apply=self._apply)
         p = self.params.config
         self.mode = p.mode

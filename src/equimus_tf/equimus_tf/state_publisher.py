@@ -5,6 +5,10 @@ leg, plus the motion-capture rigid bodies as frames of their own).
 - /tf_static (latched): world → base (the URDF's fixed joint) and world → mocap (parameters).
 - /tf: base → thigh → calf at each /joint_states (the estimator's), stamped with its stamp;
   mocap → mocap_<body> at each /mocap/<body>/pose, stamped with the capture time.
+- Until the first valid joint state: base → thigh → calf at the rest pose (urdf.rest_positions,
+  inside the joint limits; the URDF's zero pose is not), stamped now, every REST_PERIOD_S, so a
+  viewer shows a valid leg from its first message. Not under use_sim_time: there the simulator's
+  first frame, at sim time 0, is the first state.
 
 /tf and /tf_static need tf2_msgs, which has no PyPI wheel: scripts/setup.sh builds it
 (third_party/tf2_msgs); a ROS 2 install has it. Without it the node publishes robot_description
@@ -19,6 +23,7 @@ import sys
 from typing import Any
 
 from geometry_msgs.msg import PoseStamped, TransformStamped
+from rclpy.clock import Clock, ClockType
 from rclpy.node import Node
 from sensor_msgs.msg import JointState
 from std_msgs.msg import String
@@ -34,7 +39,7 @@ from equimus_description.interface import (
     mocap_pose,
 )
 from equimus_description.leg import load_leg
-from equimus_description.urdf import build_urdf
+from equimus_description.urdf import build_urdf, rest_positions
 from equimus_ros.cdr import TransformsWriter
 from equimus_ros.main import run_node
 from equimus_ros.params import bind
@@ -46,6 +51,10 @@ try:
     from tf2_msgs.msg import TFMessage
 except ImportError:  # PyPI ROS without the locally built tf2_msgs
     TFMessage = None
+
+#: s (steady clock) between the rest pose's /tf messages before the first joint state: a viewer
+#: that starts later still gets one within this time.
+REST_PERIOD_S = 0.2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,6 +133,13 @@ class StatePublisher(Node):
         self.mocap_gate = frames.RateGate(cfg.publish_frequency)
         self.mocap_batch = frames.StampBatch(bodies)
         self._tf_writers: dict[tuple[tuple[str, str], ...], TransformsWriter] = {}
+        self._rest = rest_positions(leg)
+        self._rest_timer = None
+        if not self.get_parameter('use_sim_time').value:
+            self._publish_rest()
+            self._rest_timer = self.create_timer(
+                REST_PERIOD_S, self._publish_rest, clock=Clock(clock_type=ClockType.STEADY_TIME)
+            )
         subscription(self, JointState, JOINT_STATES, self.on_joint_state)
         for body in bodies:
             subscription(self, PoseStamped, mocap_pose(body), lambda m, b=body: self.on_pose(b, m))
@@ -136,6 +152,15 @@ class StatePublisher(Node):
             writer = self._tf_writers[pairs] = TransformsWriter(pairs)
         self.tf_pub.publish(writer.encode(transforms) if writer.ok else writer.message(transforms))
 
+    def _publish_rest(self) -> None:
+        """The leg at its rest pose, stamped now (until the first valid joint state)."""
+        moving = self.frames.moving(list(self._rest), list(self._rest.values()))
+        assert moving is not None  # every joint of the URDF has a rest position
+        t_ns = self.get_clock().now().nanoseconds
+        self._publish_tf(
+            tuple((t.parent, t.child) for t in moving), [(t_ns, t.xyz, t.quat) for t in moving]
+        )
+
     def on_joint_state(self, msg: JointState) -> None:
         t_ns = _ns(msg.header.stamp)
         # The gate first: it drops most states, and an invalid one must not take its slot.
@@ -144,6 +169,9 @@ class StatePublisher(Node):
         moving = self.frames.moving(msg.name, msg.position)
         if moving is None:
             return
+        if self._rest_timer is not None:  # a real state from now on
+            self.destroy_timer(self._rest_timer)
+            self._rest_timer = None
         self.joint_gate.ready(t_ns)
         self._publish_tf(
             tuple((t.parent, t.child) for t in moving), [(t_ns, t.xyz, t.quat) for t in moving]

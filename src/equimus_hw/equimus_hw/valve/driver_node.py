@@ -12,7 +12,12 @@ auto_arm is true; `deactivate` disarms and vents (`ros2 lifecycle set /valve_dri
 and the supervisor take it to active; `autostart: true` does so alone (a bare `ros2 run`).
 
 When active it is DISARMED until `/valve_driver/arm` is called (or the parameter auto_arm is true,
-as the sim graph sets it) AND a fresh command arrives: output 0 kPa.
+as the sim graph sets it) AND a fresh command arrives: output 0 kPa. Every arm (and a reconnect)
+starts the output from 0 kPa, slew-limited up from there: the slew's time restarts, so a time
+spent inactive never counts as slew allowance. /valve/armed (latched) says whether the valves
+follow the commands, on every change and at every arm; the controller starts afresh at each
+true, so nothing it wound up while the valves were vented reaches them (`armed_listeners`: the
+same by direct call, for the fused control loop).
 One commander (safety.CommanderGuard): arming is refused while more than one node publishes
 /valve/command; if a second node sends commands while armed, every command is ignored, so the
 last accepted one holds until the watchdog vents, and control resumes with the first command
@@ -39,12 +44,12 @@ import math
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from rclpy.clock import Clock, ClockType
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from sensor_msgs.msg import JointState
-from std_msgs.msg import Float64MultiArray
+from std_msgs.msg import Bool, Float64MultiArray
 from std_srvs.srv import Trigger
 
 from equimus_description.config import ConfigError
@@ -52,6 +57,7 @@ from equimus_description.interface import (
     ACTUATORS,
     DIAGNOSTICS,
     VALVE_APPLIED,
+    VALVE_ARMED,
     VALVE_COMMAND,
     VALVE_PRESSURE,
 )
@@ -112,12 +118,17 @@ class ValveDriver(LifecycleNode):
         self.in_process_commanders: set[str] | None = None
         self.outside_commanders: list[str] = []
         self.active = False
+        # Called with the armed state on every change and at every arm (the fused loop's
+        # controller); /valve/armed carries the same.
+        self.armed_listeners: list[Callable[[bool], None]] = []
+        self._armed_reported: bool | None = None
         self.board: Board | None = None
         self._timers: list = []
         self._sub = None
         self._closing = False
         self._reset(p)
         self.pub_applied = publisher(self, JointState, VALVE_APPLIED)
+        self.pub_armed = publisher(self, Bool, VALVE_ARMED)
         # The simulated leg's measured pressures come from the sim node itself.
         self.pub_pressure = None if self.simulated else publisher(self, JointState, VALVE_PRESSURE)
         self.diagnostics = Diagnostics(
@@ -126,6 +137,7 @@ class ValveDriver(LifecycleNode):
         self.create_service(Trigger, '~/arm', self._srv_arm)
         self.create_service(Trigger, '~/disarm', self._srv_disarm)
         self.create_service(Trigger, '~/estop', self._srv_estop)
+        self._report_armed()
         self.get_logger().info('unconfigured: the board is closed until configure')
 
     def _reset(self, p: DriverConfig) -> None:
@@ -196,13 +208,14 @@ class ValveDriver(LifecycleNode):
         if self.params.config.auto_arm:
             # Not refused by the graph view: a restarted driver would see a SIGKILLed
             # controller listed for the DDS lease (20 s); the sender rule guards from here on.
-            self.safety.arm(time.monotonic())
+            self._arm(time.monotonic())
             self.get_logger().warning(
                 'active, auto_arm=true: ARMED; valves follow '
                 f'{VALVE_COMMAND.name} as soon as a command arrives'
             )
         else:
             self.get_logger().info('active, DISARMED (0 kPa); call /valve_driver/arm to enable')
+        self._report_armed(rearmed=self.params.config.auto_arm)
         self._publish_diagnostics()
         return TransitionCallbackReturn.SUCCESS
 
@@ -230,16 +243,30 @@ class ValveDriver(LifecycleNode):
 
     def _vent(self, why: str) -> None:
         self.safety.disarm()
+        self._report_armed()
         if self.board is not None:
             now = time.monotonic()
             self._send(self.safety.step(now, 0.0), now)  # a vent: no slew
             self._publish_diagnostics()
         self.get_logger().info(f'{why}: disarmed, all channels vented to 0 kPa')
 
+    def not_active_reason(self) -> str:
+        """Why commands and arming are refused, with the transition valid from this state."""
+        state = self._state_machine.current_state[1]
+        cmd = f'ros2 lifecycle set {self.get_fully_qualified_name()}'
+        if state == 'unconfigured':
+            return f'valve_driver is unconfigured; `{cmd} configure`, then `{cmd} activate`'
+        if state == 'inactive':
+            return f'valve_driver is inactive; `{cmd} activate` first'
+        if state == 'finalized':
+            return 'valve_driver is finalized (shut down): no transition leaves it; restart it'
+        return f'valve_driver is {state}: wait for that transition to end, then try again'
+
     def _close_board(self, why: str) -> None:
         """Vent, close the port and stop the ticks (back to unconfigured)."""
         self.active = False
         acked = self.vent_and_close()
+        self._report_armed()
         for timer in self._timers:
             self.destroy_timer(timer)
         self._timers.clear()
@@ -259,6 +286,36 @@ class ValveDriver(LifecycleNode):
         self.cal = cfg.calibration()
         if self.board is not None:
             self.board.cal = self.cal  # the next tick clamps the output to a lower ceiling
+
+    def _arm(self, now: float) -> None:
+        """Arm the safety filter; the output restarts from 0 kPa (see `_restart_slew`)."""
+        self.safety.arm(now)
+        self._restart_slew()
+
+    def _require_fresh_command(self, now: float) -> None:
+        self.safety.require_fresh_command(now)
+        self._restart_slew()
+
+    def _restart_slew(self) -> None:
+        """The next command's slew step counts from itself: none of the time before (inactive,
+        disarmed, disconnected) is allowance, so the output rises from 0 kPa at the slew rate."""
+        self._slew_t = None
+
+    def _report_armed(self, rearmed: bool = False) -> None:
+        """/valve/armed and the listeners, when the state changed or the driver (re)armed."""
+        armed = self.active and self.safety.armed
+        if armed == self._armed_reported and not rearmed:
+            return
+        self._armed_reported = armed
+        for listener in self.armed_listeners:
+            listener(armed)
+        if self.context.ok():
+            self.pub_armed.publish(Bool(data=armed))
+
+    @property
+    def valves_armed(self) -> bool:
+        """Whether the valves follow the commands now (what /valve/armed said last)."""
+        return bool(self._armed_reported)
 
     def _slew_elapsed(self) -> float:
         """Time for the slew limit with the simulated board: the node clock (sim time)."""
@@ -299,7 +356,7 @@ class ValveDriver(LifecycleNode):
             self.on_command(msg)
             return
         if verdict == 'resolved':
-            self.safety.require_fresh_command(now)
+            self._require_fresh_command(now)
             self._send(self.safety.step(now, 0.0), now)  # a vent: no slew
             self.get_logger().warning('one commander again: venting until its next command')
         elif now - self._last_warn_t > 1.0:
@@ -316,10 +373,7 @@ class ValveDriver(LifecycleNode):
         if not self.active or self.board is None:
             if now - self._last_warn_t > 1.0:
                 self._last_warn_t = now
-                self.get_logger().warning(
-                    'command ignored: valve_driver is not active (ros2 lifecycle set '
-                    '/valve_driver activate)'
-                )
+                self.get_logger().warning(f'command ignored: {self.not_active_reason()}')
             return
         self._check_reconnect(now)
         self._last_commanded = list(kpa)
@@ -337,7 +391,7 @@ class ValveDriver(LifecycleNode):
                 self.get_logger().warning(
                     'DAC board reconnected: venting until a fresh command arrives'
                 )
-            self.safety.require_fresh_command(now)
+            self._require_fresh_command(now)
             self._last_sent = None
 
     @_serialised
@@ -372,6 +426,7 @@ class ValveDriver(LifecycleNode):
             self.guard.conflict,
         )
         if key != self._diag_key:
+            self._report_armed()
             self._publish_diagnostics()
 
     def _send(self, out_kpa: list[float], now: float) -> None:
@@ -401,10 +456,7 @@ class ValveDriver(LifecycleNode):
         now = time.monotonic()
         if not self.active or self.board is None:
             response.success = False
-            response.message = (
-                'not armed: valve_driver is not active; `ros2 lifecycle set /valve_driver '
-                'configure` then `activate` first'
-            )
+            response.message = f'not armed: {self.not_active_reason()}'
             self.get_logger().error(response.message)
             return response
         if self.subscribed:
@@ -416,8 +468,9 @@ class ValveDriver(LifecycleNode):
                 self.get_logger().error(refusal)
                 self._publish_diagnostics()
                 return response
-        self.safety.arm(now)
+        self._arm(now)
         self._send(self.safety.step(now, 0.0), now)  # a vent: no slew
+        self._report_armed(rearmed=True)
         link = (
             'board connected'
             if self.board.connected
@@ -434,6 +487,7 @@ class ValveDriver(LifecycleNode):
         now = time.monotonic()
         self.safety.disarm()
         self._send(self.safety.step(now, 0.0), now)  # a vent: no slew
+        self._report_armed()
         response.success = True
         response.message = 'disarmed: all channels vented to 0 kPa'
         self.get_logger().info(response.message)
@@ -445,6 +499,7 @@ class ValveDriver(LifecycleNode):
         now = time.monotonic()
         self.safety.estop()
         self._send(self.safety.step(now, 0.0), now)  # a vent: no slew
+        self._report_armed()
         response.success = True
         response.message = (
             'EMERGENCY STOP latched: all channels vented to 0 kPa; call /valve_driver/arm to re-arm'
