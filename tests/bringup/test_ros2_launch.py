@@ -62,7 +62,9 @@ def _watch(ros_node, seconds: float) -> dict[str, list]:
     return seen
 
 
-def _launch(tool, ros_node, file: str, *args: str) -> tuple[int, str, dict[str, list]]:
+def _launch(
+    tool, ros_node, file: str, *args: str, env: dict[str, str] | None = None
+) -> tuple[int, str, dict[str, list]]:
     """Run one launch, Ctrl-C it after RUN_S; (launch's exit code, its output, what was seen)."""
     proc = subprocess.Popen(
         [sys.executable, str(tool), 'equimus_bringup', file, *args],
@@ -70,7 +72,7 @@ def _launch(tool, ros_node, file: str, *args: str) -> tuple[int, str, dict[str, 
         stderr=subprocess.STDOUT,
         text=True,
         start_new_session=True,
-        env=dict(os.environ, PYTHONUNBUFFERED='1'),
+        env=dict(os.environ, PYTHONUNBUFFERED='1', **(env or {})),
     )
     try:
         seen = _watch(ros_node, RUN_S)
@@ -99,7 +101,8 @@ def _assert_clean(rc: int, out: str, seen: dict[str, list], processes: int) -> N
 
 
 def test_sim_launch_composed_mpc_recorded(ros2_launch, ros_node, tmp_path):
-    """The headline command with the README's example arguments: one process, recorded."""
+    """The headline command with the README's example arguments: one process, recorded; rviz:=true
+    on a machine without rviz2 says how to get it and runs the graph on."""
     bag = tmp_path / 'bag'
     rc, out, seen = _launch(
         ros2_launch,
@@ -108,8 +111,11 @@ def test_sim_launch_composed_mpc_recorded(ros2_launch, ros_node, tmp_path):
         'controller:=mpc',
         'record:=true',
         f'bag:={bag}',
+        'rviz:=true',
+        env={'AMENT_PREFIX_PATH': _without_rviz2()},
     )
     _assert_clean(rc, out, seen, processes=1)
+    assert 'rviz:=true: rviz2 is not installed here' in out, out[-2000:]
     from equimus_record.bag import is_complete, topic_counts
 
     assert is_complete(bag), out[-2000:]
@@ -117,12 +123,48 @@ def test_sim_launch_composed_mpc_recorded(ros2_launch, ros_node, tmp_path):
     assert counts[JOINT_STATES.name][1] > 50 and counts[VALVE_APPLIED.name][1] > 50
 
 
-def test_sim_launch_split_with_rviz_requested(ros2_launch, ros_node):
-    """One process per node; rviz:=true on a machine without rviz2 says so and runs on."""
-    rc, out, seen = _launch(ros2_launch, ros_node, 'sim.launch.py', 'composed:=false', 'rviz:=true')
-    _assert_clean(rc, out, seen, processes=6)
-    rviz_present = 'rviz-' in out
-    assert rviz_present or 'rviz2 is not installed here' in out
+def _without_rviz2() -> str:
+    """AMENT_PREFIX_PATH without any prefix that holds rviz2 (a ROS machine has it)."""
+    from ament_index_python.packages import get_packages_with_prefixes
+
+    holder = get_packages_with_prefixes().get('rviz2')
+    prefixes = os.environ.get('AMENT_PREFIX_PATH', '').split(os.pathsep)
+    return os.pathsep.join(p for p in prefixes if p and p != holder)
+
+
+STAND_IN_RVIZ = """#!{python}
+import pathlib, signal, sys, time
+pathlib.Path({record!r}).write_text('\\n'.join(sys.argv[1:]))
+signal.signal(signal.SIGINT, lambda *_: sys.exit(0))
+while True:
+    time.sleep(0.1)
+"""
+
+
+def test_sim_launch_split_with_rviz(ros2_launch, ros_node, tmp_path):
+    """One process per node; rviz:=true starts rviz2 on the installed config. rviz2 is a stand-in
+    executable in an ament prefix of its own here (no rviz2 on this machine)."""
+    prefix = tmp_path / 'prefix'
+    (prefix / 'share/ament_index/resource_index/packages').mkdir(parents=True)
+    (prefix / 'share/ament_index/resource_index/packages/rviz2').write_text('')
+    (prefix / 'lib/rviz2').mkdir(parents=True)
+    record = tmp_path / 'rviz_args'
+    exe = prefix / 'lib/rviz2/rviz2'
+    exe.write_text(STAND_IN_RVIZ.format(python=sys.executable, record=str(record)))
+    exe.chmod(0o755)
+    path = os.pathsep.join([str(prefix), _without_rviz2()])
+    rc, out, seen = _launch(
+        ros2_launch,
+        ros_node,
+        'sim.launch.py',
+        'composed:=false',
+        'rviz:=true',
+        env={'AMENT_PREFIX_PATH': path},
+    )
+    _assert_clean(rc, out, seen, processes=7)
+    args = record.read_text().split('\n')
+    config = args[args.index('-d') + 1]
+    assert config.endswith('share/equimus_bringup/viewers/equimus.rviz') and os.path.isfile(config)
 
 
 def test_hardware_launch_emulated_rig(ros2_launch, ros_node, tmp_path):

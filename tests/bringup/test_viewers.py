@@ -360,20 +360,3 @@ def test_viewers_are_installed():
     share = Path(get_package_share_directory('equimus_bringup')) / 'viewers'
     for name in VIEWERS:
         assert (share / name).is_file(), name
-
-
-@pytest.mark.parametrize('name', ['sim.launch.py', 'hardware.launch.py'])
-def test_rviz_argument_in_both_launch_files(repo_dir, name):
-    """launch_ros is not installable here: check that both files add the viewer actions, and
-    that those declare `rviz` and start rviz2 on it with the installed config."""
-    assert 'viewer_actions()' in (repo_dir / 'launch' / name).read_text()
-    common = (repo_dir / 'src/equimus_bringup/equimus_bringup/launch_common.py').read_text()
-    body = common[common.index('def viewer_actions') :]
-    for needle in (
-        "DeclareLaunchArgument(\n            'rviz'",
-        "package='rviz2'",
-        "condition=IfCondition(LaunchConfiguration('rviz'))",
-        '*RVIZ_CONFIG',
-    ):
-        assert needle in body, needle
-    assert "RVIZ_CONFIG = ('viewers', 'equimus.rviz')" in common
