@@ -21,7 +21,8 @@ The controller in this process is the same `ControllerNode` (and so the same
 The managed nodes (valve_driver, natnet_bridge) are configured and activated here, in-process;
 their lifecycle services stay available (`ros2 lifecycle set /valve_driver deactivate` vents).
 The valve driver does not read /valve/command in this mode: the in-process controller is its
-only command source.
+only command source, and another publisher of /valve/command is named in an ERROR (log and
+/diagnostics), never obeyed.
 """
 
 from __future__ import annotations
@@ -181,6 +182,8 @@ def control_loop() -> list[Node]:
         nodes.append(monitor)
         controller = ControllerNode(subscribe_state=False, downstream=monitor.timed(driver))
         nodes.append(controller)
+        # Its only command source; a publisher of /valve/command elsewhere is named, never heard.
+        driver.in_process_commanders = {controller.get_fully_qualified_name()}
         estimator = EstimatorNode(subscribe=False, downstream=controller.on_joints)
         nodes.append(estimator)
         # Last: the bridge starts receiving (and driving the chain) when it is activated.
