@@ -149,6 +149,22 @@ class LifecycleClient:
         if not future.result().success:
             raise GraphError(f'{node} refused {label}: see its log above')
 
+    def trigger(self, service: str, timeout: float) -> tuple[bool, str]:
+        """Call a std_srvs/Trigger service (e.g. /valve_driver/arm): (success, message)."""
+        from std_srvs.srv import Trigger
+
+        client = self._clients.get(service)
+        if client is None:
+            client = self._clients[service] = self.node.create_client(Trigger, service)
+        if not client.wait_for_service(timeout_sec=timeout):
+            return False, f'{service} is not offered'
+        future = client.call_async(Trigger.Request())
+        self.executor.spin_until_future_complete(future, timeout_sec=timeout)
+        if not future.done():
+            return False, f'{service} did not answer within {timeout:g} s'
+        result = future.result()
+        return bool(result.success), str(result.message)
+
     def close(self) -> None:
         self.executor.shutdown()
         self.node.destroy_node()
