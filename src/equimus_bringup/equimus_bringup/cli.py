@@ -20,6 +20,7 @@ import importlib
 import sys
 
 from equimus_bringup.graph import ARGUMENTS, MODES, describe_graph, resolve_args
+from equimus_bringup.prestart import StartError, check_parameters
 
 
 def parse_assignments(items: list[str]) -> dict[str, str]:
@@ -43,9 +44,10 @@ def cmd_launch(ns: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f'equimus: {exc}', file=sys.stderr)
         return 2
-    problem = check_files(args, specs)
-    if problem:
-        print(f'equimus: {problem}', file=sys.stderr)
+    try:
+        check_parameters(specs, args)
+    except StartError as exc:
+        print(f'equimus: {exc}', file=sys.stderr)
         return 2
     print(
         f'[equimus] {ns.mode} graph: {", ".join(s.name for s in specs)}'
@@ -59,22 +61,6 @@ def cmd_launch(ns: argparse.Namespace) -> int:
         print(f'equimus: {exc}', file=sys.stderr)
         return 2
     return sup.run_until(timeout=ns.duration)
-
-
-def check_files(args: dict[str, str], specs) -> str:
-    """'' if every file the graph will read is well-formed; else the first problem, one line
-    naming file, line and key. Checked before any process starts, so nothing is written."""
-    from equimus_description.leg import LegDescriptionError, load_leg
-    from equimus_ros.paramfiles import ParamFileError, check
-
-    try:
-        for path in dict.fromkeys(f for s in specs for f in s.parameter_files):
-            check(path)
-        if args.get('leg_overrides'):
-            load_leg(overrides=args['leg_overrides'])
-    except (ParamFileError, LegDescriptionError) as exc:
-        return str(exc)
-    return ''
 
 
 def cmd_args(ns: argparse.Namespace) -> int:

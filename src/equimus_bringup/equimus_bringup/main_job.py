@@ -28,7 +28,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from equimus_bringup.graph import SPEED_PREFIX, describe_graph
+from equimus_bringup.graph import SPEED_PREFIX, describe_graph, resolve_args
+from equimus_bringup.prestart import StartError, check_parameters
 from equimus_bringup.run_report import report
 from equimus_bringup.supervisor import GraphError, Supervisor
 from equimus_control import CONTROLLERS
@@ -192,7 +193,6 @@ def main(argv=None) -> int:
     ns = p.parse_args(argv)
 
     run_dir = Path(ns.out) / time.strftime('%Y%m%d-%H%M%S')
-    run_dir.mkdir(parents=True, exist_ok=True)
     bag_path = (run_dir / 'bag').resolve()
     overrides = {
         'controller': ns.controller,
@@ -215,7 +215,21 @@ def main(argv=None) -> int:
     for item in ns.set:
         key, _, value = item.partition(':=')
         overrides[key] = value
-    specs = describe_graph(ns.mode, overrides)
+    # Everything checked before anything is started or written (equimus_bringup.prestart).
+    try:
+        specs = describe_graph(ns.mode, overrides)
+        check_parameters(specs, resolve_args(ns.mode, overrides))
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except (ValueError, StartError) as exc:
+        print(f'main_job: {exc}', file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(
+            f'main_job: cannot create the run folder {run_dir}: {exc.strerror}; choose another '
+            '--out (make run OUT=<folder>)',
+            file=sys.stderr,
+        )
+        return 2
     log_path = run_dir / 'graph.log'
     print(
         f'[main] {ns.mode} graph: {", ".join(s.name for s in specs)}; controller {ns.controller}, '
