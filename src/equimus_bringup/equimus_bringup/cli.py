@@ -131,7 +131,10 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] in DELEGATED:
         module, function, _, gets_name = DELEGATED[argv[0]]
         entry = getattr(importlib.import_module(module), function)
-        return int(entry(argv if gets_name else argv[1:]))
+        try:
+            return int(entry(argv if gets_name else argv[1:]))
+        except BrokenPipeError:
+            return _output_closed()
     parser = argparse.ArgumentParser(
         prog='equimus', description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -150,7 +153,25 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument('path')
     p.set_defaults(func=cmd_bag)
     ns = parser.parse_args(argv)
-    return int(ns.func(ns))
+    try:
+        return int(ns.func(ns))
+    except BrokenPipeError:
+        return _output_closed()
+
+
+#: Exit status of a command whose output pipe closed early (`equimus bag info | head`): what a
+#: shell reports for a process ended by SIGPIPE (128 + 13), as `cat` or `git log` end there.
+EXIT_PIPE_CLOSED = 141
+
+
+def _output_closed() -> int:
+    """The reader of stdout went away: stop quietly (no traceback, no line: not an error)."""
+    import os
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())  # Python's flush at exit must not fail again
+    os.close(devnull)
+    return EXIT_PIPE_CLOSED
 
 
 if __name__ == '__main__':
