@@ -19,8 +19,9 @@ import argparse
 import importlib
 import sys
 
-from equimus_bringup.graph import ARGUMENTS, MODES, describe_graph, resolve_args
-from equimus_bringup.prestart import StartError, check_parameters
+from equimus_bringup import prestart
+from equimus_bringup.graph import ARGUMENTS, MODES
+from equimus_bringup.prestart import StartError
 
 
 def parse_assignments(items: list[str]) -> dict[str, str]:
@@ -38,14 +39,7 @@ def cmd_launch(ns: argparse.Namespace) -> int:
     from equimus_bringup.supervisor import GraphError, Supervisor
 
     try:
-        overrides = parse_assignments(ns.assignments)
-        args = resolve_args(ns.mode, overrides)
-        specs = describe_graph(ns.mode, overrides)
-    except ValueError as exc:
-        print(f'equimus: {exc}', file=sys.stderr)
-        return 2
-    try:
-        check_parameters(specs, args)
+        args, specs = prestart.check(ns.mode, parse_assignments(ns.assignments))
     except StartError as exc:
         print(f'equimus: {exc}', file=sys.stderr)
         return 2

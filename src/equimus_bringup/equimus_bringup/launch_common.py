@@ -34,8 +34,9 @@ from launch_ros.events.lifecycle import ChangeState
 from launch_ros.substitutions import ExecutableInPackage, FindPackageShare
 from lifecycle_msgs.msg import Transition
 
-from equimus_bringup.graph import ARGUMENTS, describe_graph, parameter_layers, resolve_args
-from equimus_bringup.prestart import StartError, check_parameters
+from equimus_bringup import prestart
+from equimus_bringup.graph import ARGUMENTS, parameter_layers
+from equimus_bringup.prestart import StartError
 
 
 def lifecycle_actions(node: LifecycleNode) -> list:
@@ -104,9 +105,8 @@ def generate(mode: str) -> LaunchDescription:
         log_level = values['log_level'] or 'info'
         try:
             # Refused before any action exists: nothing is started, no bag is made.
-            specs = describe_graph(mode, values)
-            check_parameters(specs, resolve_args(mode, values))
-        except (ValueError, StartError) as exc:
+            specs = prestart.check(mode, values)[1]
+        except StartError as exc:
             raise RuntimeError(f'equimus: not started: {exc}') from None
         actions: list = []
         required: list = []

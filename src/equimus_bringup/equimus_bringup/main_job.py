@@ -28,8 +28,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from equimus_bringup.graph import SPEED_PREFIX, describe_graph, resolve_args
-from equimus_bringup.prestart import StartError, check_parameters
+from equimus_bringup import prestart
+from equimus_bringup.graph import SPEED_PREFIX
+from equimus_bringup.prestart import StartError
 from equimus_bringup.run_report import report
 from equimus_bringup.supervisor import GraphError, Supervisor
 from equimus_control import CONTROLLERS
@@ -217,18 +218,14 @@ def main(argv=None) -> int:
         overrides[key] = value
     # Everything checked before anything is started or written (equimus_bringup.prestart).
     try:
-        specs = describe_graph(ns.mode, overrides)
-        check_parameters(specs, resolve_args(ns.mode, overrides))
-        run_dir.mkdir(parents=True, exist_ok=True)
-    except (ValueError, StartError) as exc:
-        print(f'main_job: {exc}', file=sys.stderr)
+        prestart.check_new_folder(str(run_dir), '--out ')
+        specs = prestart.check(ns.mode, overrides)[1]
+        run_dir.mkdir(parents=True)
+    except StartError as exc:
+        print(f'main_job: {exc} (make run OUT=<folder>)', file=sys.stderr)
         return 2
-    except OSError as exc:
-        print(
-            f'main_job: cannot create the run folder {run_dir}: {exc.strerror}; choose another '
-            '--out (make run OUT=<folder>)',
-            file=sys.stderr,
-        )
+    except OSError as exc:  # a race with another process: still one line
+        print(f'main_job: cannot create {run_dir}: {exc.strerror}', file=sys.stderr)
         return 2
     log_path = run_dir / 'graph.log'
     print(

@@ -15,12 +15,19 @@ is one line naming file, line and key; nothing has been started or written then.
 from __future__ import annotations
 
 import difflib
+import os
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from equimus_bringup.graph import ProcessSpec, overrides_file, parameter_layers
+from equimus_bringup.graph import (
+    ProcessSpec,
+    describe_graph,
+    overrides_file,
+    parameter_layers,
+    resolve_args,
+)
 from equimus_ros import paramfiles
 
 
@@ -74,6 +81,45 @@ LEG_KEYS = {
 
 class StartError(ValueError):
     """A graph must not start; str() is the one-line reason."""
+
+
+def check(
+    mode: str, overrides: Mapping[str, str] | None = None
+) -> tuple[dict[str, str], list[ProcessSpec]]:
+    """The graph's arguments and processes, once everything below has been checked; StartError
+    (one line) otherwise. Nothing is started or written."""
+    try:
+        args = resolve_args(mode, overrides)
+        # the same bag name for both (its default has the time in it)
+        specs = describe_graph(mode, {**(overrides or {}), 'bag': args['bag']})
+    except ValueError as exc:
+        raise StartError(str(exc)) from None
+    check_parameters(specs, args)
+    if any(s.name == 'recorder' or 'recorder' in s.nodes for s in specs):
+        check_new_folder(args['bag'])
+    return args, specs
+
+
+def check_new_folder(path: str, option: str = 'bag:=') -> None:
+    """`path` does not exist and can be created (the recorder's bag folder: a bag is never
+    appended to; main_job's run folder). `option` names where it came from in the message."""
+    folder = os.path.abspath(path)
+    if os.path.lexists(folder):
+        raise StartError(f'{option}{path} exists already; choose a new one')
+    parent = os.path.dirname(folder)
+    while not os.path.lexists(parent):
+        parent = os.path.dirname(parent)
+    why = ''
+    if not os.path.isdir(parent):
+        why = f'{parent} is not a folder'
+    elif os.statvfs(parent).f_flag & os.ST_RDONLY:
+        why = f'{parent} is on a read-only file system'
+    elif not os.access(parent, os.W_OK | os.X_OK):
+        why = f'{parent} is not writable'
+    if why:
+        raise StartError(
+            f'{option}{path}: cannot create it: {why}; choose another {option.strip(":= -")}'
+        )
 
 
 def _pattern(node: str) -> re.Pattern[str]:
