@@ -39,15 +39,17 @@ def cmd_launch(ns: argparse.Namespace) -> int:
     from equimus_bringup.supervisor import GraphError, Supervisor
 
     try:
-        args, specs = prestart.check(ns.mode, parse_assignments(ns.assignments))
+        start = prestart.check(ns.mode, parse_assignments(ns.assignments))
     except StartError as exc:
         print(f'equimus: {exc}', file=sys.stderr)
         return 2
     print(
-        f'[equimus] {ns.mode} graph: {", ".join(s.name for s in specs)}'
-        + (f'; recording to {args["bag"]}' if args['record'] == 'true' else '')
+        f'[equimus] {ns.mode} graph: {", ".join(s.name for s in start.specs)}'
+        + (f'; recording to {start.args["bag"]}' if start.args['record'] == 'true' else '')
     )
-    sup = Supervisor(specs, log_level=args['log_level'])
+    sup = Supervisor(
+        start.specs, log_level=start.args['log_level'], drivers_listed=start.drivers_listed
+    )
     try:
         sup.start()
     except GraphError as exc:

@@ -105,7 +105,7 @@ def generate(mode: str) -> LaunchDescription:
         log_level = values['log_level'] or 'info'
         try:
             # Refused before any action exists: nothing is started, no bag is made.
-            specs = prestart.check(mode, values)[1]
+            specs = prestart.check(mode, values).specs
         except StartError as exc:
             raise RuntimeError(f'equimus: not started: {exc}') from None
         actions: list = []

@@ -219,7 +219,7 @@ def main(argv=None) -> int:
     # Everything checked before anything is started or written (equimus_bringup.prestart).
     try:
         prestart.check_new_folder(str(run_dir), '--out ')
-        specs = prestart.check(ns.mode, overrides)[1]
+        start = prestart.check(ns.mode, overrides)
         run_dir.mkdir(parents=True)
     except StartError as exc:
         print(f'main_job: {exc} (make run OUT=<folder>)', file=sys.stderr)
@@ -229,12 +229,13 @@ def main(argv=None) -> int:
         return 2
     log_path = run_dir / 'graph.log'
     print(
-        f'[main] {ns.mode} graph: {", ".join(s.name for s in specs)}; controller {ns.controller}, '
+        f'[main] {ns.mode} graph: {", ".join(s.name for s in start.specs)}; '
+        f'controller {ns.controller}, '
         f'reference {ns.reference}, {ns.duration:.0f} s; node logs in {log_path}',
         flush=True,
     )
 
-    sup = Supervisor(specs, echo=False)
+    sup = Supervisor(start.specs, echo=False, drivers_listed=start.drivers_listed)
     watch = ClockWatch(wall=ns.mode == 'hardware')
     wall0 = time.monotonic()
     rtf = rtf_cpu = float('nan')

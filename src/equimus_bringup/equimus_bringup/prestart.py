@@ -10,6 +10,12 @@ ignores it silently: a typo'd safety limit would not apply), and so is a section
 does not exist. The leg descriptions the nodes load (`leg_description`, `parameter_overrides`,
 `leg_parameter_set`, the `leg_overrides` launch argument) are loaded here too. The first problem
 is one line naming file, line and key; nothing has been started or written then.
+
+`check_domain` then listens on the graph's DDS domain for another graph's valve driver: two graphs
+on one domain would mix their topics, and a lifecycle request by node name (the launch files',
+the supervisor's) would reach both drivers. A driver that answers its lifecycle service refuses
+the start, naming a free ROS_DOMAIN_ID; one that is listed but silent is a killed process within
+its DDS lease (20 s), counted so the supervisor can tell a newcomer from it later.
 """
 
 from __future__ import annotations
@@ -83,11 +89,19 @@ class StartError(ValueError):
     """A graph must not start; str() is the one-line reason."""
 
 
-def check(
-    mode: str, overrides: Mapping[str, str] | None = None
-) -> tuple[dict[str, str], list[ProcessSpec]]:
-    """The graph's arguments and processes, once everything below has been checked; StartError
-    (one line) otherwise. Nothing is started or written."""
+@dataclass
+class Start:
+    """A graph cleared to start: its arguments, processes, and the valve drivers its domain
+    listed (for the Supervisor's `drivers_listed`)."""
+
+    args: dict[str, str]
+    specs: list[ProcessSpec]
+    drivers_listed: list[str]
+
+
+def check(mode: str, overrides: Mapping[str, str] | None = None) -> Start:
+    """The graph, once everything below has been checked (parameter files, the bag folder, then
+    the DDS domain); StartError (one line) otherwise. Nothing is started or written."""
     try:
         args = resolve_args(mode, overrides)
         # the same bag name for both (its default has the time in it)
@@ -97,7 +111,122 @@ def check(
     check_parameters(specs, args)
     if any(s.name == 'recorder' or 'recorder' in s.nodes for s in specs):
         check_new_folder(args['bag'])
-    return args, specs
+    return Start(args, specs, check_domain(specs))
+
+
+#: s to listen for another graph's valve driver before a start: DDS discovery of a running graph
+#: by a new participant took 0.001-2.6 s (15 tries at load average 11 on the 2-core machine; up
+#: to 2.9 s at load 20), bounded by Fast DDS's 3 s participant announcement period. Found
+#: sooner, the wait ends sooner; the supervisor counts again when it configures its driver.
+DOMAIN_LISTEN_S = 3.0
+#: s to listen on the domains next to a taken one, for the free one to name.
+FREE_LISTEN_S = 3.0
+#: s a listed valve driver has to answer get_state before it counts as a killed one.
+ANSWER_TIMEOUT_S = 2.0
+#: ROS_DOMAIN_IDs a node may use with the default DDS ports (ROS 2 docs: 0-101 on Linux).
+DOMAIN_RANGE = (0, 101)
+
+
+def _listen(
+    env: Mapping[str, str], domains: Sequence[int], seconds: float, early: bool = True
+) -> dict[int, Any]:
+    """A node on each domain (its own context), after `seconds` of DDS discovery (with `early`,
+    less once a valve driver is listed on the first domain); domain -> node. The caller closes
+    them (`_close`)."""
+    import time
+
+    import rclpy
+
+    from equimus_bringup.supervisor import graph_context, valve_drivers
+
+    nodes = {}
+    for d in domains:
+        ctx = graph_context(env, d)
+        nodes[d] = rclpy.create_node(
+            f'equimus_domain_check_{os.getpid()}_{d}', context=ctx, start_parameter_services=False
+        )
+    end = time.monotonic() + seconds
+    while time.monotonic() < end and not (early and valve_drivers(nodes[domains[0]])):
+        time.sleep(0.05)
+    return nodes
+
+
+def _close(nodes: Mapping[int, Any]) -> None:
+    import rclpy
+
+    for node in nodes.values():
+        ctx = node.context
+        node.destroy_node()
+        rclpy.try_shutdown(context=ctx)
+
+
+def _answers(node: Any, driver: str) -> bool:
+    """`driver` (a listed valve_driver) answers its lifecycle get_state: it is alive."""
+    import time
+
+    from lifecycle_msgs.srv import GetState
+    from rclpy.executors import SingleThreadedExecutor
+
+    client = node.create_client(GetState, f'{driver}/get_state')
+    executor = SingleThreadedExecutor(context=node.context)
+    executor.add_node(node)
+    try:
+        end = time.monotonic() + ANSWER_TIMEOUT_S
+        if not client.wait_for_service(timeout_sec=ANSWER_TIMEOUT_S):
+            return False
+        future = client.call_async(GetState.Request())
+        executor.spin_until_future_complete(future, timeout_sec=max(0.1, end - time.monotonic()))
+        return future.done()
+    finally:
+        executor.remove_node(node)
+        executor.shutdown()
+        node.destroy_client(client)
+
+
+def check_domain(
+    specs: Sequence[ProcessSpec], environ: Mapping[str, str] | None = None
+) -> list[str]:
+    """StartError if another graph's valve driver runs on the domain the graph would join; else
+    the enclaves of the valve_driver nodes listed there (killed ones, for the supervisor)."""
+    from equimus_bringup.supervisor import driver_enclaves, valve_drivers
+
+    env = {**(os.environ if environ is None else environ)}
+    env.update(next((s.env for s in specs if s.env), {}))
+    try:
+        domain = int(env.get('ROS_DOMAIN_ID') or 0)
+    except ValueError:
+        raise StartError(f'ROS_DOMAIN_ID={env["ROS_DOMAIN_ID"]!r} is not a number') from None
+    nodes = _listen(env, [domain], DOMAIN_LISTEN_S)
+    try:
+        listed = valve_drivers(nodes[domain])
+        enclaves = driver_enclaves(nodes[domain])
+        live = [d for d in listed if _answers(nodes[domain], d)]
+    finally:
+        _close(nodes)
+    if not live:
+        return enclaves
+    raise StartError(
+        f'another graph is running on ROS_DOMAIN_ID={domain} (its {live[0]} answers): two '
+        "graphs on one domain would drive each other's valves. Stop it, or start this one on "
+        f'a free domain: {_free_domain(env, domain)}'
+    )
+
+
+def _free_domain(env: Mapping[str, str], taken: int) -> str:
+    """`ROS_DOMAIN_ID=<n> ` for the first of the next few domains where no valve driver is
+    listed (they are listened to at once), or what to pick."""
+    from equimus_bringup.supervisor import valve_drivers
+
+    lo, hi = DOMAIN_RANGE
+    candidates = [lo + (taken - lo + k) % (hi - lo + 1) for k in range(1, 5)]
+    nodes = _listen(env, candidates, FREE_LISTEN_S, early=False)
+    try:
+        free = [d for d in candidates if not valve_drivers(nodes[d])]
+    finally:
+        _close(nodes)
+    if free:
+        return f'ROS_DOMAIN_ID={free[0]} (set it in the environment of this command)'
+    return f'another ROS_DOMAIN_ID in {lo}-{hi}'
 
 
 def check_new_folder(path: str, option: str = 'bag:=') -> None:

@@ -62,7 +62,7 @@ import numpy as np
 import yaml
 
 from equimus_bringup.graph import default_config_dir, describe_graph, realtime_problem
-from equimus_bringup.supervisor import GraphError, Supervisor, command_for
+from equimus_bringup.supervisor import GraphError, Supervisor
 from equimus_control import CONTROLLERS
 from equimus_description.interface import VALVE_COMMAND, mocap_topic
 from equimus_soak import analysis as A
@@ -155,7 +155,7 @@ class SoakSupervisor(Supervisor):
 
     def spawn(self, name: str, bring_up: bool = True) -> None:
         spec = next(s for s in self.specs if s.name == name)
-        cmd = command_for(spec, self.log_level)
+        cmd = self.command(spec)
         if name == 'recorder':
             # A full disk makes write() fail (ENOSPC) without a signal; with RLIMIT_FSIZE the
             # kernel would also send SIGXFSZ, so the recorder ignores it and sees EFBIG instead.

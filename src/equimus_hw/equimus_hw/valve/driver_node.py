@@ -325,6 +325,7 @@ class ValveDriver(LifecycleNode):
         gid = (info or {}).get('publisher_gid') or {}
         verdict = self.guard.heard(bytes(gid.get('data', b'')))
         if verdict == 'bound':
+            self._count_commanders()  # its name, if the graph had not listed it yet
             self.get_logger().info(f'commander: {self.guard.commander_name}')
         if verdict in ('accept', 'bound'):
             self.on_command(msg)
