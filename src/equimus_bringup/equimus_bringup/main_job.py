@@ -218,11 +218,14 @@ def main(argv=None) -> int:
         overrides[key] = value
     # Everything checked before anything is started or written (equimus_bringup.prestart).
     try:
-        prestart.check_new_folder(str(run_dir), '--out ')
+        try:
+            prestart.check_new_folder(str(run_dir), '--out ')
+        except StartError as exc:
+            raise StartError(f'{exc} (make run OUT=<folder>)') from None
         start = prestart.check(ns.mode, overrides)
         run_dir.mkdir(parents=True)
     except StartError as exc:
-        print(f'main_job: {exc} (make run OUT=<folder>)', file=sys.stderr)
+        print(f'main_job: {exc}', file=sys.stderr)
         return 2
     except OSError as exc:  # a race with another process: still one line
         print(f'main_job: cannot create {run_dir}: {exc.strerror}', file=sys.stderr)
