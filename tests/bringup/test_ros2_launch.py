@@ -21,7 +21,7 @@ from equimus_description.interface import JOINT_STATES, VALVE_APPLIED
 
 pytestmark = pytest.mark.slow
 
-RUN_S = 12.0  # s the graph runs before the Ctrl-C (start-up included)
+RUN_S = 15.0  # s the graph runs before the Ctrl-C (start-up and the 3 s domain check included)
 STOP_TIMEOUT_S = 40.0  # launch: SIGINT, then its own SIGTERM after 5 s and SIGKILL after 10 s
 
 
@@ -158,3 +158,29 @@ def test_hardware_launch_fused_loop_takes_its_arguments(ros2_launch, ros_node, t
     )
     _assert_clean(rc, out, seen, processes=4)
     assert re.search(r'rig_emulator: .* outputs at stop \[0, 0\]', out), out[-2000:]
+
+
+@pytest.mark.parametrize(
+    ('args', 'says'),
+    [
+        (['record:=maybe'], 'record:=maybe is not a boolean'),
+        (['controller:=mpc', 'params_file:={bad}'], 'p_maxx: unknown parameter of controller'),
+    ],
+)
+def test_launch_file_refuses_bad_input_before_any_action(ros2_launch, tmp_path, args, says):
+    """The launch file's OpaqueFunction checks everything first: launch ends with its one error
+    line, no process is started, no bag is made."""
+    bad = tmp_path / 'bad.yaml'
+    bad.write_text('controller:\n  ros__parameters:\n    p_maxx: 40.0\n')
+    bag = tmp_path / 'bag'
+    proc = subprocess.run(
+        [sys.executable, str(ros2_launch), 'equimus_bringup', 'sim.launch.py',
+         'record:=true', f'bag:={bag}', *(a.format(bad=bad) for a in args)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out
+    errors = [x for x in out.splitlines() if 'ERROR' in x]
+    assert len(errors) == 1 and says in errors[0] and 'equimus: not started' in errors[0], out
+    assert 'process started' not in out and 'Traceback' not in out, out
+    assert not bag.exists()
