@@ -438,6 +438,8 @@ class ValveDriver(LifecycleNode):
         if self.subscribed:
             self._count_commanders()
             refusal = self.guard.arm_refusal()
+            if self.outside_commanders and not refusal:
+                refusal = f'refused to arm: {self._outside_note(self.outside_commanders)}'
             if refusal:
                 response.success = False
                 response.message = refusal
