@@ -223,9 +223,7 @@ def test_two_commanders(rig, harness):
         # 5. ours resumes: still the commander, obeyed at once
         t_resume = time.monotonic()
         harness.stream([30.0, 20.0])
-        assert wait_for(
-            lambda: any(f.codes == (C30, C20) for f in emu.frames_since(t_resume)), 3.0
-        )
+        assert wait_for(lambda: any(f.codes == (C30, C20) for f in emu.frames_since(t_resume)), 3.0)
     finally:
         second.send_signal(signal.SIGINT)  # leaves the graph at once (SIGKILL: after ~20 s)
         second.wait(10)

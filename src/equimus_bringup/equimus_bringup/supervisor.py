@@ -201,6 +201,8 @@ class LifecycleClient:
         if not future.done():
             return False, f'{service} did not answer within {timeout:g} s'
         result = future.result()
+        if result is None:
+            return False, f'{service} answered nothing'
         return bool(result.success), str(result.message)
 
     def close(self) -> None:
