@@ -292,6 +292,16 @@ MATRIX = {
         lambda t, r: ['launch', 'sim', 'composed:=maybe'],
         'composed:=maybe is not a boolean',
     ),
+    'an argument without :=': Case(
+        'equimus',
+        lambda t, r: ['launch', 'sim', 'record=true'],
+        "expected name:=value, got 'record=true'",
+    ),
+    'an unknown launch argument': Case(
+        'equimus',
+        lambda t, r: ['launch', 'sim', 'recrod:=true'],
+        'unknown launch argument(s) recrod; did you mean record?',
+    ),
     'a port that is not one': Case(
         'equimus',
         lambda t, r: ['launch', 'hardware', 'natnet_data_port:=15x'],

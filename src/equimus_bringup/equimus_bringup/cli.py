@@ -29,7 +29,7 @@ def parse_assignments(items: list[str]) -> dict[str, str]:
     out = {}
     for item in items:
         if ':=' not in item:
-            raise SystemExit(f'equimus: expected name:=value, got {item!r} (see `equimus args`)')
+            raise StartError(f'expected name:=value, got {item!r} (see `equimus args`)')
         key, value = item.split(':=', 1)
         out[key.strip()] = value
     return out

@@ -234,8 +234,13 @@ def resolve_args(mode: str, overrides: Mapping[str, str] | None = None) -> dict[
     overrides = dict(overrides or {})
     unknown = sorted(set(overrides) - set(ARGUMENTS))
     if unknown:
+        import difflib
+
+        close = difflib.get_close_matches(unknown[0], list(ARGUMENTS), n=1, cutoff=0.6)
         raise ValueError(
-            f'unknown launch argument(s) {", ".join(unknown)}; valid: {", ".join(ARGUMENTS)}'
+            f'unknown launch argument(s) {", ".join(unknown)}'
+            + (f'; did you mean {close[0]}?' if close else '')
+            + f' (valid: {", ".join(ARGUMENTS)})'
         )
     args = {k: str(overrides.get(k, default)) for k, (default, _) in ARGUMENTS.items()}
     if not args['use_sim_time']:

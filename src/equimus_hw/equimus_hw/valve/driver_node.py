@@ -198,8 +198,8 @@ class ValveDriver(LifecycleNode):
         """Accept commands; arm at once when auto_arm is true (else wait for ~/arm)."""
         self.active = True
         if self.params.config.auto_arm:
-            # Not refused by the graph view: a restarted driver would see a SIGKILLed
-            # controller listed for the DDS lease (20 s); the sender rule guards from here on.
+            # No graph check here: the claim binds the first command's sender only while it is
+            # the only publisher (a SIGKILLed controller stays listed for its 20 s DDS lease).
             self.safety.arm(time.monotonic())
             self.guard.arm()
             self.get_logger().warning(
