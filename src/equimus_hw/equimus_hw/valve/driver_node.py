@@ -292,7 +292,8 @@ class ValveDriver(LifecycleNode):
             return
         if self.guard.publishers(graph) == 'lost':
             self._disarm_now()
-            self.get_logger().error(
+            # WARN, not ERROR: a clean stop of the graph stops the controller before the driver.
+            self.get_logger().warning(
                 f'the commander left the ROS graph: disarmed, vented; call /valve_driver/arm to '
                 f'accept a new one ({VALVE_COMMAND.name})'
             )
