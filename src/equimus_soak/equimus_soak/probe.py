@@ -11,6 +11,7 @@ publisher of the probe would keep the driver from accepting a controller.
 
 Driven by JSON lines on stdin, answering on stdout:
     {"op": "publish", "data": [NaN, 20.0]}   -> {"op": "published", "t": <monotonic s>}
+    {"op": "prepare"}                         -> {"op": "prepared"} (publisher made, matched)
     {"op": "release"}                         -> {"op": "released"} (the publisher is destroyed)
     {"op": "dump", "path": "probe.json"}     -> {"op": "dumped"}
     {"op": "quit"}
@@ -117,6 +118,9 @@ class SoakProbe(Node):
                     [t, m.data.tolist() if hasattr(m.data, 'tolist') else list(m.data)]
                 )
                 _say({'op': 'published', 't': t})
+            elif kind == 'prepare':
+                self._publisher()
+                _say({'op': 'prepared'})
             elif kind == 'release':
                 if self.pub is not None:
                     self.destroy_publisher(self.pub)

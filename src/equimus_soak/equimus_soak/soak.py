@@ -262,6 +262,12 @@ class ProbeClient:
         self.send({'op': 'publish', 'data': list(data)})
         return self.wait_for('published', 5.0)['t']
 
+    def prepare(self) -> None:
+        """Make the probe's publisher and wait until DDS has matched it to the graph's
+        subscribers, so the injected commands are not held up by discovery."""
+        self.send({'op': 'prepare'})
+        self.wait_for('prepared', 10.0)
+
     def release(self) -> None:
         """Destroy the probe's publisher: it leaves the ROS graph at once."""
         self.send({'op': 'release'})
@@ -510,9 +516,11 @@ class Soak:
         self.sup.kill('controller')
         self.sleep(self.command_timeout + 0.35)
         # The killed controller stays on the ROS graph for its DDS lease and the driver obeys
-        # nobody else meanwhile: the supervisor, which saw it die, hands it over, and the probe
-        # is armed for as the next commander (its publisher is new, so the only one left).
+        # nobody else meanwhile: the supervisor, which saw it die, hands it over and arms, and
+        # the probe's new publisher (the only one left) is bound by its first command; it is
+        # made and matched before the first injection, so discovery does not delay them.
         self.sup.hand_over_and_arm()
+        self.probe.prepare()
         injected = []
         for cmd in BAD_COMMANDS:
             injected.append((self.probe.publish(cmd), cmd))
