@@ -8,6 +8,7 @@ exited 0 and the valves were vented. Skipped, with the reason, where ../shared i
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -186,12 +187,17 @@ def test_launch_file_refuses_bad_input_before_any_action(ros2_launch, tmp_path, 
     bad = tmp_path / 'bad.yaml'
     bad.write_text('controller:\n  ros__parameters:\n    p_maxx: 40.0\n')
     bag = tmp_path / 'bag'
-    proc = subprocess.run(
+    proc = subprocess.Popen(
         [sys.executable, str(ros2_launch), 'equimus_bringup', 'sim.launch.py',
          'record:=true', f'bag:={bag}', *(a.format(bad=bad) for a in args)],
-        capture_output=True, text=True, timeout=120,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
     )  # fmt: skip
-    out = proc.stdout + proc.stderr
+    try:
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:  # had it started a graph after all, none of it outlives the test
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    out = stdout + stderr
     assert proc.returncode != 0, out
     errors = [x for x in out.splitlines() if 'ERROR' in x]
     assert len(errors) == 1 and says in errors[0] and 'equimus: not started' in errors[0], out
