@@ -57,3 +57,71 @@ def ros_node(request):
     yield n
     n.destroy_node()
     rclpy.try_shutdown()
+
+
+@pytest.fixture
+def read_only_dir(tmp_path):
+    """An empty folder nobody can write into: chmod 555 where that binds (not root), else a
+    read-only tmpfs (root, with CAP_SYS_ADMIN); skipped where neither is possible."""
+    import subprocess
+
+    d = tmp_path / 'read_only'
+    d.mkdir()
+    if os.geteuid() != 0:
+        d.chmod(0o555)
+        yield d
+        d.chmod(0o755)
+        return
+    r = subprocess.run(
+        ['mount', '-t', 'tmpfs', '-o', 'ro,size=64k', 'tmpfs', str(d)],
+        capture_output=True,
+        text=True,
+    )
+    if r.returncode != 0:
+        pytest.skip(f'no read-only folder possible here: root, and mount failed: {r.stderr}')
+    try:
+        yield d
+    finally:
+        subprocess.run(['umount', str(d)], check=False)
+
+
+@pytest.fixture
+def read_only_copy(tmp_path):
+    """read_only_copy(src) -> a copy of folder `src` on read-only storage (as `read_only_dir`;
+    root: a tmpfs filled, then remounted read-only)."""
+    import shutil
+    import subprocess
+
+    mounts = []
+
+    def make(src: pathlib.Path) -> pathlib.Path:
+        d = tmp_path / f'ro_{len(mounts)}'
+        d.mkdir()
+        if os.geteuid() != 0:
+            dst = d / src.name
+            shutil.copytree(src, dst)
+            for p in [dst, *dst.rglob('*')]:
+                p.chmod(0o555 if p.is_dir() else 0o444)
+            d.chmod(0o555)
+            mounts.append(('chmod', d))
+            return dst
+        r = subprocess.run(
+            ['mount', '-t', 'tmpfs', '-o', 'size=16m', 'tmpfs', str(d)],
+            capture_output=True,
+            text=True,
+        )
+        if r.returncode != 0:
+            pytest.skip(f'no read-only folder possible here: root, and mount failed: {r.stderr}')
+        mounts.append(('mount', d))
+        dst = d / src.name
+        shutil.copytree(src, dst)
+        subprocess.run(['mount', '-o', 'remount,ro', str(d)], check=True)
+        return dst
+
+    yield make
+    for kind, d in mounts:
+        if kind == 'mount':
+            subprocess.run(['umount', str(d)], check=False)
+        else:
+            for p in [d, *d.rglob('*')]:
+                p.chmod(0o755)

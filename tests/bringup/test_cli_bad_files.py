@@ -1,16 +1,31 @@
-"""`equimus launch` checks the files the graph will read before starting anything: a bad leg
-override or parameter file is one line naming file, line and key, exit 2, and no bag is made."""
+"""Bad input, the matrix of issue 28: every bad file, argument or place is one line, exit 2, no
+traceback, and nothing started or written.
+
+`equimus launch` and `make run` (main_job) check everything the graph will read before starting
+anything (equimus_bringup.prestart): parameter files against the nodes' config dataclasses
+(unknown names with the closest known one, ROS types, ranges, the configs' own checks), leg
+files, launch booleans, the bag folder. The offline commands (identify, evaluate, bag) and a node
+alone (the recorder) say in one line what is wrong with their input or their storage. Launch
+and main_job cases run in this process (an exception would fail the test as a traceback would
+show); the others are real processes. The launch files' own refusal is in test_ros2_launch.py.
+"""
 
 import math
 import re
 import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from equimus_bringup import cli
+from equimus_bringup import cli, main_job
 from equimus_bringup.graph import default_config_dir as _config_dir
 
 CONFIG = Path(_config_dir())
@@ -66,3 +81,349 @@ def test_bad_parameter_file(capsys, tmp_path, node_file, value):
     m = ONE_LINE.match(err)
     assert m and m['path'] == str(cfg / node_file) and m['key'] == key, err
     shutil.copy(CONFIG / node_file, cfg / node_file)
+
+
+# ---------------------------------------------------------------- the matrix
+
+CONTROLLER = 'controller:\n  ros__parameters:\n'
+DRIVER = 'valve_driver:\n  ros__parameters:\n'
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+def _launch_args(t: Path, *extra: str) -> list[str]:
+    return ['launch', 'sim', 'record:=true', f'bag:={t / "bag"}', *extra]
+
+
+def _params(t: Path, text: str, *extra: str) -> list[str]:
+    return _launch_args(t, f'params_file:={_write(t / "params.yaml", text)}', *extra)
+
+
+def _leg(t: Path, text: str) -> list[str]:
+    return _launch_args(t, f'leg_overrides:={_write(t / "fit.yaml", text)}')
+
+
+def _static_header(t: Path) -> Path:
+    return _write(t / 'StaticPoint_header.csv', 'P1,P2,theta1,theta2\n')
+
+
+def _tocenter_header(t: Path) -> Path:
+    from equimus_identification.data import TOCENTER_COLUMNS
+
+    return _write(t / 'ToCenter_header.csv', ','.join(TOCENTER_COLUMNS) + '\n')
+
+
+def _bag(t: Path, name: str, chunk_size: int = 4096) -> Path:
+    from rclpy.serialization import serialize_message
+    from std_msgs.msg import Float64MultiArray
+
+    from equimus_record import bag
+
+    path = t / name
+    w = bag.BagWriter(path, chunk_size=chunk_size)
+    w.add_topic('/valve/command', 'std_msgs/msg/Float64MultiArray')
+    for i in range(600):
+        w.write('/valve/command', 1000 * (i + 1), serialize_message(Float64MultiArray(data=[i])))
+    w.close()
+    return path
+
+
+def _garbage_bag(t: Path) -> Path:
+    d = t / 'garbage'
+    d.mkdir()
+    (d / 'garbage_0.mcap').write_bytes(b'PK\x03\x04 a zip, not a bag')
+    return d
+
+
+def _joint_bag(t: Path, name: str, corrupt: str) -> Path:
+    """A closed bag that evaluate can replay, but for `corrupt`: 'chunk' (bytes flipped in the
+    middle of the file: a chunk fails its checksum) or 'message' (one that does not decode)."""
+    from sensor_msgs.msg import JointState
+
+    from equimus_record import bag
+    from equimus_ros.cdr import MessageEncoder
+
+    encode = MessageEncoder(JointState).encode
+    path = t / name
+    w = bag.BagWriter(path, chunk_size=4096)
+    for topic in ('/joint_states', '/valve/applied'):
+        w.add_topic(topic, 'sensor_msgs/msg/JointState')
+    for i in range(600):
+        ns = 1_000_000 + i * 8_333_333
+        state = JointState(name=['hip', 'knee'], position=[1.4, 0.8], velocity=[0.0, 0.0])
+        state.header.stamp.sec, state.header.stamp.nanosec = divmod(ns, 10**9)
+        data = b'\x00\x01\x00\x00garbage' if corrupt == 'message' and i == 300 else encode(state)
+        w.write('/joint_states', ns, data)
+        applied = JointState(name=['maa', 'baa'], effort=[10.0, 5.0])
+        applied.header = state.header
+        w.write('/valve/applied', ns, encode(applied))
+    w.close()
+    if corrupt == 'chunk':
+        f = path / f'{name}_0.mcap'
+        b = bytearray(f.read_bytes())
+        mid = len(b) // 2
+        b[mid : mid + 64] = bytes(x ^ 0x5A for x in b[mid : mid + 64])
+        f.write_bytes(bytes(b))
+    return path
+
+
+def _dead_bag(t: Path) -> Path:
+    """A bag whose writer died without closing it (repair has work to do)."""
+    code = (
+        'import sys, os, pathlib\n'
+        'from rclpy.serialization import serialize_message\n'
+        'from std_msgs.msg import Float64MultiArray\n'
+        'from equimus_record import bag\n'
+        'w = bag.BagWriter(pathlib.Path(sys.argv[1]), chunk_size=4096)\n'
+        "w.add_topic('/valve/command', 'std_msgs/msg/Float64MultiArray')\n"
+        'for i in range(600):\n'
+        "    w.write('/valve/command', 1000 * (i + 1), "
+        'serialize_message(Float64MultiArray(data=[i])))\n'
+        'os._exit(0)\n'
+    )
+    subprocess.run([sys.executable, '-c', code, str(t / 'dead')], check=True, timeout=60)
+    return t / 'dead'
+
+
+def _cli_proc(*args) -> list[str]:
+    return [sys.executable, '-m', 'equimus_bringup.cli', *map(str, args)]
+
+
+@dataclass(frozen=True)
+class Case:
+    """run: 'equimus' / 'main_job' (their main() in this process) or 'process' (a command);
+    args(tmp_path, request) makes the inputs and returns the arguments; says: in the line."""
+
+    run: str
+    args: Callable[[Path, pytest.FixtureRequest], list[str]]
+    says: str
+
+
+STATIC = 'physical/static/StaticPoint_effective_13.csv'
+
+MATRIX = {
+    # parameter files, checked against the nodes' config dataclasses (item 2)
+    'typo in a safety limit': Case(
+        'equimus',
+        lambda t, r: _params(t, CONTROLLER + '    p_maxx: 40.0\n'),
+        'params.yaml:3: p_maxx: unknown parameter of controller; did you mean p_max?',
+    ),
+    'p_max above 50 kPa': Case(
+        'equimus',
+        lambda t, r: _params(t, CONTROLLER + '    p_max: 80.0\n'),
+        'params.yaml:3: p_max: 80.0 is out of range [0, 50] (controller)',
+    ),
+    'max_kpa above 50 kPa': Case(
+        'equimus',
+        lambda t, r: _params(t, DRIVER + '    max_kpa: 80.0\n'),
+        'params.yaml:3: max_kpa: 80.0 is out of range [0, 50] (valve_driver)',
+    ),
+    'gains of the wrong type': Case(
+        'equimus',
+        lambda t, r: _params(t, CONTROLLER + '    kp: "abc"\n'),
+        "params.yaml:3: kp: must be a list of doubles, not a string: 'abc'",
+    ),
+    'negative watchdog': Case(
+        'equimus',
+        lambda t, r: _params(t, DRIVER + '    command_timeout_s: -1.0\n', 'composed:=false'),
+        'params.yaml:3: command_timeout_s: -1.0 is out of range [0.01, 10]',
+    ),
+    'an integer for a double': Case(
+        'equimus',
+        lambda t, r: _params(t, CONTROLLER + '    p_max: 40\n'),
+        'p_max: must be a double, not an integer: 40 (write 40.0',
+    ),
+    'a misspelt node': Case(
+        'equimus',
+        lambda t, r: _params(t, 'controlr:\n  ros__parameters:\n    p_max: 40.0\n'),
+        'params.yaml:2: controlr: unknown node',
+    ),
+    'a typo under /**': Case(
+        'equimus',
+        lambda t, r: _params(t, '/**:\n  ros__parameters:\n    use_sim_tme: true\n'),
+        'use_sim_tme: unknown parameter of any node; did you mean use_sim_time?',
+    ),
+    'a missing parameter file': Case(
+        'equimus',
+        lambda t, r: _launch_args(t, f'params_file:={t / "nope.yaml"}'),
+        'nope.yaml: cannot read the parameter file',
+    ),
+    'a bad value from a launch argument': Case(
+        'equimus',
+        lambda t, r: _launch_args(t, 'reference:=zigzag'),
+        'launch arguments: reference.trajectory:',
+    ),
+    # leg descriptions
+    'a malformed leg YAML': Case(
+        'equimus', lambda t, r: _leg(t, 'bodies: [thigh\n'), 'fit.yaml:2: YAML syntax error'
+    ),
+    'a NaN mass': Case(
+        'equimus',
+        lambda t, r: _leg(t, 'bodies: {thigh: {mass: .nan}}\n'),
+        'fit.yaml:1: bodies.thigh.mass:',
+    ),
+    'a negative mass': Case(
+        'equimus',
+        lambda t, r: _leg(t, 'bodies:\n  calf:\n    mass: -1.0\n'),
+        'fit.yaml:3: bodies.calf.mass: must be > 0',
+    ),
+    'a leg file named by a node parameter': Case(
+        'equimus',
+        lambda t, r: _params(
+            t,
+            'sim:\n  ros__parameters:\n    leg_description: '
+            + str(_write(t / 'leg.yaml', 'bodies: [\n'))
+            + '\n',
+            'composed:=false',
+        ),
+        'params.yaml:3: leg_description: ',
+    ),
+    # launch arguments
+    'record:=maybe': Case(
+        'equimus',
+        lambda t, r: ['launch', 'sim', 'record:=maybe'],
+        'record:=maybe is not a boolean: use record:=true or false',
+    ),
+    'composed:=maybe': Case(
+        'equimus',
+        lambda t, r: ['launch', 'sim', 'composed:=maybe'],
+        'composed:=maybe is not a boolean',
+    ),
+    'an argument without :=': Case(
+        'equimus',
+        lambda t, r: ['launch', 'sim', 'record=true'],
+        "expected name:=value, got 'record=true'",
+    ),
+    'an unknown launch argument': Case(
+        'equimus',
+        lambda t, r: ['launch', 'sim', 'recrod:=true'],
+        'unknown launch argument(s) recrod; did you mean record?',
+    ),
+    'a port that is not one': Case(
+        'equimus',
+        lambda t, r: ['launch', 'hardware', 'natnet_data_port:=15x'],
+        'natnet_data_port:=15x must be a UDP port number',
+    ),
+    # where things are written
+    'a bag on read-only storage (split graph)': Case(
+        'equimus',
+        lambda t, r: [
+            'launch',
+            'sim',
+            'composed:=false',
+            'record:=true',
+            f'bag:={r.getfixturevalue("read_only_dir") / "bag"}',
+        ],
+        'cannot create it: ',
+    ),
+    'a bag that exists': Case(
+        'equimus',
+        lambda t, r: _launch_args(t, f'bag:={_garbage_bag(t)}'),
+        'exists already; choose a new one',
+    ),
+    'make run OUT=<read-only>': Case(
+        'main_job',
+        lambda t, r: ['--out', str(r.getfixturevalue('read_only_dir'))],
+        'cannot create it: ',
+    ),
+    'make run with a bad launch argument': Case(
+        'main_job',
+        lambda t, r: ['--out', str(t / 'out'), '--set', 'composed:=maybe'],
+        'composed:=maybe is not a boolean',
+    ),
+    # the offline commands (item 4)
+    'identify on a header-only CSV': Case(
+        'process',
+        lambda t, r: _cli_proc('identify', _tocenter_header(t), '--out', t / 'fit'),
+        'no data rows',
+    ),
+    'evaluate on a header-only CSV': Case(
+        'process',
+        lambda t, r: _cli_proc('evaluate', 'default', _static_header(t)),
+        'no data rows',
+    ),
+    'evaluate with a malformed leg YAML': Case(
+        'process',
+        lambda t, r: _cli_proc(
+            'evaluate',
+            _write(t / 'params.yaml', 'bodies: [thigh\n'),
+            r.getfixturevalue('shared_dir') / 'data' / 'equimus' / STATIC,
+        ),
+        'params.yaml:2: YAML syntax error',
+    ),
+    'evaluate on a garbage bag': Case(
+        'process',
+        lambda t, r: _cli_proc('evaluate', 'default', _garbage_bag(t)),
+        'not an MCAP file',
+    ),
+    'evaluate on a bag with a corrupt chunk': Case(
+        'process',
+        lambda t, r: _cli_proc('evaluate', 'default', _joint_bag(t, 'b', 'chunk')),
+        'Chunk checksum mismatch',
+    ),
+    'evaluate on a bag with a message that does not decode': Case(
+        'process',
+        lambda t, r: _cli_proc('evaluate', 'default', _joint_bag(t, 'b', 'message')),
+        'cannot decode a sensor_msgs/msg/JointState message on /joint_states',
+    ),
+    'bag repair on read-only storage': Case(
+        'process',
+        lambda t, r: _cli_proc('bag', 'repair', r.getfixturevalue('read_only_copy')(_dead_bag(t))),
+        'cannot repair it where it is',
+    ),
+    'a recorder alone on read-only storage': Case(
+        'process',
+        lambda t, r: [
+            sys.executable,
+            '-m',
+            'equimus_record.recorder_node',
+            '--ros-args',
+            '-p',
+            f'bag_path:={r.getfixturevalue("read_only_dir") / "bag"}',
+        ],
+        'cannot create the bag',
+    ),
+}
+
+
+def _tree(root: Path) -> set[str]:
+    return {str(p.relative_to(root)) for p in root.rglob('*')}
+
+
+@pytest.mark.parametrize('name', list(MATRIX))
+def test_bad_input_is_one_line_exit_2_and_nothing_written(name, capsys, tmp_path, request):
+    case = MATRIX[name]
+    args = case.args(tmp_path, request)
+    capsys.readouterr()
+    before = _tree(tmp_path)
+    if case.run == 'process':
+        proc = subprocess.run(args, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+        code, out, err = proc.returncode, proc.stdout, proc.stderr
+    else:
+        code = (cli.main if case.run == 'equimus' else main_job.main)(args)
+        out, err = capsys.readouterr()
+    lines = [x for x in err.splitlines() if x.strip()]
+    assert code == 2, (code, out[-2000:], err[-2000:])
+    assert 'Traceback' not in err + out, err
+    assert len(lines) == 1, err
+    assert case.says in lines[0], lines[0]
+    assert _tree(tmp_path) == before, _tree(tmp_path) ^ before  # nothing written
+    if case.run != 'process':
+        assert out == '', out  # nothing started: the graph line is printed when it starts
+
+
+def test_a_closed_output_pipe_ends_quietly(tmp_path):
+    """`equimus bag info <bag> | head`: the reader went away; no traceback, no error line."""
+    bag = _bag(tmp_path, 'b')
+    proc = subprocess.Popen(
+        _cli_proc('bag', 'info', bag), stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # before the command writes: its first write meets a closed pipe
+    err = proc.stderr.read().decode()
+    assert proc.wait(60) == cli.EXIT_PIPE_CLOSED, err
+    assert err == '', err
+    assert signal.SIGPIPE + 128 == cli.EXIT_PIPE_CLOSED

@@ -8,6 +8,7 @@ exited 0 and the valves were vented. Skipped, with the reason, where ../shared i
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -21,7 +22,8 @@ from equimus_description.interface import JOINT_STATES, VALVE_APPLIED
 
 pytestmark = pytest.mark.slow
 
-RUN_S = 12.0  # s the graph runs before the Ctrl-C (start-up included)
+RUN_S = 12.0  # s the graph runs at least before the Ctrl-C (start-up included)
+RUN_MAX_S = 60.0  # ... and at most, waiting for its topics to flow (start-up on a loaded machine)
 STOP_TIMEOUT_S = 40.0  # launch: SIGINT, then its own SIGTERM after 5 s and SIGKILL after 10 s
 
 
@@ -41,8 +43,18 @@ def ros2_launch(shared_dir):
     return tool
 
 
+def _flowing(seen: dict[str, list]) -> bool:
+    applied = seen[VALVE_APPLIED.name]
+    return (
+        len(seen[JOINT_STATES.name]) > 50
+        and len(applied) > 20
+        and max(max(m.effort) for m in applied) > 1.0
+    )
+
+
 def _watch(ros_node, seconds: float) -> dict[str, list]:
-    """Messages of the graph seen from outside it during `seconds`."""
+    """Messages of the graph seen from outside it during `seconds`, and longer (up to
+    RUN_MAX_S) until they flow as `_assert_clean` expects."""
     from rclpy.executors import SingleThreadedExecutor
     from sensor_msgs.msg import JointState
 
@@ -55,8 +67,10 @@ def _watch(ros_node, seconds: float) -> dict[str, list]:
         )
     executor = SingleThreadedExecutor(context=ros_node.context)
     executor.add_node(ros_node)
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
+    start = time.monotonic()
+    while time.monotonic() < start + seconds or (
+        not _flowing(seen) and time.monotonic() < start + RUN_MAX_S
+    ):
         executor.spin_once(timeout_sec=0.1)
     executor.remove_node(ros_node)
     return seen
@@ -200,3 +214,34 @@ def test_hardware_launch_fused_loop_takes_its_arguments(ros2_launch, ros_node, t
     )
     _assert_clean(rc, out, seen, processes=4)
     assert re.search(r'rig_emulator: .* outputs at stop \[0, 0\]', out), out[-2000:]
+
+
+@pytest.mark.parametrize(
+    ('args', 'says'),
+    [
+        (['record:=maybe'], 'record:=maybe is not a boolean'),
+        (['controller:=mpc', 'params_file:={bad}'], 'p_maxx: unknown parameter of controller'),
+    ],
+)
+def test_launch_file_refuses_bad_input_before_any_action(ros2_launch, tmp_path, args, says):
+    """The launch file's OpaqueFunction checks everything first: launch ends with its one error
+    line, no process is started, no bag is made."""
+    bad = tmp_path / 'bad.yaml'
+    bad.write_text('controller:\n  ros__parameters:\n    p_maxx: 40.0\n')
+    bag = tmp_path / 'bag'
+    proc = subprocess.Popen(
+        [sys.executable, str(ros2_launch), 'equimus_bringup', 'sim.launch.py',
+         'record:=true', f'bag:={bag}', *(a.format(bad=bad) for a in args)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    try:
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:  # had it started a graph after all, none of it outlives the test
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    out = stdout + stderr
+    assert proc.returncode != 0, out
+    errors = [x for x in out.splitlines() if 'ERROR' in x]
+    assert len(errors) == 1 and says in errors[0] and 'equimus: not started' in errors[0], out
+    assert 'process started' not in out and 'Traceback' not in out, out
+    assert not bag.exists()

@@ -128,3 +128,52 @@ def test_a_missing_parameter_file_is_one_line(tmp_path):
     )
     assert proc.returncode == 2 and 'Traceback' not in proc.stderr, proc.stderr
     assert f'{tmp_path / "nope.yaml"}: cannot read' in proc.stderr
+
+
+# Scalars whose type rcl and PyYAML disagree on, and plain ones: rcl's parser decides what a
+# node gets, so `paramfiles.rcl_value` must agree with it (checked against rcl itself here).
+SCALARS = [
+    '1', '-0', '+5', '010', '08', '0x1F', '1.0', '5.', '.5', '1e3', '1.5e-3', '-2E+2',
+    'true', 'True', 'yes', 'Y', 'n', 'off', 'On', 'abc', '~', 'null', '1_000', '1:2',
+    "'5'", '"true"', '!!str 7', '9223372036854775807', '9223372036854775808', 'nan', '.inf',
+]  # fmt: skip
+
+
+def test_values_are_typed_as_rcl_types_them(tmp_path):
+    import rclpy
+
+    f = tmp_path / 'typed.yaml'
+    f.write_text(
+        'typed:\n  ros__parameters:\n' + ''.join(f'    p{i}: {v}\n' for i, v in enumerate(SCALARS))
+    )
+    ctx = rclpy.Context()
+    rclpy.init(context=ctx, args=['--ros-args', '--params-file', str(f)])
+    try:
+        node = rclpy.create_node(
+            'typed', context=ctx, automatically_declare_parameters_from_overrides=True
+        )
+        rcl = {i: node.get_parameter(f'p{i}').value for i in range(len(SCALARS))}
+        node.destroy_node()
+    finally:
+        rclpy.try_shutdown(context=ctx)
+    text = f.read_text()
+    mapping = yaml.compose(text).value[0][1].value[0][1]  # typed: ros__parameters: {...}
+    ours = {i: paramfiles.rcl_value(v, text) for i, (_, v) in enumerate(mapping.value)}
+    for i, scalar in enumerate(SCALARS):
+        a, b = rcl[i], ours[i]
+        same = (type(a), a) == (type(b), b) or (
+            isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b)
+        )
+        assert same, (scalar, a, b)
+
+
+@pytest.mark.parametrize(
+    ('value', 'why'),
+    [('[1, 2.5]', 'mixes double and integer'), ('[]', 'empty list'), ('', 'no value')],
+)
+def test_what_rcl_cannot_parse_is_one_located_line(tmp_path, value, why):
+    f = tmp_path / 'p.yaml'
+    f.write_text(f'n:\n  ros__parameters:\n    x: {value}\n')
+    with pytest.raises(paramfiles.ParamFileError, match=why) as exc:
+        paramfiles.check(str(f))
+    assert str(exc.value).startswith(f'{f}:3: x: ')

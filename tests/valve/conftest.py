@@ -87,6 +87,7 @@ class Harness:
             reliability=QoSReliabilityPolicy.RELIABLE, history=QoSHistoryPolicy.KEEP_LAST, depth=10
         )
         self.Float64MultiArray = Float64MultiArray
+        self.command_qos = command_qos
         self.pub = self.node.create_publisher(Float64MultiArray, '/valve/command', command_qos)
         self.applied, self.pressure, self.diag = [], [], []
         self.node.create_subscription(
@@ -104,7 +105,7 @@ class Harness:
         self.node.create_subscription(DiagnosticArray, '/diagnostics', self._on_diag, 50)
         self.clients = {
             name: self.node.create_client(Trigger, f'/valve_driver/{name}')
-            for name in ('arm', 'disarm', 'estop')
+            for name in ('arm', 'disarm', 'estop', 'hand_over')
         }
         self.Trigger = Trigger
         self.executor = SingleThreadedExecutor(context=self.ctx)
@@ -125,6 +126,15 @@ class Harness:
                 self.diag.append(
                     (time.monotonic(), level, st.message, {kv.key: kv.value for kv in st.values})
                 )
+
+    def new_publisher(self):
+        """Publish from a new publisher (a new GID: to the driver, another controller) from now
+        on; returns the old one, still on the graph until destroyed."""
+        old = self.pub
+        self.pub = self.node.create_publisher(
+            self.Float64MultiArray, '/valve/command', self.command_qos
+        )
+        return old
 
     def publish(self, values):
         self.pub.publish(self.Float64MultiArray(data=[float(v) for v in values]))

@@ -19,7 +19,9 @@ import argparse
 import importlib
 import sys
 
-from equimus_bringup.graph import ARGUMENTS, MODES, describe_graph, resolve_args
+from equimus_bringup import prestart
+from equimus_bringup.graph import ARGUMENTS, MODES
+from equimus_bringup.prestart import StartError
 
 
 def parse_assignments(items: list[str]) -> dict[str, str]:
@@ -27,7 +29,7 @@ def parse_assignments(items: list[str]) -> dict[str, str]:
     out = {}
     for item in items:
         if ':=' not in item:
-            raise SystemExit(f'equimus: expected name:=value, got {item!r} (see `equimus args`)')
+            raise StartError(f'expected name:=value, got {item!r} (see `equimus args`)')
         key, value = item.split(':=', 1)
         out[key.strip()] = value
     return out
@@ -37,21 +39,17 @@ def cmd_launch(ns: argparse.Namespace) -> int:
     from equimus_bringup.supervisor import GraphError, Supervisor
 
     try:
-        overrides = parse_assignments(ns.assignments)
-        args = resolve_args(ns.mode, overrides)
-        specs = describe_graph(ns.mode, overrides)
-    except ValueError as exc:
+        start = prestart.check(ns.mode, parse_assignments(ns.assignments))
+    except StartError as exc:
         print(f'equimus: {exc}', file=sys.stderr)
         return 2
-    problem = check_files(args, specs)
-    if problem:
-        print(f'equimus: {problem}', file=sys.stderr)
-        return 2
     print(
-        f'[equimus] {ns.mode} graph: {", ".join(s.name for s in specs)}'
-        + (f'; recording to {args["bag"]}' if args['record'] == 'true' else '')
+        f'[equimus] {ns.mode} graph: {", ".join(s.name for s in start.specs)}'
+        + (f'; recording to {start.args["bag"]}' if start.args['record'] == 'true' else '')
     )
-    sup = Supervisor(specs, log_level=args['log_level'])
+    sup = Supervisor(
+        start.specs, log_level=start.args['log_level'], drivers_listed=start.drivers_listed
+    )
     try:
         sup.start()
     except GraphError as exc:
@@ -59,22 +57,6 @@ def cmd_launch(ns: argparse.Namespace) -> int:
         print(f'equimus: {exc}', file=sys.stderr)
         return 2
     return sup.run_until(timeout=ns.duration)
-
-
-def check_files(args: dict[str, str], specs) -> str:
-    """'' if every file the graph will read is well-formed; else the first problem, one line
-    naming file, line and key. Checked before any process starts, so nothing is written."""
-    from equimus_description.leg import LegDescriptionError, load_leg
-    from equimus_ros.paramfiles import ParamFileError, check
-
-    try:
-        for path in dict.fromkeys(f for s in specs for f in s.parameter_files):
-            check(path)
-        if args.get('leg_overrides'):
-            load_leg(overrides=args['leg_overrides'])
-    except (ParamFileError, LegDescriptionError) as exc:
-        return str(exc)
-    return ''
 
 
 def cmd_args(ns: argparse.Namespace) -> int:
@@ -145,7 +127,10 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] in DELEGATED:
         module, function, _, gets_name = DELEGATED[argv[0]]
         entry = getattr(importlib.import_module(module), function)
-        return int(entry(argv if gets_name else argv[1:]))
+        try:
+            return int(entry(argv if gets_name else argv[1:]))
+        except BrokenPipeError:
+            return _output_closed()
     parser = argparse.ArgumentParser(
         prog='equimus', description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -164,7 +149,25 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument('path')
     p.set_defaults(func=cmd_bag)
     ns = parser.parse_args(argv)
-    return int(ns.func(ns))
+    try:
+        return int(ns.func(ns))
+    except BrokenPipeError:
+        return _output_closed()
+
+
+#: Exit status of a command whose output pipe closed early (`equimus bag info | head`): what a
+#: shell reports for a process ended by SIGPIPE (128 + 13), as `cat` or `git log` end there.
+EXIT_PIPE_CLOSED = 141
+
+
+def _output_closed() -> int:
+    """The reader of stdout went away: stop quietly (no traceback, no line: not an error)."""
+    import os
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())  # Python's flush at exit must not fail again
+    os.close(devnull)
+    return EXIT_PIPE_CLOSED
 
 
 if __name__ == '__main__':

@@ -21,8 +21,9 @@ The controller in this process is the same `ControllerNode` (and so the same
 The managed nodes (valve_driver, natnet_bridge) are configured and activated here, in-process;
 their lifecycle services stay available (`ros2 lifecycle set /valve_driver deactivate` vents).
 The valve driver does not read /valve/command in this mode: the in-process controller is its
-only command source, and the controller hears the driver's armed state by call, not on
-/valve/armed.
+only command source (another publisher of /valve/command is named in an ERROR, in the log and
+on /diagnostics, never obeyed), and the controller hears the driver's armed state by call, not
+on /valve/armed.
 """
 
 from __future__ import annotations
@@ -188,6 +189,8 @@ def control_loop() -> list[Node]:
         # before the next frame (the driver armed before the controller existed: tell it now).
         driver.armed_listeners.append(controller.on_valves_armed)
         controller.on_valves_armed(driver.valves_armed)
+        # Its only command source; a publisher of /valve/command elsewhere is named, never heard.
+        driver.in_process_commanders = {controller.get_fully_qualified_name()}
         estimator = EstimatorNode(subscribe=False, downstream=controller.on_joints)
         nodes.append(estimator)
         # Last: the bridge starts receiving (and driving the chain) when it is activated.

@@ -155,8 +155,21 @@ SHUTDOWN_RANK = {
 }
 
 
+#: Launch arguments that are booleans: true | false (and 1 | 0, as launch's conditions take).
+BOOLEAN_ARGUMENTS = (
+    'record',
+    'use_sim_time',
+    'composed',
+    'natnet_multicast',
+    'emulator',
+    'auto_arm',
+    'fused_loop',
+)
+_TRUE, _FALSE = ('true', '1'), ('false', '0')
+
+
 def _truthy(value: str) -> bool:
-    return str(value).strip().lower() in ('1', 'true', 'yes', 'on')
+    return str(value).strip().lower() in _TRUE
 
 
 @dataclass
@@ -221,8 +234,13 @@ def resolve_args(mode: str, overrides: Mapping[str, str] | None = None) -> dict[
     overrides = dict(overrides or {})
     unknown = sorted(set(overrides) - set(ARGUMENTS))
     if unknown:
+        import difflib
+
+        close = difflib.get_close_matches(unknown[0], list(ARGUMENTS), n=1, cutoff=0.6)
         raise ValueError(
-            f'unknown launch argument(s) {", ".join(unknown)}; valid: {", ".join(ARGUMENTS)}'
+            f'unknown launch argument(s) {", ".join(unknown)}'
+            + (f'; did you mean {close[0]}?' if close else '')
+            + f' (valid: {", ".join(ARGUMENTS)})'
         )
     args = {k: str(overrides.get(k, default)) for k, (default, _) in ARGUMENTS.items()}
     if not args['use_sim_time']:
@@ -241,6 +259,12 @@ def resolve_args(mode: str, overrides: Mapping[str, str] | None = None) -> dict[
         import time
 
         args['bag'] = os.path.join('bags', f'equimus_{mode}_{time.strftime("%Y%m%d-%H%M%S")}')
+    for name in BOOLEAN_ARGUMENTS:
+        if args[name].strip().lower() not in _TRUE + _FALSE:
+            raise ValueError(f'{name}:={args[name]} is not a boolean: use {name}:=true or false')
+    for name in ('natnet_command_port', 'natnet_data_port'):
+        if not (args[name].strip().isdigit() and 1 <= int(args[name]) <= 65535):
+            raise ValueError(f'{name}:={args[name]} must be a UDP port number, 1 to 65535')
     if args['controller'] not in CONTROLLERS:
         raise ValueError(f'controller:={args["controller"]} is not one of {", ".join(CONTROLLERS)}')
     try:

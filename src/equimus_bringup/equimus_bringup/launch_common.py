@@ -4,7 +4,9 @@ Imports `launch` and `launch_ros`, so it is only imported on a machine with a RO
 
 The managed nodes (graph.MANAGED_NODES) are `LifecycleNode` actions: a ChangeState(configure)
 event is emitted at start and each one is activated when it reaches `inactive`, as the supervisor
-does over the same lifecycle_msgs services. When a required process (graph.REQUIRED_PROCESSES:
+does over the same lifecycle_msgs services. Before any action is created, the launch arguments
+and every parameter file are checked (equimus_bringup.prestart): a bad one ends the launch with
+one line, nothing started. When a required process (graph.REQUIRED_PROCESSES:
 the valve driver, the bridge, or the process holding them) exits, the valve driver is asked to
 deactivate (vent) and the launch shuts down; the driver also vents on the SIGINT of the shutdown.
 """
@@ -32,7 +34,9 @@ from launch_ros.events.lifecycle import ChangeState
 from launch_ros.substitutions import ExecutableInPackage, FindPackageShare
 from lifecycle_msgs.msg import Transition
 
-from equimus_bringup.graph import ARGUMENTS, describe_graph, parameter_layers
+from equimus_bringup import prestart
+from equimus_bringup.graph import ARGUMENTS, parameter_layers
+from equimus_bringup.prestart import StartError
 
 
 def lifecycle_actions(node: LifecycleNode) -> list:
@@ -99,10 +103,15 @@ def generate(mode: str) -> LaunchDescription:
     def _actions(context):
         values = {name: LaunchConfiguration(name).perform(context) for name in ARGUMENTS}
         log_level = values['log_level'] or 'info'
+        try:
+            # Refused before any action exists: nothing is started, no bag is made.
+            specs = prestart.check(mode, values).specs
+        except StartError as exc:
+            raise RuntimeError(f'equimus: not started: {exc}') from None
         actions: list = []
         required: list = []
         driver = None
-        for spec in describe_graph(mode, values):
+        for spec in specs:
             if spec.is_ros_node:
                 # A multi-node process keeps its nodes' own names (no name remap); its launch
                 # arguments are node-scoped in the last parameter file. Managed nodes are

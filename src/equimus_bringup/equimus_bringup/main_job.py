@@ -28,7 +28,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from equimus_bringup.graph import SPEED_PREFIX, describe_graph
+from equimus_bringup import prestart
+from equimus_bringup.graph import SPEED_PREFIX
+from equimus_bringup.prestart import StartError
 from equimus_bringup.run_report import report
 from equimus_bringup.supervisor import GraphError, Supervisor
 from equimus_control import CONTROLLERS
@@ -192,7 +194,6 @@ def main(argv=None) -> int:
     ns = p.parse_args(argv)
 
     run_dir = Path(ns.out) / time.strftime('%Y%m%d-%H%M%S')
-    run_dir.mkdir(parents=True, exist_ok=True)
     bag_path = (run_dir / 'bag').resolve()
     overrides = {
         'controller': ns.controller,
@@ -215,15 +216,29 @@ def main(argv=None) -> int:
     for item in ns.set:
         key, _, value = item.partition(':=')
         overrides[key] = value
-    specs = describe_graph(ns.mode, overrides)
+    # Everything checked before anything is started or written (equimus_bringup.prestart).
+    try:
+        try:
+            prestart.check_new_folder(str(run_dir), '--out ')
+        except StartError as exc:
+            raise StartError(f'{exc} (make run OUT=<folder>)') from None
+        start = prestart.check(ns.mode, overrides)
+        run_dir.mkdir(parents=True)
+    except StartError as exc:
+        print(f'main_job: {exc}', file=sys.stderr)
+        return 2
+    except OSError as exc:  # a race with another process: still one line
+        print(f'main_job: cannot create {run_dir}: {exc.strerror}', file=sys.stderr)
+        return 2
     log_path = run_dir / 'graph.log'
     print(
-        f'[main] {ns.mode} graph: {", ".join(s.name for s in specs)}; controller {ns.controller}, '
+        f'[main] {ns.mode} graph: {", ".join(s.name for s in start.specs)}; '
+        f'controller {ns.controller}, '
         f'reference {ns.reference}, {ns.duration:.0f} s; node logs in {log_path}',
         flush=True,
     )
 
-    sup = Supervisor(specs, echo=False)
+    sup = Supervisor(start.specs, echo=False, drivers_listed=start.drivers_listed)
     watch = ClockWatch(wall=ns.mode == 'hardware')
     wall0 = time.monotonic()
     rtf = rtf_cpu = float('nan')

@@ -11,7 +11,9 @@ reports failure.
 
 from __future__ import annotations
 
+import collections
 import contextlib
+import itertools
 import os
 import shutil
 import signal
@@ -19,7 +21,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from equimus_bringup.graph import ProcessSpec, realtime_problem, ros_arguments
@@ -30,6 +32,9 @@ LIFECYCLE_SERVICE_TIMEOUT_S = 30.0
 LIFECYCLE_CALL_TIMEOUT_S = 10.0
 #: The environment that decides which DDS graph a participant joins.
 GRAPH_DDS_ENV = ('ROS_DOMAIN_ID', 'ROS_AUTOMATIC_DISCOVERY_RANGE', 'ROS_STATIC_PEERS')
+
+
+_GRAPHS = itertools.count(1)  # graphs started by this process: their enclaves
 
 
 class GraphError(RuntimeError):
@@ -68,30 +73,63 @@ def command_for(spec: ProcessSpec, log_level: str = 'info') -> list[str]:
     return cmd
 
 
+def graph_context(env: Mapping[str, str], domain: int | None = None):
+    """A new rclpy Context on the DDS domain and discovery range that `env` gives a graph's
+    processes (the caller's own may differ: the soak), or on `domain`."""
+    import rclpy
+    from rclpy.context import Context
+
+    context = Context()
+    saved = {k: os.environ.get(k) for k in GRAPH_DDS_ENV}
+    os.environ.update({k: env[k] for k in GRAPH_DDS_ENV if k in env})
+    if domain is not None:
+        os.environ['ROS_DOMAIN_ID'] = str(domain)
+    try:
+        rclpy.init(context=context, args=[])
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    return context
+
+
+def valve_drivers(node) -> list[str]:
+    """The nodes named valve_driver that `node`'s view of the ROS graph lists (a killed
+    process's stay listed for its DDS lease)."""
+    return [f'{ns.rstrip("/")}/{name}' for name, ns, _ in _drivers(node)]
+
+
+def driver_enclaves(node) -> list[str]:
+    """The enclave of each listed valve_driver: which graph it belongs to (`Supervisor.enclave`;
+    '/' for one started otherwise)."""
+    return [enclave for _, _, enclave in _drivers(node)]
+
+
+def _drivers(node) -> list[tuple[str, str, str]]:
+    return [
+        (name, ns, enclave)
+        for name, ns, enclave in node.get_node_names_and_namespaces_with_enclaves()
+        if name == 'valve_driver'
+    ]
+
+
 class LifecycleClient:
     """Calls the lifecycle_msgs services of the graph's managed nodes (own rclpy context, so it
     never touches a context of the caller)."""
 
+    _made = 0
+
     def __init__(self, env: dict[str, str]) -> None:
         import rclpy
-        from rclpy.context import Context
         from rclpy.executors import SingleThreadedExecutor
 
         self._rclpy = rclpy
-        self.context = Context()
-        # On the graph's DDS domain and discovery range (the caller's may differ: the soak).
-        saved = {k: os.environ.get(k) for k in GRAPH_DDS_ENV}
-        os.environ.update({k: env[k] for k in GRAPH_DDS_ENV if k in env})
-        try:
-            rclpy.init(context=self.context, args=[])
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
+        self.context = graph_context(env)
+        LifecycleClient._made += 1  # several in one process (tests): distinct node names
         self.node = rclpy.create_node(
-            f'equimus_supervisor_{os.getpid()}',
+            f'equimus_supervisor_{os.getpid()}_{LifecycleClient._made}',
             context=self.context,
             start_parameter_services=False,
         )
@@ -149,6 +187,24 @@ class LifecycleClient:
         if not future.result().success:
             raise GraphError(f'{node} refused {label}: see its log above')
 
+    def trigger(self, service: str, timeout: float) -> tuple[bool, str]:
+        """Call a std_srvs/Trigger service (e.g. /valve_driver/arm): (success, message)."""
+        from std_srvs.srv import Trigger
+
+        client = self._clients.get(service)
+        if client is None:
+            client = self._clients[service] = self.node.create_client(Trigger, service)
+        if not client.wait_for_service(timeout_sec=timeout):
+            return False, f'{service} is not offered'
+        future = client.call_async(Trigger.Request())
+        self.executor.spin_until_future_complete(future, timeout_sec=timeout)
+        if not future.done():
+            return False, f'{service} did not answer within {timeout:g} s'
+        result = future.result()
+        if result is None:
+            return False, f'{service} answered nothing'
+        return bool(result.success), str(result.message)
+
     def close(self) -> None:
         self.executor.shutdown()
         self.node.destroy_node()
@@ -165,8 +221,22 @@ class Supervisor:
         stop_timeout: float = 5.0,
         echo: bool = True,
         env: dict[str, str] | None = None,
+        drivers_listed: Sequence[str] | None = None,
     ):
         self.specs = list(specs)
+        #: The enclaves of the valve_driver nodes the domain listed before this graph started
+        #: (prestart.check_domain: killed ones, within their DDS lease). A valve driver listed
+        #: later in another enclave is another graph's, which a lifecycle request by name would
+        #: reach too. None: not checked (the soak, on a domain of its own).
+        self.drivers_listed = None if drivers_listed is None else list(drivers_listed)
+        #: This graph's ROS enclave (`--enclave`): a name in the ROS graph that tells its nodes
+        #: from another graph's of the same names. Not set where ROS security is on (an enclave
+        #: then needs keys).
+        self.enclave = (
+            ''
+            if os.environ.get('ROS_SECURITY_ENABLE', '').lower() == 'true'
+            else f'/equimus_{os.getpid()}_{next(_GRAPHS)}'
+        )
         self.log_level = log_level
         self.stop_timeout = stop_timeout
         self.echo = echo
@@ -189,7 +259,7 @@ class Supervisor:
     def start(self) -> None:
         self.check_realtime()
         for spec in self.specs:
-            cmd = command_for(spec, self.log_level)
+            cmd = self.command(spec)
             proc = subprocess.Popen(
                 cmd,
                 stdout=subprocess.PIPE,
@@ -208,6 +278,13 @@ class Supervisor:
         for spec in self.specs:
             self.bring_up(spec.name)
 
+    def command(self, spec: ProcessSpec) -> list[str]:
+        """The process's command line, its ROS nodes in this graph's enclave."""
+        cmd = command_for(spec, self.log_level)
+        if spec.is_ros_node and self.enclave:
+            cmd += ['--enclave', self.enclave]
+        return cmd
+
     @property
     def lifecycle(self) -> LifecycleClient:
         if self._lifecycle is None:
@@ -223,6 +300,13 @@ class Supervisor:
         if not spec.managed:
             return
         proc = self.procs[name]
+        if name == 'valve_driver' and self.drivers_listed is not None:
+            # get_state below is answered by any node of that name: first this graph's own
+            # driver must be listed, and no other graph's.
+            self._wait_own_driver(lambda: proc.poll() is None)
+            problem = self.other_driver()
+            if problem:
+                raise GraphError(problem)
         self.lifecycle.wait_for(name, lambda: proc.poll() is None, LIFECYCLE_SERVICE_TIMEOUT_S)
         for transition, label in BRING_UP:
             self.lifecycle.change(name, transition, label, LIFECYCLE_CALL_TIMEOUT_S)
@@ -235,12 +319,49 @@ class Supervisor:
         proc = self.procs.get('valve_driver')
         if spec is None or proc is None or proc.poll() is not None:
             return
+        problem = self.other_driver()
+        if problem:  # the request would reach it too; this graph's driver vents on its SIGINT
+            print(f'[equimus] {problem}', file=sys.stderr)
+            return
         try:
             self.lifecycle.change(
                 'valve_driver', Transition.TRANSITION_DEACTIVATE, 'deactivate', 2.0
             )
         except GraphError as exc:  # it still vents when it is stopped below
             print(f'[equimus] {exc}', file=sys.stderr)
+
+    def _wait_own_driver(self, alive: Callable[[], bool]) -> None:
+        end = time.monotonic() + LIFECYCLE_SERVICE_TIMEOUT_S
+        while self.enclave and self.enclave not in driver_enclaves(self.lifecycle.node):
+            if not alive():
+                raise GraphError('valve_driver exited before offering its lifecycle services')
+            if time.monotonic() > end:
+                raise GraphError(
+                    f'valve_driver did not appear on the ROS graph within '
+                    f'{LIFECYCLE_SERVICE_TIMEOUT_S:g} s'
+                )
+            time.sleep(0.05)
+
+    def other_driver(self) -> str:
+        """'' unless another graph's valve_driver is on this graph's domain (see
+        `drivers_listed`); then why lifecycle requests are not sent, in one line."""
+        if self.drivers_listed is None:
+            return ''
+        others = collections.Counter(driver_enclaves(self.lifecycle.node))
+        others -= collections.Counter(self.drivers_listed)
+        if self.enclave:
+            others.pop(self.enclave, None)
+        else:  # no enclaves: this graph's own driver is one of the new ones
+            others -= collections.Counter({'/': 1})
+        if not others:
+            return ''
+        env = {**self.env, **next((s.env for s in self.specs if s.managed), {})}
+        return (
+            f'another graph started on ROS_DOMAIN_ID={env.get("ROS_DOMAIN_ID", "0")} meanwhile '
+            f'(its valve_driver is in enclave {next(iter(others))}): no lifecycle request is '
+            'sent, since it would reach that graph too; stop it, or run each graph on its own '
+            'ROS_DOMAIN_ID'
+        )
 
     def _pump(self, name: str, proc: subprocess.Popen) -> None:
         assert proc.stdout is not None

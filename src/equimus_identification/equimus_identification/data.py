@@ -17,6 +17,7 @@ Angles are the paper's θ1 (hip), θ2 (knee) in rad; pressures in kPa.
 from __future__ import annotations
 
 import pathlib
+import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -165,13 +166,7 @@ def hold(t_src, x_src, t_new) -> np.ndarray:
 def load_static_csv(path) -> StaticSet:
     """StaticPoint_*.csv: columns P1 (kPa), P2 (kPa), theta1 (deg), theta2 (deg)."""
     path = pathlib.Path(path)
-    try:
-        d = np.genfromtxt(path, delimiter=',', skip_header=1, dtype=float)
-    except OSError as exc:
-        raise DataError(f'{path}: cannot read ({exc})') from exc
-    except ValueError as exc:  # rows of different lengths; numpy names the lines
-        raise DataError(f'{path}: malformed CSV: {" ".join(str(exc).split())}') from None
-    d = np.atleast_2d(d)
+    d = np.atleast_2d(_read_csv(path, skip_header=1))
     if d.shape[1] != 4 or not np.all(np.isfinite(d)):
         raise DataError(
             f'{path}: expected 4 numeric columns P1 (kPa), P2 (kPa), theta1 (deg), '
@@ -180,13 +175,24 @@ def load_static_csv(path) -> StaticSet:
     return StaticSet(d[:, :2].copy(), np.deg2rad(d[:, 2:]), name=path.stem)
 
 
-def _read_named_csv(path) -> np.ndarray:
+def _read_csv(path, **kwargs) -> np.ndarray:
+    """np.genfromtxt of a comma-separated file with a header line; DataError (one line) if it
+    cannot be read, is malformed, or has no data rows (numpy only warns about that)."""
     try:
-        return np.genfromtxt(path, delimiter=',', names=True, dtype=float)
+        with warnings.catch_warnings():
+            warnings.simplefilter('ignore')  # "Empty input file": reported below
+            d = np.genfromtxt(path, delimiter=',', dtype=float, **kwargs)
     except OSError as exc:
         raise DataError(f'{path}: cannot read ({exc})') from exc
     except ValueError as exc:  # rows of different lengths; numpy names the lines
         raise DataError(f'{path}: malformed CSV: {" ".join(str(exc).split())}') from None
+    if d.size == 0:
+        raise DataError(f'{path}: no data rows (a header line only?)')
+    return d
+
+
+def _read_named_csv(path) -> np.ndarray:
+    return np.atleast_1d(_read_csv(path, names=True))
 
 
 TOCENTER_COLUMNS = (
@@ -391,15 +397,21 @@ def load_bag(path, joint_topic: str | None = None, command_topic: str | None = N
     `/sim/joint_states`; the command is `/valve/applied` (after the safety clamp), falling back to
     `/valve/command`.
     """
-    from equimus_record.bag import pressures, read_messages
+    from equimus_record.bag import BagError, pressures, read_messages
 
     path = pathlib.Path(path)
+    topics = list(JOINT_TOPICS + COMMAND_TOPICS + (PRESSURE_TOPIC,))
+
+    def messages():
+        try:
+            yield from read_messages(path, topics)
+        except BagError as exc:  # garbage, a cut or a corrupt chunk: one line saying which
+            raise DataError(str(exc)) from None
+
     # topic → (stamp ns, rows); stamps stay integers until the first one is subtracted: an
     # epoch time in float seconds keeps only ~0.2 µs, enough to move a grid sample across a stamp
     series: dict[str, tuple[list[int], list[list[float]]]] = {}
-    for topic, stamp, msg in read_messages(
-        path, list(JOINT_TOPICS + COMMAND_TOPICS + (PRESSURE_TOPIC,))
-    ):
+    for topic, stamp, msg in messages():
         if topic in JOINT_TOPICS:
             pos = list(msg.position)
             if len(pos) < 2:

@@ -22,7 +22,6 @@ import pathlib
 import sys
 
 import numpy as np
-import yaml
 
 from . import data
 from . import dynamic as D
@@ -34,14 +33,18 @@ PLOT_ROWS = 12  # experiments drawn at most (the table lists all)
 
 def load_params(spec: str, leg_path=None):
     """A LegDescription from a parameter file or a parameter-set name (see module doc)."""
+    from equimus_description import yamlfile
     from equimus_description.leg import load_leg
 
     p = pathlib.Path(spec)
     if p.suffix in ('.yaml', '.yml') or p.exists():
         if not p.exists():
             raise FileNotFoundError(f'{spec}: no such parameter file')
-        doc = yaml.safe_load(p.read_text()) or {}
-        start = (doc.get('identification') or {}).get('start_parameter_set', 'table_v_dynamic')
+        doc = yamlfile.load(p)[0]  # YamlFileError (a ValueError): one line, file and line
+        ident = doc.get('identification') if isinstance(doc, dict) else None
+        start = (ident if isinstance(ident, dict) else {}).get(
+            'start_parameter_set', 'table_v_dynamic'
+        )
         return load_leg(leg_path, parameter_set=start or None, overrides=str(p))
     return load_leg(leg_path, parameter_set=None if spec == 'default' else spec)
 

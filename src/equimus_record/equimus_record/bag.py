@@ -432,7 +432,13 @@ def repair(bag: Path) -> str:
     src = _checked_mcap_file(bag)
     if is_complete(bag):
         return f'{bag}: complete, nothing to repair'
-    lock = _hold_repair_lock(bag)
+    try:
+        lock = _hold_repair_lock(bag)
+    except OSError as exc:  # a read-only file system or folder: nothing was written
+        raise BagError(
+            f'{bag}: cannot repair it where it is ({exc.strerror}); copy the bag folder to a '
+            'writable place and repair the copy'
+        ) from None
     tmp = src.with_name(src.name + '.repairing')
     try:
         return _repair_locked(bag, src, tmp)

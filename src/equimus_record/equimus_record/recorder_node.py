@@ -81,7 +81,9 @@ class Recorder(Node):
         try:
             self.writer = writer(Path(path), flush_period=cfg.flush_period)
         except (BagError, OSError) as exc:
-            raise SystemExit(f'recorder: cannot create bag {path}: {exc}') from exc
+            # A ValueError: run_node reports it in one line with the file that set bag_path.
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            raise ValueError(f'bag_path={path!r}: cannot create the bag: {why}') from None
         self.subs = {}
         self.skipped = set()
         self.diagnostics = Diagnostics(self, DIAGNOSTICS, 'recorder', 'rosbag2')
@@ -167,7 +169,8 @@ class Recorder(Node):
         return super().destroy_node()
 
     def close(self):
-        if self.error or self.writer.closed:
+        # No writer: its construction failed (a ValueError above), nothing to close.
+        if self.error or getattr(self, 'writer', None) is None or self.writer.closed:
             return
         # Called after Ctrl-C has shut ROS down, so this reports on stdout, not /rosout.
         try:

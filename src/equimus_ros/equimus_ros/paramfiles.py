@@ -4,7 +4,9 @@ file is one line naming the file, the line and the key (no rclpy imports: plain 
 rcl's own parser reports a broken file as an RCLError traceback from `rclpy.init` ("Error parsing
 a event near line 3"), and a value that the node then rejects names the parameter but not the
 file it came from. `check()` catches the first kind; `locate()` finds where a rejected parameter
-was set, for the second.
+was set, for the second. `sections()` gives each node section's parameters with their lines,
+typed as rcl types them (`rcl_value`: `1e3` is a double, `yes` a bool, `'5'` a string), for a
+check of names, types and ranges before any process starts (equimus_bringup.prestart).
 """
 
 from __future__ import annotations
@@ -80,22 +82,100 @@ def _items(node: yaml.MappingNode):
     yield from node.value
 
 
-def _resolved(item: yaml.ScalarNode) -> Any:
-    """The value PyYAML gives a scalar (its implicit tag: int, float, bool, null or str)."""
-    return yaml.SafeLoader('').construct_object(item)
+_TRUE = frozenset(['Y', 'y', 'yes', 'Yes', 'YES', 'true', 'True', 'TRUE', 'on', 'On', 'ON'])
+_FALSE = frozenset(['N', 'n', 'no', 'No', 'NO', 'false', 'False', 'FALSE', 'off', 'Off', 'OFF'])
+_INT = re.compile(r'[+-]?(0[xX][0-9a-fA-F]+|0[0-7]*|[1-9][0-9]*)')
+_FLOAT = re.compile(r'[+-]?((\d+\.?\d*|\.\d+)([eE][+-]?\d+)?|inf(inity)?|nan)', re.IGNORECASE)
+_SPECIAL = {'.nan': math.nan, '.inf': math.inf, '-.inf': -math.inf, '+.inf': math.inf}
+
+
+def rcl_value(item: yaml.ScalarNode, text: str = '') -> Any:
+    """The value rcl's parameter-file parser gives a scalar (rcl_yaml_param_parser get_value):
+    quoted or tagged !!str is a string; then y/yes/true/on (and n/no/false/off, in three cases)
+    a bool; then what C's strtol(.., 0) reads whole an integer (0x10 = 16, 010 = 8); then what
+    strtod reads whole (1e3, .5, 5., nan, inf, .nan, .inf) a double; anything else a string.
+    `text` is the file (to see an explicit tag, which the composed node does not keep)."""
+    value = item.value
+    tagged = text[item.start_mark.index : item.start_mark.index + 1] == '!'
+    if item.style in ("'", '"') or (tagged and item.tag == 'tag:yaml.org,2002:str'):
+        return value
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    number = _c_int(value)
+    if number is not None:
+        return number
+    if value.lower() in _SPECIAL:
+        return _SPECIAL[value.lower()]
+    if _FLOAT.fullmatch(value):
+        return float(value)
+    return value
+
+
+def _c_int(value: str) -> int | None:
+    """What C's strtol(value, &end, 0) reads when it reads all of `value` in range, else None."""
+    if not _INT.fullmatch(value):
+        return None
+    digits = value.lstrip('+-')
+    if digits[:2] in ('0x', '0X'):
+        number = int(digits[2:], 16)
+    elif digits.startswith('0'):
+        number = int(digits, 8)
+    else:
+        number = int(digits)
+    number = -number if value.startswith('-') else number
+    return number if -(2**63) <= number < 2**63 else None
+
+
+def _kind(value: Any) -> str:
+    return {bool: 'bool', int: 'integer', float: 'double', str: 'string'}[type(value)]
 
 
 def check(path: str) -> None:
     """Raise ParamFileError unless `path` has the layout rcl accepts:
     `<node or /**>: {ros__parameters: {<name>: <value or nested mapping>}}` (node names may be
     nested under namespaces), with finite numbers and lists of one type."""
+    sections(path)
+
+
+@dataclass(frozen=True)
+class Value:
+    value: Any  # as rcl types it: bool, int, float, str, or a list of one of them
+    line: int  # 1-based
+
+
+@dataclass(frozen=True)
+class Section:
+    """The parameters one `<node>: ros__parameters:` block of a file sets (dotted names for
+    nested mappings); `node` is the block's node name with its namespaces (`controller`,
+    `/**`, `/ns/controller`)."""
+
+    path: str
+    node: str
+    line: int
+    parameters: dict[str, Value]
+
+    def where(self, name: str) -> str:
+        v = self.parameters.get(name)
+        return f'{self.path}:{v.line if v is not None else self.line}'
+
+
+def sections(path: str) -> list[Section]:
+    """The node sections of a parameter file, checked as `check` describes (ParamFileError)."""
     root = _compose(path)
     if root is None:
         raise ParamFileError(f'{path}:1: empty parameter file (expected "<node>: {PARAMS}:")')
-    _check_level(path, root, '')
+    with open(path, encoding='utf-8') as fh:
+        text = fh.read()
+    out: list[Section] = []
+    _check_level(path, root, '', text, out, [])
+    return out
 
 
-def _check_level(path: str, node: yaml.Node, owner: str) -> None:
+def _check_level(
+    path: str, node: yaml.Node, owner: str, text: str, out: list[Section], names: list[str]
+) -> None:
     line = node.start_mark.line + 1
     if not isinstance(node, yaml.MappingNode) or not node.value:
         what = f'{owner}: ' if owner else ''
@@ -105,16 +185,21 @@ def _check_level(path: str, node: yaml.Node, owner: str) -> None:
     for k, v in _items(node):
         name = f'{owner}.{k.value}' if owner else str(k.value)
         if k.value == PARAMS:
-            _check_params(path, name, v)
+            params: dict[str, Value] = {}
+            _check_params(path, name, v, text, params)
+            node_name = '/'.join(names)
+            out.append(Section(path, node_name, k.start_mark.line + 1, params))
         elif owner and any(kk.value == PARAMS for kk, _ in _items(node)):
             raise ParamFileError(
                 f'{path}:{k.start_mark.line + 1}: {name}: beside "{PARAMS}:" only it is allowed'
             )
         else:
-            _check_level(path, v, name)
+            _check_level(path, v, name, text, out, [*names, str(k.value)])
 
 
-def _check_params(path: str, owner: str, node: yaml.Node, prefix: str = '') -> None:
+def _check_params(
+    path: str, owner: str, node: yaml.Node, text: str, out: dict[str, Value], prefix: str = ''
+) -> None:
     if not isinstance(node, yaml.MappingNode):
         raise ParamFileError(
             f'{path}:{node.start_mark.line + 1}: {owner}.{PARAMS}: expected a mapping of '
@@ -124,21 +209,30 @@ def _check_params(path: str, owner: str, node: yaml.Node, prefix: str = '') -> N
         name = f'{prefix}{k.value}'
         where = f'{path}:{k.start_mark.line + 1}: {name}'
         if isinstance(v, yaml.MappingNode):
-            _check_params(path, owner, v, f'{name}.')
+            _check_params(path, owner, v, text, out, f'{name}.')
             continue
-        values = v.value if isinstance(v, yaml.SequenceNode) else [v]
-        kinds = set()
-        for item in values:
+        if isinstance(v, yaml.ScalarNode) and v.value == '' and v.style is None:
+            raise ParamFileError(f'{where}: no value')
+        items = v.value if isinstance(v, yaml.SequenceNode) else [v]
+        if isinstance(v, yaml.SequenceNode) and not items:
+            raise ParamFileError(f'{where}: an empty list (rcl cannot tell its type)')
+        values = []
+        for item in items:
             if not isinstance(item, yaml.ScalarNode):
                 raise ParamFileError(f'{where}: nested lists are not ROS parameter values')
-            resolved = _resolved(item)
+            if item.value == '' and item.style is None:
+                raise ParamFileError(f'{where}: an empty item in a list')
+            resolved = rcl_value(item, text)
             if isinstance(resolved, float) and not math.isfinite(resolved):
                 raise ParamFileError(f'{where}: {item.value} is not a finite number')
-            if resolved is None and isinstance(v, yaml.SequenceNode):
-                raise ParamFileError(f'{where}: an empty item in a list')
-            kinds.add('number' if isinstance(resolved, (int, float)) else type(resolved).__name__)
-        if len(kinds) > 1 and kinds != {'number'}:
-            raise ParamFileError(f'{where}: a list mixes {" and ".join(sorted(kinds))} values')
+            values.append(resolved)
+        kinds = sorted({_kind(x) for x in values})
+        if len(kinds) > 1:
+            hint = ' (write 1.0, not 1)' if kinds == ['double', 'integer'] else ''
+            raise ParamFileError(f'{where}: a list mixes {" and ".join(kinds)} values{hint}')
+        out[name] = Value(
+            values if isinstance(v, yaml.SequenceNode) else values[0], k.start_mark.line + 1
+        )
 
 
 def locate(paths: Sequence[str], parameter: str) -> Where | None:

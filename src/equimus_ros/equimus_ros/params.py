@@ -11,6 +11,11 @@ reads the values the launch gave (YAML files, -p overrides) and returns the conf
 them. With `apply`, runtime parameters follow `ros2 param set`: the new config is built and
 validated in the on-set callback (rejected with the reason), and handed to `apply` in the
 post-set callback, as ros2/demos' set_parameters_callback does.
+
+`declared(configs)` and `problem(configs, values)` answer, without a node, what `bind` would do
+with the same configs and values: which names it declares, and the first value it would refuse
+(ROS type, declared range, the config's own validation). equimus_bringup.prestart runs them on
+every parameter file before a graph starts, so the check and the node are one definition.
 """
 
 from __future__ import annotations
@@ -30,7 +35,15 @@ from rcl_interfaces.msg import (
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 
-__all__ = ['METADATA_KEY', 'ConfigBinding', 'bind', 'refuse_value']
+__all__ = [
+    'METADATA_KEY',
+    'STANDARD_PARAMETERS',
+    'ConfigBinding',
+    'bind',
+    'declared',
+    'problem',
+    'refuse_value',
+]
 
 C = TypeVar('C')
 
@@ -47,6 +60,24 @@ _ARRAY_TYPES = {
     int: ParameterType.PARAMETER_INTEGER_ARRAY,
     str: ParameterType.PARAMETER_STRING_ARRAY,
     bool: ParameterType.PARAMETER_BOOL_ARRAY,
+}
+
+
+#: Declared by rclpy on every node (name -> default).
+STANDARD_PARAMETERS: dict[str, Any] = {
+    'use_sim_time': False,
+    'start_type_description_service': True,
+}
+
+_TYPE_NAMES = {
+    ParameterType.PARAMETER_BOOL: 'a bool',
+    ParameterType.PARAMETER_INTEGER: 'an integer',
+    ParameterType.PARAMETER_DOUBLE: 'a double',
+    ParameterType.PARAMETER_STRING: 'a string',
+    ParameterType.PARAMETER_BOOL_ARRAY: 'a list of bools',
+    ParameterType.PARAMETER_INTEGER_ARRAY: 'a list of integers',
+    ParameterType.PARAMETER_DOUBLE_ARRAY: 'a list of doubles',
+    ParameterType.PARAMETER_STRING_ARRAY: 'a list of strings',
 }
 
 
@@ -98,6 +129,64 @@ def _from_ros(default: Any, value: Any) -> Any:
     if isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     return value
+
+
+def _fields(configs: Sequence[tuple[Any, str]]) -> dict[str, tuple[Any, dataclasses.Field]]:
+    """Parameter name -> (config, field) for every parameter field of `configs`."""
+    out = {}
+    for config, prefix in configs:
+        for f in dataclasses.fields(config):
+            if f.init and METADATA_KEY in f.metadata:
+                out[prefix + f.name] = (config, f)
+    return out
+
+
+def declared(configs: Sequence[tuple[Any, str]]) -> list[str]:
+    """The parameter names `bind` declares for these (config, prefix) pairs, and rclpy's own."""
+    return [*STANDARD_PARAMETERS, *_fields(configs)]
+
+
+def problem(configs: Sequence[tuple[Any, str]], values: dict[str, Any]) -> tuple[str, str] | None:
+    """(name, why) for the first of `values` (name -> value as rcl types it) that a node binding
+    `configs` would refuse, or None. Names that are not declared are not looked at."""
+    fields = _fields(configs)
+    for name, value in values.items():
+        if name in STANDARD_PARAMETERS:
+            default: Any = STANDARD_PARAMETERS[name]
+            rng = None
+        elif name in fields:
+            config, f = fields[name]
+            default, rng = getattr(config, f.name), f.metadata[METADATA_KEY].range
+        else:
+            continue
+        want, got = _ptype(default), _ptype(value)
+        if want != got:
+            hint = ''
+            if want == ParameterType.PARAMETER_DOUBLE and got == ParameterType.PARAMETER_INTEGER:
+                hint = f' (write {value}.0: ROS does not turn integers into doubles)'
+            if want == _ARRAY_TYPES[float] and got == _ARRAY_TYPES[int]:
+                hint = ' (write 1.0, not 1: ROS does not turn integers into doubles)'
+            return name, f'must be {_TYPE_NAMES[want]}, not {_TYPE_NAMES[got]}: {value!r}{hint}'
+        if rng is not None and not isinstance(default, (list, tuple)):
+            lo, hi = rng
+            if not lo <= value <= hi:
+                return name, f'{value!r} is out of range [{lo:g}, {hi:g}]'
+    for config, prefix in configs:
+        changes = {
+            f.name: _from_ros(getattr(config, f.name), values[prefix + f.name])
+            for f in dataclasses.fields(config)
+            if f.init and METADATA_KEY in f.metadata and prefix + f.name in values
+        }
+        if not changes:
+            continue
+        try:
+            dataclasses.replace(config, **changes)
+        except (ValueError, TypeError) as exc:
+            text = str(exc)
+            field = text.split('=', 1)[0] if '=' in text.split(' ', 1)[0] else ''
+            name = prefix + field if field in changes else prefix + next(iter(changes))
+            return name, text
+    return None
 
 
 class ConfigBinding(Generic[C]):

@@ -5,8 +5,14 @@ It records every /valve/command (arrival time on the monotonic clock, values) an
 length) on /valve/command. It runs in a separate process so its callbacks never hold the GIL of
 the process that hosts the rig emulators (whose frame times are the latency measurement).
 
+Its /valve/command publisher exists only from the first `publish` to the next `release`: the
+valve driver obeys one publisher at a time (docs/reliability.md, "One commander"), so an idle
+publisher of the probe would keep the driver from accepting a controller.
+
 Driven by JSON lines on stdin, answering on stdout:
     {"op": "publish", "data": [NaN, 20.0]}   -> {"op": "published", "t": <monotonic s>}
+    {"op": "prepare"}                         -> {"op": "prepared"} (publisher made, matched)
+    {"op": "release"}                         -> {"op": "released"} (the publisher is destroyed)
     {"op": "dump", "path": "probe.json"}     -> {"op": "dumped"}
     {"op": "quit"}
 `python -m equimus_soak.probe` prints {"op": "ready"} once its node exists.
@@ -23,6 +29,7 @@ import time
 import rclpy
 from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.node import Node
+from rclpy.publisher import Publisher
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 from std_msgs.msg import Float64MultiArray
 
@@ -40,6 +47,10 @@ LISTEN_QOS = QoSProfile(
 )
 
 
+#: s a new publisher waits for DDS to match the graph's subscribers before its first message.
+MATCH_TIMEOUT_S = 5.0
+
+
 def _say(obj: dict) -> None:
     sys.stdout.write(json.dumps(obj) + '\n')
     sys.stdout.flush()
@@ -53,7 +64,7 @@ class SoakProbe(Node):
         self.injected = []  # [t_monotonic, values]
         self.ops: queue.Queue[dict] = queue.Queue()
         self.quit = threading.Event()
-        self.pub = publisher(self, Float64MultiArray, VALVE_COMMAND)
+        self.pub: Publisher | None = None
         self.create_subscription(
             Float64MultiArray, VALVE_COMMAND.name, self._on_command, LISTEN_QOS
         )
@@ -78,6 +89,19 @@ class SoakProbe(Node):
                 ]
             )
 
+    def _publisher(self) -> Publisher:
+        """The publisher, new if released, once the graph's subscribers are matched (a message
+        published before DDS matched a reader never reaches it)."""
+        if self.pub is None:
+            self.pub = publisher(self, Float64MultiArray, VALVE_COMMAND)
+            end = time.monotonic() + MATCH_TIMEOUT_S
+            while (
+                self.pub.get_subscription_count() < self.count_subscribers(VALVE_COMMAND.name)
+                or self.pub.get_subscription_count() < 2  # its own and the driver's, at least
+            ) and time.monotonic() < end:
+                time.sleep(0.01)
+        return self.pub
+
     def _run_ops(self) -> None:
         while True:
             try:
@@ -87,12 +111,21 @@ class SoakProbe(Node):
             kind = op.get('op')
             if kind == 'publish':
                 m = float_array(op['data'], PRESSURE_LAYOUT)
+                pub = self._publisher()
                 t = time.monotonic()
-                self.pub.publish(m)
+                pub.publish(m)
                 self.injected.append(
                     [t, m.data.tolist() if hasattr(m.data, 'tolist') else list(m.data)]
                 )
                 _say({'op': 'published', 't': t})
+            elif kind == 'prepare':
+                self._publisher()
+                _say({'op': 'prepared'})
+            elif kind == 'release':
+                if self.pub is not None:
+                    self.destroy_publisher(self.pub)
+                    self.pub = None
+                _say({'op': 'released'})
             elif kind == 'dump':
                 with open(op['path'], 'w') as fh:
                     json.dump(

@@ -62,7 +62,7 @@ import numpy as np
 import yaml
 
 from equimus_bringup.graph import default_config_dir, describe_graph, realtime_problem
-from equimus_bringup.supervisor import Supervisor, command_for
+from equimus_bringup.supervisor import GraphError, Supervisor
 from equimus_control import CONTROLLERS
 from equimus_description.interface import VALVE_COMMAND, mocap_topic
 from equimus_soak import analysis as A
@@ -139,6 +139,10 @@ def _load_params(config_dir: str, file: str, node: str) -> dict:
         return {}
 
 
+#: s the soak gives the valve driver to answer ~/hand_over and to accept ~/arm after it.
+HAND_OVER_TIMEOUT_S = 10.0
+
+
 class SoakSupervisor(Supervisor):
     """The graph's processes, with SIGKILL/restart; the recorder ignores SIGXFSZ (disk full)."""
 
@@ -151,7 +155,7 @@ class SoakSupervisor(Supervisor):
 
     def spawn(self, name: str, bring_up: bool = True) -> None:
         spec = next(s for s in self.specs if s.name == name)
-        cmd = command_for(spec, self.log_level)
+        cmd = self.command(spec)
         if name == 'recorder':
             # A full disk makes write() fail (ENOSPC) without a signal; with RLIMIT_FSIZE the
             # kernel would also send SIGXFSZ, so the recorder ignores it and sees EFBIG instead.
@@ -178,6 +182,26 @@ class SoakSupervisor(Supervisor):
         proc = self.procs[name]
         self._signal(proc, signal.SIGKILL)
         proc.wait()
+
+    def hand_over_and_arm(self) -> None:
+        """The controller this supervisor killed is forgotten by the valve driver (not after its
+        DDS lease), and the driver armed for the next lone publisher."""
+        ok, message = self.lifecycle.trigger('/valve_driver/hand_over', HAND_OVER_TIMEOUT_S)
+        if not ok:
+            raise GraphError(f'valve_driver refused the hand-over: {message}')
+        self.arm()
+
+    def arm(self) -> None:
+        """Arm the valve driver; retried while a publisher that has just gone (the probe's) is
+        still on its view of the graph."""
+        end = time.monotonic() + HAND_OVER_TIMEOUT_S
+        while True:
+            ok, message = self.lifecycle.trigger('/valve_driver/arm', HAND_OVER_TIMEOUT_S)
+            if ok:
+                return
+            if time.monotonic() > end:
+                raise GraphError(f'valve_driver did not arm: {message}')
+            time.sleep(0.2)
 
     def pids(self) -> dict[str, int]:
         return {n: p.pid for n, p in self.procs.items() if p.poll() is None}
@@ -237,6 +261,17 @@ class ProbeClient:
     def publish(self, data: Sequence[float]) -> float:
         self.send({'op': 'publish', 'data': list(data)})
         return self.wait_for('published', 5.0)['t']
+
+    def prepare(self) -> None:
+        """Make the probe's publisher and wait until DDS has matched it to the graph's
+        subscribers, so the injected commands are not held up by discovery."""
+        self.send({'op': 'prepare'})
+        self.wait_for('prepared', 10.0)
+
+    def release(self) -> None:
+        """Destroy the probe's publisher: it leaves the ROS graph at once."""
+        self.send({'op': 'release'})
+        self.wait_for('released', 5.0)
 
     def dump(self, path: str) -> dict:
         self.send({'op': 'dump', 'path': path})
@@ -480,12 +515,20 @@ class Soak:
         t0 = time.monotonic()
         self.sup.kill('controller')
         self.sleep(self.command_timeout + 0.35)
+        # The killed controller stays on the ROS graph for its DDS lease and the driver obeys
+        # nobody else meanwhile: the supervisor, which saw it die, hands it over and arms, and
+        # the probe's new publisher (the only one left) is bound by its first command; it is
+        # made and matched before the first injection, so discovery does not delay them.
+        self.sup.hand_over_and_arm()
+        self.probe.prepare()
         injected = []
         for cmd in BAD_COMMANDS:
             injected.append((self.probe.publish(cmd), cmd))
             self.sleep(0.12)
+        self.probe.release()  # the commander leaves the graph: the driver disarms
         t_restart = time.monotonic()
         self.sup.spawn('controller')
+        self.sup.arm()  # the restarted controller: the one publisher left
         self.expected_down.discard('controller')
         resumed = self.wait_resumed(t_restart, 20.0)
         t1 = time.monotonic()

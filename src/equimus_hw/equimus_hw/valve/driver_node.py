@@ -18,16 +18,18 @@ spent inactive never counts as slew allowance. /valve/armed (latched) says wheth
 follow the commands, on every change and at every arm; the controller starts afresh at each
 true, so nothing it wound up while the valves were vented reaches them (`armed_listeners`: the
 same by direct call, for the fused control loop).
-One commander (safety.CommanderGuard): arming is refused while more than one node publishes
-/valve/command; if a second node sends commands while armed, every command is ignored, so the
-last accepted one holds until the watchdog vents, and control resumes with the first command
-after the second sender has been silent for one watchdog period and has left the ROS graph.
-auto_arm arms at start-up without the graph check (a killed controller stays listed for the DDS
-lease, which would block every restart), so the sender rule protects an auto-armed driver.
-In the composed sim graph (`in_process_commanders` set by equimus_bringup.sim_graph) commands come
-from the controller in the same process only; a publisher outside the process is never heard, so
-it cannot start a conflict: it is named in a WARN on /diagnostics and in the log, control goes on,
-and arming is still refused while it exists (docs/reliability.md, "One commander").
+One commander (safety.CommanderGuard), by publisher GID: arming is refused while more than one
+node publishes /valve/command; the first command after arming binds its sender as the commander
+if it is the only publisher, and from then on no other publisher is obeyed while the commander is
+on the graph, however long it is silent (a stalled controller: the watchdog vents and the valves
+stay vented). Each other sender is named in an ERROR at its first command. When the commander
+leaves the graph the driver disarms; `~/hand_over` (its supervisor saw its process exit) forgets
+it at once. Either way a new publisher is obeyed only after the next `~/arm`.
+In the composed sim graph and the fused control loop (`in_process_commanders`, set by
+equimus_bringup.sim_graph and .control_loop) commands come from the controller in the same
+process only; a publisher outside the process is never heard: it is named in an ERROR in the log
+and on /diagnostics, control goes on, and arming is refused while it exists (docs/reliability.md,
+"One commander").
 Timers and the watchdog run on the steady clock, never on sim time: a paused /clock must not stop
 the keep-alive or the watchdog. With the simulated board the slew limit follows the node's clock
 (sim time in the sim graph), so a lockstep run does not depend on the wall clock's speed, and
@@ -138,6 +140,7 @@ class ValveDriver(LifecycleNode):
         self.create_service(Trigger, '~/disarm', self._srv_disarm)
         self.create_service(Trigger, '~/estop', self._srv_estop)
         self._report_armed()
+        self.create_service(Trigger, '~/hand_over', self._srv_hand_over)
         self.get_logger().info('unconfigured: the board is closed until configure')
 
     def _reset(self, p: DriverConfig) -> None:
@@ -146,7 +149,8 @@ class ValveDriver(LifecycleNode):
         self.safety = SafetyFilter(
             len(self.channels), p.max_kpa, p.slew_rate_kpa_s, p.command_timeout_s
         )
-        self.guard = CommanderGuard(p.command_timeout_s)
+        self.guard = CommanderGuard()
+        self._others: list[str] = []
         self.keepalive_s = p.keepalive_period_s
         self.shutdown_ack_timeout_s = p.shutdown_ack_timeout_s
         self.last_write_ns = 0
@@ -190,7 +194,7 @@ class ValveDriver(LifecycleNode):
         steady = Clock(clock_type=ClockType.STEADY_TIME)
         if self.subscribed:
             self._sub = subscription(self, Float64MultiArray, VALVE_COMMAND, self._on_topic_command)
-            self._timers.append(self.create_timer(0.2, self._count_commanders, clock=steady))
+        self._timers.append(self.create_timer(0.2, self._count_commanders, clock=steady))
         self._timers.append(self.create_timer(1.0 / p.rate_hz, self._tick, clock=steady))
         self._timers.append(self.create_timer(1.0, self._publish_diagnostics, clock=steady))
         self.get_logger().info(
@@ -206,8 +210,8 @@ class ValveDriver(LifecycleNode):
         """Accept commands; arm at once when auto_arm is true (else wait for ~/arm)."""
         self.active = True
         if self.params.config.auto_arm:
-            # Not refused by the graph view: a restarted driver would see a SIGKILLed
-            # controller listed for the DDS lease (20 s); the sender rule guards from here on.
+            # No graph check here: the claim binds the first command's sender only while it is
+            # the only publisher (a SIGKILLed controller stays listed for its 20 s DDS lease).
             self._arm(time.monotonic())
             self.get_logger().warning(
                 'active, auto_arm=true: ARMED; valves follow '
@@ -282,7 +286,6 @@ class ValveDriver(LifecycleNode):
     def _apply(self, cfg: DriverConfig) -> None:
         """A runtime parameter changed (already validated): the new limits hold from now on."""
         self.safety.configure(cfg.max_kpa, cfg.slew_rate_kpa_s, cfg.command_timeout_s)
-        self.guard.window_s = cfg.command_timeout_s
         self.cal = cfg.calibration()
         if self.board is not None:
             self.board.cal = self.cal  # the next tick clamps the output to a lower ceiling
@@ -290,6 +293,7 @@ class ValveDriver(LifecycleNode):
     def _arm(self, now: float) -> None:
         """Arm the safety filter; the output restarts from 0 kPa (see `_restart_slew`)."""
         self.safety.arm(now)
+        self.guard.arm()
         self._restart_slew()
 
     def _require_fresh_command(self, now: float) -> None:
@@ -327,41 +331,66 @@ class ValveDriver(LifecycleNode):
     # ----------------------------------------------------------------- commands and output
     @_serialised
     def _count_commanders(self) -> None:
+        """The graph's publishers of /valve/command, by GID, to the guard (and in a composed or
+        fused process, the ones outside it to the log and /diagnostics)."""
         infos = self.get_publishers_info_by_topic(VALVE_COMMAND.name)
-        names = [f'{i.node_namespace.rstrip("/")}/{i.node_name}' for i in infos]
-        self.guard.publishers(names)
+        graph = {
+            bytes(i.endpoint_gid): f'{i.node_namespace.rstrip("/")}/{i.node_name}' for i in infos
+        }
         local = self.in_process_commanders
-        if local is None:
+        if local is not None:
+            outside = sorted(n for n in graph.values() if n not in local)
+            if outside and outside != self.outside_commanders:
+                self.get_logger().error(self._outside_note(outside))
+            self.outside_commanders = outside
+            # The in-process hand-off names its sender by node (no DDS GID): see sim_graph.
+            graph = {n.encode(): n for n in graph.values() if n in local}
+        if not self.subscribed:
             return
-        outside = sorted(n for n in names if n not in local)
-        if outside and outside != self.outside_commanders:
-            self.get_logger().warning(self._outside_note(outside))
-        self.outside_commanders = outside
+        if self.guard.publishers(graph) == 'lost':
+            self._disarm_now()
+            # WARN, not ERROR: a clean stop of the graph stops the controller before the driver.
+            self.get_logger().warning(
+                f'the commander left the ROS graph: disarmed, vented; call /valve_driver/arm to '
+                f'accept a new one ({VALVE_COMMAND.name})'
+            )
+        self._report_conflict()
+
+    def _report_conflict(self) -> None:
+        """One ERROR each time the set of publishers that are not obeyed changes."""
+        others = self.guard.others() if self.guard.conflict else []
+        if others and others != self._others:
+            self.get_logger().error(self.guard.reason())
+        self._others = others
+
+    def _disarm_now(self) -> None:
+        now = time.monotonic()
+        self.safety.disarm()
+        self._send(self.safety.step(now, 0.0), now)  # a vent: no slew
+        self._publish_diagnostics()
 
     def _outside_note(self, outside: list[str]) -> str:
         return (
             f'not obeyed: {len(outside)} publisher(s) of {VALVE_COMMAND.name} outside this '
-            f'process ({", ".join(outside)}); in the composed sim graph only '
+            f'process ({", ".join(outside)}); here only '
             f'{", ".join(sorted(self.in_process_commanders or ()))} commands the valves (stop '
-            'the other one, or run the split graph: composed:=false)'
+            'the other one)'
         )
 
     @_serialised
     def _on_topic_command(self, msg: Float64MultiArray, info) -> None:
-        """/valve/command from the graph: only one sender may command (CommanderGuard)."""
-        now = time.monotonic()
+        """/valve/command from the graph: only the commander is obeyed (CommanderGuard)."""
         gid = (info or {}).get('publisher_gid') or {}
-        verdict = self.guard.heard(bytes(gid.get('data', b'')), now)
-        if verdict == 'accept':
+        verdict = self.guard.heard(bytes(gid.get('data', b'')))
+        if verdict == 'bound':
+            self._count_commanders()  # its name, if the graph had not listed it yet
+            self.get_logger().info(f'commander: {self.guard.commander_name}')
+        if verdict in ('accept', 'bound'):
             self.on_command(msg)
-            return
-        if verdict == 'resolved':
-            self._require_fresh_command(now)
-            self._send(self.safety.step(now, 0.0), now)  # a vent: no slew
-            self.get_logger().warning('one commander again: venting until its next command')
-        elif now - self._last_warn_t > 1.0:
-            self._last_warn_t = now
-            self.get_logger().error(self.guard.reason(now))
+        elif verdict == 'intruder':
+            self._report_conflict()
+            self.get_logger().error(self.guard.reason())  # at its first command, named
+            self._publish_diagnostics()
 
     def on_command(self, msg: Float64MultiArray) -> None:
         self.on_pressures(msg.data)
@@ -461,7 +490,9 @@ class ValveDriver(LifecycleNode):
             return response
         if self.subscribed:
             self._count_commanders()
-            refusal = self.guard.arm_refusal(now)
+            refusal = self.guard.arm_refusal()
+            if self.outside_commanders and not refusal:
+                refusal = f'refused to arm: {self._outside_note(self.outside_commanders)}'
             if refusal:
                 response.success = False
                 response.message = refusal
@@ -508,6 +539,20 @@ class ValveDriver(LifecycleNode):
         self._publish_diagnostics()
         return response
 
+    @_serialised
+    def _srv_hand_over(self, request, response):
+        """The commander's process has exited (its supervisor saw it end): forget it now, not
+        after its DDS lease; disarmed until the next arm, which binds the next lone publisher."""
+        name = self.guard.hand_over()
+        self._disarm_now()
+        response.success = True
+        response.message = (
+            f'commander {name or "(none)"} forgotten: disarmed, vented; call /valve_driver/arm '
+            'to accept the next one'
+        )
+        self.get_logger().warning(response.message)
+        return response
+
     # ----------------------------------------------------------------- diagnostics
     def _link_log(self, level: str, text: str) -> None:
         # rclpy requires one severity per call site, hence one call per level.
@@ -524,11 +569,10 @@ class ValveDriver(LifecycleNode):
             return
         s, st = self.safety, lk.stats
         self._diag_key = (lk.state, s.armed, s.estopped, s.watchdog_active, self.guard.conflict)
-        now = time.monotonic()
         if s.estopped:
             level, message = Level.ERROR, 'EMERGENCY STOP latched (vented)'
         elif self.guard.conflict:
-            level, message = Level.ERROR, self.guard.reason(now)
+            level, message = Level.ERROR, self.guard.reason()
         elif lk.state != 'connected':
             level, message = Level.ERROR, f'DAC board {lk.state}: {lk.last_error}'
         elif not self.active:
@@ -540,8 +584,8 @@ class ValveDriver(LifecycleNode):
         else:
             level, message = Level.OK, 'armed'
         outside = self.outside_commanders
-        if outside and level == Level.OK:
-            level, message = Level.WARN, self._outside_note(outside)
+        if outside and level < Level.ERROR:
+            level, message = Level.ERROR, self._outside_note(outside)
         elif outside:
             message = f'{message}; {self._outside_note(outside)}'
         lat = lk.latency_percentiles_ms()
@@ -572,6 +616,7 @@ class ValveDriver(LifecycleNode):
             'nonfinite_commands': str(s.nonfinite_count),
             'rejected_commands': str(s.rejected_count),
             'command_publishers': str(self.guard.graph_publishers),
+            'commander': self.guard.commander_name,
             'commander_conflicts': str(self.guard.conflicts),
             'commands_ignored_conflict': str(self.guard.ignored),
             'outside_command_publishers': ','.join(outside),

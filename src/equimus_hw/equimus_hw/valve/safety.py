@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from equimus_description.valve import HARD_MAX_KPA
 
@@ -193,86 +193,150 @@ class SafetyFilter:
 
 
 class CommanderGuard:
-    """One commander on /valve/command (no ROS imports; time passed in, like SafetyFilter).
+    """One commander on /valve/command, decided by who is on the ROS graph, never by silence (no
+    ROS imports; the driver passes in what the graph shows and who sent each command).
 
-    Two inputs: the number of publishers the ROS graph shows on the topic (`publishers()`), and
-    the sender of each command as it arrives (`heard()`).
-    - Arming is refused while more than one publisher is known, by either view
-      (`arm_refusal()`): the graph view catches a second controller before it sends anything.
-    - While armed, a conflict is two senders heard within one watchdog period. From the first
-      command of the second sender on, every command is ignored (from both), so the output holds
-      the last command accepted from the first sender, and the safety filter's watchdog vents
-      `timeout_s` after it. This is the same outcome as a dead controller; no guessing which one
-      is legitimate. The conflict ends at the first command after all but one sender have been
-      silent for a whole watchdog period AND the graph shows one publisher again (a sender that
-      only stalled, e.g. on a loaded machine, must not count as gone); the caller then requires a
-      command newer than that moment (as after a reconnect), so the survivor's next command is
-      the first obeyed.
-    The graph view does not start a conflict: a SIGKILLed publisher stays in the Fast DDS graph
-    until its participant lease expires (measured here: 20 s), which would block a restarted
-    controller. It only keeps one from ending too early.
+    Two inputs: the publishers the graph shows on the topic, by endpoint GID (`publishers()`),
+    and the publisher GID of each command as it arrives (`heard()`).
+    - Arming opens a claim (`arm()`); the first command after it binds its sender as THE
+      commander, but only if no other publisher is on the graph. While two are, neither is
+      obeyed (the claim stays open: when one leaves, the other's next command binds it).
+    - Once bound, only the commander is obeyed. Any other publisher is never obeyed while the
+      commander is on the graph, however long the commander has been silent: a stalled
+      (SIGSTOPped) controller keeps its place, the safety filter's watchdog vents meanwhile, and
+      each other sender is named (`heard()` answers 'intruder' for its first command).
+    - The commander leaving the graph (a clean exit; a killed process when its DDS participant
+      lease expires, measured 20 s) ends it (`publishers()` answers 'lost'): the driver disarms,
+      and a new lone publisher is obeyed only after an explicit arm.
+    - `hand_over()`: the commander's supervisor saw its process exit, so the driver need not
+      wait for the lease: the GID is forgotten for good (never obeyed again, not counted as a
+      publisher while still listed), the driver disarms, and the next arm binds the next lone
+      publisher.
     """
 
-    def __init__(self, window_s: float) -> None:
-        self.window_s = float(window_s)
-        self._last: dict[bytes, float] = {}
-        self._graph_publishers = 0
-        self._graph_names: list[str] = []
-        self.conflict = False
+    def __init__(self) -> None:
+        self.commander: bytes | None = None
+        self.claim = False
+        self._graph: dict[bytes, str] = {}
+        self._listed = False  # the commander has been seen on the graph (it can be lost)
+        self._gone: set[bytes] = set()
+        self._heard: dict[bytes, str] = {}  # others heard sending, until they leave the graph
+        self._names: dict[bytes, str] = {}
         self.conflicts = 0
         self.ignored = 0
 
-    def publishers(self, names: list[str]) -> None:
-        """The nodes the ROS graph shows publishing the topic (one entry per publisher)."""
-        self._graph_publishers = len(names)
-        self._graph_names = sorted(names)
+    # ----------------------------------------------------------------- inputs
+    def publishers(self, graph: Mapping[bytes, str]) -> str:
+        """The graph's publishers of the topic (GID -> node name). 'lost' when the commander
+        has just left the graph (the caller disarms), else ''."""
+        self._graph = dict(graph)
+        self._names.update(graph)
+        self._gone &= set(graph)  # once it has left the graph, a GID is never seen again
+        for gid in [g for g in self._heard if g not in graph and g in self._names]:
+            del self._heard[gid]
+        if self.commander is None:
+            return ''
+        if self.commander in graph:
+            self._listed = True
+            return ''
+        if self._listed:
+            self.commander = None
+            self.claim = False
+            self._listed = False
+            return 'lost'
+        return ''
+
+    def heard(self, sender: bytes) -> str:
+        """A command from `sender` arrived: 'accept' (the commander), 'bound' (it has just
+        become the commander: accept), 'intruder' (first command of another sender: ignored,
+        name it now) or 'ignore'."""
+        if self.commander is not None and sender == self.commander:
+            return 'accept'
+        alone = not (self._live() - {sender})
+        if self.commander is None and self.claim and sender not in self._gone and alone:
+            self.commander = sender
+            self.claim = False
+            self._listed = sender in self._graph
+            return 'bound'
+        if self.commander is None and not self.claim:
+            return 'ignore'  # not armed: the safety filter would output 0 anyway
+        self.ignored += 1
+        if sender in self._heard:
+            return 'ignore'
+        self._heard[sender] = self._name(sender)
+        self.conflicts += 1
+        return 'intruder'
+
+    def arm(self) -> None:
+        """Open a claim: the next command binds its sender if it is the only publisher."""
+        self.commander = None
+        self.claim = True
+        self._listed = False
+
+    def hand_over(self) -> str:
+        """The commander's process exited: forget it (see the class docstring); its name."""
+        name = self.commander_name
+        if self.commander is not None:
+            self._gone.add(self.commander)
+        self.commander = None
+        self.claim = False
+        self._listed = False
+        return name
+
+    # ----------------------------------------------------------------- state
+    def _name(self, gid: bytes) -> str:
+        return self._names.get(gid, 'an unlisted node')
+
+    def _live(self) -> set[bytes]:
+        return (set(self._graph) | set(self._heard)) - self._gone
 
     @property
     def graph_publishers(self) -> int:
-        return self._graph_publishers
+        """Publishers the graph shows, not counting handed-over ones still listed."""
+        return len(set(self._graph) - self._gone)
 
-    def active_senders(self, now: float) -> int:
-        return sum(1 for t in self._last.values() if now - t <= self.window_s)
-
-    def arm_refusal(self, now: float) -> str:
-        """'' if arming is allowed; otherwise why not and what to do."""
-        n = max(self._graph_publishers, self.active_senders(now))
-        if n <= 1:
+    @property
+    def commander_name(self) -> str:
+        if self.commander is None:
             return ''
-        who = ', '.join(self._graph_names) or 'unknown nodes'
+        return self._name(self.commander)
+
+    def others(self) -> list[str]:
+        """Names of the publishers that are not obeyed (sorted; one entry per publisher)."""
+        return sorted(self._name(g) for g in self._live() - {self.commander})
+
+    @property
+    def conflict(self) -> bool:
+        """Another publisher than the commander (or, during a claim, more than one) is there."""
+        live = self._live()
+        if self.commander is not None:
+            return bool(live - {self.commander})
+        return self.claim and len(live) > 1
+
+    def arm_refusal(self) -> str:
+        """'' if arming is allowed; otherwise why not and what to do."""
+        live = self._live()
+        if len(live) <= 1:
+            return ''
+        who = ', '.join(sorted(self._name(g) for g in live))
         return (
-            f'refused to arm: {n} publishers on the command topic ({who}); stop all but one '
-            'controller (a killed one leaves the ROS graph within the DDS lease, about 20 s)'
+            f'refused to arm: {len(live)} publishers on the command topic ({who}); stop all but '
+            'one controller (a killed one stays on the ROS graph for its DDS lease, about 20 s, '
+            'unless its supervisor calls ~/hand_over)'
         )
 
-    def heard(self, sender: bytes, now: float) -> str:
-        """A command from `sender` arrived: 'accept', 'ignore' (conflict) or 'resolved' (the
-        conflict just ended: require a command newer than now, ignore this one)."""
-        self._last[sender] = now
-        for k in [k for k, t in self._last.items() if now - t > self.window_s]:
-            del self._last[k]
-        if len(self._last) > 1:
-            if not self.conflict:
-                self.conflicts += 1
-            self.conflict = True
-            self.ignored += 1
-            return 'ignore'
-        if self.conflict:
-            if self._graph_publishers > 1:
-                # The other sender may only be stalled (a loaded machine): stay latched while it
-                # exists; a SIGKILLed one leaves the graph when its DDS lease expires.
-                self.ignored += 1
-                return 'ignore'
-            self.conflict = False
-            self.ignored += 1
-            return 'resolved'
-        return 'accept'
-
-    def reason(self, now: float) -> str:
+    def reason(self) -> str:
+        """The conflict in one line ('' if none)."""
         if not self.conflict:
             return ''
+        others = ', '.join(self.others())
+        if self.commander is not None:
+            return (
+                f'not obeyed: {others} publishing the command topic while {self.commander_name} '
+                'commands the valves; stop the other publisher(s)'
+            )
+        who = ', '.join(sorted(self._name(g) for g in self._live()))
         return (
-            f'{self.active_senders(now)} nodes are sending commands '
-            f'({", ".join(self._graph_names) or "unknown"}): all commands ignored, vented by the '
-            'watchdog; stop all but one controller'
+            f'{len(self._live())} publishers on the command topic ({who}): none is obeyed '
+            'until only one is left; stop all but one controller'
         )
