@@ -366,6 +366,7 @@ class ValveDriver(LifecycleNode):
     def _disarm_now(self) -> None:
         now = time.monotonic()
         self.safety.disarm()
+        self._report_armed()
         self._send(self.safety.step(now, 0.0), now)  # a vent: no slew
         self._publish_diagnostics()
 
