@@ -16,6 +16,7 @@ import argparse
 import contextlib
 import dataclasses
 import json
+import math
 import os
 import random
 import select
@@ -25,6 +26,7 @@ import threading
 import time
 import tty
 from collections import deque
+from collections.abc import Callable
 
 from equimus_description.valve import VALVE_TAU_S, ValveLag
 
@@ -32,6 +34,11 @@ from . import protocol as P
 from .calibration import ValveCalibration
 
 FIRMWARE_VERSION = (1, 0, 0)
+
+
+def _millis(t: float) -> int:
+    """A time in seconds as the firmware's millisecond counter (whole ms, truncated)."""
+    return math.floor(t * 1000.0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,7 +102,11 @@ class BoardEmulator:
         verbose: bool = False,
         seed: int | None = None,
         history: int = 20000,
+        session_path: str | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ):
+        """session_path: JSON lines of every byte chunk received, for replay (replay.py).
+        clock: the board's time base in seconds (a replay passes its own)."""
         self.cal = calibration or ValveCalibration()
         self.channels = channels
         self.link = link
@@ -110,6 +121,10 @@ class BoardEmulator:
         self._rng = random.Random(seed)
         # Open for the emulator's lifetime (closed in close()), so no with-block.
         self._log_file = open(log_path, 'a', buffering=1) if log_path else None  # noqa: SIM115
+        self._session_file = (
+            open(session_path, 'w', buffering=1) if session_path else None  # noqa: SIM115
+        )
+        self._clock = clock
         self._lock = threading.RLock()
         self.valves = [ValveModel(self.cal, tau_s, dead_time_s) for _ in range(channels)]
         self.codes = [0] * channels
@@ -129,7 +144,7 @@ class BoardEmulator:
         self._master: int | None = None
         self._slave: int | None = None
         self.slave_path: str | None = None
-        self._decoder = P.FrameDecoder()
+        self._decoder = P.FrameDecoder(accept=P.HOST_TO_BOARD_TYPES)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._open_pty()
@@ -151,12 +166,14 @@ class BoardEmulator:
 
     def _boot(self) -> None:
         """Firmware power-up: all outputs 0 V, watchdog armed, FRESH_BOOT until a valid SET."""
-        now = time.monotonic()
+        now = self._clock()
         self.boots += 1
         self._decoder.reset()
         self._flags = P.ACK_FRESH_BOOT
         self._last_valid_set = now
         self._write_codes([0] * self.channels, now)
+        if self._session_file:
+            self._session_file.write(json.dumps({'t': now, 'boot': True}) + '\n')
 
     def _close_pty(self) -> None:
         for fd in (self._master, self._slave):
@@ -178,7 +195,7 @@ class BoardEmulator:
             self._close_pty()
             self.slave_path = None
             for v in self.valves:  # unpowered board: the setpoint wire reads 0 V, valve vents
-                v.set_code(0, time.monotonic())
+                v.set_code(0, self._clock())
             self.codes = [0] * self.channels
 
     def reappear(self) -> None:
@@ -213,9 +230,10 @@ class BoardEmulator:
             self._thread.join(timeout=2.0)
         with self._lock:
             self._close_pty()
-        if self._log_file:
-            self._log_file.close()
-            self._log_file = None
+        for f in (self._log_file, self._session_file):
+            if f:
+                f.close()
+        self._log_file = self._session_file = None
 
     def __enter__(self) -> BoardEmulator:
         return self.start()
@@ -224,7 +242,7 @@ class BoardEmulator:
         self.close()
 
     def run(self) -> None:
-        last = time.monotonic()
+        last = self._clock()
         while not self._stop.is_set():
             master = self._master
             data = b''
@@ -243,15 +261,22 @@ class BoardEmulator:
                     except OSError:
                         data = b''  # no reader on the slave side yet, or closed by disappear
                         time.sleep(0.002)
-            now = time.monotonic()
-            with self._lock:
-                if data:
-                    self._receive(data, now)
-                self._tick(now, now - last)
+            now = self._clock()
+            self.step(data, now, now - last)
             last = now
 
+    def step(self, data: bytes, now: float, dt: float) -> None:
+        """One pass of the firmware's loop at time `now`: the bytes that arrived, then the
+        watchdog, then the valves over dt. run() calls it in real time, a replay on its clock."""
+        with self._lock:
+            if data:
+                self._receive(data, now)
+            self._tick(now, dt)
+
     def _tick(self, now: float, dt: float) -> None:
-        if not self._stalled and any(self.codes) and now - self._last_valid_set > self.watchdog_s:
+        # Whole milliseconds, as the firmware's millis(): elapsed > watchdog_ms vents.
+        elapsed_ms = _millis(now) - _millis(self._last_valid_set)
+        if not self._stalled and any(self.codes) and elapsed_ms > self.watchdog_ms:
             self.watchdog_trips += 1
             self._flags |= P.ACK_WATCHDOG_VENTED
             self._write_codes([0] * self.channels, now)
@@ -262,6 +287,8 @@ class BoardEmulator:
     def _receive(self, data: bytes, now: float) -> None:
         if self._stalled:
             return
+        if self._session_file:
+            self._session_file.write(json.dumps({'t': now, 'rx': data.hex()}) + '\n')
         if self._drop_next or self.drop_rate > 0:
             kept = bytearray()
             for b in data:
@@ -283,9 +310,11 @@ class BoardEmulator:
                 if self._corrupt_next:
                     self._corrupt_next -= 1
                 j = self._rng.randrange(len(part))
-                flipped = part[j] ^ (1 << self._rng.randrange(8))
-                # A flip to 0x00 would split the frame instead of corrupting it: use 0x01.
-                part = part[:j] + bytes([flipped or 0x01]) + part[j + 1 :]
+                bit = self._rng.randrange(8)
+                flipped = part[j] ^ (1 << bit)
+                if flipped == 0:  # a 0x00 would split the frame instead of corrupting it
+                    flipped = part[j] ^ (1 << (bit + 1) % 8)
+                part = part[:j] + bytes([flipped]) + part[j + 1 :]
             for item in self._decoder.feed(part + (b'' if last_part else b'\x00')):
                 self._handle(item, now)
 
@@ -300,7 +329,8 @@ class BoardEmulator:
                     'detail': item.message,
                 }
             )
-            if self.vent_on_bad_frame and any(self.codes):
+            # A frame of a type the board does not take changes nothing; a malformed one vents.
+            if item.reason != P.R_UNKNOWN_TYPE and self.vent_on_bad_frame and any(self.codes):
                 self._flags |= P.ACK_BAD_FRAME_VENTED
                 self._write_codes([0] * self.channels, now)
             # seq is 0 for undecodable frames, the request's for CRC-valid malformed ones.
@@ -310,7 +340,8 @@ class BoardEmulator:
             self._handle_set(item, now)
         elif isinstance(item, P.Ping):
             self._send(self._ack(item.seq))
-        elif isinstance(item, P.Hello):
+        else:
+            assert isinstance(item, P.Hello)  # the decoder passes only HOST_TO_BOARD_TYPES
             self._send(
                 P.Info(
                     item.seq,
@@ -325,8 +356,6 @@ class BoardEmulator:
                     self.max_code,
                 )
             )
-        else:  # a board -> host message sent to the board: valid frame, wrong direction
-            self._send(P.Nak(item.seq, P.R_UNKNOWN_TYPE))
 
     def _handle_set(self, msg: P.Set, now: float) -> None:
         codes = tuple(msg.codes)
