@@ -46,3 +46,13 @@ def ros_node(request):
     yield n
     n.destroy_node()
     rclpy.try_shutdown()
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Skipped host-firmware tests are a gap in what was tested: say so at the end of the run."""
+    skipped = terminalreporter.stats.get('skipped', [])
+    n = sum('host firmware NOT tested' in str(r.longrepr) for r in skipped)
+    if n:
+        terminalreporter.write_sep(
+            '!', f'{n} tests skipped: host firmware NOT tested (cmake not found)', red=True
+        )

@@ -84,10 +84,9 @@ def _publishers(harness, n, timeout=10.0):
 @pytest.fixture
 def rig(harness, tmp_module):
     emu = make_emulator(tmp_module, watchdog_ms=200)
+    t_start = time.monotonic()
     drv = Driver(emu.link, tmp_module, command_timeout_s=TIMEOUT)
-    ok = wait_for(
-        lambda: (harness.latest_diag() or (0, 0, '', {}))[3].get('link') == 'connected', 20.0
-    )
+    ok = harness.wait_connected(t_start)
     assert ok, drv.output()
     yield emu, drv
     harness.stop_stream()

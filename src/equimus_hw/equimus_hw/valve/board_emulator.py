@@ -235,6 +235,11 @@ class BoardEmulator:
                 f.close()
         self._log_file = self._session_file = None
 
+    @property
+    def alive(self) -> bool:
+        """The board's loop runs (a stall does not stop it)."""
+        return self._thread is not None and self._thread.is_alive()
+
     def __enter__(self) -> BoardEmulator:
         return self.start()
 
