@@ -3,9 +3,7 @@ of the test process) or the firmware itself built for this computer (its own pro
 FirmwareBoard), the valve_driver node in a separate process, and an rclpy harness node."""
 
 import contextlib
-import os
 import pathlib
-import shutil
 import signal
 import subprocess
 import sys
@@ -15,11 +13,9 @@ import time
 import pytest
 
 from equimus_hw.valve.board_emulator import BoardEmulator
-from equimus_hw.valve.host_firmware import FirmwareBoard, FirmwareBuildError, build
+from equimus_hw.valve.host_firmware import FirmwareBoard
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
 BOARD_KINDS = ('emulator', 'firmware')
-FIRMWARE_SKIP = 'host firmware NOT tested: cmake not found (install cmake and a C++ compiler)'
 
 
 def wait_for(predicate, timeout, period=0.01):
@@ -216,28 +212,11 @@ def make_emulator(tmp: pathlib.Path, **kwargs) -> BoardEmulator:
     return BoardEmulator(link=str(link), **kwargs).start()
 
 
-@pytest.fixture(scope='session')
-def host_firmware(tmp_path_factory) -> pathlib.Path:
-    """firmware/dac_board built for this computer with cmake, once per test session.
-
-    Without cmake the firmware's tests are skipped with FIRMWARE_SKIP (and the session's summary
-    says so), except under CI or EQUIMUS_REQUIRE_FIRMWARE=1, where that is a failure. With cmake
-    but no compiler, or firmware that does not compile, they fail with the compiler's output."""
-    if shutil.which('cmake') is None:
-        if os.environ.get('CI') or os.environ.get('EQUIMUS_REQUIRE_FIRMWARE'):
-            pytest.fail(FIRMWARE_SKIP.replace('NOT tested', 'required here'))
-        pytest.skip(FIRMWARE_SKIP)
-    try:
-        return build(tmp_path_factory.mktemp('firmware_build'), REPO / 'firmware' / 'host')
-    except FirmwareBuildError as exc:
-        pytest.fail(str(exc), pytrace=False)
-
-
 def make_board(kind: str, request, tmp: pathlib.Path, **kwargs):
     """A started board of the given kind on a fresh link in tmp (same keyword arguments)."""
     if kind == 'emulator':
         return make_emulator(tmp, **kwargs)
-    binary = request.getfixturevalue('host_firmware')
+    binary = request.getfixturevalue('host_firmware')  # tests/conftest.py
     link = tmp / f'dac_{time.monotonic_ns()}'
     return FirmwareBoard(binary, link=str(link), **kwargs).start()
 

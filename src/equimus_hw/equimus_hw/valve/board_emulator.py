@@ -27,11 +27,15 @@ import time
 import tty
 from collections import deque
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from equimus_description.valve import VALVE_TAU_S, ValveLag
 
 from . import protocol as P
 from .calibration import ValveCalibration
+
+if TYPE_CHECKING:
+    from .host_firmware import FirmwareBoard
 
 FIRMWARE_VERSION = (1, 0, 0)
 
@@ -499,6 +503,18 @@ def main(args=None) -> int:
         help='seconds after disappearing to come back on a new pty',
     )
     parser.add_argument('--log', default=None, help='append every frame as JSON lines here')
+    parser.add_argument(
+        '--session',
+        default=None,
+        help='record every byte received, with its time, as JSON lines (for valve.replay)',
+    )
+    parser.add_argument(
+        '--firmware',
+        default=None,
+        metavar='BINARY',
+        help='run the board firmware built for this computer (firmware/host/README.md) instead '
+        'of the Python emulation; this process keeps the valves and the faults',
+    )
     parser.add_argument('--verbose', action='store_true', help='print every SET frame')
     parser.add_argument('--seed', type=int, default=None)
     ns = parser.parse_args(args)
@@ -507,26 +523,66 @@ def main(args=None) -> int:
         from equimus_description.leg import load_leg
 
         ns.tau = load_leg().valve_time_constant
-    emu = BoardEmulator(
-        channels=ns.channels,
-        link=ns.link or None,
-        watchdog_ms=ns.watchdog_ms,
-        tau_s=ns.tau,
-        dead_time_s=ns.dead_time,
-        adc=not ns.no_adc,
-        vent_on_bad_frame=not ns.keep_on_bad_frame,
-        drop_rate=ns.drop_rate,
-        corrupt_rate=ns.corrupt_rate,
-        log_path=ns.log,
-        verbose=ns.verbose,
-        seed=ns.seed,
-    )
+    emu: BoardEmulator | FirmwareBoard
+    if ns.firmware:
+        from .host_firmware import FirmwareBoard  # noqa: F811 (the run-time import)
+
+        compiled_in = [
+            flag
+            for flag, given in (
+                ('--no-adc', ns.no_adc),
+                ('--keep-on-bad-frame', ns.keep_on_bad_frame),
+                ('--drop-rate', ns.drop_rate),
+                ('--corrupt-rate', ns.corrupt_rate),
+            )
+            if given
+        ]
+        if compiled_in:
+            print(
+                f'dac_board_emulator: {", ".join(compiled_in)} not available with --firmware '
+                '(the firmware is what it is); drop the option',
+                file=sys.stderr,
+            )
+            return 2
+        try:
+            emu = FirmwareBoard(
+                ns.firmware,
+                link=ns.link or None,
+                watchdog_ms=ns.watchdog_ms,
+                channels=ns.channels,
+                tau_s=ns.tau,
+                dead_time_s=ns.dead_time,
+                log_path=ns.log,
+                session_path=ns.session,
+                verbose=ns.verbose,
+                seed=ns.seed,
+            )
+        except (OSError, RuntimeError, ValueError) as exc:
+            print(f'dac_board_emulator: cannot run {ns.firmware}: {exc}', file=sys.stderr)
+            return 2
+    else:
+        emu = BoardEmulator(
+            channels=ns.channels,
+            link=ns.link or None,
+            watchdog_ms=ns.watchdog_ms,
+            tau_s=ns.tau,
+            dead_time_s=ns.dead_time,
+            adc=not ns.no_adc,
+            vent_on_bad_frame=not ns.keep_on_bad_frame,
+            drop_rate=ns.drop_rate,
+            corrupt_rate=ns.corrupt_rate,
+            log_path=ns.log,
+            session_path=ns.session,
+            verbose=ns.verbose,
+            seed=ns.seed,
+        )
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     emu.start()
+    kind = 'host firmware' if ns.firmware else 'emulator'
     print(
-        f'DAC board emulator on {emu.slave_path}' + (f' (link {ns.link})' if ns.link else ''),
+        f'DAC board {kind} on {emu.slave_path}' + (f' (link {ns.link})' if ns.link else ''),
         flush=True,
     )
     t0 = time.monotonic()
@@ -558,7 +614,7 @@ def main(args=None) -> int:
     finally:
         emu.close()
         print(
-            f'DAC board emulator stopped: {emu.frames_total} SET frames, '
+            f'DAC board {kind} stopped: {emu.frames_total} SET frames, '
             f'{len(emu.rejections)} rejected, {emu.watchdog_trips} watchdog trips, '
             f'{len(emu.invariant_violations)} invariant violations',
             flush=True,
