@@ -12,9 +12,8 @@ from itertools import pairwise
 
 import pytest
 
-from equimus_hw.valve.calibration import ValveCalibration
-
 from equimus_hw.valve import protocol as P
+from equimus_hw.valve.calibration import ValveCalibration
 from equimus_hw.valve.replay import (
     EmulatorReplay,
     FirmwareReplay,

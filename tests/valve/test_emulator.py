@@ -15,7 +15,7 @@ from equimus_description.valve import VALVE_TAU_S
 from equimus_hw.valve import protocol as P
 from equimus_hw.valve.calibration import ValveCalibration
 
-from .conftest import make_emulator, wait_for
+from .conftest import wait_for
 
 
 class Host:

@@ -41,9 +41,12 @@ def _flipped(data, i, bit):
 
 seqs = st.integers(0, 255)
 codes = st.integers(0, 400)
+any_count = st.lists(codes, min_size=1, max_size=8)
 wire = st.one_of(
     st.builds(lambda s, a, b: P.encode(P.Set(s, (a, b))), seqs, codes, codes),
-    st.builds(lambda s, c: P.encode(P.Set(s, tuple(c))), seqs, st.lists(codes, min_size=1, max_size=8)),
+    st.builds(
+        lambda s, c: P.encode(P.Set(s, tuple(c))), seqs, st.lists(codes, min_size=1, max_size=8)
+    ),
     st.builds(lambda s: P.encode(P.Ping(s)), seqs),
     st.builds(lambda s: P.encode(P.Hello(s)), seqs),
     st.builds(
@@ -62,9 +65,9 @@ wire = st.one_of(
     ),
     st.binary(min_size=1, max_size=90),  # garbage, delimiters included, oversize frames too
     # well-formed COBS around the 64-byte limit of a decoded frame
-    st.integers(60, 70).flatmap(lambda n: st.binary(min_size=n, max_size=n)).map(
-        lambda b: P.cobs_encode(b) + b'\x00'
-    ),
+    st.integers(60, 70)
+    .flatmap(lambda n: st.binary(min_size=n, max_size=n))
+    .map(lambda b: P.cobs_encode(b) + b'\x00'),
     st.just(b'\x00'),
 )
 gaps = st.sampled_from([0, 0, 1, 2, 5, 40, 150, 199, 200, 201, 202, 260])
@@ -101,9 +104,7 @@ def _with_crc(raw):
 
 @settings(max_examples=60, deadline=None)
 @given(
-    st.lists(
-        st.tuples(st.booleans(), st.binary(min_size=1, max_size=66)), min_size=1, max_size=40
-    )
+    st.lists(st.tuples(st.booleans(), st.binary(min_size=1, max_size=66)), min_size=1, max_size=40)
 )
 def test_any_frame_content_gets_the_same_answer(host_firmware, frames):
     """Well-formed COBS around any content, with a matching CRC or not, one frame a millisecond:

@@ -111,7 +111,7 @@ class LockstepFirmware:
 
     def _reply(self) -> list[tuple[str, float, list[str]]]:
         assert self.proc.stdout is not None
-        lines = []
+        lines: list[str] = []
         while True:
             line = self.proc.stdout.readline()
             if not line:
@@ -471,4 +471,3 @@ class FirmwareBoard:
     def last_frame(self) -> FrameRecord | None:
         with self._lock:
             return self.frames[-1] if self.frames else None
-
