@@ -4,8 +4,9 @@
 // Teensy 4.x) + MCP4728 quad 12-bit I2C DAC (channels A = MAA, B = BAA, VDD = 5 V reference)
 // + a x2 op-amp stage per channel to the VPPE setpoint inputs (0-10 V), and the VPPE actual-value
 // outputs (0-10 V) through 10k/4.7k-style dividers (10 V -> 3.3 V) into two ADC pins.
-// Untested on hardware: the host-side behaviour it implements is tested against the emulator
-// (src/equimus_hw/equimus_hw/valve/board_emulator.py), which is the normative model.
+// Untested on hardware. On this computer it builds unchanged as a program behind a pseudo-terminal
+// (firmware/host/README.md): the valve driver's tests run against it, and a replay checks that it
+// answers exactly as the emulator (src/equimus_hw/equimus_hw/valve/board_emulator.py) does.
 #include <Wire.h>
 #if defined(ARDUINO_ARCH_RP2040)
 #include <hardware/watchdog.h>

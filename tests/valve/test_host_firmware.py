@@ -9,6 +9,7 @@ import signal
 import struct
 import subprocess
 import sys
+import time
 
 import pytest
 from hypothesis import given, settings
@@ -249,3 +250,25 @@ def test_emulator_cli_refuses_what_the_firmware_cannot_do(host_firmware, tmp_pat
     )
     assert proc.returncode == 2 and message in proc.stderr, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and 'Traceback' not in proc.stderr
+
+
+def test_rig_emulator_runs_on_the_firmware(host_firmware, tmp_path):
+    """rig_emulator --firmware: the firmware's DAC codes drive the valves the leg is pushed by."""
+    from equimus_bringup.rig_emulator import BODIES, EmulatedRig
+    from equimus_hw.natnet.emulator import NatNetEmulator
+
+    rig = EmulatedRig(str(tmp_path / 'dac'), NatNetEmulator(bodies=BODIES), firmware=host_firmware)
+    rig.board.start()
+    host = Host(str(tmp_path / 'dac'))
+    try:
+        for seq in range(1, 31):  # 30 kPa on MAA for 0.6 s (0.2171 s valve lag)
+            host.send(P.Set(seq, (205, 0)))
+            assert host.replies()
+            rig.tick()
+            time.sleep(0.02)
+        p = rig.board.pressures()
+        assert 25.0 < p[0] < 31.0 and p[1] == 0.0, p
+        assert rig.frames == 30 and wait_for(lambda: rig.board.frames_total == 30, 1.0)
+    finally:
+        host.close()
+        rig.board.close()

@@ -8,6 +8,8 @@ measured codes, vents on boot, on bad frames and when its watchdog expires, and 
 misbehave (drop bytes, corrupt frames, stall, disappear and reappear) from the command line or
 from Python (`BoardEmulator`). Every decoded SET is logged with its codes so tests can check the
 bytes on the wire, and any code above the 50 kPa code counts as an invariant violation.
+`--firmware BINARY` runs the board's own firmware, built for this computer, behind the pty instead
+(host_firmware.py, firmware/host/README.md).
 """
 
 from __future__ import annotations
@@ -109,7 +111,8 @@ class BoardEmulator:
         session_path: str | None = None,
         clock: Callable[[], float] = time.monotonic,
     ):
-        """session_path: JSON lines of every byte chunk received, for replay (replay.py).
+        """session_path: JSON lines of every byte chunk received (after the injected faults),
+        for replay (replay.py).
         clock: the board's time base in seconds (a replay passes its own)."""
         self.cal = calibration or ValveCalibration()
         self.channels = channels
@@ -296,8 +299,6 @@ class BoardEmulator:
     def _receive(self, data: bytes, now: float) -> None:
         if self._stalled:
             return
-        if self._session_file:
-            self._session_file.write(json.dumps({'t': now, 'rx': data.hex()}) + '\n')
         if self._drop_next or self.drop_rate > 0:
             kept = bytearray()
             for b in data:
@@ -311,7 +312,6 @@ class BoardEmulator:
         # Split at delimiters ourselves so frame corruption can be injected per frame.
         parts = data.split(b'\x00')
         for i, part in enumerate(parts):
-            last_part = i == len(parts) - 1
             if part and (
                 self._corrupt_next
                 or (self.corrupt_rate > 0 and self._rng.random() < self.corrupt_rate)
@@ -323,9 +323,14 @@ class BoardEmulator:
                 flipped = part[j] ^ (1 << bit)
                 if flipped == 0:  # a 0x00 would split the frame instead of corrupting it
                     flipped = part[j] ^ (1 << (bit + 1) % 8)
-                part = part[:j] + bytes([flipped]) + part[j + 1 :]
-            for item in self._decoder.feed(part + (b'' if last_part else b'\x00')):
-                self._handle(item, now)
+                parts[i] = part[:j] + bytes([flipped]) + part[j + 1 :]
+        data = b'\x00'.join(parts)
+        if not data:
+            return
+        if self._session_file:  # what the firmware would have read, after the wire's faults
+            self._session_file.write(json.dumps({'t': now, 'rx': data.hex()}) + '\n')
+        for item in self._decoder.feed(data):
+            self._handle(item, now)
 
     def _handle(self, item, now: float) -> None:
         if isinstance(item, P.Rejected):
