@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from equimus_hw.valve import protocol as P
+from equimus_hw.valve.host_firmware import FirmwareBoard
 from equimus_hw.valve.replay import (
     EmulatorReplay,
     FirmwareReplay,
@@ -272,3 +273,26 @@ def test_rig_emulator_runs_on_the_firmware(host_firmware, tmp_path):
     finally:
         host.close()
         rig.board.close()
+
+
+
+def test_a_firmware_that_dies_is_seen_as_gone(host_firmware, tmp_path):
+    """A crashed firmware process is an unplugged board (not an observer spinning on EOF), and
+    plugging back in boots a new one."""
+    log = tmp_path / 'board.jsonl'
+    board = FirmwareBoard(host_firmware, link=str(tmp_path / 'dac'), log_path=str(log)).start()
+    try:
+        os.kill(board.pid, signal.SIGKILL)
+        assert wait_for(lambda: not board.present, 2.0) and not board.alive
+        assert 'firmware_exit' in log.read_text()
+        cpu = time.process_time()
+        time.sleep(0.3)
+        assert time.process_time() - cpu < 0.1
+        board.reappear()
+        host = Host(str(tmp_path / 'dac'))
+        host.send(P.Ping(1))
+        (ack,) = host.replies()
+        assert ack.flags & P.ACK_FRESH_BOOT and board.boots == 2
+        host.close()
+    finally:
+        board.close()

@@ -67,7 +67,7 @@ def build(
     out = pathlib.Path(build_dir)
     steps = (
         [cmake, '-S', str(src), '-B', str(out), '-DCMAKE_BUILD_TYPE=Release'],
-        [cmake, '--build', str(out)],
+        [cmake, '--build', str(out), '--parallel', '2'],
     )
     for cmd in steps:
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
@@ -332,6 +332,11 @@ class FirmwareBoard:
         return self
 
     @property
+    def pid(self) -> int | None:
+        """The firmware process (None while unplugged)."""
+        return self._proc.pid if self._proc is not None else None
+
+    @property
     def alive(self) -> bool:
         """The firmware process runs (it exits only when told to or when it crashes)."""
         return self._proc is not None and self._proc.poll() is None
@@ -363,7 +368,7 @@ class FirmwareBoard:
         last = time.monotonic()
         while not self._stop.is_set():
             proc = self._proc
-            data = b''
+            data: bytes | None = b''
             if proc is None or proc.stdout is None:
                 time.sleep(0.005)
             else:
@@ -371,10 +376,13 @@ class FirmwareBoard:
                 with contextlib.suppress(OSError, ValueError):
                     ready, _, _ = select.select([fd], [], [], 0.002)
                     if ready:
-                        data = os.read(fd, 65536)
+                        data = os.read(fd, 65536) or None
             now = time.monotonic()
             with self._lock:
-                if data and proc is self._proc:
+                if data is None and proc is self._proc:  # EOF: the firmware process ended
+                    self._log({'event': 'firmware_exit', 't': now, 'code': proc.wait()})
+                    self._power_off()
+                elif data and proc is self._proc:
                     self._feed_events(data)
                 for v in self.valves:
                     v.advance(now, now - last)
