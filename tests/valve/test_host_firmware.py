@@ -275,7 +275,6 @@ def test_rig_emulator_runs_on_the_firmware(host_firmware, tmp_path):
         rig.board.close()
 
 
-
 def test_a_firmware_that_dies_is_seen_as_gone(host_firmware, tmp_path):
     """A crashed firmware process is an unplugged board (not an observer spinning on EOF), and
     plugging back in boots a new one."""
