@@ -379,7 +379,7 @@ class FirmwareBoard:
                         data = os.read(fd, 65536) or None
             now = time.monotonic()
             with self._lock:
-                if data is None and proc is self._proc:  # EOF: the firmware process ended
+                if data is None and proc is not None and proc is self._proc:  # EOF: it ended
                     self._log({'event': 'firmware_exit', 't': now, 'code': proc.wait()})
                     self._power_off()
                 elif data and proc is self._proc:
