@@ -16,7 +16,8 @@
 //             stall <0|1>                 hung firmware: input swallowed, loop() not called
 //             boot <t_ms>                 lock-step: set the clock, run setup()
 //             step <t_ms> <hex|->         lock-step: set the clock, deliver bytes, run loop()
-//   events    pty <path>                  real time: the slave the host opens (first line)
+//   events    pty <path>                  real time: the slave the host opens (first line;
+//                                         `error <what>` instead if it could not start)
 //             rx <t> <hex>                bytes the firmware's Serial received
 //             tx <t> <hex>                bytes the firmware wrote to Serial
 //             dac <t> <a> <b> <c> <d>     an MCP4728 write: the four output codes (0 if powered
@@ -209,11 +210,20 @@ bool command(char *line) {
 
 void on_signal(int) { stop_requested = 1; }
 
-int open_pty() {
-  if (openpty(&master_fd, &slave_fd, nullptr, nullptr, nullptr) != 0) {
-    fprintf(stderr, "dac_board_host: cannot open a pseudo-terminal: %s\n", strerror(errno));
-    return -1;
+// A start-up failure in one line: on stdout as `error <what>` for the host side, else on stderr.
+int fail(const std::string &what) {
+  if (world) {
+    printf("error %s\n", what.c_str());
+    fflush(stdout);
+  } else {
+    fprintf(stderr, "dac_board_host: %s\n", what.c_str());
   }
+  return -1;
+}
+
+int open_pty() {
+  if (openpty(&master_fd, &slave_fd, nullptr, nullptr, nullptr) != 0)
+    return fail(std::string("cannot open a pseudo-terminal: ") + strerror(errno));
   termios tio;
   tcgetattr(slave_fd, &tio);
   cfmakeraw(&tio);  // no echo or line editing before the host opens it
@@ -223,11 +233,8 @@ int open_pty() {
   if (!link_path.empty()) {
     std::string tmp = link_path + "." + std::to_string(getpid()) + ".tmp";
     unlink(tmp.c_str());
-    if (symlink(path, tmp.c_str()) != 0 || rename(tmp.c_str(), link_path.c_str()) != 0) {
-      fprintf(stderr, "dac_board_host: cannot create the link %s: %s\n", link_path.c_str(),
-              strerror(errno));
-      return -1;
-    }
+    if (symlink(path, tmp.c_str()) != 0 || rename(tmp.c_str(), link_path.c_str()) != 0)
+      return fail("cannot create the link " + link_path + ": " + strerror(errno));
   }
   if (world) {
     printf("pty %s\n", path);

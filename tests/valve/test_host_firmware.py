@@ -237,14 +237,16 @@ def test_emulator_cli_runs_the_firmware_and_its_session_replays(host_firmware, t
         (['--firmware', '/nonexistent/dac_board_host'], 'cannot run /nonexistent'),
         (['--watchdog-ms', '100'], 'watchdog_ms=100: the firmware is built with 200'),
         (['--no-adc'], '--no-adc not available with --firmware'),
+        (['--link', '/nonexistent/dir/dac'], 'cannot create the link /nonexistent/dir/dac'),
     ],
 )
 def test_emulator_cli_refuses_what_the_firmware_cannot_do(host_firmware, tmp_path, args, message):
     if '--firmware' not in args:
         args = ['--firmware', str(host_firmware), *args]
+    if '--link' not in args:
+        args = ['--link', str(tmp_path / 'd'), *args]
     proc = subprocess.run(
-        [sys.executable, '-m', 'equimus_hw.valve.board_emulator', '--link', str(tmp_path / 'd')]
-        + args,
+        [sys.executable, '-m', 'equimus_hw.valve.board_emulator', *args],
         capture_output=True,
         text=True,
         timeout=30,

@@ -257,11 +257,12 @@ class FirmwareBoard:
             args += ['--seed', str(self.seed)]
         proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         assert proc.stdout is not None
-        first = proc.stdout.readline().decode().split()
+        first = proc.stdout.readline().decode().split(maxsplit=1)
         if first[:1] != ['pty']:
             proc.kill()
             proc.wait()
-            raise RuntimeError(f'host firmware did not open a pty: {first!r}')
+            why = first[1].strip() if first[:1] == ['error'] else f'exit code {proc.returncode}'
+            raise RuntimeError(f'the host firmware did not start: {why}')
         os.set_blocking(proc.stdout.fileno(), False)
         self._reset_tap()
         self._proc = proc
