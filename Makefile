@@ -4,7 +4,7 @@ ENV := source scripts/env.sh
 CONTROLLER ?= pid
 OUT ?= out/run
 
-.PHONY: setup run test lint bench clean soak
+.PHONY: setup run test lint bench clean soak firmware
 
 setup:
 	@bash scripts/setup.sh
@@ -20,6 +20,10 @@ lint: setup  ## ruff (lint, format check) and mypy
 
 bench: setup  ## every benchmark; writes docs/benchmarks.md
 	@$(ENV) && python benchmarks/run_all.py
+
+firmware:  ## the DAC board firmware built for this computer: out/firmware/dac_board_host
+	@cmake -S firmware/host -B out/firmware -DCMAKE_BUILD_TYPE=Release >/dev/null
+	@cmake --build out/firmware
 
 DURATION ?= 3600
 SOAK_OUT ?= out/soak

@@ -2,11 +2,13 @@
 
 import os
 import pathlib
+import shutil
 import sys
 
 import pytest
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
+FIRMWARE_SKIP = 'host firmware NOT tested: cmake not found (install cmake and a C++ compiler)'
 # ../shared beside the checkout, or wherever EQUIMUS_SHARED points (a clone made elsewhere)
 SHARED = pathlib.Path(os.environ.get('EQUIMUS_SHARED') or REPO.parent / 'shared')
 if SHARED.is_dir():
@@ -45,6 +47,25 @@ def shared_dir() -> pathlib.Path:
 @pytest.fixture(scope='session')
 def repo_dir() -> pathlib.Path:
     return REPO
+
+
+@pytest.fixture(scope='session')
+def host_firmware(tmp_path_factory) -> pathlib.Path:
+    """firmware/dac_board built for this computer with cmake, once per test session.
+
+    Without cmake the firmware's tests are skipped with FIRMWARE_SKIP (and the session's summary
+    says so), except under CI or EQUIMUS_REQUIRE_FIRMWARE=1, where that is a failure. With cmake
+    but no compiler, or firmware that does not compile, they fail with the compiler's output."""
+    if shutil.which('cmake') is None:
+        if os.environ.get('CI') or os.environ.get('EQUIMUS_REQUIRE_FIRMWARE'):
+            pytest.fail(FIRMWARE_SKIP.replace('NOT tested', 'required here'))
+        pytest.skip(FIRMWARE_SKIP)
+    from equimus_hw.valve.host_firmware import FirmwareBuildError, build
+
+    try:
+        return build(tmp_path_factory.mktemp('firmware_build'), REPO / 'firmware' / 'host')
+    except FirmwareBuildError as exc:
+        pytest.fail(str(exc), pytrace=False)
 
 
 @pytest.fixture
@@ -125,3 +146,13 @@ def read_only_copy(tmp_path):
         else:
             for p in [d, *d.rglob('*')]:
                 p.chmod(0o755)
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Skipped host-firmware tests are a gap in what was tested: say so at the end of the run."""
+    skipped = terminalreporter.stats.get('skipped', [])
+    n = sum('host firmware NOT tested' in str(r.longrepr) for r in skipped)
+    if n:
+        terminalreporter.write_sep(
+            '!', f'{n} tests skipped: host firmware NOT tested (cmake not found)', red=True
+        )

@@ -4,8 +4,9 @@
 // Teensy 4.x) + MCP4728 quad 12-bit I2C DAC (channels A = MAA, B = BAA, VDD = 5 V reference)
 // + a x2 op-amp stage per channel to the VPPE setpoint inputs (0-10 V), and the VPPE actual-value
 // outputs (0-10 V) through 10k/4.7k-style dividers (10 V -> 3.3 V) into two ADC pins.
-// Untested on hardware: the host-side behaviour it implements is tested against the emulator
-// (src/equimus_hw/equimus_hw/valve/board_emulator.py), which is the normative model.
+// Untested on hardware. On this computer it builds unchanged as a program behind a pseudo-terminal
+// (firmware/host/README.md): the valve driver's tests run against it, and a replay checks that it
+// answers exactly as the emulator (src/equimus_hw/equimus_hw/valve/board_emulator.py) does.
 #include <Wire.h>
 #if defined(ARDUINO_ARCH_RP2040)
 #include <hardware/watchdog.h>
@@ -47,19 +48,21 @@ static uint16_t crc16(const uint8_t *d, size_t n) {   // CRC-16/CCITT-FALSE
   return crc;
 }
 
-// COBS decode in place into out; returns decoded length or -1 on malformed input.
+// COBS decode into out (room for MAX_ENCODED bytes: n <= MAX_ENCODED encoded bytes decode to at
+// most n - 1); returns the decoded length or -1 on malformed input. A decoded frame longer than
+// MAX_DECODED is well-formed COBS: the caller refuses it as bad_length.
 static int cobs_decode(const uint8_t *in, size_t n, uint8_t *out) {
   size_t i = 0, o = 0;
   while (i < n) {
     uint8_t code = in[i];
     if (code == 0 || i + code > n) return -1;
     for (uint8_t k = 1; k < code; k++) {
-      if (in[i + k] == 0 || o >= MAX_DECODED) return -1;
+      if (in[i + k] == 0 || o >= MAX_ENCODED) return -1;
       out[o++] = in[i + k];
     }
     i += code;
     if (code < 0xFF && i < n) {
-      if (o >= MAX_DECODED) return -1;
+      if (o >= MAX_ENCODED) return -1;
       out[o++] = 0;
     }
   }
@@ -132,7 +135,7 @@ static void refuse_set(uint8_t seq, uint8_t reason, uint8_t detail) {
 }
 
 static void handle_frame() {
-  uint8_t f[MAX_DECODED];
+  uint8_t f[MAX_ENCODED];
   int n = cobs_decode(rx, rx_len, f);
   if (n < 0) return bad_frame(R_BAD_COBS);
   if (n < 4 || n > (int)MAX_DECODED) return bad_frame(R_BAD_LENGTH);

@@ -1,5 +1,6 @@
-"""Fixtures for the valve tests: the DAC board emulator on a real pty (in a thread of the test
-process), the valve_driver node in a separate process, and an rclpy harness node."""
+"""Fixtures for the valve tests: the DAC board on a real pty, either the Python emulator (a thread
+of the test process) or the firmware itself built for this computer (its own process, behind
+FirmwareBoard), the valve_driver node in a separate process, and an rclpy harness node."""
 
 import contextlib
 import pathlib
@@ -12,6 +13,9 @@ import time
 import pytest
 
 from equimus_hw.valve.board_emulator import BoardEmulator
+from equimus_hw.valve.host_firmware import FirmwareBoard
+
+BOARD_KINDS = ('emulator', 'firmware')
 
 
 def wait_for(predicate, timeout, period=0.01):
@@ -186,6 +190,14 @@ class Harness:
     def latest_diag(self):
         return self.diag[-1] if self.diag else None
 
+    def wait_connected(self, since, timeout=20.0):
+        """True once a driver started at `since` reports a connected link (an earlier driver's
+        diagnostics, from a previous board of a parametrised fixture, do not count)."""
+        return wait_for(
+            lambda: any(t >= since and d.get('link') == 'connected' for t, _, _, d in self.diag),
+            timeout,
+        )
+
     def close(self):
         self.stop_stream()
         self.executor.shutdown(timeout_sec=1.0)
@@ -208,6 +220,30 @@ def tmp_module(tmp_path_factory):
 def make_emulator(tmp: pathlib.Path, **kwargs) -> BoardEmulator:
     link = tmp / f'dac_{time.monotonic_ns()}'
     return BoardEmulator(link=str(link), **kwargs).start()
+
+
+def make_board(kind: str, request, tmp: pathlib.Path, **kwargs):
+    """A started board of the given kind on a fresh link in tmp (same keyword arguments)."""
+    if kind == 'emulator':
+        return make_emulator(tmp, **kwargs)
+    binary = request.getfixturevalue('host_firmware')  # tests/conftest.py
+    link = tmp / f'dac_{time.monotonic_ns()}'
+    return FirmwareBoard(binary, link=str(link), **kwargs).start()
+
+
+@pytest.fixture(params=BOARD_KINDS)
+def new_board(request, tmp_path):
+    """make(**kwargs) -> a started board of the parametrised kind; closed after the test."""
+    made = []
+
+    def make(tmp=None, **kwargs):
+        board = make_board(request.param, request, tmp or tmp_path, **kwargs)
+        made.append(board)
+        return board
+
+    yield make
+    for board in made:
+        board.close()
 
 
 def nonzero(frame):

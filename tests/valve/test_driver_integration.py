@@ -1,7 +1,9 @@
-"""valve_driver (separate process, real rclpy/DDS) against the DAC board emulator on a real pty.
+"""valve_driver (separate process, real rclpy/DDS) against a DAC board on a real pty: the Python
+board emulator, and the board's firmware itself built for this computer (every test runs on both).
 
-Every assertion about what reaches the valves is made on the SET frames the emulator decoded
-from the serial bytes."""
+Every assertion about what reaches the valves is made on the SET frames the board received
+from the serial bytes. The bytes the driver sent are recorded, and the last test replays them to
+both boards on one clock: their replies must be byte-identical."""
 
 import math
 import signal
@@ -10,22 +12,30 @@ from itertools import pairwise
 
 import pytest
 
+from equimus_hw.valve import protocol as P
 from equimus_hw.valve.calibration import ValveCalibration
+from equimus_hw.valve.replay import (
+    EmulatorReplay,
+    FirmwareReplay,
+    first_difference,
+    load_session,
+    replay,
+)
 
-from .conftest import Driver, make_emulator, nonzero, wait_for
+from .conftest import BOARD_KINDS, Driver, make_board, nonzero, wait_for
 
 CAL = ValveCalibration()
 C30, C20, C25 = CAL.kpa_to_code(30.0), CAL.kpa_to_code(20.0), CAL.kpa_to_code(25.0)
 PARAMS = dict(command_timeout_s=0.25, reconnect_backoff_max_s=0.5, link_timeout_s=0.4)
 
 
-@pytest.fixture(scope='module')
-def rig(harness, tmp_module):
-    emu = make_emulator(tmp_module, watchdog_ms=200)
+@pytest.fixture(scope='module', params=BOARD_KINDS)
+def rig(request, harness, tmp_module):
+    session = tmp_module / f'session_{request.param}.jsonl'
+    emu = make_board(request.param, request, tmp_module, watchdog_ms=200, session_path=str(session))
+    t_start = time.monotonic()
     drv = Driver(emu.link, tmp_module, **PARAMS)
-    ok = wait_for(
-        lambda: (harness.latest_diag() or (0, 0, '', {}))[3].get('link') == 'connected', 20.0
-    )
+    ok = harness.wait_connected(t_start)
     assert ok, f'driver never reported a connected link:\n{drv.output()}'
     yield emu, drv
     harness.stop_stream()
@@ -228,8 +238,8 @@ def test_unplug_and_replug(rig, harness):
 
 
 @pytest.mark.parametrize('sig', [signal.SIGINT, signal.SIGTERM])
-def test_signal_vents_before_port_closes(sig, harness, tmp_module):
-    emu = make_emulator(tmp_module, watchdog_ms=200)
+def test_signal_vents_before_port_closes(sig, harness, tmp_module, new_board):
+    emu = new_board(tmp_module, watchdog_ms=200)
     drv = Driver(emu.link, tmp_module, auto_arm=True, **PARAMS)
     try:
         t0 = time.monotonic()
@@ -258,6 +268,29 @@ def test_signal_vents_before_port_closes(sig, harness, tmp_module):
         harness.stop_stream()
         drv.stop(signal.SIGKILL)
         emu.close()
+
+
+def test_the_driver_session_replays_byte_identical_on_emulator_and_firmware(
+    rig, request, tmp_module, host_firmware
+):
+    """The bytes the driver sent in the tests above (up to the unplug, one boot), replayed on
+    one millisecond clock to the emulator and to the firmware, get the same reply bytes."""
+    kind = request.node.callspec.params['rig']
+    session = load_session(tmp_module / f'session_{kind}.jsonl')
+    assert sum(map(len, session.chunks.values())) > 2000, 'the session recorded too little'
+    boards = [EmulatorReplay(), FirmwareReplay(host_firmware)]
+    try:
+        emu, fw = (replay(board, session) for board in boards)
+    finally:
+        for board in boards:
+            board.close()
+    assert first_difference(emu, fw) is None, first_difference(emu, fw)
+    # The replay held the interesting traffic: both pressures commanded, valves read back moving.
+    replies = P.FrameDecoder().feed(b''.join(p.reply for p in emu))
+    acks = [m for m in replies if isinstance(m, P.Ack)]
+    assert any(isinstance(m, P.Info) for m in replies)
+    assert len(acks) > 100 and {(C30, C20), (C30, C30)} <= {a.applied for a in acks}
+    assert max(a.measured[0] for a in acks) > CAL.kpa_to_adc(25.0)
 
 
 @pytest.mark.parametrize('param', ['max_kpa:=60.0', 'low_band_policy:=maybe', 'max_kpa:=abc'])

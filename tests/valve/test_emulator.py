@@ -1,4 +1,5 @@
-"""The DAC board emulator as firmware: boot state, watchdog, bad frames, valve lag, CLI."""
+"""The DAC board as firmware: boot state, watchdog, bad frames, valve lag, on the Python emulator
+and on the firmware itself built for this computer (`new_board`); the emulator's CLI."""
 
 import json
 import math
@@ -14,7 +15,7 @@ from equimus_description.valve import VALVE_TAU_S
 from equimus_hw.valve import protocol as P
 from equimus_hw.valve.calibration import ValveCalibration
 
-from .conftest import make_emulator, wait_for
+from .conftest import wait_for
 
 
 class Host:
@@ -41,8 +42,8 @@ class Host:
         self.ser.close()
 
 
-def test_hello_set_ping_and_refusals(tmp_path):
-    emu = make_emulator(tmp_path)
+def test_hello_set_ping_and_refusals(new_board):
+    emu = new_board()
     host = Host(emu.link)
     try:
         host.send(P.Hello(1))
@@ -60,7 +61,8 @@ def test_hello_set_ping_and_refusals(tmp_path):
         host.send(P.Set(4, (342, 0)))
         (nak,) = host.replies()
         assert nak == P.Nak(4, P.R_CODE_OUT_OF_RANGE, 0)
-        assert emu.codes == [0, 0] and len(emu.invariant_violations) == 1
+        # The board's state as its observer sees it (the firmware's: a moment after the reply).
+        assert wait_for(lambda: emu.codes == [0, 0] and len(emu.invariant_violations) == 1, 1.0)
         host.send(P.Set(5, (1, 2, 3)))
         assert host.replies()[0] == P.Nak(5, P.R_BAD_CHANNEL_COUNT, 2)
         # A corrupted frame vents the outputs and is NAKed with seq 0.
@@ -71,51 +73,64 @@ def test_hello_set_ping_and_refusals(tmp_path):
         host.send_raw(bytes(bad))
         (nak,) = host.replies()
         assert isinstance(nak, P.Nak) and nak.seq == 0 and nak.reason in (P.R_BAD_CRC, P.R_BAD_COBS)
-        assert emu.codes == [0, 0]
+        assert wait_for(lambda: emu.codes == [0, 0], 1.0)
         host.send(P.Ping(8))
         assert host.replies()[0].flags & P.ACK_BAD_FRAME_VENTED
+        # A CRC-valid frame of a type the board does not take: NAKed, nothing vents.
+        host.send(P.Set(9, (150, 150)))
+        host.replies()
+        host.send(P.Ack(10, 0, (1, 2)))
+        assert host.replies()[0] == P.Nak(10, P.R_UNKNOWN_TYPE, 0)
+        host.send(P.Ping(11))
+        (ack,) = host.replies()
+        assert ack.applied == (150, 150) and not ack.flags & P.ACK_BAD_FRAME_VENTED
     finally:
         host.close()
-        emu.close()
 
 
-def test_board_watchdog_vents_without_set(tmp_path):
+def test_board_watchdog_vents_without_set(new_board, tmp_path):
     log = tmp_path / 'board.jsonl'
-    emu = make_emulator(tmp_path, watchdog_ms=100, log_path=str(log))
+    emu = new_board(watchdog_ms=200, log_path=str(log))
     host = Host(emu.link)
     try:
         host.send(P.Set(1, (200, 200)))
         host.replies()
         assert wait_for(lambda: emu.codes == [0, 0], 2.0)
-        assert emu.watchdog_trips == 1
+        assert wait_for(lambda: emu.watchdog_trips == 1, 1.0)
         # Both times on the board's own clock (SET read, vent written): a test thread that wakes
         # late on a loaded machine neither shortens nor stretches the interval it measures.
         t_set = emu.last_frame().t
         events = [json.loads(line) for line in log.read_text().splitlines()]
         (t_vent,) = [e['t'] for e in events if e.get('event') == 'watchdog_vent']
-        assert 0.1 <= t_vent - t_set <= 0.3, t_vent - t_set  # never early; 100 ms + slack
+        assert 0.2 <= t_vent - t_set <= 0.4, t_vent - t_set  # never early; 200 ms + slack
         host.send(P.Ping(2))  # PING does not feed the watchdog but reports the trip
         (ack,) = host.replies()
         assert ack.flags & P.ACK_WATCHDOG_VENTED and ack.applied == (0, 0)
     finally:
         host.close()
-        emu.close()
 
 
-def test_valve_first_order_lag_in_measured_codes(tmp_path):
+def test_valve_first_order_lag_in_measured_codes(new_board):
     cal = ValveCalibration()
-    emu = make_emulator(tmp_path, watchdog_ms=2000)
+    emu = new_board(watchdog_ms=200)
     host = Host(emu.link)
     try:
         code = cal.kpa_to_code(50.0)
         host.send(P.Set(1, (code, 0)))
         host.replies()
+        assert wait_for(emu.last_frame, 1.0)
         t_set = emu.last_frame().t  # the board's own time of the step
         tau = emu.valves[0].tau
         assert tau == VALVE_TAU_S
+        seq = 1
+        while time.monotonic() - t_set < tau - 0.05:  # the same SET feeds the 200 ms watchdog
+            time.sleep(0.05)
+            seq += 1
+            host.send(P.Set(seq, (code, 0)))
+            host.replies()
         time.sleep(max(tau - (time.monotonic() - t_set), 0.0))
         t_ping = time.monotonic()
-        host.send(P.Ping(2))
+        host.send(P.Ping(seq + 1))
         (ack,) = host.replies()
         t_reply = time.monotonic()
         p = cal.adc_to_kpa(ack.measured[0])
@@ -125,14 +140,14 @@ def test_valve_first_order_lag_in_measured_codes(tmp_path):
             return target * (1 - math.exp(-t / tau))
 
         # The PING was answered between sending it and reading the reply (the board's last tick
-        # at most one 2 ms select before that): judge the reading against that window, not one
-        # instant taken after the reply, which a loaded machine delays by tens of ms (85 kPa/s).
-        lo, hi = lag(t_ping - t_set - 0.005), lag(t_reply - t_set)
+        # at most one 2 ms select before that; the firmware's ADC code a tick older): judge the
+        # reading against that window, not one instant taken after the reply, which a loaded
+        # machine delays by tens of ms (85 kPa/s).
+        lo, hi = lag(t_ping - t_set - 0.01), lag(t_reply - t_set)
         assert lo - 1.0 < p < hi + 1.0, (p, lo, hi, t_ping - t_set, t_reply - t_set)
         assert cal.adc_to_kpa(ack.measured[1]) == 0.0
     finally:
         host.close()
-        emu.close()
 
 
 def test_cli_pty_link_log_and_clean_exit(tmp_path):
@@ -188,19 +203,19 @@ def test_cli_pty_link_log_and_clean_exit(tmp_path):
     assert '0 invariant violations' in out
 
 
-def test_random_garbage_never_kills_the_board_or_raises_a_code(tmp_path):
+def test_random_garbage_never_kills_the_board_or_raises_a_code(new_board):
     import random
 
     rng = random.Random(1234)
-    emu = make_emulator(tmp_path)
+    emu = new_board()
     host = Host(emu.link)
     try:
         for _ in range(40):
             host.send_raw(bytes(rng.randrange(256) for _ in range(512)))
             time.sleep(0.005)
         time.sleep(0.2)
-        assert emu._thread.is_alive()
-        assert len(emu.rejections) > 20
+        assert emu.alive
+        assert wait_for(lambda: len(emu.rejections) > 20, 1.0)
         assert all(max(f.codes) <= emu.max_code or not f.accepted for f in emu.frames)
         assert max(emu.codes) <= emu.max_code
         host.send_raw(b'\x00')
@@ -210,22 +225,20 @@ def test_random_garbage_never_kills_the_board_or_raises_a_code(tmp_path):
         assert any(isinstance(m, P.Info) and m.seq == 77 for m in host.replies(n=50, timeout=1.0))
     finally:
         host.close()
-        emu.close()
 
 
-def test_frame_history_is_bounded_and_frames_since_reads_the_newest(tmp_path):
+def test_frame_history_is_bounded_and_frames_since_reads_the_newest(new_board):
     """A long soak polls frames_since every 50 ms: the history must not grow with the run."""
-    emu = make_emulator(tmp_path, history=5)
+    emu = new_board(history=5)
     host = Host(emu.link)
     try:
         for seq in range(1, 13):
             host.send(P.Set(seq, (seq, seq)))
             assert host.replies(), f'no reply to SET {seq}'
-        assert emu.frames_total == 12 and len(emu.frames) == 5
+        assert wait_for(lambda: emu.frames_total == 12, 1.0) and len(emu.frames) == 5
         assert [f.seq for f in emu.frames] == list(range(8, 13))
         t_mid = emu.frames[2].t
         assert [f.seq for f in emu.frames_since(t_mid)] == [10, 11, 12]
         assert emu.frames_since(time.monotonic() + 1.0) == []
     finally:
         host.close()
-        emu.close()

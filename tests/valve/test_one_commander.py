@@ -11,7 +11,7 @@ import pytest
 from equimus_hw.valve.calibration import ValveCalibration
 from equimus_hw.valve.safety import CommanderGuard
 
-from .conftest import Driver, make_emulator, nonzero, wait_for
+from .conftest import BOARD_KINDS, Driver, make_board, nonzero, wait_for
 
 CAL = ValveCalibration()
 C30, C20, C45 = CAL.kpa_to_code(30.0), CAL.kpa_to_code(20.0), CAL.kpa_to_code(45.0)
@@ -144,13 +144,12 @@ def _publishers(harness, n, timeout=10.0):
     return wait_for(lambda: harness.node.count_publishers('/valve/command') == n, timeout)
 
 
-@pytest.fixture
-def rig(harness, tmp_module):
-    emu = make_emulator(tmp_module, watchdog_ms=200)
+@pytest.fixture(params=BOARD_KINDS)
+def rig(request, harness, tmp_module):
+    emu = make_board(request.param, request, tmp_module, watchdog_ms=200)
+    t_start = time.monotonic()
     drv = Driver(emu.link, tmp_module, command_timeout_s=TIMEOUT)
-    ok = wait_for(
-        lambda: (harness.latest_diag() or (0, 0, '', {}))[3].get('link') == 'connected', 20.0
-    )
+    ok = harness.wait_connected(t_start)
     assert ok, drv.output()
     yield emu, drv
     harness.stop_stream()

@@ -8,6 +8,9 @@ So `hardware.launch.py emulator:=true` closes the same loop as the real rig, thr
 a serial line and real UDP packets, with no ROS in this process.
 
     rig_emulator --link /tmp/equimus_dac --command-port 1510 --data-port 1511 --multicast
+
+`--firmware BINARY` puts the board's own firmware, built for this computer
+(firmware/host/README.md), behind the pseudo-terminal instead of the Python board.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from equimus_description.interface import BODIES
 from equimus_description.leg import load_leg
 from equimus_hw.natnet.emulator import NatNetEmulator
 from equimus_hw.valve.board_emulator import BoardEmulator
+from equimus_hw.valve.host_firmware import FirmwareBoard
 from equimus_sim.leg_model import LegModel
 from equimus_sim.mocap import MocapConfig, VirtualMocap
 from equimus_sim.simulator import LegSimulator
@@ -52,15 +56,28 @@ class EmulatedRig:
         position_noise: float = 0.0,
         seed: int = 0,
         board_log: str | None = None,
+        firmware: str | None = None,
     ):
-        """board_log: JSON-lines file of every frame and vent event the board sees (soak checks)."""
+        """board_log: JSON-lines file of every frame and vent event the board sees (soak checks).
+        firmware: the board firmware built for this computer (firmware/host/README.md) runs the
+        board instead of the Python emulation; the valves stay this process's."""
         leg = load_leg(None, leg_overrides or None)
-        self.board = BoardEmulator(
-            channels=len(leg.actuators),
-            link=link,
-            tau_s=leg.valve_time_constant,
-            log_path=board_log,
-        )
+        self.board: BoardEmulator | FirmwareBoard
+        if firmware:
+            self.board = FirmwareBoard(
+                firmware,
+                channels=len(leg.actuators),
+                link=link,
+                tau_s=leg.valve_time_constant,
+                log_path=board_log,
+            )
+        else:
+            self.board = BoardEmulator(
+                channels=len(leg.actuators),
+                link=link,
+                tau_s=leg.valve_time_constant,
+                log_path=board_log,
+            )
         lm = LegModel(leg.with_timestep(1.0 / (rate * 5)))
         # The board emulator's valve model is the valve: the simulator has none of its own.
         self.sim = LegSimulator(lm, tau=None, p_max=lm.pressure_max_kpa)
@@ -162,6 +179,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument('--leg-overrides', default='', help='fitted-parameter YAML for the emulated leg')
     p.add_argument('--position-noise', type=float, default=0.0002, help='mocap noise σ (m)')
     p.add_argument('--duration', type=float, default=0.0, help='stop after this many s (0 = run)')
+    p.add_argument(
+        '--firmware',
+        default='',
+        metavar='BINARY',
+        help='run the board firmware built for this computer instead of the Python board '
+        '(firmware/host/README.md)',
+    )
     return p
 
 
@@ -183,8 +207,9 @@ def main(argv: list[str] | None = None) -> int:
             rate=a.rate,
             leg_overrides=a.leg_overrides,
             position_noise=a.position_noise,
+            firmware=a.firmware or None,
         )
-    except (OSError, ValueError) as exc:
+    except (OSError, RuntimeError, ValueError) as exc:
         print(f'rig_emulator: cannot start: {exc}', file=sys.stderr)
         return 2
     # Explicit for SIGINT too: started from a background job, a process inherits SIGINT ignored,

@@ -8,6 +8,8 @@ measured codes, vents on boot, on bad frames and when its watchdog expires, and 
 misbehave (drop bytes, corrupt frames, stall, disappear and reappear) from the command line or
 from Python (`BoardEmulator`). Every decoded SET is logged with its codes so tests can check the
 bytes on the wire, and any code above the 50 kPa code counts as an invariant violation.
+`--firmware BINARY` runs the board's own firmware, built for this computer, behind the pty instead
+(host_firmware.py, firmware/host/README.md).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import argparse
 import contextlib
 import dataclasses
 import json
+import math
 import os
 import random
 import select
@@ -25,13 +28,23 @@ import threading
 import time
 import tty
 from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from equimus_description.valve import VALVE_TAU_S, ValveLag
 
 from . import protocol as P
 from .calibration import ValveCalibration
 
+if TYPE_CHECKING:
+    from .host_firmware import FirmwareBoard
+
 FIRMWARE_VERSION = (1, 0, 0)
+
+
+def _millis(t: float) -> int:
+    """A time in seconds as the firmware's millisecond counter (whole ms, truncated)."""
+    return math.floor(t * 1000.0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,7 +108,12 @@ class BoardEmulator:
         verbose: bool = False,
         seed: int | None = None,
         history: int = 20000,
+        session_path: str | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ):
+        """session_path: JSON lines of every byte chunk received (after the injected faults),
+        for replay (replay.py).
+        clock: the board's time base in seconds (a replay passes its own)."""
         self.cal = calibration or ValveCalibration()
         self.channels = channels
         self.link = link
@@ -110,6 +128,10 @@ class BoardEmulator:
         self._rng = random.Random(seed)
         # Open for the emulator's lifetime (closed in close()), so no with-block.
         self._log_file = open(log_path, 'a', buffering=1) if log_path else None  # noqa: SIM115
+        self._session_file = (
+            open(session_path, 'w', buffering=1) if session_path else None  # noqa: SIM115
+        )
+        self._clock = clock
         self._lock = threading.RLock()
         self.valves = [ValveModel(self.cal, tau_s, dead_time_s) for _ in range(channels)]
         self.codes = [0] * channels
@@ -129,7 +151,7 @@ class BoardEmulator:
         self._master: int | None = None
         self._slave: int | None = None
         self.slave_path: str | None = None
-        self._decoder = P.FrameDecoder()
+        self._decoder = P.FrameDecoder(accept=P.HOST_TO_BOARD_TYPES)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._open_pty()
@@ -151,12 +173,14 @@ class BoardEmulator:
 
     def _boot(self) -> None:
         """Firmware power-up: all outputs 0 V, watchdog armed, FRESH_BOOT until a valid SET."""
-        now = time.monotonic()
+        now = self._clock()
         self.boots += 1
         self._decoder.reset()
         self._flags = P.ACK_FRESH_BOOT
         self._last_valid_set = now
         self._write_codes([0] * self.channels, now)
+        if self._session_file:
+            self._session_file.write(json.dumps({'t': now, 'boot': True}) + '\n')
 
     def _close_pty(self) -> None:
         for fd in (self._master, self._slave):
@@ -178,7 +202,7 @@ class BoardEmulator:
             self._close_pty()
             self.slave_path = None
             for v in self.valves:  # unpowered board: the setpoint wire reads 0 V, valve vents
-                v.set_code(0, time.monotonic())
+                v.set_code(0, self._clock())
             self.codes = [0] * self.channels
 
     def reappear(self) -> None:
@@ -213,9 +237,15 @@ class BoardEmulator:
             self._thread.join(timeout=2.0)
         with self._lock:
             self._close_pty()
-        if self._log_file:
-            self._log_file.close()
-            self._log_file = None
+        for f in (self._log_file, self._session_file):
+            if f:
+                f.close()
+        self._log_file = self._session_file = None
+
+    @property
+    def alive(self) -> bool:
+        """The board's loop runs (a stall does not stop it)."""
+        return self._thread is not None and self._thread.is_alive()
 
     def __enter__(self) -> BoardEmulator:
         return self.start()
@@ -224,7 +254,7 @@ class BoardEmulator:
         self.close()
 
     def run(self) -> None:
-        last = time.monotonic()
+        last = self._clock()
         while not self._stop.is_set():
             master = self._master
             data = b''
@@ -243,15 +273,22 @@ class BoardEmulator:
                     except OSError:
                         data = b''  # no reader on the slave side yet, or closed by disappear
                         time.sleep(0.002)
-            now = time.monotonic()
-            with self._lock:
-                if data:
-                    self._receive(data, now)
-                self._tick(now, now - last)
+            now = self._clock()
+            self.step(data, now, now - last)
             last = now
 
+    def step(self, data: bytes, now: float, dt: float) -> None:
+        """One pass of the firmware's loop at time `now`: the bytes that arrived, then the
+        watchdog, then the valves over dt. run() calls it in real time, a replay on its clock."""
+        with self._lock:
+            if data:
+                self._receive(data, now)
+            self._tick(now, dt)
+
     def _tick(self, now: float, dt: float) -> None:
-        if not self._stalled and any(self.codes) and now - self._last_valid_set > self.watchdog_s:
+        # Whole milliseconds, as the firmware's millis(): elapsed > watchdog_ms vents.
+        elapsed_ms = _millis(now) - _millis(self._last_valid_set)
+        if not self._stalled and any(self.codes) and elapsed_ms > self.watchdog_ms:
             self.watchdog_trips += 1
             self._flags |= P.ACK_WATCHDOG_VENTED
             self._write_codes([0] * self.channels, now)
@@ -275,7 +312,6 @@ class BoardEmulator:
         # Split at delimiters ourselves so frame corruption can be injected per frame.
         parts = data.split(b'\x00')
         for i, part in enumerate(parts):
-            last_part = i == len(parts) - 1
             if part and (
                 self._corrupt_next
                 or (self.corrupt_rate > 0 and self._rng.random() < self.corrupt_rate)
@@ -283,11 +319,18 @@ class BoardEmulator:
                 if self._corrupt_next:
                     self._corrupt_next -= 1
                 j = self._rng.randrange(len(part))
-                flipped = part[j] ^ (1 << self._rng.randrange(8))
-                # A flip to 0x00 would split the frame instead of corrupting it: use 0x01.
-                part = part[:j] + bytes([flipped or 0x01]) + part[j + 1 :]
-            for item in self._decoder.feed(part + (b'' if last_part else b'\x00')):
-                self._handle(item, now)
+                bit = self._rng.randrange(8)
+                flipped = part[j] ^ (1 << bit)
+                if flipped == 0:  # a 0x00 would split the frame instead of corrupting it
+                    flipped = part[j] ^ (1 << (bit + 1) % 8)
+                parts[i] = part[:j] + bytes([flipped]) + part[j + 1 :]
+        data = b'\x00'.join(parts)
+        if not data:
+            return
+        if self._session_file:  # what the firmware would have read, after the wire's faults
+            self._session_file.write(json.dumps({'t': now, 'rx': data.hex()}) + '\n')
+        for item in self._decoder.feed(data):
+            self._handle(item, now)
 
     def _handle(self, item, now: float) -> None:
         if isinstance(item, P.Rejected):
@@ -300,7 +343,8 @@ class BoardEmulator:
                     'detail': item.message,
                 }
             )
-            if self.vent_on_bad_frame and any(self.codes):
+            # A frame of a type the board does not take changes nothing; a malformed one vents.
+            if item.reason != P.R_UNKNOWN_TYPE and self.vent_on_bad_frame and any(self.codes):
                 self._flags |= P.ACK_BAD_FRAME_VENTED
                 self._write_codes([0] * self.channels, now)
             # seq is 0 for undecodable frames, the request's for CRC-valid malformed ones.
@@ -310,7 +354,8 @@ class BoardEmulator:
             self._handle_set(item, now)
         elif isinstance(item, P.Ping):
             self._send(self._ack(item.seq))
-        elif isinstance(item, P.Hello):
+        else:
+            assert isinstance(item, P.Hello)  # the decoder passes only HOST_TO_BOARD_TYPES
             self._send(
                 P.Info(
                     item.seq,
@@ -325,8 +370,6 @@ class BoardEmulator:
                     self.max_code,
                 )
             )
-        else:  # a board -> host message sent to the board: valid frame, wrong direction
-            self._send(P.Nak(item.seq, P.R_UNKNOWN_TYPE))
 
     def _handle_set(self, msg: P.Set, now: float) -> None:
         codes = tuple(msg.codes)
@@ -465,6 +508,18 @@ def main(args=None) -> int:
         help='seconds after disappearing to come back on a new pty',
     )
     parser.add_argument('--log', default=None, help='append every frame as JSON lines here')
+    parser.add_argument(
+        '--session',
+        default=None,
+        help='record every byte received, with its time, as JSON lines (for valve.replay)',
+    )
+    parser.add_argument(
+        '--firmware',
+        default=None,
+        metavar='BINARY',
+        help='run the board firmware built for this computer (firmware/host/README.md) instead '
+        'of the Python emulation; this process keeps the valves and the faults',
+    )
     parser.add_argument('--verbose', action='store_true', help='print every SET frame')
     parser.add_argument('--seed', type=int, default=None)
     ns = parser.parse_args(args)
@@ -473,26 +528,66 @@ def main(args=None) -> int:
         from equimus_description.leg import load_leg
 
         ns.tau = load_leg().valve_time_constant
-    emu = BoardEmulator(
-        channels=ns.channels,
-        link=ns.link or None,
-        watchdog_ms=ns.watchdog_ms,
-        tau_s=ns.tau,
-        dead_time_s=ns.dead_time,
-        adc=not ns.no_adc,
-        vent_on_bad_frame=not ns.keep_on_bad_frame,
-        drop_rate=ns.drop_rate,
-        corrupt_rate=ns.corrupt_rate,
-        log_path=ns.log,
-        verbose=ns.verbose,
-        seed=ns.seed,
-    )
+    emu: BoardEmulator | FirmwareBoard
+    if ns.firmware:
+        from .host_firmware import FirmwareBoard  # noqa: F811 (the run-time import)
+
+        compiled_in = [
+            flag
+            for flag, given in (
+                ('--no-adc', ns.no_adc),
+                ('--keep-on-bad-frame', ns.keep_on_bad_frame),
+                ('--drop-rate', ns.drop_rate),
+                ('--corrupt-rate', ns.corrupt_rate),
+            )
+            if given
+        ]
+        if compiled_in:
+            print(
+                f'dac_board_emulator: {", ".join(compiled_in)} not available with --firmware '
+                '(the firmware is what it is); drop the option',
+                file=sys.stderr,
+            )
+            return 2
+        try:
+            emu = FirmwareBoard(
+                ns.firmware,
+                link=ns.link or None,
+                watchdog_ms=ns.watchdog_ms,
+                channels=ns.channels,
+                tau_s=ns.tau,
+                dead_time_s=ns.dead_time,
+                log_path=ns.log,
+                session_path=ns.session,
+                verbose=ns.verbose,
+                seed=ns.seed,
+            )
+        except (OSError, RuntimeError, ValueError) as exc:
+            print(f'dac_board_emulator: cannot run {ns.firmware}: {exc}', file=sys.stderr)
+            return 2
+    else:
+        emu = BoardEmulator(
+            channels=ns.channels,
+            link=ns.link or None,
+            watchdog_ms=ns.watchdog_ms,
+            tau_s=ns.tau,
+            dead_time_s=ns.dead_time,
+            adc=not ns.no_adc,
+            vent_on_bad_frame=not ns.keep_on_bad_frame,
+            drop_rate=ns.drop_rate,
+            corrupt_rate=ns.corrupt_rate,
+            log_path=ns.log,
+            session_path=ns.session,
+            verbose=ns.verbose,
+            seed=ns.seed,
+        )
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     emu.start()
+    kind = 'host firmware' if ns.firmware else 'emulator'
     print(
-        f'DAC board emulator on {emu.slave_path}' + (f' (link {ns.link})' if ns.link else ''),
+        f'DAC board {kind} on {emu.slave_path}' + (f' (link {ns.link})' if ns.link else ''),
         flush=True,
     )
     t0 = time.monotonic()
@@ -524,7 +619,7 @@ def main(args=None) -> int:
     finally:
         emu.close()
         print(
-            f'DAC board emulator stopped: {emu.frames_total} SET frames, '
+            f'DAC board {kind} stopped: {emu.frames_total} SET frames, '
             f'{len(emu.rejections)} rejected, {emu.watchdog_trips} watchdog trips, '
             f'{len(emu.invariant_violations)} invariant violations',
             flush=True,

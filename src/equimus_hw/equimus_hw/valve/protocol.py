@@ -33,6 +33,8 @@ T_SET = 0x03
 T_ACK = 0x81
 T_INFO = 0x82
 T_NAK = 0x83
+# What a board accepts; any other CRC-valid frame is NAKed as unknown_type, whatever its body.
+HOST_TO_BOARD_TYPES = frozenset({T_HELLO, T_PING, T_SET})
 
 # ACK flags.
 ACK_MEASURED = 0x01  # measured codes (VPPE actual-value output via the ADC) follow
@@ -274,8 +276,11 @@ def encode(msg: Message) -> bytes:
     return cobs_encode(encode_payload(msg)) + bytes([DELIMITER])
 
 
-def decode_payload(frame: bytes) -> Message:
-    """Parse one decoded (un-COBSed) frame; raises ProtocolError with a reason code."""
+def decode_payload(frame: bytes, accept: frozenset[int] | None = None) -> Message:
+    """Parse one decoded (un-COBSed) frame; raises ProtocolError with a reason code.
+
+    accept: the message types this side takes (a board: HOST_TO_BOARD_TYPES); a CRC-valid frame
+    of any other type is unknown_type before its body is looked at."""
     if len(frame) < 4:
         raise ProtocolError(R_BAD_LENGTH, f'frame of {len(frame)} bytes is shorter than 4')
     if len(frame) > MAX_DECODED_LEN:
@@ -285,6 +290,8 @@ def decode_payload(frame: bytes) -> Message:
         raise ProtocolError(R_BAD_CRC, 'CRC mismatch')
     mtype, seq = frame[0], frame[1]
     body = frame[2:-2]
+    if accept is not None and mtype not in accept:
+        raise ProtocolError(R_UNKNOWN_TYPE, f'message type 0x{mtype:02x} not accepted here', seq)
 
     def need(n: int) -> None:
         if len(body) != n:
@@ -339,7 +346,9 @@ class FrameDecoder:
     longer than MAX_ENCODED_LEN is dropped up to the next delimiter and reported once as overflow.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, accept: frozenset[int] | None = None) -> None:
+        """accept: see decode_payload (None: every message type)."""
+        self._accept = accept
         self._buf = bytearray()
         self._overflow = False
         self.frames_ok = 0
@@ -378,7 +387,7 @@ class FrameDecoder:
 
     def _decode_one(self, raw: bytes) -> Message | Rejected:
         try:
-            msg = decode_payload(cobs_decode(raw))
+            msg = decode_payload(cobs_decode(raw), self._accept)
         except ProtocolError as exc:
             self.rejected += 1
             return Rejected(exc.reason, str(exc), exc.seq, raw)
