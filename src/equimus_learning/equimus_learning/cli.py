@@ -54,15 +54,18 @@ def cmd_tune(ns: argparse.Namespace) -> int:
 def cmd_train(ns: argparse.Namespace) -> int:
     from equimus_control.policy import save_mlp
 
-    from .train import DistilConfig, RLExtraMissing, distil_pid, train_ppo
+    from .train import DistilConfig, PPOConfig, RLExtraMissing, distil_pid, train_ppo
 
     out = Path(ns.out)
     out.mkdir(parents=True, exist_ok=True)
     if ns.algo == 'ppo':
+        cfg = PPOConfig(steps=ns.steps, n_envs=ns.envs, seed=ns.seed, reference=ns.reference)
+        _say(
+            f'PPO on {cfg.n_envs} batched environments ({cfg.reference} references), '
+            f'{cfg.steps} steps'
+        )
         try:
-            zip_path, npz = train_ppo(
-                str(out), ns.steps, n_envs=ns.envs, seed=ns.seed, reference=ns.reference
-            )
+            zip_path, npz = train_ppo(str(out), cfg)
         except RLExtraMissing as exc:
             print(f'equimus train: {exc}', file=sys.stderr)
             return 2
@@ -105,8 +108,8 @@ def main(argv: list[str] | None = None) -> int:
         choices=('ppo', 'distil'),
         help='ppo: stable-baselines3 (rl extra); distil: imitate the PID (NumPy, seconds)',
     )
-    p.add_argument('--steps', type=int, default=200_000, help='ppo: environment steps')
-    p.add_argument('--envs', type=int, default=4, help='ppo: environments per update')
+    p.add_argument('--steps', type=int, default=2_000_000, help='ppo: environment steps')
+    p.add_argument('--envs', type=int, default=128, help='ppo: batched environments')
     p.add_argument('--episodes', type=int, default=12, help='distil: PID episodes')
     p.add_argument('--reference', default='random', choices=('random', 'triangle', 'steps'))
     p.add_argument('--out', default='runs/policy', help='output folder')
