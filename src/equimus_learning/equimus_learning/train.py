@@ -152,6 +152,66 @@ def make_training_env(cfg: PPOConfig) -> Any:
     return VecNormalize(VecMonitor(venv), norm_reward=True, clip_obs=10.0, gamma=cfg.gamma)
 
 
+@dataclass(frozen=True)
+class KickTrainConfig:
+    """PPO on `equimus/Kick-v0` (single environments in SB3's DummyVecEnv: the kick scene has
+    contacts and a free ball, which the batched tracking environment does not model)."""
+
+    steps: int = 300_000
+    n_envs: int = 4
+    n_steps: int = 512
+    batch_size: int = 256
+    n_epochs: int = 10
+    learning_rate: float = 3e-4
+    gamma: float = 0.98
+    seed: int = 0
+    reward: str = 'shaped'  # shaped | authors (equimus_learning.kick)
+
+
+def train_kick(
+    out_dir: str, cfg: KickTrainConfig | None = None, progress_bar: bool = True
+) -> str:
+    """PPO on the kick task; writes policy.zip and vecnormalize.pkl, returns the zip's path."""
+    cfg = cfg or KickTrainConfig()
+    _import_sb3()
+    import torch
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    from equimus_control.policy import VECNORMALIZE_FILE
+
+    from .kick import KickEnv
+
+    torch.set_num_threads(1)
+    os.makedirs(out_dir, exist_ok=True)
+    venv = VecNormalize(
+        make_vec_env(KickEnv, n_envs=cfg.n_envs, seed=cfg.seed, env_kwargs={'reward': cfg.reward}),
+        norm_reward=True,
+        clip_obs=10.0,
+        gamma=cfg.gamma,
+    )
+    n_steps = min(cfg.n_steps, max(16, cfg.steps // cfg.n_envs))  # a tiny budget: one update
+    model = PPO(
+        'MlpPolicy',
+        venv,
+        n_steps=n_steps,
+        batch_size=min(cfg.batch_size, n_steps * cfg.n_envs),
+        n_epochs=cfg.n_epochs,
+        learning_rate=cfg.learning_rate,
+        gamma=cfg.gamma,
+        seed=cfg.seed,
+        device='cpu',
+        verbose=0,
+    )
+    model.learn(total_timesteps=cfg.steps, progress_bar=progress_bar)
+    zip_path = os.path.join(out_dir, 'policy.zip')
+    model.save(zip_path)
+    venv.save(os.path.join(out_dir, VECNORMALIZE_FILE))
+    venv.close()
+    return zip_path
+
+
 def _import_sb3() -> Any:
     try:
         import stable_baselines3
