@@ -14,7 +14,8 @@ state (true angles, rates and valve pressures). A policy trained here therefore 
 `controller:=policy`. Rewards use the true joint angles.
 
 Gymnasium conventions: the registered ids carry the episode length as `max_episode_steps`
-(TimeLimit); `reset(options=…)` takes only `OPTIONS` and refuses anything else with a message;
+(TimeLimit), which is the episode length of an env from `gymnasium.make` (`episode_s` is that of
+one constructed directly, and is refused through make); `reset(options=…)` takes only `OPTIONS` and refuses anything else with a message;
 `render_mode` 'rgb_array' (offscreen, `equimus_sim.render`) or 'human' (a window, where a
 display exists).
 """
@@ -109,19 +110,19 @@ def check_options(options: dict[str, Any] | None, accepted: tuple[str, ...], who
         )
 
 
-def sync_time_limit(env: gym.Env, steps: int, config_key: str = 'episode_s') -> int:
-    """The episode length in steps once the env is made from its spec: the spec's TimeLimit
-    (`max_episode_steps`) when episode_s was not passed, and a refusal when the two disagree."""
+def own_time_limit(env: gym.Env, steps: int, config_key: str = 'episode_s') -> int | None:
+    """The episode length an env enforces itself: `steps` when constructed directly; none when
+    made by `gymnasium.make`, whose TimeLimit (`max_episode_steps`) then ends episodes, and a
+    refusal of `config_key` there (one name for the episode length in each path)."""
     spec = env.spec
-    if spec is None or spec.max_episode_steps is None or spec.max_episode_steps == steps:
+    if spec is None:
         return steps
     if config_key in (spec.kwargs or {}):
         raise ValueError(
-            f'{spec.id}: {config_key}={spec.kwargs[config_key]} is {steps} steps but the '
-            f'TimeLimit is max_episode_steps={spec.max_episode_steps}: pass '
-            f'max_episode_steps={steps} to gymnasium.make as well'
+            f'{spec.id}: through gymnasium.make the episode length is the TimeLimit: pass '
+            f'max_episode_steps={steps} instead of {config_key}={spec.kwargs[config_key]}'
         )
-    return int(spec.max_episode_steps)
+    return None
 
 
 class TrackEnv(gym.Env):
@@ -145,7 +146,7 @@ class TrackEnv(gym.Env):
         n_obs = OBS_SIZE + (6 if self.cfg.privileged else 0)
         self.observation_space = gym.spaces.Box(-np.inf, np.inf, (n_obs,), np.float64)
         self.action_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
-        self.max_steps = episode_steps(self.cfg.episode_s)
+        self.max_steps: int | None = episode_steps(self.cfg.episode_s)
         self._triangle = triangle_poses(self.params)
         self.sim: LegSimulator | None = None
         self.render_mode = render_mode
@@ -171,7 +172,7 @@ class TrackEnv(gym.Env):
     ) -> tuple[np.ndarray, dict[str, Any]]:
         super().reset(seed=seed)
         check_options(options, OPTIONS, type(self).__name__)
-        self.max_steps = sync_time_limit(self, episode_steps(self.cfg.episode_s))
+        self.max_steps = own_time_limit(self, episode_steps(self.cfg.episode_s))
         reference = (options or {}).get('reference', self.cfg.reference)
         if reference not in REFERENCES:
             raise ValueError(f'reference {reference!r}: use one of {", ".join(REFERENCES)}')
@@ -253,7 +254,7 @@ class TrackEnv(gym.Env):
         terminated = outside or self.est.status == Status.INVALID or self.sim.resets > 0
         if terminated:
             reward -= cfg.fall_penalty
-        truncated = not terminated and self.k >= self.max_steps
+        truncated = not terminated and self.max_steps is not None and self.k >= self.max_steps
         info = {
             'q': q_true,
             'q_ref': q_ref_now,

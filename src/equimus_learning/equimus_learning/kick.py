@@ -22,7 +22,7 @@ Reward per period (`reward`):
   exp(−d / 0.1 m) of the foot–ball distance d (the publication names the term, not its form)
   and contact 1 in every period the foot touches the ball. For comparison: the weights were set
   for their action (±50 kPa straight into MuJoCo, true state), not for this chain.
-The episode ends after `episode_s` (the registered TimeLimit) or when the leg leaves the guard's
+The episode ends after `episode_s` (`max_episode_steps` through gymnasium.make) or when the leg leaves the guard's
 range. `reset(options={'target': ±1})` fixes the direction for one episode.
 """
 
@@ -49,7 +49,7 @@ from equimus_sim.mocap import R_MW
 from equimus_sim.render import RENDER_FPS, EnvRenderer, available_render_modes
 from equimus_sim.simulator import LegSimulator
 
-from .env import PHYSICS_DT, check_options, episode_steps, sync_time_limit
+from .env import PHYSICS_DT, check_options, episode_steps, own_time_limit
 from .rig import SimulatedRig
 
 OBS_SIZE = 11
@@ -168,7 +168,7 @@ class KickEnv(gym.Env):
         self._hip_body = m.body('thigh').id
         self.observation_space = gym.spaces.Box(-np.inf, np.inf, (OBS_SIZE,), np.float64)
         self.action_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
-        self.max_steps = episode_steps(self.cfg.episode_s)
+        self.max_steps: int | None = episode_steps(self.cfg.episode_s)
         self.sim: LegSimulator | None = None
         self.render_mode = render_mode
         self._renderer = EnvRenderer(render_mode, m, distance=1.4)
@@ -178,7 +178,7 @@ class KickEnv(gym.Env):
     ) -> tuple[np.ndarray, dict[str, Any]]:
         super().reset(seed=seed)
         check_options(options, OPTIONS, type(self).__name__)
-        self.max_steps = sync_time_limit(self, episode_steps(self.cfg.episode_s))
+        self.max_steps = own_time_limit(self, episode_steps(self.cfg.episode_s))
         cfg = self.cfg
         target = float((options or {}).get('target', cfg.target))
         if target not in (0.0, 1.0, -1.0):
@@ -295,7 +295,7 @@ class KickEnv(gym.Env):
             or np.any(q_true > np.asarray(cfg.safety.safe_max))
             or self.sim.resets > 0
         )
-        truncated = not terminated and self.k >= self.max_steps
+        truncated = not terminated and self.max_steps is not None and self.k >= self.max_steps
         info = {
             'touched': self.touched,
             'ball_velocity': vel,
