@@ -163,7 +163,7 @@ def test_kick_ball_is_a_mocap_rigid_body_held_through_drops():
     env.reset(seed=1)
     assert 'ball' in env.rig.mocap.bodies
     seen = []
-    for k in range(60):
+    for _ in range(60):
         obs, *_ = env.step(np.array([1.0, -1.0]))
         seen.append((env.rig.frame is None, obs[6:8].copy()))
     held = [i for i in range(1, 60) if seen[i][0]]

@@ -2,7 +2,6 @@
 
 import numpy as np
 import pytest
-
 from gymnasium.vector import AutoresetMode
 
 from equimus_control.policy import load_policy, save_mlp
@@ -138,7 +137,9 @@ def test_autoreset_is_stated_and_the_same_in_every_vectorisation_mode(mode):
     assert sync.metadata['autoreset_mode'] == vec.metadata['autoreset_mode'] == mode
 
     def layout(info):
-        return {k: (v.dtype, v.shape) if hasattr(v, 'dtype') else sorted(v) for k, v in info.items()}
+        return {
+            k: (v.dtype, v.shape) if hasattr(v, 'dtype') else sorted(v) for k, v in info.items()
+        }
 
     sync.reset(seed=0)
     vec.reset(seed=0)

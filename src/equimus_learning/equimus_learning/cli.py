@@ -120,7 +120,9 @@ def cmd_rollout(ns: argparse.Namespace) -> int:
         else:
             policy = load_policy(path)
         env_kwargs = {'reward': ns.reward} if ns.task == 'kick' else {}
-        res = run(ns.task, policy, ns.episodes, ns.seed, ns.video or None, ns.video_episodes, env_kwargs)
+        res = run(
+            ns.task, policy, ns.episodes, ns.seed, ns.video or None, ns.video_episodes, env_kwargs
+        )
     except (ConfigError, RenderError, RLExtraMissing, ValueError) as exc:
         print(f'equimus rollout: {exc}', file=sys.stderr)
         return 2

@@ -15,9 +15,9 @@ state (true angles, rates and valve pressures). A policy trained here therefore 
 
 Gymnasium conventions: the registered ids carry the episode length as `max_episode_steps`
 (TimeLimit), which is the episode length of an env from `gymnasium.make` (`episode_s` is that of
-one constructed directly, and is refused through make); `reset(options=…)` takes only `OPTIONS` and refuses anything else with a message;
-`render_mode` 'rgb_array' (offscreen, `equimus_sim.render`) or 'human' (a window, where a
-display exists).
+one constructed directly, and is refused through make); `reset(options=…)` takes only
+`OPTIONS` and refuses anything else with a message; `render_mode` 'rgb_array' (offscreen,
+`equimus_sim.render`) or 'human' (a window, where a display exists).
 """
 
 from __future__ import annotations
@@ -196,7 +196,7 @@ class TrackEnv(gym.Env):
             self.render()
         return self._obs(), {}
 
-    def render(self) -> np.ndarray | None:  # type: ignore[override]
+    def render(self) -> np.ndarray | None:
         """The leg now: an RGB array ('rgb_array'), a window update ('human'), or None."""
         return self._renderer.render(self.sim.data if self.sim else None, PERIOD)
 

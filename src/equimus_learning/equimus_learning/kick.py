@@ -22,8 +22,8 @@ Reward per period (`reward`):
   exp(−d / 0.1 m) of the foot–ball distance d (the publication names the term, not its form)
   and contact 1 in every period the foot touches the ball. For comparison: the weights were set
   for their action (±50 kPa straight into MuJoCo, true state), not for this chain.
-The episode ends after `episode_s` (`max_episode_steps` through gymnasium.make) or when the leg leaves the guard's
-range. `reset(options={'target': ±1})` fixes the direction for one episode.
+The episode ends after `episode_s` (`max_episode_steps` through gymnasium.make) or when the
+leg leaves the guard's range. `reset(options={'target': ±1})` fixes the direction for one episode.
 """
 
 from __future__ import annotations
@@ -212,7 +212,7 @@ class KickEnv(gym.Env):
             self.render()
         return self._obs(), {}
 
-    def render(self) -> np.ndarray | None:  # type: ignore[override]
+    def render(self) -> np.ndarray | None:
         """The leg and the ball now: an RGB array ('rgb_array'), a window ('human'), or None."""
         return self._renderer.render(self.sim.data if self.sim else None, PERIOD)
 

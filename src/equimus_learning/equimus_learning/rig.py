@@ -9,9 +9,9 @@ from typing import Any
 import numpy as np
 
 from equimus_control.estimation import EstimatorConfig, JointEstimate, JointStateEstimator
+from equimus_description.interface import BODIES
 from equimus_hw.valve.stage import SimulatedDriver
 from equimus_sim.leg_model import LegModel
-from equimus_description.interface import BODIES
 from equimus_sim.mocap import MocapConfig, MocapFrame, VirtualMocap
 from equimus_sim.simulator import LegSimulator
 

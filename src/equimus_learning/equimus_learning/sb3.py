@@ -55,7 +55,7 @@ class SB3VecEnv(VecEnv):
         opts = [o for o in self._options if o]
         if opts and any(o != opts[0] for o in opts) or 0 < len(opts) < self.num_envs:
             raise ValueError('SB3VecEnv: the vector env takes one options dict for all envs')
-        obs, infos = self.venv.reset(seed=seeds, options=opts[0] if opts else None)
+        obs, infos = self.venv.reset(seed=seeds, options=opts[0] if opts else None)  # type: ignore[arg-type]
         self.reset_infos = self._per_env(infos, np.ones(self.num_envs, bool))
         self._reset_seeds()
         self._reset_options()
@@ -72,7 +72,7 @@ class SB3VecEnv(VecEnv):
             final_obs, final_info = infos['final_obs'], infos.get('final_info', {})
             for i in np.flatnonzero(dones):
                 info = out[i]
-                info.update(self._one(final_info, i))
+                info.update(self._one(final_info, int(i)))
                 info['terminal_observation'] = final_obs[i]
                 info['TimeLimit.truncated'] = bool(truncated[i] and not terminated[i])
         return obs, rewards.astype(np.float32), dones, out
@@ -102,7 +102,7 @@ class SB3VecEnv(VecEnv):
     def get_images(self) -> Sequence[np.ndarray | None]:
         if self.render_mode != 'rgb_array':
             return [None] * self.num_envs
-        frames = self.venv.render()
+        frames: Any = self.venv.render()
         return list(frames) if frames is not None else [None] * self.num_envs
 
     # ----- attributes: one batched env holds them for all ------------------------------------

@@ -117,8 +117,8 @@ class PPOConfig:
     steps: int = 2_000_000
     n_envs: int = 128
     n_steps: int = 64  # per environment and update
-    batch_size: int = 2048
-    n_epochs: int = 5
+    batch_size: int = 1024
+    n_epochs: int = 8
     learning_rate: float = 3e-4
     gamma: float = 0.98
     gae_lambda: float = 0.95
@@ -168,9 +168,7 @@ class KickTrainConfig:
     reward: str = 'shaped'  # shaped | authors (equimus_learning.kick)
 
 
-def train_kick(
-    out_dir: str, cfg: KickTrainConfig | None = None, progress_bar: bool = True
-) -> str:
+def train_kick(out_dir: str, cfg: KickTrainConfig | None = None, progress_bar: bool = True) -> str:
     """PPO on the kick task; writes policy.zip and vecnormalize.pkl, returns the zip's path."""
     cfg = cfg or KickTrainConfig()
     _import_sb3()

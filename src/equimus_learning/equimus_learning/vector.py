@@ -251,6 +251,7 @@ class VectorTrackEnv(gym.vector.VectorEnv):
         self._reset_envs(np.flatnonzero(mask))
         self._autoreset[mask] = False
         return self._obs(), {}
+
     def _obs(self) -> np.ndarray:
         q_ref, qd_ref = self._reference(self.k * PERIOD)
         self.q_ref, self.qd_ref = q_ref, qd_ref
@@ -345,7 +346,7 @@ class VectorTrackEnv(gym.vector.VectorEnv):
             infos.update(_with_masks(info, has_info))
         return obs, reward, terminated, truncated, infos
 
-    def render(self) -> tuple[np.ndarray, ...] | None:  # type: ignore[override]
+    def render(self) -> tuple[np.ndarray, ...] | None:
         """One RGB frame per environment ('rgb_array'), else None."""
         if self.render_mode is None:
             return None

@@ -217,7 +217,9 @@ class EnvRenderer:
             self._window = None
 
 
-def write_video(path: str | Path, frames: Iterable[np.ndarray], fps: float = RENDER_FPS) -> Path:
+def write_video(
+    path: str | os.PathLike[str], frames: Iterable[np.ndarray], fps: float = RENDER_FPS
+) -> Path:
     """Encode RGB frames (H, W, 3 uint8) as H.264 mp4 with imageio-ffmpeg's ffmpeg."""
     try:
         import imageio_ffmpeg
