@@ -3,14 +3,15 @@ SHELL := /bin/bash
 ENV := source scripts/env.sh
 CONTROLLER ?= pid
 OUT ?= out/run
+VIDEO ?=
 
 .PHONY: setup run test lint bench clean soak firmware
 
 setup:
 	@bash scripts/setup.sh
 
-run: setup  ## the main job: simulated leg under closed-loop control through the triangle, recorded
-	@$(ENV) && python -m equimus_bringup.main_job --controller $(CONTROLLER) --out $(OUT)
+run: setup  ## the main job: simulated leg under closed-loop control through the triangle, recorded (VIDEO=1: also video.mp4)
+	@$(ENV) && python -m equimus_bringup.main_job --controller $(CONTROLLER) --out $(OUT) $(if $(VIDEO),--video)
 
 test: setup  ## the whole test suite
 	@$(ENV) && python -m pytest -q tests

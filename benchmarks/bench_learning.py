@@ -4,7 +4,9 @@
    would allow at 10 physics steps per 120 Hz period) next to the single Gymnasium environment
    (`TrackEnv`: the sim graph's objects) and the batched vector environment (`VectorTrackEnv`:
    arrays + one mujoco.rollout per period) with 1 and 2 rollout threads. Goal: >= 20,000 env
-   steps/s vectorised on 2 cores.
+   steps/s vectorised on 2 cores. Then PPO training itself (stable-baselines3 on the batched
+   env through `equimus_learning.sb3`, `PPOConfig` defaults: collection and network updates
+   together, timed after a warm-up update), beside the bare loop. Goal: >= 10,000 env steps/s.
 2. PID auto-tuning: `equimus tune pid` on the triangle (fixed noise seed), then the hand-set
    gains (config/control.yaml) and the tuned ones side by side on the triangle, 18 s, in the
    plain-code sim graph loop (closed_loop.run + SimulatedDriver) with the tuning's noise seed and
@@ -69,10 +71,47 @@ def throughput(quick: bool) -> dict:
                 reps * num / (time.perf_counter() - t0)
             )
             vec.close()
+    out.update(ppo_throughput(quick))
     best = max(v for k, v in out.items() if k.startswith('vector_'))
     out['vector_best_over_single'] = best / out['single_env_steps_per_s']
     out['vector_best_over_bare_env_equivalent'] = best / out['bare_mj_step_env_equivalent_per_s']
+    if 'ppo_train_env_steps_per_s' in out:
+        out['ppo_train_over_bare_env_equivalent'] = (
+            out['ppo_train_env_steps_per_s'] / out['bare_mj_step_env_equivalent_per_s']
+        )
     return out
+
+
+def ppo_throughput(quick: bool) -> dict:
+    """Env steps/s of `equimus train --algo ppo` (PPOConfig defaults), warm-up update excluded."""
+    try:
+        import torch
+        from stable_baselines3 import PPO
+    except ImportError:
+        return {}
+    from equimus_learning.train import PPOConfig, make_training_env
+
+    cfg = PPOConfig()
+    torch.set_num_threads(cfg.torch_threads)
+    venv = make_training_env(cfg)
+    model = PPO(
+        'MlpPolicy',
+        venv,
+        n_steps=cfg.n_steps,
+        batch_size=cfg.batch_size,
+        n_epochs=cfg.n_epochs,
+        gamma=cfg.gamma,
+        policy_kwargs={'net_arch': list(cfg.net_arch)},
+        device='cpu',
+    )
+    per_update = cfg.n_envs * cfg.n_steps
+    model.learn(per_update)
+    updates = 3 if quick else 12
+    t0 = time.perf_counter()
+    model.learn(per_update * updates, reset_num_timesteps=False)
+    rate = per_update * updates / (time.perf_counter() - t0)
+    venv.close()
+    return {'ppo_train_env_steps_per_s': rate, 'ppo_train_envs': cfg.n_envs}
 
 
 def graph_rmse(params_file: str | None, duration: float) -> tuple[float, float]:

@@ -3,7 +3,8 @@
 # requirement into a throwaway venv, then run a smoke test of the plain (ROS-free) code that uses
 # each of them: MuJoCo model and rollouts (mujoco), MPC (osqp, scipy), identification from a
 # bag written and read back (mcap, rosbags with the Kilted typestore, scipy's rng=), the DAC
-# board protocol on a pty (pyserial), the leg description (PyYAML, numpy), a plot (matplotlib).
+# board protocol on a pty (pyserial), the leg description (PyYAML, numpy), a plot (matplotlib),
+# an mp4 (imageio-ffmpeg).
 # CI runs it (.ci/run); 2-3 minutes here, most of it downloading.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -41,6 +42,12 @@ fig, ax = plt.subplots()
 ax.plot([p[0][1] for p in fk.values()], [p[0][2] for p in fk.values()])
 fig.savefig("leg.png")
 print("matplotlib plot ok")
+import numpy as np
+from equimus_sim.render import write_video
+write_video("v.mp4", [np.full((48, 64, 3), i * 40, np.uint8) for i in range(5)], fps=5)
+import os
+assert os.path.getsize("v.mp4") > 0
+print("imageio-ffmpeg video ok")
 '
 "$VPY" -m pytest -q -p no:cacheprovider -c "$ROOT/pytest.ini" --rootdir "$ROOT" \
   "$ROOT/tests/description" "$ROOT/tests/sim/test_model.py" "$ROOT/tests/control/test_mpc.py" \

@@ -48,21 +48,60 @@ if [ "$MODE" = pypi-ros ] && ! "$VENV/bin/python" -c 'import tf2_msgs.msg' 2>/de
 fi
 
 # Optional extra on request: `scripts/setup.sh --rl` (or EQUIMUS_EXTRAS=rl) adds
-# requirements-rl.txt (stable-baselines3, torch CPU, TensorBoard) for `equimus train --algo ppo`.
+# requirements-rl.txt (stable-baselines3, torch, TensorBoard) for `equimus train --algo ppo`.
+# torch: the CPU build wherever one can be had (PyPI's Linux torch is the CUDA build, which
+# brings about 3 GB of nvidia-* libraries): the version pinned in constraints.txt as pip resolves
+# it here first (a local CPU wheel, or PyPI on macOS/Windows), else from PyTorch's CPU index;
+# only when neither gives a CPU build is the CUDA build installed, with a warning.
+torch_plan() {  # $1: extra pip arguments; prints "<version> <cpu|cuda> <packages>" or fails
+  "$VENV/bin/python" -m pip install -q --dry-run --ignore-installed --report "$VENV/torch-plan.json" \
+    -c "$VENV/constraints-rl.txt" "torch==$TORCH_VERSION" $1 >/dev/null 2>"$VENV/pip.err" || return 1
+  "$VENV/bin/python" - "$VENV/torch-plan.json" <<'PY'
+import json, sys
+items = json.load(open(sys.argv[1]))['install']
+names = {i['metadata']['name'].lower(): i['metadata']['version'] for i in items}
+cuda = any(n.startswith('nvidia-') for n in names) or '+cu' in names.get('torch', '')
+print(names.get('torch', '?'), 'cuda' if cuda else 'cpu', len(names))
+PY
+}
 if [[ " $* " == *" --rl "* || "${EQUIMUS_EXTRAS:-}" == *rl* ]]; then
   rl_stamp="$VENV/.equimus-setup-rl"
-  rl_want="$(sha256sum requirements-rl.txt | cut -c1-16)"
+  rl_want="$(cat requirements-rl.txt constraints.txt | sha256sum | cut -c1-16)"
   if [ "$(cat "$rl_stamp" 2>/dev/null)" != "$rl_want" ]; then
-    log "installing the rl extra (torch CPU, stable-baselines3; one time, a few minutes)"
+    TORCH_VERSION="$(sed -n 's/^torch==//p' constraints.txt)"
     # colcon needs setuptools < 80; torch's dependencies would upgrade it
     echo 'setuptools<80' > "$VENV/constraints-rl.txt"
-    "$VENV/bin/python" -m pip install -q -c "$VENV/constraints-rl.txt" torch \
-      --index-url https://download.pytorch.org/whl/cpu 2>"$VENV/pip.err" \
-      || "$VENV/bin/python" -m pip install -q -c "$VENV/constraints-rl.txt" torch 2>"$VENV/pip.err" \
-      || { grep -v "^WARNING: Location" "$VENV/pip.err" >&2; exit 1; }
+    cpu_index=(--index-url https://download.pytorch.org/whl/cpu --timeout 20 --retries 1)
+    torch_args=()
+    if plan="$(torch_plan '')" && [ "${plan#* }" != "${plan#* cpu}" ]; then
+      :
+    elif plan="$(torch_plan "${cpu_index[*]}")" && [ "${plan#* }" != "${plan#* cpu}" ]; then
+      torch_args=("${cpu_index[@]}")
+    else
+      plan="$(torch_plan '')" || { grep -v "^WARNING: Location" "$VENV/pip.err" >&2; exit 1; }
+      log "WARNING: no CPU build of torch $TORCH_VERSION can be had here (PyTorch's CPU index"
+      log "WARNING: is not reachable): installing the CUDA build, about 3 GB of nvidia-* libraries"
+    fi
+    read -r torch_got torch_kind _ <<<"$plan"
+    before="$(du -sm "$VENV" | cut -f1)"
+    log "installing the rl extra: torch $torch_got ($torch_kind build), stable-baselines3, TensorBoard (one time, a few minutes)"
+    "$VENV/bin/python" -m pip install -q -c "$VENV/constraints-rl.txt" "torch==$TORCH_VERSION" \
+      "${torch_args[@]}" 2>"$VENV/pip.err" || { grep -v "^WARNING: Location" "$VENV/pip.err" >&2; exit 1; }
     "$VENV/bin/python" -m pip install -q -c "$VENV/constraints-rl.txt" -r requirements-rl.txt \
       2>"$VENV/pip.err" || { grep -v "^WARNING: Location" "$VENV/pip.err" >&2; exit 1; }
+    log "the rl extra took $(( $(du -sm "$VENV" | cut -f1) - before )) MB in $VENV (torch $("$VENV/bin/python" -c 'import torch; print(torch.__version__)'))"
     echo "$rl_want" > "$rl_stamp"
+  fi
+fi
+
+# Optional on request: `scripts/setup.sh --render` installs Debian's offscreen OpenGL (EGL with
+# Mesa's software renderer, and OSMesa) for rgb_array rendering and videos without a display.
+if [[ " $* " == *" --render "* ]]; then
+  if ! "$VENV/bin/python" -c 'import ctypes.util, sys; sys.exit(not (ctypes.util.find_library("EGL") or ctypes.util.find_library("OSMesa")))'; then
+    log "installing offscreen OpenGL (Debian: libegl1 libegl-mesa0 libgl1-mesa-dri libosmesa6)"
+    apt_run=(apt-get); [ "$(id -u)" = 0 ] || apt_run=(sudo apt-get)
+    "${apt_run[@]}" update -qq && DEBIAN_FRONTEND=noninteractive "${apt_run[@]}" install -y -qq \
+      libegl1 libegl-mesa0 libgl1-mesa-dri libosmesa6 >/dev/null
   fi
 fi
 

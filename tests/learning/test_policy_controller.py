@@ -117,11 +117,19 @@ def test_policy_drives_the_sim_graph(policy_file, tmp_path):
             'policy',
             '--duration',
             '8',
+            '--video',
             '--set',
             f'policy_file:={policy_file}',
         ]
     )
     (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    # make run VIDEO=1: the run as an mp4 beside tracking.png, 30 frames per sim second
+    import imageio_ffmpeg
+
+    video = run_dir / 'video.mp4'
+    reader = imageio_ffmpeg.read_frames(str(video))
+    meta = next(reader)
+    assert meta['size'] == (640, 480) and sum(1 for _ in reader) in range(225, 245)
     log = (run_dir / 'graph.log').read_text()
     assert rc == 0, log[-3000:]
     assert 'policy controller ready' in log, log[-3000:]

@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+from gymnasium.vector import AutoresetMode
 
 from equimus_control.policy import load_policy, save_mlp
 from equimus_hw.valve.config import DriverConfig
@@ -39,8 +40,8 @@ def test_vector_env_tracks_like_the_single_env(policy):
 
 
 def test_seeding_autoreset_and_slew():
-    a = VectorTrackEnv(num_envs=4, episode_s=0.1)
-    b = VectorTrackEnv(num_envs=4, episode_s=0.1)
+    a = VectorTrackEnv(num_envs=4, episode_s=0.1, autoreset_mode=AutoresetMode.SAME_STEP)
+    b = VectorTrackEnv(num_envs=4, episode_s=0.1, autoreset_mode=AutoresetMode.SAME_STEP)
     oa, _ = a.reset(seed=5)
     ob, _ = b.reset(seed=5)
     assert np.array_equal(oa, ob)
@@ -54,8 +55,102 @@ def test_seeding_autoreset_and_slew():
         if k + 1 < 12 and not tra.any():
             assert np.all(np.abs(a.out - before) <= slew + 1e-9)
         if k == 11:  # 12 periods = 0.1 s: every env truncated, reset in the same step
-            assert tra.all() and 'final_obs' in info
+            assert tra.all() and info['_final_obs'].all() and info['final_obs'][0].shape == (12,)
             assert np.array_equal(a.k, np.zeros(4))
+
+
+def _run(vec, seed, actions):
+    obs, _ = vec.reset(seed=seed)
+    out = [np.column_stack([obs, np.zeros(len(obs))])]
+    for act in actions:
+        obs, r, term, trunc, _ = vec.step(act)
+        out.append(np.column_stack([obs, r]))
+    return np.stack(out)
+
+
+def test_seed_lists_seed_each_env_on_its_own():
+    """Env i with seed s runs the same episode whatever the other envs and their seeds are;
+    an int seed s seeds env i with s + i (Gymnasium's convention)."""
+    acts = np.random.default_rng(2).uniform(-1, 1, (20, 3, 2))
+    three = _run(VectorTrackEnv(num_envs=3, drop_probability=0.1), [7, 8, 9], acts)
+    alone = _run(VectorTrackEnv(num_envs=1, drop_probability=0.1), [8], acts[:, 1:2])
+    assert np.array_equal(three[:, 1], alone[:, 0])
+    as_int = _run(VectorTrackEnv(num_envs=3, drop_probability=0.1), 7, acts)
+    assert np.array_equal(as_int, three)
+    other = _run(VectorTrackEnv(num_envs=3, drop_probability=0.1), [7, 99, 9], acts)
+    assert np.array_equal(other[:, [0, 2]], three[:, [0, 2]])
+    assert not np.array_equal(other[:, 1], three[:, 1])
+    with pytest.raises(ValueError, match='2 seeds for 3'):
+        VectorTrackEnv(num_envs=3).reset(seed=[1, 2])
+
+
+def test_reset_mask_resets_only_the_masked_envs():
+    vec = VectorTrackEnv(num_envs=3)
+    first, _ = vec.reset(seed=[1, 2, 3])
+    for _ in range(30):
+        moved, *_ = vec.step(np.zeros((3, 2)))
+    mask = np.array([False, True, False])
+    obs, info = vec.reset(seed=[None, 2, None], options={'reset_mask': mask})
+    assert info == {}
+    assert np.array_equal(obs[1], first[1])  # env 1 restarted with its seed
+    assert np.array_equal(obs[[0, 2]], moved[[0, 2]])  # the others untouched
+    assert np.array_equal(vec.k, [30, 0, 30])
+    with pytest.raises(ValueError, match='reset_mask'):
+        vec.reset(options={'reset_mask': np.zeros(3, bool)})
+    with pytest.raises(ValueError, match="'reference' not supported"):
+        vec.reset(options={'reference': 'steps'})
+
+
+def test_info_has_the_single_envs_keys_with_masks():
+    single = TrackEnv()
+    single.reset(seed=0)
+    keys = set(single.step(np.zeros(2))[4])
+    vec = VectorTrackEnv(num_envs=3)
+    vec.reset(seed=0)
+    _, _, _, _, info = vec.step(np.zeros((3, 2)))
+    assert {k for k in info if not k.startswith('_')} == keys
+    for k in keys:
+        assert info[k].shape[0] == 3 and info[f'_{k}'].all()
+    assert np.allclose(info['q'], vec.state[:, 1:][:, vec.lm.qpos_idx])
+
+
+@pytest.mark.parametrize('mode', [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP])
+def test_autoreset_is_stated_and_the_same_in_every_vectorisation_mode(mode):
+    """The batched env and Gymnasium's sync vectorisation of TrackEnv: the same autoreset mode by
+    default, and with either mode the same done/reset pattern and the same info layout."""
+    import gymnasium as gym
+
+    import equimus_learning  # noqa: F401  (registers the ids)
+
+    default_sync = gym.make_vec('equimus/Track-v0', num_envs=2, vectorization_mode='sync')
+    default_vec = gym.make_vec('equimus/Track-v0', num_envs=2)
+    assert default_vec.metadata['autoreset_mode'] == default_sync.metadata['autoreset_mode']
+    sync = gym.make_vec(
+        'equimus/Track-v0',
+        num_envs=2,
+        vectorization_mode='sync',
+        max_episode_steps=4,
+        vector_kwargs={'autoreset_mode': mode},
+    )
+    vec = gym.make_vec('equimus/Track-v0', num_envs=2, max_episode_steps=4, autoreset_mode=mode)
+    assert isinstance(vec.unwrapped, VectorTrackEnv)
+    assert sync.metadata['autoreset_mode'] == vec.metadata['autoreset_mode'] == mode
+
+    def layout(info):
+        return {
+            k: (v.dtype, v.shape) if hasattr(v, 'dtype') else sorted(v) for k, v in info.items()
+        }
+
+    sync.reset(seed=0)
+    vec.reset(seed=0)
+    for _ in range(9):
+        a = sync.step(np.zeros((2, 2)))
+        b = vec.step(np.zeros((2, 2)))
+        assert np.array_equal(a[2], b[2]) and np.array_equal(a[3], b[3])
+        assert np.array_equal(a[1] == 0, b[1] == 0)  # NEXT_STEP: the reset step pays 0
+        assert layout(a[4]) == layout(b[4])
+    sync.close()
+    vec.close()
 
 
 def test_make_vec_builds_the_batched_env():

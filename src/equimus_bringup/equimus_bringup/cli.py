@@ -116,7 +116,13 @@ DELEGATED: dict[str, tuple[str, str, str, bool]] = {
     'train': (
         'equimus_learning.cli',
         'main',
-        'train a tracking policy (equimus train --help)',
+        'train a tracking or kicking policy (equimus train --help)',
+        True,
+    ),
+    'rollout': (
+        'equimus_learning.cli',
+        'main',
+        'run a trained policy: figures and a video (equimus rollout --help)',
         True,
     ),
 }

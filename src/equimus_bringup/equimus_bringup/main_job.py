@@ -32,6 +32,7 @@ from equimus_bringup import prestart
 from equimus_bringup.graph import SPEED_PREFIX
 from equimus_bringup.prestart import StartError
 from equimus_bringup.run_report import report
+from equimus_bringup.run_report import video as run_video
 from equimus_bringup.supervisor import GraphError, Supervisor
 from equimus_control import CONTROLLERS
 
@@ -185,6 +186,11 @@ def main(argv=None) -> int:
         '--out', default='out/run', help='output folder (a time-stamped run folder is made inside)'
     )
     p.add_argument(
+        '--video',
+        action='store_true',
+        help='also write video.mp4 of the run (the leg from the bag) next to tracking.png',
+    )
+    p.add_argument(
         '--set',
         action='append',
         default=[],
@@ -313,6 +319,14 @@ def main(argv=None) -> int:
         )
     )
     print(f'\nbag:  {bag_path}\nplot: {plot_path}\nsummary: {run_dir / "summary.json"}')
+    if ns.video:
+        from equimus_sim.render import RenderError
+
+        try:
+            print(f'video: {run_video(bag_path, run_dir / "video.mp4")}')
+        except (RenderError, ValueError) as exc:
+            print(f'[main] no video: {exc}', file=sys.stderr)
+            return 2
     return 0
 
 

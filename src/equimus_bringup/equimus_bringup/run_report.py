@@ -186,3 +186,33 @@ def report(
     if plot_path is not None:
         plot(series, plot_path, title)
     return s
+
+
+def video(bag_path: Path, path: Path, fps: float | None = None) -> Path:
+    """An mp4 of the run from its bag: the leg model posed at the recorded joint angles (the
+    simulator's truth when recorded, else the estimate), `fps` frames per second of sim time."""
+    import mujoco
+
+    from equimus_sim.leg_model import LegModel
+    from equimus_sim.render import RENDER_FPS, FrameRenderer, write_video
+
+    fps = fps or RENDER_FPS
+    series = load_series(bag_path)
+    s = series.get(TRUTH) or series.get(JS)
+    if s is None or len(s.t) < 2:
+        raise ValueError(f'{bag_path}: no joint states to film')
+    lm = LegModel()
+    data = mujoco.MjData(lm.model)
+    renderer = FrameRenderer(lm.model)
+    times = np.arange(s.t[0], s.t[-1], 1.0 / fps)
+    q = np.column_stack([np.interp(times, s.t, s.values[:, j]) for j in range(s.values.shape[1])])
+
+    def frames():
+        for row in q:
+            lm.reset(data, row[: len(JOINTS)])
+            yield renderer.render(data)
+
+    try:
+        return write_video(path, frames(), fps)
+    finally:
+        renderer.close()

@@ -18,8 +18,11 @@ ENV_IDS = (
 
 
 def register_envs() -> None:
-    """Register the environments (idempotent)."""
+    """Register the environments (idempotent), each with its episode length as TimeLimit."""
     import gymnasium as gym
+
+    from .env import TrackConfig, episode_steps
+    from .kick import KickConfig
 
     refs = {'equimus/Track-v0': 'random', 'equimus/TrackTriangle-v0': 'triangle'}
     refs['equimus/TrackSteps-v0'] = 'steps'
@@ -30,11 +33,15 @@ def register_envs() -> None:
                 entry_point='equimus_learning.env:TrackEnv',
                 vector_entry_point='equimus_learning.vector:VectorTrackEnv',
                 kwargs={'reference': reference},
+                max_episode_steps=episode_steps(TrackConfig().episode_s),
                 disable_env_checker=True,
             )
     if 'equimus/Kick-v0' not in gym.registry:
         gym.register(
-            'equimus/Kick-v0', entry_point='equimus_learning.kick:KickEnv', disable_env_checker=True
+            'equimus/Kick-v0',
+            entry_point='equimus_learning.kick:KickEnv',
+            max_episode_steps=episode_steps(KickConfig().episode_s),
+            disable_env_checker=True,
         )
 
 

@@ -4,6 +4,10 @@ equimus tune pid [--task triangle|steps|upright] [--out tuned_pid.yaml]
     tune the PID gains on the model; writes a parameter file for params_file:=
 equimus train [--algo distil|ppo] [--steps N] [--out runs/policy]
     train a tracking policy; writes policy.npz for controller:=policy policy_file:=
+equimus train --task kick [--reward shaped|authors] [--steps N] [--out runs/kick]
+    train the ball kick (PPO); writes policy.zip and vecnormalize.pkl
+equimus rollout --task kick|triangle|steps|random --policy FILE [--episodes N] [--video out.mp4]
+    run a trained policy: success rate and ball speed (kick) or RMSE (tracking), and a video
 """
 
 from __future__ import annotations
@@ -54,15 +58,31 @@ def cmd_tune(ns: argparse.Namespace) -> int:
 def cmd_train(ns: argparse.Namespace) -> int:
     from equimus_control.policy import save_mlp
 
-    from .train import DistilConfig, RLExtraMissing, distil_pid, train_ppo
+    from .train import DistilConfig, PPOConfig, RLExtraMissing, distil_pid, train_ppo
 
     out = Path(ns.out)
     out.mkdir(parents=True, exist_ok=True)
-    if ns.algo == 'ppo':
+    if ns.task == 'kick':
+        from .train import KickTrainConfig, train_kick
+
+        kcfg = KickTrainConfig(steps=ns.steps, seed=ns.seed, reward=ns.reward)
+        _say(f'PPO on the kick task ({kcfg.reward} reward), {kcfg.steps} steps')
         try:
-            zip_path, npz = train_ppo(
-                str(out), ns.steps, n_envs=ns.envs, seed=ns.seed, reference=ns.reference
-            )
+            zip_path = train_kick(str(out), kcfg, progress_bar=ns.progress)
+        except RLExtraMissing as exc:
+            print(f'equimus train: {exc}', file=sys.stderr)
+            return 2
+        _say(f'wrote {zip_path}')
+        _say(f'evaluate it: equimus rollout --task kick --policy {zip_path}')
+        return 0
+    if ns.algo == 'ppo':
+        cfg = PPOConfig(steps=ns.steps, n_envs=ns.envs, seed=ns.seed, reference=ns.reference)
+        _say(
+            f'PPO on {cfg.n_envs} batched environments ({cfg.reference} references), '
+            f'{cfg.steps} steps'
+        )
+        try:
+            zip_path, npz = train_ppo(str(out), cfg, progress_bar=ns.progress)
         except RLExtraMissing as exc:
             print(f'equimus train: {exc}', file=sys.stderr)
             return 2
@@ -76,6 +96,41 @@ def cmd_train(ns: argparse.Namespace) -> int:
         save_mlp(npz, mlp, algo='distil')
         _say(f'wrote {npz}')
     _say(f'run it: equimus launch sim controller:=policy policy_file:={npz}')
+    return 0
+
+
+def cmd_rollout(ns: argparse.Namespace) -> int:
+    from equimus_control.policy import load_policy
+    from equimus_description.config import ConfigError
+    from equimus_sim.render import RenderError
+
+    from .rollout import kick_policy, run
+    from .train import RLExtraMissing, _import_sb3
+
+    path = Path(ns.policy)
+    if not path.is_file():
+        print(f'equimus rollout: policy file {path} does not exist', file=sys.stderr)
+        return 2
+    try:
+        if ns.task == 'kick':
+            if path.suffix != '.zip':
+                raise ConfigError(f'{path}: the kick policy is the policy.zip of equimus train')
+            _import_sb3()
+            policy = kick_policy(path)
+        else:
+            policy = load_policy(path)
+        env_kwargs = {'reward': ns.reward} if ns.task == 'kick' else {}
+        res = run(
+            ns.task, policy, ns.episodes, ns.seed, ns.video or None, ns.video_episodes, env_kwargs
+        )
+    except (ConfigError, RenderError, RLExtraMissing, ValueError) as exc:
+        print(f'equimus rollout: {exc}', file=sys.stderr)
+        return 2
+    _say(f'{ns.task}: {res.episodes} episodes (seeds {ns.seed}..{ns.seed + res.episodes - 1})')
+    for key, value in res.figures.items():
+        _say(f'  {key:22s} {value:.4g}')
+    if res.video:
+        _say(f'video: {res.video}')
     return 0
 
 
@@ -105,13 +160,31 @@ def main(argv: list[str] | None = None) -> int:
         choices=('ppo', 'distil'),
         help='ppo: stable-baselines3 (rl extra); distil: imitate the PID (NumPy, seconds)',
     )
-    p.add_argument('--steps', type=int, default=200_000, help='ppo: environment steps')
-    p.add_argument('--envs', type=int, default=4, help='ppo: environments per update')
+    p.add_argument('--steps', type=int, default=2_000_000, help='ppo: environment steps')
+    p.add_argument('--envs', type=int, default=128, help='ppo: batched environments')
     p.add_argument('--episodes', type=int, default=12, help='distil: PID episodes')
     p.add_argument('--reference', default='random', choices=('random', 'triangle', 'steps'))
+    p.add_argument(
+        '--task', default='track', choices=('track', 'kick'), help='kick: PPO on equimus/Kick-v0'
+    )
+    p.add_argument(
+        '--reward', default='shaped', choices=('shaped', 'authors'), help='kick: reward terms'
+    )
+    p.add_argument('--no-progress', dest='progress', action='store_false', help='no progress bar')
     p.add_argument('--out', default='runs/policy', help='output folder')
     p.add_argument('--seed', type=int, default=0)
     p.set_defaults(func=cmd_train)
+    p = sub.add_parser('rollout', help='run a trained policy: figures and a video')
+    p.add_argument('--task', required=True, choices=('kick', 'triangle', 'steps', 'random'))
+    p.add_argument('--policy', required=True, help='policy.zip (kick) or policy.npz / .zip')
+    p.add_argument('--episodes', type=int, default=10)
+    p.add_argument('--seed', type=int, default=1000, help='first episode seed (unseen in training)')
+    p.add_argument('--video', default='', help='mp4 to write (the first --video-episodes)')
+    p.add_argument('--video-episodes', type=int, default=2)
+    p.add_argument(
+        '--reward', default='shaped', choices=('shaped', 'authors'), help='kick: reward reported'
+    )
+    p.set_defaults(func=cmd_rollout)
     ns = parser.parse_args(argv)
     return int(ns.func(ns))
 

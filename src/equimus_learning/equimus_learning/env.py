@@ -12,6 +12,12 @@ The action is the controller's output, [-1, 1]² mapped to [0, p_max] kPa
 of the estimate (what the controller node sees on the rig), optionally followed by privileged
 state (true angles, rates and valve pressures). A policy trained here therefore runs unchanged as
 `controller:=policy`. Rewards use the true joint angles.
+
+Gymnasium conventions: the registered ids carry the episode length as `max_episode_steps`
+(TimeLimit), which is the episode length of an env from `gymnasium.make` (`episode_s` is that of
+one constructed directly, and is refused through make); `reset(options=…)` takes only
+`OPTIONS` and refuses anything else with a message; `render_mode` 'rgb_array' (offscreen,
+`equimus_sim.render`) or 'human' (a window, where a display exists).
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from equimus_description.leg import load_leg
 from equimus_description.statics import StaticParams, holding_pressures
 from equimus_description.valve import HARD_MAX_KPA
 from equimus_sim.leg_model import LegModel
+from equimus_sim.render import RENDER_FPS, EnvRenderer, available_render_modes
 from equimus_sim.simulator import LegSimulator
 
 from .rig import SimulatedRig
@@ -44,6 +51,8 @@ RANDOM_LO, RANDOM_HI = (1.1, 0.2), (1.8, 1.1)
 STEP_POSES = ((1.4, 0.8), (1.6, 0.5), (1.45, 0.55))
 #: physics step of the sim graph (config/sim.yaml), s
 PHYSICS_DT = 1.0 / 1200.0
+#: what reset(options=…) accepts: {'reference': 'random' | 'triangle' | 'steps'} for one episode
+OPTIONS = ('reference',)
 
 
 @dataclass(frozen=True)
@@ -86,13 +95,48 @@ class _Action:
         return ControlOutput(self.p.copy(), (self.p <= 0.0) | (self.p >= p_max))
 
 
+def episode_steps(episode_s: float) -> int:
+    """Control periods in an episode of episode_s seconds."""
+    return int(round(episode_s / PERIOD))
+
+
+def check_options(options: dict[str, Any] | None, accepted: tuple[str, ...], who: str) -> None:
+    """Refuse reset options an environment does not honour (rather than ignore them)."""
+    unknown = sorted(set(options or {}) - set(accepted))
+    if unknown:
+        raise ValueError(
+            f'{who}.reset(options=...): {", ".join(map(repr, unknown))} not supported; '
+            f'it takes {", ".join(map(repr, accepted)) or "no options"}'
+        )
+
+
+def own_time_limit(env: gym.Env, steps: int, config_key: str = 'episode_s') -> int | None:
+    """The episode length an env enforces itself: `steps` when constructed directly; none when
+    made by `gymnasium.make`, whose TimeLimit (`max_episode_steps`) then ends episodes, and a
+    refusal of `config_key` there (one name for the episode length in each path)."""
+    spec = env.spec
+    if spec is None:
+        return steps
+    if config_key in (spec.kwargs or {}):
+        raise ValueError(
+            f'{spec.id}: through gymnasium.make the episode length is the TimeLimit: pass '
+            f'max_episode_steps={steps} instead of {config_key}={spec.kwargs[config_key]}'
+        )
+    return None
+
+
 class TrackEnv(gym.Env):
     """Reference tracking (see the module docstring). `reset(seed=…)` fixes the reference,
     the mocap noise and the drops: identical seeds and actions give identical episodes."""
 
-    metadata: dict[str, Any] = {'render_modes': []}
+    metadata: dict[str, Any] = {'render_modes': available_render_modes(), 'render_fps': RENDER_FPS}
 
-    def __init__(self, config: TrackConfig | None = None, **overrides: Any) -> None:
+    def __init__(
+        self,
+        config: TrackConfig | None = None,
+        render_mode: str | None = None,
+        **overrides: Any,
+    ) -> None:
         self.cfg = replace(config or TrackConfig(), **overrides)
         leg = load_leg().with_timestep(PHYSICS_DT)
         self.leg = leg
@@ -102,16 +146,18 @@ class TrackEnv(gym.Env):
         n_obs = OBS_SIZE + (6 if self.cfg.privileged else 0)
         self.observation_space = gym.spaces.Box(-np.inf, np.inf, (n_obs,), np.float64)
         self.action_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
-        self.max_steps = int(round(self.cfg.episode_s / PERIOD))
+        self.max_steps: int | None = episode_steps(self.cfg.episode_s)
         self._triangle = triangle_poses(self.params)
         self.sim: LegSimulator | None = None
+        self.render_mode = render_mode
+        self._renderer = EnvRenderer(render_mode, self.leg_model.model)
 
     # ----- episode ---------------------------------------------------------------------------
-    def _reference(self) -> Waypoints:
+    def _reference(self, reference: str) -> Waypoints:
         cfg, rng = self.cfg, self.np_random
-        if cfg.reference == 'triangle':
+        if reference == 'triangle':
             return Waypoints(self._triangle.tolist(), move=0.5, hold=1.5)
-        if cfg.reference == 'steps':
+        if reference == 'steps':
             return Waypoints(STEP_POSES, move=0.3, hold=1.5)
         poses = rng.uniform(RANDOM_LO, RANDOM_HI, (cfg.random_waypoints, 2))
         return Waypoints(
@@ -125,8 +171,13 @@ class TrackEnv(gym.Env):
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[np.ndarray, dict[str, Any]]:
         super().reset(seed=seed)
+        check_options(options, OPTIONS, type(self).__name__)
+        self.max_steps = own_time_limit(self, episode_steps(self.cfg.episode_s))
+        reference = (options or {}).get('reference', self.cfg.reference)
+        if reference not in REFERENCES:
+            raise ValueError(f'reference {reference!r}: use one of {", ".join(REFERENCES)}')
         cfg = self.cfg
-        self.ref = self._reference()
+        self.ref = self._reference(reference)
         q0 = self.ref(0.0)[0]
         p0 = np.clip(holding_pressures(q0, self.params), 0.0, cfg.p_max)
         rig = SimulatedRig.build(
@@ -141,7 +192,16 @@ class TrackEnv(gym.Env):
         self.u_prev = np.zeros(2)  # kPa, as the policy controller starts
         self._last_q = q0
         self._estimate()
+        if self.render_mode == 'human':
+            self.render()
         return self._obs(), {}
+
+    def render(self) -> np.ndarray | None:
+        """The leg now: an RGB array ('rgb_array'), a window update ('human'), or None."""
+        return self._renderer.render(self.sim.data if self.sim else None, PERIOD)
+
+    def close(self) -> None:
+        self._renderer.close()
 
     def _estimate(self) -> None:
         assert self.sim is not None
@@ -194,7 +254,7 @@ class TrackEnv(gym.Env):
         terminated = outside or self.est.status == Status.INVALID or self.sim.resets > 0
         if terminated:
             reward -= cfg.fall_penalty
-        truncated = not terminated and self.k >= self.max_steps
+        truncated = not terminated and self.max_steps is not None and self.k >= self.max_steps
         info = {
             'q': q_true,
             'q_ref': q_ref_now,
@@ -202,4 +262,6 @@ class TrackEnv(gym.Env):
             'vented': cmd.vented,
             'tracking_error': math.sqrt(float(err @ err) / 2),
         }
+        if self.render_mode == 'human':
+            self.render()
         return self._obs(), reward, terminated, truncated, info

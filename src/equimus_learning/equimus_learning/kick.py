@@ -8,12 +8,22 @@ no other geom). The valves, the safety layer, the mocap and the estimator are th
 `TrackEnv`: the action is the command of one control period, [-1, 1]² → [0, p_max] kPa.
 
 Observation: the estimated θ, θ̇ and the last command (as in the tracking task), then the ball's
-position relative to the hip and its velocity in the leg's plane (world y, z; the true values:
-the ball has no mocap model yet) and the target direction (+1: world +y, −1: world −y).
+position relative to the hip and its velocity in the leg's plane (world y, z) and the target
+direction (+1: world +y, −1: world −y). The ball is seen as the rig would see it: one more
+motion-capture rigid body in the same virtual mocap frames as the leg (noise, drops), its
+position taken relative to the base body's and turned back from the Motive frame, its velocity
+the difference of the last two tracked positions; a dropped frame holds both.
 
-Reward per period, shaped like the authors': approach (−w_approach · foot–ball distance until the
-first contact), a one-off contact bonus, the ball's velocity along the target direction, and
-effort. The episode ends after `episode_s` or when the leg leaves the guard's range.
+Reward per period (`reward`):
+- 'shaped' (default): approach (−w_approach · foot–ball distance until the first contact), a
+  one-off contact bonus, the ball's velocity along the target direction, and effort;
+- 'authors': the EquiMus authors' kicking reward as published (2·proximity + 2·contact +
+  5·velocity along the target + 1·ball speed − 0.001·Σu², u in kPa), with proximity taken as
+  exp(−d / 0.1 m) of the foot–ball distance d (the publication names the term, not its form)
+  and contact 1 in every period the foot touches the ball. For comparison: the weights were set
+  for their action (±50 kPa straight into MuJoCo, true state), not for this chain.
+The episode ends after `episode_s` (`max_episode_steps` through gymnasium.make) or when the
+leg leaves the guard's range. `reset(options={'target': ±1})` fixes the direction for one episode.
 """
 
 from __future__ import annotations
@@ -35,14 +45,21 @@ from equimus_description.statics import StaticParams, holding_pressures
 from equimus_description.valve import HARD_MAX_KPA
 from equimus_sim.leg_model import LegModel
 from equimus_sim.mjcf_builder import build_mjcf
+from equimus_sim.mocap import R_MW
+from equimus_sim.render import RENDER_FPS, EnvRenderer, available_render_modes
 from equimus_sim.simulator import LegSimulator
 
-from .env import PHYSICS_DT
+from .env import PHYSICS_DT, check_options, episode_steps, own_time_limit
 from .rig import SimulatedRig
 
 OBS_SIZE = 11
 BALL = 'ball'
 FOOT = 'foot'
+REWARDS = ('shaped', 'authors')
+#: what reset(options=…) accepts: {'target': +1.0 | -1.0} for one episode
+OPTIONS = ('target',)
+#: a kick succeeds when the ball ends the episode this far along the target direction, m
+SUCCESS_DISTANCE = 0.15
 
 
 @dataclass(frozen=True)
@@ -62,7 +79,14 @@ class KickConfig:
     w_contact: float = 5.0  # once
     w_velocity: float = 2.0  # per m/s of ball velocity along the target
     w_effort: float = 0.05
+    reward: str = 'shaped'  # shaped | authors (module docstring)
     safety: SafetyConfig = SafetyConfig()
+
+    def __post_init__(self) -> None:
+        if self.reward not in REWARDS:
+            raise ValueError(f'reward {self.reward!r}: use one of {", ".join(REWARDS)}')
+        if self.target not in (0.0, 1.0, -1.0):
+            raise ValueError(f'target {self.target}: +1, -1, or 0 (drawn at reset)')
 
 
 def kick_model(leg: Any, cfg: KickConfig) -> mujoco.MjModel:
@@ -109,12 +133,28 @@ def kick_model(leg: Any, cfg: KickConfig) -> mujoco.MjModel:
     return mujoco.MjModel.from_xml_string(ET.tostring(root, encoding='unicode'))
 
 
+def authors_reward(
+    dist: float, contact: bool, vel: np.ndarray, target: float, cmd_kpa: np.ndarray
+) -> float:
+    """The EquiMus authors' kicking reward, per period (module docstring)."""
+    proximity = float(np.exp(-dist / 0.1))
+    return (
+        2.0 * proximity
+        + 2.0 * float(contact)
+        + 5.0 * target * float(vel[0])
+        + 1.0 * float(np.linalg.norm(vel))
+        - 0.001 * float(np.sum(np.asarray(cmd_kpa) ** 2))
+    )
+
+
 class KickEnv(gym.Env):
     """See the module docstring."""
 
-    metadata: dict[str, Any] = {'render_modes': []}
+    metadata: dict[str, Any] = {'render_modes': available_render_modes(), 'render_fps': RENDER_FPS}
 
-    def __init__(self, config: KickConfig | None = None, **overrides: Any) -> None:
+    def __init__(
+        self, config: KickConfig | None = None, render_mode: str | None = None, **overrides: Any
+    ) -> None:
         self.cfg = replace(config or KickConfig(), **overrides)
         leg = load_leg().with_timestep(PHYSICS_DT)
         self.params = StaticParams.from_leg(leg)
@@ -128,19 +168,32 @@ class KickEnv(gym.Env):
         self._hip_body = m.body('thigh').id
         self.observation_space = gym.spaces.Box(-np.inf, np.inf, (OBS_SIZE,), np.float64)
         self.action_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
-        self.max_steps = int(round(self.cfg.episode_s / PERIOD))
+        self.max_steps: int | None = episode_steps(self.cfg.episode_s)
         self.sim: LegSimulator | None = None
+        self.render_mode = render_mode
+        self._renderer = EnvRenderer(render_mode, m, distance=1.4)
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[np.ndarray, dict[str, Any]]:
         super().reset(seed=seed)
+        check_options(options, OPTIONS, type(self).__name__)
+        self.max_steps = own_time_limit(self, episode_steps(self.cfg.episode_s))
         cfg = self.cfg
-        self.target = cfg.target or float(self.np_random.choice([-1.0, 1.0]))
+        target = float((options or {}).get('target', cfg.target))
+        if target not in (0.0, 1.0, -1.0):
+            raise ValueError(f"options['target'] {target}: +1 or -1")
+        self.target = target or float(self.np_random.choice([-1.0, 1.0]))
         q0 = np.asarray(cfg.start_pose, float)
         p0 = np.clip(holding_pressures(q0, self.params), 0.0, cfg.p_max)
         rig = SimulatedRig.build(
-            self.leg_model, self.tau, q0, p0, cfg, int(self.np_random.integers(2**31))
+            self.leg_model,
+            self.tau,
+            q0,
+            p0,
+            cfg,
+            int(self.np_random.integers(2**31)),
+            extra_bodies=(BALL,),
         )
         self.sim, self.driver = rig.sim, rig.driver
         self.rig = rig
@@ -148,18 +201,44 @@ class KickEnv(gym.Env):
         self.u_prev = np.zeros(2)
         self.touched = False
         self._last_q = q0
+        d = self.sim.data
+        # the hip seen from the base body (fixed: the base does not move), world frame
+        self._hip_from_base = d.xpos[self._hip_body] - d.xpos[self.leg_model.model.body('base').id]
+        self._ball_pos: np.ndarray | None = None
+        self._ball_vel = np.zeros(2)
+        self._ball_t = 0.0
         self._estimate()
+        if self.render_mode == 'human':
+            self.render()
         return self._obs(), {}
+
+    def render(self) -> np.ndarray | None:
+        """The leg and the ball now: an RGB array ('rgb_array'), a window ('human'), or None."""
+        return self._renderer.render(self.sim.data if self.sim else None, PERIOD)
+
+    def close(self) -> None:
+        self._renderer.close()
 
     def _estimate(self) -> None:
         assert self.sim is not None
         self.est = self.rig.estimate(self.t)
+        frame = self.rig.frame
+        if frame is None:
+            return
+        ball, base = frame.bodies[BALL], frame.bodies['base']
+        if not (ball.tracked and base.tracked):
+            return
+        rel_w = R_MW.T @ (np.asarray(ball.position) - np.asarray(base.position))
+        pos = (rel_w - self._hip_from_base)[1:]
+        if self._ball_pos is not None and self.t > self._ball_t:
+            self._ball_vel = (pos - self._ball_pos) / (self.t - self._ball_t)
+        self._ball_pos, self._ball_t = pos, self.t
 
-    def _ball_state(self) -> tuple[np.ndarray, np.ndarray]:
+    def ball_state(self) -> tuple[np.ndarray, np.ndarray]:
+        """The ball's true position relative to the hip and velocity, world (y, z)."""
         assert self.sim is not None
         d = self.sim.data
-        hip = d.xpos[self._hip_body]
-        pos = d.xpos[self._ball] - hip
+        pos = d.xpos[self._ball] - d.xpos[self._hip_body]
         vel = d.qvel[self._ball_dof : self._ball_dof + 3]
         return pos[1:].copy(), np.array(vel[1:])
 
@@ -168,7 +247,8 @@ class KickEnv(gym.Env):
         if self.est.status == Status.INVALID:
             q, qd = self._last_q, np.zeros(2)
         self._last_q = q
-        pos, vel = self._ball_state()
+        pos = self._ball_pos if self._ball_pos is not None else self.ball_state()[0]
+        vel = self._ball_vel
         u = kpa_to_action(self.u_prev, self.cfg.p_max)
         return np.concatenate([q, qd, u, pos, vel, [self.target]]).astype(np.float64)
 
@@ -197,20 +277,32 @@ class KickEnv(gym.Env):
         self.t = self.k * PERIOD
         self._estimate()
         dist, contact = self._foot_ball_distance()
-        _, vel = self._ball_state()
-        reward = cfg.w_velocity * self.target * float(vel[0])
-        reward -= cfg.w_effort * float(np.mean((cmd / cfg.p_max) ** 2))
-        if not self.touched:
-            reward -= cfg.w_approach * dist
-            if contact:
-                self.touched = True
-                reward += cfg.w_contact
+        pos, vel = self.ball_state()
+        if cfg.reward == 'authors':
+            reward = authors_reward(dist, contact, vel, self.target, cmd)
+            self.touched |= contact
+        else:
+            reward = cfg.w_velocity * self.target * float(vel[0])
+            reward -= cfg.w_effort * float(np.mean((cmd / cfg.p_max) ** 2))
+            if not self.touched:
+                reward -= cfg.w_approach * dist
+                if contact:
+                    self.touched = True
+                    reward += cfg.w_contact
         q_true, _ = self.sim.joint_state()
         terminated = bool(
             np.any(q_true < np.asarray(cfg.safety.safe_min))
             or np.any(q_true > np.asarray(cfg.safety.safe_max))
             or self.sim.resets > 0
         )
-        truncated = not terminated and self.k >= self.max_steps
-        info = {'touched': self.touched, 'ball_velocity': vel, 'foot_ball_distance': dist}
+        truncated = not terminated and self.max_steps is not None and self.k >= self.max_steps
+        info = {
+            'touched': self.touched,
+            'ball_velocity': vel,
+            'ball_speed': float(np.linalg.norm(vel)),
+            'ball_progress': float(self.target * pos[0]),  # m along the target, from the hip
+            'foot_ball_distance': dist,
+        }
+        if self.render_mode == 'human':
+            self.render()
         return self._obs(), float(reward), terminated, truncated, info

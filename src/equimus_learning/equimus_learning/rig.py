@@ -9,9 +9,10 @@ from typing import Any
 import numpy as np
 
 from equimus_control.estimation import EstimatorConfig, JointEstimate, JointStateEstimator
+from equimus_description.interface import BODIES
 from equimus_hw.valve.stage import SimulatedDriver
 from equimus_sim.leg_model import LegModel
-from equimus_sim.mocap import MocapConfig, VirtualMocap
+from equimus_sim.mocap import MocapConfig, MocapFrame, VirtualMocap
 from equimus_sim.simulator import LegSimulator
 
 
@@ -24,11 +25,21 @@ class SimulatedRig:
     mocap: VirtualMocap
     estimator: JointStateEstimator
     driver: SimulatedDriver
+    #: the last captured frame (None when it was dropped): every tracked body, Motive frame
+    frame: MocapFrame | None = None
 
     @classmethod
     def build(
-        cls, leg_model: LegModel, tau: float, q0: Any, p0: np.ndarray, sensing: Any, seed: int
+        cls,
+        leg_model: LegModel,
+        tau: float,
+        q0: Any,
+        p0: np.ndarray,
+        sensing: Any,
+        seed: int,
+        extra_bodies: tuple[str, ...] = (),
     ) -> SimulatedRig:
+        """`extra_bodies`: further rigid bodies of the model that Motive tracks (the ball)."""
         sim = LegSimulator(
             leg_model,
             tau,
@@ -42,19 +53,22 @@ class SimulatedRig:
                 orientation_noise=sensing.orientation_noise,
                 drop_probability=sensing.drop_probability,
                 seed=seed,
-            )
+            ),
+            bodies=BODIES + tuple(extra_bodies),
         )
         return cls(sim, mocap, JointStateEstimator(EstimatorConfig()), SimulatedDriver())
 
     def estimate(self, t: float) -> JointEstimate:
         """Capture a mocap frame of the leg at time t and update the estimator from it (or from
         the gap when the frame is dropped)."""
-        P, Q = self.sim.body_arrays()
+        P, Q = self.sim.body_arrays(self.mocap.bodies)
         frame = self.mocap.capture_arrays(t, P, Q)
+        self.frame = frame
         if frame is None:
             return self.estimator.update_gap(t)
         poses = []
-        for b in frame.bodies.values():
+        for name in BODIES:
+            b = frame.bodies[name]
             w, x, y, z = b.orientation
             poses.append((b.position, (x, y, z, w)))
         return self.estimator.update(t, poses)

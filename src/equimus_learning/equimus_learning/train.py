@@ -2,9 +2,11 @@
 
 Two ways, both ending in the NumPy `.npz` policy that `equimus_control.policy` loads:
 
-- `ppo` (the `rl` extra: stable-baselines3 + torch): PPO on the tracking environment with
-  observation normalisation, a progress bar and TensorBoard logs; the trained zip is exported to
-  `.npz` (`equimus_control.policy.sb3_to_arrays`).
+- `ppo` (the `rl` extra: stable-baselines3 + torch): PPO on the batched tracking environment
+  (`VectorTrackEnv` through `equimus_learning.sb3.SB3VecEnv`) with observation normalisation, a
+  progress bar and TensorBoard logs; the trained zip is exported to `.npz`
+  (`equimus_control.policy.sb3_to_arrays`). `PPOConfig` holds the run; `env` holds the
+  environment's `TrackConfig` overrides (noise, drops, weights: where domain randomisation goes).
 - `distil` (base install, NumPy only, seconds): behaviour cloning of the PID controller into a
   one-hidden-layer network. The hidden layer is a fixed random tanh layer and the output layer is
   the ridge-regression solution on atanh of the PID's actions (closed form, no gradient steps);
@@ -18,7 +20,8 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -105,38 +108,137 @@ def evaluate(policy: Callable[[np.ndarray], np.ndarray], reference: str, seeds: 
     return float(np.mean(returns))
 
 
-def train_ppo(
-    out_dir: str,
-    steps: int,
-    n_envs: int = 4,
-    seed: int = 0,
-    reference: str = 'random',
-    progress_bar: bool = True,
-) -> tuple[str, str]:
-    """PPO (stable-baselines3) on the tracking task; returns (zip path, exported .npz path).
+@dataclass(frozen=True)
+class PPOConfig:
+    """A PPO run on the batched environment. The defaults are sized for 2 cores: many
+    environments and short rollouts (n_envs × n_steps samples per update), few large minibatches,
+    so that simulation, not the network update, sets the pace (docs/learning.md)."""
 
-    Also writes policy_untrained.npz (the initial network, for comparison)."""
+    steps: int = 2_000_000
+    n_envs: int = 128
+    n_steps: int = 64  # per environment and update
+    batch_size: int = 1024
+    n_epochs: int = 8
+    learning_rate: float = 3e-4
+    gamma: float = 0.98
+    gae_lambda: float = 0.95
+    ent_coef: float = 0.0
+    net_arch: tuple[int, ...] = (64, 64)
+    nthread: int = 2  # MuJoCo rollout threads
+    torch_threads: int = 1  # more: OpenMP's spinning threads take the cores from the rollout
+    seed: int = 0
+    reference: str = 'random'
+    env: dict[str, Any] = field(default_factory=dict)  # TrackConfig overrides
+
+
+def make_training_env(cfg: PPOConfig) -> Any:
+    """The SB3 VecEnv PPO trains on: VectorTrackEnv (SAME_STEP) → SB3VecEnv → VecMonitor →
+    VecNormalize (observations and rewards)."""
+    from gymnasium.vector import AutoresetMode
+    from stable_baselines3.common.vec_env import VecMonitor, VecNormalize
+
+    from .sb3 import SB3VecEnv
+    from .vector import VectorTrackEnv
+
+    vec = VectorTrackEnv(
+        num_envs=cfg.n_envs,
+        nthread=cfg.nthread,
+        autoreset_mode=AutoresetMode.SAME_STEP,
+        reference=cfg.reference,
+        **cfg.env,
+    )
+    venv = SB3VecEnv(vec, info_keys=())
+    venv.seed(cfg.seed)
+    return VecNormalize(VecMonitor(venv), norm_reward=True, clip_obs=10.0, gamma=cfg.gamma)
+
+
+@dataclass(frozen=True)
+class KickTrainConfig:
+    """PPO on `equimus/Kick-v0` (single environments in SB3's DummyVecEnv: the kick scene has
+    contacts and a free ball, which the batched tracking environment does not model)."""
+
+    steps: int = 300_000
+    n_envs: int = 4
+    n_steps: int = 512
+    batch_size: int = 256
+    n_epochs: int = 10
+    learning_rate: float = 3e-4
+    gamma: float = 0.98
+    seed: int = 0
+    reward: str = 'shaped'  # shaped | authors (equimus_learning.kick)
+
+
+def train_kick(out_dir: str, cfg: KickTrainConfig | None = None, progress_bar: bool = True) -> str:
+    """PPO on the kick task; writes policy.zip and vecnormalize.pkl, returns the zip's path."""
+    cfg = cfg or KickTrainConfig()
+    _import_sb3()
+    import torch
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    from equimus_control.policy import VECNORMALIZE_FILE
+
+    from .kick import KickEnv
+
+    torch.set_num_threads(1)
+    os.makedirs(out_dir, exist_ok=True)
+    venv = VecNormalize(
+        make_vec_env(KickEnv, n_envs=cfg.n_envs, seed=cfg.seed, env_kwargs={'reward': cfg.reward}),
+        norm_reward=True,
+        clip_obs=10.0,
+        gamma=cfg.gamma,
+    )
+    n_steps = min(cfg.n_steps, max(16, cfg.steps // cfg.n_envs))  # a tiny budget: one update
+    model = PPO(
+        'MlpPolicy',
+        venv,
+        n_steps=n_steps,
+        batch_size=min(cfg.batch_size, n_steps * cfg.n_envs),
+        n_epochs=cfg.n_epochs,
+        learning_rate=cfg.learning_rate,
+        gamma=cfg.gamma,
+        seed=cfg.seed,
+        device='cpu',
+        verbose=0,
+    )
+    model.learn(total_timesteps=cfg.steps, progress_bar=progress_bar)
+    zip_path = os.path.join(out_dir, 'policy.zip')
+    model.save(zip_path)
+    venv.save(os.path.join(out_dir, VECNORMALIZE_FILE))
+    venv.close()
+    return zip_path
+
+
+def _import_sb3() -> Any:
     try:
-        from stable_baselines3 import PPO
-        from stable_baselines3.common.env_util import make_vec_env
-        from stable_baselines3.common.vec_env import VecNormalize
+        import stable_baselines3
     except ImportError:
         raise RLExtraMissing(
             'equimus train --algo ppo needs the rl extra (stable-baselines3, torch): '
             'run scripts/setup.sh --rl, or use --algo distil'
         ) from None
+    return stable_baselines3
+
+
+def train_ppo(
+    out_dir: str,
+    cfg: PPOConfig | None = None,
+    progress_bar: bool = True,
+) -> tuple[str, str]:
+    """PPO (stable-baselines3) on the tracking task; returns (zip path, exported .npz path).
+
+    Also writes policy_untrained.npz (the initial network, for comparison)."""
+    cfg = cfg or PPOConfig()
+    _import_sb3()
     import torch
+    from stable_baselines3 import PPO
 
     from equimus_control.policy import VECNORMALIZE_FILE, mlp_from_arrays, sb3_to_arrays
 
-    torch.set_num_threads(1)  # a 64×64 network: more threads only contend with the simulation
-
+    torch.set_num_threads(cfg.torch_threads)
     os.makedirs(out_dir, exist_ok=True)
-    venv = VecNormalize(
-        make_vec_env(TrackEnv, n_envs=n_envs, seed=seed, env_kwargs={'reference': reference}),
-        norm_reward=True,
-        clip_obs=10.0,
-    )
+    venv = make_training_env(cfg)
     try:
         import tensorboard  # noqa: F401
 
@@ -146,13 +248,16 @@ def train_ppo(
     model = PPO(
         'MlpPolicy',
         venv,
-        n_steps=256,  # × n_envs per update
-        batch_size=256,
-        learning_rate=3e-4,
-        gamma=0.98,
-        seed=seed,
+        n_steps=cfg.n_steps,
+        batch_size=cfg.batch_size,
+        n_epochs=cfg.n_epochs,
+        learning_rate=cfg.learning_rate,
+        gamma=cfg.gamma,
+        gae_lambda=cfg.gae_lambda,
+        ent_coef=cfg.ent_coef,
+        seed=cfg.seed,
         tensorboard_log=tb,
-        policy_kwargs={'net_arch': [64, 64]},
+        policy_kwargs={'net_arch': list(cfg.net_arch)},
         device='cpu',
         verbose=0,
     )
@@ -163,12 +268,14 @@ def train_ppo(
         steps=0,
     )
     t0 = time.perf_counter()
-    model.learn(total_timesteps=steps, progress_bar=progress_bar)
+    model.learn(total_timesteps=cfg.steps, progress_bar=progress_bar)
+    seconds = time.perf_counter() - t0
     zip_path = os.path.join(out_dir, 'policy.zip')
     model.save(zip_path)
     venv.save(os.path.join(out_dir, VECNORMALIZE_FILE))
+    venv.close()
     arrays = sb3_to_arrays(model)
     mlp = mlp_from_arrays(arrays, zip_path)
     npz_path = os.path.join(out_dir, 'policy.npz')
-    save_mlp(npz_path, mlp, algo='ppo', steps=steps, seconds=time.perf_counter() - t0)
+    save_mlp(npz_path, mlp, algo='ppo', steps=model.num_timesteps, seconds=seconds)
     return zip_path, npz_path

@@ -19,8 +19,15 @@ Python). `VectorTrackEnv` runs the same chain for N environments as array operat
 Differences from `TrackEnv`, which is the reference: the estimator sees angles with equivalent
 noise, not noisy poses; each rollout starts MuJoCo's solver from a zero warm start; the rearm
 margin of the guard is not modelled (an environment that leaves the safe range terminates).
-Autoreset is SAME_STEP: a finished environment is reset within `step`, and its last observation
-is in `infos['final_obs']`.
+Gymnasium conventions, as `gymnasium.make_vec(..., vectorization_mode='sync')` of `TrackEnv`
+gives them: `metadata['autoreset_mode']` is NEXT_STEP by default (Gymnasium's default for
+sync and async, so every vectorisation mode behaves alike) and SAME_STEP on request (the
+stable-baselines3 adapter, `equimus_learning.sb3`); `reset(seed=int)` seeds environment i with
+seed + i, `reset(seed=[...])` each with its own (None keeps its generator), and environment i
+with seed s draws the same references, noise and drops whatever the other environments are;
+`reset(options={'reset_mask': mask})` resets only the masked environments; `infos` carries the
+single environment's keys (q, q_ref, pressures, vented, tracking_error) with their `_key`
+masks, and in SAME_STEP mode `final_obs` / `final_info` of the environments that finished.
 """
 
 from __future__ import annotations
@@ -43,8 +50,17 @@ from equimus_description.statics import StaticParams, holding_pressures
 from equimus_description.valve import ValveLag
 from equimus_hw.valve.config import DriverConfig
 from equimus_sim.leg_model import LegModel
+from equimus_sim.render import RENDER_FPS
 
-from .env import PHYSICS_DT, RANDOM_HI, RANDOM_LO, STEP_POSES, TrackConfig
+from .env import (
+    PHYSICS_DT,
+    RANDOM_HI,
+    RANDOM_LO,
+    STEP_POSES,
+    TrackConfig,
+    check_options,
+    episode_steps,
+)
 
 PERIOD = 1.0 / 120.0
 SUBSTEPS = int(round(PERIOD / PHYSICS_DT))
@@ -59,12 +75,40 @@ def _min_jerk(s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 class VectorTrackEnv(gym.vector.VectorEnv):
     """N tracking environments as arrays (see the module docstring)."""
 
-    metadata: dict[str, Any] = {'autoreset_mode': AutoresetMode.SAME_STEP}
+    metadata: dict[str, Any] = {
+        'autoreset_mode': AutoresetMode.NEXT_STEP,
+        'render_modes': ['rgb_array'],
+        'render_fps': RENDER_FPS,
+    }
 
     def __init__(
-        self, num_envs: int = 64, nthread: int = 2, config: TrackConfig | None = None, **kw: Any
+        self,
+        num_envs: int = 64,
+        nthread: int = 2,
+        config: TrackConfig | None = None,
+        render_mode: str | None = None,
+        autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP,
+        max_episode_steps: int | None = None,
+        **kw: Any,
     ) -> None:
+        if max_episode_steps is not None:  # gymnasium.make_vec passes the spec's TimeLimit
+            if 'episode_s' in kw and episode_steps(kw['episode_s']) != max_episode_steps:
+                raise ValueError(
+                    f'episode_s={kw["episode_s"]} is {episode_steps(kw["episode_s"])} steps but '
+                    f'max_episode_steps={max_episode_steps}: pass one of them, or both agreeing'
+                )
+            kw['episode_s'] = max_episode_steps * PERIOD
         self.cfg = replace(config or TrackConfig(), **kw)
+        self.autoreset_mode = AutoresetMode(autoreset_mode)
+        if self.autoreset_mode == AutoresetMode.DISABLED:
+            raise ValueError('autoreset_mode: NEXT_STEP or SAME_STEP')
+        self.metadata = dict(self.metadata, autoreset_mode=self.autoreset_mode)
+        if render_mode not in (None, 'rgb_array'):
+            raise ValueError(
+                f"render_mode {render_mode!r}: the vector env renders 'rgb_array' (a frame per "
+                "environment); for a window use TrackEnv with render_mode='human'"
+            )
+        self.render_mode = render_mode
         if self.cfg.privileged:
             raise ValueError('VectorTrackEnv has no privileged observation; use TrackEnv')
         self.num_envs = n = int(num_envs)
@@ -104,7 +148,7 @@ class VectorTrackEnv(gym.vector.VectorEnv):
         self._max_hold = est.max_hold
         self._safe_lo = np.asarray(self.cfg.safety.safe_min, float)
         self._safe_hi = np.asarray(self.cfg.safety.safe_max, float)
-        self.max_steps = int(round(self.cfg.episode_s / PERIOD))
+        self.max_steps = episode_steps(self.cfg.episode_s)
         self._triangle = triangle_poses(self.params)
         self.single_observation_space = gym.spaces.Box(-np.inf, np.inf, (OBS_SIZE,), np.float64)
         self.single_action_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
@@ -124,7 +168,12 @@ class VectorTrackEnv(gym.vector.VectorEnv):
         self.held = np.zeros(n)  # s since the last good frame
         self.est_q = np.zeros((n, 2))
         self.est_qd = np.zeros((n, 2))
-        self.rng = np.random.default_rng()
+        self.rngs = [np.random.default_rng() for _ in range(n)]
+        # each episode's measurement noise and drops, drawn at its reset from its env's generator
+        self._noise_buf = np.zeros((n, self.max_steps + 1, 2))
+        self._drop_buf = np.zeros((n, self.max_steps + 1), bool)
+        self._autoreset = np.zeros(n, bool)
+        self._renderer: Any = None
 
     # ----- reference ---------------------------------------------------------------------------
     def _reference(self, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -149,8 +198,9 @@ class VectorTrackEnv(gym.vector.VectorEnv):
 
     # ----- reset -------------------------------------------------------------------------------
     def _reset_envs(self, ids: np.ndarray) -> None:
-        cfg, rng = self.cfg, self.rng
+        cfg = self.cfg
         for i in ids:
+            rng = self.rngs[i]
             if cfg.reference == 'random':
                 self.poses[i] = rng.uniform(RANDOM_LO, RANDOM_HI, self.poses.shape[1:])
                 self.move[i], self.hold[i] = rng.uniform(0.3, 0.8), rng.uniform(0.4, 1.2)
@@ -164,27 +214,42 @@ class VectorTrackEnv(gym.vector.VectorEnv):
             mujoco.mj_getState(self.model, self._scratch, self.state[i], self._state_sig)
             self.p_valve[i] = p0
             self.out[i] = p0
+            if self._sigma_z > 0:
+                self._noise_buf[i] = rng.normal(0.0, self._sigma_z, self._noise_buf.shape[1:])
+            if cfg.drop_probability > 0:
+                self._drop_buf[i] = rng.random(self._drop_buf.shape[1]) < cfg.drop_probability
         self.k[ids] = 0
         self.u_prev[ids] = 0.0
         q_true = self.state[ids, self._qpos0 :][:, self.lm.qpos_idx]
-        self.x[ids, :, 0] = q_true + self._noise(len(ids))
+        self.x[ids, :, 0] = q_true + self._noise_buf[ids, 0]
         self.x[ids, :, 1] = 0.0
         self.P[ids] = (self._R, 0.0, 10.0**2)  # the estimator's initial covariance
         self.held[ids] = 0.0
         self.est_q[ids] = self.x[ids, :, 0]
         self.est_qd[ids] = 0.0
 
-    def _noise(self, m: int) -> np.ndarray:
-        if self._sigma_z <= 0:
-            return np.zeros((m, 2))
-        return self.rng.normal(0.0, self._sigma_z, (m, 2))
-
     def reset(
-        self, *, seed: int | list[int] | None = None, options: dict[str, Any] | None = None
+        self, *, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None
     ) -> tuple[np.ndarray, dict[str, Any]]:
-        if seed is not None:
-            self.rng = np.random.default_rng(seed if isinstance(seed, int) else list(seed))
-        self._reset_envs(np.arange(self.num_envs))
+        n = self.num_envs
+        options = dict(options or {})
+        mask = options.pop('reset_mask', None)
+        check_options(options, ('reset_mask',), type(self).__name__)
+        if mask is None:
+            mask = np.ones(n, bool)
+        elif not (isinstance(mask, np.ndarray) and mask.dtype == np.bool_ and mask.shape == (n,)):
+            raise ValueError(f"options['reset_mask'] must be a numpy bool array of shape ({n},)")
+        elif not mask.any():
+            raise ValueError("options['reset_mask'] must select at least one environment")
+        seeds = [seed + i for i in range(n)] if isinstance(seed, int) else seed
+        if seeds is not None:
+            if len(seeds) != n:
+                raise ValueError(f'{len(seeds)} seeds for {n} environments')
+            for i in np.flatnonzero(mask):
+                if seeds[i] is not None:
+                    self.rngs[i] = np.random.default_rng(seeds[i])
+        self._reset_envs(np.flatnonzero(mask))
+        self._autoreset[mask] = False
         return self._obs(), {}
 
     def _obs(self) -> np.ndarray:
@@ -199,6 +264,7 @@ class VectorTrackEnv(gym.vector.VectorEnv):
         self, actions: Any
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         cfg, n = self.cfg, self.num_envs
+        starting = np.flatnonzero(self._autoreset)  # NEXT_STEP: finished last step, reset now
         cmd = action_to_kpa(np.asarray(actions, float).reshape(n, 2), cfg.p_max)
         guard = np.any((self.est_q < self._safe_lo) | (self.est_q > self._safe_hi), axis=1)
         cmd[guard] = 0.0
@@ -247,25 +313,61 @@ class VectorTrackEnv(gym.vector.VectorEnv):
         reward = np.nan_to_num(reward, nan=-cfg.fall_penalty)
         truncated = ~terminated & (self.k >= self.max_steps)
         obs = self._obs()
+        info = {
+            'q': q_true.copy(),
+            'q_ref': q_ref,
+            'pressures': cmd.copy(),
+            'vented': guard,
+            'tracking_error': np.sqrt(np.sum(err**2, axis=1) / 2),
+        }
+        done = terminated | truncated
         infos: dict[str, Any] = {}
-        done = np.flatnonzero(terminated | truncated)
-        if done.size:
-            infos['final_obs'] = obs.copy()
-            infos['_final_obs'] = terminated | truncated
-            self._reset_envs(done)
-            obs = self._obs()
+        if self.autoreset_mode == AutoresetMode.SAME_STEP:
+            has_info = ~done
+            if done.any():
+                final_obs = np.full(n, None, dtype=object)
+                for i in np.flatnonzero(done):
+                    final_obs[i] = obs[i].copy()
+                infos['final_obs'], infos['_final_obs'] = final_obs, done.copy()
+                infos['final_info'] = _with_masks(info, done)
+                infos['_final_info'] = done.copy()
+                self._reset_envs(np.flatnonzero(done))
+                obs = self._obs()
+        else:
+            has_info = np.ones(n, bool)
+            if starting.size:  # this step of theirs is a reset: the step above is discarded
+                self._reset_envs(starting)
+                obs = self._obs()
+                reward[starting] = 0.0
+                terminated[starting] = truncated[starting] = False
+                has_info[starting] = False
+            self._autoreset = terminated | truncated
+        if has_info.any():
+            infos.update(_with_masks(info, has_info))
         return obs, reward, terminated, truncated, infos
+
+    def render(self) -> tuple[np.ndarray, ...] | None:
+        """One RGB frame per environment ('rgb_array'), else None."""
+        if self.render_mode is None:
+            return None
+        from equimus_sim.render import FrameRenderer
+
+        if self._renderer is None:
+            self._renderer = FrameRenderer(self.model)
+        frames = []
+        for i in range(self.num_envs):
+            mujoco.mj_setState(self.model, self._scratch, self.state[i], self._state_sig)
+            mujoco.mj_forward(self.model, self._scratch)
+            frames.append(self._renderer.render(self._scratch))
+        return tuple(frames)
 
     def _estimate(self, q_true: np.ndarray) -> None:
         """The estimator's Kalman filter per joint on noisy angles; dropped frames are held."""
-        n = self.num_envs
-        dropped = (
-            self.rng.random(n) < self.cfg.drop_probability
-            if self.cfg.drop_probability > 0
-            else np.zeros(n, bool)
-        )
+        idx = np.arange(self.num_envs)
+        k = np.minimum(self.k, self.max_steps)
+        dropped = self._drop_buf[idx, k]
         dt = (self.held + PERIOD)[:, None]  # since the last good frame
-        z = q_true + self._noise(n)
+        z = q_true + self._noise_buf[idx, k]
         x, P = self.x, self.P
         a = x[:, :, 0] + dt * x[:, :, 1]
         p00 = P[:, :, 0] + 2 * dt * P[:, :, 1] + dt * dt * P[:, :, 2] + self._qa * dt**4 / 4
@@ -287,3 +389,14 @@ class VectorTrackEnv(gym.vector.VectorEnv):
 
     def close(self, **kwargs: Any) -> None:
         self._runner.close()
+        if self._renderer is not None:
+            self._renderer.close()
+            self._renderer = None
+
+
+def _with_masks(info: dict[str, np.ndarray], mask: np.ndarray) -> dict[str, Any]:
+    """A vector info dict: each key's array and its `_key` mask (Gymnasium's layout)."""
+    out: dict[str, Any] = {}
+    for key, value in info.items():
+        out[key], out[f'_{key}'] = value, mask.copy()
+    return out
