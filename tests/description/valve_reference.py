@@ -164,7 +164,10 @@ def versions() -> dict[str, np.ndarray]:
     last bits; the test then says to regenerate the file at commit 0a86558)."""
     import mujoco
 
-    return {'version_mujoco': np.array(mujoco.__version__), 'version_numpy': np.array(np.__version__)}
+    return {
+        'version_mujoco': np.array(mujoco.__version__),
+        'version_numpy': np.array(np.__version__),
+    }
 
 
 def compute() -> dict[str, np.ndarray]:

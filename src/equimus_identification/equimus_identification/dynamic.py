@@ -6,7 +6,10 @@ compiled MjModel (no recompilation):
     k    -> stiffness 2k of both segment slides        c  -> damping 2c of both slides
     l0   -> spring reference (l0 − l_build)/2 of each slide
     area -> F = S·P fed to the segment motors           joint damping -> hinge dof_damping
-    valve.time_constant -> first-order lag p ← a·p + (1−a)·u, a = exp(−Δt/τ), applied per step
+    joint frictionloss, armature -> hinge dof_frictionloss, dof_armature
+    joints.knee.range.0 (the knee's stop) -> jnt_range
+    valve.* -> the description's valve model (equimus_description.valve.follow: dead time, fill
+    and vent time constants; `valve.time_constant` alone is the authors' lag), per physics step
 so every candidate costs only its physics steps. Rollouts go through `mujoco.rollout`.
 
 Losses (both over experiments from `data`):
@@ -41,9 +44,9 @@ import mujoco
 import mujoco.rollout
 import numpy as np
 from scipy.optimize import least_squares, minimize
-from scipy.signal import lfilter
 
 from equimus_description.leg import LegDescription, load_leg
+from equimus_description.valve import ValveParams, follow
 from equimus_sim.leg_model import LegModel
 from equimus_sim.mjcf_builder import seg_names
 
@@ -72,20 +75,52 @@ BOUNDS = {
     'joints.hip.damping': (0.001, 2.0),
     'joints.knee.damping': (0.001, 1.0),
     'valve.time_constant': (0.03, 0.6),
+    # the valve model's dead time and its fill and vent constants (valve.time_constant is both)
+    'valve.dead_time': (0.0, 0.3),
+    'valve.fill_time_constant': (0.02, 1.0),
+    'valve.vent_time_constant': (0.02, 1.0),
+    # dry friction (N·m) and armature (kg·m²) of the hinges; the knee's stop (rad)
+    'joints.hip.frictionloss': (0.0, 0.5),
+    'joints.knee.frictionloss': (0.0, 0.5),
+    'joints.hip.armature': (0.0, 0.02),
+    'joints.knee.armature': (0.0, 0.02),
+    'joints.knee.range.0': (-0.1, 0.05),
 }
-PAPER_PARAMS = tuple(k for k in BOUNDS if k != 'valve.time_constant')  # Table V's ten
+PAPER_PARAMS = tuple(list(BOUNDS)[:10])  # Table V's ten
+VALVE_PARAMS = ('valve.dead_time', 'valve.fill_time_constant', 'valve.vent_time_constant')
+FRICTION_PARAMS = ('joints.hip.frictionloss', 'joints.knee.frictionloss')
+ARMATURE_PARAMS = ('joints.hip.armature', 'joints.knee.armature')
+_VALVE_KEYS = {
+    'valve.time_constant': lambda leg: leg.valve_time_constant,
+    'valve.dead_time': lambda leg: leg.valve.dead_time,
+    'valve.fill_time_constant': lambda leg: leg.valve.tau_fill,
+    'valve.vent_time_constant': lambda leg: leg.valve.tau_vent,
+}
 
 
 def leg_value(leg: LegDescription, name: str) -> float:
     """Current value of a parameter (override key) in a description."""
     parts = name.split('.')
-    if parts[0] == 'valve':
-        return leg.valve_time_constant
+    if name in _VALVE_KEYS:
+        return float(_VALVE_KEYS[name](leg))
     if parts[0] == 'actuators':
         return float(getattr(leg.actuators[parts[1]], parts[2]))
+    if parts[0] == 'joints' and len(parts) == 4 and parts[2] == 'range':
+        return float(leg.joints[parts[1]].range[int(parts[3])])
     if parts[0] == 'joints':
         return float(getattr(leg.joints[parts[1]], parts[2]))
     raise KeyError(f'unknown parameter {name!r} (known: {sorted(BOUNDS)})')
+
+
+def valve_of(p: dict, free: Sequence[str] = ()) -> ValveParams:
+    """The valve model of a full parameter dict. valve.time_constant sets filling and venting
+    unless a fill or vent constant is among the free parameters (or differs from it)."""
+    tau = p['valve.time_constant']
+    fill, vent = p['valve.fill_time_constant'], p['valve.vent_time_constant']
+    split = any(n in free for n in VALVE_PARAMS[1:])
+    if 'valve.time_constant' in free and not split:
+        fill = vent = tau
+    return ValveParams(fill, vent, p['valve.dead_time'])
 
 
 @dataclass
@@ -138,6 +173,12 @@ class Evaluator:
         unknown = [n for n in names if n not in BOUNDS]
         if unknown:
             raise ValueError(f'unknown parameters {unknown}; identifiable: {sorted(BOUNDS)}')
+        both = 'valve.time_constant' in names and any(n in names for n in VALVE_PARAMS[1:])
+        if both and set(names) != set(BOUNDS):  # all of them: a replay of a complete set
+            raise ValueError(
+                'free parameters: valve.time_constant (the lag) or the fill and vent '
+                'constants, not both'
+            )
         if not experiments:
             raise ValueError('no experiments to identify from')
         self.experiments = list(experiments)
@@ -214,6 +255,7 @@ class Evaluator:
             seg_jnt=seg_j,
             build_len=lm._build_len.copy(),
             joint_dof={j: m.jnt_dofadr[m.joint(j).id] for j in leg.joints},
+            joint_id={j: m.joint(j).id for j in leg.joints},
             spec=mujoco.mjtState.mjSTATE_FULLPHYSICS,
         )
         nstate = mujoco.mj_stateSize(m, st['spec'])
@@ -265,14 +307,21 @@ class Evaluator:
             m.qpos_spring[st['seg_qadr'][i]] = (p[f'actuators.{a}.l0'] - st['build_len'][i]) / 2.0
         for j, dof in st['joint_dof'].items():
             m.dof_damping[dof] = p[f'joints.{j}.damping']
+            for attr in ('frictionloss', 'armature'):
+                key = f'joints.{j}.{attr}'
+                if key in p:
+                    getattr(m, f'dof_{attr}')[dof] = p[key]
+            key = f'joints.{j}.range.0'
+            if key in p:
+                m.jnt_range[st['joint_id'][j], 0] = p[key]
 
-    def _valve(self, e: Experiment, sps: int, tau: float) -> np.ndarray:
-        """Valve pressure (kPa) at every physics step of an experiment, (n_steps, 2)."""
+    def _valve(self, e: Experiment, sps: int, valve: ValveParams) -> np.ndarray:
+        """Valve pressure (kPa) at every physics step of an experiment, (n_steps, 2): the
+        description's valve model from the experiment's start pressure (settled there)."""
         if self.pressure == 'measured' and e.pressure_kpa is not None:
             return np.repeat(e.pressure_kpa[:-1], sps, axis=0)  # the valve state as measured
         u = np.repeat(e.command_kpa[:-1], sps, axis=0)
-        a = math.exp(-self.dt / tau) if tau > 0 else 0.0
-        p, _ = lfilter([1.0 - a], [1.0, -a], u, axis=0, zi=(a * e.p0_kpa)[None, :])
+        p, _ = follow(valve, u, e.p0_kpa, self.dt)
         return p
 
     # ----- simulation -----
@@ -284,12 +333,11 @@ class Evaluator:
         m, batches = st['model'], st['batches']
         areas = np.array([p[f'actuators.{a}.area'] for a in st['acts']])
         ctrl_idx = st['lm'].ctrl_idx
+        valve = valve_of(p, self.names)
         valves = {}
         for r, ro in enumerate(self.rollouts):
             if ro.exp not in valves:
-                valves[ro.exp] = self._valve(
-                    self.experiments[ro.exp], self.sps[ro.exp], p['valve.time_constant']
-                )
+                valves[ro.exp] = self._valve(self.experiments[ro.exp], self.sps[ro.exp], valve)
             sps = self.sps[ro.exp]
             pv = valves[ro.exp][ro.i0 * sps : (ro.i0 + ro.n - 1) * sps]
             F = pv * areas * 1e3

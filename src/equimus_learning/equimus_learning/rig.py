@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from equimus_control.estimation import EstimatorConfig, JointEstimate, JointStateEstimator
+from equimus_description.valve import ValveParams
 from equimus_hw.valve.stage import SimulatedDriver
 from equimus_sim.leg_model import LegModel
 from equimus_sim.mocap import MocapConfig, VirtualMocap
@@ -27,11 +28,17 @@ class SimulatedRig:
 
     @classmethod
     def build(
-        cls, leg_model: LegModel, tau: float, q0: Any, p0: np.ndarray, sensing: Any, seed: int
+        cls,
+        leg_model: LegModel,
+        valve: ValveParams,
+        q0: Any,
+        p0: np.ndarray,
+        sensing: Any,
+        seed: int,
     ) -> SimulatedRig:
         sim = LegSimulator(
             leg_model,
-            tau,
+            valve,
             p_max=leg_model.pressure_max_kpa,
             initial_pressures=tuple(p0),
             initial_q=tuple(float(v) for v in q0),
