@@ -188,12 +188,12 @@ class LinearMPC:
         self.valve = valve if valve is not None else ValveParams.lag(cfg.valve_tau)
         self.grid = grid if grid is not None else LinearisationGrid(leg_model, params, cfg)
         self.N = cfg.horizon
-        # valve coefficient per direction (0 fill, 1 vent); a lag has one
-        self.a_dir = (
-            lag_coefficient(cfg.period, self.valve.tau_fill),
-            lag_coefficient(cfg.period, self.valve.tau_vent),
+        # valve coefficient per direction (0 fill, 1 vent) and channel; a lag has one
+        self.a_dir = tuple(
+            [lag_coefficient(cfg.period, float(t)) for t in np.broadcast_to(taus, (NU,))]
+            for taus in (self.valve.tau_fill, self.valve.tau_vent)
         )
-        self.a_valve = self.a_dir[0]
+        self.a_valve = self.a_dir[0][0]
         self.failures = 0
         self.node_key = None
         self._build_constraints()
@@ -231,7 +231,7 @@ class LinearMPC:
         """Stacked prediction x_k = Φ x + Γ u + Λ of the 6-state model, steps of `block` periods;
         dirs: per channel, the valve fills (0) or vents (1)."""
         c = self.cfg
-        a = np.array([self.a_dir[d] for d in dirs])
+        a = np.array([self.a_dir[d][ch] for ch, d in enumerate(dirs)])
         A = np.zeros((NX, NX))
         A[:4, :4] = A4
         A[:4, 4:] = B4

@@ -161,6 +161,8 @@ class LegDescription:
     gravity: float
     equality_solref: tuple
     equality_solimp: tuple
+    friction_solref: tuple = (0.002, 1.0)  # the hinges' dry friction as a constraint (MuJoCo)
+    friction_solimp: tuple = (0.9999, 0.99999, 0.001, 0.5, 2.0)
     source: str | None = None
     raw: dict = field(default_factory=dict, repr=False)
     foot: Foot | None = None
@@ -514,11 +516,21 @@ def _finish(raw: Mapping, source, bodies, joints, actuators) -> LegDescription:
                 'sim.equality_solimp',
             )
         ),
+        friction_solref=tuple(
+            _vec(sim.get('friction_solref', [0.002, 1.0]), 2, 'sim.friction_solref')
+        ),
+        friction_solimp=tuple(
+            _vec(
+                sim.get('friction_solimp', [0.9999, 0.99999, 0.001, 0.5, 2.0]),
+                5,
+                'sim.friction_solimp',
+            )
+        ),
         source=source,
         raw=copy.deepcopy(dict(raw)),
         foot=_foot(raw.get('foot'), bodies),
         ground=_ground(raw.get('ground')),
-        valve=_valve(valve_raw, tau),
+        valve=_valve(valve_raw, tau, list(actuators)),
     )
     if leg.ground is not None and leg.foot is None:
         raise LegDescriptionError('ground.enabled: the ground needs a `foot` section', 'ground')
@@ -527,18 +539,34 @@ def _finish(raw: Mapping, source, bodies, joints, actuators) -> LegDescription:
     return leg
 
 
-def _valve(raw: Mapping, tau: float) -> ValveParams:
+def _valve(raw: Mapping, tau: float, channels: list) -> ValveParams:
     """The valve section: `time_constant` is the fill and the vent constant unless
-    `fill_time_constant` / `vent_time_constant` are given (null = time_constant)."""
+    `fill_time_constant` / `vent_time_constant` are given: a number, or one per actuator
+    ({maa: .., baa: ..}); null = time_constant."""
 
-    def constant(key: str) -> float:
+    def constant(key: str) -> float | tuple[float, ...]:
         v = raw.get(key)
+        if isinstance(v, Mapping):
+            unknown = sorted(set(v) - set(channels))
+            if unknown:
+                raise LegDescriptionError(
+                    f'valve.{key}: unknown actuators {unknown} (have {channels})', f'valve.{key}'
+                )
+            per = [v.get(a) for a in channels]
+            if all(x is None for x in per):
+                return tau
+            return tuple(
+                tau if x is None else _positive(x, f'valve.{key}.{a}')
+                for a, x in zip(channels, per, strict=True)
+            )
         return tau if v is None else _positive(v, f'valve.{key}')
 
+    rate = raw.get('fill_rate')
     return ValveParams(
         tau_fill=constant('fill_time_constant'),
         tau_vent=constant('vent_time_constant'),
         dead_time=_positive(raw.get('dead_time', 0.0), 'valve.dead_time', True),
+        fill_rate=math.inf if rate is None else _positive(rate, 'valve.fill_rate'),
     )
 
 

@@ -81,19 +81,46 @@ def lag_coefficient(dt: float, tau: float) -> float:
     return math.exp(-dt / tau) if tau > 0 else 0.0
 
 
+Channelwise = float | tuple[float, ...]
+
+
+def _channelwise(value, name: str, ok, what: str) -> Channelwise:
+    """A number, or one number per channel (a tuple), each passing ok()."""
+    seq = isinstance(value, (list, tuple, np.ndarray))
+    values = list(np.asarray(value, float).ravel()) if seq else [value]
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not ok(float(v)):
+            raise ValueError(f'valve {name} must be {what}, got {value!r}')
+    return tuple(float(v) for v in values) if seq else value
+
+
 @dataclass(frozen=True)
 class ValveParams:
-    """Dead time (s) and the fill and vent time constants (s) of every channel."""
+    """Dead time (s), fill and vent time constants (s) and the fill rate limit (kPa/s).
 
-    tau_fill: float = VALVE_TAU_S
-    tau_vent: float = VALVE_TAU_S
+    The time constants and the rate limit are one number for every channel or a tuple with one
+    per channel (array order of ACTUATORS); the dead time is the command path's, one for all.
+    """
+
+    tau_fill: Channelwise = VALVE_TAU_S
+    tau_vent: Channelwise = VALVE_TAU_S
     dead_time: float = 0.0
+    fill_rate: Channelwise = math.inf  # kPa/s, the fastest fill (choked supply flow); inf = none
 
     def __post_init__(self) -> None:
+        positive = 'a finite number > 0 s (or one per channel)'
         for name in ('tau_fill', 'tau_vent'):
-            v = getattr(self, name)
-            if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
-                raise ValueError(f'valve {name} must be a finite number > 0 s, got {v!r}')
+            v = _channelwise(
+                getattr(self, name), name, lambda x: math.isfinite(x) and x > 0, positive
+            )
+            object.__setattr__(self, name, v)
+        rate = _channelwise(
+            self.fill_rate,
+            'fill_rate',
+            lambda x: x > 0,
+            '> 0 kPa/s, inf for none (or one per channel)',
+        )
+        object.__setattr__(self, 'fill_rate', rate)
         d = self.dead_time
         if not (isinstance(d, (int, float)) and math.isfinite(d) and d >= 0):
             raise ValueError(f'valve dead_time must be a finite number >= 0 s, got {d!r}')
@@ -105,18 +132,34 @@ class ValveParams:
 
     @property
     def is_lag(self) -> bool:
-        """No dead time and one time constant: the authors' first-order lag."""
-        return self.dead_time == 0.0 and self.tau_fill == self.tau_vent
+        """No dead time, one time constant, no fill rate limit: the authors' first-order lag."""
+        taus = set(np.atleast_1d(self.tau_fill).tolist()) | set(
+            np.atleast_1d(self.tau_vent).tolist()
+        )
+        return self.dead_time == 0.0 and len(taus) == 1 and bool(np.all(np.isinf(self.fill_rate)))
 
     @property
     def tau(self) -> float:
         """The one time constant of a lag (ValueError when fill and vent differ)."""
-        if self.tau_fill != self.tau_vent:
+        taus = set(np.atleast_1d(self.tau_fill).tolist()) | set(
+            np.atleast_1d(self.tau_vent).tolist()
+        )
+        if len(taus) != 1:
             raise ValueError(
                 f'valve fills with τ {self.tau_fill} s and vents with {self.tau_vent} s: '
                 'it has no single time constant'
             )
-        return self.tau_fill
+        return float(taus.pop())
+
+    def channel(self, i: int) -> ValveParams:
+        """The parameters of channel i alone (every field one number)."""
+
+        def pick(v):
+            return v[i] if isinstance(v, tuple) else v
+
+        return ValveParams(
+            pick(self.tau_fill), pick(self.tau_vent), self.dead_time, pick(self.fill_rate)
+        )
 
     def delay_steps(self, dt: float) -> tuple[int, float]:
         """(D, f) with dead_time = (D + f)·dt, D ≥ 0 whole steps and 0 ≤ f < 1."""
@@ -133,14 +176,31 @@ class ValveParams:
         return d + (1 if f > 0 else 0)
 
     def taus(self, p: np.ndarray, v: np.ndarray) -> np.ndarray:
-        """Time constant of each element when pressure p is driven towards input v."""
-        return np.where(v > p, self.tau_fill, self.tau_vent)
+        """Time constant of each element when pressure p is driven towards input v (the last
+        axis is the channel when the constants are per channel)."""
+        return np.where(v > p, np.asarray(self.tau_fill), np.asarray(self.tau_vent))
 
 
 def relax(params: ValveParams, p, v, h) -> np.ndarray:
-    """Pressure after h seconds with input v held (the chamber only; broadcasts)."""
-    p, v = np.asarray(p, float), np.asarray(v, float)
-    return v + (p - v) * np.exp(-np.asarray(h, float) / params.taus(p, v))
+    """Pressure after h seconds with input v held (the chamber only; broadcasts). A fill
+    faster than fill_rate ramps at fill_rate until the lag's own slope (v − p)/τ_fill is
+    slower, then follows the lag (the slope is continuous at the switch)."""
+    p, v, h = np.asarray(p, float), np.asarray(v, float), np.asarray(h, float)
+    out = v + (p - v) * np.exp(-h / params.taus(p, v))
+    r = np.asarray(params.fill_rate, float)
+    if np.all(np.isinf(r)):
+        return out
+    tau = np.asarray(params.tau_fill, float)
+    with np.errstate(invalid='ignore'):
+        # time spent on the ramp (> 0: the fill is rate-limited; never without a limit)
+        t_ramp = np.where(np.isinf(r), -1.0, (v - p - r * tau) / r)
+    ramped = t_ramp > 0
+    if not np.any(ramped):
+        return out
+    with np.errstate(invalid='ignore', over='ignore'):
+        on_ramp = p + r * h
+        after = v - r * tau * np.exp(-np.maximum(h - t_ramp, 0.0) / tau)
+    return np.where(ramped, np.where(h <= t_ramp, on_ramp, after), out)
 
 
 def _settled(p0: np.ndarray, h: int) -> np.ndarray:
@@ -170,7 +230,7 @@ def _exact(
     params: ValveParams, p0: np.ndarray, first: np.ndarray, second: np.ndarray, f: float, dt: float
 ) -> np.ndarray:
     """Pressure at the end of every step; over step k the chamber sees first[k] for f·dt, then
-    second[k]. Runs of steps with one input use the closed form vᵢ + (p − v)·aʲ."""
+    second[k]. A run of steps with one input is `relax` from the run's start."""
     n = second.shape[-2]
     out = np.empty(second.shape, float)
     flat_s = second.reshape(-1, n, second.shape[-1])
@@ -193,9 +253,8 @@ def _exact(
             out[..., s, :] = p
             continue
         v = second[..., s, :]
-        a = np.exp(-dt / params.taus(p, v))
-        k = np.arange(1, e - s + 1, dtype=float)
-        seg = v[..., None, :] + (p - v)[..., None, :] * a[..., None, :] ** k[:, None]
+        h = dt * np.arange(1, e - s + 1, dtype=float)[:, None]
+        seg = relax(params, p[..., None, :], v[..., None, :], h)
         out[..., s:e, :] = seg
         p = seg[..., -1, :]
     return out
@@ -215,7 +274,7 @@ def hold(
     evaluates u + (p − u)·aᵏ, k = 1..n (what LegSimulator and VectorTrackEnv did)."""
     p, u = np.asarray(p, float), np.asarray(u, float)
     if params.is_lag:
-        a = lag_coefficient(dt, params.tau_fill)
+        a = lag_coefficient(dt, params.tau)
         decay = a ** np.arange(1, n + 1, dtype=float)
         return u[..., None, :] + (p - u)[..., None, :] * decay[:, None], history
     steps = np.broadcast_to(u[..., None, :], u.shape[:-1] + (n, u.shape[-1]))
@@ -238,7 +297,7 @@ def follow(
     if params.is_lag:
         from scipy.signal import lfilter
 
-        a = lag_coefficient(dt, params.tau_fill)
+        a = lag_coefficient(dt, params.tau)
         zi = np.broadcast_to(a * p0, u.shape[:-2] + (1,) + u.shape[-1:])
         out, _ = lfilter([1.0 - a], [1.0, -a], u, axis=-2, zi=zi)
         return out, history

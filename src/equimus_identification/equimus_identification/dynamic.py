@@ -48,7 +48,7 @@ from scipy.optimize import least_squares, minimize
 from equimus_description.leg import LegDescription, load_leg
 from equimus_description.valve import ValveParams, follow
 from equimus_sim.leg_model import LegModel
-from equimus_sim.mjcf_builder import seg_names
+from equimus_sim.mjcf_builder import friction_constraint, seg_names
 
 from .data import Experiment
 
@@ -77,8 +77,13 @@ BOUNDS = {
     'valve.time_constant': (0.03, 0.6),
     # the valve model's dead time and its fill and vent constants (valve.time_constant is both)
     'valve.dead_time': (0.0, 0.3),
-    'valve.fill_time_constant': (0.02, 1.0),
+    'valve.fill_time_constant': (0.02, 1.0),  # both valves
     'valve.vent_time_constant': (0.02, 1.0),
+    'valve.fill_time_constant.maa': (0.02, 1.0),  # one valve
+    'valve.fill_time_constant.baa': (0.02, 1.0),
+    'valve.vent_time_constant.maa': (0.02, 1.0),
+    'valve.vent_time_constant.baa': (0.02, 1.0),
+    'valve.fill_rate': (20.0, 2000.0),  # kPa/s
     # dry friction (N·m) and armature (kg·m²) of the hinges; the knee's stop (rad)
     'joints.hip.frictionloss': (0.0, 0.5),
     'joints.knee.frictionloss': (0.0, 0.5),
@@ -88,13 +93,26 @@ BOUNDS = {
 }
 PAPER_PARAMS = tuple(list(BOUNDS)[:10])  # Table V's ten
 VALVE_PARAMS = ('valve.dead_time', 'valve.fill_time_constant', 'valve.vent_time_constant')
+VALVE_CHANNEL_PARAMS = (
+    'valve.dead_time',
+    'valve.fill_time_constant.maa',
+    'valve.fill_time_constant.baa',
+    'valve.vent_time_constant.maa',
+    'valve.vent_time_constant.baa',
+)
+RATE_PARAMS = ('valve.fill_rate',)
 FRICTION_PARAMS = ('joints.hip.frictionloss', 'joints.knee.frictionloss')
 ARMATURE_PARAMS = ('joints.hip.armature', 'joints.knee.armature')
 _VALVE_KEYS = {
     'valve.time_constant': lambda leg: leg.valve_time_constant,
     'valve.dead_time': lambda leg: leg.valve.dead_time,
-    'valve.fill_time_constant': lambda leg: leg.valve.tau_fill,
-    'valve.vent_time_constant': lambda leg: leg.valve.tau_vent,
+    'valve.fill_time_constant': lambda leg: leg.valve.channel(0).tau_fill,
+    'valve.vent_time_constant': lambda leg: leg.valve.channel(0).tau_vent,
+    'valve.fill_time_constant.maa': lambda leg: leg.valve.channel(0).tau_fill,
+    'valve.fill_time_constant.baa': lambda leg: leg.valve.channel(1).tau_fill,
+    'valve.vent_time_constant.maa': lambda leg: leg.valve.channel(0).tau_vent,
+    'valve.vent_time_constant.baa': lambda leg: leg.valve.channel(1).tau_vent,
+    'valve.fill_rate': lambda leg: leg.valve.fill_rate,
 }
 
 
@@ -113,14 +131,22 @@ def leg_value(leg: LegDescription, name: str) -> float:
 
 
 def valve_of(p: dict, free: Sequence[str] = ()) -> ValveParams:
-    """The valve model of a full parameter dict. valve.time_constant sets filling and venting
-    unless a fill or vent constant is among the free parameters (or differs from it)."""
+    """The valve model of a full parameter dict. Free per-valve constants win over free
+    constants of both valves, which win over a free valve.time_constant (both valves fill and
+    vent with it); the rest comes from the description (per valve)."""
     tau = p['valve.time_constant']
-    fill, vent = p['valve.fill_time_constant'], p['valve.vent_time_constant']
-    split = any(n in free for n in VALVE_PARAMS[1:])
-    if 'valve.time_constant' in free and not split:
-        fill = vent = tau
-    return ValveParams(fill, vent, p['valve.dead_time'])
+    per_valve = any(n in free for n in VALVE_CHANNEL_PARAMS[1:])
+    shared = any(n in free for n in VALVE_PARAMS[1:])
+    if 'valve.time_constant' in free and not (per_valve or shared):
+        return ValveParams(tau, tau, p['valve.dead_time'], p['valve.fill_rate'])
+
+    def per(kind):
+        if shared and not per_valve and f'valve.{kind}_time_constant' in free:
+            return p[f'valve.{kind}_time_constant']
+        v = (p[f'valve.{kind}_time_constant.maa'], p[f'valve.{kind}_time_constant.baa'])
+        return v[0] if v[0] == v[1] else v
+
+    return ValveParams(per('fill'), per('vent'), p['valve.dead_time'], p['valve.fill_rate'])
 
 
 @dataclass
@@ -173,11 +199,15 @@ class Evaluator:
         unknown = [n for n in names if n not in BOUNDS]
         if unknown:
             raise ValueError(f'unknown parameters {unknown}; identifiable: {sorted(BOUNDS)}')
-        both = 'valve.time_constant' in names and any(n in names for n in VALVE_PARAMS[1:])
-        if both and set(names) != set(BOUNDS):  # all of them: a replay of a complete set
+        kinds = [
+            'valve.time_constant' in names,
+            any(n in names for n in VALVE_PARAMS[1:]),
+            any(n in names for n in VALVE_CHANNEL_PARAMS[1:]),
+        ]
+        if sum(kinds) > 1 and set(names) != set(BOUNDS):  # all: a replay of a complete set
             raise ValueError(
-                'free parameters: valve.time_constant (the lag) or the fill and vent '
-                'constants, not both'
+                'free parameters: one kind of valve time constant: valve.time_constant (the '
+                'lag), the fill and vent constants of both valves, or those of each valve'
             )
         if not experiments:
             raise ValueError('no experiments to identify from')
@@ -241,6 +271,11 @@ class Evaluator:
         if PRESSURE_LENGTHENS:
             m.actuator_gear[:, 0] = np.abs(m.actuator_gear[:, 0])
         m.actuator_ctrllimited[:] = 0  # candidate areas may exceed the build's force range
+        for j in leg.joints:  # dry friction of any candidate as the simulation builds it
+            dof = m.jnt_dofadr[m.joint(j).id]
+            fc = friction_constraint(leg, self.dt)
+            m.dof_solref[dof] = fc['solreffriction']
+            m.dof_solimp[dof] = fc['solimpfriction']
         d = mujoco.MjData(m)
         acts = list(leg.actuators)
         seg_j = np.array([[m.joint(s).id for s in seg_names(a)] for a in acts])
@@ -450,6 +485,23 @@ class Evaluator:
         return int(sum((ro.n - 1) * self.sps[ro.exp] for ro in self.rollouts))
 
 
+BOUND_TOL = 1e-3  # a parameter within this fraction of its range from a bound is on it
+
+
+def at_bounds(ev: Evaluator, x) -> list[str]:
+    """The free parameters of x that sit on a bound of ev's search range, as
+    'name (lower 0.14)' entries: a sign that the data push beyond the range (model error, or a
+    range too narrow for the physics)."""
+    u = ev.to_unit(x)
+    out = []
+    for n, ui, lo, hi in zip(ev.names, u, ev.lower, ev.upper, strict=True):
+        if ui <= BOUND_TOL:
+            out.append(f'{n} (lower {lo:g})')
+        elif ui >= 1.0 - BOUND_TOL:
+            out.append(f'{n} (upper {hi:g})')
+    return out
+
+
 def _errors(err: np.ndarray) -> dict:
     ok = err.size > 0 and bool(np.all(np.isfinite(err)))
     return {
@@ -470,7 +522,9 @@ def metrics(
     """Per-experiment RMSE and MaxAE per joint of the whole-trajectory simulation.
 
     A static hold is scored on its rest angles (RMSE = MaxAE = the equilibrium error); an
-    experiment with meta['segments'] (segment start times, s) also gets per-segment figures.
+    experiment with meta['segments'] (segment start times, s) also gets per-segment figures, one
+    with meta['phases'] ((phase, t0, t1[, segment]) intervals) per-phase figures pooled over its
+    segments (`phases`: {phase: errors}).
     """
     ev = Evaluator(experiments, names, leg=leg, loss='whole', dt=dt, pressure=pressure)
     sims = ev.simulate(x)
@@ -485,13 +539,34 @@ def metrics(
             m['pressure'] = e.pressure_kpa
         m['command'] = e.command_kpa
         bounds = list(e.meta.get('segments', ())) + [float(e.t[-1]) + e.dt]
+        labels = e.meta.get('segment_names') or [f'{e.name}@{a:.2f}s' for a in bounds[:-1]]
         m['segments'] = [
-            {'name': f'{e.name}@{a:.2f}s', 't0': a, **_errors(err[(e.t >= a) & (e.t < b)])}
-            for a, b in zip(bounds[:-1], bounds[1:], strict=True)
+            {'name': lbl, 't0': a, **_errors(err[(e.t >= a) & (e.t < b)])}
+            for lbl, a, b in zip(labels, bounds[:-1], bounds[1:], strict=True)
             if np.any((e.t >= a) & (e.t < b))
         ]
+        m['phases'] = phase_errors(e, err) if not e.is_static else {}
         out.append(m)
     return out
+
+
+def phase_masks(e: Experiment) -> dict:
+    """{phase: boolean mask over e.t} from meta['phases'] (empty without phases)."""
+    masks: dict = {}
+    for ph in e.meta.get('phases', ()):
+        name, a, b = ph[0], ph[1], ph[2]
+        mask = (e.t >= a - 1e-9) & (e.t < b - 1e-9)
+        masks[name] = masks.get(name, np.zeros(len(e.t), bool)) | mask
+    return masks
+
+
+def phase_errors(e: Experiment, err: np.ndarray) -> dict:
+    """RMSE and MaxAE per joint of each phase (fill, hold, release), pooled over segments."""
+    return {
+        name: {**_errors(err[mask]), 'n': int(mask.sum())}
+        for name, mask in phase_masks(e).items()
+        if mask.any()
+    }
 
 
 def identifiability(ev: Evaluator, x, rel_step: float = 1e-3) -> dict:

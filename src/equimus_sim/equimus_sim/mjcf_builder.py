@@ -76,6 +76,15 @@ def _plane_axis(leg: LegDescription) -> np.ndarray:
     return axis
 
 
+def friction_constraint(leg: LegDescription, dt: float) -> dict:
+    """solreffriction / solimpfriction of a hinge with dry friction (the description's sim
+    section; the time constant raised to 2·dt, MuJoCo's stability floor)."""
+    return {
+        'solreffriction': [max(leg.friction_solref[0], 2.0 * dt), leg.friction_solref[1]],
+        'solimpfriction': list(leg.friction_solimp),
+    }
+
+
 def build_mjcf(
     leg: LegDescription | None = None,
     variant: str = 'equimus',
@@ -133,6 +142,8 @@ def build_mjcf(
             extra = {
                 k: v for k, v in (('frictionloss', j.frictionloss), ('armature', j.armature)) if v
             }
+            if j.frictionloss:
+                extra.update(friction_constraint(leg, dt))
             _sub(
                 el,
                 'joint',

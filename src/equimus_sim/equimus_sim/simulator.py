@@ -415,7 +415,9 @@ def make_simulator(
         leg = leg.with_timestep(float(timestep))
     vp = leg.valve
     if valve == 'mujoco':
-        lm = LegModel(leg, variant, valve_tau=vp.tau if vp.is_lag else vp.tau_fill)
+        # a general valve is written into the model step by step; any τ builds its actuators
+        tau = vp.tau if vp.is_lag else float(np.max(vp.tau_fill))
+        lm = LegModel(leg, variant, valve_tau=tau)
     else:
         lm = LegModel(leg, variant)
     return LegSimulator(lm, vp, p_max=lm.pressure_max_kpa, **kwargs)

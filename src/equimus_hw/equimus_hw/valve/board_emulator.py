@@ -124,7 +124,7 @@ class BoardEmulator:
         self._lock = threading.RLock()
         # valve: the description's valve model; else a lag of tau_s with a dead time
         params = valve if valve is not None else ValveParams(tau_s, tau_s, dead_time_s)
-        self.valves = [ValveModel(self.cal, params) for _ in range(channels)]
+        self.valves = [ValveModel(self.cal, params.channel(i)) for i in range(channels)]
         self.codes = [0] * channels
         # The newest `history` SET frames for inspection (the log file keeps all of them); a
         # bounded deque so a long soak neither grows nor scans ever longer lists under the lock.
