@@ -237,6 +237,22 @@ def tocenter_groups(path) -> list[dict]:
     return groups
 
 
+def holds_as_static_set(path, tail_s: float = 0.5) -> StaticSet:
+    """The equilibria a ToCenter session held: per group, the start pair and the mean angles of
+    the hold's last `tail_s` seconds. StaticPoint_all_36 (Set B) is this for the 2025-02-20
+    session, within 0.39° (tests/identification/test_data_dynamic.py)."""
+    rows_p, rows_q = [], []
+    for g in tocenter_groups(path):
+        i = release_index(g)
+        t_rel = g['t'][i]
+        m = (g['t'] >= t_rel - tail_s) & (g['t'] < t_rel)
+        rows_p.append(g['start'])
+        rows_q.append(g['q'][m].mean(axis=0))
+    return StaticSet(
+        np.array(rows_p, float), np.array(rows_q), name=f'{pathlib.Path(path).stem} holds'
+    )
+
+
 def release_index(g: dict, hold_s: float = HOLD_S) -> int:
     """First sample where the command leaves the start pressures; for a (0, 0) group, t ≥ hold_s."""
     start = np.asarray(g['start'])

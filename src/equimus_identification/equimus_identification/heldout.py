@@ -61,12 +61,22 @@ START = {
     'valve.dead_time': 0.05,
     'valve.fill_time_constant': 0.2171,
     'valve.vent_time_constant': 0.2171,
+    'valve.fill_time_constant.maa': 0.2171,
+    'valve.fill_time_constant.baa': 0.2171,
+    'valve.vent_time_constant.maa': 0.2171,
+    'valve.vent_time_constant.baa': 0.2171,
+    'valve.fill_rate': 200.0,
     'joints.hip.frictionloss': 0.01,
     'joints.knee.frictionloss': 0.005,
     'joints.hip.armature': 0.001,
     'joints.knee.armature': 0.001,
 }
-VALVES = {'lag': ('valve.time_constant',), 'chamber': D.VALVE_PARAMS}
+VALVES = {
+    'lag': ('valve.time_constant',),
+    'chamber': D.VALVE_PARAMS,
+    'chamber-rate': D.VALVE_PARAMS + D.RATE_PARAMS,  # and the fill rate limit
+    'chamber-per-valve': D.VALVE_CHANNEL_PARAMS,  # fill and vent constants of each valve
+}
 FRICTIONS = {'none': (), 'friction': D.FRICTION_PARAMS + D.ARMATURE_PARAMS}
 LOSSES = ('whole', 'shooting')
 REFERENCES = ('table_v_dynamic', 'table_v_static')
@@ -77,19 +87,28 @@ class Candidate:
     valve: str
     friction: str
     loss: str
+    fixed: tuple[tuple[str, float], ...] = ()  # (override key, value) held out of the fit
 
     @property
     def name(self) -> str:
-        return f'{self.valve}+{self.friction}+{self.loss}'
+        fix = ','.join(k.split('.', 1)[1] for k, _ in self.fixed)
+        return f'{self.valve}+{self.friction}+{self.loss}' + (f'+fixed({fix})' if fix else '')
 
     @property
     def params(self) -> list[str]:
-        return (
+        names = (
             list(D.PAPER_PARAMS)
             + list(VALVES[self.valve])
             + list(FRICTIONS[self.friction])
             + ['joints.knee.range.0']
         )
+        held = {k for k, _ in self.fixed}
+        return [n for n in names if n not in held]
+
+    def leg(self, a: Any):
+        """The start description with the fixed parameters applied."""
+        leg = start_leg(a.start, a.leg)
+        return leg.with_overrides(dict(self.fixed)) if self.fixed else leg
 
 
 def pair_key(pair) -> str:
@@ -186,13 +205,13 @@ def full_task(args) -> dict:
     """The all-data fit of one candidate and its in-sample figures."""
     cand, a = args
     d = load(a.tocenter, a.static)
-    leg = start_leg(a.start, a.leg)
+    leg = cand.leg(a)
     x0 = np.array([START[n] if n in START else D.leg_value(leg, n) for n in cand.params])
     t0 = time.monotonic()
     r = fit(cand, d['segments'] + d['static'], leg, x0, a.iterations, a)
     ev = D.Evaluator(d['segments'][:1], cand.params, leg=leg, dt=a.dt, bounds=a.bounds)
     out = {
-        'params': dict(zip(cand.params, map(float, r.x), strict=True)),
+        'params': dict(cand.fixed) | dict(zip(cand.params, map(float, r.x), strict=True)),
         'at_bounds': D.at_bounds(ev, r.x),
         'loss': float(r.loss),
         'fit_wall_s': time.monotonic() - t0,
@@ -206,7 +225,7 @@ def fold_task(args) -> dict:
     """One fold: the fit without `pair`, scored on the held-out pair."""
     cand, a, pair, x_all = args
     d = load(a.tocenter, a.static)
-    leg = start_leg(a.start, a.leg)
+    leg = cand.leg(a)
     train = [e for e in d['segments'] + d['static'] if e.meta['pair'] != pair]
     seg = [e for e in d['segments'] if e.meta['pair'] == pair]
     sta = [e for e in d['static'] if e.meta['pair'] == pair]
@@ -222,9 +241,7 @@ def reference_task(args) -> dict:
     """A parameter set that is not refitted: its figures are held-out figures everywhere."""
     spec, a = args
     d = load(a.tocenter, a.static)
-    from .evaluate import load_params
-
-    leg = load_params(spec, a.leg)
+    leg = start_leg(spec, a.leg)
     names = list(D.BOUNDS)
     x = [D.leg_value(leg, n) for n in names]
     return score(leg, names, x, d['segments'], d['static'], True)
@@ -250,7 +267,7 @@ def summary(res: dict) -> dict:
         'static': static_rmse(ins['static']),
         'phases': ins['phases'],
     }
-    if 'folds' in res:
+    if res.get('folds'):
         folds = res['folds']
         held = {k: f['segments'][k] for k, f in folds.items()}
         out['held_out'] = seg_stats(held)
@@ -280,15 +297,47 @@ def markdown(doc: dict) -> str:
     ]
     for name, s in doc['summary'].items():
         row = [spread(s['in_sample']), pair(s['continuous']), pair(s['static'])]
-        if 'criterion' in s:
+        if name in doc['candidates']:
             chosen = ' **(chosen)**' if name == doc.get('chosen') else ''
             bounds = ', '.join(doc['candidates'][name].get('at_bounds', [])) or '–'
-            row = [f'{name}{chosen}', *row, spread(s['held_out']), pair(s['held_out_static'])]
-            row += [f'{s["criterion"]:.5f}', bounds]
+            if 'held_out' in s:
+                row = [f'{name}{chosen}', *row, spread(s['held_out']), pair(s['held_out_static'])]
+                row += [f'{s["criterion"]:.5f}', bounds]
+            else:
+                row = [f'{name} (in-sample only)', *row, '–', '–', '–', bounds]
         else:
             row = [f'{name} (not refitted)', *row, 'as in-sample', '–', '–', '–']
         out.append('| ' + ' | '.join(row) + ' |')
+    if doc.get('chosen'):
+        out += ['', table_iv(doc)]
     return '\n'.join(out) + '\n'
+
+
+def table_iv(doc: dict) -> str:
+    """The paper's Table IV (rest-angle RMSE and MaxAE on Set A and Set B) for the chosen model
+    with every static point held out: predicted by the fit of its fold (without that pair's
+    segment and static point), the leg filled from the vented rest."""
+    from .report import PAPER
+
+    folds = doc['candidates'][doc['chosen']]['folds']
+    err = {k: np.asarray(f['static'][k]) for k, f in folds.items()}
+    set_a = [pair_key(p) for p in data.EFFECTIVE_13]
+    rows = [
+        '| set | paper RMSE θ1 / θ2 | ours, held out | paper MaxAE θ1 / θ2 | ours, held out |',
+        '|---|---|---|---|---|',
+    ]
+    for label, keys, pk in (('A (13)', set_a, 'a'), ('B (36)', list(err), 'b')):
+        e = np.array([err[k] for k in keys if k in err])
+        if not len(e):
+            continue
+        r, m = np.sqrt(np.mean(e**2, axis=0)), np.max(np.abs(e), axis=0)
+        pr: tuple = PAPER[f'static_set_{pk}_rmse']  # type: ignore[assignment]
+        pm: tuple = PAPER[f'static_set_{pk}_maxae']  # type: ignore[assignment]
+        rows.append(
+            f'| {label} | {pr[0]:.4f} / {pr[1]:.4f} | {r[0]:.4f} / {r[1]:.4f} | '
+            f'{pm[0]:.4f} / {pm[1]:.4f} | {m[0]:.4f} / {m[1]:.4f} |'
+        )
+    return '\n'.join(rows) + '\n'
 
 
 # ---------------------------------------------------------------------- driver
@@ -371,13 +420,31 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument('--static-weight', type=float, default=1.0)
     ap.add_argument('--iterations', type=int, default=15, help='Jacobians of the all-data fit')
     ap.add_argument('--fold-iterations', type=int, default=2, help='Jacobians per fold')
-    ap.add_argument('--folds', default='all', help="'all' or a number of pairs (spread)")
+    ap.add_argument(
+        '--folds', default='all', help="'all' or a number of pairs (spread); 0: in-sample only"
+    )
     ap.add_argument('--workers', type=int, default=2)
     ap.add_argument('--bound', action='append', default=[], metavar='NAME=LO:HI')
+    ap.add_argument(
+        '--fix',
+        action='append',
+        default=[],
+        metavar='NAME=VALUE',
+        help='hold a parameter at a value in every candidate (repeatable), e.g. '
+        'actuators.maa.c=10.8',
+    )
     a = ap.parse_args(argv)
-    from .cli import parse_bounds
+    from .cli import parse_bounds, parse_params
 
     a.bounds = parse_bounds(a.bound)
+    fixed = []
+    for spec in a.fix:
+        name, _, value = spec.partition('=')
+        try:
+            fixed.append((parse_params(name)[0], float(value)))
+        except ValueError:
+            print(f'heldout: --fix {spec!r}: expected NAME=VALUE', file=sys.stderr)
+            return 2
     out = pathlib.Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
 
@@ -394,7 +461,7 @@ def main(argv: list[str] | None = None) -> int:
         k = int(a.folds)
         pairs = [pairs[i] for i in np.linspace(0, len(pairs) - 1, k).round().astype(int)]
     cands = [
-        Candidate(v, fr, lo)
+        Candidate(v, fr, lo, tuple(fixed))
         for v, fr, lo in itertools.product(
             a.valves.split(','), a.frictions.split(','), a.losses.split(',')
         )
@@ -451,11 +518,11 @@ def main(argv: list[str] | None = None) -> int:
         doc['summary'][c.name] = summary(res)
     for r, res in doc['references'].items():
         doc['summary'][r] = summary({'in_sample': res})
-    chosen = min(
+    ranked = sorted(
         (n for n in doc['summary'] if 'criterion' in doc['summary'][n]),
         key=lambda n: doc['summary'][n]['criterion'],
     )
-    doc['chosen'] = chosen
+    chosen = doc['chosen'] = ranked[0] if ranked else None
     info = {
         'command': command,
         'inputs': [os.path.relpath(a.tocenter), os.path.relpath(a.static)],
@@ -465,12 +532,13 @@ def main(argv: list[str] | None = None) -> int:
         write_params(
             out / c.name / 'params.yaml', c, doc['candidates'][c.name], doc['summary'][c.name], info
         )
-    (out / 'chosen.yaml').write_text((out / chosen / 'params.yaml').read_text())
+    if chosen:
+        (out / 'chosen.yaml').write_text((out / chosen / 'params.yaml').read_text())
     md = markdown(doc)
     (out / 'heldout.md').write_text(f'Command: `{command}`\n\n' + md)
     (out / 'heldout.json').write_text(json.dumps(doc, indent=1))
     print(md)
-    log(f'chosen: {chosen} -> {out / "chosen.yaml"}')
+    log(f'chosen: {chosen} -> {out / "chosen.yaml"}' if chosen else 'no held-out folds run')
     return 0
 
 

@@ -63,6 +63,9 @@ class TrackConfig:
     fall_penalty: float = 10.0  # once, when the joint-limit guard or an invalid estimate vents
     random_waypoints: int = 4
     safety: SafetyConfig = field(default_factory=SafetyConfig)
+    # leg override file (e.g. config/leg_fit.yaml: the identified leg, valve and friction);
+    # empty: the description's defaults
+    leg_overrides: str = ''
 
     def __post_init__(self) -> None:
         if self.reference not in REFERENCES:
@@ -94,7 +97,7 @@ class TrackEnv(gym.Env):
 
     def __init__(self, config: TrackConfig | None = None, **overrides: Any) -> None:
         self.cfg = replace(config or TrackConfig(), **overrides)
-        leg = load_leg().with_timestep(PHYSICS_DT)
+        leg = load_leg(overrides=self.cfg.leg_overrides or None).with_timestep(PHYSICS_DT)
         self.leg = leg
         self.params = StaticParams.from_leg(leg)
         self.leg_model = LegModel(leg)

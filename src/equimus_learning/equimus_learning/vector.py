@@ -69,7 +69,7 @@ class VectorTrackEnv(gym.vector.VectorEnv):
         if self.cfg.privileged:
             raise ValueError('VectorTrackEnv has no privileged observation; use TrackEnv')
         self.num_envs = n = int(num_envs)
-        leg = load_leg().with_timestep(PHYSICS_DT)
+        leg = load_leg(overrides=self.cfg.leg_overrides or None).with_timestep(PHYSICS_DT)
         self.params = StaticParams.from_leg(leg)
         self.lm = LegModel(leg)
         self.model = self.lm.model
