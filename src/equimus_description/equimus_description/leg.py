@@ -263,6 +263,12 @@ def _override(out: dict, key: str, value: Any) -> None:
             f'(known: {_known(node)})'
         )
     leaf = parts[-1]
+    if not isinstance(node, (dict, list)):
+        parent = '.'.join(parts[:-1])
+        raise LegDescriptionError(
+            f"override '{key}': '{parent}' holds one value ({node!r}), not one per name: "
+            f"override '{parent}' itself"
+        )
     if not _has(node, leaf):
         raise LegDescriptionError(
             f"override '{key}': unknown parameter '{leaf}' (known: {_known(node)})"

@@ -13,10 +13,13 @@ publishes no response time, and the rigs it cites report "dead time 20–40 ms p
 lag alone (τ = 0.2171 s). A physical orifice-and-volume model would need the supply pressure, the
 orifice conductances and the muscle volume as it changes with length; none of them is
 documented, and the recordings measure angles, not pressures, so those would be unidentifiable.
-At T_d = 0 and τ_fill = τ_vent the model is the authors' first-order lag.
+One piece of it is available: a fill no faster than `fill_rate` (kPa/s; choked supply flow fills
+at a constant rate), off by default. At T_d = 0, τ_fill = τ_vent and no rate limit the model is
+the authors' first-order lag.
 
-`ValveParams` holds the three parameters (from the leg description's `valve` section:
-`LegDescription.valve`). Three pure functions give its exact solution for inputs held piecewise
+`ValveParams` holds the parameters (from the leg description's `valve` section:
+`LegDescription.valve`); the time constants and the rate limit are one value for every channel
+or one per channel. Three pure functions give its exact solution for inputs held piecewise
 constant — over a fixed step grid for arrays of any batch shape, or stepped by the clock:
 
 - `hold(params, p, u, n, dt, history)`: a command held over n steps (a frame of a simulator or an
@@ -24,8 +27,8 @@ constant — over a fixed step grid for arrays of any batch shape, or stepped by
 - `follow(params, u, p0, dt, history)`: a command per step (identification, the planners);
 - `Valve.step(u, dt)`: a stateful valve stepped by an irregular clock (the DAC-board emulator).
 
-All three are the same closed-form solution (the flow direction cannot change while the input is
-held: the pressure approaches the input without crossing it). With neutral parameters
+All three are the same closed-form solution (`relax`: the flow direction cannot change while the
+input is held, the pressure approaches the input without crossing it). With neutral parameters
 (`ValveParams.is_lag`) each evaluates the lag exactly as its callers did before the model had a
 dead time (`hold`: u + (p − u)·aᵏ, `follow`: the recursive filter p ← a·p + (1 − a)·u via
 scipy's lfilter, `Valve.step`: a·p + (1 − a)·u, a = exp(−Δt/τ)), so every figure of a neutral
@@ -239,8 +242,9 @@ def _exact(
     change = np.zeros(n, bool)
     change[0] = True
     change[1:] = np.any(flat_s[:, 1:] != flat_s[:, :-1], axis=(0, 2))
-    starts = np.flatnonzero(change | split | np.r_[False, split[:-1]])
-    ends = np.r_[starts[1:], n]
+    after_split = np.concatenate(([False], split[:-1]))
+    starts = np.flatnonzero(change | split | after_split)
+    ends = np.append(starts[1:], n)
     p = np.asarray(p0, float)
     for s, e in zip(starts.tolist(), ends.tolist(), strict=True):
         if split[s]:
