@@ -273,7 +273,7 @@ def _override(out: dict, key: str, value: Any) -> None:
         raise LegDescriptionError(
             f"override '{key}': unknown parameter '{leaf}' (known: {_known(node)})"
         )
-    index: int | str = int(leaf) if isinstance(node, list) else leaf
+    index: Any = int(leaf) if isinstance(node, list) else leaf
     if isinstance(node[index], (int, float)) and not isinstance(node[index], bool):
         try:
             value = float(value)
