@@ -378,7 +378,10 @@ def run_all(fn, jobs: list, paths: list[pathlib.Path], workers: int, log, label)
             done(k, job, path, fut.result())
 
 
-def write_params(path: pathlib.Path, cand: Candidate, res: dict, s: dict, info: dict) -> None:
+def write_params(
+    path: pathlib.Path, cand: Candidate, res: dict, s: dict, info: dict, start_values: dict
+) -> None:
+    """A candidate's all-data fit as a leg override file (start values under the fit)."""
     from .report import write_params_yaml
 
     meta = dict(info)
@@ -399,7 +402,7 @@ def write_params(path: pathlib.Path, cand: Candidate, res: dict, s: dict, info: 
             ),
         },
     )
-    write_params_yaml(path, res['params'], meta)
+    write_params_yaml(path, start_values | res['params'], meta)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -530,9 +533,28 @@ def main(argv: list[str] | None = None) -> int:
         'inputs': [os.path.relpath(a.tocenter), os.path.relpath(a.static)],
         'start_parameter_set': a.start,
     }
+    start_values: dict = {}
+    if pathlib.Path(a.start).is_file():
+        # a start file: its values and its own parameter set go into every params.yaml, so each
+        # loads on its own
+        import yaml
+
+        from equimus_description.leg import load_overrides
+
+        start_values = load_overrides(a.start)
+        start_doc = yaml.safe_load(pathlib.Path(a.start).read_text()) or {}
+        info['start_parameter_set'] = (start_doc.get('identification') or {}).get(
+            'start_parameter_set', 'table_v_dynamic'
+        )
+        info['start'] = os.path.relpath(a.start)
     for c in cands:
         write_params(
-            out / c.name / 'params.yaml', c, doc['candidates'][c.name], doc['summary'][c.name], info
+            out / c.name / 'params.yaml',
+            c,
+            doc['candidates'][c.name],
+            doc['summary'][c.name],
+            info,
+            start_values,
         )
     if chosen:
         (out / 'chosen.yaml').write_text((out / chosen / 'params.yaml').read_text())
