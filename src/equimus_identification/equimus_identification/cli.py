@@ -247,6 +247,19 @@ def parse_bounds(specs) -> dict[str, tuple[float, float]]:
     return out
 
 
+def fit_start(ev, names, x_before) -> np.ndarray:
+    """Where the fit starts: the start set's values, except a parameter that sits exactly on a
+    bound there and has a neutral value (no dead time, no friction): a least-squares start at
+    a kink or bound does not move, so it starts from heldout.START instead."""
+    from equimus_identification.heldout import START
+
+    x0 = np.array(x_before, float)
+    for i, n in enumerate(names):
+        if n in START and (x0[i] <= ev.lower[i] or x0[i] >= ev.upper[i]):
+            x0[i] = np.clip(START[n], ev.lower[i], ev.upper[i])
+    return x0
+
+
 def default_dt(exps) -> float:
     """The authors' 0.005 s when every experiment's sample period is a multiple of it (their
     100 Hz CSVs), else the simulation node's 1/600 s (five steps per 120 Hz mocap frame)."""
@@ -317,7 +330,7 @@ def run_dynamic(exps, leg, a, out: pathlib.Path, log, holds=()) -> dict:
             refine=refine,
             refine_maxfev=a.refine_maxfev,
             refine_evaluator=ref,
-            x0=x_before,
+            x0=fit_start(ev, names, x_before),
             log=log,
             progress=True,
         )
