@@ -142,6 +142,8 @@ def dynamic_fit(quick: bool) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         argv = [
             str(next(TOCENTER.glob('ToCenter_*.csv'))),
+            '--tocenter',
+            'releases',  # the 13 releases, as this figure has always been measured
             '--out',
             tmp,
             '--params',

@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
 """Print this project's identification figures next to the EquiMus paper's (Tables IV-VI).
 
-    python scripts/compare_paper.py [--fit fit/ --fit config/leg_fit_joint.yaml]
+    python scripts/compare_paper.py [--fit fit/ --fit config/leg_fit.yaml]
 
 Static: the regression runs here (a second or two). Dynamic: per-experiment whole-trajectory RMSE
 on the 13 effective ToCenter groups for the paper's Table V parameters in our model, and for the
 fitted parameters in each --fit; then the static equilibria (Set A, Set B) held in the MuJoCo model
-for every parameter set.
+for every parameter set (filled from the vented rest, as the ToCenter session reached them).
 """
 
 import argparse
@@ -31,7 +31,7 @@ def main(argv=None):
     )
     ap.add_argument('--data', default=str(DATA), help='folder holding static/ and dynamic/')
     a = ap.parse_args(argv)
-    from equimus_description.leg import load_leg, load_overrides
+    from equimus_description.leg import load_leg
     from equimus_description.statics import StaticParams
     from equimus_identification import data
     from equimus_identification import dynamic as D
@@ -65,7 +65,7 @@ def main(argv=None):
     )
 
     exps = data.load_tocenter(next((root / 'dynamic').glob('ToCenter_*.csv')))
-    names = list(D.PAPER_PARAMS) + ['valve.time_constant']
+    names = list(D.BOUNDS)  # every model parameter from each set (valve model, friction, stop)
     cols = [
         ('paper Table V (dynamic) in our model', load_leg(parameter_set='table_v_dynamic')),
         ('paper Table V (static) in our model', load_leg(parameter_set='table_v_static')),
@@ -73,8 +73,9 @@ def main(argv=None):
     for fit in a.fit:
         path = pathlib.Path(fit)
         path = path / 'params.yaml' if path.is_dir() else path
-        ov = load_overrides(path)
-        fitted = load_leg(parameter_set='table_v_dynamic', overrides=ov)
+        from equimus_identification.evaluate import load_params
+
+        fitted = load_params(str(path))
         cols.append((f'fitted ({fit})', fitted))
     print(
         '\nDYNAMIC (13 effective ToCenter groups, 4 s after the release, '
@@ -94,15 +95,17 @@ def main(argv=None):
     for stat, fn in (('mean', np.mean), ('max', np.max)):
         print(f'{stat:12s}' + ''.join(f'{fn([r["rmse_all"] for r in m]):32.4f}' for _, m in res))
     print(
-        '\nSTATIC IN THE SIMULATION (each pressure pair held from the measured pose in MuJoCo, '
-        'rest-angle RMSE θ1 / θ2, rad)'
+        "\nSTATIC IN THE SIMULATION (each pressure pair filled from the set's vented rest pose "
+        'in MuJoCo and held 5 s, as the ToCenter session reached it; rest-angle RMSE θ1 / θ2, '
+        'rad; Set B is the ToCenter holds, so a fit to ToCenter has seen it)'
     )
     print(f'{"set":12s}' + ''.join(f'{lbl[:30]:>32s}' for lbl, _ in cols))
     for s_ in (set_a, set_b):
         row = []
         for _, leg in cols:
             x = [D.leg_value(leg, n) for n in names]
-            m = D.metrics(data.static_experiments(s_), x, names, leg=leg)
+            held = data.static_experiments(s_, data.HOLD_S, start='rest')
+            m = D.metrics(held, x, names, leg=leg)
             r = np.sqrt(np.mean([mm['rmse'] ** 2 for mm in m], axis=0))
             row.append(f'{r[0]:.4f} / {r[1]:.4f}')
         print(f'{s_.name.replace("StaticPoint_", "")[:12]:12s}' + ''.join(f'{v:>32s}' for v in row))

@@ -102,3 +102,21 @@ def test_cli_errors_are_clear(tmp_path, capsys):
 def test_unknown_parameter_rejected(exps):
     with pytest.raises(ValueError, match='unknown parameters'):
         D.Evaluator(exps[:1], ['actuators.maa.stiffness'])
+
+
+def test_set_b_is_the_hold_phase_of_the_tocenter_session(shared_dir):
+    """StaticPoint_all_36 (Set B) is the ToCenter session's holds (mean of each hold's last
+    0.5 s) within 0.4°: not an independent validation set. Every segment of the file is an
+    experiment with its fill, hold and release phases."""
+    held = data.holds_as_static_set(shared_dir / TOCENTER)
+    set_b = data.load_static_csv(shared_dir / 'data/equimus/physical/static/StaticPoint_all_36.csv')
+    for p, q in zip(set_b.pressures_kpa, set_b.q, strict=True):
+        i = np.flatnonzero(np.all(held.pressures_kpa == p, axis=1))
+        assert len(i) == 1
+        assert np.all(np.abs(np.degrees(held.q[i[0]] - q)) < 0.4), (p, held.q[i[0]], q)
+    segments = data.load_trajectory_csv(shared_dir / TOCENTER)
+    assert len(segments) == 36 and len({e.meta['pair'] for e in segments}) == 36
+    for e in segments[1:]:
+        (f, a0, a1), (h, b0, b1), (r, c0, c1) = e.meta['phases']
+        assert (f, h, r) == ('fill', 'hold', 'release') and a1 == b0 == 1.5 and b1 == c0
+        assert 4.99 < c0 < 5.03 and np.all(e.command_kpa[e.t >= c0] == 0.0)

@@ -88,12 +88,67 @@ def test_dynamic_csv_without_pressure_columns(sim, truth_file, tmp_path):
     assert len(data.load_any([csv])['dynamic']) == 2  # identify takes it as dynamic data too
     truth = evaluate.evaluate(evaluate.load_params(str(truth_file)), [csv])
     wrong = evaluate.evaluate(evaluate.load_params('table_v_dynamic'), [csv])
-    assert truth[0]['kind'] == 'dynamic' and len(truth[0]['metrics']) == 2
+    # the default protocol: one continuous replay, scored per segment
+    assert truth[0]['kind'] == 'dynamic' and len(truth[0]['metrics']) == 1
+    assert len(truth[0]['metrics'][0]['segments']) == 2
     assert np.all(_rmse(truth) < 0.01), _rmse(truth)  # 120 Hz → 100 Hz resampling only
     assert np.all(_rmse(wrong) > 3 * _rmse(truth))
+    restarted = evaluate.evaluate(evaluate.load_params(str(truth_file)), [csv], protocol='segments')
+    assert len(restarted[0]['metrics']) == 2 and np.all(_rmse(restarted) < 0.01)
     # asking for measured pressures that the file does not have: a message, exit 2
     rc = equimus_cli.main(['evaluate', str(truth_file), str(csv), '--pressure', 'measured'])
     assert rc == 2
+
+
+def test_segment_pairs_layout_and_phases(tmp_path, truth_file):
+    """A dynamic CSV with only pressure1_start, pressure2_start, pressure1_end, pressure2_end:
+    the start pair is commanded from each segment's first sample and the end pair from
+    data.HOLD_S on. Dropping the command log from such a file changes nothing; the evaluation
+    reports fill, hold and release errors; an unknown layout is refused in one line that lists
+    the usable columns."""
+    pairs = [((30.0, 0.0), (0.0, 0.0)), ((10.0, 25.0), (0.0, 0.0)), ((0.0, 40.0), (5.0, 0.0))]
+    seg_s = 2 * data.HOLD_S
+    command = np.vstack(
+        [np.repeat([a, b], int(round(data.HOLD_S * 120)), axis=0) for a, b in pairs]
+    )
+    run = synth.simulate_command(TRUTH, command)
+    n = int(round(seg_s * 120))
+    logged, bare = [], []
+    for k, (a, b) in enumerate(pairs):
+        sl = slice(k * n, (k + 1) * n)
+        t = run['t'][sl] - run['t'][sl][0]
+        q = np.rad2deg(run['q'][sl])
+        head = np.column_stack([t, np.tile(np.r_[a, b] * 1e3, (len(t), 1))])
+        logged.append(np.column_stack([head, run['command'][sl] * 1e3, q]))
+        bare.append(np.column_stack([head, q]))
+    pair_cols = 'relative_time,pressure1_start,pressure2_start,pressure1_end,pressure2_end'
+    angles = 'thigh_theta21,calf_theta32'
+    with_log, without = tmp_path / 'logged.csv', tmp_path / 'pairs.csv'
+    np.savetxt(
+        with_log,
+        np.vstack(logged),
+        delimiter=',',
+        header=f'{pair_cols},current_pressure1,current_pressure2,{angles}',
+        comments='',
+    )
+    np.savetxt(without, np.vstack(bare), delimiter=',', header=f'{pair_cols},{angles}', comments='')
+    assert data.csv_kind(without) == 'segments' and data.csv_kind(with_log) == 'tocenter'
+    a, b = data.load_trajectory_csv(with_log), data.load_trajectory_csv(without)
+    assert len(a) == len(b) == 3
+    for ea, eb in zip(a, b, strict=True):
+        np.testing.assert_array_equal(ea.command_kpa, eb.command_kpa)
+        assert [p[0] for p in eb.meta['phases']] == ['fill', 'hold', 'release']
+    res = evaluate.evaluate(evaluate.load_params(str(truth_file)), [without])[0]
+    assert set(res['phases']) == {'fill', 'hold', 'release'}
+    assert np.all(res['rmse'] < 0.01), res['rmse']  # the true model, one continuous replay
+    md = evaluate.markdown([res], 'truth', 'command')
+    assert '| fill |' in md and '| release |' in md
+    bad = tmp_path / 'other.csv'
+    bad.write_text('relative_time,pressure1_start,thigh_theta21\n0,0,0\n')
+    with pytest.raises(data.DataError) as exc:
+        data.csv_kind(bad)
+    msg = str(exc.value)
+    assert '\n' not in msg and 'pressure1_end' in msg and 'current_pressure1' in msg, msg
 
 
 def test_bad_inputs_exit_2_with_a_message(tmp_path, capsys):
@@ -111,6 +166,8 @@ def test_real_tocenter_and_static_data(shared_dir):
         [phys / 'static/StaticPoint_effective_13.csv', next(phys.glob('dynamic/ToCenter_*.csv'))],
     )
     assert [r['kind'] for r in res] == ['static', 'dynamic']
-    assert len(res[1]['metrics']) == 36  # every group replayed, holds included
+    # one continuous replay of the session, scored per group (holds included) and per phase
+    assert len(res[1]['metrics']) == 1 and len(res[1]['metrics'][0]['segments']) == 36
+    assert set(res[1]['phases']) == {'fill', 'hold', 'release'}
     for r in res:
         assert np.all(np.isfinite(r['rmse'])) and np.all(r['rmse'] < 0.3)

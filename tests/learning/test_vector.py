@@ -164,3 +164,35 @@ def test_make_vec_builds_the_batched_env():
     obs, _ = vec.reset(seed=0)
     assert obs.shape == (3, 12)
     vec.close()
+
+
+@pytest.mark.parametrize('env_cls', [VectorTrackEnv, TrackEnv])
+def test_environments_run_the_leg_override_valve_model(env_cls, tmp_path):
+    """With a leg override file (TrackConfig.leg_overrides) the environments step its valve
+    model: after a step of the action the valve pressure stays put for the dead time, then
+    fills; with the default leg (the lag) it moves in the first period."""
+    import yaml
+
+    fit = tmp_path / 'fit.yaml'
+    dead = 0.1  # s: 12 periods of 1/120 s
+    fit.write_text(
+        yaml.safe_dump({'parameters': {'valve.dead_time': dead, 'valve.fill_time_constant': 0.2}})
+    )
+
+    def valve_after_step(overrides):
+        kw = {'num_envs': 3} if env_cls is VectorTrackEnv else {}
+        env = env_cls(reference='steps', leg_overrides=str(overrides), **kw)
+        env.reset(seed=0)
+        pressures = []
+        for _ in range(20):
+            env.step(np.ones((3, 2)) if env_cls is VectorTrackEnv else np.ones(2))
+            p = env.p_valve[0] if env_cls is VectorTrackEnv else env.sim.pressures
+            pressures.append(p.copy())
+        return np.array(pressures)
+
+    p = valve_after_step(fit)
+    still = int(dead * 120) - 1  # periods completely inside the dead time
+    assert np.allclose(p[:still], p[0]), p[:still]
+    assert np.all(p[-1] > p[0] + 1.0), p  # filling 8 periods after the dead time
+    lag = valve_after_step('')
+    assert np.all(lag[0] != lag[1])

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from equimus_description.leg import load_leg
-from equimus_sim.simulator import LegSimulator, ValveLag, make_simulator, physical_problem
+from equimus_description.valve import ValveLag
+from equimus_sim.simulator import LegSimulator, make_simulator, physical_problem
 
 TAU = load_leg().valve_time_constant
 
@@ -90,9 +91,9 @@ def test_impossible_pressures_leave_the_valves_at_their_setpoint(sim_factory):
 
 
 def test_without_a_valve_the_pressures_act_at_once(sim_factory):
-    """tau=None (the rig emulator: the board emulator's valve is the valve)."""
+    """valve=None (the rig emulator: the board emulator's valve is the valve)."""
     lagged = sim_factory(timestep=1 / 600)
-    sim = LegSimulator(lagged.leg, tau=None)
+    sim = LegSimulator(lagged.leg, valve=None)
     assert sim.valve is None
     sim.set_command([30.0, 12.5])
     sim.advance(FRAME)
@@ -196,8 +197,8 @@ def test_unpressurised_leg_hangs_near_the_measured_static_point(sim_factory, sha
 def test_invalid_construction_is_refused(sim_factory):
     sim = sim_factory(timestep=1 / 600)
     with pytest.raises(ValueError, match='initial pressures'):
-        LegSimulator(sim.leg, tau=0.2, initial_pressures=[math.nan, 0.0])
+        LegSimulator(sim.leg, valve=0.2, initial_pressures=[math.nan, 0.0])
     with pytest.raises(ValueError, match='time constant'):
-        LegSimulator(sim.leg, tau=0.0)
+        LegSimulator(sim.leg, valve=0.0)
     with pytest.raises(ValueError, match='duration'):
         sim.advance(math.nan)

@@ -63,3 +63,42 @@ def test_a_reset_sets_the_valve_state():
     sim.advance_to(sim.time + 0.5)  # at rest at its own equilibrium: stays there
     assert np.allclose(sim.joint_state()[0], q, atol=2e-3)
     assert np.allclose(sim.pressures, [10.0, 20.0])
+
+
+GENERAL = {
+    'valve.dead_time': 0.0437,  # not a whole number of 1/600 s steps
+    'valve.fill_time_constant': 0.31,
+    'valve.vent_time_constant': 0.09,
+}
+
+
+@pytest.mark.parametrize('variant', ['equimus', 'pure'])
+def test_a_valve_with_dead_time_and_fill_vent_constants_is_the_description_model(variant):
+    """Both valve paths step the description's valve model (valve.follow on the same commands
+    gives the same pressures) and move the leg the same way; the dead time really delays."""
+    from equimus_description.valve import follow
+
+    py = make_simulator(variant=variant, timestep=1 / 600, valve='python', overrides=GENERAL)
+    mj = make_simulator(variant=variant, timestep=1 / 600, valve='mujoco', overrides=GENERAL)
+    assert not py.valve_params.is_lag and py.valve_params == mj.valve_params
+    rng = np.random.default_rng(3)
+    steps, p_py, worst_q = [], [], 0.0
+    for k in range(600):
+        if k % 20 == 0:
+            u = rng.uniform(0.0, 50.0, 2)
+            py.set_command(u)
+            mj.set_command(u)
+        steps.append(np.repeat(py.command[None], 5, axis=0))
+        py.advance_to((k + 1) * FRAME)
+        mj.advance_to((k + 1) * FRAME)
+        p_py.append(py.pressures)
+        assert np.allclose(py.pressures, mj.pressures, rtol=0, atol=1e-9)
+        worst_q = max(worst_q, float(np.abs(py.joint_state()[0] - mj.joint_state()[0]).max()))
+    assert worst_q < 1e-6
+    want, _ = follow(py.valve_params, np.concatenate(steps), py.initial_pressures, 1 / 600)
+    assert np.allclose(np.array(p_py), want[4::5], rtol=0, atol=1e-9)
+    # the first command reaches the chamber only after the dead time
+    first = want[:, 0]
+    onset = np.argmax(np.abs(first - py.initial_pressures[0]) > 0) / 600
+    assert onset == pytest.approx(GENERAL['valve.dead_time'], abs=1 / 600)
+    assert py.resets == mj.resets == 0

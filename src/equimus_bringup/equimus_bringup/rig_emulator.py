@@ -68,19 +68,19 @@ class EmulatedRig:
                 firmware,
                 channels=len(leg.actuators),
                 link=link,
-                tau_s=leg.valve_time_constant,
+                valve=leg.valve,
                 log_path=board_log,
             )
         else:
             self.board = BoardEmulator(
                 channels=len(leg.actuators),
                 link=link,
-                tau_s=leg.valve_time_constant,
+                valve=leg.valve,
                 log_path=board_log,
             )
         lm = LegModel(leg.with_timestep(1.0 / (rate * 5)))
         # The board emulator's valve model is the valve: the simulator has none of its own.
-        self.sim = LegSimulator(lm, tau=None, p_max=lm.pressure_max_kpa)
+        self.sim = LegSimulator(lm, valve=None, p_max=lm.pressure_max_kpa)
         self.mocap = VirtualMocap(MocapConfig(rate=rate, position_noise=position_noise, seed=seed))
         self.natnet = natnet
         self.period = 1.0 / natnet.rate_hz

@@ -85,7 +85,9 @@ def _mpc(
     from .mpc import LinearMPC
 
     model = plant()(leg.with_timestep(cfg.period / 10))  # linearised at 10 physics steps/period
-    return LinearMPC(model, params, replace(cfg, valve_tau=leg.valve_time_constant))
+    return LinearMPC(
+        model, params, replace(cfg, valve_tau=leg.valve_time_constant), valve=leg.valve
+    )
 
 
 def _sampling(
@@ -94,7 +96,9 @@ def _sampling(
     from .sampling import PredictiveSampling
 
     model = plant()(leg.with_timestep(cfg.period))  # rollouts step at the control period
-    return PredictiveSampling(model, params, replace(cfg, valve_tau=leg.valve_time_constant))
+    return PredictiveSampling(
+        model, params, replace(cfg, valve_tau=leg.valve_time_constant), valve=leg.valve
+    )
 
 
 def _policy(

@@ -4,8 +4,10 @@ State x = (θ1, θ2, θ̇1, θ̇2, p_maa, p_baa): joint angles/velocities and th
 pressures in kPa; input u = commanded pressures. The mechanical part is linearised by central
 finite differences through the full MuJoCo model (3-2-1 actuators, loop closures) about a static
 equilibrium (θ0, θ̇ = 0, p0 = the pressures that hold θ0), one control period long: states are
-placed with `LegModel.reset(q, qd)` so every loop closure is satisfied. The valve is the exact
-discretisation of the first-order lag p ← a p + (1 − a) u.
+placed with `LegModel.reset(q, qd)` so every loop closure is satisfied. The valve rows are the
+exact discretisation of the description's first-order chamber, p ← a p + (1 − a) u, with a of the
+fill or the vent time constant per channel (by the direction from the predicted pressure to the
+target's static pressure; one matrix set per direction pair).
 
 Relinearisation: a grid of operating points over the workspace is precomputed at start-up
 (~10 ms each) and the node nearest to the measured pose is used, so the control cycle never pays
@@ -17,7 +19,10 @@ QP (condensed; decision variables = the 2·N inputs, move-blocked by `block` per
   min Σ (θ − θ*)ᵀQ(θ − θ*) + q_v‖θ̇‖² + (u − u*)ᵀR(u − u*) + Δuᵀ R_Δ Δu
   s.t. 0 ≤ u ≤ p_max, |u_k − u_{k−1}| ≤ Δu_max · block   (u_{−1} = the last command)
 solved by OSQP, warm-started from the previous (shifted) solution. The valve state is not
-measured; it is predicted from the commands sent (open-loop observer with the known τ).
+measured; it is predicted from the commands sent by the description's valve model
+(equimus_description.valve.follow, dead time included: an open-loop observer). The QP itself has
+no dead time: the commands still in flight are in the predicted pressure, not in the prediction
+matrices.
 """
 
 from __future__ import annotations
@@ -32,7 +37,13 @@ import scipy.sparse as sp
 
 from equimus_description.config import check_pair, param, validate_fields
 from equimus_description.statics import StaticParams, holding_pressures
-from equimus_description.valve import HARD_MAX_KPA, VALVE_TAU_S, lag_coefficient
+from equimus_description.valve import (
+    HARD_MAX_KPA,
+    VALVE_TAU_S,
+    ValveParams,
+    follow,
+    lag_coefficient,
+)
 
 from .controller import ControlOutput, Estimate, Reference
 from .plant import PlantModel
@@ -115,7 +126,7 @@ class MPCConfig:
     )
     max_iter: int = param(200, 'OSQP iterations per control cycle', range=(1, 100000))
     period: float = 1.0 / 120.0  # s, control period (the discretisation)
-    valve_tau: float = VALVE_TAU_S  # s; the node takes it from the leg description
+    valve_tau: float = VALVE_TAU_S  # s; the lag used when no valve model is given
 
     def __post_init__(self) -> None:
         validate_fields(self)
@@ -168,23 +179,39 @@ class LinearMPC:
         params: StaticParams,
         cfg: MPCConfig | None = None,
         grid: LinearisationGrid | None = None,
+        valve: ValveParams | None = None,
     ) -> None:
+        """valve: the valve model (the leg description's `valve`); None = the lag of
+        cfg.valve_tau."""
         cfg = cfg if cfg is not None else MPCConfig()
         self.cfg, self.params = cfg, params
+        self.valve = valve if valve is not None else ValveParams.lag(cfg.valve_tau)
         self.grid = grid if grid is not None else LinearisationGrid(leg_model, params, cfg)
         self.N = cfg.horizon
-        self.a_valve = lag_coefficient(cfg.period, cfg.valve_tau)
+        # valve coefficient per direction (0 fill, 1 vent) and channel; a lag has one
+        self.a_dir = tuple(
+            [lag_coefficient(cfg.period, float(t)) for t in np.broadcast_to(taus, (NU,))]
+            for taus in (self.valve.tau_fill, self.valve.tau_vent)
+        )
+        self.a_valve = self.a_dir[0][0]
         self.failures = 0
         self.node_key = None
         self._build_constraints()
         self.Qd = np.tile(np.array([*cfg.q_theta, cfg.q_vel, cfg.q_vel, 0.0, 0.0]), self.N)
-        # all condensed matrices up front, so no control cycle pays for a node switch
-        self._cache = {k: self._condensed(n) for k, n in self.grid.nodes.items()}
+        # all condensed matrices up front (per direction pair when filling and venting
+        # differ), so no control cycle pays for a node switch
+        self._dirs = (
+            [(0, 0)] if self.a_dir[0] == self.a_dir[1] else [(0, 0), (0, 1), (1, 0), (1, 1)]
+        )
+        self._cache = {
+            (k, d): self._condensed(n, d) for k, n in self.grid.nodes.items() for d in self._dirs
+        }
         self.reset()
 
     def reset(self, p_valve: np.ndarray | None = None) -> None:
         self.p_valve = np.zeros(2) if p_valve is None else np.asarray(p_valve, float)
         self.u_last = self.p_valve.copy()
+        self._history: np.ndarray | None = None  # commands the dead time holds (None: settled)
         self._solver: osqp.OSQP | None = None
         self.node_key = None
         self.last_status = 'none'
@@ -200,10 +227,11 @@ class LinearMPC:
         self.C = sp.vstack([eye, D.tocsc()], format='csc')
         self.D = D.toarray()
 
-    def _prediction(self, A4, B4, c4):
-        """Stacked prediction x_k = Φ x + Γ u + Λ of the 6-state model, steps of `block` periods."""
+    def _prediction(self, A4, B4, c4, dirs=(0, 0)):
+        """Stacked prediction x_k = Φ x + Γ u + Λ of the 6-state model, steps of `block` periods;
+        dirs: per channel, the valve fills (0) or vents (1)."""
         c = self.cfg
-        a = self.a_valve
+        a = np.array([self.a_dir[d][ch] for ch, d in enumerate(dirs)])
         A = np.zeros((NX, NX))
         A[:4, :4] = A4
         A[:4, 4:] = B4
@@ -233,10 +261,10 @@ class LinearMPC:
                 Gam[k * NX : (k + 1) * NX, j * NU : (j + 1) * NU] = AkB[k - j]
         return Phi, Gam, Lam
 
-    def _condensed(self, node):
-        """(Φ, Γ, Λ, H) of one grid node; computed once per node and cached."""
+    def _condensed(self, node, dirs=(0, 0)):
+        """(Φ, Γ, Λ, H) of one grid node and valve directions; computed once and cached."""
         _, _, A4, B4, c4 = node
-        Phi, Gam, Lam = self._prediction(A4, B4, c4)
+        Phi, Gam, Lam = self._prediction(A4, B4, c4, dirs)
         c = self.cfg
         R = c.r_u * np.eye(NU * self.N) + c.r_du * (self.D.T @ self.D)
         H = Gam.T @ (self.Qd[:, None] * Gam) + R
@@ -244,7 +272,7 @@ class LinearMPC:
 
     def _set_node(self, key, node):
         if key not in self._cache:
-            self._cache[key] = self._condensed(node)
+            self._cache[key] = self._condensed(node, key[1])
         Phi, Gam, Lam, H = self._cache[key]
         self.Phi, self.Gam, self.Lam, self.H = Phi, Gam, Lam, H
         self.node_key, self.node = key, node
@@ -279,6 +307,11 @@ class LinearMPC:
         q, qd = np.asarray(state.q, float), np.asarray(state.qd, float)
         q_ref = np.asarray(ref.q, float)
         key, node = self.grid.nearest(q)
+        u_star = np.clip(holding_pressures(q_ref, self.params), 0.0, p_max)
+        if len(self._dirs) > 1:
+            key = (key, tuple(int(v) for v in (u_star <= self.p_valve)))
+        else:
+            key = (key, (0, 0))
         if self._solver is None or key != self.node_key:
             self._set_node(key, node)
         solver = self._solver
@@ -287,7 +320,6 @@ class LinearMPC:
         # deviation coordinates about the node's equilibrium (x0, u0 = p0)
         x0 = np.array([*q0, 0.0, 0.0, *p0])
         x = np.concatenate([q, qd, self.p_valve]) - x0
-        u_star = np.clip(holding_pressures(q_ref, self.params), 0.0, p_max)
         x_ref = np.concatenate([q_ref - q0, np.zeros(2), u_star - p0])
         xr = np.tile(x_ref, self.N)
         ur = np.tile(u_star - p0, self.N)
@@ -326,6 +358,7 @@ class LinearMPC:
         u = np.clip(u, 0.0, p_max)
         sat = (u <= 1e-6) | (u >= p_max - 1e-6)
         self.u_last = u.copy()
-        self.p_valve = self.a_valve * self.p_valve + (1 - self.a_valve) * u
+        p, self._history = follow(self.valve, u[None], self.p_valve, c.period, self._history)
+        self.p_valve = p[0]
         info: dict[str, Any] = {'status': status, 'iters': res.info.iter, 'qp_failed': failed}
         return ControlOutput(u, sat, info)

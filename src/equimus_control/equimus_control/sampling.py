@@ -14,7 +14,8 @@ No linearisation and no QP: the cost can be anything computed from the rolled-ou
 the model is the one the simulation runs. The price is compute, which grows with samples ×
 horizon; the defaults fit the 8.3 ms period with room on 2 cores (benchmarks/bench_control.py).
 The valve pressures are not measured; they are predicted from the commands sent, as in the
-linear MPC.
+linear MPC, through the description's valve model (equimus_description.valve.follow: dead time,
+fill and vent constants), which also turns every plan into the pressures its rollout applies.
 """
 
 from __future__ import annotations
@@ -25,11 +26,10 @@ from dataclasses import dataclass
 import mujoco
 import mujoco.rollout
 import numpy as np
-from scipy.signal import lfilter
 
 from equimus_description.config import check_pair, param, validate_fields
 from equimus_description.statics import StaticParams, holding_pressures
-from equimus_description.valve import HARD_MAX_KPA, VALVE_TAU_S, lag_coefficient
+from equimus_description.valve import HARD_MAX_KPA, VALVE_TAU_S, ValveParams, follow
 
 from .controller import ControlOutput, Estimate, Reference
 from .plant import PlantModel
@@ -59,7 +59,7 @@ class SamplingConfig:
     threads: int = param(2, 'rollout threads', range=(1, 64))
     seed: int = param(0, 'seed of the perturbations', range=(0, 2**31 - 1))
     period: float = 1.0 / 120.0  # s, control period = the planning model's step
-    valve_tau: float = VALVE_TAU_S  # s; the node takes it from the leg description
+    valve_tau: float = VALVE_TAU_S  # s; the lag used when no valve model is given
 
     def __post_init__(self) -> None:
         validate_fields(self)
@@ -70,9 +70,16 @@ class PredictiveSampling:
     """Receding-horizon pressure commands from (θ, θ̇) and the reference pose."""
 
     def __init__(
-        self, leg_model: PlantModel, params: StaticParams, cfg: SamplingConfig | None = None
+        self,
+        leg_model: PlantModel,
+        params: StaticParams,
+        cfg: SamplingConfig | None = None,
+        valve: ValveParams | None = None,
     ) -> None:
+        """valve: the valve model (the leg description's `valve`); None = the lag of
+        cfg.valve_tau."""
         cfg = cfg if cfg is not None else SamplingConfig()
+        self.valve = valve if valve is not None else ValveParams.lag(cfg.valve_tau)
         if cfg.samples < 3 or cfg.knots < 2:
             raise ValueError('predictive sampling needs samples >= 3 and knots >= 2')
         self.cfg, self.params, self.lm = cfg, params, leg_model
@@ -85,7 +92,6 @@ class PredictiveSampling:
             )
         self.model = m
         self.steps = max(2, int(round(cfg.horizon / cfg.period)))
-        self.a_valve = lag_coefficient(cfg.period, cfg.valve_tau)
         self.knot_t = np.linspace(0.0, self.steps * cfg.period, cfg.knots)
         self.step_t = np.arange(self.steps) * cfg.period
         self.spec = mujoco.mjtState.mjSTATE_FULLPHYSICS
@@ -113,6 +119,7 @@ class PredictiveSampling:
     def reset(self, p_valve: np.ndarray | None = None) -> None:
         self.p_valve = np.zeros(2) if p_valve is None else np.asarray(p_valve, float)
         self.u_last = self.p_valve.copy()
+        self._history: np.ndarray | None = None  # commands the dead time holds (None: settled)
         self.nominal = None  # (knots, 2) kPa at knot_t from the last plan's start
         self.last_cost = math.nan
 
@@ -134,7 +141,8 @@ class PredictiveSampling:
         u = np.clip(u, 0.0, p_max)
         sat = (u <= 1e-6) | (u >= p_max - 1e-6)
         self.u_last = u.copy()
-        self.p_valve = self.a_valve * self.p_valve + (1 - self.a_valve) * u
+        p, self._history = follow(self.valve, u[None], self.p_valve, c.period, self._history)
+        self.p_valve = p[0]
         return ControlOutput(u, sat, {'best': best, 'cost': self.last_cost})
 
     def _candidates(self, u_star: np.ndarray, p_max: float) -> np.ndarray:
@@ -164,11 +172,12 @@ class PredictiveSampling:
         self.lm.reset(d, q, qd)
         mujoco.mj_getState(m, d, self._init[0], self.spec)
         self._init[1:] = self._init[0]
-        # valve lag per step from the predicted valve state: p ← a·p + (1 − a)·u, applied
-        # before the step it acts in (as the simulator does)
-        a = self.a_valve
-        zi = np.broadcast_to(a * self.p_valve, (len(commands), 1, 2))
-        p, _ = lfilter([1.0 - a], [1.0, -a], commands, axis=1, zi=zi)
+        # the valve per step from the predicted valve state and the commands in flight, its
+        # pressure at the end of the step applied in that step (as the simulator does)
+        hist = self._history
+        p, _ = follow(
+            self.valve, commands, self.p_valve, self.cfg.period, None if hist is None else hist
+        )
         np.matmul(p, self._force.T, out=self._ctrl)
         self._roller.rollout(
             self._models,

@@ -22,7 +22,7 @@ import numpy as np
 
 from . import yamlfile
 from .kinematics import PlanarGeometry
-from .valve import VALVE_TAU_S
+from .valve import VALVE_TAU_S, ValveParams
 
 
 class LegDescriptionError(ValueError):
@@ -98,6 +98,8 @@ class Joint:
     ref: float  # joint angle at the build pose (qpos == paper angle)
     damping: float
     range: tuple
+    frictionloss: float = 0.0  # N·m, dry (Coulomb) friction torque (MuJoCo frictionloss)
+    armature: float = 0.0  # kg·m², rotor-like inertia added to the joint (MuJoCo armature)
 
 
 @dataclass(frozen=True)
@@ -153,16 +155,19 @@ class LegDescription:
     joints: dict  # name -> Joint, in tree order
     actuators: dict  # name -> Actuator
     geometry: PlanarGeometry | None
-    valve_time_constant: float
+    valve_time_constant: float  # the `valve.time_constant` key: fill and vent unless given apart
     timestep: float
     integrator: str
     gravity: float
     equality_solref: tuple
     equality_solimp: tuple
+    friction_solref: tuple = (0.002, 1.0)  # the hinges' dry friction as a constraint (MuJoCo)
+    friction_solimp: tuple = (0.9999, 0.99999, 0.001, 0.5, 2.0)
     source: str | None = None
     raw: dict = field(default_factory=dict, repr=False)
     foot: Foot | None = None
     ground: Ground | None = None  # None: no contact (swing phase, base fixed)
+    valve: ValveParams = field(default_factory=ValveParams)  # the valve/chamber model
 
     @property
     def root(self) -> str:
@@ -246,22 +251,30 @@ def apply_overrides(raw: Mapping, overrides: Mapping[str, Any] | None) -> dict:
 
 
 def _override(out: dict, key: str, value: Any) -> None:
+    """Set one dotted key; a numeric part indexes a list (`joints.knee.range.0`)."""
     parts = key.split('.')
-    node = out
+    node: Any = out
     for i, p in enumerate(parts[:-1]):
-        if not isinstance(node, dict) or p not in node:
-            raise LegDescriptionError(
-                f"override '{key}': no '{'.'.join(parts[: i + 1])}' in the leg description "
-                f'(known: {sorted(node) if isinstance(node, dict) else "-"})'
-            )
-        node = node[p]
-    leaf = parts[-1]
-    if not isinstance(node, dict) or leaf not in node:
+        if _has(node, p):
+            node = node[int(p)] if isinstance(node, list) else node[p]
+            continue
         raise LegDescriptionError(
-            f"override '{key}': unknown parameter '{leaf}' "
-            f'(known: {sorted(node) if isinstance(node, dict) else "-"})'
+            f"override '{key}': no '{'.'.join(parts[: i + 1])}' in the leg description "
+            f'(known: {_known(node)})'
         )
-    if isinstance(node[leaf], (int, float)) and not isinstance(node[leaf], bool):
+    leaf = parts[-1]
+    if not isinstance(node, (dict, list)):
+        parent = '.'.join(parts[:-1])
+        raise LegDescriptionError(
+            f"override '{key}': '{parent}' holds one value ({node!r}), not one per name: "
+            f"override '{parent}' itself"
+        )
+    if not _has(node, leaf):
+        raise LegDescriptionError(
+            f"override '{key}': unknown parameter '{leaf}' (known: {_known(node)})"
+        )
+    index: Any = int(leaf) if isinstance(node, list) else leaf
+    if isinstance(node[index], (int, float)) and not isinstance(node[index], bool):
         try:
             value = float(value)
         except (TypeError, ValueError) as exc:
@@ -270,7 +283,19 @@ def _override(out: dict, key: str, value: Any) -> None:
             ) from exc
         if not math.isfinite(value):
             raise LegDescriptionError(f"override '{key}': value must be finite, got {value}")
-    node[leaf] = value
+    node[index] = value
+
+
+def _has(node: Any, part: str) -> bool:
+    if isinstance(node, dict):
+        return part in node
+    return isinstance(node, list) and part.isdigit() and int(part) < len(node)
+
+
+def _known(node: Any) -> str:
+    if isinstance(node, dict):
+        return str(sorted(node))
+    return f'indices 0..{len(node) - 1}' if isinstance(node, list) else '-'
 
 
 def load_overrides(path) -> dict:
@@ -419,6 +444,8 @@ def _joint(name: str, j: Mapping) -> Joint:
         ref=ref,
         damping=_positive(j.get('damping', 0.0), f'joints.{name}.damping', True),
         range=(float(rng[0]), float(rng[1])),
+        frictionloss=_positive(j.get('frictionloss', 0.0), f'joints.{name}.frictionloss', True),
+        armature=_positive(j.get('armature', 0.0), f'joints.{name}.armature', True),
     )
 
 
@@ -473,15 +500,15 @@ def _finish(raw: Mapping, source, bodies, joints, actuators) -> LegDescription:
         why, sub = _why(exc)
         key = 'geometry' + (f'.{sub}' if sub else '')
         raise LegDescriptionError(f'{key}: {why}', key) from None
+    valve_raw = raw.get('valve') or {}
+    tau = _positive(valve_raw.get('time_constant', VALVE_TAU_S), 'valve.time_constant')
     leg = LegDescription(
         name=str(raw.get('name', 'leg')),
         bodies=bodies,
         joints=joints,
         actuators=actuators,
         geometry=geometry,
-        valve_time_constant=_positive(
-            (raw.get('valve') or {}).get('time_constant', VALVE_TAU_S), 'valve.time_constant', True
-        ),
+        valve_time_constant=tau,
         timestep=_positive(sim.get('timestep', 0.001), 'sim.timestep'),
         integrator=integrator,
         gravity=_number(sim.get('gravity', 9.81), 'sim.gravity'),
@@ -495,16 +522,58 @@ def _finish(raw: Mapping, source, bodies, joints, actuators) -> LegDescription:
                 'sim.equality_solimp',
             )
         ),
+        friction_solref=tuple(
+            _vec(sim.get('friction_solref', [0.002, 1.0]), 2, 'sim.friction_solref')
+        ),
+        friction_solimp=tuple(
+            _vec(
+                sim.get('friction_solimp', [0.9999, 0.99999, 0.001, 0.5, 2.0]),
+                5,
+                'sim.friction_solimp',
+            )
+        ),
         source=source,
         raw=copy.deepcopy(dict(raw)),
         foot=_foot(raw.get('foot'), bodies),
         ground=_ground(raw.get('ground')),
+        valve=_valve(valve_raw, tau, list(actuators)),
     )
     if leg.ground is not None and leg.foot is None:
         raise LegDescriptionError('ground.enabled: the ground needs a `foot` section', 'ground')
     if geometry is not None:
         check_geometry(leg)
     return leg
+
+
+def _valve(raw: Mapping, tau: float, channels: list) -> ValveParams:
+    """The valve section: `time_constant` is the fill and the vent constant unless
+    `fill_time_constant` / `vent_time_constant` are given: a number, or one per actuator
+    ({maa: .., baa: ..}); null = time_constant."""
+
+    def constant(key: str) -> float | tuple[float, ...]:
+        v = raw.get(key)
+        if isinstance(v, Mapping):
+            unknown = sorted(set(v) - set(channels))
+            if unknown:
+                raise LegDescriptionError(
+                    f'valve.{key}: unknown actuators {unknown} (have {channels})', f'valve.{key}'
+                )
+            per = [v.get(a) for a in channels]
+            if all(x is None for x in per):
+                return tau
+            return tuple(
+                tau if x is None else _positive(x, f'valve.{key}.{a}')
+                for a, x in zip(channels, per, strict=True)
+            )
+        return tau if v is None else _positive(v, f'valve.{key}')
+
+    rate = raw.get('fill_rate')
+    return ValveParams(
+        tau_fill=constant('fill_time_constant'),
+        tau_vent=constant('vent_time_constant'),
+        dead_time=_positive(raw.get('dead_time', 0.0), 'valve.dead_time', True),
+        fill_rate=math.inf if rate is None else _positive(rate, 'valve.fill_rate'),
+    )
 
 
 def _foot(raw: Any, bodies: Mapping) -> Foot | None:

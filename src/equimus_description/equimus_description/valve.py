@@ -1,20 +1,68 @@
-"""Valve facts and the one valve model (no ROS, no MuJoCo).
+"""Valve facts and the one valve/chamber model (no ROS, no MuJoCo).
 
-The Festo VPPE behaves as a first-order lag τ·ṗ = u − p (τ identified by the EquiMus authors,
-0.2171 s). `ValveLag` is the only implementation of it: the simulator steps it once per physics
-step, the DAC-board emulator once per board tick, the controllers' internal models use its
-coefficient. τ itself comes from the leg description (config/leg.yaml, `valve.time_constant`);
-`VALVE_TAU_S` is the default that description falls back to.
+The model: each channel's muscle pressure p follows the setpoint u through a pure dead time T_d
+and a first-order chamber whose time constant depends on the direction of the flow,
+
+    v(t) = u(t − T_d),    τ(p, v)·ṗ = v − p,    τ = τ_fill when v > p, else τ_vent.
+
+Why this form (../shared/spec/valve.md): the Festo VPPE is a closed-loop pressure regulator that
+fills from the supply and exhausts to the atmosphere through different ports ("3-way (fills and
+exhausts)"), so filling and venting are two different flow paths and get two constants; Festo
+publishes no response time, and the rigs it cites report "dead time 20–40 ms plus τ of
+40–130 ms", i.e. exactly a dead time plus a first-order lag; the EquiMus authors' model is the
+lag alone (τ = 0.2171 s). A physical orifice-and-volume model would need the supply pressure, the
+orifice conductances and the muscle volume as it changes with length; none of them is
+documented, and the recordings measure angles, not pressures, so those would be unidentifiable.
+One piece of it is available: a fill no faster than `fill_rate` (kPa/s; choked supply flow fills
+at a constant rate), off by default. At T_d = 0, τ_fill = τ_vent and no rate limit the model is
+the authors' first-order lag.
+
+`ValveParams` holds the parameters (from the leg description's `valve` section:
+`LegDescription.valve`); the time constants and the rate limit are one value for every channel
+or one per channel. Three pure functions give its exact solution for inputs held piecewise
+constant — over a fixed step grid for arrays of any batch shape, or stepped by the clock:
+
+- `hold(params, p, u, n, dt, history)`: a command held over n steps (a frame of a simulator or an
+  environment; batch over leading axes, e.g. N environments);
+- `follow(params, u, p0, dt, history)`: a command per step (identification, the planners);
+- `Valve.step(u, dt)`: a stateful valve stepped by an irregular clock (the DAC-board emulator).
+
+All three are the same closed-form solution (`relax`: the flow direction cannot change while the
+input is held, the pressure approaches the input without crossing it). With neutral parameters
+(`ValveParams.is_lag`) each evaluates the lag exactly as its callers did before the model had a
+dead time (`hold`: u + (p − u)·aᵏ, `follow`: the recursive filter p ← a·p + (1 − a)·u via
+scipy's lfilter, `Valve.step`: a·p + (1 − a)·u, a = exp(−Δt/τ)), so every figure of a neutral
+description stays bit-identical (tests/description/test_valve_model.py).
+
+Dead time on a step grid: T_d = (D + f)·Δt with D an integer and 0 ≤ f < 1; over step k the
+valve sees u[k − D − 1] for the first f·Δt and u[k − D] for the rest, so T_d is a continuous
+parameter (identification needs the loss smooth in it). `history` is the last
+`params.history_steps(dt)` per-step commands before the first one (oldest first); None means the
+valve had settled: the commands were p.
 """
 
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ['ACTUATORS', 'HARD_MAX_KPA', 'P_MIN_KPA', 'VALVE_TAU_S', 'ValveLag', 'lag_coefficient']
+__all__ = [
+    'ACTUATORS',
+    'HARD_MAX_KPA',
+    'P_MIN_KPA',
+    'VALVE_TAU_S',
+    'Valve',
+    'ValveLag',
+    'ValveParams',
+    'follow',
+    'hold',
+    'lag_coefficient',
+    'relax',
+]
 
 #: Valve channels in array order: maa (mono-articular, hip), baa (bi-articular).
 ACTUATORS: tuple[str, ...] = ('maa', 'baa')
@@ -28,38 +76,308 @@ P_MIN_KPA = 0.0
 VALVE_TAU_S = 0.2171
 """Default valve time constant (s) when a leg description gives none."""
 
+_GRID_TOL = 1e-9  # a dead time this close to a whole number of steps is that number
+
 
 def lag_coefficient(dt: float, tau: float) -> float:
     """a = exp(−Δt/τ): the exact zero-order-hold discretisation of the lag over Δt."""
     return math.exp(-dt / tau) if tau > 0 else 0.0
 
 
-class ValveLag:
-    """First-order lag per channel, discretised exactly for an input held over each step."""
+Channelwise = float | tuple[float, ...]
+
+
+def _channelwise(value, name: str, ok, what: str) -> Channelwise:
+    """A number, or one number per channel (a tuple), each passing ok()."""
+    seq = isinstance(value, (list, tuple, np.ndarray))
+    values = list(np.asarray(value, float).ravel()) if seq else [value]
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not ok(float(v)):
+            raise ValueError(f'valve {name} must be {what}, got {value!r}')
+    return tuple(float(v) for v in values) if seq else value
+
+
+@dataclass(frozen=True)
+class ValveParams:
+    """Dead time (s), fill and vent time constants (s) and the fill rate limit (kPa/s).
+
+    The time constants and the rate limit are one number for every channel or a tuple with one
+    per channel (array order of ACTUATORS); the dead time is the command path's, one for all.
+    """
+
+    tau_fill: Channelwise = VALVE_TAU_S
+    tau_vent: Channelwise = VALVE_TAU_S
+    dead_time: float = 0.0
+    fill_rate: Channelwise = math.inf  # kPa/s, the fastest fill (choked supply flow); inf = none
+
+    def __post_init__(self) -> None:
+        positive = 'a finite number > 0 s (or one per channel)'
+        for name in ('tau_fill', 'tau_vent'):
+            v = _channelwise(
+                getattr(self, name), name, lambda x: math.isfinite(x) and x > 0, positive
+            )
+            object.__setattr__(self, name, v)
+        rate = _channelwise(
+            self.fill_rate,
+            'fill_rate',
+            lambda x: x > 0,
+            '> 0 kPa/s, inf for none (or one per channel)',
+        )
+        object.__setattr__(self, 'fill_rate', rate)
+        d = self.dead_time
+        if not (isinstance(d, (int, float)) and math.isfinite(d) and d >= 0):
+            raise ValueError(f'valve dead_time must be a finite number >= 0 s, got {d!r}')
+
+    @classmethod
+    def lag(cls, tau: float) -> ValveParams:
+        """The first-order lag τ (no dead time, filling as fast as venting)."""
+        return cls(float(tau), float(tau), 0.0)
+
+    @property
+    def is_lag(self) -> bool:
+        """No dead time, one time constant, no fill rate limit: the authors' first-order lag."""
+        taus = set(np.atleast_1d(self.tau_fill).tolist()) | set(
+            np.atleast_1d(self.tau_vent).tolist()
+        )
+        return self.dead_time == 0.0 and len(taus) == 1 and bool(np.all(np.isinf(self.fill_rate)))
+
+    @property
+    def tau(self) -> float:
+        """The one time constant of a lag (ValueError when fill and vent differ)."""
+        taus = set(np.atleast_1d(self.tau_fill).tolist()) | set(
+            np.atleast_1d(self.tau_vent).tolist()
+        )
+        if len(taus) != 1:
+            raise ValueError(
+                f'valve fills with τ {self.tau_fill} s and vents with {self.tau_vent} s: '
+                'it has no single time constant'
+            )
+        return float(taus.pop())
+
+    def channel(self, i: int) -> ValveParams:
+        """The parameters of channel i alone (every field one number)."""
+
+        def pick(v):
+            return v[i] if isinstance(v, tuple) else v
+
+        return ValveParams(
+            pick(self.tau_fill), pick(self.tau_vent), self.dead_time, pick(self.fill_rate)
+        )
+
+    def delay_steps(self, dt: float) -> tuple[int, float]:
+        """(D, f) with dead_time = (D + f)·dt, D ≥ 0 whole steps and 0 ≤ f < 1."""
+        r = self.dead_time / dt
+        whole = round(r)
+        if abs(r - whole) < _GRID_TOL:
+            return int(whole), 0.0
+        d = math.floor(r)
+        return int(d), r - d
+
+    def history_steps(self, dt: float) -> int:
+        """How many past per-step commands the dead time needs on a grid of dt."""
+        d, f = self.delay_steps(dt)
+        return d + (1 if f > 0 else 0)
+
+    def taus(self, p: np.ndarray, v: np.ndarray) -> np.ndarray:
+        """Time constant of each element when pressure p is driven towards input v (the last
+        axis is the channel when the constants are per channel)."""
+        return np.where(v > p, np.asarray(self.tau_fill), np.asarray(self.tau_vent))
+
+
+def relax(params: ValveParams, p, v, h) -> np.ndarray:
+    """Pressure after h seconds with input v held (the chamber only; broadcasts). A fill
+    faster than fill_rate ramps at fill_rate until the lag's own slope (v − p)/τ_fill is
+    slower, then follows the lag (the slope is continuous at the switch)."""
+    p, v, h = np.asarray(p, float), np.asarray(v, float), np.asarray(h, float)
+    out = v + (p - v) * np.exp(-h / params.taus(p, v))
+    r = np.asarray(params.fill_rate, float)
+    if np.all(np.isinf(r)):
+        return out
+    tau = np.asarray(params.tau_fill, float)
+    with np.errstate(invalid='ignore'):
+        # time spent on the ramp (> 0: the fill is rate-limited; never without a limit)
+        t_ramp = np.where(np.isinf(r), -1.0, (v - p - r * tau) / r)
+    ramped = t_ramp > 0
+    if not np.any(ramped):
+        return out
+    with np.errstate(invalid='ignore', over='ignore'):
+        on_ramp = p + r * h
+        after = v - r * tau * np.exp(-np.maximum(h - t_ramp, 0.0) / tau)
+    return np.where(ramped, np.where(h <= t_ramp, on_ramp, after), out)
+
+
+def _settled(p0: np.ndarray, h: int) -> np.ndarray:
+    return np.repeat(np.asarray(p0, float)[..., None, :], h, axis=-2)
+
+
+def _inputs(
+    params: ValveParams, u: np.ndarray, p0: np.ndarray, dt: float, history
+) -> tuple[np.ndarray, np.ndarray, float, np.ndarray]:
+    """Per-step inputs the chamber sees: (first part, second part, f, new history)."""
+    d, f = params.delay_steps(dt)
+    h = d + (1 if f > 0 else 0)
+    hist = _settled(p0, h) if history is None else np.asarray(history, float)
+    if hist.shape[-2] != h:
+        raise ValueError(
+            f'valve history has {hist.shape[-2]} steps; dead time {params.dead_time} s at '
+            f'dt {dt} s needs {h}'
+        )
+    full = np.concatenate([np.broadcast_to(hist, u.shape[:-2] + hist.shape[-2:]), u], axis=-2)
+    n = u.shape[-2]
+    second = full[..., h - d : h - d + n, :]
+    first = full[..., h - d - 1 : h - d - 1 + n, :] if f > 0 else second
+    return first, second, f, full[..., full.shape[-2] - h :, :]
+
+
+def _exact(
+    params: ValveParams, p0: np.ndarray, first: np.ndarray, second: np.ndarray, f: float, dt: float
+) -> np.ndarray:
+    """Pressure at the end of every step; over step k the chamber sees first[k] for f·dt, then
+    second[k]. A run of steps with one input is `relax` from the run's start."""
+    n = second.shape[-2]
+    out = np.empty(second.shape, float)
+    flat_s = second.reshape(-1, n, second.shape[-1])
+    flat_f = first.reshape(-1, n, first.shape[-1])
+    split = np.any(flat_f != flat_s, axis=(0, 2)) if f > 0 else np.zeros(n, bool)
+    change = np.zeros(n, bool)
+    change[0] = True
+    change[1:] = np.any(flat_s[:, 1:] != flat_s[:, :-1], axis=(0, 2))
+    after_split = np.concatenate(([False], split[:-1]))
+    starts = np.flatnonzero(change | split | after_split)
+    ends = np.append(starts[1:], n)
+    p = np.asarray(p0, float)
+    for s, e in zip(starts.tolist(), ends.tolist(), strict=True):
+        if split[s]:
+            p = relax(
+                params,
+                relax(params, p, first[..., s, :], f * dt),
+                second[..., s, :],
+                (1.0 - f) * dt,
+            )
+            out[..., s, :] = p
+            continue
+        v = second[..., s, :]
+        h = dt * np.arange(1, e - s + 1, dtype=float)[:, None]
+        seg = relax(params, p[..., None, :], v[..., None, :], h)
+        out[..., s:e, :] = seg
+        p = seg[..., -1, :]
+    return out
+
+
+def hold(
+    params: ValveParams,
+    p: np.ndarray,
+    u: np.ndarray,
+    n: int,
+    dt: float,
+    history: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """Command u (…, channels) held over n steps of dt from pressure p (…, channels).
+
+    Returns (pressure at the end of each step (…, n, channels), the new history). A lag
+    evaluates u + (p − u)·aᵏ, k = 1..n (what LegSimulator and VectorTrackEnv did)."""
+    p, u = np.asarray(p, float), np.asarray(u, float)
+    if params.is_lag:
+        a = lag_coefficient(dt, params.tau)
+        decay = a ** np.arange(1, n + 1, dtype=float)
+        return u[..., None, :] + (p - u)[..., None, :] * decay[:, None], history
+    steps = np.broadcast_to(u[..., None, :], u.shape[:-1] + (n, u.shape[-1]))
+    return _run(params, p, steps, dt, history)
+
+
+def follow(
+    params: ValveParams,
+    u: np.ndarray,
+    p0: np.ndarray,
+    dt: float,
+    history: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """Per-step commands u (…, n, channels) from pressure p0 (…, channels).
+
+    Returns (pressure at the end of each step, the new history). A lag runs the recursive filter
+    p ← a·p + (1 − a)·u (scipy's lfilter along the step axis, what identification and the
+    sampling planner did)."""
+    u, p0 = np.asarray(u, float), np.asarray(p0, float)
+    if params.is_lag:
+        from scipy.signal import lfilter
+
+        a = lag_coefficient(dt, params.tau)
+        zi = np.broadcast_to(a * p0, u.shape[:-2] + (1,) + u.shape[-1:])
+        out, _ = lfilter([1.0 - a], [1.0, -a], u, axis=-2, zi=zi)
+        return out, history
+    return _run(params, p0, u, dt, history)
+
+
+def _run(params, p0, steps, dt, history):
+    first, second, f, hist = _inputs(params, steps, p0, dt, history)
+    return _exact(params, p0, first, second, f, dt), hist
+
+
+class Valve:
+    """One valve per channel stepped by a clock (irregular steps allowed): `step(u, dt)` sets
+    the command u now and advances dt seconds. The dead time is a queue of timed commands."""
 
     def __init__(
-        self, tau: float, n: int = len(ACTUATORS), p0: Sequence[float] | np.ndarray | None = None
+        self,
+        params: ValveParams | float,
+        n: int = len(ACTUATORS),
+        p0: Sequence[float] | np.ndarray | None = None,
     ):
-        if not (tau > 0 and math.isfinite(tau)):
-            raise ValueError(f'valve time constant must be > 0 s, got {tau!r}')
-        self.tau = float(tau)
+        if not isinstance(params, ValveParams):
+            tau = params
+            if not (isinstance(tau, (int, float)) and tau > 0 and math.isfinite(tau)):
+                raise ValueError(f'valve time constant must be > 0 s, got {tau!r}')
+            params = ValveParams.lag(float(tau))
+        self.params = params
         self.p = np.zeros(n) if p0 is None else np.array(p0, float).reshape(n)
         self._dt: float | None = None
         self._a = 0.0
+        self.t = 0.0  # the valve's own clock (s), advanced by step()
+        # (time the valve starts to see a command, command); the first entry is in effect
+        self._queue: deque[tuple[float, np.ndarray]] = deque([(-math.inf, self.p.copy())])
+
+    @property
+    def tau(self) -> float:
+        """The lag's time constant (ValueError when filling and venting differ)."""
+        return self.params.tau
 
     def coefficient(self, dt: float) -> float:
+        """a = exp(−dt/τ) of a lag (cached for the last dt)."""
         if dt != self._dt:
             self._dt = dt
-            self._a = lag_coefficient(dt, self.tau)
+            self._a = lag_coefficient(dt, self.params.tau)
         return self._a
 
+    def reset(self, p: Sequence[float] | np.ndarray) -> None:
+        """Settled at pressure p: no command in flight."""
+        self.p = np.array(p, float).reshape(self.p.shape)
+        self._queue = deque([(-math.inf, self.p.copy())])
+
     def step(self, u: Sequence[float] | np.ndarray, dt: float) -> np.ndarray:
-        a = self.coefficient(dt)
-        self.p = a * self.p + (1.0 - a) * np.asarray(u, float)
+        if self.params.is_lag:
+            a = self.coefficient(dt)
+            self.p = a * self.p + (1.0 - a) * np.asarray(u, float)
+            return self.p
+        u = np.asarray(u, float).reshape(self.p.shape)
+        if not np.array_equal(u, self._queue[-1][1]):
+            self._queue.append((self.t + self.params.dead_time, u.copy()))
+        t, end = self.t, self.t + dt
+        while t < end:
+            while len(self._queue) > 1 and self._queue[1][0] <= t:
+                self._queue.popleft()
+            nxt = self._queue[1][0] if len(self._queue) > 1 else math.inf
+            h = min(end, nxt) - t
+            self.p = relax(self.params, self.p, self._queue[0][1], h)
+            t += h
+        self.t = end
         return self.p
 
     @staticmethod
     def closed_form(p0: Sequence[float], u: Sequence[float], t: float, tau: float) -> np.ndarray:
-        """Response of τ·ṗ = u − p to a step held for time t."""
+        """Response of the lag τ·ṗ = u − p to a step held for time t."""
         u_ = np.asarray(u, float)
         return u_ + (np.asarray(p0, float) - u_) * np.exp(-np.asarray(t) / tau)
+
+
+ValveLag = Valve
+"""The earlier name of `Valve` (a lag when built from one time constant)."""

@@ -20,11 +20,6 @@ import sys
 
 import numpy as np
 
-PRESETS = {
-    'paper': None,  # Table V's ten: parse_params takes them from dynamic.PAPER_PARAMS
-    'paper+valve': None,
-    'static': ('actuators.maa.k', 'actuators.baa.k', 'actuators.maa.area', 'actuators.baa.area'),
-}
 ALIASES = {
     'valve.tau': 'valve.time_constant',
     'tau': 'valve.time_constant',
@@ -33,28 +28,50 @@ ALIASES = {
 }
 
 
-def parse_params(spec: str) -> list[str]:
-    from equimus_identification.dynamic import BOUNDS, PAPER_PARAMS
+def presets() -> dict[str, tuple[str, ...]]:
+    """Named groups of free parameters; `--params` joins them with '+' (and names with ',')."""
+    from equimus_identification import dynamic as D
 
-    if spec == 'paper':
-        return list(PAPER_PARAMS)
-    if spec == 'paper+valve':
-        return list(PAPER_PARAMS) + ['valve.time_constant']
-    preset = PRESETS.get(spec)  # 'paper' and 'paper+valve' (None here) are handled above
-    if preset is not None:
-        return list(preset)
-    out = []
-    for s in spec.split(','):
-        s = s.strip()
-        key = ALIASES.get(s, s)
-        if key not in BOUNDS and f'actuators.{key}' in BOUNDS:
-            key = f'actuators.{key}'
-        if key not in BOUNDS:
-            raise SystemExit(
-                f'equimus identify: unknown parameter {s!r}; use a preset '
-                f'(paper, paper+valve, static) or names from {sorted(BOUNDS)}'
-            )
-        out.append(key)
+    return {
+        'paper': D.PAPER_PARAMS,  # Table V's ten
+        'lag': ('valve.time_constant',),  # the authors' valve: one time constant
+        'valve': ('valve.time_constant',),  # (as in 'paper+valve', the earlier name)
+        'chamber': D.VALVE_PARAMS,  # dead time, fill and vent time constants (both valves)
+        'chamber-per-valve': D.VALVE_CHANNEL_PARAMS,  # dead time, fill and vent of each valve
+        'rate': D.RATE_PARAMS,  # the fill's rate limit
+        'friction': D.FRICTION_PARAMS,  # hinge dry friction
+        'armature': D.ARMATURE_PARAMS,
+        'stop': ('joints.knee.range.0',),  # the knee's stop
+        'static': (
+            'actuators.maa.k',
+            'actuators.baa.k',
+            'actuators.maa.area',
+            'actuators.baa.area',
+        ),
+    }
+
+
+def parse_params(spec: str) -> list[str]:
+    """'paper+chamber+friction', 'paper,valve.dead_time', ... → override keys, in order."""
+    from equimus_identification.dynamic import BOUNDS
+
+    groups = presets()
+    out: list[str] = []
+    for token in spec.replace('+', ',').split(','):
+        s = token.strip()
+        if s in groups:
+            keys = list(groups[s])
+        else:
+            key = ALIASES.get(s, s)
+            if key not in BOUNDS and f'actuators.{key}' in BOUNDS:
+                key = f'actuators.{key}'
+            if key not in BOUNDS:
+                raise SystemExit(
+                    f'equimus identify: unknown parameter {s!r}; use presets '
+                    f'({", ".join(groups)}, joined with +) or names from {sorted(BOUNDS)}'
+                )
+            keys = [key]
+        out += [k for k in keys if k not in out]
     return out
 
 
@@ -81,7 +98,16 @@ def build_parser() -> argparse.ArgumentParser:
         'the fit starts from it and the report compares against it',
     )
     p.add_argument(
-        '--groups', default='effective', help='ToCenter groups: effective (13) or all (36)'
+        '--tocenter',
+        choices=('segments', 'releases'),
+        default='segments',
+        help='ToCenter files: every sample of every segment (fill, hold, release; default) or '
+        "the authors' prepared releases (--groups, --duration)",
+    )
+    p.add_argument(
+        '--groups',
+        default='effective',
+        help='ToCenter groups with --tocenter releases: effective (13) or all (36)',
     )
     p.add_argument('--duration', type=float, default=4.0, help='seconds per experiment (default 4)')
     p.add_argument(
@@ -94,7 +120,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         '--params',
         default='paper',
-        help='free parameters: paper (Table V ten), paper+valve, static, or a comma list',
+        help='free parameters: presets joined with + (paper: Table V ten; lag or valve: the '
+        "valve's one time constant; chamber: dead time, fill and vent time constants; "
+        'chamber-per-valve: the same for each valve; rate: the fill rate limit; friction; '
+        'armature; stop: the knee stop; static) and/or names, e.g. paper+chamber+friction or '
+        'paper,valve.dead_time',
+    )
+    p.add_argument(
+        '--bound',
+        action='append',
+        default=[],
+        metavar='NAME=LO:HI',
+        help='search range of a parameter (repeatable), e.g. actuators.maa.c=0.5:200',
     )
     p.add_argument(
         '--loss',
@@ -159,6 +196,13 @@ def build_parser() -> argparse.ArgumentParser:
         'simulation and its rest-angle MSE enters the dynamic loss with this weight '
         '(0: dynamic data only; the static regression is reported either way)',
     )
+    p.add_argument(
+        '--static-start',
+        choices=('rest', 'measured'),
+        default='rest',
+        help='joint fit: each static pair filled from the vented rest pose (default; what the '
+        'ToCenter session did, and what dry friction needs) or held from the measured pose',
+    )
     p.add_argument('--no-plots', action='store_true')
     return p
 
@@ -187,6 +231,35 @@ def run_static(sets, leg, method, log) -> dict:
     }
 
 
+def parse_bounds(specs) -> dict[str, tuple[float, float]]:
+    """--bound NAME=LO:HI entries → {override key: (lo, hi)}."""
+    out = {}
+    for spec in specs:
+        try:
+            name, rng = spec.split('=', 1)
+            lo, hi = (float(v) for v in rng.split(':'))
+        except ValueError:
+            raise SystemExit(f'equimus identify: --bound {spec!r}: expected NAME=LO:HI') from None
+        key = parse_params(name)[0]
+        if not lo < hi:
+            raise SystemExit(f'equimus identify: --bound {spec!r}: LO must be below HI')
+        out[key] = (lo, hi)
+    return out
+
+
+def fit_start(ev, names, x_before) -> np.ndarray:
+    """Where the fit starts: the start set's values, except a parameter that sits exactly on a
+    bound there and has a neutral value (no dead time, no friction): a least-squares start at
+    a kink or bound does not move, so it starts from heldout.START instead."""
+    from equimus_identification.heldout import START
+
+    x0 = np.array(x_before, float)
+    for i, n in enumerate(names):
+        if n in START and (x0[i] <= ev.lower[i] or x0[i] >= ev.upper[i]):
+            x0[i] = np.clip(START[n], ev.lower[i], ev.upper[i])
+    return x0
+
+
 def default_dt(exps) -> float:
     """The authors' 0.005 s when every experiment's sample period is a multiple of it (their
     100 Hz CSVs), else the simulation node's 1/600 s (five steps per 120 Hz mocap frame)."""
@@ -209,6 +282,7 @@ def run_dynamic(exps, leg, a, out: pathlib.Path, log, holds=()) -> dict:
         a.refine, a.refine
     )
     de_loss = 'shooting' if a.loss in ('shooting', 'both') else 'whole'
+    bounds = parse_bounds(a.bound)
     ev = D.Evaluator(
         exps,
         names,
@@ -219,6 +293,7 @@ def run_dynamic(exps, leg, a, out: pathlib.Path, log, holds=()) -> dict:
         sign_weight=a.sign_weight if de_loss == 'whole' else 0.0,
         aggregate=a.aggregate if de_loss == 'whole' else 'mean',
         static_weight=a.static_weight,
+        bounds=bounds,
     )
     ref = (
         D.Evaluator(
@@ -230,11 +305,12 @@ def run_dynamic(exps, leg, a, out: pathlib.Path, log, holds=()) -> dict:
             sign_weight=a.sign_weight,
             aggregate=a.aggregate,
             static_weight=a.static_weight,
+            bounds=bounds,
         )
         if a.loss == 'both'
         else None
     )
-    x_before = np.array([D.leg_value(leg, n) for n in names])
+    x_before = np.clip([D.leg_value(leg, n) for n in names], ev.lower, ev.upper)
     ck = pathlib.Path(a.checkpoint) if a.checkpoint else out / 'checkpoint.pkl'
     if a.fresh and ck.exists():
         ck.unlink()
@@ -254,7 +330,7 @@ def run_dynamic(exps, leg, a, out: pathlib.Path, log, holds=()) -> dict:
             refine=refine,
             refine_maxfev=a.refine_maxfev,
             refine_evaluator=ref,
-            x0=x_before,
+            x0=fit_start(ev, names, x_before),
             log=log,
             progress=True,
         )
@@ -268,7 +344,14 @@ def run_dynamic(exps, leg, a, out: pathlib.Path, log, holds=()) -> dict:
             f'  {n:28s} relative std. error {100 * e:7.2f} %'
             + ('' if e <= D.DETERMINED_RSE else '  NOT determined by these data')
         )
+    at_bounds = D.at_bounds(ev, r.x)
+    for n in at_bounds:
+        log(
+            f'  {n} ENDS ON A BOUND: the data push it beyond the search range; widen the range '
+            '(--bound) if that is physical, or fix the parameter'
+        )
     return {
+        'at_bounds': at_bounds,
         'names': names,
         'loss': a.loss,
         'parameters': r.parameters(),
@@ -302,7 +385,9 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         leg = load_leg(a.leg, parameter_set=a.parameter_set or None, overrides=a.start)
-        inputs = data.load_any(a.inputs, groups=a.groups, duration=a.duration, bags=a.bags)
+        inputs = data.load_any(
+            a.inputs, groups=a.groups, duration=a.duration, bags=a.bags, tocenter=a.tocenter
+        )
     except (data.DataError, LegDescriptionError, FileNotFoundError, BagError) as exc:
         print(f'equimus identify: {exc}', file=sys.stderr)
         return 2
@@ -319,7 +404,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if inputs['dynamic']:
             holds = (
-                data.static_experiments(inputs['static'][0])
+                data.static_experiments(inputs['static'][0], start=a.static_start)
                 if inputs['static'] and a.static_weight > 0
                 else ()
             )
@@ -352,6 +437,7 @@ def main(argv: list[str] | None = None) -> int:
             not_determined=[
                 n for n, e in ident['relative_std_error'].items() if e > ident['threshold']
             ],
+            at_bounds=dynamic['at_bounds'],
         )
     if static:
         info['static'] = {

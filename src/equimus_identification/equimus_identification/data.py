@@ -243,6 +243,22 @@ def tocenter_groups(path) -> list[dict]:
     return groups
 
 
+def holds_as_static_set(path, tail_s: float = 0.5) -> StaticSet:
+    """The equilibria a ToCenter session held: per group, the start pair and the mean angles of
+    the hold's last `tail_s` seconds. StaticPoint_all_36 (Set B) is this for the 2025-02-20
+    session, within 0.39° (tests/identification/test_data_dynamic.py)."""
+    rows_p, rows_q = [], []
+    for g in tocenter_groups(path):
+        i = release_index(g)
+        t_rel = g['t'][i]
+        m = (g['t'] >= t_rel - tail_s) & (g['t'] < t_rel)
+        rows_p.append(g['start'])
+        rows_q.append(g['q'][m].mean(axis=0))
+    return StaticSet(
+        np.array(rows_p, float), np.array(rows_q), name=f'{pathlib.Path(path).stem} holds'
+    )
+
+
 def release_index(g: dict, hold_s: float = HOLD_S) -> int:
     """First sample where the command leaves the start pressures; for a (0, 0) group, t ≥ hold_s."""
     start = np.asarray(g['start'])
@@ -529,10 +545,27 @@ def segment_steps(
 # (Pa) and the two relative joint angles (deg); measured valve pressures (Pa) are optional.
 TRAJECTORY_COLUMNS = ('relative_time', 'current_pressure1', 'current_pressure2')
 ANGLE_COLUMNS = ('thigh_theta21', 'calf_theta32')
+# The authors' segment files without the command log: each segment commands its start pair at
+# its first sample, holds it HOLD_S seconds, then commands its end pair (as ToCenter does).
+SEGMENT_COLUMNS = (
+    'relative_time',
+    'pressure1_start',
+    'pressure2_start',
+    'pressure1_end',
+    'pressure2_end',
+)
 MEASURED_PRESSURE_COLUMNS = (
     ('measured_pressure1', 'measured_pressure2'),
     ('real_pressure1', 'real_pressure2'),
     ('pressure1_measured', 'pressure2_measured'),
+)
+FILL_S = 1.5  # the fill phase of a segment: its first 1.5 s (the leg settles within ~1.2 s)
+PHASES = ('fill', 'hold', 'release')
+USABLE_LAYOUTS = (
+    'usable CSV layouts: a trajectory (relative_time, current_pressure1, current_pressure2 [Pa], '
+    'thigh_theta21, calf_theta32 [deg]), a segment file (relative_time, pressure1_start, '
+    'pressure2_start, pressure1_end, pressure2_end [Pa], thigh_theta21, calf_theta32 [deg]) or '
+    'a static set (P1 (kPa), P2 (kPa), theta1 (deg), theta2 (deg))'
 )
 
 
@@ -545,36 +578,60 @@ def csv_header(path) -> list[str]:
 
 
 def csv_kind(path) -> str:
-    """'tocenter', 'trajectory' (any dynamic CSV) or 'static', from the header line."""
+    """'tocenter', 'trajectory' (any dynamic CSV with its command log), 'segments' (start and end
+    pairs only) or 'static', from the header line; DataError (one line, listing the usable
+    layouts) for anything else."""
     cols = set(csv_header(path))
+    angles = all(c in cols for c in ANGLE_COLUMNS)
     if all(c in cols for c in TOCENTER_COLUMNS):
         return 'tocenter'
-    if all(c in cols for c in TRAJECTORY_COLUMNS + ANGLE_COLUMNS):
+    if angles and all(c in cols for c in TRAJECTORY_COLUMNS):
         return 'trajectory'
-    if 'relative_time' in cols:
-        need = [c for c in TRAJECTORY_COLUMNS + ANGLE_COLUMNS if c not in cols]
-        raise DataError(
-            f'{path}: a dynamic CSV (it has relative_time) but columns {need} are missing; '
-            f'a trajectory needs {", ".join(TRAJECTORY_COLUMNS + ANGLE_COLUMNS)} '
-            '(pressures in Pa, angles in deg), measured pressures optional'
-        )
-    return 'static'
+    if angles and all(c in cols for c in SEGMENT_COLUMNS):
+        return 'segments'
+    if 'relative_time' not in cols and len(csv_header(path)) == 4:
+        return 'static'  # P1 (kPa), P2 (kPa), theta1 (deg), theta2 (deg) by position
+    logged = any(c.startswith('current_pressure') for c in cols)
+    layout = TRAJECTORY_COLUMNS if logged else SEGMENT_COLUMNS
+    missing = [c for c in layout + ANGLE_COLUMNS if c not in cols]
+    raise DataError(
+        f'{path}: unknown CSV layout, columns missing: {", ".join(missing)} '
+        f'(have {", ".join(sorted(c for c in cols if c)) or "none"}); {USABLE_LAYOUTS}'
+    )
 
 
-def load_trajectory_csv(path, rate: float = RATE_HZ, min_duration: float = 0.2) -> list[Experiment]:
+def segment_phases(t: np.ndarray, command: np.ndarray) -> list[tuple[str, float, float]]:
+    """(phase, t0, t1) of one segment: fill = its first FILL_S s, hold = until the command
+    changes, release = from there to the end (the authors' releases are this part)."""
+    moved = np.flatnonzero(np.any(np.abs(command - command[0]) > 1e-9, axis=1))
+    t_rel = float(t[moved[0]]) if len(moved) else float(t[-1]) + 1e-9
+    end = float(t[-1]) + 1e-9
+    fill_end = min(FILL_S, t_rel)
+    return [('fill', 0.0, fill_end), ('hold', fill_end, t_rel), ('release', t_rel, end)]
+
+
+def load_trajectory_csv(
+    path, rate: float = RATE_HZ, min_duration: float = 0.2, hold_s: float = HOLD_S
+) -> list[Experiment]:
     """Every segment of a dynamic CSV (relative_time restarts per segment) as one experiment
     from the segment's first sample to its last, on a `rate` grid, against the raw angles.
 
+    The command is the logged one (current_pressure1/2), or for a segment file (start and end
+    pairs only) the start pair from the segment's first sample and the end pair from hold_s on.
     The valve starts at the previous segment's last command (the rig is logged continuously;
     ToCenter groups start from the vented rest), the first segment at its first command; measured
-    pressures, when
-    the file has them, are kept in Experiment.pressure_kpa for replay through `--pressure
-    measured`.
+    pressures, when the file has them, are kept in Experiment.pressure_kpa for replay through
+    `--pressure measured`. Segments with start and end pairs get meta['phases']
+    (`segment_phases`) and meta['pair'] (the start pair, kPa).
     """
     path = pathlib.Path(path)
+    kind = csv_kind(path)
+    if kind == 'static':
+        raise DataError(f'{path}: a static set, not a dynamic CSV; {USABLE_LAYOUTS}')
     d = _read_named_csv(path)
     names = d.dtype.names or ()
     meas = next((c for c in MEASURED_PRESSURE_COLUMNS if all(x in names for x in c)), None)
+    pairs = all(c in names for c in SEGMENT_COLUMNS)
     t = np.asarray(d['relative_time'], float)
     cuts = np.r_[0, np.where(np.diff(t) < 0)[0] + 1, len(d)]
     out = []
@@ -582,16 +639,23 @@ def load_trajectory_csv(path, rate: float = RATE_HZ, min_duration: float = 0.2) 
     for k, (a, b) in enumerate(zip(cuts[:-1], cuts[1:], strict=True)):
         g = d[a:b]
         tg = g['relative_time'] - g['relative_time'][0]
-        cmd = np.stack([g['current_pressure1'], g['current_pressure2']], 1) / 1e3
+        if kind == 'segments':
+            start = np.array([g['pressure1_start'][0], g['pressure2_start'][0]])
+            end = np.array([g['pressure1_end'][0], g['pressure2_end'][0]])
+            cmd = np.where((tg < hold_s - 1e-9)[:, None], start, end) / 1e3
+        else:
+            cmd = np.stack([g['current_pressure1'], g['current_pressure2']], 1) / 1e3
         p0, prev = (cmd[0] if prev is None else prev), cmd[-1]
         if len(g) < 3 or tg[-1] < min_duration:
             continue
         q = np.deg2rad(np.stack([g[ANGLE_COLUMNS[0]], g[ANGLE_COLUMNS[1]]], 1))
         if not (np.all(np.isfinite(cmd)) and np.all(np.isfinite(q))):
             raise DataError(f'{path}: segment {k} has non-numeric pressures or angles')
-        meta = {'source': str(path), 'segment': k}
-        if 'pressure1_start' in names:
+        meta: dict = {'source': str(path), 'segment': k}
+        if pairs:
             meta['start_kpa'] = [g['pressure1_start'][0] / 1e3, g['pressure2_start'][0] / 1e3]
+            meta['end_kpa'] = [g['pressure1_end'][0] / 1e3, g['pressure2_end'][0] / 1e3]
+            meta['pair'] = tuple(float(round(v, 6)) for v in meta['start_kpa'])
         e = prepare(
             tg,
             q,
@@ -606,6 +670,8 @@ def load_trajectory_csv(path, rate: float = RATE_HZ, min_duration: float = 0.2) 
             target='raw',
         )
         e.command_kpa = hold(tg, cmd, e.t)
+        if pairs:
+            e.meta['phases'] = segment_phases(e.t, e.command_kpa)
         if meas is not None:
             pm = np.stack([g[meas[0]], g[meas[1]]], 1) / 1e3
             e.pressure_kpa = resample(tg, pm, e.t)
@@ -616,15 +682,69 @@ def load_trajectory_csv(path, rate: float = RATE_HZ, min_duration: float = 0.2) 
     return out
 
 
+def continuous(exps: Sequence[Experiment], name: str | None = None) -> Experiment:
+    """Segments of one recording end to end as one experiment (one open-loop replay from the
+    first measured state: the authors' protocol). Each segment starts one sample after the
+    previous one's last; meta['segments'] has their start times, meta['phases'] their phases
+    on the joined time axis, meta['segment_names'] their names."""
+    if not exps:
+        raise DataError('no segments to join')
+    dt = exps[0].dt
+    if any(abs(e.dt - dt) > 1e-9 for e in exps):
+        raise DataError('segments on different time grids cannot be joined')
+    offsets = np.cumsum([0] + [len(e) for e in exps[:-1]]) * dt
+    phases = [
+        (ph, float(o + a), float(o + b), e.name)
+        for e, o in zip(exps, offsets, strict=True)
+        for ph, a, b in e.meta.get('phases', ())
+    ]
+    have_p = all(e.pressure_kpa is not None for e in exps)
+    return Experiment(
+        name=name or exps[0].name.split('#')[0],
+        t=np.arange(sum(len(e) for e in exps)) * dt,
+        q=np.concatenate([e.q for e in exps]),
+        qd=np.concatenate([e.qd for e in exps]),
+        command_kpa=np.concatenate([e.command_kpa for e in exps]),
+        p0_kpa=exps[0].p0_kpa.copy(),
+        meta={
+            'source': exps[0].meta.get('source', ''),
+            'segments': [float(o) for o in offsets],
+            'segment_names': [e.name for e in exps],
+            'phases': phases,
+            'continuous': True,
+        },
+        q_start=np.concatenate([e.start_q for e in exps]),
+        pressure_kpa=(
+            np.concatenate([e.pressure_kpa for e in exps if e.pressure_kpa is not None])
+            if have_p
+            else None
+        ),
+    )
+
+
+STATIC_STARTS = ('measured', 'rest')
+
+
 def static_experiments(
-    s: StaticSet, duration: float = 3.0, rate: float = RATE_HZ
+    s: StaticSet, duration: float = 3.0, rate: float = RATE_HZ, start: str = 'measured'
 ) -> list[Experiment]:
-    """Each equilibrium as a constant-pressure hold: the model starts at the measured pose with
-    the valve at the measured pressures, and is scored on where it comes to rest."""
+    """Each equilibrium as a constant-pressure hold, scored on where the model comes to rest.
+
+    start 'measured': the model starts at the measured pose with the valve settled at the
+    measured pressures. 'rest': as the ToCenter session reached them (Set B is its hold phase),
+    from the set's vented rest pose (its 0/0 row, else its first) with the valve at 0 kPa,
+    filled to the pair at t = 0 — with dry friction the rest angle depends on where the leg came
+    from, and a hold started at the measured pose would simply stay there.
+    """
+    if start not in STATIC_STARTS:
+        raise ValueError(f'start must be one of {STATIC_STARTS}, got {start!r}')
     n = int(round(duration * rate)) + 1
     t = np.arange(n) / rate
+    vented = np.flatnonzero(np.all(s.pressures_kpa == 0.0, axis=1))
+    q_rest = s.q[vented[0] if len(vented) else 0]
     out = []
     for i, (p, q) in enumerate(zip(s.pressures_kpa, s.q, strict=True)):
+        from_rest = start == 'rest'
         out.append(
             Experiment(
                 name=f'{s.name or "static"}[{i}] P{p[0]:g}-{p[1]:g}',
@@ -632,13 +752,16 @@ def static_experiments(
                 q=np.repeat(q[None, :], n, axis=0),
                 qd=np.zeros((n, 2)),
                 command_kpa=np.repeat(np.asarray(p, float)[None, :], n, axis=0),
-                p0_kpa=np.asarray(p, float).copy(),
+                p0_kpa=np.zeros(2) if from_rest else np.asarray(p, float).copy(),
                 meta={
                     'static': True,
                     'set': s.name,
                     'index': i,
                     'pressure_kpa': list(map(float, p)),
+                    'pair': tuple(float(round(v, 6)) for v in p),
+                    'start': start,
                 },
+                q_start=np.repeat(q_rest[None, :], n, axis=0) if from_rest else None,
             )
         )
     return out
@@ -672,17 +795,29 @@ def bag_trajectory(rec: Recording, rate: float = BAG_RATE_HZ, threshold_kpa: flo
     return e
 
 
+TOCENTER_MODES = ('segments', 'releases')
+
+
 def load_any(
-    paths: Iterable, groups='effective', duration: float = DURATION_S, bags: str = 'steps'
+    paths: Iterable,
+    groups='effective',
+    duration: float = DURATION_S,
+    bags: str = 'steps',
+    tocenter: str = 'segments',
 ) -> dict:
     """Sort inputs into {'static': [StaticSet], 'dynamic': [Experiment]} by what they contain.
 
     bags: 'steps' cuts a bag at every command jump (step experiments); 'whole' keeps it as one
     experiment (for ramped excitation such as `equimus excite`'s, where every ramp sample is a
     jump; the multiple-shooting loss cuts it into segments anyway).
+    tocenter: 'segments' = every sample of every segment of a ToCenter file (fill, hold and
+    release; all 36 groups), 'releases' = the authors' prepared releases (`load_tocenter`:
+    `groups`, `duration` s after the release, 11-sample moving average).
     """
     if bags not in ('steps', 'whole'):
         raise ValueError(f"bags must be 'steps' or 'whole', got {bags!r}")
+    if tocenter not in TOCENTER_MODES:
+        raise ValueError(f'tocenter must be one of {TOCENTER_MODES}, got {tocenter!r}')
     out: dict[str, list] = {'static': [], 'dynamic': []}
     for p in paths:
         p = pathlib.Path(p)
@@ -694,9 +829,9 @@ def load_any(
             out['dynamic'] += segment_steps(load_bag(bag), max_duration=duration, name=bag.name)
         elif p.suffix == '.csv':
             kind = csv_kind(p)
-            if kind == 'tocenter':
+            if kind == 'tocenter' and tocenter == 'releases':
                 out['dynamic'] += load_tocenter(p, groups=groups, duration=duration)
-            elif kind == 'trajectory':
+            elif kind != 'static':
                 out['dynamic'] += load_trajectory_csv(p)
             else:
                 out['static'].append(load_static_csv(p))

@@ -6,7 +6,10 @@ compiled MjModel (no recompilation):
     k    -> stiffness 2k of both segment slides        c  -> damping 2c of both slides
     l0   -> spring reference (l0 − l_build)/2 of each slide
     area -> F = S·P fed to the segment motors           joint damping -> hinge dof_damping
-    valve.time_constant -> first-order lag p ← a·p + (1−a)·u, a = exp(−Δt/τ), applied per step
+    joint frictionloss, armature -> hinge dof_frictionloss, dof_armature
+    joints.knee.range.0 (the knee's stop) -> jnt_range
+    valve.* -> the description's valve model (equimus_description.valve.follow: dead time, fill
+    and vent time constants; `valve.time_constant` alone is the authors' lag), per physics step
 so every candidate costs only its physics steps. Rollouts go through `mujoco.rollout`.
 
 Losses (both over experiments from `data`):
@@ -41,11 +44,11 @@ import mujoco
 import mujoco.rollout
 import numpy as np
 from scipy.optimize import least_squares, minimize
-from scipy.signal import lfilter
 
 from equimus_description.leg import LegDescription, load_leg
+from equimus_description.valve import ValveParams, follow
 from equimus_sim.leg_model import LegModel
-from equimus_sim.mjcf_builder import seg_names
+from equimus_sim.mjcf_builder import friction_constraint, seg_names
 
 from .data import Experiment
 
@@ -72,20 +75,78 @@ BOUNDS = {
     'joints.hip.damping': (0.001, 2.0),
     'joints.knee.damping': (0.001, 1.0),
     'valve.time_constant': (0.03, 0.6),
+    # the valve model's dead time and its fill and vent constants (valve.time_constant is both)
+    'valve.dead_time': (0.0, 0.3),
+    'valve.fill_time_constant': (0.02, 1.0),  # both valves
+    'valve.vent_time_constant': (0.02, 1.0),
+    'valve.fill_time_constant.maa': (0.02, 1.0),  # one valve
+    'valve.fill_time_constant.baa': (0.02, 1.0),
+    'valve.vent_time_constant.maa': (0.02, 1.0),
+    'valve.vent_time_constant.baa': (0.02, 1.0),
+    'valve.fill_rate': (20.0, 2000.0),  # kPa/s
+    # dry friction (N·m) and armature (kg·m²) of the hinges; the knee's stop (rad)
+    'joints.hip.frictionloss': (0.0, 0.5),
+    'joints.knee.frictionloss': (0.0, 0.5),
+    'joints.hip.armature': (0.0, 0.02),
+    'joints.knee.armature': (0.0, 0.02),
+    'joints.knee.range.0': (-0.1, 0.05),
 }
-PAPER_PARAMS = tuple(k for k in BOUNDS if k != 'valve.time_constant')  # Table V's ten
+PAPER_PARAMS = tuple(list(BOUNDS)[:10])  # Table V's ten
+VALVE_PARAMS = ('valve.dead_time', 'valve.fill_time_constant', 'valve.vent_time_constant')
+VALVE_CHANNEL_PARAMS = (
+    'valve.dead_time',
+    'valve.fill_time_constant.maa',
+    'valve.fill_time_constant.baa',
+    'valve.vent_time_constant.maa',
+    'valve.vent_time_constant.baa',
+)
+RATE_PARAMS = ('valve.fill_rate',)
+FRICTION_PARAMS = ('joints.hip.frictionloss', 'joints.knee.frictionloss')
+ARMATURE_PARAMS = ('joints.hip.armature', 'joints.knee.armature')
+_VALVE_KEYS = {
+    'valve.time_constant': lambda leg: leg.valve_time_constant,
+    'valve.dead_time': lambda leg: leg.valve.dead_time,
+    'valve.fill_time_constant': lambda leg: leg.valve.channel(0).tau_fill,
+    'valve.vent_time_constant': lambda leg: leg.valve.channel(0).tau_vent,
+    'valve.fill_time_constant.maa': lambda leg: leg.valve.channel(0).tau_fill,
+    'valve.fill_time_constant.baa': lambda leg: leg.valve.channel(1).tau_fill,
+    'valve.vent_time_constant.maa': lambda leg: leg.valve.channel(0).tau_vent,
+    'valve.vent_time_constant.baa': lambda leg: leg.valve.channel(1).tau_vent,
+    'valve.fill_rate': lambda leg: leg.valve.fill_rate,
+}
 
 
 def leg_value(leg: LegDescription, name: str) -> float:
     """Current value of a parameter (override key) in a description."""
     parts = name.split('.')
-    if parts[0] == 'valve':
-        return leg.valve_time_constant
+    if name in _VALVE_KEYS:
+        return float(_VALVE_KEYS[name](leg))
     if parts[0] == 'actuators':
         return float(getattr(leg.actuators[parts[1]], parts[2]))
+    if parts[0] == 'joints' and len(parts) == 4 and parts[2] == 'range':
+        return float(leg.joints[parts[1]].range[int(parts[3])])
     if parts[0] == 'joints':
         return float(getattr(leg.joints[parts[1]], parts[2]))
     raise KeyError(f'unknown parameter {name!r} (known: {sorted(BOUNDS)})')
+
+
+def valve_of(p: dict, free: Sequence[str] = ()) -> ValveParams:
+    """The valve model of a full parameter dict. Free per-valve constants win over free
+    constants of both valves, which win over a free valve.time_constant (both valves fill and
+    vent with it); the rest comes from the description (per valve)."""
+    tau = p['valve.time_constant']
+    per_valve = any(n in free for n in VALVE_CHANNEL_PARAMS[1:])
+    shared = any(n in free for n in VALVE_PARAMS[1:])
+    if 'valve.time_constant' in free and not (per_valve or shared):
+        return ValveParams(tau, tau, p['valve.dead_time'], p['valve.fill_rate'])
+
+    def per(kind):
+        if shared and not per_valve and f'valve.{kind}_time_constant' in free:
+            return p[f'valve.{kind}_time_constant']
+        v = (p[f'valve.{kind}_time_constant.maa'], p[f'valve.{kind}_time_constant.baa'])
+        return v[0] if v[0] == v[1] else v
+
+    return ValveParams(per('fill'), per('vent'), p['valve.dead_time'], p['valve.fill_rate'])
 
 
 @dataclass
@@ -138,6 +199,16 @@ class Evaluator:
         unknown = [n for n in names if n not in BOUNDS]
         if unknown:
             raise ValueError(f'unknown parameters {unknown}; identifiable: {sorted(BOUNDS)}')
+        kinds = [
+            'valve.time_constant' in names,
+            any(n in names for n in VALVE_PARAMS[1:]),
+            any(n in names for n in VALVE_CHANNEL_PARAMS[1:]),
+        ]
+        if sum(kinds) > 1 and set(names) != set(BOUNDS):  # all: a replay of a complete set
+            raise ValueError(
+                'free parameters: one kind of valve time constant: valve.time_constant (the '
+                'lag), the fill and vent constants of both valves, or those of each valve'
+            )
         if not experiments:
             raise ValueError('no experiments to identify from')
         self.experiments = list(experiments)
@@ -200,6 +271,11 @@ class Evaluator:
         if PRESSURE_LENGTHENS:
             m.actuator_gear[:, 0] = np.abs(m.actuator_gear[:, 0])
         m.actuator_ctrllimited[:] = 0  # candidate areas may exceed the build's force range
+        for j in leg.joints:  # dry friction of any candidate as the simulation builds it
+            dof = m.jnt_dofadr[m.joint(j).id]
+            fc = friction_constraint(leg, self.dt)
+            m.dof_solref[dof] = fc['solreffriction']
+            m.dof_solimp[dof] = fc['solimpfriction']
         d = mujoco.MjData(m)
         acts = list(leg.actuators)
         seg_j = np.array([[m.joint(s).id for s in seg_names(a)] for a in acts])
@@ -214,6 +290,7 @@ class Evaluator:
             seg_jnt=seg_j,
             build_len=lm._build_len.copy(),
             joint_dof={j: m.jnt_dofadr[m.joint(j).id] for j in leg.joints},
+            joint_id={j: m.joint(j).id for j in leg.joints},
             spec=mujoco.mjtState.mjSTATE_FULLPHYSICS,
         )
         nstate = mujoco.mj_stateSize(m, st['spec'])
@@ -265,14 +342,21 @@ class Evaluator:
             m.qpos_spring[st['seg_qadr'][i]] = (p[f'actuators.{a}.l0'] - st['build_len'][i]) / 2.0
         for j, dof in st['joint_dof'].items():
             m.dof_damping[dof] = p[f'joints.{j}.damping']
+            for attr in ('frictionloss', 'armature'):
+                key = f'joints.{j}.{attr}'
+                if key in p:
+                    getattr(m, f'dof_{attr}')[dof] = p[key]
+            key = f'joints.{j}.range.0'
+            if key in p:
+                m.jnt_range[st['joint_id'][j], 0] = p[key]
 
-    def _valve(self, e: Experiment, sps: int, tau: float) -> np.ndarray:
-        """Valve pressure (kPa) at every physics step of an experiment, (n_steps, 2)."""
+    def _valve(self, e: Experiment, sps: int, valve: ValveParams) -> np.ndarray:
+        """Valve pressure (kPa) at every physics step of an experiment, (n_steps, 2): the
+        description's valve model from the experiment's start pressure (settled there)."""
         if self.pressure == 'measured' and e.pressure_kpa is not None:
             return np.repeat(e.pressure_kpa[:-1], sps, axis=0)  # the valve state as measured
         u = np.repeat(e.command_kpa[:-1], sps, axis=0)
-        a = math.exp(-self.dt / tau) if tau > 0 else 0.0
-        p, _ = lfilter([1.0 - a], [1.0, -a], u, axis=0, zi=(a * e.p0_kpa)[None, :])
+        p, _ = follow(valve, u, e.p0_kpa, self.dt)
         return p
 
     # ----- simulation -----
@@ -284,12 +368,11 @@ class Evaluator:
         m, batches = st['model'], st['batches']
         areas = np.array([p[f'actuators.{a}.area'] for a in st['acts']])
         ctrl_idx = st['lm'].ctrl_idx
+        valve = valve_of(p, self.names)
         valves = {}
         for r, ro in enumerate(self.rollouts):
             if ro.exp not in valves:
-                valves[ro.exp] = self._valve(
-                    self.experiments[ro.exp], self.sps[ro.exp], p['valve.time_constant']
-                )
+                valves[ro.exp] = self._valve(self.experiments[ro.exp], self.sps[ro.exp], valve)
             sps = self.sps[ro.exp]
             pv = valves[ro.exp][ro.i0 * sps : (ro.i0 + ro.n - 1) * sps]
             F = pv * areas * 1e3
@@ -402,6 +485,23 @@ class Evaluator:
         return int(sum((ro.n - 1) * self.sps[ro.exp] for ro in self.rollouts))
 
 
+BOUND_TOL = 1e-3  # a parameter within this fraction of its range from a bound is on it
+
+
+def at_bounds(ev: Evaluator, x) -> list[str]:
+    """The free parameters of x that sit on a bound of ev's search range, as
+    'name (lower 0.14)' entries: a sign that the data push beyond the range (model error, or a
+    range too narrow for the physics)."""
+    u = ev.to_unit(x)
+    out = []
+    for n, ui, lo, hi in zip(ev.names, u, ev.lower, ev.upper, strict=True):
+        if ui <= BOUND_TOL:
+            out.append(f'{n} (lower {lo:g})')
+        elif ui >= 1.0 - BOUND_TOL:
+            out.append(f'{n} (upper {hi:g})')
+    return out
+
+
 def _errors(err: np.ndarray) -> dict:
     ok = err.size > 0 and bool(np.all(np.isfinite(err)))
     return {
@@ -422,7 +522,9 @@ def metrics(
     """Per-experiment RMSE and MaxAE per joint of the whole-trajectory simulation.
 
     A static hold is scored on its rest angles (RMSE = MaxAE = the equilibrium error); an
-    experiment with meta['segments'] (segment start times, s) also gets per-segment figures.
+    experiment with meta['segments'] (segment start times, s) also gets per-segment figures, one
+    with meta['phases'] ((phase, t0, t1[, segment]) intervals) per-phase figures pooled over its
+    segments (`phases`: {phase: errors}).
     """
     ev = Evaluator(experiments, names, leg=leg, loss='whole', dt=dt, pressure=pressure)
     sims = ev.simulate(x)
@@ -437,13 +539,34 @@ def metrics(
             m['pressure'] = e.pressure_kpa
         m['command'] = e.command_kpa
         bounds = list(e.meta.get('segments', ())) + [float(e.t[-1]) + e.dt]
+        labels = e.meta.get('segment_names') or [f'{e.name}@{a:.2f}s' for a in bounds[:-1]]
         m['segments'] = [
-            {'name': f'{e.name}@{a:.2f}s', 't0': a, **_errors(err[(e.t >= a) & (e.t < b)])}
-            for a, b in zip(bounds[:-1], bounds[1:], strict=True)
+            {'name': lbl, 't0': a, **_errors(err[(e.t >= a) & (e.t < b)])}
+            for lbl, a, b in zip(labels, bounds[:-1], bounds[1:], strict=True)
             if np.any((e.t >= a) & (e.t < b))
         ]
+        m['phases'] = phase_errors(e, err) if not e.is_static else {}
         out.append(m)
     return out
+
+
+def phase_masks(e: Experiment) -> dict:
+    """{phase: boolean mask over e.t} from meta['phases'] (empty without phases)."""
+    masks: dict = {}
+    for ph in e.meta.get('phases', ()):
+        name, a, b = ph[0], ph[1], ph[2]
+        mask = (e.t >= a - 1e-9) & (e.t < b - 1e-9)
+        masks[name] = masks.get(name, np.zeros(len(e.t), bool)) | mask
+    return masks
+
+
+def phase_errors(e: Experiment, err: np.ndarray) -> dict:
+    """RMSE and MaxAE per joint of each phase (fill, hold, release), pooled over segments."""
+    return {
+        name: {**_errors(err[mask]), 'n': int(mask.sum())}
+        for name, mask in phase_masks(e).items()
+        if mask.any()
+    }
 
 
 def identifiability(ev: Evaluator, x, rel_step: float = 1e-3) -> dict:

@@ -1,15 +1,24 @@
 """`equimus evaluate PARAMS RECORDING...`: score a parameter set on recordings it was not fitted to.
 
-Open-loop replay: the recorded pressures (commanded, through the valve lag, or the measured valve
-pressures) drive the model from the recording's initial state, and the simulated angles are
-compared with the measured ones: RMSE and MaxAE per joint over the whole recording and per
-segment. This is the sim-to-real gap of a parameter set.
+Open-loop replay: the recorded pressures (commanded, through the valve model, or the measured
+valve pressures) drive the model from the recording's initial state, and the simulated angles are
+compared with the measured ones: RMSE and MaxAE per joint over the whole recording, per segment
+and per phase (fill, hold, release). This is the sim-to-real gap of a parameter set.
+
+--protocol continuous (default; the EquiMus authors' protocol, the figure comparable with the
+paper): a recording is ONE open-loop replay from its first measured state — a dynamic CSV's
+segments end to end, a bag whole; a static set's pairs are each filled from the set's vented rest
+pose (as the ToCenter session reached them). --protocol segments: every segment of a dynamic CSV
+restarts from its own measured state (hides drift), and a static set's pairs are held from the
+measured poses.
 
 Recordings: rosbag2 folders or .mcap files (sim or hardware; one replay of the whole bag, its
 pressure steps as segments), the EquiMus dynamic CSVs (ToCenter or any trajectory with
-relative_time restarting per segment; measured-pressure columns optional; one replay per segment)
-and static CSVs (StaticPoint_*.csv; each pressure pair held from the measured pose, the resting
-angles scored).
+relative_time restarting per segment, with the command log current_pressure1/2 or only the
+segment pairs pressure1_start, pressure2_start, pressure1_end, pressure2_end — the end pair
+commanded data.HOLD_S after the segment's start; measured-pressure columns optional) and static
+CSVs (StaticPoint_*.csv; the resting angles scored). Any other layout is refused with one line
+listing the usable columns.
 
 PARAMS: a params.yaml written by `equimus identify` (or any leg override file), or the name of a
 parameter set in the leg YAML (table_v_dynamic, table_v_static, ...), or `default`.
@@ -49,8 +58,14 @@ def load_params(spec: str, leg_path=None):
     return load_leg(leg_path, parameter_set=None if spec == 'default' else spec)
 
 
-def load_recording(path, static_hold_s: float = 3.0) -> tuple[list, float, str]:
+PROTOCOLS = ('continuous', 'segments')
+STATIC_HOLD_S = {'continuous': data.HOLD_S, 'segments': 3.0}  # a ToCenter hold / the fit's
+
+
+def load_recording(path, protocol: str = 'continuous') -> tuple[list, float, str]:
     """(experiments, simulation step, kind) of one recording, prepared for open-loop replay."""
+    if protocol not in PROTOCOLS:
+        raise ValueError(f'protocol must be one of {PROTOCOLS}, got {protocol!r}')
     p = pathlib.Path(path)
     if p.is_dir() or p.suffix == '.mcap':
         bag = p if p.is_dir() else p.parent
@@ -59,43 +74,62 @@ def load_recording(path, static_hold_s: float = 3.0) -> tuple[list, float, str]:
         kind = data.csv_kind(p)
         if kind == 'static':
             s = data.load_static_csv(p)
-            return data.static_experiments(s, static_hold_s), CSV_DT, 'static'
-        return data.load_trajectory_csv(p), CSV_DT, 'dynamic'
+            start = 'rest' if protocol == 'continuous' else 'measured'
+            return (
+                data.static_experiments(s, STATIC_HOLD_S[protocol], start=start),
+                CSV_DT,
+                'static',
+            )
+        segments = data.load_trajectory_csv(p)
+        if protocol == 'continuous':
+            return [data.continuous(segments)], CSV_DT, 'dynamic'
+        return segments, CSV_DT, 'dynamic'
     raise data.DataError(f'{p}: not a rosbag2 folder, .mcap file or EquiMus CSV')
 
 
-def evaluate(leg, paths, pressure: str = 'command') -> list[dict]:
+def evaluate(leg, paths, pressure: str = 'command', protocol: str = 'continuous') -> list[dict]:
     """One entry per recording: kind, per-experiment metrics and the pooled figures."""
     names = list(D.BOUNDS)
     x = [D.leg_value(leg, n) for n in names]
     out = []
     for path in paths:
-        exps, dt, kind = load_recording(path)
+        exps, dt, kind = load_recording(path, protocol)
         m = D.metrics(exps, x, names, leg=leg, dt=dt, pressure=pressure)
         out.append({'path': str(path), 'kind': kind, 'metrics': m, **pooled(m)})
     return out
 
 
 def pooled(metrics) -> dict:
-    """RMSE and MaxAE per joint over every sample (static: every pose) of a recording."""
+    """RMSE and MaxAE per joint over every sample (static: every pose) of a recording, and per
+    phase (fill, hold, release) over the samples of that phase."""
     sq, mx, n = np.zeros(2), np.zeros(2), 0
+    ph: dict = {}
     for m in metrics:
         k = 1 if m['static'] else len(m['t'])
         sq += m['rmse'] ** 2 * k
         mx = np.maximum(mx, m['maxae'])
         n += k
-    return {'rmse': np.sqrt(sq / max(n, 1)), 'maxae': mx, 'samples': n}
+        for name, e in m.get('phases', {}).items():
+            acc = ph.setdefault(name, [np.zeros(2), np.zeros(2), 0])
+            acc[0] += e['rmse'] ** 2 * e['n']
+            acc[1] = np.maximum(acc[1], e['maxae'])
+            acc[2] += e['n']
+    phases = {
+        name: {'rmse': np.sqrt(s / max(k, 1)), 'maxae': m_, 'samples': k}
+        for name, (s, m_, k) in sorted(ph.items(), key=lambda kv: data.PHASES.index(kv[0]))
+    }
+    return {'rmse': np.sqrt(sq / max(n, 1)), 'maxae': mx, 'samples': n, 'phases': phases}
 
 
 def _f(v) -> str:
     return 'nan' if not np.isfinite(v) else f'{v:.4f}'
 
 
-def markdown(results, params: str, pressure: str) -> str:
+def markdown(results, params: str, pressure: str, protocol: str = 'continuous') -> str:
     out = [
         f'# Open-loop evaluation of {params}',
         '',
-        f'Pressures replayed: {pressure}. Angles in rad (θ1 hip, θ2 knee).',
+        f'Protocol: {protocol}. Pressures replayed: {pressure}. Angles in rad (θ1 hip, θ2 knee).',
         '',
     ]
     for r in results:
@@ -105,6 +139,15 @@ def markdown(results, params: str, pressure: str) -> str:
             f'Whole recording: RMSE θ1 {_f(r["rmse"][0])}, θ2 {_f(r["rmse"][1])}; '
             f'MaxAE θ1 {_f(r["maxae"][0])}, θ2 {_f(r["maxae"][1])}.',
             '',
+        ]
+        if r['phases']:
+            out += ['| phase | RMSE θ1 | RMSE θ2 | MaxAE θ1 | MaxAE θ2 |', '|---|---|---|---|---|']
+            for name, e in r['phases'].items():
+                out.append(
+                    f'| {name} | ' + ' | '.join(_f(v) for v in [*e['rmse'], *e['maxae']]) + ' |'
+                )
+            out.append('')
+        out += [
             '| segment | RMSE θ1 | RMSE θ2 | MaxAE θ1 | MaxAE θ2 |',
             '|---|---|---|---|---|',
         ]
@@ -182,7 +225,16 @@ def build_parser() -> argparse.ArgumentParser:
         '--pressure',
         choices=D.PRESSURE_SOURCES,
         default='command',
-        help='replay the commanded pressures through the valve lag (default) or the measured ones',
+        help='replay the commanded pressures through the valve model (default) or the measured '
+        'ones',
+    )
+    p.add_argument(
+        '--protocol',
+        choices=PROTOCOLS,
+        default='continuous',
+        help='continuous (default, the paper-comparable figure): one open-loop replay of each '
+        'recording from its first measured state; segments: every segment restarted from its '
+        'measured state',
     )
     p.add_argument('--leg', default=None, help='leg YAML (default: the packaged one)')
     p.add_argument('--out', default=None, help='folder for evaluation.md and evaluation.png')
@@ -195,17 +247,21 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         leg = load_params(a.params, a.leg)
-        results = evaluate(leg, a.recordings, a.pressure)
+        results = evaluate(leg, a.recordings, a.pressure, a.protocol)
     except (data.DataError, LegDescriptionError, FileNotFoundError, ValueError) as exc:
         print(f'equimus evaluate: {exc}', file=sys.stderr)
         return 2
-    md = markdown(results, a.params, a.pressure)
+    md = markdown(results, a.params, a.pressure, a.protocol)
     print(md)
     if a.out:
         out = pathlib.Path(a.out)
         out.mkdir(parents=True, exist_ok=True)
         (out / 'evaluation.md').write_text(md)
-        png = plot(results, out / 'evaluation.png', title=f'{a.params} ({a.pressure} pressures)')
+        png = plot(
+            results,
+            out / 'evaluation.png',
+            title=f'{a.params} ({a.protocol}, {a.pressure} pressures)',
+        )
         print(f'report: {out / "evaluation.md"}\nplot: {png}')
     return 0
 

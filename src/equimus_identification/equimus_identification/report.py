@@ -153,6 +153,13 @@ def markdown(
                 f'the least determined combination of log-parameters: {weak}. Parameters '
                 'marked **no** need richer excitation (or fixing), not a longer search.',
             ]
+        if dynamic.get('at_bounds'):
+            out += [
+                '',
+                '**On a bound:** ' + ', '.join(dynamic['at_bounds']) + '. The data push these '
+                'beyond the search range: widen the range (--bound) when that is physical, or fix '
+                'the parameter; do not ship the fit without saying why.',
+            ]
         if ident.get('correlation'):
             out += ['', uncertainty_markdown(ident)]
         out += [

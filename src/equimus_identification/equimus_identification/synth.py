@@ -1,7 +1,8 @@
 """Synthetic recordings with known parameters, for checking that identification recovers them.
 
 The leg is simulated in MuJoCo (equimus_sim's model at the simulation node's 1/600 s step) with
-the valve lag of equimus_description.valve.ValveLag, driven by a sequence of pressure steps, and
+the description's valve model (equimus_description.valve.Valve: dead time, fill and vent
+constants), driven by a sequence of pressure steps, and
 written through equimus_record.bag.BagWriter on the topics and types the recorder writes
 (docs/interfaces.md): /valve/command (Float64MultiArray kPa), /valve/applied and /valve/pressure
 (stamped JointState, effort kPa), /sim/joint_states (truth) and /joint_states (truth +
@@ -26,7 +27,7 @@ from equimus_description.interface import (
     VALVE_PRESSURE,
 )
 from equimus_description.leg import load_leg
-from equimus_description.valve import ValveLag
+from equimus_description.valve import Valve
 from equimus_sim.leg_model import LegModel
 
 from .dynamic import PRESSURE_LENGTHENS
@@ -161,7 +162,7 @@ def simulate_command(
     m.actuator_ctrllimited[:] = 0
     d = mujoco.MjData(m)
     lm.reset(d, (1.3, 1.0))
-    valve = ValveLag(leg.valve_time_constant, 2, p0=command_kpa[0])
+    valve = Valve(leg.valve, 2, p0=command_kpa[0])
     lm.set_pressures(d, valve.p)
     for _ in range(int(settle_s / dt)):
         mujoco.mj_step(m, d)

@@ -72,6 +72,9 @@ class TrackConfig:
     fall_penalty: float = 10.0  # once, when the joint-limit guard or an invalid estimate vents
     random_waypoints: int = 4
     safety: SafetyConfig = field(default_factory=SafetyConfig)
+    # leg override file (e.g. config/leg_fit.yaml: the identified leg, valve and friction);
+    # empty: the description's defaults
+    leg_overrides: str = ''
 
     def __post_init__(self) -> None:
         if self.reference not in REFERENCES:
@@ -138,11 +141,11 @@ class TrackEnv(gym.Env):
         **overrides: Any,
     ) -> None:
         self.cfg = replace(config or TrackConfig(), **overrides)
-        leg = load_leg().with_timestep(PHYSICS_DT)
+        leg = load_leg(overrides=self.cfg.leg_overrides or None).with_timestep(PHYSICS_DT)
         self.leg = leg
         self.params = StaticParams.from_leg(leg)
         self.leg_model = LegModel(leg)
-        self.tau = leg.valve_time_constant
+        self.valve = leg.valve
         n_obs = OBS_SIZE + (6 if self.cfg.privileged else 0)
         self.observation_space = gym.spaces.Box(-np.inf, np.inf, (n_obs,), np.float64)
         self.action_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
@@ -181,7 +184,7 @@ class TrackEnv(gym.Env):
         q0 = self.ref(0.0)[0]
         p0 = np.clip(holding_pressures(q0, self.params), 0.0, cfg.p_max)
         rig = SimulatedRig.build(
-            self.leg_model, self.tau, q0, p0, cfg, int(self.np_random.integers(2**31))
+            self.leg_model, self.valve, q0, p0, cfg, int(self.np_random.integers(2**31))
         )
         self.sim, self.driver = rig.sim, rig.driver
         self.rig = rig

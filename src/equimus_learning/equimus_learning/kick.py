@@ -159,7 +159,7 @@ class KickEnv(gym.Env):
         leg = load_leg().with_timestep(PHYSICS_DT)
         self.params = StaticParams.from_leg(leg)
         self.leg_model = LegModel(leg, model=kick_model(leg, self.cfg))
-        self.tau = leg.valve_time_constant
+        self.valve = leg.valve
         m = self.leg_model.model
         self._ball = m.body(BALL).id
         self._ball_dof = m.jnt_dofadr[m.joint('ball_free').id]
@@ -188,7 +188,7 @@ class KickEnv(gym.Env):
         p0 = np.clip(holding_pressures(q0, self.params), 0.0, cfg.p_max)
         rig = SimulatedRig.build(
             self.leg_model,
-            self.tau,
+            self.valve,
             q0,
             p0,
             cfg,

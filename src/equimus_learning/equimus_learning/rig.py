@@ -10,6 +10,7 @@ import numpy as np
 
 from equimus_control.estimation import EstimatorConfig, JointEstimate, JointStateEstimator
 from equimus_description.interface import BODIES
+from equimus_description.valve import ValveParams
 from equimus_hw.valve.stage import SimulatedDriver
 from equimus_sim.leg_model import LegModel
 from equimus_sim.mocap import MocapConfig, MocapFrame, VirtualMocap
@@ -32,7 +33,7 @@ class SimulatedRig:
     def build(
         cls,
         leg_model: LegModel,
-        tau: float,
+        valve: ValveParams,
         q0: Any,
         p0: np.ndarray,
         sensing: Any,
@@ -42,7 +43,7 @@ class SimulatedRig:
         """`extra_bodies`: further rigid bodies of the model that Motive tracks (the ball)."""
         sim = LegSimulator(
             leg_model,
-            tau,
+            valve,
             p_max=leg_model.pressure_max_kpa,
             initial_pressures=tuple(p0),
             initial_q=tuple(float(v) for v in q0),

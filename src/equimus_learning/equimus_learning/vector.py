@@ -8,8 +8,9 @@ Python). `VectorTrackEnv` runs the same chain for N environments as array operat
 - valve driver: clamp to [0, max_kpa] (NaN → 0), slew limit per period, and the DAC quantisation
   as a table of the driver's own calibration (`DriverConfig.calibration()`, kPa → code → kPa, on
   a 1e-3 kPa grid);
-- valves: the description's first-order lag (`ValveLag.coefficient`) in closed form per physics
-  step while the command is held, turned into per-step motor forces F = S·P;
+- valves: the description's valve model (`equimus_description.valve.hold`: dead time, fill and
+  vent dynamics, the lag's closed form per physics step) for the command held over the period,
+  all N environments at once, turned into per-step motor forces F = S·P;
 - physics: one `mujoco.rollout` call of all N environments × 10 physics steps (1/1200 s),
   multithreaded (`nthread`);
 - estimation: the hinge angles plus Gaussian noise of the virtual mocap's orientation noise
@@ -47,7 +48,7 @@ from equimus_control.policy import OBS_SIZE, action_to_kpa, kpa_to_action, obser
 from equimus_control.reference import triangle_poses
 from equimus_description.leg import load_leg
 from equimus_description.statics import StaticParams, holding_pressures
-from equimus_description.valve import ValveLag
+from equimus_description.valve import hold
 from equimus_hw.valve.config import DriverConfig
 from equimus_sim.leg_model import LegModel
 from equimus_sim.render import RENDER_FPS
@@ -112,7 +113,7 @@ class VectorTrackEnv(gym.vector.VectorEnv):
         if self.cfg.privileged:
             raise ValueError('VectorTrackEnv has no privileged observation; use TrackEnv')
         self.num_envs = n = int(num_envs)
-        leg = load_leg().with_timestep(PHYSICS_DT)
+        leg = load_leg(overrides=self.cfg.leg_overrides or None).with_timestep(PHYSICS_DT)
         self.params = StaticParams.from_leg(leg)
         self.lm = LegModel(leg)
         self.model = self.lm.model
@@ -133,8 +134,7 @@ class VectorTrackEnv(gym.vector.VectorEnv):
         for i, row in enumerate(np.asarray(self.lm.ctrl_idx).reshape(len(gain), -1)):
             ctrl_act[row] = i
         self._motor_gain, self._motor_act = gain[ctrl_act], ctrl_act
-        a = ValveLag(leg.valve_time_constant, 2, np.zeros(2)).coefficient(PHYSICS_DT)
-        self._decay = a ** np.arange(1, SUBSTEPS + 1)
+        self.valve = leg.valve
         drv = DriverConfig()
         cal = drv.calibration()
         self._max_kpa = float(drv.max_kpa)
@@ -161,6 +161,8 @@ class VectorTrackEnv(gym.vector.VectorEnv):
         self.loop = self.cfg.reference != 'random'
         self.k = np.zeros(n, dtype=int)
         self.p_valve = np.zeros((n, 2))  # kPa, valve pressures
+        # per-step commands the valve's dead time still holds, per environment
+        self._history = np.zeros((n, self.valve.history_steps(PHYSICS_DT), 2))
         self.out = np.zeros((n, 2))  # kPa, the driver's output (after slew)
         self.u_prev = np.zeros((n, 2))  # kPa, last command (as the policy controller keeps it)
         self.x = np.zeros((n, 2, 2))  # Kalman state [joint, (angle, rate)]
@@ -213,6 +215,7 @@ class VectorTrackEnv(gym.vector.VectorEnv):
             self.lm.reset(self._scratch, q0)
             mujoco.mj_getState(self.model, self._scratch, self.state[i], self._state_sig)
             self.p_valve[i] = p0
+            self._history[i] = p0  # settled
             self.out[i] = p0
             if self._sigma_z > 0:
                 self._noise_buf[i] = rng.normal(0.0, self._sigma_z, self._noise_buf.shape[1:])
@@ -274,10 +277,12 @@ class VectorTrackEnv(gym.vector.VectorEnv):
         target = np.clip(np.nan_to_num(cmd, nan=0.0), 0.0, self._max_kpa)
         self.out = self.out + np.clip(target - self.out, -self._slew, self._slew)
         applied = self._lut[np.rint(self.out / LUT_STEP_KPA).astype(int)]
-        # valves (closed-form lag per physics step) → motor forces
-        p_steps = (
-            applied[:, None, :] + (self.p_valve - applied)[:, None, :] * self._decay[None, :, None]
+        # valves (the description's model per physics step) → motor forces
+        p_steps, history = hold(
+            self.valve, self.p_valve, applied, SUBSTEPS, PHYSICS_DT, self._history
         )
+        if history is not None:
+            self._history = history
         self.p_valve = p_steps[:, -1]
         np.multiply(p_steps[:, :, self._motor_act], self._motor_gain, out=self._ctrl)
         self._runner.rollout(

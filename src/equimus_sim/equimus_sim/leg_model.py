@@ -237,12 +237,16 @@ class LegModel:
         extra_damping: float = 0.5,
     ) -> float:
         """Step with the current ctrl until at rest; extra hinge damping (removed afterwards) speeds
-        it up without moving the equilibrium. Returns the simulated time taken.
+        it up without moving the equilibrium. Dry friction (frictionloss) is off meanwhile: the
+        frictionless equilibrium is the middle of the band friction holds the leg in, and
+        MuJoCo's soft friction creeps instead of stopping. Returns the simulated time taken.
 
         Raises RuntimeError if not at rest within max_time or if the state diverges."""
         m = self.model
         saved = m.dof_damping.copy()
+        saved_friction = m.dof_frictionloss.copy()
         m.dof_damping[self.qvel_idx] += extra_damping
+        m.dof_frictionloss[:] = 0.0
         try:
             steps = int(max_time / m.opt.timestep)
             for k in range(steps):
@@ -256,6 +260,7 @@ class LegModel:
                         return (k + 1) * m.opt.timestep
         finally:
             m.dof_damping[:] = saved
+            m.dof_frictionloss[:] = saved_friction
         raise RuntimeError(
             f'settle: not at rest after {max_time} s (|qvel| = {np.max(np.abs(data.qvel)):.2e})'
         )

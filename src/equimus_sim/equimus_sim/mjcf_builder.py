@@ -11,6 +11,7 @@ loop onto the tip anchor's body.
 k, damping c, spring length l0 and one motor (gear +1); no extra bodies or constraints.
 
 Only the skeleton's inertial values carry mass; optional meshes are visual (no mass, no contact).
+Hinges carry the description's damping, dry friction (`frictionloss`, N·m) and `armature`.
 The swing plane is the world y–z plane: all hinge axes must be parallel.
 """
 
@@ -75,6 +76,15 @@ def _plane_axis(leg: LegDescription) -> np.ndarray:
     return axis
 
 
+def friction_constraint(leg: LegDescription, dt: float) -> dict:
+    """solreffriction / solimpfriction of a hinge with dry friction (the description's sim
+    section; the time constant raised to 2·dt, MuJoCo's stability floor)."""
+    return {
+        'solreffriction': [max(leg.friction_solref[0], 2.0 * dt), leg.friction_solref[1]],
+        'solimpfriction': list(leg.friction_solimp),
+    }
+
+
 def build_mjcf(
     leg: LegDescription | None = None,
     variant: str = 'equimus',
@@ -127,6 +137,13 @@ def build_mjcf(
         parent = world if j is None else elems[j.parent]
         el = _sub(parent, 'body', name=name, pos=b.pos)
         if j is not None:
+            # dry friction and armature only when set: a frictionless description builds the
+            # same MJCF text as before they existed
+            extra = {
+                k: v for k, v in (('frictionloss', j.frictionloss), ('armature', j.armature)) if v
+            }
+            if j.frictionloss:
+                extra.update(friction_constraint(leg, dt))
             _sub(
                 el,
                 'joint',
@@ -138,6 +155,7 @@ def build_mjcf(
                 damping=j.damping,
                 range=list(j.range),
                 limited='true',
+                **extra,
             )
         _sub(el, 'inertial', pos=b.com, mass=b.mass, fullinertia=b.inertia)
         _sub(el, 'site', name=f'{name}_origin', pos=[0, 0, 0], size=[0.004])

@@ -1,8 +1,8 @@
 """The simulated leg as the controller sees it: valves, muscles and MuJoCo physics (no ROS).
 
 `LegSimulator` owns the MjModel/MjData (through `LegModel`) and adds what the model alone does
-not have: the valves' first-order lag, stepping to a target time, and recovery from a numerically
-unstable state.
+not have: the valves (dead time, fill and vent dynamics), stepping to a target time, and recovery
+from a numerically unstable state.
 
 Pressures in: the pressures the valves are set to (kPa), i.e. what the valve driver applies after
 its safety layer (clamp, NaN vent, slew, watchdog, arming: equimus_hw.valve, the same on the real
@@ -10,13 +10,17 @@ rig). The simulator repeats none of those rules; it only refuses what no valve c
 wrong number of values, a non-finite value, outside 0..p_max): the valves then keep their last
 setpoint and the refusal is counted with its reason.
 
-Valve: each channel follows the description's one valve model (equimus_description.valve.ValveLag,
-τ from the leg description) stepped once per physics step of Δt with the setpoint held. By
+Valve: each channel follows the description's one valve model (equimus_description.valve:
+`ValveParams` from the leg description, solved by `valve.hold` for the command held over each
+frame's physics steps of Δt). For the authors' first-order lag (no dead time, one τ) and by
 default (`make_simulator(valve='mujoco')`) that lag runs inside MuJoCo as actuator dynamics
 (mjcf_builder's valve_tau: `filterexact`, the same exact zero-order-hold discretisation, with
 `actearly`), so a frame is one `mj_step(m, d, nstep)` call: the Python cost is paid once per frame,
-not per physics step. tests/sim/test_valve_dynamics.py checks both against each other.
-`valve='python'` keeps the loop in Python. With `tau=None` the simulator has no valve of its own
+not per physics step. tests/sim/test_valve_dynamics.py checks both against each other. A valve
+with a dead time or different fill and vent constants is solved by `valve.hold` in both paths
+and its per-step pressures are written into the model step by step (in the MuJoCo path as the
+actuators' setpoint and state, which filterexact then leaves unchanged).
+`valve='python'` keeps the loop in Python. With `valve=None` the simulator has no valve of its own
 and the pressures act at once (the rig emulator: the DAC board emulator's valve model is the valve
 there).
 
@@ -34,7 +38,7 @@ import mujoco
 import numpy as np
 
 from equimus_description.interface import BODIES
-from equimus_description.valve import ACTUATORS, ValveLag
+from equimus_description.valve import ACTUATORS, Valve, ValveParams, hold
 from equimus_description.valve import HARD_MAX_KPA as P_MAX_KPA
 
 MAX_JOINT_SPEED = 1.0e3  # rad/s or m/s in any dof: beyond this the integration has diverged
@@ -67,11 +71,12 @@ def physical_problem(p_kpa, n: int = len(ACTUATORS), p_max=P_MAX_KPA) -> str | N
 
 
 class MujocoValves:
-    """The valves while MuJoCo integrates them (actuator dynamics): τ, and the pressures, which
-    are the actuators' activations (one per motor; an actuator's motors share its valve)."""
+    """The valves while MuJoCo integrates them (actuator dynamics): the parameters, and the
+    pressures, which are the actuators' activations (one per motor; an actuator's motors share
+    its valve)."""
 
-    def __init__(self, tau: float, data: mujoco.MjData, act_adr: np.ndarray) -> None:
-        self.tau = float(tau)
+    def __init__(self, params: ValveParams, data: mujoco.MjData, act_adr: np.ndarray) -> None:
+        self.params = params
         self._data = data
         self._adr = act_adr  # (valves, motors per valve)
 
@@ -83,20 +88,27 @@ class MujocoValves:
     def p(self, value) -> None:
         self._data.act[self._adr] = np.asarray(value, float).reshape(-1, 1)
 
+    @property
+    def tau(self) -> float:
+        return self.params.tau
+
+    def reset(self, p) -> None:
+        self.p = p
+
 
 class LegSimulator:
-    """MuJoCo leg + valve lag + instability recovery.
+    """MuJoCo leg + valves + instability recovery.
 
     leg_model: an `equimus_sim.leg_model.LegModel` (owns MjModel, knows joints/actuators).
-    tau: valve time constant (s), None = no valve lag here; initial_pressures (kPa) and initial_q
-    (θ1, θ2 rad; None = static equilibrium at the initial pressures) define the pose `reset()`
-    returns to.
+    valve: the valve model (`ValveParams`, or a time constant in s for the first-order lag),
+    None = no valve here; initial_pressures (kPa) and initial_q (θ1, θ2 rad; None = static
+    equilibrium at the initial pressures) define the pose `reset()` returns to.
     """
 
     def __init__(
         self,
         leg_model,
-        tau: float | None,
+        valve: ValveParams | float | None,
         p_max=P_MAX_KPA,
         initial_pressures: Sequence[float] = (0.0, 0.0),
         initial_q: Sequence[float] | None = None,
@@ -123,22 +135,34 @@ class LegSimulator:
                 f'({", ".join(leg_model.joint_names)})'
             )
         self.initial_q = q0
+        if valve is not None and not isinstance(valve, ValveParams):
+            if not (valve > 0 and math.isfinite(valve)):
+                raise ValueError(f'valve time constant must be > 0 s, got {valve!r}')
+            valve = ValveParams.lag(float(valve))
+        self.valve_params: ValveParams | None = valve
         # Valves inside MuJoCo (ctrl and act in kPa), else the Python loop in `advance`.
         self.valve_in_model = getattr(leg_model, 'valve_tau', None) is not None
-        if tau is not None and not (tau > 0 and math.isfinite(tau)):
-            raise ValueError(f'valve time constant must be > 0 s, got {tau!r}')
-        if self.valve_in_model and tau is not None and not math.isclose(tau, leg_model.valve_tau):
+        if (
+            self.valve_in_model
+            and valve is not None
+            and valve.is_lag
+            and not math.isclose(valve.tau, leg_model.valve_tau)
+        ):
             raise ValueError(
-                f"valve time constant {tau} s differs from the MuJoCo model's "
-                f'{leg_model.valve_tau} s: build the LegModel with valve_tau={tau}'
+                f"valve time constant {valve.tau} s differs from the MuJoCo model's "
+                f'{leg_model.valve_tau} s: build the LegModel with valve_tau={valve.tau}'
             )
+        # A dead time or separate fill and vent constants: valve.hold gives the pressure of
+        # every physics step (self._history: the per-step commands the dead time still holds).
+        self._general = valve is not None and not valve.is_lag
+        self._history: np.ndarray | None = None
         ctrl_idx = np.asarray(leg_model.ctrl_idx).reshape(self.n, -1)
-        self.valve: ValveLag | MujocoValves | None = None
+        self.valve: Valve | MujocoValves | None = None
         self._act_adr = np.asarray(self.model.actuator_actadr)[ctrl_idx]
-        if self.valve_in_model and tau is not None:
-            self.valve = MujocoValves(leg_model.valve_tau, self.data, self._act_adr)
-        elif tau is not None:
-            self.valve = ValveLag(tau, self.n, self.initial_pressures)
+        if self.valve_in_model and valve is not None:
+            self.valve = MujocoValves(valve, self.data, self._act_adr)
+        elif valve is not None:
+            self.valve = Valve(valve, self.n, self.initial_pressures)
         # Hot path: F = S·P written straight to the actuator motors (LegModel.set_pressures does
         # the same with per-call argument checks that cost more than an mj_step).
         self._gain = np.asarray(leg_model.areas, float) * 1e3  # N per kPa
@@ -149,10 +173,6 @@ class LegSimulator:
             raise ValueError(
                 'the model has motors that belong to no actuator of the leg description'
             )
-        # Cache of a^1..a^n for the last (n, dt) that `_powers` was asked for.
-        self._pow_n: int = -1
-        self._pow_dt: float | None = None
-        self._pow: list[float] = []
         self._gain_t = tuple(self._gain.tolist())
         self._ctrl_act_t = tuple(self._ctrl_act.tolist())
         self._body_ids: dict[tuple[str, ...], np.ndarray] = {}
@@ -203,28 +223,25 @@ class LegSimulator:
         target = self.time + duration
         n = int(round((target - self.steps * self.dt) / self.dt))
         n = max(n, 0)
-        if n and self.valve_in_model:
+        if n and self._general:
+            self._advance_general(n)
+        elif n and self.valve_in_model:
             self.data.ctrl[:] = self.command[self._ctrl_act]
-            if self.valve is None:  # no valve here (tau=None): the setpoint acts at once
+            if self.valve is None:  # no valve here (valve=None): the setpoint acts at once
                 self.data.act[self._act_adr] = self.command.reshape(-1, 1)
             mujoco.mj_step(self.model, self.data, n)
             mujoco.mj_kinematics(self.model, self.data)  # as below
         elif n:
-            # The command is held over the interval, so the per-step recursion
-            # p ← a·p + (1−a)·u has the closed form p_k = u + (p_0 − u)·a^k (k = 1..n).
+            # The command is held over the interval: valve.hold's closed form per physics step.
             # Plain floats: for two channels numpy's per-call cost exceeds the arithmetic.
             model, data, step, ctrl = self.model, self.data, mujoco.mj_step, self.data.ctrl
-            u = self.command.tolist()
-            # All per-actuator lists have self.n entries.
-            d0 = [p0 - ui for p0, ui in zip(self.pressures.tolist(), u, strict=True)]
             gain, act = self._gain_t, self._ctrl_act_t
-            p = u
-            for ak in self._powers(n):
-                p = [ui + di * ak for ui, di in zip(u, d0, strict=True)]
+            p = self.command.tolist()
+            for p in self._frame_pressures(n):
                 force = [g * pi for g, pi in zip(gain, p, strict=True)]  # F = S·P, N
                 ctrl[:] = [force[i] for i in act]
                 step(model, data)
-            if isinstance(self.valve, ValveLag):
+            if isinstance(self.valve, Valve):
                 self.valve.p = np.array(p)
             # mj_step leaves body poses at the pre-integration qpos; the mocap must see the
             # same instant as the joint state, so refresh the kinematics (≈1 µs).
@@ -234,12 +251,35 @@ class LegSimulator:
         self._check_stability()
         return n
 
-    def _powers(self, n: int) -> list[float]:
-        if self._pow_n != n or self._pow_dt != self.dt:
-            a = self.valve.coefficient(self.dt) if isinstance(self.valve, ValveLag) else 0.0
-            self._pow = (a ** np.arange(1, n + 1, dtype=float)).tolist()
-            self._pow_n, self._pow_dt = n, self.dt
-        return self._pow
+    def _frame_pressures(self, n: int) -> list[list[float]]:
+        """Valve pressure at the end of each of n physics steps with the command held."""
+        if self.valve_params is None:
+            return [self.command.tolist()] * n
+        p, self._history = hold(
+            self.valve_params, self.pressures, self.command, n, self.dt, self._history
+        )
+        return p.tolist()
+
+    def _advance_general(self, n: int) -> None:
+        """A valve with a dead time or fill ≠ vent: its per-step pressures written into the
+        model step by step (the MuJoCo path: as setpoint and state, which its filter keeps)."""
+        model, data, step = self.model, self.data, mujoco.mj_step
+        p_steps = self._frame_pressures(n)
+        if self.valve_in_model:
+            ctrl, act, adr, idx = data.ctrl, data.act, self._act_adr, self._ctrl_act_t
+            for p in p_steps:
+                ctrl[:] = [p[i] for i in idx]
+                act[adr] = np.reshape(p, (-1, 1))
+                step(model, data)
+        else:
+            gain, idx = self._gain_t, self._ctrl_act_t
+            for p in p_steps:
+                force = [g * pi for g, pi in zip(gain, p, strict=True)]
+                data.ctrl[:] = [force[i] for i in idx]
+                step(model, data)
+            assert isinstance(self.valve, Valve)
+            self.valve.p = np.array(p_steps[-1])
+        mujoco.mj_kinematics(model, data)
 
     def advance_to(self, t: float) -> int:
         """Advance to nominal time t (s); see `advance`."""
@@ -281,7 +321,8 @@ class LegSimulator:
         self.resets += 1
         self.last_reset_reason = reason
         if self.valve is not None:
-            self.valve.p = self.initial_pressures.copy()
+            self.valve.reset(self.initial_pressures.copy())
+        self._history = None
         self.command = self.initial_pressures.copy()
         self._place(self.initial_q, self.initial_pressures)
 
@@ -301,7 +342,8 @@ class LegSimulator:
             )
         p = np.asarray(p_kpa, float).reshape(self.n)
         if self.valve is not None:
-            self.valve.p = p.copy()
+            self.valve.reset(p.copy())
+        self._history = None
         self.command = p.copy()
         self._place(q, p)
 
@@ -358,7 +400,7 @@ def make_simulator(
     """Build a LegSimulator from a leg YAML (default config/leg.yaml) and optional overrides.
 
     overrides: dotted-key mapping or path to an override YAML (identification output).
-    timestep: physics Δt (s); None keeps the description's. The valve τ and the per-actuator
+    timestep: physics Δt (s); None keeps the description's. The valve model and the per-actuator
     pressure limits come from the description. valve: 'mujoco' (the lag as MuJoCo actuator
     dynamics) | 'python' (LegSimulator's own loop); see the module docstring.
     """
@@ -371,6 +413,11 @@ def make_simulator(
     leg = load_leg(leg_path, overrides)
     if timestep:
         leg = leg.with_timestep(float(timestep))
-    tau = leg.valve_time_constant
-    lm = LegModel(leg, variant, valve_tau=tau) if valve == 'mujoco' else LegModel(leg, variant)
-    return LegSimulator(lm, tau=tau, p_max=lm.pressure_max_kpa, **kwargs)
+    vp = leg.valve
+    if valve == 'mujoco':
+        # a general valve is written into the model step by step; any τ builds its actuators
+        tau = vp.tau if vp.is_lag else float(np.max(vp.tau_fill))
+        lm = LegModel(leg, variant, valve_tau=tau)
+    else:
+        lm = LegModel(leg, variant)
+    return LegSimulator(lm, vp, p_max=lm.pressure_max_kpa, **kwargs)

@@ -2,8 +2,8 @@
 
 Run `dac_board_emulator --link /tmp/equimus_dac` and point the valve driver's `port` parameter at
 /tmp/equimus_dac. It speaks protocol.py exactly (docs/dac_board_protocol.md), models each VPPE as
-the description's valve (equimus_description.valve.ValveLag, τ from the leg description, optional
-dead time) whose pressure it reports through the ACK's
+the description's valve (equimus_description.valve.Valve: dead time, fill and vent constants from
+the leg description) whose pressure it reports through the ACK's
 measured codes, vents on boot, on bad frames and when its watchdog expires, and can be told to
 misbehave (drop bytes, corrupt frames, stall, disappear and reappear) from the command line or
 from Python (`BoardEmulator`). Every decoded SET is logged with its codes so tests can check the
@@ -31,7 +31,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from equimus_description.valve import VALVE_TAU_S, ValveLag
+from equimus_description.valve import VALVE_TAU_S, Valve, ValveParams
 
 from . import protocol as P
 from .calibration import ValveCalibration
@@ -58,34 +58,44 @@ class FrameRecord:
 
 
 class ValveModel:
-    """VPPE: setpoint code -> target pressure (vents below 0.1 V), dead time, then the one valve
-    lag (ValveLag) stepped over each board tick with the target held."""
+    """VPPE: setpoint code -> target pressure (vents below 0.1 V), then the description's valve
+    (`Valve`: dead time, fill and vent dynamics) stepped over each board tick with the target
+    held. `valve` is the model's parameters, or the lag's time constant (s) with `dead_time_s`."""
 
     def __init__(
-        self, calibration: ValveCalibration, tau_s: float = VALVE_TAU_S, dead_time_s: float = 0.0
+        self,
+        calibration: ValveCalibration,
+        valve: ValveParams | float = VALVE_TAU_S,
+        dead_time_s: float = 0.0,
     ):
         self.cal = calibration
-        self.lag = ValveLag(tau_s, 1)
-        self.dead = float(dead_time_s)
-        self._pending: deque[tuple[float, float]] = deque()
+        if not isinstance(valve, ValveParams):
+            valve = ValveParams(float(valve), float(valve), float(dead_time_s))
+        self.valve = Valve(valve, 1)
         self._target = 0.0
 
     @property
+    def params(self) -> ValveParams:
+        return self.valve.params
+
+    @property
     def tau(self) -> float:
-        return self.lag.tau
+        return self.valve.tau
+
+    @property
+    def dead(self) -> float:
+        return self.valve.params.dead_time
 
     @property
     def pressure(self) -> float:
-        return float(self.lag.p[0])
+        return float(self.valve.p[0])
 
     def set_code(self, code: int, now: float) -> None:
-        self._pending.append((now + self.dead, self.cal.code_to_kpa(code)))
+        self._target = self.cal.code_to_kpa(code)
 
     def advance(self, now: float, dt: float) -> float:
-        while self._pending and self._pending[0][0] <= now:
-            self._target = self._pending.popleft()[1]
         if dt > 0:
-            self.lag.step((self._target,), dt)
+            self.valve.step((self._target,), dt)
         return self.pressure
 
 
@@ -100,6 +110,7 @@ class BoardEmulator:
         watchdog_ms: int = 200,
         tau_s: float = VALVE_TAU_S,
         dead_time_s: float = 0.0,
+        valve: ValveParams | None = None,
         adc: bool = True,
         vent_on_bad_frame: bool = True,
         drop_rate: float = 0.0,
@@ -133,7 +144,9 @@ class BoardEmulator:
         )
         self._clock = clock
         self._lock = threading.RLock()
-        self.valves = [ValveModel(self.cal, tau_s, dead_time_s) for _ in range(channels)]
+        # valve: the description's valve model; else a lag of tau_s with a dead time
+        params = valve if valve is not None else ValveParams(tau_s, tau_s, dead_time_s)
+        self.valves = [ValveModel(self.cal, params.channel(i)) for i in range(channels)]
         self.codes = [0] * channels
         # The newest `history` SET frames for inspection (the log file keeps all of them); a
         # bounded deque so a long soak neither grows nor scans ever longer lists under the lock.
@@ -474,9 +487,14 @@ def main(args=None) -> int:
         '--tau',
         type=float,
         default=None,
-        help="valve time constant, s (default: the leg description's)",
+        help="valve time constant (fill and vent), s (default: the leg description's valve)",
     )
-    parser.add_argument('--dead-time', type=float, default=0.0, help='valve dead time, s')
+    parser.add_argument(
+        '--dead-time',
+        type=float,
+        default=None,
+        help="valve dead time, s (default: the leg description's)",
+    )
     parser.add_argument('--no-adc', action='store_true', help='board without read-back ADC')
     parser.add_argument(
         '--keep-on-bad-frame',
@@ -524,10 +542,13 @@ def main(args=None) -> int:
     parser.add_argument('--seed', type=int, default=None)
     ns = parser.parse_args(args)
 
-    if ns.tau is None:
-        from equimus_description.leg import load_leg
+    from equimus_description.leg import load_leg
 
-        ns.tau = load_leg().valve_time_constant
+    valve = load_leg().valve
+    if ns.tau is not None:
+        valve = dataclasses.replace(valve, tau_fill=ns.tau, tau_vent=ns.tau)
+    if ns.dead_time is not None:
+        valve = dataclasses.replace(valve, dead_time=ns.dead_time)
     emu: BoardEmulator | FirmwareBoard
     if ns.firmware:
         from .host_firmware import FirmwareBoard  # noqa: F811 (the run-time import)
@@ -555,8 +576,7 @@ def main(args=None) -> int:
                 link=ns.link or None,
                 watchdog_ms=ns.watchdog_ms,
                 channels=ns.channels,
-                tau_s=ns.tau,
-                dead_time_s=ns.dead_time,
+                valve=valve,
                 log_path=ns.log,
                 session_path=ns.session,
                 verbose=ns.verbose,
@@ -570,8 +590,7 @@ def main(args=None) -> int:
             channels=ns.channels,
             link=ns.link or None,
             watchdog_ms=ns.watchdog_ms,
-            tau_s=ns.tau,
-            dead_time_s=ns.dead_time,
+            valve=valve,
             adc=not ns.no_adc,
             vent_on_bad_frame=not ns.keep_on_bad_frame,
             drop_rate=ns.drop_rate,

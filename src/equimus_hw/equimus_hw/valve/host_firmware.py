@@ -26,7 +26,7 @@ import time
 from collections import deque
 from typing import IO
 
-from equimus_description.valve import VALVE_TAU_S
+from equimus_description.valve import VALVE_TAU_S, ValveParams
 
 from . import protocol as P
 from .board_emulator import FrameRecord, ValveModel
@@ -200,6 +200,7 @@ class FirmwareBoard:
         seed: int | None = None,
         history: int = 20000,
         channels: int | None = None,
+        valve: ValveParams | None = None,
     ):
         self.binary = str(binary)
         self.info = firmware_info(self.binary)
@@ -218,7 +219,9 @@ class FirmwareBoard:
         self.link = link
         self.verbose = verbose
         self.seed = seed
-        self.valves = [ValveModel(self.cal, tau_s, dead_time_s) for _ in range(self.channels)]
+        # valve: the description's valve model; else a lag of tau_s with a dead time
+        params = valve if valve is not None else ValveParams(tau_s, tau_s, dead_time_s)
+        self.valves = [ValveModel(self.cal, params.channel(i)) for i in range(self.channels)]
         self.codes = [0] * self.channels
         self.frames: deque[FrameRecord] = deque(maxlen=history)
         self.frames_total = 0

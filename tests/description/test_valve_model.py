@@ -1,0 +1,140 @@
+"""The one valve/chamber model (equimus_description.valve): at neutral parameters (no dead time,
+filling as fast as venting) every consumer computes exactly what it computed before the model had
+a dead time and separate fill and vent constants; otherwise its three solvers agree with each
+other and with the closed form."""
+
+import math
+import sys
+
+import numpy as np
+import pytest
+
+from equimus_description.valve import Valve, ValveParams, follow, hold
+
+sys.path.insert(0, str(__import__('pathlib').Path(__file__).parent))
+import valve_reference  # noqa: E402
+
+# the board emulator's old dead-time queue switched at board ticks; the model now switches at
+# the exact time, so only its neutral half (the first 300 samples) is compared
+COMPARED = {'board_valve': slice(0, 300)}
+
+
+@pytest.fixture(scope='module')
+def reference():
+    if not valve_reference.REFERENCE.exists():
+        pytest.fail(f'{valve_reference.REFERENCE} missing: see valve_reference.py')
+    ref = dict(np.load(valve_reference.REFERENCE))
+    have = valve_reference.versions()
+    for key, value in have.items():
+        if str(ref[key]) != str(value):
+            pytest.skip(
+                f'{key} {value} differs from the reference file ({ref[key]}): regenerate it with '
+                'valve_reference.py --write at commit 0a86558'
+            )
+    return ref
+
+
+def test_neutral_valve_leaves_every_consumer_bit_identical(reference):
+    got = valve_reference.compute()
+    for name, value in got.items():
+        sl = COMPARED.get(name, slice(None))
+        want = reference[name][sl]
+        assert value[sl].shape == want.shape, name
+        assert np.array_equal(value[sl], want), (
+            f'{name}: differs from the neutral reference by up to '
+            f'{np.nanmax(np.abs(value[sl] - want)):.3g}'
+        )
+
+
+def test_the_default_leg_has_the_neutral_valve():
+    from equimus_description.leg import load_leg
+
+    v = load_leg().valve
+    assert v.is_lag and v.dead_time == 0.0 and v.tau == load_leg().valve_time_constant
+
+
+GENERAL = ValveParams(tau_fill=0.3, tau_vent=0.08, dead_time=0.0237)
+
+
+def exact(params, p0, times, switches):
+    """Closed form of the model: piecewise-constant command (t_i, u_i), integrated exactly
+    between the delayed switching instants."""
+    out = []
+    for t in times:
+        p = np.array(p0, float)
+        edges = sorted(
+            {0.0, t} | {s + params.dead_time for s, _ in switches if s + params.dead_time < t}
+        )
+        for a, b in zip(edges[:-1], edges[1:], strict=True):
+            u = np.array(p0, float)
+            for s, v in switches:
+                if s + params.dead_time <= a:
+                    u = np.asarray(v, float)
+            tau = np.where(u > p, params.tau_fill, params.tau_vent)
+            p = u + (p - u) * np.exp(-(b - a) / tau)
+        out.append(p)
+    return np.array(out)
+
+
+def test_the_three_solvers_agree_with_the_closed_form():
+    dt = 1.0 / 600.0
+    n = 600
+    u = np.zeros((n, 2))
+    u[50:300] = (40.0, 10.0)
+    u[300:] = (5.0, 30.0)
+    switches = [(50 * dt, (40.0, 10.0)), (300 * dt, (5.0, 30.0))]
+    times = np.arange(1, n + 1) * dt
+    want = exact(GENERAL, (0.0, 0.0), times, switches)
+    p_follow, _ = follow(GENERAL, u, np.zeros(2), dt)
+    assert np.max(np.abs(p_follow - want)) < 1e-9
+    # held per 5-step frame, the history carried from frame to frame
+    p, hist, rows = np.zeros(2), None, []
+    for k in range(0, n, 5):
+        seg, hist = hold(GENERAL, p, u[k], 5, dt, hist)
+        rows.append(seg)
+        p = seg[-1]
+    assert np.max(np.abs(np.concatenate(rows) - want)) < 1e-9
+    v = Valve(GENERAL, 2, p0=(0.0, 0.0))
+    stepped = np.array([v.step(u[k], dt).copy() for k in range(n)])
+    assert np.max(np.abs(stepped - want)) < 1e-9
+
+
+def test_dead_time_and_asymmetry_are_what_they_say():
+    dt = 0.001
+    u = np.zeros((1000, 1))
+    u[:500] = 30.0
+    p, _ = follow(GENERAL, u, np.zeros(1), dt)
+    k_dead = int(math.floor(GENERAL.dead_time / dt))
+    assert np.all(p[:k_dead, 0] == 0.0) and p[k_dead + 1, 0] > 0.0  # nothing before the dead time
+    # half of a fill at dead time + τ_fill·ln 2, half of a vent at dead time + τ_vent·ln 2
+    t_half_fill = (np.argmax(p[:500, 0] >= 15.0) + 1) * dt
+    p_vent = 30.0 * (1.0 - math.exp(-0.5 / GENERAL.tau_fill))  # filled for 0.5 s, then vents
+    t_half_vent = (np.argmax(p[500:, 0] <= p_vent / 2) + 1) * dt
+    assert t_half_fill == pytest.approx(GENERAL.dead_time + GENERAL.tau_fill * math.log(2), abs=dt)
+    assert t_half_vent == pytest.approx(GENERAL.dead_time + GENERAL.tau_vent * math.log(2), abs=dt)
+
+
+def test_batched_hold_equals_one_environment_at_a_time():
+    dt = 1.0 / 1200.0
+    rng = np.random.default_rng(0)
+    p0 = rng.uniform(0, 50, (4, 2))
+    hist = np.repeat(p0[:, None, :], GENERAL.history_steps(dt), axis=1)
+    p, h = p0.copy(), hist.copy()
+    for _ in range(30):
+        u = rng.uniform(0, 50, (4, 2))
+        batch, h_new = hold(GENERAL, p, u, 10, dt, h)
+        for i in range(4):
+            one, one_h = hold(GENERAL, p[i], u[i], 10, dt, h[i])
+            assert np.allclose(one, batch[i], rtol=0, atol=1e-12)
+            assert np.array_equal(one_h, h_new[i])
+        p, h = batch[:, -1], h_new
+
+
+def test_parameters_are_checked():
+    with pytest.raises(ValueError, match='tau_fill'):
+        ValveParams(tau_fill=0.0)
+    with pytest.raises(ValueError, match='dead_time'):
+        ValveParams(dead_time=-0.01)
+    with pytest.raises(ValueError, match='no single time constant'):
+        _ = GENERAL.tau
+    assert ValveParams.lag(0.2).is_lag and not GENERAL.is_lag
