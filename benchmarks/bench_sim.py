@@ -204,6 +204,13 @@ def _child_run(kind: str, seconds: float, out_dir: str) -> dict:
     from equimus_bringup.graph import describe_graph, ros_arguments
 
     cfg = str(REPO / 'config')
+    profile = kind.startswith('node_profile')
+    if profile:
+        import equimus_sim.sim_node as sim_node_module
+
+        if kind == 'node_profile_1':
+            sim_node_module.FREE_RUN_FRAMES = 1  # frame by frame, as before issue 30
+        kind = 'node'
     if kind == 'graph':
         (spec,) = describe_graph(
             'sim',
@@ -233,15 +240,21 @@ def _child_run(kind: str, seconds: float, out_dir: str) -> dict:
 
         sim = SimNode()
         nodes, spin = [sim], sim.run
+    phases = _instrument(sim) if profile else {}
     marks: dict[str, float] = {}
 
     def watch() -> None:
         while sim.frame == 0 and sim.running():
             time.sleep(0.0005)
         marks['first'], marks['cpu0'] = time.perf_counter(), time.process_time()
+        marks['threads0'] = _thread_cpu()
+        for ph in phases.values():
+            ph[0] = ph[1] = 0
+        marks['frame0'] = sim.frame
         while not sim.paused and sim.running():
             time.sleep(0.002)
         marks['paused'], marks['cpu1'] = time.perf_counter(), time.process_time()
+        marks['threads1'] = _thread_cpu()
         sim.stop()
 
     threading.Thread(target=watch, daemon=True).start()
@@ -253,11 +266,71 @@ def _child_run(kind: str, seconds: float, out_dir: str) -> dict:
         node.destroy_node()
     rclpy.try_shutdown()
     wall = marks['paused'] - marks['first']
-    sim_s = (frames - 1) / sim.rate
+    sim_s = (frames - marks['frame0']) / sim.rate
     # CPU time of this process (all its threads): what the run costs, whatever else the machine
     # runs; the recorder's writer process is not in it (it runs beside, see bag_process).
     cpu = marks['cpu1'] - marks['cpu0']
-    return {'rtf': sim_s / wall, 'rtf_cpu': sim_s / cpu, 'frames': frames, 'wall_s': wall}
+    out = {'rtf': sim_s / wall, 'rtf_cpu': sim_s / cpu, 'frames': frames, 'wall_s': wall}
+    if profile:
+        n = frames - marks['frame0']
+        t0, t1 = marks['threads0'], marks['threads1']
+        main_tid = threading.main_thread().native_id
+        main_cpu, main_wait = (b - a for a, b in zip(t0[main_tid], t1[main_tid], strict=True))
+        others = sum(v[0] - t0.get(k, (0.0, 0.0))[0] for k, v in t1.items() if k != main_tid)
+        us = lambda x: 1e6 * x / n  # noqa: E731
+        out['us_per_frame'] = {
+            'wall': us(wall),
+            'main_thread_cpu': us(main_cpu),
+            **{f'{k}_cpu': v[0] / 1e3 / n for k, v in phases.items()},
+            'other_threads_cpu': us(others),
+            'main_thread_waiting_for_a_cpu': us(main_wait),
+            'main_thread_blocked_or_asleep': us(wall - main_cpu - main_wait),
+            'phase_calls_per_frame': sum(v[1] for v in phases.values()) / n,
+        }
+    return out
+
+
+def _thread_cpu() -> dict[int, tuple[float, float]]:
+    """Per thread of this process: seconds on a CPU and seconds runnable but waiting for one
+    (the scheduler's ns counts, /proc schedstat)."""
+    out = {}
+    for tid in os.listdir('/proc/self/task'):
+        try:
+            with open(f'/proc/self/task/{tid}/schedstat') as f:
+                run, wait = f.read().split()[:2]
+        except (OSError, ValueError):
+            continue
+        out[int(tid)] = (int(run) * 1e-9, int(wait) * 1e-9)
+    return out
+
+
+def _instrument(node) -> dict[str, list[int]]:
+    """Wrap the free-running node's phases with thread CPU clocks (ns and calls per phase):
+    physics (LegSimulator.advance: MuJoCo, the valve command, the stability check), the frame's
+    state copied out, the virtual mocap and conversions, the messages encoded and published
+    (the middleware's write included). The clocks cost ~1 µs a call: this run is a little
+    slower than the unprofiled one, and is reported beside it, not instead of it."""
+    phases: dict[str, list[int]] = {}
+    clock = time.thread_time_ns
+
+    def wrap(obj, name: str, label: str) -> None:
+        f = getattr(obj, name)
+        acc = phases.setdefault(label, [0, 0])
+
+        def timed(*args, **kwargs):
+            t = clock()
+            r = f(*args, **kwargs)
+            acc[0] += clock() - t
+            acc[1] += 1
+            return r
+
+        setattr(obj, name, timed)
+
+    wrap(node.sim, 'advance', 'physics')
+    wrap(node, '_frame_state', 'state_copy')
+    wrap(node, '_frame_outputs', 'mocap_outputs')
+    wrap(node, '_publish_frame', 'publish')
+    return phases
 
 
 def _child(kind: str, seconds: float) -> dict:
@@ -288,9 +361,15 @@ def _child(kind: str, seconds: float) -> dict:
 def platform(rounds: int, sim_seconds: float, python_executor: bool = False) -> dict:
     """Issue 13's three figures side by side (see the module docstring); with
     `python_executor`, the composed graph on rclpy's Python executor as a fourth."""
-    kinds = ['node', 'graph', *(['graph_python_executor'] if python_executor else [])]
+    kinds = [
+        'node',
+        'graph',
+        *(['graph_python_executor'] if python_executor else []),
+        *PROFILES,
+    ]
     runs: dict[str, list[float]] = {k: [] for k in ['bare', *kinds]}
     cpu: dict[str, list[float]] = {k: [] for k in ['bare', *kinds]}
+    breakdown: dict[str, list[dict]] = {k: [] for k in PROFILES}
     for _ in range(rounds):
         b = bare_model(1 / 600, sim_seconds)
         runs['bare'].append(b['mj_step_rtf'])
@@ -299,14 +378,25 @@ def platform(rounds: int, sim_seconds: float, python_executor: bool = False) -> 
             r = _child(kind, sim_seconds)
             runs[kind].append(r['rtf'])
             cpu[kind].append(r['rtf_cpu'])
+            if kind in breakdown:
+                breakdown[kind].append(r['us_per_frame'])
     med = {k: float(np.median(v)) for k, v in runs.items()}
     mcpu = {k: float(np.median(v)) for k, v in cpu.items()}
+    profiles = {
+        kind: {key: float(np.median([b[key] for b in bs])) for key in bs[0]}
+        for kind, bs in breakdown.items()
+    }
     extra = {}
     if python_executor:
         extra = {
             'platform_graph_python_executor_rtf': med['graph_python_executor'],
             'platform_cpu_graph_python_executor_rtf': mcpu['graph_python_executor'],
         }
+    for kind, label in PROFILES.items():
+        extra[f'platform_{kind}_rtf'] = med[kind]
+        extra[f'platform_{kind}_vs_bare'] = med[kind] / med['bare']
+        extra[f'platform_{kind}_us_per_frame'] = profiles[kind]
+    extra['platform_bare_us_per_frame_cpu'] = 1e6 / (120 * mcpu['bare'])
     return {
         **extra,
         'platform_cpu_bare_mj_step_rtf': mcpu['bare'],
@@ -322,6 +412,32 @@ def platform(rounds: int, sim_seconds: float, python_executor: bool = False) -> 
         'platform_sim_seconds': sim_seconds,
         'platform_runs': {k: [round(x, 2) for x in v] for k, v in runs.items()},
     }
+
+
+# Profiled runs of the free-running node (phases on thread CPU clocks), as it runs (8 frames a
+# turn) and frame by frame as before issue 30: the per-frame breakdown printed beside the ratios.
+PROFILES = {
+    'node_profile_8': 'node, 8 frames a turn',
+    'node_profile_1': 'node, 1 frame a turn',
+}
+
+
+def print_breakdown(r: dict) -> None:
+    print(
+        '  free-running node per frame, µs (profiled runs, medians; CPU of the main thread by '
+        'phase; bare loop: '
+        f'{r["platform_bare_us_per_frame_cpu"]:.1f} µs CPU a frame):'
+    )
+    kinds = list(PROFILES)
+    print('    ' + f'{"":28s}' + ''.join(f'{PROFILES[k]:>24s}' for k in kinds))
+    rows = r[f'platform_{kinds[0]}_us_per_frame']
+    for key in rows:
+        vals = ''.join(f'{r[f"platform_{k}_us_per_frame"][key]:24.2f}' for k in kinds)
+        print(f'    {key:28s}{vals}')
+    vals = ''.join(f'{r[f"platform_{k}_rtf"]:23.1f}x' for k in kinds)
+    print(f'    {"RTF of the profiled run":28s}{vals}')
+    vals = ''.join(f'{r[f"platform_{k}_vs_bare"]:24.4f}' for k in kinds)
+    print(f'    {"  / bare loop":28s}{vals}')
 
 
 def print_platform(r: dict) -> None:
@@ -353,6 +469,7 @@ def print_platform(r: dict) -> None:
         f'graph {r["platform_cpu_composed_graph_recording_rtf"]:.1f}x '
         f'({r["platform_cpu_graph_vs_bare"]:.4f} of bare)'
     )
+    print_breakdown(r)
 
 
 def run(quick: bool) -> dict:
@@ -413,7 +530,7 @@ def main(argv=None) -> int:
     p.add_argument('--quick', action='store_true', help='short runs (~30 s)')
     p.add_argument('--platform', action='store_true', help="only issue 13's side-by-side figures")
     p.add_argument('--rounds', type=int, default=3, help='--platform: alternating rounds')
-    p.add_argument('--child', choices=('node', 'graph'), help=argparse.SUPPRESS)
+    p.add_argument('--child', choices=('node', 'graph', *PROFILES), help=argparse.SUPPRESS)
     p.add_argument('--seconds', type=float, default=15.0, help='--platform: sim s per run')
     p.add_argument(
         '--python-executor',
