@@ -392,7 +392,7 @@ def platform(rounds: int, sim_seconds: float, python_executor: bool = False) -> 
             'platform_graph_python_executor_rtf': med['graph_python_executor'],
             'platform_cpu_graph_python_executor_rtf': mcpu['graph_python_executor'],
         }
-    for kind, label in PROFILES.items():
+    for kind in PROFILES:
         extra[f'platform_{kind}_rtf'] = med[kind]
         extra[f'platform_{kind}_vs_bare'] = med[kind] / med['bare']
         extra[f'platform_{kind}_us_per_frame'] = profiles[kind]

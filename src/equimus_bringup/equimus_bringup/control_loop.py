@@ -10,10 +10,9 @@ still published (after it has been passed on), so recording and monitoring see t
 This removes the four DDS hops and executor wake-ups between a frame and its valve command, which
 dominate the latency of the multi-process graph (docs/benchmarks.md, soak section).
 
-Threads: the receive thread runs the chain; one executor thread (the C++ events executor where
-rclpy has it, see _spin) runs the nodes' timers (valve keep-alive, slew and watchdog, the
-controller's stale-state guard, diagnostics), the reference subscription, parameter changes and
-the driver's services. Each node guards its own
+Threads: the receive thread runs the chain; one executor thread runs the nodes' timers
+(valve keep-alive, slew and watchdog, the controller's stale-state guard, diagnostics), the
+reference subscription, parameter changes and the driver's services. Each node guards its own
 state: the controller's ControlStep and the valve driver's safety filter and link each sit behind
 their node's lock, so nothing here wraps another node's callbacks or reads its private fields.
 The controller in this process is the same `ControllerNode` (and so the same
@@ -50,7 +49,6 @@ from equimus_description.interface import DIAGNOSTICS
 from equimus_hw.natnet.bridge_node import NatNetBridge
 from equimus_hw.valve.driver_node import ValveDriver, vent_on_exit
 from equimus_ros.diagnostics import Diagnostics, Level
-from equimus_ros.executors import single_thread_executor
 from equimus_ros.lifecycle import bring_up
 from equimus_ros.main import run_node
 from equimus_ros.params import bind
@@ -219,26 +217,10 @@ def _close(nodes: Any) -> None:
             vent_on_exit(node)
 
 
-def _spin(nodes: list[Node]) -> None:
-    """The nodes on one executor thread: rclpy's C++ events executor where it has one
-    (equimus_ros.executors). The receive thread needs the GIL for every frame; the Python
-    executor holds it while it rebuilds its wait set from every entity of these five nodes at
-    each wake-up (the driver's 120 Hz timer among others), and a frame arriving meanwhile waits
-    for it (issue 30, docs/benchmarks.md)."""
-    executor = single_thread_executor()
-    for node in nodes:
-        executor.add_node(node)
-    try:
-        executor.spin()
-    finally:
-        executor.shutdown()
-
-
 def main(args: Any = None) -> int:
     return run_node(
         control_loop,
         args,
-        spin=_spin,
         close=_close,
         config_hint='Fix config/natnet.yaml, valve.yaml, control.yaml or the --ros-args overrides.',
     )

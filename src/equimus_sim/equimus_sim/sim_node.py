@@ -73,7 +73,6 @@ from .mocap import VirtualMocap
 from .pacing import JitterStats, Pacer
 from .simulator import make_simulator
 
-
 # Frames a free-running loop (realtime, real_time_factor <= 0) runs per turn: see run_frames.
 FREE_RUN_FRAMES = 8
 
