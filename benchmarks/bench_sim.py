@@ -23,6 +23,10 @@ machine load hits all three alike, each a run of `pause_at` sim seconds in a fre
   topic), as `make run` starts it, from its first frame until pause_at.
 Ratios to the bare loop are the figures that carry over between machines: the targets (graph
 >= 20x, node >= 100x) are against a bare loop of 270-320x on an idle machine (issue 13).
+Beside them (issue 30), the free-running node's per-frame breakdown from two more runs per round
+with its phases on thread CPU clocks (physics, the frame's state copied out, virtual mocap,
+publishing; the main thread's time waiting for a CPU, from /proc schedstat; the other threads'
+CPU), as it runs (FREE_RUN_FRAMES frames a turn) and frame by frame, side by side.
 """
 
 from __future__ import annotations
@@ -408,10 +412,18 @@ def platform(rounds: int, sim_seconds: float, python_executor: bool = False) -> 
         'platform_composed_graph_recording_rtf': med['graph'],
         'platform_free_node_vs_bare': med['node'] / med['bare'],
         'platform_graph_vs_bare': med['graph'] / med['bare'],
+        'platform_cpu_free_node_vs_bare': mcpu['node'] / mcpu['bare'],
+        # each run against the bare loop of its own round (seconds apart), then the median
+        'platform_free_node_vs_bare_per_round': _per_round(runs, 'node'),
+        'platform_graph_vs_bare_per_round': _per_round(runs, 'graph'),
         'platform_rounds': rounds,
         'platform_sim_seconds': sim_seconds,
         'platform_runs': {k: [round(x, 2) for x in v] for k, v in runs.items()},
     }
+
+
+def _per_round(runs: dict[str, list[float]], kind: str) -> float:
+    return float(np.median([v / b for v, b in zip(runs[kind], runs['bare'], strict=True)]))
 
 
 # Profiled runs of the free-running node (phases on thread CPU clocks), as it runs (8 frames a
@@ -467,7 +479,13 @@ def print_platform(r: dict) -> None:
         '  per CPU second of the process instead of per wall second (load-independent): bare '
         f'{r["platform_cpu_bare_mj_step_rtf"]:.1f}x, node {r["platform_cpu_free_node_rtf"]:.1f}x, '
         f'graph {r["platform_cpu_composed_graph_recording_rtf"]:.1f}x '
-        f'({r["platform_cpu_graph_vs_bare"]:.4f} of bare)'
+        f'({r["platform_cpu_graph_vs_bare"]:.4f} of bare; node '
+        f'{r["platform_cpu_free_node_vs_bare"]:.4f} of bare)'
+    )
+    print(
+        '  each run against the bare loop of its own round (median of the rounds): node '
+        f'{r["platform_free_node_vs_bare_per_round"]:.4f}, graph '
+        f'{r["platform_graph_vs_bare_per_round"]:.4f} of bare'
     )
     print_breakdown(r)
 
