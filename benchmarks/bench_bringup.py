@@ -107,7 +107,10 @@ def recorder_step(rate: float, seconds: float, workdir: Path, doubles: int = 128
 # Message sizes and target rates of the recorder's sustained-rate sweep (--recorder): the
 # project's own sizes (~1 KiB) and camera-like 64 KiB messages, whose MB/s is what rosbag2's
 # published figures give (docs/benchmarks.md, issue 30).
-RECORDER_SWEEP = {128: (2000, 4000, 8000, 12000, 16000), 8192: (250, 500, 1000, 2000, 4000)}
+RECORDER_SWEEP = {
+    128: (500, 1000, 2000, 4000, 8000, 16000),
+    8192: (125, 250, 500, 1000, 2000, 4000),
+}
 
 
 def recorder_sweep(seconds: float) -> dict:
@@ -227,7 +230,7 @@ if __name__ == '__main__':
         print(f'recorder sustained rate, {ns.seconds:g} s steps (load {os.getloadavg()[0]:.2f}):')
         for doubles, best in recorder_sweep(ns.seconds).items():
             if best is None:
-                print(f'  {8 * doubles} doubles: no step without a missing message')
+                print(f'  {doubles}-double messages: no step without a missing message')
                 continue
             print(
                 f'  sustained without drops, {best["message_bytes"]} B messages: '
