@@ -198,6 +198,90 @@ def publish_paths(blocks: int, ticks: int) -> dict:
     }
 
 
+def turns(blocks: int = 6, frames: int = 4800) -> dict:
+    """The free-running node in this process (its writers publishing on DDS, no subscriber),
+    main-thread CPU a frame (thread CPU clock):
+    - each phase alone, its calls in a row (physics of a frame, the frame's state copied, its
+      virtual mocap, its six messages published), against the same phases inside the
+      frame-by-frame loop (`run_frames(1)`, each phase timed in place);
+    - `run_frames(k)` for k = 1, 8, 32 frames a turn, in alternating blocks (medians).
+    Why the node's share of the bare loop moves between hosts (docs/benchmarks.md, issue 30)."""
+    import rclpy
+    from rclpy.parameter import Parameter
+
+    from equimus_sim.sim_node import SimNode
+
+    clock = time.thread_time_ns
+    ctx = rclpy.Context()
+    rclpy.init(context=ctx)
+    node = SimNode(context=ctx, parameter_overrides=[Parameter('real_time_factor', value=0.0)])
+    out: dict = {'load_average_1min_at_start': os.getloadavg()[0]}
+    try:
+        node.run_frames(300)
+        sim = node.sim
+
+        def alone(f, n: int = 2000) -> float:
+            c = clock()
+            for _ in range(n):
+                f()
+            return (clock() - c) / n / 1e3
+
+        t_ns = node.time_ns(node.frame)
+        state = node._frame_state(t_ns)
+        outputs = node._frame_outputs(*state)
+        phases_alone = {
+            'physics': alone(lambda: sim.advance_to(sim.time + 1 / node.rate)),
+            'state_copy': alone(lambda: node._frame_state(t_ns)),
+            'mocap_outputs': alone(lambda: node._frame_outputs(*state)),
+            'publish': alone(lambda: node._publish_frame(*outputs)),
+        }
+        inside = dict.fromkeys(phases_alone, 0)
+        n = frames
+        for _ in range(n):
+            a = clock()
+            node.frame += 1
+            t = node.time_ns(node.frame)
+            sim.advance_to(t * 1e-9)
+            b = clock()
+            st = node._frame_state(t)
+            c = clock()
+            o = node._frame_outputs(*st)
+            d = clock()
+            node._publish_frame(*o)
+            e = clock()
+            for key, dt in zip(inside, (b - a, c - b, d - c, e - d), strict=True):
+                inside[key] += dt
+        out['phase_us_alone'] = phases_alone
+        out['phase_us_inside_loop'] = {k: v / n / 1e3 for k, v in inside.items()}
+        per_turn: dict[int, list[float]] = {1: [], 8: [], 32: []}
+        for _ in range(blocks):
+            for k in per_turn:
+                c = clock()
+                for _ in range(frames // k):
+                    node.run_frames(k)
+                per_turn[k].append((clock() - c) / (frames // k * k) / 1e3)
+        out['run_frames_us'] = {k: float(np.median(v)) for k, v in per_turn.items()}
+        out['run_frames_us_blocks'] = {k: [round(x, 1) for x in v] for k, v in per_turn.items()}
+    finally:
+        node.destroy_node()
+        rclpy.try_shutdown(context=ctx)
+    out['load_average_1min_at_end'] = os.getloadavg()[0]
+    return out
+
+
+def print_turns(r: dict) -> None:
+    print(
+        'free-running node in this process, main-thread CPU µs a frame '
+        f'(load {r["load_average_1min_at_start"]:.1f} -> {r["load_average_1min_at_end"]:.1f}):'
+    )
+    print(f'  {"phase":16s} {"alone":>8s} {"inside the frame-by-frame loop":>32s}')
+    for k, v in r['phase_us_alone'].items():
+        print(f'  {k:16s} {v:8.1f} {r["phase_us_inside_loop"][k]:32.1f}')
+    print('  run_frames(k), alternating blocks (median; blocks):')
+    for k, v in r['run_frames_us'].items():
+        print(f'    {k:2d} frames a turn: {v:6.1f}  {r["run_frames_us_blocks"][k]}')
+
+
 def _child_run(kind: str, seconds: float, out_dir: str) -> dict:
     """In a fresh process: the free-running node or the composed graph, from its first frame
     until it pauses itself at `seconds` of sim time."""
@@ -556,7 +640,17 @@ def main(argv=None) -> int:
         help="--platform: also the composed graph on rclpy's Python SingleThreadedExecutor",
     )
     p.add_argument('--out', default='', help=argparse.SUPPRESS)
+    p.add_argument(
+        '--turns',
+        action='store_true',
+        help="only the free-running node's phases alone and in the loop, and frames a turn",
+    )
     ns = p.parse_args(argv)
+    if ns.turns:
+        os.environ.setdefault('ROS_DOMAIN_ID', str(150 + os.getpid() % 80))
+        os.environ.setdefault('ROS_AUTOMATIC_DISCOVERY_RANGE', 'LOCALHOST')
+        print_turns(turns())
+        return 0
     if ns.child:
         import json
 
