@@ -1,6 +1,11 @@
 """Recorder throughput and the full sim graph's lockstep speed.
 
     python benchmarks/bench_bringup.py [--quick]
+    python benchmarks/bench_bringup.py --recorder [--seconds 5]   # sustained rate per size
+
+`--recorder` runs only the recorder, for ~1 KiB and 64 KiB messages, each from a low rate up to
+the first step that loses a message (RECORDER_SWEEP): msg/s and MB/s without drops, the figures
+docs/benchmarks.md (issue 30) sets beside rosbag2's published ones.
 
 Recorder: a publisher process sends reliable messages (Float64MultiArray, 128 doubles, ~1 KiB)
 at stepped target rates to the real recorder node; after each step the bag is read back and the
