@@ -1,6 +1,11 @@
 """Recorder throughput and the full sim graph's lockstep speed.
 
     python benchmarks/bench_bringup.py [--quick]
+    python benchmarks/bench_bringup.py --recorder [--seconds 5]   # sustained rate per size
+
+`--recorder` runs only the recorder, for ~1 KiB and 64 KiB messages, each from a low rate up to
+the first step that loses a message (RECORDER_SWEEP): msg/s and MB/s without drops, the figures
+docs/benchmarks.md (issue 30) sets beside rosbag2's published ones.
 
 Recorder: a publisher process sends reliable messages (Float64MultiArray, 128 doubles, ~1 KiB)
 at stepped target rates to the real recorder node; after each step the bag is read back and the
@@ -26,7 +31,7 @@ PUBLISHER = r"""
 import sys, time, rclpy
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 from std_msgs.msg import Float64MultiArray
-rate, seconds = float(sys.argv[1]), float(sys.argv[2])
+rate, seconds, doubles = float(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3])
 rclpy.init()
 n = rclpy.create_node('bench_publisher')
 qos = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE)
@@ -35,7 +40,7 @@ t0 = time.monotonic()
 while pub.get_subscription_count() == 0 and time.monotonic() - t0 < 20:
     rclpy.spin_once(n, timeout_sec=0.05)
 time.sleep(1.0)
-msg = Float64MultiArray(data=[0.0] * 128)
+msg = Float64MultiArray(data=[0.0] * doubles)
 sent, start = 0, time.monotonic()
 while True:
     now = time.monotonic() - start
@@ -53,11 +58,15 @@ print(sent, elapsed, flush=True)
 """
 
 
-def recorder_step(rate: float, seconds: float, workdir: Path) -> dict:
+def recorder_step(rate: float, seconds: float, workdir: Path, doubles: int = 128) -> dict:
+    from rclpy.serialization import serialize_message
+    from std_msgs.msg import Float64MultiArray
+
     from equimus_bringup.supervisor import find_executable
     from equimus_record import bag
 
-    path = workdir / f'bag_{int(rate)}'
+    msg_bytes = len(serialize_message(Float64MultiArray(data=[0.0] * doubles)))
+    path = workdir / f'bag_{int(rate)}_{doubles}'
     env = dict(os.environ, PYTHONUNBUFFERED='1')
     rec = subprocess.Popen(
         [
@@ -75,7 +84,7 @@ def recorder_step(rate: float, seconds: float, workdir: Path) -> dict:
     )
     try:
         out = subprocess.run(
-            [sys.executable, '-c', PUBLISHER, str(rate), str(seconds)],
+            [sys.executable, '-c', PUBLISHER, str(rate), str(seconds), str(doubles)],
             capture_output=True,
             text=True,
             env=env,
@@ -94,8 +103,41 @@ def recorder_step(rate: float, seconds: float, workdir: Path) -> dict:
         'recorded': len(got),
         'rate': sent / elapsed,
         'mb_s': size / 2**20 / elapsed,
+        'message_bytes': msg_bytes,
+        'payload_mb_s': sent * msg_bytes / 1e6 / elapsed,
         'missing': sent - len(set(got)),
     }
+
+
+# Message sizes and target rates of the recorder's sustained-rate sweep (--recorder): the
+# project's own sizes (~1 KiB) and camera-like 64 KiB messages, whose MB/s is what rosbag2's
+# published figures give (docs/benchmarks.md, issue 30).
+RECORDER_SWEEP = {
+    128: (500, 1000, 2000, 4000, 8000, 16000),
+    8192: (125, 250, 500, 1000, 2000, 4000),
+}
+
+
+def recorder_sweep(seconds: float) -> dict:
+    """The highest step with no message missing, per message size: msg/s and MB/s."""
+    out = {}
+    with tempfile.TemporaryDirectory() as d:
+        for doubles, rates in RECORDER_SWEEP.items():
+            best = None
+            for rate in rates:
+                r = recorder_step(rate, seconds, Path(d), doubles)
+                print(
+                    f'  {r["message_bytes"]:6d} B at {rate:6d} msg/s target: sent {r["rate"]:8.0f} '
+                    f'msg/s ({r["payload_mb_s"]:6.2f} MB/s), recorded {r["recorded"]} of '
+                    f'{r["sent"]}, missing {r["missing"]}',
+                    flush=True,
+                )
+                if r['missing'] == 0:
+                    best = r
+                else:
+                    break
+            out[doubles] = best
+    return out
 
 
 def lockstep_speed(seconds: float, composed: bool) -> dict:
@@ -182,5 +224,24 @@ if __name__ == '__main__':
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     p.add_argument('--quick', action='store_true')
-    for k, v in run(p.parse_args().quick).items():
+    p.add_argument(
+        '--recorder',
+        action='store_true',
+        help='only the recorder: sustained rate without drops per message size',
+    )
+    p.add_argument('--seconds', type=float, default=10.0, help='--recorder: s per step')
+    ns = p.parse_args()
+    if ns.recorder:
+        print(f'recorder sustained rate, {ns.seconds:g} s steps (load {os.getloadavg()[0]:.2f}):')
+        for doubles, best in recorder_sweep(ns.seconds).items():
+            if best is None:
+                print(f'  {doubles}-double messages: no step without a missing message')
+                continue
+            print(
+                f'  sustained without drops, {best["message_bytes"]} B messages: '
+                f'{best["rate"]:.0f} msg/s, {best["payload_mb_s"]:.2f} MB/s of messages, '
+                f'{best["mb_s"]:.3f} MiB/s in the bag (ZSTD)'
+            )
+        sys.exit(0)
+    for k, v in run(ns.quick).items():
         print(f'{k:75s} {v}')

@@ -27,7 +27,9 @@ Modes (parameters of natnet_bridge and control_loop; docs/interfaces.md):
 - rt_gc: rt, the garbage collector run after each write (control_loop gc_after_write);
 - rt_tuned: rt, and the receive thread at SCHED_FIFO 55 polling the last 2 ms before each
   expected frame, memory locked and pre-faulted (mlockall), the garbage collector run after
-  each write, SO_BUSY_POLL 50 us.
+  each write, SO_BUSY_POLL 50 us;
+- default_gil100: default, with the loop process's GIL switch interval 100 us instead of every
+  node process's 500 us (control_loop gil_switch_interval_us).
 The rig's threads run at SCHED_FIFO 51 when this machine permits it (they stand in for Motive's
 PC and a microcontroller), in every mode alike; where SCHED_FIFO is refused the FIFO modes say so
 (the receive_thread value of the bridge's diagnostics) and run with normal scheduling.
@@ -78,6 +80,7 @@ MODES: dict[str, tuple[dict[str, dict[str, object]], dict[str, str]]] = {
     'rt_mlock': ({'control_loop': {'lock_memory': True}}, {'rt_priority': str(RT_PRIORITY)}),
     'rt_gc': ({'control_loop': {'gc_after_write': True}}, {'rt_priority': str(RT_PRIORITY)}),
     'rt_tuned': (TUNED, {'rt_priority': str(RT_PRIORITY)}),
+    'default_gil100': ({'control_loop': {'gil_switch_interval_us': 100.0}}, {}),
 }
 GOALS_MS = {'in_process_p99': 0.5, 'wire_p99': 2.0}
 

@@ -23,6 +23,10 @@ machine load hits all three alike, each a run of `pause_at` sim seconds in a fre
   topic), as `make run` starts it, from its first frame until pause_at.
 Ratios to the bare loop are the figures that carry over between machines: the targets (graph
 >= 20x, node >= 100x) are against a bare loop of 270-320x on an idle machine (issue 13).
+Beside them (issue 30), the free-running node's per-frame breakdown from two more runs per round
+with its phases on thread CPU clocks (physics, the frame's state copied out, virtual mocap,
+publishing; the main thread's time waiting for a CPU, from /proc schedstat; the other threads'
+CPU), as it runs (FREE_RUN_FRAMES frames a turn) and frame by frame, side by side.
 """
 
 from __future__ import annotations
@@ -194,6 +198,90 @@ def publish_paths(blocks: int, ticks: int) -> dict:
     }
 
 
+def turns(blocks: int = 6, frames: int = 4800) -> dict:
+    """The free-running node in this process (its writers publishing on DDS, no subscriber),
+    main-thread CPU a frame (thread CPU clock):
+    - each phase alone, its calls in a row (physics of a frame, the frame's state copied, its
+      virtual mocap, its six messages published), against the same phases inside the
+      frame-by-frame loop (`run_frames(1)`, each phase timed in place);
+    - `run_frames(k)` for k = 1, 8, 32 frames a turn, in alternating blocks (medians).
+    Why the node's share of the bare loop moves between hosts (docs/benchmarks.md, issue 30)."""
+    import rclpy
+    from rclpy.parameter import Parameter
+
+    from equimus_sim.sim_node import SimNode
+
+    clock = time.thread_time_ns
+    ctx = rclpy.Context()
+    rclpy.init(context=ctx)
+    node = SimNode(context=ctx, parameter_overrides=[Parameter('real_time_factor', value=0.0)])
+    out: dict = {'load_average_1min_at_start': os.getloadavg()[0]}
+    try:
+        node.run_frames(300)
+        sim = node.sim
+
+        def alone(f, n: int = 2000) -> float:
+            c = clock()
+            for _ in range(n):
+                f()
+            return (clock() - c) / n / 1e3
+
+        t_ns = node.time_ns(node.frame)
+        state = node._frame_state(t_ns)
+        outputs = node._frame_outputs(*state)
+        phases_alone = {
+            'physics': alone(lambda: sim.advance_to(sim.time + 1 / node.rate)),
+            'state_copy': alone(lambda: node._frame_state(t_ns)),
+            'mocap_outputs': alone(lambda: node._frame_outputs(*state)),
+            'publish': alone(lambda: node._publish_frame(*outputs)),
+        }
+        inside = dict.fromkeys(phases_alone, 0)
+        n = frames
+        for _ in range(n):
+            a = clock()
+            node.frame += 1
+            t = node.time_ns(node.frame)
+            sim.advance_to(t * 1e-9)
+            b = clock()
+            st = node._frame_state(t)
+            c = clock()
+            o = node._frame_outputs(*st)
+            d = clock()
+            node._publish_frame(*o)
+            e = clock()
+            for key, dt in zip(inside, (b - a, c - b, d - c, e - d), strict=True):
+                inside[key] += dt
+        out['phase_us_alone'] = phases_alone
+        out['phase_us_inside_loop'] = {k: v / n / 1e3 for k, v in inside.items()}
+        per_turn: dict[int, list[float]] = {1: [], 8: [], 32: []}
+        for _ in range(blocks):
+            for k in per_turn:
+                c = clock()
+                for _ in range(frames // k):
+                    node.run_frames(k)
+                per_turn[k].append((clock() - c) / (frames // k * k) / 1e3)
+        out['run_frames_us'] = {k: float(np.median(v)) for k, v in per_turn.items()}
+        out['run_frames_us_blocks'] = {k: [round(x, 1) for x in v] for k, v in per_turn.items()}
+    finally:
+        node.destroy_node()
+        rclpy.try_shutdown(context=ctx)
+    out['load_average_1min_at_end'] = os.getloadavg()[0]
+    return out
+
+
+def print_turns(r: dict) -> None:
+    print(
+        'free-running node in this process, main-thread CPU µs a frame '
+        f'(load {r["load_average_1min_at_start"]:.1f} -> {r["load_average_1min_at_end"]:.1f}):'
+    )
+    print(f'  {"phase":16s} {"alone":>8s} {"inside the frame-by-frame loop":>32s}')
+    for k, v in r['phase_us_alone'].items():
+        print(f'  {k:16s} {v:8.1f} {r["phase_us_inside_loop"][k]:32.1f}')
+    print('  run_frames(k), alternating blocks (median; blocks):')
+    for k, v in r['run_frames_us'].items():
+        print(f'    {k:2d} frames a turn: {v:6.1f}  {r["run_frames_us_blocks"][k]}')
+
+
 def _child_run(kind: str, seconds: float, out_dir: str) -> dict:
     """In a fresh process: the free-running node or the composed graph, from its first frame
     until it pauses itself at `seconds` of sim time."""
@@ -204,6 +292,13 @@ def _child_run(kind: str, seconds: float, out_dir: str) -> dict:
     from equimus_bringup.graph import describe_graph, ros_arguments
 
     cfg = str(REPO / 'config')
+    profile = kind.startswith('node_profile')
+    if profile:
+        import equimus_sim.sim_node as sim_node_module
+
+        if kind == 'node_profile_1':
+            sim_node_module.FREE_RUN_FRAMES = 1  # frame by frame, as before issue 30
+        kind = 'node'
     if kind == 'graph':
         (spec,) = describe_graph(
             'sim',
@@ -233,15 +328,21 @@ def _child_run(kind: str, seconds: float, out_dir: str) -> dict:
 
         sim = SimNode()
         nodes, spin = [sim], sim.run
+    phases = _instrument(sim) if profile else {}
     marks: dict[str, float] = {}
 
     def watch() -> None:
         while sim.frame == 0 and sim.running():
             time.sleep(0.0005)
         marks['first'], marks['cpu0'] = time.perf_counter(), time.process_time()
+        marks['threads0'] = _thread_cpu()
+        for ph in phases.values():
+            ph[0] = ph[1] = 0
+        marks['frame0'] = sim.frame
         while not sim.paused and sim.running():
             time.sleep(0.002)
         marks['paused'], marks['cpu1'] = time.perf_counter(), time.process_time()
+        marks['threads1'] = _thread_cpu()
         sim.stop()
 
     threading.Thread(target=watch, daemon=True).start()
@@ -253,11 +354,71 @@ def _child_run(kind: str, seconds: float, out_dir: str) -> dict:
         node.destroy_node()
     rclpy.try_shutdown()
     wall = marks['paused'] - marks['first']
-    sim_s = (frames - 1) / sim.rate
+    sim_s = (frames - marks['frame0']) / sim.rate
     # CPU time of this process (all its threads): what the run costs, whatever else the machine
     # runs; the recorder's writer process is not in it (it runs beside, see bag_process).
     cpu = marks['cpu1'] - marks['cpu0']
-    return {'rtf': sim_s / wall, 'rtf_cpu': sim_s / cpu, 'frames': frames, 'wall_s': wall}
+    out = {'rtf': sim_s / wall, 'rtf_cpu': sim_s / cpu, 'frames': frames, 'wall_s': wall}
+    if profile:
+        n = frames - marks['frame0']
+        t0, t1 = marks['threads0'], marks['threads1']
+        main_tid = threading.main_thread().native_id
+        main_cpu, main_wait = (b - a for a, b in zip(t0[main_tid], t1[main_tid], strict=True))
+        others = sum(v[0] - t0.get(k, (0.0, 0.0))[0] for k, v in t1.items() if k != main_tid)
+        us = lambda x: 1e6 * x / n  # noqa: E731
+        out['us_per_frame'] = {
+            'wall': us(wall),
+            'main_thread_cpu': us(main_cpu),
+            **{f'{k}_cpu': v[0] / 1e3 / n for k, v in phases.items()},
+            'other_threads_cpu': us(others),
+            'main_thread_waiting_for_a_cpu': us(main_wait),
+            'main_thread_blocked_or_asleep': us(wall - main_cpu - main_wait),
+            'phase_calls_per_frame': sum(v[1] for v in phases.values()) / n,
+        }
+    return out
+
+
+def _thread_cpu() -> dict[int, tuple[float, float]]:
+    """Per thread of this process: seconds on a CPU and seconds runnable but waiting for one
+    (the scheduler's ns counts, /proc schedstat)."""
+    out = {}
+    for tid in os.listdir('/proc/self/task'):
+        try:
+            with open(f'/proc/self/task/{tid}/schedstat') as f:
+                run, wait = f.read().split()[:2]
+        except (OSError, ValueError):
+            continue
+        out[int(tid)] = (int(run) * 1e-9, int(wait) * 1e-9)
+    return out
+
+
+def _instrument(node) -> dict[str, list[int]]:
+    """Wrap the free-running node's phases with thread CPU clocks (ns and calls per phase):
+    physics (LegSimulator.advance: MuJoCo, the valve command, the stability check), the frame's
+    state copied out, the virtual mocap and conversions, the messages encoded and published
+    (the middleware's write included). The clocks cost ~1 µs a call: this run is a little
+    slower than the unprofiled one, and is reported beside it, not instead of it."""
+    phases: dict[str, list[int]] = {}
+    clock = time.thread_time_ns
+
+    def wrap(obj, name: str, label: str) -> None:
+        f = getattr(obj, name)
+        acc = phases.setdefault(label, [0, 0])
+
+        def timed(*args, **kwargs):
+            t = clock()
+            r = f(*args, **kwargs)
+            acc[0] += clock() - t
+            acc[1] += 1
+            return r
+
+        setattr(obj, name, timed)
+
+    wrap(node.sim, 'advance', 'physics')
+    wrap(node, '_frame_state', 'state_copy')
+    wrap(node, '_frame_outputs', 'mocap_outputs')
+    wrap(node, '_publish_frame', 'publish')
+    return phases
 
 
 def _child(kind: str, seconds: float) -> dict:
@@ -288,9 +449,15 @@ def _child(kind: str, seconds: float) -> dict:
 def platform(rounds: int, sim_seconds: float, python_executor: bool = False) -> dict:
     """Issue 13's three figures side by side (see the module docstring); with
     `python_executor`, the composed graph on rclpy's Python executor as a fourth."""
-    kinds = ['node', 'graph', *(['graph_python_executor'] if python_executor else [])]
+    kinds = [
+        'node',
+        'graph',
+        *(['graph_python_executor'] if python_executor else []),
+        *PROFILES,
+    ]
     runs: dict[str, list[float]] = {k: [] for k in ['bare', *kinds]}
     cpu: dict[str, list[float]] = {k: [] for k in ['bare', *kinds]}
+    breakdown: dict[str, list[dict]] = {k: [] for k in PROFILES}
     for _ in range(rounds):
         b = bare_model(1 / 600, sim_seconds)
         runs['bare'].append(b['mj_step_rtf'])
@@ -299,14 +466,25 @@ def platform(rounds: int, sim_seconds: float, python_executor: bool = False) -> 
             r = _child(kind, sim_seconds)
             runs[kind].append(r['rtf'])
             cpu[kind].append(r['rtf_cpu'])
+            if kind in breakdown:
+                breakdown[kind].append(r['us_per_frame'])
     med = {k: float(np.median(v)) for k, v in runs.items()}
     mcpu = {k: float(np.median(v)) for k, v in cpu.items()}
+    profiles = {
+        kind: {key: float(np.median([b[key] for b in bs])) for key in bs[0]}
+        for kind, bs in breakdown.items()
+    }
     extra = {}
     if python_executor:
         extra = {
             'platform_graph_python_executor_rtf': med['graph_python_executor'],
             'platform_cpu_graph_python_executor_rtf': mcpu['graph_python_executor'],
         }
+    for kind in PROFILES:
+        extra[f'platform_{kind}_rtf'] = med[kind]
+        extra[f'platform_{kind}_vs_bare'] = med[kind] / med['bare']
+        extra[f'platform_{kind}_us_per_frame'] = profiles[kind]
+    extra['platform_bare_us_per_frame_cpu'] = 1e6 / (120 * mcpu['bare'])
     return {
         **extra,
         'platform_cpu_bare_mj_step_rtf': mcpu['bare'],
@@ -318,10 +496,44 @@ def platform(rounds: int, sim_seconds: float, python_executor: bool = False) -> 
         'platform_composed_graph_recording_rtf': med['graph'],
         'platform_free_node_vs_bare': med['node'] / med['bare'],
         'platform_graph_vs_bare': med['graph'] / med['bare'],
+        'platform_cpu_free_node_vs_bare': mcpu['node'] / mcpu['bare'],
+        # each run against the bare loop of its own round (seconds apart), then the median
+        'platform_free_node_vs_bare_per_round': _per_round(runs, 'node'),
+        'platform_graph_vs_bare_per_round': _per_round(runs, 'graph'),
         'platform_rounds': rounds,
         'platform_sim_seconds': sim_seconds,
         'platform_runs': {k: [round(x, 2) for x in v] for k, v in runs.items()},
     }
+
+
+def _per_round(runs: dict[str, list[float]], kind: str) -> float:
+    return float(np.median([v / b for v, b in zip(runs[kind], runs['bare'], strict=True)]))
+
+
+# Profiled runs of the free-running node (phases on thread CPU clocks), as it runs (8 frames a
+# turn) and frame by frame as before issue 30: the per-frame breakdown printed beside the ratios.
+PROFILES = {
+    'node_profile_8': 'node, 8 frames a turn',
+    'node_profile_1': 'node, 1 frame a turn',
+}
+
+
+def print_breakdown(r: dict) -> None:
+    print(
+        '  free-running node per frame, µs (profiled runs, medians; CPU of the main thread by '
+        'phase; bare loop: '
+        f'{r["platform_bare_us_per_frame_cpu"]:.1f} µs CPU a frame):'
+    )
+    kinds = list(PROFILES)
+    print('    ' + f'{"":28s}' + ''.join(f'{PROFILES[k]:>24s}' for k in kinds))
+    rows = r[f'platform_{kinds[0]}_us_per_frame']
+    for key in rows:
+        vals = ''.join(f'{r[f"platform_{k}_us_per_frame"][key]:24.2f}' for k in kinds)
+        print(f'    {key:28s}{vals}')
+    vals = ''.join(f'{r[f"platform_{k}_rtf"]:23.1f}x' for k in kinds)
+    print(f'    {"RTF of the profiled run":28s}{vals}')
+    vals = ''.join(f'{r[f"platform_{k}_vs_bare"]:24.4f}' for k in kinds)
+    print(f'    {"  / bare loop":28s}{vals}')
 
 
 def print_platform(r: dict) -> None:
@@ -351,8 +563,15 @@ def print_platform(r: dict) -> None:
         '  per CPU second of the process instead of per wall second (load-independent): bare '
         f'{r["platform_cpu_bare_mj_step_rtf"]:.1f}x, node {r["platform_cpu_free_node_rtf"]:.1f}x, '
         f'graph {r["platform_cpu_composed_graph_recording_rtf"]:.1f}x '
-        f'({r["platform_cpu_graph_vs_bare"]:.4f} of bare)'
+        f'({r["platform_cpu_graph_vs_bare"]:.4f} of bare; node '
+        f'{r["platform_cpu_free_node_vs_bare"]:.4f} of bare)'
     )
+    print(
+        '  each run against the bare loop of its own round (median of the rounds): node '
+        f'{r["platform_free_node_vs_bare_per_round"]:.4f}, graph '
+        f'{r["platform_graph_vs_bare_per_round"]:.4f} of bare'
+    )
+    print_breakdown(r)
 
 
 def run(quick: bool) -> dict:
@@ -413,7 +632,7 @@ def main(argv=None) -> int:
     p.add_argument('--quick', action='store_true', help='short runs (~30 s)')
     p.add_argument('--platform', action='store_true', help="only issue 13's side-by-side figures")
     p.add_argument('--rounds', type=int, default=3, help='--platform: alternating rounds')
-    p.add_argument('--child', choices=('node', 'graph'), help=argparse.SUPPRESS)
+    p.add_argument('--child', choices=('node', 'graph', *PROFILES), help=argparse.SUPPRESS)
     p.add_argument('--seconds', type=float, default=15.0, help='--platform: sim s per run')
     p.add_argument(
         '--python-executor',
@@ -421,7 +640,17 @@ def main(argv=None) -> int:
         help="--platform: also the composed graph on rclpy's Python SingleThreadedExecutor",
     )
     p.add_argument('--out', default='', help=argparse.SUPPRESS)
+    p.add_argument(
+        '--turns',
+        action='store_true',
+        help="only the free-running node's phases alone and in the loop, and frames a turn",
+    )
     ns = p.parse_args(argv)
+    if ns.turns:
+        os.environ.setdefault('ROS_DOMAIN_ID', str(150 + os.getpid() % 80))
+        os.environ.setdefault('ROS_AUTOMATIC_DISCOVERY_RANGE', 'LOCALHOST')
+        print_turns(turns())
+        return 0
     if ns.child:
         import json
 

@@ -50,7 +50,7 @@ from equimus_hw.natnet.bridge_node import NatNetBridge
 from equimus_hw.valve.driver_node import ValveDriver, vent_on_exit
 from equimus_ros.diagnostics import Diagnostics, Level
 from equimus_ros.lifecycle import bring_up
-from equimus_ros.main import run_node
+from equimus_ros.main import GIL_SWITCH_INTERVAL_S, run_node
 from equimus_ros.params import bind
 
 MCL_CURRENT, MCL_FUTURE = 1, 2  # <sys/mman.h>
@@ -79,6 +79,13 @@ class LoopConfig:
         "frame's serial write instead (young objects every frame, the middle generation every "
         f'{GC_YOUNG_EVERY}, all every {GC_FULL_EVERY}): no collection lands between a datagram '
         'and its write',
+    )
+    gil_switch_interval_us: float = param(
+        GIL_SWITCH_INTERVAL_S * 1e6,
+        "µs this process's threads hold the GIL before a waiting one may take it "
+        '(sys.setswitchinterval; every node process uses the default): a frame that arrives '
+        'while the executor thread runs Python waits up to this long',
+        range=(10.0, 5000.0),
     )
 
     def __post_init__(self) -> None:
@@ -119,6 +126,7 @@ class LoopLatency(Node):
                     '`ulimit -l`, or set lock_memory:=false. Running with pageable memory'
                 )
         self.gc_after_write = cfg.gc_after_write
+        sys.setswitchinterval(cfg.gil_switch_interval_us * 1e-6)
         self._gc_frames = 0
         self._gc_last = time.monotonic()
         if self.gc_after_write:
@@ -161,6 +169,7 @@ class LoopLatency(Node):
         v = np.array(self.samples)
         values: dict = {'frames': self.frames, 'window': v.size, 'memory': self.memory}
         values['gc'] = 'after each write' if self.gc_after_write else 'automatic'
+        values['gil_switch_interval_us'] = f'{sys.getswitchinterval() * 1e6:.0f}'
         for name, q in (('p50', 50), ('p99', 99), ('p999', 99.9), ('max', 100)):
             values[f'latency_{name}_ms'] = f'{np.percentile(v, q):.3f}' if v.size else 'nan'
         self.diagnostics.publish(

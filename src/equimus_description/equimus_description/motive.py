@@ -47,8 +47,9 @@ def check_up_axis(value: str) -> str:
 
 def motive_to_ros(position: Sequence[float], quat_xyzw: Sequence[float], up_axis: str) -> tuple:
     """A Motive pose (position m, quaternion x, y, z, w) in the Z-up ROS frame `mocap`."""
-    x, y, z = (float(v) for v in position)
-    qx, qy, qz, qw = (float(v) for v in quat_xyzw)
+    # Unpacked without generators: this runs for every body of every frame (bridge and sim).
+    x, y, z = position
+    qx, qy, qz, qw = quat_xyzw
     if up_axis == 'z_up':
-        return (x, y, z), (qx, qy, qz, qw)
-    return (x, -z, y), (qx, -qz, qy, qw)
+        return (float(x), float(y), float(z)), (float(qx), float(qy), float(qz), float(qw))
+    return (float(x), -float(z), float(y)), (float(qx), -float(qz), float(qy), float(qw))

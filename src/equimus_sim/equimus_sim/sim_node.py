@@ -14,8 +14,8 @@ Threads: executor threads (two: a blocking ~/step must not hold up /valve/applie
 = 1/mocap_rate sim seconds) and publishes. A lock guards the simulator; it is not held while
 publishing, so a subscriber in the same process (the composed graph) may answer at once.
 - realtime: ticks on absolute wall deadlines t0 + k·period/real_time_factor (monotonic clock, no
-  drift); real_time_factor <= 0 runs as fast as possible. The newest pressures are held between
-  ticks.
+  drift); real_time_factor <= 0 runs as fast as possible, FREE_RUN_FRAMES frames a turn (their
+  physics, then their outputs: see run_frames). The newest pressures are held between ticks.
 - lockstep: each /valve/applied message (the driver's answer to a command, or a vent of its
   safety layer) advances exactly one tick and then that frame's outputs are published. With no
   message for `lockstep_timeout` wall seconds (a dropped mocap frame broke the loop, or the
@@ -72,6 +72,9 @@ from .config import SimConfig
 from .mocap import VirtualMocap
 from .pacing import JitterStats, Pacer
 from .simulator import make_simulator
+
+# Frames a free-running loop (realtime, real_time_factor <= 0) runs per turn: see run_frames.
+FREE_RUN_FRAMES = 8
 
 
 class _Reused:
@@ -361,18 +364,30 @@ class SimNode(Node):
 
     def tick(self, command=None) -> None:
         """Advance one frame (optionally with a lockstep command) and publish its outputs."""
+        self.run_frames(1, command)
+
+    def run_frames(self, n: int, command=None) -> None:
+        """Advance n frames and publish their outputs: the physics of all n first (each frame's
+        state kept), then their virtual mocap, then their messages. Each phase runs its own
+        code n times in a row (MuJoCo's, the Python outputs', the middleware's): interleaved
+        frame by frame the three evict each other from the CPU's caches, which costs a
+        free-running node a quarter of its speed on a busy host (docs/benchmarks.md, issue 30)."""
         t0 = time.perf_counter()
         with self.lock:
             if command is not None:
                 self.sim.command = command
-            self.frame += 1
-            t_ns = self.time_ns(self.frame)
-            self.sim.advance_to(t_ns * 1e-9)
+            states = []
+            for _ in range(n):
+                self.frame += 1
+                t_ns = self.time_ns(self.frame)
+                self.sim.advance_to(t_ns * 1e-9)
+                states.append(self._frame_state(t_ns))
             self._drop_unanswered_commands()
-            out = self._frame_outputs(t_ns)
+            outs = [self._frame_outputs(*state) for state in states]
             resets = self.sim.resets
-        self._publish_frame(t_ns, *out)
-        self.work.add(time.perf_counter() - t0)
+        for out in outs:
+            self._publish_frame(*out)
+        self.work.add((time.perf_counter() - t0) / n)
         if resets != self._last_resets:
             self._last_resets = resets
             self.get_logger().error(
@@ -380,19 +395,23 @@ class SimNode(Node):
             )
             self._publish_diagnostics()
 
-    def _frame_outputs(self, t_ns: int) -> tuple:
-        """The frame's outputs, copied under the lock so they are published without it."""
-        sim = self.sim
-        q, qd = sim.joint_state()
-        self.mocap.capture_arrays(t_ns * 1e-9, *sim.body_arrays(self.bodies))
+    def _frame_state(self, t_ns: int) -> tuple:
+        """What a frame's outputs need of the physics (copies): stamp, θ, θ̇, the bodies' world
+        poses, the valve pressures."""
+        return (t_ns, *self.sim.frame_state(self.bodies))
+
+    def _frame_outputs(self, t_ns: int, q, qd, body_pos, body_quat, pressures) -> tuple:
+        """The frame's messages' contents from its state (under the lock: the mocap's queue)."""
+        t = t_ns * 1e-9
+        self.mocap.capture_arrays(t, body_pos, body_quat)
         poses = [
             (
                 int(round(f.capture_time * 1e9)),
                 [(n, *ros_pose(p.position, p.orientation)) for n, p in f.bodies.items()],
             )
-            for f in self.mocap.release(t_ns * 1e-9)
+            for f in self.mocap.release(t)
         ]
-        return q, qd, poses, sim.pressures
+        return t_ns, q, qd, poses, pressures
 
     def _publish_frame(self, t_ns: int, q, qd, poses, pressures) -> None:
         self.out_clock.write(t_ns)
@@ -413,9 +432,8 @@ class SimNode(Node):
     def publish_initial(self) -> None:
         with self.lock:
             self._drop_unanswered_commands()
-            t_ns = self.time_ns(0)
-            out = self._frame_outputs(t_ns)
-        self._publish_frame(t_ns, *out)
+            out = self._frame_outputs(*self._frame_state(self.time_ns(0)))
+        self._publish_frame(*out)
 
     def running(self) -> bool:
         return not self._stop.is_set() and self.context.ok()
@@ -450,7 +468,7 @@ class SimNode(Node):
                     if not stepping:
                         self.pacer.wait()
                     if self.mode == 'realtime':
-                        self.tick()
+                        self.run_frames(self._frames_this_turn(stepping))
                     else:
                         self._lockstep_once()
                     self._frame_done(stepping)
@@ -467,6 +485,17 @@ class SimNode(Node):
             for node in (self, *others):
                 executor.remove_node(node)
             executor.shutdown(timeout_sec=0.5)
+
+    def _frames_this_turn(self, stepping: bool) -> int:
+        """Realtime mode: one frame a turn when paced or stepping; free-running, up to
+        FREE_RUN_FRAMES, never past pause_at (commands, ~/pause and ~/reset then take effect
+        between turns: at most FREE_RUN_FRAMES - 1 frames later, far under a wall millisecond)."""
+        if stepping or self.pacer.period > 0.0:
+            return 1
+        n, stop = 1, self.pause_at_ns
+        while n < FREE_RUN_FRAMES and not (stop and self.time_ns(self.frame + n) >= stop):
+            n += 1
+        return n
 
     def _gate(self) -> bool | None:
         """Wait while paused. True: the next frame is a ~/step frame (not paced); None: stop."""

@@ -307,6 +307,15 @@ class LegSimulator:
             ids = self._body_ids[key] = np.array([self.model.body(n).id for n in names])
         return self.data.xpos[ids], self.data.xquat[ids]
 
+    def frame_state(self, names: Sequence[str] = BODIES) -> tuple:
+        """One frame's outputs in few calls (the free-running sim node copies it every frame):
+        θ, θ̇ (rad, rad/s) as lists, the bodies' world positions (N, 3) and wxyz quaternions
+        (N, 4) as arrays (copies), the valve pressures (kPa) as a list."""
+        d, leg = self.data, self.leg
+        pos, quat = self.body_arrays(names)
+        p = self.command if self.valve is None else self.valve.p
+        return d.qpos[leg.qpos_idx].tolist(), d.qvel[leg.qvel_idx].tolist(), pos, quat, p.tolist()
+
     def body_poses(self, names: Sequence[str] = BODIES) -> dict:
         """{name: (position (3,), quaternion wxyz (4,))} in MuJoCo world coordinates."""
         out = {}
