@@ -45,7 +45,6 @@ import scipy.sparse as sp
 
 from equimus_description.config import check_pair, param, validate_fields
 from equimus_description.dynamics import DynamicParams, LegDynamics
-from equimus_description.statics import holding_pressures
 from equimus_description.valve import (
     MIN_REGULATED_KPA,
     SLEW_RATE_KPA_S,
@@ -55,6 +54,7 @@ from equimus_description.valve import (
 )
 
 from .controller import ControlOutput, Estimate, Reference
+from .step import MAX_DT
 
 NX, NU = 6, 2
 
@@ -93,6 +93,11 @@ class LTVMPCConfig:
         'min_regulated_kpa; below it they vent): commands under it are sigma-delta modulated '
         'between 0 and it; 0 = off',
         range=(0.0, 50.0),
+    )
+    ltv_ref_curvature: bool = param(
+        True,
+        "preview the reference along its acceleration too (estimated from the successive "
+        "references' velocities), within the reference's max_preview",
     )
     ltv_max_iter: int = param(200, 'OSQP iterations per control cycle', range=(1, 100000))
     period: float = 1.0 / 120.0  # s, control period (the discretisation)
@@ -198,7 +203,7 @@ class LTVMPC:
     ) -> None:
         cfg = cfg if cfg is not None else LTVMPCConfig()
         self.cfg = cfg
-        self.params = dynamics.params.statics
+        self.dyn = dynamics
         self.valve = valve if valve is not None else ValveParams.lag(cfg.valve_tau)
         self.model = PeriodModel(dynamics, self.valve, cfg.period, cfg.ltv_substeps)
         self.D, self.f = self.model.D, self.model.f
@@ -242,6 +247,7 @@ class LTVMPC:
         self.history = np.tile(self.p_valve, (self.H, 1))
         self._follow_hist: np.ndarray | None = None
         self._sd = np.zeros(NU)  # sigma-delta residual (kPa)
+        self._ref_prev: tuple[float, np.ndarray] | None = None
         self.X: np.ndarray | None = None  # predicted trajectory (Np + 1, 6)
         self.cmds: np.ndarray | None = None  # planned commands (Nc, 2)
         self.U: np.ndarray | None = None
@@ -320,16 +326,9 @@ class LTVMPC:
         T, b, nb = cfg.period, cfg.ltv_block, cfg.ltv_blocks
         x0 = np.concatenate([np.asarray(state.q, float), np.asarray(state.qd, float), self.p_valve])
         Xbar, Gam, lam = self.linearise(x0)
-        # reference over the horizon (preview capped by the reference)
-        ahead = T * np.arange(1, self.Np + 1)
-        q_ref = ref.at(ahead)
-        qd_ref = np.where((ahead < ref.max_preview)[:, None], np.asarray(ref.qd)[None, :], 0.0)
-        xr = np.zeros((self.Np, NX))
-        xr[:, 0:2], xr[:, 2:4] = q_ref, qd_ref
-        ends = T * (self.D + b * np.arange(1, nb + 1))
-        u_star = np.clip(
-            np.array([holding_pressures(qq, self.params) for qq in ref.at(ends)]), 0.0, p_max
-        ).ravel()
+        xr = self.preview(state.stamp, ref)
+        ends = self.D + b * np.arange(1, nb + 1) - 1
+        u_star = np.clip(self.dyn.holding_pressures(xr[ends, 0:2]), 0.0, p_max).ravel()
         # QP: ½ Uᵀ P U + qᵀ U
         wG = self._wx[:, None] * Gam
         Hm = Gam.T @ wG + cfg.ltv_r_u * np.eye(self.nv) + cfg.ltv_r_du * (self.Dd.T @ self.Dd)
@@ -397,6 +396,24 @@ class LTVMPC:
         self._advance_valve(u)
         info: dict[str, Any] = {'status': status, 'iters': res.info.iter, 'qp_failed': failed}
         return ControlOutput(u, sat, info)
+
+    def preview(self, stamp: float, ref: Reference) -> np.ndarray:
+        """The reference states (Np, 6) at the predicted periods: along the reference's velocity
+        and, with ltv_ref_curvature, its acceleration (estimated from the velocities of the
+        successive references), up to the reference's max_preview; held beyond it."""
+        q, qd = np.asarray(ref.q, float), np.asarray(ref.qd, float)
+        acc = np.zeros(NU)
+        if self.cfg.ltv_ref_curvature and self._ref_prev is not None:
+            t_prev, qd_prev = self._ref_prev
+            if 0.0 < stamp - t_prev <= MAX_DT:
+                acc = (qd - qd_prev) / (stamp - t_prev)
+        self._ref_prev = (stamp, qd)
+        a = np.minimum(self.cfg.period * np.arange(1, self.Np + 1), ref.max_preview)[:, None]
+        moving = (self.cfg.period * np.arange(1, self.Np + 1) < ref.max_preview)[:, None]
+        xr = np.zeros((self.Np, NX))
+        xr[:, 0:2] = q + qd * a + 0.5 * acc * a * a
+        xr[:, 2:4] = np.where(moving, qd + acc * a, 0.0)
+        return xr
 
     def _shifted_U(self) -> np.ndarray:
         assert self.cmds is not None and self.U is not None

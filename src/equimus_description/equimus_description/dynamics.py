@@ -122,6 +122,19 @@ class LegDynamics:
         cb = self.g * self.Gb * np.cos(q[..., 0] + q[..., 1] + self.psi_g)
         return np.stack([self.g * self.Ga * np.cos(q[..., 0] + self.phi_g) + cb, cb], -1)
 
+    def holding_pressures(self, q) -> np.ndarray:
+        """P (kPa, ..., 2) that hold poses q at rest: J_Aᵀ(k(l − l0) − σ S P) = g ∂U/∂θ
+        (statics.holding_pressures on a batch; unclipped)."""
+        q = np.asarray(q, float)
+        lengths, J, _ = actuation_derivatives_batch(q, self.geometry)
+        g = self.gravity_torque(q)
+        ja, jb1, jb2 = J[..., 0, 0], J[..., 1, 0], J[..., 1, 1]
+        # J_Aᵀ x = g∂U/∂θ with J_Aᵀ = [[ja, jb1], [0, jb2]]
+        xb = g[..., 1] / jb2
+        xa = (g[..., 0] - jb1 * xb) / ja
+        f = self.k * (lengths - self.l0) - np.stack([xa, xb], -1)
+        return f / self.SP
+
     def acceleration(self, q, qd, p) -> np.ndarray:
         return self.derivatives(q, qd, p).acc
 
