@@ -73,7 +73,7 @@ def test_period_jacobians_match_finite_differences(model):
             plus, minus = [b.copy() for b in base], [b.copy() for b in base]
             plus[arg][:, j] += h
             minus[arg][:, j] -= h
-            num = (model.step(*plus, jacobians=False)[0] - model.step(*minus, jacobians=False)[0])
+            num = model.step(*plus, jacobians=False)[0] - model.step(*minus, jacobians=False)[0]
             num /= 2 * h
             np.testing.assert_allclose(J[:, :, j], num, rtol=1e-5, atol=1e-7)
 

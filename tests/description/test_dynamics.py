@@ -77,11 +77,10 @@ def test_linearisation_matches_finite_differences(dyn):
     d = dyn.derivatives(POSES, qd, p)
     np.testing.assert_allclose(d.acc, dyn.acceleration(POSES, qd, p))
     for j in range(2):
-        e = np.zeros(2)
-        for name, h, x, fd in (
-            ('d_q', 1e-6, POSES, lambda e: dyn.acceleration(POSES + e, qd, p)),
-            ('d_qd', 1e-5, qd, lambda e: dyn.acceleration(POSES, qd + e, p)),
-            ('d_p', 1e-4, p, lambda e: dyn.acceleration(POSES, qd, p + e)),
+        for name, h, fd in (
+            ('d_q', 1e-6, lambda e: dyn.acceleration(POSES + e, qd, p)),
+            ('d_qd', 1e-5, lambda e: dyn.acceleration(POSES, qd + e, p)),
+            ('d_p', 1e-4, lambda e: dyn.acceleration(POSES, qd, p + e)),
         ):
             e = np.zeros(2)
             e[j] = h

@@ -44,8 +44,9 @@ import osqp
 import scipy.sparse as sp
 
 from equimus_description.config import check_pair, param, validate_fields
-from equimus_description.dynamics import DynamicParams, LegDynamics
+from equimus_description.dynamics import LegDynamics
 from equimus_description.valve import (
+    HARD_MAX_KPA,
     MIN_REGULATED_KPA,
     SLEW_RATE_KPA_S,
     VALVE_TAU_S,
@@ -71,9 +72,7 @@ class LTVMPCConfig:
     ltv_q_theta: tuple[float, float] = param(
         (4000.0, 4000.0), '1/rad², weight of the angle error [hip, knee]', range=(0.0, 1e9)
     )
-    ltv_q_vel: float = param(
-        0.5, 's²/rad², weight of the joint velocity error', range=(0.0, 1e9)
-    )
+    ltv_q_vel: float = param(0.5, 's²/rad², weight of the joint velocity error', range=(0.0, 1e9))
     ltv_r_u: float = param(
         1e-4,
         '1/kPa², weight of the pressures (towards the static pressures of the reference)',
@@ -89,14 +88,14 @@ class LTVMPCConfig:
     )
     ltv_min_regulated: float = param(
         MIN_REGULATED_KPA,
-        'kPa, lowest pressure the valves regulate (keep it at the valve driver\'s '
+        "kPa, lowest pressure the valves regulate (keep it at the valve driver's "
         'min_regulated_kpa; below it they vent): commands under it are sigma-delta modulated '
         'between 0 and it; 0 = off',
         range=(0.0, 50.0),
     )
     ltv_ref_curvature: bool = param(
         True,
-        "preview the reference along its acceleration too (estimated from the successive "
+        'preview the reference along its acceleration too (estimated from the successive '
         "references' velocities), within the reference's max_preview",
     )
     ltv_max_iter: int = param(200, 'OSQP iterations per control cycle', range=(1, 100000))
@@ -224,6 +223,7 @@ class LTVMPC:
             np.array([*cfg.ltv_q_theta, cfg.ltv_q_vel, cfg.ltv_q_vel, 0.0, 0.0]), self.Np
         )
         self.reset()
+        self._warm_up()
 
     # ----- set-up -------------------------------------------------------------------------
     def _build_constraints(self) -> None:
@@ -239,6 +239,15 @@ class LTVMPC:
         order = np.lexsort((r, c))  # CSC order: by column, then row
         self._tri = (r[order], c[order])
         self._indptr = np.concatenate([[0], np.cumsum(np.bincount(self._tri[1], minlength=n))])
+
+    def _warm_up(self) -> None:
+        """One cycle at start-up, then forgotten: the lazy imports of its first cycle (the valve
+        model's scipy.signal, 1.4 s here) happen before the loop, not in it."""
+        q = np.array([1.4, 0.8])  # any pose of the workspace
+        ref = Reference(q, np.zeros(NU))
+        self.step(Estimate(q, np.zeros(NU), 0.0), ref, self.cfg.period, HARD_MAX_KPA)
+        self.failures = 0
+        self.reset()
 
     def reset(self, p_valve: np.ndarray | None = None) -> None:
         self.p_valve = np.zeros(NU) if p_valve is None else np.asarray(p_valve, float).copy()
