@@ -161,3 +161,30 @@ def test_tracks_a_step_on_the_mujoco_leg(which, repo_dir, record_property):
             record_property(f'compute_{name}_p{pct}_ms', v)
             print(f'ltv_mpc ({which}) compute {name} p{pct}: {v:.2f} ms')
     print(f'ltv_mpc ({which}) step RMSE after the step: {rmse}')
+
+
+def test_the_analytic_dynamics_follow_the_mujoco_leg(leg, leg_model):
+    """The model the MPC predicts with against the simulator's full MuJoCo model (3-2-1
+    actuators, loop closures): free motion for 0.3 s under constant pressures off equilibrium."""
+    import mujoco
+
+    from equimus_description.statics import StaticParams, holding_pressures
+
+    dyn = LegDynamics(DynamicParams.from_leg(leg))
+    sp = StaticParams.from_leg(leg)
+    m = leg_model.model
+    d = mujoco.MjData(m)
+    dt = m.opt.timestep
+    rng = np.random.default_rng(0)
+    for _ in range(5):
+        q0 = np.array([rng.uniform(1.2, 1.7), rng.uniform(0.3, 1.0)])
+        p = np.clip(holding_pressures(q0, sp) + rng.uniform(-8, 8, 2), 0, 50)
+        leg_model.reset(d, q0, np.zeros(2))
+        leg_model.set_pressures(d, p)
+        q, w = q0.copy(), np.zeros(2)
+        for _ in range(int(round(0.3 / dt))):
+            mujoco.mj_step(m, d)
+            w = w + dt * dyn.acceleration(q, w, p)
+            q = q + dt * w
+            assert np.abs(q - leg_model.joint_angles(d)).max() < 2e-3
+        assert np.abs(q - q0).max() > 0.02  # it did move

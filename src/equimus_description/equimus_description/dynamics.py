@@ -21,7 +21,8 @@ Hessian and the actuation Hessian ∂J_A/∂θ), ∂θ̈/∂θ̇ and ∂θ̈/∂
 
 Not modelled: the joints' dry friction (MuJoCo frictionloss, 0 in the description's default) and
 the joint stops; equimus_sim's loop closures are stiff soft constraints whose compliance is not
-in this model (tests/description/test_dynamics.py gives the difference to MuJoCo).
+in this model: over 0.3 s of free motion it stays within 1 mrad of the MuJoCo leg
+(tests/control/test_ltv_mpc.py checks < 2 mrad).
 """
 
 from __future__ import annotations
