@@ -188,3 +188,35 @@ def test_the_analytic_dynamics_follow_the_mujoco_leg(leg, leg_model):
             q = q + dt * w
             assert np.abs(q - leg_model.joint_angles(d)).max() < 2e-3
         assert np.abs(q - q0).max() > 0.02  # it did move
+
+
+def _preview_errors(order, late=()):
+    """RMS error (rad) of the preview 0.1 s ahead along a minimum-jerk move, the reference
+    sample of the cycles in `late` arriving one period late (the previous sample, carried)."""
+    from equimus_control.controller import Reference
+    from equimus_control.reference import Waypoints, reference_at
+
+    ref = Waypoints([[1.4, 0.8], [1.6, 0.5]], move=0.5, hold=1.0, loop=False)
+    leg = load_leg()
+    mpc = LTVMPC(
+        LegDynamics(DynamicParams.from_leg(leg)), LTVMPCConfig(ltv_ref_order=order), leg.valve
+    )
+    k_ahead = int(round(0.1 / T)) - 1  # row k is (k + 1)·T ahead
+    err = []
+    for k in range(int(2.0 / T)):
+        t = k * T
+        ts = t - T if k in late else t  # the stamp of the latest sample
+        qs, qds = ref(ts)
+        q = reference_at(np.asarray(qs), np.asarray(qds), ts, t, 0.1)
+        xr = mpc.preview(t, Reference(q, np.asarray(qds)))
+        err.append(xr[k_ahead, 0:2] - ref(t + 0.1)[0])
+    return float(np.sqrt(np.mean(np.square(err))))
+
+
+def test_reference_preview_orders_and_late_samples():
+    e1, e2, e3 = (_preview_errors(o) for o in (1, 2, 3))
+    assert e3 < e2 < e1, (e1, e2, e3)
+    # samples late under load: the estimates are kept, not differenced to zero and back
+    late = set(range(130, 190, 7))
+    e3_late = _preview_errors(3, late)
+    assert e3_late < 1.5 * e3 and e3_late < e1, (e3, e3_late, e1)

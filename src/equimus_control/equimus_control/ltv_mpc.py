@@ -28,10 +28,17 @@ Each cycle (real-time iteration, multiple shooting condensed):
    time. The horizon is the dead time plus `blocks`·`block` periods.
 4. QP in U:  min Σ_k ‖θ_k − θ*_k‖²_Q + q_v‖θ̇_k − θ̇*_k‖² + r_u‖U − u*‖² + r_du‖ΔU‖²
    s.t. 0 ≤ U ≤ p_max, |U_i − U_{i−1}| ≤ block·slew·T (U_{−1} = the last command), solved
-   by OSQP warm-started from the shifted solution. θ*_k is the reference's preview
-   (`Reference.at`, capped at its max_preview), u* its static pressures.
+   by OSQP warm-started from the shifted solution. θ*_k is the reference's preview: along its
+   velocity, acceleration and jerk (differences of the successive references' velocities;
+   `ltv_ref_order`), capped at its max_preview (0.1 s) and held beyond; u* its static
+   pressures at the block ends.
 5. The first period's command is sent; the valve observer and the predicted trajectory
    (x̄ + ΓU + λ) advance for the next cycle.
+
+Not in the prediction: the valves' fill-rate limit (`ValveParams.fill_rate`, none in the shipped
+descriptions), the joints' dry friction and stops. What limits the tracking is the preview: the
+controller sees the reference's current sample only, and the chambers vent with τ ≈ 0.2 s
+(docs/control.md, "LTV MPC").
 """
 
 from __future__ import annotations
@@ -93,10 +100,12 @@ class LTVMPCConfig:
         'between 0 and it; 0 = off',
         range=(0.0, 50.0),
     )
-    ltv_ref_curvature: bool = param(
-        True,
-        'preview the reference along its acceleration too (estimated from the successive '
-        "references' velocities), within the reference's max_preview",
+    ltv_ref_order: int = param(
+        3,
+        "order of the reference's preview within its max_preview: 1 along its velocity, 2 also "
+        "its acceleration, 3 also its jerk (both estimated from successive references' "
+        'velocities)',
+        range=(1, 3),
     )
     ltv_max_iter: int = param(200, 'OSQP iterations per control cycle', range=(1, 100000))
     period: float = 1.0 / 120.0  # s, control period (the discretisation)
@@ -256,7 +265,8 @@ class LTVMPC:
         self.history = np.tile(self.p_valve, (self.H, 1))
         self._follow_hist: np.ndarray | None = None
         self._sd = np.zeros(NU)  # sigma-delta residual (kPa)
-        self._ref_prev: tuple[float, np.ndarray] | None = None
+        # the last distinct reference velocity: (stamp, θ̇*, acceleration, jerk)
+        self._ref_prev: tuple[float, np.ndarray, np.ndarray, np.ndarray] | None = None
         self.X: np.ndarray | None = None  # predicted trajectory (Np + 1, 6)
         self.cmds: np.ndarray | None = None  # planned commands (Nc, 2)
         self.U: np.ndarray | None = None
@@ -407,21 +417,31 @@ class LTVMPC:
         return ControlOutput(u, sat, info)
 
     def preview(self, stamp: float, ref: Reference) -> np.ndarray:
-        """The reference states (Np, 6) at the predicted periods: along the reference's velocity
-        and, with ltv_ref_curvature, its acceleration (estimated from the velocities of the
-        successive references), up to the reference's max_preview; held beyond it."""
+        """The reference states (Np, 6) at the predicted periods: a polynomial of order
+        ltv_ref_order in the time ahead, up to the reference's max_preview, held beyond it.
+        Acceleration and jerk are differences of the successive references' velocities: a
+        reference at rest (θ̇* = 0) has none; a repeated velocity (a sample late under load)
+        keeps the last estimates and the next difference spans the gap."""
         q, qd = np.asarray(ref.q, float), np.asarray(ref.qd, float)
-        acc = np.zeros(NU)
-        if self.cfg.ltv_ref_curvature and self._ref_prev is not None:
-            t_prev, qd_prev = self._ref_prev
-            if 0.0 < stamp - t_prev <= MAX_DT:
-                acc = (qd - qd_prev) / (stamp - t_prev)
-        self._ref_prev = (stamp, qd)
-        a = np.minimum(self.cfg.period * np.arange(1, self.Np + 1), ref.max_preview)[:, None]
-        moving = (self.cfg.period * np.arange(1, self.Np + 1) < ref.max_preview)[:, None]
+        order = self.cfg.ltv_ref_order
+        last = self._ref_prev
+        acc = jerk = np.zeros(NU)
+        if order >= 2 and np.any(qd != 0.0):
+            if last is not None and np.array_equal(qd, last[1]):
+                acc, jerk = last[2], last[3]
+            elif last is not None and 0.0 < stamp - last[0] <= MAX_DT:
+                dt = stamp - last[0]
+                acc = (qd - last[1]) / dt
+                if order >= 3:
+                    jerk = (acc - last[2]) / dt
+        if last is None or not np.array_equal(qd, last[1]) or not np.any(qd != 0.0):
+            self._ref_prev = (stamp, qd, acc, jerk)
+        ahead = self.cfg.period * np.arange(1, self.Np + 1)
+        a = np.minimum(ahead, ref.max_preview)[:, None]
+        moving = (ahead < ref.max_preview)[:, None]
         xr = np.zeros((self.Np, NX))
-        xr[:, 0:2] = q + qd * a + 0.5 * acc * a * a
-        xr[:, 2:4] = np.where(moving, qd + acc * a, 0.0)
+        xr[:, 0:2] = q + a * (qd + a * (acc / 2 + a * jerk / 6))
+        xr[:, 2:4] = np.where(moving, qd + a * (acc + a * jerk / 2), 0.0)
         return xr
 
     def _shifted_U(self) -> np.ndarray:
