@@ -51,11 +51,16 @@ def tuned_pid_file(path: str | None, folder: str) -> tuple[str, dict]:
     return out, {'tuned_pid_file': 'tuned now', 'tune_seconds': res.seconds}
 
 
-def run(quick: bool = True, tuned_pid: str | None = None, graph: bool = True) -> dict:
+def run(
+    quick: bool = True,
+    tuned_pid: str | None = None,
+    graph: bool = True,
+    leg_overrides: str | None = None,
+) -> dict:
     warnings.simplefilter('ignore')
     with tempfile.TemporaryDirectory() as tmp:
         path, out = tuned_pid_file(tuned_pid, tmp)
-        out.update(plain_loop(quick, path))
+        out.update(plain_loop(quick, path, leg_overrides))
         if graph:
             out.update(sim_graph(quick, path, tmp))
     with contextlib.suppress(OSError):
@@ -63,7 +68,9 @@ def run(quick: bool = True, tuned_pid: str | None = None, graph: bool = True) ->
     return out
 
 
-def plain_loop(quick: bool, tuned_pid: str) -> dict:
+def plain_loop(quick: bool, tuned_pid: str, leg_overrides: str | None = None) -> dict:
+    """The plain-code loop; `leg_overrides` (e.g. config/leg_fit.yaml, its valve dead time) for
+    the simulated leg and every controller's model alike."""
     from equimus_control.closed_loop import run as run_loop
     from equimus_control.ltv_mpc import LTVMPC, LTVMPCConfig
     from equimus_control.mpc import LinearisationGrid, LinearMPC, MPCConfig
@@ -79,7 +86,7 @@ def plain_loop(quick: bool, tuned_pid: str) -> dict:
     from equimus_sim.mocap import MocapConfig, VirtualMocap
     from equimus_sim.simulator import make_simulator
 
-    leg = load_leg()
+    leg = load_leg(overrides=leg_overrides)
     params = StaticParams.from_leg(leg)
     lm = LegModel(leg.with_timestep(1 / 1200))
     lm_plan = LegModel(leg.with_timestep(1 / 120))  # predictive sampling steps at the period
@@ -101,7 +108,12 @@ def plain_loop(quick: bool, tuned_pid: str) -> dict:
         q0 = ref(0.0)[0]
         p0 = np.clip(holding_pressures(q0, params), 0, 50)
         for name in NAMES:
-            sim = make_simulator(timestep=1 / 1200, initial_q=q0, initial_pressures=tuple(p0))
+            sim = make_simulator(
+                overrides=leg_overrides,
+                timestep=1 / 1200,
+                initial_q=q0,
+                initial_pressures=tuple(p0),
+            )
             mocap = VirtualMocap(
                 MocapConfig(position_noise=0.0003, orientation_noise=0.002, seed=7)
             )
@@ -112,13 +124,13 @@ def plain_loop(quick: bool, tuned_pid: str) -> dict:
             elif name == 'pid_tuned':
                 c = PIDController(params, gains)
             elif name == 'mpc':
-                c = LinearMPC(lm, params, cfg, grid)
+                c = LinearMPC(lm, params, cfg, grid, valve=leg.valve)
                 c.reset(p_valve=p0)
             elif name == 'ltv_mpc':
                 c = LTVMPC(dynamics, LTVMPCConfig(), valve=leg.valve)
                 c.reset(p_valve=p0)
             else:
-                c = PredictiveSampling(lm_plan, params, ps_cfg)
+                c = PredictiveSampling(lm_plan, params, ps_cfg, valve=leg.valve)
                 c.reset(p_valve=p0)
             # the valves get what the sim graph's valve driver makes of each command
             r = run_loop(sim, mocap, c, ref, duration, actuation=SimulatedDriver())
@@ -205,11 +217,18 @@ def main(argv=None) -> int:
         '--tuned-pid', help='parameter file of `equimus tune pid` (default: run the tuner first)'
     )
     ap.add_argument('--no-graph', action='store_true', help='the plain-code loop only')
+    ap.add_argument(
+        '--leg-overrides',
+        help='leg overrides for the plain-code loop (sim and models), e.g. config/leg_fit.yaml',
+    )
     a = ap.parse_args(argv)
     if a.tuned_pid and not os.path.isfile(a.tuned_pid):
         print(f'bench_control: {a.tuned_pid}: no such file; write it with `equimus tune pid`')
         return 2
-    r = run(a.quick, a.tuned_pid, not a.no_graph)
+    if a.leg_overrides and not os.path.isfile(a.leg_overrides):
+        print(f'bench_control: {a.leg_overrides}: no such file')
+        return 2
+    r = run(a.quick, a.tuned_pid, not a.no_graph, a.leg_overrides)
     print(f'MPC grid: {r["mpc_grid_nodes"]} linearisations in {r["mpc_grid_build_s"]:.2f} s')
     print(f'{"task":10s} {"controller":10s} {"RMSE hip (rad)":>15s} {"RMSE knee (rad)":>16s}')
     for task in ('triangle', 'steps'):
