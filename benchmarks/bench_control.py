@@ -56,11 +56,12 @@ def run(
     tuned_pid: str | None = None,
     graph: bool = True,
     leg_overrides: str | None = None,
+    true_preview: tuple[float, ...] = (),
 ) -> dict:
     warnings.simplefilter('ignore')
     with tempfile.TemporaryDirectory() as tmp:
         path, out = tuned_pid_file(tuned_pid, tmp)
-        out.update(plain_loop(quick, path, leg_overrides))
+        out.update(plain_loop(quick, path, leg_overrides, true_preview))
         if graph:
             out.update(sim_graph(quick, path, tmp))
     with contextlib.suppress(OSError):
@@ -68,9 +69,16 @@ def run(
     return out
 
 
-def plain_loop(quick: bool, tuned_pid: str, leg_overrides: str | None = None) -> dict:
+def plain_loop(
+    quick: bool,
+    tuned_pid: str,
+    leg_overrides: str | None = None,
+    true_preview: tuple[float, ...] = (),
+) -> dict:
     """The plain-code loop; `leg_overrides` (e.g. config/leg_fit.yaml, its valve dead time) for
-    the simulated leg and every controller's model alike."""
+    the simulated leg and every controller's model alike. `true_preview`: also the LTV MPC given
+    the reference's true future this many s ahead instead of its extrapolation (a diagnostic of
+    what limits it, not a mode of the controller)."""
     from equimus_control.closed_loop import run as run_loop
     from equimus_control.ltv_mpc import LTVMPC, LTVMPCConfig
     from equimus_control.mpc import LinearisationGrid, LinearMPC, MPCConfig
@@ -150,7 +158,43 @@ def plain_loop(quick: bool, tuned_pid: str, leg_overrides: str | None = None) ->
     for task in tasks:
         for name in ('mpc', 'ltv_mpc', 'sampling'):
             out[f'{task}_rmse_ratio_{name}_over_pid_tuned'] = ratio(out, task, name)
+        ref = tasks[task]
+        q0 = ref(0.0)[0]
+        p0 = np.clip(holding_pressures(q0, params), 0, 50)
+        for ahead in true_preview:
+            sim = make_simulator(
+                overrides=leg_overrides,
+                timestep=1 / 1200,
+                initial_q=q0,
+                initial_pressures=tuple(p0),
+            )
+            mocap = VirtualMocap(
+                MocapConfig(position_noise=0.0003, orientation_noise=0.002, seed=7)
+            )
+            c = true_preview_mpc(LTVMPC, ref, ahead)(dynamics, LTVMPCConfig(), valve=leg.valve)
+            c.reset(p_valve=p0)
+            e = run_loop(sim, mocap, c, ref, duration, actuation=SimulatedDriver()).rmse(skip=0.5)
+            name = f'ltv_mpc_true_preview_{ahead:g}s'
+            out[f'{task}_{name}_rmse_hip'] = float(e[0])
+            out[f'{task}_{name}_rmse_knee'] = float(e[1])
+            out[f'{task}_rmse_ratio_{name}_over_pid_tuned'] = ratio(out, task, name)
     return out
+
+
+def true_preview_mpc(base: type, reference, ahead: float) -> type:
+    """`base` (LTVMPC) whose preview is the reference function itself up to `ahead` s."""
+
+    class TruePreview(base):
+        def preview(self, stamp: float, ref):
+            xr = np.zeros((self.Np, 6))
+            for k in range(self.Np):
+                a = min((k + 1) * self.cfg.period, ahead)
+                q, qd = reference(stamp + a)
+                xr[k, 0:2] = q
+                xr[k, 2:4] = qd if (k + 1) * self.cfg.period <= ahead else 0.0
+            return xr
+
+    return TruePreview
 
 
 def ratio(out: dict, prefix: str, name: str, base: str = 'pid_tuned') -> float:
@@ -218,6 +262,11 @@ def main(argv=None) -> int:
     )
     ap.add_argument('--no-graph', action='store_true', help='the plain-code loop only')
     ap.add_argument(
+        '--true-preview',
+        default='',
+        help='comma-separated seconds: also the LTV MPC given the true future of the reference',
+    )
+    ap.add_argument(
         '--leg-overrides',
         help='leg overrides for the plain-code loop (sim and models), e.g. config/leg_fit.yaml',
     )
@@ -228,7 +277,8 @@ def main(argv=None) -> int:
     if a.leg_overrides and not os.path.isfile(a.leg_overrides):
         print(f'bench_control: {a.leg_overrides}: no such file')
         return 2
-    r = run(a.quick, a.tuned_pid, not a.no_graph, a.leg_overrides)
+    ahead = tuple(float(x) for x in a.true_preview.split(',') if x)
+    r = run(a.quick, a.tuned_pid, not a.no_graph, a.leg_overrides, ahead)
     print(f'MPC grid: {r["mpc_grid_nodes"]} linearisations in {r["mpc_grid_build_s"]:.2f} s')
     print(f'{"task":10s} {"controller":10s} {"RMSE hip (rad)":>15s} {"RMSE knee (rad)":>16s}')
     for task in ('triangle', 'steps'):
@@ -243,6 +293,13 @@ def main(argv=None) -> int:
             f'LTV MPC {r[f"{task}_rmse_ratio_ltv_mpc_over_pid_tuned"]:.3f}, '
             f'sampling {r[f"{task}_rmse_ratio_sampling_over_pid_tuned"]:.3f}'
         )
+        for key in sorted(k for k in r if k.startswith(f'{task}_ltv_mpc_true_preview_')):
+            if key.endswith('_rmse_hip'):
+                name = key[len(task) + 1 : -len('_rmse_hip')]
+                print(
+                    f'{task:10s} {name}: {r[key]:.4f} / {r[f"{task}_{name}_rmse_knee"]:.4f}, '
+                    f"{r[f'{task}_rmse_ratio_{name}_over_pid_tuned']:.3f} x tuned PID's"
+                )
     print(
         f'compute per cycle (target p99 < 4 ms); wall clock includes preemption by other load '
         f'(1-min load average {r.get("load_average_1min", float("nan")):.1f}), CPU = thread time'
