@@ -220,3 +220,24 @@ def test_reference_preview_orders_and_late_samples():
     late = set(range(130, 190, 7))
     e3_late = _preview_errors(3, late)
     assert e3_late < 1.5 * e3 and e3_late < e1, (e3, e3_late, e1)
+
+
+def test_commands_stay_within_bounds_and_slew_for_random_states(fit_leg):
+    """Random states and references, p_max lowered at times (below the valves' regulated
+    minimum too): every command within [0, p_max] and the slew limit, finite."""
+    from equimus_control.controller import Estimate, Reference
+
+    dyn = LegDynamics(DynamicParams.from_leg(fit_leg))
+    mpc = LTVMPC(dyn, LTVMPCConfig(), valve=fit_leg.valve)
+    rng = np.random.default_rng(2)
+    last = np.zeros(2)
+    for k in range(150):
+        p_max = [50.0, 20.0, 4.0][(k // 50) % 3]
+        q = np.array([rng.uniform(1.1, 1.8), rng.uniform(0.2, 1.1)])
+        ref = Reference(np.array([rng.uniform(1.1, 1.8), rng.uniform(0.2, 1.1)]), np.zeros(2))
+        out = mpc.step(Estimate(q, rng.normal(0, 1, 2), k * T), ref, T, p_max)
+        u = np.asarray(out.pressures)
+        assert np.all(np.isfinite(u)) and np.all(u >= 0) and np.all(u <= p_max), (k, u)
+        if k % 50:  # a lowered p_max may cut the command at once
+            assert np.all(np.abs(u - last) <= 1000.0 * T + 1e-9), (k, u, last)
+        last = u

@@ -406,7 +406,8 @@ class LTVMPC:
         u = np.clip(u, self.u_last - step_max, self.u_last + step_max)
         u = np.clip(u, 0.0, p_max)
         sat = (u <= 1e-6) | (u >= p_max - 1e-6)
-        u = self._modulate(u, step_max)
+        # the bounds win over the modulation too (p_max may be under the regulated minimum)
+        u = np.clip(self._modulate(u, step_max), 0.0, p_max)
         # the predicted trajectory for the next cycle's linearisation
         Xp = Xbar[1:] + (Gam @ U.ravel() + lam).reshape(self.Np, NX)
         self.X = np.vstack([x0[None, :], Xp])
