@@ -224,7 +224,7 @@ def bits(values):
     return [struct.pack('<d', float(v)).hex() for v in values]
 
 
-@pytest.mark.parametrize('controller', ['pid', 'mpc'], indirect=True)
+@pytest.mark.parametrize('controller', ['pid', 'mpc', 'ltv_mpc'], indirect=True)
 def test_node_and_harness_give_bit_identical_commands(controller, ros_node):
     kind, _ = controller
     events = recorded_sequence()

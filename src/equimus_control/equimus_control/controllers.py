@@ -90,6 +90,17 @@ def _mpc(
     )
 
 
+def _ltv_mpc(
+    cfg: Any, params: StaticParams, leg: LegDescription, plant: Callable[[], PlantFactory]
+) -> Controller:
+    from equimus_description.dynamics import DynamicParams, LegDynamics
+
+    from .ltv_mpc import LTVMPC
+
+    dynamics = LegDynamics(DynamicParams.from_leg(leg, params.pressure_sign))
+    return LTVMPC(dynamics, replace(cfg, valve_tau=leg.valve_time_constant), valve=leg.valve)
+
+
 def _sampling(
     cfg: Any, params: StaticParams, leg: LegDescription, plant: Callable[[], PlantFactory]
 ) -> Controller:
@@ -152,6 +163,7 @@ class ControllerKind:
 
 def kinds() -> dict[str, ControllerKind]:
     """Every kind of CONTROLLERS (imports the config classes only)."""
+    from .ltv_mpc import LTVMPCConfig
     from .mpc import MPCConfig
     from .pid import PIDGains
     from .policy import PolicyConfig
@@ -161,6 +173,7 @@ def kinds() -> dict[str, ControllerKind]:
         'open_loop': ControllerKind(OpenLoopConfig, '', _open_loop),
         'pid': ControllerKind(PIDGains, '', _pid, _pid_apply),
         'mpc': ControllerKind(MPCConfig, '', _mpc),
+        'ltv_mpc': ControllerKind(LTVMPCConfig, '', _ltv_mpc),
         'sampling': ControllerKind(SamplingConfig, 'sampling_', _sampling),
         'policy': ControllerKind(PolicyConfig, '', _policy),
     }

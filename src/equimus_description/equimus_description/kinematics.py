@@ -157,3 +157,45 @@ def jacobian_rate(q, qd, g: PlanarGeometry = PlanarGeometry()) -> np.ndarray:
 def joint_torques(q, forces, g: PlanarGeometry = PlanarGeometry()) -> np.ndarray:
     """τ = −J_Aᵀ F: joint torques of actuator tensions F (N, positive = pulling)."""
     return -actuation_jacobian(q, g).T @ np.asarray(forces, dtype=float)
+
+
+def actuation_derivatives_batch(q, g: PlanarGeometry = PlanarGeometry()):
+    """`actuation_derivatives` of many poses at once: q (..., 2) → l (..., 2), J_A (..., 2, 2),
+    H (..., 2, 2, 2) with H[..., a, i, j] = ∂²l_a/∂θ_i∂θ_j.
+
+    Component formulas on arrays, for a planner that linearises along a whole predicted
+    trajectory in one call (per pose, the float version's call overhead would dominate). The
+    MAA spans the hip only: its θ2 entries are exact zeros."""
+    q = np.asarray(q, float)
+    t1, t2 = q[..., 0], q[..., 1]
+    c1, s1 = np.cos(t1 - g.beta1), np.sin(t1 - g.beta1)
+    ck, sk = np.cos(t1), np.sin(t1)
+    c2, s2 = np.cos(t1 + t2 + g.beta2), np.sin(t1 + t2 + g.beta2)
+    lengths = np.empty(t1.shape + (2,))
+    J = np.zeros(t1.shape + (2, 2))
+    H = np.zeros(t1.shape + (2, 2, 2))
+    # MAA: r = C − (d1, 0), C = b1·u(θ1 − β1); ∂C/∂θ1 = b1·u⊥, ∂²C/∂θ1² = −b1·u
+    rx, ry = g.b1 * c1 - g.d1, g.b1 * s1
+    la = np.sqrt(rx * rx + ry * ry)
+    j0 = g.b1 * (-rx * s1 + ry * c1) / la
+    lengths[..., 0] = la
+    J[..., 0, 0] = j0
+    H[..., 0, 0, 0] = (g.b1 * g.b1 - g.b1 * (rx * c1 + ry * s1) - j0 * j0) / la
+    # BAA: r = D − (−d2, 0), D = a1·u(θ1) + b2·u(θ1 + θ2 + β2)
+    ex, ey = -g.b2 * s2, g.b2 * c2  # ∂D/∂θ2
+    px, py = -g.a1 * sk + ex, g.a1 * ck + ey  # ∂D/∂θ1
+    rx, ry = g.a1 * ck + g.b2 * c2 + g.d2, g.a1 * sk + g.b2 * s2
+    lb = np.sqrt(rx * rx + ry * ry)
+    ja, jb = (rx * px + ry * py) / lb, (rx * ex + ry * ey) / lb
+    # ∂²D/∂θ2² = ∂²D/∂θ1∂θ2 = −(D − knee) = (−b2 c2, −b2 s2); ∂²D/∂θ1² = −D
+    r_dd2 = -(rx * g.b2 * c2 + ry * g.b2 * s2)
+    r_dd1 = r_dd2 - g.a1 * (rx * ck + ry * sk)
+    e2 = ex * ex + ey * ey
+    lengths[..., 1] = lb
+    J[..., 1, 0], J[..., 1, 1] = ja, jb
+    H[..., 1, 0, 0] = (px * px + py * py + r_dd1 - ja * ja) / lb
+    h01 = (px * ex + py * ey + r_dd2 - ja * jb) / lb
+    H[..., 1, 0, 1] = h01
+    H[..., 1, 1, 0] = h01
+    H[..., 1, 1, 1] = (e2 + r_dd2 - jb * jb) / lb
+    return lengths, J, H

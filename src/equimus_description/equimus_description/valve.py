@@ -53,7 +53,9 @@ import numpy as np
 __all__ = [
     'ACTUATORS',
     'HARD_MAX_KPA',
+    'MIN_REGULATED_KPA',
     'P_MIN_KPA',
+    'SLEW_RATE_KPA_S',
     'VALVE_TAU_S',
     'Valve',
     'ValveLag',
@@ -72,6 +74,13 @@ HARD_MAX_KPA = 50.0
 
 P_MIN_KPA = 0.0
 """Venting: the lowest pressure, and the safe state of every channel."""
+
+MIN_REGULATED_KPA = 6.0
+"""The lowest pressure the VPPE regulates (kPa): it treats setpoints below 0.1 V (60 kPa/V) as
+zero and vents, so 0-6 kPa cannot be held (the valve driver's min_regulated_kpa default)."""
+
+SLEW_RATE_KPA_S = 1000.0
+"""The valve driver's default slew limit of the command (kPa/s, its slew_rate_kpa_s)."""
 
 VALVE_TAU_S = 0.2171
 """Default valve time constant (s) when a leg description gives none."""

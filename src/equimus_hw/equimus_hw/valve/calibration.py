@@ -18,7 +18,7 @@ import functools
 import math
 from collections.abc import Iterable
 
-from equimus_description.valve import HARD_MAX_KPA
+from equimus_description.valve import HARD_MAX_KPA, MIN_REGULATED_KPA
 
 VPPE_VENT_BELOW_V = 0.1
 """VPPE datasheet: setpoints below 0.1 V are treated as zero and the valve exhausts."""
@@ -45,7 +45,7 @@ class ValveCalibration:
     output_gain: float = 2.0  # op-amp gain from DAC output to valve setpoint input
     max_kpa: float = HARD_MAX_KPA
     low_band_policy: str = 'vent'
-    min_regulated_kpa: float = 6.0
+    min_regulated_kpa: float = MIN_REGULATED_KPA
     hold_threshold_kpa: float = 3.0
     adc_bits: int = 12  # read-back ADC resolution (board reports it in INFO)
     adc_vref: float = 3.3

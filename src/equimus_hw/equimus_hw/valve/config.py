@@ -12,7 +12,7 @@ import dataclasses
 import math
 
 from equimus_description.config import ConfigError, param, validate_fields
-from equimus_description.valve import HARD_MAX_KPA
+from equimus_description.valve import HARD_MAX_KPA, SLEW_RATE_KPA_S
 
 from .board import BOARDS
 from .calibration import LOW_BAND_POLICIES, ValveCalibration
@@ -51,7 +51,10 @@ class DriverConfig:
         runtime=True,
     )
     slew_rate_kpa_s: float = param(
-        1000.0, 'kPa/s max rate of change of the output', range=(1.0, 1e9), runtime=True
+        SLEW_RATE_KPA_S,
+        'kPa/s max rate of change of the output',
+        range=(1.0, 1e9),
+        runtime=True,
     )
     max_kpa: float = param(
         HARD_MAX_KPA,
