@@ -140,8 +140,10 @@ def test_repair_skips_a_corrupt_chunk_and_says_what_it_could_not_save(tmp_path):
     assert 'nothing to repair' in bag.repair(path)
 
 
-def test_the_composed_recorder_tells_the_truth_when_the_disk_fills_up(ros_node, small_disk):
-    """The composed sim graph records onto a 256 KiB disk. While it records, /diagnostics
+def test_the_composed_recorder_tells_the_truth_when_the_disk_fills_up(
+    ros_node, small_disk, tmp_path
+):
+    """The composed sim graph records onto a 1 MiB disk. While it records, /diagnostics
     counts the topics it records and the messages on disk; at the full disk the ERROR's "N
     messages are safe" is exactly what the closed bag holds; a clean stop prints no
     traceback and leaves no lock."""
@@ -151,7 +153,11 @@ def test_the_composed_recorder_tells_the_truth_when_the_disk_fills_up(ros_node, 
     from equimus_bringup.graph import describe_graph
     from equimus_bringup.supervisor import Supervisor
 
-    path = small_disk('256k') / 'bag'
+    # Lockstep runs as fast as the machine lets it: a flush every 0.1 s and a disk that holds
+    # several of them make "some flushes before the error" independent of the machine's load.
+    path = small_disk('1m') / 'bag'
+    params = tmp_path / 'recorder.yaml'
+    params.write_text('recorder:\n  ros__parameters:\n    flush_period: 0.1\n')
     reports = []
 
     def on_diag(msg):
@@ -161,7 +167,10 @@ def test_the_composed_recorder_tells_the_truth_when_the_disk_fills_up(ros_node, 
                 reports.append((int.from_bytes(s.level, 'little'), s.message, values))
 
     sub = ros_node.create_subscription(DiagnosticArray, '/diagnostics', on_diag, 50)
-    specs = describe_graph('sim', {'record': 'true', 'bag': str(path), 'pause_at': '60.0'})
+    specs = describe_graph(
+        'sim',
+        {'record': 'true', 'bag': str(path), 'pause_at': '60.0', 'params_file': str(params)},
+    )
     sup = Supervisor(specs, echo=False)
     try:
         sup.start()
@@ -189,3 +198,4 @@ def test_the_composed_recorder_tells_the_truth_when_the_disk_fills_up(ros_node, 
     assert int(err[2]['messages_on_disk']) == safe
     assert bag.is_complete(path) and not (path / bag.LOCK_NAME).exists()
     assert len(list(bag.read_messages(path))) == safe > 1000
+    print('messages safe at disk full on 1 MiB:', safe)

@@ -119,6 +119,9 @@ class Recorder(Node):
             try:
                 cls = message_class(type_name)
                 self.writer.add_topic(topic, type_name, qos_dicts(profiles))
+            except OSError as exc:  # the write error is found here first (a new topic)
+                self.stop_recording(exc)
+                return
             except (BagError, ImportError, AttributeError, ValueError) as exc:
                 self.get_logger().warning(f'not recording {topic} ({type_name}): {exc}')
                 self.skipped.add(topic)
