@@ -141,7 +141,7 @@ class FaultInjection:
 
     def fault_natnet_garbage(self) -> FaultRecord:
         from equimus_hw.natnet import protocol as NP
-        from equimus_hw.natnet.emulator import ticks_now
+        from equimus_hw.natnet.emulator import CLOCK_HZ, ticks_now
 
         t0 = time.monotonic()
         malformed = out_of_order = 0
@@ -154,9 +154,11 @@ class FaultInjection:
             for back in (2, 3, 4):
                 f = self.natnet.build_frame(time.monotonic() - self.natnet.t_start)
                 f.frame_number = last - back
-                now = ticks_now()
-                f.stamp_transmit = f.stamp_data_received = now
-                f.stamp_mid_exposure = now - 40_000
+                # Sent 1 s ago, as a datagram the network delayed: late however far the
+                # bridge has moved on (a fresh stamp would make it a take scrubbed back).
+                sent = ticks_now() - CLOCK_HZ
+                f.stamp_transmit = f.stamp_data_received = sent
+                f.stamp_mid_exposure = sent - 40_000
                 data_sock.sendto(
                     NP.encode_message(f, self.natnet.version),
                     (self.natnet.group, self.natnet.data_port),
