@@ -4,7 +4,8 @@ Each variant is started with ../shared/tools/ros2_launch.py (the vendored launch
 domain of its own (claimed per test: nothing left over from another test or session can talk to
 it), watched from this process on that domain, then stopped as a terminal's Ctrl-C stops it:
 SIGINT to the launch process and every node at once. Passing means: no process died, the
-graph's topics flowed, launch exited 0 and the valves were vented. Skipped, with the reason, where ../shared is absent.
+graph's topics flowed, launch exited 0 and the valves were vented. Skipped, with the reason,
+where ../shared is absent.
 """
 
 from __future__ import annotations
