@@ -105,6 +105,24 @@ class FaultInjection:
             self.sleep(0.01)
         return False
 
+    def wait_on_wire(self, t: float, cmd: list[float], timeout: float = 2.0) -> None:
+        """Until the board has a SET frame after `t` with what `cmd` must settle at. The next
+        injection waits for this, not a fixed 0.12 s: on a loaded machine the driver can take
+        longer, and the check then found a command without its frame (the check itself is
+        unchanged, in checks.py). A command the driver must ignore changes nothing to wait
+        for: 0.12 s as before (below the driver's watchdog, which would vent)."""
+        from equimus_soak.analysis import expected_codes
+
+        if len(cmd) != 2:
+            self.sleep(max(0.0, t + 0.12 - time.monotonic()))
+            return
+        want = expected_codes(cmd, self.board.cal.kpa_to_code)
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if any(f.accepted and f.codes == want for f in self.board.frames_since(t)):
+                return
+            self.sleep(0.01)
+
     def wait_resumed(self, t_from: float, timeout: float) -> float | None:
         """First accepted non-zero SET after t_from (control has resumed), waiting up to timeout."""
         end = time.monotonic() + timeout
@@ -230,8 +248,10 @@ class FaultInjection:
         self.probe.prepare()
         injected = []
         for cmd in BAD_COMMANDS:
-            injected.append((self.probe.publish(cmd), cmd))
-            self.sleep(0.12)
+            t = self.probe.publish(cmd)
+            injected.append((t, cmd))
+            self.sleep(0.05)
+            self.wait_on_wire(t, cmd)
         self.probe.release()  # the commander leaves the graph: the driver disarms
         t_restart = time.monotonic()
         self.sup.spawn('controller')

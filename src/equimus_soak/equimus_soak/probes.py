@@ -1,7 +1,8 @@
 """The soak's observers outside the graph: the probe node's client and the process sampler.
 
 `ProbeClient` drives the `soak_probe` node (equimus_soak.probe, its own process) over its stdin
-and stdout; `ProcSampler` reads every process's CPU time and RSS from /proc once a second.
+and stdout; `ProcSampler` reads every process's CPU time and RSS from /proc once a second;
+`SchedulingDelay` measures how late the machine wakes a thread of this process.
 """
 
 from __future__ import annotations
@@ -107,6 +108,8 @@ class ProcSampler(threading.Thread):
         self.pids = pids
         self.period = period
         self.samples: dict[str, list[tuple[float, int, float, float]]] = {}  # t, pid, cpu_s, rss
+        #: t, pid, per thread (ns waited on a run queue, times run) so far (A.read_run_delay)
+        self.run_delays: dict[str, list[tuple[float, int, dict[int, tuple[int, int]]]]] = {}
         self._halt = threading.Event()
 
     def run(self) -> None:
@@ -116,6 +119,37 @@ class ProcSampler(threading.Thread):
                 r = A.read_proc(pid)
                 if r is not None:
                     self.samples.setdefault(name, []).append((now, pid, r[0], r[1]))
+                d = A.read_run_delay(pid)
+                if d is not None:
+                    self.run_delays.setdefault(name, []).append((now, pid, d))
+
+    def stop(self) -> None:
+        self._halt.set()
+        self.join(timeout=2.0)
+
+
+class SchedulingDelay(threading.Thread):
+    """How late a thread of this process wakes up (steady clock), every `period` s.
+
+    The emulated board, whose watchdog and serial reads time the vents the soak checks, runs in
+    this process: when the machine is loaded (load 10 on 2 cores), it is woken late as this
+    thread is. The checks allow their margin plus the delay measured here around each event,
+    so a loaded machine does not fail a vent that came as soon as the board could see it, and
+    an idle one keeps the plain margin (delays of a millisecond or two)."""
+
+    def __init__(self, period: float = 0.02):
+        super().__init__(daemon=True, name='soak-scheduling-delay')
+        self.period = period
+        self.delays: list[tuple[float, float]] = []  # (woken at, s late), late > 1 ms only
+        self._halt = threading.Event()
+
+    def run(self) -> None:
+        due = time.monotonic() + self.period
+        while not self._halt.wait(max(0.0, due - time.monotonic())):
+            now = time.monotonic()
+            if now - due > 1e-3:
+                self.delays.append((now, now - due))
+            due = max(due + self.period, now)
 
     def stop(self) -> None:
         self._halt.set()
