@@ -148,6 +148,34 @@ def read_only_copy(tmp_path):
                 p.chmod(0o755)
 
 
+@pytest.fixture
+def small_disk(tmp_path):
+    """small_disk(size) -> an empty folder on a tmpfs of `size` (e.g. '256k'): a disk that
+    fills up. Needs root (mount); skipped otherwise."""
+    import subprocess
+
+    mounts = []
+
+    def make(size: str) -> pathlib.Path:
+        if os.geteuid() != 0:
+            pytest.skip('a small disk needs a tmpfs mount (root)')
+        d = tmp_path / f'disk_{len(mounts)}'
+        d.mkdir()
+        r = subprocess.run(
+            ['mount', '-t', 'tmpfs', '-o', f'size={size}', 'tmpfs', str(d)],
+            capture_output=True,
+            text=True,
+        )
+        if r.returncode != 0:
+            pytest.skip(f'no small disk possible here: mount failed: {r.stderr}')
+        mounts.append(d)
+        return d
+
+    yield make
+    for d in mounts:
+        subprocess.run(['umount', str(d)], check=False)
+
+
 def pytest_terminal_summary(terminalreporter):
     """Skipped host-firmware tests are a gap in what was tested: say so at the end of the run."""
     skipped = terminalreporter.stats.get('skipped', [])

@@ -27,9 +27,9 @@ setup(
     entry_points={
         'console_scripts': [
             'equimus = equimus_bringup.cli:main',
-            'rig_emulator = equimus_bringup.rig_emulator:main',
-            'control_loop = equimus_bringup.control_loop:main',
-            'sim_graph = equimus_bringup.sim_graph:main',
+            'rig_emulator = equimus_bringup.entry:rig_emulator',
+            'control_loop = equimus_bringup.entry:control_loop',
+            'sim_graph = equimus_bringup.entry:sim_graph',
         ],
     },
 )

@@ -21,9 +21,9 @@ setup(
     license='MIT',
     entry_points={
         'console_scripts': [
-            'estimator = equimus_control.estimator_node:main',
-            'controller = equimus_control.controller_node:main',
-            'reference = equimus_control.reference_node:main',
+            'estimator = equimus_control.entry:estimator',
+            'controller = equimus_control.entry:controller',
+            'reference = equimus_control.entry:reference',
         ],
     },
 )

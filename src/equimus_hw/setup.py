@@ -21,10 +21,10 @@ setup(
     license='MIT',
     entry_points={
         'console_scripts': [
-            'natnet_bridge = equimus_hw.natnet.bridge_node:main',
-            'natnet_emulator = equimus_hw.natnet.emulator:main',
-            'valve_driver = equimus_hw.valve.driver_node:main',
-            'dac_board_emulator = equimus_hw.valve.board_emulator:main',
+            'natnet_bridge = equimus_hw.entry:natnet_bridge',
+            'natnet_emulator = equimus_hw.entry:natnet_emulator',
+            'valve_driver = equimus_hw.entry:valve_driver',
+            'dac_board_emulator = equimus_hw.entry:dac_board_emulator',
         ],
     },
 )

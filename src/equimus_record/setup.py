@@ -21,7 +21,7 @@ setup(
     license='MIT',
     entry_points={
         'console_scripts': [
-            'recorder = equimus_record.recorder_node:main',
+            'recorder = equimus_record.entry:recorder',
         ],
     },
 )

@@ -21,7 +21,7 @@ setup(
     license='MIT',
     entry_points={
         'console_scripts': [
-            'sim_node = equimus_sim.sim_node:main',
+            'sim_node = equimus_sim.entry:sim_node',
             'equivalence = equimus_sim.equivalence:main',
         ],
         'equimus.plant_models': ['mujoco = equimus_sim.leg_model:LegModel'],

@@ -21,7 +21,7 @@ setup(
     license='MIT',
     entry_points={
         'console_scripts': [
-            'state_publisher = equimus_tf.state_publisher:main',
+            'state_publisher = equimus_tf.entry:state_publisher',
         ],
     },
 )

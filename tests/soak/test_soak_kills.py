@@ -56,4 +56,4 @@ def test_every_bag_reads_back_and_the_second_recorder_doubled_the_load(soak):
     assert figures['second_recorder_read_back'] >= figures['second_recorder_acknowledged'] > 0
     # the second recorder received as much as the first (killed for a while) did
     assert figures['second_recorder_read_back'] >= 0.9 * figures['recorder_read_back']
-    assert figures['vent_margin_max_ms'] <= 100.0
+    assert figures['vent_margin_max_ms'] <= 100.0 + figures['scheduling_delay_max_ms']

@@ -12,11 +12,14 @@ after the last field that strict readers (rosbags) refuse. A message from DDS en
 field; the exact size is found with rosbags once per topic and length and then cached.
 
 The child runs in its own session and ignores SIGINT: the parent closes the bag in order; if the
-parent dies, the closed socket makes the child close the bag itself.
+parent dies, the closed socket makes the child close the bag itself. The child reports each flush
+('flushed', messages durable) and a write error ('failed', (why, messages durable)) on its own,
+so the parent's `flushed_count` is what is on disk, as BagWriter's.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import signal
 import socket
@@ -77,16 +80,36 @@ class BagWriterProcess:
         self._last_send = time.monotonic()
         self.flushed_count = 0
         self.closed = False
+        #: The child's write error ('' while it writes), as BagWriter.failed.
+        self.failed = ''
         self._lock = threading.RLock()
         self._reply()  # BagError if the bag cannot be created
 
+    def _report(self, kind: str, value: Any) -> bool:
+        """Take a report the child sends on its own; False for anything else (a reply)."""
+        if kind == 'flushed':
+            self.flushed_count = value
+            return True
+        if kind == 'failed':
+            self.failed, self.flushed_count = value
+            return True
+        return False
+
     def _reply(self) -> Any:
-        if not self._conn.poll(REPLY_TIMEOUT_S):
-            raise BagError(f'the bag writer process did not answer within {REPLY_TIMEOUT_S:g} s')
-        kind, value = self._conn.recv()
-        if kind == 'error':
-            raise BagError(value)
-        return value
+        while True:
+            if not self._conn.poll(REPLY_TIMEOUT_S):
+                raise BagError(
+                    f'the bag writer process did not answer within {REPLY_TIMEOUT_S:g} s'
+                )
+            try:
+                kind, value = self._conn.recv()
+            except (EOFError, OSError):
+                raise BagError('the bag writer process has stopped') from None
+            if self._report(kind, value):
+                continue
+            if kind == 'error':
+                raise BagError(value)
+            return value
 
     def _send(self, item: tuple) -> None:
         try:
@@ -124,22 +147,29 @@ class BagWriterProcess:
             self._send_batch()
 
     def _send_batch(self) -> None:
+        if self.failed:
+            raise OSError(self.failed)
         if self._batch:
             self._send(('write', self._batch))
             self._batch = []
         self._last_send = time.monotonic()
-        while self._conn.poll():  # a write error in the child, reported on its own
-            kind, value = self._conn.recv()
-            if kind == 'error':
-                raise OSError(value)
+        while self._conn.poll():  # the child's flushes and a write error, reported on their own
+            try:
+                kind, value = self._conn.recv()
+            except (EOFError, OSError) as exc:
+                raise OSError(f'the bag writer process has stopped ({exc})') from exc
+            self._report(kind, value)
+        if self.failed:
+            raise OSError(self.failed)
 
     @_locked
     def flush_if_due(self) -> bool:
         """Hand the pending batch over once it is BATCH_WALL_S old (the child flushes to disk
-        every flush_period itself)."""
-        if self._batch and time.monotonic() - self._last_send >= BATCH_WALL_S:
+        every flush_period itself), and take the child's reports."""
+        if time.monotonic() - self._last_send >= BATCH_WALL_S:
+            sent = bool(self._batch)
             self._send_batch()
-            return True
+            return sent
         return False
 
     @property
@@ -155,13 +185,22 @@ class BagWriterProcess:
 
     @_locked
     def close(self) -> None:
+        """As BagWriter.close: raises BagError (naming `equimus bag repair`) when the bag could
+        not be ended."""
         if self.closed:
             return
         self.closed = True
         try:
-            self._send_batch()
+            if not self.failed:
+                with contextlib.suppress(OSError):  # the child has the error: its close says
+                    self._send_batch()
             self._send(('close', None))
             self.flushed_count = self._reply()
+        except OSError as exc:
+            raise BagError(
+                f'{self.path}: the bag writer process has stopped ({exc}); '
+                f'`equimus bag repair {self.path}` closes the bag'
+            ) from None
         finally:
             self._conn.close()
             try:
@@ -198,23 +237,28 @@ def _child(conn: Any, path: str, flush_period: float) -> None:
     types: list[str] = []
     sizes: dict[tuple[int, int], int] = {}
     conn.send(('ok', None))
+    reported = 0  # the durable count the parent was last told
+    failed_sent = False
+    kind: str
+    value: Any
     try:
         while True:
             try:
-                if not conn.poll(flush_period):
-                    writer.flush_if_due()  # the graph is paused or quiet: the tail to disk
-                    continue
-                kind, value = conn.recv()
+                kind, value = conn.recv() if conn.poll(flush_period) else ('', None)
             except EOFError:
                 return  # the parent is gone: close the bag below
             try:
-                if kind == 'write':
-                    for i, stamp, data in value:
-                        key = (i, len(data))
-                        size = sizes.get(key)
-                        if size is None:
-                            size = sizes[key] = exact_size(typestore, data, types[i])
-                        writer.write(names[i], stamp, data[:size])
+                if kind == '':
+                    if not writer.failed:
+                        writer.flush_if_due()  # the graph is paused or quiet: the tail to disk
+                elif kind == 'write':
+                    if not writer.failed:
+                        for i, stamp, data in value:
+                            key = (i, len(data))
+                            size = sizes.get(key)
+                            if size is None:
+                                size = sizes[key] = exact_size(typestore, data, types[i])
+                            writer.write(names[i], stamp, data[:size])
                 elif kind == 'topic':
                     writer.add_topic(*value)
                     names.append(value[0])
@@ -225,12 +269,27 @@ def _child(conn: Any, path: str, flush_period: float) -> None:
                     conn.send(('ok', writer.flushed_count))
                 elif kind == 'close':
                     writer.close()
-                    conn.send(('ok', writer.count))
+                    conn.send(('ok', writer.flushed_count))
                     return
-            except (BagError, OSError) as exc:
+            except OSError as exc:  # a write error: writer.failed says it, once, below
+                if kind in ('topic', 'flush'):
+                    conn.send(('error', f'{exc}'))
+            except BagError as exc:
                 conn.send(('error', f'{exc}'))
+                if kind == 'close':
+                    return
+            if writer.failed:
+                if not failed_sent:
+                    failed_sent = True
+                    conn.send(('failed', (writer.failed, writer.flushed_count)))
+            elif writer.flushed_count != reported:
+                reported = writer.flushed_count
+                conn.send(('flushed', reported))
     finally:
-        writer.close()
+        try:
+            writer.close()
+        except BagError as exc:  # the parent is gone: nobody else can say it
+            print(f'recorder: {exc}', file=sys.stderr, flush=True)
 
 
 if __name__ == '__main__':

@@ -3,7 +3,7 @@
 equimus launch sim [name:=value ...]       run the simulated-leg graph (same graph as sim.launch.py)
 equimus launch hardware [name:=value ...]  run the real-leg graph (same as hardware.launch.py)
 equimus args                                list the launch arguments
-equimus bag repair <bag>                    close a bag whose recorder died (keeps the original)
+equimus bag repair <bag>                    close a dead recorder's bag, drop bad chunks
 equimus bag info <bag>                      topics, counts and rates of a bag (read-only)
 equimus identify <bags or CSVs> --out fit/  fit the model to recordings (see --help)
 equimus natnet list|record|replay           Motive's rigid bodies; capture and replay a session

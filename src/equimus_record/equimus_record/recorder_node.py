@@ -3,7 +3,8 @@
 Topics are discovered continuously, subscribed with `raw=True` (bytes are written as received,
 never re-encoded) and with a QoS compatible with their publishers. The bag is flushed on a timer,
 closed on Ctrl-C/SIGTERM; a write error (disk full) stops recording with an error on /diagnostics
-while the rest of the graph keeps running.
+while the rest of the graph keeps running, and closes the bag at once with the messages flushed
+before the error (or says to run `equimus bag repair` when not even that fits).
 """
 
 from __future__ import annotations
@@ -118,6 +119,9 @@ class Recorder(Node):
             try:
                 cls = message_class(type_name)
                 self.writer.add_topic(topic, type_name, qos_dicts(profiles))
+            except OSError as exc:  # the write error is found here first (a new topic)
+                self.stop_recording(exc)
+                return
             except (BagError, ImportError, AttributeError, ValueError) as exc:
                 self.get_logger().warning(f'not recording {topic} ({type_name}): {exc}')
                 self.skipped.add(topic)
@@ -144,19 +148,29 @@ class Recorder(Node):
             self.stop_recording(exc)
 
     def stop_recording(self, exc: Exception):
-        self.error = (
-            f'recording stopped: {exc}. {self.writer.flushed_count} messages are safe in '
-            f'{self.writer.path}; free disk space and start a new bag'
-        )
-        self.get_logger().error(self.error)
+        """A write error: stop, and close the bag now with what the last flush made durable."""
+        if self.error:
+            return
         for sub in self.subs.values():
             self.destroy_subscription(sub)
         self.subs.clear()
+        why = getattr(exc, 'strerror', None) or str(exc)
+        path = self.writer.path
+        try:
+            self.writer.close()
+            closed = (
+                f'{self.writer.flushed_count} messages are safe in {path}, a closed bag '
+                '(what was flushed before the error)'
+            )
+        except BagError as err:
+            closed = str(err)
+        self.error = f'recording stopped: {why}. {closed}; free disk space and start a new bag'
+        self.get_logger().error(self.error)
 
     def publish_diagnostics(self):
         self.diagnostics.publish(
             Level.ERROR if self.error else Level.OK,
-            self.error or f'recording {len(self.subs)} topics',
+            self.error or f'recording {len(self.writer.topics)} topics',
             {
                 'bag': self.writer.path,
                 'messages': self.writer.count,
@@ -169,23 +183,20 @@ class Recorder(Node):
         return super().destroy_node()
 
     def close(self):
-        # No writer: its construction failed (a ValueError above), nothing to close.
-        if self.error or getattr(self, 'writer', None) is None or self.writer.closed:
-            return
         # Called after Ctrl-C has shut ROS down, so this reports on stdout, not /rosout.
+        # No writer: its construction failed (a ValueError above), nothing to close.
+        if getattr(self, 'writer', None) is None or self.writer.closed:
+            if self.error:
+                print(f'recorder: {self.error}', file=sys.stderr, flush=True)
+            return
         try:
             self.writer.close()
             print(
-                f'recorder: bag closed: {self.writer.count} messages in {self.writer.path}',
+                f'recorder: bag closed: {self.writer.flushed_count} messages in {self.writer.path}',
                 flush=True,
             )
-        except OSError as exc:
-            print(
-                f'recorder: closing the bag failed: {exc}; '
-                f'run `equimus bag repair {self.writer.path}`',
-                file=sys.stderr,
-                flush=True,
-            )
+        except BagError as exc:
+            print(f'recorder: {exc}', file=sys.stderr, flush=True)
 
 
 def main(args=None) -> int:

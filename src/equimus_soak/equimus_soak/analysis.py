@@ -181,6 +181,38 @@ def read_proc(pid: int) -> tuple[float, float] | None:
     return None
 
 
+def read_run_delay(pid: int) -> dict[int, tuple[int, int]] | None:
+    """Per thread of the process: (ns waited on a run queue, times run) since it started, the
+    kernel's own scheduling figures (/proc/<pid>/task/*/schedstat); None if it is gone."""
+    import os
+
+    out: dict[int, tuple[int, int]] = {}
+    try:
+        tasks = os.listdir(f'/proc/{pid}/task')
+    except OSError:
+        return None
+    for tid in tasks:
+        try:
+            with open(f'/proc/{pid}/task/{tid}/schedstat') as fh:
+                _, waited, runs = fh.read().split()[:3]
+            out[int(tid)] = (int(waited), int(runs))
+        except (OSError, ValueError):
+            continue  # a thread that ended meanwhile
+    return out
+
+
+def wait_per_wake(a: dict[int, tuple[int, int]], b: dict[int, tuple[int, int]]) -> float:
+    """Seconds a thread of the process waited on a run queue per time it was woken, between
+    two `read_run_delay` samples: the most of any thread (the one on the critical path is
+    at most that late each time it is woken)."""
+    worst = 0.0
+    for tid, (w1, r1) in b.items():
+        w0, r0 = a.get(tid, (0, 0))
+        if r1 > r0:
+            worst = max(worst, (w1 - w0) / (r1 - r0) / 1e9)
+    return worst
+
+
 def rss_slope_mb_per_min(samples: Sequence[tuple[float, float]]) -> float:
     """Least-squares RSS growth (MB per minute) of (t_s, rss_mb) samples."""
     if len(samples) < 5:

@@ -481,6 +481,7 @@ class NatNetBridge(LifecycleNode):
             'last_implausible_reason': st.last_implausible_reason,
             'non_monotonic_timestamps': st.non_monotonic_timestamps,
             'frame_number_resets': st.frame_number_resets,
+            'frame_number_glitches': st.frame_number_glitches,
             'receive_thread': self.receive_scheduling,
             'so_busy_poll': (
                 'off'

@@ -40,6 +40,12 @@ SO_BUSY_POLL = getattr(socket, 'SO_BUSY_POLL', 46)
 BUSY_POLL_LATE_S = 0.1
 #: Frames behind next_frame_ns (a quarter of a second at 120 Hz).
 NEXT_FRAME_WINDOW = 32
+# A frame number at most this far behind the last one, or sent (server's transmit stamp) before
+# it, is a late datagram (UDP reordering) and is discarded; further back, or a run of this many
+# behind, is a new sequence (a looped or scrubbed take, a restarted server): taken, counted and
+# reported.
+REORDER_WINDOW = 8
+LOG_PERIOD_S = 1.0  # at most one line a second of each kind a stream can repeat (_log_limited)
 
 
 class NatNetConnectError(RuntimeError):
@@ -81,7 +87,10 @@ class ClientStats:
     last_implausible_reason: str = ''
     non_monotonic_timestamps: int = 0
     frame_number_resets: int = 0
+    # One frame whose number was off (corrupt) while its neighbours followed each other.
+    frame_number_glitches: int = 0
     last_frame_number: int | None = None
+    last_stamp_transmit: int = 0
     last_timestamp: float | None = None
     last_exposure_age_s: float = float('nan')
     last_system_latency_s: float = float('nan')
@@ -260,6 +269,11 @@ class NatNetClient:
         self.model: P.ModelDefinitions | None = None
         self.names: dict[int, str] = {}
         self.stats = ClientStats()
+        # The frame number before the last discontinuity (a jump forward or back), while the
+        # frame after it has not come: that frame tells a corrupt number from a new sequence.
+        self._anchor: int | None = None
+        self._behind_in_row = 0
+        self._limited: dict[str, tuple[int | None, int]] = {}
         self._lock = threading.Lock()
         self._echo: collections.deque[tuple[int, float]] = collections.deque(maxlen=ECHO_WINDOW)
         self._arrivals: collections.deque[tuple[int, int]] = collections.deque(maxlen=1024)
@@ -583,7 +597,9 @@ class NatNetClient:
     def reject(self, reason: str) -> None:
         self.stats.rejected_packets += 1
         self.stats.last_reject_reason = reason
-        self.on_log('warn', f'rejected NatNet packet #{self.stats.rejected_packets}: {reason}')
+        self._log_limited(
+            'warn', f'rejected NatNet packet #{self.stats.rejected_packets}: {reason}'
+        )
 
     def handle_datagram(
         self, data: bytes, arrival_ns: int, sender: tuple[str, int] | None = None
@@ -647,8 +663,7 @@ class NatNetClient:
             "Motive's streaming pane, or use unicast (multicast: false) so the bridge can request "
             'it'
         )
-        if text.split(':')[0] != self.layout_error.split(':')[0] or not self.layout_error:
-            self.on_log('error', text)
+        self._log_limited('error', text, 'layout')
         self.layout_error = text
 
     def _dispatch(self, msg: P.Message, arrival_ns: int) -> FrameEvent | None:
@@ -697,21 +712,11 @@ class NatNetClient:
         return None
 
     def _on_frame(self, f: P.Frame, arrival_ns: int) -> FrameEvent | None:
+        if not self._sequence(f):
+            return None
         st = self.stats
-        last = st.last_frame_number
-        if last is not None:
-            if f.frame_number <= last and last - f.frame_number < 1000:
-                st.out_of_order += 1  # backwards or repeated frame number: discarded
-                return None
-            if f.frame_number < last:
-                st.frame_number_resets += 1  # a restarted server or a looped take
-                self.on_log('warn', f'frame number jumped back from {last} to {f.frame_number}')
-            elif f.frame_number > last + 1:
-                st.dropped_frames += f.frame_number - last - 1
-            elif st.last_timestamp is not None and f.timestamp < st.last_timestamp:
-                # The number went up but Motive's frame clock went back: flagged, still used.
-                st.non_monotonic_timestamps += 1
         st.last_frame_number = f.frame_number
+        st.last_stamp_transmit = f.stamp_transmit
         st.last_timestamp = f.timestamp
         reason = implausible_reason(f, self.plausibility)
         if reason:  # counted here, not as a dropped frame
@@ -750,6 +755,77 @@ class NatNetClient:
         if self.on_frame is not None:
             self.on_frame(ev)
         return ev
+
+    def _sequence(self, f: P.Frame) -> bool:
+        """Account `f`'s frame number against the last one; False: discard it (a repeat or a
+        late datagram).
+
+        A number that goes back is a new sequence unless the frame is late: a looped take or a
+        restarted server resynchronises at once, a take scrubbed back by a few frames within
+        REORDER_WINDOW frames, where the old rule dropped every frame until the old number was
+        passed. A single corrupt number (N, N+512, N+2) is recognised by the frame after it and
+        costs nothing: that frame continues from N."""
+        st = self.stats
+        last = st.last_frame_number
+        n = f.frame_number
+        if last is None:
+            return True
+        if n == last:
+            st.out_of_order += 1  # a repeat: nothing new
+            return False
+        anchor = self._anchor
+        self._anchor = None
+        sent_before = bool(f.stamp_transmit) and f.stamp_transmit < st.last_stamp_transmit
+        late = n < last and (last - n <= REORDER_WINDOW or sent_before)
+        if late and self._behind_in_row < REORDER_WINDOW:
+            self._behind_in_row += 1
+            st.out_of_order += 1
+            self._anchor = anchor  # still waiting for the frame after the discontinuity
+            return False
+        self._behind_in_row = 0
+        if (
+            anchor is not None
+            and anchor < n <= anchor + REORDER_WINDOW
+            and (n < last or last < anchor)
+        ):
+            # The last frame's number was the odd one out: undo what it counted.
+            if last > anchor:
+                st.dropped_frames -= last - anchor - 1
+            else:
+                st.frame_number_resets -= 1
+            st.frame_number_glitches += 1
+            self._report_resync(f'frame number {last} was corrupt: {anchor} was followed by {n}')
+            st.dropped_frames += max(n - anchor - 2, 0)  # the corrupt one was one of them
+            return True
+        if n < last:
+            st.frame_number_resets += 1  # a looped or scrubbed take, a restarted server
+            self._anchor = last
+            self._report_resync(f'frame number went back from {last} to {n}: resynchronised')
+        elif n > last + 1:
+            st.dropped_frames += n - last - 1
+            self._anchor = last
+        elif st.last_timestamp is not None and f.timestamp < st.last_timestamp:
+            # The number went up but Motive's frame clock went back: flagged, still used.
+            st.non_monotonic_timestamps += 1
+        return True
+
+    def _report_resync(self, text: str) -> None:
+        self._log_limited('warn', text, 'resync')
+
+    def _log_limited(self, level: str, text: str, kind: str = '') -> None:
+        """Log at most one line of a `kind` (default: the level) per LOG_PERIOD_S, saying how
+        many were left out: a stream of bad frames is one line a second, not one a frame."""
+        key = kind or level
+        now = self.clock_ns()
+        logged, skipped = self._limited.get(key, (None, 0))
+        if logged is not None and now - logged < LOG_PERIOD_S * 1e9:
+            self._limited[key] = (logged, skipped + 1)
+            return
+        self._limited[key] = (now, 0)
+        self.on_log(
+            level,
+            text + (f' ({skipped} more like it in the last {LOG_PERIOD_S:g} s)' if skipped else ''),
+        )
 
     def exposure_age(self, f: P.Frame, arrival_ns: int) -> tuple[float, str]:
         """Seconds between mid-exposure and arrival (see module docstring and docs/natnet.md)."""

@@ -169,6 +169,7 @@ class Faults:
     untracked: tuple[tuple[str, float, float], ...] = ()  # (body, start, duration)
     stall: tuple[tuple[float, float], ...] = ()  # (start, duration)
     malformed_every: int = 0  # send a malformed datagram after every N-th frame
+    loop_every: int = 0  # frame numbers start again at 1 after N frames: a take looped in Motive
 
 
 class NatNetEmulator:
@@ -575,6 +576,8 @@ class NatNetEmulator:
             if now - next_t > 10 * period:  # fell far behind (suspended): resynchronise
                 next_t = now + period
             self._frame_number += 1
+            if self.faults.loop_every and self._frame_number > self.faults.loop_every:
+                self._frame_number = 1
             t = now - self.t_start
             if self.before_frame is not None:
                 self.before_frame()
