@@ -119,7 +119,7 @@ def cmd_rollout(ns: argparse.Namespace) -> int:
             policy = kick_policy(path)
         else:
             policy = load_policy(path)
-        env_kwargs = {'reward': ns.reward} if ns.task == 'kick' else {}
+        env_kwargs = {'reward': ns.reward} if ns.task == 'kick' else {'io': policy.io}
         res = run(
             ns.task, policy, ns.episodes, ns.seed, ns.video or None, ns.video_episodes, env_kwargs
         )

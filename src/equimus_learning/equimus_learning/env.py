@@ -54,7 +54,8 @@ MIX = ('triangle', 'steps', 'random')
 RANDOM_LO, RANDOM_HI = (1.1, 0.2), (1.8, 1.1)
 #: the step set of config/control.yaml (reference node `step_poses`), rad
 STEP_POSES = ((1.4, 0.8), (1.6, 0.5), (1.45, 0.55))
-#: physics step of the sim graph (config/sim.yaml), s
+#: physics step of the environments and the control benchmark, s (the sim graph's,
+#: config/sim.yaml, is 1/600 s)
 PHYSICS_DT = 1.0 / 1200.0
 #: what reset(options=…) accepts: {'reference': 'random' | 'triangle' | 'steps' | 'mix'}
 OPTIONS = ('reference',)
@@ -88,6 +89,8 @@ class TrackConfig:
     random_start: bool = False
     # legs drawn per episode (equimus_learning.randomize.Randomization; VectorTrackEnv only)
     randomize: Any = None
+    # s, the physics step (a whole number of steps per control period)
+    physics_dt: float = PHYSICS_DT
 
     def __post_init__(self) -> None:
         if self.reference not in REFERENCES:
@@ -96,6 +99,9 @@ class TrackConfig:
             raise ValueError(f'p_max {self.p_max} must be in (0, {HARD_MAX_KPA}] kPa')
         if not self.episode_s > 0:
             raise ValueError('episode_s must be > 0')
+        steps = PERIOD / self.physics_dt
+        if not (self.physics_dt > 0 and abs(steps - round(steps)) < 1e-9):
+            raise ValueError(f'physics_dt {self.physics_dt}: a whole number of steps per period')
         if len(self.mix) != 3 or min(self.mix) < 0 or not math.isclose(sum(self.mix), 1.0):
             raise ValueError(f'mix {self.mix}: three probabilities (triangle, steps, random)')
 
@@ -207,7 +213,7 @@ class TrackEnv(gym.Env):
             raise ValueError(
                 'TrackEnv runs one leg (leg_overrides); randomised legs: VectorTrackEnv'
             )
-        leg = load_leg(overrides=self.cfg.leg_overrides or None).with_timestep(PHYSICS_DT)
+        leg = load_leg(overrides=self.cfg.leg_overrides or None).with_timestep(self.cfg.physics_dt)
         self.leg = leg
         self.params = StaticParams.from_leg(leg)
         # the controller's and the reference node's model of the leg (config/leg.yaml)
@@ -278,7 +284,7 @@ class TrackEnv(gym.Env):
             raise ValueError(
                 'TrackEnv runs one leg (leg_overrides); randomised legs: VectorTrackEnv'
             )
-        leg = load_leg(overrides=self.cfg.leg_overrides or None).with_timestep(PHYSICS_DT)
+        leg = load_leg(overrides=self.cfg.leg_overrides or None).with_timestep(self.cfg.physics_dt)
         self.leg = leg
         self.params = StaticParams.from_leg(leg)
         # the controller's and the reference node's model of the leg (config/leg.yaml)

@@ -54,7 +54,6 @@ from equimus_sim.leg_model import LegModel
 from equimus_sim.render import RENDER_FPS
 
 from .env import (
-    PHYSICS_DT,
     STEP_POSES,
     TrackConfig,
     check_options,
@@ -63,7 +62,6 @@ from .env import (
 )
 
 PERIOD = 1.0 / 120.0
-SUBSTEPS = int(round(PERIOD / PHYSICS_DT))
 LUT_STEP_KPA = 1e-3
 
 
@@ -85,7 +83,7 @@ class _Variant:
     scratch: Any
 
     @classmethod
-    def of(cls, leg: Any, lm: LegModel, params: StaticParams) -> _Variant:
+    def of(cls, leg: Any, lm: LegModel, params: StaticParams, dt: float) -> _Variant:
         v = leg.valve
         fill = np.broadcast_to(np.asarray(v.tau_fill, float), (2,))
         vent = np.broadcast_to(np.asarray(v.tau_vent, float), (2,))
@@ -93,9 +91,9 @@ class _Variant:
             lm,
             params,
             np.asarray(lm.areas, float) * 1e3,
-            int(round(v.dead_time / PHYSICS_DT)),
-            np.exp(-PHYSICS_DT / fill),
-            np.exp(-PHYSICS_DT / vent),
+            int(round(v.dead_time / dt)),
+            np.exp(-dt / fill),
+            np.exp(-dt / vent),
             mujoco.MjData(lm.model),
         )
 
@@ -140,7 +138,9 @@ class VectorTrackEnv(gym.vector.VectorEnv):
         if self.cfg.privileged:
             raise ValueError('VectorTrackEnv has no privileged observation; use TrackEnv')
         self.num_envs = n = int(num_envs)
-        leg = load_leg(overrides=self.cfg.leg_overrides or None).with_timestep(PHYSICS_DT)
+        self._dt = self.cfg.physics_dt
+        self._substeps = int(round(PERIOD / self._dt))
+        leg = load_leg(overrides=self.cfg.leg_overrides or None).with_timestep(self._dt)
         self.params = StaticParams.from_leg(leg)
         # the controller's and the reference node's model of the leg (config/leg.yaml)
         self.control_params = StaticParams.from_leg(load_leg())
@@ -158,8 +158,8 @@ class VectorTrackEnv(gym.vector.VectorEnv):
         self._qpos0 = mujoco.mj_stateSize(self.model, mujoco.mjtState.mjSTATE_TIME)
         self._qvel0 = self._qpos0 + self.model.nq
         self.state = np.zeros((n, nstate))
-        self._out = np.zeros((n, SUBSTEPS, nstate))
-        self._ctrl = np.zeros((n, SUBSTEPS, self.model.nu))
+        self._out = np.zeros((n, self._substeps, nstate))
+        self._ctrl = np.zeros((n, self._substeps, self.model.nu))
         gain = np.asarray(self.lm.areas, float) * 1e3  # N per kPa
         ctrl_act = np.zeros(self.model.nu, dtype=int)
         for i, row in enumerate(np.asarray(self.lm.ctrl_idx).reshape(len(gain), -1)):
@@ -197,7 +197,7 @@ class VectorTrackEnv(gym.vector.VectorEnv):
         self.k = np.zeros(n, dtype=int)
         self.p_valve = np.zeros((n, 2))  # kPa, valve pressures
         # per-step commands the valve's dead time still holds, per environment
-        self._history = np.zeros((n, self.valve.history_steps(PHYSICS_DT), 2))
+        self._history = np.zeros((n, self.valve.history_steps(self._dt), 2))
         self.out = np.zeros((n, 2))  # kPa, the driver's output (after slew)
         self.u_prev = np.zeros((n, 2))  # kPa, last command (as the policy controller keeps it)
         self.core = PolicyCore(self.cfg.io, self.control_params, n)  # the policy's view
@@ -230,14 +230,14 @@ class VectorTrackEnv(gym.vector.VectorEnv):
         rand = self.cfg.randomize
         if rand is None:
             self._valve_depth = 1
-            return [_Variant.of(leg, self.lm, self.params)]
+            return [_Variant.of(leg, self.lm, self.params, self._dt)]
         rng = np.random.default_rng(rand.seed)
         out = []
         for _ in range(rand.pool):
             overrides = dict(rand.sample(rng))
-            vleg = load_leg(overrides=overrides).with_timestep(PHYSICS_DT)
-            out.append(_Variant.of(vleg, LegModel(vleg), StaticParams.from_leg(vleg)))
-        self._valve_depth = 2 + max(v.delay_steps for v in out) // SUBSTEPS
+            vleg = load_leg(overrides=overrides).with_timestep(self._dt)
+            out.append(_Variant.of(vleg, LegModel(vleg), StaticParams.from_leg(vleg), self._dt))
+        self._valve_depth = 2 + max(v.delay_steps for v in out) // self._substeps
         return out
 
     # ----- reference ---------------------------------------------------------------------------
@@ -339,10 +339,10 @@ class VectorTrackEnv(gym.vector.VectorEnv):
 
     # ----- step --------------------------------------------------------------------------------
     def _valves(self, applied: np.ndarray) -> np.ndarray:
-        """Valve pressures (n, SUBSTEPS, 2) over the period for the driver's outputs `applied`."""
+        """Valve pressures (n, substeps, 2) over the period for the driver's outputs `applied`."""
         if self.cfg.randomize is None:
             p_steps, history = hold(
-                self.valve, self.p_valve, applied, SUBSTEPS, PHYSICS_DT, self._history
+                self.valve, self.p_valve, applied, self._substeps, self._dt, self._history
             )
             if history is not None:
                 self._history = history
@@ -353,9 +353,9 @@ class VectorTrackEnv(gym.vector.VectorEnv):
         idx = np.arange(self.num_envs)
         delay, a_fill, a_vent = self._env_valve
         p = self.p_valve
-        out = np.empty((self.num_envs, SUBSTEPS, 2))
-        for s in range(SUBSTEPS):
-            u = self._valve_hist[idx, -((s - delay) // SUBSTEPS)]
+        out = np.empty((self.num_envs, self._substeps, 2))
+        for s in range(self._substeps):
+            u = self._valve_hist[idx, -((s - delay) // self._substeps)]
             p = u + (p - u) * np.where(u > p, a_fill, a_vent)
             out[:, s] = p
         return out
@@ -384,7 +384,7 @@ class VectorTrackEnv(gym.vector.VectorEnv):
             self.datas,
             self.state,
             self._ctrl,
-            nstep=SUBSTEPS,
+            nstep=self._substeps,
             state=self._out,
             skip_checks=True,
         )
