@@ -16,6 +16,7 @@ import argparse
 import math
 import sys
 from pathlib import Path
+from typing import Any
 
 
 def _say(text: str) -> None:
@@ -76,10 +77,16 @@ def cmd_train(ns: argparse.Namespace) -> int:
         _say(f'evaluate it: equimus rollout --task kick --policy {zip_path}')
         return 0
     if ns.algo == 'ppo':
-        cfg = PPOConfig(steps=ns.steps, n_envs=ns.envs, seed=ns.seed, reference=ns.reference)
+        try:
+            cfg = ppo_config(ns)
+        except (ValueError, OSError, KeyError) as exc:
+            print(f'equimus train: {exc}', file=sys.stderr)
+            return 2
         _say(
-            f'PPO on {cfg.n_envs} batched environments ({cfg.reference} references), '
-            f'{cfg.steps} steps'
+            f'PPO on {cfg.n_envs} batched environments ({cfg.reference} references'
+            f'{", randomised legs" if "randomize" in cfg.env else ""}'
+            f'{", residual on the PID of " + ns.residual if ns.residual else ""}), '
+            f'{cfg.steps} steps{f", at most {cfg.minutes:g} min" if cfg.minutes else ""}'
         )
         try:
             zip_path, npz = train_ppo(str(out), cfg, progress_bar=ns.progress)
@@ -97,6 +104,42 @@ def cmd_train(ns: argparse.Namespace) -> int:
         _say(f'wrote {npz}')
     _say(f'run it: equimus launch sim controller:=policy policy_file:={npz}')
     return 0
+
+
+def ppo_config(ns: argparse.Namespace) -> Any:
+    """The `PPOConfig` of `equimus train --algo ppo`'s options (ValueError/OSError/KeyError:
+    a bad option or file)."""
+    from equimus_control.policy import RESIDUAL_LAYOUT, PolicyIO
+
+    from .train import PPOConfig
+    from .tune import read_gains
+
+    env: dict[str, Any] = {}
+    if ns.randomize:
+        from .randomize import identified
+
+        env['randomize'] = identified(ns.randomize)
+    if ns.substeps:
+        from equimus_control.step import PERIOD
+
+        env['physics_dt'] = PERIOD / ns.substeps
+    if ns.reference in ('mix', 'triangle', 'steps'):
+        env['random_start'] = True
+    if ns.rest_start:
+        env['rest_start'] = ns.rest_start
+    io = PolicyIO()
+    if ns.residual:
+        io = PolicyIO(RESIDUAL_LAYOUT, 'pid', read_gains(ns.residual), residual_kpa=ns.residual_kpa)
+    return PPOConfig(
+        steps=ns.steps,
+        n_envs=ns.envs,
+        seed=ns.seed,
+        reference=ns.reference,
+        env=env,
+        io=io,
+        minutes=ns.minutes,
+        log_std_init=ns.log_std_init,
+    )
 
 
 def cmd_rollout(ns: argparse.Namespace) -> int:
@@ -134,8 +177,8 @@ def cmd_rollout(ns: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
+def build_parser() -> argparse.ArgumentParser:
+    """The `equimus tune|train|rollout` argument parser."""
     parser = argparse.ArgumentParser(
         prog='equimus', description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -163,7 +206,40 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument('--steps', type=int, default=2_000_000, help='ppo: environment steps')
     p.add_argument('--envs', type=int, default=128, help='ppo: batched environments')
     p.add_argument('--episodes', type=int, default=12, help='distil: PID episodes')
-    p.add_argument('--reference', default='random', choices=('random', 'triangle', 'steps'))
+    p.add_argument('--reference', default='random', choices=('random', 'triangle', 'steps', 'mix'))
+    p.add_argument(
+        '--residual',
+        default='',
+        metavar='PARAMS_YAML',
+        help='ppo: act as a residual on the PID with these gains (e.g. config/tuned_pid.yaml)',
+    )
+    p.add_argument(
+        '--residual-kpa', type=float, default=25.0, help="ppo: the residual's range, ±kPa"
+    )
+    p.add_argument(
+        '--randomize',
+        default='',
+        metavar='FIT_YAML',
+        help="ppo: draw each episode's leg between config/leg.yaml and this fit "
+        '(e.g. config/leg_fit.yaml, ± 2 standard errors)',
+    )
+    p.add_argument(
+        '--substeps',
+        type=int,
+        default=0,
+        help="ppo: physics steps per 120 Hz period (0: the environments' 10; sim graph: 5)",
+    )
+    p.add_argument(
+        '--rest-start',
+        type=float,
+        default=0.0,
+        help='ppo: probability that a triangle/steps episode starts at rest at 0 kPa (as the '
+        'sim graph does) instead of settled at a random waypoint',
+    )
+    p.add_argument('--minutes', type=float, default=0.0, help='ppo: wall-clock budget (0: none)')
+    p.add_argument(
+        '--log-std-init', type=float, default=0.0, help='ppo: initial log σ of the actions'
+    )
     p.add_argument(
         '--task', default='track', choices=('track', 'kick'), help='kick: PPO on equimus/Kick-v0'
     )
@@ -185,7 +261,12 @@ def main(argv: list[str] | None = None) -> int:
         '--reward', default='shaped', choices=('shaped', 'authors'), help='kick: reward reported'
     )
     p.set_defaults(func=cmd_rollout)
-    ns = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    ns = build_parser().parse_args(argv)
     return int(ns.func(ns))
 
 

@@ -87,6 +87,9 @@ class TrackConfig:
     mix: tuple[float, float, float] = (0.4, 0.4, 0.2)
     # looping references (triangle, steps) start at a random waypoint, settled during its hold
     random_start: bool = False
+    # probability that a looping reference starts from its beginning with the leg at rest at
+    # 0 kPa, as the sim graph starts (its sim node's initial equilibrium of 0 kPa)
+    rest_start: float = 0.0
     # legs drawn per episode (equimus_learning.randomize.Randomization; VectorTrackEnv only)
     randomize: Any = None
     # s, the physics step (a whole number of steps per control period)
@@ -104,6 +107,8 @@ class TrackConfig:
             raise ValueError(f'physics_dt {self.physics_dt}: a whole number of steps per period')
         if len(self.mix) != 3 or min(self.mix) < 0 or not math.isclose(sum(self.mix), 1.0):
             raise ValueError(f'mix {self.mix}: three probabilities (triangle, steps, random)')
+        if not 0.0 <= self.rest_start <= 1.0:
+            raise ValueError(f'rest_start {self.rest_start}: a probability in [0, 1]')
 
 
 @dataclass(frozen=True)
@@ -116,6 +121,7 @@ class EpisodeReference:
     hold: float
     loop: bool
     t0: float = 0.0
+    rest: bool = False  # the leg starts at rest at 0 kPa (else settled at `start`)
 
     def __post_init__(self) -> None:
         object.__setattr__(
@@ -147,6 +153,8 @@ def draw_reference(
         poses = rng.uniform(RANDOM_LO, RANDOM_HI, (cfg.random_waypoints, 2))
         move, hold, loop = float(rng.uniform(0.3, 0.8)), float(rng.uniform(0.4, 1.2)), False
     t0 = 0.0
+    if loop and cfg.rest_start > 0 and rng.uniform() < cfg.rest_start:
+        return EpisodeReference(poses, move, hold, loop, 0.0, rest=True)
     if cfg.random_start and loop:
         v = int(rng.integers(len(poses)))
         t0 = v * (move + hold) + move + float(rng.uniform(0.0, hold))
@@ -219,6 +227,7 @@ class TrackEnv(gym.Env):
         # the controller's and the reference node's model of the leg (config/leg.yaml)
         self.control_params = StaticParams.from_leg(load_leg())
         self.leg_model = LegModel(leg)
+        self._rest_q: np.ndarray | None = None  # the leg at rest at 0 kPa (rest_start)
         self.valve = leg.valve
         n_obs = len(self.cfg.io.layout) + (6 if self.cfg.privileged else 0)
         self.observation_space = gym.spaces.Box(-np.inf, np.inf, (n_obs,), np.float64)
@@ -290,6 +299,7 @@ class TrackEnv(gym.Env):
         # the controller's and the reference node's model of the leg (config/leg.yaml)
         self.control_params = StaticParams.from_leg(load_leg())
         self.leg_model = LegModel(leg)
+        self._rest_q: np.ndarray | None = None  # the leg at rest at 0 kPa (rest_start)
         self.valve = leg.valve
         n_obs = len(self.cfg.io.layout) + (6 if self.cfg.privileged else 0)
         self.observation_space = gym.spaces.Box(-np.inf, np.inf, (n_obs,), np.float64)
@@ -326,8 +336,13 @@ class TrackEnv(gym.Env):
             raise ValueError(f'reference {reference!r}: use one of {", ".join(REFERENCES)}')
         cfg = self.cfg
         self.ref = draw_reference(cfg, self.np_random, self._triangle, reference)
-        q0 = self.ref.start
-        p0 = np.clip(holding_pressures(q0, self.params), 0.0, cfg.p_max)
+        if self.ref.rest:
+            if self._rest_q is None:
+                self._rest_q = self.leg_model.static_equilibrium(np.zeros(2))
+            q0, p0 = self._rest_q, np.zeros(2)
+        else:
+            q0 = self.ref.start
+            p0 = np.clip(holding_pressures(q0, self.params), 0.0, cfg.p_max)
         rig = SimulatedRig.build(
             self.leg_model, self.valve, q0, p0, cfg, int(self.np_random.integers(2**31))
         )

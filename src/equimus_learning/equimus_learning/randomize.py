@@ -135,7 +135,9 @@ def identified(
         )
     fitted = {k: float(v) for k, v in load_overrides(fit).items()}
     doc = yaml.safe_load(open(fit, encoding='utf-8')) or {}
-    se = {k: float(v) for k, v in ((doc.get('identification') or {}).get('std_error') or {}).items()}
+    se = {
+        k: float(v) for k, v in ((doc.get('identification') or {}).get('std_error') or {}).items()
+    }
     nominal = load_leg()
     intervals = []
     for key in KEYS:

@@ -81,6 +81,7 @@ class _Variant:
     a_fill: np.ndarray  # per-physics-step decay of the fill and vent lags, per valve
     a_vent: np.ndarray
     scratch: Any
+    rest_q: np.ndarray | None = None  # at rest at 0 kPa, computed when first needed
 
     @classmethod
     def of(cls, leg: Any, lm: LegModel, params: StaticParams, dt: float) -> _Variant:
@@ -278,8 +279,13 @@ class VectorTrackEnv(gym.vector.VectorEnv):
             self._env_gain[i] = var.gain[self._motor_act]
             self._env_valve[0][i] = var.delay_steps
             self._env_valve[1][i], self._env_valve[2][i] = var.a_fill, var.a_vent
-            q0 = ref.start
-            p0 = np.clip(holding_pressures(q0, var.params), 0.0, cfg.p_max)
+            if ref.rest:  # at rest at 0 kPa, as the sim graph starts
+                if var.rest_q is None:
+                    var.rest_q = var.lm.static_equilibrium(np.zeros(2))
+                q0, p0 = var.rest_q, np.zeros(2)
+            else:
+                q0 = ref.start
+                p0 = np.clip(holding_pressures(q0, var.params), 0.0, cfg.p_max)
             var.lm.reset(var.scratch, q0)
             mujoco.mj_getState(var.lm.model, var.scratch, self.state[i], self._state_sig)
             self.p_valve[i] = p0
