@@ -100,14 +100,15 @@ def box_lsq(
     with np.errstate(divide='ignore', invalid='ignore'):
         x0 = (b0 * a11 - a01 * b1) / det
         x1 = (a00 * b1 - a10 * b0) / det
-    inside = (det != 0.0) & (lo[:, 0] <= x0) & (x0 <= hi[:, 0]) & (lo[:, 1] <= x1) & (x1 <= hi[:, 1])
+    inside = (det != 0.0) & (lo[:, 0] <= x0) & (x0 <= hi[:, 0])
+    inside &= (lo[:, 1] <= x1) & (x1 <= hi[:, 1])
     best = np.zeros((n, 2))
     best_cost = np.full(n, np.inf)
     cols = (np.stack([a00, a10], -1), np.stack([a01, a11], -1))
     for pattern in _PATTERNS:
-        xb = np.stack(
-            [lo[:, i] if pattern[i] == 1 else hi[:, i] for i in range(2)], -1
-        ).astype(float)
+        xb = np.stack([lo[:, i] if pattern[i] == 1 else hi[:, i] for i in range(2)], -1).astype(
+            float
+        )
         ok = np.ones(n, bool)
         free = [i for i in range(2) if pattern[i] == 0]
         if free:
@@ -115,7 +116,8 @@ def box_lsq(
             a, c = cols[i], cols[j]
             den = a[:, 0] ** 2 + a[:, 1] ** 2
             with np.errstate(divide='ignore', invalid='ignore'):
-                xi = (a[:, 0] * (b0 - c[:, 0] * xb[:, j]) + a[:, 1] * (b1 - c[:, 1] * xb[:, j])) / den
+                rest0, rest1 = b0 - c[:, 0] * xb[:, j], b1 - c[:, 1] * xb[:, j]
+                xi = (a[:, 0] * rest0 + a[:, 1] * rest1) / den
             ok = (den > 0) & (xi >= lo[:, i] - 1e-12) & (xi <= hi[:, i] + 1e-12)
             xb[:, i] = np.where(ok, xi, xb[:, i])
         r0 = a00 * xb[:, 0] + a01 * xb[:, 1] - b0
@@ -152,7 +154,8 @@ class BatchPID:
     def __init__(self, params: StaticParams, gains: PIDGains | None = None, n: int = 1) -> None:
         self.params = params
         self.g = gains if gains is not None else PIDGains()
-        self.kp, self.ki, self.kd = (np.asarray(v, float) for v in (self.g.kp, self.g.ki, self.g.kd))
+        g = self.g
+        self.kp, self.ki, self.kd = (np.asarray(v, float) for v in (g.kp, g.ki, g.kd))
         self.i_max = np.asarray(self.g.i_max, float)
         self.integral = np.zeros((n, 2))  # integral torque (N·m)
 

@@ -260,9 +260,7 @@ class PolicyCore:
         `rows`: the m legs they are of (default: all n; the others keep their state)."""
         r = np.arange(self.n) if rows is None else np.asarray(rows, int).reshape(-1)
         m = len(r)
-        q, qd, q_ref, qd_ref = (
-            np.asarray(v, float).reshape(m, 2) for v in (q, qd, q_ref, qd_ref)
-        )
+        q, qd, q_ref, qd_ref = (np.asarray(v, float).reshape(m, 2) for v in (q, qd, q_ref, qd_ref))
         dt_col = np.broadcast_to(np.reshape(np.asarray(dt, float), (-1, 1)), (m, 1))
         fresh = self.fresh[r]
         history = self.history[r]
@@ -449,9 +447,10 @@ def load_policy(path: str | os.PathLike) -> MLP:
                 '`equimus train` writes beside it'
             ) from None
         model = PPO.load(path, device='cpu')
-        if model.observation_space.shape != (OBS_SIZE,):
+        shape = tuple(model.observation_space.shape or ())
+        if shape != (OBS_SIZE,):
             raise ConfigError(
-                f'{path} observes {model.observation_space.shape[0]} features, not the plain '
+                f'{path} observes {shape[0] if shape else 0} features, not the plain '
                 f'layout of {OBS_SIZE}: use the policy.npz that `equimus train` wrote beside it '
                 '(it holds the layout and the base controller)'
             )

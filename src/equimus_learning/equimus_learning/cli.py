@@ -59,7 +59,7 @@ def cmd_tune(ns: argparse.Namespace) -> int:
 def cmd_train(ns: argparse.Namespace) -> int:
     from equimus_control.policy import save_mlp
 
-    from .train import DistilConfig, PPOConfig, RLExtraMissing, distil_pid, train_ppo
+    from .train import DistilConfig, RLExtraMissing, distil_pid, train_ppo
 
     out = Path(ns.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -155,14 +155,16 @@ def cmd_rollout(ns: argparse.Namespace) -> int:
         print(f'equimus rollout: policy file {path} does not exist', file=sys.stderr)
         return 2
     try:
+        policy: Any
         if ns.task == 'kick':
             if path.suffix != '.zip':
                 raise ConfigError(f'{path}: the kick policy is the policy.zip of equimus train')
             _import_sb3()
             policy = kick_policy(path)
+            env_kwargs: dict[str, Any] = {'reward': ns.reward}
         else:
             policy = load_policy(path)
-        env_kwargs = {'reward': ns.reward} if ns.task == 'kick' else {'io': policy.io}
+            env_kwargs = {'io': policy.io}  # observe and act as it was trained
         res = run(
             ns.task, policy, ns.episodes, ns.seed, ns.video or None, ns.video_episodes, env_kwargs
         )

@@ -130,7 +130,7 @@ class EpisodeReference:
 
     def __call__(self, t: float) -> tuple[np.ndarray, np.ndarray]:
         """(q_ref, qd_ref) at episode time t."""
-        return self._wp(t + self.t0)  # type: ignore[attr-defined,no-any-return]
+        return self._wp(t + self.t0)  # type: ignore[attr-defined]
 
     @property
     def start(self) -> np.ndarray:
@@ -239,92 +239,6 @@ class TrackEnv(gym.Env):
         self._renderer = EnvRenderer(render_mode, self.leg_model.model)
 
     # ----- episode ---------------------------------------------------------------------------
-    def reset(self) -> None:
-        pass
-
-    def step(self, state: Estimate, ref: Reference, dt: float, p_max: float) -> ControlOutput:
-        return ControlOutput(self.p.copy(), (self.p <= 0.0) | (self.p >= p_max))
-
-
-def episode_steps(episode_s: float) -> int:
-    """Control periods in an episode of episode_s seconds."""
-    return int(round(episode_s / PERIOD))
-
-
-def check_options(options: dict[str, Any] | None, accepted: tuple[str, ...], who: str) -> None:
-    """Refuse reset options an environment does not honour (rather than ignore them)."""
-    unknown = sorted(set(options or {}) - set(accepted))
-    if unknown:
-        raise ValueError(
-            f'{who}.reset(options=...): {", ".join(map(repr, unknown))} not supported; '
-            f'it takes {", ".join(map(repr, accepted)) or "no options"}'
-        )
-
-
-def own_time_limit(env: gym.Env, steps: int, config_key: str = 'episode_s') -> int | None:
-    """The episode length an env enforces itself: `steps` when constructed directly; none when
-    made by `gymnasium.make`, whose TimeLimit (`max_episode_steps`) then ends episodes, and a
-    refusal of `config_key` there (one name for the episode length in each path)."""
-    spec = env.spec
-    if spec is None:
-        return steps
-    if config_key in (spec.kwargs or {}):
-        raise ValueError(
-            f'{spec.id}: through gymnasium.make the episode length is the TimeLimit: pass '
-            f'max_episode_steps={steps} instead of {config_key}={spec.kwargs[config_key]}'
-        )
-    return None
-
-
-class TrackEnv(gym.Env):
-    """Reference tracking (see the module docstring). `reset(seed=…)` fixes the reference,
-    the mocap noise and the drops: identical seeds and actions give identical episodes."""
-
-    metadata: dict[str, Any] = {'render_modes': available_render_modes(), 'render_fps': RENDER_FPS}
-
-    def __init__(
-        self,
-        config: TrackConfig | None = None,
-        render_mode: str | None = None,
-        **overrides: Any,
-    ) -> None:
-        self.cfg = replace(config or TrackConfig(), **overrides)
-        if self.cfg.randomize is not None:
-            raise ValueError(
-                'TrackEnv runs one leg (leg_overrides); randomised legs: VectorTrackEnv'
-            )
-        leg = load_leg(overrides=self.cfg.leg_overrides or None).with_timestep(self.cfg.physics_dt)
-        self.leg = leg
-        self.params = StaticParams.from_leg(leg)
-        # the controller's and the reference node's model of the leg (config/leg.yaml)
-        self.control_params = StaticParams.from_leg(load_leg())
-        self.leg_model = LegModel(leg)
-        self._rest_q: np.ndarray | None = None  # the leg at rest at 0 kPa (rest_start)
-        self.valve = leg.valve
-        n_obs = len(self.cfg.io.layout) + (6 if self.cfg.privileged else 0)
-        self.observation_space = gym.spaces.Box(-np.inf, np.inf, (n_obs,), np.float64)
-        self.action_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
-        self.max_steps: int | None = episode_steps(self.cfg.episode_s)
-        self._triangle = triangle_poses(self.control_params)
-        self.sim: LegSimulator | None = None
-        self.render_mode = render_mode
-        self._renderer = EnvRenderer(render_mode, self.leg_model.model)
-
-    # ----- episode ---------------------------------------------------------------------------
-    def _reference(self, reference: str) -> Waypoints:
-        cfg, rng = self.cfg, self.np_random
-        if reference == 'triangle':
-            return Waypoints(self._triangle.tolist(), move=0.5, hold=1.5)
-        if reference == 'steps':
-            return Waypoints(STEP_POSES, move=0.3, hold=1.5)
-        poses = rng.uniform(RANDOM_LO, RANDOM_HI, (cfg.random_waypoints, 2))
-        return Waypoints(
-            poses.tolist(),
-            move=float(rng.uniform(0.3, 0.8)),
-            hold=float(rng.uniform(0.4, 1.2)),
-            loop=False,
-        )
-
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[np.ndarray, dict[str, Any]]:

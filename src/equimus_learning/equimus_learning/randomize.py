@@ -4,10 +4,10 @@ The intervals come from the two identifications of the rig this project has: the
 Table V (dynamic) values with the authors' valve lag, which config/leg.yaml holds and the sim
 graph simulates by default, and our fit of the real recordings, config/leg_fit.yaml (dead time,
 fill and vent constants per valve, stiffness, areas, rest lengths, dampings, knee stop), with
-the standard errors of that fit (its `identification.std_error` block). Each parameter is drawn uniformly from the
-smallest interval holding both values, widened by `k_se` standard errors on either side: a
-policy trained across it meets both identified legs and everything between (docs/learning.md,
-"The shipped policy").
+the standard errors of that fit (its `identification.std_error` block). Each parameter is
+drawn uniformly from the smallest interval holding both values, widened by `k_se` standard
+errors on either side: a policy trained across it meets both identified legs and everything
+between (docs/learning.md, "The shipped policy").
 
 The stiffness, area and rest length of one actuator are drawn together (one uniform position
 along their intervals, from the Table V end to the fit's end): the identification determines
@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-
 import yaml
 
 from equimus_description.leg import load_leg, load_overrides
@@ -134,7 +133,8 @@ def identified(
             f'{fit}: no identified leg there; run from the checkout root or pass the fit file'
         )
     fitted = {k: float(v) for k, v in load_overrides(fit).items()}
-    doc = yaml.safe_load(open(fit, encoding='utf-8')) or {}
+    with open(fit, encoding='utf-8') as f:
+        doc = yaml.safe_load(f) or {}
     se = {
         k: float(v) for k, v in ((doc.get('identification') or {}).get('std_error') or {}).items()
     }
