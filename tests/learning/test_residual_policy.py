@@ -173,3 +173,13 @@ def test_train_options_make_the_residual_randomised_run(tmp_path):
     ns.randomize = str(tmp_path / 'missing.yaml')
     with pytest.raises(FileNotFoundError):
         ppo_config(ns)
+
+
+def test_train_with_a_bad_residual_file_exits_2_in_one_line(tmp_path, capsys):
+    from equimus_learning.cli import main
+
+    bad = tmp_path / 'gains.yaml'
+    bad.write_text('estimator: {}\n')
+    rc = main(['train', '--residual', str(bad), '--out', str(tmp_path / 'out')])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and 'no controller gains' in err and len(err.splitlines()) == 1, err
