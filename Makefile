@@ -5,7 +5,7 @@ CONTROLLER ?= pid
 OUT ?= out/run
 VIDEO ?=
 
-.PHONY: setup run test lint bench clean soak firmware
+.PHONY: setup run test lint bench clean soak firmware policy
 
 setup:
 	@bash scripts/setup.sh
@@ -21,6 +21,14 @@ lint: setup  ## ruff (lint, format check) and mypy
 
 bench: setup  ## every benchmark; writes docs/benchmarks.md
 	@$(ENV) && python benchmarks/run_all.py
+
+POLICY_OUT ?= out/policy
+policy: setup  ## train the shipped tracking policy (config/policy_track.npz): PPO, 30 min on 2 cores (needs scripts/setup.sh --rl)
+	@$(ENV) && nice -n 10 python -m equimus_learning.cli train --algo ppo --steps 50000000 \
+	  --envs 128 --reference mix --residual config/tuned_pid.yaml \
+	  --randomize config/leg_fit.yaml --substeps 5 --rest-start 0.25 --minutes 30 \
+	  --log-std-init -1.5 --no-progress --out $(POLICY_OUT)
+	@echo "ship it: cp $(POLICY_OUT)/policy.npz config/policy_track.npz"
 
 firmware:  ## the DAC board firmware built for this computer: out/firmware/dac_board_host
 	@cmake -S firmware/host -B out/firmware -DCMAKE_BUILD_TYPE=Release >/dev/null

@@ -4,15 +4,17 @@
    noise 0.3 mm / 2 mrad), plain Python at 120 Hz, through the same ControlStep the controller
    node runs (guards, reference preview, clipping) and the sim graph's valve driver. Tracking
    RMSE per joint for open-loop static feedforward, PID (hand-set and tuned gains), linear MPC,
-   LTV MPC and predictive sampling side by side on the paper's triangle and on a step set, and
-   each controller's compute time per cycle (p50/p99, wall clock and thread CPU time).
+   LTV MPC, predictive sampling and the shipped policy (config/policy_track.npz) side by side on
+   the paper's triangle and on a step set, and each controller's compute time per cycle
+   (p50/p99, wall clock and thread CPU time).
 2. The real sim graph (main job: DDS nodes in lockstep, valve driver, recorder; `equimus run`):
-   tuned PID, linear MPC and LTV MPC on `reference:=triangle` and `reference:=step`, 15 s each
-   (8 s with --quick), RMSE from the run's summary and the controller node's own compute p50/p99
-   (its /diagnostics, last 1000 cycles, read back from the bag).
+   tuned PID, linear MPC, LTV MPC and the shipped policy on `reference:=triangle` and
+   `reference:=step`, 15 s each (8 s with --quick), RMSE from the run's summary and the
+   controller node's own compute p50/p99 (its /diagnostics, last 1000 cycles, read back from the
+   bag).
 
-Tuned PID = the gains of `equimus tune pid` (its defaults, triangle): pass the file it wrote with
---tuned-pid, or the benchmark runs the tuner first (about 4 minutes on 2 cores).
+Tuned PID = config/tuned_pid.yaml (the gains of `equimus tune pid`, its defaults, triangle), or
+the file given with --tuned-pid.
 
     python benchmarks/bench_control.py [--quick] [--tuned-pid tuned_pid.yaml] [--no-graph]
 """
@@ -33,15 +35,21 @@ from pathlib import Path
 
 import numpy as np
 
-NAMES = ('open_loop', 'pid', 'pid_tuned', 'mpc', 'ltv_mpc', 'sampling')
-GRAPH_NAMES = ('pid_tuned', 'mpc', 'ltv_mpc')
+NAMES = ('open_loop', 'pid', 'pid_tuned', 'mpc', 'ltv_mpc', 'sampling', 'policy')
+GRAPH_NAMES = ('pid_tuned', 'mpc', 'ltv_mpc', 'policy')
 GRAPH_TASKS = {'triangle': 'triangle', 'steps': 'step'}  # task -> reference:=
+#: the tuned PID's gains and the shipped policy, from the checkout root
+TUNED_PID = 'config/tuned_pid.yaml'
+POLICY = 'config/policy_track.npz'
 
 
 def tuned_pid_file(path: str | None, folder: str) -> tuple[str, dict]:
-    """The tuned PID's parameter file: `path`, or `equimus tune pid` (its defaults) run now."""
+    """The tuned PID's parameter file: `path`, or config/tuned_pid.yaml, or `equimus tune pid`
+    (its defaults) run now."""
     if path:
         return path, {'tuned_pid_file': os.path.basename(path)}
+    if os.path.isfile(TUNED_PID):
+        return TUNED_PID, {'tuned_pid_file': TUNED_PID}
     from equimus_learning.tune import TuneConfig, tune_pid, write_params
 
     cfg = TuneConfig()
@@ -83,6 +91,7 @@ def plain_loop(
     from equimus_control.ltv_mpc import LTVMPC, LTVMPCConfig
     from equimus_control.mpc import LinearisationGrid, LinearMPC, MPCConfig
     from equimus_control.pid import PIDController, StaticFeedforward
+    from equimus_control.policy import PolicyController, load_policy
     from equimus_control.reference import Waypoints, triangle_poses
     from equimus_control.sampling import PredictiveSampling, SamplingConfig
     from equimus_description.dynamics import DynamicParams, LegDynamics
@@ -96,6 +105,7 @@ def plain_loop(
 
     leg = load_leg(overrides=leg_overrides)
     params = StaticParams.from_leg(leg)
+    policy = load_policy(POLICY)
     lm = LegModel(leg.with_timestep(1 / 1200))
     lm_plan = LegModel(leg.with_timestep(1 / 120))  # predictive sampling steps at the period
     cfg = MPCConfig(valve_tau=leg.valve_time_constant, grid_lo=(1.1, 0.2), grid_hi=(1.8, 1.1))
@@ -131,6 +141,8 @@ def plain_loop(
                 c = PIDController(params)
             elif name == 'pid_tuned':
                 c = PIDController(params, gains)
+            elif name == 'policy':
+                c = PolicyController(policy, params)
             elif name == 'mpc':
                 c = LinearMPC(lm, params, cfg, grid, valve=leg.valve)
                 c.reset(p_valve=p0)
@@ -156,7 +168,7 @@ def plain_loop(
         out[f'{name}_cpu_p50_ms'] = float(np.percentile(cpu, 50))
         out[f'{name}_cpu_p99_ms'] = float(np.percentile(cpu, 99))
     for task in tasks:
-        for name in ('mpc', 'ltv_mpc', 'sampling'):
+        for name in ('mpc', 'ltv_mpc', 'sampling', 'policy'):
             out[f'{task}_rmse_ratio_{name}_over_pid_tuned'] = ratio(out, task, name)
         ref = tasks[task]
         q0 = ref(0.0)[0]
@@ -214,11 +226,13 @@ def sim_graph(quick: bool, tuned_pid: str, folder: str) -> dict:
             argv += ['--reference', reference, '--duration', str(duration)]
             if name == 'pid_tuned':
                 argv += ['--set', f'params_file:={tuned_pid}']
+            elif name == 'policy':
+                argv += ['--set', f'policy_file:={POLICY}']
             hip, knee, p50, p99 = graph_run(argv, os.path.join(folder, f'{task}_{name}'))
             prefix = f'graph_{task}_{name}'
             out[f'{prefix}_rmse_hip'], out[f'{prefix}_rmse_knee'] = hip, knee
             out[f'{prefix}_compute_p50_ms'], out[f'{prefix}_compute_p99_ms'] = p50, p99
-        for name in ('mpc', 'ltv_mpc'):
+        for name in ('mpc', 'ltv_mpc', 'policy'):
             out[f'graph_{task}_rmse_ratio_{name}_over_pid_tuned'] = ratio(
                 out, f'graph_{task}', name
             )
@@ -291,7 +305,8 @@ def main(argv=None) -> int:
             f"{task:10s} summed RMSE over tuned PID's: "
             f'MPC {r[f"{task}_rmse_ratio_mpc_over_pid_tuned"]:.3f}, '
             f'LTV MPC {r[f"{task}_rmse_ratio_ltv_mpc_over_pid_tuned"]:.3f}, '
-            f'sampling {r[f"{task}_rmse_ratio_sampling_over_pid_tuned"]:.3f}'
+            f'sampling {r[f"{task}_rmse_ratio_sampling_over_pid_tuned"]:.3f}, '
+            f'policy {r[f"{task}_rmse_ratio_policy_over_pid_tuned"]:.3f}'
         )
         for key in sorted(k for k in r if k.startswith(f'{task}_ltv_mpc_true_preview_')):
             if key.endswith('_rmse_hip'):
@@ -327,7 +342,8 @@ def main(argv=None) -> int:
         print(
             f"{task:10s} summed RMSE over tuned PID's: "
             f'MPC {r[f"graph_{task}_rmse_ratio_mpc_over_pid_tuned"]:.3f}, '
-            f'LTV MPC {r[f"graph_{task}_rmse_ratio_ltv_mpc_over_pid_tuned"]:.3f} (goal <= 0.7)'
+            f'LTV MPC {r[f"graph_{task}_rmse_ratio_ltv_mpc_over_pid_tuned"]:.3f}, '
+            f'policy {r[f"graph_{task}_rmse_ratio_policy_over_pid_tuned"]:.3f} (goal <= 0.7)'
         )
     return 0
 

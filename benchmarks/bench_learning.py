@@ -35,8 +35,11 @@ import numpy as np
 def throughput(quick: bool) -> dict:
     import mujoco
 
-    from equimus_learning.env import TrackEnv
-    from equimus_learning.vector import SUBSTEPS, VectorTrackEnv
+    from equimus_control.step import PERIOD
+    from equimus_learning.env import PHYSICS_DT, TrackEnv
+    from equimus_learning.vector import VectorTrackEnv
+
+    substeps = round(PERIOD / PHYSICS_DT)
 
     out: dict = {}
     env = TrackEnv(reference='triangle')
@@ -48,7 +51,7 @@ def throughput(quick: bool) -> dict:
         mujoco.mj_step(m, d)
     rate = n / (time.perf_counter() - t0)
     out['bare_mj_step_per_s'] = rate
-    out['bare_mj_step_env_equivalent_per_s'] = rate / SUBSTEPS
+    out['bare_mj_step_env_equivalent_per_s'] = rate / substeps
     hold = np.zeros(2)
     steps = 1000 if quick else 4000
     t0 = time.perf_counter()

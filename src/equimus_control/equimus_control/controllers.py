@@ -117,7 +117,7 @@ def _policy(
 ) -> Controller:
     from .policy import PolicyController, load_policy
 
-    return PolicyController(load_policy(cfg.policy_file))
+    return PolicyController(load_policy(cfg.policy_file), params)
 
 
 #: Controllers that run on any limb of the description (equimus_control.limb_pid).

@@ -16,6 +16,7 @@ import argparse
 import math
 import sys
 from pathlib import Path
+from typing import Any
 
 
 def _say(text: str) -> None:
@@ -58,7 +59,7 @@ def cmd_tune(ns: argparse.Namespace) -> int:
 def cmd_train(ns: argparse.Namespace) -> int:
     from equimus_control.policy import save_mlp
 
-    from .train import DistilConfig, PPOConfig, RLExtraMissing, distil_pid, train_ppo
+    from .train import DistilConfig, RLExtraMissing, distil_pid, train_ppo
 
     out = Path(ns.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -76,10 +77,16 @@ def cmd_train(ns: argparse.Namespace) -> int:
         _say(f'evaluate it: equimus rollout --task kick --policy {zip_path}')
         return 0
     if ns.algo == 'ppo':
-        cfg = PPOConfig(steps=ns.steps, n_envs=ns.envs, seed=ns.seed, reference=ns.reference)
+        try:
+            cfg = ppo_config(ns)
+        except (ValueError, OSError, KeyError) as exc:
+            print(f'equimus train: {exc}', file=sys.stderr)
+            return 2
         _say(
-            f'PPO on {cfg.n_envs} batched environments ({cfg.reference} references), '
-            f'{cfg.steps} steps'
+            f'PPO on {cfg.n_envs} batched environments ({cfg.reference} references'
+            f'{", randomised legs" if "randomize" in cfg.env else ""}'
+            f'{", residual on the PID of " + ns.residual if ns.residual else ""}), '
+            f'{cfg.steps} steps{f", at most {cfg.minutes:g} min" if cfg.minutes else ""}'
         )
         try:
             zip_path, npz = train_ppo(str(out), cfg, progress_bar=ns.progress)
@@ -99,6 +106,49 @@ def cmd_train(ns: argparse.Namespace) -> int:
     return 0
 
 
+def ppo_config(ns: argparse.Namespace) -> Any:
+    """The `PPOConfig` of `equimus train --algo ppo`'s options (ValueError/OSError/KeyError:
+    a bad option or file)."""
+    from equimus_control.policy import RESIDUAL_LAYOUT, PolicyIO
+
+    from .train import PPOConfig
+    from .tune import read_gains
+
+    env: dict[str, Any] = {}
+    if ns.randomize:
+        from .randomize import identified
+
+        env['randomize'] = identified(ns.randomize)
+    if ns.substeps:
+        from equimus_control.step import PERIOD
+
+        env['physics_dt'] = PERIOD / ns.substeps
+    if ns.reference in ('mix', 'triangle', 'steps'):
+        env['random_start'] = True
+    if ns.rest_start:
+        env['rest_start'] = ns.rest_start
+    io = PolicyIO()
+    if ns.residual:
+        try:
+            gains = read_gains(ns.residual)
+        except (KeyError, TypeError):
+            raise ValueError(
+                f'{ns.residual}: no controller gains there (a parameter file with '
+                'controller.ros__parameters kp/ki/kd, e.g. config/tuned_pid.yaml)'
+            ) from None
+        io = PolicyIO(RESIDUAL_LAYOUT, 'pid', gains, residual_kpa=ns.residual_kpa)
+    return PPOConfig(
+        steps=ns.steps,
+        n_envs=ns.envs,
+        seed=ns.seed,
+        reference=ns.reference,
+        env=env,
+        io=io,
+        minutes=ns.minutes,
+        log_std_init=ns.log_std_init,
+    )
+
+
 def cmd_rollout(ns: argparse.Namespace) -> int:
     from equimus_control.policy import load_policy
     from equimus_description.config import ConfigError
@@ -112,14 +162,16 @@ def cmd_rollout(ns: argparse.Namespace) -> int:
         print(f'equimus rollout: policy file {path} does not exist', file=sys.stderr)
         return 2
     try:
+        policy: Any
         if ns.task == 'kick':
             if path.suffix != '.zip':
                 raise ConfigError(f'{path}: the kick policy is the policy.zip of equimus train')
             _import_sb3()
             policy = kick_policy(path)
+            env_kwargs: dict[str, Any] = {'reward': ns.reward}
         else:
             policy = load_policy(path)
-        env_kwargs = {'reward': ns.reward} if ns.task == 'kick' else {}
+            env_kwargs = {'io': policy.io}  # observe and act as it was trained
         res = run(
             ns.task, policy, ns.episodes, ns.seed, ns.video or None, ns.video_episodes, env_kwargs
         )
@@ -134,8 +186,8 @@ def cmd_rollout(ns: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
+def build_parser() -> argparse.ArgumentParser:
+    """The `equimus tune|train|rollout` argument parser."""
     parser = argparse.ArgumentParser(
         prog='equimus', description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -163,7 +215,40 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument('--steps', type=int, default=2_000_000, help='ppo: environment steps')
     p.add_argument('--envs', type=int, default=128, help='ppo: batched environments')
     p.add_argument('--episodes', type=int, default=12, help='distil: PID episodes')
-    p.add_argument('--reference', default='random', choices=('random', 'triangle', 'steps'))
+    p.add_argument('--reference', default='random', choices=('random', 'triangle', 'steps', 'mix'))
+    p.add_argument(
+        '--residual',
+        default='',
+        metavar='PARAMS_YAML',
+        help='ppo: act as a residual on the PID with these gains (e.g. config/tuned_pid.yaml)',
+    )
+    p.add_argument(
+        '--residual-kpa', type=float, default=25.0, help="ppo: the residual's range, ±kPa"
+    )
+    p.add_argument(
+        '--randomize',
+        default='',
+        metavar='FIT_YAML',
+        help="ppo: draw each episode's leg between config/leg.yaml and this fit "
+        '(e.g. config/leg_fit.yaml, ± 2 standard errors)',
+    )
+    p.add_argument(
+        '--substeps',
+        type=int,
+        default=0,
+        help="ppo: physics steps per 120 Hz period (0: the environments' 10; sim graph: 5)",
+    )
+    p.add_argument(
+        '--rest-start',
+        type=float,
+        default=0.0,
+        help='ppo: probability that a triangle/steps episode starts at rest at 0 kPa (as the '
+        'sim graph does) instead of settled at a random waypoint',
+    )
+    p.add_argument('--minutes', type=float, default=0.0, help='ppo: wall-clock budget (0: none)')
+    p.add_argument(
+        '--log-std-init', type=float, default=0.0, help='ppo: initial log σ of the actions'
+    )
     p.add_argument(
         '--task', default='track', choices=('track', 'kick'), help='kick: PPO on equimus/Kick-v0'
     )
@@ -185,7 +270,12 @@ def main(argv: list[str] | None = None) -> int:
         '--reward', default='shaped', choices=('shaped', 'authors'), help='kick: reward reported'
     )
     p.set_defaults(func=cmd_rollout)
-    ns = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    ns = build_parser().parse_args(argv)
     return int(ns.func(ns))
 
 

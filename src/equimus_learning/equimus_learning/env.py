@@ -7,11 +7,14 @@ the order `equimus_control.closed_loop.run` runs it:
     safety filter: clamp, NaN vent, slew, watchdog; DAC quantisation) → LegSimulator (valve lag,
     MuJoCo) → VirtualMocap (noise, dropped frames) → JointStateEstimator → observation
 
-The action is the controller's output, [-1, 1]² mapped to [0, p_max] kPa
-(`equimus_control.policy.action_to_kpa`); the observation is `equimus_control.policy.observation`
-of the estimate (what the controller node sees on the rig), optionally followed by privileged
-state (true angles, rates and valve pressures). A policy trained here therefore runs unchanged as
-`controller:=policy`. Rewards use the true joint angles.
+The action and the observation are the policy controller's (`equimus_control.policy.PolicyCore`
+with the `PolicyIO` of `TrackConfig.io`): by default the action maps [-1, 1]² to [0, p_max] kPa
+and the observation is the estimate, the reference, the error and the last command (what the
+controller node sees on the rig); a residual policy's action is added to its base PID's
+pressures and it sees more features. Optionally privileged state follows (true angles, rates and
+valve pressures). A policy trained here therefore runs unchanged as `controller:=policy`.
+Rewards use the true joint angles. The controller's model of the leg (the base PID, the
+reference's triangle) is config/leg.yaml's, as in the sim graph, whatever leg is simulated.
 
 Gymnasium conventions: the registered ids carry the episode length as `max_episode_steps`
 (TimeLimit), which is the episode length of an env from `gymnasium.make` (`episode_s` is that of
@@ -31,7 +34,7 @@ import numpy as np
 
 from equimus_control.controller import ControlOutput, Estimate, Reference
 from equimus_control.estimation import Status
-from equimus_control.policy import OBS_SIZE, action_to_kpa, kpa_to_action, observation
+from equimus_control.policy import PolicyCore, PolicyIO, kpa_to_action
 from equimus_control.reference import Waypoints, triangle_poses
 from equimus_control.step import PERIOD, ControlStep
 from equimus_control.supervisor import SafetyConfig
@@ -44,14 +47,17 @@ from equimus_sim.simulator import LegSimulator
 
 from .rig import SimulatedRig
 
-REFERENCES = ('random', 'triangle', 'steps')
+REFERENCES = ('random', 'triangle', 'steps', 'mix')
+#: the references 'mix' draws from, per episode (with TrackConfig.mix's probabilities)
+MIX = ('triangle', 'steps', 'random')
 #: rad: the box random references are drawn from (the MPC's linearisation grid: reachable poses)
 RANDOM_LO, RANDOM_HI = (1.1, 0.2), (1.8, 1.1)
 #: the step set of config/control.yaml (reference node `step_poses`), rad
 STEP_POSES = ((1.4, 0.8), (1.6, 0.5), (1.45, 0.55))
-#: physics step of the sim graph (config/sim.yaml), s
+#: physics step of the environments and the control benchmark, s (the sim graph's,
+#: config/sim.yaml, is 1/600 s)
 PHYSICS_DT = 1.0 / 1200.0
-#: what reset(options=…) accepts: {'reference': 'random' | 'triangle' | 'steps'} for one episode
+#: what reset(options=…) accepts: {'reference': 'random' | 'triangle' | 'steps' | 'mix'}
 OPTIONS = ('reference',)
 
 
@@ -75,6 +81,19 @@ class TrackConfig:
     # leg override file (e.g. config/leg_fit.yaml: the identified leg, valve and friction);
     # empty: the description's defaults
     leg_overrides: str = ''
+    # how the policy observes and acts (equimus_control.policy.PolicyIO)
+    io: PolicyIO = field(default_factory=PolicyIO)
+    # probabilities of triangle, steps and random references when reference is 'mix'
+    mix: tuple[float, float, float] = (0.4, 0.4, 0.2)
+    # looping references (triangle, steps) start at a random waypoint, settled during its hold
+    random_start: bool = False
+    # probability that a looping reference starts from its beginning with the leg at rest at
+    # 0 kPa, as the sim graph starts (its sim node's initial equilibrium of 0 kPa)
+    rest_start: float = 0.0
+    # legs drawn per episode (equimus_learning.randomize.Randomization; VectorTrackEnv only)
+    randomize: Any = None
+    # s, the physics step (a whole number of steps per control period)
+    physics_dt: float = PHYSICS_DT
 
     def __post_init__(self) -> None:
         if self.reference not in REFERENCES:
@@ -83,6 +102,63 @@ class TrackConfig:
             raise ValueError(f'p_max {self.p_max} must be in (0, {HARD_MAX_KPA}] kPa')
         if not self.episode_s > 0:
             raise ValueError('episode_s must be > 0')
+        steps = PERIOD / self.physics_dt
+        if not (self.physics_dt > 0 and abs(steps - round(steps)) < 1e-9):
+            raise ValueError(f'physics_dt {self.physics_dt}: a whole number of steps per period')
+        if len(self.mix) != 3 or min(self.mix) < 0 or not math.isclose(sum(self.mix), 1.0):
+            raise ValueError(f'mix {self.mix}: three probabilities (triangle, steps, random)')
+        if not 0.0 <= self.rest_start <= 1.0:
+            raise ValueError(f'rest_start {self.rest_start}: a probability in [0, 1]')
+
+
+@dataclass(frozen=True)
+class EpisodeReference:
+    """An episode's reference: waypoints (rad) joined by `move` s minimum-jerk moves and held
+    `hold` s (the reference node's trajectory), looping or not, from time t0 s on."""
+
+    poses: np.ndarray
+    move: float
+    hold: float
+    loop: bool
+    t0: float = 0.0
+    rest: bool = False  # the leg starts at rest at 0 kPa (else settled at `start`)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(
+            self, '_wp', Waypoints(self.poses.tolist(), self.move, self.hold, self.loop)
+        )
+
+    def __call__(self, t: float) -> tuple[np.ndarray, np.ndarray]:
+        """(q_ref, qd_ref) at episode time t."""
+        return self._wp(t + self.t0)  # type: ignore[attr-defined]
+
+    @property
+    def start(self) -> np.ndarray:
+        """The pose the leg starts settled at."""
+        return np.asarray(self(0.0)[0], float)
+
+
+def draw_reference(
+    cfg: TrackConfig, rng: np.random.Generator, triangle: np.ndarray, kind: str | None = None
+) -> EpisodeReference:
+    """An episode's reference of `kind` (default cfg.reference), drawn from `rng`."""
+    kind = kind or cfg.reference
+    if kind == 'mix':
+        kind = MIX[int(rng.choice(len(MIX), p=np.asarray(cfg.mix, float)))]
+    if kind == 'triangle':
+        poses, move, hold, loop = np.asarray(triangle, float), 0.5, 1.5, True
+    elif kind == 'steps':
+        poses, move, hold, loop = np.asarray(STEP_POSES, float), 0.3, 1.5, True
+    else:
+        poses = rng.uniform(RANDOM_LO, RANDOM_HI, (cfg.random_waypoints, 2))
+        move, hold, loop = float(rng.uniform(0.3, 0.8)), float(rng.uniform(0.4, 1.2)), False
+    t0 = 0.0
+    if loop and cfg.rest_start > 0 and rng.uniform() < cfg.rest_start:
+        return EpisodeReference(poses, move, hold, loop, 0.0, rest=True)
+    if cfg.random_start and loop:
+        v = int(rng.integers(len(poses)))
+        t0 = v * (move + hold) + move + float(rng.uniform(0.0, hold))
+    return EpisodeReference(poses, move, hold, loop, t0)
 
 
 class _Action:
@@ -141,35 +217,28 @@ class TrackEnv(gym.Env):
         **overrides: Any,
     ) -> None:
         self.cfg = replace(config or TrackConfig(), **overrides)
-        leg = load_leg(overrides=self.cfg.leg_overrides or None).with_timestep(PHYSICS_DT)
+        if self.cfg.randomize is not None:
+            raise ValueError(
+                'TrackEnv runs one leg (leg_overrides); randomised legs: VectorTrackEnv'
+            )
+        leg = load_leg(overrides=self.cfg.leg_overrides or None).with_timestep(self.cfg.physics_dt)
         self.leg = leg
         self.params = StaticParams.from_leg(leg)
+        # the controller's and the reference node's model of the leg (config/leg.yaml)
+        self.control_params = StaticParams.from_leg(load_leg())
         self.leg_model = LegModel(leg)
+        self._rest_q: np.ndarray | None = None  # the leg at rest at 0 kPa (rest_start)
         self.valve = leg.valve
-        n_obs = OBS_SIZE + (6 if self.cfg.privileged else 0)
+        n_obs = len(self.cfg.io.layout) + (6 if self.cfg.privileged else 0)
         self.observation_space = gym.spaces.Box(-np.inf, np.inf, (n_obs,), np.float64)
         self.action_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
         self.max_steps: int | None = episode_steps(self.cfg.episode_s)
-        self._triangle = triangle_poses(self.params)
+        self._triangle = triangle_poses(self.control_params)
         self.sim: LegSimulator | None = None
         self.render_mode = render_mode
         self._renderer = EnvRenderer(render_mode, self.leg_model.model)
 
     # ----- episode ---------------------------------------------------------------------------
-    def _reference(self, reference: str) -> Waypoints:
-        cfg, rng = self.cfg, self.np_random
-        if reference == 'triangle':
-            return Waypoints(self._triangle.tolist(), move=0.5, hold=1.5)
-        if reference == 'steps':
-            return Waypoints(STEP_POSES, move=0.3, hold=1.5)
-        poses = rng.uniform(RANDOM_LO, RANDOM_HI, (cfg.random_waypoints, 2))
-        return Waypoints(
-            poses.tolist(),
-            move=float(rng.uniform(0.3, 0.8)),
-            hold=float(rng.uniform(0.4, 1.2)),
-            loop=False,
-        )
-
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[np.ndarray, dict[str, Any]]:
@@ -180,9 +249,14 @@ class TrackEnv(gym.Env):
         if reference not in REFERENCES:
             raise ValueError(f'reference {reference!r}: use one of {", ".join(REFERENCES)}')
         cfg = self.cfg
-        self.ref = self._reference(reference)
-        q0 = self.ref(0.0)[0]
-        p0 = np.clip(holding_pressures(q0, self.params), 0.0, cfg.p_max)
+        self.ref = draw_reference(cfg, self.np_random, self._triangle, reference)
+        if self.ref.rest:
+            if self._rest_q is None:
+                self._rest_q = self.leg_model.static_equilibrium(np.zeros(2))
+            q0, p0 = self._rest_q, np.zeros(2)
+        else:
+            q0 = self.ref.start
+            p0 = np.clip(holding_pressures(q0, self.params), 0.0, cfg.p_max)
         rig = SimulatedRig.build(
             self.leg_model, self.valve, q0, p0, cfg, int(self.np_random.integers(2**31))
         )
@@ -193,6 +267,7 @@ class TrackEnv(gym.Env):
         self.t = 0.0
         self.k = 0
         self.u_prev = np.zeros(2)  # kPa, as the policy controller starts
+        self.core = PolicyCore(cfg.io, self.control_params, 1)
         self._last_q = q0
         self._estimate()
         if self.render_mode == 'human':
@@ -217,9 +292,7 @@ class TrackEnv(gym.Env):
         if self.est.status == Status.INVALID:  # no estimate: the last good one, no motion
             q, qd = self._last_q, np.zeros(2)
         self._last_q = q
-        obs = observation(
-            q, qd, self.q_ref, self.qd_ref, kpa_to_action(self.u_prev, self.cfg.p_max)
-        )
+        obs = self.core.observe(q, qd, self.q_ref, self.qd_ref, PERIOD, self.cfg.p_max)[0]
         if self.cfg.privileged:
             q_true, qd_true = self.sim.joint_state()
             p = kpa_to_action(self.sim.pressures, self.cfg.p_max)
@@ -230,11 +303,13 @@ class TrackEnv(gym.Env):
     def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         assert self.sim is not None, 'call reset() first'
         cfg = self.cfg
-        self.action_ctrl.p = action_to_kpa(np.asarray(action, float).reshape(2), cfg.p_max)
+        self.action_ctrl.p = self.core.command(np.asarray(action, float), cfg.p_max)[0]
         self.control.set_reference(self.q_ref, self.qd_ref, self.t)
         cmd = self.control.step(self.est.position, self.est.velocity, self.t, self.t)
         u_prev_scaled = kpa_to_action(self.u_prev, cfg.p_max)
         self.u_prev = np.zeros(2) if cmd.vented else cmd.pressures
+        if cmd.vented:
+            self.core.vent(np.ones(1, bool))
         self.sim.set_command(self.driver(cmd.pressures.tolist(), self.t))
         self.sim.advance(PERIOD)
         self.t = (self.k + 1) * PERIOD

@@ -5,8 +5,10 @@ Two ways, both ending in the NumPy `.npz` policy that `equimus_control.policy` l
 - `ppo` (the `rl` extra: stable-baselines3 + torch): PPO on the batched tracking environment
   (`VectorTrackEnv` through `equimus_learning.sb3.SB3VecEnv`) with observation normalisation, a
   progress bar and TensorBoard logs; the trained zip is exported to `.npz`
-  (`equimus_control.policy.sb3_to_arrays`). `PPOConfig` holds the run; `env` holds the
-  environment's `TrackConfig` overrides (noise, drops, weights: where domain randomisation goes).
+  (`equimus_control.policy.sb3_to_arrays`). `PPOConfig` holds the run: `io` how the policy
+  observes and acts (a residual on the tuned PID: `PolicyIO(base='pid')`), `minutes` a wall-clock
+  budget, `env` the environment's `TrackConfig` overrides (references, noise, drops, weights,
+  `randomize`: the legs drawn per episode, equimus_learning.randomize).
 - `distil` (base install, NumPy only, seconds): behaviour cloning of the PID controller into a
   one-hidden-layer network. The hidden layer is a fixed random tanh layer and the output layer is
   the ridge-regression solution on atanh of the PID's actions (closed form, no gradient steps);
@@ -27,7 +29,7 @@ import numpy as np
 
 from equimus_control.controller import Estimate, Reference
 from equimus_control.pid import PIDController, PIDGains
-from equimus_control.policy import MLP, OBS_SIZE, kpa_to_action, save_mlp
+from equimus_control.policy import MLP, OBS_SIZE, PolicyIO, kpa_to_action, save_mlp
 
 from .env import TrackEnv
 
@@ -93,8 +95,9 @@ def distil_pid(
 
 
 def evaluate(policy: Callable[[np.ndarray], np.ndarray], reference: str, seeds: range) -> float:
-    """Mean episode return of a deterministic policy on the tracking environment."""
-    env = TrackEnv(reference=reference)
+    """Mean episode return of a deterministic policy on the tracking environment (an `MLP`
+    observes and acts as its `PolicyIO` says)."""
+    env = TrackEnv(reference=reference, io=getattr(policy, 'io', PolicyIO()))
     returns = []
     for s in seeds:
         obs, _ = env.reset(seed=s)
@@ -124,11 +127,14 @@ class PPOConfig:
     gae_lambda: float = 0.95
     ent_coef: float = 0.0
     net_arch: tuple[int, ...] = (64, 64)
+    log_std_init: float = 0.0  # of the Gaussian's σ per action (actions in [-1, 1])
     nthread: int = 2  # MuJoCo rollout threads
     torch_threads: int = 1  # more: OpenMP's spinning threads take the cores from the rollout
     seed: int = 0
     reference: str = 'random'
     env: dict[str, Any] = field(default_factory=dict)  # TrackConfig overrides
+    io: PolicyIO = field(default_factory=PolicyIO)  # how the policy observes and acts
+    minutes: float = 0.0  # wall-clock budget of the training (0: none); stops after an update
 
 
 def make_training_env(cfg: PPOConfig) -> Any:
@@ -145,6 +151,7 @@ def make_training_env(cfg: PPOConfig) -> Any:
         nthread=cfg.nthread,
         autoreset_mode=AutoresetMode.SAME_STEP,
         reference=cfg.reference,
+        io=cfg.io,
         **cfg.env,
     )
     venv = SB3VecEnv(vec, info_keys=())
@@ -238,6 +245,7 @@ def train_ppo(
 
     torch.set_num_threads(cfg.torch_threads)
     os.makedirs(out_dir, exist_ok=True)
+    t_start = time.perf_counter()
     venv = make_training_env(cfg)
     try:
         import tensorboard  # noqa: F401
@@ -257,25 +265,46 @@ def train_ppo(
         ent_coef=cfg.ent_coef,
         seed=cfg.seed,
         tensorboard_log=tb,
-        policy_kwargs={'net_arch': list(cfg.net_arch)},
+        policy_kwargs={'net_arch': list(cfg.net_arch), 'log_std_init': cfg.log_std_init},
         device='cpu',
         verbose=0,
     )
     save_mlp(
         os.path.join(out_dir, 'policy_untrained.npz'),
-        mlp_from_arrays(sb3_to_arrays(model), 'the untrained policy'),
+        mlp_from_arrays(sb3_to_arrays(model, cfg.io), 'the untrained policy'),
         algo='ppo',
         steps=0,
     )
     t0 = time.perf_counter()
-    model.learn(total_timesteps=cfg.steps, progress_bar=progress_bar)
+    callback = _WallClock(t_start + 60.0 * cfg.minutes) if cfg.minutes > 0 else None
+    model.learn(total_timesteps=cfg.steps, progress_bar=progress_bar, callback=callback)
     seconds = time.perf_counter() - t0
     zip_path = os.path.join(out_dir, 'policy.zip')
     model.save(zip_path)
     venv.save(os.path.join(out_dir, VECNORMALIZE_FILE))
     venv.close()
-    arrays = sb3_to_arrays(model)
+    arrays = sb3_to_arrays(model, cfg.io)
     mlp = mlp_from_arrays(arrays, zip_path)
     npz_path = os.path.join(out_dir, 'policy.npz')
-    save_mlp(npz_path, mlp, algo='ppo', steps=model.num_timesteps, seconds=seconds)
+    save_mlp(
+        npz_path,
+        mlp,
+        algo='ppo',
+        steps=model.num_timesteps,
+        seconds=seconds,
+        wall_seconds=time.perf_counter() - t_start,
+    )
     return zip_path, npz_path
+
+
+def _WallClock(deadline: float) -> Any:
+    """A stable-baselines3 callback that ends training once time.perf_counter() passes
+    `deadline` (the budget includes building the environment): the rollout in progress is
+    dropped, the model is the one of the last update."""
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    class WallClock(BaseCallback):
+        def _on_step(self) -> bool:
+            return time.perf_counter() < deadline
+
+    return WallClock()

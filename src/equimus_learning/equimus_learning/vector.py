@@ -34,7 +34,7 @@ masks, and in SAME_STEP mode `final_obs` / `final_info` of the environments that
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import gymnasium as gym
@@ -44,7 +44,7 @@ from gymnasium.vector import AutoresetMode
 from mujoco import rollout
 
 from equimus_control.estimation import EstimatorConfig
-from equimus_control.policy import OBS_SIZE, action_to_kpa, kpa_to_action, observation
+from equimus_control.policy import PolicyCore, kpa_to_action
 from equimus_control.reference import triangle_poses
 from equimus_description.leg import load_leg
 from equimus_description.statics import StaticParams, holding_pressures
@@ -54,23 +54,49 @@ from equimus_sim.leg_model import LegModel
 from equimus_sim.render import RENDER_FPS
 
 from .env import (
-    PHYSICS_DT,
-    RANDOM_HI,
-    RANDOM_LO,
     STEP_POSES,
     TrackConfig,
     check_options,
+    draw_reference,
     episode_steps,
 )
 
 PERIOD = 1.0 / 120.0
-SUBSTEPS = int(round(PERIOD / PHYSICS_DT))
 LUT_STEP_KPA = 1e-3
 
 
 def _min_jerk(s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     s = np.clip(s, 0.0, 1.0)
     return 10 * s**3 - 15 * s**4 + 6 * s**5, 30 * s**2 - 60 * s**3 + 30 * s**4
+
+
+@dataclass
+class _Variant:
+    """One leg the environments may run on: its model, static map, motor gains and valve."""
+
+    lm: LegModel
+    params: StaticParams
+    gain: np.ndarray  # N per kPa, per actuator
+    delay_steps: int  # dead time in physics steps
+    a_fill: np.ndarray  # per-physics-step decay of the fill and vent lags, per valve
+    a_vent: np.ndarray
+    scratch: Any
+    rest_q: np.ndarray | None = None  # at rest at 0 kPa, computed when first needed
+
+    @classmethod
+    def of(cls, leg: Any, lm: LegModel, params: StaticParams, dt: float) -> _Variant:
+        v = leg.valve
+        fill = np.broadcast_to(np.asarray(v.tau_fill, float), (2,))
+        vent = np.broadcast_to(np.asarray(v.tau_vent, float), (2,))
+        return cls(
+            lm,
+            params,
+            np.asarray(lm.areas, float) * 1e3,
+            int(round(v.dead_time / dt)),
+            np.exp(-dt / fill),
+            np.exp(-dt / vent),
+            mujoco.MjData(lm.model),
+        )
 
 
 class VectorTrackEnv(gym.vector.VectorEnv):
@@ -113,27 +139,34 @@ class VectorTrackEnv(gym.vector.VectorEnv):
         if self.cfg.privileged:
             raise ValueError('VectorTrackEnv has no privileged observation; use TrackEnv')
         self.num_envs = n = int(num_envs)
-        leg = load_leg(overrides=self.cfg.leg_overrides or None).with_timestep(PHYSICS_DT)
+        self._dt = self.cfg.physics_dt
+        self._substeps = int(round(PERIOD / self._dt))
+        leg = load_leg(overrides=self.cfg.leg_overrides or None).with_timestep(self._dt)
         self.params = StaticParams.from_leg(leg)
+        # the controller's and the reference node's model of the leg (config/leg.yaml)
+        self.control_params = StaticParams.from_leg(load_leg())
         self.lm = LegModel(leg)
         self.model = self.lm.model
         self.nthread = max(1, int(nthread))
         self.datas = [mujoco.MjData(self.model) for _ in range(self.nthread)]
         self._models = [self.model] * n  # rollout's fast path (skip_checks) takes one per env
         self._scratch = mujoco.MjData(self.model)
+        self._variants = self._build_variants(leg)
+        self.variant = np.zeros(n, dtype=int)  # each environment's leg (self._variants)
         self._runner = rollout.Rollout(nthread=self.nthread)
         self._state_sig = mujoco.mjtState.mjSTATE_FULLPHYSICS
         nstate = mujoco.mj_stateSize(self.model, self._state_sig)
         self._qpos0 = mujoco.mj_stateSize(self.model, mujoco.mjtState.mjSTATE_TIME)
         self._qvel0 = self._qpos0 + self.model.nq
         self.state = np.zeros((n, nstate))
-        self._out = np.zeros((n, SUBSTEPS, nstate))
-        self._ctrl = np.zeros((n, SUBSTEPS, self.model.nu))
+        self._out = np.zeros((n, self._substeps, nstate))
+        self._ctrl = np.zeros((n, self._substeps, self.model.nu))
         gain = np.asarray(self.lm.areas, float) * 1e3  # N per kPa
         ctrl_act = np.zeros(self.model.nu, dtype=int)
         for i, row in enumerate(np.asarray(self.lm.ctrl_idx).reshape(len(gain), -1)):
             ctrl_act[row] = i
         self._motor_gain, self._motor_act = gain[ctrl_act], ctrl_act
+        self._env_gain = np.tile(self._motor_gain, (n, 1))  # per environment's leg
         self.valve = leg.valve
         drv = DriverConfig()
         cal = drv.calibration()
@@ -149,22 +182,35 @@ class VectorTrackEnv(gym.vector.VectorEnv):
         self._safe_lo = np.asarray(self.cfg.safety.safe_min, float)
         self._safe_hi = np.asarray(self.cfg.safety.safe_max, float)
         self.max_steps = episode_steps(self.cfg.episode_s)
-        self._triangle = triangle_poses(self.params)
-        self.single_observation_space = gym.spaces.Box(-np.inf, np.inf, (OBS_SIZE,), np.float64)
+        self._triangle = triangle_poses(self.control_params)
+        n_obs = len(self.cfg.io.layout)
+        self.single_observation_space = gym.spaces.Box(-np.inf, np.inf, (n_obs,), np.float64)
         self.single_action_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
         self.observation_space = gym.vector.utils.batch_space(self.single_observation_space, n)
         self.action_space = gym.vector.utils.batch_space(self.single_action_space, n)
-        K = self.cfg.random_waypoints if self.cfg.reference == 'random' else 3
+        K = max(self.cfg.random_waypoints, len(STEP_POSES), len(self._triangle))
         self.poses = np.zeros((n, K, 2))
-        self.move = np.zeros(n)
-        self.hold = np.zeros(n)
-        self.loop = self.cfg.reference != 'random'
+        self.n_poses = np.full(n, K)
+        self.move = np.ones(n)
+        self.hold = np.ones(n)
+        self.loop = np.zeros(n, bool)
+        self.t0 = np.zeros(n)  # s: the reference time each episode starts at
         self.k = np.zeros(n, dtype=int)
         self.p_valve = np.zeros((n, 2))  # kPa, valve pressures
         # per-step commands the valve's dead time still holds, per environment
-        self._history = np.zeros((n, self.valve.history_steps(PHYSICS_DT), 2))
+        self._history = np.zeros((n, self.valve.history_steps(self._dt), 2))
         self.out = np.zeros((n, 2))  # kPa, the driver's output (after slew)
         self.u_prev = np.zeros((n, 2))  # kPa, last command (as the policy controller keeps it)
+        self.core = PolicyCore(self.cfg.io, self.control_params, n)  # the policy's view
+        self._obs_buf = np.zeros((n, n_obs))
+        # per-environment valves (randomised legs): commands of the last periods, latest first
+        self._valve_hist = np.zeros((n, self._valve_depth, 2))
+        v0 = self._variants[0]
+        self._env_valve = (
+            np.full(n, v0.delay_steps),
+            np.tile(v0.a_fill, (n, 1)),
+            np.tile(v0.a_vent, (n, 1)),
+        )
         self.x = np.zeros((n, 2, 2))  # Kalman state [joint, (angle, rate)]
         self.P = np.zeros((n, 2, 3))  # covariance (p00, p01, p11) per joint
         self.held = np.zeros(n)  # s since the last good frame
@@ -177,19 +223,36 @@ class VectorTrackEnv(gym.vector.VectorEnv):
         self._autoreset = np.zeros(n, bool)
         self._renderer: Any = None
 
+    # ----- randomised legs ----------------------------------------------------------------------
+    def _build_variants(self, leg: Any) -> list[_Variant]:
+        """The legs episodes draw from: the configured one, or `cfg.randomize.pool` legs drawn
+        from its intervals (built once, from the randomisation's own seed: the pool is part of
+        the environment, like its model; each episode draws one of them)."""
+        rand = self.cfg.randomize
+        if rand is None:
+            self._valve_depth = 1
+            return [_Variant.of(leg, self.lm, self.params, self._dt)]
+        rng = np.random.default_rng(rand.seed)
+        out = []
+        for _ in range(rand.pool):
+            overrides = dict(rand.sample(rng))
+            vleg = load_leg(overrides=overrides).with_timestep(self._dt)
+            out.append(_Variant.of(vleg, LegModel(vleg), StaticParams.from_leg(vleg), self._dt))
+        self._valve_depth = 2 + max(v.delay_steps for v in out) // self._substeps
+        return out
+
     # ----- reference ---------------------------------------------------------------------------
     def _reference(self, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        n, K = self.poses.shape[:2]
+        n = self.poses.shape[0]
+        t = t + self.t0
         seg = self.move + self.hold
         k = np.floor(t / seg).astype(int)
         tau = t - k * seg
         idx = np.arange(n)
-        if self.loop:
-            b_i, a_i = k % K, (k - 1) % K
-            done = np.zeros(n, bool)
-        else:
-            done = k >= K
-            b_i, a_i = np.minimum(k, K - 1), np.clip(k - 1, 0, K - 1)
+        K = self.n_poses
+        done = ~self.loop & (k >= K)
+        b_i = np.where(self.loop, k % K, np.minimum(k, K - 1))
+        a_i = np.where(self.loop, (k - 1) % K, np.clip(k - 1, 0, K - 1))
         a, b = self.poses[idx, a_i], self.poses[idx, b_i]
         s, ds = _min_jerk(tau / self.move)
         first = (k == 0) | done
@@ -203,19 +266,31 @@ class VectorTrackEnv(gym.vector.VectorEnv):
         cfg = self.cfg
         for i in ids:
             rng = self.rngs[i]
-            if cfg.reference == 'random':
-                self.poses[i] = rng.uniform(RANDOM_LO, RANDOM_HI, self.poses.shape[1:])
-                self.move[i], self.hold[i] = rng.uniform(0.3, 0.8), rng.uniform(0.4, 1.2)
-            elif cfg.reference == 'triangle':
-                self.poses[i], self.move[i], self.hold[i] = self._triangle, 0.5, 1.5
+            ref = draw_reference(cfg, rng, self._triangle)
+            K = len(ref.poses)
+            self.poses[i, :K] = ref.poses
+            self.poses[i, K:] = ref.poses[-1]
+            self.n_poses[i], self.loop[i] = K, ref.loop
+            self.move[i], self.hold[i], self.t0[i] = ref.move, ref.hold, ref.t0
+            v = int(rng.integers(len(self._variants))) if cfg.randomize is not None else 0
+            self.variant[i] = v
+            var = self._variants[v]
+            self._models[i] = var.lm.model
+            self._env_gain[i] = var.gain[self._motor_act]
+            self._env_valve[0][i] = var.delay_steps
+            self._env_valve[1][i], self._env_valve[2][i] = var.a_fill, var.a_vent
+            if ref.rest:  # at rest at 0 kPa, as the sim graph starts
+                if var.rest_q is None:
+                    var.rest_q = var.lm.static_equilibrium(np.zeros(2))
+                q0, p0 = var.rest_q, np.zeros(2)
             else:
-                self.poses[i], self.move[i], self.hold[i] = STEP_POSES, 0.3, 1.5
-            q0 = self.poses[i, 0]
-            p0 = np.clip(holding_pressures(q0, self.params), 0.0, cfg.p_max)
-            self.lm.reset(self._scratch, q0)
-            mujoco.mj_getState(self.model, self._scratch, self.state[i], self._state_sig)
+                q0 = ref.start
+                p0 = np.clip(holding_pressures(q0, var.params), 0.0, cfg.p_max)
+            var.lm.reset(var.scratch, q0)
+            mujoco.mj_getState(var.lm.model, var.scratch, self.state[i], self._state_sig)
             self.p_valve[i] = p0
             self._history[i] = p0  # settled
+            self._valve_hist[i] = p0
             self.out[i] = p0
             if self._sigma_z > 0:
                 self._noise_buf[i] = rng.normal(0.0, self._sigma_z, self._noise_buf.shape[1:])
@@ -223,6 +298,7 @@ class VectorTrackEnv(gym.vector.VectorEnv):
                 self._drop_buf[i] = rng.random(self._drop_buf.shape[1]) < cfg.drop_probability
         self.k[ids] = 0
         self.u_prev[ids] = 0.0
+        self.core.reset(ids)
         q_true = self.state[ids, self._qpos0 :][:, self.lm.qpos_idx]
         self.x[ids, :, 0] = q_true + self._noise_buf[ids, 0]
         self.x[ids, :, 1] = 0.0
@@ -251,46 +327,70 @@ class VectorTrackEnv(gym.vector.VectorEnv):
             for i in np.flatnonzero(mask):
                 if seeds[i] is not None:
                     self.rngs[i] = np.random.default_rng(seeds[i])
-        self._reset_envs(np.flatnonzero(mask))
+        ids = np.flatnonzero(mask)
+        self._reset_envs(ids)
         self._autoreset[mask] = False
-        return self._obs(), {}
+        return self._obs(ids), {}
 
-    def _obs(self) -> np.ndarray:
+    def _obs(self, rows: np.ndarray | None = None) -> np.ndarray:
+        """The observations, recomputed for `rows` (a cycle of the policy's view: once per
+        step, and again for the environments that were reset); the others are kept."""
         q_ref, qd_ref = self._reference(self.k * PERIOD)
         self.q_ref, self.qd_ref = q_ref, qd_ref
-        return observation(
-            self.est_q, self.est_qd, q_ref, qd_ref, kpa_to_action(self.u_prev, self.cfg.p_max)
+        r = np.arange(self.num_envs) if rows is None else rows
+        self._obs_buf[r] = self.core.observe(
+            self.est_q[r], self.est_qd[r], q_ref[r], qd_ref[r], PERIOD, self.cfg.p_max, rows=r
         )
+        return self._obs_buf.copy()
 
     # ----- step --------------------------------------------------------------------------------
+    def _valves(self, applied: np.ndarray) -> np.ndarray:
+        """Valve pressures (n, substeps, 2) over the period for the driver's outputs `applied`."""
+        if self.cfg.randomize is None:
+            p_steps, history = hold(
+                self.valve, self.p_valve, applied, self._substeps, self._dt, self._history
+            )
+            if history is not None:
+                self._history = history
+            return p_steps
+        # each environment's own valve: dead time on the physics step grid, fill/vent lag
+        self._valve_hist = np.roll(self._valve_hist, 1, axis=1)
+        self._valve_hist[:, 0] = applied
+        idx = np.arange(self.num_envs)
+        delay, a_fill, a_vent = self._env_valve
+        p = self.p_valve
+        out = np.empty((self.num_envs, self._substeps, 2))
+        for s in range(self._substeps):
+            u = self._valve_hist[idx, -((s - delay) // self._substeps)]
+            p = u + (p - u) * np.where(u > p, a_fill, a_vent)
+            out[:, s] = p
+        return out
+
     def step(
         self, actions: Any
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         cfg, n = self.cfg, self.num_envs
         starting = np.flatnonzero(self._autoreset)  # NEXT_STEP: finished last step, reset now
-        cmd = action_to_kpa(np.asarray(actions, float).reshape(n, 2), cfg.p_max)
+        cmd = self.core.command(np.asarray(actions, float).reshape(n, 2), cfg.p_max).copy()
         guard = np.any((self.est_q < self._safe_lo) | (self.est_q > self._safe_hi), axis=1)
         cmd[guard] = 0.0
+        self.core.vent(guard)
         u_prev_scaled = kpa_to_action(self.u_prev, cfg.p_max)
         self.u_prev = cmd
         # valve driver: clamp (NaN vents), slew, DAC quantisation
         target = np.clip(np.nan_to_num(cmd, nan=0.0), 0.0, self._max_kpa)
         self.out = self.out + np.clip(target - self.out, -self._slew, self._slew)
         applied = self._lut[np.rint(self.out / LUT_STEP_KPA).astype(int)]
-        # valves (the description's model per physics step) → motor forces
-        p_steps, history = hold(
-            self.valve, self.p_valve, applied, SUBSTEPS, PHYSICS_DT, self._history
-        )
-        if history is not None:
-            self._history = history
+        # valves → motor forces
+        p_steps = self._valves(applied)
         self.p_valve = p_steps[:, -1]
-        np.multiply(p_steps[:, :, self._motor_act], self._motor_gain, out=self._ctrl)
+        np.multiply(p_steps[:, :, self._motor_act], self._env_gain[:, None, :], out=self._ctrl)
         self._runner.rollout(
             self._models,
             self.datas,
             self.state,
             self._ctrl,
-            nstep=SUBSTEPS,
+            nstep=self._substeps,
             state=self._out,
             skip_checks=True,
         )
@@ -300,7 +400,8 @@ class VectorTrackEnv(gym.vector.VectorEnv):
         qpos = self.state[:, self._qpos0 : self._qvel0]
         q_true = qpos[:, self.lm.qpos_idx]
         self._estimate(q_true)
-        q_ref, _ = self._reference(self.k * PERIOD)
+        obs = self._obs()
+        q_ref = self.q_ref
         err = q_true - q_ref
         du = kpa_to_action(cmd, cfg.p_max) - u_prev_scaled
         reward = -(
@@ -317,7 +418,6 @@ class VectorTrackEnv(gym.vector.VectorEnv):
         reward = np.where(terminated, reward - cfg.fall_penalty, reward)
         reward = np.nan_to_num(reward, nan=-cfg.fall_penalty)
         truncated = ~terminated & (self.k >= self.max_steps)
-        obs = self._obs()
         info = {
             'q': q_true.copy(),
             'q_ref': q_ref,
@@ -336,13 +436,14 @@ class VectorTrackEnv(gym.vector.VectorEnv):
                 infos['final_obs'], infos['_final_obs'] = final_obs, done.copy()
                 infos['final_info'] = _with_masks(info, done)
                 infos['_final_info'] = done.copy()
-                self._reset_envs(np.flatnonzero(done))
-                obs = self._obs()
+                ids = np.flatnonzero(done)
+                self._reset_envs(ids)
+                obs = self._obs(ids)
         else:
             has_info = np.ones(n, bool)
             if starting.size:  # this step of theirs is a reset: the step above is discarded
                 self._reset_envs(starting)
-                obs = self._obs()
+                obs = self._obs(starting)
                 reward[starting] = 0.0
                 terminated[starting] = truncated[starting] = False
                 has_info[starting] = False
