@@ -198,6 +198,7 @@ def build_parser() -> argparse.ArgumentParser:
         help='run the board firmware built for this computer instead of the Python board '
         '(firmware/host/README.md)',
     )
+    add_valve_error_arguments(p)
     return p
 
 

@@ -570,7 +570,10 @@ def _floats(text: str) -> tuple[float, ...]:
 #: The per-channel valve errors as command-line options: option -> (keyword, meaning).
 VALVE_ERROR_OPTIONS = {
     '--dac-gain': ('dac_gain', "each channel's DAC chain gain (setpoint V per nominal V)"),
-    '--dac-offset-kpa': ('dac_offset_kpa', "each channel's DAC chain offset, kPa"),
+    '--dac-offset-kpa': (
+        'dac_offset_kpa',
+        "each channel's DAC chain offset, kPa (a negative first value: --dac-offset-kpa=-2,1)",
+    ),
     '--adc-noise-kpa': ('adc_noise_kpa', 'standard deviation of each read-back, kPa'),
 }
 

@@ -103,13 +103,17 @@ class BoardProbe:
         end = time.monotonic() + wait_s
         while True:
             try:
-                self._ser = serial.Serial(self.port, self.baud, timeout=0.005, write_timeout=0.5)
+                # exclusive: a valve driver holding the board makes this fail, and vice versa
+                self._ser = serial.Serial(
+                    self.port, self.baud, timeout=0.005, write_timeout=0.5, exclusive=True
+                )
                 break
             except (serial.SerialException, OSError, ValueError) as exc:
                 if time.monotonic() >= end:
                     raise CommissionError(
-                        f'cannot open {self.port}: {exc}; check the USB cable, serial_port:= '
-                        'and that your user may open it (docs/rig.md, "The PC")'
+                        f'cannot open {self.port}: {exc}; check the USB cable, serial_port:=, '
+                        'that your user may open it (docs/rig.md, "The PC") and that no valve '
+                        'driver (a running graph) holds it'
                     ) from None
                 time.sleep(0.2)
         self._ser.reset_input_buffer()
@@ -292,6 +296,7 @@ class Level:
     nominal_kpa: float
     t: list[float] = dataclasses.field(default_factory=list)
     kpa: list[tuple[float, ...]] = dataclasses.field(default_factory=list)
+    end: float = math.nan  # where the stepped channel's read-back ends (`fit_channel`, `final`)
 
     def settled(self, channel: int) -> float:
         """Mean read-back of `channel` over the last SETTLED_FRACTION of the hold."""
@@ -444,6 +449,8 @@ def fit_channel(levels: Sequence[Level], channel: int, name: str) -> ChannelFit:
         dead = float(np.median([d for d, _, _ in rising])) if rising else math.nan
         tau = float(np.median([tau for _, tau, _ in rising])) if rising else math.nan
         ends = [final(lv, channel, p0, dead, tau) for lv, p0 in zip(regulated, starts, strict=True)]
+    for lv, end in zip(regulated, ends, strict=True):
+        lv.end = end
     x = np.array([lv.nominal_kpa for lv in regulated])
     y = np.array(ends)
     gain, offset = np.polyfit(x, y, 1)
