@@ -527,7 +527,7 @@ def run(overrides: Mapping[str, str], out: str, hold_s: float, wait_s: float) ->
     mocap = Mocap(cfg)
     probe = C.BoardProbe(args['serial_port'], cfg.driver.baud)
     results: dict[str, Any] = {}
-    try:
+    try:  # a Ctrl-C (KeyboardInterrupt) leaves through here too: the board is vented
         step(report, 'Motive', lambda: check_motive(cfg, mocap, MOTIVE_S, wait_s))
         if report.passed('Motive'):
             step(report, 'Estimator', lambda: check_pose(cfg, mocap))
@@ -618,7 +618,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not 0.2 <= hold <= 30.0 or not 0.0 <= ns.wait <= 600.0:
         print('equimus check rig: --hold must be 0.2-30 s and --wait 0-600 s', file=sys.stderr)
         return 2
-    return run(overrides, ns.out, hold, ns.wait)
+    try:
+        return run(overrides, ns.out, hold, ns.wait)
+    except KeyboardInterrupt:
+        print('equimus check rig: interrupted; the board was vented', file=sys.stderr)
+        return 130
 
 
 if __name__ == '__main__':

@@ -32,11 +32,14 @@ from .calibration import (
     with_fit,
 )
 
-#: s the board has to answer HELLO, and any other request.
+#: s the board has to answer HELLO (asked HELLO_TRIES times: an emulated board on a loaded
+#: computer can miss one), and any other request.
 HELLO_TIMEOUT_S = 0.5
+HELLO_TRIES = 3
 REPLY_TIMEOUT_S = 0.05
-#: Requests in a row without an answer before the board counts as gone.
-MAX_SILENT = 5
+#: s without any reply, requests being sent, before the board counts as gone (the driver's
+#: link_timeout_s is 0.5 s; an emulated board on a loaded computer can pause for 0.3 s).
+SILENT_S = 1.0
 #: PINGs for the round-trip figures.
 PINGS = 100
 #: The code the watchdog test leaves on every channel: not zero (the board's watchdog only vents a
@@ -95,7 +98,7 @@ class BoardProbe:
         self._ser: serial.Serial | None = None
         self._decoder = P.FrameDecoder()
         self._seq = 0
-        self._silent = 0
+        self._last_reply = math.inf  # monotonic time of the last reply (inf: none asked yet)
 
     def open(self, wait_s: float = 0.0) -> P.Info:
         """Open the port (retrying up to `wait_s` while it does not exist yet) and identify the
@@ -118,13 +121,18 @@ class BoardProbe:
                 time.sleep(0.2)
         self._ser.reset_input_buffer()
         self._ser.write(b'\x00')  # ends a partial frame left in the board's buffer
-        reply, _ = self._request(P.Hello(self._next_seq()), HELLO_TIMEOUT_S)
+        reply = None
+        for _ in range(HELLO_TRIES):
+            reply, _ = self._request(P.Hello(self._next_seq()), HELLO_TIMEOUT_S)
+            if isinstance(reply, P.Info):
+                break
         if not isinstance(reply, P.Info):
             raise CommissionError(
-                f'the board on {self.port} did not answer HELLO within {HELLO_TIMEOUT_S:g} s: '
-                'is it powered and running the equimus firmware (docs/rig.md, "Flashing the '
-                'firmware")?'
+                f'the board on {self.port} did not answer HELLO ({HELLO_TRIES} × '
+                f'{HELLO_TIMEOUT_S:g} s): is it powered and running the equimus firmware '
+                '(docs/rig.md, "Flashing the firmware")?'
             )
+        self._last_reply = time.monotonic()
         self.info = reply
         return reply
 
@@ -183,18 +191,17 @@ class BoardProbe:
                 elif isinstance(item, P.Nak):
                     self.stats.naks[P.REASON_NAMES.get(item.reason, str(item.reason))] += 1
                     if item.seq == msg.seq:
-                        self._silent = 0
+                        self._last_reply = now
                         return item, now - t0
                 elif item.seq == msg.seq:
-                    self._silent = 0
+                    self._last_reply = now
                     return item, now - t0
             if now >= deadline:
                 self.stats.timeouts += 1
-                self._silent += 1
-                if self._silent >= MAX_SILENT:
+                if now - self._last_reply > SILENT_S:
                     raise CommissionError(
-                        f'the board on {self.port} stopped answering ({MAX_SILENT} requests '
-                        'without a reply): check its USB cable and power'
+                        f'the board on {self.port} stopped answering (no reply for '
+                        f'{now - self._last_reply:.1f} s): check its USB cable and power'
                     )
                 return None, now - t0
 
