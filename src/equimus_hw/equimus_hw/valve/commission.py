@@ -58,6 +58,9 @@ VERIFY_TOLERANCE_KPA = 3.0
 HOLD_S = 1.5  # s each level is held (≈ 7 time constants of the authors' 0.217 s valve)
 SET_PERIOD_S = 0.01  # s between SETs (and read-backs) while a level is held
 SETTLED_FRACTION = 0.2  # the last fifth of a hold is averaged as the settled read-back
+#: A step is carried to its end (`final`) only if less than this fraction of it was still to go
+#: where the settled window begins; else the lag fit is not trusted and the mean is taken.
+MAX_LEFT = 0.1
 #: A first step that reads back less than this fraction of itself: the valve does not follow.
 MOVED_FRACTION = 0.3
 #: After the vent, a read-back above this (kPa) means the valve does not vent.
@@ -67,10 +70,17 @@ VENTED_KPA = 2.0
 MAX_RESIDUAL_KPA = 2.5
 #: kPa the vented channel may read while the other one is stepped (above: crossed wiring).
 CROSSTALK_KPA = 3.0
+#: Tries of one valve's test that its board's watchdog may interrupt.
+ATTEMPTS = 3
 
 
 class CommissionError(RuntimeError):
     """A check failed; str() is the one-line report (what happened, what to do)."""
+
+
+class SelfVented(CommissionError):
+    """The board vented by itself during a hold (its watchdog: no SET for its watchdog_ms, or a
+    bad frame): the read-backs since are not the valve's answer to the command."""
 
 
 @dataclasses.dataclass
@@ -345,6 +355,8 @@ def hold(
         if now - t0 >= seconds:
             return level
         ack = probe.set(codes)
+        if ack is not None and ack.flags & (P.ACK_WATCHDOG_VENTED | P.ACK_BAD_FRAME_VENTED):
+            raise SelfVented(f'the board vented by itself (ACK flags 0x{ack.flags:02x})')
         if ack is not None and ack.measured is not None:
             level.t.append(time.monotonic() - t0)
             level.kpa.append(tuple(to_kpa(m) for m in ack.measured))
@@ -367,7 +379,37 @@ def check_valve(
     hold_s: float = HOLD_S,
 ) -> ValveResult:
     """Step channel `channel` through `levels` (kPa, by the nominal calibration) and vent, the
-    other channels vented; then fit it, and verify the fit at VERIFY_KPA."""
+    other channels vented; then fit it, and verify the fit at VERIFY_KPA. A test the board's
+    own watchdog interrupted (this computer sent no SET for watchdog_ms) is started over, at
+    most ATTEMPTS times."""
+    assert probe.info is not None, 'open() the probe first'
+    for _ in range(ATTEMPTS - 1):
+        try:
+            return _check_valve(probe, name, channel, nominal, to_kpa, watch, levels, hold_s)
+        except SelfVented:
+            probe.set([0] * probe.info.channels)
+            time.sleep(hold_s)  # let the valve vent before the test starts over
+    try:
+        return _check_valve(probe, name, channel, nominal, to_kpa, watch, levels, hold_s)
+    except SelfVented as exc:
+        probe.set([0] * probe.info.channels)
+        raise CommissionError(
+            f'{exc} in each of {ATTEMPTS} tests of {name}: this computer did not send a SET '
+            f'within the board watchdog\'s {probe.info.watchdog_ms} ms; run the check with '
+            'nothing else loading it'
+        ) from None
+
+
+def _check_valve(
+    probe: BoardProbe,
+    name: str,
+    channel: int,
+    nominal: ValveCalibration,
+    to_kpa: Callable[[int], float],
+    watch: Callable[[], str],
+    levels: Sequence[float],
+    hold_s: float,
+) -> ValveResult:
     assert probe.info is not None, 'open() the probe first'
     n = probe.info.channels
     result = ValveResult(name, channel, [])
@@ -491,6 +533,8 @@ def final(level: Level, channel: int, p0: float, dead: float, tau: float) -> flo
     if not (math.isfinite(dead) and math.isfinite(tau) and tau > 0):
         return level.settled(channel)
     start = level.t[-1] * (1.0 - SETTLED_FRACTION)
+    if math.exp(-max(0.0, start - dead) / tau) > MAX_LEFT:  # the lag or the hold is off: as seen
+        return level.settled(channel)
     ends = []
     for t, p in zip(level.t, level.kpa, strict=True):
         if t >= start:
