@@ -45,6 +45,7 @@ def test_fit_and_driver(new_board, harness, tmp_path):
             assert r.fit.dac_gain == pytest.approx(GAIN[ch], abs=0.015)
             assert r.fit.dac_offset_kpa == pytest.approx(OFFSET[ch], abs=0.6)
             assert r.fit.tau_fill_s == pytest.approx(board.valves[ch].tau, rel=0.3)
+            assert abs(r.verify_read_kpa - C.VERIFY_KPA) < 1.0
     assert board.codes == [0, 0] and board.invariant_violations == []
     path = write_calibration(str(tmp_path / 'cal.yaml'), CalibrationFile(fits, info.max_code))
     cal = load_calibration(path, ACTUATORS)

@@ -121,6 +121,8 @@ class EmulatedRig:
         # it is captured (a frame left queued would stay for the life of the process).
         for frame in self.mocap.release(self.sim.time + self.mocap.config.latency):
             for name, pose in frame.bodies.items():
+                if name not in self.natnet.ids:  # a body the Motive project lacks (--omit-body)
+                    continue
                 w, x, y, z = pose.orientation
                 lost = self._untracked_until.get(name, 0.0) > now
                 self.natnet.set_pose(
@@ -198,6 +200,14 @@ def build_parser() -> argparse.ArgumentParser:
         help='run the board firmware built for this computer instead of the Python board '
         '(firmware/host/README.md)',
     )
+    p.add_argument(
+        '--omit-body',
+        action='append',
+        default=[],
+        choices=BODIES,
+        metavar='NAME',
+        help='a rigid body Motive does not stream (a project without it); repeatable',
+    )
     add_valve_error_arguments(p)
     return p
 
@@ -211,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
         data_port=a.data_port,
         multicast=a.multicast,
         rate_hz=a.rate,
-        bodies=BODIES,
+        bodies=[b for b in BODIES if b not in a.omit_body],
     )
     try:
         rig = EmulatedRig(
