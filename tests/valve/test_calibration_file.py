@@ -98,7 +98,9 @@ def test_uncalibrated_a_gain_error_overshoots_50_kpa():
 def test_file_round_trip(tmp_path):
     fits = {'maa': ChannelFit(1.0587, -2.53, 0.01, 0.206, 0.209, 0.006, 0.48),
             'baa': ChannelFit(0.9406, 1.73)}  # fmt: skip
-    path = write_calibration(str(tmp_path / 'sub' / 'cal.yaml'), CalibrationFile(fits, 341, '1.0.0'))
+    path = write_calibration(
+        str(tmp_path / 'sub' / 'cal.yaml'), CalibrationFile(fits, 341, '1.0.0')
+    )
     got = load_calibration(path, ACTUATORS)
     assert got.board_max_code == 341 and got.firmware == '1.0.0' and got.written
     assert got.channels['maa'] == fits['maa']

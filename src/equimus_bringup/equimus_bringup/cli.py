@@ -2,7 +2,7 @@
 
 equimus launch sim [name:=value ...]       run the simulated-leg graph (same graph as sim.launch.py)
 equimus launch hardware [name:=value ...]  run the real-leg graph (same as hardware.launch.py)
-equimus check rig [name:=value ...]         check Motive, board, valves and pose; write the calibration
+equimus check rig [name:=value ...]         Motive, board, valves, pose; writes the calibration
 equimus valve arm|disarm|estop              arm, disarm or emergency-stop the running valve driver
 equimus args                                list the launch arguments
 equimus bag repair <bag>                    close a bag whose recorder died (keeps the original)

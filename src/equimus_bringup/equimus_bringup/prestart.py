@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from equimus_bringup.graph import (
+    ARGUMENTS,
     NO_CALIBRATION,
     RIG_ARGUMENTS,
     ProcessSpec,
@@ -127,7 +128,12 @@ def check_calibration(mode: str, args: Mapping[str, str], overrides: Mapping[str
     if mode != 'hardware' or not path or path == NO_CALIBRATION or args['check'] in ('true', '1'):
         return
     if not os.path.exists(path):
-        given = ' '.join(f'{k}:={v}' for k, v in overrides.items() if k in RIG_ARGUMENTS)
+        # the rig's arguments as given (launch passes every argument, the defaults too)
+        given = ' '.join(
+            f'{k}:={overrides[k]}'
+            for k in RIG_ARGUMENTS
+            if k in overrides and overrides[k] != ARGUMENTS[k][0]
+        )
         raise StartError(
             f'no valve calibration at {path}: run `equimus check rig{" " + given if given else ""}`'
             ' first (it checks Motive, the board and the pose, measures each valve and writes '

@@ -360,10 +360,10 @@ def range_text(safety: Any) -> str:
 
 
 def check_pose(cfg: RigConfig, mocap: Mocap) -> str:
-    frames = [f for f in mocap.since(time.monotonic() - 0.5) if f.q is not None]
-    if not frames:
+    qs = [f.q for f in mocap.since(time.monotonic() - 0.5) if f.q is not None]
+    if not qs:
         raise CheckError('no frame with base, thigh and calf all tracked in the last 0.5 s')
-    q = np.mean([f.q for f in frames], axis=0)
+    q = np.mean(qs, axis=0)
     problem = pose_problem(q, cfg.safety)
     if problem:
         raise CheckError(
@@ -433,6 +433,7 @@ def check_valves(
             report.add(section, False, str(exc))
             continue
         f = r.fit
+        assert f is not None, 'check_valve returns a fitted valve'
         report.add(
             section,
             True,

@@ -582,7 +582,9 @@ def add_valve_error_arguments(parser: argparse.ArgumentParser) -> None:
     """--dac-gain, --dac-offset-kpa, --adc-noise-kpa: comma-separated, one per channel or one
     for all (default: the nominal chain, no noise)."""
     for option, (dest, text) in VALVE_ERROR_OPTIONS.items():
-        parser.add_argument(option, dest=dest, type=_floats, default=None, metavar='V[,V]', help=text)
+        parser.add_argument(
+            option, dest=dest, type=_floats, default=None, metavar='V[,V]', help=text
+        )
 
 
 def main(args=None) -> int:

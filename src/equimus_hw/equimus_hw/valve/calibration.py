@@ -43,8 +43,9 @@ DAC_GAIN_RANGE = (0.85, 1.15)
 DAC_OFFSET_LIMIT_KPA = 5.0
 
 
-def dac_chain_volts(nominal_volts: float, dac_gain: float, dac_offset_kpa: float,
-                    kpa_per_volt: float) -> float:
+def dac_chain_volts(
+    nominal_volts: float, dac_gain: float, dac_offset_kpa: float, kpa_per_volt: float
+) -> float:
     """Setpoint volts at the valve for the DAC chain's nominal output: its gain and offset error
     (offset in kPa of the valve's transfer); never below 0 V (a single-supply stage)."""
     return max(0.0, dac_gain * nominal_volts + dac_offset_kpa / kpa_per_volt)

@@ -15,6 +15,7 @@ Every failure is a `CommissionError` whose text is one line saying what happened
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import math
 import time
@@ -151,14 +152,11 @@ class BoardProbe:
         if self._ser is None:
             return
         if vent and self.info is not None:
-            try:
+            # the board's watchdog vents a board that does not answer
+            with contextlib.suppress(CommissionError):
                 self._request(P.Set(self._next_seq(), (0,) * self.info.channels), REPLY_TIMEOUT_S)
-            except CommissionError:
-                pass  # the board's watchdog vents a board that does not answer
-        try:
+        with contextlib.suppress(serial.SerialException, OSError):
             self._ser.close()
-        except (serial.SerialException, OSError):
-            pass
         self._ser = None
 
     def __enter__(self) -> BoardProbe:
@@ -395,7 +393,7 @@ def check_valve(
         probe.set([0] * probe.info.channels)
         raise CommissionError(
             f'{exc} in each of {ATTEMPTS} tests of {name}: this computer did not send a SET '
-            f'within the board watchdog\'s {probe.info.watchdog_ms} ms; run the check with '
+            f"within the board watchdog's {probe.info.watchdog_ms} ms; run the check with "
             'nothing else loading it'
         ) from None
 
