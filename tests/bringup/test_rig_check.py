@@ -27,7 +27,7 @@ START_S = 60.0  # s for the rig emulator to come up on a loaded machine
 
 
 @contextlib.contextmanager
-def emulated_rig(tmp_path: Path, *options: str):
+def emulated_rig(tmp_path: Path, *options: str, multicast: bool = False):
     """rig_emulator in its own process; yields (hardware launch arguments for it, its output
     so far as a callable). Stopped with SIGINT, as the launch stops it; its last line checked."""
     port = free_udp_port_pair()
@@ -36,7 +36,8 @@ def emulated_rig(tmp_path: Path, *options: str):
     with open(log, 'w') as out:
         proc = subprocess.Popen(
             [sys.executable, '-m', 'equimus_bringup.rig_emulator', '--link', str(link),
-             '--command-port', str(port), '--data-port', str(port + 1), '--unicast', *options],
+             '--command-port', str(port), '--data-port', str(port + 1),
+             '--multicast' if multicast else '--unicast', *options],
             stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
     try:
@@ -47,7 +48,7 @@ def emulated_rig(tmp_path: Path, *options: str):
             time.sleep(0.1)
         yield (
             [f'serial_port:={link}', 'natnet_server:=127.0.0.1', 'natnet_local:=127.0.0.1',
-             'natnet_multicast:=false', f'natnet_command_port:={port}',
+             f'natnet_multicast:={str(multicast).lower()}', f'natnet_command_port:={port}',
              f'natnet_data_port:={port + 1}'],
             log.read_text,
         )  # fmt: skip
@@ -175,3 +176,125 @@ def test_bad_input_is_one_line(tmp_path, bad):
     )  # fmt: skip
     assert r.returncode == 2 and len(r.stderr.splitlines()) == 1, r.stderr
     assert not (tmp_path / 'report').exists()
+
+
+# --------------------------------------------------------------------------- docs/rig.md
+
+#: Commands of docs/rig.md that need the physical rig or change this machine, and why.
+HARDWARE = {
+    'arduino-cli core install': 'downloads the RP2040 core; arduino-cli is not installed here',
+    'arduino-cli compile': 'needs arduino-cli and its RP2040 core (`make firmware` runs here)',
+    'arduino-cli upload': 'needs the physical board on USB',
+    'sudo usermod': "changes this machine's groups",
+    'ls -l /dev/serial/by-id/': 'lists USB serial devices: none here',
+}
+LONG = '# runs until Ctrl-C'  # the doc's mark of a command left running in its own terminal
+#: A long command is ready for the next ones once its output has this line.
+READY = 'active, DISARMED (0 kPa); call /valve_driver/arm to enable'
+#: The doc's rig (Motive's PC, this PC, the board) -> the emulated rig's, on ports of its own.
+MOTIVE, LOCAL, BOARD = '192.168.42.2', '192.168.42.10', '/dev/ttyACM0'
+
+
+def doc_commands(text: str) -> list[str]:
+    """The command lines of the ```bash blocks, continuation lines joined, comments kept."""
+    commands, block = [], None
+    for line in text.splitlines():
+        if line.startswith('```'):
+            block = [] if line.strip() == '```bash' and block is None else None
+            continue
+        if block is not None and line.strip() and not line.lstrip().startswith('#'):
+            if commands and commands[-1].endswith('\\'):
+                commands[-1] = commands[-1][:-1] + line.strip()
+            else:
+                commands.append(line.strip())
+    return commands
+
+
+def on_emulated_rig(command: str, repo: Path, link: Path, port: int, launch_tool: Path) -> str:
+    """`command` pointed at the emulated rig: the doc's addresses and serial device replaced,
+    its NatNet ports added, the checkout's relative paths made absolute (the command runs in a
+    fresh folder), `ros2 launch` the vendored launch code."""
+    ports = f'natnet_command_port:={port} natnet_data_port:={port + 1}'
+    for old, new in (
+        (f'natnet_server:={MOTIVE}', f'natnet_server:=127.0.0.1 {ports}'),
+        (f'--server {MOTIVE}', f'--server 127.0.0.1 --command-port {port} --data-port {port + 1}'),
+        (LOCAL, '127.0.0.1'),
+        (BOARD, str(link)),
+        ('./equimus ', f'{repo}/equimus '),
+        ('make firmware', f'make -C {repo} firmware'),
+        ('out/firmware/', f'{repo}/out/firmware/'),
+        ('ros2 launch ', f'{sys.executable} {launch_tool} '),
+    ):
+        command = command.replace(old, new)
+    assert MOTIVE not in command and BOARD not in command, command
+    return command
+
+
+@pytest.mark.slow
+def test_every_command_of_docs_rig_md(repo_dir, shared_dir, tmp_path):
+    """Every shell command of docs/rig.md in its order, on a new emulated rig (no calibration in
+    the user's configuration folder yet): each exits 0; a long one runs in the background until
+    its graph is up, and is stopped with Ctrl-C before the next long one and at the end, leaving
+    the valves vented. The hardware-only ones are listed in HARDWARE with why."""
+    launch_tool = shared_dir / 'tools' / 'ros2_launch.py'
+    assert launch_tool.is_file(), launch_tool
+    commands = doc_commands((repo_dir / 'docs' / 'rig.md').read_text())
+    skipped = [c for c in commands if any(c.startswith(h) for h in HARDWARE)]
+    assert len(skipped) == len(HARDWARE), (skipped, list(HARDWARE))  # the list and the doc agree
+    lab = tmp_path / 'lab'
+    lab.mkdir()
+    env = dict(os.environ, XDG_CONFIG_HOME=str(tmp_path / 'config'), PYTHONUNBUFFERED='1')
+    ran = []
+    with emulated_rig(tmp_path, multicast=True) as (args, _):  # Motive's default
+        port = int(next(a for a in args if a.startswith('natnet_command_port:=')).split('=')[1])
+        background: tuple[subprocess.Popen[str], Path] | None = None
+        try:
+            for doc_command in commands:
+                if doc_command in skipped:
+                    continue
+                cmd = on_emulated_rig(doc_command, repo_dir, tmp_path / 'dac', port, launch_tool)
+                if LONG in doc_command:
+                    if background:
+                        stop_background(*background)
+                    background = start_background(cmd, lab, env, len(ran))
+                else:
+                    r = subprocess.run(
+                        ['bash', '-c', cmd], cwd=lab, env=env, capture_output=True, text=True,
+                        timeout=300,
+                    )  # fmt: skip
+                    assert r.returncode == 0, (doc_command, r.stdout[-3000:], r.stderr[-3000:])
+                ran.append(doc_command)
+        finally:
+            if background:
+                stop_background(*background)
+    assert len(ran) + len(skipped) == len(commands)
+    assert (tmp_path / 'config' / 'equimus' / 'valve_calibration.yaml').is_file()
+    assert any(lab.glob('rig_checks/*/report.txt')), list(lab.rglob('*'))
+
+
+def start_background(cmd: str, cwd: Path, env: dict[str, str], n: int):
+    log = cwd / f'background{n}.log'
+    with open(log, 'w') as out:
+        proc = subprocess.Popen(
+            ['bash', '-c', f'exec {cmd}'], cwd=cwd, env=env, stdout=out,
+            stderr=subprocess.STDOUT, text=True, start_new_session=True,
+        )  # fmt: skip
+    end = time.monotonic() + 180.0
+    while READY not in log.read_text():
+        assert proc.poll() is None, (cmd, log.read_text()[-3000:])
+        assert time.monotonic() < end, (cmd, log.read_text()[-3000:])
+        time.sleep(0.2)
+    return proc, log
+
+
+def stop_background(proc: subprocess.Popen[str], log: Path) -> None:
+    """Ctrl-C as a terminal sends it (SIGINT to the whole process group)."""
+    os.killpg(proc.pid, signal.SIGINT)
+    try:
+        proc.wait(60)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    text = log.read_text()
+    assert proc.returncode == 0, text[-3000:]
+    assert 'valve_driver: vented on shutdown (acknowledged)' in text, text[-3000:]
