@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -84,6 +85,7 @@ def _launch(
     *args: str,
     env: dict[str, str] | None = None,
     run_max_s: float = RUN_MAX_S,
+    cwd: Path | None = None,
 ) -> tuple[int, str, dict[str, list]]:
     """Run one launch, Ctrl-C it after RUN_S (or once its topics flow, at most `run_max_s`);
     (launch's exit code, its output, what was seen)."""
@@ -94,6 +96,7 @@ def _launch(
         text=True,
         start_new_session=True,
         env=dict(os.environ, PYTHONUNBUFFERED='1', **(env or {})),
+        cwd=cwd,
     )
     try:
         seen = _watch(ros_node, RUN_S, run_max_s)
@@ -244,6 +247,7 @@ def test_hardware_launch_check_first_on_a_new_rig(ros2_launch, ros_node, tmp_pat
         f'natnet_data_port:={port + 1}',
         'auto_arm:=true',
         run_max_s=RUN_MAX_S + CHECK_MAX_S,
+        cwd=tmp_path,  # the check's report folder (rig_checks/<time>) is made where launch runs
     )
     _assert_clean(rc, out, seen, processes=8)  # the 7 of the emulated rig's graph, the check
     assert re.search(r'\[rig_check-\d+\]: process has finished cleanly', out), out[-3000:]
@@ -254,6 +258,7 @@ def test_hardware_launch_check_first_on_a_new_rig(ros2_launch, ros_node, tmp_pat
     assert started and started.start() > checked, out[:4000]  # no node before the check passed
     assert f'calibration {cal}' in out[checked + 1 :], out[-3000:]  # the driver loaded it
     assert re.search(r'rig_emulator: .* outputs at stop \[0, 0\]', out), out[-2000:]
+    assert len(list(tmp_path.glob('rig_checks/*/report.txt'))) == 1
 
 
 def test_hardware_launch_on_a_new_rig_says_what_to_run(ros2_launch, tmp_path):

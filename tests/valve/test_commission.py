@@ -133,3 +133,23 @@ def test_a_board_held_by_a_driver_cannot_be_checked(tmp_path):
                 C.BoardProbe(board.link).open()
     finally:
         board.close()
+
+
+def test_a_board_whose_watchdog_does_not_vent(tmp_path):
+    """Its INFO promises 200 ms, its outputs stay: one line after WATCHDOG_TRIES tries, the
+    outputs set back to 0 by the check."""
+    board = make_emulator(tmp_path)
+    try:
+        with C.BoardProbe(board.link) as probe:
+            probe.open(wait_s=5.0)
+            board.watchdog_ms = 10**9  # the firmware's watchdog broken after its INFO
+            t0 = time.monotonic()
+            with pytest.raises(C.CommissionError) as e:
+                C.check_board(probe, NOMINAL, 2)
+            took = time.monotonic() - t0
+            assert board.codes == [0, 0]
+    finally:
+        board.close()
+    assert f'in each of {C.WATCHDOG_TRIES} tries (its watchdog: 200 ms)' in str(e.value), e.value
+    assert '\n' not in str(e.value)
+    assert C.WATCHDOG_TRIES * (0.2 + C.WATCHDOG_SLACK_S) < took < 10.0
