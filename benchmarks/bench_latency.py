@@ -222,6 +222,7 @@ def run_mode(
             'auto_arm': 'true',
             'record': 'false',
             'serial_port': link,
+            'calibration': 'none',  # the emulated board's DAC chain is the nominal one
             'natnet_command_port': str(ports[0]),
             'natnet_data_port': str(ports[1]),
             'params_file': str(params),

@@ -128,6 +128,8 @@ def run(quick: bool = False, n: int = None, rate_hz: float = 500.0) -> dict:
             '-p',
             'auto_arm:=true',
             '-p',
+            'require_calibration:=false',  # the emulated board is nominal
+            '-p',
             'slew_rate_kpa_s:=1000000000.0',
             '-p',
             'command_timeout_s:=1.0',

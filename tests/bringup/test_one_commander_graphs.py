@@ -266,6 +266,7 @@ def test_fused_loop_stopped_the_board_vents_and_never_sees_an_intruder(tmp_path)
             'fused_loop': 'true',
             'auto_arm': 'true',
             'serial_port': link,
+            'calibration': 'none',  # the emulated board's DAC chain is the nominal one
             'natnet_command_port': str(port),
             'natnet_data_port': str(port + 1),
         },

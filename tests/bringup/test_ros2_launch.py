@@ -17,17 +17,19 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import dds_domain
 import pytest
 
-from equimus_description.interface import JOINT_STATES, VALVE_APPLIED
+from equimus_description.interface import ACTUATORS, JOINT_STATES, VALVE_APPLIED
 
 pytestmark = pytest.mark.slow
 
 RUN_S = 12.0  # s the graph runs at least before the Ctrl-C (start-up included)
 RUN_MAX_S = 60.0  # ... and at most, waiting for its topics to flow (start-up on a loaded machine)
 STOP_TIMEOUT_S = 40.0  # launch: SIGINT, then its own SIGTERM after 5 s and SIGKILL after 10 s
+CHECK_MAX_S = 120.0  # s more with check:=true (the check holds 6 levels of 1.5 s per valve)
 
 
 @pytest.fixture(scope='module')
@@ -87,9 +89,9 @@ def _flowing(seen: dict[str, list]) -> bool:
     )
 
 
-def _watch(ros_node, seconds: float) -> dict[str, list]:
+def _watch(ros_node, seconds: float, run_max_s: float = RUN_MAX_S) -> dict[str, list]:
     """Messages of the graph seen from outside it during `seconds`, and longer (up to
-    RUN_MAX_S) until they flow as `_assert_clean` expects."""
+    `run_max_s`) until they flow as `_assert_clean` expects."""
     from rclpy.executors import SingleThreadedExecutor
     from sensor_msgs.msg import JointState
 
@@ -104,7 +106,7 @@ def _watch(ros_node, seconds: float) -> dict[str, list]:
     executor.add_node(ros_node)
     start = time.monotonic()
     while time.monotonic() < start + seconds or (
-        not _flowing(seen) and time.monotonic() < start + RUN_MAX_S
+        not _flowing(seen) and time.monotonic() < start + run_max_s
     ):
         executor.spin_once(timeout_sec=0.1)
     executor.remove_node(ros_node)
@@ -112,9 +114,16 @@ def _watch(ros_node, seconds: float) -> dict[str, list]:
 
 
 def _launch(
-    tool, ros_node, file: str, *args: str, env: dict[str, str] | None = None
+    tool,
+    ros_node,
+    file: str,
+    *args: str,
+    env: dict[str, str] | None = None,
+    run_max_s: float = RUN_MAX_S,
+    cwd: Path | None = None,
 ) -> tuple[int, str, dict[str, list]]:
-    """Run one launch, Ctrl-C it after RUN_S; (launch's exit code, its output, what was seen)."""
+    """Run one launch, Ctrl-C it after RUN_S (or once its topics flow, at most `run_max_s`);
+    (launch's exit code, its output, what was seen)."""
     proc = subprocess.Popen(
         [sys.executable, str(tool), 'equimus_bringup', file, *args],
         stdout=subprocess.PIPE,
@@ -127,9 +136,10 @@ def _launch(
             ROS_DOMAIN_ID=str(ros_node.context.get_domain_id()),
             **(env or {}),
         ),
+        cwd=cwd,
     )
     try:
-        seen = _watch(ros_node, RUN_S)
+        seen = _watch(ros_node, RUN_S, run_max_s)
         os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
         out, _ = proc.communicate(timeout=STOP_TIMEOUT_S)
     except BaseException:
@@ -254,6 +264,78 @@ def test_hardware_launch_fused_loop_takes_its_arguments(ros2_launch, watcher, tm
     assert re.search(r'rig_emulator: .* outputs at stop \[0, 0\]', out), out[-2000:]
 
 
+def test_hardware_launch_check_first_on_a_new_rig(ros2_launch, watcher, tmp_path):
+    """check:=true on the emulated rig, which has no calibration yet: the rig check runs after the
+    rig emulator and before any node, writes the calibration beside the board's link, and the
+    valve driver starts on that file; then the graph runs as usual."""
+    from equimus_bringup.main_job import free_udp_port_pair
+    from equimus_hw.valve.calibration import load_calibration
+
+    port = free_udp_port_pair()
+    link = tmp_path / 'dac'
+    cal = f'{link}.calibration.yaml'
+    rc, out, seen = _launch(
+        ros2_launch,
+        watcher,
+        'hardware.launch.py',
+        'emulator:=true',
+        'check:=true',
+        f'serial_port:={link}',
+        f'natnet_command_port:={port}',
+        f'natnet_data_port:={port + 1}',
+        'auto_arm:=true',
+        run_max_s=RUN_MAX_S + CHECK_MAX_S,
+        cwd=tmp_path,  # the check's report folder (rig_checks/<time>) is made where launch runs
+    )
+    _assert_clean(rc, out, seen, processes=8)  # the 7 of the emulated rig's graph, the check
+    assert re.search(r'\[rig_check-\d+\]: process has finished cleanly', out), out[-3000:]
+    assert f'calibration written to {cal}' in out, out[-3000:]
+    load_calibration(cal, ACTUATORS)
+    checked = out.index(f'calibration written to {cal}')
+    started = re.search(r'\[INFO\] \[(valve_driver|natnet_bridge)\S*\]: process started', out)
+    assert started and started.start() > checked, out[:4000]  # no node before the check passed
+    assert f'calibration {cal}' in out[checked + 1 :], out[-3000:]  # the driver loaded it
+    assert re.search(r'rig_emulator: .* outputs at stop \[0, 0\]', out), out[-2000:]
+    assert len(list(tmp_path.glob('rig_checks/*/report.txt'))) == 1
+
+
+def test_hardware_launch_on_a_new_rig_says_what_to_run(ros2_launch, tmp_path):
+    """A real rig without a calibration file (the default, in the user's configuration folder):
+    launch ends with one line naming `equimus check rig` with the rig's arguments as given;
+    nothing is started."""
+    config = tmp_path / 'config'
+    out, rc = _refused(
+        ros2_launch,
+        'hardware.launch.py',
+        ['serial_port:=/dev/ttyACM7', 'natnet_server:=10.0.0.2', 'controller:=mpc'],
+        env={'XDG_CONFIG_HOME': str(config)},
+    )
+    errors = [x for x in out.splitlines() if 'ERROR' in x]
+    assert rc != 0 and len(errors) == 1, out
+    assert f'no valve calibration at {config}/equimus/valve_calibration.yaml' in errors[0], out
+    assert (
+        'run `equimus check rig serial_port:=/dev/ttyACM7 natnet_server:=10.0.0.2`' in (errors[0])
+    ), out
+    assert 'check:=true' in errors[0] and 'process started' not in out, out
+
+
+def _refused(
+    tool, file: str, args: list[str], env: dict[str, str] | None = None
+) -> tuple[str, int]:
+    """A launch expected to end before starting anything: (its output, its exit code)."""
+    proc = subprocess.Popen(
+        [sys.executable, str(tool), 'equimus_bringup', file, *args],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        env=dict(os.environ, **(env or {})),
+    )  # fmt: skip
+    try:
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:  # had it started a graph after all, none of it outlives the test
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    return stdout + stderr, proc.returncode
+
+
 @pytest.mark.parametrize(
     ('args', 'says'),
     [
@@ -267,18 +349,12 @@ def test_launch_file_refuses_bad_input_before_any_action(ros2_launch, tmp_path, 
     bad = tmp_path / 'bad.yaml'
     bad.write_text('controller:\n  ros__parameters:\n    p_maxx: 40.0\n')
     bag = tmp_path / 'bag'
-    proc = subprocess.Popen(
-        [sys.executable, str(ros2_launch), 'equimus_bringup', 'sim.launch.py',
-         'record:=true', f'bag:={bag}', *(a.format(bad=bad) for a in args)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-    )  # fmt: skip
-    try:
-        stdout, stderr = proc.communicate(timeout=120)
-    finally:  # had it started a graph after all, none of it outlives the test
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-    out = stdout + stderr
-    assert proc.returncode != 0, out
+    out, rc = _refused(
+        ros2_launch,
+        'sim.launch.py',
+        ['record:=true', f'bag:={bag}', *(a.format(bad=bad) for a in args)],
+    )
+    assert rc != 0, out
     errors = [x for x in out.splitlines() if 'ERROR' in x]
     assert len(errors) == 1 and says in errors[0] and 'equimus: not started' in errors[0], out
     assert 'process started' not in out and 'Traceback' not in out, out

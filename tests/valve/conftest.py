@@ -41,6 +41,7 @@ class Driver:
             f'port:={port}',
         ]
         params.setdefault('autostart', True)  # no launch here: the node brings itself up
+        params.setdefault('require_calibration', False)  # the emulated boards are nominal
         for k, v in params.items():
             args += ['-p', f'{k}:={str(v).lower() if isinstance(v, bool) else v}']
         self.out_path = log_dir / f'valve_driver_{time.monotonic_ns()}.log'

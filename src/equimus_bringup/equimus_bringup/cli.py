@@ -2,6 +2,8 @@
 
 equimus launch sim [name:=value ...]       run the simulated-leg graph (same graph as sim.launch.py)
 equimus launch hardware [name:=value ...]  run the real-leg graph (same as hardware.launch.py)
+equimus check rig [name:=value ...]         Motive, board, valves, pose; writes the calibration
+equimus valve arm|disarm|estop              arm, disarm or emergency-stop the running valve driver
 equimus args                                list the launch arguments
 equimus bag repair <bag>                    close a dead recorder's bag, drop bad chunks
 equimus bag info <bag>                      topics, counts and rates of a bag (read-only)
@@ -56,7 +58,34 @@ def cmd_launch(ns: argparse.Namespace) -> int:
         sup.stop()
         print(f'equimus: {exc}', file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C while the graph starts (the rig check runs ~20 s)
+        sup.stop()
+        return 130
     return sup.run_until(timeout=ns.duration)
+
+
+#: `equimus valve <action>`: the valve driver's std_srvs/Trigger services.
+VALVE_ACTIONS = ('arm', 'disarm', 'estop')
+
+
+def cmd_valve(ns: argparse.Namespace) -> int:
+    """Call /valve_driver/<action> of the graph on this ROS_DOMAIN_ID; its answer is the line."""
+    import os
+
+    from equimus_bringup.supervisor import LifecycleClient
+
+    client = LifecycleClient(dict(os.environ))
+    try:
+        ok, message = client.trigger(f'/valve_driver/{ns.action}', ns.timeout)
+    finally:
+        client.close()
+    if not ok and message.endswith('is not offered'):
+        message += ' (no valve driver runs on this ROS_DOMAIN_ID: start the graph first)'
+    if not ok:
+        print(f'equimus: {message}', file=sys.stderr)
+        return 2
+    print(f'valve_driver: {message}')
+    return 0
 
 
 def cmd_args(ns: argparse.Namespace) -> int:
@@ -99,6 +128,12 @@ DELEGATED: dict[str, tuple[str, str, str, bool]] = {
         'equimus_identification.excite',
         'main',
         'design an excitation trajectory (equimus excite --help)',
+        False,
+    ),
+    'check': (
+        'equimus_bringup.rig_check',
+        'main',
+        'commissioning check of the real rig, before every session (equimus check rig --help)',
         False,
     ),
     'natnet': (
@@ -148,6 +183,10 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(func=cmd_launch)
     p = sub.add_parser('args', help='list launch arguments')
     p.set_defaults(func=cmd_args)
+    p = sub.add_parser('valve', help='arm, disarm or emergency-stop the running valve driver')
+    p.add_argument('action', choices=VALVE_ACTIONS)
+    p.add_argument('--timeout', type=float, default=10.0, help='s to wait for the driver')
+    p.set_defaults(func=cmd_valve)
     for name, (_, _, text, _) in DELEGATED.items():
         sub.add_parser(name, help=text)
     p = sub.add_parser('bag', help='inspect or repair a recorded bag')

@@ -76,6 +76,18 @@ ARGUMENTS: dict[str, tuple[str, str]] = {
         'hardware mode only: run against rig_emulator '
         '(simulated leg behind NatNet and DAC board emulators)',
     ),
+    'calibration': (
+        '',
+        "hardware mode: the rig's valve calibration, written by `equimus check rig` (default: "
+        '$XDG_CONFIG_HOME/equimus/valve_calibration.yaml, i.e. ~/.config/...; with '
+        'emulator:=true none, the emulated board being nominal, or <serial_port>.calibration.yaml '
+        "with check:=true); a file; or none: the datasheet's nominal calibration",
+    ),
+    'check': (
+        'false',
+        'hardware mode: run `equimus check rig` first (Motive, board, valves, pose; it writes '
+        'the calibration); the graph starts only if every check passes: true | false',
+    ),
     'auto_arm': (
         '',
         'arm the valve driver at start (default: true in sim, false on hardware, '
@@ -164,8 +176,25 @@ BOOLEAN_ARGUMENTS = (
     'emulator',
     'auto_arm',
     'fused_loop',
+    'check',
 )
 _TRUE, _FALSE = ('true', '1'), ('false', '0')
+
+#: The `calibration` launch argument's value for "no calibration file": the nominal calibration.
+NO_CALIBRATION = 'none'
+
+#: The arguments of `describe_graph` that the rig check takes too (`equimus check rig`).
+RIG_ARGUMENTS = (
+    'serial_port',
+    'natnet_server',
+    'natnet_local',
+    'natnet_multicast',
+    'natnet_command_port',
+    'natnet_data_port',
+    'params_file',
+    'config_dir',
+    'calibration',
+)
 
 
 def _truthy(value: str) -> bool:
@@ -189,6 +218,9 @@ class ProcessSpec:
     node_parameters: dict[str, dict[str, object]] = field(default_factory=dict)
     # Environment variables set for this process on top of the caller's (graph_environment).
     env: dict[str, str] = field(default_factory=dict)
+    # A step before the rest of the graph (the rig check): the processes after it start only
+    # once it has exited 0; any other exit leaves them unstarted and ends the graph.
+    gate: bool = False
 
     @property
     def prefix(self) -> list[str]:
@@ -291,7 +323,39 @@ def resolve_args(mode: str, overrides: Mapping[str, str] | None = None) -> dict[
             'fused_loop:=true applies to hardware mode only (the simulation node '
             'is the leg side there); drop it or use hardware.launch.py'
         )
+    if mode == 'sim' and (_truthy(args['check']) or args['calibration']):
+        raise ValueError(
+            'check:= and calibration:= apply to hardware mode only (the simulated valves are '
+            'nominal); drop them or use hardware.launch.py'
+        )
+    args['calibration'] = _calibration(mode, args)
     return args
+
+
+def _calibration(mode: str, args: Mapping[str, str]) -> str:
+    """The calibration file the hardware graph's valve driver loads (absolute), or
+    NO_CALIBRATION; '' in sim mode."""
+    from equimus_hw.valve.calibration import default_calibration_path
+
+    if mode != 'hardware':
+        return ''
+    value = args['calibration'].strip()
+    if value.lower() == NO_CALIBRATION:
+        return NO_CALIBRATION
+    if not value:
+        if not _truthy(args['emulator']):
+            value = default_calibration_path()
+        elif _truthy(args['check']):
+            # the emulated rig's own, beside its board's link: never the real rig's file
+            value = f'{args["serial_port"]}.calibration.yaml'
+        else:
+            return NO_CALIBRATION  # the emulated board is nominal unless told otherwise
+    return os.path.abspath(os.path.expanduser(value))
+
+
+def rig_assignments(args: Mapping[str, str]) -> list[str]:
+    """The resolved arguments the rig check takes, as `name:=value`."""
+    return [f'{name}:={args[name]}' for name in RIG_ARGUMENTS]
 
 
 def realtime_problem(priority: int) -> str | None:
@@ -380,6 +444,19 @@ def describe_graph(mode: str, overrides: Mapping[str, str] | None = None) -> lis
                     ],
                 )
             )
+        if _truthy(args['check']):
+            # Before the nodes: it opens the board and listens to Motive on its own.
+            wait = ['--wait', '30'] if _truthy(args['emulator']) else []
+            specs.append(
+                ProcessSpec(
+                    'rig_check',
+                    'equimus_bringup',
+                    'equimus',
+                    is_ros_node=False,
+                    arguments=['check', 'rig', *rig_assignments(args), *wait],
+                    gate=True,
+                )
+            )
         specs.append(
             ProcessSpec(
                 'natnet_bridge',
@@ -407,6 +484,10 @@ def describe_graph(mode: str, overrides: Mapping[str, str] | None = None) -> lis
                     board='serial',
                     port=args['serial_port'],
                     auto_arm=_truthy(args['auto_arm']),
+                    calibration_file=(
+                        '' if args['calibration'] == NO_CALIBRATION else args['calibration']
+                    ),
+                    require_calibration=args['calibration'] != NO_CALIBRATION,
                 ),
             )
         )

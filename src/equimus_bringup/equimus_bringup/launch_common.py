@@ -9,6 +9,8 @@ and every parameter file are checked (equimus_bringup.prestart): a bad one ends 
 one line, nothing started. When a required process (graph.REQUIRED_PROCESSES:
 the valve driver, the bridge, or the process holding them) exits, the valve driver is asked to
 deactivate (vent) and the launch shuts down; the driver also vents on the SIGINT of the shutdown.
+With check:=true the rig check (graph.ProcessSpec.gate) runs after the rig emulator, if any, and
+the rest of the graph is started only when it exits 0; otherwise the launch ends with one line.
 """
 
 import os
@@ -108,47 +110,79 @@ def generate(mode: str) -> LaunchDescription:
             specs = prestart.check(mode, values).specs
         except StartError as exc:
             raise RuntimeError(f'equimus: not started: {exc}') from None
-        actions: list = []
-        required: list = []
-        driver = None
-        for spec in specs:
-            if spec.is_ros_node:
-                # A multi-node process keeps its nodes' own names (no name remap); its launch
-                # arguments are node-scoped in the last parameter file. Managed nodes are
-                # LifecycleNode actions.
-                kind = LifecycleNode if spec.managed else Node
-                extra = {'namespace': ''} if spec.managed else {}
-                action = kind(
-                    package=spec.package,
-                    executable=spec.executable,
-                    name=None if spec.nodes else spec.name,
-                    parameters=[Path(p) for p in parameter_layers(spec)],
-                    ros_arguments=['--log-level', log_level],
-                    prefix=' '.join(spec.prefix) or None,
-                    additional_env=spec.env or None,
-                    output='screen',
-                    emulate_tty=True,
-                    **extra,
+        gate = next((i for i, s in enumerate(specs) if s.gate), None)
+        if gate is None:
+            return _graph_actions(specs, log_level)
+        # The rig check: the rest starts when it has exited 0; any other exit ends the launch.
+        check = _process(specs[gate])
+        rest = _graph_actions(specs[gate + 1 :], log_level)
+
+        def _after_check(event, context) -> list:
+            if context.is_shutdown:  # Ctrl-C during the check: nothing more to start
+                return []
+            if event.returncode != 0:
+                raise RuntimeError(
+                    f'equimus: not started: {specs[gate].name} failed (exit code '
+                    f'{event.returncode}); its lines above say what to fix'
                 )
-                actions.append(action)
-                if spec.managed:
-                    actions += lifecycle_actions(action)
-                    if spec.name == 'valve_driver':
-                        driver = action
-            else:
-                action = ExecuteProcess(
-                    cmd=[ExecutableInPackage(spec.executable, spec.package), *spec.arguments],
-                    prefix=' '.join(spec.prefix) or None,
-                    additional_env=spec.env or None,
-                    name=spec.name,
-                    output='screen',
-                )
-                actions.append(action)
-            if spec.required:
-                required.append((action, spec.name))
-        return actions + [shutdown_on_exit(a, name, driver) for a, name in required]
+            return rest
+
+        return [
+            *_graph_actions(specs[:gate], log_level),
+            check,
+            RegisterEventHandler(OnProcessExit(target_action=check, on_exit=_after_check)),
+        ]
 
     return LaunchDescription([*declared, OpaqueFunction(function=_actions)])
+
+
+def _process(spec) -> ExecuteProcess:
+    """A plain process of the graph (not a ROS node)."""
+    return ExecuteProcess(
+        cmd=[ExecutableInPackage(spec.executable, spec.package), *spec.arguments],
+        prefix=' '.join(spec.prefix) or None,
+        additional_env=spec.env or None,
+        name=spec.name,
+        output='screen',
+    )
+
+
+def _graph_actions(specs, log_level: str) -> list:
+    """The actions of these processes: ROS nodes (managed ones brought up), plain processes,
+    and the handlers that end the launch when a required one exits."""
+    actions: list = []
+    required: list = []
+    driver = None
+    for spec in specs:
+        if spec.is_ros_node:
+            # A multi-node process keeps its nodes' own names (no name remap); its launch
+            # arguments are node-scoped in the last parameter file. Managed nodes are
+            # LifecycleNode actions.
+            kind = LifecycleNode if spec.managed else Node
+            extra = {'namespace': ''} if spec.managed else {}
+            action = kind(
+                package=spec.package,
+                executable=spec.executable,
+                name=None if spec.nodes else spec.name,
+                parameters=[Path(p) for p in parameter_layers(spec)],
+                ros_arguments=['--log-level', log_level],
+                prefix=' '.join(spec.prefix) or None,
+                additional_env=spec.env or None,
+                output='screen',
+                emulate_tty=True,
+                **extra,
+            )
+            actions.append(action)
+            if spec.managed:
+                actions += lifecycle_actions(action)
+                if spec.name == 'valve_driver':
+                    driver = action
+        else:
+            action = _process(spec)
+            actions.append(action)
+        if spec.required:
+            required.append((action, spec.name))
+    return actions + [shutdown_on_exit(a, name, driver) for a, name in required]
 
 
 RVIZ_CONFIG = ('viewers', 'equimus.rviz')  # in equimus_bringup's share folder

@@ -28,6 +28,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from equimus_bringup.graph import (
+    ARGUMENTS,
+    NO_CALIBRATION,
+    RIG_ARGUMENTS,
     ProcessSpec,
     describe_graph,
     overrides_file,
@@ -109,9 +112,38 @@ def check(mode: str, overrides: Mapping[str, str] | None = None) -> Start:
     except ValueError as exc:
         raise StartError(str(exc)) from None
     check_parameters(specs, args)
+    check_calibration(mode, args, overrides or {})
     if any(s.name == 'recorder' or 'recorder' in s.nodes for s in specs):
         check_new_folder(args['bag'])
     return Start(args, specs, check_domain(specs))
+
+
+def check_calibration(mode: str, args: Mapping[str, str], overrides: Mapping[str, str]) -> None:
+    """The hardware graph's valve calibration file loads, unless the rig check runs first (it
+    writes the file) or calibration:=none; else StartError saying what to run."""
+    from equimus_description.interface import ACTUATORS
+    from equimus_hw.valve.calibration import CalibrationFileError, load_calibration
+
+    path = args.get('calibration', '')
+    if mode != 'hardware' or not path or path == NO_CALIBRATION or args['check'] in ('true', '1'):
+        return
+    if not os.path.exists(path):
+        # the rig's arguments as given (launch passes every argument, the defaults too)
+        given = ' '.join(
+            f'{k}:={overrides[k]}'
+            for k in RIG_ARGUMENTS
+            if k in overrides and overrides[k] != ARGUMENTS[k][0]
+        )
+        raise StartError(
+            f'no valve calibration at {path}: run `equimus check rig{" " + given if given else ""}`'
+            ' first (it checks Motive, the board and the pose, measures each valve and writes '
+            'the file), or launch with check:=true; calibration:=none runs on the nominal '
+            'datasheet calibration'
+        )
+    try:
+        load_calibration(path, ACTUATORS)
+    except CalibrationFileError as exc:
+        raise StartError(str(exc)) from None
 
 
 #: s to listen for another graph's valve driver before a start: DDS discovery of a running graph
@@ -288,6 +320,17 @@ def _located(where: str, node: str, key: str, why: str) -> str:
     if not where:
         return f'launch arguments: {node}.{key}: {why}'
     return f'{where}: {key}: {why} ({node})'
+
+
+def node_values(spec: ProcessSpec, node: str) -> dict[str, Any]:
+    """The parameters `node` of `spec` reads from its files and launch arguments, as rcl types
+    them, the last layer winning (what the node would bind)."""
+    values: dict[str, Any] = {}
+    for path in parameter_layers(spec):
+        for section in paramfiles.sections(path):
+            if _matches(section, node):
+                values.update({k: v.value for k, v in section.parameters.items()})
+    return values
 
 
 def check_parameters(specs: Sequence[ProcessSpec], args: Mapping[str, str]) -> None:

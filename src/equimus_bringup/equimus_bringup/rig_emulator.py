@@ -21,11 +21,12 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Sequence
 
 from equimus_description.interface import BODIES
 from equimus_description.leg import load_leg
 from equimus_hw.natnet.emulator import NatNetEmulator
-from equimus_hw.valve.board_emulator import BoardEmulator
+from equimus_hw.valve.board_emulator import BoardEmulator, add_valve_error_arguments
 from equimus_hw.valve.host_firmware import FirmwareBoard
 from equimus_sim.leg_model import LegModel
 from equimus_sim.mocap import MocapConfig, VirtualMocap
@@ -57,10 +58,15 @@ class EmulatedRig:
         seed: int = 0,
         board_log: str | None = None,
         firmware: str | None = None,
+        dac_gain: Sequence[float] | None = None,
+        dac_offset_kpa: Sequence[float] | None = None,
+        adc_noise_kpa: Sequence[float] | None = None,
     ):
         """board_log: JSON-lines file of every frame and vent event the board sees (soak checks).
         firmware: the board firmware built for this computer (firmware/host/README.md) runs the
-        board instead of the Python emulation; the valves stay this process's."""
+        board instead of the Python emulation; the valves stay this process's.
+        dac_gain, dac_offset_kpa, adc_noise_kpa: each valve's DAC chain error and read-back
+        noise, per channel (ValveModel)."""
         leg = load_leg(None, leg_overrides or None)
         self.board: BoardEmulator | FirmwareBoard
         if firmware:
@@ -70,6 +76,9 @@ class EmulatedRig:
                 link=link,
                 valve=leg.valve,
                 log_path=board_log,
+                dac_gain=dac_gain,
+                dac_offset_kpa=dac_offset_kpa,
+                adc_noise_kpa=adc_noise_kpa,
             )
         else:
             self.board = BoardEmulator(
@@ -77,6 +86,9 @@ class EmulatedRig:
                 link=link,
                 valve=leg.valve,
                 log_path=board_log,
+                dac_gain=dac_gain,
+                dac_offset_kpa=dac_offset_kpa,
+                adc_noise_kpa=adc_noise_kpa,
             )
         lm = LegModel(leg.with_timestep(1.0 / (rate * 5)))
         # The board emulator's valve model is the valve: the simulator has none of its own.
@@ -109,6 +121,8 @@ class EmulatedRig:
         # it is captured (a frame left queued would stay for the life of the process).
         for frame in self.mocap.release(self.sim.time + self.mocap.config.latency):
             for name, pose in frame.bodies.items():
+                if name not in self.natnet.ids:  # a body the Motive project lacks (--omit-body)
+                    continue
                 w, x, y, z = pose.orientation
                 lost = self._untracked_until.get(name, 0.0) > now
                 self.natnet.set_pose(
@@ -186,6 +200,15 @@ def build_parser() -> argparse.ArgumentParser:
         help='run the board firmware built for this computer instead of the Python board '
         '(firmware/host/README.md)',
     )
+    p.add_argument(
+        '--omit-body',
+        action='append',
+        default=[],
+        choices=BODIES,
+        metavar='NAME',
+        help='a rigid body Motive does not stream (a project without it); repeatable',
+    )
+    add_valve_error_arguments(p)
     return p
 
 
@@ -198,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
         data_port=a.data_port,
         multicast=a.multicast,
         rate_hz=a.rate,
-        bodies=BODIES,
+        bodies=[b for b in BODIES if b not in a.omit_body],
     )
     try:
         rig = EmulatedRig(
@@ -208,6 +231,9 @@ def main(argv: list[str] | None = None) -> int:
             leg_overrides=a.leg_overrides,
             position_noise=a.position_noise,
             firmware=a.firmware or None,
+            dac_gain=a.dac_gain,
+            dac_offset_kpa=a.dac_offset_kpa,
+            adc_noise_kpa=a.adc_noise_kpa,
         )
     except (OSError, RuntimeError, ValueError) as exc:
         print(f'rig_emulator: cannot start: {exc}', file=sys.stderr)

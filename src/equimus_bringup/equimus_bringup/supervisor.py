@@ -275,8 +275,22 @@ class Supervisor:
             t = threading.Thread(target=self._pump, args=(spec.name, proc), daemon=True)
             t.start()
             self._threads.append(t)
+            if spec.gate:
+                self._pass_gate(spec.name, proc, t)
         for spec in self.specs:
             self.bring_up(spec.name)
+
+    def _pass_gate(self, name: str, proc: subprocess.Popen, pump: threading.Thread) -> None:
+        """Wait for a gate process (the rig check) to end: exit 0 lets the graph go on, any
+        other exit is a GraphError; it is no longer one of the graph's running processes."""
+        code = proc.wait()
+        pump.join(timeout=1.0)
+        del self.procs[name]
+        if code != 0:
+            raise GraphError(
+                f'{name} failed (exit code {code}): the rest of the graph was not started; '
+                'its lines above say what to fix'
+            )
 
     def command(self, spec: ProcessSpec) -> list[str]:
         """The process's command line, its ROS nodes in this graph's enclave."""
@@ -393,7 +407,7 @@ class Supervisor:
         self._stopping = True
         codes: dict[str, int] = {}
         for spec in sorted(self.specs, key=lambda s: s.shutdown_rank):
-            proc = self.procs.get(spec.name)
+            proc = self.procs.get(spec.name)  # a gate that has passed is gone
             if proc is None:
                 continue
             if proc.poll() is None:

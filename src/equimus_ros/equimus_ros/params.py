@@ -189,6 +189,17 @@ def problem(configs: Sequence[tuple[Any, str]], values: dict[str, Any]) -> tuple
     return None
 
 
+def configured(config: C, values: dict[str, Any], prefix: str = '') -> C:
+    """`config` with the parameters among `values` (name -> value as rcl types it) that a node
+    binding it with `prefix` would take; the config's own validation may raise ValueError."""
+    changes = {
+        f.name: _from_ros(getattr(config, f.name), values[prefix + f.name])
+        for f in dataclasses.fields(config)  # type: ignore[arg-type]
+        if f.init and METADATA_KEY in f.metadata and prefix + f.name in values
+    }
+    return dataclasses.replace(config, **changes)  # type: ignore[type-var]
+
+
 class ConfigBinding(Generic[C]):
     """A config dataclass bound to a node's parameters; `config` is always the applied one."""
 

@@ -243,6 +243,7 @@ class Soak(FaultInjection, SoakChecks):
                 'bag': str(self.bag),
                 'auto_arm': 'true',
                 'serial_port': link,
+                'calibration': 'none',  # the emulated board's DAC chain is the nominal one
                 'natnet_command_port': str(cmd_port),
                 'natnet_data_port': str(data_port),
             },

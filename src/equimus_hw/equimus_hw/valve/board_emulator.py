@@ -28,13 +28,13 @@ import threading
 import time
 import tty
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from equimus_description.valve import VALVE_TAU_S, Valve, ValveParams
 
 from . import protocol as P
-from .calibration import ValveCalibration
+from .calibration import ValveCalibration, dac_chain_volts
 
 if TYPE_CHECKING:
     from .host_firmware import FirmwareBoard
@@ -60,18 +60,41 @@ class FrameRecord:
 class ValveModel:
     """VPPE: setpoint code -> target pressure (vents below 0.1 V), then the description's valve
     (`Valve`: dead time, fill and vent dynamics) stepped over each board tick with the target
-    held. `valve` is the model's parameters, or the lag's time constant (s) with `dead_time_s`."""
+    held. `valve` is the model's parameters, or the lag's time constant (s) with `dead_time_s`.
+
+    A real channel's DAC chain is not the nominal one: `dac_gain` and `dac_offset_kpa` are its
+    error (`calibration.dac_chain_volts`; 0 gain = a broken setpoint wire), `adc_noise_kpa` the
+    standard deviation of the read-back of the actual-value output (`measured`)."""
 
     def __init__(
         self,
         calibration: ValveCalibration,
         valve: ValveParams | float = VALVE_TAU_S,
         dead_time_s: float = 0.0,
+        dac_gain: float = 1.0,
+        dac_offset_kpa: float = 0.0,
+        adc_noise_kpa: float = 0.0,
+        rng: random.Random | None = None,
     ):
         self.cal = calibration
         if not isinstance(valve, ValveParams):
             valve = ValveParams(float(valve), float(valve), float(dead_time_s))
         self.valve = Valve(valve, 1)
+        for name, value in (
+            ('dac_gain', dac_gain),
+            ('dac_offset_kpa', dac_offset_kpa),
+            ('adc_noise_kpa', adc_noise_kpa),
+        ):
+            if not math.isfinite(value):
+                raise ValueError(f'{name}={value}: must be finite')
+        if dac_gain < 0 or adc_noise_kpa < 0:
+            raise ValueError(
+                f'dac_gain={dac_gain}, adc_noise_kpa={adc_noise_kpa}: must not be negative'
+            )
+        self.dac_gain = float(dac_gain)
+        self.dac_offset_kpa = float(dac_offset_kpa)
+        self.adc_noise_kpa = float(adc_noise_kpa)
+        self._rng = rng or random.Random()
         self._target = 0.0
 
     @property
@@ -90,13 +113,71 @@ class ValveModel:
     def pressure(self) -> float:
         return float(self.valve.p[0])
 
+    def target(self, code: int) -> float:
+        """The pressure the valve regulates to for a DAC code, through this channel's chain."""
+        cal = self.cal
+        volts = dac_chain_volts(
+            cal.code_to_volts(code), self.dac_gain, self.dac_offset_kpa, cal.kpa_per_volt
+        )
+        return cal.volts_to_kpa(volts)
+
     def set_code(self, code: int, now: float) -> None:
-        self._target = self.cal.code_to_kpa(code)
+        self._target = self.target(code)
 
     def advance(self, now: float, dt: float) -> float:
         if dt > 0:
             self.valve.step((self._target,), dt)
         return self.pressure
+
+    def measured(self) -> float:
+        """The pressure as the board's ADC reads it (with its noise), kPa."""
+        if self.adc_noise_kpa > 0:
+            return self.pressure + self._rng.gauss(0.0, self.adc_noise_kpa)
+        return self.pressure
+
+
+def per_channel(
+    name: str, value: float | Sequence[float] | None, channels: int, neutral: float
+) -> tuple[float, ...]:
+    """A per-channel option: None = `neutral` on every channel, one value = that on every
+    channel, else one value per channel."""
+    if value is None:
+        return (neutral,) * channels
+    if isinstance(value, (int, float)):
+        return (float(value),) * channels
+    values = tuple(float(v) for v in value)
+    if len(values) == 1:
+        return values * channels
+    if len(values) != channels:
+        raise ValueError(f'{name}: {len(values)} values for {channels} channels')
+    return values
+
+
+def valve_models(
+    calibration: ValveCalibration,
+    params: ValveParams,
+    channels: int,
+    dac_gain: float | Sequence[float] | None = None,
+    dac_offset_kpa: float | Sequence[float] | None = None,
+    adc_noise_kpa: float | Sequence[float] | None = None,
+    seed: int | None = None,
+) -> list[ValveModel]:
+    """The valves behind a board's channels, each with its DAC chain and read-back noise."""
+    gains = per_channel('dac_gain', dac_gain, channels, 1.0)
+    offsets = per_channel('dac_offset_kpa', dac_offset_kpa, channels, 0.0)
+    noises = per_channel('adc_noise_kpa', adc_noise_kpa, channels, 0.0)
+    rng = random.Random(seed)
+    return [
+        ValveModel(
+            calibration,
+            params.channel(i),
+            dac_gain=gains[i],
+            dac_offset_kpa=offsets[i],
+            adc_noise_kpa=noises[i],
+            rng=random.Random(rng.random()),
+        )
+        for i in range(channels)
+    ]
 
 
 class BoardEmulator:
@@ -121,10 +202,15 @@ class BoardEmulator:
         history: int = 20000,
         session_path: str | None = None,
         clock: Callable[[], float] = time.monotonic,
+        dac_gain: float | Sequence[float] | None = None,
+        dac_offset_kpa: float | Sequence[float] | None = None,
+        adc_noise_kpa: float | Sequence[float] | None = None,
     ):
         """session_path: JSON lines of every byte chunk received (after the injected faults),
         for replay (replay.py).
-        clock: the board's time base in seconds (a replay passes its own)."""
+        clock: the board's time base in seconds (a replay passes its own).
+        dac_gain, dac_offset_kpa, adc_noise_kpa: per channel (or one for all; None = neutral),
+        each valve's DAC chain error and read-back noise (`ValveModel`)."""
         self.cal = calibration or ValveCalibration()
         self.channels = channels
         self.link = link
@@ -146,7 +232,9 @@ class BoardEmulator:
         self._lock = threading.RLock()
         # valve: the description's valve model; else a lag of tau_s with a dead time
         params = valve if valve is not None else ValveParams(tau_s, tau_s, dead_time_s)
-        self.valves = [ValveModel(self.cal, params.channel(i)) for i in range(channels)]
+        self.valves = valve_models(
+            self.cal, params, channels, dac_gain, dac_offset_kpa, adc_noise_kpa, seed
+        )
         self.codes = [0] * channels
         # The newest `history` SET frames for inspection (the log file keeps all of them); a
         # bounded deque so a long soak neither grows nor scans ever longer lists under the lock.
@@ -428,7 +516,7 @@ class BoardEmulator:
     def _ack(self, seq: int) -> P.Ack:
         measured = None
         if self.adc:
-            measured = tuple(self.cal.kpa_to_adc(v.pressure) for v in self.valves)
+            measured = tuple(self.cal.kpa_to_adc(v.measured()) for v in self.valves)
         ack = P.Ack(seq, self._flags, tuple(self.codes), measured)
         self._flags &= P.ACK_FRESH_BOOT  # the event flags are reported once, then cleared
         return ack
@@ -470,6 +558,35 @@ class BoardEmulator:
             return self.frames[-1] if self.frames else None
 
 
+def _floats(text: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(v) for v in text.split(','))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f'{text!r}: numbers separated by commas, one per channel (or one for all)'
+        ) from None
+
+
+#: The per-channel valve errors as command-line options: option -> (keyword, meaning).
+VALVE_ERROR_OPTIONS = {
+    '--dac-gain': ('dac_gain', "each channel's DAC chain gain (setpoint V per nominal V)"),
+    '--dac-offset-kpa': (
+        'dac_offset_kpa',
+        "each channel's DAC chain offset, kPa (a negative first value: --dac-offset-kpa=-2,1)",
+    ),
+    '--adc-noise-kpa': ('adc_noise_kpa', 'standard deviation of each read-back, kPa'),
+}
+
+
+def add_valve_error_arguments(parser: argparse.ArgumentParser) -> None:
+    """--dac-gain, --dac-offset-kpa, --adc-noise-kpa: comma-separated, one per channel or one
+    for all (default: the nominal chain, no noise)."""
+    for option, (dest, text) in VALVE_ERROR_OPTIONS.items():
+        parser.add_argument(
+            option, dest=dest, type=_floats, default=None, metavar='V[,V]', help=text
+        )
+
+
 def main(args=None) -> int:
     parser = argparse.ArgumentParser(
         prog='dac_board_emulator',
@@ -495,6 +612,7 @@ def main(args=None) -> int:
         default=None,
         help="valve dead time, s (default: the leg description's)",
     )
+    add_valve_error_arguments(parser)
     parser.add_argument('--no-adc', action='store_true', help='board without read-back ADC')
     parser.add_argument(
         '--keep-on-bad-frame',
@@ -581,6 +699,9 @@ def main(args=None) -> int:
                 session_path=ns.session,
                 verbose=ns.verbose,
                 seed=ns.seed,
+                dac_gain=ns.dac_gain,
+                dac_offset_kpa=ns.dac_offset_kpa,
+                adc_noise_kpa=ns.adc_noise_kpa,
             )
         except (OSError, RuntimeError, ValueError) as exc:
             print(f'dac_board_emulator: cannot run {ns.firmware}: {exc}', file=sys.stderr)
@@ -599,6 +720,9 @@ def main(args=None) -> int:
             session_path=ns.session,
             verbose=ns.verbose,
             seed=ns.seed,
+            dac_gain=ns.dac_gain,
+            dac_offset_kpa=ns.dac_offset_kpa,
+            adc_noise_kpa=ns.adc_noise_kpa,
         )
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -15,7 +15,12 @@ from equimus_description.config import ConfigError, param, validate_fields
 from equimus_description.valve import HARD_MAX_KPA, SLEW_RATE_KPA_S
 
 from .board import BOARDS
-from .calibration import LOW_BAND_POLICIES, ValveCalibration
+from .calibration import (
+    LOW_BAND_POLICIES,
+    CalibrationFile,
+    ValveCalibration,
+    load_calibration,
+)
 
 __all__ = ['DriverConfig']
 
@@ -98,6 +103,17 @@ class DriverConfig:
     )
     adc_vref: float = param(_CAL.adc_vref, 'V read-back ADC reference')
     adc_input_gain: float = param(_CAL.adc_input_gain, 'valve output volts per ADC input volt')
+    calibration_file: str = param(
+        '',
+        "the rig's valve calibration from `equimus check rig` (each channel's DAC gain and "
+        "offset, applied on top of the settings above); '' = none (board serial: see "
+        'require_calibration)',
+    )
+    require_calibration: bool = param(
+        True,
+        'board serial: refuse to start without calibration_file; false = run on the nominal '
+        'datasheet calibration above (the simulated board never needs one)',
+    )
 
     def __post_init__(self) -> None:
         validate_fields(self)
@@ -113,6 +129,31 @@ class DriverConfig:
         if self.reconnect_backoff_min_s > self.reconnect_backoff_max_s:
             raise ConfigError('reconnect_backoff_min_s must not exceed reconnect_backoff_max_s')
         self.calibration()  # cross-field checks of the calibration (its ValueError)
+
+    def calibration_of_rig(self, channels: tuple[str, ...]) -> CalibrationFile | None:
+        """The calibration file (board serial), None on the simulated board or, when
+        require_calibration is false, without one. A ValueError (one line) when it is required
+        and not given, or cannot be used (CalibrationFileError)."""
+        if self.board != 'serial':
+            return None
+        if not self.calibration_file:
+            if not self.require_calibration:
+                return None
+            raise ConfigError(
+                'calibration_file is not set: the rig runs on its measured valve calibration; '
+                'run `equimus check rig` and pass the file it writes (or set '
+                'require_calibration:=false for the nominal datasheet calibration)'
+            )
+        return load_calibration(self.calibration_file, channels)
+
+    def channel_calibrations(
+        self, channels: tuple[str, ...], rig: CalibrationFile | None
+    ) -> tuple[ValveCalibration, ...]:
+        """One calibration per channel: `calibration()` with the rig's fit of that channel."""
+        base = self.calibration()
+        if rig is None:
+            return (base,) * len(channels)
+        return rig.calibrations(base, channels)
 
     def calibration(self) -> ValveCalibration:
         return ValveCalibration(

@@ -37,6 +37,9 @@ the keep-alive or the watchdog. With the simulated board the slew limit follows 
 a keep-alive: each one is a step of the lockstep simulation.
 On shutdown (Ctrl-C, SIGTERM, or a normal exit) it writes SET all-zero and waits briefly for the
 ACK before the port closes.
+On the serial board each channel has its own calibration: the settings of config/valve.yaml with
+the rig's measured DAC gain and offset from `calibration_file` (`equimus check rig` writes it);
+without one it refuses to start unless `require_calibration` is false.
 """
 
 from __future__ import annotations
@@ -144,8 +147,11 @@ class ValveDriver(LifecycleNode):
         self.get_logger().info('unconfigured: the board is closed until configure')
 
     def _reset(self, p: DriverConfig) -> None:
-        """Fresh safety state from the current parameters (at construction and each configure)."""
+        """Fresh safety state from the current parameters (at construction and each configure).
+        The calibration file is read here: a ValueError says why it cannot be used."""
         self.cal = p.calibration()
+        self.rig_calibration = p.calibration_of_rig(self.channels)
+        self.cals = p.channel_calibrations(self.channels, self.rig_calibration)
         self.safety = SafetyFilter(
             len(self.channels), p.max_kpa, p.slew_rate_kpa_s, p.command_timeout_s
         )
@@ -168,7 +174,11 @@ class ValveDriver(LifecycleNode):
     def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
         """Open the board and start the ticks; the output is vented (disarmed)."""
         p = self.params.config
-        self._reset(p)
+        try:
+            self._reset(p)
+        except ValueError as exc:
+            self.get_logger().error(f'configure failed: {exc}')
+            return TransitionCallbackReturn.FAILURE
         self._closing = False
         board: Board = (
             SimBoard(len(self.channels), self.cal)
@@ -200,9 +210,16 @@ class ValveDriver(LifecycleNode):
         self.get_logger().info(
             f'configured: board {p.board}'
             + ('' if self.simulated else f' on {p.port}')
-            + f', max {self.cal.max_kpa:g} kPa = DAC code {self.cal.max_code}, '
-            f'watchdog {p.command_timeout_s:g} s, slew {p.slew_rate_kpa_s:g} kPa/s; vented'
+            + f', max {self.cal.max_kpa:g} kPa = DAC code '
+            + '/'.join(str(c.max_code) for c in self.cals)
+            + f', watchdog {p.command_timeout_s:g} s, slew {p.slew_rate_kpa_s:g} kPa/s; '
+            + f'{self._calibration_note()}; vented'
         )
+        if self.rig_calibration is None and not self.simulated:
+            self.get_logger().warning(
+                'no calibration_file (require_calibration=false): the nominal datasheet '
+                'calibration; each valve is off by its DAC chain error (run `equimus check rig`)'
+            )
         return TransitionCallbackReturn.SUCCESS
 
     @_serialised
@@ -254,6 +271,17 @@ class ValveDriver(LifecycleNode):
             self._publish_diagnostics()
         self.get_logger().info(f'{why}: disarmed, all channels vented to 0 kPa')
 
+    def _calibration_note(self) -> str:
+        rig = self.rig_calibration
+        if rig is not None:
+            fits = ', '.join(
+                f'{n} gain {rig.channels[n].dac_gain:.4f} offset '
+                f'{rig.channels[n].dac_offset_kpa:+.2f} kPa'
+                for n in self.channels
+            )
+            return f'calibration {rig.path} of {rig.written or "unknown date"} ({fits})'
+        return 'nominal calibration' if self.simulated else 'NOMINAL calibration (no file)'
+
     def not_active_reason(self) -> str:
         """Why commands and arming are refused, with the transition valid from this state."""
         state = self._state_machine.current_state[1]
@@ -287,6 +315,7 @@ class ValveDriver(LifecycleNode):
         """A runtime parameter changed (already validated): the new limits hold from now on."""
         self.safety.configure(cfg.max_kpa, cfg.slew_rate_kpa_s, cfg.command_timeout_s)
         self.cal = cfg.calibration()
+        self.cals = cfg.channel_calibrations(self.channels, self.rig_calibration)
         if self.board is not None:
             self.board.cal = self.cal  # the next tick clamps the output to a lower ceiling
 
@@ -434,7 +463,7 @@ class ValveDriver(LifecycleNode):
         # The simulated board: the slew advances with the commands only (in sim time), so a tick
         # changes the output only when the safety layer vents.
         out = self.safety.step(now, 0.0 if self.simulated else None)
-        codes = self.cal.codes(out)
+        codes = self._codes(out)
         if codes != self._last_sent or (
             board.needs_keepalive and now - self._last_send_t >= self.keepalive_s
         ):
@@ -459,17 +488,21 @@ class ValveDriver(LifecycleNode):
             self._report_armed()
             self._publish_diagnostics()
 
+    def _codes(self, kpa: Sequence[float]) -> list[int]:
+        """Each channel's DAC code for its pressure, through that channel's calibration."""
+        return [cal.kpa_to_code(p) for cal, p in zip(self.cals, kpa, strict=True)]
+
     def _send(self, out_kpa: list[float], now: float) -> None:
         if self.board is None:
             return
-        codes = [0] * len(self.channels) if self._closing else self.cal.codes(out_kpa)
+        codes = [0] * len(self.channels) if self._closing else self._codes(out_kpa)
         seq = self.board.send_codes(codes)
         if seq is not None:  # written: the fused loop's latency ends here
             self.last_write_ns = time.perf_counter_ns()
         self._last_sent = codes
         self._last_send_t = now
         applied = (
-            [self.cal.code_to_kpa(c) for c in codes]
+            [cal.code_to_kpa(c) for cal, c in zip(self.cals, codes, strict=True)]
             if seq is not None
             else [0.0] * len(self.channels)
         )

@@ -8,7 +8,9 @@ runs it on a clock the caller sets, one loop pass per call, for byte-exact repla
 
 The firmware knows nothing of valves: the valve behind each channel is the one valve model
 (`ValveModel`, equimus_description's lag), stepped here from the DAC codes the firmware writes,
-and its pressure goes back to the firmware as the ADC code it reads (`ValveCalibration.kpa_to_adc`).
+and its pressure goes back to the firmware as the ADC code it reads (`ValveCalibration.kpa_to_adc`),
+through each channel's DAC chain error and read-back noise (`dac_gain`, `dac_offset_kpa`,
+`adc_noise_kpa`, as the emulator takes them).
 """
 
 from __future__ import annotations
@@ -24,12 +26,13 @@ import subprocess
 import threading
 import time
 from collections import deque
+from collections.abc import Sequence
 from typing import IO
 
 from equimus_description.valve import VALVE_TAU_S, ValveParams
 
 from . import protocol as P
-from .board_emulator import FrameRecord, ValveModel
+from .board_emulator import FrameRecord, valve_models
 from .calibration import ValveCalibration
 
 BINARY_NAME = 'dac_board_host'
@@ -201,6 +204,9 @@ class FirmwareBoard:
         history: int = 20000,
         channels: int | None = None,
         valve: ValveParams | None = None,
+        dac_gain: float | Sequence[float] | None = None,
+        dac_offset_kpa: float | Sequence[float] | None = None,
+        adc_noise_kpa: float | Sequence[float] | None = None,
     ):
         self.binary = str(binary)
         self.info = firmware_info(self.binary)
@@ -221,7 +227,9 @@ class FirmwareBoard:
         self.seed = seed
         # valve: the description's valve model; else a lag of tau_s with a dead time
         params = valve if valve is not None else ValveParams(tau_s, tau_s, dead_time_s)
-        self.valves = [ValveModel(self.cal, params.channel(i)) for i in range(self.channels)]
+        self.valves = valve_models(
+            self.cal, params, self.channels, dac_gain, dac_offset_kpa, adc_noise_kpa, seed
+        )
         self.codes = [0] * self.channels
         self.frames: deque[FrameRecord] = deque(maxlen=history)
         self.frames_total = 0
@@ -391,7 +399,7 @@ class FirmwareBoard:
                 for v in self.valves:
                     v.advance(now, now - last)
                 if self.adc:
-                    adc = tuple(self.cal.kpa_to_adc(v.pressure) for v in self.valves)
+                    adc = tuple(self.cal.kpa_to_adc(v.measured()) for v in self.valves)
                     if adc != self._adc_sent:
                         self._command('adc ' + ' '.join(map(str, adc)))
                         self._adc_sent = adc

@@ -204,7 +204,10 @@ class BoardLink:
 
     def _connect(self) -> bool:
         try:
-            ser = serial.Serial(self.port, self.baud, timeout=0.005, write_timeout=0.1)
+            # exclusive (flock): one program drives the board; the rig check opens it the same way
+            ser = serial.Serial(
+                self.port, self.baud, timeout=0.005, write_timeout=0.1, exclusive=True
+            )
         except (serial.SerialException, OSError, ValueError) as exc:
             self._set_error(
                 'disconnected',

@@ -1,0 +1,155 @@
+"""Commissioning against a DAC board on a real pty, the Python emulator and the firmware built for
+this computer, with a DAC chain that is not the nominal one: the board checks, the valve fit
+recovers the injected gain and offset, the calibration file it gives is loaded by the valve driver
+(its own process, real DDS), which then puts each valve within 1 kPa of the command. And the
+failures: a valve that does not follow its setpoint, a silent board."""
+
+import os
+import signal
+import time
+
+import pytest
+
+from equimus_description.interface import ACTUATORS
+from equimus_hw.valve import commission as C
+from equimus_hw.valve.calibration import (
+    CalibrationFile,
+    ValveCalibration,
+    load_calibration,
+    with_fit,
+    write_calibration,
+)
+
+from .conftest import Driver, make_emulator, wait_for
+
+NOMINAL = ValveCalibration()
+GAIN, OFFSET, NOISE = (1.08, 0.92), (2.0, -3.0), 0.3  # per channel: maa, baa
+LEVELS, HOLD = (10.0, 25.0, 40.0), 1.0
+
+
+def to_kpa(code):
+    return NOMINAL.adc_to_kpa(code)
+
+
+def test_fit_and_driver(new_board, harness, tmp_path):
+    board = new_board(dac_gain=GAIN, dac_offset_kpa=OFFSET, adc_noise_kpa=NOISE, seed=5)
+    with C.BoardProbe(board.link) as probe:
+        info = probe.open(wait_s=5.0)
+        result = C.check_board(probe, NOMINAL, 2)
+        assert result.watchdog_flagged and 200 <= result.watchdog_vent_ms <= 200 + 150
+        assert probe.stats.crc_errors == 0 and probe.stats.timeouts <= 2
+        fits = {}
+        for ch, name in enumerate(ACTUATORS):
+            r = C.check_valve(probe, name, ch, NOMINAL, to_kpa, levels=LEVELS, hold_s=HOLD)
+            fits[name] = r.fit
+            assert r.fit.dac_gain == pytest.approx(GAIN[ch], abs=0.015)
+            assert r.fit.dac_offset_kpa == pytest.approx(OFFSET[ch], abs=0.6)
+            assert r.fit.tau_fill_s == pytest.approx(board.valves[ch].tau, rel=0.3)
+            assert abs(r.verify_read_kpa - C.VERIFY_KPA) < 1.0
+    assert board.codes == [0, 0] and board.invariant_violations == []
+    path = write_calibration(str(tmp_path / 'cal.yaml'), CalibrationFile(fits, info.max_code))
+    cal = load_calibration(path, ACTUATORS)
+
+    # the injected chain, recovered to within 1 kPa over the regulated range
+    for ch, name in enumerate(ACTUATORS):
+        fitted = with_fit(NOMINAL, cal.channels[name], info.max_code)
+        truth = board.valves[ch]
+        for kpa in range(7, 46):
+            if kpa <= truth.target(info.max_code):
+                assert abs(truth.target(fitted.kpa_to_code(kpa)) - kpa) < 1.0, (name, kpa)
+        assert abs(truth.target(NOMINAL.kpa_to_code(30.0)) - 30.0) > 2.0  # uncalibrated: off
+
+    t_start = time.monotonic()
+    drv = Driver(board.link, tmp_path, calibration_file=path, require_calibration=True)
+    try:
+        assert harness.wait_connected(t_start), drv.output()
+        assert 'calibration ' + path in drv.output()
+        harness.call('arm')
+        harness.stream([30.0, 30.0])
+        assert wait_for(lambda: all(abs(p - 30.0) < 0.5 for p in board.pressures()), 5.0), (
+            board.pressures()
+        )
+        time.sleep(0.3)
+        assert board.pressures() == pytest.approx([30.0, 30.0], abs=1.0)
+    finally:
+        harness.stop_stream()
+        rc = drv.stop(signal.SIGINT)
+    assert rc == 0, drv.output()
+
+
+def test_the_driver_refuses_to_start_without_a_calibration(tmp_path):
+    board = make_emulator(tmp_path)
+    try:
+        drv = Driver(board.link, tmp_path, require_calibration=True)
+        drv.proc.wait(60)
+        out = drv.output()
+        drv.stop()
+    finally:
+        board.close()
+    lines = [x for x in out.splitlines() if x.strip()]
+    assert drv.proc.returncode == 2 and len(lines) == 1, out
+    assert 'calibration_file is not set' in lines[0] and 'equimus check rig' in lines[0]
+
+
+def test_a_valve_that_does_not_follow_its_setpoint(tmp_path):
+    """baa's setpoint wire broken (its DAC chain gives 0 V): one line after its first level,
+    and the board is left vented."""
+    board = make_emulator(tmp_path, dac_gain=(1.0, 0.0))
+    try:
+        with C.BoardProbe(board.link) as probe:
+            probe.open(wait_s=5.0)
+            with pytest.raises(C.CommissionError) as e:
+                C.check_valve(probe, 'baa', 1, NOMINAL, to_kpa, levels=LEVELS, hold_s=HOLD)
+            assert board.codes == [0, 0]
+    finally:
+        board.close()
+    assert 'valve baa does not follow its setpoint' in str(e.value), e.value
+    assert '\n' not in str(e.value)
+    assert max(f.codes[1] for f in board.frames) == NOMINAL.kpa_to_code(LEVELS[0])  # stopped
+
+
+def test_a_silent_board(tmp_path):
+    """A port that opens and answers nothing: one line, within the HELLO timeout."""
+    master, slave = os.openpty()
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(C.CommissionError, match='did not answer HELLO') as e:
+            C.BoardProbe(os.ttyname(slave)).open()
+        assert time.monotonic() - t0 < C.HELLO_TRIES * C.HELLO_TIMEOUT_S + 1.0
+    finally:
+        os.close(master)
+        os.close(slave)
+    assert '\n' not in str(e.value)
+    with pytest.raises(C.CommissionError, match='cannot open'):
+        C.BoardProbe(str(tmp_path / 'nothing')).open()
+
+
+def test_a_board_held_by_a_driver_cannot_be_checked(tmp_path):
+    board = make_emulator(tmp_path)
+    try:
+        with C.BoardProbe(board.link) as first:
+            first.open(wait_s=5.0)
+            with pytest.raises(C.CommissionError, match='no valve driver'):
+                C.BoardProbe(board.link).open()
+    finally:
+        board.close()
+
+
+def test_a_board_whose_watchdog_does_not_vent(tmp_path):
+    """Its INFO promises 200 ms, its outputs stay: one line after WATCHDOG_TRIES tries, the
+    outputs set back to 0 by the check."""
+    board = make_emulator(tmp_path)
+    try:
+        with C.BoardProbe(board.link) as probe:
+            probe.open(wait_s=5.0)
+            board.watchdog_ms = 10**9  # the firmware's watchdog broken after its INFO
+            t0 = time.monotonic()
+            with pytest.raises(C.CommissionError) as e:
+                C.check_board(probe, NOMINAL, 2)
+            took = time.monotonic() - t0
+            assert board.codes == [0, 0]
+    finally:
+        board.close()
+    assert f'in each of {C.WATCHDOG_TRIES} tries (its watchdog: 200 ms)' in str(e.value), e.value
+    assert '\n' not in str(e.value)
+    assert C.WATCHDOG_TRIES * (0.2 + C.WATCHDOG_SLACK_S) < took < 10.0
