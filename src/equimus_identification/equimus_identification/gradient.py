@@ -39,8 +39,12 @@ from scipy.optimize import least_squares
 
 from . import dynamic as D
 
-JACOBIANS = ('auto', 'mjx', 'fd')
+JACOBIANS = ('fd', 'mjx', 'auto')
 FD_STEP = 1e-4  # forward-difference step in the unit cube (the search's refinement uses the same)
+
+
+class MethodError(ValueError):
+    """A request the gradient method cannot serve (one line for the user)."""
 
 
 def _jax() -> tuple[Any, Any, Any]:
@@ -73,13 +77,13 @@ def mjx_available() -> str | None:
 
 def resolve_jacobian(kind: str) -> str:
     if kind not in JACOBIANS:
-        raise ValueError(f'jacobian must be one of {JACOBIANS}, got {kind!r}')
+        raise MethodError(f'jacobian must be one of {JACOBIANS}, got {kind!r}')
     if kind == 'auto':
         return 'fd' if mjx_available() else 'mjx'
     if kind == 'mjx':
         why = mjx_available()
         if why:
-            raise ValueError(f"--jacobian mjx: {why}; or use --jacobian fd (no extra)")
+            raise MethodError(f'--jacobian mjx: {why}; or use --jacobian fd (no extra)')
     return kind
 
 
@@ -147,14 +151,20 @@ class MjxResiduals:
         self.ev = ev
         names = list(ev.names)
         if 'valve.fill_rate' in names:
-            raise ValueError('--jacobian mjx: the fill rate limit (valve.fill_rate) is not modelled')
+            raise MethodError(
+                '--jacobian mjx: the fill rate limit (valve.fill_rate) is not modelled in JAX; '
+                'use --jacobian fd'
+            )
         if ev.pressure != 'command':
-            raise ValueError('--jacobian mjx replays commanded pressures only')
+            raise MethodError('--jacobian mjx replays commanded pressures only; use --jacobian fd')
         st = ev._compiled()
         p_start = ev.full_params(ev.from_unit(u_start))
         valve = D.valve_of(p_start, names)
         if not np.all(np.isinf(valve.fill_rate)):
-            raise ValueError('--jacobian mjx: the valve has a fill rate limit, not modelled in JAX')
+            raise MethodError(
+                '--jacobian mjx: the valve has a fill rate limit, not modelled in JAX; '
+                'use --jacobian fd'
+            )
         ev._apply(p_start)
         m = st['model']
         for n in names:  # MJX sizes its constraints once: keep a friction row for a free friction
@@ -168,9 +178,11 @@ class MjxResiduals:
         acts = st['acts']
         lower, span = jnp.asarray(ev.lower), jnp.asarray(ev.upper - ev.lower)
         base = {k: float(v) for k, v in p_start.items()}
-        max_delay = int(math.ceil(ev.upper[names.index('valve.dead_time')] / ev.dt) + 1) if (
-            'valve.dead_time' in names
-        ) else int(math.ceil(base['valve.dead_time'] / ev.dt) + 1)
+        max_delay = (
+            int(math.ceil(ev.upper[names.index('valve.dead_time')] / ev.dt) + 1)
+            if ('valve.dead_time' in names)
+            else int(math.ceil(base['valve.dead_time'] / ev.dt) + 1)
+        )
 
         # per-experiment commands on the physics grid, padded to one length
         exps = ev.experiments
@@ -201,7 +213,9 @@ class MjxResiduals:
             sps = np.array([ev.sps[ro.exp] for ro in ros])
             n_max = max(ro.n for ro in ros)
             if len(set(sps.tolist())) != 1:
-                raise ValueError('--jacobian mjx: experiments with different sample periods')
+                raise MethodError(
+                    '--jacobian mjx: experiments with different sample periods; use --jacobian fd'
+                )
             sp = int(sps[0])
             length = (n_max - 1) * sp
             q0 = np.zeros((len(ros), m.nq))
@@ -380,7 +394,7 @@ class GradientResult:
     loss_start: float
     jacobian: str
     jacobians: int  # Jacobians evaluated (iterations)
-    evaluations: int  # residual evaluations (simulations of every window)
+    evaluations: int  # simulations of every window (residuals and finite-difference columns)
     wall_s: float
     compile_s: float = 0.0  # of which JIT compilation (mjx)
     interrupted: bool = False
@@ -394,7 +408,7 @@ class GradientResult:
 def fit_gradient(
     ev: D.Evaluator,
     x0: Sequence[float] | np.ndarray,
-    jacobian: str = 'auto',
+    jacobian: str = 'fd',
     iterations: int = 20,
     mapper: Callable = map,
     log: Callable = print,
@@ -402,7 +416,9 @@ def fit_gradient(
     """Trust-region Gauss-Newton from x0 (physical units) on ev's residuals, at most
     `iterations` Jacobians. ev has no sign term (a sum of squares)."""
     if ev.sign_weight:
-        raise ValueError('the gradient method needs a sum-of-squares loss: sign weight 0')
+        raise MethodError(
+            'the gradient method needs a sum-of-squares loss: --sign-weight 0 (the default)'
+        )
     kind = resolve_jacobian(jacobian)
     t0 = time.monotonic()
     u0 = np.clip(ev.to_unit(x0), 0.0, 1.0)
@@ -421,6 +437,7 @@ def fit_gradient(
             best.update(loss=loss, u=np.array(u, float))
 
     n_jac = [0]
+    n_fd = [0]  # simulations spent on finite-difference columns
     last: dict[str, Any] = {}
 
     def fun(u):
@@ -449,6 +466,7 @@ def fit_gradient(
             same = 'u' in last and np.array_equal(last['u'], u)
             r0 = last['r'] if same else ev.residuals(ev.from_unit(u))
             J = fd_jacobian(ev, u, r0, mapper)
+            n_fd[0] += len(u) + (0 if same else 1)
         n_jac[0] += 1
         log(
             f'iteration {n_jac[0]:3d}  loss {best["loss"]:.6g} rad²  '
@@ -486,7 +504,7 @@ def fit_gradient(
         loss_start,
         kind,
         n_jac[0],
-        len(trace),
+        len(trace) + n_fd[0],
         time.monotonic() - t0,
         compile_s,
         interrupted,

@@ -1,0 +1,225 @@
+#!/usr/bin/env python3
+"""Gradient identification (`identify --method gradient`) against the search (`--method search`)
+on the same data and the same multiple-shooting residuals.
+
+    python benchmarks/bench_gradient.py --data synthetic              # ~2 min (fd only)
+    python benchmarks/bench_gradient.py --data tocenter               # ~10 min
+    python benchmarks/bench_gradient.py --data synthetic --jacobians fd,mjx   # the mjx extra
+
+Every simulated candidate of either method is traced (wall time, loss), in this one process
+(serial evaluation for both, so neither gets more cores than the other). The loss is the mean
+squared shooting residual (rad², `gradient.fit_gradient`'s objective; the search's differential
+evolution ranks by the mean over windows, the same up to the windows' weights). Reported per
+method: the final loss, the wall time at which it first reached the loss every method reached
+(the worst of the final losses), the optimum, and the error on data no fit saw:
+- synthetic: a session simulated with known parameters (synth.GROUND_TRUTH) and mocap-like
+  noise, 11 parameters (Table V's ten + the valve's lag); held out: another session of random
+  steps with the same truth, replayed from its first state; and each parameter's error to the truth.
+- tocenter: the authors' ToCenter session, every sample of 24 of the 36 segments, 14 parameters
+  (Table V's ten + dead time, fill and vent constants + the knee stop); held out: the other 12
+  pairs (spread over the grid as `heldout --folds 12`), each replayed from its first state.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import pathlib
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+SHARED = (ROOT / '..' / 'shared' / 'data' / 'equimus' / 'physical').resolve()
+
+
+def traced_evaluator(*args, **kwargs):
+    """An Evaluator that records (wall s, mean squared residual) of every simulated candidate."""
+    from equimus_identification import dynamic as D
+
+    class Traced(D.Evaluator):
+        trace: list
+        t0: float
+
+        def _note(self, sims) -> None:
+            r = self.residuals_of_sims(sims)
+            self.trace.append((time.monotonic() - self.t0, float(np.mean(r**2))))
+
+        def loss_of_sims(self, sims) -> float:
+            self._note(sims)
+            return super().loss_of_sims(sims)
+
+        def residuals(self, x) -> np.ndarray:
+            r = super().residuals(x)
+            self.trace.append((time.monotonic() - self.t0, float(np.mean(r**2))))
+            return r
+
+    ev = Traced(*args, **kwargs)
+    ev.trace, ev.t0 = [], time.monotonic()
+    return ev
+
+
+def synthetic_data(noise: float) -> dict:
+    from equimus_identification import data, synth
+
+    truth = dict(synth.GROUND_TRUTH)
+
+    def session(seed: int):
+        sim = synth.simulate_steps(truth, steps_kpa=synth.random_steps(8, seed=seed), hold_s=1.2)
+        with tempfile.TemporaryDirectory() as tmp:
+            bag = synth.write_bag(pathlib.Path(tmp) / 'bag', sim, noise_rad=noise, seed=seed)
+            return data.load_any([str(bag)], duration=1.2)['dynamic']
+
+    return {
+        'train': session(11),
+        'held': session(12),
+        'names': list(truth),
+        'truth': truth,
+        'dt': 1.0 / 600.0,
+        'horizon': 0.3,
+    }
+
+
+def tocenter_data() -> dict:
+    from equimus_identification import data
+    from equimus_identification import dynamic as D
+
+    segs = data.load_trajectory_csv(next((SHARED / 'dynamic').glob('ToCenter_*.csv')))
+    held = set(np.linspace(0, len(segs) - 1, 12).round().astype(int).tolist())
+    return {
+        'train': [e for i, e in enumerate(segs) if i not in held],
+        'held': [e for i, e in enumerate(segs) if i in held],
+        'names': list(D.PAPER_PARAMS) + list(D.VALVE_PARAMS) + ['joints.knee.range.0'],
+        'truth': None,
+        'dt': 0.01,
+        'horizon': 0.5,
+    }
+
+
+def run_method(method: str, d: dict, a) -> dict:
+    from equimus_description.leg import load_leg
+    from equimus_identification import dynamic as D
+    from equimus_identification import gradient as G
+    from equimus_identification.cli import fit_start
+
+    leg = load_leg(parameter_set='table_v_dynamic')
+    names = d['names']
+    ev = traced_evaluator(
+        d['train'],
+        names,
+        leg=leg,
+        loss='shooting',
+        horizon=d['horizon'],
+        dt=d['dt'],
+        sign_weight=0.0,
+    )
+    x_before = np.clip([D.leg_value(leg, n) for n in names], ev.lower, ev.upper)
+    x0 = fit_start(ev, names, x_before)
+    quiet = (lambda _m: None) if not a.verbose else print
+    ev.t0 = time.monotonic()
+    extra: dict = {}
+    if method == 'search':
+        r = D.fit(
+            ev,
+            popsize=a.popsize,
+            maxiter=a.maxiter,
+            seed=0,
+            refine='lm',
+            refine_maxfev=a.refine_maxfev,
+            x0=x0,
+            log=quiet,
+        )
+        x, wall = r.x, r.wall_s
+    else:
+        g = G.fit_gradient(
+            ev, x0, jacobian=method.split('-')[1], iterations=a.iterations, log=quiet
+        )
+        x, wall = g.x, g.wall_s
+        extra = {'jacobians': g.jacobians, 'compile_s': g.compile_s}
+        if g.jacobian == 'mjx':  # the MJX residuals are not traced: take its own iterates
+            ev.trace = [(t, loss) for t, loss, _u in g.trace]
+    final = float(np.mean(ev.residuals(x) ** 2))
+    m = D.metrics(d['held'], x, names, leg=leg, dt=d['dt'])
+    held = np.mean([mm['rmse'] for mm in m], axis=0)
+    out = {
+        'method': method,
+        'loss': final,
+        'wall_s': wall,
+        'trace': ev.trace[:-1],
+        'x': dict(zip(names, map(float, x), strict=True)),
+        'held_rmse': held.tolist(),
+        'start_loss': ev.trace[0][1] if ev.trace else math.nan,
+        **extra,
+    }
+    if d['truth']:
+        out['rel_error'] = {n: abs(out['x'][n] / d['truth'][n] - 1.0) for n in names}
+    return out
+
+
+def time_to(trace, target: float) -> float:
+    """Wall time at which the best loss so far first reached target (nan if never)."""
+    for t, loss in trace:
+        if loss <= target:
+            return t
+    return math.nan
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    p.add_argument('--data', choices=('synthetic', 'tocenter'), default='synthetic')
+    p.add_argument('--jacobians', default='fd', help='fd, mjx or fd,mjx')
+    p.add_argument('--iterations', type=int, default=20)
+    p.add_argument('--popsize', type=int, default=3)
+    p.add_argument('--maxiter', type=int, default=60)
+    p.add_argument('--refine-maxfev', type=int, default=400)
+    p.add_argument('--noise', type=float, default=0.002, help='synthetic mocap noise (rad)')
+    p.add_argument('--out', default=None, help='JSON with every figure and trace')
+    p.add_argument('--verbose', action='store_true')
+    a = p.parse_args(argv)
+    d = synthetic_data(a.noise) if a.data == 'synthetic' else tocenter_data()
+    methods = ['search'] + [f'gradient-{j}' for j in a.jacobians.split(',') if j]
+    res = []
+    for mth in methods:
+        print(f'{a.data}: {mth} ...', flush=True)
+        res.append(run_method(mth, d, a))
+    target = max(r['loss'] for r in res) * (1.0 + 1e-3)
+    print(
+        f'\n{a.data}: {len(d["train"])} experiments fitted, {len(d["held"])} held out; '
+        f'{len(d["names"])} parameters; equal loss = {target:.6g} rad²\n'
+    )
+    print(
+        '| method | final loss (rad²) | wall to equal loss (s) | wall total (s) | '
+        'held-out RMSE θ1 / θ2 (rad) |' + (' worst parameter error |' if d['truth'] else '')
+    )
+    print('|---|---|---|---|---|' + ('---|' if d['truth'] else ''))
+    for r in res:
+        r['wall_to_equal_s'] = time_to(r['trace'], target)
+        worst = ''
+        if d['truth']:
+            n, e = max(r['rel_error'].items(), key=lambda kv: kv[1])
+            worst = f' {100 * e:.1f} % ({n}) |'
+        print(
+            f'| {r["method"]} | {r["loss"]:.6g} | {r["wall_to_equal_s"]:.1f} | '
+            f'{r["wall_s"]:.1f} | {r["held_rmse"][0]:.4f} / {r["held_rmse"][1]:.4f} |' + worst
+        )
+    print('\noptima:')
+    names = d['names']
+    print(
+        '| parameter | '
+        + ' | '.join(r['method'] for r in res)
+        + (' | truth |' if d['truth'] else ' |')
+    )
+    print('|---|' + '---|' * (len(res) + (1 if d['truth'] else 0)))
+    for n in names:
+        row = ' | '.join(f'{r["x"][n]:.5g}' for r in res)
+        print(f'| {n} | {row} |' + (f' {d["truth"][n]:.5g} |' if d['truth'] else ''))
+    if a.out:
+        pathlib.Path(a.out).write_text(json.dumps(res, indent=1))
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
