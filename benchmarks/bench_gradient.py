@@ -4,7 +4,8 @@ on the same data and the same multiple-shooting residuals.
 
     python benchmarks/bench_gradient.py --data synthetic              # ~2 min (fd only)
     python benchmarks/bench_gradient.py --data tocenter               # ~10 min
-    python benchmarks/bench_gradient.py --data synthetic --jacobians fd,mjx   # the mjx extra
+    python benchmarks/bench_gradient.py --data synthetic --methods mjx --out mjx.json  # mjx extra
+    python benchmarks/bench_gradient.py --data synthetic --merge fd.json mjx.json   # one table
 
 Every simulated candidate of either method is traced (wall time, loss), in this one process
 (serial evaluation for both, so neither gets more cores than the other). The loss is the mean
@@ -45,8 +46,12 @@ def traced_evaluator(*args, **kwargs):
         t0: float
 
         def _note(self, sims) -> None:
-            r = self.residuals_of_sims(sims)
-            self.trace.append((time.monotonic() - self.t0, float(np.mean(r**2))))
+            self._add(self.residuals_of_sims(sims))
+
+        def _add(self, r) -> None:
+            self.trace.append(
+                (time.monotonic() - self.t0, float(np.mean(r**2)), time.process_time() - self.c0)
+            )
 
         def loss_of_sims(self, sims) -> float:
             self._note(sims)
@@ -54,11 +59,11 @@ def traced_evaluator(*args, **kwargs):
 
         def residuals(self, x) -> np.ndarray:
             r = super().residuals(x)
-            self.trace.append((time.monotonic() - self.t0, float(np.mean(r**2))))
+            self._add(r)
             return r
 
     ev = Traced(*args, **kwargs)
-    ev.trace, ev.t0 = [], time.monotonic()
+    ev.trace, ev.t0, ev.c0 = [], time.monotonic(), time.process_time()
     return ev
 
 
@@ -119,7 +124,7 @@ def run_method(method: str, d: dict, a) -> dict:
     x_before = np.clip([D.leg_value(leg, n) for n in names], ev.lower, ev.upper)
     x0 = fit_start(ev, names, x_before)
     quiet = (lambda _m: None) if not a.verbose else print
-    ev.t0 = time.monotonic()
+    ev.t0, ev.c0 = time.monotonic(), time.process_time()
     extra: dict = {}
     if method == 'search':
         r = D.fit(
@@ -140,7 +145,7 @@ def run_method(method: str, d: dict, a) -> dict:
         x, wall = g.x, g.wall_s
         extra = {'jacobians': g.jacobians, 'compile_s': g.compile_s}
         if g.jacobian == 'mjx':  # the MJX residuals are not traced: take its own iterates
-            ev.trace = [(t, loss) for t, loss, _u in g.trace]
+            ev.trace = [(t, loss, math.nan) for t, loss, _u in g.trace]
     final = float(np.mean(ev.residuals(x) ** 2))
     m = D.metrics(d['held'], x, names, leg=leg, dt=d['dt'])
     held = np.mean([mm['rmse'] for mm in m], axis=0)
@@ -161,16 +166,26 @@ def run_method(method: str, d: dict, a) -> dict:
 
 def time_to(trace, target: float) -> float:
     """Wall time at which the best loss so far first reached target (nan if never)."""
-    for t, loss in trace:
+    for t, loss, _cpu in trace:
         if loss <= target:
             return t
+    return math.nan
+
+
+def cpu_to(trace, target: float) -> float:
+    """CPU time of this process at the same point (the figure a loaded machine moves least)."""
+    for _t, loss, cpu in trace:
+        if loss <= target:
+            return cpu
     return math.nan
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     p.add_argument('--data', choices=('synthetic', 'tocenter'), default='synthetic')
-    p.add_argument('--jacobians', default='fd', help='fd, mjx or fd,mjx')
+    p.add_argument(
+        '--methods', default='search,fd', help='search, fd (gradient), mjx (gradient), comma-joined'
+    )
     p.add_argument('--iterations', type=int, default=20)
     p.add_argument('--popsize', type=int, default=3)
     p.add_argument('--maxiter', type=int, default=60)
@@ -178,11 +193,14 @@ def main(argv=None) -> int:
     p.add_argument('--noise', type=float, default=0.002, help='synthetic mocap noise (rad)')
     p.add_argument('--out', default=None, help='JSON with every figure and trace')
     p.add_argument('--verbose', action='store_true')
+    p.add_argument('--merge', nargs='*', default=None, help='tabulate earlier --out files together')
     a = p.parse_args(argv)
     d = synthetic_data(a.noise) if a.data == 'synthetic' else tocenter_data()
-    methods = ['search'] + [f'gradient-{j}' for j in a.jacobians.split(',') if j]
+    methods = [m if m == 'search' else f'gradient-{m}' for m in a.methods.split(',') if m]
     res = []
-    for mth in methods:
+    for f in a.merge or []:
+        res += json.loads(pathlib.Path(f).read_text())
+    for mth in methods if a.merge is None else []:
         print(f'{a.data}: {mth} ...', flush=True)
         res.append(run_method(mth, d, a))
     target = max(r['loss'] for r in res) * (1.0 + 1e-3)
@@ -197,6 +215,7 @@ def main(argv=None) -> int:
     print('|---|---|---|---|---|' + ('---|' if d['truth'] else ''))
     for r in res:
         r['wall_to_equal_s'] = time_to(r['trace'], target)
+        r['cpu_to_equal_s'] = cpu_to(r['trace'], target)
         worst = ''
         if d['truth']:
             n, e = max(r['rel_error'].items(), key=lambda kv: kv[1])

@@ -148,3 +148,31 @@ def test_mjx_residuals_and_jacobian_match_the_c_simulator(session):
     g = G.fit_gradient(ev, x0, jacobian='mjx', iterations=8, log=lambda _m: None)
     errors = {k: abs(v / synth.GROUND_TRUTH[k] - 1.0) for k, v in g.parameters().items()}
     assert all(e < 0.02 for e in errors.values()), errors
+
+
+def test_jax_valve_model_equals_the_description_s():
+    """The valve/chamber model in JAX (dead time of a fractional number of steps, fill and vent
+    constants per valve) gives the pressures of equimus_description.valve.follow."""
+    why = G.mjx_available()
+    if why:
+        pytest.skip(why)
+    from equimus_description.valve import ValveParams, follow
+
+    _jax, jnp, _mjx = G._jax()
+    dt = 0.01
+    valve = ValveParams((0.22, 0.32), (0.005, 0.12), 0.095, float('inf'))
+    rng = np.random.default_rng(0)
+    u = np.repeat(rng.uniform(0, 50, (12, 2)), 25, axis=0)
+    p0 = np.array([10.0, 30.0])
+    want, _ = follow(valve, u, p0, dt)
+    got = G.valve_pressures(
+        jnp,
+        jnp.asarray(u),
+        jnp.asarray(p0),
+        dt,
+        jnp.asarray([0.22, 0.32]),
+        jnp.asarray([0.005, 0.12]),
+        0.095,
+        max_delay=12,
+    )
+    assert np.max(np.abs(np.asarray(got) - want)) < 1e-9

@@ -175,7 +175,7 @@ def build_parser() -> argparse.ArgumentParser:
         default='fd',
         help='--method gradient: fd = finite differences through mujoco.rollout (default; no '
         'extra), mjx = exact forward-mode derivatives through MuJoCo XLA (the mjx extra; slower '
-        'on a CPU, docs/identification.md), auto = mjx where installed',
+        'on a CPU, docs/identification.md), auto = mjx where jax has a GPU, else fd',
     )
     p.add_argument(
         '--iterations',

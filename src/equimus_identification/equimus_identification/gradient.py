@@ -24,7 +24,9 @@ pressures; both are refused with a message.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import io
 import math
 import os
 import pathlib
@@ -60,7 +62,9 @@ def _jax() -> tuple[Any, Any, Any]:
     )
     jax.config.update('jax_compilation_cache_dir', cache)
     jax.config.update('jax_persistent_cache_min_compile_time_secs', 2.0)
-    return jax, importlib.import_module('jax.numpy'), importlib.import_module('mujoco.mjx')
+    with contextlib.redirect_stdout(io.StringIO()):  # MJX prints that its optional warp is absent
+        mjx = importlib.import_module('mujoco.mjx')
+    return jax, importlib.import_module('jax.numpy'), mjx
 
 
 def mjx_available() -> str | None:
@@ -76,10 +80,14 @@ def mjx_available() -> str | None:
 
 
 def resolve_jacobian(kind: str) -> str:
+    """'fd' or 'mjx' for a request; 'auto' takes MJX only where jax has an accelerator: on a
+    CPU its Jacobian is slower than the finite differences (docs/identification.md)."""
     if kind not in JACOBIANS:
         raise MethodError(f'jacobian must be one of {JACOBIANS}, got {kind!r}')
     if kind == 'auto':
-        return 'fd' if mjx_available() else 'mjx'
+        if mjx_available():
+            return 'fd'
+        return 'fd' if _jax()[0].default_backend() == 'cpu' else 'mjx'
     if kind == 'mjx':
         why = mjx_available()
         if why:
