@@ -16,9 +16,9 @@ method: the final loss, the wall time at which it first reached the loss every m
 - synthetic: a session simulated with known parameters (synth.GROUND_TRUTH) and mocap-like
   noise, 11 parameters (Table V's ten + the valve's lag); held out: another session of random
   steps with the same truth, replayed from its first state; and each parameter's error to the truth.
-- tocenter: the authors' ToCenter session, every sample of 24 of the 36 segments, 14 parameters
-  (Table V's ten + dead time, fill and vent constants + the knee stop); held out: the other 12
-  pairs (spread over the grid as `heldout --folds 12`), each replayed from its first state.
+- tocenter: the authors' ToCenter session, every sample of --train of the 36 segments, 14 parameters
+  (Table V's ten + dead time, fill and vent constants + the knee stop); held out: --held others
+  (spread over the grid as `heldout --folds N`), each replayed from its first state.
 """
 
 from __future__ import annotations
@@ -88,15 +88,17 @@ def synthetic_data(noise: float) -> dict:
     }
 
 
-def tocenter_data() -> dict:
+def tocenter_data(n_train: int, n_held: int) -> dict:
     from equimus_identification import data
     from equimus_identification import dynamic as D
 
     segs = data.load_trajectory_csv(next((SHARED / 'dynamic').glob('ToCenter_*.csv')))
-    held = set(np.linspace(0, len(segs) - 1, 12).round().astype(int).tolist())
+    held = set(np.linspace(0, len(segs) - 1, n_held).round().astype(int).tolist())
+    rest = [i for i in range(len(segs)) if i not in held]
+    train = [rest[i] for i in np.linspace(0, len(rest) - 1, n_train).round().astype(int)]
     return {
-        'train': [e for i, e in enumerate(segs) if i not in held],
-        'held': [e for i, e in enumerate(segs) if i in held],
+        'train': [segs[i] for i in train],
+        'held': [segs[i] for i in sorted(held)],
         'names': list(D.PAPER_PARAMS) + list(D.VALVE_PARAMS) + ['joints.knee.range.0'],
         'truth': None,
         'dt': 0.01,
@@ -164,6 +166,53 @@ def run_method(method: str, d: dict, a) -> dict:
     return out
 
 
+def jacobian_cost(d: dict, params: str) -> None:
+    """Seconds of one residual vector and one Jacobian, C simulator (finite differences) vs MJX
+    (compilation apart), and how far MJX's figures are from the C simulator's, at the start."""
+    from equimus_description.leg import load_leg
+    from equimus_identification import dynamic as D
+    from equimus_identification import gradient as G
+    from equimus_identification.cli import fit_start, parse_params
+
+    leg = load_leg(parameter_set='table_v_dynamic')
+    names = parse_params(params)
+    ev = D.Evaluator(
+        d['train'],
+        names,
+        leg=leg,
+        loss='shooting',
+        horizon=d['horizon'],
+        dt=d['dt'],
+        sign_weight=0.0,
+    )
+    x0 = fit_start(ev, names, np.clip([D.leg_value(leg, n) for n in names], ev.lower, ev.upper))
+    u0 = ev.to_unit(x0)
+
+    def timed(fn):
+        t = time.monotonic()
+        out = fn()
+        return out, time.monotonic() - t
+
+    r_c, t_c = timed(lambda: ev.residuals(x0))
+    J_fd, t_fd = timed(lambda: G.fd_jacobian(ev, u0, r_c))
+    print(f'{len(names)} parameters, {r_c.size} residuals, {ev.steps_per_eval} steps')
+    print(f'C simulator: residuals {t_c:.3f} s, finite-difference Jacobian {t_fd:.2f} s')
+    mj, t_build = timed(lambda: G.MjxResiduals(ev, u0))
+    r_j, t_rc = timed(lambda: mj.residuals(u0))
+    _, t_r = timed(lambda: mj.residuals(u0))
+    (J, _), t_jc = timed(lambda: mj.jacobian(u0))
+    _, t_j = timed(lambda: mj.jacobian(u0))
+    rel = np.linalg.norm(J - J_fd, axis=0) / np.linalg.norm(J_fd, axis=0)
+    print(
+        f'MJX: model {t_build:.1f} s; residuals first call {t_rc:.1f} s, then {t_r:.3f} s; '
+        f'Jacobian first call {t_jc:.1f} s, then {t_j:.2f} s'
+    )
+    print(
+        f'MJX vs C: residuals max |diff| {np.max(np.abs(r_j - r_c)):.2e} rad; Jacobian '
+        f'columns vs finite differences: relative difference ≤ {np.max(rel):.2e}'
+    )
+
+
 def time_to(trace, target: float) -> float:
     """Wall time at which the best loss so far first reached target (nan if never)."""
     for t, loss, _cpu in trace:
@@ -191,11 +240,22 @@ def main(argv=None) -> int:
     p.add_argument('--maxiter', type=int, default=60)
     p.add_argument('--refine-maxfev', type=int, default=400)
     p.add_argument('--noise', type=float, default=0.002, help='synthetic mocap noise (rad)')
+    p.add_argument('--train', type=int, default=24, help='ToCenter segments fitted')
+    p.add_argument('--held', type=int, default=12, help='ToCenter segments held out')
     p.add_argument('--out', default=None, help='JSON with every figure and trace')
     p.add_argument('--verbose', action='store_true')
+    p.add_argument(
+        '--jacobian-cost',
+        default=None,
+        metavar='PARAMS',
+        help='only time one residual and one Jacobian, C vs MJX, for these --params',
+    )
     p.add_argument('--merge', nargs='*', default=None, help='tabulate earlier --out files together')
     a = p.parse_args(argv)
-    d = synthetic_data(a.noise) if a.data == 'synthetic' else tocenter_data()
+    d = synthetic_data(a.noise) if a.data == 'synthetic' else tocenter_data(a.train, a.held)
+    if a.jacobian_cost:
+        jacobian_cost(d, a.jacobian_cost)
+        return 0
     methods = [m if m == 'search' else f'gradient-{m}' for m in a.methods.split(',') if m]
     res = []
     for f in a.merge or []:

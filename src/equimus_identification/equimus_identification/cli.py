@@ -336,10 +336,15 @@ def run_dynamic(exps, leg, a, out: pathlib.Path, log, holds=()) -> dict:
     ck = pathlib.Path(a.checkpoint) if a.checkpoint else out / 'checkpoint.pkl'
     if a.fresh and ck.exists():
         ck.unlink()
+    budget = (
+        f'≤ {a.iterations} Gauss-Newton iterations ({a.jacobian} Jacobians)'
+        if a.method == 'gradient'
+        else f'population {a.popsize * len(names)}, ≤ {a.maxiter} generations'
+    )
     log(
         f'dynamic fit: {len(exps)} experiments, {len(ev.rollouts)} rollouts, '
         f'{ev.steps_per_eval} steps per candidate, {len(names)} parameters, '
-        f'population {a.popsize * len(names)}, ≤ {a.maxiter} generations, loss {a.loss}'
+        f'{budget}, loss {a.loss}'
     )
     if a.method == 'gradient':
         from equimus_identification import gradient as G
@@ -395,7 +400,7 @@ def finish_dynamic(exps, leg, a, ev, names, x_before, dt, r, log) -> dict:
     return {
         'at_bounds': at_bounds,
         'names': names,
-        'loss': a.loss,
+        'loss': ev.loss_kind if a.method == 'gradient' else a.loss,
         'parameters': r.parameters(),
         'before': dict(zip(names, map(float, x_before), strict=True)),
         'method': a.method,
