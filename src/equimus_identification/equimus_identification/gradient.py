@@ -9,17 +9,17 @@ that there is no population: a trust-region Gauss-Newton iteration (scipy's `lea
 per step. Two ways to get that Jacobian:
 
 - 'mjx': exact derivatives through the differentiable simulator MuJoCo XLA (the `mjx` extra,
-  `EQUIMUS_EXTRAS=mjx bash scripts/setup.sh`; `jax` on the CPU). The valve/chamber model
-  (dead time, fill and vent constants) runs in JAX beside MJX (`valve_pressures`), every window
-  is one `jax.lax.scan` of `mjx.step`, all windows one `jax.vmap`, and the Jacobian is forward
-  mode (`jax.jacfwd`): reverse mode cannot pass MJX's constraint solver, a `lax.while_loop`
-  (the loop closures, the joint limits and the dry friction are constraints in this model).
-- 'fd': forward differences of the same residuals through `mujoco.rollout` (the C simulator),
-  one column per parameter, the columns spread over the process pool. No extra needed.
+  `bash scripts/setup.sh --mjx`; `jax` on the CPU). The valve/chamber model (dead time, fill
+  and vent constants) runs in JAX beside MJX (`valve_pressures`), every window is one
+  `jax.lax.scan` of `mjx.step`, all windows one `jax.vmap`, and the Jacobian is forward mode
+  (`jax.jacfwd`): reverse mode fails on MJX's constraint solver, a `lax.while_loop` (the loop
+  closures, the joint limits and the dry friction are constraints in this model).
+- 'fd' (default): forward differences of the same residuals through `mujoco.rollout` (the C
+  simulator), one column per parameter, the columns spread over the process pool. No extra.
 
-`auto` takes 'mjx' when it can run here, else 'fd'. Not supported by 'mjx': the fill rate limit
-(`valve.fill_rate` or a finite `valve.fill_rate` in the description) and replaying measured
-pressures; both are refused with a message.
+On a CPU the MJX Jacobian costs more than the finite differences (docs/identification.md), so
+`auto` takes 'mjx' only where jax has an accelerator. Not ported to JAX: the fill rate limit
+(`valve.fill_rate`) and replaying measured pressures; both are refused with one line.
 """
 
 from __future__ import annotations
