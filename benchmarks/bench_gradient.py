@@ -2,12 +2,18 @@
 """Gradient identification (`identify --method gradient`) against the search (`--method search`)
 on the same data and the same multiple-shooting residuals.
 
-    python benchmarks/bench_gradient.py --data synthetic              # ~2 min (fd only)
-    python benchmarks/bench_gradient.py --data tocenter               # ~10 min
-    python benchmarks/bench_gradient.py --data synthetic --methods mjx --out mjx.json  # mjx extra
-    python benchmarks/bench_gradient.py --data synthetic --merge fd.json mjx.json   # one table
+    python benchmarks/bench_gradient.py --data synthetic --maxiter 10 --refine-maxfev 100 \
+        --iterations 10 --out syn_fd.json          # search, then gradient with fd Jacobians
+    python benchmarks/bench_gradient.py --data synthetic --methods mjx --iterations 5 \
+        --out syn_mjx.json                         # gradient with MJX Jacobians (the mjx extra)
+    python benchmarks/bench_gradient.py --data synthetic --merge syn_fd.json syn_mjx.json
+    python benchmarks/bench_gradient.py --data tocenter --train 12 --held 6 --maxiter 5 \
+        --refine-maxfev 100 --iterations 10
+    python benchmarks/bench_gradient.py --data synthetic --jacobian-cost paper+lag
 
-Every simulated candidate of either method is traced (wall time, loss), in this one process
+Figures and wall times: docs/identification.md ("Gradient identification").
+
+Every simulated candidate of either method is traced (wall and CPU time, loss), in this one process
 (serial evaluation for both, so neither gets more cores than the other). The loss is the mean
 squared shooting residual (rad², `gradient.fit_gradient`'s objective; the search's differential
 evolution ranks by the mean over windows, the same up to the windows' weights). Reported per
