@@ -148,8 +148,19 @@ def test_mjx_residuals_and_jacobian_match_the_c_simulator(session):
     r_c = ev.residuals(x0)
     assert np.max(np.abs(r - r_c)) < 1e-4 * max(1.0, np.max(np.abs(r_c)))
     Jfd = G.fd_jacobian(ev, u0, r_c)
-    rel = np.linalg.norm(J - Jfd, axis=0) / np.linalg.norm(Jfd, axis=0)
-    assert np.all(rel < 0.01), rel
+    h = 1e-3  # where forward and central differences agree, the residuals are smooth there
+    Jc = np.column_stack(
+        [
+            (ev.residuals(ev.from_unit(u0 + h * e)) - ev.residuals(ev.from_unit(u0 - h * e)))
+            / (2 * h)
+            for e in np.eye(len(names))
+        ]
+    )
+    norm = np.linalg.norm(Jfd, axis=0)
+    smooth = np.linalg.norm(Jc - Jfd, axis=0) / norm < 0.01
+    assert smooth.sum() >= 3, smooth
+    rel = np.linalg.norm(J - Jfd, axis=0) / norm
+    assert np.all(rel[smooth] < 0.01), rel
     g = G.fit_gradient(ev, x0, jacobian='mjx', iterations=8, log=lambda _m: None)
     errors = {k: abs(v / synth.GROUND_TRUTH[k] - 1.0) for k, v in g.parameters().items()}
     assert all(e < 0.02 for e in errors.values()), errors
