@@ -36,7 +36,11 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "$want" > "$stamp"
 fi
 # Optional extras on request: EQUIMUS_EXTRAS="cluster sysid" installs requirements-<name>.txt.
-for extra in ${EQUIMUS_EXTRAS:-}; do
+# `scripts/setup.sh --mjx` is EQUIMUS_EXTRAS=mjx: MuJoCo XLA and jax on the CPU for
+# `equimus identify --method gradient --jacobian mjx` (the versions constraints.txt pins).
+extras="${EQUIMUS_EXTRAS:-}"
+if [[ " $* " == *" --mjx "* && " $extras " != *" mjx "* ]]; then extras="$extras mjx"; fi
+for extra in $extras; do
   log "installing optional extra '$extra' (requirements-$extra.txt)"
   "$VENV/bin/python" -m pip install -q -r "requirements-$extra.txt" 2>"$VENV/pip.err" || { grep -v "^WARNING: Location" "$VENV/pip.err" >&2; exit 1; }
 done

@@ -161,6 +161,28 @@ def build_parser() -> argparse.ArgumentParser:
         help="simulation step (s); default: the authors' 0.005 for their CSVs, the simulation "
         "node's 1/600 for 120 Hz recordings",
     )
+    p.add_argument(
+        '--method',
+        choices=('search', 'gradient'),
+        default='search',
+        help='search: differential evolution, then a local refinement (default); gradient: '
+        'trust-region Gauss-Newton from the start set on the same residuals, one residual '
+        'Jacobian per iteration (--jacobian, --iterations; needs --sign-weight 0)',
+    )
+    p.add_argument(
+        '--jacobian',
+        choices=('fd', 'mjx', 'auto'),
+        default='fd',
+        help='--method gradient: fd = finite differences through mujoco.rollout (default; no '
+        'extra), mjx = exact forward-mode derivatives through MuJoCo XLA (the mjx extra; slower '
+        'on a CPU, docs/identification.md), auto = mjx where jax has a GPU, else fd',
+    )
+    p.add_argument(
+        '--iterations',
+        type=int,
+        default=20,
+        help='--method gradient: at most this many Jacobians (Gauss-Newton iterations)',
+    )
     p.add_argument('--popsize', type=int, default=3, help='DE population = popsize × #parameters')
     p.add_argument('--maxiter', type=int, default=60, help='DE generations')
     p.add_argument(
@@ -314,11 +336,29 @@ def run_dynamic(exps, leg, a, out: pathlib.Path, log, holds=()) -> dict:
     ck = pathlib.Path(a.checkpoint) if a.checkpoint else out / 'checkpoint.pkl'
     if a.fresh and ck.exists():
         ck.unlink()
+    budget = (
+        f'≤ {a.iterations} Gauss-Newton iterations ({a.jacobian} Jacobians)'
+        if a.method == 'gradient'
+        else f'population {a.popsize * len(names)}, ≤ {a.maxiter} generations'
+    )
     log(
         f'dynamic fit: {len(exps)} experiments, {len(ev.rollouts)} rollouts, '
         f'{ev.steps_per_eval} steps per candidate, {len(names)} parameters, '
-        f'population {a.popsize * len(names)}, ≤ {a.maxiter} generations, loss {a.loss}'
+        f'{budget}, loss {a.loss}'
     )
+    if a.method == 'gradient':
+        from equimus_identification import gradient as G
+
+        with Mapper(a.mapper, a.workers, a.address) as mapper:
+            g = G.fit_gradient(
+                ev,
+                fit_start(ev, names, x_before),
+                jacobian=a.jacobian,
+                iterations=a.iterations,
+                mapper=mapper,
+                log=log,
+            )
+        return finish_dynamic(exps, leg, a, ev, names, x_before, dt, g, log)
     with Mapper(a.mapper, a.workers, a.address) as mapper:
         r = D.fit(
             ev,
@@ -334,6 +374,13 @@ def run_dynamic(exps, leg, a, out: pathlib.Path, log, holds=()) -> dict:
             log=log,
             progress=True,
         )
+    return finish_dynamic(exps, leg, a, ev, names, x_before, dt, r, log)
+
+
+def finish_dynamic(exps, leg, a, ev, names, x_before, dt, r, log) -> dict:
+    """Figures before and after, and the uncertainty at the optimum, of either method's result."""
+    from equimus_identification import dynamic as D
+
     before = D.metrics(exps, x_before, names, leg=leg, dt=dt)
     after = D.metrics(exps, r.x, names, leg=leg, dt=dt)
     log(f'identifiability at the fit ({len(names) + 1} simulations) ...')
@@ -353,10 +400,13 @@ def run_dynamic(exps, leg, a, out: pathlib.Path, log, holds=()) -> dict:
     return {
         'at_bounds': at_bounds,
         'names': names,
-        'loss': a.loss,
+        'loss': ev.loss_kind if a.method == 'gradient' else a.loss,
         'parameters': r.parameters(),
         'before': dict(zip(names, map(float, x_before), strict=True)),
-        'generations': r.generations,
+        'method': a.method,
+        'generations': getattr(r, 'generations', 0),
+        'jacobians': getattr(r, 'jacobians', 0),
+        'jacobian': getattr(r, 'jacobian', ''),
         'evaluations': r.evaluations,
         'wall_s': r.wall_s,
         'interrupted': r.interrupted,
@@ -378,6 +428,7 @@ def main(argv: list[str] | None = None) -> int:
     a = build_parser().parse_args(argv)
     from equimus_description.leg import LegDescriptionError, load_leg
     from equimus_identification import data, report
+    from equimus_identification.gradient import MethodError
     from equimus_record.bag import BagError
 
     def log(msg):
@@ -414,6 +465,9 @@ def main(argv: list[str] | None = None) -> int:
                     f'static weight {a.static_weight:g}'
                 )
             dynamic = run_dynamic(inputs['dynamic'], leg, a, out, log, holds)
+    except MethodError as exc:
+        print(f'equimus identify: {exc}', file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         log('stopped')
         return 130

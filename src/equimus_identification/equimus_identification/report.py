@@ -122,8 +122,14 @@ def markdown(
             '## Dynamic identification',
             '',
             f'Free parameters: {", ".join(dynamic["names"])}.',
-            f'Loss: {dynamic["loss"]}; DE generations {dynamic["generations"]}, '
-            f'evaluations {dynamic["evaluations"]}, wall time {dynamic["wall_s"]:.1f} s'
+            f'Loss: {dynamic["loss"]}; '
+            + (
+                f'Gauss-Newton iterations {dynamic["jacobians"]} '
+                f'({dynamic["jacobian"]} Jacobians), '
+                if dynamic.get('method') == 'gradient'
+                else f'DE generations {dynamic["generations"]}, '
+            )
+            + f'evaluations {dynamic["evaluations"]}, wall time {dynamic["wall_s"]:.1f} s'
             + (' (interrupted)' if dynamic.get('interrupted') else '')
             + '.',
             '',
