@@ -30,6 +30,7 @@ setup(
             'rig_emulator = equimus_bringup.rig_emulator:main',
             'control_loop = equimus_bringup.control_loop:main',
             'sim_graph = equimus_bringup.sim_graph:main',
+            'pressure_player = equimus_bringup.pressure_player:main',
         ],
     },
 )

@@ -57,6 +57,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import yaml
@@ -328,13 +329,17 @@ class Soak:
         rt_priority: int = 0,
         fused_loop: bool = False,
         second_recorder: bool = False,
+        truth: Any = None,
     ):
+        """truth: the emulated rig's plant (equimus_sim.truth.RigTruth; None: nominal), written
+        to the records as truth.yaml."""
         unknown = sorted(set(faults) - set(ALL_FAULTS))
         if unknown:
             raise ValueError(
                 f'unknown fault(s) {unknown}; choose from {", ".join(ALL_FAULTS)} or all'
             )
         self.second_recorder = bool(second_recorder)
+        self.truth = truth
         self.duration = float(duration)
         self.rt_priority = int(rt_priority)
         self.fused_loop = bool(fused_loop)
@@ -699,8 +704,17 @@ class Soak:
         )
         board_log = str(self.out / 'board.jsonl')
         rig = EmulatedRig(
-            link, self.natnet, rate=RATE_HZ, position_noise=0.0002, board_log=board_log
+            link,
+            self.natnet,
+            rate=RATE_HZ,
+            position_noise=0.0002,
+            board_log=board_log,
+            truth=self.truth,
         )
+        if self.truth is not None:
+            from equimus_sim.truth import dump
+
+            dump(self.truth, self.out / 'truth.yaml')
         self.board = rig.board
         self.rig = rig
         specs = describe_graph(
@@ -1434,6 +1448,14 @@ def main(argv=None) -> int:
         help='run the control path as one process (graph argument fused_loop); '
         'kill_controller does not apply then',
     )
+    p.add_argument(
+        '--truth',
+        default='',
+        metavar='FILE|random',
+        help='the emulated rig simulates this plant, which the stack does not know (a truth '
+        'file, or random with --seed; equimus_sim.truth); default: the nominal model',
+    )
+    p.add_argument('--seed', type=int, default=None, help='seed of --truth random')
     ns = p.parse_args(argv)
     faults = (
         ALL_FAULTS
@@ -1446,6 +1468,9 @@ def main(argv=None) -> int:
     if out:
         out = os.path.join(out, time.strftime('%Y%m%d-%H%M%S'))
     try:
+        from equimus_bringup.rig_emulator import truth_from_arguments
+
+        truth = truth_from_arguments(ns.truth, ns.seed)
         soak = Soak(
             ns.duration,
             faults,
@@ -1458,6 +1483,7 @@ def main(argv=None) -> int:
             rt_priority=ns.rt_priority,
             fused_loop=ns.fused_loop,
             second_recorder=ns.second_recorder,
+            truth=truth,
         )
         fig, checks = soak.run()
     except (ValueError, RuntimeError) as exc:
