@@ -44,8 +44,9 @@ MODULE_KEYS = {
     'colcon_python_setup_py': 'python3-colcon-common-extensions',
 }
 # Imported only by an optional path that says how to install it: identification --mapper dask,
-# the `rl` extra (equimus train --algo ppo, a stable-baselines3 policy file).
-OPTIONAL = {'dask', 'torch', 'stable_baselines3', 'tensorboard'}
+# the `rl` extra (equimus train --algo ppo, a stable-baselines3 policy file), videos (imageio-ffmpeg
+# has no rosdep key; write_video says to run scripts/setup.sh).
+OPTIONAL = {'dask', 'torch', 'stable_baselines3', 'tensorboard', 'imageio_ffmpeg'}
 # `colcon test` runs pytest with each setup.cfg, whose `timeout` needs pytest-timeout.
 TEST_TOOLS = {'python3-pytest', 'python3-pytest-timeout'}
 DISTROS = [('jazzy', 'ubuntu:noble'), ('kilted', 'ubuntu:noble')]
