@@ -294,7 +294,7 @@ def resolve_args(mode: str, overrides: Mapping[str, str] | None = None) -> dict[
         )
     if args['rig_truth'] and (mode != 'hardware' or not _truthy(args['emulator'])):
         raise ValueError(
-            f'rig_truth:={args["rig_truth"]} is the emulated rig\'s plant: use it with '
+            f"rig_truth:={args['rig_truth']} is the emulated rig's plant: use it with "
             'hardware.launch.py emulator:=true'
         )
     if args['rig_truth'] and args['leg_overrides']:

@@ -185,7 +185,7 @@ def resolve_truth(mode: str, spec: str, seed: int | None):
     from equimus_sim.truth import TruthError, parse_spec
 
     if mode != 'hardware':
-        raise StartError('--truth is the emulated rig\'s plant: use it with --mode hardware')
+        raise StartError("--truth is the emulated rig's plant: use it with --mode hardware")
     if spec == 'random' and seed is None:
         raise StartError('--truth random needs --seed S (the draw is reproducible)')
     if spec != 'random' and seed is not None:

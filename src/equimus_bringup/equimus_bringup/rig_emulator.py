@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import inspect
 import signal
 import sys
 import threading
@@ -76,14 +77,15 @@ class EmulatedRig:
         self.truth = truth
         leg = truth.leg() if truth is not None else load_leg(None, leg_overrides or None)
         device = truth.board_keywords() if truth is not None else {}
+        missing = sorted(set(device) - set(inspect.signature(BoardEmulator).parameters))
+        if missing and not firmware:
+            raise ValueError(
+                f'the truth sets {", ".join(missing)}, which this board emulator does not '
+                'model: leave them out of the truth file'
+            )
         self.board: BoardEmulator | FirmwareBoard
         if firmware:
-            if truth is not None and (
-                device['regulation'] is not None
-                or truth.dac_gain != (1.0, 1.0)
-                or truth.dac_offset_kpa != (0.0, 0.0)
-                or truth.adc_noise_kpa != (0.0, 0.0)
-            ):
+            if device:
                 raise ValueError(
                     "--firmware runs the board's own code: a truth with DAC, ADC or VPPE errors "
                     'needs the Python board (drop --firmware)'

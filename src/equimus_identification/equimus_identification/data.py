@@ -822,7 +822,10 @@ def gap_free_windows(
             continue
         t = t[(t >= t0) & (t < t1)]
         d = np.diff(t)
-        gaps += [(float(a), float(a + g)) for a, g in zip(t[:-1][d > max_gap], d[d > max_gap])]
+        gaps += [
+            (float(a), float(a + g))
+            for a, g in zip(t[:-1][d > max_gap], d[d > max_gap], strict=True)
+        ]
     out, start = [], t0
     for a, b in sorted(gaps):
         if a - start >= min_len:

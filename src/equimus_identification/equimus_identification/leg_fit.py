@@ -104,7 +104,8 @@ def fit(
     )
     x = ev.from_unit(r.x)
     res = residuals(r.x)
-    log(f'leg fit: {ev.n_evals} simulations, robust residual {1.4826 * np.median(np.abs(res)):.4f} rad')
+    robust = 1.4826 * float(np.median(np.abs(res)))
+    log(f'leg fit: {ev.n_evals} simulations, robust residual {robust:.4f} rad')
     J = intervals.forward_jacobian(residuals, r.x, res) / span[None, :]
     t_index = rollout_samples(ev)
     weights = intervals.robust_weights(res, LOSS, F_SCALE_RAD)
@@ -125,4 +126,3 @@ def fit(
         evaluations=ev.n_evals,
         at_bounds=D.at_bounds(ev, x),
     )
-

@@ -15,7 +15,6 @@ which is why the intervals come from `intervals.batch_covariance` (correlated re
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -123,7 +122,7 @@ def series(rec: Recording, rate: float = RATE_HZ) -> Series:
     if rec.t_p is None or rec.pressure_kpa is None or len(rec.t_p) < 10:
         raise ValueError(
             f'{rec.source}: no measured valve pressure (/valve/pressure): the valves are '
-            'identified from the board\'s read-back; record it (a board with an ADC)'
+            "identified from the board's read-back; record it (a board with an ADC)"
         )
     t0 = max(rec.t_cmd[0], rec.t_p[0])
     grid = np.arange(t0, min(rec.t_cmd[-1], rec.t_p[-1]), 1.0 / rate)
@@ -219,7 +218,9 @@ def fit(
     )
     best = full(r.x)
     res = residuals(r.x)
-    J = intervals.forward_jacobian(residuals, r.x, res) / (hi - lo)[None, :]  # ∂r/∂x in physical units
+    J = (
+        intervals.forward_jacobian(residuals, r.x, res) / (hi - lo)[None, :]
+    )  # ∂r/∂x in physical units
     t_index = np.repeat(np.arange(len(s.t_meas)), 2)
     weights = intervals.robust_weights(res, LOSS, F_SCALE_KPA)
     cov, dof = intervals.batch_covariance(J, res, t_index, weights=weights)
@@ -239,4 +240,3 @@ def fit(
         dof=dof,
         at_bounds=at,
     )
-

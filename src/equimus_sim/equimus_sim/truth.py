@@ -34,6 +34,7 @@ __all__ = [
     'NOMINAL',
     'RANGES',
     'STANDARD_ERRORS',
+    'CHANNEL_ERRORS',
     'Regulation',
     'RigTruth',
     'TruthError',
@@ -218,14 +219,21 @@ class RigTruth:
         return Regulation(h, r, seed=None if base is None else base * 7919 + channel)
 
     def board_keywords(self) -> dict[str, Any]:
-        """The DAC board emulator's device errors (BoardEmulator keywords)."""
+        """The DAC board emulator's device errors (BoardEmulator keywords): the VPPE's
+        regulation, and the DAC/ADC channel errors under the board's own keyword names only
+        when they are not ideal (the board emulator takes those as `dac_gain`, `dac_offset_kpa`,
+        `adc_noise_kpa`)."""
         regulation = [self.regulation(i) for i in range(2)]
-        return {
-            'dac_gain': self.dac_gain,
-            'dac_offset_kpa': self.dac_offset_kpa,
-            'adc_noise_kpa': self.adc_noise_kpa,
-            'regulation': regulation if any(r is not None for r in regulation) else None,
-        }
+        out: dict[str, Any] = {}
+        if any(r is not None for r in regulation):
+            out['regulation'] = regulation
+        if self.dac_gain != (1.0, 1.0):
+            out['dac_gain'] = self.dac_gain
+        if self.dac_offset_kpa != (0.0, 0.0):
+            out['dac_offset_kpa'] = self.dac_offset_kpa
+        if self.adc_noise_kpa != (0.0, 0.0):
+            out['adc_noise_kpa'] = self.adc_noise_kpa
+        return out
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -240,7 +248,9 @@ class RigTruth:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(doc) - known)
         if unknown:
-            raise TruthError(f'{source}: unknown key(s) {", ".join(unknown)} (known: {sorted(known)})')
+            raise TruthError(
+                f'{source}: unknown key(s) {", ".join(unknown)} (known: {sorted(known)})'
+            )
         kw = dict(doc)
         params = kw.get('parameters') or {}
         if not isinstance(params, Mapping):
@@ -267,8 +277,15 @@ def _pair(value: Any, name: str) -> Pair:
 NOMINAL = RigTruth()
 
 
-def draw(seed: int) -> RigTruth:
-    """A truth drawn uniformly within RANGES (log-uniform where marked), reproducible by seed."""
+#: Channel errors `draw` leaves ideal: the board emulator models them under these names, but
+#: a draw only includes them once `channel_errors=True` is asked for.
+CHANNEL_ERRORS = ('dac_gain', 'dac_offset_kpa', 'adc_noise_kpa')
+
+
+def draw(seed: int, channel_errors: bool = False) -> RigTruth:
+    """A truth drawn uniformly within RANGES (log-uniform where marked), reproducible by seed.
+    The DAC gain/offset and ADC noise (`CHANNEL_ERRORS`) are drawn only with `channel_errors`;
+    every other quantity's draw is the same either way."""
     rng = np.random.default_rng(seed)
     params = {name: RANGES[name].sample(rng) for name in _leg_ranges()}
     pairs = {
@@ -276,6 +293,8 @@ def draw(seed: int) -> RigTruth:
         for name in ('dac_gain', 'dac_offset_kpa', 'hysteresis_kpa', 'repeatability_kpa')
     }
     adc = (RANGES['adc_noise_kpa'].sample(rng), RANGES['adc_noise_kpa'].sample(rng))
+    if not channel_errors:
+        pairs['dac_gain'], pairs['dac_offset_kpa'], adc = (1.0, 1.0), (0.0, 0.0), (0.0, 0.0)
     return RigTruth(
         parameters=tuple(params.items()),
         adc_noise_kpa=adc,
@@ -294,7 +313,7 @@ def dump(truth: RigTruth, path: str | Path) -> Path:
 
     path = Path(path)
     head = (
-        '# The emulated rig\'s plant (equimus_sim.truth.RigTruth): never read by the stack.\n'
+        "# The emulated rig's plant (equimus_sim.truth.RigTruth): never read by the stack.\n"
         '# parameters: leg override keys; pairs are per valve (maa, baa).\n'
     )
     path.write_text(head + yaml.safe_dump(truth.to_dict(), sort_keys=False))

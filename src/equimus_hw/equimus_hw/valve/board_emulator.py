@@ -61,9 +61,7 @@ class ValveModel:
     """VPPE: setpoint code -> target pressure (vents below 0.1 V), then the description's valve
     (`Valve`: dead time, fill and vent dynamics) stepped over each board tick with the target
     held. `valve` is the model's parameters, or the lag's time constant (s) with `dead_time_s`.
-
-    A real channel's errors (the emulated rig's truth, equimus_sim.truth): the DAC output is
-    `dac_gain`·V + the voltage of `dac_offset_kpa`, and `regulation` (the VPPE's hysteresis and
+    `regulation` (the emulated rig's truth, equimus_sim.truth: the VPPE's hysteresis and
     repeatability) maps the setpoint's pressure to the level the valve regulates to."""
 
     def __init__(
@@ -71,8 +69,6 @@ class ValveModel:
         calibration: ValveCalibration,
         valve: ValveParams | float = VALVE_TAU_S,
         dead_time_s: float = 0.0,
-        dac_gain: float = 1.0,
-        dac_offset_kpa: float = 0.0,
         regulation: Callable[[float], float] | None = None,
     ):
         self.cal = calibration
@@ -80,8 +76,6 @@ class ValveModel:
             valve = ValveParams(float(valve), float(valve), float(dead_time_s))
         self.valve = Valve(valve, 1)
         self._target = 0.0
-        self.dac_gain = float(dac_gain)
-        self.dac_offset_v = float(dac_offset_kpa) / self.cal.kpa_per_volt
         self.regulation = regulation
 
     @property
@@ -101,11 +95,7 @@ class ValveModel:
         return float(self.valve.p[0])
 
     def set_code(self, code: int, now: float) -> None:
-        if self.dac_gain == 1.0 and self.dac_offset_v == 0.0:
-            target = self.cal.code_to_kpa(code)
-        else:
-            volts = self.dac_gain * self.cal.code_to_volts(code) + self.dac_offset_v
-            target = self.cal.volts_to_kpa(volts)
+        target = self.cal.code_to_kpa(code)
         self._target = target if self.regulation is None else self.regulation(target)
 
     def advance(self, now: float, dt: float) -> float:
@@ -136,17 +126,13 @@ class BoardEmulator:
         history: int = 20000,
         session_path: str | None = None,
         clock: Callable[[], float] = time.monotonic,
-        dac_gain: Sequence[float] | None = None,
-        dac_offset_kpa: Sequence[float] | None = None,
-        adc_noise_kpa: Sequence[float] | None = None,
         regulation: Sequence[Callable[[float], float] | None] | None = None,
     ):
         """session_path: JSON lines of every byte chunk received (after the injected faults),
         for replay (replay.py).
         clock: the board's time base in seconds (a replay passes its own).
-        dac_gain, dac_offset_kpa, regulation: per channel, the errors of `ValveModel`;
-        adc_noise_kpa: per channel, σ of the Gaussian noise on the read-back of the valve's
-        actual-value output (before the ADC's quantisation). None: an ideal channel."""
+        regulation: per channel, the VPPE's setpoint-to-regulated-pressure map (`ValveModel`);
+        None: ideal valves."""
         self.cal = calibration or ValveCalibration()
         self.channels = channels
         self.link = link
@@ -168,16 +154,11 @@ class BoardEmulator:
         self._lock = threading.RLock()
         # valve: the description's valve model; else a lag of tau_s with a dead time
         params = valve if valve is not None else ValveParams(tau_s, tau_s, dead_time_s)
-        gain = list(dac_gain or [1.0] * channels)
-        offset = list(dac_offset_kpa or [0.0] * channels)
         reg = list(regulation or [None] * channels)
-        self.adc_noise_kpa = [float(v) for v in (adc_noise_kpa or [0.0] * channels)]
-        if not len(gain) == len(offset) == len(reg) == len(self.adc_noise_kpa) == channels:
-            raise ValueError(f'dac_gain, dac_offset_kpa, adc_noise_kpa, regulation: {channels} each')
-        self._adc_rng = random.Random(None if seed is None else seed + 1)
+        if len(reg) != channels:
+            raise ValueError(f'regulation: one per channel ({channels})')
         self.valves = [
-            ValveModel(self.cal, params.channel(i), 0.0, gain[i], offset[i], reg[i])
-            for i in range(channels)
+            ValveModel(self.cal, params.channel(i), 0.0, reg[i]) for i in range(channels)
         ]
         self.codes = [0] * channels
         # The newest `history` SET frames for inspection (the log file keeps all of them); a
@@ -460,10 +441,7 @@ class BoardEmulator:
     def _ack(self, seq: int) -> P.Ack:
         measured = None
         if self.adc:
-            measured = tuple(
-                self.cal.kpa_to_adc(v.pressure + (self._adc_rng.gauss(0.0, n) if n > 0 else 0.0))
-                for v, n in zip(self.valves, self.adc_noise_kpa, strict=True)
-            )
+            measured = tuple(self.cal.kpa_to_adc(v.pressure) for v in self.valves)
         ack = P.Ack(seq, self._flags, tuple(self.codes), measured)
         self._flags &= P.ACK_FRESH_BOOT  # the event flags are reported once, then cleared
         return ack
