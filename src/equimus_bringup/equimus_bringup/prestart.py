@@ -81,6 +81,7 @@ NODE_CONFIGS: dict[str, Callable[[], list[tuple[Any, str]]]] = {
 LEG_KEYS = {
     'leg_description': 'path',
     'parameter_overrides': 'overrides',
+    'leg_overrides': 'overrides',
     'leg_parameter_set': 'parameter_set',
 }
 
