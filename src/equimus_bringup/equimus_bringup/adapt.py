@@ -68,8 +68,8 @@ class Budget:
 
 
 BUDGETS = {
-    'short': Budget(14.0, 0, 8.0, 6, 40, 12, 0, 6.5),
-    'full': Budget(30.0, 4, 14.0, 25, 150, 30, 2, 8.0),
+    'short': Budget(14.0, 0, 8.0, 6, 40, 8, 0, 6.5),
+    'full': Budget(30.0, 2, 14.0, 15, 150, 20, 0, 8.0),
 }
 
 
@@ -187,17 +187,80 @@ def truth_table(
     return rows
 
 
-def retune(params: Path, out: Path, budget: Budget, log: Log) -> Path:
-    """The PID's gains tuned on the identified model; params_pid.yaml (gains + the model)."""
-    from equimus_learning.tune import TuneConfig, tune_pid, write_params
+#: (proportional and integral, derivative) scales of the shipped gains the retune tries first:
+#: a plant with another dead time or lag wants its gains moved by factors, which a local
+#: search from the shipped ones takes many evaluations to find
+GAIN_SCALES = (
+    (1.0, 1.0),
+    (0.3, 0.3),
+    (0.5, 0.5),
+    (0.5, 1.0),
+    (0.7, 0.7),
+    (1.0, 2.0),
+    (1.5, 2.0),
+    (2.0, 3.0),
+)
+#: frames per second of the loop (the mocap rate)
+RATE_HZ = 120.0
+
+
+def loop_delay(bag: Path, t0: float, t1: float) -> float:
+    """s the running graph's joint states are old when they reach a subscriber (the
+    recorder's receive time less the capture stamp, median over [t0, t1]): the latency the
+    loop has on this machine, beyond what the model's loop has."""
+    from equimus_bringup.run_report import JS
+    from equimus_record.bag import read_messages
+
+    ages = []
+    for _, log_ns, msg in read_messages(bag, [JS]):
+        stamp = msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9
+        if t0 <= stamp <= t1:
+            ages.append(log_ns * 1e-9 - stamp)
+    return float(np.median(ages)) if ages else 0.0
+
+
+def scaled(gains: Any, pi: float, d: float) -> Any:
+    from dataclasses import replace
+
+    return replace(
+        gains,
+        kp=tuple(pi * v for v in gains.kp),
+        ki=tuple(pi * v for v in gains.ki),
+        kd=tuple(d * v for v in gains.kd),
+    )
+
+
+def retune(params: Path, out: Path, budget: Budget, log: Log, delay_s: float = 0.0) -> Path:
+    """The PID's gains tuned on the identified model (a scan of scales of the shipped gains,
+    then `equimus tune pid`'s search from the best); params_pid.yaml (gains + the model)."""
+    from equimus_control.pid import PIDGains
+    from equimus_learning.tune import TuneConfig, closed_loop_rmse, tune_pid, write_params
 
     cfg = TuneConfig(
         duration=budget.tune_duration,
         local_evals=budget.tune_local,
         global_generations=budget.tune_generations,
         leg_overrides=str(params),
+        delay_frames=int(round(delay_s * RATE_HZ)),
     )
-    r = tune_pid(cfg, progress=lambda m: log(f'[tune] {m}'))
+    log(f'[tune] on the identified model with {cfg.delay_frames} frame(s) of loop delay')
+    scan = []
+    for pi, d in GAIN_SCALES:
+        g = scaled(PIDGains(), pi, d)
+        rmse, vented = closed_loop_rmse(
+            g,
+            cfg.task,
+            cfg.duration,
+            cfg.noise_seed,
+            cfg.skip,
+            cfg.leg_overrides,
+            delay_frames=cfg.delay_frames,
+        )
+        cost = float(np.mean(rmse**2)) + (1.0 if vented else 0.0)
+        scan.append((cost, g))
+        log(f'[tune] scan: gains ×{pi:g} (kd ×{d:g}): RMSE {math.sqrt(cost):.4f} rad')
+    start = min(scan, key=lambda c: c[0])[1]
+    r = tune_pid(cfg, start=start, progress=lambda m: log(f'[tune] {m}'))
     path = out / 'params_pid.yaml'
     write_params(path, r, cfg)
     doc = yaml.safe_load(path.read_text())
@@ -243,14 +306,26 @@ def excitation(out: Path, budget: Budget, seed: int, log: Log) -> Path:
     hold = 1.0
     n_levels = int(budget.excite_s // hold) - 2
     r = excite.design(
-        nominal, names, n_levels, hold, excite.DEFAULT_SLEW_KPA_S, iterations=budget.design_iterations,
-        seed=seed, progress=False,
+        nominal,
+        names,
+        n_levels,
+        hold,
+        excite.DEFAULT_SLEW_KPA_S,
+        iterations=budget.design_iterations,
+        seed=seed,
+        progress=False,
     )
     cmd = excite.command_from_levels(r['levels'], hold, excite.DEFAULT_SLEW_KPA_S)
     t = np.arange(len(cmd)) / excite.RATE_HZ
     path = out / 'excite.csv'
-    np.savetxt(path, np.column_stack([t, cmd]), delimiter=',', fmt='%.4f',
-               header='t_s,P1_kpa,P2_kpa', comments='')
+    np.savetxt(
+        path,
+        np.column_stack([t, cmd]),
+        delimiter=',',
+        fmt='%.4f',
+        header='t_s,P1_kpa,P2_kpa',
+        comments='',
+    )
     log(f'[excite] {len(r["levels"])} levels, {t[-1]:.1f} s -> {path}')
     return path
 
@@ -269,7 +344,7 @@ def run(ns: argparse.Namespace, log: Log = print) -> int:
         emulated = args.get('emulator', 'true') == 'true'
         if ns.truth:
             if not emulated:
-                raise StartError('--truth is the emulated rig\'s plant: drop emulator:=false')
+                raise StartError("--truth is the emulated rig's plant: drop emulator:=false")
             spec = ns.truth if ns.truth != 'random' else f'random:{ns.seed}'
             if ns.truth == 'random' and ns.seed is None:
                 raise StartError('--truth random needs --seed S (the draw is reproducible)')
@@ -303,7 +378,10 @@ def run(ns: argparse.Namespace, log: Log = print) -> int:
             + ', identified '
             + _pair(val['identified']['rmse'])
         )
-        params_pid = retune(out / 'params.yaml', out, budget, log)
+        delay = loop_delay(out / 'bag_before', before.armed_at, before.ended_at)
+        log(f'[rig] joint states reach the loop {1e3 * delay:.0f} ms after capture (median)')
+        result['loop_delay_s'] = delay
+        params_pid = retune(out / 'params.yaml', out, budget, log, delay)
         session.start()
         after = session.task('after', out / 'bag_after', budget.task_s, 'pid', str(params_pid))
     except Exception as exc:  # noqa: BLE001 (one line for the user; the graph is stopped)
@@ -370,9 +448,10 @@ def write_report(
 
     fig, axes = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
     for i, (ax, joint) in enumerate(zip(axes, ('hip', 'knee'), strict=True)):
-        ax.plot(tb['t'], tb['ref'][:, i], 'k--', lw=1, label='reference')
+        ax.plot(tb['t'], tb['ref'][:, i], 'k--', lw=1, label='reference (before)')
         ax.plot(tb['t'], tb['q'][:, i], label=f'before ({tb["rmse"][i]:.4f} rad)')
         ax.plot(ta['t'], ta['q'][:, i], label=f'after ({ta["rmse"][i]:.4f} rad)')
+        ax.plot(ta['t'], ta['ref'][:, i], 'k:', lw=1, label='reference (after)')
         ax.set_ylabel(f'{joint} (rad)')
         ax.legend(fontsize=8)
     axes[-1].set_xlabel('s since armed (+ settle)')
@@ -419,7 +498,7 @@ def write_report(
         '![validation](validation.png)',
         '',
         f'Deployed: `params_file:={Path(result["params_file"]).name}` (gains, and the identified '
-        'model params.yaml as the controller\'s leg_overrides). Undo: launch without it.',
+        "model params.yaml as the controller's leg_overrides). Undo: launch without it.",
     ]
     if rows:
         fig, ax = plt.subplots(figsize=(9, 4.5))
@@ -431,7 +510,11 @@ def write_report(
         hi = np.array([r['interval'][1] - r['identified'] for r in rows]) / scale
         ax.bar(x - 0.2, 100 * nom, 0.4, label='nominal − truth')
         ax.errorbar(
-            x + 0.2, 100 * ide, yerr=100 * np.vstack([-lo, hi]), fmt='o', color='C1',
+            x + 0.2,
+            100 * ide,
+            yerr=100 * np.vstack([-lo, hi]),
+            fmt='o',
+            color='C1',
             label='identified − truth (95 % interval)',
         )
         ax.axhline(0, color='k', lw=0.5)
@@ -454,7 +537,8 @@ def write_report(
         ]
         lines += [
             f'| {r["name"]} | {r["truth"]:.5g} | {r["nominal"]:.5g} | {r["identified"]:.5g} | '
-            f'{r["interval"][0]:.5g} .. {r["interval"][1]:.5g} | {"yes" if r["covered"] else "no"} |'
+            f'{r["interval"][0]:.5g} .. {r["interval"][1]:.5g} | '
+            f'{"yes" if r["covered"] else "no"} |'
             for r in rows
         ]
     (out / 'report.md').write_text('\n'.join(lines) + '\n')
@@ -466,19 +550,25 @@ def _row(v: list[float]) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog='equimus adapt', description=__doc__,
+        prog='equimus adapt',
+        description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument('--out', default='adapt', help='new folder for bags, fits and report')
     p.add_argument(
-        '--truth', default='', metavar='FILE|random',
+        '--truth',
+        default='',
+        metavar='FILE|random',
         help='emulated rig: the plant it simulates (a truth file, or random with --seed); '
         'default: the nominal model',
     )
     p.add_argument('--seed', type=int, default=None, help='seed of --truth random')
     p.add_argument('--budget', choices=sorted(BUDGETS), default='full')
     p.add_argument(
-        '--set', action='append', default=[], metavar='NAME:=VALUE',
+        '--set',
+        action='append',
+        default=[],
+        metavar='NAME:=VALUE',
         help='hardware launch argument (e.g. emulator:=false serial_port:=/dev/ttyACM0)',
     )
     return p
