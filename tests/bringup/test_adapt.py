@@ -89,3 +89,21 @@ def test_the_loop_end_to_end_makes_the_rig_track_better(tmp_path):
     for png in ('tracking.png', 'validation.png', 'parameters.png'):
         assert (out / png).stat().st_size > 10_000 and png in report
     assert 0.0 <= result['coverage'] <= 1.0 and len(result['parameters']) >= 20
+
+
+def test_a_deployed_model_is_checked_before_the_graph_starts(tmp_path):
+    """The controller's leg_overrides (what adapt deploys) is loaded by prestart: a broken one
+    stops the launch with one line, a good one passes."""
+    from equimus_bringup import prestart
+
+    params = tmp_path / 'params.yaml'
+    params.write_text('parameters:\n  actuators.maa.k: 230.0\n')
+    for target, ok in ((params, True), (tmp_path / 'missing.yaml', False)):
+        pf = tmp_path / 'params_pid.yaml'
+        pf.write_text(f'controller:\n  ros__parameters:\n    leg_overrides: {target}\n')
+        args = {'emulator': 'true', 'params_file': str(pf)}
+        if ok:
+            prestart.check('hardware', args)
+        else:
+            with pytest.raises(prestart.StartError, match='missing.yaml'):
+                prestart.check('hardware', args)
