@@ -384,6 +384,12 @@ def run(ns: argparse.Namespace, log: Log = print) -> int:
         params_pid = retune(out / 'params.yaml', out, budget, log, delay)
         session.start()
         after = session.task('after', out / 'bag_after', budget.task_s, 'pid', str(params_pid))
+    except KeyboardInterrupt:
+        session.stop()  # the graph's processes are in sessions of their own: end them too
+        print(
+            'equimus adapt: interrupted; the rig is vented and the graph stopped', file=sys.stderr
+        )
+        return 130
     except Exception as exc:  # noqa: BLE001 (one line for the user; the graph is stopped)
         session.stop()
         print(f'equimus adapt: {type(exc).__name__}: {exc}'.splitlines()[0], file=sys.stderr)
