@@ -160,3 +160,18 @@ def test_the_hardware_graph_passes_rig_truth_to_the_emulator_only():
             resolve_args('hardware', bad)
     with pytest.raises(prestart.StartError, match='does not exist'):
         prestart.check('hardware', {'emulator': 'true', 'rig_truth': 'no/truth.yaml'})
+
+
+def test_main_job_truth_arguments():
+    from equimus_bringup.main_job import resolve_truth
+    from equimus_bringup.prestart import StartError
+
+    assert resolve_truth('hardware', 'random', 3) == T.draw(3)
+    for mode, spec, seed, words in (
+        ('sim', 'random', 3, '--mode hardware'),
+        ('hardware', 'random', None, 'needs --seed'),
+        ('hardware', 'x.yaml', 3, 'give --truth random'),
+        ('hardware', 'no/such.yaml', None, 'does not exist'),
+    ):
+        with pytest.raises(StartError, match=words):
+            resolve_truth(mode, spec, seed)
