@@ -366,7 +366,7 @@ def run(ns: argparse.Namespace, log: Log = print) -> int:
     csv = excitation(out, budget, ns.seed or 0, log)
     session = RigSession(args, log=log)
     try:
-        session.start()
+        start_graph(session, log)
         before = session.task('before', out / 'bag_before', budget.task_s, 'pid')
         exc_phase = session.play('excite', out / 'bag_excite', csv, budget.excite_s + 30.0)
         session.stop()  # the fits and the tuning take minutes: the rig waits vented, unpowered
@@ -382,7 +382,7 @@ def run(ns: argparse.Namespace, log: Log = print) -> int:
         log(f'[rig] joint states reach the loop {1e3 * delay:.0f} ms after capture (median)')
         result['loop_delay_s'] = delay
         params_pid = retune(out / 'params.yaml', out, budget, log, delay)
-        session.start()
+        start_graph(session, log)
         after = session.task('after', out / 'bag_after', budget.task_s, 'pid', str(params_pid))
     except KeyboardInterrupt:
         session.stop()  # the graph's processes are in sessions of their own: end them too
@@ -422,6 +422,22 @@ def run(ns: argparse.Namespace, log: Log = print) -> int:
     )
     log(f'[adapt] report: {out / "report.md"}; deploy: params_file:={params_pid}')
     return 0
+
+
+def start_graph(session: Any, log: Log, attempts: int = 2) -> None:
+    """Start the rig session's graph, once more if a process did not come up in time (a
+    loaded machine starts ROS nodes slowly; nothing was armed, the valves stayed vented)."""
+    from equimus_bringup.supervisor import GraphError
+
+    for k in range(attempts):
+        try:
+            session.start()
+            return
+        except GraphError as exc:
+            session.stop()
+            if k == attempts - 1:
+                raise
+            log(f'[rig] the graph did not start ({str(exc).splitlines()[0]}); trying again')
 
 
 def prestart_overrides(items: list[str]) -> dict[str, str]:
