@@ -30,6 +30,7 @@ setup(
             'rig_emulator = equimus_bringup.entry:rig_emulator',
             'control_loop = equimus_bringup.entry:control_loop',
             'sim_graph = equimus_bringup.entry:sim_graph',
+            'pressure_player = equimus_bringup.entry:pressure_player',
         ],
     },
 )

@@ -11,6 +11,7 @@ equimus identify <bags or CSVs> --out fit/  fit the model to recordings (see --h
 equimus natnet list|record|replay           Motive's rigid bodies; capture and replay a session
 equimus evaluate <params> <bags or CSVs>    score a parameter set by open-loop replay (--help)
 equimus excite --out excite/                design an identifying pressure trajectory (--help)
+equimus adapt --truth random --seed 1    excite, identify, retune and deploy on the (emulated) rig
 equimus tune pid [--task triangle]         tune the PID gains on the model -> params_file YAML
 equimus train [--algo ppo|distil]           train a tracking policy -> controller:=policy
 """
@@ -134,6 +135,12 @@ DELEGATED: dict[str, tuple[str, str, str, bool]] = {
         'equimus_bringup.rig_check',
         'main',
         'commissioning check of the real rig, before every session (equimus check rig --help)',
+        False,
+    ),
+    'adapt': (
+        'equimus_bringup.adapt',
+        'main',
+        'identify, retune and deploy on the running rig (equimus adapt --help)',
         False,
     ),
     'natnet': (

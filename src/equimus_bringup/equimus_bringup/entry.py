@@ -14,3 +14,7 @@ def control_loop() -> int:
 
 def sim_graph() -> int:
     return run('equimus_bringup.sim_graph')
+
+
+def pressure_player() -> int:
+    return run('equimus_bringup.pressure_player')

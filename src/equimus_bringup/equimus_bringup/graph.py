@@ -88,6 +88,12 @@ ARGUMENTS: dict[str, tuple[str, str]] = {
         'hardware mode: run `equimus check rig` first (Motive, board, valves, pose; it writes '
         'the calibration); the graph starts only if every check passes: true | false',
     ),
+    'rig_truth': (
+        '',
+        'emulator:=true only: the plant the emulated rig simulates, which the stack does not '
+        'know: a truth file (truth.yaml, equimus_sim.truth) or random:SEED; default: the '
+        'nominal model',
+    ),
     'auto_arm': (
         '',
         'arm the valve driver at start (default: true in sim, false on hardware, '
@@ -318,6 +324,16 @@ def resolve_args(mode: str, overrides: Mapping[str, str] | None = None) -> dict[
             'composed:=true runs the lockstep simulation graph only: use it with sim.launch.py '
             'and sim_mode:=lockstep, or set composed:=false'
         )
+    if args['rig_truth'] and (mode != 'hardware' or not _truthy(args['emulator'])):
+        raise ValueError(
+            f"rig_truth:={args['rig_truth']} is the emulated rig's plant: use it with "
+            'hardware.launch.py emulator:=true'
+        )
+    if args['rig_truth'] and args['leg_overrides']:
+        raise ValueError(
+            'rig_truth and leg_overrides both set the emulated leg: give one (the truth file '
+            'holds leg parameters in its parameters section)'
+        )
     if mode == 'sim' and _truthy(args['fused_loop']):
         raise ValueError(
             'fused_loop:=true applies to hardware mode only (the simulation node '
@@ -441,6 +457,7 @@ def describe_graph(mode: str, overrides: Mapping[str, str] | None = None) -> lis
                             if args['leg_overrides']
                             else []
                         ),
+                        *(['--truth', args['rig_truth']] if args['rig_truth'] else []),
                     ],
                 )
             )

@@ -165,6 +165,37 @@ class ClockWatch:
         self.rclpy.try_shutdown()
 
 
+def truth_spec(ns: argparse.Namespace) -> str:
+    return f'random:{ns.seed}' if ns.truth == 'random' else ns.truth
+
+
+def use_truth_file(specs, truth, path: Path) -> None:
+    """Write the truth to `path` and point the rig emulator at it (the same plant as its
+    `rig_truth` argument, now on record in the run folder)."""
+    from equimus_sim.truth import dump
+
+    dump(truth, path)
+    for spec in specs:
+        if '--truth' in spec.arguments:
+            spec.arguments[spec.arguments.index('--truth') + 1] = str(path.resolve())
+
+
+def resolve_truth(mode: str, spec: str, seed: int | None):
+    """The emulated rig's truth of `--truth`/`--seed` (StartError: one line)."""
+    from equimus_sim.truth import TruthError, parse_spec
+
+    if mode != 'hardware':
+        raise StartError("--truth is the emulated rig's plant: use it with --mode hardware")
+    if spec == 'random' and seed is None:
+        raise StartError('--truth random needs --seed S (the draw is reproducible)')
+    if spec != 'random' and seed is not None:
+        raise StartError('--seed draws a truth: give --truth random with it')
+    try:
+        return parse_spec(f'random:{seed}' if spec == 'random' else spec)
+    except TruthError as exc:
+        raise StartError(str(exc)) from None
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -190,6 +221,14 @@ def main(argv=None) -> int:
         action='store_true',
         help='also write video.mp4 of the run (the leg from the bag) next to tracking.png',
     )
+    p.add_argument(
+        '--truth',
+        default='',
+        metavar='FILE|random',
+        help='hardware mode: the emulated rig simulates this plant, which the stack does not '
+        'know (a truth file, or random with --seed); written to the run folder as truth.yaml',
+    )
+    p.add_argument('--seed', type=int, default=None, help='seed of --truth random')
     p.add_argument(
         '--set',
         action='append',
@@ -222,14 +261,20 @@ def main(argv=None) -> int:
     for item in ns.set:
         key, _, value = item.partition(':=')
         overrides[key] = value
+    truth = None
     # Everything checked before anything is started or written (equimus_bringup.prestart).
     try:
         try:
             prestart.check_new_folder(str(run_dir), '--out ')
         except StartError as exc:
             raise StartError(f'{exc} (make run OUT=<folder>)') from None
+        if ns.truth or ns.seed is not None:
+            truth = resolve_truth(ns.mode, ns.truth, ns.seed)
+            overrides['rig_truth'] = truth_spec(ns)
         start = prestart.check(ns.mode, overrides)
         run_dir.mkdir(parents=True)
+        if truth is not None:  # the run's record of its plant, which the rig then reads
+            use_truth_file(start.specs, truth, run_dir / 'truth.yaml')
     except StartError as exc:
         print(f'main_job: {exc}', file=sys.stderr)
         return 2

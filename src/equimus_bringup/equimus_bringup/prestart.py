@@ -84,6 +84,7 @@ NODE_CONFIGS: dict[str, Callable[[], list[tuple[Any, str]]]] = {
 LEG_KEYS = {
     'leg_description': 'path',
     'parameter_overrides': 'overrides',
+    'leg_overrides': 'overrides',
     'leg_parameter_set': 'parameter_set',
 }
 
@@ -398,3 +399,10 @@ def check_parameters(specs: Sequence[ProcessSpec], args: Mapping[str, str]) -> N
             load_leg(overrides=args['leg_overrides'])
         except (LegDescriptionError, ConfigError, OSError) as exc:
             raise StartError(str(exc)) from None
+    if args.get('rig_truth'):
+        from equimus_sim.truth import TruthError, parse_spec
+
+        try:
+            parse_spec(args['rig_truth'])
+        except TruthError as exc:
+            raise StartError(f'rig_truth:={args["rig_truth"]}: {exc}') from None

@@ -11,12 +11,19 @@ a serial line and real UDP packets, with no ROS in this process.
 
 `--firmware BINARY` puts the board's own firmware, built for this computer
 (firmware/host/README.md), behind the pseudo-terminal instead of the Python board.
+
+`--truth FILE | random --seed S` makes the emulated rig a plant the stack does not know
+(equimus_sim.truth.RigTruth: the leg's and the valves' parameters, hinge friction, the VPPE's
+hysteresis and repeatability, each channel's DAC gain and offset error, noise on the ADC's
+read-back of the valve pressure, the motion capture's latency and marker noise); `--truth-out`
+writes it (truth.yaml) for the run's records. Without it the rig is the nominal model.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import inspect
 import signal
 import sys
 import threading
@@ -31,6 +38,7 @@ from equimus_hw.valve.host_firmware import FirmwareBoard
 from equimus_sim.leg_model import LegModel
 from equimus_sim.mocap import MocapConfig, VirtualMocap
 from equimus_sim.simulator import LegSimulator
+from equimus_sim.truth import RigTruth, TruthError, dump, parse_spec
 
 SWITCH_INTERVAL_S = 0.0005  # GIL hand-over bound for the emulators' threads (CPython: 5 ms)
 # After a stop signal the rig waits for the driver's vent, at most VENT_GRACE_S (launch sends
@@ -61,24 +69,53 @@ class EmulatedRig:
         dac_gain: Sequence[float] | None = None,
         dac_offset_kpa: Sequence[float] | None = None,
         adc_noise_kpa: Sequence[float] | None = None,
+        truth: RigTruth | None = None,
     ):
         """board_log: JSON-lines file of every frame and vent event the board sees (soak checks).
         firmware: the board firmware built for this computer (firmware/host/README.md) runs the
         board instead of the Python emulation; the valves stay this process's.
         dac_gain, dac_offset_kpa, adc_noise_kpa: each valve's DAC chain error and read-back
-        noise, per channel (ValveModel)."""
-        leg = load_leg(None, leg_overrides or None)
+        noise, per channel (ValveModel); a truth may set them instead.
+        truth: the plant (equimus_sim.truth); it sets the leg, the valves' errors and the mocap
+        (its noise replaces `position_noise`); None: the nominal model."""
+        if truth is not None and leg_overrides:
+            raise ValueError('a rig truth and leg overrides both set the emulated leg: give one')
+        self.truth = truth
+        leg = truth.leg() if truth is not None else load_leg(None, leg_overrides or None)
+        device = truth.board_keywords() if truth is not None else {}
+        channel = {
+            k: v
+            for k, v in (
+                ('dac_gain', dac_gain),
+                ('dac_offset_kpa', dac_offset_kpa),
+                ('adc_noise_kpa', adc_noise_kpa),
+            )
+            if v is not None
+        }
+        both = sorted(set(device) & set(channel))
+        if both:
+            raise ValueError(f'the truth and the options both set {", ".join(both)}: give one')
+        device.update(channel)
+        missing = sorted(set(device) - set(inspect.signature(BoardEmulator).parameters))
+        if missing and not firmware:
+            raise ValueError(
+                f'the truth sets {", ".join(missing)}, which this board emulator does not '
+                'model: leave them out of the truth file'
+            )
         self.board: BoardEmulator | FirmwareBoard
         if firmware:
+            if 'regulation' in device:
+                raise ValueError(
+                    "--firmware runs the board's own code: a truth with VPPE hysteresis or "
+                    'repeatability needs the Python board (drop --firmware)'
+                )
             self.board = FirmwareBoard(
                 firmware,
                 channels=len(leg.actuators),
                 link=link,
                 valve=leg.valve,
                 log_path=board_log,
-                dac_gain=dac_gain,
-                dac_offset_kpa=dac_offset_kpa,
-                adc_noise_kpa=adc_noise_kpa,
+                **device,
             )
         else:
             self.board = BoardEmulator(
@@ -86,14 +123,25 @@ class EmulatedRig:
                 link=link,
                 valve=leg.valve,
                 log_path=board_log,
-                dac_gain=dac_gain,
-                dac_offset_kpa=dac_offset_kpa,
-                adc_noise_kpa=adc_noise_kpa,
+                seed=seed if truth is None or truth.seed is None else truth.seed,
+                **device,
             )
         lm = LegModel(leg.with_timestep(1.0 / (rate * 5)))
         # The board emulator's valve model is the valve: the simulator has none of its own.
         self.sim = LegSimulator(lm, valve=None, p_max=lm.pressure_max_kpa)
-        self.mocap = VirtualMocap(MocapConfig(rate=rate, position_noise=position_noise, seed=seed))
+        # Motive's latency holds each frame back whole frames; the NatNet stream reports it
+        # (its exposure latency), so the bridge still stamps every pose with its capture time.
+        delay = truth.mocap_delay_frames(rate) if truth is not None else 0
+        self.mocap = VirtualMocap(
+            MocapConfig(
+                rate=rate,
+                position_noise=truth.position_noise_m if truth is not None else position_noise,
+                orientation_noise=truth.orientation_noise_rad if truth is not None else 0.0,
+                latency=delay / rate,
+                seed=seed,
+            )
+        )
+        natnet.exposure_latency_s += delay / rate
         self.natnet = natnet
         self.period = 1.0 / natnet.rate_hz
         if abs(natnet.rate_hz - rate) > 1e-9:
@@ -117,9 +165,9 @@ class EmulatedRig:
         self.mocap.capture(self.sim.time, self.sim.body_poses(BODIES))
         self.frames += 1
         now = time.monotonic()
-        # NatNet carries the latency in its own timestamps, so each frame is released as soon as
-        # it is captured (a frame left queued would stay for the life of the process).
-        for frame in self.mocap.release(self.sim.time + self.mocap.config.latency):
+        # A frame goes out at its release time, a whole number of frames after its capture (at
+        # once without a latency); NatNet carries the latency in its own timestamps.
+        for frame in self.mocap.release(self.sim.time):
             for name, pose in frame.bodies.items():
                 if name not in self.natnet.ids:  # a body the Motive project lacks (--omit-body)
                     continue
@@ -194,6 +242,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument('--position-noise', type=float, default=0.0002, help='mocap noise σ (m)')
     p.add_argument('--duration', type=float, default=0.0, help='stop after this many s (0 = run)')
     p.add_argument(
+        '--truth',
+        default='',
+        metavar='FILE|random',
+        help='the plant to emulate: a truth file (truth.yaml), random (a draw, --seed) or '
+        'random:SEED; default: the nominal model (equimus_sim.truth)',
+    )
+    p.add_argument('--seed', type=int, default=None, help='seed of --truth random')
+    p.add_argument('--truth-out', default='', help='write the emulated truth here (truth.yaml)')
+    p.add_argument(
         '--firmware',
         default='',
         metavar='BINARY',
@@ -212,6 +269,19 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def truth_from_arguments(spec: str, seed: int | None) -> RigTruth | None:
+    """`--truth` and `--seed` as a truth (None: the nominal rig, as before truths existed)."""
+    if not spec:
+        if seed is not None:
+            raise TruthError('--seed draws a truth: give --truth random with it')
+        return None
+    if spec == 'random':
+        if seed is None:
+            raise TruthError('--truth random needs --seed S (the draw is reproducible)')
+        spec = f'random:{seed}'
+    return parse_spec(spec)
+
+
 def main(argv: list[str] | None = None) -> int:
     a = build_parser().parse_args(argv)
     natnet = NatNetEmulator(
@@ -224,6 +294,7 @@ def main(argv: list[str] | None = None) -> int:
         bodies=[b for b in BODIES if b not in a.omit_body],
     )
     try:
+        truth = truth_from_arguments(a.truth, a.seed)
         rig = EmulatedRig(
             a.link,
             natnet,
@@ -234,7 +305,10 @@ def main(argv: list[str] | None = None) -> int:
             dac_gain=a.dac_gain,
             dac_offset_kpa=a.dac_offset_kpa,
             adc_noise_kpa=a.adc_noise_kpa,
+            truth=truth,
         )
+        if truth is not None and a.truth_out:
+            dump(truth, a.truth_out)
     except (OSError, RuntimeError, ValueError) as exc:
         print(f'rig_emulator: cannot start: {exc}', file=sys.stderr)
         return 2
@@ -246,7 +320,12 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f'rig_emulator: DAC board on {rig.serial_port}; NatNet {a.version} on '
             f'{a.address}:{a.command_port}/{a.data_port} '
-            f'({"multicast" if a.multicast else "unicast"})',
+            f'({"multicast" if a.multicast else "unicast"}); plant: '
+            + (
+                'nominal'
+                if rig.truth is None
+                else f'truth {a.truth}' + (f' (seed {rig.truth.seed})' if rig.truth.seed else '')
+            ),
             flush=True,
         )
         with contextlib.suppress(KeyboardInterrupt):

@@ -74,7 +74,9 @@ class ControllerNode(Node):
         choice = bind(self, ControllerChoice()).config
         kind = controller_kind(choice.controller)
         leg = load_leg(
-            choice.leg_description or None, parameter_set=choice.leg_parameter_set or None
+            choice.leg_description or None,
+            choice.leg_overrides or None,
+            parameter_set=choice.leg_parameter_set or None,
         )
         rig_leg = is_rig_leg(leg)
         params = StaticParams.from_leg(leg, pressure_sign=choice.pressure_sign) if rig_leg else None

@@ -33,6 +33,11 @@ class ControllerChoice:
     leg_parameter_set: str = param(
         '', "parameter set of config/leg.yaml for the controller's model ('' = the file as is)"
     )
+    leg_overrides: str = param(
+        '',
+        "leg override YAML applied to the controller's model after the parameter set (an "
+        "identified params.yaml, as `equimus adapt` deploys); '' = none",
+    )
     plant_model: str = param(
         DEFAULT_PLANT,
         'plant model plugin (entry-point group '

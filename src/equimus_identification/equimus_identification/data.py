@@ -397,6 +397,7 @@ class Recording:
     source: str = ''
     joint_topic: str = ''
     command_topic: str = ''
+    t0_ns: int = 0  # the stamp (ns) that t = 0 is: a bag's first joint-state or command stamp
 
 
 def _joint_order(names: Sequence[str]) -> list[int]:
@@ -411,7 +412,8 @@ def load_bag(path, joint_topic: str | None = None, command_topic: str | None = N
 
     By default the estimated `/joint_states` is used (what the rig measures), falling back to
     `/sim/joint_states`; the command is `/valve/applied` (after the safety clamp), falling back to
-    `/valve/command`.
+    `/valve/command`. Stamped messages are placed at their header stamps, the rest (the
+    command arrays) at the recorder's log time.
     """
     from equimus_record.bag import BagError, pressures, read_messages
 
@@ -427,7 +429,11 @@ def load_bag(path, joint_topic: str | None = None, command_topic: str | None = N
     # topic → (stamp ns, rows); stamps stay integers until the first one is subtracted: an
     # epoch time in float seconds keeps only ~0.2 µs, enough to move a grid sample across a stamp
     series: dict[str, tuple[list[int], list[list[float]]]] = {}
-    for topic, stamp, msg in messages():
+    for topic, logged, msg in messages():
+        # The header's stamp where the message has one (the capture or the command's time);
+        # the log time is when the recorder got it, late by however long a loaded machine
+        # held the message up (tens of ms, unequally per topic).
+        stamp = _header_ns(msg) or logged
         if topic in JOINT_TOPICS:
             pos = list(msg.position)
             if len(pos) < 2:
@@ -471,7 +477,16 @@ def load_bag(path, joint_topic: str | None = None, command_topic: str | None = N
     tq, q = arr(jt)
     tc, c = arr(ct)
     tp, p = arr(PRESSURE_TOPIC) if PRESSURE_TOPIC in series else (None, None)
-    return Recording(tq, q, tc, c, tp, p, source=str(path), joint_topic=jt, command_topic=ct)
+    return Recording(
+        tq, q, tc, c, tp, p, source=str(path), joint_topic=jt, command_topic=ct, t0_ns=t0
+    )
+
+
+def _header_ns(msg) -> int:
+    header = getattr(msg, 'header', None)
+    if header is None:
+        return 0
+    return int(header.stamp.sec) * 1_000_000_000 + int(header.stamp.nanosec)
 
 
 def step_times(rec: Recording, threshold_kpa: float = 0.5) -> np.ndarray:
@@ -792,6 +807,55 @@ def bag_trajectory(rec: Recording, rate: float = BAG_RATE_HZ, threshold_kpa: flo
         e.p0_kpa = e.pressure_kpa[0].copy()
     steps = step_times(rec, threshold_kpa) - t0
     e.meta['segments'] = [0.0] + [float(s) for s in steps if 0.0 < s < e.t[-1]]
+    return e
+
+
+def gap_free_windows(
+    rec: Recording, t0: float, t1: float, max_gap: float = 0.1, min_len: float = 1.0
+) -> list[tuple[float, float]]:
+    """The stretches of [t0, t1) in which no joint state, command or measured pressure is
+    missing for longer than `max_gap` s (a loaded machine's recorder drops messages), each at
+    least `min_len` s long."""
+    gaps: list[tuple[float, float]] = []
+    for t in (rec.t_q, rec.t_cmd, rec.t_p):
+        if t is None:
+            continue
+        t = t[(t >= t0) & (t < t1)]
+        d = np.diff(t)
+        gaps += [
+            (float(a), float(a + g))
+            for a, g in zip(t[:-1][d > max_gap], d[d > max_gap], strict=True)
+        ]
+    out, start = [], t0
+    for a, b in sorted(gaps):
+        if a - start >= min_len:
+            out.append((start, a))
+        start = max(start, b)
+    if t1 - start >= min_len:
+        out.append((start, t1))
+    return out
+
+
+def bag_window(rec: Recording, t0: float, t1: float, rate: float = BAG_RATE_HZ) -> Experiment:
+    """[t0, t1) of a recording as one experiment (raw angles, local-cubic restart states),
+    with the measured pressures on its grid when recorded."""
+    e = prepare(
+        rec.t_q,
+        rec.q,
+        hold(rec.t_cmd, rec.command_kpa, rec.t_q),
+        t0,
+        t1 - t0,
+        rate,
+        SMOOTH_SAMPLES,
+        hold(rec.t_cmd, rec.command_kpa, np.array([t0]))[0],
+        name=f'{pathlib.Path(rec.source).name}@{t0:.2f}s',
+        meta={'source': rec.source, 't0': float(t0)},
+        target='raw',
+    )
+    e.command_kpa = hold(rec.t_cmd, rec.command_kpa, e.t + t0)
+    if rec.t_p is not None and len(rec.t_p) >= 2:
+        e.pressure_kpa = resample(rec.t_p, rec.pressure_kpa, e.t + t0)
+        e.p0_kpa = e.pressure_kpa[0].copy()
     return e
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -55,6 +56,14 @@ class TuneConfig:
     seed: int = 0  # of the global search
     noise_seed: int = 7  # of the virtual mocap's noise (fixed: a deterministic objective)
     workers: int = 1
+    # leg override file of the model tuned on (the plant and the PID's feedforward; e.g. an
+    # identified params.yaml); '' = the description as it is. The reference stays the
+    # reference node's (the description's triangle), so gains tuned on any model track the
+    # same poses.
+    leg_overrides: str = ''
+    # frames (1/120 s) the valves get each command late beyond the loop's own one: the latency
+    # a running graph adds (equimus adapt measures it on the rig)
+    delay_frames: int = 0
 
     def __post_init__(self) -> None:
         if self.task not in TASKS:
@@ -85,27 +94,42 @@ def x_from_gains(g: PIDGains) -> np.ndarray:
 
 
 def closed_loop_rmse(
-    gains: PIDGains, task: str, duration: float, noise_seed: int, skip: float = 0.5
+    gains: PIDGains,
+    task: str,
+    duration: float,
+    noise_seed: int,
+    skip: float = 0.5,
+    leg_overrides: str = '',
+    plant_overrides: str | None = None,
+    delay_frames: int = 0,
 ) -> tuple[np.ndarray, bool]:
     """(RMSE per joint in rad, whether a guard vented) of the PID on `task` in the sim graph's
-    plain-code loop."""
-    params = StaticParams.from_leg(load_leg())
-    ref = task_reference(task, params)
+    plain-code loop. The PID's feedforward model is `leg_overrides`, the plant's
+    `plant_overrides` (default: the same); the reference is the description's. `delay_frames`:
+    the valves get each command that many frames later."""
+    params = StaticParams.from_leg(load_leg(overrides=leg_overrides or None))
+    ref = task_reference(task, StaticParams.from_leg(load_leg()))
+    plant = leg_overrides if plant_overrides is None else plant_overrides
     q0 = np.asarray(ref(0.0)[0])
-    p0 = np.clip(holding_pressures(q0, params), 0.0, 50.0)
-    sim = make_simulator(timestep=PHYSICS_DT, initial_q=q0, initial_pressures=tuple(p0))
+    plant_params = StaticParams.from_leg(load_leg(overrides=plant or None))
+    p0 = np.clip(holding_pressures(q0, plant_params), 0.0, 50.0)
+    sim = make_simulator(
+        overrides=plant or None,
+        timestep=PHYSICS_DT,
+        initial_q=q0,
+        initial_pressures=tuple(p0),
+    )
     mocap = VirtualMocap(
         MocapConfig(position_noise=0.0003, orientation_noise=0.002, seed=noise_seed)
     )
     driver = SimulatedDriver()  # the sim graph's valve driver: safety filter + DAC
-    r = run(
-        sim,
-        mocap,
-        PIDController(params, gains),
-        ref,
-        duration,
-        actuation=lambda u, t: driver(u.tolist(), t),
-    )
+    late: deque[list[float]] = deque([list(p0)] * max(0, int(delay_frames)))
+
+    def actuation(u: np.ndarray, t: float) -> list[float]:
+        late.append(list(driver(u.tolist(), t)))
+        return late.popleft()
+
+    r = run(sim, mocap, PIDController(params, gains), ref, duration, actuation=actuation)
     return r.rmse(skip=skip), bool(np.any(r.vented))
 
 
@@ -118,7 +142,13 @@ class _Objective:
     def __call__(self, x: np.ndarray) -> float:
         cfg = self.cfg
         rmse, vented = closed_loop_rmse(
-            gains_from_x(np.asarray(x), self.base), cfg.task, cfg.duration, cfg.noise_seed, cfg.skip
+            gains_from_x(np.asarray(x), self.base),
+            cfg.task,
+            cfg.duration,
+            cfg.noise_seed,
+            cfg.skip,
+            cfg.leg_overrides,
+            delay_frames=cfg.delay_frames,
         )
         mse = float(np.mean(rmse**2))
         return mse + (VENT_COST if vented or not math.isfinite(mse) else 0.0)

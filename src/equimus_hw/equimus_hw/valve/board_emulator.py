@@ -64,7 +64,9 @@ class ValveModel:
 
     A real channel's DAC chain is not the nominal one: `dac_gain` and `dac_offset_kpa` are its
     error (`calibration.dac_chain_volts`; 0 gain = a broken setpoint wire), `adc_noise_kpa` the
-    standard deviation of the read-back of the actual-value output (`measured`)."""
+    standard deviation of the read-back of the actual-value output (`measured`).
+    `regulation` (the emulated rig's truth, equimus_sim.truth: the VPPE's hysteresis and
+    repeatability) maps the setpoint's pressure to the level the valve regulates to."""
 
     def __init__(
         self,
@@ -75,6 +77,7 @@ class ValveModel:
         dac_offset_kpa: float = 0.0,
         adc_noise_kpa: float = 0.0,
         rng: random.Random | None = None,
+        regulation: Callable[[float], float] | None = None,
     ):
         self.cal = calibration
         if not isinstance(valve, ValveParams):
@@ -96,6 +99,7 @@ class ValveModel:
         self.adc_noise_kpa = float(adc_noise_kpa)
         self._rng = rng or random.Random()
         self._target = 0.0
+        self.regulation = regulation
 
     @property
     def params(self) -> ValveParams:
@@ -122,7 +126,8 @@ class ValveModel:
         return cal.volts_to_kpa(volts)
 
     def set_code(self, code: int, now: float) -> None:
-        self._target = self.target(code)
+        target = self.target(code)
+        self._target = target if self.regulation is None else self.regulation(target)
 
     def advance(self, now: float, dt: float) -> float:
         if dt > 0:
@@ -161,8 +166,13 @@ def valve_models(
     dac_offset_kpa: float | Sequence[float] | None = None,
     adc_noise_kpa: float | Sequence[float] | None = None,
     seed: int | None = None,
+    regulation: Sequence[Callable[[float], float] | None] | None = None,
 ) -> list[ValveModel]:
-    """The valves behind a board's channels, each with its DAC chain and read-back noise."""
+    """The valves behind a board's channels, each with its DAC chain, read-back noise and
+    regulation (None: ideal)."""
+    reg = list(regulation or [None] * channels)
+    if len(reg) != channels:
+        raise ValueError(f'regulation: one per channel ({channels})')
     gains = per_channel('dac_gain', dac_gain, channels, 1.0)
     offsets = per_channel('dac_offset_kpa', dac_offset_kpa, channels, 0.0)
     noises = per_channel('adc_noise_kpa', adc_noise_kpa, channels, 0.0)
@@ -175,6 +185,7 @@ def valve_models(
             dac_offset_kpa=offsets[i],
             adc_noise_kpa=noises[i],
             rng=random.Random(rng.random()),
+            regulation=reg[i],
         )
         for i in range(channels)
     ]
@@ -205,12 +216,15 @@ class BoardEmulator:
         dac_gain: float | Sequence[float] | None = None,
         dac_offset_kpa: float | Sequence[float] | None = None,
         adc_noise_kpa: float | Sequence[float] | None = None,
+        regulation: Sequence[Callable[[float], float] | None] | None = None,
     ):
         """session_path: JSON lines of every byte chunk received (after the injected faults),
         for replay (replay.py).
         clock: the board's time base in seconds (a replay passes its own).
         dac_gain, dac_offset_kpa, adc_noise_kpa: per channel (or one for all; None = neutral),
-        each valve's DAC chain error and read-back noise (`ValveModel`)."""
+        each valve's DAC chain error and read-back noise (`ValveModel`).
+        regulation: per channel, the VPPE's setpoint-to-regulated-pressure map (`ValveModel`);
+        None: ideal valves."""
         self.cal = calibration or ValveCalibration()
         self.channels = channels
         self.link = link
@@ -233,7 +247,7 @@ class BoardEmulator:
         # valve: the description's valve model; else a lag of tau_s with a dead time
         params = valve if valve is not None else ValveParams(tau_s, tau_s, dead_time_s)
         self.valves = valve_models(
-            self.cal, params, channels, dac_gain, dac_offset_kpa, adc_noise_kpa, seed
+            self.cal, params, channels, dac_gain, dac_offset_kpa, adc_noise_kpa, seed, regulation
         )
         self.codes = [0] * channels
         # The newest `history` SET frames for inspection (the log file keeps all of them); a

@@ -52,6 +52,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from rclpy.clock import Clock, ClockType
+from rclpy.duration import Duration
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Bool, Float64MultiArray
@@ -476,7 +477,9 @@ class ValveDriver(LifecycleNode):
             and board.measured_kpa
         ):
             self._measured_count = board.measured_count
-            self.pub_pressure.publish(self._pressures(board.measured_kpa))
+            at = getattr(board, 'measured_at', None)  # the read-back's own time, if known
+            age = max(0.0, time.monotonic() - at) if at is not None else 0.0
+            self.pub_pressure.publish(self._pressures(board.measured_kpa, age))
         key = (
             board.state,
             self.safety.armed,
@@ -509,9 +512,13 @@ class ValveDriver(LifecycleNode):
         if self.context.ok():  # a signal may have shut ROS down already; the serial side still runs
             self.pub_applied.publish(self._pressures(applied))
 
-    def _pressures(self, kpa):
-        """Stamped now on the node clock (sim time in the sim graph: the frame it answers)."""
-        return pressure_state(self.channels, kpa, self.get_clock().now().to_msg())
+    def _pressures(self, kpa, age_s: float = 0.0):
+        """Stamped now on the node clock (sim time in the sim graph: the frame it answers),
+        less `age_s` (a read-back published a tick after the board took it)."""
+        now = self.get_clock().now()
+        if age_s > 0.0:
+            now = now - Duration(nanoseconds=int(age_s * 1e9))
+        return pressure_state(self.channels, kpa, now.to_msg())
 
     # ----------------------------------------------------------------- services
     @_serialised

@@ -89,6 +89,9 @@ class BoardLink:
         self.generation = 0
         self.measured_kpa: list[float] | None = None
         self.measured_count = 0
+        # time.monotonic() when the SET that the last read-back answers was written: the board
+        # reads its ADC as that frame arrives, so this (not the ACK's arrival) is its time
+        self.measured_at: float | None = None
         self.board_codes: list[int] | None = None
         self._ser: serial.Serial | None = None
         self._wlock = threading.Lock()
@@ -337,6 +340,7 @@ class BoardLink:
                 self.measured_kpa = [
                     self.cal.adc_to_kpa(c, self.info.adc_bits) for c in item.measured
                 ]
+                self.measured_at = sent if sent is not None else now
                 self.measured_count += 1
             with self._ack_event:
                 self._last_ack_seq = item.seq

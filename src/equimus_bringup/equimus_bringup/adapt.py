@@ -1,0 +1,604 @@
+"""`equimus adapt`: close the gap between the rig and the model on a running hardware graph.
+
+One command, against the emulated rig (a plant the stack does not know: `--truth`) or a real
+one (`--set serial_port:=... natnet_server:=...`, no truth):
+
+1. the hardware graph starts without a commander and stays up, disarmed and vented, between
+   phases (`rig_session.RigSession`);
+2. **before**: the PID as it ships (the description's model, config/control.yaml's gains) runs
+   the triangle, recorded;
+3. **excite**: an identifying pressure trajectory (`equimus excite`'s design) is played through
+   the valve driver's safety layer (clamp, slew, watchdog), recorded with the valves' read-back;
+4. **identify** from that bag: the valves from their read-back (`valve_fit`), the leg driven by
+   the measured pressures (`leg_fit`), on the first part of the excitation; the last part is a
+   validation segment the fits never saw, on which the old and the new parameters replay the
+   commanded pressures open loop;
+5. **retune** the PID on the identified model (`equimus tune pid` with it as plant and as the
+   controller's feedforward model);
+6. **deploy** them: params_pid.yaml (the controller's gains and its `leg_overrides`, the
+   identified params.yaml) given as params_file, and run the triangle again (**after**);
+7. report.md with the plots (tracking before/after, predicted vs measured on the validation
+   segment, parameter error against the truth when the rig is emulated) and adapt.json.
+
+Policy fine-tuning is not part of the loop yet (PID only). Undo: launch without the params_file.
+
+    equimus adapt --truth random --seed 1 --out adapt/
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from equimus_bringup import prestart
+from equimus_bringup.prestart import StartError
+
+Log = Callable[[str], None]
+
+#: the controller's section of a deployed params_file
+CONTROLLER = 'controller'
+#: fraction of the excitation the fits use; the rest is the validation segment
+FIT_FRACTION = 0.7
+#: s of a task phase left out of its tracking error (the first move from the armed pose)
+SETTLE_S = 1.0
+
+
+@dataclass(frozen=True)
+class Budget:
+    """How long each step may take (`--budget`)."""
+
+    excite_s: float
+    design_iterations: int
+    task_s: float
+    leg_nfev: int
+    valve_nfev: int
+    tune_local: int
+    tune_generations: int
+    tune_duration: float
+
+
+BUDGETS = {
+    'short': Budget(14.0, 0, 8.0, 6, 40, 8, 0, 6.5),
+    'full': Budget(30.0, 2, 14.0, 15, 150, 20, 0, 8.0),
+}
+
+
+# ----- identification and scoring (no ROS) --------------------------------------------------------
+def identify(
+    bag: Path, out: Path, budget: Budget, log: Log
+) -> tuple[dict[str, Any], dict[str, Any], Any]:
+    """(values, intervals, validation experiment): the valves and the leg from the excitation's
+    bag, written to out/params.yaml (a leg override file)."""
+    from equimus_description.leg import load_leg
+    from equimus_identification import data, leg_fit, valve_fit
+
+    rec = data.load_bag(bag)
+    s = valve_fit.series(rec)
+    t_end = float(s.t_grid[-1])
+    split = FIT_FRACTION * t_end
+    log(f'[identify] valves from their read-back: {split:.1f} s of {t_end:.1f} s')
+    t0 = time.monotonic()
+    vf = valve_fit.fit(s.window(0.0, split), max_nfev=budget.valve_nfev)
+    log(
+        f'[identify] valves: dead time {vf.values["valve.dead_time"] * 1e3:.1f} ms, residual '
+        f'{vf.residual_rms_kpa:.2f} kPa ({time.monotonic() - t0:.0f} s)'
+    )
+    # The leg on the fit part, driven by the measured pressures (its clock: the bag's grid
+    # starts where the valve series does, at max(first command, first read-back)).
+    grid0 = max(float(rec.t_cmd[0]), float(rec.t_p[0])) if rec.t_p is not None else 0.0
+    q0 = float(rec.t_q[0])
+    lo = max(grid0, q0)
+    windows = data.gap_free_windows(rec, lo, grid0 + split, min_len=1.0)
+    exps = [data.bag_window(rec, a, b) for a, b in windows]
+    leg = load_leg()
+    log(f'[identify] leg from {len(exps)} window(s), {sum(len(e) for e in exps)} samples')
+    t0 = time.monotonic()
+    lf = leg_fit.fit(exps, leg, max_nfev=budget.leg_nfev, log=log)
+    log(
+        f'[identify] leg: residual {lf.residual_rms_rad:.4f} rad, '
+        f'{lf.evaluations} simulations ({time.monotonic() - t0:.0f} s)'
+    )
+    values = {**lf.values, **vf.values}
+    intervals = {**lf.interval, **vf.interval}
+    overrides = {**lf.values, **vf.leg_overrides()}
+    head = (
+        '# Identified by `equimus adapt` from the excitation bag (leg from the measured '
+        'pressures, valves from their read-back).\n'
+    )
+    doc = {'parameters': {k: float(v) for k, v in overrides.items()}}
+    (out / 'params.yaml').write_text(head + yaml.safe_dump(doc, sort_keys=False))
+    (out / 'identified.yaml').write_text(
+        yaml.safe_dump(
+            {
+                'values': {k: float(v) for k, v in values.items()},
+                'interval95': {k: [float(a), float(b)] for k, (a, b) in intervals.items()},
+                'valve_residual_kpa': vf.residual_rms_kpa,
+                'leg_residual_rad': lf.residual_rms_rad,
+                'at_bounds': list(lf.at_bounds) + list(vf.at_bounds),
+            },
+            sort_keys=False,
+        )
+    )
+    val_windows = data.gap_free_windows(rec, grid0 + split, grid0 + t_end, min_len=1.0)
+    validation = data.bag_window(rec, *max(val_windows, key=lambda w: w[1] - w[0]))
+    return values, intervals, validation
+
+
+def validate(validation: Any, params: Path) -> dict[str, Any]:
+    """Open-loop replay of the commanded pressures on the validation segment: RMSE per joint
+    (rad) of the nominal model and of the identified one, and their trajectories."""
+    from equimus_description.leg import load_leg
+    from equimus_identification import dynamic as D
+    from equimus_identification import leg_fit
+
+    out: dict[str, Any] = {}
+    for name, leg in (('nominal', load_leg()), ('identified', load_leg(overrides=params))):
+        (m,) = D.metrics(
+            [validation], np.zeros(0), [], leg=leg, dt=leg_fit.SIM_DT, pressure='command'
+        )
+        out[name] = {'rmse': [float(v) for v in m['rmse']], 'q_sim': m['q_sim']}
+    out['t'], out['q'] = validation.t, validation.q
+    return out
+
+
+def truth_table(
+    truth: Any, values: Mapping[str, float], intervals: Mapping[str, tuple[float, float]]
+) -> list[dict[str, Any]]:
+    """Per identified parameter with a true value: truth, nominal, identified, interval,
+    whether the interval holds the truth."""
+    from equimus_description.leg import load_leg
+    from equimus_identification import dynamic as D
+
+    true_leg, nominal_leg = truth.leg(), load_leg()
+    device = {
+        'dac_gain': truth.dac_gain,
+        'dac_offset_kpa': truth.dac_offset_kpa,
+        'hysteresis_kpa': truth.hysteresis_kpa,
+    }
+    rows = []
+    for name, v in values.items():
+        head, _, ch = name.rpartition('.')
+        if head in device:
+            tv = device[head][0 if ch == 'maa' else 1]
+            nv = 0.0 if 'offset' in head or 'hyst' in head else 1.0
+        else:
+            tv, nv = D.leg_value(true_leg, name), D.leg_value(nominal_leg, name)
+        lo, hi = intervals[name]
+        rows.append(
+            {
+                'name': name,
+                'truth': float(tv),
+                'nominal': float(nv),
+                'identified': float(v),
+                'interval': [float(lo), float(hi)],
+                'covered': bool(lo <= tv <= hi),
+            }
+        )
+    return rows
+
+
+#: (proportional and integral, derivative) scales of the shipped gains the retune tries first:
+#: a plant with another dead time or lag wants its gains moved by factors, which a local
+#: search from the shipped ones takes many evaluations to find
+GAIN_SCALES = (
+    (1.0, 1.0),
+    (0.3, 0.3),
+    (0.5, 0.5),
+    (0.5, 1.0),
+    (0.7, 0.7),
+    (1.0, 2.0),
+    (1.5, 2.0),
+    (2.0, 3.0),
+)
+#: frames per second of the loop (the mocap rate)
+RATE_HZ = 120.0
+
+
+def loop_delay(bag: Path, t0: float, t1: float) -> float:
+    """s the running graph's joint states are old when they reach a subscriber (the
+    recorder's receive time less the capture stamp, median over [t0, t1]): the latency the
+    loop has on this machine, beyond what the model's loop has."""
+    from equimus_bringup.run_report import JS
+    from equimus_record.bag import read_messages
+
+    ages = []
+    for _, log_ns, msg in read_messages(bag, [JS]):
+        stamp = msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9
+        if t0 <= stamp <= t1:
+            ages.append(log_ns * 1e-9 - stamp)
+    return float(np.median(ages)) if ages else 0.0
+
+
+def scaled(gains: Any, pi: float, d: float) -> Any:
+    from dataclasses import replace
+
+    return replace(
+        gains,
+        kp=tuple(pi * v for v in gains.kp),
+        ki=tuple(pi * v for v in gains.ki),
+        kd=tuple(d * v for v in gains.kd),
+    )
+
+
+def retune(params: Path, out: Path, budget: Budget, log: Log, delay_s: float = 0.0) -> Path:
+    """The PID's gains tuned on the identified model (a scan of scales of the shipped gains,
+    then `equimus tune pid`'s search from the best); params_pid.yaml (gains + the model)."""
+    from equimus_control.pid import PIDGains
+    from equimus_learning.tune import TuneConfig, closed_loop_rmse, tune_pid, write_params
+
+    cfg = TuneConfig(
+        duration=budget.tune_duration,
+        local_evals=budget.tune_local,
+        global_generations=budget.tune_generations,
+        leg_overrides=str(params),
+        delay_frames=int(round(delay_s * RATE_HZ)),
+    )
+    log(f'[tune] on the identified model with {cfg.delay_frames} frame(s) of loop delay')
+    scan = []
+    for pi, d in GAIN_SCALES:
+        g = scaled(PIDGains(), pi, d)
+        rmse, vented = closed_loop_rmse(
+            g,
+            cfg.task,
+            cfg.duration,
+            cfg.noise_seed,
+            cfg.skip,
+            cfg.leg_overrides,
+            delay_frames=cfg.delay_frames,
+        )
+        cost = float(np.mean(rmse**2)) + (1.0 if vented else 0.0)
+        scan.append((cost, g))
+        log(f'[tune] scan: gains ×{pi:g} (kd ×{d:g}): RMSE {math.sqrt(cost):.4f} rad')
+    start = min(scan, key=lambda c: c[0])[1]
+    r = tune_pid(cfg, start=start, progress=lambda m: log(f'[tune] {m}'))
+    path = out / 'params_pid.yaml'
+    write_params(path, r, cfg)
+    doc = yaml.safe_load(path.read_text())
+    doc[CONTROLLER]['ros__parameters']['leg_overrides'] = str(params.resolve())
+    head = ''.join(line + '\n' for line in path.read_text().splitlines() if line.startswith('#'))
+    path.write_text(
+        head
+        + '# leg_overrides: the identified model (the PID feedforward uses it).\n'
+        + yaml.safe_dump(doc, sort_keys=False)
+    )
+    log(
+        f'[tune] on the identified model: RMSE {math.sqrt(r.start_cost):.4f} -> '
+        f'{math.sqrt(r.cost):.4f} rad ({r.evaluations} evaluations, {r.seconds:.0f} s)'
+    )
+    return path
+
+
+def tracking(bag: Path, t0: float, t1: float) -> dict[str, Any]:
+    """Tracking RMSE per joint (rad) of /joint_states against /reference in [t0, t1] (ROS time
+    = wall time on the hardware graph), and the series for the plot."""
+    from equimus_bringup.run_report import JS, REF, load_series
+
+    s = load_series(bag)
+    js, ref = s[JS], s[REF]
+    m = (js.t >= t0) & (js.t <= t1)
+    t = js.t[m]
+    r = np.column_stack([np.interp(t, ref.t, ref.values[:, i]) for i in range(2)])
+    e = js.values[m, :2] - r
+    rmse = [float(v) for v in np.sqrt(np.nanmean(e**2, axis=0))]
+    return {'rmse': rmse, 'sum': float(sum(rmse)), 't': t - t0, 'q': js.values[m, :2], 'ref': r}
+
+
+# ----- the loop on the rig --------------------------------------------------------------------
+def excitation(out: Path, budget: Budget, seed: int, log: Log) -> Path:
+    """`equimus excite`'s design (slew-limited pressure levels, vented at both ends)."""
+    from equimus_description.leg import load_leg
+    from equimus_identification import dynamic as D
+    from equimus_identification import excite
+
+    leg = load_leg()
+    names = list(D.PAPER_PARAMS)
+    nominal = {n: D.leg_value(leg, n) for n in names}
+    hold = 1.0
+    n_levels = int(budget.excite_s // hold) - 2
+    r = excite.design(
+        nominal,
+        names,
+        n_levels,
+        hold,
+        excite.DEFAULT_SLEW_KPA_S,
+        iterations=budget.design_iterations,
+        seed=seed,
+        progress=False,
+    )
+    cmd = excite.command_from_levels(r['levels'], hold, excite.DEFAULT_SLEW_KPA_S)
+    t = np.arange(len(cmd)) / excite.RATE_HZ
+    path = out / 'excite.csv'
+    np.savetxt(
+        path,
+        np.column_stack([t, cmd]),
+        delimiter=',',
+        fmt='%.4f',
+        header='t_s,P1_kpa,P2_kpa',
+        comments='',
+    )
+    log(f'[excite] {len(r["levels"])} levels, {t[-1]:.1f} s -> {path}')
+    return path
+
+
+def run(ns: argparse.Namespace, log: Log = print) -> int:
+    from equimus_bringup.main_job import free_udp_port_pair
+    from equimus_bringup.rig_session import RigSession
+    from equimus_sim.truth import TruthError, dump, parse_spec
+
+    out = Path(ns.out)
+    budget = BUDGETS[ns.budget]
+    args = dict(prestart_overrides(ns.set))
+    truth = None
+    try:
+        prestart.check_new_folder(str(out), '--out ')
+        emulated = args.get('emulator', 'true') == 'true'
+        if ns.truth:
+            if not emulated:
+                raise StartError("--truth is the emulated rig's plant: drop emulator:=false")
+            spec = ns.truth if ns.truth != 'random' else f'random:{ns.seed}'
+            if ns.truth == 'random' and ns.seed is None:
+                raise StartError('--truth random needs --seed S (the draw is reproducible)')
+            truth = parse_spec(spec)
+        out.mkdir(parents=True)
+    except (StartError, TruthError) as exc:
+        print(f'equimus adapt: {exc}', file=sys.stderr)
+        return 2
+    if emulated:
+        port = free_udp_port_pair()
+        args.setdefault('emulator', 'true')
+        args.setdefault('serial_port', str(out.resolve() / 'dac'))
+        args.setdefault('natnet_command_port', str(port))
+        args.setdefault('natnet_data_port', str(port + 1))
+        if truth is not None:
+            args['rig_truth'] = str(dump(truth, out / 'truth.yaml').resolve())
+    t_start = time.monotonic()
+    result: dict[str, Any] = {'budget': ns.budget, 'truth': ns.truth, 'seed': ns.seed}
+    csv = excitation(out, budget, ns.seed or 0, log)
+    session = RigSession(args, log=log)
+    try:
+        start_graph(session, log)
+        before = session.task('before', out / 'bag_before', budget.task_s, 'pid')
+        exc_phase = session.play('excite', out / 'bag_excite', csv, budget.excite_s + 30.0)
+        session.stop()  # the fits and the tuning take minutes: the rig waits vented, unpowered
+        values, intervals, validation = identify(out / 'bag_excite', out, budget, log)
+        val = validate(validation, out / 'params.yaml')
+        log(
+            '[validate] open-loop RMSE on the held-out segment (hip, knee rad): nominal '
+            + _pair(val['nominal']['rmse'])
+            + ', identified '
+            + _pair(val['identified']['rmse'])
+        )
+        delay = loop_delay(out / 'bag_before', before.armed_at, before.ended_at)
+        log(f'[rig] joint states reach the loop {1e3 * delay:.0f} ms after capture (median)')
+        result['loop_delay_s'] = delay
+        params_pid = retune(out / 'params.yaml', out, budget, log, delay)
+        start_graph(session, log)
+        after = session.task('after', out / 'bag_after', budget.task_s, 'pid', str(params_pid))
+    except KeyboardInterrupt:
+        session.stop()  # the graph's processes are in sessions of their own: end them too
+        print(
+            'equimus adapt: interrupted; the rig is vented and the graph stopped', file=sys.stderr
+        )
+        return 130
+    except Exception as exc:  # noqa: BLE001 (one line for the user; the graph is stopped)
+        session.stop()
+        print(f'equimus adapt: {type(exc).__name__}: {exc}'.splitlines()[0], file=sys.stderr)
+        return 2
+    session.stop()
+    tb = tracking(out / 'bag_before', before.armed_at + SETTLE_S, before.ended_at)
+    ta = tracking(out / 'bag_after', after.armed_at + SETTLE_S, after.ended_at)
+    result.update(
+        tracking_rmse_before=tb['rmse'],
+        tracking_rmse_after=ta['rmse'],
+        tracking_sum_before=tb['sum'],
+        tracking_sum_after=ta['sum'],
+        reduction=1.0 - ta['sum'] / tb['sum'],
+        validation_rmse_nominal=val['nominal']['rmse'],
+        validation_rmse_identified=val['identified']['rmse'],
+        excite_phase=[exc_phase.armed_at, exc_phase.ended_at],
+        params_file=str(params_pid),
+    )
+    rows = truth_table(truth, values, intervals) if truth is not None else []
+    if rows:
+        result['coverage'] = sum(r['covered'] for r in rows) / len(rows)
+        result['parameters'] = rows
+    result['wall_s'] = time.monotonic() - t_start
+    (out / 'adapt.json').write_text(json.dumps(result, indent=1))
+    write_report(out, result, tb, ta, val, rows)
+    log(
+        f'[adapt] triangle tracking RMSE (hip + knee): {tb["sum"]:.4f} -> {ta["sum"]:.4f} rad '
+        f'({100 * result["reduction"]:.0f} % less)'
+        + (f'; {100 * result["coverage"]:.0f} % of the intervals hold the truth' if rows else '')
+    )
+    log(f'[adapt] report: {out / "report.md"}; deploy: params_file:={params_pid}')
+    return 0
+
+
+def start_graph(session: Any, log: Log, attempts: int = 2) -> None:
+    """Start the rig session's graph, once more if a process did not come up in time (a
+    loaded machine starts ROS nodes slowly; nothing was armed, the valves stayed vented)."""
+    from equimus_bringup.supervisor import GraphError
+
+    for k in range(attempts):
+        try:
+            session.start()
+            return
+        except GraphError as exc:
+            session.stop()
+            if k == attempts - 1:
+                raise
+            log(f'[rig] the graph did not start ({str(exc).splitlines()[0]}); trying again')
+
+
+def prestart_overrides(items: list[str]) -> dict[str, str]:
+    out = {}
+    for item in items:
+        key, sep, value = item.partition(':=')
+        if not sep:
+            raise SystemExit(f'equimus adapt: --set expects name:=value, got {item!r}')
+        out[key] = value
+    return out
+
+
+def _pair(v: list[float]) -> str:
+    return f'{v[0]:.4f} / {v[1]:.4f}'
+
+
+# ----- report ---------------------------------------------------------------------------------
+def write_report(
+    out: Path,
+    result: Mapping[str, Any],
+    tb: Mapping[str, Any],
+    ta: Mapping[str, Any],
+    val: Mapping[str, Any],
+    rows: list[dict[str, Any]],
+) -> None:
+    import matplotlib
+
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
+    for i, (ax, joint) in enumerate(zip(axes, ('hip', 'knee'), strict=True)):
+        ax.plot(tb['t'], tb['ref'][:, i], 'k--', lw=1, label='reference (before)')
+        ax.plot(tb['t'], tb['q'][:, i], label=f'before ({tb["rmse"][i]:.4f} rad)')
+        ax.plot(ta['t'], ta['q'][:, i], label=f'after ({ta["rmse"][i]:.4f} rad)')
+        ax.plot(ta['t'], ta['ref'][:, i], 'k:', lw=1, label='reference (after)')
+        ax.set_ylabel(f'{joint} (rad)')
+        ax.legend(fontsize=8)
+    axes[-1].set_xlabel('s since armed (+ settle)')
+    fig.suptitle('triangle on the rig: PID before / after adapt')
+    fig.tight_layout()
+    fig.savefig(out / 'tracking.png', dpi=90)
+    plt.close(fig)
+
+    fig, axes = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
+    for i, (ax, joint) in enumerate(zip(axes, ('hip', 'knee'), strict=True)):
+        ax.plot(val['t'], val['q'][:, i], 'k', lw=1, label='measured')
+        for name in ('nominal', 'identified'):
+            ax.plot(
+                val['t'],
+                val[name]['q_sim'][:, i],
+                label=f'{name} ({val[name]["rmse"][i]:.4f} rad)',
+            )
+        ax.set_ylabel(f'{joint} (rad)')
+        ax.legend(fontsize=8)
+    axes[-1].set_xlabel('s (validation segment, not fitted)')
+    fig.suptitle('predicted vs measured: open-loop replay of the commanded pressures')
+    fig.tight_layout()
+    fig.savefig(out / 'validation.png', dpi=90)
+    plt.close(fig)
+
+    lines = [
+        '# equimus adapt',
+        '',
+        f'Budget {result["budget"]}; truth {result["truth"] or "none (a real rig)"}'
+        + (f' seed {result["seed"]}' if result.get('seed') is not None else '')
+        + f'; {result["wall_s"]:.0f} s wall.',
+        '',
+        '| | hip RMSE (rad) | knee RMSE (rad) | sum |',
+        '|---|---|---|---|',
+        f'| triangle, PID before | {tb["rmse"][0]:.4f} | {tb["rmse"][1]:.4f} | {tb["sum"]:.4f} |',
+        f'| triangle, PID after | {ta["rmse"][0]:.4f} | {ta["rmse"][1]:.4f} | {ta["sum"]:.4f} |',
+        f'| validation replay, nominal | {_row(val["nominal"]["rmse"])} |',
+        f'| validation replay, identified | {_row(val["identified"]["rmse"])} |',
+        '',
+        f'Tracking: {100 * result["reduction"]:.0f} % less error after adapt.',
+        '',
+        '![tracking](tracking.png)',
+        '',
+        '![validation](validation.png)',
+        '',
+        f'Deployed: `params_file:={Path(result["params_file"]).name}` (gains, and the identified '
+        "model params.yaml as the controller's leg_overrides). Undo: launch without it.",
+    ]
+    if rows:
+        fig, ax = plt.subplots(figsize=(9, 4.5))
+        x = np.arange(len(rows))
+        scale = np.array([max(abs(r['truth']), 1e-9) for r in rows])
+        nom = np.array([(r['nominal'] - r['truth']) for r in rows]) / scale
+        ide = np.array([(r['identified'] - r['truth']) for r in rows]) / scale
+        lo = np.array([r['interval'][0] - r['identified'] for r in rows]) / scale
+        hi = np.array([r['interval'][1] - r['identified'] for r in rows]) / scale
+        ax.bar(x - 0.2, 100 * nom, 0.4, label='nominal − truth')
+        ax.errorbar(
+            x + 0.2,
+            100 * ide,
+            yerr=100 * np.vstack([-lo, hi]),
+            fmt='o',
+            color='C1',
+            label='identified − truth (95 % interval)',
+        )
+        ax.axhline(0, color='k', lw=0.5)
+        ax.set_xticks(x, [r['name'] for r in rows], rotation=70, fontsize=7)
+        ax.set_ylabel('% of the true value')
+        ax.set_ylim(-100, 100)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(out / 'parameters.png', dpi=90)
+        plt.close(fig)
+        lines += [
+            '',
+            f'## Parameters against the truth: {100 * result["coverage"]:.0f} % of the 95 % '
+            'intervals hold it',
+            '',
+            '![parameters](parameters.png)',
+            '',
+            '| parameter | truth | nominal | identified | 95 % interval | holds |',
+            '|---|---|---|---|---|---|',
+        ]
+        lines += [
+            f'| {r["name"]} | {r["truth"]:.5g} | {r["nominal"]:.5g} | {r["identified"]:.5g} | '
+            f'{r["interval"][0]:.5g} .. {r["interval"][1]:.5g} | '
+            f'{"yes" if r["covered"] else "no"} |'
+            for r in rows
+        ]
+    (out / 'report.md').write_text('\n'.join(lines) + '\n')
+
+
+def _row(v: list[float]) -> str:
+    return f'{v[0]:.4f} | {v[1]:.4f} | {sum(v):.4f}'
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog='equimus adapt',
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument('--out', default='adapt', help='new folder for bags, fits and report')
+    p.add_argument(
+        '--truth',
+        default='',
+        metavar='FILE|random',
+        help='emulated rig: the plant it simulates (a truth file, or random with --seed); '
+        'default: the nominal model',
+    )
+    p.add_argument('--seed', type=int, default=None, help='seed of --truth random')
+    p.add_argument('--budget', choices=sorted(BUDGETS), default='full')
+    p.add_argument(
+        '--set',
+        action='append',
+        default=[],
+        metavar='NAME:=VALUE',
+        help='hardware launch argument (e.g. emulator:=false serial_port:=/dev/ttyACM0)',
+    )
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run(build_parser().parse_args(argv), log=lambda m: print(m, flush=True))
+
+
+if __name__ == '__main__':
+    raise SystemExit(main())

@@ -1,0 +1,95 @@
+"""Confidence intervals of a least-squares fit whose residuals are correlated in time (no ROS).
+
+`dynamic.covariance_summary` treats the residuals as white: σ²(JᵀJ)⁻¹. On a recording the
+residual is mostly model error (the valve's repeatability, stamps a loaded machine delays, the
+estimator's smoothing), which stays correlated over a whole pressure level, so those intervals
+are several times too narrow. Here the recording is cut into a few contiguous batches taken as
+independent, the covariance is the cluster-robust sandwich (JᵀWJ)⁻¹ S (JᵀWJ)⁻¹ with S from the
+batches' score sums, and intervals use Student's t with batches − 1 degrees of freedom (batch
+means: honest with few, long-correlated stretches). A robust loss enters through its weights W.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+#: contiguous stretches of a recording taken as independent
+BATCHES = 8
+
+
+def robust_weights(r: np.ndarray, loss: str, f_scale: float) -> np.ndarray:
+    """ρ'(z), z = (r / f_scale)², of scipy.optimize.least_squares' robust losses: the weight
+    each residual has at the optimum."""
+    z = (np.asarray(r, float) / f_scale) ** 2
+    if loss == 'linear':
+        return np.ones_like(z)
+    if loss == 'soft_l1':
+        return 1.0 / np.sqrt(1.0 + z)
+    if loss == 'huber':
+        return np.where(z <= 1.0, 1.0, 1.0 / np.sqrt(np.maximum(z, 1.0)))
+    if loss == 'cauchy':
+        return 1.0 / (1.0 + z)
+    raise ValueError(f'loss {loss!r}: linear, soft_l1, huber or cauchy')
+
+
+def batch_covariance(
+    J: np.ndarray,
+    r: np.ndarray,
+    t_index: Sequence[int] | np.ndarray,
+    batches: int = BATCHES,
+    weights: np.ndarray | None = None,
+) -> tuple[np.ndarray, int]:
+    """(covariance of the parameters, degrees of freedom) from `batches` contiguous stretches
+    of the recording taken as independent (cluster-robust sandwich with the stretches as
+    clusters): residual correlation within a stretch, however long, is allowed for. Quote
+    intervals with Student's t of the returned degrees of freedom (`quantile`), not 1.96."""
+    J, r = np.asarray(J, float), np.asarray(r, float)
+    t_index = np.asarray(t_index, int)
+    w_r = np.ones_like(r) if weights is None else np.asarray(weights, float)
+    n_samples = int(t_index.max()) + 1
+    b = max(2, min(int(batches), n_samples))
+    cluster = np.minimum(t_index * b // n_samples, b - 1)
+    s = np.zeros((b, J.shape[1]))
+    np.add.at(s, cluster, J * (w_r * r)[:, None])
+    s -= s.mean(axis=0)  # scores sum to ~0 at the optimum; centred, the estimate is unbiased
+    S = s.T @ s * b / (b - 1)
+    bread = np.linalg.pinv(J.T @ (J * w_r[:, None]))
+    return bread @ S @ bread, b - 1
+
+
+def quantile(dof: int | None) -> float:
+    """The two-sided 95 % quantile: Student's t with `dof` degrees of freedom (None: normal)."""
+    if dof is None:
+        return 1.96
+    from scipy.stats import t
+
+    return float(t.ppf(0.975, dof))
+
+
+def white_covariance(J: np.ndarray, r: np.ndarray) -> np.ndarray:
+    """σ²(JᵀJ)⁻¹: the residuals taken as white (what dynamic.covariance_summary reports)."""
+    dof = max(1, len(r) - J.shape[1])
+    return np.linalg.pinv(J.T @ J) * float(r @ r) / dof
+
+
+def interval(
+    value: float, se: float, lo: float, hi: float, dof: int | None = None
+) -> tuple[float, float]:
+    """The 95 % interval value ± q·se (q: `quantile(dof)`), within the parameter's bounds."""
+    half = quantile(dof) * se if math.isfinite(se) else math.inf
+    return max(lo, value - half), min(hi, value + half)
+
+
+def forward_jacobian(fun, u: np.ndarray, r0: np.ndarray, step: float = 1e-4) -> np.ndarray:
+    """Forward differences of the raw residuals over the unit cube of the bounds (stepping
+    inwards at an upper bound); least_squares' own Jacobian is scaled by its robust loss."""
+    J = np.empty((r0.size, len(u)))
+    for i in range(len(u)):
+        v = np.array(u, float)
+        h = step if v[i] + step <= 1.0 else -step
+        v[i] += h
+        J[:, i] = (fun(v) - r0) / h
+    return J

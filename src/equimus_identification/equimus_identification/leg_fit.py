@@ -1,0 +1,128 @@
+"""The leg identified from the valves' measured pressures (no ROS).
+
+With the board's read-back of each valve (/valve/pressure) the leg needs no valve model: the
+measured pressures drive the simulated actuators (`dynamic.Evaluator(pressure='measured')`), so
+the DAC's gain and offset errors and the VPPE's hysteresis and repeatability, which the model
+does not have, cannot bend the leg's parameters (the valves are identified on their own:
+`valve_fit`). Multiple shooting (windows restarted from the measured states, seeds/003), robust
+least squares over the unit cube of the bounds, and intervals that allow for residuals
+correlated over whole pressure levels (`intervals.batch_covariance`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy.optimize import least_squares
+
+from equimus_description.leg import LegDescription
+
+from . import dynamic as D
+from . import intervals
+from .data import Experiment
+
+#: the free leg parameters: Table V's ten, the knee's stop and both hinges' dry friction
+NAMES = (*D.PAPER_PARAMS, 'joints.knee.range.0', *D.FRICTION_PARAMS)
+HORIZON_S = 0.6  # `equimus excite` designs for this shooting window
+LOSS, F_SCALE_RAD = 'soft_l1', 0.01
+SIM_DT = 1.0 / 600.0  # the simulation node's step: five per 120 Hz frame
+
+
+@dataclass
+class LegFit:
+    values: dict[str, float]
+    std_error: dict[str, float]
+    interval: dict[str, tuple[float, float]]
+    white_std_error: dict[str, float]
+    residual_rms_rad: float
+    dof: int
+    evaluations: int
+    at_bounds: list[str] = field(default_factory=list)
+
+
+def rollout_samples(ev: D.Evaluator) -> np.ndarray:
+    """The recording sample of every residual (two per sample: hip, knee), across experiments
+    in order, for the batches of `intervals.batch_covariance`."""
+    offsets = np.cumsum([0] + [len(e) for e in ev.experiments])
+    out = []
+    for ro in ev.rollouts:
+        k = offsets[ro.exp] + ro.i0 + np.arange(ro.n)
+        out.append(np.repeat(k, 2))
+    return np.concatenate(out)
+
+
+def fit(
+    experiments: Sequence[Experiment],
+    leg: LegDescription,
+    start: Mapping[str, float] | None = None,
+    names: Sequence[str] = NAMES,
+    bounds: Mapping[str, tuple[float, float]] | None = None,
+    max_nfev: int = 30,
+    log: Callable[[str], None] = lambda _: None,
+) -> LegFit:
+    """Robust least squares of the shooting residuals from `start` (default: the leg's own
+    values, friction from heldout.START)."""
+    from .heldout import START
+
+    names = list(names)
+    ev = D.Evaluator(
+        experiments,
+        names,
+        leg=leg,
+        loss='shooting',
+        horizon=HORIZON_S,
+        dt=SIM_DT,
+        sign_weight=0.0,
+        bounds=dict(bounds or {}),
+        pressure='measured',
+    )
+    x0 = np.array([D.leg_value(leg, n) for n in names])
+    for i, n in enumerate(names):
+        if start and n in start:
+            x0[i] = start[n]
+        elif n in START and x0[i] <= ev.lower[i]:
+            x0[i] = START[n]
+    span = ev.upper - ev.lower
+    u0 = np.clip(ev.to_unit(x0), 1e-4, 1 - 1e-4)
+
+    def residuals(u: np.ndarray) -> np.ndarray:
+        return ev.residuals(ev.from_unit(u))
+
+    r = least_squares(
+        residuals,
+        u0,
+        bounds=(0.0, 1.0),
+        method='trf',
+        x_scale='jac',
+        diff_step=1e-4,
+        max_nfev=max_nfev,
+        loss=LOSS,
+        f_scale=F_SCALE_RAD,
+    )
+    x = ev.from_unit(r.x)
+    res = residuals(r.x)
+    robust = 1.4826 * float(np.median(np.abs(res)))
+    log(f'leg fit: {ev.n_evals} simulations, robust residual {robust:.4f} rad')
+    J = intervals.forward_jacobian(residuals, r.x, res) / span[None, :]
+    t_index = rollout_samples(ev)
+    weights = intervals.robust_weights(res, LOSS, F_SCALE_RAD)
+    cov, dof = intervals.batch_covariance(J, res, t_index, weights=weights)
+    se = np.sqrt(np.clip(np.diag(cov), 0.0, None))
+    white = np.sqrt(np.clip(np.diag(intervals.white_covariance(J, res)), 0.0, None))
+    values = dict(zip(names, map(float, x), strict=True))
+    return LegFit(
+        values=values,
+        std_error=dict(zip(names, se.tolist(), strict=True)),
+        interval={
+            n: intervals.interval(values[n], e, lo, hi, dof)
+            for n, e, lo, hi in zip(names, se.tolist(), ev.lower, ev.upper, strict=True)
+        },
+        white_std_error=dict(zip(names, white.tolist(), strict=True)),
+        residual_rms_rad=math.sqrt(float(res @ res) / max(1, res.size)),
+        dof=dof,
+        evaluations=ev.n_evals,
+        at_bounds=D.at_bounds(ev, x),
+    )

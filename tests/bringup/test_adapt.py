@@ -1,0 +1,109 @@
+"""equimus adapt: the loop on a running emulated hardware graph whose plant is not the model."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from equimus_bringup import adapt
+from equimus_sim import truth as T
+
+
+def _adapt(*args, timeout=60):
+    return subprocess.run(
+        [sys.executable, '-m', 'equimus_bringup.adapt', *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+@pytest.mark.parametrize(
+    ('args', 'words'),
+    [
+        (('--truth', 'random'), 'needs --seed'),
+        (('--truth', 'no/such.yaml'), 'does not exist'),
+        (('--truth', 'random:2', '--set', 'emulator:=false'), 'emulated'),
+    ],
+)
+def test_bad_arguments_are_one_line_and_exit_2(tmp_path, args, words):
+    proc = _adapt('--out', str(tmp_path / 'out'), '--budget', 'short', *args)
+    assert proc.returncode == 2 and words in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and 'Traceback' not in proc.stderr
+    assert not (tmp_path / 'out').exists()
+
+
+def test_an_existing_out_folder_is_refused(tmp_path):
+    (tmp_path / 'out').mkdir()
+    proc = _adapt('--out', str(tmp_path / 'out'), '--truth', 'random:2')
+    assert proc.returncode == 2 and '--out' in proc.stderr, proc.stderr
+
+
+def test_truth_table_scores_each_interval_against_the_truth():
+    truth = T.RigTruth(parameters={'actuators.maa.k': 230.0}, hysteresis_kpa=(1.0, 2.0))
+    values = {'actuators.maa.k': 228.0, 'valve.dead_time': 0.01, 'hysteresis_kpa.baa': 2.5}
+    intervals = {
+        'actuators.maa.k': (225.0, 231.0),
+        'valve.dead_time': (0.005, 0.008),
+        'hysteresis_kpa.baa': (1.5, 3.5),
+    }
+    rows = {r['name']: r for r in adapt.truth_table(truth, values, intervals)}
+    assert rows['actuators.maa.k']['covered'] and rows['actuators.maa.k']['truth'] == 230.0
+    assert rows['actuators.maa.k']['nominal'] == pytest.approx(265.82)
+    assert not rows['valve.dead_time']['covered']  # the nominal model's 0 s: outside
+    assert rows['hysteresis_kpa.baa']['truth'] == 2.0 and rows['hysteresis_kpa.baa']['covered']
+
+
+@pytest.mark.slow
+def test_the_loop_end_to_end_makes_the_rig_track_better(tmp_path):
+    """Short budget against a drawn truth: the adapted PID must track the triangle better on
+    the emulated rig than the PID set up on the nominal model, the identified model must
+    predict the held-out segment better than the nominal one, and the run is on record."""
+    truth = T.draw(2)
+    truth_file = T.dump(truth, tmp_path / 'truth_in.yaml')
+    out = tmp_path / 'adapt'
+    proc = _adapt('--truth', str(truth_file), '--budget', 'short', '--out', str(out), timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    for step in (
+        '[rig] before: armed',
+        '[rig] excite: armed',
+        '[identify] leg',
+        '[validate]',
+        '[tune]',
+        '[rig] after: armed',
+        '[adapt] report',
+    ):
+        assert step in proc.stdout, step
+    result = json.loads((out / 'adapt.json').read_text())
+    assert result['tracking_sum_after'] < result['tracking_sum_before'], result
+    assert sum(result['validation_rmse_identified']) < sum(result['validation_rmse_nominal'])
+    # the run's record: the plant it ran, the bags, the deployed parameters, the report
+    assert T.load(out / 'truth.yaml') == truth
+    for name in ('bag_before', 'bag_excite', 'bag_after'):
+        assert (out / name / 'metadata.yaml').is_file(), name
+    deployed = yaml.safe_load((out / 'params_pid.yaml').read_text())['controller']
+    assert deployed['ros__parameters']['leg_overrides'] == str((out / 'params.yaml').resolve())
+    report = (out / 'report.md').read_text()
+    for png in ('tracking.png', 'validation.png', 'parameters.png'):
+        assert (out / png).stat().st_size > 10_000 and png in report
+    assert 0.0 <= result['coverage'] <= 1.0 and len(result['parameters']) >= 20
+
+
+def test_a_deployed_model_is_checked_before_the_graph_starts(tmp_path):
+    """The controller's leg_overrides (what adapt deploys) is loaded by prestart: a broken one
+    stops the launch with one line, a good one passes."""
+    from equimus_bringup import prestart
+
+    params = tmp_path / 'params.yaml'
+    params.write_text('parameters:\n  actuators.maa.k: 230.0\n')
+    for target, ok in ((params, True), (tmp_path / 'missing.yaml', False)):
+        pf = tmp_path / 'params_pid.yaml'
+        pf.write_text(f'controller:\n  ros__parameters:\n    leg_overrides: {target}\n')
+        args = {'emulator': 'true', 'params_file': str(pf)}
+        if ok:
+            prestart.check('hardware', args)
+        else:
+            with pytest.raises(prestart.StartError, match='missing.yaml'):
+                prestart.check('hardware', args)
