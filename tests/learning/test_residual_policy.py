@@ -2,6 +2,8 @@
 the environments it trains in (randomised legs, starts at rest), and `equimus train`'s options
 for it. The shipped policy's own tests are in tests/learning/test_shipped_policy.py."""
 
+import pathlib
+
 import numpy as np
 import pytest
 
@@ -21,6 +23,9 @@ from equimus_description.statics import StaticParams
 from equimus_learning.env import TrackEnv
 from equimus_learning.randomize import KEYS, identified
 from equimus_learning.vector import VectorTrackEnv
+
+# the checkout's root: `colcon test` runs each package's tests from its own folder
+REPO = pathlib.Path(__file__).resolve().parents[2]
 
 PARAMS = StaticParams.from_leg(load_leg())
 GAINS = PIDGains(kp=(5.3, 20.0), ki=(3.6, 2.1), kd=(0.16, 0.027))
@@ -72,11 +77,11 @@ def test_policy_files_refuse_what_they_cannot_run(tmp_path):
 
 
 def test_randomisation_spans_both_identified_legs():
-    rand = identified('config/leg_fit.yaml')
+    rand = identified(str(REPO / 'config/leg_fit.yaml'))
     ivs = {k: (min(a, b), max(a, b)) for k, a, b in rand.intervals}
     assert set(ivs) == set(KEYS)
     nominal = load_leg()
-    fit = load_leg(overrides='config/leg_fit.yaml')
+    fit = load_leg(overrides=str(REPO / 'config/leg_fit.yaml'))
     assert ivs['valve.dead_time'][0] <= nominal.valve.dead_time <= ivs['valve.dead_time'][1]
     assert ivs['valve.dead_time'][0] <= fit.valve.dead_time <= ivs['valve.dead_time'][1]
     assert ivs['valve.dead_time'][1] > 0.09  # the fit's ~95 ms dead time is inside
@@ -101,7 +106,7 @@ def test_randomisation_spans_both_identified_legs():
 
 
 def test_vector_env_runs_a_different_leg_per_episode():
-    rand = identified('config/leg_fit.yaml', pool=4)
+    rand = identified(str(REPO / 'config/leg_fit.yaml'), pool=4)
     vec = VectorTrackEnv(num_envs=6, reference='steps', io=IO, randomize=rand, physics_dt=1 / 600)
     obs, _ = vec.reset(seed=0)
     assert obs.shape == (6, len(RESIDUAL_LAYOUT))
@@ -148,11 +153,11 @@ def test_train_options_make_the_residual_randomised_run(tmp_path):
         [
             'train',
             '--residual',
-            'config/tuned_pid.yaml',
+            str(REPO / 'config/tuned_pid.yaml'),
             '--residual-kpa',
             '12',
             '--randomize',
-            'config/leg_fit.yaml',
+            str(REPO / 'config/leg_fit.yaml'),
             '--reference',
             'mix',
             '--substeps',
@@ -169,7 +174,7 @@ def test_train_options_make_the_residual_randomised_run(tmp_path):
     assert cfg.minutes == 30.0 and cfg.reference == 'mix'
     assert cfg.env['physics_dt'] == pytest.approx(1 / 600)
     assert cfg.env['rest_start'] == 0.25 and cfg.env['random_start']
-    assert cfg.env['randomize'].intervals == identified('config/leg_fit.yaml').intervals
+    assert cfg.env['randomize'].intervals == identified(str(REPO / 'config/leg_fit.yaml')).intervals
     ns.randomize = str(tmp_path / 'missing.yaml')
     with pytest.raises(FileNotFoundError):
         ppo_config(ns)

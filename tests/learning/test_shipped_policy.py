@@ -3,6 +3,7 @@ where the controller node loads it, is the residual on the tuned PID it was trai
 in the closed loop through the ControlStep and the valve driver's safety filter."""
 
 import os
+import pathlib
 
 import numpy as np
 import pytest
@@ -12,7 +13,10 @@ from equimus_control.policy import RESIDUAL_LAYOUT, PolicyConfig, PolicyControll
 from equimus_description.leg import load_leg
 from equimus_description.statics import StaticParams
 
-POLICY = 'config/policy_track.npz'
+# the checkout's root: `colcon test` runs each package's tests from its own folder
+REPO = pathlib.Path(__file__).resolve().parents[2]
+
+POLICY = str(REPO / 'config/policy_track.npz')
 
 
 @pytest.fixture(scope='module')
@@ -31,7 +35,7 @@ def test_the_file_is_small_and_is_a_residual_on_the_tuned_pid(controller):
     assert os.path.getsize(POLICY) < 1_000_000
     io = controller.mlp.io
     assert io.base == 'pid' and io.layout == RESIDUAL_LAYOUT
-    tuned = read_gains('config/tuned_pid.yaml')
+    tuned = read_gains(str(REPO / 'config/tuned_pid.yaml'))
     assert (io.gains.kp, io.gains.ki, io.gains.kd) == (tuned.kp, tuned.ki, tuned.kd)
     with np.load(POLICY) as f:
         assert str(f['meta_algo']) == 'ppo' and int(f['meta_steps']) > 1_000_000
