@@ -29,7 +29,7 @@ import time
 import tty
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING
 
 from equimus_description.valve import VALVE_TAU_S, Valve, ValveParams
 
@@ -191,7 +191,40 @@ def valve_models(
     ]
 
 
-class BoardEmulator:
+class BoardRecord:
+    """What the tests and the soak inspect on an emulated board (the Python one and the host
+    firmware's): its valves' pressures, the frames it received, its JSON-lines log."""
+
+    _lock: threading.RLock
+    _log_file: IO[str] | None
+    valves: list[ValveModel]
+    frames: deque[FrameRecord]
+
+    def _log(self, entry: dict[str, object]) -> None:
+        if self._log_file:
+            self._log_file.write(json.dumps(entry) + '\n')
+
+    def pressures(self) -> list[float]:
+        with self._lock:
+            return [v.pressure for v in self.valves]
+
+    def frames_since(self, t: float) -> list[FrameRecord]:
+        """Frames received at or after t (among the newest `history`), oldest first."""
+        out = []
+        with self._lock:
+            for f in reversed(self.frames):
+                if f.t < t:
+                    break
+                out.append(f)
+        out.reverse()
+        return out
+
+    def last_frame(self) -> FrameRecord | None:
+        with self._lock:
+            return self.frames[-1] if self.frames else None
+
+
+class BoardEmulator(BoardRecord):
     """A DAC board on a pty. start() runs it in a background thread; close() stops it."""
 
     def __init__(
@@ -546,30 +579,6 @@ class BoardEmulator:
         # OSError: host not reading / buffer full: a real UART drops bytes the same way.
         with contextlib.suppress(OSError):
             os.write(self._master, P.encode(msg))
-
-    def _log(self, entry: dict) -> None:
-        if self._log_file:
-            self._log_file.write(json.dumps(entry) + '\n')
-
-    # ----------------------------------------------------------------- inspection
-    def pressures(self) -> list[float]:
-        with self._lock:
-            return [v.pressure for v in self.valves]
-
-    def frames_since(self, t: float) -> list[FrameRecord]:
-        """Frames received at or after t (among the newest `history`), oldest first."""
-        out = []
-        with self._lock:
-            for f in reversed(self.frames):
-                if f.t < t:
-                    break
-                out.append(f)
-        out.reverse()
-        return out
-
-    def last_frame(self) -> FrameRecord | None:
-        with self._lock:
-            return self.frames[-1] if self.frames else None
 
 
 def _floats(text: str) -> tuple[float, ...]:

@@ -32,7 +32,7 @@ from typing import IO
 from equimus_description.valve import VALVE_TAU_S, ValveParams
 
 from . import protocol as P
-from .board_emulator import FrameRecord, valve_models
+from .board_emulator import BoardRecord, FrameRecord, valve_models
 from .calibration import ValveCalibration
 
 BINARY_NAME = 'dac_board_host'
@@ -175,7 +175,7 @@ class _Pending:
     item: P.Message | P.Rejected
 
 
-class FirmwareBoard:
+class FirmwareBoard(BoardRecord):
     """The host-built firmware on its own pseudo-terminal, as a `BoardEmulator` stand-in.
 
     The firmware process owns the pty (the driver opens its slave or `link`); this object is the
@@ -467,27 +467,3 @@ class FirmwareBoard:
             print(f'{rec.t:.6f} SET seq={rec.seq} codes={list(rec.codes)}', flush=True)
         if any(c > self.max_code for c in rec.codes):
             self.invariant_violations.append(rec)
-
-    def _log(self, entry: dict[str, object]) -> None:
-        if self._log_file:
-            self._log_file.write(json.dumps(entry) + '\n')
-
-    # ----------------------------------------------------------------- inspection
-    def pressures(self) -> list[float]:
-        with self._lock:
-            return [v.pressure for v in self.valves]
-
-    def frames_since(self, t: float) -> list[FrameRecord]:
-        """Frames received at or after t (among the newest `history`), oldest first."""
-        out = []
-        with self._lock:
-            for f in reversed(self.frames):
-                if f.t < t:
-                    break
-                out.append(f)
-        out.reverse()
-        return out
-
-    def last_frame(self) -> FrameRecord | None:
-        with self._lock:
-            return self.frames[-1] if self.frames else None
