@@ -11,7 +11,6 @@ bag. Every command of every phase passes the driver's safety filter.
 from __future__ import annotations
 
 import subprocess
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -42,24 +41,9 @@ class SessionSupervisor(Supervisor):
         self._since: dict[str, int] = {}
 
     def spawn(self, spec: ProcessSpec) -> None:
-        cmd = self.command(spec)
-        proc = subprocess.Popen(
-            cmd,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env={**self.env, **spec.env},
-            text=True,
-            bufsize=1,
-            start_new_session=True,
-        )
         self.specs.append(spec)
-        self.procs[spec.name] = proc
-        lines = self.output.setdefault(spec.name, [])
-        self._since[spec.name] = len(lines)  # this run's output starts here
-        t = threading.Thread(target=self._pump, args=(spec.name, proc), daemon=True)
-        t.start()
-        self._threads.append(t)
+        self._since[spec.name] = len(self.output.get(spec.name, []))  # this run's output
+        self._spawn(spec)
 
     def end(self, name: str, timeout: float = 5.0) -> int | None:
         """SIGINT, then SIGTERM and SIGKILL as `stop` does; the process leaves the graph."""

@@ -259,26 +259,31 @@ class Supervisor:
     def start(self) -> None:
         self.check_realtime()
         for spec in self.specs:
-            cmd = self.command(spec)
-            proc = subprocess.Popen(
-                cmd,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env={**self.env, **spec.env},
-                text=True,
-                bufsize=1,
-                start_new_session=True,
-            )
-            self.procs[spec.name] = proc
             self.output[spec.name] = []
-            t = threading.Thread(target=self._pump, args=(spec.name, proc), daemon=True)
-            t.start()
-            self._threads.append(t)
+            proc, t = self._spawn(spec)
             if spec.gate:
                 self._pass_gate(spec.name, proc, t)
         for spec in self.specs:
             self.bring_up(spec.name)
+
+    def _spawn(self, spec: ProcessSpec) -> tuple[subprocess.Popen, threading.Thread]:
+        """Start one process of the graph, its output pumped into `output[spec.name]`."""
+        proc = subprocess.Popen(
+            self.command(spec),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env={**self.env, **spec.env},
+            text=True,
+            bufsize=1,
+            start_new_session=True,
+        )
+        self.procs[spec.name] = proc
+        self.output.setdefault(spec.name, [])
+        t = threading.Thread(target=self._pump, args=(spec.name, proc), daemon=True)
+        t.start()
+        self._threads.append(t)
+        return proc, t
 
     def _pass_gate(self, name: str, proc: subprocess.Popen, pump: threading.Thread) -> None:
         """Wait for a gate process (the rig check) to end: exit 0 lets the graph go on, any
