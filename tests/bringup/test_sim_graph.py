@@ -190,6 +190,59 @@ def test_two_runs_give_byte_identical_bags(ros_node, tmp_path, busy_cores):
     assert len(calf) < pause_at * 120
 
 
+def test_the_guards_vent_on_sim_time(ros_node, tmp_path):
+    """The valve driver's watchdog and the controller's stale-state guard in the composed graph
+    count sim time: a mocap loss of 95 frames (seed 20 draws one, frames 241-335) leaves the
+    controller without states and the driver without commands. The driver vents when no command
+    came for command_timeout_s (0.25 s) of sim time, the controller when no state came for its
+    stale_timeout (0.5 s here), each at the first frame past it. On the wall clock (a lockstep
+    run is several times faster than real time) neither would have fired within the loss."""
+    params = tmp_path / 'loss.yaml'
+    params.write_text(
+        'sim:\n  ros__parameters:\n'
+        '    mocap_drop_probability: 0.004\n'
+        '    mocap_drop_burst_mean: 120.0\n'
+        '    seed: 20\n'
+        'controller:\n  ros__parameters:\n'
+        '    stale_timeout: 0.5\n'
+    )
+    g = Graph(ros_node, tmp_path, 'bag', pause_at='3.0', params_file=str(params))
+    try:
+        g.sup.start()
+        g.wait_paused_at(3.0)
+    finally:
+        codes = g.stop()
+    assert codes == {'sim_graph': 0}, codes
+    states = [log for _, log, _ in bagio.read_messages(g.bag, ['/joint_states'])]
+    gaps = [(a, b) for a, b in zip(states, states[1:], strict=False) if b - a > 0.5e9]
+    assert len(gaps) == 1, gaps
+    last_state, back = gaps[0]
+    assert (last_state, back) == (round(240 * FRAME_NS), round(336 * FRAME_NS))
+    frame = round(FRAME_NS)
+
+    def after(topic):
+        return [
+            (log, list(m.data if topic == '/valve/command' else m.effort))
+            for _, log, m in bagio.read_messages(g.bag, [topic])
+            if last_state < log < back
+        ]
+
+    applied, commands = after('/valve/applied'), after('/valve/command')
+    assert applied, 'nothing on /valve/applied during the loss: the watchdog did not vent'
+    assert commands, 'no /valve/command during the loss: the stale guard did not vent'
+    before = {log: list(m.effort) for _, log, m in bagio.read_messages(g.bag, ['/valve/applied'])}
+    assert max(before[last_state]) > 1.0, 'the valves held pressure before the loss'
+    # The driver's watchdog: its vent is the first /valve/applied of the loss.
+    t, kpa = applied[0]
+    assert 0.25e9 < t - last_state <= 0.25e9 + frame and kpa == [0.0, 0.0], applied[:2]
+    # The controller's stale guard: silent until 0.5 s of sim time, then a vent every frame.
+    t, kpa = commands[0]
+    assert 0.5e9 < t - last_state <= 0.5e9 + frame and kpa == [0.0, 0.0], commands[:2]
+    assert [log for log, _ in commands] == [
+        log for log in (round(k * FRAME_NS) for k in range(241, 336)) if log >= t
+    ]
+
+
 def test_the_composed_spec_holds_every_node_with_its_own_parameters():
     (spec,) = describe_graph('sim', {'record': 'true', 'bag': 'b', 'controller': 'mpc'})
     assert (spec.package, spec.executable) == ('equimus_bringup', 'sim_graph')
