@@ -1,7 +1,8 @@
 """The safety layer in the composed sim graph (composed:=true, the default of sim.launch.py and
 `make run`), over real rclpy from this process: a commander outside the process is never obeyed
-and is named on /diagnostics; with the sim paused from outside, the controller's stale guard and
-the driver's watchdog (both on the steady clock) vent; control resumes after ~/resume.
+and is named on /diagnostics; with the sim paused from outside, nothing vents: the controller's
+stale guard and the driver's watchdog run on sim time there, which stands still (their vents on
+sim time: tests/bringup/test_sim_graph.py); control resumes after ~/resume.
 
 The split graph's one-commander rule is tested in tests/valve/test_one_commander.py, the guards'
 timing through the controller process in tests/control/test_safety.py."""
@@ -11,7 +12,6 @@ import time
 
 import pytest
 from diagnostic_msgs.msg import DiagnosticArray
-from paramclient import set_parameters
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
 from std_srvs.srv import Trigger
@@ -155,56 +155,26 @@ def test_composed_graph_ignores_an_outside_commander_and_still_vents(ros_node):
             assert all(math.isfinite(p) and 0.0 <= p <= HARD_MAX_KPA for p in row), row
         assert probe.sent > 50
 
-        # 2. Sim paused from outside: no states, so the controller's stale guard (steady clock)
-        #    vents: its 0 kPa commands reach the driver. (They are commands, slew-limited on sim
-        #    time with the simulated board, so /valve/applied holds its last value while the sim
-        #    is frozen; the driver's own vents below are immediate.)
+        # 2. Sim paused from outside: sim time stands still, and with it the guards that count
+        #    it (the controller's stale guard, the driver's watchdog): in 1.5 wall s, three times
+        #    as long as either timeout, neither trips and nothing reaches /valve/applied. (On the
+        #    steady clock both vented here, and a load that stalled the process did the same.)
+        probe.spin_until(sup, lambda: bool(probe.controller), 10.0, 'the controller to report')
+        controller_trips = int(probe.controller[-1][3]['trips_stale'])
+        driver_trips = int(probe.driver[-1][3]['watchdog_trips'])
         assert _trigger(ros_node, '/sim/pause').success
-        t_pause = time.monotonic()
-        probe.spin_until(
-            sup,
-            lambda: any(
-                t > t_pause and int(v['trips_stale']) >= 1 and 'stale' in msg
-                for t, _, msg, v in probe.controller
-            ),
-            10.0,
-            'the controller to report its stale guard venting',
-        )
-        probe.spin_until(
-            sup,
-            lambda: any(
-                t > t_pause and v['commanded_kpa'] == '0.000,0.000' for t, _, _, v in probe.driver
-            ),
-            10.0,
-            "the controller's vent to reach the driver",
-        )
-        # 3. The driver's own watchdog: with the controller's stale guard held off (30 s), a
-        #    paused sim leaves the driver without commands; it vents on its steady clock.
-        assert _trigger(ros_node, '/sim/resume').success
-        t_resume = time.monotonic()
-        probe.spin_until(sup, lambda: probe.controlling(t_resume), 60.0, 'control to resume')
-        assert set_parameters(ros_node, 'controller', stale_timeout=10.0)[0].successful
-        trips = int(probe.driver[-1][3]['watchdog_trips'])
-        assert _trigger(ros_node, '/sim/pause').success
-        t_pause = time.monotonic()
-        probe.spin_until(
-            sup,
-            lambda: any(
-                t > t_pause
-                and int(v['watchdog_trips']) > trips
-                and v['watchdog_active'] == 'true'
-                and v['output_kpa'] == '0.000,0.000'
-                for t, _, _, v in probe.driver
-            ),
-            10.0,
-            'the driver watchdog to vent',
-        )
-        assert probe.applied[-1][1] == [0.0, 0.0], probe.applied[-3:]
-        assert not any(t > t_pause and 'stale' in msg for t, _, msg, _ in probe.controller), (
-            'the controller vented, not the driver watchdog'
-        )
-        # 4. Resumed, with the outside commander still publishing: control comes back.
-        assert set_parameters(ros_node, 'controller', stale_timeout=0.25)[0].successful
+        probe.spin_for(sup, 0.3)  # the paused frame's messages, on their way
+        t_pause, n_applied = time.monotonic(), len(probe.applied)
+        probe.spin_for(sup, 1.5)
+        assert len(probe.applied) == n_applied, probe.applied[n_applied:][:3]
+        for _, _, msg, v in [e for e in probe.controller if e[0] > t_pause]:
+            assert int(v['trips_stale']) == controller_trips and 'stale' not in msg, (msg, v)
+        paused = [e for e in probe.driver if e[0] > t_pause]
+        assert paused, 'the driver reports while paused (its diagnostics run on the wall clock)'
+        for _, _, _, v in paused:
+            assert int(v['watchdog_trips']) == driver_trips, v
+            assert v['watchdog_active'] == 'false', v
+        # 3. Resumed, with the outside commander still publishing: control comes back.
         assert _trigger(ros_node, '/sim/resume').success
         t_resume = time.monotonic()
         probe.spin_until(sup, lambda: probe.controlling(t_resume), 60.0, 'control to resume')

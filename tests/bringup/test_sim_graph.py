@@ -2,6 +2,9 @@
 lockstep by direct calls, every topic recorded; stepped from outside over real rclpy; and two runs
 of the same seed, configuration and reference give byte-identical bags."""
 
+import os
+import subprocess
+import sys
 import time
 
 import pytest
@@ -113,11 +116,13 @@ def test_composed_graph_records_every_topic_and_steps_from_outside(ros_node, tmp
     # Lockstep by direct calls: one estimate, one command and one applied pressure per frame.
     for topic in ('/sim/joint_states', '/mocap/calf/pose', '/joint_states', '/reference/joint'):
         assert counts[topic][1] == frames, (topic, counts[topic])
-    # Every frame answered; while paused the controller's stale-state guard (wall clock) adds
-    # vents, logged at the paused sim time.
-    for topic in ('/valve/command', '/valve/applied'):
-        logged = {log for _, log, _ in bagio.read_messages(g.bag, [topic])}
-        assert logged >= {round(k * FRAME_NS) for k in range(frames)}, topic
+    # Every frame answered, once: the guards run on sim time, so the wall seconds spent paused
+    # (the pause, the ~/step call) add no vent (on the steady clock they did, at the paused time).
+    on_frames = [round(k * FRAME_NS) for k in range(frames)]
+    commands = [log for _, log, _ in bagio.read_messages(g.bag, ['/valve/command'])]
+    assert sorted(commands) == on_frames
+    applied = {log for _, log, _ in bagio.read_messages(g.bag, ['/valve/applied'])}
+    assert applied == set(on_frames)
     # The bag's time is sim time: every estimate is stamped and logged on a frame.
     msgs = list(bagio.read_messages(g.bag, ['/joint_states']))
     assert [log for _, log, _ in msgs] == [round(k * FRAME_NS) for k in range(frames)]
@@ -126,11 +131,28 @@ def test_composed_graph_records_every_topic_and_steps_from_outside(ros_node, tmp
     )
 
 
-def test_two_runs_give_byte_identical_bags(ros_node, tmp_path):
+@pytest.fixture
+def busy_cores(request):
+    """With param 'loaded': one busy-looping process per core (at this process's niceness) for
+    the test's duration, so the graph's process gets its CPU late and in pieces, as in CI at
+    load 8; 'idle': nothing."""
+    procs = []
+    if request.param == 'loaded':
+        for _ in range(os.cpu_count() or 1):
+            procs.append(subprocess.Popen([sys.executable, '-c', 'while True: pass']))
+    yield request.param
+    for proc in procs:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.mark.parametrize('busy_cores', ['idle', 'loaded'], indirect=True)
+def test_two_runs_give_byte_identical_bags(ros_node, tmp_path, busy_cores):
     """Same seed, configuration and reference: the same messages, byte for byte, in the same
     order at the same sim times, with mocap noise, frame drops and occlusions drawn from the
-    seeded generator. Compared up to the last frame before the pause (after it the controller's
-    stale-state guard, on the wall clock, vents while the graph waits to be stopped)."""
+    seeded generator; also with every core busy, where the graph's process stalls for many
+    frames' worth of wall time (a guard on the wall clock would then vent). Compared up to the
+    last frame before the pause."""
     params = tmp_path / 'noise.yaml'
     params.write_text(
         'sim:\n  ros__parameters:\n'
@@ -151,6 +173,11 @@ def test_two_runs_give_byte_identical_bags(ros_node, tmp_path):
             codes = g.stop()
         assert codes == {'sim_graph': 0}, codes
         runs.append(_payloads(g.bag, round(pause_at * 1e9)))
+        # Paused at least 0.5 wall s before the stop: nothing on sim time ran meanwhile, so the
+        # pause frame has its one command (a guard on the wall clock would add vents).
+        pause_ns = round(pause_at * 1e9)
+        at_pause = [log for _, log, _ in bagio.read_messages(g.bag, ['/valve/command'])]
+        assert at_pause.count(pause_ns) == 1, at_pause[-5:]
     a, b = runs
     topics = {t for t, _, _ in a}
     assert set(CONTROL_TOPICS) <= topics, sorted(topics)
@@ -161,6 +188,59 @@ def test_two_runs_give_byte_identical_bags(ros_node, tmp_path):
     # The seeded generator was drawn from: frames were dropped (the same ones in both runs).
     calf = [d for t, _, d in a if t == '/mocap/calf/pose']
     assert len(calf) < pause_at * 120
+
+
+def test_the_guards_vent_on_sim_time(ros_node, tmp_path):
+    """The valve driver's watchdog and the controller's stale-state guard in the composed graph
+    count sim time: a mocap loss of 95 frames (seed 20 draws one, frames 241-335) leaves the
+    controller without states and the driver without commands. The driver vents when no command
+    came for command_timeout_s (0.25 s) of sim time, the controller when no state came for its
+    stale_timeout (0.5 s here), each at the first frame past it. On the wall clock (a lockstep
+    run is several times faster than real time) neither would have fired within the loss."""
+    params = tmp_path / 'loss.yaml'
+    params.write_text(
+        'sim:\n  ros__parameters:\n'
+        '    mocap_drop_probability: 0.004\n'
+        '    mocap_drop_burst_mean: 120.0\n'
+        '    seed: 20\n'
+        'controller:\n  ros__parameters:\n'
+        '    stale_timeout: 0.5\n'
+    )
+    g = Graph(ros_node, tmp_path, 'bag', pause_at='3.0', params_file=str(params))
+    try:
+        g.sup.start()
+        g.wait_paused_at(3.0)
+    finally:
+        codes = g.stop()
+    assert codes == {'sim_graph': 0}, codes
+    states = [log for _, log, _ in bagio.read_messages(g.bag, ['/joint_states'])]
+    gaps = [(a, b) for a, b in zip(states, states[1:], strict=False) if b - a > 0.5e9]
+    assert len(gaps) == 1, gaps
+    last_state, back = gaps[0]
+    assert (last_state, back) == (round(240 * FRAME_NS), round(336 * FRAME_NS))
+    frame = round(FRAME_NS)
+
+    def after(topic):
+        return [
+            (log, list(m.data if topic == '/valve/command' else m.effort))
+            for _, log, m in bagio.read_messages(g.bag, [topic])
+            if last_state < log < back
+        ]
+
+    applied, commands = after('/valve/applied'), after('/valve/command')
+    assert applied, 'nothing on /valve/applied during the loss: the watchdog did not vent'
+    assert commands, 'no /valve/command during the loss: the stale guard did not vent'
+    before = {log: list(m.effort) for _, log, m in bagio.read_messages(g.bag, ['/valve/applied'])}
+    assert max(before[last_state]) > 1.0, 'the valves held pressure before the loss'
+    # The driver's watchdog: its vent is the first /valve/applied of the loss.
+    t, kpa = applied[0]
+    assert 0.25e9 < t - last_state <= 0.25e9 + frame and kpa == [0.0, 0.0], applied[:2]
+    # The controller's stale guard: silent until 0.5 s of sim time, then a vent every frame.
+    t, kpa = commands[0]
+    assert 0.5e9 < t - last_state <= 0.5e9 + frame and kpa == [0.0, 0.0], commands[:2]
+    assert [log for log, _ in commands] == [
+        log for log in (round(k * FRAME_NS) for k in range(241, 336)) if log >= t
+    ]
 
 
 def test_the_composed_spec_holds_every_node_with_its_own_parameters():

@@ -12,7 +12,8 @@ routed through it, and every subscription to a topic published in this process i
 direct call instead of DDS. A frame thus runs in a fixed order, with no executor wake-up and no
 DDS hop:
 
-    sim publishes /clock -> the nodes' clocks (their TimeSource callbacks) -> reference tick
+    sim publishes /clock -> the nodes' clocks (their TimeSource callbacks) -> the driver's
+    watchdog, the controller's stale-state guard, the reference tick (all on sim time)
     sim publishes the mocap poses -> estimator -> /joint_states -> controller (its ControlStep)
     -> /valve/command -> valve driver (its SafetyFilter) -> /valve/applied -> sim (next frame)
 
@@ -21,7 +22,16 @@ the frame's sim time, and published on DDS only while a subscriber outside the p
 (checked every `outside_check_period` wall seconds), so `ros2 topic echo` and other tools see the
 usual graph. Why: the split graph spends its time in DDS hops and executor wake-ups, not in the
 nodes (docs/benchmarks.md, issue 13). The order also makes a run deterministic: the same seed,
-configuration and reference give byte-identical bag payloads (tests/bringup/test_sim_graph.py).
+configuration and reference give byte-identical bag payloads (tests/bringup/test_sim_graph.py),
+on an idle machine as with every core busy.
+
+The rule that keeps it so: the simulator owns time, so in this graph every decision that can
+change a message is made on sim time or by the frame sequence (the valve driver and the
+controller run with `lockstep=True`; the reference is ticked by the frames), never by a timer on
+the wall clock, whose lateness depends on the machine's load. Wall-clock timers remain only where
+they change nothing but /diagnostics, /rosout and what goes on DDS (rates, the graph's publishers,
+the bag's flushes, /clock repeats while paused). While paused nothing runs on sim time, so nothing
+vents: nothing physical moves either.
 
 Topics published in this process are delivered inside it only: an outside publisher on, for
 example, /valve/command is not heard by the composed valve driver, which names it in a WARN on
@@ -274,12 +284,12 @@ class SimGraph(Node):
             self.sim.compose()
             self.reference = ReferenceNode(paced=False)
             self.nodes.append(self.reference)
-            self.driver = ValveDriver()
+            self.driver = ValveDriver(lockstep=True)
             self.nodes.append(self.driver)
             bring_up(self.driver)  # managed: active in-process, before the hand-off is wired
             self.estimator = EstimatorNode()
             self.nodes.append(self.estimator)
-            self.controller = ControllerNode()
+            self.controller = ControllerNode(lockstep=True)
             self.nodes.append(self.controller)
             # The driver hears /valve/command from this controller only (the hand-off below).
             self.driver.in_process_commanders = {self.controller.get_fully_qualified_name()}
@@ -330,11 +340,17 @@ class SimGraph(Node):
         )
 
     def _on_clock(self, msg: Any) -> None:
-        """The reference's timer, in sim time: a tick on each frame a period has elapsed by."""
+        """The timers that can change a message, in sim time, at each frame before its state:
+        the driver's watchdog and the controller's stale-state guard (from the second frame on:
+        they look back over the frames before), and the reference's tick on each frame a period
+        has elapsed by. None of them waits for the wall clock (module docstring)."""
         t = msg.clock.sec * 1_000_000_000 + msg.clock.nanosec
         mark = (t, time.perf_counter(), time.process_time())
         if self.first_frame is None:
             self.first_frame = mark
+        else:
+            self.driver.on_frame()
+            self.controller.on_frame()
         self.last_frame = mark
         if self.sim.pause_at_ns and t >= self.sim.pause_at_ns:
             self.clock_route.next_dds = 0.0  # the frame it pauses at: on DDS, not throttled

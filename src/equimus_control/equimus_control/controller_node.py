@@ -8,6 +8,14 @@ the PID gains follow `ros2 param set`, everything else is read-only. The model-b
 get their plant model from the `equimus.plant_models` entry point (equimus_sim registers it).
 Each time the valve driver (re)arms (/valve/armed true) the controller starts afresh
 (`ControlStep.reset`): what it integrated while the valves were vented never reaches them.
+
+The stale-state guard's clock: the steady clock, checked by a 20 Hz timer (the rig, the split
+graph, the fused loop: a state that stops coming is noticed in wall seconds, also under a paused
+/clock). In the composed sim graph (`lockstep=True`) the simulator owns time: a guard on the wall
+clock would vent whenever the process gets its CPU late, and a vent resets the controller, so
+every later command would differ from run to run. There the guard runs on the node clock (sim
+time) and the graph calls `on_frame()` at each frame after the first: it vents when no valid
+state came for stale_timeout of sim time, at the same frame in every run.
 """
 
 from __future__ import annotations
@@ -52,7 +60,7 @@ from .plant import plant_factory
 from .step import Command, ControlStep, stamp_seconds
 from .supervisor import SafetyConfig, check_joints
 
-STALE_CHECK_S = 0.05  # s, steady-clock period of the stale-state guard
+STALE_CHECK_S = 0.05  # s, steady-clock period of the stale-state guard (not in lockstep)
 DIAG_PERIOD_S = 1.0
 
 
@@ -60,13 +68,16 @@ class ControllerNode(Node):
     """`subscribe_state=False`, `subscribe_armed=False` and `downstream` are for the fused control
     loop: states and the driver's armed state come by call (`on_joints`, `on_valves_armed`) and
     each command's pressures go to `downstream` before its message is built and published. The
-    node's lock makes those calls safe from another thread than the executor's."""
+    node's lock makes those calls safe from another thread than the executor's. `lockstep=True`
+    is for the composed sim graph: the stale-state guard runs on sim time, called by the graph
+    (`on_frame`), not by a steady-clock timer (see the module docstring)."""
 
     def __init__(
         self,
         subscribe_state: bool = True,
         downstream: Callable[[list[float]], None] | None = None,
         subscribe_armed: bool = True,
+        lockstep: bool = False,
     ) -> None:
         super().__init__('controller')
         self.downstream = downstream
@@ -127,7 +138,10 @@ class ControllerNode(Node):
         if subscribe_armed:
             subscription(self, Bool, VALVE_ARMED, lambda m: self.on_valves_armed(m.data))
         self.steady = Clock(clock_type=ClockType.STEADY_TIME)
-        self.create_timer(STALE_CHECK_S, self._stale_check, clock=self.steady)
+        # The guard's clock: sim time (this node's clock) in lockstep, else the steady clock.
+        self.guard_clock = self.get_clock() if lockstep else self.steady
+        if not lockstep:
+            self.create_timer(STALE_CHECK_S, self._stale_check, clock=self.steady)
         self.create_timer(DIAG_PERIOD_S, self._diag, clock=self.steady)
 
     # ----- parameters ------------------------------------------------------------------------
@@ -142,7 +156,7 @@ class ControllerNode(Node):
 
     # ----- the cycle ---------------------------------------------------------------------------
     def _now(self) -> float:
-        return self.steady.now().nanoseconds * 1e-9
+        return self.guard_clock.now().nanoseconds * 1e-9
 
     def _on_ref(self, msg: JointState) -> None:
         with self._lock:
@@ -185,6 +199,11 @@ class ControllerNode(Node):
             self.saturated += cmd.saturated
             self.compute.append(time.perf_counter() - t0)
         self._reason_changed()
+
+    def on_frame(self) -> None:
+        """Lockstep: the stale-state guard at a frame of the composed sim graph (its clock set to
+        the frame's sim time), before the frame's state arrives."""
+        self._stale_check()
 
     def _stale_check(self) -> None:
         with self._lock:

@@ -3,8 +3,9 @@ controller → clipped command.
 
 The controller node, the offline closed-loop harness (`closed_loop.run`), the fused control loop
 (equimus_bringup.control_loop), the benchmarks and the tests all run a `ControlStep`. Time enters
-as arguments only: `now` (steady-clock s) drives the stale-state guard, the estimate's stamp
-(s) places the reference, so a recorded input sequence always gives the same commands.
+as arguments only: `now` (steady-clock s; sim s in the composed sim graph) drives the
+stale-state guard, the estimate's stamp (s) places the reference, so a recorded input sequence
+always gives the same commands.
 """
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ class SafetyConfig:
     )
     stale_timeout: float = param(
         0.25,
-        's without a valid joint state (steady clock) -> vent',
+        's without a valid joint state (steady clock; sim time in the composed sim graph) -> vent',
         range=(0.01, 10.0),
         runtime=True,
     )

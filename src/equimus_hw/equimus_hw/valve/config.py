@@ -51,7 +51,8 @@ class DriverConfig:
     )
     command_timeout_s: float = param(
         0.25,
-        's without a valid command before every channel vents (watchdog, wall clock)',
+        's without a valid command before every channel vents (watchdog; steady clock, sim time '
+        'in the composed sim graph)',
         range=(0.01, 10.0),
         runtime=True,
     )
@@ -68,7 +69,10 @@ class DriverConfig:
         runtime=True,
     )
     rate_hz: float = param(
-        120.0, 'Hz of the internal tick (slew steps, watchdog, publishing)', range=(1.0, 1000.0)
+        120.0,
+        'Hz of the internal tick (slew steps, watchdog, publishing); the composed sim graph '
+        'ticks at each frame instead',
+        range=(1.0, 1000.0),
     )
     keepalive_period_s: float = param(
         0.05, 's: a SET is re-sent at least this often (serial)', range=(0.001, 1.0)

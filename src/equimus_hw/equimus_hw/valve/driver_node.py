@@ -30,11 +30,19 @@ equimus_bringup.sim_graph and .control_loop) commands come from the controller i
 process only; a publisher outside the process is never heard: it is named in an ERROR in the log
 and on /diagnostics, control goes on, and arming is refused while it exists (docs/reliability.md,
 "One commander").
-Timers and the watchdog run on the steady clock, never on sim time: a paused /clock must not stop
-the keep-alive or the watchdog. With the simulated board the slew limit follows the node's clock
-(sim time in the sim graph), so a lockstep run does not depend on the wall clock's speed, and
-/valve/applied carries one message per command plus the safety layer's own changes (vents), never
-a keep-alive: each one is a step of the lockstep simulation.
+The clock of the safety decisions (watchdog, freshness after an arm, slew): on the rig and in the
+split graph the timers and the watchdog run on the steady clock, never on sim time: a paused
+/clock must not stop the keep-alive or the watchdog. In the composed sim graph (`lockstep=True`,
+set by equimus_bringup.sim_graph) the simulator owns time and each frame waits for its command,
+so nothing moves between frames however late the wall clock is: there every decision that can
+change a message is made on the node clock (sim time), and the graph calls `on_frame()` at each
+frame after the first in place of the steady tick, so the watchdog vents when no command came for
+command_timeout_s of sim time, at the same frame in every run. The wall-clock timers left there
+(the graph's publishers, diagnostics) change nothing but /diagnostics in a healthy run: the
+commander is in the same process and never leaves the graph. With the simulated board the slew
+limit follows the node's clock (sim time in the sim graph), and /valve/applied carries one message
+per command plus the safety layer's own changes (vents), never a keep-alive: each one is a step of
+the lockstep simulation.
 On shutdown (Ctrl-C, SIGTERM, or a normal exit) it writes SET all-zero and waits briefly for the
 ACK before the port closes.
 On the serial board each channel has its own calibration: the settings of config/valve.yaml with
@@ -109,9 +117,11 @@ def _channels(p: DriverConfig) -> tuple[str, ...]:
 
 class ValveDriver(LifecycleNode):
     """`subscribe=False` is for the fused control loop: commands come by call (`on_pressures`)
-    from the controller in the same process; /valve/command is then published, not read."""
+    from the controller in the same process; /valve/command is then published, not read.
+    `lockstep=True` is for the composed sim graph: the safety filter runs on sim time and the
+    graph calls `on_frame()` instead of a steady-clock tick (see the module docstring)."""
 
-    def __init__(self, subscribe: bool = True, **kwargs):
+    def __init__(self, subscribe: bool = True, lockstep: bool = False, **kwargs):
         super().__init__('valve_driver', **kwargs)
         self._lock = threading.RLock()
         self.params = bind(self, DriverConfig(), apply=self._apply)
@@ -119,6 +129,7 @@ class ValveDriver(LifecycleNode):
         self.simulated = p.board == 'sim'
         self.channels = _channels(p)
         self.subscribed = subscribe
+        self.lockstep = lockstep
         # The composed sim graph's in-process publishers of /valve/command (None: every publisher
         # is heard over DDS); any other publisher the graph shows is outside and never heard.
         self.in_process_commanders: set[str] | None = None
@@ -206,7 +217,8 @@ class ValveDriver(LifecycleNode):
         if self.subscribed:
             self._sub = subscription(self, Float64MultiArray, VALVE_COMMAND, self._on_topic_command)
         self._timers.append(self.create_timer(0.2, self._count_commanders, clock=steady))
-        self._timers.append(self.create_timer(1.0 / p.rate_hz, self._tick, clock=steady))
+        if not self.lockstep:
+            self._timers.append(self.create_timer(1.0 / p.rate_hz, self._tick, clock=steady))
         self._timers.append(self.create_timer(1.0, self._publish_diagnostics, clock=steady))
         self.get_logger().info(
             f'configured: board {p.board}'
@@ -230,7 +242,7 @@ class ValveDriver(LifecycleNode):
         if self.params.config.auto_arm:
             # No graph check here: the claim binds the first command's sender only while it is
             # the only publisher (a SIGKILLed controller stays listed for its 20 s DDS lease).
-            self._arm(time.monotonic())
+            self._arm(self._now())
             self.get_logger().warning(
                 'active, auto_arm=true: ARMED; valves follow '
                 f'{VALVE_COMMAND.name} as soon as a command arrives'
@@ -267,7 +279,7 @@ class ValveDriver(LifecycleNode):
         self.safety.disarm()
         self._report_armed()
         if self.board is not None:
-            now = time.monotonic()
+            now = self._now()
             self._send(self.safety.step(now, 0.0), now)  # a vent: no slew
             self._publish_diagnostics()
         self.get_logger().info(f'{why}: disarmed, all channels vented to 0 kPa')
@@ -351,6 +363,13 @@ class ValveDriver(LifecycleNode):
         """Whether the valves follow the commands now (what /valve/armed said last)."""
         return bool(self._armed_reported)
 
+    def _now(self) -> float:
+        """s: the time of the safety decisions: sim time (the node clock) in lockstep, else the
+        steady clock."""
+        if self.lockstep:
+            return self.get_clock().now().nanoseconds * 1e-9
+        return time.monotonic()
+
     def _slew_elapsed(self) -> float:
         """Time for the slew limit with the simulated board: the node clock (sim time)."""
         t = self.get_clock().now().nanoseconds * 1e-9
@@ -394,7 +413,7 @@ class ValveDriver(LifecycleNode):
         self._others = others
 
     def _disarm_now(self) -> None:
-        now = time.monotonic()
+        now = self._now()
         self.safety.disarm()
         self._report_armed()
         self._send(self.safety.step(now, 0.0), now)  # a vent: no slew
@@ -429,7 +448,7 @@ class ValveDriver(LifecycleNode):
     @_serialised
     def on_pressures(self, kpa: Sequence[float]) -> None:
         """One command (kPa per channel): through the safety filter to the board."""
-        now = time.monotonic()
+        now = self._now()
         if not self.active or self.board is None:
             if now - self._last_warn_t > 1.0:
                 self._last_warn_t = now
@@ -454,12 +473,17 @@ class ValveDriver(LifecycleNode):
             self._require_fresh_command(now)
             self._last_sent = None
 
+    def on_frame(self) -> None:
+        """Lockstep: the tick, at a frame of the composed sim graph (its clock set to the frame's
+        sim time), in place of the steady-clock timer."""
+        self._tick()
+
     @_serialised
     def _tick(self) -> None:
         board = self.board
         if board is None:
             return
-        now = time.monotonic()
+        now = self._now()
         self._check_reconnect(now)
         # The simulated board: the slew advances with the commands only (in sim time), so a tick
         # changes the output only when the safety layer vents.
@@ -523,7 +547,7 @@ class ValveDriver(LifecycleNode):
     # ----------------------------------------------------------------- services
     @_serialised
     def _srv_arm(self, request, response):
-        now = time.monotonic()
+        now = self._now()
         if not self.active or self.board is None:
             response.success = False
             response.message = f'not armed: {self.not_active_reason()}'
@@ -556,7 +580,7 @@ class ValveDriver(LifecycleNode):
 
     @_serialised
     def _srv_disarm(self, request, response):
-        now = time.monotonic()
+        now = self._now()
         self.safety.disarm()
         self._send(self.safety.step(now, 0.0), now)  # a vent: no slew
         self._report_armed()
@@ -568,7 +592,7 @@ class ValveDriver(LifecycleNode):
 
     @_serialised
     def _srv_estop(self, request, response):
-        now = time.monotonic()
+        now = self._now()
         self.safety.estop()
         self._send(self.safety.step(now, 0.0), now)  # a vent: no slew
         self._report_armed()

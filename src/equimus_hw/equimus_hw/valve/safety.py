@@ -12,8 +12,10 @@ Owns every decision about what pressure may reach the valves:
 
 Time is passed in explicitly (seconds, monotonic), so the logic is deterministic in tests.
 The slew limit may run on a time of its own (`step(now, elapsed=...)`): in the simulated graph it
-follows sim time, so a lockstep run is the same however fast the wall clock goes, while the
-watchdog keeps the wall clock (a controller that stopped is noticed in wall seconds).
+follows sim time, so a lockstep run is the same however fast the wall clock goes. Which clock
+`now` is, is the caller's choice: the steady clock on the rig and in the split graph (a
+controller that stopped is noticed in wall seconds), sim time in the composed sim graph, where
+the simulator owns time and a late wall clock must not change a message (driver_node).
 """
 
 from __future__ import annotations
