@@ -229,6 +229,19 @@ class LegEnv(gym.Env):
     def close(self) -> None:
         self._renderer.close()
 
+    def _begin_episode(
+        self,
+        seed: int | None,
+        options: dict[str, Any] | None,
+        accepted: tuple[str, ...],
+        episode_s: float,
+    ) -> None:
+        """The start of every reset: Gymnasium's seeding, `options` checked against `accepted`,
+        and the episode's length (a TimeLimit wrapper's when there is one)."""
+        super().reset(seed=seed)
+        check_options(options, accepted, type(self).__name__)
+        self.max_steps = own_time_limit(self, episode_steps(episode_s))
+
     def _obs(self) -> np.ndarray:
         raise NotImplementedError
 
@@ -273,9 +286,7 @@ class TrackEnv(LegEnv):
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[np.ndarray, dict[str, Any]]:
-        super().reset(seed=seed)
-        check_options(options, OPTIONS, type(self).__name__)
-        self.max_steps = own_time_limit(self, episode_steps(self.cfg.episode_s))
+        self._begin_episode(seed, options, OPTIONS, self.cfg.episode_s)
         reference = (options or {}).get('reference', self.cfg.reference)
         if reference not in REFERENCES:
             raise ValueError(f'reference {reference!r}: use one of {", ".join(REFERENCES)}')

@@ -47,7 +47,7 @@ from equimus_sim.leg_model import LegModel
 from equimus_sim.mjcf_builder import build_mjcf
 from equimus_sim.mocap import R_MW
 
-from .env import PHYSICS_DT, LegEnv, check_options, episode_steps, own_time_limit
+from .env import PHYSICS_DT, LegEnv, episode_steps
 from .rig import SimulatedRig
 
 OBS_SIZE = 11
@@ -170,9 +170,7 @@ class KickEnv(LegEnv):
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[np.ndarray, dict[str, Any]]:
-        super().reset(seed=seed)
-        check_options(options, OPTIONS, type(self).__name__)
-        self.max_steps = own_time_limit(self, episode_steps(self.cfg.episode_s))
+        self._begin_episode(seed, options, OPTIONS, self.cfg.episode_s)
         cfg = self.cfg
         target = float((options or {}).get('target', cfg.target))
         if target not in (0.0, 1.0, -1.0):
