@@ -96,12 +96,10 @@ def plain_loop(
     from equimus_control.sampling import PredictiveSampling, SamplingConfig
     from equimus_description.dynamics import DynamicParams, LegDynamics
     from equimus_description.leg import load_leg
-    from equimus_description.statics import StaticParams, holding_pressures
+    from equimus_description.statics import StaticParams
     from equimus_hw.valve.stage import SimulatedDriver
     from equimus_learning.tune import read_gains
     from equimus_sim.leg_model import LegModel
-    from equimus_sim.mocap import MocapConfig, VirtualMocap
-    from equimus_sim.simulator import make_simulator
 
     leg = load_leg(overrides=leg_overrides)
     params = StaticParams.from_leg(leg)
@@ -123,18 +121,8 @@ def plain_loop(
     }
     compute = {}
     for task, ref in tasks.items():
-        q0 = ref(0.0)[0]
-        p0 = np.clip(holding_pressures(q0, params), 0, 50)
         for name in NAMES:
-            sim = make_simulator(
-                overrides=leg_overrides,
-                timestep=1 / 1200,
-                initial_q=q0,
-                initial_pressures=tuple(p0),
-            )
-            mocap = VirtualMocap(
-                MocapConfig(position_noise=0.0003, orientation_noise=0.002, seed=7)
-            )
+            sim, mocap, p0 = start_at(ref, params, leg_overrides)
             if name == 'open_loop':
                 c = StaticFeedforward(params)
             elif name == 'pid':
@@ -171,18 +159,8 @@ def plain_loop(
         for name in ('mpc', 'ltv_mpc', 'sampling', 'policy'):
             out[f'{task}_rmse_ratio_{name}_over_pid_tuned'] = ratio(out, task, name)
         ref = tasks[task]
-        q0 = ref(0.0)[0]
-        p0 = np.clip(holding_pressures(q0, params), 0, 50)
         for ahead in true_preview:
-            sim = make_simulator(
-                overrides=leg_overrides,
-                timestep=1 / 1200,
-                initial_q=q0,
-                initial_pressures=tuple(p0),
-            )
-            mocap = VirtualMocap(
-                MocapConfig(position_noise=0.0003, orientation_noise=0.002, seed=7)
-            )
+            sim, mocap, p0 = start_at(ref, params, leg_overrides)
             c = true_preview_mpc(LTVMPC, ref, ahead)(dynamics, LTVMPCConfig(), valve=leg.valve)
             c.reset(p_valve=p0)
             e = run_loop(sim, mocap, c, ref, duration, actuation=SimulatedDriver()).rmse(skip=0.5)
@@ -191,6 +169,25 @@ def plain_loop(
             out[f'{task}_{name}_rmse_knee'] = float(e[1])
             out[f'{task}_rmse_ratio_{name}_over_pid_tuned'] = ratio(out, task, name)
     return out
+
+
+def start_at(ref, params, leg_overrides: str | None):
+    """(simulated leg, its mocap, pressures): every run's start, the leg at rest at the
+    reference's first pose under that pose's holding pressures."""
+    from equimus_description.statics import holding_pressures
+    from equimus_sim.mocap import MocapConfig, VirtualMocap
+    from equimus_sim.simulator import make_simulator
+
+    q0 = ref(0.0)[0]
+    p0 = np.clip(holding_pressures(q0, params), 0, 50)
+    sim = make_simulator(
+        overrides=leg_overrides,
+        timestep=1 / 1200,
+        initial_q=q0,
+        initial_pressures=tuple(p0),
+    )
+    mocap = VirtualMocap(MocapConfig(position_noise=0.0003, orientation_noise=0.002, seed=7))
+    return sim, mocap, p0
 
 
 def true_preview_mpc(base: type, reference, ahead: float) -> type:

@@ -61,6 +61,7 @@ from equimus_description.valve import (
     follow,
 )
 
+from . import qp
 from .controller import ControlOutput, Estimate, Reference
 from .step import MAX_DT
 
@@ -76,18 +77,10 @@ class LTVMPCConfig:
     ltv_substeps: int = param(
         2, 'integration sub-steps of the model per control period', range=(1, 20)
     )
-    ltv_q_theta: tuple[float, float] = param(
-        (4000.0, 4000.0), '1/rad², weight of the angle error [hip, knee]', range=(0.0, 1e9)
-    )
-    ltv_q_vel: float = param(0.5, 's²/rad², weight of the joint velocity error', range=(0.0, 1e9))
-    ltv_r_u: float = param(
-        1e-4,
-        '1/kPa², weight of the pressures (towards the static pressures of the reference)',
-        range=(0.0, 1e9),
-    )
-    ltv_r_du: float = param(
-        1e-4, '1/kPa², weight of the pressure change between blocks', range=(0.0, 1e9)
-    )
+    ltv_q_theta: tuple[float, float] = qp.q_theta()
+    ltv_q_vel: float = qp.q_vel('joint velocity error')
+    ltv_r_u: float = qp.r_u('reference')
+    ltv_r_du: float = qp.r_du('blocks')
     ltv_slew: float = param(
         SLEW_RATE_KPA_S,
         "kPa/s, rate limit of the command (keep it at the valve driver's slew_rate_kpa_s)",
@@ -107,7 +100,7 @@ class LTVMPCConfig:
         'velocities)',
         range=(1, 3),
     )
-    ltv_max_iter: int = param(200, 'OSQP iterations per control cycle', range=(1, 100000))
+    ltv_max_iter: int = qp.max_iter()
     period: float = 1.0 / 120.0  # s, control period (the discretisation)
     valve_tau: float = VALVE_TAU_S  # s; the lag used when no valve model is given
 
@@ -384,16 +377,8 @@ class LTVMPC:
             self._solver.update(Px=Px, q=lin, l=l_all, u=u_all)
             if self.U is not None:
                 self._solver.warm_start(x=self._shifted_U())
-        res = self._solver.solve(raise_error=False)
-        status = str(res.info.status)
-        self.last_status, self.last_iters = status, res.info.iter
-        failed = (
-            res.x is None
-            or not np.all(np.isfinite(res.x))
-            or 'infeasible' in status
-            or 'non_cvx' in status
-            or 'non-convex' in status
-        )
+        res, failed = qp.solve(self._solver)
+        self.last_status, self.last_iters = str(res.info.status), res.info.iter
         if failed:
             self.failures += 1
             U = np.tile(u_star[:NU], (nb, 1))
@@ -414,7 +399,11 @@ class LTVMPC:
         cmds[0] = u
         self.cmds, self.U = cmds, U
         self._advance_valve(u)
-        info: dict[str, Any] = {'status': status, 'iters': res.info.iter, 'qp_failed': failed}
+        info: dict[str, Any] = {
+            'status': self.last_status,
+            'iters': res.info.iter,
+            'qp_failed': failed,
+        }
         return ControlOutput(u, sat, info)
 
     def preview(self, stamp: float, ref: Reference) -> np.ndarray:

@@ -45,6 +45,7 @@ from equimus_description.valve import (
     lag_coefficient,
 )
 
+from . import qp
 from .controller import ControlOutput, Estimate, Reference
 from .plant import PlantModel
 
@@ -102,18 +103,10 @@ class MPCConfig:
 
     horizon: int = param(15, 'MPC prediction steps (each `block` periods)', range=(1, 200))
     block: int = param(3, 'control periods per MPC step (move blocking)', range=(1, 50))
-    q_theta: tuple[float, float] = param(
-        (4000.0, 4000.0), '1/rad², weight of the angle error [hip, knee]', range=(0.0, 1e9)
-    )
-    q_vel: float = param(0.5, 's²/rad², weight of the joint velocities', range=(0.0, 1e9))
-    r_u: float = param(
-        1e-4,
-        '1/kPa², weight of the pressures (towards the static pressures of the target)',
-        range=(0.0, 1e9),
-    )
-    r_du: float = param(
-        1e-4, '1/kPa², weight of the pressure change between steps', range=(0.0, 1e9)
-    )
+    q_theta: tuple[float, float] = qp.q_theta()
+    q_vel: float = qp.q_vel('joint velocities')
+    r_u: float = qp.r_u('target')
+    r_du: float = qp.r_du('steps')
     du_max: float = param(
         25.0, 'kPa per control period, rate limit of the command', range=(0.01, HARD_MAX_KPA)
     )
@@ -124,7 +117,7 @@ class MPCConfig:
     grid_hi: tuple[float, float] = param(
         (2.0, 1.25), 'rad, linearisation grid upper corner', range=(-3.2, 3.2)
     )
-    max_iter: int = param(200, 'OSQP iterations per control cycle', range=(1, 100000))
+    max_iter: int = qp.max_iter()
     period: float = 1.0 / 120.0  # s, control period (the discretisation)
     valve_tau: float = VALVE_TAU_S  # s; the lag used when no valve model is given
 
@@ -337,16 +330,8 @@ class LinearMPC:
         lo_d[:2] = self.u_last - p0 - c.du_max
         hi_d[:2] = self.u_last - p0 + c.du_max
         solver.update(q=lin, l=np.concatenate([lo_u, lo_d]), u=np.concatenate([hi_u, hi_d]))
-        res = solver.solve(raise_error=False)
-        status = str(res.info.status)
-        self.last_status, self.last_iters = status, res.info.iter
-        failed = (
-            res.x is None
-            or not np.all(np.isfinite(res.x))
-            or 'infeasible' in status
-            or 'non_cvx' in status
-            or 'non-convex' in status
-        )
+        res, failed = qp.solve(solver)
+        self.last_status, self.last_iters = str(res.info.status), res.info.iter
         if failed:
             self.failures += 1
             u = u_star
@@ -360,5 +345,9 @@ class LinearMPC:
         self.u_last = u.copy()
         p, self._history = follow(self.valve, u[None], self.p_valve, c.period, self._history)
         self.p_valve = p[0]
-        info: dict[str, Any] = {'status': status, 'iters': res.info.iter, 'qp_failed': failed}
+        info: dict[str, Any] = {
+            'status': self.last_status,
+            'iters': res.info.iter,
+            'qp_failed': failed,
+        }
         return ControlOutput(u, sat, info)

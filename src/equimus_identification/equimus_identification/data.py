@@ -788,23 +788,7 @@ def bag_trajectory(rec: Recording, rate: float = BAG_RATE_HZ, threshold_kpa: flo
     t1 = rec.t_q[-1]
     if t1 - t0 < 3.0 / rate:
         raise DataError(f'{rec.source}: joint states and valve commands overlap for < 3 samples')
-    e = prepare(
-        rec.t_q,
-        rec.q,
-        hold(rec.t_cmd, rec.command_kpa, rec.t_q),
-        t0,
-        t1 - t0,
-        rate,
-        SMOOTH_SAMPLES,
-        hold(rec.t_cmd, rec.command_kpa, np.array([t0]))[0],
-        name=pathlib.Path(rec.source).name,
-        meta={'source': rec.source},
-        target='raw',
-    )
-    e.command_kpa = hold(rec.t_cmd, rec.command_kpa, e.t + t0)
-    if rec.t_p is not None and len(rec.t_p) >= 2:
-        e.pressure_kpa = resample(rec.t_p, rec.pressure_kpa, e.t + t0)
-        e.p0_kpa = e.pressure_kpa[0].copy()
+    e = _bag_experiment(rec, t0, t1, rate, pathlib.Path(rec.source).name, {'source': rec.source})
     steps = step_times(rec, threshold_kpa) - t0
     e.meta['segments'] = [0.0] + [float(s) for s in steps if 0.0 < s < e.t[-1]]
     return e
@@ -839,6 +823,21 @@ def gap_free_windows(
 def bag_window(rec: Recording, t0: float, t1: float, rate: float = BAG_RATE_HZ) -> Experiment:
     """[t0, t1) of a recording as one experiment (raw angles, local-cubic restart states),
     with the measured pressures on its grid when recorded."""
+    return _bag_experiment(
+        rec,
+        t0,
+        t1,
+        rate,
+        f'{pathlib.Path(rec.source).name}@{t0:.2f}s',
+        {'source': rec.source, 't0': float(t0)},
+    )
+
+
+def _bag_experiment(
+    rec: Recording, t0: float, t1: float, rate: float, name: str, meta: dict
+) -> Experiment:
+    """[t0, t1) of a recording resampled at `rate` (raw angles, the commands held, the measured
+    pressures when recorded): what a whole bag and a window of one are made of."""
     e = prepare(
         rec.t_q,
         rec.q,
@@ -848,8 +847,8 @@ def bag_window(rec: Recording, t0: float, t1: float, rate: float = BAG_RATE_HZ) 
         rate,
         SMOOTH_SAMPLES,
         hold(rec.t_cmd, rec.command_kpa, np.array([t0]))[0],
-        name=f'{pathlib.Path(rec.source).name}@{t0:.2f}s',
-        meta={'source': rec.source, 't0': float(t0)},
+        name=name,
+        meta=meta,
         target='raw',
     )
     e.command_kpa = hold(rec.t_cmd, rec.command_kpa, e.t + t0)

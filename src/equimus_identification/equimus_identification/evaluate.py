@@ -34,6 +34,7 @@ import numpy as np
 
 from . import data
 from . import dynamic as D
+from .report import pyplot, save_figure
 
 CSV_DT = 0.005  # the authors' identification step, for 100 Hz-resampled CSVs
 BAG_DT = 1.0 / 600.0  # the simulation node's step: five per 120 Hz mocap frame
@@ -166,10 +167,7 @@ def markdown(results, params: str, pressure: str, protocol: str = 'continuous') 
 def plot(results, path, title: str = '') -> pathlib.Path:
     """Simulated vs measured angles (and the replayed pressures) of each dynamic experiment;
     model vs measured rest angles of each static set."""
-    import matplotlib
-
-    matplotlib.use('Agg')
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     dyn = [m for r in results for m in r['metrics'] if not m['static']][:PLOT_ROWS]
     stat = [r for r in results if r['kind'] == 'static']
@@ -203,14 +201,7 @@ def plot(results, path, title: str = '') -> pathlib.Path:
         ax_row[2].axis('off')
     if dyn:
         axes[0, 0].legend(fontsize=7)
-    if title:
-        fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
-    path = pathlib.Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=80)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, title)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -29,6 +29,7 @@ from equimus_description.valve import HARD_MAX_KPA, P_MIN_KPA
 
 from . import data, synth
 from . import dynamic as D
+from .report import pyplot, save_figure
 
 RATE_HZ = data.BAG_RATE_HZ  # the valve command and mocap rate
 DEFAULT_SLEW_KPA_S = 1000.0  # the valve driver's default slew_rate_kpa_s (config/valve.yaml)
@@ -233,10 +234,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _plot(t, cmd, history, path):
-    import matplotlib
-
-    matplotlib.use('Agg')
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, (a0, a1) = plt.subplots(1, 2, figsize=(11, 3.2), gridspec_kw={'width_ratios': [3, 1]})
     a0.plot(t, cmd[:, 0], label='P1 (MAA)')
@@ -247,9 +245,7 @@ def _plot(t, cmd, history, path):
     a1.plot(history)
     a1.set_xlabel('candidate')
     a1.set_ylabel('criterion (best so far)')
-    fig.tight_layout()
-    fig.savefig(path, dpi=80)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 if __name__ == '__main__':

@@ -12,12 +12,18 @@ means: honest with few, long-correlated stretches). A robust loss enters through
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+if TYPE_CHECKING:
+    from scipy.optimize import OptimizeResult
+
 #: contiguous stretches of a recording taken as independent
 BATCHES = 8
+#: the robust loss of the fits (scipy.optimize.least_squares), whose weights enter the intervals
+LOSS = 'soft_l1'
 
 
 def robust_weights(r: np.ndarray, loss: str, f_scale: float) -> np.ndarray:
@@ -93,3 +99,41 @@ def forward_jacobian(fun, u: np.ndarray, r0: np.ndarray, step: float = 1e-4) -> 
         v[i] += h
         J[:, i] = (fun(v) - r0) / h
     return J
+
+
+def fit_unit_cube(
+    residuals: Callable[[np.ndarray], np.ndarray], u0: np.ndarray, f_scale: float, max_nfev: int
+) -> OptimizeResult:
+    """Robust least squares (`LOSS` at `f_scale`) of `residuals` over the unit cube of the
+    parameters' bounds, from `u0`."""
+    from scipy.optimize import least_squares
+
+    return least_squares(
+        residuals,
+        u0,
+        bounds=(0.0, 1.0),
+        method='trf',
+        x_scale='jac',
+        diff_step=1e-4,
+        max_nfev=max_nfev,
+        loss=LOSS,
+        f_scale=f_scale,
+    )
+
+
+def std_errors(
+    residuals: Callable[[np.ndarray], np.ndarray],
+    u: np.ndarray,
+    r: np.ndarray,
+    span: np.ndarray,
+    t_index: Sequence[int] | np.ndarray,
+    f_scale: float,
+) -> tuple[np.ndarray, np.ndarray, int]:
+    """(batch-robust standard errors, white ones, degrees of freedom) at the optimum `u` of
+    `fit_unit_cube` (residuals `r` there), in the units of the parameters (`span`: upper bound
+    - lower bound); `t_index`: the recording sample of each residual."""
+    J = forward_jacobian(residuals, u, r) / span[None, :]  # ∂r/∂x in physical units
+    cov, dof = batch_covariance(J, r, t_index, weights=robust_weights(r, LOSS, f_scale))
+    se = np.sqrt(np.clip(np.diag(cov), 0.0, None))
+    white = np.sqrt(np.clip(np.diag(white_covariance(J, r)), 0.0, None))
+    return se, white, dof

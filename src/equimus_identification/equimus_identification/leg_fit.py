@@ -16,7 +16,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy.optimize import least_squares
 
 from equimus_description.leg import LegDescription
 
@@ -27,7 +26,7 @@ from .data import Experiment
 #: the free leg parameters: Table V's ten, the knee's stop and both hinges' dry friction
 NAMES = (*D.PAPER_PARAMS, 'joints.knee.range.0', *D.FRICTION_PARAMS)
 HORIZON_S = 0.6  # `equimus excite` designs for this shooting window
-LOSS, F_SCALE_RAD = 'soft_l1', 0.01
+F_SCALE_RAD = 0.01  # rad, scale of the robust loss (intervals.LOSS)
 SIM_DT = 1.0 / 600.0  # the simulation node's step: five per 120 Hz frame
 
 
@@ -91,27 +90,14 @@ def fit(
     def residuals(u: np.ndarray) -> np.ndarray:
         return ev.residuals(ev.from_unit(u))
 
-    r = least_squares(
-        residuals,
-        u0,
-        bounds=(0.0, 1.0),
-        method='trf',
-        x_scale='jac',
-        diff_step=1e-4,
-        max_nfev=max_nfev,
-        loss=LOSS,
-        f_scale=F_SCALE_RAD,
-    )
+    r = intervals.fit_unit_cube(residuals, u0, F_SCALE_RAD, max_nfev)
     x = ev.from_unit(r.x)
     res = residuals(r.x)
     robust = 1.4826 * float(np.median(np.abs(res)))
     log(f'leg fit: {ev.n_evals} simulations, robust residual {robust:.4f} rad')
-    J = intervals.forward_jacobian(residuals, r.x, res) / span[None, :]
-    t_index = rollout_samples(ev)
-    weights = intervals.robust_weights(res, LOSS, F_SCALE_RAD)
-    cov, dof = intervals.batch_covariance(J, res, t_index, weights=weights)
-    se = np.sqrt(np.clip(np.diag(cov), 0.0, None))
-    white = np.sqrt(np.clip(np.diag(intervals.white_covariance(J, res)), 0.0, None))
+    se, white, dof = intervals.std_errors(
+        residuals, r.x, res, span, rollout_samples(ev), F_SCALE_RAD
+    )
     values = dict(zip(names, map(float, x), strict=True))
     return LegFit(
         values=values,

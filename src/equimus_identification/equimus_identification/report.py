@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import pathlib
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import yaml
@@ -220,12 +221,31 @@ def uncertainty_markdown(ident: dict) -> str:
     return '\n'.join(out)
 
 
-def plot_uncertainty(ident: dict, path) -> pathlib.Path:
-    """Correlation matrix and singular values of the identification at the optimum."""
+def pyplot() -> Any:
+    """matplotlib's pyplot on the file-only Agg backend, imported when a plot is asked for."""
     import matplotlib
 
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
+
+    return plt
+
+
+def save_figure(fig: Any, path: str | pathlib.Path, title: str = '') -> pathlib.Path:
+    """`fig` as a PNG at `path` (its folder made), `title` above it when given; frees `fig`."""
+    if title:
+        fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    path = pathlib.Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=80)
+    pyplot().close(fig)
+    return path
+
+
+def plot_uncertainty(ident: dict, path) -> pathlib.Path:
+    """Correlation matrix and singular values of the identification at the optimum."""
+    plt = pyplot()
 
     short = [short_name(n) for n in ident['names']]
     fig, (a0, a1) = plt.subplots(1, 2, figsize=(11, 4.5))
@@ -239,22 +259,14 @@ def plot_uncertainty(ident: dict, path) -> pathlib.Path:
     a1.set_ylabel('σᵢ / σ₁ (log-parameter Jacobian)', fontsize=8)
     a1.set_title('what the data determine', fontsize=9)
     a1.grid(True, which='both', lw=0.3)
-    fig.tight_layout()
-    path = pathlib.Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=80)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def plot_experiments(
     before: Sequence[dict], after: Sequence[dict], path, title: str = ''
 ) -> pathlib.Path:
     """One PNG: a row per experiment, θ1 and θ2 measured vs simulated before/after."""
-    import matplotlib
-
-    matplotlib.use('Agg')
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     n = len(after)
     fig, axes = plt.subplots(n, 2, figsize=(10, 1.9 * n + 0.6), squeeze=False, sharex=True)
@@ -269,11 +281,4 @@ def plot_experiments(
     axes[0, 0].legend(fontsize=7, loc='best')
     for ax in axes[-1]:
         ax.set_xlabel('time from step (s)')
-    if title:
-        fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
-    path = pathlib.Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=80)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, title)

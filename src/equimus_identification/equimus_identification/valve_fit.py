@@ -19,7 +19,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy.optimize import least_squares
 
 from equimus_description.valve import ValveParams, follow
 
@@ -151,10 +150,10 @@ def predict(values: dict[str, float], s: Series, p0: np.ndarray | None = None) -
     return np.column_stack([np.interp(s.t_meas, t, full[:, c]) for c in range(2)])
 
 
-#: Robust loss of the pressure residuals: a driver or recorder held up by the machine's load
-#: stamps a command tens of ms late, and the fast transients then leave residuals of tens of kPa
-#: that a square loss would fit the dynamics to.
-LOSS, F_SCALE_KPA = 'soft_l1', 1.0
+#: Scale of the robust loss (intervals.LOSS) of the pressure residuals: a driver or recorder
+#: held up by the machine's load stamps a command tens of ms late, and the fast transients then
+#: leave residuals of tens of kPa that a square loss would fit the dynamics to.
+F_SCALE_KPA = 1.0
 
 
 def play(u: np.ndarray, width: float) -> np.ndarray:
@@ -205,27 +204,11 @@ def fit(
         return (predict(full(u), s) - s.measured).ravel()
 
     u0 = np.clip((np.array([values[n] for n in names]) - lo) / (hi - lo), 1e-6, 1 - 1e-6)
-    r = least_squares(
-        residuals,
-        u0,
-        bounds=(0.0, 1.0),
-        method='trf',
-        x_scale='jac',
-        diff_step=1e-4,
-        max_nfev=max_nfev,
-        loss=LOSS,
-        f_scale=F_SCALE_KPA,
-    )
+    r = intervals.fit_unit_cube(residuals, u0, F_SCALE_KPA, max_nfev)
     best = full(r.x)
     res = residuals(r.x)
-    J = (
-        intervals.forward_jacobian(residuals, r.x, res) / (hi - lo)[None, :]
-    )  # ∂r/∂x in physical units
     t_index = np.repeat(np.arange(len(s.t_meas)), 2)
-    weights = intervals.robust_weights(res, LOSS, F_SCALE_KPA)
-    cov, dof = intervals.batch_covariance(J, res, t_index, weights=weights)
-    se = np.sqrt(np.clip(np.diag(cov), 0.0, None))
-    white = np.sqrt(np.clip(np.diag(intervals.white_covariance(J, res)), 0.0, None))
+    se, white, dof = intervals.std_errors(residuals, r.x, res, hi - lo, t_index, F_SCALE_KPA)
     # (white: the usual σ²(JᵀJ)⁻¹ on every residual, for comparison)
     at = [n for n, u in zip(names, r.x, strict=True) if u <= 1e-3 or u >= 1 - 1e-3]
     return ValveFit(

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import gymnasium as gym
+import mujoco
 import numpy as np
 
 from equimus_control.controller import ControlOutput, Estimate, Reference
@@ -204,11 +205,56 @@ def own_time_limit(env: gym.Env, steps: int, config_key: str = 'episode_s') -> i
     return None
 
 
-class TrackEnv(gym.Env):
-    """Reference tracking (see the module docstring). `reset(seed=…)` fixes the reference,
-    the mocap noise and the drops: identical seeds and actions give identical episodes."""
+class LegEnv(gym.Env):
+    """What the leg environments share: the render modes, a renderer of the simulated leg at
+    the control period, and how a reset or a step ends (the window updated in 'human' mode,
+    then the observation)."""
 
     metadata: dict[str, Any] = {'render_modes': available_render_modes(), 'render_fps': RENDER_FPS}
+    sim: LegSimulator | None
+    _renderer: EnvRenderer
+
+    def _start_renderer(
+        self, render_mode: str | None, model: mujoco.MjModel, distance: float = 1.2
+    ) -> None:
+        """No simulation until the first reset; `distance`: the camera's, m."""
+        self.sim = None
+        self.render_mode = render_mode
+        self._renderer = EnvRenderer(render_mode, model, distance=distance)
+
+    def render(self) -> np.ndarray | None:
+        """The scene now: an RGB array ('rgb_array'), a window update ('human'), or None."""
+        return self._renderer.render(self.sim.data if self.sim else None, PERIOD)
+
+    def close(self) -> None:
+        self._renderer.close()
+
+    def _begin_episode(
+        self,
+        seed: int | None,
+        options: dict[str, Any] | None,
+        accepted: tuple[str, ...],
+        episode_s: float,
+    ) -> None:
+        """The start of every reset: Gymnasium's seeding, `options` checked against `accepted`,
+        and the episode's length (a TimeLimit wrapper's when there is one)."""
+        super().reset(seed=seed)
+        check_options(options, accepted, type(self).__name__)
+        self.max_steps = own_time_limit(self, episode_steps(episode_s))
+
+    def _obs(self) -> np.ndarray:
+        raise NotImplementedError
+
+    def _observed(self) -> np.ndarray:
+        """The observation that ends a reset or a step, the window updated first ('human')."""
+        if self.render_mode == 'human':
+            self.render()
+        return self._obs()
+
+
+class TrackEnv(LegEnv):
+    """Reference tracking (see the module docstring). `reset(seed=…)` fixes the reference,
+    the mocap noise and the drops: identical seeds and actions give identical episodes."""
 
     def __init__(
         self,
@@ -234,17 +280,13 @@ class TrackEnv(gym.Env):
         self.action_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
         self.max_steps: int | None = episode_steps(self.cfg.episode_s)
         self._triangle = triangle_poses(self.control_params)
-        self.sim: LegSimulator | None = None
-        self.render_mode = render_mode
-        self._renderer = EnvRenderer(render_mode, self.leg_model.model)
+        self._start_renderer(render_mode, self.leg_model.model)
 
     # ----- episode ---------------------------------------------------------------------------
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[np.ndarray, dict[str, Any]]:
-        super().reset(seed=seed)
-        check_options(options, OPTIONS, type(self).__name__)
-        self.max_steps = own_time_limit(self, episode_steps(self.cfg.episode_s))
+        self._begin_episode(seed, options, OPTIONS, self.cfg.episode_s)
         reference = (options or {}).get('reference', self.cfg.reference)
         if reference not in REFERENCES:
             raise ValueError(f'reference {reference!r}: use one of {", ".join(REFERENCES)}')
@@ -270,16 +312,7 @@ class TrackEnv(gym.Env):
         self.core = PolicyCore(cfg.io, self.control_params, 1)
         self._last_q = q0
         self._estimate()
-        if self.render_mode == 'human':
-            self.render()
-        return self._obs(), {}
-
-    def render(self) -> np.ndarray | None:
-        """The leg now: an RGB array ('rgb_array'), a window update ('human'), or None."""
-        return self._renderer.render(self.sim.data if self.sim else None, PERIOD)
-
-    def close(self) -> None:
-        self._renderer.close()
+        return self._observed(), {}
 
     def _estimate(self) -> None:
         assert self.sim is not None
@@ -340,6 +373,4 @@ class TrackEnv(gym.Env):
             'vented': cmd.vented,
             'tracking_error': math.sqrt(float(err @ err) / 2),
         }
-        if self.render_mode == 'human':
-            self.render()
-        return self._obs(), reward, terminated, truncated, info
+        return self._observed(), reward, terminated, truncated, info

@@ -46,10 +46,8 @@ from equimus_description.valve import HARD_MAX_KPA
 from equimus_sim.leg_model import LegModel
 from equimus_sim.mjcf_builder import build_mjcf
 from equimus_sim.mocap import R_MW
-from equimus_sim.render import RENDER_FPS, EnvRenderer, available_render_modes
-from equimus_sim.simulator import LegSimulator
 
-from .env import PHYSICS_DT, check_options, episode_steps, own_time_limit
+from .env import PHYSICS_DT, LegEnv, episode_steps
 from .rig import SimulatedRig
 
 OBS_SIZE = 11
@@ -147,10 +145,8 @@ def authors_reward(
     )
 
 
-class KickEnv(gym.Env):
+class KickEnv(LegEnv):
     """See the module docstring."""
-
-    metadata: dict[str, Any] = {'render_modes': available_render_modes(), 'render_fps': RENDER_FPS}
 
     def __init__(
         self, config: KickConfig | None = None, render_mode: str | None = None, **overrides: Any
@@ -169,16 +165,12 @@ class KickEnv(gym.Env):
         self.observation_space = gym.spaces.Box(-np.inf, np.inf, (OBS_SIZE,), np.float64)
         self.action_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
         self.max_steps: int | None = episode_steps(self.cfg.episode_s)
-        self.sim: LegSimulator | None = None
-        self.render_mode = render_mode
-        self._renderer = EnvRenderer(render_mode, m, distance=1.4)
+        self._start_renderer(render_mode, m, distance=1.4)
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[np.ndarray, dict[str, Any]]:
-        super().reset(seed=seed)
-        check_options(options, OPTIONS, type(self).__name__)
-        self.max_steps = own_time_limit(self, episode_steps(self.cfg.episode_s))
+        self._begin_episode(seed, options, OPTIONS, self.cfg.episode_s)
         cfg = self.cfg
         target = float((options or {}).get('target', cfg.target))
         if target not in (0.0, 1.0, -1.0):
@@ -208,16 +200,7 @@ class KickEnv(gym.Env):
         self._ball_vel = np.zeros(2)
         self._ball_t = 0.0
         self._estimate()
-        if self.render_mode == 'human':
-            self.render()
-        return self._obs(), {}
-
-    def render(self) -> np.ndarray | None:
-        """The leg and the ball now: an RGB array ('rgb_array'), a window ('human'), or None."""
-        return self._renderer.render(self.sim.data if self.sim else None, PERIOD)
-
-    def close(self) -> None:
-        self._renderer.close()
+        return self._observed(), {}
 
     def _estimate(self) -> None:
         assert self.sim is not None
@@ -303,6 +286,4 @@ class KickEnv(gym.Env):
             'ball_progress': float(self.target * pos[0]),  # m along the target, from the hip
             'foot_ball_distance': dist,
         }
-        if self.render_mode == 'human':
-            self.render()
-        return self._obs(), float(reward), terminated, truncated, info
+        return self._observed(), float(reward), terminated, truncated, info

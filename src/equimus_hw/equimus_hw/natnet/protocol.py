@@ -430,6 +430,15 @@ _QUAT = struct.Struct('<4f')
 _RB = struct.Struct('<i7ffh')  # 38 bytes
 _MARKER = struct.Struct('<i4fhf')  # 26 bytes
 _SUFFIX = struct.Struct('<IIdQQQ')  # 40 bytes
+#: the Frame fields _SUFFIX carries, in wire order
+_SUFFIX_FIELDS = (
+    'timecode',
+    'timecode_sub',
+    'timestamp',
+    'stamp_mid_exposure',
+    'stamp_data_received',
+    'stamp_transmit',
+)
 _ASSET_MARKER = struct.Struct('<i3ffh')
 
 
@@ -574,14 +583,8 @@ def decode_frame(payload: bytes, version: Version) -> Frame:
     f.labeled_markers = _section(r, version, 'labeled marker count', _MARKER.size, _rd_marker)
     f.force_plates = _section(r, version, 'force plate count', 8, _rd_analog)
     f.devices = _section(r, version, 'device count', 8, _rd_analog)
-    (
-        f.timecode,
-        f.timecode_sub,
-        f.timestamp,
-        f.stamp_mid_exposure,
-        f.stamp_data_received,
-        f.stamp_transmit,
-    ) = r.unpack(_SUFFIX, 'frame suffix')
+    for name, value in zip(_SUFFIX_FIELDS, r.unpack(_SUFFIX, 'frame suffix'), strict=True):
+        setattr(f, name, value)
     # Spec pitfall 9: the precision timestamp is recognised by the remaining length, not version.
     rem = r.remaining()
     if rem == 14:
@@ -840,6 +843,11 @@ def _cs(s: str) -> bytes:
     return s.encode('utf-8') + b'\0'
 
 
+def _cs_list(names: Sequence[str]) -> bytes:
+    """A count, then that many NUL-terminated strings (marker and channel names)."""
+    return _I32.pack(len(names)) + b''.join(_cs(s) for s in names)
+
+
 def _enc_section(parts: list[bytes], items: list, enc_one, version: Version) -> None:
     body = b''.join(enc_one(x) for x in items)
     parts.append(_I32.pack(len(items)))
@@ -905,16 +913,7 @@ def encode_frame(f: Frame, version: Version) -> bytes:
     _enc_section(parts, f.labeled_markers, _enc_marker, version)
     _enc_section(parts, f.force_plates, _enc_analog, version)
     _enc_section(parts, f.devices, _enc_analog, version)
-    parts.append(
-        _SUFFIX.pack(
-            f.timecode,
-            f.timecode_sub,
-            f.timestamp,
-            f.stamp_mid_exposure,
-            f.stamp_data_received,
-            f.stamp_transmit,
-        )
-    )
+    parts.append(_SUFFIX.pack(*(getattr(f, name) for name in _SUFFIX_FIELDS)))
     if f.precision_timestamp is not None:
         parts.append(struct.pack('<II', *f.precision_timestamp))
     parts.append(_I16.pack(_s16(f.params)) + _I32.pack(0))
@@ -944,9 +943,7 @@ def _enc_rb_desc(d: RigidBodyDescription, version: Version) -> bytes:
 
 def _enc_desc_body(d: Description, version: Version) -> bytes:
     if isinstance(d, MarkerSetDescription):
-        return (
-            _cs(d.name) + _I32.pack(len(d.marker_names)) + b''.join(_cs(s) for s in d.marker_names)
-        )
+        return _cs(d.name) + _cs_list(d.marker_names)
     if isinstance(d, RigidBodyDescription):
         return _enc_rb_desc(d, version)
     if isinstance(d, SkeletonDescription):
@@ -964,8 +961,7 @@ def _enc_desc_body(d: Description, version: Version) -> bytes:
             + struct.pack('<144f', *d.cal_matrix)
             + struct.pack('<12f', *d.corners)
             + struct.pack('<ii', d.plate_type, d.channel_data_type)
-            + _I32.pack(len(d.channel_names))
-            + b''.join(_cs(s) for s in d.channel_names)
+            + _cs_list(d.channel_names)
         )
     if isinstance(d, DeviceDescription):
         return (
@@ -973,8 +969,7 @@ def _enc_desc_body(d: Description, version: Version) -> bytes:
             + _cs(d.name)
             + _cs(d.serial)
             + struct.pack('<ii', d.device_type, d.channel_data_type)
-            + _I32.pack(len(d.channel_names))
-            + b''.join(_cs(s) for s in d.channel_names)
+            + _cs_list(d.channel_names)
         )
     if isinstance(d, CameraDescription):
         if version < (4, 0):

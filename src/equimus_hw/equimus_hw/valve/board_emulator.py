@@ -197,12 +197,56 @@ class BoardRecord:
 
     _lock: threading.RLock
     _log_file: IO[str] | None
+    _session_file: IO[str] | None
     valves: list[ValveModel]
     frames: deque[FrameRecord]
+    channels: int
+    codes: list[int]
+    link: str | None
+    slave_path: str | None
+
+    def _start_record(self, history: int, log_path: str | None, session_path: str | None) -> None:
+        """Empty records (the newest `history` SET frames kept: the log file keeps all of them;
+        a bounded deque so a long soak neither grows nor scans ever longer lists under the
+        lock) and the log and session files opened."""
+        self.frames = deque(maxlen=history)
+        self.frames_total = 0
+        self.rejections: list[tuple[float, int, str]] = []
+        self.invariant_violations: list[FrameRecord] = []
+        self.watchdog_trips = 0
+        self.boots = 0
+        # Open for the board's lifetime (closed in _close_files), so no with-block.
+        self._log_file = open(log_path, 'a', buffering=1) if log_path else None  # noqa: SIM115
+        self._session_file = (
+            open(session_path, 'w', buffering=1) if session_path else None  # noqa: SIM115
+        )
+
+    def _close_files(self) -> None:
+        for f in (self._log_file, self._session_file):
+            if f:
+                f.close()
+        self._log_file = self._session_file = None
 
     def _log(self, entry: dict[str, object]) -> None:
         if self._log_file:
             self._log_file.write(json.dumps(entry) + '\n')
+
+    def _session(self, entry: dict[str, object]) -> None:
+        """One line of the session file (replay.py reads it back)."""
+        if self._session_file:
+            self._session_file.write(json.dumps(entry) + '\n')
+
+    def _remove_link(self) -> None:
+        if self.link and os.path.islink(self.link):
+            with contextlib.suppress(OSError):
+                os.unlink(self.link)
+
+    def _unpowered(self, now: float) -> None:
+        """The board lost power: no pty; the setpoint wires read 0 V, so every valve vents."""
+        self.slave_path = None
+        for v in self.valves:
+            v.set_code(0, now)
+        self.codes = [0] * self.channels
 
     def pressures(self) -> list[float]:
         with self._lock:
@@ -270,11 +314,7 @@ class BoardEmulator(BoardRecord):
         self.corrupt_rate = float(corrupt_rate)
         self.verbose = verbose
         self._rng = random.Random(seed)
-        # Open for the emulator's lifetime (closed in close()), so no with-block.
-        self._log_file = open(log_path, 'a', buffering=1) if log_path else None  # noqa: SIM115
-        self._session_file = (
-            open(session_path, 'w', buffering=1) if session_path else None  # noqa: SIM115
-        )
+        self._start_record(history, log_path, session_path)
         self._clock = clock
         self._lock = threading.RLock()
         # valve: the description's valve model; else a lag of tau_s with a dead time
@@ -283,14 +323,6 @@ class BoardEmulator(BoardRecord):
             self.cal, params, channels, dac_gain, dac_offset_kpa, adc_noise_kpa, seed, regulation
         )
         self.codes = [0] * channels
-        # The newest `history` SET frames for inspection (the log file keeps all of them); a
-        # bounded deque so a long soak neither grows nor scans ever longer lists under the lock.
-        self.frames: deque[FrameRecord] = deque(maxlen=history)
-        self.frames_total = 0
-        self.rejections: list[tuple[float, int, str]] = []
-        self.invariant_violations: list[FrameRecord] = []
-        self.watchdog_trips = 0
-        self.boots = 0
         self._flags = 0
         self._last_valid_set = 0.0
         self._stalled = False
@@ -298,7 +330,7 @@ class BoardEmulator(BoardRecord):
         self._corrupt_next = 0
         self._master: int | None = None
         self._slave: int | None = None
-        self.slave_path: str | None = None
+        self.slave_path = None
         self._decoder = P.FrameDecoder(accept=P.HOST_TO_BOARD_TYPES)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -327,8 +359,7 @@ class BoardEmulator(BoardRecord):
         self._flags = P.ACK_FRESH_BOOT
         self._last_valid_set = now
         self._write_codes([0] * self.channels, now)
-        if self._session_file:
-            self._session_file.write(json.dumps({'t': now, 'boot': True}) + '\n')
+        self._session({'t': now, 'boot': True})
 
     def _close_pty(self) -> None:
         for fd in (self._master, self._slave):
@@ -336,9 +367,7 @@ class BoardEmulator(BoardRecord):
                 with contextlib.suppress(OSError):
                     os.close(fd)
         self._master = self._slave = None
-        if self.link and os.path.islink(self.link):
-            with contextlib.suppress(OSError):
-                os.unlink(self.link)
+        self._remove_link()
 
     @property
     def present(self) -> bool:
@@ -348,10 +377,7 @@ class BoardEmulator(BoardRecord):
         """Unplug: close the pty (the host sees I/O errors) and remove the link."""
         with self._lock:
             self._close_pty()
-            self.slave_path = None
-            for v in self.valves:  # unpowered board: the setpoint wire reads 0 V, valve vents
-                v.set_code(0, self._clock())
-            self.codes = [0] * self.channels
+            self._unpowered(self._clock())
 
     def reappear(self) -> None:
         """Plug back in: a new pty (new /dev/pts path, link updated) and a fresh boot."""
@@ -385,10 +411,7 @@ class BoardEmulator(BoardRecord):
             self._thread.join(timeout=2.0)
         with self._lock:
             self._close_pty()
-        for f in (self._log_file, self._session_file):
-            if f:
-                f.close()
-        self._log_file = self._session_file = None
+        self._close_files()
 
     @property
     def alive(self) -> bool:
@@ -475,8 +498,7 @@ class BoardEmulator(BoardRecord):
         data = b'\x00'.join(parts)
         if not data:
             return
-        if self._session_file:  # what the firmware would have read, after the wire's faults
-            self._session_file.write(json.dumps({'t': now, 'rx': data.hex()}) + '\n')
+        self._session({'t': now, 'rx': data.hex()})  # what the firmware reads, after the faults
         for item in self._decoder.feed(data):
             self._handle(item, now)
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import os
 import pathlib
 import select
@@ -27,7 +26,6 @@ import threading
 import time
 from collections import deque
 from collections.abc import Sequence
-from typing import IO
 
 from equimus_description.valve import VALVE_TAU_S, ValveParams
 
@@ -231,20 +229,9 @@ class FirmwareBoard(BoardRecord):
             self.cal, params, self.channels, dac_gain, dac_offset_kpa, adc_noise_kpa, seed
         )
         self.codes = [0] * self.channels
-        self.frames: deque[FrameRecord] = deque(maxlen=history)
-        self.frames_total = 0
-        self.rejections: list[tuple[float, int, str]] = []
-        self.invariant_violations: list[FrameRecord] = []
-        self.watchdog_trips = 0
-        self.boots = 0
-        self.slave_path: str | None = None
+        self._start_record(history, log_path, session_path)
+        self.slave_path = None
         self._lock = threading.RLock()
-        self._log_file: IO[str] | None = (
-            open(log_path, 'a', buffering=1) if log_path else None  # noqa: SIM115
-        )
-        self._session_file: IO[str] | None = (
-            open(session_path, 'w', buffering=1) if session_path else None  # noqa: SIM115
-        )
         self._proc: subprocess.Popen[bytes] | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -279,8 +266,7 @@ class FirmwareBoard(BoardRecord):
         self._proc = proc
         self.slave_path = first[1]
         self.boots += 1
-        if self._session_file:
-            self._session_file.write(json.dumps({'t': time.monotonic(), 'boot': True}) + '\n')
+        self._session({'t': time.monotonic(), 'boot': True})
 
     def _power_off(self) -> None:
         proc, self._proc = self._proc, None
@@ -292,9 +278,7 @@ class FirmwareBoard(BoardRecord):
             with contextlib.suppress(OSError):
                 if f:
                     f.close()
-        if self.link and os.path.islink(self.link):
-            with contextlib.suppress(OSError):
-                os.unlink(self.link)
+        self._remove_link()
 
     def _command(self, line: str) -> None:
         proc = self._proc
@@ -312,11 +296,7 @@ class FirmwareBoard(BoardRecord):
         """Unplug: the board loses power (the process is killed, its pty closes)."""
         with self._lock:
             self._power_off()
-            self.slave_path = None
-            now = time.monotonic()
-            for v in self.valves:  # unpowered board: the setpoint wire reads 0 V, valve vents
-                v.set_code(0, now)
-            self.codes = [0] * self.channels
+            self._unpowered(time.monotonic())
 
     def reappear(self) -> None:
         """Plug back in: a fresh boot on a new pty, the link updated."""
@@ -365,10 +345,7 @@ class FirmwareBoard(BoardRecord):
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     proc.wait(2.0)
             self._power_off()
-        for f in (self._log_file, self._session_file):
-            if f:
-                f.close()
-        self._log_file = self._session_file = None
+        self._close_files()
 
     def __enter__(self) -> FirmwareBoard:
         return self.start()
@@ -423,8 +400,7 @@ class FirmwareBoard(BoardRecord):
         for i, (name, t, fields) in enumerate(batch):
             if name == 'rx':
                 data = bytes.fromhex(fields[0])
-                if self._session_file:
-                    self._session_file.write(json.dumps({'t': t, 'rx': data.hex()}) + '\n')
+                self._session({'t': t, 'rx': data.hex()})
                 for item in self._rx_decoder.feed(data):
                     self._pending.append(_Pending(t, item))
             elif name == 'dac':
