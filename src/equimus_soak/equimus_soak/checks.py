@@ -355,8 +355,8 @@ class SoakChecks:
                 gaps = []
                 for v in tl.watchdog_vents:
                     if rec.t0 <= v <= rec.t1 + 1.1:
-                        before = [s[0] for s in tl.sets_between(rec.t0 - 1.0, v)]
-                        a = before[-1] if before else rec.t0
+                        set_times = [s[0] for s in tl.sets_between(rec.t0 - 1.0, v)]
+                        a = set_times[-1] if set_times else rec.t0
                         gaps.append((v - a, late(a, v)))
                 starved = [g for g, d in gaps if g > VENT_MARGIN_S + d]
                 checks.append(
