@@ -19,12 +19,16 @@ import time
 
 ECHO = """
 import rclpy
+from rclpy.executors import ExternalShutdownException
 from std_msgs.msg import Float64MultiArray
 rclpy.init()
 n = rclpy.create_node('bench_dds_echo')
 pub = n.create_publisher(Float64MultiArray, '/bench_dds/pong', 10)
 n.create_subscription(Float64MultiArray, '/bench_dds/ping', pub.publish, 10)
-rclpy.spin(n)
+try:
+    rclpy.spin(n)
+except (KeyboardInterrupt, ExternalShutdownException):
+    pass
 """
 
 
@@ -71,7 +75,11 @@ print(json.dumps({{'rtt': rtt, 'shm_segments': len(shm)}}))
         ).stdout
     finally:
         echo.terminate()
-        echo.wait()
+        try:
+            echo.wait(5.0)
+        except subprocess.TimeoutExpired:  # rclpy's shutdown at exit can hang after SIGTERM
+            echo.kill()
+            echo.wait()
     res = json.loads(out.strip().splitlines()[-1])
     return {'transport': label, **_percentiles(res['rtt']), 'shm_segments': res['shm_segments']}
 

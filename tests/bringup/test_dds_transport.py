@@ -18,6 +18,7 @@ from equimus_bringup.graph import (
     TRANSPORT_CHOICE_ENVS,
     UDP_LOCALHOST_PROFILE,
     UDP_PROFILE,
+    dds_profile,
     describe_graph,
     graph_environment,
     participant_environment,
@@ -29,7 +30,7 @@ from equimus_ros.qos import qos_for
 
 @pytest.fixture
 def no_user_choice(monkeypatch):
-    for k in (*TRANSPORT_CHOICE_ENVS, DISCOVERY_RANGE_ENV, 'RMW_IMPLEMENTATION'):
+    for k in (*TRANSPORT_CHOICE_ENVS, DISCOVERY_RANGE_ENV, 'RMW_IMPLEMENTATION', 'ROS_DISTRO'):
         monkeypatch.delenv(k, raising=False)
 
 
@@ -42,13 +43,16 @@ def test_every_graph_gets_a_udp_profile_and_the_users_choice_wins(no_user_choice
     ):
         specs = describe_graph(mode, args)
         for s in specs:
-            assert all(os.path.basename(s.env[k]) == profile for k in FASTDDS_PROFILE_ENVS)
-            assert os.path.isfile(s.env[FASTDDS_PROFILE_ENVS[0]])
+            assert os.path.basename(dds_profile(s.env) or '') == profile
+            assert os.path.isfile(s.env['FASTDDS_DEFAULT_PROFILES_FILE'])
     # a localhost-only graph: the loopback profile on the SUBNET range, joined here as LOCALHOST
     env = graph_environment('hardware', {DISCOVERY_RANGE_ENV: 'LOCALHOST'})
-    assert os.path.basename(env[FASTDDS_PROFILE_ENVS[0]]) == UDP_LOCALHOST_PROFILE
+    assert os.path.basename(env['FASTDDS_DEFAULT_PROFILES_FILE']) == UDP_LOCALHOST_PROFILE
     assert env[DISCOVERY_RANGE_ENV] == 'SUBNET'
     assert participant_environment(env)[DISCOVERY_RANGE_ENV] == 'LOCALHOST'
+    # one profile variable: Fast DDS 2.x's name on the distributions that ship it
+    jazzy = graph_environment('sim', {'ROS_DISTRO': 'jazzy'})
+    assert [k for k in FASTDDS_PROFILE_ENVS if k in jazzy] == ['FASTRTPS_DEFAULT_PROFILES_FILE']
     # the user's transports or profile, or another DDS: no profile
     for user in ({'FASTDDS_BUILTIN_TRANSPORTS': 'SHM'}, {FASTDDS_PROFILE_ENVS[1]: 'mine.xml'}):
         assert graph_environment('sim', user) == {DISCOVERY_RANGE_ENV: 'LOCALHOST'}

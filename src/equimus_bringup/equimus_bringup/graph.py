@@ -564,8 +564,12 @@ def describe_graph(mode: str, overrides: Mapping[str, str] | None = None) -> lis
 DISCOVERY_RANGE_ENV = 'ROS_AUTOMATIC_DISCOVERY_RANGE'
 #: The environment that decides which DDS graph a participant joins.
 GRAPH_DDS_ENV = ('ROS_DOMAIN_ID', DISCOVERY_RANGE_ENV, 'ROS_STATIC_PEERS')
-#: Where Fast DDS (3.x, 2.x) reads its default XML profile.
+#: Where Fast DDS 3.x (Kilted on) and 2.x read their default XML profile. Only one is set: the
+#: rmw of 3.x reads the 2.x name too (with a deprecation warning), and loading one file twice
+#: logs an XMLPARSER error per process.
 FASTDDS_PROFILE_ENVS = ('FASTDDS_DEFAULT_PROFILES_FILE', 'FASTRTPS_DEFAULT_PROFILES_FILE')
+#: ROS 2 distributions whose Fast DDS is 2.x (the 2.x name).
+FAST_DDS_2_DISTROS = ('humble', 'iron', 'jazzy')
 #: Any of these set by the user is their choice of DDS transports: the graph leaves it alone.
 TRANSPORT_CHOICE_ENVS = (*FASTDDS_PROFILE_ENVS, 'FASTDDS_BUILTIN_TRANSPORTS')
 #: The graph's Fast DDS profiles (share/equimus_bringup/dds): UDP only, no shared memory. With
@@ -622,7 +626,7 @@ def graph_environment(
     if folder is None:
         return env
     profile = os.path.join(folder, UDP_LOCALHOST_PROFILE if localhost else UDP_PROFILE)
-    env.update({k: profile for k in FASTDDS_PROFILE_ENVS})
+    env[FASTDDS_PROFILE_ENVS[environ.get('ROS_DISTRO') in FAST_DDS_2_DISTROS]] = profile
     if localhost:
         env[DISCOVERY_RANGE_ENV] = 'SUBNET'
         if 'ROS_LOCALHOST_ONLY' in environ:
@@ -635,9 +639,14 @@ def participant_environment(env: Mapping[str, str]) -> dict[str, str]:
     (the supervisor's lifecycle client), which does not load the graph's profile: a graph on
     the loopback-only profile is joined with the LOCALHOST range it stands for."""
     out = {k: env[k] for k in GRAPH_DDS_ENV if k in env}
-    if env.get(FASTDDS_PROFILE_ENVS[0], '').endswith(os.sep + UDP_LOCALHOST_PROFILE):
+    if (dds_profile(env) or '').endswith(os.sep + UDP_LOCALHOST_PROFILE):
         out[DISCOVERY_RANGE_ENV] = 'LOCALHOST'
     return out
+
+
+def dds_profile(env: Mapping[str, str]) -> str | None:
+    """The Fast DDS default profile file `env` sets, if any."""
+    return next((env[k] for k in FASTDDS_PROFILE_ENVS if env.get(k)), None)
 
 
 def _merged_files(specs: list[ProcessSpec], args: Mapping[str, str]) -> list[str]:
