@@ -595,12 +595,11 @@ def dds_profile_dir() -> str | None:
 
 
 def _fast_dds(environ: Mapping[str, str]) -> bool:
+    """rmw_fastrtps_cpp is the default rmw where RMW_IMPLEMENTATION is unset."""
     return (environ.get('RMW_IMPLEMENTATION') or 'rmw_fastrtps_cpp').startswith('rmw_fastrtps')
 
 
-def graph_environment(
-    mode: str, environ: Mapping[str, str] | None = None, profile_dir: str | None = None
-) -> dict[str, str]:
+def graph_environment(mode: str, environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """Environment the graph's processes get on top of the caller's.
 
     A simulation is localhost-only, so two users' simulations on one network (same
@@ -622,7 +621,7 @@ def graph_environment(
         env[DISCOVERY_RANGE_ENV] = 'LOCALHOST'
     if any(k in environ for k in TRANSPORT_CHOICE_ENVS) or not _fast_dds(environ):
         return env
-    folder = profile_dir or dds_profile_dir()
+    folder = dds_profile_dir()
     if folder is None:
         return env
     profile = os.path.join(folder, UDP_LOCALHOST_PROFILE if localhost else UDP_PROFILE)
