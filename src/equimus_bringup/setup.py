@@ -15,6 +15,7 @@ setup(
         ('share/equimus_bringup', ['package.xml']),
         ('share/equimus_bringup/launch', sorted(glob('launch/*.py'))),
         ('share/equimus_bringup/config', sorted(glob('config/*.yaml'))),
+        ('share/equimus_bringup/dds', sorted(glob('dds/*.xml'))),
         ('share/equimus_bringup/viewers', sorted(glob('viewers/*'))),
     ],
     install_requires=['setuptools'],

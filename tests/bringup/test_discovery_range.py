@@ -7,19 +7,28 @@ import time
 import pytest
 import rclpy
 
-from equimus_bringup.graph import DISCOVERY_RANGE_ENV, describe_graph, graph_environment
+from equimus_bringup.graph import (
+    DISCOVERY_RANGE_ENV,
+    describe_graph,
+    graph_environment,
+    participant_environment,
+)
 from equimus_bringup.supervisor import Supervisor
 from equimus_description.interface import REFERENCE
 
 
 def test_sim_graph_is_localhost_only_and_hardware_keeps_the_default(monkeypatch):
+    """Localhost-only is the LOCALHOST range, or on Fast DDS its UDP-only equivalent (the
+    loopback profile, test_dds_transport.py), which a participant here joins as LOCALHOST."""
     monkeypatch.delenv(DISCOVERY_RANGE_ENV, raising=False)
     sim = describe_graph('sim', {'record': 'true', 'bag': 'b'})
-    assert sim and all(s.env.get(DISCOVERY_RANGE_ENV) == 'LOCALHOST' for s in sim)
+    assert sim and all(
+        participant_environment(s.env).get(DISCOVERY_RANGE_ENV) == 'LOCALHOST' for s in sim
+    )
     hw = describe_graph('hardware', {'record': 'true', 'bag': 'b'})
     assert all(DISCOVERY_RANGE_ENV not in s.env for s in hw)
     # the user's own choice wins
-    assert graph_environment('sim', {DISCOVERY_RANGE_ENV: 'SUBNET'}) == {}
+    assert DISCOVERY_RANGE_ENV not in graph_environment('sim', {DISCOVERY_RANGE_ENV: 'SUBNET'})
 
 
 def _seen(node, topic: str, timeout: float) -> bool:
@@ -35,7 +44,7 @@ def _seen(node, topic: str, timeout: float) -> bool:
 def test_the_graph_environment_reaches_the_process(ros_node, monkeypatch, rng, visible):
     monkeypatch.delenv(DISCOVERY_RANGE_ENV, raising=False)
     spec = next(s for s in describe_graph('sim', {'composed': 'false'}) if s.name == 'reference')
-    assert spec.env[DISCOVERY_RANGE_ENV] == 'LOCALHOST'
+    assert participant_environment(spec.env)[DISCOVERY_RANGE_ENV] == 'LOCALHOST'
     spec = dataclasses.replace(spec, env={DISCOVERY_RANGE_ENV: rng})
     sup = Supervisor([spec], echo=False)
     sup.start()

@@ -562,19 +562,90 @@ def describe_graph(mode: str, overrides: Mapping[str, str] | None = None) -> lis
 
 #: ROS 2 (Iron and later) discovery range; LOCALHOST keeps DDS discovery on this machine.
 DISCOVERY_RANGE_ENV = 'ROS_AUTOMATIC_DISCOVERY_RANGE'
+#: The environment that decides which DDS graph a participant joins.
+GRAPH_DDS_ENV = ('ROS_DOMAIN_ID', DISCOVERY_RANGE_ENV, 'ROS_STATIC_PEERS')
+#: Where Fast DDS 3.x (Kilted on) and 2.x read their default XML profile. Only one is set: the
+#: rmw of 3.x reads the 2.x name too (with a deprecation warning), and loading one file twice
+#: logs an XMLPARSER error per process.
+FASTDDS_PROFILE_ENVS = ('FASTDDS_DEFAULT_PROFILES_FILE', 'FASTRTPS_DEFAULT_PROFILES_FILE')
+#: ROS 2 distributions whose Fast DDS is 2.x (the 2.x name).
+FAST_DDS_2_DISTROS = ('humble', 'iron', 'jazzy')
+#: Any of these set by the user is their choice of DDS transports: the graph leaves it alone.
+TRANSPORT_CHOICE_ENVS = (*FASTDDS_PROFILE_ENVS, 'FASTDDS_BUILTIN_TRANSPORTS')
+#: The graph's Fast DDS profiles (share/equimus_bringup/dds): UDP only, no shared memory. With
+#: shared memory, a process SIGKILLed while its receive thread holds its port's lock blocks
+#: every writer that sends to it for 1 s per send (Fast DDS's interprocess lock timeout), and
+#: the writer's publishing thread waits behind it: one recorder kill stopped the bridge, the
+#: controller and the valve driver together (docs/reliability.md).
+UDP_PROFILE = 'udp.xml'
+UDP_LOCALHOST_PROFILE = 'udp_localhost.xml'
+
+
+def dds_profile_dir() -> str | None:
+    """share/equimus_bringup/dds of the installed package, or None where it is not found."""
+    try:
+        from ament_index_python.packages import PackageNotFoundError, get_package_share_directory
+    except ImportError:
+        return None
+    try:
+        folder = os.path.join(get_package_share_directory('equimus_bringup'), 'dds')
+    except PackageNotFoundError:
+        return None
+    return folder if os.path.isfile(os.path.join(folder, UDP_PROFILE)) else None
+
+
+def _fast_dds(environ: Mapping[str, str]) -> bool:
+    """rmw_fastrtps_cpp is the default rmw where RMW_IMPLEMENTATION is unset."""
+    return (environ.get('RMW_IMPLEMENTATION') or 'rmw_fastrtps_cpp').startswith('rmw_fastrtps')
 
 
 def graph_environment(mode: str, environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """Environment the graph's processes get on top of the caller's.
 
     A simulation is localhost-only, so two users' simulations on one network (same
-    ROS_DOMAIN_ID) never exchange a message; the hardware graph keeps the default range (a
-    monitor on another machine may watch the rig). A discovery range set by the user wins.
+    ROS_DOMAIN_ID) never exchange a message; the hardware graph keeps the caller's range (a
+    monitor on another machine may watch the rig). On Fast DDS every process talks UDP only, so
+    no process that dies (a node, a recorder, a monitor on this host) can block another's
+    publish: a localhost-only graph gets the loopback-only UDP profile and the range SUBNET
+    (rmw_fastrtps's LOCALHOST range always adds shared memory; the profile keeps discovery and
+    data on this host); other ranges the UDP profile. A discovery range or a DDS transport or
+    profile set by the user wins.
     """
     environ = os.environ if environ is None else environ
+    localhost = (
+        environ.get(DISCOVERY_RANGE_ENV)
+        or ('LOCALHOST' if mode == 'sim' or environ.get('ROS_LOCALHOST_ONLY') == '1' else '')
+    ).upper() == 'LOCALHOST'
+    env: dict[str, str] = {}
     if mode == 'sim' and DISCOVERY_RANGE_ENV not in environ:
-        return {DISCOVERY_RANGE_ENV: 'LOCALHOST'}
-    return {}
+        env[DISCOVERY_RANGE_ENV] = 'LOCALHOST'
+    if any(k in environ for k in TRANSPORT_CHOICE_ENVS) or not _fast_dds(environ):
+        return env
+    folder = dds_profile_dir()
+    if folder is None:
+        return env
+    profile = os.path.join(folder, UDP_LOCALHOST_PROFILE if localhost else UDP_PROFILE)
+    env[FASTDDS_PROFILE_ENVS[environ.get('ROS_DISTRO') in FAST_DDS_2_DISTROS]] = profile
+    if localhost:
+        env[DISCOVERY_RANGE_ENV] = 'SUBNET'
+        if 'ROS_LOCALHOST_ONLY' in environ:
+            env['ROS_LOCALHOST_ONLY'] = '0'
+    return env
+
+
+def participant_environment(env: Mapping[str, str]) -> dict[str, str]:
+    """The DDS variables of a graph's environment for a participant created in this process
+    (the supervisor's lifecycle client), which does not load the graph's profile: a graph on
+    the loopback-only profile is joined with the LOCALHOST range it stands for."""
+    out = {k: env[k] for k in GRAPH_DDS_ENV if k in env}
+    if (dds_profile(env) or '').endswith(os.sep + UDP_LOCALHOST_PROFILE):
+        out[DISCOVERY_RANGE_ENV] = 'LOCALHOST'
+    return out
+
+
+def dds_profile(env: Mapping[str, str]) -> str | None:
+    """The Fast DDS default profile file `env` sets, if any."""
+    return next((env[k] for k in FASTDDS_PROFILE_ENVS if env.get(k)), None)
 
 
 def _merged_files(specs: list[ProcessSpec], args: Mapping[str, str]) -> list[str]:

@@ -24,14 +24,18 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from equimus_bringup.graph import ProcessSpec, realtime_problem, ros_arguments
+from equimus_bringup.graph import (
+    GRAPH_DDS_ENV,
+    ProcessSpec,
+    participant_environment,
+    realtime_problem,
+    ros_arguments,
+)
 
 #: s a managed node may take to offer its lifecycle services after its process started (imports,
 #: DDS discovery on a loaded machine), and to answer one transition.
 LIFECYCLE_SERVICE_TIMEOUT_S = 30.0
 LIFECYCLE_CALL_TIMEOUT_S = 10.0
-#: The environment that decides which DDS graph a participant joins.
-GRAPH_DDS_ENV = ('ROS_DOMAIN_ID', 'ROS_AUTOMATIC_DISCOVERY_RANGE', 'ROS_STATIC_PEERS')
 
 
 _GRAPHS = itertools.count(1)  # graphs started by this process: their enclaves
@@ -81,7 +85,7 @@ def graph_context(env: Mapping[str, str], domain: int | None = None):
 
     context = Context()
     saved = {k: os.environ.get(k) for k in GRAPH_DDS_ENV}
-    os.environ.update({k: env[k] for k in GRAPH_DDS_ENV if k in env})
+    os.environ.update(participant_environment(env))
     if domain is not None:
         os.environ['ROS_DOMAIN_ID'] = str(domain)
     try:

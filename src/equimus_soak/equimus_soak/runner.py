@@ -17,7 +17,12 @@ from pathlib import Path
 
 import yaml
 
-from equimus_bringup.graph import default_config_dir, describe_graph, realtime_problem
+from equimus_bringup.graph import (
+    default_config_dir,
+    describe_graph,
+    graph_environment,
+    realtime_problem,
+)
 from equimus_bringup.supervisor import GraphError, Supervisor
 from equimus_soak.checks import Check, SoakChecks
 from equimus_soak.faults import ALL_FAULTS, FAULTS, FUSED_AWAY, RATE_HZ, FaultInjection, FaultRecord
@@ -266,6 +271,8 @@ class Soak(FaultInjection, SoakChecks):
             ROS_AUTOMATIC_DISCOVERY_RANGE='LOCALHOST',
             PYTHONUNBUFFERED='1',
         )
+        for spec in specs:  # the graph's DDS settings for the soak's range, not the caller's
+            spec.env.update(graph_environment('hardware', env))
         self.sup = SoakSupervisor(specs, echo=self.echo, env=env)
         self.t_start = time.monotonic()
         wall0, real0 = time.monotonic(), time.time()

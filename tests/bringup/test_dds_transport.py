@@ -1,0 +1,91 @@
+"""On Fast DDS the graph's processes talk UDP only (`graph_environment`), so a process that dies
+holding its shared-memory port's lock cannot block their publishers (docs/reliability.md, "A
+SIGKILLed recorder stalled"). Real processes: a graph node started from its description
+delivers messages to a participant of this process on the LOCALHOST range, and its memory maps
+show whether it opened Fast DDS shared memory."""
+
+import dataclasses
+import os
+import time
+
+import pytest
+import rclpy
+from sensor_msgs.msg import JointState
+
+from equimus_bringup.graph import (
+    DISCOVERY_RANGE_ENV,
+    FASTDDS_PROFILE_ENVS,
+    TRANSPORT_CHOICE_ENVS,
+    UDP_LOCALHOST_PROFILE,
+    UDP_PROFILE,
+    dds_profile,
+    describe_graph,
+    graph_environment,
+    participant_environment,
+)
+from equimus_bringup.supervisor import Supervisor
+from equimus_description.interface import REFERENCE
+from equimus_ros.qos import qos_for
+
+
+@pytest.fixture
+def no_user_choice(monkeypatch):
+    for k in (*TRANSPORT_CHOICE_ENVS, DISCOVERY_RANGE_ENV, 'RMW_IMPLEMENTATION', 'ROS_DISTRO'):
+        monkeypatch.delenv(k, raising=False)
+
+
+def test_every_graph_gets_a_udp_profile_and_the_users_choice_wins(no_user_choice):
+    for mode, args, profile in (
+        ('sim', {'composed': 'false'}, UDP_LOCALHOST_PROFILE),
+        ('sim', {'composed': 'true'}, UDP_LOCALHOST_PROFILE),
+        ('hardware', {'record': 'true', 'bag': 'b'}, UDP_PROFILE),
+        ('hardware', {'fused_loop': 'true', 'record': 'true', 'bag': 'b'}, UDP_PROFILE),
+    ):
+        specs = describe_graph(mode, args)
+        for s in specs:
+            assert os.path.basename(dds_profile(s.env) or '') == profile
+            assert os.path.isfile(s.env['FASTDDS_DEFAULT_PROFILES_FILE'])
+    # a localhost-only graph: the loopback profile on the SUBNET range, joined here as LOCALHOST
+    env = graph_environment('hardware', {DISCOVERY_RANGE_ENV: 'LOCALHOST'})
+    assert os.path.basename(env['FASTDDS_DEFAULT_PROFILES_FILE']) == UDP_LOCALHOST_PROFILE
+    assert env[DISCOVERY_RANGE_ENV] == 'SUBNET'
+    assert participant_environment(env)[DISCOVERY_RANGE_ENV] == 'LOCALHOST'
+    # one profile variable: Fast DDS 2.x's name on the distributions that ship it
+    jazzy = graph_environment('sim', {'ROS_DISTRO': 'jazzy'})
+    assert [k for k in FASTDDS_PROFILE_ENVS if k in jazzy] == ['FASTRTPS_DEFAULT_PROFILES_FILE']
+    # the user's transports or profile, or another DDS: no profile
+    for user in ({'FASTDDS_BUILTIN_TRANSPORTS': 'SHM'}, {FASTDDS_PROFILE_ENVS[1]: 'mine.xml'}):
+        assert graph_environment('sim', user) == {DISCOVERY_RANGE_ENV: 'LOCALHOST'}
+    assert graph_environment('hardware', {'RMW_IMPLEMENTATION': 'rmw_cyclonedds_cpp'}) == {}
+
+
+def _fastdds_shm_maps(pid: int) -> list[str]:
+    with open(f'/proc/{pid}/maps') as fh:
+        return sorted({ln.split()[-1] for ln in fh if '/dev/shm/fastdds' in ln})
+
+
+@pytest.mark.parametrize('graph_profile', [True, False])
+def test_a_graph_process_delivers_over_udp_without_shared_memory(
+    ros_node, monkeypatch, no_user_choice, graph_profile
+):
+    """The reference node as a localhost-only graph starts it reaches this process (LOCALHOST
+    range, shared memory on) and maps no shared memory; on the plain LOCALHOST range it maps
+    Fast DDS's shared-memory segments (the check can fail)."""
+    monkeypatch.setenv(DISCOVERY_RANGE_ENV, 'LOCALHOST')
+    spec = next(s for s in describe_graph('hardware', {}) if s.name == 'reference')
+    assert spec.env[DISCOVERY_RANGE_ENV] == 'SUBNET'
+    if not graph_profile:
+        spec = dataclasses.replace(spec, env={})
+    got: list[JointState] = []
+    ros_node.create_subscription(JointState, REFERENCE.name, got.append, qos_for(REFERENCE))
+    sup = Supervisor([spec], echo=False)
+    sup.start()
+    try:
+        end = time.monotonic() + 15.0
+        while len(got) < 5 and time.monotonic() < end:
+            rclpy.spin_once(ros_node, timeout_sec=0.1)
+        assert len(got) >= 5, f'{len(got)} reference messages in 15 s'
+        maps = _fastdds_shm_maps(sup.procs['reference'].pid)
+        assert bool(maps) != graph_profile, maps
+    finally:
+        sup.stop()
