@@ -502,8 +502,7 @@ class ValveDriver(LifecycleNode):
         ):
             self._measured_count = board.measured_count
             at = getattr(board, 'measured_at', None)  # the read-back's own time, if known
-            age = max(0.0, time.monotonic() - at) if at is not None else 0.0
-            self.pub_pressure.publish(self._pressures(board.measured_kpa, age))
+            self.pub_pressure.publish(self._pressures(board.measured_kpa, at))
         key = (
             board.state,
             self.safety.armed,
@@ -536,12 +535,16 @@ class ValveDriver(LifecycleNode):
         if self.context.ok():  # a signal may have shut ROS down already; the serial side still runs
             self.pub_applied.publish(self._pressures(applied))
 
-    def _pressures(self, kpa, age_s: float = 0.0):
-        """Stamped now on the node clock (sim time in the sim graph: the frame it answers),
-        less `age_s` (a read-back published a tick after the board took it)."""
+    def _pressures(self, kpa, taken_at: float | None = None):
+        """Stamped now on the node clock (sim time in the sim graph: the frame it answers), less
+        the age of a read-back taken at monotonic time `taken_at`. The age is measured right
+        beside the clock reading, so a preemption before it cannot move the stamp later (that
+        put successive /valve/pressure stamps out of order under load)."""
         now = self.get_clock().now()
-        if age_s > 0.0:
-            now = now - Duration(nanoseconds=int(age_s * 1e9))
+        if taken_at is not None:
+            age_s = time.monotonic() - taken_at
+            if age_s > 0.0:
+                now = now - Duration(nanoseconds=int(age_s * 1e9))
         return pressure_state(self.channels, kpa, now.to_msg())
 
     # ----------------------------------------------------------------- services
