@@ -13,6 +13,7 @@ rclpy = pytest.importorskip('rclpy')
 
 from rcl_interfaces.msg import Parameter as ParameterMsg  # noqa: E402
 from rcl_interfaces.srv import GetParameters, SetParameters  # noqa: E402
+from rclpy.duration import Duration  # noqa: E402
 from rclpy.parameter import Parameter  # noqa: E402
 from rosproc import start_node, stop  # noqa: E402
 from sensor_msgs.msg import JointState  # noqa: E402
@@ -65,6 +66,14 @@ class Probe:
         )
         m.header.stamp.sec, m.header.stamp.nanosec = sec, nanosec
         return m
+
+    def reference(self, q, qd, sec, nanosec):
+        """Send one reference and let the controller take it before the next state. Matched on
+        the probe's side is not matched on the node's: the reference (reliable) is waited for
+        until the node's reader acknowledged it, then the node is given time to handle it."""
+        self.ref_pub.publish(self.message(q, qd, sec, nanosec))
+        assert self.ref_pub.wait_for_all_acked(Duration(seconds=10)), 'reference not acknowledged'
+        self.spin(0.3)
 
     def state(self, q, qd, sec, nanosec, timeout=10.0):
         """Send one joint state and return the command it produced."""
@@ -122,8 +131,7 @@ def test_parameters_follow_ros2_param_set(controller, ros_node):
     assert holding_pressures(pose, params)[0] > 15.0
     probe = Probe(ros_node)
     probe.wait_connected()
-    probe.ref_pub.publish(probe.message(pose, [0.0, 0.0], 0, 0))
-    probe.spin(0.3)
+    probe.reference(pose, [0.0, 0.0], 0, 0)
     u = [probe.state(pose, [0.0, 0.0], 1, k * 8_333_333) for k in range(5)][-1]
     assert u[0] > 15.0, u
 
@@ -235,8 +243,7 @@ def test_node_and_harness_give_bit_identical_commands(controller, ros_node):
     got = []
     for what, q, qd, sec, nsec in events:
         if what == 'ref':
-            probe.ref_pub.publish(probe.message(q, qd, sec, nsec))
-            probe.spin(0.3)  # the reference is in before the next state
+            probe.reference(q, qd, sec, nsec)
         else:
             got.append(probe.state(q, qd, sec, nsec))
     assert len(got) == len(expected)
