@@ -8,7 +8,6 @@ import json
 import os
 import signal
 import socket
-import subprocess
 import tempfile
 import threading
 import time
@@ -18,6 +17,7 @@ from pathlib import Path
 import yaml
 
 from equimus_bringup.graph import (
+    ProcessSpec,
     default_config_dir,
     describe_graph,
     graph_environment,
@@ -57,28 +57,16 @@ class SoakSupervisor(Supervisor):
         for spec in self.specs:  # all processes start at once, then the managed ones go active
             self.bring_up(spec.name)
 
-    def spawn(self, name: str, bring_up: bool = True) -> None:
-        spec = next(s for s in self.specs if s.name == name)
-        cmd = self.command(spec)
-        if name == 'recorder':
+    def command(self, spec: ProcessSpec) -> list[str]:
+        cmd = super().command(spec)
+        if spec.name == 'recorder':
             # A full disk makes write() fail (ENOSPC) without a signal; with RLIMIT_FSIZE the
             # kernel would also send SIGXFSZ, so the recorder ignores it and sees EFBIG instead.
             cmd = ['sh', '-c', 'trap "" XFSZ; exec "$@"', 'sh', *cmd]
-        proc = subprocess.Popen(
-            cmd,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env={**self.env, **spec.env},
-            text=True,
-            bufsize=1,
-            start_new_session=True,
-        )
-        self.procs[name] = proc
-        self.output.setdefault(name, [])
-        t = threading.Thread(target=self._pump, args=(name, proc), daemon=True)
-        t.start()
-        self._threads.append(t)
+        return cmd
+
+    def spawn(self, name: str, bring_up: bool = True) -> None:
+        self._spawn(next(s for s in self.specs if s.name == name))
         if bring_up:
             self.bring_up(name)  # a restarted managed node: configure and activate it
 
