@@ -156,6 +156,21 @@ def test_poses_arrive_with_exposure_stamps(
         f'poses did not arrive: {[listener.count(n) for n in BODIES]}\n'
         f'{bridge.stop()[1]}\n{emu.stop()[1]}'
     )
+
+    # A stamp may be off by the clock mapping's uncertainty (half the round trip of its best
+    # echo: 50-100 ms at startup with both cores busy, until a fast echo comes back).
+    def uncertainties():
+        return [
+            float(v) for d in list(listener.diags) if (v := vals(d).get('clock_uncertainty_ms'))
+        ]
+
+    # Beyond 3 ms an arrival stamp (age = DDS delivery) would pass the bound below as well.
+    assert wait_for(lambda: (u := uncertainties()) and u[-1] < 3.0, 10), uncertainties()
+    n_diag = len(uncertainties()) - 1
+    since = {n: listener.count(n) for n in BODIES}
+    assert wait_for(lambda: all(listener.count(n) >= since[n] + 40 for n in BODIES), 10)
+    assert wait_for(lambda: len(uncertainties()) > n_diag + 1, 3)
+    uncertainty = max(uncertainties()[n_diag:])
     for name, (p, q) in BODIES.items():
         rx_ns, msg = listener.poses[name][-1]
         assert msg.header.frame_id == 'mocap'
@@ -171,10 +186,11 @@ def test_poses_arrive_with_exposure_stamps(
         assert got_q == pytest.approx((q[0], -q[2], q[1], q[3]), abs=1e-6)
         ages = [
             (rx - (m.header.stamp.sec * 10**9 + m.header.stamp.nanosec)) / 1e6
-            for rx, m in listener.poses[name][-40:]
+            for rx, m in listener.poses[name][since[name] :]
         ]
-        # Stamped at mid-exposure: 4 ms before the emulator sent it, never after arrival.
-        assert min(ages) >= 3.9, ages
+        # Stamped at mid-exposure: 4 ms before the emulator sent it, never after arrival; the
+        # stamp may be off by the clock mapping's uncertainty (0.9 ms seen once in CI under load).
+        assert min(ages) >= 3.9 - uncertainty, (ages, uncertainty)
         # The upper bound only catches a stamp off by a clock error (seconds): the age also holds
         # DDS delivery to a listener that a loaded machine schedules late (the stamp's accuracy
         # without DDS, 6-15 ms, is checked in test_client_emulator.py).

@@ -153,10 +153,10 @@ def test_the_composed_recorder_tells_the_truth_when_the_disk_fills_up(
     from equimus_bringup.graph import describe_graph
     from equimus_bringup.supervisor import Supervisor
 
-    # Lockstep runs as fast as the machine lets it: a flush every 0.1 s and a disk that holds
-    # several of them make "some flushes before the error" independent of the machine's load;
-    # 2 MiB (about 37 sim s) also leaves a loaded machine's discovery time to deliver the
-    # recorder's first OK report before the disk is full (1 MiB filled before it at load 20).
+    # A flush every 0.1 s and a disk that holds several of them make "some flushes before the
+    # error" independent of the machine's load; 2 MiB (about 37 sim s) at 3x real time (about
+    # 12 s) also leaves a loaded machine's discovery time to deliver the recorder's first OK
+    # report before the disk is full (as fast as possible, 2 MiB filled before it once in CI).
     path = small_disk('2m') / 'bag'
     params = tmp_path / 'recorder.yaml'
     params.write_text('recorder:\n  ros__parameters:\n    flush_period: 0.1\n')
@@ -171,7 +171,13 @@ def test_the_composed_recorder_tells_the_truth_when_the_disk_fills_up(
     sub = ros_node.create_subscription(DiagnosticArray, '/diagnostics', on_diag, 50)
     specs = describe_graph(
         'sim',
-        {'record': 'true', 'bag': str(path), 'pause_at': '120.0', 'params_file': str(params)},
+        {
+            'record': 'true',
+            'bag': str(path),
+            'pause_at': '120.0',
+            'params_file': str(params),
+            'real_time_factor': '3',
+        },
     )
     sup = Supervisor(specs, echo=False)
     try:

@@ -466,6 +466,9 @@ class NatNetBridge(LifecycleNode):
             'clock_offset_ticks': ''
             if c.clock_offset_ticks is None
             else f'{c.clock_offset_ticks:.0f}',
+            'clock_uncertainty_ms': ''
+            if c.clock_uncertainty_s is None
+            else f'{c.clock_uncertainty_s * 1e3:.3f}',
             'stream_stopped': str(c.stream_stopped()).lower(),
             'natnet_version': '' if info is None else '.'.join(map(str, info.natnet_version)),
             'server_app': '' if info is None else info.app_name,

@@ -27,6 +27,11 @@ from .checks import Plausibility, implausible_reason
 KEEPALIVE_PERIOD_S = 1.0
 ECHO_PERIOD_S = 1.0
 ECHO_WINDOW = 16
+#: While no echo of the window came back within ECHO_GOOD_RTT_S (a busy machine, or just
+#: connected), echoes go out every ECHO_FAST_PERIOD_S: the clock mapping is only as good as its
+#: best round trip (50-100 ms seen at startup with both cores busy).
+ECHO_GOOD_RTT_S = 0.002
+ECHO_FAST_PERIOD_S = 0.1
 RECV_BUFFER = 1 << 20
 MODELDEF_RETRY_S = 1.0
 #: Frames held while the model definitions are still unknown (so the first frames are published).
@@ -476,6 +481,15 @@ class NatNetClient:
                 return None
             return min(self._echo)[1]
 
+    @property
+    def clock_uncertainty_s(self) -> float | None:
+        """The most the clock mapping can be off: half the round trip of the echo it uses (the
+        server read its clock somewhere within that round trip)."""
+        with self._lock:
+            if not self._echo:
+                return None
+            return min(self._echo)[0] / 2e9
+
     def server_ticks_at(self, client_ns: int) -> float | None:
         off = self.clock_offset_ticks
         info = self.server_info
@@ -587,7 +601,9 @@ class NatNetClient:
             if not self.multicast and now - self._last_keepalive > KEEPALIVE_PERIOD_S * 1e9:
                 self._last_keepalive = now
                 self.send(P.Empty(P.MessageId.KEEPALIVE))
-            if now - self._last_echo > ECHO_PERIOD_S * 1e9:
+            unc = self.clock_uncertainty_s
+            good = unc is not None and 2 * unc <= ECHO_GOOD_RTT_S
+            if now - self._last_echo > (ECHO_PERIOD_S if good else ECHO_FAST_PERIOD_S) * 1e9:
                 self.send_echo()
             if self.model is None and now - self._last_modeldef_req > MODELDEF_RETRY_S * 1e9:
                 self.request_modeldef()
