@@ -193,8 +193,9 @@ def test_poses_arrive_with_exposure_stamps(
         assert min(ages) >= 3.9 - uncertainty, (ages, uncertainty)
         # The upper bound only catches a stamp off by a clock error (seconds): the age also holds
         # DDS delivery to a listener that a loaded machine schedules late (the stamp's accuracy
-        # without DDS, 6-15 ms, is checked in test_client_emulator.py).
-        assert sorted(ages)[len(ages) // 2] < 250.0, ages
+        # without DDS, 6-15 ms, is checked in test_client_emulator.py): a median of 358 ms was
+        # seen with both cores busy.
+        assert sorted(ages)[len(ages) // 2] < 1000.0, ages
     # 120 Hz: 40 frames span ~1/3 s.
     stamps = [
         m.header.stamp.sec + m.header.stamp.nanosec * 1e-9 for _, m in listener.poses['thigh'][-41:]
