@@ -57,6 +57,7 @@ def test_truth_table_scores_each_interval_against_the_truth():
 
 
 @pytest.mark.slow
+@pytest.mark.serial
 def test_the_loop_end_to_end_makes_the_rig_track_better(tmp_path):
     """Short budget against a drawn truth: the adapted PID must track the triangle better on
     the emulated rig than the PID set up on the nominal model, the identified model must
@@ -77,6 +78,8 @@ def test_the_loop_end_to_end_makes_the_rig_track_better(tmp_path):
     ):
         assert step in proc.stdout, step
     result = json.loads((out / 'adapt.json').read_text())
+    # Judged on a pair the machine delayed alike (adapt runs the pair again otherwise).
+    assert result['comparable'], result
     assert result['tracking_sum_after'] < result['tracking_sum_before'], result
     assert sum(result['validation_rmse_identified']) < sum(result['validation_rmse_nominal'])
     # the run's record: the plant it ran, the bags, the deployed parameters, the report
@@ -107,3 +110,11 @@ def test_a_deployed_model_is_checked_before_the_graph_starts(tmp_path):
         else:
             with pytest.raises(prestart.StartError, match='missing.yaml'):
                 prestart.check('hardware', args)
+
+
+def test_runs_delayed_unequally_are_not_compared():
+    """The CI run whose after-run joint states were 40 ms late (10 ms before) is not comparable;
+    a frame's or a third's difference is."""
+    assert not adapt.comparable(0.0108, 0.0399)
+    assert adapt.comparable(0.0105, 0.0180) and adapt.comparable(0.030, 0.039)
+    assert not adapt.comparable(0.030, 0.0411)

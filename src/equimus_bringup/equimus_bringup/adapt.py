@@ -202,6 +202,15 @@ GAIN_SCALES = (
 )
 #: frames per second of the loop (the mocap rate)
 RATE_HZ = 120.0
+#: Times the before/after pair is run again when the machine delayed one run's loop more than
+#: the other's (another process took the cores): tracking compared across unequal delays says
+#: more about the machine than about the gains (a CI run: 10 vs 40 ms median, p99 38 vs 511 ms).
+PAIR_RETRIES = 2
+
+
+def comparable(before_s: float, after_s: float) -> bool:
+    """The two runs' median loop delays differ by at most a frame or a third of the shorter."""
+    return abs(after_s - before_s) <= max(1.0 / RATE_HZ, min(before_s, after_s) / 3)
 
 
 def loop_delay(bag: Path, t0: float, t1: float) -> float:
@@ -384,6 +393,22 @@ def run(ns: argparse.Namespace, log: Log = print) -> int:
         params_pid = retune(out / 'params.yaml', out, budget, log, delay)
         start_graph(session, log)
         after = session.task('after', out / 'bag_after', budget.task_s, 'pid', str(params_pid))
+        bags = (out / 'bag_before', out / 'bag_after')
+        delays = (delay, loop_delay(bags[1], after.armed_at, after.ended_at))
+        for k in range(2, 2 + PAIR_RETRIES):
+            if comparable(*delays):
+                break
+            log(
+                '[rig] the machine delayed one run more than the other (joint states '
+                f'{1e3 * delays[0]:.0f} vs {1e3 * delays[1]:.0f} ms late): before and after again'
+            )
+            bags = (out / f'bag_before_{k}', out / f'bag_after_{k}')
+            before = session.task(f'before {k}', bags[0], budget.task_s, 'pid')
+            after = session.task(f'after {k}', bags[1], budget.task_s, 'pid', str(params_pid))
+            delays = (
+                loop_delay(bags[0], before.armed_at, before.ended_at),
+                loop_delay(bags[1], after.armed_at, after.ended_at),
+            )
     except KeyboardInterrupt:
         session.stop()  # the graph's processes are in sessions of their own: end them too
         print(
@@ -395,9 +420,12 @@ def run(ns: argparse.Namespace, log: Log = print) -> int:
         print(f'equimus adapt: {type(exc).__name__}: {exc}'.splitlines()[0], file=sys.stderr)
         return 2
     session.stop()
-    tb = tracking(out / 'bag_before', before.armed_at + SETTLE_S, before.ended_at)
-    ta = tracking(out / 'bag_after', after.armed_at + SETTLE_S, after.ended_at)
+    tb = tracking(bags[0], before.armed_at + SETTLE_S, before.ended_at)
+    ta = tracking(bags[1], after.armed_at + SETTLE_S, after.ended_at)
     result.update(
+        compared_bags=[b.name for b in bags],
+        loop_delays_s=list(delays),
+        comparable=comparable(*delays),
         tracking_rmse_before=tb['rmse'],
         tracking_rmse_after=ta['rmse'],
         tracking_sum_before=tb['sum'],
@@ -513,7 +541,16 @@ def write_report(
         f'| validation replay, nominal | {_row(val["nominal"]["rmse"])} |',
         f'| validation replay, identified | {_row(val["identified"]["rmse"])} |',
         '',
-        f'Tracking: {100 * result["reduction"]:.0f} % less error after adapt.',
+        f'Tracking: {100 * result["reduction"]:.0f} % less error after adapt '
+        f'({" and ".join(result["compared_bags"])}; joint states reached the loop '
+        + ' and '.join(f'{1e3 * d:.0f}' for d in result['loop_delays_s'])
+        + ' ms after capture, median'
+        + (
+            ').'
+            if result['comparable']
+            else '; NOT comparable: the machine delayed one run more, '
+            f'also after {PAIR_RETRIES} more pairs).'
+        ),
         '',
         '![tracking](tracking.png)',
         '',
