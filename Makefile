@@ -13,8 +13,10 @@ setup:
 run: setup  ## the main job: simulated leg under closed-loop control through the triangle, recorded (VIDEO=1: also video.mp4)
 	@$(ENV) && python -m equimus_bringup.main_job --controller $(CONTROLLER) --out $(OUT) $(if $(VIDEO),--video)
 
-test: setup  ## the whole test suite
-	@$(ENV) && python -m pytest -q tests
+TEST_WORKERS ?= 2
+test: setup  ## the whole test suite: on TEST_WORKERS processes, then the `serial` tests alone
+	@$(ENV) && python -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m 'not serial' tests \
+	  && python -m pytest -q -m serial tests
 
 lint: setup  ## ruff (lint, format check) and mypy
 	@bash scripts/lint.sh
