@@ -5,6 +5,7 @@ and the signal is sent once Python reports (-X importtime) the first import made
 shared entry module loaded, so it lands in the node module's own imports. (The console
 script's own start, importlib.metadata finding the entry point, stays outside: tens of ms.)"""
 
+import fcntl
 import os
 import signal
 import subprocess
@@ -24,14 +25,20 @@ from equimus_bringup.supervisor import find_executable
     ],
 )
 def test_ctrl_c_while_importing_is_one_line(package, executable, module):
+    # A one-page pipe: the node blocks writing its import times at most 4 KiB ahead of what was
+    # read here (28-64 KB of them follow the entry module), so on a loaded machine, where this
+    # process reads late, the signal still lands in the imports (a 64 KiB pipe let them finish).
+    r, w = os.pipe()
+    fcntl.fcntl(w, fcntl.F_SETPIPE_SZ, 4096)
     proc = subprocess.Popen(
         [find_executable(package, executable)],
         stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        stderr=w,
         text=True,
         env=dict(os.environ, PYTHONPROFILEIMPORTTIME='1'),
     )
-    assert proc.stderr is not None
+    os.close(w)
+    proc.stderr = open(r, encoding='utf-8', errors='replace')  # noqa: SIM115 (closed by communicate)
     lines = []
     entered = False
     guard = threading.Timer(120.0, proc.kill)  # the line never came: fail, do not hang
