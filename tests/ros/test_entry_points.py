@@ -10,10 +10,21 @@ import os
 import signal
 import subprocess
 import threading
+import time
 
 import pytest
 
 from equimus_bringup.supervisor import find_executable
+
+
+def _signal_status(pid: int) -> str:
+    """The node's signal dispositions when it is signalled (for the failure message: a SIGINT
+    that the node ignores, inherited from the test process, would explain a node that runs on)."""
+    try:
+        with open(f'/proc/{pid}/status') as fh:
+            return ' '.join(x.strip() for x in fh if x.startswith(('SigIgn', 'SigCgt', 'State')))
+    except OSError as exc:
+        return f'no status: {exc}'
 
 
 @pytest.mark.parametrize(
@@ -41,12 +52,15 @@ def test_ctrl_c_while_importing_is_one_line(package, executable, module):
     proc.stderr = open(r, encoding='utf-8', errors='replace')  # noqa: SIM115 (closed by communicate)
     lines = []
     entered = False
+    status = 'never signalled'
+    t0 = time.monotonic()
     guard = threading.Timer(120.0, proc.kill)  # the line never came: fail, do not hang
     guard.start()
     try:
         for line in proc.stderr:
             lines.append(line)
             if entered:  # an import inside run() has finished: the node's module imports on
+                status = _signal_status(proc.pid)
                 proc.send_signal(signal.SIGINT)
                 break
             entered = line.rstrip().endswith(' equimus_ros.entry')
@@ -56,7 +70,8 @@ def test_ctrl_c_while_importing_is_one_line(package, executable, module):
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
+    time_taken = f'exited after {time.monotonic() - t0:.1f} s, rc {proc.returncode}'
     said = [x for x in ''.join(lines).splitlines() + err.splitlines() if x.strip()]
     said = [x for x in said if not x.startswith('import time:')]
-    assert said == [f'{module}: stopped by Ctrl-C while starting'], said[-20:]
+    assert said == [f'{module}: stopped by Ctrl-C while starting'], (said[-20:], status, time_taken)
     assert proc.returncode == 0 and out == '', (proc.returncode, out[-1000:])
