@@ -7,7 +7,7 @@ import pytest
 from natnet_util import random_group
 
 from equimus_hw.natnet import protocol as P
-from equimus_hw.natnet.client import NatNetClient, NatNetConnectError
+from equimus_hw.natnet.client import ECHO_WINDOW, NatNetClient, NatNetConnectError
 from equimus_hw.natnet.emulator import Faults, NatNetEmulator, SwingingLeg, TrajectoryFile
 
 
@@ -178,3 +178,32 @@ def test_pose_sources(tmp_path):
     bad.write_text('time,body,x\n0,a,1\n')
     with pytest.raises(ValueError, match='header must contain'):
         TrajectoryFile(str(bad))
+
+
+def test_echoes_go_out_fast_until_one_comes_back_quickly(ports):
+    """A mapping from slow echoes (50 ms round trip: a busy machine) asks again after 0.1 s; with
+    a fast echo in the window, after a second. Real emulator, real UDP."""
+    emu = NatNetEmulator(
+        version='4.1', command_port=ports[0], data_port=ports[1], multicast=False
+    ).start()
+    c = NatNetClient(command_port=ports[0], data_port=ports[1], multicast=False)
+    sent = []
+    send_echo = c.send_echo
+    c.send_echo = lambda: (sent.append(time.monotonic()), send_echo())[1]
+    try:
+        c.connect()
+        pump(c, 0.2)
+        for rtt_ns, fast in ((50_000_000, True), (100_000, False)):
+            offset = c.clock_offset_ticks or 0.0
+            with c._lock:
+                c._echo.clear()
+                c._echo.extend([(rtt_ns, offset)] * ECHO_WINDOW)
+            assert c.clock_uncertainty_s == pytest.approx(rtt_ns / 2e9)
+            c._last_echo = c.clock_ns()  # as if one had just gone out
+            t0 = time.monotonic()
+            pump(c, 0.5, until=lambda t0=t0: any(t >= t0 for t in sent))
+            n = sum(t >= t0 for t in sent)
+            assert (n == 1) if fast else (n == 0), (rtt_ns, n)
+    finally:
+        c.close()
+        emu.stop()

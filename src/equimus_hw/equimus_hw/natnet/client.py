@@ -473,22 +473,23 @@ class NatNetClient:
         self.send(P.EchoRequest(self._last_echo))
 
     # -- clock mapping ------------------------------------------------------------------------
+    def _best_echo(self) -> tuple[int, float] | None:
+        """(round trip ns, offset ticks) of the smallest-RTT recent echo: the one mapped with."""
+        with self._lock:
+            return min(self._echo) if self._echo else None
+
     @property
     def clock_offset_ticks(self) -> float | None:
         """server_ticks - client_ns * clock_hz / 1e9, from the smallest-RTT recent echo."""
-        with self._lock:
-            if not self._echo:
-                return None
-            return min(self._echo)[1]
+        best = self._best_echo()
+        return None if best is None else best[1]
 
     @property
     def clock_uncertainty_s(self) -> float | None:
         """The most the clock mapping can be off: half the round trip of the echo it uses (the
         server read its clock somewhere within that round trip)."""
-        with self._lock:
-            if not self._echo:
-                return None
-            return min(self._echo)[0] / 2e9
+        best = self._best_echo()
+        return None if best is None else best[0] / 2e9
 
     def server_ticks_at(self, client_ns: int) -> float | None:
         off = self.clock_offset_ticks
