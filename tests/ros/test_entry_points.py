@@ -37,8 +37,9 @@ def _signal_status(pid: int) -> str:
 )
 def test_ctrl_c_while_importing_is_one_line(package, executable, module):
     # A one-page pipe: the node blocks writing its import times at most 4 KiB ahead of what was
-    # read here (28-64 KB of them follow the entry module), so on a loaded machine, where this
-    # process reads late, the signal still lands in the imports (a 64 KiB pipe let them finish).
+    # read here (28-64 KB of them follow the entry module), where a 64 KiB pipe let a node that
+    # this process read late finish its imports first. Not the whole story: in .ci/run with a
+    # busy loop on each core the node still started before the signal (cause not found).
     r, w = os.pipe()
     fcntl.fcntl(w, fcntl.F_SETPIPE_SZ, 4096)
     proc = subprocess.Popen(

@@ -58,9 +58,10 @@ LATCHED_QOS = QoSProfile(
 )
 
 #: A reliable KEEP_LAST writer drops a message from its history once `depth` newer ones were
-#: written, acknowledged by every reader or not: a recorder starved for longer than 10 commands
-#: (83 ms at 120 Hz) lost them (12 of 1793 in a soak with both cores busy). Readers keep their
-#: own depth (the valve driver still acts on at most the 10 newest).
+#: written, acknowledged by every reader or not, and can then no longer resend it to a reader
+#: that missed its datagram: with depth 10 (83 ms of commands at 120 Hz) a recorder starved of
+#: CPU lost 12 of 1793 /valve/command messages in a fused soak with both cores busy. Readers
+#: keep their own depth (the valve driver still acts on at most the 10 newest).
 WRITER_DEPTH = 200
 
 PROFILES: dict[str, QoSProfile] = {
