@@ -655,13 +655,14 @@ class SoakChecks:
                 # processes, so counting by time loses messages at window edges under load.
                 left = dict(recorded_commands)
                 seen = [c for c in cmd_real if any(x <= c[1] <= y for x, y in spans)]
-                missing = 0
+                lost_at = []
                 for c in seen:
                     cmd_key = _command_key(c[2])
                     if left.get(cmd_key, 0) > 0:
                         left[cmd_key] -= 1
                     else:
-                        missing += 1
+                        lost_at.append(c[0])
+                missing = len(lost_at)
                 fig['recorder_lost_valve_command'] = missing
                 checks.append(
                     Check(
@@ -669,9 +670,32 @@ class SoakChecks:
                         missing == 0,
                         f'{len(seen) - missing} of the {len(seen)} commands the probe saw '
                         'in the fault-free windows while recording are in the bag '
-                        f'(matched by value; {rec_n} recorded by arrival time)',
+                        f'(matched by value; {rec_n} recorded by arrival time)'
+                        + (f'; not in the bag: {self._when(lost_at)}' if lost_at else ''),
                     )
                 )
+
+    def _when(self, times: list[float]) -> str:
+        """Where probe times lie: after the loop started, and after the last fault cleared."""
+        times = sorted(times)
+        groups: list[list[float]] = []
+        for t in times:
+            if groups and t - groups[-1][-1] < 0.5:
+                groups[-1].append(t)
+            else:
+                groups.append([t])
+        out = []
+        for g in groups:
+            before = [r for r in self.records if r.t_clear <= g[0]]
+            after = (
+                f', {g[0] - before[-1].t_clear:.2f} s after {before[-1].name} cleared'
+                if before
+                else ''
+            )
+            out.append(
+                f'{len(g)} from {g[0] - self.t_loop:.2f} s to {g[-1] - self.t_loop:.2f} s{after}'
+            )
+        return '; '.join(out)
 
 
 def _command_key(values) -> tuple:
