@@ -73,3 +73,21 @@ def test_expected_codes_and_percentiles_and_slope():
         A.rss_slope_mb_per_min([(t, 100 + 0.5 * t / 60) for t in range(0, 60, 5)]), 0.5
     )
     assert math.isnan(A.rss_slope_mb_per_min([(0, 1), (1, 2)]))
+
+
+def test_the_boards_own_loop_gaps_are_read_and_found_around_an_event(tmp_path):
+    tl = _timeline(
+        tmp_path,
+        [
+            {'event': 'set', 't': 1.0, 'codes': [100, 50], 'accepted': True},
+            {'event': 'loop_gap', 't': 1.5, 'gap': 0.3},
+            {'event': 'watchdog_vent', 't': 1.5},
+            {'event': 'loop_gap', 't': 3.0, 'gap': 0.05},
+        ],
+    )
+    assert tl.loop_gaps == [(1.5, 0.3), (3.0, 0.05)]
+    assert tl.stood(1.0, 1.5) == 0.3  # the gap ran from 1.2 to 1.5
+    assert tl.stood(1.3, 1.4) == 0.3  # inside it
+    assert tl.stood(1.6, 2.9) == 0.0  # between the two
+    assert tl.stood(2.96, 4.0) == 0.05
+    assert tl.codes_at(1.6) == (0, 0), 'a gap changes no output'

@@ -13,6 +13,7 @@ import serial
 
 from equimus_description.valve import VALVE_TAU_S
 from equimus_hw.valve import protocol as P
+from equimus_hw.valve.board_emulator import BoardEmulator
 from equimus_hw.valve.calibration import ValveCalibration
 
 from .conftest import wait_for
@@ -242,3 +243,21 @@ def test_frame_history_is_bounded_and_frames_since_reads_the_newest(new_board):
         assert emu.frames_since(time.monotonic() + 1.0) == []
     finally:
         host.close()
+
+
+def test_the_emulator_logs_when_its_own_loop_stood(tmp_path):
+    """Its loop held off for 0.15 s (as in a starved process): logged as a loop_gap at least that
+    long, which a soak allows around a late vent."""
+    log = tmp_path / 'board.jsonl'
+    emu = BoardEmulator(link=str(tmp_path / 'dac'), log_path=str(log)).start()
+    try:
+        time.sleep(0.3)
+        with emu._lock:
+            time.sleep(0.15)
+        time.sleep(0.1)
+    finally:
+        emu.close()
+    gaps = [
+        e['gap'] for e in map(json.loads, log.read_text().splitlines()) if e['event'] == 'loop_gap'
+    ]
+    assert gaps and max(gaps) >= 0.15, gaps

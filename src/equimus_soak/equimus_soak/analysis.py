@@ -14,7 +14,7 @@ import bisect
 import json
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -29,6 +29,7 @@ class BoardTimeline:
     sets: list[tuple[float, tuple[int, ...], bool]]  # every decoded SET: (t, codes, accepted)
     watchdog_vents: list[float]
     rejections: list[float]
+    loop_gaps: list[tuple[float, float]] = field(default_factory=list)  # (t, s the loop stood)
 
     def __post_init__(self):
         self.set_t = [s[0] for s in self.sets]
@@ -38,7 +39,7 @@ class BoardTimeline:
         """`extra_vents`: times the board lost power (unplugged): outputs read 0 V from then."""
         zero = (0,) * channels
         events: list[tuple[float, tuple[int, ...]]] = [(t, zero) for t in extra_vents]
-        sets, wd, rej = [], [], []
+        sets, wd, rej, gaps = [], [], [], []
         with open(path) as fh:
             for line in fh:
                 try:
@@ -56,8 +57,15 @@ class BoardTimeline:
                 elif kind == 'rejected':
                     rej.append(t)
                     events.append((t, zero))  # the firmware vents on a bad frame
+                elif kind == 'loop_gap':
+                    gaps.append((t, float(e['gap'])))
         events.sort(key=lambda x: x[0])
-        return cls([e[0] for e in events], [e[1] for e in events], sets, wd, rej)
+        return cls([e[0] for e in events], [e[1] for e in events], sets, wd, rej, gaps)
+
+    def stood(self, a: float, b: float) -> float:
+        """The longest time the emulated board's loop did not run, in gaps overlapping [a, b]:
+        an event it logged then is late by up to that much, through no fault of the host."""
+        return max((g for t, g in self.loop_gaps if t - g <= b and t >= a), default=0.0)
 
     def codes_at(self, t: float) -> tuple[int, ...]:
         i = bisect.bisect_right(self.t, t) - 1

@@ -108,9 +108,10 @@ class SoakChecks:
             """The scheduling delay measured around [a, b]: the most this process's sampler
             thread woke late (probes.SchedulingDelay), or the sum over the processes on the
             vent's path (mocap to board) of their run-queue wait per wake-up (/proc schedstat),
-            whichever is more. About 0 on an idle machine: the margins stay as they are."""
+            or the longest the emulated board's own loop stood (BoardTimeline.stood), whichever
+            is more. About 0 on an idle machine: the margins stay as they are."""
             woke = max((d for t, d in self.sched_delays if a <= t <= b), default=0.0)
-            return max(woke, sum(per_wake(n, a, b) for n in VENT_PATH))
+            return max(woke, sum(per_wake(n, a, b) for n in VENT_PATH), tl.stood(a, b))
 
         def first_frame_after(t: float) -> float:
             i = bisect.bisect_right(frames, t)
