@@ -86,6 +86,9 @@ def test_hardware_graph_against_the_emulated_rig(tmp_path):
     assert applied and all(0.0 <= p <= 50.0 for row in applied for p in row)
     summary = json.loads((run_dir / 'summary.json').read_text())
     assert summary['rmse']['hip'] < 0.15 and summary['rmse']['knee'] < 0.2, summary
+    # At load 10 the estimator once published one NaN (nothing came for longer than it holds);
+    # the errors leave such samples out and say how many there were.
+    assert max(summary['invalid'].values()) < 0.1, summary
 
 
 def test_a_node_dying_stops_the_graph_with_failure(tmp_path):

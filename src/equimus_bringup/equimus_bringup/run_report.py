@@ -69,6 +69,9 @@ class Summary:
     rmse: dict[str, float] = field(default_factory=dict)
     maxae: dict[str, float] = field(default_factory=dict)
     estimator_rmse: dict[str, float] = field(default_factory=dict)
+    #: Share of the tracked samples with no valid joint state (NaN: tracking lost, or nothing
+    #: came for longer than the estimator holds); the RMSE and MaxAE are over the others.
+    invalid: dict[str, float] = field(default_factory=dict)
     pressure_max: float = float('nan')
     pressure_min: float = float('nan')
     counts: dict[str, int] = field(default_factory=dict)
@@ -84,6 +87,14 @@ class Summary:
             lines.append(
                 f'{j:6s} {self.rmse.get(j, np.nan):11.4f} rad '
                 f'{self.maxae.get(j, np.nan):12.4f} rad {est_txt}'
+            )
+        bad = {j: v for j, v in self.invalid.items() if v > 0}
+        if bad:
+            lines.append(
+                'no valid joint state in '
+                + ', '.join(f'{100 * v:.1f} % of the {j} samples' for j, v in bad.items())
+                + ' (estimator NaN: mocap tracking lost, or the graph stalled); the errors above '
+                'leave them out'
             )
         lines.append(
             f'valve commands: {self.pressure_min:.2f} .. {self.pressure_max:.2f} kPa '
@@ -106,8 +117,10 @@ def summarize(series: dict[str, Series], settle: float = 0.0) -> Summary:
     for i, j in enumerate(JOINTS):
         r = np.interp(truth.t[mask], ref.t, ref.values[:, i])
         e = truth.values[mask, i] - r
-        s.rmse[j] = float(np.sqrt(np.mean(e**2)))
-        s.maxae[j] = float(np.max(np.abs(e)))
+        ok = np.isfinite(e)
+        s.invalid[j] = float(1.0 - ok.mean()) if e.size else 0.0
+        s.rmse[j] = float(np.sqrt(np.mean(e[ok] ** 2))) if ok.any() else float('nan')
+        s.maxae[j] = float(np.max(np.abs(e[ok]))) if ok.any() else float('nan')
     est = series.get(JS)
     if est is not None and TRUTH in series:
         # Only where both were recorded (the recorder may discover the topics at different times).

@@ -184,13 +184,19 @@ class SoakChecks:
                 )
             )
 
+        def outage_end(rec: FaultRecord) -> float:
+            """The earliest an outage can have ended: the emulator ends it on its own timer,
+            `seconds` after it began, which is before the soak's thread woke to note t1 (at
+            load, control had resumed before that note)."""
+            return min(rec.t1, rec.t0 + rec.info.get('seconds', math.inf))
+
         for rec in self.records:
             if rec.name == 'mocap_stall':
                 s_last = last_frame_before(rec.t0)
                 vent_check(
                     rec,
                     s_last + self.stale_timeout,
-                    first_frame_after(rec.t1),
+                    first_frame_after(outage_end(rec)),
                     f'vented by the stale guard ({self.stale_timeout:g} s)',
                 )
                 resumed_check(rec)
@@ -199,7 +205,7 @@ class SoakChecks:
                 vent_check(
                     rec,
                     s_u + self.max_hold,
-                    rec.t1,
+                    outage_end(rec),
                     f'vented after the estimator hold ({self.max_hold:g} s)',
                 )
                 resumed_check(rec)
@@ -658,6 +664,27 @@ class SoakChecks:
                 for w0, w1 in windows
             ]
             spans = [(x, y) for x, y in spans if y > x]
+            # A restarted publisher is recorded from when the recorder discovered it (Fast DDS
+            # announces participants every 3 s; at load the first announcements can be missed):
+            # a window after a restart counts from the recorder's first message of the topic.
+            restarts = sorted(
+                int((r.info['t_restart'] + self.real_offset) * 1e9)
+                for r in self.records
+                if 't_restart' in r.info
+            )
+            heard = []
+            for i, (x, y) in enumerate(spans):
+                before = [r for r in restarts if r < x]
+                if not before:
+                    continue
+                j = bisect.bisect_right(ts, before[-1])
+                if j < len(ts):
+                    heard.append((ts[j] - before[-1]) * 1e-9)
+                    if ts[j] > x:
+                        spans[i] = (ts[j], y)
+            spans = [(x, y) for x, y in spans if y > x]
+            if heard:
+                fig[f'recorder_heard_restarted_{key}_after_s'] = round(max(heard), 2)
             rec_n = sum(x <= t <= y for t in ts for x, y in spans)
             pub_n = sum(x <= t <= y for t in published for x, y in spans)
             fig[f'recorded_{key}'] = rec_n

@@ -148,7 +148,11 @@ class FaultInjection:
         resumed = self.wait_resumed(t1, 3.0)
         self.sleep(1.0)
         return FaultRecord(
-            name, t0, t1, time.monotonic(), {'nonzero_before': nz, 'resumed': resumed}
+            name,
+            t0,
+            t1,
+            time.monotonic(),
+            {'nonzero_before': nz, 'resumed': resumed, 'seconds': seconds},
         )
 
     def fault_mocap_stall(self) -> FaultRecord:
