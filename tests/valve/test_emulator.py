@@ -260,4 +260,5 @@ def test_the_emulator_logs_when_its_own_loop_stood(tmp_path):
     gaps = [
         e['gap'] for e in map(json.loads, log.read_text().splitlines()) if e['event'] == 'loop_gap'
     ]
-    assert gaps and max(gaps) >= 0.15, gaps
+    # held for 0.15 s; the pass it stopped may have begun up to a poll (or a starved while) into it
+    assert gaps and max(gaps) >= 0.1, gaps
