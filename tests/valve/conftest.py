@@ -28,6 +28,26 @@ def wait_for(predicate, timeout, period=0.01):
     return value
 
 
+def from_frame(board, first):
+    """`first` and the frames after it, by position: frames the board read in one chunk share
+    a time, so "at or after its time" can also hold frames sent before it (seen under load)."""
+    since = board.frames_since(first.t)
+    return since[next(i for i, f in enumerate(since) if f is first) :]
+
+
+def vent_written_before(board, since, timeout=2.0):
+    """The vent a driver service wrote before replying at `since`: the first all-zero frame
+    read from then on. Frames before it may only be the rest of the chunk the board read first
+    (written before the reply too): a non-zero frame read later came after the reply."""
+    zero = lambda f: not any(f.codes)  # noqa: E731
+    vent = wait_for(lambda: next((f for f in board.frames_since(since) if zero(f)), None), timeout)
+    assert vent is not None, board.frames_since(since)[-5:]
+    frames = board.frames_since(since)
+    earlier = frames[: next(i for i, f in enumerate(frames) if f is vent)]
+    assert all(f.t == frames[0].t for f in earlier), f'non-zero after the reply: {earlier}'
+    return vent
+
+
 class Driver:
     """valve_driver in its own process (python -m, the same module as the console script)."""
 

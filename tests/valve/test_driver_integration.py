@@ -22,7 +22,15 @@ from equimus_hw.valve.replay import (
     replay,
 )
 
-from .conftest import BOARD_KINDS, Driver, make_board, nonzero, wait_for
+from .conftest import (
+    BOARD_KINDS,
+    Driver,
+    from_frame,
+    make_board,
+    nonzero,
+    vent_written_before,
+    wait_for,
+)
 
 CAL = ValveCalibration()
 C30, C20, C25 = CAL.kpa_to_code(30.0), CAL.kpa_to_code(20.0), CAL.kpa_to_code(25.0)
@@ -55,13 +63,6 @@ def wait_frame(emu, since, pred, timeout=3.0):
         return next((f for f in emu.frames_since(since) if pred(f)), None)
 
     return wait_for(find, timeout)
-
-
-def from_frame(emu, first):
-    """`first` and the frames after it, by position: frames the board read in one chunk share
-    a time, so "at or after its time" can also hold frames sent before it (seen under load)."""
-    since = emu.frames_since(first.t)
-    return since[next(i for i, f in enumerate(since) if f is first) :]
 
 
 def test_starts_disarmed_codes_zero_until_arm(rig, harness):
@@ -170,8 +171,7 @@ def test_estop_latches_until_rearm(rig, harness):
     res = harness.call('estop')
     assert res.success and 'arm' in res.message
     t_e = time.monotonic()
-    vent = wait_frame(emu, t_e, lambda f: f.codes == (0, 0), timeout=2.0)
-    assert vent is not None, emu.frames_since(t_e)[-5:]
+    vent = vent_written_before(emu, t_e)
     time.sleep(0.6)  # still streaming 30 kPa
     after = from_frame(emu, vent)
     assert len(after) > 5 and all(f.codes == (0, 0) for f in after), after[-5:]
@@ -185,8 +185,7 @@ def test_estop_latches_until_rearm(rig, harness):
     assert wait_frame(emu, t_a, lambda f: f.codes == (C30, C30)) is not None
     assert harness.call('disarm').success
     t_d = time.monotonic()
-    vent = wait_frame(emu, t_d, lambda f: f.codes == (0, 0), timeout=2.0)
-    assert vent is not None, emu.frames_since(t_d)[-5:]
+    vent = vent_written_before(emu, t_d)
     time.sleep(0.3)
     assert all(f.codes == (0, 0) for f in from_frame(emu, vent))
     harness.stop_stream()

@@ -11,7 +11,7 @@ import pytest
 from equimus_hw.valve.calibration import ValveCalibration
 from equimus_hw.valve.safety import CommanderGuard
 
-from .conftest import BOARD_KINDS, Driver, make_board, nonzero, wait_for
+from .conftest import BOARD_KINDS, Driver, from_frame, make_board, nonzero, wait_for
 
 CAL = ValveCalibration()
 C30, C20, C45 = CAL.kpa_to_code(30.0), CAL.kpa_to_code(20.0), CAL.kpa_to_code(45.0)
@@ -221,10 +221,8 @@ def test_two_commanders(rig, harness):
         )
         assert vent, f'never vented after the commander stalled:\n{drv.output()[-2000:]}'
         time.sleep(8 * TIMEOUT)
-        # From the vent frame on, by position: frames read in one batch share a time, so "since
-        # its time" also held our last command before it (CI, both cores busy).
-        since = emu.frames_since(vent.t)
-        during = [f.codes for f in since[next(i for i, f in enumerate(since) if f is vent) :]]
+        # From the vent frame on, by position (CI, both cores busy: see from_frame).
+        during = [f.codes for f in from_frame(emu, vent)]
         assert during and all(c == (0, 0) for c in during), set(during)
         # 5. ours resumes: still the commander, obeyed at once
         t_resume = time.monotonic()
