@@ -19,8 +19,8 @@ from equimus_bringup.supervisor import find_executable
 
 def _default_interrupts() -> None:
     """In the node, before exec: SIGINT and SIGQUIT at their defaults, as launch starts a node.
-    A test worker was found with both ignored after earlier tests (SigIgn 0x81001006; who sets
-    them is not found yet), which a child inherits: the node then ran on through Ctrl-C."""
+    A test run started by a script's `cmd &` has both ignored (SigIgn 0x81001006), which a child
+    inherits and Python keeps: the node then ran on through a Ctrl-C sent while importing."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     signal.signal(signal.SIGQUIT, signal.SIG_DFL)
 
@@ -46,8 +46,8 @@ def _signal_status(pid: int) -> str:
 def test_ctrl_c_while_importing_is_one_line(package, executable, module):
     # A one-page pipe: the node blocks writing its import times at most 4 KiB ahead of what was
     # read here (28-64 KB of them follow the entry module), where a 64 KiB pipe let a node that
-    # this process read late finish its imports first. Not the whole story: in .ci/run with a
-    # busy loop on each core the node still started before the signal (cause not found).
+    # this process read late finish its imports first. (The failures in .ci/run under load were
+    # the inherited ignored SIGINT: see _default_interrupts.)
     r, w = os.pipe()
     fcntl.fcntl(w, fcntl.F_SETPIPE_SZ, 4096)
     proc = subprocess.Popen(
