@@ -126,6 +126,15 @@ class Probe:
                     return s, {kv.key: kv.value for kv in s.values}
         return None, {}
 
+    def driver_armed(self):
+        """The valve driver's /diagnostics say armed (auto_arm arms it at activation)."""
+        return any(
+            s.name.startswith('valve_driver')
+            and any(kv.key == 'armed' and kv.value == 'true' for kv in s.values)
+            for arr in self.diag
+            for s in arr.status
+        )
+
     def close(self):
         self.executor.shutdown()
         self.node.destroy_node()
@@ -389,6 +398,10 @@ def test_the_valve_driver_advances_lockstep_once_per_command(ros, repo_dir, tmp_
     try:
         _wait_connected(probe, sim)
         probe.spin_until(lambda: command.get_subscription_count() >= 1, 30.0, 'the valve driver')
+        # Its subscription exists from configure on, but a command is obeyed (and answered on
+        # /valve/applied, which advances the frame) only once it is active and armed: under load
+        # the first command once came in between and was ignored, so frame 1 never came.
+        probe.spin_until(probe.driver_armed, 30.0, 'the valve driver to arm')
         probe.spin_for(0.5)
         n = 15
         for k in range(1, n + 1):

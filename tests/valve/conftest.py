@@ -3,6 +3,7 @@ of the test process) or the firmware itself built for this computer (its own pro
 FirmwareBoard), the valve_driver node in a separate process, and an rclpy harness node."""
 
 import contextlib
+import os
 import pathlib
 import signal
 import subprocess
@@ -14,6 +15,7 @@ import pytest
 
 from equimus_hw.valve.board_emulator import BoardEmulator
 from equimus_hw.valve.host_firmware import FirmwareBoard
+from equimus_soak.analysis import read_run_delay
 
 BOARD_KINDS = ('emulator', 'firmware')
 
@@ -46,6 +48,33 @@ def vent_written_before(board, since, timeout=2.0):
     earlier = frames[: next(i for i, f in enumerate(frames) if f is vent)]
     assert all(f.t == frames[0].t for f in earlier), f'non-zero after the reply: {earlier}'
     return vent
+
+
+class RunQueueWait:
+    """From creation to `seconds()`: how long the processes a timed event passes through in
+    turn (the driver, then the board) waited for a CPU, from the kernel's schedstat: per process
+    the most any of its threads waited on a run queue, summed. On an idle machine it is a few
+    ms; with both cores busy it explains an event that came late because nothing could run."""
+
+    def __init__(self, *pids: int | None) -> None:
+        self.start = {p: read_run_delay(p) for p in pids if p is not None}
+
+    def seconds(self) -> float:
+        total = 0.0
+        for pid, a in self.start.items():
+            b = read_run_delay(pid)
+            if a is None or b is None:
+                continue
+            total += max(
+                ((w - a.get(tid, (0, 0))[0]) * 1e-9 for tid, (w, _) in b.items()), default=0.0
+            )
+        return total
+
+
+def board_pid(board) -> int:
+    """The process the board's loop runs in: the firmware's own, or this one (the emulator)."""
+    pid = getattr(board, 'pid', None)
+    return os.getpid() if pid is None else pid
 
 
 class Driver:

@@ -25,6 +25,8 @@ from equimus_hw.valve.replay import (
 from .conftest import (
     BOARD_KINDS,
     Driver,
+    RunQueueWait,
+    board_pid,
     from_frame,
     make_board,
     nonzero,
@@ -118,17 +120,22 @@ def test_nan_vents_channel_and_out_of_range_clamps_on_the_wire(rig, harness):
 
 
 def test_command_stop_trips_watchdog_within_timeout(rig, harness):
-    emu, _ = rig
+    emu, drv = rig
     harness.call('arm')
     t0 = time.monotonic()
     harness.stream([30.0, 30.0])
     assert wait_frame(emu, t0, lambda f: f.codes == (C30, C30)) is not None
     board_trips = emu.watchdog_trips
+    waited = RunQueueWait(drv.proc.pid, board_pid(emu))
     harness.stop_stream()
     t_stop = time.monotonic()
     f = wait_frame(emu, t_stop, lambda f: f.codes == (0, 0), timeout=2.0)
     assert f is not None
-    assert f.t - t_stop <= PARAMS['command_timeout_s'] + 0.1
+    # The margin plus the time the driver and the board could not run: with both cores busy the
+    # vent was once read 0.75 s after the stop. An idle machine keeps the 0.1 s margin.
+    queued = waited.seconds()
+    late = f.t - t_stop - PARAMS['command_timeout_s']
+    assert late <= 0.1 + queued, f'vent {late:.3f} s after the timeout, {queued:.3f} s queued'
     time.sleep(1.2)
     d = harness.latest_diag()
     assert int(d[3]['watchdog_trips']) >= 1
