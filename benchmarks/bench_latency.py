@@ -208,6 +208,7 @@ def run_mode(
 ) -> dict:
     """One run of the fused loop in mode `name` against the running rig: both figures
     (`sink['sent']` collects the emulator's transmit stamps while it is a list)."""
+    from equimus_bringup.control_loop import STAGES
     from equimus_bringup.graph import describe_graph
     from equimus_bringup.supervisor import GraphError, Supervisor
 
@@ -281,6 +282,11 @@ def run_mode(
         'so_busy_poll': bridge.get('so_busy_poll', '?'),
         'memory': inproc.get('memory', '?'),
         'gc': inproc.get('gc', '?'),
+        # ms after the datagram was read at which a frame reached each stage of the chain
+        'reached_ms': {
+            stage: (num(f'reached_{stage}_p50_ms'), num(f'reached_{stage}_p99_ms'))
+            for stage in STAGES
+        },
     }
 
 
@@ -378,6 +384,17 @@ def main(argv: list[str] | None = None) -> int:
             f'  {res["mode"]:10s} receive thread: {res["receive_thread"]}; so_busy_poll '
             f'{res["so_busy_poll"]}; memory {res["memory"]}; gc {res["gc"]}'
         )
+    print(
+        'where the time goes (in-process, ms after the datagram was read at which a frame '
+        'reached each stage, p50/p99; the step between two is the cost of the stage before):'
+    )
+    for res in r['results']:
+        if 'skipped' in res:
+            continue
+        steps = [(s, *ms) for s, ms in res['reached_ms'].items()] + [
+            ('written', res['in_process_p50_ms'], res['in_process_p99_ms'])
+        ]
+        print(f'  {res["mode"]:10s} ' + '  '.join(f'{s} {a:.3f}/{b:.3f}' for s, a, b in steps))
     return 0
 
 

@@ -145,6 +145,20 @@ def test_fused_control_loop_against_the_emulated_rig(tmp_path):
     assert applied and all(0.0 <= p <= 50.0 for row in applied for p in row)
     summary = json.loads((run_dir / 'summary.json').read_text())
     assert summary['rmse']['hip'] < 0.15 and summary['rmse']['knee'] < 0.2, summary
+    # The loop's own latency and where it goes: every stage reached, the decode first (the
+    # same frames as the total, so never later than it).
+    from equimus_bringup.control_loop import STAGES
+
+    loop = [
+        {kv.key: kv.value for kv in st.values}
+        for _, _, m in bag.read_messages(run_dir / 'bag', ['/diagnostics'])
+        for st in m.status
+        if st.name.startswith('control_loop:')
+    ]
+    last = next(v for v in reversed(loop) if int(v['frames']) > 0)
+    reached = [float(last[f'reached_{s}_p50_ms']) for s in STAGES]
+    assert all(0.0 < r < 50.0 for r in reached), last
+    assert reached[0] <= float(last['latency_p50_ms']), last
     log = (run_dir / 'graph.log').read_text()
     assert '[control_loop] valve_driver: vented on shutdown (acknowledged)' in log, log[-3000:]
     processes = {line.split(']')[0] + ']' for line in log.splitlines() if line.startswith('[')}

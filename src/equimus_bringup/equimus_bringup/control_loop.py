@@ -54,6 +54,9 @@ from equimus_ros.main import GIL_SWITCH_INTERVAL_S, run_node
 from equimus_ros.params import bind
 
 MCL_CURRENT, MCL_FUTURE = 1, 2  # <sys/mman.h>
+#: Where a frame is on its way to the serial line, in order (LoopLatency.stage): handed from
+#: the NatNet decoder to the bridge, to the estimator, to the controller, to the valve driver.
+STAGES = ('decoded', 'estimator', 'controller', 'driver')
 GC_YOUNG_EVERY = 10  # frames between collections of the middle generation (gc_after_write)
 GC_FULL_EVERY = 1200  # frames between full collections (gc_after_write)
 
@@ -108,13 +111,18 @@ def lock_memory() -> str:
 class LoopLatency(Node):
     """Node `control_loop`: per frame, NatNet datagram read -> its SET frame written to the serial
     port, measured in this process; p50/p99/p99.9/max of the last `latency_window` frames on
-    /diagnostics. Also applies the process-wide latency settings (lock_memory, gc_after_write)."""
+    /diagnostics, and the p50/p99 of the time each stage of the chain (STAGES) was reached, so
+    the cost of a stage is the step between two of them. Also applies the process-wide latency
+    settings (lock_memory, gc_after_write)."""
 
     def __init__(self) -> None:
         super().__init__('control_loop')
         cfg = bind(self, LoopConfig()).config
         self.bridge: NatNetBridge | None = None  # set once the bridge exists (built last)
         self.samples: collections.deque[float] = collections.deque(maxlen=cfg.latency_window)
+        self.reached: dict[str, collections.deque[float]] = {
+            name: collections.deque(maxlen=cfg.latency_window) for name in STAGES
+        }
         self.frames = 0
         self.memory = 'not locked'
         if cfg.lock_memory:
@@ -148,12 +156,28 @@ class LoopLatency(Node):
             if bridge is not None and bridge.is_receive_thread() and bridge.frame_arrival_ns:
                 if driver.last_write_ns > bridge.frame_arrival_ns:
                     self.samples.append((driver.last_write_ns - bridge.frame_arrival_ns) * 1e-6)
+                    self.reached['decoded'].append(
+                        (bridge.frame_decoded_ns - bridge.frame_arrival_ns) * 1e-6
+                    )
                     self.frames += 1
                 bridge.frame_arrival_ns = 0
                 if self.gc_after_write:
                     self._collect()
 
         return call
+
+    def stage(self, name: str, call: Callable[..., None]) -> Callable[..., None]:
+        """`call`, noting (in the receive thread) when a frame reached stage `name`, in ms after
+        its datagram was read; a perf_counter_ns and a deque append (about a microsecond)."""
+        reached = self.reached[name]
+
+        def noted(*args: Any) -> None:
+            bridge = self.bridge
+            if bridge is not None and bridge.frame_arrival_ns and bridge.is_receive_thread():
+                reached.append((time.perf_counter_ns() - bridge.frame_arrival_ns) * 1e-6)
+            call(*args)
+
+        return noted
 
     def _collect(self) -> None:
         """The collector's work, after the write (gc_after_write; see LoopConfig)."""
@@ -172,6 +196,12 @@ class LoopLatency(Node):
         values['gil_switch_interval_us'] = f'{sys.getswitchinterval() * 1e6:.0f}'
         for name, q in (('p50', 50), ('p99', 99), ('p999', 99.9), ('max', 100)):
             values[f'latency_{name}_ms'] = f'{np.percentile(v, q):.3f}' if v.size else 'nan'
+        for stage, d in self.reached.items():
+            r = np.array(d)
+            for name, q in (('p50', 50), ('p99', 99)):
+                values[f'reached_{stage}_{name}_ms'] = (
+                    f'{np.percentile(r, q):.3f}' if r.size else 'nan'
+                )
         self.diagnostics.publish(
             Level.OK,
             f'p99 {np.percentile(v, 99):.2f} ms over the last {v.size} frames'
@@ -191,7 +221,9 @@ def control_loop() -> list[Node]:
         monitor = LoopLatency()
         nodes.append(monitor)
         controller = ControllerNode(
-            subscribe_state=False, downstream=monitor.timed(driver), subscribe_armed=False
+            subscribe_state=False,
+            downstream=monitor.stage('driver', monitor.timed(driver)),
+            subscribe_armed=False,
         )
         nodes.append(controller)
         # The driver's armed state by direct call: the controller starts afresh at each arm,
@@ -200,10 +232,12 @@ def control_loop() -> list[Node]:
         controller.on_valves_armed(driver.valves_armed)
         # Its only command source; a publisher of /valve/command elsewhere is named, never heard.
         driver.in_process_commanders = {controller.get_fully_qualified_name()}
-        estimator = EstimatorNode(subscribe=False, downstream=controller.on_joints)
+        estimator = EstimatorNode(
+            subscribe=False, downstream=monitor.stage('controller', controller.on_joints)
+        )
         nodes.append(estimator)
         # Last: the bridge starts receiving (and driving the chain) when it is activated.
-        bridge = NatNetBridge(downstream=estimator.on_frame)
+        bridge = NatNetBridge(downstream=monitor.stage('estimator', estimator.on_frame))
         monitor.bridge = bridge
         nodes.append(bridge)
         bring_up(bridge)
