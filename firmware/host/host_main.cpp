@@ -23,6 +23,8 @@
 //             dac <t> <a> <b> <c> <d>     an MCP4728 write: the four output codes (0 if powered
 //                                         down)
 //             i2c <t> <addr> <hex>        an I2C transaction the bus could not deliver
+//             gap <t> <s>                 real time: the loop's passes were <s> seconds apart
+//                                         (more than 20 ms: this process was not scheduled)
 // <t> is seconds: CLOCK_MONOTONIC (Python's time.monotonic()) in real time, the lock-step clock
 // otherwise. stdin at EOF ends a --world or --lockstep process.
 #include <Arduino.h>
@@ -98,13 +100,49 @@ void event(const char *name, const uint8_t *d, size_t n) {
   events += '\n';
 }
 
+// Real time: events the host side has not read yet. The loop never waits for it to read (a
+// board's loop does not wait on the host's scheduler): stdout is non-blocking, and what does not
+// fit in the pipe waits here for the next pass.
+std::string unread;
+
+// As much of `unread` as the pipe takes now.
+void drain_events() {
+  while (!unread.empty()) {
+    ssize_t n = write(1, unread.data(), unread.size());
+    if (n > 0) {
+      unread.erase(0, (size_t)n);
+    } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+      return;
+    } else {
+      stop_requested = 1;  // the host side is gone
+      return;
+    }
+  }
+}
+
 // One loop pass's events as a batch; `force` ends a lock-step reply even when it is empty.
 void flush_events(bool force) {
   if (!world || (events.empty() && !force)) return;
   events += "end\n";
-  if (fwrite(events.data(), 1, events.size(), stdout) != events.size() || fflush(stdout) != 0)
-    stop_requested = 1;  // the host side is gone
+  if (lockstep) {
+    if (fwrite(events.data(), 1, events.size(), stdout) != events.size() || fflush(stdout) != 0)
+      stop_requested = 1;  // the host side is gone
+  } else {
+    unread += events;
+    drain_events();
+  }
   events.clear();
+}
+
+// Passes of the real-time loop further apart than this are reported (`gap`): it polls every
+// 1 ms, so a longer gap is this process's own starvation, which the host side then allows for.
+const uint64_t LOOP_GAP_NS = 20000000ull;
+
+void gap_event(uint64_t gap_ns) {
+  if (!world) return;
+  char line[64];
+  snprintf(line, sizeof line, "gap %.6f %.6f\n", now_s(), gap_ns / 1e9);
+  events += line;
 }
 
 // Bytes that arrived on the serial line, after the injected faults, into the firmware's buffer.
@@ -263,10 +301,16 @@ int run_realtime() {
   flush_events(false);
   std::string pending;  // a partial command line
   uint8_t buf[4096];
+  if (world) fcntl(1, F_SETFL, fcntl(1, F_GETFL) | O_NONBLOCK);  // after the blocking `pty` line
+  uint64_t last_pass = mono_ns();
   while (!stop_requested) {
-    pollfd fds[2] = {{master_fd, POLLIN, 0}, {0, POLLIN, 0}};
-    int r = poll(fds, world ? 2 : 1, 1);
+    pollfd fds[3] = {{master_fd, POLLIN, 0}, {0, POLLIN, 0}, {1, POLLOUT, 0}};
+    int r = poll(fds, world ? (unread.empty() ? 2 : 3) : 1, 1);
     if (r < 0 && errno != EINTR) break;
+    uint64_t now = mono_ns();
+    if (now - last_pass > LOOP_GAP_NS) gap_event(now - last_pass);
+    last_pass = now;
+    if (!unread.empty()) drain_events();
     if (world && (fds[1].revents & (POLLIN | POLLHUP))) {
       ssize_t n = read(0, buf, sizeof buf);
       if (n <= 0) break;  // the host side closed the channel: power off
@@ -284,6 +328,10 @@ int run_realtime() {
     }
     if (!stalled) run_loop_pass();
     flush_events(false);
+  }
+  if (!unread.empty()) {  // the last events, waited for now that the loop has ended
+    fcntl(1, F_SETFL, fcntl(1, F_GETFL) & ~O_NONBLOCK);
+    drain_events();
   }
   remove_link();
   return 0;

@@ -297,3 +297,45 @@ def test_a_firmware_that_dies_is_seen_as_gone(host_firmware, tmp_path):
         host.close()
     finally:
         board.close()
+
+
+def test_the_firmware_logs_when_its_own_loop_stood(host_firmware, tmp_path):
+    """Its process stopped for 0.15 s (as a starved one): a loop_gap at least that long in the
+    board log, as the Python emulator logs its own."""
+    log = tmp_path / 'board.jsonl'
+    board = FirmwareBoard(host_firmware, link=str(tmp_path / 'dac'), log_path=str(log)).start()
+    try:
+        time.sleep(0.3)
+        os.kill(board.pid, signal.SIGSTOP)
+        time.sleep(0.15)
+        os.kill(board.pid, signal.SIGCONT)
+
+        def gaps():
+            events = map(json.loads, log.read_text().splitlines())
+            return [e['gap'] for e in events if e['event'] == 'loop_gap']
+
+        assert wait_for(lambda: any(g >= 0.14 for g in gaps()), 2.0), gaps()
+    finally:
+        board.close()
+
+
+def test_a_host_side_that_does_not_read_never_stops_the_board(host_firmware, tmp_path):
+    """The world side (this process) reads the firmware's event stream; while it does not (a
+    starved test process), the firmware keeps answering on the serial line: 3000 PINGs, about
+    three pipes' worth of events, each answered at once, and every event arrives afterwards."""
+    board = FirmwareBoard(host_firmware, link=str(tmp_path / 'dac')).start()
+    host = Host(board.link)
+    try:
+        n = 3000
+        with board._lock:  # the tap cannot hand on what it reads, so it stops reading
+            for i in range(n):
+                host.send(P.Ping(i & 0xFF))
+                replies = host.replies(timeout=2.0)
+                assert [(type(r), r.seq) for r in replies] == [(P.Ack, i & 0xFF)], (i, replies)
+        host.send(P.Set(1, (100, 200)))
+        (ack,) = host.replies()
+        assert isinstance(ack, P.Ack)
+        assert wait_for(lambda: board.codes[:2] == [100, 200], 5.0), board.codes
+    finally:
+        host.close()
+        board.close()

@@ -204,9 +204,12 @@ def test_two_commanders(rig, harness):
         assert wait_for(lambda: _diag_has(harness, '/second_controller', t_second), 5.0)
         time.sleep(0.5)
         # Never the intruder's codes. A vent is allowed: on a loaded machine our stream or the
-        # driver can be starved past the 0.25 s watchdog (the safe side); ours then goes on.
+        # driver can be starved past the 0.25 s watchdog (the safe side); ours then goes on,
+        # rising back at the slew rate (a loaded CI run read the ramp's codes in between):
+        # every frame at or below ours on each channel, the intruder's 45 kPa above both.
         frames = emu.frames_since(t_second)
-        assert frames and all(f.codes in ((C30, C20), (0, 0)) for f in frames), frames[-5:]
+        other = [f for f in frames if f.codes[0] > C30 or f.codes[1] > C20]
+        assert frames and not other, other[:5]
         assert wait_for(lambda: emu.frames_since(t_second)[-1].codes == (C30, C20), 3.0)
         diag = harness.latest_diag()
         assert diag[1] == 2 and int(diag[3]['commander_conflicts']) >= 1, diag

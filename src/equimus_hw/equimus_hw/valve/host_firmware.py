@@ -417,6 +417,8 @@ class FirmwareBoard(BoardRecord):
                     self._answer(reply, t)
             elif name == 'i2c':
                 self._log({'event': 'i2c_error', 't': t, 'address': fields[0]})
+            elif name == 'gap':  # the firmware process was not scheduled (as the emulator's)
+                self._log({'event': 'loop_gap', 't': t, 'gap': float(fields[0])})
 
     def _answer(self, reply: P.Message | P.Rejected, t: float) -> None:
         request = self._pending.popleft() if self._pending else None
