@@ -54,7 +54,14 @@ def test_newer_motive_streams_and_unicast_requests_the_newest(
         assert ok, bridge.stop()[1]
         msg = listener.poses['calf'][-1][1]
         assert msg.pose.position.x == pytest.approx(BODIES['calf'][0][0], abs=1e-6)
-        d = diag_with(listener, lambda d: d.level == DiagnosticStatus.OK, 5)
+
+        # Switched: OK once it decodes the requested version, which it does from the server's
+        # "accepted" on, before its query confirms it (under load a report came in between).
+        def settled(d):
+            negotiated = server == decoded or 'confirmed' in vals(d)['version_negotiation']
+            return d.level == DiagnosticStatus.OK and negotiated
+
+        d = diag_with(listener, settled, 10)
         assert vals(d)['decoding_version'] == decoded
         assert vals(d)['natnet_version'].startswith(server)
         if server != decoded:

@@ -1,5 +1,6 @@
 """Client <-> emulator in one process over real UDP sockets on loopback."""
 
+import itertools
 import socket
 import time
 
@@ -207,3 +208,37 @@ def test_echoes_go_out_fast_until_one_comes_back_quickly(ports):
     finally:
         c.close()
         emu.stop()
+
+
+def test_a_late_frame_keeps_its_exposure_time(ports):
+    """The emulator's stream held up for 40 ms every 20 frames (as a starved process): those
+    frames go out late, but their mid-exposure stamps keep the 120 Hz camera clock, as a real
+    camera system's hardware-timed exposures do; only the transmit stamps show the hold-up."""
+    held = []
+
+    def hold():
+        if len(held) % 20 == 10:
+            time.sleep(0.04)
+        held.append(1)
+
+    emu = NatNetEmulator(version='4.1', command_port=ports[0], data_port=ports[1], multicast=False)
+    emu.before_frame = hold
+    emu.start()
+    events = []
+    c = NatNetClient(
+        command_port=ports[0], data_port=ports[1], multicast=False, on_frame=events.append
+    )
+    try:
+        c.connect()
+        pump(c, 20.0, until=lambda: len(events) > 90)
+    finally:
+        c.close()
+        emu.stop()
+    frames = [e.frame for e in events[5:]]
+    pairs = [(a, b) for a, b in itertools.pairwise(frames) if b.frame_number == a.frame_number + 1]
+    exposure = [(b.stamp_mid_exposure - a.stamp_mid_exposure) / 1e7 for a, b in pairs]
+    transmit = [(b.stamp_transmit - a.stamp_transmit) / 1e7 for a, b in pairs]
+    assert max(transmit) > 0.035, transmit  # the hold-ups happened
+    # Each frame's exposure one period after the last (a late wake-up of the loop itself, a
+    # millisecond or two when both cores are busy, aside).
+    assert all(abs(d - 1 / 120) < 0.003 for d in exposure), exposure

@@ -426,6 +426,7 @@ class NatNetClient:
         accepted = isinstance(reply, P.Response) and reply.is_numeric and reply.as_int() == 0
         if accepted:
             self.version, self.version_error = want, ''
+            self.version_note = f'requested NatNet {P.version_text(want)}, accepted; confirming'
             query = self.command('Bitstream')
             confirmed = want
             if isinstance(query, P.Response) and query.text.startswith('Bitstream,'):

@@ -406,12 +406,16 @@ class NatNetEmulator:
         self._flags_once = 0
         return f
 
-    def _stamp_and_encode(self, f: P.Frame) -> bytes:
+    def _stamp_and_encode(self, f: P.Frame, due: int | None = None) -> bytes:
+        """Transmitted now, its software latency before that; exposed at `due` (ticks) less
+        the exposure latency: a frame of the stream sent late (this process starved) keeps the
+        regular exposure times a camera system's hardware clock gives them."""
         now = ticks_now()
+        due = now if due is None else min(due, now)
         f.stamp_transmit = now
         f.stamp_data_received = now - int(self.software_latency_s * CLOCK_HZ)
         f.stamp_mid_exposure = (
-            now - int(self.exposure_latency_s * CLOCK_HZ) if self.mid_exposure else 0
+            due - int(self.exposure_latency_s * CLOCK_HZ) if self.mid_exposure else 0
         )
         return P.encode_message(f, self.version)
 
@@ -572,9 +576,11 @@ class NatNetEmulator:
             if now < next_t:
                 self._stop.wait(next_t - now)
                 continue
+            due = next_t  # this frame's time on the stream's clock, however late it goes out
             next_t += period
             if now - next_t > 10 * period:  # fell far behind (suspended): resynchronise
                 next_t = now + period
+                due = now
             self._frame_number += 1
             if self.faults.loop_every and self._frame_number > self.faults.loop_every:
                 self._frame_number = 1
@@ -591,7 +597,8 @@ class NatNetEmulator:
             if stalled or drop:
                 self.frames_dropped += 1
                 continue
-            self.send_frame(self.build_frame(t))
+            f = self.build_frame(t)
+            self.send_frame(f, due=ticks_now() - int((time.monotonic() - due) * CLOCK_HZ))
             with self._lock:
                 bad = self._malformed_pending
                 self._malformed_pending = 0
@@ -618,8 +625,9 @@ class NatNetEmulator:
                 self.replay_done.set()
                 return
 
-    def send_frame(self, f: P.Frame) -> None:
-        pkt = self._stamp_and_encode(f)
+    def send_frame(self, f: P.Frame, due: int | None = None) -> None:
+        """Stamp (see `_stamp_and_encode`; `due` in ticks, default now) and send one frame."""
+        pkt = self._stamp_and_encode(f, due)
         self._send_all(pkt)
         self.frames_sent += 1
         if self.on_sent is not None:
