@@ -23,6 +23,9 @@ from equimus_hw.valve.calibration import ValveCalibration, load_calibration
 
 GAIN, OFFSET, NOISE = (1.06, 0.94), (-2.5, 1.8), 0.3  # per channel (maa, baa): the injected chain
 HOLD = '1.0'  # s per valve level (the emulated valve's τ is 0.2 s)
+# s without a mocap frame before a valve test stops: the emulated rig shares this machine's CPUs,
+# and on a loaded one its stream paused 0.25-0.39 s (the rig's default, 0.25, stops on that)
+MOCAP_TIMEOUT = '1'
 START_S = 60.0  # s for the rig emulator to come up on a loaded machine
 
 
@@ -66,7 +69,7 @@ def emulated_rig(tmp_path: Path, *options: str, multicast: bool = False):
 def check_rig(args: list[str], out: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, '-m', 'equimus_bringup.cli', 'check', 'rig', *args, '--out', str(out),
-         '--hold', HOLD, '--wait', '10'],
+         '--hold', HOLD, '--wait', '10', '--mocap-timeout', MOCAP_TIMEOUT],
         capture_output=True, text=True, timeout=180,
     )  # fmt: skip
 
@@ -166,9 +169,13 @@ def test_a_valve_that_does_not_follow_its_setpoint(tmp_path):
     assert 'calibration NOT written' in r.stdout
 
 
-@pytest.mark.parametrize('bad', ['hold', 'argument'])
+@pytest.mark.parametrize('bad', ['hold', 'mocap-timeout', 'argument'])
 def test_bad_input_is_one_line(tmp_path, bad):
-    args = ['--hold', '0.01'] if bad == 'hold' else ['serial_prot:=/dev/ttyACM0']
+    args = {
+        'hold': ['--hold', '0.01'],
+        'mocap-timeout': ['--mocap-timeout', '0'],
+        'argument': ['serial_prot:=/dev/ttyACM0'],
+    }[bad]
     r = subprocess.run(
         [sys.executable, '-m', 'equimus_bringup.cli', 'check', 'rig', *args,
          '--out', str(tmp_path / 'report')],
@@ -220,6 +227,7 @@ def on_emulated_rig(command: str, repo: Path, link: Path, port: int, launch_tool
         (f'--server {MOTIVE}', f'--server 127.0.0.1 --command-port {port} --data-port {port + 1}'),
         (LOCAL, '127.0.0.1'),
         (BOARD, str(link)),
+        ('check rig ', f'check rig --mocap-timeout {MOCAP_TIMEOUT} '),
         ('./equimus ', f'{repo}/equimus '),
         ('make firmware', f'make -C {repo} firmware'),
         ('out/firmware/', f'{repo}/out/firmware/'),

@@ -462,8 +462,10 @@ def describe_graph(mode: str, overrides: Mapping[str, str] | None = None) -> lis
                 )
             )
         if _truthy(args['check']):
-            # Before the nodes: it opens the board and listens to Motive on its own.
-            wait = ['--wait', '30'] if _truthy(args['emulator']) else []
+            # Before the nodes: it opens the board and listens to Motive on its own. The emulated
+            # rig starts with it and shares its CPUs, so its stream may pause while a busy
+            # machine starves it: a longer mocap timeout there, the rig's own default otherwise.
+            wait = ['--wait', '30', '--mocap-timeout', '1'] if _truthy(args['emulator']) else []
             specs.append(
                 ProcessSpec(
                     'rig_check',

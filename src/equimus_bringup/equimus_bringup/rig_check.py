@@ -53,7 +53,8 @@ MAX_DROPPED = 0.02
 MAX_LATENCY_S = 0.05
 #: A configured body tracked in fewer frames than this fraction.
 MIN_TRACKED = 0.95
-#: s without a mocap frame while a valve is stepped: the pose is no longer watched.
+#: s without a mocap frame while a valve is stepped: the pose is no longer watched, the valve
+#: is vented and its test stopped (the default of --mocap-timeout).
 STALE_S = 0.25
 
 
@@ -403,7 +404,12 @@ def check_board(cfg: RigConfig, probe: Any, wait_s: float) -> str:
 
 
 def check_valves(
-    cfg: RigConfig, probe: Any, mocap: Mocap, report: Report, hold_s: float
+    cfg: RigConfig,
+    probe: Any,
+    mocap: Mocap,
+    report: Report,
+    hold_s: float,
+    stale_s: float = STALE_S,
 ) -> dict[str, Any]:
     """Each valve's result (commission.ValveResult), the failed ones left out."""
     from equimus_hw.valve import commission as C
@@ -417,7 +423,7 @@ def check_valves(
     def watch() -> str:
         last = mocap.latest()
         age = math.inf if last is None else time.monotonic() - last.arrival
-        if age > STALE_S:
+        if age > stale_s:
             return f'no motion-capture frame for {age:.2f} s'
         return pose_problem(last.q if last else None, cfg.safety)
 
@@ -506,7 +512,13 @@ def plot(path: str, results: Mapping[str, Any]) -> None:
 # --------------------------------------------------------------------------- the command
 
 
-def run(overrides: Mapping[str, str], out: str, hold_s: float, wait_s: float) -> int:
+def run(
+    overrides: Mapping[str, str],
+    out: str,
+    hold_s: float,
+    wait_s: float,
+    stale_s: float = STALE_S,
+) -> int:
     from equimus_hw.valve import commission as C
 
     try:
@@ -538,7 +550,7 @@ def run(overrides: Mapping[str, str], out: str, hold_s: float, wait_s: float) ->
         ready = report.passed('Board') and report.passed('Estimator')
         if ready:
             report.note(f'arming: each valve in turn to {", ".join(map(str, C.LEVELS_KPA))} kPa')
-            results = check_valves(cfg, probe, mocap, report, hold_s)
+            results = check_valves(cfg, probe, mocap, report, hold_s, stale_s)
         else:
             for name in ACTUATORS:
                 report.add(f'Valve {name}', None, 'needs the board and the leg in a safe pose')
@@ -597,6 +609,13 @@ def build_parser() -> argparse.ArgumentParser:
         help='s each valve pressure is held (default 1.5; the valve must settle within it)',
     )
     r.add_argument(
+        '--mocap-timeout',
+        type=float,
+        default=STALE_S,
+        help='s without a motion-capture frame while a valve is stepped before it is vented '
+        'and its test stopped (default %(default)s)',
+    )
+    r.add_argument(
         '--wait',
         type=float,
         default=0.0,
@@ -616,11 +635,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f'equimus check rig: {exc}', file=sys.stderr)
         return 2
     hold = HOLD_S if ns.hold is None else ns.hold
-    if not 0.2 <= hold <= 30.0 or not 0.0 <= ns.wait <= 600.0:
-        print('equimus check rig: --hold must be 0.2-30 s and --wait 0-600 s', file=sys.stderr)
+    if not 0.2 <= hold <= 30.0 or not 0.0 <= ns.wait <= 600.0 or not 0.05 <= ns.mocap_timeout <= 5:
+        print(
+            'equimus check rig: --hold must be 0.2-30 s, --wait 0-600 s and --mocap-timeout '
+            '0.05-5 s',
+            file=sys.stderr,
+        )
         return 2
     try:
-        return run(overrides, ns.out, hold, ns.wait)
+        return run(overrides, ns.out, hold, ns.wait, ns.mocap_timeout)
     except KeyboardInterrupt:
         print('equimus check rig: interrupted; the board was vented', file=sys.stderr)
         return 130
