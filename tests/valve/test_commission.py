@@ -33,7 +33,10 @@ def to_kpa(code):
 
 def test_fit_and_driver(new_board, harness, tmp_path):
     board = new_board(dac_gain=GAIN, dac_offset_kpa=OFFSET, adc_noise_kpa=NOISE, seed=5)
-    with C.BoardProbe(board.link) as probe:
+    # The host firmware is a process of its own: with both cores busy it went 1.1 s without a
+    # reply twice, past the check's 1 s for a gone board. Here that limit is 5 s: the fit is
+    # under test, not the machine's scheduling.
+    with C.BoardProbe(board.link, silent_s=5.0) as probe:
         info = probe.open(wait_s=5.0)
         result = C.check_board(probe, NOMINAL, 2)
         assert result.watchdog_flagged and 200 <= result.watchdog_vent_ms <= 200 + 150

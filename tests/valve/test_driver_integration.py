@@ -143,7 +143,7 @@ def test_command_stop_trips_watchdog_within_timeout(rig, harness):
 
 
 def test_keepalive_holds_pressure_at_slow_command_rate(rig, harness):
-    emu, _ = rig
+    emu, drv = rig
     # Commands 400 ms apart, twice the board's 200 ms watchdog, so only the driver's keepalives
     # can hold the pressure. The host watchdog is raised to 1 s for this test: at 5 Hz against
     # 0.25 s a publisher thread late by 50 ms on a loaded machine made the host vent, correctly.
@@ -155,6 +155,7 @@ def test_keepalive_holds_pressure_at_slow_command_rate(rig, harness):
         assert wait_frame(emu, t0, lambda f: f.codes == (C30, C30)) is not None
         t1 = time.monotonic()
         trips = emu.watchdog_trips
+        waited = RunQueueWait(drv.proc.pid, board_pid(emu))
         time.sleep(1.5)
         harness.stop_stream()
     finally:
@@ -164,9 +165,12 @@ def test_keepalive_holds_pressure_at_slow_command_rate(rig, harness):
     assert all(f.codes == (C30, C30) for f in held)
     gaps = [b.t - a.t for a, b in pairwise(held)]
     # Keepalives are due every 50 ms; the bound that matters is the board's watchdog (a longer
-    # gap would vent it). A tighter figure only measured how promptly a loaded machine schedules.
-    assert max(gaps) < emu.watchdog_s, max(gaps)
+    # gap would vent it), plus the time the driver and the board waited for a CPU (with both
+    # cores busy the firmware once read a keepalive 0.244 s after the last). A tighter figure only
+    # measured how promptly a loaded machine schedules. The board never vented: that holds always.
     assert emu.watchdog_trips == trips
+    queued = waited.seconds()
+    assert max(gaps) < emu.watchdog_s + queued, f'{max(gaps):.3f} s gap, {queued:.3f} s queued'
 
 
 def test_estop_latches_until_rearm(rig, harness):

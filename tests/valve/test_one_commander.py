@@ -242,7 +242,14 @@ def test_two_commanders(rig, harness):
     assert wait_for(lambda: 'the commander left the ROS graph' in drv.output(), 10.0)
     t_new = time.monotonic()
     time.sleep(0.5)
-    assert not any(nonzero(f) for f in emu.frames_since(t_new)), 'a new lone publisher obeyed'
+    # By position (CI, both cores busy): frames the board read in one chunk share a time, so the
+    # first chunk read after t_new can end with frames the driver sent before its vent. From the
+    # first vented frame on, nothing else; before it, only that first chunk.
+    since = emu.frames_since(t_new)
+    seen = [(round(f.t - t_new, 4), f.codes) for f in since[:40]]
+    first_vent = next((i for i, f in enumerate(since) if not nonzero(f)), len(since))
+    assert all(f.t == since[0].t for f in since[:first_vent]), ('a new lone publisher obeyed', seen)
+    assert not any(nonzero(f) for f in since[first_vent:]), ('a new lone publisher obeyed', seen)
     assert harness.call('arm').success
     assert wait_for(lambda: any(f.codes == (C30, C20) for f in emu.frames_since(t_new)), 3.0)
     # 7. hand-over: ours "killed" (its publisher still listed, as a SIGKILLed process is for its

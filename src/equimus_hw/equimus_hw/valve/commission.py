@@ -104,9 +104,10 @@ class ProbeStats:
 class BoardProbe:
     """The DAC board, one request at a time: each call sends a frame and waits for its reply."""
 
-    def __init__(self, port: str, baud: int = 115200) -> None:
+    def __init__(self, port: str, baud: int = 115200, silent_s: float = SILENT_S) -> None:
         self.port = port
         self.baud = baud
+        self.silent_s = silent_s
         self.stats = ProbeStats()
         self.info: P.Info | None = None
         self._ser: serial.Serial | None = None
@@ -209,7 +210,7 @@ class BoardProbe:
                     return item, now - t0
             if now >= deadline:
                 self.stats.timeouts += 1
-                if now - self._last_reply > SILENT_S:
+                if now - self._last_reply > self.silent_s:
                     raise CommissionError(
                         f'the board on {self.port} stopped answering (no reply for '
                         f'{now - self._last_reply:.1f} s): check its USB cable and power'
