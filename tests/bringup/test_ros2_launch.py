@@ -162,7 +162,12 @@ def _assert_clean(rc: int, out: str, seen: dict[str, list], processes: int) -> N
     assert len(seen[JOINT_STATES.name]) > 50, tail  # the estimator ran on the leg's poses
     assert len(seen[VALVE_APPLIED.name]) > 20, tail  # the driver applied the controller's commands
     assert max(max(m.effort) for m in seen[VALVE_APPLIED.name]) > 1.0, tail  # really driven
-    assert 'valve_driver: vented on shutdown (acknowledged)' in out, tail
+    # Vented: acknowledged by the board, or (an emulated rig's board starved on a loaded machine
+    # past the driver's 0.2 s wait) the board's own outputs at 0 when it stopped.
+    assert 'valve_driver: vented on shutdown (acknowledged)' in out or (
+        'valve_driver: vented on shutdown (NOT acknowledged' in out
+        and 'outputs at stop [0, 0]' in out
+    ), tail
     assert rc == 0, tail
 
 

@@ -39,7 +39,8 @@ HELLO_TIMEOUT_S = 0.5
 HELLO_TRIES = 3
 REPLY_TIMEOUT_S = 0.05
 #: s without any reply, requests being sent, before the board counts as gone (the driver's
-#: link_timeout_s is 0.5 s; an emulated board on a loaded computer can pause for 0.3 s).
+#: link_timeout_s is 0.5 s; an emulated board on a loaded computer can pause for 0.3 s); also
+#: the longest a write may wait for a board that does not read.
 SILENT_S = 1.0
 #: PINGs for the round-trip figures.
 PINGS = 100
@@ -123,7 +124,7 @@ class BoardProbe:
             try:
                 # exclusive: a valve driver holding the board makes this fail, and vice versa
                 self._ser = serial.Serial(
-                    self.port, self.baud, timeout=0.005, write_timeout=0.5, exclusive=True
+                    self.port, self.baud, timeout=0.005, write_timeout=self.silent_s, exclusive=True
                 )
                 break
             except (serial.SerialException, OSError, ValueError) as exc:
