@@ -177,6 +177,45 @@ def test_sim_launch_as_the_readme_gives_it(ros2_launch, watcher):
     _assert_clean(rc, out, seen, processes=1)
 
 
+def test_a_required_process_that_dies_ends_the_launch(ros2_launch, watcher):
+    """The split sim graph with its valve driver SIGKILLed: launch stops every other node on its
+    own (after its stop grace, launch_common.STOP_GRACE_S), cleanly, with no traceback."""
+    proc = subprocess.Popen(
+        [sys.executable, str(ros2_launch), 'equimus_bringup', 'sim.launch.py', 'composed:=false'],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        env=dict(
+            os.environ, PYTHONUNBUFFERED='1', ROS_DOMAIN_ID=str(watcher.context.get_domain_id())
+        ),
+    )
+    try:
+        seen = _watch(watcher, 0.0)
+        assert _flowing(seen), seen
+        # the launch's own log names each process's pid; the pipe holds it until read at the end,
+        # so the driver is found among the launch's children
+        children = subprocess.run(
+            ['pgrep', '-f', '-P', str(proc.pid), 'lib/equimus_hw/valve_driver'],
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout.split()
+        assert len(children) == 1, children
+        os.kill(int(children[0]), signal.SIGKILL)
+        out, _ = proc.communicate(timeout=STOP_TIMEOUT_S)  # ends with no Ctrl-C from here
+    except BaseException:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise
+    tail = out[-4000:]
+    assert re.search(r'\[ERROR\] \[valve_driver-\d+\]: process has died', out), tail
+    assert 'Caught exception' not in out and 'Traceback' not in out, tail
+    started = re.findall(r'\[INFO\] \[(\S+)\]: process started', out)
+    finished = re.findall(r'\[INFO\] \[(\S+)\]: process has finished cleanly', out)
+    assert sorted(finished) == sorted(n for n in started if not n.startswith('valve_driver')), tail
+
+
 def test_sim_launch_composed_mpc_recorded(ros2_launch, watcher, tmp_path):
     """The headline command with the README's example arguments: one process, recorded; rviz:=true
     on a machine without rviz2 says how to get it and runs the graph on."""

@@ -25,6 +25,7 @@ from launch.actions import (
     ExecuteProcess,
     OpaqueFunction,
     RegisterEventHandler,
+    TimerAction,
 )
 from launch.conditions import IfCondition
 from launch.event_handlers import OnProcessExit
@@ -68,11 +69,19 @@ def lifecycle_actions(node: LifecycleNode) -> list:
     ]
 
 
+#: s a required process's exit waits before it stops the launch. A terminal's Ctrl-C reaches
+#: the nodes and launch at once, and a loaded machine can let launch see a node's exit before
+#: its own SIGINT: a stop sent then (a ChangeState to an exiting driver, a second Shutdown)
+#: fails with a traceback. Launch cancels the timer when it shuts down; the valves do not wait
+#: for it (the controller's stale guard and the driver's watchdog vent within 0.25 s).
+STOP_GRACE_S = 1.0
+
+
 def shutdown_on_exit(action, name: str, driver: LifecycleNode | None) -> RegisterEventHandler:
     """A required process exited on its own: vent the valve driver (deactivate), then end the
-    launch. Not when the launch is already stopping (Ctrl-C): every node then has its SIGINT,
-    the driver vents on it, and a transition or a second Shutdown sent to exiting processes
-    would only fail."""
+    launch. Not when the launch is stopping (Ctrl-C), which it may only learn of within
+    STOP_GRACE_S: every node then has its SIGINT, the driver vents on it, and a transition or
+    a second Shutdown sent to exiting processes would only fail."""
 
     def _stop(context) -> list:
         if context.is_shutdown:
@@ -91,7 +100,10 @@ def shutdown_on_exit(action, name: str, driver: LifecycleNode | None) -> Registe
         return events
 
     return RegisterEventHandler(
-        OnProcessExit(target_action=action, on_exit=[OpaqueFunction(function=_stop)])
+        OnProcessExit(
+            target_action=action,
+            on_exit=[TimerAction(period=STOP_GRACE_S, actions=[OpaqueFunction(function=_stop)])],
+        )
     )
 
 
