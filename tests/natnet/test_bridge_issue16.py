@@ -253,3 +253,21 @@ def test_multicast_layout_mismatch_on_diagnostics(ports, spawn, listener):
         assert any('more like it in the last 1 s' in x for x in lines), lines[-5:]
     finally:
         emu.stop()
+
+
+def test_a_discovery_wait_that_times_out_is_reported(ports, spawn):
+    """No subscriber on the pose topics (none in this test): after discovery_wait the bridge
+    streams anyway and says which topics had no subscriber, in its log."""
+    group = random_group()
+    emu = NatNetEmulator(version='4.1', command_port=ports[0], data_port=ports[1], multicast=False)
+    emu.start()
+    try:
+        bridge = spawn(bridge_args(ports, False, group, ['-p', 'discovery_wait:=0.5']), 'bridge')
+        # it connects (a unicast CONNECT) only once the wait is over and reported
+        assert wait_for(lambda: bool(emu.clients), 60), bridge.stop()[1]
+        rc, out = bridge.stop()
+    finally:
+        emu.stop()
+    assert rc == 0, out
+    topics = ', '.join(f'/mocap/{n}/pose' for n in sorted(BODIES))
+    assert f'discovery_wait 0.5 s timed out: no subscriber on {topics}' in out, out

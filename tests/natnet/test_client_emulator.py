@@ -57,6 +57,28 @@ def test_command_channel(ports, version):
         assert emu.clients  # the CONNECT above registered a unicast client
 
 
+def test_the_official_sdks_request_form(ports):
+    """The NatNet SDK's clients send a request as its header, its string and a NUL: with no
+    string, a 0-byte header and one NUL. The emulator answers it as Motive does."""
+    with NatNetEmulator(version='4.1', command_port=ports[0], data_port=ports[1], multicast=False):
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.bind(('127.0.0.1', 0))
+        s.settimeout(2)
+        try:
+            s.sendto(
+                P.HEADER.pack(P.MessageId.REQUEST_MODELDEF, 0) + b'\0', ('127.0.0.1', ports[0])
+            )
+            reply = P.decode_message(s.recvfrom(65536)[0], (4, 1))
+        finally:
+            s.close()
+    assert isinstance(reply, P.ModelDefinitions), reply
+    assert [d.name for d in reply.rigid_bodies()] == ['base', 'thigh', 'calf']
+    with pytest.raises(P.NatNetDecodeError):  # one NUL more, or another byte, is still refused
+        P.split_packet(P.HEADER.pack(P.MessageId.REQUEST_MODELDEF, 0) + b'\0\0')
+    with pytest.raises(P.NatNetDecodeError):
+        P.split_packet(P.HEADER.pack(P.MessageId.REQUEST_MODELDEF, 0) + b'x')
+
+
 def test_bad_command_does_not_kill_emulator(ports):
     with NatNetEmulator(command_port=ports[0], data_port=ports[1], multicast=False):
         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)

@@ -176,6 +176,7 @@ class NatNetBridge(LifecycleNode):
         )
         self.receive_priority, self.receive_cpu = net.receive_priority, net.receive_cpu
         self.receive_scheduling = 'normal'  # what the receive thread got (diagnostics)
+        self.discovery = ''  # how the discovery wait ended (diagnostics)
         self.autostart = bridge.autostart
         self._last_diag = 0.0
         self._last_level: Level | None = None
@@ -242,11 +243,34 @@ class NatNetBridge(LifecycleNode):
 
     # -- receive thread ---------------------------------------------------------------------
     def _wait_for_subscribers(self) -> None:
-        end = time.monotonic() + self.discovery_wait
+        """Up to discovery_wait for every pose topic to have a subscriber; a timeout is logged
+        and kept for /diagnostics (`discovery`): those topics' first frames reach no one."""
+        if not self.pubs:
+            self.discovery = 'no rigid body configured: nothing to wait for'
+            return
+        start = time.monotonic()
+        end = start + self.discovery_wait
         while not self._stop.is_set() and time.monotonic() < end:
             if all(p.get_subscription_count() > 0 for p in list(self.pubs.values())):
+                self.discovery = (
+                    f'every pose topic subscribed after {time.monotonic() - start:.2f} s'
+                )
                 return
             self._stop.wait(0.01)
+        if self._stop.is_set() or self.discovery_wait <= 0:
+            return
+        alone = sorted(
+            p.topic_name for p in list(self.pubs.values()) if p.get_subscription_count() == 0
+        )
+        if alone:
+            self.discovery = (
+                f'discovery_wait {self.discovery_wait:g} s timed out: no subscriber on '
+                f'{", ".join(alone)}'
+            )
+            self.get_logger().warning(
+                f'{self.discovery}; streaming anyway, their first frames reach no one (a '
+                'recorder still discovering misses them: raise discovery_wait)'
+            )
 
     def _receive(self) -> None:
         stop = self._stop
@@ -488,6 +512,7 @@ class NatNetBridge(LifecycleNode):
             'frame_number_resets': st.frame_number_resets,
             'frame_number_glitches': st.frame_number_glitches,
             'receive_thread': self.receive_scheduling,
+            'discovery': self.discovery,
             'so_busy_poll': (
                 'off'
                 if c.so_busy_poll_us <= 0

@@ -768,10 +768,16 @@ def _cstr_payload(payload: bytes, what: str) -> str:
 # Top level
 # --------------------------------------------------------------------------------------------
 def split_packet(datagram: bytes) -> tuple[int, bytes]:
-    """Check the 4-byte header against the datagram length; return (message id, payload)."""
+    """Check the 4-byte header against the datagram length; return (message id, payload).
+
+    One NUL byte past the payload is tolerated: the official NatNet SDK sends its requests as
+    the header, the request string and its terminator, so a request without a string (model
+    definitions, keep-alive) is a 0-byte header followed by one NUL."""
     if len(datagram) < 4:
         raise NatNetDecodeError(f'datagram of {len(datagram)} bytes is shorter than the header')
     mid, n = HEADER.unpack_from(datagram, 0)
+    if n == len(datagram) - 5 and datagram[-1] == 0:
+        return mid, memoryview(datagram)[4:-1].tobytes()
     if n != len(datagram) - 4:
         raise NatNetDecodeError(
             f'header says {n} payload bytes but the datagram carries {len(datagram) - 4}'
