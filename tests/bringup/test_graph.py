@@ -88,6 +88,26 @@ def test_bad_arguments_are_refused_with_the_valid_list():
         describe_graph('simulation')
 
 
+def _check_args(**overrides: str) -> list[str]:
+    spec = next(s for s in describe_graph('hardware', overrides) if s.name == 'rig_check')
+    return spec.arguments
+
+
+def test_the_rig_checks_mocap_timeout_is_a_launch_argument():
+    """check:=true on a rig emulated elsewhere (docs/rig.md) needs the emulated rig's timeout
+    too; the value is checked before anything starts."""
+    assert '--mocap-timeout' not in _check_args(check='true')  # the check's own 0.25 s
+    args = _check_args(check='true', emulator='true')
+    assert args[args.index('--mocap-timeout') + 1] == '1'
+    args = _check_args(check='true', check_mocap_timeout='2.5')
+    assert args[args.index('--mocap-timeout') + 1] == '2.5'
+    for bad in ('0.01', '6', 'abc', 'nan'):
+        with pytest.raises(ValueError, match=f'check_mocap_timeout:={bad} must be 0.05 to 5 s'):
+            describe_graph('hardware', {'check': 'true', 'check_mocap_timeout': bad})
+    with pytest.raises(ValueError, match='use it with check:=true'):
+        describe_graph('hardware', {'check_mocap_timeout': '1'})
+
+
 def _declared(argv: list[str], nodes: dict[str, dict[str, object]]) -> dict[str, dict]:
     """In a fresh rclpy process started with `argv`, each node's value of each parameter
     (declared with the given default), as rcl resolves them from the command line."""

@@ -228,6 +228,7 @@ def on_emulated_rig(command: str, repo: Path, link: Path, port: int, launch_tool
         (LOCAL, '127.0.0.1'),
         (BOARD, str(link)),
         ('check rig ', f'check rig --mocap-timeout {MOCAP_TIMEOUT} '),
+        (' check:=true', f' check:=true check_mocap_timeout:={MOCAP_TIMEOUT}'),
         ('./equimus ', f'{repo}/equimus '),
         ('make firmware', f'make -C {repo} firmware'),
         ('out/firmware/', f'{repo}/out/firmware/'),

@@ -13,6 +13,7 @@ the launch files turn the specs into `launch_ros.actions.Node`, the CLI into sub
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -87,6 +88,11 @@ ARGUMENTS: dict[str, tuple[str, str]] = {
         'false',
         'hardware mode: run `equimus check rig` first (Motive, board, valves, pose; it writes '
         'the calibration); the graph starts only if every check passes: true | false',
+    ),
+    'check_mocap_timeout': (
+        '',
+        'hardware mode, check:=true: s without a motion-capture frame that stop a valve test '
+        '(`equimus check rig --mocap-timeout`), 0.05-5; default 0.25, or 1 with emulator:=true',
     ),
     'rig_truth': (
         '',
@@ -185,6 +191,12 @@ BOOLEAN_ARGUMENTS = (
     'check',
 )
 _TRUE, _FALSE = ('true', '1'), ('false', '0')
+
+#: s the rig check's --mocap-timeout may be (check_mocap_timeout:=); the emulated rig shares
+#: the CPUs with the check, and a loaded machine paused its stream 0.26-0.39 s, so it is
+#: checked with EMULATED_MOCAP_TIMEOUT_S unless told otherwise.
+MOCAP_TIMEOUT_RANGE_S = (0.05, 5.0)
+EMULATED_MOCAP_TIMEOUT_S = 1.0
 
 #: The `calibration` launch argument's value for "no calibration file": the nominal calibration.
 NO_CALIBRATION = 'none'
@@ -339,6 +351,20 @@ def resolve_args(mode: str, overrides: Mapping[str, str] | None = None) -> dict[
             'fused_loop:=true applies to hardware mode only (the simulation node '
             'is the leg side there); drop it or use hardware.launch.py'
         )
+    if args['check_mocap_timeout']:
+        lo, hi = MOCAP_TIMEOUT_RANGE_S
+        try:
+            timeout = float(args['check_mocap_timeout'])
+        except ValueError:
+            timeout = math.nan
+        if not lo <= timeout <= hi:
+            raise ValueError(
+                f'check_mocap_timeout:={args["check_mocap_timeout"]} must be {lo:g} to {hi:g} s'
+            )
+        if not _truthy(args['check']):
+            raise ValueError(
+                'check_mocap_timeout:= applies to the rig check: use it with check:=true'
+            )
     if mode == 'sim' and (_truthy(args['check']) or args['calibration']):
         raise ValueError(
             'check:= and calibration:= apply to hardware mode only (the simulated valves are '
@@ -463,9 +489,15 @@ def describe_graph(mode: str, overrides: Mapping[str, str] | None = None) -> lis
             )
         if _truthy(args['check']):
             # Before the nodes: it opens the board and listens to Motive on its own. The emulated
-            # rig starts with it and shares its CPUs, so its stream may pause while a busy
-            # machine starves it: a longer mocap timeout there, the rig's own default otherwise.
-            wait = ['--wait', '30', '--mocap-timeout', '1'] if _truthy(args['emulator']) else []
+            # rig starts with it (--wait) and shares its CPUs (EMULATED_MOCAP_TIMEOUT_S).
+            emulated = _truthy(args['emulator'])
+            timeout = args['check_mocap_timeout'] or (
+                f'{EMULATED_MOCAP_TIMEOUT_S:g}' if emulated else ''
+            )
+            wait = [
+                *(['--wait', '30'] if emulated else []),
+                *(['--mocap-timeout', timeout] if timeout else []),
+            ]
             specs.append(
                 ProcessSpec(
                     'rig_check',

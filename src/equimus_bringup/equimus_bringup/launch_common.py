@@ -4,7 +4,8 @@ Imports `launch` and `launch_ros`, so it is only imported on a machine with a RO
 
 The managed nodes (graph.MANAGED_NODES) are `LifecycleNode` actions: a ChangeState(configure)
 event is emitted at start and each one is activated when it reaches `inactive`, as the supervisor
-does over the same lifecycle_msgs services. Before any action is created, the launch arguments
+does over the same lifecycle_msgs services (ManagedNode: a transition pending when the launch
+stops is abandoned, not a traceback). Before any action is created, the launch arguments
 and every parameter file are checked (equimus_bringup.prestart): a bad one ends the launch with
 one line, nothing started. When a required process (graph.REQUIRED_PROCESSES:
 the valve driver, the bridge, or the process holding them) exits, the valve driver is asked to
@@ -30,16 +31,39 @@ from launch.actions import (
 from launch.conditions import IfCondition
 from launch.event_handlers import OnProcessExit
 from launch.events import Shutdown, matches_action
+from launch.logging import get_logger
 from launch.substitutions import LaunchConfiguration, PathJoinSubstitution
 from launch_ros.actions import LifecycleNode, Node
 from launch_ros.event_handlers import OnStateTransition
 from launch_ros.events.lifecycle import ChangeState
 from launch_ros.substitutions import ExecutableInPackage, FindPackageShare
 from lifecycle_msgs.msg import Transition
+from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
 
 from equimus_bringup import prestart
 from equimus_bringup.graph import ARGUMENTS, parameter_layers
 from equimus_bringup.prestart import StartError
+
+
+class ManagedNode(LifecycleNode):
+    """launch_ros's LifecycleNode, except that a transition still waiting for the node's
+    change_state service when the launch stops is abandoned with one line.
+
+    launch_ros waits for that service in a worker thread and destroys its own ROS node when the
+    launch ends; a wait still running then raises InvalidHandle, which launch reports as "Caught
+    exception" and exit code 1. It happens whenever the launch stops before a managed node is up:
+    a Ctrl-C during start-up, or a required process dying then (seen on a loaded machine)."""
+
+    def _call_change_state(self, request, context) -> None:
+        try:
+            super()._call_change_state(request, context)
+        except _rclpy.InvalidHandle:
+            if not context.is_shutdown:
+                raise
+            get_logger('launch.user').warning(
+                f'{self.node_name}: transition {request.transition.id} abandoned, the launch is '
+                'stopping'
+            )
 
 
 def lifecycle_actions(node: LifecycleNode) -> list:
@@ -170,7 +194,7 @@ def _graph_actions(specs, log_level: str) -> list:
             # A multi-node process keeps its nodes' own names (no name remap); its launch
             # arguments are node-scoped in the last parameter file. Managed nodes are
             # LifecycleNode actions.
-            kind = LifecycleNode if spec.managed else Node
+            kind = ManagedNode if spec.managed else Node
             extra = {'namespace': ''} if spec.managed else {}
             action = kind(
                 package=spec.package,

@@ -38,7 +38,13 @@ from typing import Any
 import numpy as np
 
 from equimus_bringup import prestart
-from equimus_bringup.graph import NO_CALIBRATION, RIG_ARGUMENTS, describe_graph, resolve_args
+from equimus_bringup.graph import (
+    MOCAP_TIMEOUT_RANGE_S,
+    NO_CALIBRATION,
+    RIG_ARGUMENTS,
+    describe_graph,
+    resolve_args,
+)
 from equimus_description.interface import ACTUATORS
 from equimus_description.motive import NAN_POSE, motive_to_ros
 
@@ -635,10 +641,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f'equimus check rig: {exc}', file=sys.stderr)
         return 2
     hold = HOLD_S if ns.hold is None else ns.hold
-    if not 0.2 <= hold <= 30.0 or not 0.0 <= ns.wait <= 600.0 or not 0.05 <= ns.mocap_timeout <= 5:
+    lo, hi = MOCAP_TIMEOUT_RANGE_S
+    if not 0.2 <= hold <= 30.0 or not 0.0 <= ns.wait <= 600.0 or not lo <= ns.mocap_timeout <= hi:
         print(
             'equimus check rig: --hold must be 0.2-30 s, --wait 0-600 s and --mocap-timeout '
-            '0.05-5 s',
+            f'{lo:g}-{hi:g} s',
             file=sys.stderr,
         )
         return 2

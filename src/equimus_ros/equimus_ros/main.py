@@ -8,6 +8,7 @@ as "RuntimeError: Unable to convert call argument" from take_message instead of 
 
 from __future__ import annotations
 
+import faulthandler
 import gc
 import signal
 import sys
@@ -104,6 +105,9 @@ def run_node(
     the node's parameters are invalid (the reason is printed, with ``config_hint``, and no
     traceback). Any other exception is a bug and propagates.
     """
+    # A crash in a C extension (rcl, the DDS, MuJoCo) prints every thread's Python stack to
+    # stderr, which launch shows beside "process has died ... exit code -11".
+    faulthandler.enable(all_threads=True)
     _quiet_python_sigint()
     sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
     name = getattr(factory, '__name__', 'node')
