@@ -3,6 +3,7 @@
 import os
 import pathlib
 import shutil
+import signal
 import sys
 
 import pytest
@@ -13,6 +14,14 @@ FIRMWARE_SKIP = 'host firmware NOT tested: cmake not found (install cmake and a 
 SHARED = pathlib.Path(os.environ.get('EQUIMUS_SHARED') or REPO.parent / 'shared')
 if SHARED.is_dir():
     os.environ['EQUIMUS_SHARED'] = str(SHARED)  # the library's mesh lookup reads it too
+
+# The tests stop the processes they start as a terminal's Ctrl-C does (SIGINT). A shell that runs
+# the suite in the background (`cmd &` in a script) starts it with SIGINT ignored, and every
+# process started from here would inherit that: `ros2 launch` then never sees its Ctrl-C (only
+# its nodes, whose rclpy handler is installed whatever the disposition) and ends on its own,
+# after its required processes' stop grace, which is not the path being tested.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # Shared test helpers (rosproc: start and stop real node processes) for every test folder.
 sys.path.insert(0, str(pathlib.Path(__file__).parent))

@@ -271,6 +271,62 @@ def test_a_required_process_that_dies_ends_the_launch(ros2_launch, watcher):
     assert sorted(finished) == sorted(n for n in started if not n.startswith('valve_driver')), tail
 
 
+def test_required_processes_stopped_together_end_the_launch_once(ros2_launch, watcher, tmp_path):
+    """The hardware graph's bridge and valve driver killed in the same instant: launch stops the
+    rest on its own, once, with no transition sent to the driver that has gone and no second
+    Shutdown (launch_ros: "Cannot shutdown a ROS adapter that is not running"); the board's own
+    watchdog vents."""
+    proc = subprocess.Popen(
+        [
+            sys.executable, str(ros2_launch), 'equimus_bringup', 'hardware.launch.py',
+            'emulator:=true', f'serial_port:={tmp_path / "dac"}', *_natnet_ports(),
+            'auto_arm:=true',
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        env=dict(
+            os.environ, PYTHONUNBUFFERED='1', ROS_DOMAIN_ID=str(watcher.context.get_domain_id())
+        ),
+    )  # fmt: skip
+    try:
+        seen = _watch(watcher, 0.0)
+        assert _flowing(seen), seen
+        pids = []
+        for exe in ('lib/equimus_hw/natnet_bridge', 'lib/equimus_hw/valve_driver'):
+            found = subprocess.run(
+                ['pgrep', '-f', '-P', str(proc.pid), exe], capture_output=True, text=True
+            ).stdout.split()
+            assert len(found) == 1, (exe, found)
+            pids.append(int(found[0]))
+        # launch held while both die, so that it learns of both exits in one turn of its loop
+        # (as a loaded machine made it do): their stop timers then expire together
+        os.kill(proc.pid, signal.SIGSTOP)
+        try:
+            for pid in pids:
+                os.kill(pid, signal.SIGKILL)
+            time.sleep(0.5)
+        finally:
+            os.kill(proc.pid, signal.SIGCONT)
+        out, _ = proc.communicate(timeout=STOP_TIMEOUT_S)  # ends with no Ctrl-C from here
+    except BaseException:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise
+    tail = out[-4000:]
+    assert 'Caught exception' not in out and 'Traceback' not in out, tail
+    assert 'bandon' not in out, tail  # no transition sent to the driver that had exited
+    assert "sending signal 'SIGINT' to process[rig_emulator" in out, tail  # stopped by launch
+    started = re.findall(r'\[INFO\] \[(\S+)\]: process started', out)
+    finished = re.findall(r'\[INFO\] \[(\S+)\]: process has finished cleanly', out)
+    killed = ('natnet_bridge', 'valve_driver')
+    assert len(started) == 7, tail
+    assert sorted(finished) == sorted(n for n in started if not n.startswith(killed)), tail
+    assert re.search(r'rig_emulator: .* outputs at stop \[0, 0\]', out), tail
+    assert proc.returncode == 0, tail
+
+
 def test_sim_launch_composed_mpc_recorded(ros2_launch, watcher, tmp_path):
     """The headline command with the README's example arguments: one process, recorded; rviz:=true
     on a machine without rviz2 says how to get it and runs the graph on."""

@@ -101,17 +101,38 @@ def lifecycle_actions(node: LifecycleNode) -> list:
 STOP_GRACE_S = 1.0
 
 
-def shutdown_on_exit(action, name: str, driver: LifecycleNode | None) -> RegisterEventHandler:
-    """A required process exited on its own: vent the valve driver (deactivate), then end the
-    launch. Not when the launch is stopping (Ctrl-C), which it may only learn of within
-    STOP_GRACE_S: every node then has its SIGINT, the driver vents on it, and a transition or
-    a second Shutdown sent to exiting processes would only fail."""
+#: The graph's valve driver process (graph.describe_graph's name for it).
+DRIVER = 'valve_driver'
+
+
+class _Stop:
+    """What the required processes' exit handlers share: which of them have exited, and whether
+    one has already stopped the launch (two exiting together each stopped it: a second Shutdown
+    fails in launch_ros with "Cannot shutdown a ROS adapter that is not running")."""
+
+    def __init__(self) -> None:
+        self.exited: set[str] = set()
+        self.sent = False
+
+
+def shutdown_on_exit(
+    action, name: str, driver: LifecycleNode | None, stop: _Stop
+) -> RegisterEventHandler:
+    """A required process exited on its own: vent the valve driver (deactivate) unless it has
+    exited too, then end the launch, once. Not when the launch is stopping (Ctrl-C), which it
+    may only learn of within STOP_GRACE_S: every node then has its SIGINT, the driver vents on
+    it, and a transition or a second Shutdown sent to exiting processes would only fail."""
+
+    def _exited(context) -> list:
+        stop.exited.add(name)
+        return []
 
     def _stop(context) -> list:
-        if context.is_shutdown:
+        if context.is_shutdown or stop.sent:
             return []
+        stop.sent = True
         events = []
-        if driver is not None and driver is not action:
+        if driver is not None and driver is not action and DRIVER not in stop.exited:
             events.append(
                 EmitEvent(
                     event=ChangeState(
@@ -126,7 +147,10 @@ def shutdown_on_exit(action, name: str, driver: LifecycleNode | None) -> Registe
     return RegisterEventHandler(
         OnProcessExit(
             target_action=action,
-            on_exit=[TimerAction(period=STOP_GRACE_S, actions=[OpaqueFunction(function=_stop)])],
+            on_exit=[
+                OpaqueFunction(function=_exited),
+                TimerAction(period=STOP_GRACE_S, actions=[OpaqueFunction(function=_stop)]),
+            ],
         )
     )
 
@@ -211,14 +235,15 @@ def _graph_actions(specs, log_level: str) -> list:
             actions.append(action)
             if spec.managed:
                 actions += lifecycle_actions(action)
-                if spec.name == 'valve_driver':
+                if spec.name == DRIVER:
                     driver = action
         else:
             action = _process(spec)
             actions.append(action)
         if spec.required:
             required.append((action, spec.name))
-    return actions + [shutdown_on_exit(a, name, driver) for a, name in required]
+    stop = _Stop()
+    return actions + [shutdown_on_exit(a, name, driver, stop) for a, name in required]
 
 
 RVIZ_CONFIG = ('viewers', 'equimus.rviz')  # in equimus_bringup's share folder
