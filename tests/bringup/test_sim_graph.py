@@ -273,3 +273,36 @@ def test_the_composed_spec_holds_every_node_with_its_own_parameters():
         describe_graph('hardware', {'composed': 'true'})
     split = describe_graph('sim', {'sim_mode': 'realtime', 'composed': 'false'})
     assert split[0].parameters['real_time_factor'] == 1.0
+
+
+def test_a_publication_dds_refuses_does_not_stop_the_graph():
+    """The composed graph's DDS copy for outside subscribers can be refused (Fast DDS "cannot
+    publish data" under load killed the graph once): the message is still delivered in the
+    process, the refusal is counted for /diagnostics, and warned about once a second."""
+    import rclpy
+    from std_msgs.msg import Bool
+
+    from equimus_bringup.sim_graph import InProcessBus
+
+    context = rclpy.Context()
+    rclpy.init(context=context)
+    node = rclpy.create_node('talker', context=context)
+    pub = node.create_publisher(Bool, '/refused', 10)
+    bus = InProcessBus(None)
+    warnings: list[str] = []
+    bus.warn = warnings.append
+    got: list[Bool] = []
+    bus.subscribers['/refused'] = [(got.append, False)]
+    bus.attach([node])
+    route = next(r for r in bus.routes if r.topic == '/refused')
+    route.outside, route.next_check = True, float('inf')  # as with a subscriber outside
+    with context.handle:  # rcl's context shut down under the node: rcl refuses each publication
+        context.handle.shutdown()
+    for value in (True, False, True):
+        pub.publish(Bool(data=value))
+    assert [m.data for m in got] == [True, False, True]
+    assert bus.dds_failed == 3 and bus.dds_published == 0
+    assert bus.failure.startswith('/refused: ') and len(warnings) == 1, warnings
+    assert warnings[0].startswith('1 publication(s)') and 'the graph runs on' in warnings[0]
+    node.destroy_node()
+    rclpy.try_shutdown(context=context)

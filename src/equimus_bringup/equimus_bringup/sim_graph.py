@@ -41,6 +41,7 @@ example, /valve/command is not heard by the composed valve driver, which names i
 from __future__ import annotations
 
 import dataclasses
+import math
 import sys
 import threading
 import time
@@ -49,6 +50,7 @@ from typing import Any
 
 from rclpy.clock import Clock as RosClock
 from rclpy.clock import ClockType
+from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
 from rclpy.node import Node
 from rclpy.serialization import deserialize_message
 from rclpy.subscription import Subscription
@@ -144,12 +146,19 @@ class _Route:
             self.outside = self.pub.get_subscription_count() > 0
         if self.outside and now >= self.next_dds:
             self.next_dds = now + self.dds_period
-            self.dds_publish(msg)
-            bus.dds_published += 1
+            try:
+                self.dds_publish(msg)
+            except _rclpy.RCLError as exc:
+                bus.dds_refused(self.topic, exc, now)
+            else:
+                bus.dds_published += 1
 
 
 class InProcessBus:
     """In-process hand-off between nodes of one process (see the module docstring)."""
+
+    #: s between two warnings about refused DDS publications (one a second at most)
+    WARN_PERIOD_S = 1.0
 
     def __init__(self, recorder: Recorder | None, outside_check_period: float = 0.5) -> None:
         self.recorder = recorder
@@ -159,6 +168,10 @@ class InProcessBus:
         self.routes: list[_Route] = []
         self.handed_off = 0
         self.dds_published = 0
+        self.dds_failed = 0
+        self.failure = ''  # the last refused DDS publication (for /diagnostics)
+        self.warn: Callable[[str], object] = print
+        self._warned_at: float = -math.inf
         self.now_ns = 0  # sim time of the current frame: the log time of what it records
         self.subscribers[CLOCK.name] = [(self._on_clock, False)]  # first: before the /clock message
         self.time_sources: list[TimeSource] = []
@@ -169,6 +182,21 @@ class InProcessBus:
         self.record: Callable[[str, bytes], None] | None = (
             None if recorder is None else self._record
         )
+
+    def dds_refused(self, topic: str, exc: Exception, now: float) -> None:
+        """The DDS copy for outside subscribers was refused (Fast DDS: "cannot publish data",
+        seen when an outside reliable reader fell behind on a loaded machine). The frame has been
+        recorded and delivered in this process already, so the graph runs on; counted on
+        /diagnostics and warned about at most once a second."""
+        self.dds_failed += 1
+        self.failure = f'{topic}: {str(exc).splitlines()[0]}'
+        if now - self._warned_at >= self.WARN_PERIOD_S:
+            self._warned_at = now
+            self.warn(
+                f'{self.dds_failed} publication(s) to outside subscribers refused by DDS, last '
+                f'{self.failure}; the graph runs on and the bag has every message (a slow '
+                'subscriber outside this process: rqt, a remote machine)'
+            )
 
     def _record(self, topic: str, data: bytes) -> None:
         """Keep for the bag with the sim time of the frame (the recorder's own clock, without
@@ -303,6 +331,7 @@ class SimGraph(Node):
             raise
         self.diagnostics = Diagnostics(self, DIAGNOSTICS, 'sim_graph: in-process hand-off')
         self.bus = InProcessBus(self.recorder, self.cfg.outside_check_period)
+        self.bus.warn = self.get_logger().warning
         self.bus.attach([*self.nodes, self])
         # Published at construction, before the hand-off existed: on DDS (latched) but not in
         # the bag, whose recorder skips topics published in this process. Record them at t=0.
@@ -378,6 +407,8 @@ class SimGraph(Node):
                 'nodes': ','.join(n.get_name() for n in self.nodes),
                 'messages_handed_off': bus.handed_off,
                 'messages_on_dds': bus.dds_published,
+                'messages_refused_by_dds': bus.dds_failed,
+                'last_refused': bus.failure,
                 'topics_with_outside_subscribers': ','.join(
                     sorted({r.topic for r in bus.routes if r.outside})
                 ),
