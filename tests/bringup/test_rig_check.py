@@ -135,6 +135,14 @@ def test_a_motive_project_without_a_body(tmp_path):
     assert report['Estimator'] == 'SKIP' and report['Valve maa'] == 'SKIP', report
 
 
+def test_motive_at_another_camera_rate(tmp_path):
+    """Motive at 100 Hz, the estimator at 120 Hz: the rate is Motive's own (frame numbers over
+    its timestamps), so a busy PC receiving late does not change it, and a wrong one is named."""
+    with emulated_rig(tmp_path, '--rate', '100') as (args, _):
+        r = check_rig([*args, 'calibration:=none'], tmp_path / 'report')
+    assert_fails(r, 'Motive', 'streams 100 frames/s, the estimator expects 120')
+
+
 def test_a_silent_board(tmp_path):
     """Motive answers; the serial port opens and nothing on it ever replies."""
     master, slave = os.openpty()
