@@ -256,7 +256,12 @@ class GraphProbe:
         while not cond():
             assert sup.poll() is None, sup.failed
             if time.monotonic() > end:
-                pytest.fail(f'timed out after {timeout} s waiting for {what}')
+                pytest.fail(
+                    f'timed out after {timeout} s waiting for {what}; seen: '
+                    f'{len(self.commands) - 1} /valve/command, last {self.commands[-3:]}; '
+                    f'{len(self.applied)} /valve/applied, last {self.applied[-3:]}; '
+                    f'/valve/armed {self.armed[-3:]}; controller {self.controller}'
+                )
             rclpy.spin_once(self.node, timeout_sec=0.01)
 
     def change(self, sup, transition: int) -> None:
