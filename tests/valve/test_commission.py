@@ -116,6 +116,31 @@ def test_a_valve_that_does_not_follow_its_setpoint(tmp_path):
     assert max(f.codes[1] for f in board.frames) == NOMINAL.kpa_to_code(LEVELS[0])  # stopped
 
 
+def test_a_computer_that_stalls_is_named_with_its_gap(tmp_path):
+    """This computer sends no SET for 0.3 s in every hold (a stall, as a loaded PC has): the
+    board's watchdog vents each test of the valve, and after the last one the error says how
+    long this computer went without a SET; the board is left vented."""
+    board = make_emulator(tmp_path)
+
+    def stall() -> str:
+        time.sleep(0.3)
+        return ''
+
+    try:
+        with C.BoardProbe(board.link) as probe:
+            probe.open(wait_s=5.0)
+            with pytest.raises(C.CommissionError) as e:
+                C.check_valve(probe, 'maa', 0, NOMINAL, to_kpa, stall, levels=LEVELS, hold_s=HOLD)
+            assert board.codes == [0, 0]
+    finally:
+        board.close()
+    message = str(e.value)
+    assert f'in each of {C.ATTEMPTS} tests of maa' in message, message
+    gap_ms = int(message.split('this computer went ')[1].split(' ms')[0])
+    assert 300 <= gap_ms < 2000 and 'watchdog: 200 ms' in message, message
+    assert '\n' not in message
+
+
 def test_a_silent_board(tmp_path):
     """A port that opens and answers nothing: one line, within the HELLO timeout."""
     master, slave = os.openpty()

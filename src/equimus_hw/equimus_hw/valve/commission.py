@@ -85,7 +85,12 @@ class CommissionError(RuntimeError):
 
 class SelfVented(CommissionError):
     """The board vented by itself during a hold (its watchdog: no SET for its watchdog_ms, or a
-    bad frame): the read-backs since are not the valve's answer to the command."""
+    bad frame): the read-backs since are not the valve's answer to the command. `gap_s`: the
+    longest this computer went between two SETs of that hold."""
+
+    def __init__(self, message: str, gap_s: float) -> None:
+        super().__init__(message)
+        self.gap_s = gap_s
 
 
 @dataclasses.dataclass
@@ -364,13 +369,15 @@ def hold(
     level = Level(max(codes), math.nan)
     t0 = time.monotonic()
     next_t = t0
+    sent, gap = t0, 0.0
     while True:
         now = time.monotonic()
         if now - t0 >= seconds:
             return level
+        gap, sent = max(gap, now - sent), now
         ack = probe.set(codes)
         if ack is not None and ack.flags & (P.ACK_WATCHDOG_VENTED | P.ACK_BAD_FRAME_VENTED):
-            raise SelfVented(f'the board vented by itself (ACK flags 0x{ack.flags:02x})')
+            raise SelfVented(f'the board vented by itself (ACK flags 0x{ack.flags:02x})', gap)
         if ack is not None and ack.measured is not None:
             level.t.append(time.monotonic() - t0)
             level.kpa.append(tuple(to_kpa(m) for m in ack.measured))
@@ -407,11 +414,19 @@ def check_valve(
         return _check_valve(probe, name, channel, nominal, to_kpa, watch, levels, hold_s)
     except SelfVented as exc:
         probe.set([0] * probe.info.channels)
-        raise CommissionError(
-            f'{exc} in each of {ATTEMPTS} tests of {name}: this computer did not send a SET '
-            f"within the board watchdog's {probe.info.watchdog_ms} ms; run the check with "
-            'nothing else loading it'
-        ) from None
+        watchdog_ms = probe.info.watchdog_ms
+        if exc.gap_s * 1e3 > watchdog_ms:
+            why = (
+                f'this computer went {exc.gap_s * 1e3:.0f} ms without sending a SET (the board '
+                f'watchdog: {watchdog_ms} ms); run the check with nothing else loading it'
+            )
+        else:
+            why = (
+                f'although SETs went out at most {exc.gap_s * 1e3:.0f} ms apart (the board '
+                f'watchdog: {watchdog_ms} ms): SETs are lost or late on the way (USB cable, '
+                'hub) or the board resets; check the link'
+            )
+        raise CommissionError(f'{exc} in each of {ATTEMPTS} tests of {name}, {why}') from None
 
 
 def _check_valve(
