@@ -102,6 +102,19 @@ def _params(t: Path, text: str, *extra: str) -> list[str]:
     return _launch_args(t, f'params_file:={_write(t / "params.yaml", text)}', *extra)
 
 
+NATNET = 'natnet_bridge:\n  ros__parameters:\n'
+BAD_CAL = 'maa: {dac_gain: x}\n'
+
+
+def _rig(t: Path, *extra: str) -> list[str]:
+    """The hardware graph, recorded, on the nominal calibration (none is needed to refuse)."""
+    return ['launch', 'hardware', 'record:=true', f'bag:={t / "bag"}', 'calibration:=none', *extra]
+
+
+def _rig_params(t: Path, text: str) -> list[str]:
+    return _rig(t, f'params_file:={_write(t / "params.yaml", text)}')
+
+
 def _leg(t: Path, text: str) -> list[str]:
     return _launch_args(t, f'leg_overrides:={_write(t / "fit.yaml", text)}')
 
@@ -206,6 +219,63 @@ STATIC = 'physical/static/StaticPoint_effective_13.csv'
 
 MATRIX = {
     # parameter files, checked against the nodes' config dataclasses (item 2)
+    'NatNet: a rigid body listed twice': Case(
+        'equimus',
+        lambda t, r: _rig_params(t, NATNET + '    rigid_bodies: [base, base, calf]\n'),
+        "params.yaml:3: rigid_bodies: rigid_bodies lists ['base'] more than once",
+    ),
+    'NatNet: a multicast group that is not one': Case(
+        'equimus',
+        lambda t, r: _rig_params(t, NATNET + '    multicast_group: 10.0.0.1\n'),
+        "params.yaml:3: multicast_group: multicast_group='10.0.0.1': not a multicast address",
+    ),
+    'NatNet: an up axis Motive does not have': Case(
+        'equimus',
+        lambda t, r: _rig_params(t, NATNET + '    up_axis: w_up\n'),
+        "params.yaml:3: up_axis: up_axis='w_up': use 'y_up' or 'z_up'",
+    ),
+    'NatNet: a server address that is not one': Case(
+        'equimus',
+        lambda t, r: _rig(t, 'natnet_server:=999.1.1.1'),
+        "server_address='999.1.1.1': not an IPv4 address",
+    ),
+    'an empty serial port': Case(
+        'equimus',
+        lambda t, r: _rig(t, 'serial_port:='),
+        "port='': name the DAC board's serial device",
+    ),
+    'a calibration file that is not one': Case(
+        'equimus',
+        lambda t, r: ['launch', 'hardware', f'calibration:={_write(t / "cal.yaml", BAD_CAL)}'],
+        'cal.yaml: not a valve calibration of format 1',
+    ),
+    'a rig check mocap timeout out of range': Case(
+        'equimus',
+        lambda t, r: _rig(t, 'check:=true', 'check_mocap_timeout:=9'),
+        'check_mocap_timeout:=9 must be 0.05 to 5 s',
+    ),
+    'a rig check mocap timeout without the check': Case(
+        'equimus',
+        lambda t, r: _rig(t, 'check_mocap_timeout:=1'),
+        'check_mocap_timeout:= applies to the rig check: use it with check:=true',
+    ),
+    'a rig truth for the simulated leg': Case(
+        'equimus',
+        lambda t, r: _launch_args(t, 'rig_truth:=random:1'),
+        "rig_truth:=random:1 is the emulated rig's plant",
+    ),
+    'a rig truth file that is not YAML': Case(
+        'equimus',
+        lambda t, r: _rig(
+            t, 'emulator:=true', f'rig_truth:={_write(t / "truth.yaml", "{parameters: [1, 2")}'
+        ),
+        'truth.yaml:1: YAML syntax error',
+    ),
+    'a rig truth seed that is not one': Case(
+        'equimus',
+        lambda t, r: _rig(t, 'emulator:=true', 'rig_truth:=random:abc'),
+        'use random:SEED',
+    ),
     'typo in a safety limit': Case(
         'equimus',
         lambda t, r: _params(t, CONTROLLER + '    p_maxx: 40.0\n'),

@@ -183,7 +183,8 @@ def problem(configs: Sequence[tuple[Any, str]], values: dict[str, Any]) -> tuple
             dataclasses.replace(config, **changes)
         except (ValueError, TypeError) as exc:
             text = str(exc)
-            field = text.split('=', 1)[0] if '=' in text.split(' ', 1)[0] else ''
+            first = text.split(' ', 1)[0]  # 'name=value: why' or 'name why' names the field
+            field = first.split('=', 1)[0] if '=' in first else first
             name = prefix + field if field in changes else prefix + next(iter(changes))
             return name, text
     return None

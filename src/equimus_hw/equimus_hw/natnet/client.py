@@ -12,6 +12,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
+import ipaddress
 import select
 import socket
 import threading
@@ -184,6 +185,11 @@ class NatNetConfig:
                 socket.inet_aton(value)
             except OSError:
                 raise ConfigError(f'{name}={value!r}: not an IPv4 address') from None
+        if self.multicast and not ipaddress.IPv4Address(self.multicast_group).is_multicast:
+            raise ConfigError(
+                f'multicast_group={self.multicast_group!r}: not a multicast address '
+                "(224.0.0.0-239.255.255.255; Motive's default is 239.255.42.99)"
+            )
         if self.bitstream_version:
             try:
                 P.check_version(P.parse_version(self.bitstream_version))

@@ -123,6 +123,8 @@ class DriverConfig:
         validate_fields(self)
         if self.board not in BOARDS:
             raise ConfigError(f'board={self.board!r}: use one of {", ".join(BOARDS)}')
+        if self.board == 'serial' and not self.port.strip():
+            raise ConfigError("port='': name the DAC board's serial device (e.g. /dev/ttyACM0)")
         if self.low_band_policy not in LOW_BAND_POLICIES:
             raise ConfigError(
                 f'low_band_policy={self.low_band_policy!r}: use one of '
