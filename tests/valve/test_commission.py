@@ -4,6 +4,7 @@ recovers the injected gain and offset, the calibration file it gives is loaded b
 (its own process, real DDS), which then puts each valve within 1 kPa of the command. And the
 failures: a valve that does not follow its setpoint, a silent board."""
 
+import dataclasses
 import os
 import signal
 import time
@@ -41,7 +42,7 @@ def test_fit_and_driver(new_board, harness, tmp_path):
         info = probe.open(wait_s=5.0)
         result = C.check_board(probe, NOMINAL, 2)
         assert result.watchdog_flagged and 200 <= result.watchdog_vent_ms <= 200 + 150
-        assert probe.stats.crc_errors == 0 and probe.stats.timeouts <= 2
+        assert probe.stats.crc_errors == 0
         fits = {}
         # The host firmware reads the emulated valves' pressures from this process (its ADC is
         # fed by a thread here): with both cores busy that thread lagged and the read-backs of a
@@ -54,6 +55,9 @@ def test_fit_and_driver(new_board, harness, tmp_path):
             assert r.fit.dac_offset_kpa == pytest.approx(OFFSET[ch], abs=0.6)
             assert r.fit.tau_fill_s == pytest.approx(board.valves[ch].tau, rel=0.3)
             assert abs(r.verify_read_kpa - C.VERIFY_KPA) < 1.0
+        # Replies later than the probe's 50 ms come with load (3 at load 10); none is lost,
+        # but the last request's may still be on its way.
+        assert probe.stats.timeouts - probe.stats.late <= 1, probe.stats
     assert board.codes == [0, 0] and board.invariant_violations == []
     path = write_calibration(str(tmp_path / 'cal.yaml'), CalibrationFile(fits, info.max_code))
     cal = load_calibration(path, ACTUATORS)
@@ -114,6 +118,34 @@ def test_a_valve_that_does_not_follow_its_setpoint(tmp_path):
     assert 'valve baa does not follow its setpoint' in str(e.value), e.value
     assert '\n' not in str(e.value)
     assert max(f.codes[1] for f in board.frames) == NOMINAL.kpa_to_code(LEVELS[0])  # stopped
+
+
+def test_a_late_reply_is_counted_late_not_lost(tmp_path):
+    """The board's loop stands 150 ms (its state lock held, as a starved board process's loop
+    stands): the ping times out, and its reply, read with the next one, counts as late."""
+    import threading
+
+    board = make_emulator(tmp_path)
+    try:
+        with C.BoardProbe(board.link) as probe:
+            probe.open(wait_s=5.0)
+            before = dataclasses.replace(probe.stats)
+
+            def stand() -> None:
+                with board._lock:
+                    time.sleep(0.15)
+
+            standing = threading.Thread(target=stand)
+            standing.start()
+            time.sleep(0.02)
+            late, _ = probe.ping()
+            standing.join()
+            answered, _ = probe.ping()
+    finally:
+        board.close()
+    assert late is None and answered is not None
+    assert probe.stats.timeouts == before.timeouts + 1, probe.stats
+    assert probe.stats.late == before.late + 1, probe.stats
 
 
 def test_a_computer_that_stalls_is_named_with_its_gap(tmp_path):

@@ -96,7 +96,8 @@ class SelfVented(CommissionError):
 @dataclasses.dataclass
 class ProbeStats:
     frames: int = 0
-    timeouts: int = 0
+    timeouts: int = 0  # requests not answered within their timeout ...
+    late: int = 0  # ... whose reply came later all the same (slow, not lost)
     naks: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
     rejected: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
 
@@ -120,6 +121,7 @@ class BoardProbe:
         self._decoder = P.FrameDecoder()
         self._seq = 0
         self._last_reply = math.inf  # monotonic time of the last reply (inf: none asked yet)
+        self._timed_out: set[int] = set()  # seqs of requests that timed out (their reply: late)
 
     def open(self, wait_s: float = 0.0) -> P.Info:
         """Open the port (retrying up to `wait_s` while it does not exist yet) and identify the
@@ -186,6 +188,7 @@ class BoardProbe:
         ser = self._ser
         if ser is None:
             raise CommissionError(f'{self.port} is not open')
+        self._timed_out.discard(msg.seq)  # seqs wrap at 256: a reply that old is not coming
         t0 = time.monotonic()
         try:
             ser.write(P.encode(msg))
@@ -204,6 +207,10 @@ class BoardProbe:
                 ) from None
             now = time.monotonic()
             for item in self._decoder.feed(data):
+                if not isinstance(item, P.Rejected) and item.seq in self._timed_out:
+                    self._timed_out.discard(item.seq)
+                    self.stats.late += 1
+                    continue
                 if isinstance(item, P.Rejected):
                     self.stats.rejected[P.REASON_NAMES.get(item.reason, str(item.reason))] += 1
                 elif isinstance(item, P.Nak):
@@ -216,6 +223,7 @@ class BoardProbe:
                     return item, now - t0
             if now >= deadline:
                 self.stats.timeouts += 1
+                self._timed_out.add(msg.seq)
                 if now - self._last_reply > self.silent_s:
                     raise CommissionError(
                         f'the board on {self.port} stopped answering (no reply for '
