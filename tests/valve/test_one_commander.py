@@ -177,7 +177,18 @@ def test_two_commanders(rig, harness):
         ), harness.latest_diag()
         res = harness.call('arm')
         assert not res.success, res.message
-        assert 'refused to arm' in res.message and '/second_controller' in res.message
+        assert 'refused to arm' in res.message, res.message
+        # DDS may list the publisher before its node's name (_NODE_NAME_UNKNOWN_, seen at load
+        # 10): every arm is refused meanwhile, and the name comes with discovery
+        refusals = [res]
+
+        def named() -> bool:
+            if '/second_controller' not in refusals[-1].message:
+                refusals.append(harness.call('arm'))
+            return '/second_controller' in refusals[-1].message
+
+        assert wait_for(named, 10.0), refusals[-1].message
+        assert not any(r.success for r in refusals), [r.message for r in refusals]
         t0 = time.monotonic()
         harness.stream([30.0, 20.0])
         time.sleep(0.5)
