@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from equimus_bringup.graph import EMULATED_MOCAP_TIMEOUT_S
 from equimus_bringup.main_job import free_udp_port_pair
 from equimus_description.interface import ACTUATORS
 from equimus_hw.valve.board_emulator import ValveModel
@@ -25,7 +26,7 @@ GAIN, OFFSET, NOISE = (1.06, 0.94), (-2.5, 1.8), 0.3  # per channel (maa, baa): 
 HOLD = '1.0'  # s per valve level (the emulated valve's τ is 0.2 s)
 # s without a mocap frame before a valve test stops: the emulated rig shares this machine's CPUs,
 # and on a loaded one its stream paused 0.25-0.39 s (the rig's default, 0.25, stops on that)
-MOCAP_TIMEOUT = '1'
+MOCAP_TIMEOUT = f'{EMULATED_MOCAP_TIMEOUT_S:g}'  # as check:=true emulator:=true
 START_S = 60.0  # s for the rig emulator to come up on a loaded machine
 
 

@@ -115,18 +115,12 @@ def _watch(ros_node, seconds: float, run_max_s: float = RUN_MAX_S) -> dict[str, 
     return seen
 
 
-def _launch(
-    tool,
-    ros_node,
-    file: str,
-    *args: str,
-    env: dict[str, str] | None = None,
-    run_max_s: float = RUN_MAX_S,
-    cwd: Path | None = None,
-) -> tuple[int, str, dict[str, list]]:
-    """Run one launch, Ctrl-C it after RUN_S (or once its topics flow, at most `run_max_s`);
-    (launch's exit code, its output, what was seen)."""
-    proc = subprocess.Popen(
+def _start(
+    tool, ros_node, file: str, *args: str, env: dict[str, str] | None = None, cwd=None
+) -> subprocess.Popen[str]:
+    """`ros2 launch equimus_bringup FILE ARGS` on the watcher's domain, in a session of its own
+    (its process group is what a terminal's Ctrl-C reaches)."""
+    return subprocess.Popen(
         [sys.executable, str(tool), 'equimus_bringup', file, *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -140,6 +134,30 @@ def _launch(
         ),
         cwd=cwd,
     )
+
+
+def _child(proc: subprocess.Popen[str], executable: str) -> int:
+    """The pid of the launch's one child running `executable` (e.g. lib/equimus_hw/valve_driver):
+    launch's own log names it, but the pipe holds that log until it is read at the end."""
+    found = subprocess.run(
+        ['pgrep', '-f', '-P', str(proc.pid), executable], capture_output=True, text=True
+    ).stdout.split()
+    assert len(found) == 1, (executable, found)
+    return int(found[0])
+
+
+def _launch(
+    tool,
+    ros_node,
+    file: str,
+    *args: str,
+    env: dict[str, str] | None = None,
+    run_max_s: float = RUN_MAX_S,
+    cwd: Path | None = None,
+) -> tuple[int, str, dict[str, list]]:
+    """Run one launch, Ctrl-C it after RUN_S (or once its topics flow, at most `run_max_s`);
+    (launch's exit code, its output, what was seen)."""
+    proc = _start(tool, ros_node, file, *args, env=env, cwd=cwd)
     try:
         seen = _watch(ros_node, RUN_S, run_max_s)
         os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
@@ -235,29 +253,11 @@ def test_sim_launch_as_the_readme_gives_it(ros2_launch, watcher):
 def test_a_required_process_that_dies_ends_the_launch(ros2_launch, watcher):
     """The split sim graph with its valve driver SIGKILLed: launch stops every other node on its
     own (after its stop grace, launch_common.STOP_GRACE_S), cleanly, with no traceback."""
-    proc = subprocess.Popen(
-        [sys.executable, str(ros2_launch), 'equimus_bringup', 'sim.launch.py', 'composed:=false'],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-        env=dict(
-            os.environ, PYTHONUNBUFFERED='1', ROS_DOMAIN_ID=str(watcher.context.get_domain_id())
-        ),
-    )
+    proc = _start(ros2_launch, watcher, 'sim.launch.py', 'composed:=false')
     try:
         seen = _watch(watcher, 0.0)
         assert _flowing(seen), seen
-        # the launch's own log names each process's pid; the pipe holds it until read at the end,
-        # so the driver is found among the launch's children
-        children = subprocess.run(
-            ['pgrep', '-f', '-P', str(proc.pid), 'lib/equimus_hw/valve_driver'],
-            capture_output=True,
-            text=True,
-            check=False,
-        ).stdout.split()
-        assert len(children) == 1, children
-        os.kill(int(children[0]), signal.SIGKILL)
+        os.kill(_child(proc, 'lib/equimus_hw/valve_driver'), signal.SIGKILL)
         out, _ = proc.communicate(timeout=STOP_TIMEOUT_S)  # ends with no Ctrl-C from here
     except BaseException:
         os.killpg(proc.pid, signal.SIGKILL)
@@ -276,30 +276,16 @@ def test_required_processes_stopped_together_end_the_launch_once(ros2_launch, wa
     rest on its own, once, with no transition sent to the driver that has gone and no second
     Shutdown (launch_ros: "Cannot shutdown a ROS adapter that is not running"); the board's own
     watchdog vents."""
-    proc = subprocess.Popen(
-        [
-            sys.executable, str(ros2_launch), 'equimus_bringup', 'hardware.launch.py',
-            'emulator:=true', f'serial_port:={tmp_path / "dac"}', *_natnet_ports(),
-            'auto_arm:=true',
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-        env=dict(
-            os.environ, PYTHONUNBUFFERED='1', ROS_DOMAIN_ID=str(watcher.context.get_domain_id())
-        ),
+    proc = _start(
+        ros2_launch, watcher, 'hardware.launch.py', 'emulator:=true',
+        f'serial_port:={tmp_path / "dac"}', *_natnet_ports(), 'auto_arm:=true',
     )  # fmt: skip
     try:
         seen = _watch(watcher, 0.0)
         assert _flowing(seen), seen
-        pids = []
-        for exe in ('lib/equimus_hw/natnet_bridge', 'lib/equimus_hw/valve_driver'):
-            found = subprocess.run(
-                ['pgrep', '-f', '-P', str(proc.pid), exe], capture_output=True, text=True
-            ).stdout.split()
-            assert len(found) == 1, (exe, found)
-            pids.append(int(found[0]))
+        pids = [
+            _child(proc, f'lib/equimus_hw/{name}') for name in ('natnet_bridge', 'valve_driver')
+        ]
         # launch held while both die, so that it learns of both exits in one turn of its loop
         # (as a loaded machine made it do): their stop timers then expire together
         os.kill(proc.pid, signal.SIGSTOP)
