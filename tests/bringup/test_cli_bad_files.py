@@ -94,8 +94,12 @@ def _write(path: Path, text: str) -> Path:
     return path
 
 
+#: wall s a graph that a case failed to refuse runs before it stops on its own
+BOUND = ['--duration', '20']
+
+
 def _launch_args(t: Path, *extra: str) -> list[str]:
-    return ['launch', 'sim', 'record:=true', f'bag:={t / "bag"}', *extra]
+    return ['launch', *BOUND, 'sim', 'record:=true', f'bag:={t / "bag"}', *extra]
 
 
 def _params(t: Path, text: str, *extra: str) -> list[str]:
@@ -108,7 +112,15 @@ BAD_CAL = 'maa: {dac_gain: x}\n'
 
 def _rig(t: Path, *extra: str) -> list[str]:
     """The hardware graph, recorded, on the nominal calibration (none is needed to refuse)."""
-    return ['launch', 'hardware', 'record:=true', f'bag:={t / "bag"}', 'calibration:=none', *extra]
+    return [
+        'launch',
+        *BOUND,
+        'hardware',
+        'record:=true',
+        f'bag:={t / "bag"}',
+        'calibration:=none',
+        *extra,
+    ]
 
 
 def _rig_params(t: Path, text: str) -> list[str]:
@@ -443,6 +455,229 @@ MATRIX = {
         'process',
         lambda t, r: _cli_proc('bag', 'repair', r.getfixturevalue('read_only_copy')(_dead_bag(t))),
         'cannot repair it where it is',
+    ),
+    # found by growing the matrix to the issue's size (2026-11-27): the first five started the
+    # graph (a bag was created, then rc 1), the next ones said something misleading
+    'controller:=policy without a policy file': Case(
+        'equimus',
+        lambda t, r: _launch_args(t, 'controller:=policy'),
+        'controller:=policy needs policy_file:=<file.npz>',
+    ),
+    'controller:=policy with a missing policy file': Case(
+        'equimus',
+        lambda t, r: _launch_args(t, 'controller:=policy', f'policy_file:={t / "p.npz"}'),
+        'p.npz' + "' does not exist",
+    ),
+    'controller:=policy with a file that is not a policy': Case(
+        'equimus',
+        lambda t, r: _launch_args(
+            t, 'controller:=policy', f'policy_file:={_write(t / "p.npz", "weights")}'
+        ),
+        'is not a .npz policy (not a NumPy archive)',
+    ),
+    'a policy that is not one, named in a parameter file': Case(
+        'equimus',
+        lambda t, r: _params(
+            t,
+            CONTROLLER + f'    policy_file: {_write(t / "p.npz", "weights")}\n',
+            'controller:=policy',
+            'composed:=false',
+        ),
+        'params.yaml:3: policy_file: policy_file',
+    ),
+    'a log level rcl does not have': Case(
+        'equimus',
+        lambda t, r: _launch_args(t, 'log_level:=loud'),
+        'log_level:=loud is not a ROS log level',
+    ),
+    'a config folder that does not exist': Case(
+        'equimus',
+        lambda t, r: _launch_args(t, f'config_dir:={t / "nope"}'),
+        'nope is not a folder',
+    ),
+    'a simulation pacing that does not exist': Case(
+        'equimus',
+        lambda t, r: _launch_args(t, 'sim_mode:=warp'),
+        'sim_mode:=warp is not one of realtime, lockstep',
+    ),
+    'a negative --duration': Case(
+        'equimus',
+        lambda t, r: [*_launch_args(t), '--duration', '-5'],
+        '--duration -5 must be > 0 s',
+    ),
+    'a negative valve --timeout': Case(
+        'equimus', lambda t, r: ['valve', 'arm', '--timeout', '-1'], '--timeout -1 must be > 0 s'
+    ),
+    'identify with a parameter that does not exist': Case(
+        'equimus',
+        lambda t, r: ['identify', str(t / 'x.csv'), '--params', 'maa.kk', '--out', str(t / 'f')],
+        "equimus identify: unknown parameter 'maa.kk'",
+    ),
+    'excite with a parameter that does not exist': Case(
+        'equimus',
+        lambda t, r: ['excite', '--params', 'maa.kk', '--out', str(t / 'x')],
+        "equimus excite: unknown parameter 'maa.kk'",
+    ),
+    'identify on a mistyped .mcap name': Case(
+        'equimus',
+        lambda t, r: ['identify', str(t / 'nope.mcap'), '--out', str(t / 'f')],
+        'nope.mcap: no such bag (neither a bag folder nor an .mcap file)',
+    ),
+    'bag info on a folder that does not exist': Case(
+        'equimus', lambda t, r: ['bag', 'info', str(t / 'nope')], 'nope: no such bag folder'
+    ),
+    'tune pid from a missing gain file': Case(
+        'equimus',
+        lambda t, r: ['tune', 'pid', '--start', str(t / 'g.yaml'), '--out', str(t / 'o.yaml')],
+        'g.yaml: cannot read the parameter file (No such file or directory)',
+    ),
+    'tune pid from a file without gains': Case(
+        'equimus',
+        lambda t, r: [
+            'tune',
+            'pid',
+            '--start',
+            str(_write(t / 'g.yaml', DRIVER + '    max_kpa: 40.0\n')),
+            '--out',
+            str(t / 'o.yaml'),
+        ],
+        'g.yaml: no controller gains there',
+    ),
+    'rollout of a file that is not a policy': Case(
+        'equimus',
+        lambda t, r: ['rollout', '--task', 'triangle', '--policy', str(_write(t / 'p.npz', 'w'))],
+        'is not a .npz policy (not a NumPy archive)',
+    ),
+    # more launch arguments and files the graph reads
+    'an unknown controller': Case(
+        'equimus',
+        lambda t, r: _launch_args(t, 'controller:=bangbang'),
+        'controller:=bangbang is not one of pid, mpc',
+    ),
+    'a leg override with a misspelt name': Case(
+        'equimus',
+        lambda t, r: _leg(t, 'actuators:\n  maa:\n    kk: 1.0\n'),
+        "fit.yaml:3: actuators.maa.kk: unknown parameter 'kk'",
+    ),
+    'a leg override file that does not exist': Case(
+        'equimus',
+        lambda t, r: _launch_args(t, f'leg_overrides:={t / "fit.yaml"}'),
+        'fit.yaml: cannot read: No such file or directory',
+    ),
+    'a calibration file that does not exist': Case(
+        'equimus',
+        lambda t, r: ['launch', 'hardware', f'bag:={t / "bag"}', f'calibration:={t / "cal.yaml"}'],
+        'cal.yaml: run `equimus check rig',
+    ),
+    'a rig truth with an unknown parameter': Case(
+        'equimus',
+        lambda t, r: _rig(
+            t,
+            'emulator:=true',
+            f'rig_truth:={_write(t / "truth.yaml", "parameters: {actuators.maa.kk: 1.0}")}',
+        ),
+        "override 'actuators.maa.kk': unknown parameter 'kk'",
+    ),
+    'emulator:=maybe': Case(
+        'equimus',
+        lambda t, r: ['launch', 'hardware', 'emulator:=maybe'],
+        'emulator:=maybe is not a boolean',
+    ),
+    'a NatNet local address that is not one': Case(
+        'equimus',
+        lambda t, r: _rig(t, 'natnet_local:=abc'),
+        "local_address='abc': not an IPv4 address",
+    ),
+    'a simulation variant that does not exist': Case(
+        'equimus',
+        lambda t, r: _launch_args(t, 'variant:=nosuch'),
+        "variant='nosuch': use one of equimus, pure",
+    ),
+    'a pause before the start': Case(
+        'equimus',
+        lambda t, r: _launch_args(t, 'pause_at:=-3'),
+        'sim.pause_at: -3.0 is out of range',
+    ),
+    'a speed that is not a number': Case(
+        'equimus',
+        lambda t, r: _launch_args(t, 'real_time_factor:=abc'),
+        'real_time_factor:=abc and pause_at:=0 must be numbers',
+    ),
+    # NatNet captures and the NatNet tools
+    'natnet replay of a file that is not a capture': Case(
+        'equimus',
+        lambda t, r: ['natnet', 'replay', str(_write(t / 's.natnet', 'a take exported as CSV'))],
+        's.natnet: not a NatNet capture (no EQNATNT1 header)',
+    ),
+    'natnet replay of an empty capture': Case(
+        'equimus',
+        lambda t, r: ['natnet', 'replay', str(_write(t / 's.natnet', ''))],
+        's.natnet: not a NatNet capture',
+    ),
+    'natnet replay of a missing capture': Case(
+        'equimus',
+        lambda t, r: ['natnet', 'replay', str(t / 's.natnet')],
+        's.natnet: cannot read (No such file or directory)',
+    ),
+    'natnet list with a server address that is not one': Case(
+        'equimus',
+        lambda t, r: ['natnet', 'list', '--server', '999.1.1.1'],
+        "server_address='999.1.1.1': not an IPv4 address",
+    ),
+    'a rig check hold out of range': Case(
+        'equimus',
+        lambda t, r: ['check', 'rig', '--hold', '-1', '--out', str(t / 'rc')],
+        '--hold must be 0.2-30 s',
+    ),
+    # bags: garbage, corrupt, empty
+    'identify on a garbage bag': Case(
+        'equimus',
+        lambda t, r: ['identify', str(_garbage_bag(t)), '--out', str(t / 'f')],
+        'garbage_0.mcap is not an MCAP file',
+    ),
+    'identify on a bag with a corrupt chunk': Case(
+        'equimus',
+        lambda t, r: ['identify', str(_joint_bag(t, 'b', 'chunk')), '--out', str(t / 'f')],
+        'not a readable rosbag2 bag (Chunk checksum mismatch.)',
+    ),
+    'identify on a bag without joint states': Case(
+        'equimus',
+        lambda t, r: ['identify', str(_bag(t, 'b')), '--out', str(t / 'f')],
+        "no joint-state topic with data (looked for /joint_states, /sim/joint_states; have ['/",
+    ),
+    'identify on a CSV of another layout': Case(
+        'equimus',
+        lambda t, r: ['identify', str(_write(t / 'o.csv', 'a,b\n1,2\n')), '--out', str(t / 'f')],
+        'o.csv: unknown CSV layout, columns missing',
+    ),
+    'evaluate with a parameter set that does not exist': Case(
+        'equimus',
+        lambda t, r: [
+            'evaluate',
+            'table_vi',
+            str(r.getfixturevalue('shared_dir') / 'data' / 'equimus' / STATIC),
+        ],
+        "parameter_sets: no parameter set 'table_vi'",
+    ),
+    'evaluate on a missing recording': Case(
+        'equimus',
+        lambda t, r: ['evaluate', 'default', str(t / 'take.csv')],
+        'take.csv: cannot read',
+    ),
+    'bag info on a garbage bag': Case(
+        'equimus',
+        lambda t, r: ['bag', 'info', str(_garbage_bag(t))],
+        'garbage_0.mcap is not an MCAP file',
+    ),
+    'bag info on a bag with a corrupt chunk': Case(
+        'equimus',
+        lambda t, r: ['bag', 'info', str(_joint_bag(t, 'b', 'chunk'))],
+        'not a readable rosbag2 bag (Chunk checksum mismatch.)',
+    ),
+    'bag repair on a garbage bag': Case(
+        'equimus',
+        lambda t, r: ['bag', 'repair', str(_garbage_bag(t))],
+        'garbage_0.mcap is not an MCAP file',
     ),
     'a recorder alone on read-only storage': Case(
         'process',

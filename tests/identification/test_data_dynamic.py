@@ -95,8 +95,11 @@ def test_cli_errors_are_clear(tmp_path, capsys):
     bad.write_text('nothing')
     assert identify_cli.main([str(bad), '--out', str(tmp_path / 'o')]) == 2
     assert 'not a rosbag2 folder' in capsys.readouterr().err
-    with pytest.raises(SystemExit):
+    with pytest.raises(identify_cli.OptionError, match="unknown parameter 'maa.kk'"):
         identify_cli.parse_params('maa.kk')
+    assert identify_cli.main(['x.csv', '--params', 'maa.kk', '--out', str(tmp_path / 'p')]) == 2
+    assert "equimus identify: unknown parameter 'maa.kk'" in capsys.readouterr().err
+    assert not (tmp_path / 'p').exists()
 
 
 def test_unknown_parameter_rejected(exps):

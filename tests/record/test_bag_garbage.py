@@ -103,4 +103,4 @@ def test_cli_on_garbage_is_one_line_exit_2(tmp_path):
         text=True,
         timeout=60,
     )
-    assert proc.returncode == 2 and 'holds no .mcap file' in proc.stderr, proc.stderr
+    assert proc.returncode == 2 and 'missing: no such bag folder' in proc.stderr, proc.stderr

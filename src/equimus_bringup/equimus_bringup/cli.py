@@ -41,6 +41,12 @@ def parse_assignments(items: list[str]) -> dict[str, str]:
 def cmd_launch(ns: argparse.Namespace) -> int:
     from equimus_bringup.supervisor import GraphError, Supervisor
 
+    if ns.duration is not None and not ns.duration > 0:
+        print(
+            f'equimus: --duration {ns.duration:g} must be > 0 s (leave it out to run until Ctrl-C)',
+            file=sys.stderr,
+        )
+        return 2
     try:
         start = prestart.check(ns.mode, parse_assignments(ns.assignments))
     except StartError as exc:
@@ -75,6 +81,9 @@ def cmd_valve(ns: argparse.Namespace) -> int:
 
     from equimus_bringup.supervisor import LifecycleClient
 
+    if not ns.timeout > 0:
+        print(f'equimus: --timeout {ns.timeout:g} must be > 0 s', file=sys.stderr)
+        return 2
     client = LifecycleClient(dict(os.environ))
     try:
         ok, message = client.trigger(f'/valve_driver/{ns.action}', ns.timeout)

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from equimus_control import CONTROLLERS
 from equimus_hw.natnet.client import NatNetConfig
 from equimus_hw.valve.config import DriverConfig
+from equimus_sim.config import MODES as SIM_MODES
 from equimus_sim.config import SimConfig
 
 MODES = ('sim', 'hardware')
@@ -277,6 +278,10 @@ def default_config_dir() -> str:
         ) from None
 
 
+#: Severities rcl's `--log-level` accepts (any case).
+LOG_LEVELS = ('debug', 'info', 'warn', 'error', 'fatal')
+
+
 def resolve_args(mode: str, overrides: Mapping[str, str] | None = None) -> dict[str, str]:
     """Merge user arguments over the declared defaults; reject unknown names with the valid list."""
     if mode not in MODES:
@@ -305,6 +310,11 @@ def resolve_args(mode: str, overrides: Mapping[str, str] | None = None) -> dict[
         )
     if not args['config_dir']:
         args['config_dir'] = default_config_dir()
+    elif not os.path.isdir(args['config_dir']):
+        raise ValueError(
+            f'config_dir:={args["config_dir"]} is not a folder: give the folder with the default '
+            'parameter files (a copy of the installed share/equimus_bringup/config), or drop it'
+        )
     if not args['bag']:
         import time
 
@@ -315,6 +325,14 @@ def resolve_args(mode: str, overrides: Mapping[str, str] | None = None) -> dict[
     for name in ('natnet_command_port', 'natnet_data_port'):
         if not (args[name].strip().isdigit() and 1 <= int(args[name]) <= 65535):
             raise ValueError(f'{name}:={args[name]} must be a UDP port number, 1 to 65535')
+    if args['sim_mode'] not in SIM_MODES:
+        raise ValueError(f'sim_mode:={args["sim_mode"]} is not one of {", ".join(SIM_MODES)}')
+    level = args['log_level'].rpartition(':=')[2].strip().lower()  # rcl: [logger:=]severity
+    if level not in LOG_LEVELS:
+        raise ValueError(
+            f'log_level:={args["log_level"]} is not a ROS log level: use one of '
+            f'{", ".join(LOG_LEVELS)}'
+        )
     if args['controller'] not in CONTROLLERS:
         raise ValueError(f'controller:={args["controller"]} is not one of {", ".join(CONTROLLERS)}')
     try:

@@ -8,7 +8,8 @@ declared range (`max_kpa: 80`), the config's own validation (`command_timeout_s:
 what a node does, a name that no node declares is refused with the closest known one (rclpy
 ignores it silently: a typo'd safety limit would not apply), and so is a section for a node that
 does not exist. The leg descriptions the nodes load (`leg_description`, `parameter_overrides`,
-`leg_parameter_set`, the `leg_overrides` launch argument) are loaded here too. The first problem
+`leg_parameter_set`, the `leg_overrides` launch argument) are loaded here too, and so is the
+policy file of a node that will run `controller:=policy`. The first problem
 is one line naming file, line and key; nothing has been started or written then.
 
 `check_domain` then listens on the graph's DDS domain for another graph's valve driver: two graphs
@@ -394,6 +395,7 @@ def check_parameters(specs: Sequence[ProcessSpec], args: Mapping[str, str]) -> N
                     raise StartError(
                         f'{at.where}: {key}: {exc} ({node})' if at.where else str(exc)
                     ) from None
+            _check_policy(values)
     if args.get('leg_overrides'):
         try:
             load_leg(overrides=args['leg_overrides'])
@@ -406,3 +408,19 @@ def check_parameters(specs: Sequence[ProcessSpec], args: Mapping[str, str]) -> N
             parse_spec(args['rig_truth'])
         except TruthError as exc:
             raise StartError(f'rig_truth:={args["rig_truth"]}: {exc}') from None
+
+
+def _check_policy(values: Mapping[str, _Set]) -> None:
+    """A node that will run controller:=policy loads its policy file here, as it would."""
+    choice = values.get('controller')
+    if choice is None or choice.value != 'policy':
+        return
+    from equimus_control.policy import load_policy
+    from equimus_description.config import ConfigError
+
+    given = values.get('policy_file')
+    try:
+        load_policy(str(given.value) if given else '')
+    except ConfigError as exc:
+        where = given.where if given else ''
+        raise StartError(f'{where}: policy_file: {exc}' if where else str(exc)) from None

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 import os
+import zipfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -465,6 +466,11 @@ def load_policy(path: str | os.PathLike) -> MLP:
             arrays['obs_std'] = np.sqrt(np.asarray(norm.obs_rms.var, float) + norm.epsilon)
             arrays['obs_clip'] = np.array(float(norm.clip_obs))
         return mlp_from_arrays(arrays, path)
+    if not zipfile.is_zipfile(path):  # np.load would try it as a pickle and talk of trust
+        raise ConfigError(
+            f'policy_file {path!r} is not a .npz policy (not a NumPy archive): use the '
+            'policy.npz that `equimus train` writes'
+        )
     try:
         with np.load(path, allow_pickle=False) as data:
             arrays = {k: data[k] for k in data.files}

@@ -51,6 +51,10 @@ def presets() -> dict[str, tuple[str, ...]]:
     }
 
 
+class OptionError(ValueError):
+    """A parameter name or bound given on the command line is not one; str() is the line."""
+
+
 def parse_params(spec: str) -> list[str]:
     """'paper+chamber+friction', 'paper,valve.dead_time', ... → override keys, in order."""
     from equimus_identification.dynamic import BOUNDS
@@ -66,8 +70,8 @@ def parse_params(spec: str) -> list[str]:
             if key not in BOUNDS and f'actuators.{key}' in BOUNDS:
                 key = f'actuators.{key}'
             if key not in BOUNDS:
-                raise SystemExit(
-                    f'equimus identify: unknown parameter {s!r}; use presets '
+                raise OptionError(
+                    f'unknown parameter {s!r}; use presets '
                     f'({", ".join(groups)}, joined with +) or names from {sorted(BOUNDS)}'
                 )
             keys = [key]
@@ -261,10 +265,10 @@ def parse_bounds(specs) -> dict[str, tuple[float, float]]:
             name, rng = spec.split('=', 1)
             lo, hi = (float(v) for v in rng.split(':'))
         except ValueError:
-            raise SystemExit(f'equimus identify: --bound {spec!r}: expected NAME=LO:HI') from None
+            raise OptionError(f'--bound {spec!r}: expected NAME=LO:HI') from None
         key = parse_params(name)[0]
         if not lo < hi:
-            raise SystemExit(f'equimus identify: --bound {spec!r}: LO must be below HI')
+            raise OptionError(f'--bound {spec!r}: LO must be below HI')
         out[key] = (lo, hi)
     return out
 
@@ -434,6 +438,12 @@ def main(argv: list[str] | None = None) -> int:
     def log(msg):
         print(msg, flush=True)
 
+    try:  # the options first: a typo must not wait for the data to load
+        parse_params(a.params)
+        parse_bounds(a.bound)
+    except OptionError as exc:
+        print(f'equimus identify: {exc}', file=sys.stderr)
+        return 2
     try:
         leg = load_leg(a.leg, parameter_set=a.parameter_set or None, overrides=a.start)
         inputs = data.load_any(

@@ -129,12 +129,16 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     from equimus_description.leg import load_leg
 
-    from .cli import parse_params
+    from .cli import OptionError, parse_params
     from .evaluate import load_params
     from .parallel import Mapper
     from .report import write_params_yaml
 
-    names = parse_params(a.params)
+    try:
+        names = parse_params(a.params)
+    except OptionError as exc:
+        print(f'crossval: {exc}', file=sys.stderr)
+        return 2
     weights = [float(w) for w in a.weights.split(',')]
     try:
         rel = data.load_tocenter(a.tocenter)

@@ -407,6 +407,16 @@ def _joint_order(names: Sequence[str]) -> list[int]:
     return [0, 1]
 
 
+def bag_folder(path: pathlib.Path) -> pathlib.Path:
+    """The bag directory of a bag folder or of its .mcap file; DataError when neither exists
+    (the parent of a mistyped file name would be read as the bag)."""
+    if path.is_dir():
+        return path
+    if not path.is_file():
+        raise DataError(f'{path}: no such bag (neither a bag folder nor an .mcap file)')
+    return path.parent
+
+
 def load_bag(path, joint_topic: str | None = None, command_topic: str | None = None) -> Recording:
     """Read joint angles, valve commands and valve pressures from a rosbag2 recording.
 
@@ -885,7 +895,7 @@ def load_any(
     for p in paths:
         p = pathlib.Path(p)
         if p.is_dir() or p.suffix == '.mcap':
-            bag = p if p.is_dir() else p.parent
+            bag = bag_folder(p)
             if bags == 'whole':
                 out['dynamic'].append(bag_trajectory(load_bag(bag)))
                 continue

@@ -69,8 +69,7 @@ def load_recording(path, protocol: str = 'continuous') -> tuple[list, float, str
         raise ValueError(f'protocol must be one of {PROTOCOLS}, got {protocol!r}')
     p = pathlib.Path(path)
     if p.is_dir() or p.suffix == '.mcap':
-        bag = p if p.is_dir() else p.parent
-        return [data.bag_trajectory(data.load_bag(bag))], BAG_DT, 'bag'
+        return [data.bag_trajectory(data.load_bag(data.bag_folder(p)))], BAG_DT, 'bag'
     if p.suffix == '.csv':
         kind = data.csv_kind(p)
         if kind == 'static':

@@ -439,14 +439,21 @@ def main(argv: list[str] | None = None) -> int:
         'actuators.maa.c=10.8',
     )
     a = ap.parse_args(argv)
-    from .cli import parse_bounds, parse_params
+    from .cli import OptionError, parse_bounds, parse_params
 
-    a.bounds = parse_bounds(a.bound)
+    try:
+        a.bounds = parse_bounds(a.bound)
+    except OptionError as exc:
+        print(f'heldout: {exc}', file=sys.stderr)
+        return 2
     fixed = []
     for spec in a.fix:
         name, _, value = spec.partition('=')
         try:
             fixed.append((parse_params(name)[0], float(value)))
+        except OptionError as exc:
+            print(f'heldout: --fix {spec!r}: {exc}', file=sys.stderr)
+            return 2
         except ValueError:
             print(f'heldout: --fix {spec!r}: expected NAME=VALUE', file=sys.stderr)
             return 2

@@ -129,13 +129,7 @@ def ppo_config(ns: argparse.Namespace) -> Any:
         env['rest_start'] = ns.rest_start
     io = PolicyIO()
     if ns.residual:
-        try:
-            gains = read_gains(ns.residual)
-        except (KeyError, TypeError):
-            raise ValueError(
-                f'{ns.residual}: no controller gains there (a parameter file with '
-                'controller.ros__parameters kp/ki/kd, e.g. config/tuned_pid.yaml)'
-            ) from None
+        gains = read_gains(ns.residual)
         io = PolicyIO(RESIDUAL_LAYOUT, 'pid', gains, residual_kpa=ns.residual_kpa)
     return PPOConfig(
         steps=ns.steps,

@@ -273,14 +273,28 @@ def write_params(path: str | Path, result: TuneResult, cfg: TuneConfig) -> None:
 
 def read_gains(path: str | Path, base: PIDGains | None = None) -> PIDGains:
     """The gains of a parameter file written by `write_params` (or any controller section)."""
-    doc = yaml.safe_load(Path(path).read_text())
-    p = doc['controller']['ros__parameters']
+    try:
+        doc = yaml.safe_load(Path(path).read_text())
+    except OSError as exc:
+        raise ValueError(f'{path}: cannot read the parameter file ({exc.strerror})') from None
+    except yaml.YAMLError as exc:
+        raise ValueError(f'{path}: not YAML ({str(exc).splitlines()[0]})') from None
+    try:
+        p = doc['controller']['ros__parameters']
+    except (KeyError, TypeError):
+        raise ValueError(
+            f'{path}: no controller gains there (a parameter file with controller: '
+            'ros__parameters: kp, ki, kd, e.g. config/tuned_pid.yaml)'
+        ) from None
     g = base or PIDGains()
 
     def pair(key: str, default: tuple[float, float]) -> tuple[float, float]:
         if key not in p:
             return default
-        a, b = (float(v) for v in p[key])
+        try:
+            a, b = (float(v) for v in p[key])
+        except (TypeError, ValueError):
+            raise ValueError(f'{path}: {key}: {p[key]!r} is not two numbers') from None
         return a, b
 
     return replace(g, kp=pair('kp', g.kp), ki=pair('ki', g.ki), kd=pair('kd', g.kd))

@@ -429,6 +429,8 @@ def writer_pid(bag: Path) -> int | None:
 
 
 def _mcap_file(bag: Path) -> Path:
+    if not Path(bag).exists():
+        raise BagError(f'{bag}: no such bag folder')
     files = sorted(Path(bag).glob('*.mcap'))
     if not files:
         raise BagError(f'{bag} holds no .mcap file: is it a bag directory recorded by equimus?')
