@@ -34,3 +34,13 @@ def stop(proc: subprocess.Popen, sig=signal.SIGINT, timeout: float = 10.0) -> st
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
     return proc.stdout.read() if proc.stdout else ''
+
+
+def vented_on_stop(log: str, prefix: str = '') -> bool:
+    """A graph's output says its valves were vented when it stopped: the driver's vent
+    acknowledged by the board, or (an emulated rig's board starved past the driver's wait on a
+    loaded machine) the board's own outputs at 0 when it stopped. `prefix`: the driver's process
+    tag in a supervisor's log ('[control_loop] ')."""
+    acked = f'{prefix}valve_driver: vented on shutdown (acknowledged)' in log
+    unconfirmed = f'{prefix}valve_driver: vented on shutdown (NOT acknowledged' in log
+    return acked or (unconfirmed and 'outputs at stop [0, 0]' in log)

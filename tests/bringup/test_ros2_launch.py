@@ -21,6 +21,7 @@ from pathlib import Path
 
 import dds_domain
 import pytest
+from rosproc import vented_on_stop
 
 from equimus_description.interface import ACTUATORS, JOINT_STATES, VALVE_APPLIED
 
@@ -181,12 +182,7 @@ def _assert_clean(rc: int, out: str, seen: dict[str, list], processes: int) -> N
     assert len(seen[JOINT_STATES.name]) > 50, tail  # the estimator ran on the leg's poses
     assert len(seen[VALVE_APPLIED.name]) > 20, tail  # the driver applied the controller's commands
     assert max(max(m.effort) for m in seen[VALVE_APPLIED.name]) > 1.0, tail  # really driven
-    # Vented: acknowledged by the board, or (an emulated rig's board starved on a loaded machine
-    # past the driver's 0.2 s wait) the board's own outputs at 0 when it stopped.
-    assert 'valve_driver: vented on shutdown (acknowledged)' in out or (
-        'valve_driver: vented on shutdown (NOT acknowledged' in out
-        and 'outputs at stop [0, 0]' in out
-    ), tail
+    assert vented_on_stop(out), tail
     assert rc == 0, tail
 
 
@@ -311,6 +307,64 @@ def test_required_processes_stopped_together_end_the_launch_once(ros2_launch, wa
     assert sorted(finished) == sorted(n for n in started if not n.startswith(killed)), tail
     assert re.search(r'rig_emulator: .* outputs at stop \[0, 0\]', out), tail
     assert proc.returncode == 0, tail
+
+
+def test_a_graph_started_on_the_domain_meanwhile_is_never_driven(ros2_launch, watcher):
+    """Another graph's valve driver joins the domain after this launch's prestart listened and
+    before its own driver is up (held here with SIGSTOP before it joins DDS). Once its own is
+    listed, the launch finds the other in another enclave: it sends no lifecycle request, which
+    would reach both drivers by name, and ends with one line (launch_common.DriverGuard). Without
+    the guard it configured and activated by name."""
+    from equimus_bringup.graph import describe_graph
+    from equimus_bringup.supervisor import Supervisor, driver_enclaves
+
+    domain = str(watcher.context.get_domain_id())
+    proc = _start(ros2_launch, watcher, 'sim.launch.py', 'composed:=false', 'sim_mode:=realtime')
+    other = None
+    try:
+        end = time.monotonic() + 90.0
+        while True:  # its Python imports take about a second before it joins DDS
+            found = subprocess.run(
+                ['pgrep', '-f', '-P', str(proc.pid), 'lib/equimus_hw/valve_driver'],
+                capture_output=True,
+                text=True,
+            ).stdout.split()
+            if found:
+                break
+            assert proc.poll() is None and time.monotonic() < end, 'no valve driver started'
+            time.sleep(0.005)
+        held = int(found[0])
+        os.kill(held, signal.SIGSTOP)
+        try:
+            split = describe_graph('sim', {'composed': 'false'})
+            driver = next(s for s in split if s.name == 'valve_driver')
+            other = Supervisor([driver], echo=False, env=dict(os.environ, ROS_DOMAIN_ID=domain))
+            other.start()  # brings its driver up; this launch's, stopped, is not on DDS yet
+            end = time.monotonic() + 60.0
+            while other.enclave not in driver_enclaves(watcher):
+                assert time.monotonic() < end, 'the other graph never appeared'
+                time.sleep(0.05)
+        finally:
+            os.kill(held, signal.SIGCONT)
+        out, _ = proc.communicate(timeout=90.0)  # ends by itself
+    except BaseException:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise
+    finally:
+        if other is not None:
+            other_log = ''.join(other.output.get('valve_driver', []))
+            other.stop()
+    tail = out[-4000:]
+    assert f'another graph started on ROS_DOMAIN_ID={domain} meanwhile' in out, tail
+    assert f'enclave {other.enclave}' in out, tail
+    assert 'configured: board' not in out, tail  # this launch's driver was never configured
+    assert 'Traceback' not in out and 'Caught exception' not in out, tail
+    # the other graph's driver saw its own two transitions only
+    assert re.findall(r'\]: (configured|active|deactivated)\b', other_log) == [
+        'configured',
+        'active',
+    ], other_log[-3000:]
 
 
 def test_sim_launch_composed_mpc_recorded(ros2_launch, watcher, tmp_path):

@@ -143,7 +143,7 @@ def test_repair_skips_a_corrupt_chunk_and_says_what_it_could_not_save(tmp_path):
 def test_the_composed_recorder_tells_the_truth_when_the_disk_fills_up(
     ros_node, small_disk, tmp_path
 ):
-    """The composed sim graph records onto a 1 MiB disk. While it records, /diagnostics
+    """The composed sim graph records onto a 2 MiB disk. While it records, /diagnostics
     counts the topics it records and the messages on disk; at the full disk the ERROR's "N
     messages are safe" is exactly what the closed bag holds; a clean stop prints no
     traceback and leaves no lock."""
@@ -206,4 +206,4 @@ def test_the_composed_recorder_tells_the_truth_when_the_disk_fills_up(
     assert int(err[2]['messages_on_disk']) == safe
     assert bag.is_complete(path) and not (path / bag.LOCK_NAME).exists()
     assert len(list(bag.read_messages(path))) == safe > 1000
-    print('messages safe at disk full on 1 MiB:', safe)
+    print('messages safe at disk full on 2 MiB:', safe)

@@ -15,6 +15,7 @@ the rest of the graph is started only when it exits 0; otherwise the launch ends
 """
 
 import os
+import time
 from pathlib import Path
 
 # mypy resolves `launch` to src/equimus_bringup/launch/ (the launch files, on mypy_path), not
@@ -43,18 +44,79 @@ from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
 from equimus_bringup import prestart
 from equimus_bringup.graph import ARGUMENTS, parameter_layers
 from equimus_bringup.prestart import StartError
+from equimus_bringup.supervisor import (
+    driver_enclaves,
+    graph_enclave,
+    other_graph_problem,
+    other_graphs,
+)
+
+
+class _Stop:
+    """What the required processes' exit handlers share: which of them have exited, and whether
+    one has already stopped the launch (two exiting together each stopped it: a second Shutdown
+    fails in launch_ros with "Cannot shutdown a ROS adapter that is not running")."""
+
+    def __init__(self) -> None:
+        self.exited: set[str] = set()
+        self.sent = False
+
+    def shutdown(self, context, reason: str) -> None:
+        """End the launch once, from any thread."""
+
+        def _once() -> None:
+            if not (context.is_shutdown or self.sent):
+                self.sent = True
+                context.emit_event_sync(Shutdown(reason=reason))
+
+        context.asyncio_loop.call_soon_threadsafe(_once)
+
+
+class DriverGuard:
+    """Checked before each transition of the valve driver: a lifecycle request by name reaches
+    every node of that name, so none is sent while another graph's driver is on the domain (a
+    graph started there within the seconds of DDS discovery, after prestart listened). The
+    graph's nodes run in `enclave`, which tells this graph's driver from another's; `before`:
+    the drivers prestart found listed but silent (killed, within their DDS lease)."""
+
+    def __init__(self, enclave: str, before: list[str], domain: str, stop: _Stop) -> None:
+        self.enclave, self.before, self.domain, self.stop = enclave, before, domain, stop
+
+    def problem(self, node, stopping) -> str:
+        """'' when only this graph's driver is new on the domain (waits until it is listed),
+        else the one line saying why no request is sent."""
+        while self.enclave and self.enclave not in driver_enclaves(node):
+            if stopping():
+                return ''
+            time.sleep(0.05)
+        others = other_graphs(driver_enclaves(node), self.before, self.enclave)
+        return other_graph_problem(self.domain, others[0]) if others else ''
 
 
 class ManagedNode(LifecycleNode):
     """launch_ros's LifecycleNode, except that a transition still waiting for the node's
-    change_state service when the launch stops is abandoned with one line.
+    change_state service when the launch stops is abandoned with one line, and that the valve
+    driver's transitions are not sent while another graph's driver is on the domain
+    (`DriverGuard`: the launch then ends with one line).
 
     launch_ros waits for that service in a worker thread and destroys its own ROS node when the
     launch ends; a wait still running then raises InvalidHandle, which launch reports as "Caught
     exception" and exit code 1. It happens whenever the launch stops before a managed node is up:
     a Ctrl-C during start-up, or a required process dying then (seen on a loaded machine)."""
 
+    def __init__(self, *, guard: DriverGuard | None = None, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self._guard = guard
+
     def _call_change_state(self, request, context) -> None:
+        if self._guard is not None:
+            from launch_ros.ros_adapters import get_ros_node
+
+            problem = self._guard.problem(get_ros_node(context), lambda: context.is_shutdown)
+            if problem:
+                get_logger('launch.user').error(f'equimus: {problem}')
+                self._guard.stop.shutdown(context, problem)
+                return
         try:
             super()._call_change_state(request, context)
         except _rclpy.InvalidHandle:
@@ -103,16 +165,6 @@ STOP_GRACE_S = 1.0
 
 #: The graph's valve driver process (graph.describe_graph's name for it).
 DRIVER = 'valve_driver'
-
-
-class _Stop:
-    """What the required processes' exit handlers share: which of them have exited, and whether
-    one has already stopped the launch (two exiting together each stopped it: a second Shutdown
-    fails in launch_ros with "Cannot shutdown a ROS adapter that is not running")."""
-
-    def __init__(self) -> None:
-        self.exited: set[str] = set()
-        self.sent = False
 
 
 def shutdown_on_exit(
@@ -167,15 +219,21 @@ def generate(mode: str) -> LaunchDescription:
         log_level = values['log_level'] or 'info'
         try:
             # Refused before any action exists: nothing is started, no bag is made.
-            specs = prestart.check(mode, values).specs
+            start = prestart.check(mode, values)
         except StartError as exc:
             raise RuntimeError(f'equimus: not started: {exc}') from None
+        specs = start.specs
+        managed = next((s for s in specs if s.name == DRIVER), None)
+        env = {**os.environ, **(managed.env if managed else {})}
+        guard = DriverGuard(
+            graph_enclave(), start.drivers_listed, env.get('ROS_DOMAIN_ID', '0'), _Stop()
+        )
         gate = next((i for i, s in enumerate(specs) if s.gate), None)
         if gate is None:
-            return _graph_actions(specs, log_level)
+            return _graph_actions(specs, log_level, guard)
         # The rig check: the rest starts when it has exited 0; any other exit ends the launch.
         check = _process(specs[gate])
-        rest = _graph_actions(specs[gate + 1 :], log_level)
+        rest = _graph_actions(specs[gate + 1 :], log_level, guard)
 
         def _after_check(event, context) -> list:
             if context.is_shutdown:  # Ctrl-C during the check: nothing more to start
@@ -188,7 +246,7 @@ def generate(mode: str) -> LaunchDescription:
             return rest
 
         return [
-            *_graph_actions(specs[:gate], log_level),
+            *_graph_actions(specs[:gate], log_level, guard),
             check,
             RegisterEventHandler(OnProcessExit(target_action=check, on_exit=_after_check)),
         ]
@@ -207,25 +265,29 @@ def _process(spec) -> ExecuteProcess:
     )
 
 
-def _graph_actions(specs, log_level: str) -> list:
-    """The actions of these processes: ROS nodes (managed ones brought up), plain processes,
-    and the handlers that end the launch when a required one exits."""
+def _graph_actions(specs, log_level: str, guard: DriverGuard) -> list:
+    """The actions of these processes: ROS nodes (managed ones brought up; in the graph's
+    enclave), plain processes, and the handlers that end the launch when a required one
+    exits."""
     actions: list = []
     required: list = []
     driver = None
+    enclave = ['--enclave', guard.enclave] if guard.enclave else []
     for spec in specs:
         if spec.is_ros_node:
             # A multi-node process keeps its nodes' own names (no name remap); its launch
             # arguments are node-scoped in the last parameter file. Managed nodes are
             # LifecycleNode actions.
             kind = ManagedNode if spec.managed else Node
-            extra = {'namespace': ''} if spec.managed else {}
+            extra: dict = {'namespace': ''} if spec.managed else {}
+            if spec.name == DRIVER:
+                extra['guard'] = guard
             action = kind(
                 package=spec.package,
                 executable=spec.executable,
                 name=None if spec.nodes else spec.name,
                 parameters=[Path(p) for p in parameter_layers(spec)],
-                ros_arguments=['--log-level', log_level],
+                ros_arguments=['--log-level', log_level, *enclave],
                 prefix=' '.join(spec.prefix) or None,
                 additional_env=spec.env or None,
                 output='screen',
@@ -242,8 +304,7 @@ def _graph_actions(specs, log_level: str) -> list:
             actions.append(action)
         if spec.required:
             required.append((action, spec.name))
-    stop = _Stop()
-    return actions + [shutdown_on_exit(a, name, driver, stop) for a, name in required]
+    return actions + [shutdown_on_exit(a, name, driver, guard.stop) for a, name in required]
 
 
 RVIZ_CONFIG = ('viewers', 'equimus.rviz')  # in equimus_bringup's share folder

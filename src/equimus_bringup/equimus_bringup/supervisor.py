@@ -111,6 +111,36 @@ def driver_enclaves(node) -> list[str]:
     return [enclave for _, _, enclave in _drivers(node)]
 
 
+def graph_enclave() -> str:
+    """A ROS enclave of its own for one graph's processes: a name in the ROS graph that tells
+    its nodes from another graph's of the same names. '' where ROS security is on (an enclave
+    then needs keys)."""
+    if os.environ.get('ROS_SECURITY_ENABLE', '').lower() == 'true':
+        return ''
+    return f'/equimus_{os.getpid()}_{next(_GRAPHS)}'
+
+
+def other_graphs(listed: Sequence[str], before: Sequence[str], own: str) -> list[str]:
+    """The enclaves of valve drivers that belong to another graph: `listed` now, less those
+    listed `before` this graph started (killed ones within their DDS lease) and this graph's
+    `own` (without enclaves: one of the drivers in '/')."""
+    others = collections.Counter(listed) - collections.Counter(before)
+    if own:
+        others.pop(own, None)
+    else:
+        others -= collections.Counter({'/': 1})
+    return sorted(others)
+
+
+def other_graph_problem(domain: str, enclave: str) -> str:
+    """Why no lifecycle request is sent while another graph's driver is on the domain."""
+    return (
+        f'another graph started on ROS_DOMAIN_ID={domain} meanwhile (its valve_driver is in '
+        f'enclave {enclave}): no lifecycle request is sent, since it would reach that graph '
+        'too; stop it, or run each graph on its own ROS_DOMAIN_ID'
+    )
+
+
 def _drivers(node) -> list[tuple[str, str, str]]:
     return [
         (name, ns, enclave)
@@ -236,11 +266,7 @@ class Supervisor:
         #: This graph's ROS enclave (`--enclave`): a name in the ROS graph that tells its nodes
         #: from another graph's of the same names. Not set where ROS security is on (an enclave
         #: then needs keys).
-        self.enclave = (
-            ''
-            if os.environ.get('ROS_SECURITY_ENABLE', '').lower() == 'true'
-            else f'/equimus_{os.getpid()}_{next(_GRAPHS)}'
-        )
+        self.enclave = graph_enclave()
         self.log_level = log_level
         self.stop_timeout = stop_timeout
         self.echo = echo
@@ -370,21 +396,13 @@ class Supervisor:
         `drivers_listed`); then why lifecycle requests are not sent, in one line."""
         if self.drivers_listed is None:
             return ''
-        others = collections.Counter(driver_enclaves(self.lifecycle.node))
-        others -= collections.Counter(self.drivers_listed)
-        if self.enclave:
-            others.pop(self.enclave, None)
-        else:  # no enclaves: this graph's own driver is one of the new ones
-            others -= collections.Counter({'/': 1})
+        others = other_graphs(
+            driver_enclaves(self.lifecycle.node), self.drivers_listed, self.enclave
+        )
         if not others:
             return ''
         env = {**self.env, **next((s.env for s in self.specs if s.managed), {})}
-        return (
-            f'another graph started on ROS_DOMAIN_ID={env.get("ROS_DOMAIN_ID", "0")} meanwhile '
-            f'(its valve_driver is in enclave {next(iter(others))}): no lifecycle request is '
-            'sent, since it would reach that graph too; stop it, or run each graph on its own '
-            'ROS_DOMAIN_ID'
-        )
+        return other_graph_problem(env.get('ROS_DOMAIN_ID', '0'), others[0])
 
     def _pump(self, name: str, proc: subprocess.Popen) -> None:
         assert proc.stdout is not None

@@ -47,7 +47,7 @@ class Board(Protocol):
     def send_codes(self, codes: list[int]) -> int | None:
         """Output these DAC codes now; the frame's seq, or None when the board is unreachable."""
 
-    def vent_and_close(self, timeout_s: float = 0.2) -> bool:
+    def vent_and_close(self, timeout_s: float = 1.0) -> bool:
         """Output zero on every channel and close; True when the board confirmed the vent."""
 
     def latency_percentiles_ms(self) -> dict[str, float]: ...
@@ -98,7 +98,7 @@ class SimBoard:
         """kPa the simulated valves regulate to for the last codes."""
         return [self.cal.code_to_kpa(c) for c in self.board_codes or []]
 
-    def vent_and_close(self, timeout_s: float = 0.2) -> bool:
+    def vent_and_close(self, timeout_s: float = 1.0) -> bool:
         self.board_codes = [0] * self.channels
         self.state = 'closed'
         return True

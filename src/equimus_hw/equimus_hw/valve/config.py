@@ -86,7 +86,7 @@ class DriverConfig:
     reconnect_backoff_min_s: float = param(0.1, 's first reconnect delay', range=(0.01, 10.0))
     reconnect_backoff_max_s: float = param(2.0, 's longest reconnect delay', range=(0.01, 60.0))
     shutdown_ack_timeout_s: float = param(
-        0.2, 's to wait for the vent ACK on shutdown', range=(0.0, 5.0)
+        1.0, 's to wait for the vent ACK on shutdown (re-sent meanwhile)', range=(0.0, 5.0)
     )
     kpa_per_volt: float = param(_CAL.kpa_per_volt, 'kPa per setpoint volt (VPPE 6 bar: 60)')
     zero_offset_v: float = param(_CAL.zero_offset_v, 'V setpoint offset of the valve regression')

@@ -121,21 +121,27 @@ class BoardLink:
                 return None
             return self._write_locked(P.Set(self._next_seq(), tuple(int(c) for c in codes)))
 
-    def vent_and_close(self, timeout_s: float = 0.2) -> bool:
-        """Send SET all-zero, wait up to timeout_s for its ACK, then stop and close the port.
+    def vent_and_close(self, timeout_s: float = 1.0) -> bool:
+        """Send SET all-zero until the board acknowledges one, for up to timeout_s, then stop
+        and close the port. Re-sent every ack_timeout_s, and as soon as a link that was lost
+        is back: a board that stalls (or a loaded host) must not turn a vent it would have
+        taken into an unconfirmed one.
 
         Returns True when the board acknowledged the vent."""
         acked = False
-        seq = self.send_codes([0] * self.channels)
-        if seq is not None:
-            deadline = time.monotonic() + timeout_s
+        vents: set[int] = set()
+        deadline = time.monotonic() + timeout_s
+        while not acked and time.monotonic() < deadline:
+            seq = self.send_codes([0] * self.channels)
+            if seq is not None:
+                vents.add(seq)
+            resend = min(deadline, time.monotonic() + self.ack_timeout_s)
             with self._ack_event:
-                while self._last_ack_seq != seq:
-                    left = deadline - time.monotonic()
+                while not (acked := self._last_ack_seq in vents):
+                    left = resend - time.monotonic()
                     if left <= 0:
                         break
                     self._ack_event.wait(left)
-                acked = self._last_ack_seq == seq
         self._stop.set()
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
             self._thread.join(timeout=1.0)
