@@ -148,6 +148,42 @@ def test_a_late_reply_is_counted_late_not_lost(tmp_path):
     assert probe.stats.late == before.late + 1, probe.stats
 
 
+def test_a_stall_of_this_computer_is_not_the_board_going_silent(tmp_path):
+    """This process does not run for 1.3 s while it waits for a reply (its read held), and the
+    board, starved with it, answers just after: longer than SILENT_S without a reply, but none
+    of it time this side was listening. The ping is answered; the time away is counted."""
+    import threading
+
+    board = make_emulator(tmp_path)
+    try:
+        with C.BoardProbe(board.link) as probe:
+            probe.open(wait_s=5.0)
+            assert probe._ser is not None
+            read = probe._ser.read
+            held = []
+
+            def read_after_a_stall(n: int = 1) -> bytes:
+                if not held:
+                    held.append(True)
+                    time.sleep(1.3)
+                return read(n)
+
+            def stand() -> None:
+                with board._lock:
+                    time.sleep(1.33)
+
+            standing = threading.Thread(target=stand)
+            standing.start()
+            time.sleep(0.01)
+            probe._ser.read = read_after_a_stall  # type: ignore[method-assign]
+            reply, _ = probe.ping()
+            standing.join()
+    finally:
+        board.close()
+    assert reply is not None, probe.stats
+    assert 1.25 < probe.stats.away_s < 5.0, probe.stats
+
+
 def test_a_computer_that_stalls_is_named_with_its_gap(tmp_path):
     """This computer sends no SET for 0.3 s in every hold (a stall, as a loaded PC has): the
     board's watchdog vents each test of the valve, and after the last one the error says how

@@ -42,6 +42,10 @@ REPLY_TIMEOUT_S = 0.05
 #: link_timeout_s is 0.5 s; an emulated board on a loaded computer can pause for 0.3 s); also
 #: the longest a write may wait for a board that does not read.
 SILENT_S = 1.0
+#: s between two reads of one request's wait beyond which this computer, not the board, was
+#: away (the reads block 5 ms): that time is not counted against the board (reply deadline,
+#: silence), as a reply cannot be read while this process is not running.
+AWAY_S = 0.05
 #: PINGs for the round-trip figures.
 PINGS = 100
 #: The code the watchdog test leaves on every channel: not zero (the board's watchdog only vents a
@@ -98,6 +102,7 @@ class ProbeStats:
     frames: int = 0
     timeouts: int = 0  # requests not answered within their timeout ...
     late: int = 0  # ... whose reply came later all the same (slow, not lost)
+    away_s: float = 0.0  # s this computer did not run while waiting for replies (`AWAY_S`)
     naks: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
     rejected: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
 
@@ -198,6 +203,7 @@ class BoardProbe:
             ) from None
         self.stats.frames += 1
         deadline = t0 + timeout
+        last = time.monotonic()
         while True:
             try:
                 data = ser.read(max(1, ser.in_waiting))
@@ -206,6 +212,11 @@ class BoardProbe:
                     f'reading from the board on {self.port} failed: {exc}; was it unplugged?'
                 ) from None
             now = time.monotonic()
+            if now - last > AWAY_S:  # this process did not run: give the board that time back
+                deadline += now - last
+                self._last_reply += now - last
+                self.stats.away_s += now - last
+            last = now
             for item in self._decoder.feed(data):
                 if not isinstance(item, P.Rejected) and item.seq in self._timed_out:
                     self._timed_out.discard(item.seq)
