@@ -359,7 +359,9 @@ def test_a_graph_started_on_the_domain_meanwhile_is_never_driven(ros2_launch, wa
     assert f'another graph started on ROS_DOMAIN_ID={domain} meanwhile' in out, tail
     assert f'enclave {other.enclave}' in out, tail
     assert 'configured: board' not in out, tail  # this launch's driver was never configured
-    assert 'Traceback' not in out and 'Caught exception' not in out, tail
+    # Launch's own lines carry no process tag: no traceback there. (Nodes stopped while still
+    # starting may print rclpy's "Exception ignored in: Executor.__del__", tagged with the node.)
+    assert not re.search(r'^Traceback', out, re.M) and 'Caught exception' not in out, tail
     # the other graph's driver saw its own two transitions only
     assert re.findall(r'\]: (configured|active|deactivated)\b', other_log) == [
         'configured',
