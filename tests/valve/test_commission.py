@@ -120,23 +120,30 @@ def test_a_valve_that_does_not_follow_its_setpoint(tmp_path):
     assert max(f.codes[1] for f in board.frames) == NOMINAL.kpa_to_code(LEVELS[0])  # stopped
 
 
+def _stand(board, seconds: float):
+    """The board's loop stands `seconds` (its state lock held, as a starved board process's
+    loop stands), from a thread of its own; join the returned thread."""
+    import threading
+
+    def stand() -> None:
+        with board._lock:
+            time.sleep(seconds)
+
+    standing = threading.Thread(target=stand)
+    standing.start()
+    return standing
+
+
 def test_a_late_reply_is_counted_late_not_lost(tmp_path):
     """The board's loop stands 150 ms (its state lock held, as a starved board process's loop
     stands): the ping times out, and its reply, read with the next one, counts as late."""
-    import threading
-
     board = make_emulator(tmp_path)
     try:
         with C.BoardProbe(board.link) as probe:
             probe.open(wait_s=5.0)
             before = dataclasses.replace(probe.stats)
 
-            def stand() -> None:
-                with board._lock:
-                    time.sleep(0.15)
-
-            standing = threading.Thread(target=stand)
-            standing.start()
+            standing = _stand(board, 0.15)
             time.sleep(0.02)
             late, _ = probe.ping()
             standing.join()
@@ -152,8 +159,6 @@ def test_a_stall_of_this_computer_is_not_the_board_going_silent(tmp_path):
     """This process does not run for 1.3 s while it waits for a reply (its read held), and the
     board, starved with it, answers just after: longer than SILENT_S without a reply, but none
     of it time this side was listening. The ping is answered; the time away is counted."""
-    import threading
-
     board = make_emulator(tmp_path)
     try:
         with C.BoardProbe(board.link) as probe:
@@ -168,12 +173,7 @@ def test_a_stall_of_this_computer_is_not_the_board_going_silent(tmp_path):
                     time.sleep(1.3)
                 return read(n)
 
-            def stand() -> None:
-                with board._lock:
-                    time.sleep(1.33)
-
-            standing = threading.Thread(target=stand)
-            standing.start()
+            standing = _stand(board, 1.33)
             time.sleep(0.01)
             probe._ser.read = read_after_a_stall  # type: ignore[method-assign]
             reply, _ = probe.ping()
