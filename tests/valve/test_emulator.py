@@ -16,7 +16,7 @@ from equimus_hw.valve import protocol as P
 from equimus_hw.valve.board_emulator import BoardEmulator
 from equimus_hw.valve.calibration import ValveCalibration
 
-from .conftest import wait_for
+from .conftest import make_emulator, wait_for
 
 
 class Host:
@@ -262,3 +262,23 @@ def test_the_emulator_logs_when_its_own_loop_stood(tmp_path):
     ]
     # held for 0.15 s; the pass it stopped may have begun up to a poll (or a starved while) into it
     assert gaps and max(gaps) >= 0.1, gaps
+
+
+def test_a_lost_vent_is_sent_again_until_the_board_confirms_it(tmp_path):
+    """The driver's vent on stop: its first SET never reaches the board (the bytes lost on the
+    line); the link sends it again and the board confirms the vent (one SET: unconfirmed)."""
+    from equimus_hw.valve.link import BoardLink
+
+    emu = make_emulator(tmp_path)
+    link = BoardLink(emu.link, 2, ValveCalibration())
+    try:
+        link.start()
+        assert wait_for(lambda: link.connected, 5.0), link.last_error
+        link.send_codes([200, 200])
+        assert wait_for(lambda: emu.codes == [200, 200], 2.0)
+        emu.drop_next_bytes(len(P.encode(P.Set(0, (0, 0)))))  # the whole first vent frame
+        assert link.vent_and_close(1.0)
+        assert emu.codes == [0, 0]
+    finally:
+        link.vent_and_close(0.0)
+        emu.close()
