@@ -309,44 +309,62 @@ def test_required_processes_stopped_together_end_the_launch_once(ros2_launch, wa
     assert proc.returncode == 0, tail
 
 
-def test_a_graph_started_on_the_domain_meanwhile_is_never_driven(ros2_launch, watcher):
+#: Put first on the launch's PYTHONPATH: its valve driver waits at interpreter start, before
+#: it imports rclpy, until the file named by EQUIMUS_TEST_GO exists (the other processes go on).
+_HOLD_DRIVER = """
+import os, sys, time
+if sys.argv and sys.argv[0].endswith('valve_driver'):
+    go = os.environ['EQUIMUS_TEST_GO']
+    open(go + '.held', 'w').close()
+    while not os.path.exists(go):
+        time.sleep(0.01)
+"""
+
+
+def test_a_graph_started_on_the_domain_meanwhile_is_never_driven(ros2_launch, watcher, tmp_path):
     """Another graph's valve driver joins the domain after this launch's prestart listened and
-    before its own driver is up (held here with SIGSTOP before it joins DDS). Once its own is
-    listed, the launch finds the other in another enclave: it sends no lifecycle request, which
-    would reach both drivers by name, and ends with one line (launch_common.DriverGuard). Without
-    the guard it configured and activated by name."""
+    before its own driver is up (held here before it joins DDS). Once its own is listed, the
+    launch finds the other in another enclave: it sends no lifecycle request, which would reach
+    both drivers by name, and ends with one line (launch_common.DriverGuard). Without the guard
+    it configured and activated by name."""
     from equimus_bringup.graph import describe_graph
     from equimus_bringup.supervisor import Supervisor, driver_enclaves
 
     domain = str(watcher.context.get_domain_id())
-    proc = _start(ros2_launch, watcher, 'sim.launch.py', 'composed:=false', 'sim_mode:=realtime')
+    hold = tmp_path / 'hold'
+    hold.mkdir()
+    (hold / 'sitecustomize.py').write_text(_HOLD_DRIVER)
+    go = tmp_path / 'go'
+    env = {
+        'PYTHONPATH': os.pathsep.join([str(hold), os.environ.get('PYTHONPATH', '')]),
+        'EQUIMUS_TEST_GO': str(go),
+    }
+    proc = _start(
+        ros2_launch, watcher, 'sim.launch.py', 'composed:=false', 'sim_mode:=realtime', env=env
+    )
     other = None
     try:
         end = time.monotonic() + 90.0
-        while True:  # its Python imports take about a second before it joins DDS
-            found = subprocess.run(
-                ['pgrep', '-f', '-P', str(proc.pid), 'lib/equimus_hw/valve_driver'],
-                capture_output=True,
-                text=True,
-            ).stdout.split()
-            if found:
-                break
+        while not Path(f'{go}.held').exists():
             assert proc.poll() is None and time.monotonic() < end, 'no valve driver started'
-            time.sleep(0.005)
-        held = int(found[0])
-        os.kill(held, signal.SIGSTOP)
+            time.sleep(0.01)
         try:
             split = describe_graph('sim', {'composed': 'false'})
             driver = next(s for s in split if s.name == 'valve_driver')
             other = Supervisor([driver], echo=False, env=dict(os.environ, ROS_DOMAIN_ID=domain))
-            other.start()  # brings its driver up; this launch's, stopped, is not on DDS yet
+            other.start()  # brings its driver up; this launch's, held, is not on DDS yet
             end = time.monotonic() + 60.0
             while other.enclave not in driver_enclaves(watcher):
                 assert time.monotonic() < end, 'the other graph never appeared'
                 time.sleep(0.05)
         finally:
-            os.kill(held, signal.SIGCONT)
-        out, _ = proc.communicate(timeout=90.0)  # ends by itself
+            go.touch()
+        try:
+            out, _ = proc.communicate(timeout=90.0)  # ends by itself
+        except subprocess.TimeoutExpired as running:  # killed below
+            said = running.output or ''
+            said = said if isinstance(said, str) else said.decode(errors='replace')
+            raise AssertionError(f'the launch ran on:\n{said[-6000:]}') from None
     except BaseException:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.communicate()
