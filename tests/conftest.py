@@ -59,22 +59,40 @@ def repo_dir() -> pathlib.Path:
 
 
 @pytest.fixture(scope='session')
-def host_firmware(tmp_path_factory) -> pathlib.Path:
+def host_firmware(firmware_build) -> pathlib.Path:
     """firmware/dac_board built for this computer with cmake, once per test session.
 
     Without cmake the firmware's tests are skipped with FIRMWARE_SKIP (and the session's summary
     says so), except under CI or EQUIMUS_REQUIRE_FIRMWARE=1, where that is a failure. With cmake
     but no compiler, or firmware that does not compile, they fail with the compiler's output."""
+    return firmware_build(None)
+
+
+@pytest.fixture(scope='session')
+def firmware_build(tmp_path_factory):
+    """build(watchdog_ms=None) -> the host firmware with that watchdog built in (None: the
+    rig's), each variant built once per test session (rules of `host_firmware`)."""
     if shutil.which('cmake') is None:
         if os.environ.get('CI') or os.environ.get('EQUIMUS_REQUIRE_FIRMWARE'):
             pytest.fail(FIRMWARE_SKIP.replace('NOT tested', 'required here'))
         pytest.skip(FIRMWARE_SKIP)
     from equimus_hw.valve.host_firmware import FirmwareBuildError, build
 
-    try:
-        return build(tmp_path_factory.mktemp('firmware_build'), REPO / 'firmware' / 'host')
-    except FirmwareBuildError as exc:
-        pytest.fail(str(exc), pytrace=False)
+    built: dict[int | None, pathlib.Path] = {}
+
+    def _build(watchdog_ms: int | None = None) -> pathlib.Path:
+        if watchdog_ms not in built:
+            try:
+                built[watchdog_ms] = build(
+                    tmp_path_factory.mktemp('firmware_build'),
+                    REPO / 'firmware' / 'host',
+                    watchdog_ms,
+                )
+            except FirmwareBuildError as exc:
+                pytest.fail(str(exc), pytrace=False)
+        return built[watchdog_ms]
+
+    return _build
 
 
 @pytest.fixture

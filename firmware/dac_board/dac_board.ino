@@ -18,7 +18,10 @@ static const uint8_t CHANNELS = 2;
 static const uint8_t DAC_BITS = 12;
 static const uint8_t ADC_BITS = 12;
 static const uint16_t DAC_VREF_MV = 5000;
-static const uint16_t WATCHDOG_MS = 200;
+#ifndef DAC_BOARD_WATCHDOG_MS
+#define DAC_BOARD_WATCHDOG_MS 200               // the rig's; a build may set another (-D)
+#endif
+static const uint16_t WATCHDOG_MS = DAC_BOARD_WATCHDOG_MS;
 static const uint16_t MAX_CODE = 341;          // 50 kPa at 60 kPa/V, 10 V full scale, 12 bit
 static const bool VENT_ON_BAD_FRAME = true;
 static const uint8_t MCP4728_ADDR = 0x60;

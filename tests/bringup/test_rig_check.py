@@ -28,6 +28,9 @@ HOLD = '1.0'  # s per valve level (the emulated valve's τ is 0.2 s)
 # s without a mocap frame before a valve test stops: the emulated rig shares this machine's CPUs,
 # and on a loaded one its stream paused 0.25-0.39 s (the rig's default, 0.25, stops on that)
 MOCAP_TIMEOUT = f'{EMULATED_MOCAP_TIMEOUT_S:g}'  # as check:=true emulator:=true
+# s without a reply before the board counts as gone: on a loaded machine the emulated board went
+# 1.1 s without one (the check's default, 1 s, ends there)
+BOARD_TIMEOUT = '5'
 START_S = 60.0  # s for the rig emulator to come up on a loaded machine
 
 
@@ -179,11 +182,12 @@ def test_a_valve_that_does_not_follow_its_setpoint(tmp_path):
     assert 'calibration NOT written' in r.stdout
 
 
-@pytest.mark.parametrize('bad', ['hold', 'mocap-timeout', 'argument'])
+@pytest.mark.parametrize('bad', ['hold', 'mocap-timeout', 'board-timeout', 'argument'])
 def test_bad_input_is_one_line(tmp_path, bad):
     args = {
         'hold': ['--hold', '0.01'],
         'mocap-timeout': ['--mocap-timeout', '0'],
+        'board-timeout': ['--board-timeout', '0.01'],
         'argument': ['serial_prot:=/dev/ttyACM0'],
     }[bad]
     r = subprocess.run(
@@ -237,7 +241,10 @@ def on_emulated_rig(command: str, repo: Path, link: Path, port: int, launch_tool
         (f'--server {MOTIVE}', f'--server 127.0.0.1 --command-port {port} --data-port {port + 1}'),
         (LOCAL, '127.0.0.1'),
         (BOARD, str(link)),
-        ('check rig ', f'check rig --mocap-timeout {MOCAP_TIMEOUT} '),
+        (
+            'check rig ',
+            f'check rig --mocap-timeout {MOCAP_TIMEOUT} --board-timeout {BOARD_TIMEOUT} ',
+        ),
         (' check:=true', f' check:=true check_mocap_timeout:={MOCAP_TIMEOUT}'),
         ('./equimus ', f'{repo}/equimus '),
         ('make firmware', f'make -C {repo} firmware'),

@@ -22,7 +22,7 @@ from equimus_hw.valve.calibration import (
 )
 from equimus_hw.valve.host_firmware import FirmwareBoard
 
-from .conftest import Driver, make_emulator, wait_for
+from .conftest import LONG_WATCHDOG_MS, Driver, make_emulator, wait_for
 
 NOMINAL = ValveCalibration()
 GAIN, OFFSET, NOISE = (1.08, 0.92), (2.0, -3.0), 0.3  # per channel: maa, baa
@@ -34,14 +34,20 @@ def to_kpa(code):
 
 
 def test_fit_and_driver(new_board, harness, tmp_path):
-    board = new_board(dac_gain=GAIN, dac_offset_kpa=OFFSET, adc_noise_kpa=NOISE, seed=5)
+    # The fit is under test, not this machine's scheduling: the board's watchdog is 2 s, not
+    # 200 ms (with both cores busy this process went 283 ms without a SET in each of nine tries).
+    board = new_board(
+        long_watchdog=True, dac_gain=GAIN, dac_offset_kpa=OFFSET, adc_noise_kpa=NOISE, seed=5
+    )
     # The host firmware is a process of its own: with both cores busy it went 1.1 s without a
     # reply twice, past the check's 1 s for a gone board. Here that limit is 5 s: the fit is
     # under test, not the machine's scheduling.
     with C.BoardProbe(board.link, silent_s=5.0) as probe:
         info = probe.open(wait_s=5.0)
         result = C.check_board(probe, NOMINAL, 2)
-        assert result.watchdog_flagged and 200 <= result.watchdog_vent_ms <= 200 + 150
+        wd = board.watchdog_ms
+        assert wd == LONG_WATCHDOG_MS and result.watchdog_flagged
+        assert wd <= result.watchdog_vent_ms <= wd + 150, result
         assert probe.stats.crc_errors == 0
         fits = {}
         # The host firmware reads the emulated valves' pressures from this process (its ADC is
@@ -223,7 +229,9 @@ def test_a_board_that_vents_although_sets_come_in_time_blames_the_link(tmp_path)
     finally:
         board.close()
     message = str(e.value)
-    assert f'in each of {C.ATTEMPTS} tests of maa' in message, message
+    tries = int(message.split('in each of ')[1].split(' tests of maa')[0])
+    # a stall here (both cores busy) may add a try that does not count
+    assert C.ATTEMPTS <= tries < C.ATTEMPTS + C.STALLED_ATTEMPTS, message
     assert 'check the link' in message and 'this computer went' not in message, message
 
 

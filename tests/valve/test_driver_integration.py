@@ -272,7 +272,14 @@ def test_signal_vents_before_port_closes(sig, harness, tmp_module, new_board):
     # The vent's ACK waited for up to 2 s, not the default 0.2 s: a starved board process (the
     # host firmware at load 10) answers late, and the test is about the vent, not the board's
     # scheduling.
-    drv = Driver(emu.link, tmp_module, auto_arm=True, shutdown_ack_timeout_s=2.0, **PARAMS)
+    # Likewise the link: a 0.4 s stall of this process (where the emulated board runs) must not
+    # read as a lost board.
+    drv = Driver(
+        emu.link,
+        tmp_module,
+        auto_arm=True,
+        **{**PARAMS, 'shutdown_ack_timeout_s': 2.0, 'link_timeout_s': 2.0},
+    )
     try:
         t0 = time.monotonic()
         harness.stream([30.0, 30.0])

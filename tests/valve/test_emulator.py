@@ -113,7 +113,9 @@ def test_board_watchdog_vents_without_set(new_board, tmp_path):
 
 def test_valve_first_order_lag_in_measured_codes(new_board):
     cal = ValveCalibration()
-    emu = new_board(watchdog_ms=200)
+    # The lag is under test: a 2 s watchdog, so a stall of this process past 200 ms (0.42 s with
+    # both cores busy) does not vent the step before the PING reads it.
+    emu = new_board(long_watchdog=True)
     host = Host(emu.link)
     try:
         code = cal.kpa_to_code(50.0)
@@ -124,7 +126,7 @@ def test_valve_first_order_lag_in_measured_codes(new_board):
         tau = emu.valves[0].tau
         assert tau == VALVE_TAU_S
         seq = 1
-        while time.monotonic() - t_set < tau - 0.05:  # the same SET feeds the 200 ms watchdog
+        while time.monotonic() - t_set < tau - 0.05:  # the same SET feeds the watchdog
             time.sleep(0.05)
             seq += 1
             host.send(P.Set(seq, (code, 0)))

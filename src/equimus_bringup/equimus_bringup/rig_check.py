@@ -533,8 +533,11 @@ def run(
     hold_s: float,
     wait_s: float,
     stale_s: float = STALE_S,
+    board_timeout_s: float | None = None,
 ) -> int:
     from equimus_hw.valve import commission as C
+
+    board_timeout_s = C.SILENT_S if board_timeout_s is None else board_timeout_s
 
     try:
         cfg = rig_config(overrides)
@@ -553,7 +556,7 @@ def run(
         f'board {args["serial_port"]}, report {out}'
     )
     mocap = Mocap(cfg)
-    probe = C.BoardProbe(args['serial_port'], cfg.driver.baud)
+    probe = C.BoardProbe(args['serial_port'], cfg.driver.baud, silent_s=board_timeout_s)
     results: dict[str, Any] = {}
     try:  # a Ctrl-C (KeyboardInterrupt) leaves through here too: the board is vented
         step(report, 'Motive', lambda: check_motive(cfg, mocap, MOTIVE_S, wait_s))
@@ -631,6 +634,13 @@ def build_parser() -> argparse.ArgumentParser:
         'and its test stopped (default %(default)s)',
     )
     r.add_argument(
+        '--board-timeout',
+        type=float,
+        default=None,
+        help='s without a reply before the board counts as gone (default 1; more for a board '
+        'behind a slow hub, or a computer busy with other work)',
+    )
+    r.add_argument(
         '--wait',
         type=float,
         default=0.0,
@@ -641,7 +651,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     from equimus_bringup.cli import parse_assignments
-    from equimus_hw.valve.commission import HOLD_S
+    from equimus_hw.valve.commission import HOLD_S, SILENT_S
 
     ns = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
     try:
@@ -650,16 +660,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f'equimus check rig: {exc}', file=sys.stderr)
         return 2
     hold = HOLD_S if ns.hold is None else ns.hold
+    board = SILENT_S if ns.board_timeout is None else ns.board_timeout
     lo, hi = MOCAP_TIMEOUT_RANGE_S
-    if not 0.2 <= hold <= 30.0 or not 0.0 <= ns.wait <= 600.0 or not lo <= ns.mocap_timeout <= hi:
+    if (
+        not 0.2 <= hold <= 30.0
+        or not 0.0 <= ns.wait <= 600.0
+        or not lo <= ns.mocap_timeout <= hi
+        or not 0.2 <= board <= 30.0
+    ):
         print(
-            'equimus check rig: --hold must be 0.2-30 s, --wait 0-600 s and --mocap-timeout '
-            f'{lo:g}-{hi:g} s',
+            'equimus check rig: --hold must be 0.2-30 s, --wait 0-600 s, --board-timeout '
+            f'0.2-30 s and --mocap-timeout {lo:g}-{hi:g} s',
             file=sys.stderr,
         )
         return 2
     try:
-        return run(overrides, ns.out, hold, ns.wait, ns.mocap_timeout)
+        return run(overrides, ns.out, hold, ns.wait, ns.mocap_timeout, board)
     except KeyboardInterrupt:
         print('equimus check rig: interrupted; the board was vented', file=sys.stderr)
         return 130

@@ -51,9 +51,12 @@ def source_dir() -> pathlib.Path | None:
 
 
 def build(
-    build_dir: str | os.PathLike[str], source: str | os.PathLike[str] | None = None
+    build_dir: str | os.PathLike[str],
+    source: str | os.PathLike[str] | None = None,
+    watchdog_ms: int | None = None,
 ) -> pathlib.Path:
-    """Configure and build the host firmware in build_dir (incremental); returns the binary."""
+    """Configure and build the host firmware in build_dir (incremental); returns the binary.
+    `watchdog_ms`: the board watchdog built in (None: the sketch's, the rig's 200 ms)."""
     cmake = shutil.which('cmake')
     if cmake is None:
         raise FirmwareBuildError(
@@ -67,7 +70,15 @@ def build(
         )
     out = pathlib.Path(build_dir)
     steps = (
-        [cmake, '-S', str(src), '-B', str(out), '-DCMAKE_BUILD_TYPE=Release'],
+        [
+            cmake,
+            '-S',
+            str(src),
+            '-B',
+            str(out),
+            '-DCMAKE_BUILD_TYPE=Release',
+            f'-DDAC_BOARD_WATCHDOG_MS={watchdog_ms or ""}',
+        ],
         [cmake, '--build', str(out), '--parallel', '2'],
     )
     for cmd in steps:
