@@ -99,10 +99,12 @@ def test_pause_step_resume_rate_and_reset(ros, repo_dir, tmp_path):
         fast = _ratio(probe, 1.5)
         print(f'real_time_factor 2 -> {x2:.2f}x, 0 -> {fast:.1f}x')
         assert 1.7 < x2 < 2.2
-        assert fast > 4.0
+        # Unthrottled: faster than the 2x it just ran at (quiet: tens of x; 2.9x with both cores
+        # busy, so no absolute figure here: that is benchmarks/bench_sim.py's job).
+        assert fast > 1.25 * x2
         probe.spin_until(
             lambda: (
-                float(probe.sim_status()[1].get('real_time_factor', 'nan')) > 4.0
+                float(probe.sim_status()[1].get('real_time_factor', 'nan')) > 1.25 * x2
                 and probe.sim_status()[1]['real_time_factor_target'] == '0'
             ),
             5.0,

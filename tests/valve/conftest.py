@@ -216,12 +216,18 @@ class Harness:
             self._stream.join()
             self._stream = None
 
-    def call(self, name, timeout=5.0):
+    def call(self, name, timeout=5.0, tries=3):
+        """Call a Trigger service; asked again when no answer came within `timeout`: a reply
+        sent before the server had discovered this client's reply reader is lost (DDS), which
+        a loaded machine's slow discovery made happen (arm, disarm, hand_over are idempotent)."""
         client = self.clients[name]
         assert client.wait_for_service(timeout_sec=timeout), f'/valve_driver/{name} not found'
-        future = client.call_async(self.Trigger.Request())
-        assert wait_for(future.done, timeout), f'/valve_driver/{name} did not answer'
-        return future.result()
+        for _ in range(tries):
+            future = client.call_async(self.Trigger.Request())
+            if wait_for(future.done, timeout):
+                return future.result()
+            client.remove_pending_request(future)
+        raise AssertionError(f'/valve_driver/{name} did not answer in {tries} tries')
 
     def set_param(self, name, value, timeout=5.0):
         """Set one driver parameter over its SetParameters service (spun by this harness)."""
