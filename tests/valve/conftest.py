@@ -219,7 +219,8 @@ class Harness:
     def call(self, name, timeout=5.0, tries=3):
         """Call a Trigger service; asked again when no answer came within `timeout`: a reply
         sent before the server had discovered this client's reply reader is lost (DDS), which
-        a loaded machine's slow discovery made happen (arm, disarm, hand_over are idempotent)."""
+        a loaded machine's slow discovery made happen (arm, disarm, estop and hand_over leave
+        the same state when asked twice)."""
         client = self.clients[name]
         assert client.wait_for_service(timeout_sec=timeout), f'/valve_driver/{name} not found'
         for _ in range(tries):
