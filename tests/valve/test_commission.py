@@ -33,6 +33,15 @@ def to_kpa(code):
     return NOMINAL.adc_to_kpa(code)
 
 
+def _world_lag(board) -> str:
+    """How late the host firmware's DAC writes reached its emulated valves (its ADC codes
+    were as late): what a failure under load needs said."""
+    lag = getattr(board, 'tap_lag_max_s', None)
+    return (
+        'the Python emulator' if lag is None else f'firmware events applied up to {lag:.3f} s late'
+    )
+
+
 def test_fit_and_driver(new_board, harness, tmp_path):
     # The fit is under test, not this machine's scheduling: the board's watchdog is 2 s, not
     # 200 ms (with both cores busy this process went 283 ms without a SET in each of nine tries).
@@ -55,7 +64,10 @@ def test_fit_and_driver(new_board, harness, tmp_path):
         # 1 s hold were stale (a fitted gain of 1.34). Twice the hold for it.
         hold = 2 * HOLD if isinstance(board, FirmwareBoard) else HOLD
         for ch, name in enumerate(ACTUATORS):
-            r = C.check_valve(probe, name, ch, NOMINAL, to_kpa, levels=LEVELS, hold_s=hold)
+            try:
+                r = C.check_valve(probe, name, ch, NOMINAL, to_kpa, levels=LEVELS, hold_s=hold)
+            except C.CommissionError as exc:
+                pytest.fail(f'{exc}; {_world_lag(board)}')
             fits[name] = r.fit
             assert r.fit.dac_gain == pytest.approx(GAIN[ch], abs=0.015)
             assert r.fit.dac_offset_kpa == pytest.approx(OFFSET[ch], abs=0.6)
@@ -64,7 +76,7 @@ def test_fit_and_driver(new_board, harness, tmp_path):
                 # Its ADC values are the valve model's as that thread last wrote them: starved
                 # (both cores busy) it made a 0.217 s valve read as 0.343 s. The timing fit is
                 # judged on the emulator, whose ADC reads the model when the frame comes.
-                assert 0.7 * tau < r.fit.tau_fill_s < 2.5 * tau, r.fit
+                assert 0.7 * tau < r.fit.tau_fill_s < 2.5 * tau, (r.fit, _world_lag(board))
             else:
                 assert r.fit.tau_fill_s == pytest.approx(tau, rel=0.3)
             assert abs(r.verify_read_kpa - C.VERIFY_KPA) < 1.0

@@ -240,6 +240,11 @@ class FirmwareBoard(BoardRecord):
             self.cal, params, self.channels, dac_gain, dac_offset_kpa, adc_noise_kpa, seed
         )
         self.codes = [0] * self.channels
+        self._valves_at = time.monotonic()  # the time the valves have been stepped to
+        # The most seconds a firmware event waited before this side applied it: the valves are
+        # stepped in the firmware's time (a late DAC write still starts the valve when it was
+        # made), but the ADC codes sent back for it are that late.
+        self.tap_lag_max_s = 0.0
         self._start_record(history, log_path, session_path)
         self.slave_path = None
         self._lock = threading.RLock()
@@ -364,8 +369,14 @@ class FirmwareBoard(BoardRecord):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def _advance_valves(self, t: float) -> None:
+        """Step the valves to time t (CLOCK_MONOTONIC, the firmware's event clock too)."""
+        if t > self._valves_at:
+            for v in self.valves:
+                v.advance(t, t - self._valves_at)
+            self._valves_at = t
+
     def run(self) -> None:
-        last = time.monotonic()
         while not self._stop.is_set():
             proc = self._proc
             data: bytes | None = b''
@@ -383,23 +394,23 @@ class FirmwareBoard(BoardRecord):
                     self._log({'event': 'firmware_exit', 't': now, 'code': proc.wait()})
                     self._power_off()
                 elif data and proc is self._proc:
-                    self._feed_events(data)
-                for v in self.valves:
-                    v.advance(now, now - last)
+                    self._feed_events(data, now)
+                self._advance_valves(now)
                 if self.adc:
                     adc = tuple(self.cal.kpa_to_adc(v.measured()) for v in self.valves)
                     if adc != self._adc_sent:
                         self._command('adc ' + ' '.join(map(str, adc)))
                         self._adc_sent = adc
-            last = now
 
     # ----------------------------------------------------------------- the tap
-    def _feed_events(self, data: bytes) -> None:
+    def _feed_events(self, data: bytes, now: float) -> None:
         self._out += data
         *lines, self._out = self._out.split(b'\n')
         for raw in lines:
             line = raw.decode()
             if line == 'end':
+                if self._batch:
+                    self.tap_lag_max_s = max(self.tap_lag_max_s, now - self._batch[0][1])
                 self._apply_batch(self._batch)
                 self._batch = []
             elif line:
@@ -421,6 +432,7 @@ class FirmwareBoard(BoardRecord):
                     self.watchdog_trips += 1
                     self._log({'event': 'watchdog_vent', 't': t})
                 self.codes = codes
+                self._advance_valves(t)  # the valves held the old codes until the write
                 for v, c in zip(self.valves, codes, strict=True):
                     v.set_code(c, t)
             elif name == 'tx':
