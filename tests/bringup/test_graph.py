@@ -108,6 +108,21 @@ def test_the_rig_checks_mocap_timeout_is_a_launch_argument():
         describe_graph('hardware', {'check_mocap_timeout': '1'})
 
 
+def test_the_rig_checks_board_timeout_is_a_launch_argument():
+    """The same for the board's silence limit: the check's own 1 s, 5 s for the emulated board
+    (it shares the CPUs), or what the launch says; checked before anything starts."""
+    assert '--board-timeout' not in _check_args(check='true')
+    args = _check_args(check='true', emulator='true')
+    assert args[args.index('--board-timeout') + 1] == '5'
+    args = _check_args(check='true', check_board_timeout='12')
+    assert args[args.index('--board-timeout') + 1] == '12'
+    for bad in ('0.1', '31', 'abc', 'nan'):
+        with pytest.raises(ValueError, match=f'check_board_timeout:={bad} must be 0.2 to 30 s'):
+            describe_graph('hardware', {'check': 'true', 'check_board_timeout': bad})
+    with pytest.raises(ValueError, match='use it with check:=true'):
+        describe_graph('hardware', {'check_board_timeout': '2'})
+
+
 def _declared(argv: list[str], nodes: dict[str, dict[str, object]]) -> dict[str, dict]:
     """In a fresh rclpy process started with `argv`, each node's value of each parameter
     (declared with the given default), as rcl resolves them from the command line."""

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from rosproc import vented_on_stop
 
-from equimus_bringup.graph import EMULATED_MOCAP_TIMEOUT_S
+from equimus_bringup.graph import EMULATED_BOARD_TIMEOUT_S, EMULATED_MOCAP_TIMEOUT_S
 from equimus_bringup.main_job import free_udp_port_pair
 from equimus_description.interface import ACTUATORS
 from equimus_hw.valve.board_emulator import ValveModel
@@ -30,7 +30,7 @@ HOLD = '1.0'  # s per valve level (the emulated valve's τ is 0.2 s)
 MOCAP_TIMEOUT = f'{EMULATED_MOCAP_TIMEOUT_S:g}'  # as check:=true emulator:=true
 # s without a reply before the board counts as gone: on a loaded machine the emulated board went
 # 1.1 s without one (the check's default, 1 s, ends there)
-BOARD_TIMEOUT = '5'
+BOARD_TIMEOUT = f'{EMULATED_BOARD_TIMEOUT_S:g}'  # as check:=true emulator:=true
 START_S = 60.0  # s for the rig emulator to come up on a loaded machine
 
 
@@ -245,7 +245,11 @@ def on_emulated_rig(command: str, repo: Path, link: Path, port: int, launch_tool
             'check rig ',
             f'check rig --mocap-timeout {MOCAP_TIMEOUT} --board-timeout {BOARD_TIMEOUT} ',
         ),
-        (' check:=true', f' check:=true check_mocap_timeout:={MOCAP_TIMEOUT}'),
+        (
+            ' check:=true',
+            f' check:=true check_mocap_timeout:={MOCAP_TIMEOUT} '
+            f'check_board_timeout:={BOARD_TIMEOUT}',
+        ),
         ('./equimus ', f'{repo}/equimus '),
         ('make firmware', f'make -C {repo} firmware'),
         ('out/firmware/', f'{repo}/out/firmware/'),

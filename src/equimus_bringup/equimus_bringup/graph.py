@@ -95,6 +95,11 @@ ARGUMENTS: dict[str, tuple[str, str]] = {
         'hardware mode, check:=true: s without a motion-capture frame that stop a valve test '
         '(`equimus check rig --mocap-timeout`), 0.05-5; default 0.25, or 1 with emulator:=true',
     ),
+    'check_board_timeout': (
+        '',
+        'hardware mode, check:=true: s without a reply before the check counts the DAC board '
+        'gone (`equimus check rig --board-timeout`), 0.2-30; default 1, or 5 with emulator:=true',
+    ),
     'rig_truth': (
         '',
         'emulator:=true only: the plant the emulated rig simulates, which the stack does not '
@@ -198,6 +203,10 @@ _TRUE, _FALSE = ('true', '1'), ('false', '0')
 #: checked with EMULATED_MOCAP_TIMEOUT_S unless told otherwise.
 MOCAP_TIMEOUT_RANGE_S = (0.05, 5.0)
 EMULATED_MOCAP_TIMEOUT_S = 1.0
+#: s the rig check's --board-timeout may be (check_board_timeout:=); the emulated board shares
+#: the CPUs too (a loaded machine paused it for 1.1 s), so it gets EMULATED_BOARD_TIMEOUT_S.
+BOARD_TIMEOUT_RANGE_S = (0.2, 30.0)
+EMULATED_BOARD_TIMEOUT_S = 5.0
 
 #: The `calibration` launch argument's value for "no calibration file": the nominal calibration.
 NO_CALIBRATION = 'none'
@@ -369,20 +378,20 @@ def resolve_args(mode: str, overrides: Mapping[str, str] | None = None) -> dict[
             'fused_loop:=true applies to hardware mode only (the simulation node '
             'is the leg side there); drop it or use hardware.launch.py'
         )
-    if args['check_mocap_timeout']:
-        lo, hi = MOCAP_TIMEOUT_RANGE_S
+    for name, (lo, hi) in (
+        ('check_mocap_timeout', MOCAP_TIMEOUT_RANGE_S),
+        ('check_board_timeout', BOARD_TIMEOUT_RANGE_S),
+    ):
+        if not args[name]:
+            continue
         try:
-            timeout = float(args['check_mocap_timeout'])
+            timeout = float(args[name])
         except ValueError:
             timeout = math.nan
         if not lo <= timeout <= hi:
-            raise ValueError(
-                f'check_mocap_timeout:={args["check_mocap_timeout"]} must be {lo:g} to {hi:g} s'
-            )
+            raise ValueError(f'{name}:={args[name]} must be {lo:g} to {hi:g} s')
         if not _truthy(args['check']):
-            raise ValueError(
-                'check_mocap_timeout:= applies to the rig check: use it with check:=true'
-            )
+            raise ValueError(f'{name}:= applies to the rig check: use it with check:=true')
     if mode == 'sim' and (_truthy(args['check']) or args['calibration']):
         raise ValueError(
             'check:= and calibration:= apply to hardware mode only (the simulated valves are '
@@ -507,15 +516,15 @@ def describe_graph(mode: str, overrides: Mapping[str, str] | None = None) -> lis
             )
         if _truthy(args['check']):
             # Before the nodes: it opens the board and listens to Motive on its own. The emulated
-            # rig starts with it (--wait) and shares its CPUs (EMULATED_MOCAP_TIMEOUT_S).
+            # rig starts with it (--wait) and shares its CPUs (EMULATED_*_TIMEOUT_S).
             emulated = _truthy(args['emulator'])
-            timeout = args['check_mocap_timeout'] or (
-                f'{EMULATED_MOCAP_TIMEOUT_S:g}' if emulated else ''
-            )
-            wait = [
-                *(['--wait', '30'] if emulated else []),
-                *(['--mocap-timeout', timeout] if timeout else []),
-            ]
+            wait = ['--wait', '30'] if emulated else []
+            for name, option, emulated_s in (
+                ('check_mocap_timeout', '--mocap-timeout', EMULATED_MOCAP_TIMEOUT_S),
+                ('check_board_timeout', '--board-timeout', EMULATED_BOARD_TIMEOUT_S),
+            ):
+                timeout = args[name] or (f'{emulated_s:g}' if emulated else '')
+                wait += [option, timeout] if timeout else []
             specs.append(
                 ProcessSpec(
                     'rig_check',
