@@ -154,21 +154,30 @@ class SoakChecks:
 
         vent_margins: dict[str, list[float]] = {}
 
-        def vent_check(rec: FaultRecord, deadline: float, until: float, what: str) -> None:
+        def vent_check(
+            rec: FaultRecord, deadline: float, until: float, what: str, guard: str = ''
+        ) -> None:
+            """The board vented within VENT_MARGIN_S (+ the measured scheduling delay) of the
+            deadline; `guard`, when given, says how the controller's stale guard vented (it must
+            have: 'NO vent command' fails)."""
             tau = tl.vented_from(deadline - 1.0, until)
             allowed = late(deadline - 0.5, tau) if tau is not None else 0.0
             ok = tau is not None and tau - deadline <= VENT_MARGIN_S + allowed
+            ok = ok and not guard.startswith('NO ')
             margin = (tau - deadline) if tau is not None else math.inf
             vent_margins.setdefault(rec.name, []).append(margin)
             checks.append(
                 Check(
                     f'{rec.name}: {what}',
                     ok,
-                    f'vented {margin * 1e3:+.1f} ms from the deadline (allowed '
-                    f'{VENT_MARGIN_S * 1e3:.0f} ms + {allowed * 1e3:.0f} ms measured '
-                    'scheduling delay)'
-                    if tau is not None
-                    else 'NOT vented before the fault ended',
+                    (
+                        f'vented {margin * 1e3:+.1f} ms from the deadline (allowed '
+                        f'{VENT_MARGIN_S * 1e3:.0f} ms + {allowed * 1e3:.0f} ms measured '
+                        'scheduling delay)'
+                        if tau is not None
+                        else 'NOT vented before the fault ended'
+                    )
+                    + (f'; {guard}' if guard else ''),
                 )
             )
 
@@ -184,6 +193,34 @@ class SoakChecks:
                 )
             )
 
+        def stale_deadline(rec: FaultRecord, until: float) -> tuple[float, str]:
+            """When the controller's stale guard must vent, and what its vent was: the stale
+            timeout after the last valid state reached the controller. That is the last frame
+            sent before the fault, or later when the loop received it late (a loaded machine
+            stalls the loop's process with the last frames in its socket; the guard counts from
+            their arrival): the probe's last non-vent command before the controller's first vent
+            command, which the guard publishes (none: the vent was not the guard's)."""
+            last_valid, guard_vent = -math.inf, None
+            for t, _, values in cmds:
+                if t < rec.t0 - 0.5:
+                    continue
+                if t > until:
+                    break
+                if any(values):
+                    last_valid = t
+                elif last_valid > -math.inf:
+                    guard_vent = t
+                    break
+            s_last = max(last_frame_before(rec.t0), last_valid)
+            if last_valid == -math.inf:  # no command before the fault to tell its vent by
+                return s_last + self.stale_timeout, ''
+            seen = (
+                f'its vent command {guard_vent - s_last:.3f} s after the last valid one'
+                if guard_vent is not None
+                else 'NO vent command from the controller'
+            )
+            return s_last + self.stale_timeout, seen
+
         def outage_end(rec: FaultRecord) -> float:
             """The earliest an outage can have ended: the emulator ends it on its own timer,
             `seconds` after it began, which is before the soak's thread woke to note t1 (at
@@ -192,12 +229,14 @@ class SoakChecks:
 
         for rec in self.records:
             if rec.name == 'mocap_stall':
-                s_last = last_frame_before(rec.t0)
+                until = first_frame_after(outage_end(rec))
+                deadline, seen = stale_deadline(rec, until)
                 vent_check(
                     rec,
-                    s_last + self.stale_timeout,
-                    first_frame_after(outage_end(rec)),
+                    deadline,
+                    until,
                     f'vented by the stale guard ({self.stale_timeout:g} s)',
+                    seen,
                 )
                 resumed_check(rec)
             elif rec.name == 'untrack':
@@ -312,11 +351,13 @@ class SoakChecks:
                 )
                 resumed_check(rec, 'restarted driver resumes control')
             elif rec.name in ('kill_bridge', 'kill_estimator'):
+                deadline, seen = stale_deadline(rec, rec.info['t_restart'])
                 vent_check(
                     rec,
-                    last_frame_before(rec.t0) + self.stale_timeout,
+                    deadline,
                     rec.info['t_restart'],
                     f"controller's stale guard vents ({self.stale_timeout:g} s)",
+                    seen,
                 )
                 resumed_check(rec, f'restarted {KILLED[rec.name]} resumes control')
             elif rec.name in ('kill_reference', 'kill_recorder'):
