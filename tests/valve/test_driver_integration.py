@@ -295,12 +295,17 @@ def test_signal_vents_before_port_closes(sig, harness, tmp_module, new_board):
         assert rc == 0, out
         assert 'Traceback' not in out, out
         assert 'vented on shutdown (acknowledged)' in out, out
-        last, before = emu.frames[-1], emu.frames[-2]
-        assert last.codes == (0, 0)
-        # The vent is a SET frame the host sent after the signal while commands still streamed
-        # (so no host watchdog), and the board's own watchdog never fired (its vent is no frame).
-        # No interval bound between the last two frames: that measured process scheduling.
-        assert nonzero(before) and last.t >= t_sig, (before, last, t_sig)
+        frames = list(emu.frames)
+        assert frames[-1].codes == (0, 0)
+        # The vent is the SET frames the host sent after the signal while commands still
+        # streamed (so no host watchdog), and the board's own watchdog never fired (its vent is
+        # no frame). The host sends the vent again until one is acknowledged (a loaded board
+        # answers late: two vents 23-46 ms apart at load 10), so the vent is the closing run of
+        # all-zero frames. No interval bound: that measured process scheduling.
+        j = len(frames) - 1
+        while j > 0 and frames[j - 1].codes == (0, 0):
+            j -= 1
+        assert j > 0 and nonzero(frames[j - 1]) and frames[j].t >= t_sig, (frames[-4:], t_sig)
         assert emu.watchdog_trips == 0
         assert emu.invariant_violations == []
     finally:
