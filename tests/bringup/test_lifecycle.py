@@ -3,6 +3,7 @@ natnet_bridge, and the supervisor taking them to active and ending the graph whe
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import signal
@@ -46,19 +47,31 @@ class Manager:
             except Exception:  # noqa: BLE001 - context shut down while spinning
                 return
 
-    def _call(self, srv, name: str, request, timeout: float = 20.0):
+    def _call(self, srv, name: str, request, timeout: float = 20.0, ask_again_s: float = 0.0):
+        """Call a service and wait for its answer. A query (`ask_again_s` > 0) is asked again
+        after that long unanswered: a reply sent before the server has discovered this
+        client's reply reader is lost (DDS), which a loaded machine's slow discovery made
+        happen (2 of 2 get_state calls in the loaded run of 15:16 UTC, 20 s each). Transitions
+        are asked once: a second request would find the state already changed."""
         client = self.node.create_client(srv, name)
         assert client.wait_for_service(timeout_sec=timeout), f'{name} never appeared'
         future = client.call_async(request)
         end = time.monotonic() + timeout
+        again = time.monotonic() + ask_again_s if ask_again_s > 0 else math.inf
         while not future.done():
-            assert time.monotonic() < end, f'{name} did not answer'
+            now = time.monotonic()
+            assert now < end, f'{name} did not answer'
+            if now >= again:
+                client.remove_pending_request(future)
+                future = client.call_async(request)
+                again = now + ask_again_s
             time.sleep(0.01)
         self.node.destroy_client(client)
         return future.result()
 
     def state(self, node: str) -> int:
-        return self._call(GetState, f'/{node}/get_state', GetState.Request()).current_state.id
+        request = GetState.Request()
+        return self._call(GetState, f'/{node}/get_state', request, ask_again_s=5.0).current_state.id
 
     def change(self, node: str, transition: int) -> bool:
         request = ChangeState.Request()
@@ -71,6 +84,7 @@ class Manager:
             GetAvailableTransitions,
             f'/{node}/get_available_transitions',
             GetAvailableTransitions.Request(),
+            ask_again_s=5.0,
         )
         return {t.transition.label for t in res.available_transitions}
 
