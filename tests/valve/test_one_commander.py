@@ -157,7 +157,7 @@ def rig(request, harness, tmp_module):
     out = drv.output()
     emu.close()
     assert rc == 0 and 'Traceback' not in out, out
-    assert all(max(f.codes) <= CAL.max_code for f in emu.frames)
+    assert all(max(f.codes) <= CAL.max_code for f in list(emu.frames))
 
 
 def _diag_has(harness, text, since):
@@ -300,4 +300,4 @@ def test_two_commanders(rig, harness):
     finally:
         # the next board's run starts from one publisher on the graph, whatever failed here
         harness.node.destroy_publisher(dead)
-    assert not any(C45 in f.codes for f in emu.frames), 'the intruder reached the valves'
+    assert not any(C45 in f.codes for f in list(emu.frames)), 'the intruder reached the valves'
