@@ -93,34 +93,27 @@ def _check_args(**overrides: str) -> list[str]:
     return spec.arguments
 
 
-def test_the_rig_checks_mocap_timeout_is_a_launch_argument():
-    """check:=true on a rig emulated elsewhere (docs/rig.md) needs the emulated rig's timeout
-    too; the value is checked before anything starts."""
-    assert '--mocap-timeout' not in _check_args(check='true')  # the check's own 0.25 s
+@pytest.mark.parametrize(
+    ('arg', 'option', 'emulated', 'good', 'bad', 'range_'),
+    [
+        ('check_mocap_timeout', '--mocap-timeout', '1', '2.5', ('0.01', '6'), '0.05 to 5 s'),
+        ('check_board_timeout', '--board-timeout', '5', '12', ('0.1', '31'), '0.2 to 30 s'),
+    ],
+)
+def test_the_rig_checks_timeouts_are_launch_arguments(arg, option, emulated, good, bad, range_):
+    """check:=true on a rig emulated elsewhere (docs/rig.md) needs the emulated rig's timeouts
+    too (it shares the CPUs); without them the check's own defaults; each value is checked
+    before anything starts."""
+    assert option not in _check_args(check='true')
     args = _check_args(check='true', emulator='true')
-    assert args[args.index('--mocap-timeout') + 1] == '1'
-    args = _check_args(check='true', check_mocap_timeout='2.5')
-    assert args[args.index('--mocap-timeout') + 1] == '2.5'
-    for bad in ('0.01', '6', 'abc', 'nan'):
-        with pytest.raises(ValueError, match=f'check_mocap_timeout:={bad} must be 0.05 to 5 s'):
-            describe_graph('hardware', {'check': 'true', 'check_mocap_timeout': bad})
+    assert args[args.index(option) + 1] == emulated
+    args = _check_args(check='true', **{arg: good})
+    assert args[args.index(option) + 1] == good
+    for value in (*bad, 'abc', 'nan'):
+        with pytest.raises(ValueError, match=f'{arg}:={value} must be {range_}'):
+            describe_graph('hardware', {'check': 'true', arg: value})
     with pytest.raises(ValueError, match='use it with check:=true'):
-        describe_graph('hardware', {'check_mocap_timeout': '1'})
-
-
-def test_the_rig_checks_board_timeout_is_a_launch_argument():
-    """The same for the board's silence limit: the check's own 1 s, 5 s for the emulated board
-    (it shares the CPUs), or what the launch says; checked before anything starts."""
-    assert '--board-timeout' not in _check_args(check='true')
-    args = _check_args(check='true', emulator='true')
-    assert args[args.index('--board-timeout') + 1] == '5'
-    args = _check_args(check='true', check_board_timeout='12')
-    assert args[args.index('--board-timeout') + 1] == '12'
-    for bad in ('0.1', '31', 'abc', 'nan'):
-        with pytest.raises(ValueError, match=f'check_board_timeout:={bad} must be 0.2 to 30 s'):
-            describe_graph('hardware', {'check': 'true', 'check_board_timeout': bad})
-    with pytest.raises(ValueError, match='use it with check:=true'):
-        describe_graph('hardware', {'check_board_timeout': '2'})
+        describe_graph('hardware', {arg: good})
 
 
 def _declared(argv: list[str], nodes: dict[str, dict[str, object]]) -> dict[str, dict]:
