@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 
-from equimus_bringup.supervisor import find_executable
+from equimus_bringup.supervisor import STACK_DUMP_WAIT_S, find_executable
+from equimus_ros.main import STACK_DUMP_SIGNAL
 
 
 def start_node(package: str, executable: str, *ros_args: str, args=()) -> subprocess.Popen:
@@ -31,7 +33,12 @@ def stop(proc: subprocess.Popen, sig=signal.SIGINT, timeout: float = 10.0) -> st
         try:
             proc.wait(timeout)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+            # A node that ignored the signal prints where it hangs (run_node's stack dump).
+            os.killpg(proc.pid, STACK_DUMP_SIGNAL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(STACK_DUMP_WAIT_S)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
     return proc.stdout.read() if proc.stdout else ''
 

@@ -127,3 +127,42 @@ def test_several_nodes_in_one_process_spin_together_and_stop_in_order():
     assert 'tick upstream a' in lines and 'tick downstream b' in lines, out
     tail = [line for line in lines if not line.startswith('tick')]
     assert tail == ['closed upstream,downstream', 'destroyed upstream', 'destroyed downstream'], out
+
+
+def test_sigusr1_prints_every_threads_stack_and_the_node_goes_on():
+    """How a node that does not stop shows where it hangs: the stacks, then it still runs and
+    stops cleanly on Ctrl-C."""
+    from equimus_ros.main import STACK_DUMP_SIGNAL
+
+    proc = subprocess.Popen(
+        [sys.executable, str(CASES), 'listen'],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout.readline().strip() == 'ready'
+    proc.send_signal(STACK_DUMP_SIGNAL)
+    time.sleep(1.0)
+    assert proc.poll() is None, 'the stack dump stopped the node'
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=20)
+    assert proc.returncode == 0 and 'closed Listener' in out, err
+    assert 'Current thread' in err or 'Thread 0x' in err, err
+    assert 'in run_node' in err, err  # the main thread's stack: where it stood
+
+
+def test_the_supervisor_kills_a_hung_node_after_it_printed_its_stacks():
+    from equimus_bringup.supervisor import Supervisor
+
+    proc = subprocess.Popen(
+        [sys.executable, str(CASES), 'listen'],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    assert proc.stdout.readline().strip() == 'ready'
+    Supervisor._kill_showing_stacks(proc)
+    err = proc.stderr.read()
+    assert proc.returncode == -signal.SIGKILL
+    assert 'in run_node' in err, err

@@ -36,6 +36,8 @@ from equimus_bringup.graph import (
 #: DDS discovery on a loaded machine), and to answer one transition.
 LIFECYCLE_SERVICE_TIMEOUT_S = 30.0
 LIFECYCLE_CALL_TIMEOUT_S = 10.0
+#: s a hung process gets to print its stacks before it is killed.
+STACK_DUMP_WAIT_S = 1.0
 
 
 _GRAPHS = itertools.count(1)  # graphs started by this process: their enclaves
@@ -446,8 +448,7 @@ class Supervisor:
                     try:
                         proc.wait(2.0)
                     except subprocess.TimeoutExpired:
-                        self._signal(proc, signal.SIGKILL)
-                        proc.wait()
+                        self._kill_showing_stacks(proc)
             codes[spec.name] = proc.returncode
         for t in self._threads:
             t.join(timeout=1.0)
@@ -455,6 +456,18 @@ class Supervisor:
             self._lifecycle.close()
             self._lifecycle = None
         return codes
+
+    @classmethod
+    def _kill_showing_stacks(cls, proc: subprocess.Popen) -> None:
+        """A process deaf to SIGINT and SIGTERM prints its threads' stacks into its log first,
+        so the log says where it hung."""
+        from equimus_ros.main import STACK_DUMP_SIGNAL
+
+        cls._signal(proc, STACK_DUMP_SIGNAL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(STACK_DUMP_WAIT_S)
+        cls._signal(proc, signal.SIGKILL)
+        proc.wait()
 
     @staticmethod
     def _signal(proc: subprocess.Popen, sig: int) -> None:

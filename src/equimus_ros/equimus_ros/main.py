@@ -38,6 +38,11 @@ GIL_SWITCH_INTERVAL_S = 0.0005
 EXIT_OK = 0
 EXIT_INVALID_PARAMETERS = 2
 
+#: ``kill -USR1 <pid>`` makes a node print every thread's Python stack and go on running: how a
+#: node that does not stop, or stands still, shows where it is (the supervisor and the tests send
+#: it before they kill a process that ignored Ctrl-C and SIGTERM).
+STACK_DUMP_SIGNAL = signal.SIGUSR1
+
 
 class _Interrupts:
     """Ctrl-C seen before rclpy's handler was installed (it would otherwise be lost)."""
@@ -108,6 +113,7 @@ def run_node(
     # A crash in a C extension (rcl, the DDS, MuJoCo) prints every thread's Python stack to
     # stderr, which launch shows beside "process has died ... exit code -11".
     faulthandler.enable(all_threads=True)
+    faulthandler.register(STACK_DUMP_SIGNAL, all_threads=True)
     _quiet_python_sigint()
     sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
     name = getattr(factory, '__name__', 'node')
