@@ -4,6 +4,7 @@
 """
 
 import sys
+import time
 
 import rclpy
 from diagnostic_msgs.msg import DiagnosticArray
@@ -70,6 +71,11 @@ def _report_gc(node):
     print(f'frozen {gc.get_freeze_count()} tracked {len(gc.get_objects())}', flush=True)
 
 
+def _close_slowly(node):
+    time.sleep(6.0)  # a stop that hangs for a while (a vent the board does not acknowledge)
+    print('closed slowly', flush=True)
+
+
 def _shutdown_then_fail(node):
     rclpy.shutdown()
     raise RuntimeError('rcl error after the context went down')
@@ -82,6 +88,7 @@ CASES = {
     'gc': lambda: run_node(Listener, spin=_report_gc),
     'error_at_shutdown': lambda: run_node(Listener, spin=_shutdown_then_fail, close=_closed),
     'two_nodes': lambda: run_node(_two_nodes, sys.argv, close=_closed_all),
+    'slow_close': lambda: run_node(Listener, close=_close_slowly),
 }
 
 if __name__ == '__main__':

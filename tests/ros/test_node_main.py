@@ -123,6 +123,7 @@ def test_several_nodes_in_one_process_spin_together_and_stop_in_order():
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=20)
     assert proc.returncode == 0 and 'Traceback' not in err, err
+    assert 'Timeout' not in err, err  # a quick stop prints no stacks
     lines = out.splitlines()
     assert 'tick upstream a' in lines and 'tick downstream b' in lines, out
     tail = [line for line in lines if not line.startswith('tick')]
@@ -166,3 +167,20 @@ def test_the_supervisor_kills_a_hung_node_after_it_printed_its_stacks():
     err = proc.stderr.read()
     assert proc.returncode == -signal.SIGKILL
     assert 'in run_node' in err, err
+
+
+@pytest.mark.parametrize('sig', [signal.SIGINT, signal.SIGTERM])
+def test_a_stop_that_hangs_prints_where_and_the_node_still_closes(sig):
+    """Still running STOP_STACKS_AFTER_S after the signal: every thread's stack on stderr (the
+    main thread in the slow close), then the close completes and the exit is clean."""
+    proc = subprocess.Popen(
+        [sys.executable, str(CASES), 'slow_close'],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout.readline().strip() == 'ready'
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0 and 'closed slowly' in out, err
+    assert 'Timeout (0:00:04)!' in err and 'in _close_slowly' in err, err

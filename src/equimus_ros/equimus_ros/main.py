@@ -1,15 +1,18 @@
 """The body of every equimus node's ``main()``: init, spin, and always close the node cleanly.
 
-Ctrl-C is handled by rclpy alone: its signal handler shuts the context down and the executor
-raises ExternalShutdownException. Python's own KeyboardInterrupt is switched off for the node's
-lifetime because it can fire inside rclpy while a message is being converted, where it surfaces
-as "RuntimeError: Unable to convert call argument" from take_message instead of as a shutdown.
+Ctrl-C and SIGTERM are handled by rclpy: its signal handler shuts the context down and the
+executor raises ExternalShutdownException. Python's own KeyboardInterrupt is switched off for the
+node's lifetime because it can fire inside rclpy while a message is being converted, where it
+surfaces as "RuntimeError: Unable to convert call argument" from take_message instead of as a
+shutdown. A node still running STOP_STACKS_AFTER_S after the signal prints its threads' stacks.
 """
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import gc
+import os
 import signal
 import sys
 import threading
@@ -43,9 +46,15 @@ EXIT_INVALID_PARAMETERS = 2
 #: it before they kill a process that ignored Ctrl-C and SIGTERM).
 STACK_DUMP_SIGNAL = signal.SIGUSR1
 
+#: s after the first Ctrl-C or SIGTERM at which a node that has not exited prints every thread's
+#: stack (launch escalates to SIGTERM after 5 s and kills after 15 s): a stop that hangs says
+#: where, and a slow one (a long vent or flush) shows what it waits for.
+STOP_STACKS_AFTER_S = 4.0
+
 
 class _Interrupts:
-    """Ctrl-C seen before rclpy's handler was installed (it would otherwise be lost)."""
+    """Ctrl-C or SIGTERM seen before rclpy's handler was installed (it would otherwise be lost,
+    or kill the node before it could close)."""
 
     received = False
 
@@ -57,11 +66,38 @@ class _Interrupts:
 def _quiet_python_sigint() -> None:
     # Must precede rclpy.init: rclpy chains its handler to the one installed here, and
     # re-installing a Python handler afterwards would replace rclpy's.
-    if (
-        threading.current_thread() is threading.main_thread()
-        and signal.getsignal(signal.SIGINT) is signal.default_int_handler
-    ):
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         signal.signal(signal.SIGINT, _Interrupts.note)
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _Interrupts.note)
+
+
+def _watch_stop() -> None:
+    """Arm faulthandler's stack dump STOP_STACKS_AFTER_S after the first stop signal.
+
+    The signals reach a thread of its own through Python's wakeup fd (written by the C-level
+    handler that rclpy chains to), so neither a blocked main thread nor rclpy's own signal
+    thread is needed; the dump itself runs on faulthandler's C thread, without the GIL.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return
+    read_end, write_end = os.pipe()
+    os.set_blocking(write_end, False)
+    try:
+        signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+    except ValueError:
+        os.close(read_end)
+        os.close(write_end)
+        return
+
+    def arm() -> None:
+        with contextlib.suppress(OSError):
+            if os.read(read_end, 1):
+                faulthandler.dump_traceback_later(STOP_STACKS_AFTER_S)
+
+    threading.Thread(target=arm, name='stop-watch', daemon=True).start()
 
 
 def _freeze_startup_objects() -> None:
@@ -115,6 +151,7 @@ def run_node(
     faulthandler.enable(all_threads=True)
     faulthandler.register(STACK_DUMP_SIGNAL, all_threads=True)
     _quiet_python_sigint()
+    _watch_stop()
     sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
     name = getattr(factory, '__name__', 'node')
     files = paramfiles.files_in(sys.argv if args is None else args)
@@ -170,4 +207,5 @@ def run_node(
                 for each in node if isinstance(node, (list, tuple)) else [node]:
                     each.destroy_node()
         rclpy.try_shutdown()
+        faulthandler.cancel_dump_traceback_later()
     return EXIT_OK
