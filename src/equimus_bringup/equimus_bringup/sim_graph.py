@@ -72,6 +72,7 @@ from equimus_ros.diagnostics import Diagnostics, Level
 from equimus_ros.lifecycle import bring_up
 from equimus_ros.main import run_node
 from equimus_ros.params import bind
+from equimus_ros.qos import TolerantPublisher, is_dds_refusal
 from equimus_sim.sim_node import SimNode
 from equimus_tf.state_publisher import StatePublisher
 
@@ -115,6 +116,9 @@ class _Route:
         self.topic: str = pub.topic_name
         self.msg_type = pub.msg_type
         self.dds_publish: Callable[[Any], None] = pub.publish
+        if isinstance(pub, TolerantPublisher):  # its refusals counted by the bus, not warned
+            pub.on_refused = lambda line: bus.dds_refused(self.topic, line, time.monotonic())
+        self.refused: Callable[[], int] = lambda: getattr(pub, 'refused', 0)
         self.encode = MessageEncoder(self.msg_type).encode  # for the bag: 2-5x rclpy's speed
         self.local: list[tuple[Callable[..., None], bool]] = bus.subscribers.setdefault(
             self.topic, []
@@ -146,12 +150,16 @@ class _Route:
             self.outside = self.pub.get_subscription_count() > 0
         if self.outside and now >= self.next_dds:
             self.next_dds = now + self.dds_period
+            refused = self.refused()
             try:
                 self.dds_publish(msg)
-            except _rclpy.RCLError as exc:
-                bus.dds_refused(self.topic, exc, now)
+            except _rclpy.RCLError as exc:  # a plain rclpy publisher's refusal
+                if not is_dds_refusal(exc):
+                    raise
+                bus.dds_refused(self.topic, str(exc).splitlines()[0], now)
             else:
-                bus.dds_published += 1
+                if self.refused() == refused:
+                    bus.dds_published += 1
 
 
 class InProcessBus:
@@ -183,13 +191,13 @@ class InProcessBus:
             None if recorder is None else self._record
         )
 
-    def dds_refused(self, topic: str, exc: Exception, now: float) -> None:
+    def dds_refused(self, topic: str, first_line: str, now: float) -> None:
         """The DDS copy for outside subscribers was refused (Fast DDS: "cannot publish data",
         seen when an outside reliable reader fell behind on a loaded machine). The frame has been
         recorded and delivered in this process already, so the graph runs on; counted on
         /diagnostics and warned about at most once a second."""
         self.dds_failed += 1
-        self.failure = f'{topic}: {str(exc).splitlines()[0]}'
+        self.failure = f'{topic}: {first_line}'
         if now - self._warned_at >= self.WARN_PERIOD_S:
             self._warned_at = now
             self.warn(

@@ -10,7 +10,7 @@ from typing import Any
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rclpy.node import Node
 
-from .qos import qos_for
+from .qos import qos_for, tolerant_publisher
 
 __all__ = ['Diagnostics', 'Level']
 
@@ -28,7 +28,7 @@ class Diagnostics:
 
     def __init__(self, node: Node, topic: Any, name: str, hardware_id: str = '') -> None:
         self.node, self.name, self.hardware_id = node, name, hardware_id
-        self.pub = node.create_publisher(DiagnosticArray, topic.name, qos_for(topic))
+        self.pub = tolerant_publisher(node, DiagnosticArray, topic.name, qos_for(topic))
 
     def status(
         self,

@@ -5,9 +5,13 @@ PROFILES; `qos_for` maps it to the profile. This module imports no equimus packa
 Sensor streams (poses, joint states) use rclpy's ``qos_profile_sensor_data``.
 """
 
+import time
+from collections.abc import Callable
 from typing import Any
 
+from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
 from rclpy.node import Node
+from rclpy.publisher import Publisher
 from rclpy.qos import (
     DurabilityPolicy,
     HistoryPolicy,
@@ -19,14 +23,18 @@ from rclpy.qos import (
 __all__ = [
     'CLOCK_QOS',
     'COMMAND_QOS',
+    'DDS_REFUSAL',
     'DIAG_QOS',
     'LATCHED_QOS',
     'PROFILES',
     'SENSOR_QOS',
+    'TolerantPublisher',
     'TF_QOS',
     'WRITER_DEPTH',
+    'is_dds_refusal',
     'publisher',
     'qos_for',
+    'tolerant_publisher',
     'subscription',
 ]
 
@@ -79,9 +87,70 @@ def qos_for(topic: Any) -> QoSProfile:
     return PROFILES[getattr(topic.qos, 'value', topic.qos)]
 
 
-def publisher(node: Node, msg_type: type, topic: Any):  # noqa: ANN201 (rclpy's Publisher)
+#: What Fast DDS says when it refuses a publication: a reliable writer whose history is full of
+#: messages a reader has not acknowledged (a stopped or starved subscriber process, a slow link)
+#: waited its blocking time in vain.
+DDS_REFUSAL = 'cannot publish data'
+
+
+def is_dds_refusal(exc: BaseException) -> bool:
+    return isinstance(exc, _rclpy.RCLError) and DDS_REFUSAL in str(exc)
+
+
+class TolerantPublisher(Publisher):
+    """A publisher whose publication DDS refuses is counted and reported, not raised: a
+    subscriber elsewhere that stopped acknowledging (rqt on a remote machine, a stopped process)
+    must not stop the node. For the readers a refused message is a lost one; the safety chain's
+    timeouts (the controller's stale guard, the driver's and the board's watchdogs) are for that.
+    Any other error still raises."""
+
+    #: Called with the refusal's first line; set by `publisher` (a warning at most once a second).
+    on_refused: Callable[[str], None] | None = None
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.refused = 0
+
+    def publish(self, msg: Any) -> None:
+        try:
+            super().publish(msg)
+        except _rclpy.RCLError as exc:
+            if DDS_REFUSAL not in str(exc):
+                raise
+            self.refused += 1
+            if self.on_refused is not None:
+                self.on_refused(str(exc).splitlines()[0])
+
+
+def _warn_refusals(node: Node, pub: TolerantPublisher, period_s: float = 1.0) -> None:
+    last = [-float('inf')]
+
+    def warn(first_line: str) -> None:
+        now = time.monotonic()
+        if now - last[0] >= period_s:
+            last[0] = now
+            node.get_logger().warning(
+                f'{pub.refused} publication(s) on {pub.topic_name} refused by DDS ({first_line}): '
+                'a reliable subscriber stopped acknowledging (a stopped or starved process, a slow '
+                'link); those messages were not sent, the node runs on'
+            )
+
+    pub.on_refused = warn
+
+
+def tolerant_publisher(node: Node, msg_type: type, name: str, qos: QoSProfile) -> Any:
+    """`node.create_publisher` with a TolerantPublisher that warns about refusals."""
+    pub = node.create_publisher(msg_type, name, qos, publisher_class=TolerantPublisher)
+    assert isinstance(pub, TolerantPublisher)
+    _warn_refusals(node, pub)
+    return pub
+
+
+def publisher(node: Node, msg_type: type, topic: Any, *, tolerant: bool = True):  # noqa: ANN201
     """A publisher on a shared topic with the topic's own QoS; a reliable, volatile one keeps
-    WRITER_DEPTH messages for its readers (see WRITER_DEPTH)."""
+    WRITER_DEPTH messages for its readers (see WRITER_DEPTH). A publication DDS refuses is
+    counted and warned about (TolerantPublisher); `tolerant=False`: rclpy's own Publisher, for a
+    hot path that catches `is_dds_refusal` once per batch of publications instead."""
     qos = qos_for(topic)
     if (
         qos.reliability == ReliabilityPolicy.RELIABLE
@@ -94,7 +163,9 @@ def publisher(node: Node, msg_type: type, topic: Any):  # noqa: ANN201 (rclpy's 
             history=qos.history,
             durability=qos.durability,
         )
-    return node.create_publisher(msg_type, topic.name, qos)
+    if not tolerant:
+        return node.create_publisher(msg_type, topic.name, qos)
+    return tolerant_publisher(node, msg_type, topic.name, qos)
 
 
 def subscription(node: Node, msg_type: type, topic: Any, callback):  # noqa: ANN001,ANN201

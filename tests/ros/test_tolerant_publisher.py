@@ -1,0 +1,75 @@
+"""A publication Fast DDS refuses (a reliable reader that stopped acknowledging) is counted and
+warned about by the nodes' publishers, not raised: real rclpy, a real stopped reader process."""
+
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import rclpy
+from slow_reader import QOS  # this folder is on the path (pytest's rootdir-relative import)
+from std_msgs.msg import Float64MultiArray
+
+from equimus_ros.qos import is_dds_refusal, tolerant_publisher
+
+READER = pathlib.Path(__file__).with_name('slow_reader.py')
+
+#: Fast DDS keeps at most 5000 unacknowledged samples of a KEEP_ALL writer
+MESSAGES = 12_000
+
+
+@pytest.fixture
+def stopped_reader():
+    proc = subprocess.Popen([sys.executable, str(READER)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == 'ready'
+    yield proc
+    proc.send_signal(signal.SIGCONT)
+    proc.kill()
+    proc.wait()
+
+
+def _flood(pub, reader) -> int:
+    """Publish until DDS refuses one (or MESSAGES went out); the number published."""
+    deadline = time.monotonic() + 20.0
+    while pub.get_subscription_count() < 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert pub.get_subscription_count() == 1, 'the reader never matched'
+    os.kill(reader.pid, signal.SIGSTOP)
+    msg = Float64MultiArray(data=[0.0] * 100)
+    for i in range(MESSAGES):
+        pub.publish(msg)
+        if getattr(pub, 'refused', 0):
+            return i + 1
+    return MESSAGES
+
+
+def test_a_refused_publication_is_counted_and_warned_not_raised(stopped_reader, capfd):
+    ctx = rclpy.Context()
+    rclpy.init(context=ctx)
+    try:
+        node = rclpy.create_node('tolerant_writer', context=ctx)
+        pub = tolerant_publisher(node, Float64MultiArray, '/refusal_test', QOS)
+        sent = _flood(pub, stopped_reader)
+        assert pub.refused >= 1, f'{sent} messages published, none refused'
+        pub.publish(Float64MultiArray(data=[1.0]))  # and it goes on publishing
+        err = capfd.readouterr().err
+        assert 'refused by DDS' in err and '/refusal_test' in err, err[-2000:]
+    finally:
+        rclpy.try_shutdown(context=ctx)
+
+
+def test_rclpy_s_own_publisher_raises_there(stopped_reader):
+    """The same flood through a plain rclpy publisher raises: the refusal is real."""
+    ctx = rclpy.Context()
+    rclpy.init(context=ctx)
+    try:
+        node = rclpy.create_node('plain_writer', context=ctx)
+        pub = node.create_publisher(Float64MultiArray, '/refusal_test', QOS)
+        with pytest.raises(RuntimeError) as info:
+            _flood(pub, stopped_reader)
+        assert is_dds_refusal(info.value), info.value
+    finally:
+        rclpy.try_shutdown(context=ctx)
