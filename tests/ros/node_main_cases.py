@@ -71,6 +71,17 @@ def _report_gc(node):
     print(f'frozen {gc.get_freeze_count()} tracked {len(gc.get_objects())}', flush=True)
 
 
+def _without_rclpy_signal_handlers():
+    """A node with nothing to wake its executor (no timer, no subscription) in a process where
+    rclpy's signal handling does nothing: what a lost race of rclpy's signal thread leaves."""
+    from rclpy.signals import uninstall_signal_handlers
+
+    uninstall_signal_handlers()
+    node = Node('idle')
+    print('ready', flush=True)
+    return node
+
+
 def _close_slowly(node):
     time.sleep(6.0)  # a stop that hangs for a while (a vent the board does not acknowledge)
     print('closed slowly', flush=True)
@@ -89,6 +100,7 @@ CASES = {
     'error_at_shutdown': lambda: run_node(Listener, spin=_shutdown_then_fail, close=_closed),
     'two_nodes': lambda: run_node(_two_nodes, sys.argv, close=_closed_all),
     'slow_close': lambda: run_node(Listener, close=_close_slowly),
+    'no_rclpy_signal_handlers': lambda: run_node(_without_rclpy_signal_handlers, close=_closed),
 }
 
 if __name__ == '__main__':

@@ -184,3 +184,24 @@ def test_a_stop_that_hangs_prints_where_and_the_node_still_closes(sig):
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 0 and 'closed slowly' in out, err
     assert 'Timeout (0:00:04)!' in err and 'in _close_slowly' in err, err
+
+
+def test_a_stop_signal_ends_the_spin_even_if_rclpy_s_handler_does_nothing():
+    """The stop watch shuts the context down and wakes the executor of a node that nothing else
+    would wake (without it this process waits for ever)."""
+    proc = subprocess.Popen(
+        [sys.executable, str(CASES), 'no_rclpy_signal_handlers'],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout.readline().strip() == 'ready'
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    try:
+        out, err = proc.communicate(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        pytest.fail(f'still spinning 20 s after SIGINT: {err[-3000:]}')
+    assert proc.returncode == 0 and 'closed' in out, err

@@ -72,7 +72,7 @@ from equimus_ros.diagnostics import Diagnostics, Level
 from equimus_ros.lifecycle import bring_up
 from equimus_ros.main import run_node
 from equimus_ros.params import bind
-from equimus_ros.qos import TolerantPublisher, is_dds_refusal
+from equimus_ros.qos import TolerantPublisher
 from equimus_sim.sim_node import SimNode
 from equimus_tf.state_publisher import StatePublisher
 
@@ -153,9 +153,8 @@ class _Route:
             refused = self.refused()
             try:
                 self.dds_publish(msg)
-            except _rclpy.RCLError as exc:  # a plain rclpy publisher's refusal
-                if not is_dds_refusal(exc):
-                    raise
+            except _rclpy.RCLError as exc:  # a plain rclpy publisher's (any rcl error: the
+                # message was delivered in the process already)
                 bus.dds_refused(self.topic, str(exc).splitlines()[0], now)
             else:
                 if self.refused() == refused:

@@ -74,30 +74,52 @@ def _quiet_python_sigint() -> None:
         signal.signal(signal.SIGTERM, _Interrupts.note)
 
 
-def _watch_stop() -> None:
-    """Arm faulthandler's stack dump STOP_STACKS_AFTER_S after the first stop signal.
+class _StopWatch:
+    """What happens after the first SIGINT or SIGTERM, seen on a thread of its own.
 
-    The signals reach a thread of its own through Python's wakeup fd (written by the C-level
-    handler that rclpy chains to), so neither a blocked main thread nor rclpy's own signal
-    thread is needed; the dump itself runs on faulthandler's C thread, without the GIL.
+    The signals reach it through Python's wakeup fd (written by the C-level handler that rclpy
+    chains to), so neither the main thread nor rclpy's own signal thread is needed. It then
+    - wakes the executor once the context is down: rclpy's signal thread triggers the executors'
+      guard condition *before* it shuts the context down, so an executor that looks in between
+      finds the context up and waits again, for good if none of its nodes has a timer left or a
+      message coming (a finalized valve driver); the watch wakes it again (rclpy's Python
+      executors, which `run_node` spins; a custom `spin` waits with a timeout or, as the C++
+      EventsExecutor, handles the signal itself). If the context is still up SHUTDOWN_WAIT_S
+      after the signal (rclpy's handler did not act), the watch shuts it down itself;
+    - arms faulthandler's stack dump STOP_STACKS_AFTER_S later (its own C thread, no GIL), which
+      `run_node` cancels once the node has closed.
     """
-    if threading.current_thread() is not threading.main_thread():
-        return
-    read_end, write_end = os.pipe()
-    os.set_blocking(write_end, False)
-    try:
-        signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
-    except ValueError:
-        os.close(read_end)
-        os.close(write_end)
-        return
 
-    def arm() -> None:
+    #: s the watch waits for the signal's context shutdown before it wakes the executor anyway
+    SHUTDOWN_WAIT_S = 2.0
+
+    def __init__(self) -> None:
+        #: the `wake` of the executor spinning the nodes, once there is one
+        self.wake: Callable[[], None] | None = None
+        if threading.current_thread() is not threading.main_thread():
+            return
+        read_end, write_end = os.pipe()
+        os.set_blocking(write_end, False)
+        try:
+            signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+        except ValueError:
+            os.close(read_end)
+            os.close(write_end)
+            return
+        threading.Thread(target=self._run, args=(read_end,), name='stop-watch', daemon=True).start()
+
+    def _run(self, read_end: int) -> None:
         with contextlib.suppress(OSError):
-            if os.read(read_end, 1):
-                faulthandler.dump_traceback_later(STOP_STACKS_AFTER_S)
-
-    threading.Thread(target=arm, name='stop-watch', daemon=True).start()
+            if not os.read(read_end, 1):
+                return
+        faulthandler.dump_traceback_later(STOP_STACKS_AFTER_S)
+        deadline = time.monotonic() + self.SHUTDOWN_WAIT_S
+        while rclpy.ok() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        rclpy.try_shutdown()
+        if self.wake is not None:
+            with contextlib.suppress(Exception):  # the executor already shut down
+                self.wake()
 
 
 def _freeze_startup_objects() -> None:
@@ -118,9 +140,11 @@ def is_shutting_down(grace_s: float = SHUTDOWN_GRACE_S) -> bool:
     return True
 
 
-def spin_all(nodes: Sequence[Node]) -> None:
+def spin_all(nodes: Sequence[Node], stop_watch: _StopWatch | None = None) -> None:
     """Spin several nodes of one process on one executor thread."""
     executor = SingleThreadedExecutor()
+    if stop_watch is not None:
+        stop_watch.wake = executor.wake
     for node in nodes:
         executor.add_node(node)
     try:
@@ -151,7 +175,7 @@ def run_node(
     faulthandler.enable(all_threads=True)
     faulthandler.register(STACK_DUMP_SIGNAL, all_threads=True)
     _quiet_python_sigint()
-    _watch_stop()
+    stop_watch = _StopWatch()
     sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
     name = getattr(factory, '__name__', 'node')
     files = paramfiles.files_in(sys.argv if args is None else args)
@@ -188,8 +212,9 @@ def run_node(
         if spin is not None:
             spin(node)
         elif isinstance(node, (list, tuple)):
-            spin_all(node)
+            spin_all(node, stop_watch)
         else:
+            stop_watch.wake = rclpy.get_global_executor().wake  # the executor of rclpy.spin
             rclpy.spin(node)
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
