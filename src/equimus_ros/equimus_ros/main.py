@@ -116,7 +116,8 @@ class _StopWatch:
         deadline = time.monotonic() + self.SHUTDOWN_WAIT_S
         while rclpy.ok() and time.monotonic() < deadline:
             time.sleep(0.01)
-        rclpy.try_shutdown()
+        if rclpy.ok():
+            rclpy.try_shutdown()
         if self.wake is not None:
             with contextlib.suppress(Exception):  # the executor already shut down
                 self.wake()
