@@ -45,8 +45,10 @@ def rig(request, harness, tmp_module):
     emu = make_board(request.param, request, tmp_module, watchdog_ms=200, session_path=str(session))
     t_start = time.monotonic()
     drv = Driver(emu.link, tmp_module, **PARAMS)
-    ok = harness.wait_connected(t_start)
-    assert ok, f'driver never reported a connected link:\n{drv.output()}'
+    if not harness.wait_connected(t_start):
+        drv.stop()  # a fixture that fails is not torn down: its driver would outlive the test
+        emu.close()
+        pytest.fail(f'driver never reported a connected link:\n{drv.output()}')
     yield emu, drv
     harness.stop_stream()
     rc = drv.stop(signal.SIGINT)

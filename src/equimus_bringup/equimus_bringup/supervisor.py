@@ -289,14 +289,21 @@ class Supervisor:
             raise GraphError(f'rt_priority:={prio} is not available here: {problem}')
 
     def start(self) -> None:
+        """Start every process and bring the managed nodes up. If a step fails (GraphError,
+        Ctrl-C), what was started is stopped before the error propagates: a failed start leaves
+        no node behind on the domain, where a later graph's lifecycle requests would reach it."""
         self.check_realtime()
-        for spec in self.specs:
-            self.output[spec.name] = []
-            proc, t = self._spawn(spec)
-            if spec.gate:
-                self._pass_gate(spec.name, proc, t)
-        for spec in self.specs:
-            self.bring_up(spec.name)
+        try:
+            for spec in self.specs:
+                self.output[spec.name] = []
+                proc, t = self._spawn(spec)
+                if spec.gate:
+                    self._pass_gate(spec.name, proc, t)
+            for spec in self.specs:
+                self.bring_up(spec.name)
+        except BaseException:
+            self.stop()
+            raise
 
     def _spawn(self, spec: ProcessSpec) -> tuple[subprocess.Popen, threading.Thread]:
         """Start one process of the graph, its output pumped into `output[spec.name]`."""
