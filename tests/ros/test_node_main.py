@@ -18,6 +18,19 @@ def _run(case, timeout=30):
     )
 
 
+def _started(case: str, **popen) -> subprocess.Popen:
+    """A case process, once it printed 'ready' (its node is built)."""
+    proc = subprocess.Popen(
+        [sys.executable, str(CASES), case],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **popen,
+    )
+    assert proc.stdout.readline().strip() == 'ready'
+    return proc
+
+
 def test_invalid_parameters_exit_2_with_the_reason_and_no_traceback():
     proc = _run('bad_parameters')
     assert proc.returncode == 2, proc.stderr
@@ -135,13 +148,7 @@ def test_sigusr1_prints_every_threads_stack_and_the_node_goes_on():
     stops cleanly on Ctrl-C."""
     from equimus_ros.main import STACK_DUMP_SIGNAL
 
-    proc = subprocess.Popen(
-        [sys.executable, str(CASES), 'listen'],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stdout.readline().strip() == 'ready'
+    proc = _started('listen')
     proc.send_signal(STACK_DUMP_SIGNAL)
     time.sleep(1.0)
     assert proc.poll() is None, 'the stack dump stopped the node'
@@ -155,14 +162,7 @@ def test_sigusr1_prints_every_threads_stack_and_the_node_goes_on():
 def test_the_supervisor_kills_a_hung_node_after_it_printed_its_stacks():
     from equimus_bringup.supervisor import Supervisor
 
-    proc = subprocess.Popen(
-        [sys.executable, str(CASES), 'listen'],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    assert proc.stdout.readline().strip() == 'ready'
+    proc = _started('listen', start_new_session=True)
     Supervisor._kill_showing_stacks(proc)
     err = proc.stderr.read()
     assert proc.returncode == -signal.SIGKILL
@@ -173,13 +173,7 @@ def test_the_supervisor_kills_a_hung_node_after_it_printed_its_stacks():
 def test_a_stop_that_hangs_prints_where_and_the_node_still_closes(sig):
     """Still running STOP_STACKS_AFTER_S after the signal: every thread's stack on stderr (the
     main thread in the slow close), then the close completes and the exit is clean."""
-    proc = subprocess.Popen(
-        [sys.executable, str(CASES), 'slow_close'],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stdout.readline().strip() == 'ready'
+    proc = _started('slow_close')
     proc.send_signal(sig)
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 0 and 'closed slowly' in out, err
@@ -189,13 +183,7 @@ def test_a_stop_that_hangs_prints_where_and_the_node_still_closes(sig):
 def test_a_stop_signal_ends_the_spin_even_if_rclpy_s_handler_does_nothing():
     """The stop watch shuts the context down and wakes the executor of a node that nothing else
     would wake (without it this process waits for ever)."""
-    proc = subprocess.Popen(
-        [sys.executable, str(CASES), 'no_rclpy_signal_handlers'],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stdout.readline().strip() == 'ready'
+    proc = _started('no_rclpy_signal_handlers')
     time.sleep(0.5)
     proc.send_signal(signal.SIGINT)
     try:
