@@ -73,3 +73,24 @@ def test_rclpy_s_own_publisher_raises_there(stopped_reader):
         assert is_dds_refusal(info.value), info.value
     finally:
         rclpy.try_shutdown(context=ctx)
+
+
+def test_reliable_topics_get_the_tolerant_publisher_and_best_effort_ones_rclpy_s():
+    """DDS can refuse only a reliable writer (it waits for acknowledgements); the sensor streams
+    and /clock keep rclpy's own publisher, with nothing added to their per-message cost."""
+    from rclpy.qos import ReliabilityPolicy
+
+    from equimus_description.interface import CLOCK, SIM_JOINT_STATES, VALVE_COMMAND
+    from equimus_ros.qos import TolerantPublisher, publisher, qos_for
+
+    ctx = rclpy.Context()
+    rclpy.init(context=ctx)
+    try:
+        node = rclpy.create_node('publisher_kinds', context=ctx)
+        for topic in (VALVE_COMMAND, SIM_JOINT_STATES, CLOCK):
+            pub = publisher(node, Float64MultiArray, topic)
+            reliable = qos_for(topic).reliability == ReliabilityPolicy.RELIABLE
+            assert isinstance(pub, TolerantPublisher) == reliable, topic.name
+        assert isinstance(publisher(node, Float64MultiArray, VALVE_COMMAND), TolerantPublisher)
+    finally:
+        rclpy.try_shutdown(context=ctx)

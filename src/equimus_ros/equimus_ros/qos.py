@@ -115,7 +115,7 @@ class TolerantPublisher(Publisher):
         try:
             super().publish(msg)
         except _rclpy.RCLError as exc:
-            if DDS_REFUSAL not in str(exc):
+            if not is_dds_refusal(exc):
                 raise
             self.refused += 1
             if self.on_refused is not None:
@@ -146,11 +146,12 @@ def tolerant_publisher(node: Node, msg_type: type, name: str, qos: QoSProfile) -
     return pub
 
 
-def publisher(node: Node, msg_type: type, topic: Any, *, tolerant: bool = True):  # noqa: ANN201
+def publisher(node: Node, msg_type: type, topic: Any):  # noqa: ANN201 (rclpy's Publisher)
     """A publisher on a shared topic with the topic's own QoS; a reliable, volatile one keeps
-    WRITER_DEPTH messages for its readers (see WRITER_DEPTH). A publication DDS refuses is
-    counted and warned about (TolerantPublisher); `tolerant=False`: rclpy's own Publisher, for a
-    hot path that catches `is_dds_refusal` once per batch of publications instead."""
+    WRITER_DEPTH messages for its readers (see WRITER_DEPTH). A reliable one is a
+    TolerantPublisher (a publication DDS refuses is counted and warned about); a best-effort
+    writer never waits for a reader, so DDS cannot refuse it and it stays rclpy's own Publisher
+    (no extra cost on the sensor streams and the clock)."""
     qos = qos_for(topic)
     if (
         qos.reliability == ReliabilityPolicy.RELIABLE
@@ -163,7 +164,7 @@ def publisher(node: Node, msg_type: type, topic: Any, *, tolerant: bool = True):
             history=qos.history,
             durability=qos.durability,
         )
-    if not tolerant:
+    if qos.reliability != ReliabilityPolicy.RELIABLE:
         return node.create_publisher(msg_type, topic.name, qos)
     return tolerant_publisher(node, msg_type, topic.name, qos)
 

@@ -66,7 +66,7 @@ from equimus_ros.diagnostics import Diagnostics, Level
 from equimus_ros.executors import single_thread_executor
 from equimus_ros.main import is_shutting_down, run_node
 from equimus_ros.params import bind, refuse_value
-from equimus_ros.qos import is_dds_refusal, publisher, subscription
+from equimus_ros.qos import publisher, subscription
 
 from .config import SimConfig
 from .mocap import VirtualMocap
@@ -202,15 +202,10 @@ class SimNode(Node):
         self._diag_wall = time.monotonic()
         self._diag_sim = 0.0
 
-        # The frame's publishers: plain rclpy ones, a refusal caught once a frame (_publish_frame).
-        self.pub_clock = publisher(self, Clock, CLOCK, tolerant=False)
-        self.pub_joints = publisher(self, JointState, SIM_JOINT_STATES, tolerant=False)
-        self.pub_pose = {
-            b: publisher(self, PoseStamped, mocap_pose(b), tolerant=False) for b in self.bodies
-        }
-        self.pub_pressure = publisher(self, JointState, VALVE_PRESSURE, tolerant=False)
-        self.frames_refused_by_dds = 0
-        self._refusal_warned_at = -math.inf
+        self.pub_clock = publisher(self, Clock, CLOCK)
+        self.pub_joints = publisher(self, JointState, SIM_JOINT_STATES)
+        self.pub_pose = {b: publisher(self, PoseStamped, mocap_pose(b)) for b in self.bodies}
+        self.pub_pressure = publisher(self, JointState, VALVE_PRESSURE)
         self.diagnostics = Diagnostics(self, DIAGNOSTICS, 'sim: simulator', 'mujoco')
         subscription(self, JointState, VALVE_APPLIED, self.on_applied)
         self.create_service(Trigger, '~/reset', self._on_reset)
@@ -419,27 +414,12 @@ class SimNode(Node):
         return t_ns, q, qd, poses, pressures
 
     def _publish_frame(self, t_ns: int, q, qd, poses, pressures) -> None:
-        """The frame's messages; one DDS refuses (a subscriber elsewhere stopped acknowledging)
-        ends the frame's publications, counted and warned about, and the sim runs on."""
-        try:
-            self.out_clock.write(t_ns)
-            self.out_joints.write(t_ns, q, qd)
-            for cap_ns, bodies in poses:
-                for name, position, orientation in bodies:
-                    self.out_pose[name].write(cap_ns, position, orientation)
-            self.out_pressure.write(t_ns, pressures)
-        except RuntimeError as exc:
-            if not is_dds_refusal(exc):
-                raise
-            self.frames_refused_by_dds += 1
-            now = time.monotonic()
-            if now - self._refusal_warned_at >= 1.0:
-                self._refusal_warned_at = now
-                self.get_logger().warning(
-                    f'{self.frames_refused_by_dds} frame(s) not fully published: DDS refused '
-                    f'({str(exc).splitlines()[0]}); a subscriber stopped acknowledging; the '
-                    'sim runs on'
-                )
+        self.out_clock.write(t_ns)
+        self.out_joints.write(t_ns, q, qd)
+        for cap_ns, bodies in poses:
+            for name, position, orientation in bodies:
+                self.out_pose[name].write(cap_ns, position, orientation)
+        self.out_pressure.write(t_ns, pressures)
 
     def _drop_unanswered_commands(self) -> None:
         # Lockstep: only a command sent after a frame was published answers that frame. Commands
@@ -623,7 +603,6 @@ class SimNode(Node):
                 'lockstep_discarded': str(self.lockstep_discarded),
                 'refused_pressures': str(sim.rejected),
                 'last_refusal': sim.last_reject_reason,
-                'frames_refused_by_dds': str(self.frames_refused_by_dds),
                 'resets': str(sim.resets),
                 'last_reset_reason': sim.last_reset_reason,
                 'mocap_dropped_frames': str(self.mocap.dropped),
