@@ -6,10 +6,10 @@ import math
 from equimus_soak import analysis as A
 
 
-def _timeline(tmp_path, events, extra=()):
+def _timeline(tmp_path, events):
     path = tmp_path / 'board.jsonl'
     path.write_text(''.join(json.dumps(e) + '\n' for e in events) + '{"event": "set", "t"')
-    return A.BoardTimeline.from_log(str(path), 2, extra)
+    return A.BoardTimeline.from_log(str(path), 2)
 
 
 def test_vent_time_is_where_the_outputs_become_and_stay_zero(tmp_path):
@@ -40,8 +40,8 @@ def test_refused_and_bad_frames_and_unplugging_count_as_vents(tmp_path):
             {'event': 'set', 't': 1.2, 'codes': [100, 50], 'accepted': True},
             {'event': 'set', 't': 1.3, 'codes': [999, 50], 'accepted': False},
             {'event': 'set', 't': 1.5, 'codes': [100, 50], 'accepted': True},
+            {'event': 'unpowered', 't': 1.6},
         ],
-        extra=[1.6],
     )
     assert tl.codes_at(1.15) == (0, 0)
     assert tl.codes_at(1.35) == (0, 0)

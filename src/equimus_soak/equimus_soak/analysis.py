@@ -13,7 +13,7 @@ from __future__ import annotations
 import bisect
 import json
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -35,10 +35,9 @@ class BoardTimeline:
         self.set_t = [s[0] for s in self.sets]
 
     @classmethod
-    def from_log(cls, path: str, channels: int, extra_vents: Iterable[float] = ()) -> BoardTimeline:
-        """`extra_vents`: times the board lost power (unplugged): outputs read 0 V from then."""
+    def from_log(cls, path: str, channels: int) -> BoardTimeline:
         zero = (0,) * channels
-        events: list[tuple[float, tuple[int, ...]]] = [(t, zero) for t in extra_vents]
+        events: list[tuple[float, tuple[int, ...]]] = []
         sets, wd, rej, gaps = [], [], [], []
         with open(path) as fh:
             for line in fh:
@@ -53,6 +52,8 @@ class BoardTimeline:
                     events.append((t, codes if e['accepted'] else zero))
                 elif kind == 'watchdog_vent':
                     wd.append(t)
+                    events.append((t, zero))
+                elif kind == 'unpowered':  # unplugged: the setpoint wires read 0 V
                     events.append((t, zero))
                 elif kind == 'rejected':
                     rej.append(t)

@@ -55,7 +55,6 @@ class SoakChecks:
     sup: SoakSupervisor
     records: list[FaultRecord]
     frames: list[tuple[int, float]]
-    unplugged_at: list[float]
     unexpected: list[str]
     bags: list[Path]
     load_bag: Path | None
@@ -78,9 +77,7 @@ class SoakChecks:
     def analyse(self, probe: dict, samples) -> tuple[dict[str, object], list[Check]]:
         checks: list[Check] = []
         fig: dict[str, object] = {}
-        tl = A.BoardTimeline.from_log(
-            str(self.out / 'board.jsonl'), self.board.channels, self.unplugged_at
-        )
+        tl = A.BoardTimeline.from_log(str(self.out / 'board.jsonl'), self.board.channels)
         cal = self.board.cal
         frames = [t for _, t in self.frames]
         cmds = [c for c in probe['commands']]

@@ -84,7 +84,6 @@ class FaultInjection:
     gap: float | None
     duration: float
     expected_down: set
-    unplugged_at: list[float]
     bags: list[Path]
     out: Path
     driver_process: str
@@ -230,7 +229,6 @@ class FaultInjection:
         self.wait_nonzero()
         t0 = time.monotonic()
         self.board.disappear()
-        self.unplugged_at.append(t0)
         self.sleep(1.0)
         self.board.reappear()
         t1 = time.monotonic()

@@ -157,7 +157,6 @@ class Soak(FaultInjection, SoakChecks):
         self.records: list[FaultRecord] = []
         self.unexpected: list[str] = []
         self.expected_down: set = set()
-        self.unplugged_at: list[float] = []
         self.t_start = 0.0
 
     # ------------------------------------------------------------------ plumbing

@@ -244,7 +244,9 @@ class BoardRecord:
                 os.unlink(self.link)
 
     def _unpowered(self, now: float) -> None:
-        """The board lost power: no pty; the setpoint wires read 0 V, so every valve vents."""
+        """The board lost power: no pty; the setpoint wires read 0 V, so every valve vents. Logged
+        here, under the board's lock, so a frame it handled just before comes first in its log."""
+        self._log({'event': 'unpowered', 't': now})
         self.slave_path = None
         for v in self.valves:
             v.set_code(0, now)
