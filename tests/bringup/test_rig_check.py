@@ -74,7 +74,8 @@ def emulated_rig(tmp_path: Path, *options: str, multicast: bool = False):
 def check_rig(args: list[str], out: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, '-m', 'equimus_bringup.cli', 'check', 'rig', *args, '--out', str(out),
-         '--hold', HOLD, '--wait', '10', '--mocap-timeout', MOCAP_TIMEOUT],
+         '--hold', HOLD, '--wait', '10', '--mocap-timeout', MOCAP_TIMEOUT,
+         '--board-timeout', BOARD_TIMEOUT],
         capture_output=True, text=True, timeout=180,
     )  # fmt: skip
 
