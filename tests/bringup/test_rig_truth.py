@@ -175,3 +175,39 @@ def test_main_job_truth_arguments():
     ):
         with pytest.raises(StartError, match=words):
             resolve_truth(mode, spec, seed)
+
+
+def test_a_pressure_acts_from_the_frame_that_read_it_and_poses_show_their_exposure_time(tmp_path):
+    """The rig reads the valves at each frame; that reading acts on the leg from the frame's
+    time until the next reading, and a pose leaves the rig `exposure_latency_s` (what NatNet
+    reports) after the state it shows. Before, each reading acted a whole frame early and poses
+    were stamped 4 ms before their state: identification saw the leg answer 12 ms before its
+    pressures, a systematic error no parameter of the model has."""
+    from equimus_sim.simulator import LegSimulator
+
+    def run(step_before):
+        rig = EmulatedRig(str(tmp_path / f'link{step_before}'), NatNetEmulator(bodies=BODIES))
+        q = []
+        for k in range(6):
+            if k == step_before:  # the valves reach 30 kPa between two frames
+                for v in rig.board.valves:
+                    v.valve.p = np.array([30.0])
+            rig.tick()
+            q.append(rig.sim.joint_state()[0])
+        return rig, np.array(q)
+
+    rig, stepped = run(3)
+    _, still = run(99)
+    lead, period = rig.exposure_lead_s, rig.period
+    assert lead == pytest.approx(round(0.004 / rig.sim.dt) * rig.sim.dt)  # NatNet's 4 ms, in steps
+    assert rig.natnet.exposure_latency_s == pytest.approx(lead)
+    # frame 3 read the new pressure: its own pose is not moved by it, frame 4's is
+    np.testing.assert_array_equal(stepped[:4], still[:4])
+    assert np.max(np.abs(stepped[4] - still[4])) > 1e-6
+    # exactly: the pressure acts from frame 3's exposure time + the lead
+    ref = LegSimulator(rig.sim.leg, valve=None, p_max=rig.sim.leg.pressure_max_kpa)
+    ref.set_command([0.0, 0.0])
+    ref.advance(4 * period + lead)
+    ref.set_command([30.0, 30.0])
+    ref.advance(period - lead)
+    np.testing.assert_allclose(ref.joint_state()[0], stepped[4], rtol=0, atol=1e-12)

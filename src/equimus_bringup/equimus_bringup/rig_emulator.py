@@ -30,6 +30,8 @@ import threading
 import time
 from collections.abc import Sequence
 
+import numpy as np
+
 from equimus_description.interface import BODIES
 from equimus_description.leg import load_leg
 from equimus_hw.natnet.emulator import NatNetEmulator
@@ -129,9 +131,15 @@ class EmulatedRig:
         lm = LegModel(leg.with_timestep(1.0 / (rate * 5)))
         # The board emulator's valve model is the valve: the simulator has none of its own.
         self.sim = LegSimulator(lm, valve=None, p_max=lm.pressure_max_kpa)
-        # Motive's latency holds each frame back whole frames; the NatNet stream reports it
-        # (its exposure latency), so the bridge still stamps every pose with its capture time.
-        delay = truth.mocap_delay_frames(rate) if truth is not None else 0
+        # Motive's latency: a frame leaves `exposure_latency_s` after its exposure. Whole frames
+        # of it hold poses back (the mocap's delay line), the rest is a lead of the stream's
+        # clock over the physics (whole physics steps): a pose goes out when it is that old, and
+        # the stream reports exactly that latency, so every stamp is the state's own time.
+        self.period = 1.0 / natnet.rate_hz
+        whole, rest = divmod(natnet.exposure_latency_s, self.period)
+        step = self.sim.dt
+        self.exposure_lead_s = min(round(rest / step) * step, self.period)
+        delay = int(whole) + (truth.mocap_delay_frames(rate) if truth is not None else 0)
         self.mocap = VirtualMocap(
             MocapConfig(
                 rate=rate,
@@ -141,9 +149,11 @@ class EmulatedRig:
                 seed=seed,
             )
         )
-        natnet.exposure_latency_s += delay / rate
+        natnet.exposure_latency_s = delay / rate + self.exposure_lead_s
         self.natnet = natnet
-        self.period = 1.0 / natnet.rate_hz
+        # the valve pressures read at the last two frames (older, last), each acting from its
+        # frame's time until the next one's
+        self._held = (np.zeros(len(leg.actuators)), np.zeros(len(leg.actuators)))
         if abs(natnet.rate_hz - rate) > 1e-9:
             raise ValueError(
                 f'rig rate {rate} Hz differs from the NatNet stream rate {natnet.rate_hz} Hz'
@@ -159,10 +169,18 @@ class EmulatedRig:
         return self.board.link or self.board.slave_path
 
     def tick(self) -> None:
-        """One mocap period: valve pressures in, physics, poses out."""
-        self.sim.set_command(self.board.pressures())
-        self.sim.advance(self.period)
+        """One mocap period: the physics up to this frame's exposure, poses out, valve pressures in.
+
+        The physics runs `exposure_lead_s` behind the frame clock: each pressure reading acts
+        from the frame it was read at until the next reading, as the real valves' pressures act
+        on the real leg, and each pose is the state at its exposure time."""
+        older, last = self._held
+        self.sim.set_command(older)
+        self.sim.advance(self.exposure_lead_s)
+        self.sim.set_command(last)
+        self.sim.advance(self.period - self.exposure_lead_s)
         self.mocap.capture(self.sim.time, self.sim.body_poses(BODIES))
+        self._held = (last, np.asarray(self.board.pressures(), float))
         self.frames += 1
         now = time.monotonic()
         # A frame goes out at its release time, a whole number of frames after its capture (at
