@@ -53,6 +53,37 @@ def rollout_samples(ev: D.Evaluator) -> np.ndarray:
     return np.concatenate(out)
 
 
+def _evaluator(
+    experiments: Sequence[Experiment],
+    leg: LegDescription,
+    names: Sequence[str],
+    bounds: Mapping[str, tuple[float, float]] | None = None,
+) -> D.Evaluator:
+    """The fit's loss: multiple shooting driven by the measured pressures."""
+    return D.Evaluator(
+        experiments,
+        list(names),
+        leg=leg,
+        loss='shooting',
+        horizon=HORIZON_S,
+        dt=SIM_DT,
+        sign_weight=0.0,
+        bounds=dict(bounds or {}),
+        pressure='measured',
+    )
+
+
+def residual_rms(
+    experiments: Sequence[Experiment], leg: LegDescription, values: Mapping[str, float]
+) -> float:
+    """RMS of the fit's residuals (rad) at `values` (the free parameters `NAMES`): scored at
+    a known plant's own parameters, a figure above the fit's residual means the data hold an
+    effect the model lacks, which the fitted parameters absorb."""
+    ev = _evaluator(experiments, leg, NAMES)
+    r = ev.residuals(np.array([float(values[n]) for n in NAMES]))
+    return math.sqrt(float(r @ r) / max(1, r.size))
+
+
 def fit(
     experiments: Sequence[Experiment],
     leg: LegDescription,
@@ -67,17 +98,7 @@ def fit(
     from .heldout import START
 
     names = list(names)
-    ev = D.Evaluator(
-        experiments,
-        names,
-        leg=leg,
-        loss='shooting',
-        horizon=HORIZON_S,
-        dt=SIM_DT,
-        sign_weight=0.0,
-        bounds=dict(bounds or {}),
-        pressure='measured',
-    )
+    ev = _evaluator(experiments, leg, names, bounds)
     x0 = np.array([D.leg_value(leg, n) for n in names])
     for i, n in enumerate(names):
         if start and n in start:
