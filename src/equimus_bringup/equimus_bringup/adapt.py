@@ -68,8 +68,8 @@ class Budget:
 
 
 BUDGETS = {
-    'short': Budget(14.0, 0, 8.0, 6, 40, 8, 0, 6.5),
-    'full': Budget(30.0, 2, 14.0, 15, 150, 20, 0, 8.0),
+    'short': Budget(14.0, 0, 8.0, 30, 40, 8, 0, 6.5),
+    'full': Budget(30.0, 2, 14.0, 60, 150, 20, 0, 8.0),
 }
 
 
@@ -105,12 +105,13 @@ def identify(
     t0 = time.monotonic()
     lf = leg_fit.fit(exps, leg, max_nfev=budget.leg_nfev, log=log)
     log(
-        f'[identify] leg: residual {lf.residual_rms_rad:.4f} rad, '
+        f'[identify] leg: residual {lf.residual_rms_rad:.4f} rad, read-back lag '
+        f'{1e3 * lf.values["timing.pressure_lag"]:+.1f} ms, '
         f'{lf.evaluations} simulations ({time.monotonic() - t0:.0f} s)'
     )
     values = {**lf.values, **vf.values}
     intervals = {**lf.interval, **vf.interval}
-    overrides = {**lf.values, **vf.leg_overrides()}
+    overrides = {**lf.leg_overrides(), **vf.leg_overrides()}
     head = (
         '# Identified by `equimus adapt` from the excitation bag (leg from the measured '
         'pressures, valves from their read-back).\n'
@@ -179,6 +180,8 @@ def truth_table(
     }
     rows = []
     for name, v in values.items():
+        if name in D.TIMING_PARAMS:  # the recording's, not the plant's
+            continue
         head, _, ch = name.rpartition('.')
         if head in device:
             tv = device[head][0 if ch == 'maa' else 1]

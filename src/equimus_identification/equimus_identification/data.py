@@ -33,6 +33,8 @@ from equimus_description.interface import (
 )
 
 RATE_HZ = 100.0  # the authors' resampling rate
+#: s of recorded pressures kept beyond an experiment's ends (a read-back lag moves its window)
+SERIES_MARGIN_S = 0.1
 SMOOTH_SAMPLES = 11  # the authors' moving-average window
 BAG_RATE_HZ = 120.0  # our recordings: the mocap frame rate, so nothing is interpolated
 START_WINDOW = 11  # samples of the local cubic fit that estimates restart angles and velocities
@@ -91,6 +93,8 @@ class Experiment:
     meta: dict = field(default_factory=dict)
     q_start: np.ndarray | None = None  # (N, 2) angles a simulation restarts from; None = q
     pressure_kpa: np.ndarray | None = None  # (N, 2) measured valve pressure, when recorded
+    #: the measured pressures as recorded: (stamps in s on this experiment's clock, (M, 2) kPa)
+    pressure_series: tuple[np.ndarray, np.ndarray] | None = None
 
     @property
     def start_q(self) -> np.ndarray:
@@ -116,6 +120,7 @@ class Experiment:
             dict(self.meta),
             None if self.q_start is None else self.q_start[:n],
             None if self.pressure_kpa is None else self.pressure_kpa[:n],
+            self.pressure_series,
         )
 
     @property
@@ -865,6 +870,8 @@ def _bag_experiment(
     if rec.t_p is not None and len(rec.t_p) >= 2:
         e.pressure_kpa = resample(rec.t_p, rec.pressure_kpa, e.t + t0)
         e.p0_kpa = e.pressure_kpa[0].copy()
+        near = (rec.t_p >= t0 - SERIES_MARGIN_S) & (rec.t_p <= t1 + SERIES_MARGIN_S)
+        e.pressure_series = (rec.t_p[near] - t0, np.asarray(rec.pressure_kpa, float)[near])
     return e
 
 

@@ -90,6 +90,9 @@ BOUNDS = {
     'joints.hip.armature': (0.0, 0.02),
     'joints.knee.armature': (0.0, 0.02),
     'joints.knee.range.0': (-0.1, 0.05),
+    # s the valves' read-back is stamped after the pressure it reports acted, relative to the
+    # motion capture's stamps (not a leg parameter: no override file holds it)
+    'timing.pressure_lag': (-0.03, 0.03),
 }
 PAPER_PARAMS = tuple(list(BOUNDS)[:10])  # Table V's ten
 VALVE_PARAMS = ('valve.dead_time', 'valve.fill_time_constant', 'valve.vent_time_constant')
@@ -103,6 +106,8 @@ VALVE_CHANNEL_PARAMS = (
 RATE_PARAMS = ('valve.fill_rate',)
 FRICTION_PARAMS = ('joints.hip.frictionloss', 'joints.knee.frictionloss')
 ARMATURE_PARAMS = ('joints.hip.armature', 'joints.knee.armature')
+#: parameters of the recording, not of the plant
+TIMING_PARAMS = ('timing.pressure_lag',)
 _VALVE_KEYS = {
     'valve.time_constant': lambda leg: leg.valve_time_constant,
     'valve.dead_time': lambda leg: leg.valve.dead_time,
@@ -119,6 +124,8 @@ _VALVE_KEYS = {
 def leg_value(leg: LegDescription, name: str) -> float:
     """Current value of a parameter (override key) in a description."""
     parts = name.split('.')
+    if name in TIMING_PARAMS:
+        return 0.0  # a description's recordings are taken as stamped right
     if name in _VALVE_KEYS:
         return float(_VALVE_KEYS[name](leg))
     if parts[0] == 'actuators':
@@ -350,10 +357,16 @@ class Evaluator:
             if key in p:
                 m.jnt_range[st['joint_id'][j], 0] = p[key]
 
-    def _valve(self, e: Experiment, sps: int, valve: ValveParams) -> np.ndarray:
+    def _valve(self, e: Experiment, sps: int, valve: ValveParams, lag: float | None) -> np.ndarray:
         """Valve pressure (kPa) at every physics step of an experiment, (n_steps, 2): the
-        description's valve model from the experiment's start pressure (settled there)."""
+        description's valve model from the experiment's start pressure (settled there), or the
+        measured one; with a read-back `lag` (s, free), the read-back series interpolated at
+        each step's time + lag."""
         if self.pressure == 'measured' and e.pressure_kpa is not None:
+            if lag is not None and e.pressure_series is not None:
+                t_src, p_src = e.pressure_series
+                t = np.arange((len(e) - 1) * sps) * self.dt + lag
+                return np.stack([np.interp(t, t_src, p_src[:, j]) for j in range(2)], axis=1)
             return np.repeat(e.pressure_kpa[:-1], sps, axis=0)  # the valve state as measured
         u = np.repeat(e.command_kpa[:-1], sps, axis=0)
         p, _ = follow(valve, u, e.p0_kpa, self.dt)
@@ -369,10 +382,12 @@ class Evaluator:
         areas = np.array([p[f'actuators.{a}.area'] for a in st['acts']])
         ctrl_idx = st['lm'].ctrl_idx
         valve = valve_of(p, self.names)
+        lag = p['timing.pressure_lag'] if 'timing.pressure_lag' in self.names else None
         valves = {}
         for r, ro in enumerate(self.rollouts):
             if ro.exp not in valves:
-                valves[ro.exp] = self._valve(self.experiments[ro.exp], self.sps[ro.exp], valve)
+                e = self.experiments[ro.exp]
+                valves[ro.exp] = self._valve(e, self.sps[ro.exp], valve, lag)
             sps = self.sps[ro.exp]
             pv = valves[ro.exp][ro.i0 * sps : (ro.i0 + ro.n - 1) * sps]
             F = pv * areas * 1e3
