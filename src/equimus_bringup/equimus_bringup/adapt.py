@@ -83,23 +83,16 @@ def identify(
     from equimus_identification import data, leg_fit, valve_fit
 
     rec = data.load_bag(bag)
-    s = valve_fit.series(rec)
-    t_end = float(s.t_grid[-1])
-    split = FIT_FRACTION * t_end
+    parts = leg_fit.excitation_parts(rec, FIT_FRACTION)
+    split, t_end = parts.split_s, parts.end_s
     log(f'[identify] valves from their read-back: {split:.1f} s of {t_end:.1f} s')
     t0 = time.monotonic()
-    vf = valve_fit.fit(s.window(0.0, split), max_nfev=budget.valve_nfev)
+    vf = valve_fit.fit(valve_fit.series(rec).window(0.0, split), max_nfev=budget.valve_nfev)
     log(
         f'[identify] valves: dead time {vf.values["valve.dead_time"] * 1e3:.1f} ms, residual '
         f'{vf.residual_rms_kpa:.2f} kPa ({time.monotonic() - t0:.0f} s)'
     )
-    # The leg on the fit part, driven by the measured pressures (its clock: the bag's grid
-    # starts where the valve series does, at max(first command, first read-back)).
-    grid0 = max(float(rec.t_cmd[0]), float(rec.t_p[0])) if rec.t_p is not None else 0.0
-    q0 = float(rec.t_q[0])
-    lo = max(grid0, q0)
-    windows = data.gap_free_windows(rec, lo, grid0 + split, min_len=1.0)
-    exps = [data.bag_window(rec, a, b) for a, b in windows]
+    exps = parts.fit
     leg = load_leg()
     log(f'[identify] leg from {len(exps)} window(s), {sum(len(e) for e in exps)} samples')
     t0 = time.monotonic()
@@ -130,9 +123,7 @@ def identify(
             sort_keys=False,
         )
     )
-    val_windows = data.gap_free_windows(rec, grid0 + split, grid0 + t_end, min_len=1.0)
-    validation = data.bag_window(rec, *max(val_windows, key=lambda w: w[1] - w[0]))
-    return values, intervals, validation, exps
+    return values, intervals, parts.validation, exps
 
 
 def leg_residuals(exps: list[Any], values: Mapping[str, float], truth: Any) -> dict[str, float]:

@@ -19,9 +19,9 @@ import numpy as np
 
 from equimus_description.leg import LegDescription
 
+from . import data, intervals
 from . import dynamic as D
-from . import intervals
-from .data import Experiment
+from .data import Experiment, Recording
 
 #: the free parameters: Table V's ten, the knee's stop, both hinges' dry friction, and the lag of
 #: the valves' read-back stamps behind the motion capture's (a few ms on the emulated rig, from
@@ -53,6 +53,37 @@ class LegFit:
         return {k: v for k, v in self.values.items() if k not in D.TIMING_PARAMS}
 
 
+@dataclass(frozen=True)
+class ExcitationParts:
+    """An excitation recording cut for identification: the fit part's gap-free windows and
+    the longest gap-free window of the rest (validation), on the valve series' clock."""
+
+    fit: list[Experiment]
+    validation: Experiment
+    split_s: float
+    end_s: float
+
+
+def excitation_parts(rec: Recording, fraction: float) -> ExcitationParts:
+    """The first `fraction` of an excitation for the fits, the rest for validation. The clock
+    is the valve series' (`valve_fit.series`): its grid starts at max(first command, first
+    read-back)."""
+    from . import valve_fit
+
+    t_end = float(valve_fit.series(rec).t_grid[-1])
+    split = fraction * t_end
+    grid0 = max(float(rec.t_cmd[0]), float(rec.t_p[0])) if rec.t_p is not None else 0.0
+    lo = max(grid0, float(rec.t_q[0]))
+    windows = data.gap_free_windows(rec, lo, grid0 + split, min_len=1.0)
+    rest = data.gap_free_windows(rec, grid0 + split, grid0 + t_end, min_len=1.0)
+    return ExcitationParts(
+        fit=[data.bag_window(rec, a, b) for a, b in windows],
+        validation=data.bag_window(rec, *max(rest, key=lambda w: w[1] - w[0])),
+        split_s=split,
+        end_s=t_end,
+    )
+
+
 def rollout_samples(ev: D.Evaluator) -> np.ndarray:
     """The recording sample of every residual (two per sample: hip, knee), across experiments
     in order, for the batches of `intervals.batch_covariance`."""
@@ -69,6 +100,7 @@ def _evaluator(
     leg: LegDescription,
     names: Sequence[str],
     bounds: Mapping[str, tuple[float, float]] | None = None,
+    horizon: float = HORIZON_S,
 ) -> D.Evaluator:
     """The fit's loss: multiple shooting driven by the measured pressures."""
     return D.Evaluator(
@@ -76,7 +108,7 @@ def _evaluator(
         list(names),
         leg=leg,
         loss='shooting',
-        horizon=HORIZON_S,
+        horizon=horizon,
         dt=SIM_DT,
         sign_weight=0.0,
         bounds=dict(bounds or {}),
@@ -85,12 +117,15 @@ def _evaluator(
 
 
 def residual_rms(
-    experiments: Sequence[Experiment], leg: LegDescription, values: Mapping[str, float]
+    experiments: Sequence[Experiment],
+    leg: LegDescription,
+    values: Mapping[str, float],
+    horizon: float = HORIZON_S,
 ) -> float:
     """RMS of the fit's residuals (rad) at `values` (the free parameters `NAMES`): scored at
     a known plant's own parameters, a figure above the fit's residual means the data hold an
     effect the model lacks, which the fitted parameters absorb."""
-    ev = _evaluator(experiments, leg, NAMES)
+    ev = _evaluator(experiments, leg, NAMES, horizon=horizon)
     r = ev.residuals(np.array([float(values[n]) for n in NAMES]))
     return math.sqrt(float(r @ r) / max(1, r.size))
 
@@ -103,13 +138,14 @@ def fit(
     bounds: Mapping[str, tuple[float, float]] | None = None,
     max_nfev: int = 30,
     log: Callable[[str], None] = lambda _: None,
+    horizon: float = HORIZON_S,
 ) -> LegFit:
     """Robust least squares of the shooting residuals from `start` (default: the leg's own
     values, friction from heldout.START)."""
     from .heldout import START
 
     names = list(names)
-    ev = _evaluator(experiments, leg, names, bounds)
+    ev = _evaluator(experiments, leg, names, bounds, horizon)
     x0 = np.array([D.leg_value(leg, n) for n in names])
     for i, n in enumerate(names):
         if start and n in start:
@@ -144,3 +180,62 @@ def fit(
         evaluations=ev.n_evals,
         at_bounds=D.at_bounds(ev, x),
     )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """python -m equimus_identification.leg_fit RUN: refit the leg on an `equimus adapt` run's
+    excitation (RUN/bag_excite, the part adapt fits) with other settings, and score every
+    parameter against RUN/truth.yaml when the rig was emulated."""
+    import argparse
+    import pathlib
+    import sys
+
+    from equimus_description.leg import load_leg
+
+    p = argparse.ArgumentParser(
+        prog='python -m equimus_identification.leg_fit', description=main.__doc__
+    )
+    p.add_argument('run', help='an equimus adapt --out folder')
+    p.add_argument('--fraction', type=float, default=0.7, help='part of the excitation fitted')
+    p.add_argument('--horizon', type=float, default=HORIZON_S, help='s of a shooting window')
+    p.add_argument('--nfev', type=int, default=30, help='least-squares iterations')
+    p.add_argument('--fixed-lag', action='store_true', help='read-back lag held at 0 ms')
+    a = p.parse_args(argv)
+    run = pathlib.Path(a.run)
+    try:
+        rec = data.load_bag(run / 'bag_excite')
+    except data.DataError as exc:
+        print(f'leg_fit: {exc}', file=sys.stderr)
+        return 2
+    truth = None
+    if (run / 'truth.yaml').is_file():
+        from equimus_sim.truth import load
+
+        truth = load(run / 'truth.yaml').overrides()
+    names = [n for n in NAMES if not (a.fixed_lag and n in D.TIMING_PARAMS)]
+    parts = excitation_parts(rec, a.fraction)
+    lf = fit(parts.fit, load_leg(), names=names, max_nfev=a.nfev, log=print, horizon=a.horizon)
+    held = scored = 0
+    for n, v in lf.values.items():
+        lo, hi = lf.interval[n]
+        line = f'{n:30s} {v:11.5g}  [{lo:.5g}, {hi:.5g}]'
+        if truth is not None and n in truth:
+            scored += 1
+            held += lo <= truth[n] <= hi
+            line += f'  truth {truth[n]:.5g} ({100 * (v / truth[n] - 1):+.1f} %)'
+        print(line)
+    print(
+        f'residual {lf.residual_rms_rad:.5f} rad, horizon {a.horizon:g} s, '
+        f'{lf.evaluations} simulations'
+    )
+    if truth is not None:
+        at_truth = residual_rms(parts.fit, load_leg(), {**lf.values, **truth}, a.horizon)
+        print(
+            f"at the truth's own parameters: {at_truth:.5f} rad; "
+            f'intervals holding the truth {held}/{scored}'
+        )
+    return 0
+
+
+if __name__ == '__main__':
+    raise SystemExit(main())

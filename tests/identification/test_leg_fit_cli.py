@@ -1,0 +1,39 @@
+"""python -m equimus_identification.leg_fit RUN: an adapt run's excitation refitted with other
+settings, each parameter scored against the run's truth."""
+
+import subprocess
+import sys
+
+import yaml
+
+from equimus_identification import synth
+
+TRUTH = {'actuators.maa.k': 230.0, 'actuators.baa.area': 3.6e-4, 'joints.hip.damping': 0.4}
+
+
+def _cli(*args):
+    return subprocess.run(
+        [sys.executable, '-m', 'equimus_identification.leg_fit', *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_a_synthetic_run_is_refitted_and_scored_against_its_truth(tmp_path):
+    sim = synth.simulate_steps(TRUTH, synth.random_steps(6, seed=4), hold_s=1.0)
+    synth.write_bag(tmp_path / 'bag_excite', sim, noise_rad=0.0)
+    (tmp_path / 'truth.yaml').write_text(yaml.safe_dump({'parameters': TRUTH}))
+    proc = _cli(tmp_path, '--nfev', '8', '--horizon', '2')
+    assert proc.returncode == 0, proc.stderr
+    rows = {ln.split()[0]: ln for ln in proc.stdout.splitlines() if ln.startswith('actuators.')}
+    assert 'truth 230' in rows['actuators.maa.k'], proc.stdout
+    assert 'timing.pressure_lag' in proc.stdout and 'horizon 2 s' in proc.stdout
+    last = proc.stdout.strip().splitlines()[-1]
+    assert "at the truth's own parameters" in last and 'holding the truth' in last, last
+
+
+def test_a_folder_without_an_excitation_is_one_line(tmp_path):
+    proc = _cli(tmp_path / 'nothing')
+    assert proc.returncode == 2 and 'Traceback' not in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and 'no such bag' in proc.stderr
