@@ -4,6 +4,7 @@ settings, each parameter scored against the run's truth."""
 import subprocess
 import sys
 
+import pytest
 import yaml
 
 from equimus_identification import synth
@@ -20,15 +21,18 @@ def _cli(*args):
     )
 
 
-def test_a_synthetic_run_is_refitted_and_scored_against_its_truth(tmp_path):
+@pytest.mark.parametrize('lag', ['free', 'fixed'])
+def test_a_synthetic_run_is_refitted_and_scored_against_its_truth(tmp_path, lag):
     sim = synth.simulate_steps(TRUTH, synth.random_steps(6, seed=4), hold_s=1.0)
     synth.write_bag(tmp_path / 'bag_excite', sim, noise_rad=0.0)
     (tmp_path / 'truth.yaml').write_text(yaml.safe_dump({'parameters': TRUTH}))
-    proc = _cli(tmp_path, '--nfev', '8', '--horizon', '2')
+    proc = _cli(tmp_path, '--nfev', '8', '--horizon', '2', *(['--fixed-lag'] * (lag == 'fixed')))
     assert proc.returncode == 0, proc.stderr
     rows = {ln.split()[0]: ln for ln in proc.stdout.splitlines() if ln.startswith('actuators.')}
     assert 'truth 230' in rows['actuators.maa.k'], proc.stdout
-    assert 'timing.pressure_lag' in proc.stdout and 'horizon 2 s' in proc.stdout
+    assert ('timing.pressure_lag' in proc.stdout) == (
+        lag == 'free'
+    ) and 'horizon 2 s' in proc.stdout
     last = proc.stdout.strip().splitlines()[-1]
     assert "at the truth's own parameters" in last and 'holding the truth' in last, last
 

@@ -47,8 +47,6 @@ Log = Callable[[str], None]
 
 #: the controller's section of a deployed params_file
 CONTROLLER = 'controller'
-#: fraction of the excitation the fits use; the rest is the validation segment
-FIT_FRACTION = 0.7
 #: s of a task phase left out of its tracking error (the first move from the armed pose)
 SETTLE_S = 1.0
 
@@ -83,7 +81,7 @@ def identify(
     from equimus_identification import data, leg_fit, valve_fit
 
     rec = data.load_bag(bag)
-    parts = leg_fit.excitation_parts(rec, FIT_FRACTION)
+    parts = leg_fit.excitation_parts(rec)
     split, t_end = parts.split_s, parts.end_s
     log(f'[identify] valves from their read-back: {split:.1f} s of {t_end:.1f} s')
     t0 = time.monotonic()

@@ -33,6 +33,8 @@ NAMES = (*D.PAPER_PARAMS, 'joints.knee.range.0', *D.FRICTION_PARAMS, *D.TIMING_P
 #: on the emulated rig (docs/benchmarks.md, issue 26). Driven by the measured pressures the leg
 #: is damped, so a longer window does not drift.
 HORIZON_S = 3.0
+#: part of an excitation the fits use; the rest is the validation segment (`excitation_parts`)
+FIT_FRACTION = 0.7
 F_SCALE_RAD = 0.01  # rad, scale of the robust loss (intervals.LOSS)
 SIM_DT = 1.0 / 600.0  # the simulation node's step: five per 120 Hz frame
 
@@ -64,7 +66,7 @@ class ExcitationParts:
     end_s: float
 
 
-def excitation_parts(rec: Recording, fraction: float) -> ExcitationParts:
+def excitation_parts(rec: Recording, fraction: float = FIT_FRACTION) -> ExcitationParts:
     """The first `fraction` of an excitation for the fits, the rest for validation. The clock
     is the valve series' (`valve_fit.series`): its grid starts at max(first command, first
     read-back)."""
@@ -121,12 +123,13 @@ def residual_rms(
     leg: LegDescription,
     values: Mapping[str, float],
     horizon: float = HORIZON_S,
+    names: Sequence[str] = NAMES,
 ) -> float:
-    """RMS of the fit's residuals (rad) at `values` (the free parameters `NAMES`): scored at
-    a known plant's own parameters, a figure above the fit's residual means the data hold an
-    effect the model lacks, which the fitted parameters absorb."""
-    ev = _evaluator(experiments, leg, NAMES, horizon=horizon)
-    r = ev.residuals(np.array([float(values[n]) for n in NAMES]))
+    """RMS of the residuals (rad) of a fit of `names` at `values`: scored at a known plant's
+    own parameters, a figure above the fit's residual means the data hold an effect the model
+    lacks, which the fitted parameters absorb."""
+    ev = _evaluator(experiments, leg, names, horizon=horizon)
+    r = ev.residuals(np.array([float(values[n]) for n in names]))
     return math.sqrt(float(r @ r) / max(1, r.size))
 
 
@@ -196,7 +199,9 @@ def main(argv: list[str] | None = None) -> int:
         prog='python -m equimus_identification.leg_fit', description=main.__doc__
     )
     p.add_argument('run', help='an equimus adapt --out folder')
-    p.add_argument('--fraction', type=float, default=0.7, help='part of the excitation fitted')
+    p.add_argument(
+        '--fraction', type=float, default=FIT_FRACTION, help='part of the excitation fitted'
+    )
     p.add_argument('--horizon', type=float, default=HORIZON_S, help='s of a shooting window')
     p.add_argument('--nfev', type=int, default=30, help='least-squares iterations')
     p.add_argument('--fixed-lag', action='store_true', help='read-back lag held at 0 ms')
@@ -222,14 +227,16 @@ def main(argv: list[str] | None = None) -> int:
         if truth is not None and n in truth:
             scored += 1
             held += lo <= truth[n] <= hi
-            line += f'  truth {truth[n]:.5g} ({100 * (v / truth[n] - 1):+.1f} %)'
+            line += f'  truth {truth[n]:.5g}'
+            if truth[n] != 0.0:
+                line += f' ({100 * (v / truth[n] - 1):+.1f} %)'
         print(line)
     print(
         f'residual {lf.residual_rms_rad:.5f} rad, horizon {a.horizon:g} s, '
         f'{lf.evaluations} simulations'
     )
     if truth is not None:
-        at_truth = residual_rms(parts.fit, load_leg(), {**lf.values, **truth}, a.horizon)
+        at_truth = residual_rms(parts.fit, load_leg(), {**lf.values, **truth}, a.horizon, names)
         print(
             f"at the truth's own parameters: {at_truth:.5f} rad; "
             f'intervals holding the truth {held}/{scored}'
