@@ -27,7 +27,7 @@ setup(
     license='MIT',
     entry_points={
         'console_scripts': [
-            'equimus = equimus_bringup.cli:main',
+            'equimus = equimus_bringup.cli:entry',
             'rig_emulator = equimus_bringup.entry:rig_emulator',
             'control_loop = equimus_bringup.entry:control_loop',
             'sim_graph = equimus_bringup.entry:sim_graph',

@@ -4,8 +4,11 @@ SIGKILLed recorder stalled"). Real processes: a graph node started from its desc
 delivers messages to a participant of this process on the LOCALHOST range, and its memory maps
 show whether it opened Fast DDS shared memory."""
 
+import contextlib
 import dataclasses
 import os
+import subprocess
+import sys
 import time
 
 import pytest
@@ -89,3 +92,39 @@ def test_a_graph_process_delivers_over_udp_without_shared_memory(
         assert bool(maps) != graph_profile, maps
     finally:
         sup.stop()
+
+
+@pytest.mark.parametrize('fixed', [True, False])
+def test_equimus_valve_maps_no_shared_memory(monkeypatch, no_user_choice, fixed):
+    """`equimus valve` joins as a graph process does, UDP only: no shared-memory segment that a
+    killed process of the same domain left behind is opened (a new participant opening such a
+    segment can crash in Fast DDS). Without the graph's profile, the LOCALHOST range of this
+    session maps Fast DDS's segments (the check can fail). No graph runs: the answer is "not
+    offered" after --timeout."""
+    monkeypatch.setenv(DISCOVERY_RANGE_ENV, 'LOCALHOST')
+    code = (
+        'import sys; from equimus_bringup import cli; '
+        + (
+            ''
+            if fixed
+            else 'cli.command_environment = lambda mode: dict(__import__("os").environ); '
+        )
+        + 'sys.exit(cli.main(["valve", "arm", "--timeout", "4"]))'
+    )
+    proc = subprocess.Popen(
+        [sys.executable, '-c', code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        maps: list[str] = []
+        end = time.monotonic() + 3.0
+        while proc.poll() is None and time.monotonic() < end and not maps:
+            time.sleep(0.2)
+            with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+                maps = _fastdds_shm_maps(proc.pid)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 2 and 'is not offered' in err, (proc.returncode, out, err)
+    assert bool(maps) != fixed, maps

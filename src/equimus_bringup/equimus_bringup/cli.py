@@ -19,6 +19,7 @@ equimus train [--algo ppo|distil]           train a tracking policy -> controlle
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import importlib
 import sys
 
@@ -71,20 +72,31 @@ def cmd_launch(ns: argparse.Namespace) -> int:
     return sup.run_until(timeout=ns.duration)
 
 
+def command_environment(mode: str) -> dict[str, str]:
+    """Give this command's own process the DDS environment of a `mode` graph started from the
+    same shell, before its first participant reads the profile: it then talks to the graph over
+    UDP only, as the graph's processes do, and maps no shared memory that another process's
+    kill could leave broken (docs/reliability.md). Returns the environment."""
+    import os
+
+    from equimus_bringup.graph import graph_environment
+
+    os.environ.update(graph_environment(mode))
+    return dict(os.environ)
+
+
 #: `equimus valve <action>`: the valve driver's std_srvs/Trigger services.
 VALVE_ACTIONS = ('arm', 'disarm', 'estop')
 
 
 def cmd_valve(ns: argparse.Namespace) -> int:
     """Call /valve_driver/<action> of the graph on this ROS_DOMAIN_ID; its answer is the line."""
-    import os
-
     from equimus_bringup.supervisor import LifecycleClient
 
     if not ns.timeout > 0:
         print(f'equimus: --timeout {ns.timeout:g} must be > 0 s', file=sys.stderr)
         return 2
-    client = LifecycleClient(dict(os.environ))
+    client = LifecycleClient(command_environment('hardware'), profile_loaded=True)
     try:
         ok, message = client.trigger(f'/valve_driver/{ns.action}', ns.timeout)
     finally:
@@ -231,5 +243,12 @@ def _output_closed() -> int:
     return EXIT_PIPE_CLOSED
 
 
+def entry() -> int:
+    """The command's process: a crash inside the DDS libraries prints the Python stack that led
+    there, not only a bare "Segmentation fault" (attach it to a bug report)."""
+    faulthandler.enable(all_threads=True)
+    return main()
+
+
 if __name__ == '__main__':
-    sys.exit(main())
+    sys.exit(entry())

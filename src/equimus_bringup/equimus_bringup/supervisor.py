@@ -79,15 +79,20 @@ def command_for(spec: ProcessSpec, log_level: str = 'info') -> list[str]:
     return cmd
 
 
-def graph_context(env: Mapping[str, str], domain: int | None = None):
+def graph_context(env: Mapping[str, str], domain: int | None = None, profile_loaded: bool = False):
     """A new rclpy Context on the DDS domain and discovery range that `env` gives a graph's
-    processes (the caller's own may differ: the soak), or on `domain`."""
+    processes (the caller's own may differ: the soak), or on `domain`. `profile_loaded`: this
+    process read the graph's DDS profile at its start (`command_environment`), so it joins
+    exactly as a graph process does, over UDP only."""
     import rclpy
     from rclpy.context import Context
 
     context = Context()
     saved = {k: os.environ.get(k) for k in GRAPH_DDS_ENV}
-    os.environ.update(participant_environment(env))
+    if profile_loaded:
+        os.environ.update({k: env[k] for k in GRAPH_DDS_ENV if k in env})
+    else:
+        os.environ.update(participant_environment(env))
     if domain is not None:
         os.environ['ROS_DOMAIN_ID'] = str(domain)
     try:
@@ -157,12 +162,12 @@ class LifecycleClient:
 
     _made = 0
 
-    def __init__(self, env: dict[str, str]) -> None:
+    def __init__(self, env: dict[str, str], profile_loaded: bool = False) -> None:
         import rclpy
         from rclpy.executors import SingleThreadedExecutor
 
         self._rclpy = rclpy
-        self.context = graph_context(env)
+        self.context = graph_context(env, profile_loaded=profile_loaded)
         LifecycleClient._made += 1  # several in one process (tests): distinct node names
         self.node = rclpy.create_node(
             f'equimus_supervisor_{os.getpid()}_{LifecycleClient._made}',
