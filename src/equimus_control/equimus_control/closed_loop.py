@@ -16,6 +16,7 @@ from equimus_description.interface import BODIES
 
 from .controller import Controller
 from .estimation import EstimatorConfig, JointStateEstimator
+from .reference import preview_samples
 from .step import PERIOD, ControlStep
 from .supervisor import SafetyConfig
 
@@ -64,11 +65,14 @@ def run(
     safety: SafetyConfig | None = None,
     actuation: Actuation | None = None,
     bodies: Sequence[str] = BODIES,
+    preview_s: float = 0.0,
 ) -> RunResult:
     """`duration` s of closed loop; the reference is sampled at each frame's time, the guard's
     clock is the simulation time. `actuation(command, t)` turns each command into the pressures
     the valves get (the sim graph's valve driver: equimus_hw.valve.stage.SimulatedDriver); without
     it the command reaches the valves as it is. `u` in the result is the commanded pressure.
+    `preview_s` > 0: each frame the reference also sends its next preview_s s, as the reference
+    node's /reference/preview does.
     `bodies`: the mocap bodies in the estimator's pose order (another limb: with est_cfg.joints).
     """
     est = JointStateEstimator(est_cfg or EstimatorConfig())
@@ -87,6 +91,8 @@ def run(
         e = est.update_gap(t) if frame is None else est.update(t, frame_poses(frame, bodies))
         q_ref, qd_ref = reference(t)
         step.set_reference(q_ref, qd_ref, t)
+        if preview_s > 0.0:
+            step.set_preview(*preview_samples(reference, t, preview_s, PERIOD))
         t0, c0 = time.perf_counter(), time.thread_time()
         cmd = step.step(e.position, e.velocity, t, t)
         C.append(time.perf_counter() - t0)

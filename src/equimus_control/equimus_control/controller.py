@@ -29,20 +29,54 @@ class Estimate:
 
 
 @dataclass(frozen=True)
+class Preview:
+    """The reference's own future as its publisher sent it (the /reference/preview trajectory):
+    samples of the angles (rad, (K, n)) and velocities (rad/s) at times `t` (s, ascending, on
+    the estimates' clock). Between samples linear; before the first and after the last, held."""
+
+    t: np.ndarray
+    q: np.ndarray
+    qd: np.ndarray
+
+    def sample(self, times: Any) -> tuple[np.ndarray, np.ndarray]:
+        """(angles, velocities) at `times` (a scalar → (n,), an array → (len, n))."""
+        tt = np.atleast_1d(np.asarray(times, float))
+        q = np.column_stack([np.interp(tt, self.t, c) for c in self.q.T])
+        qd = np.column_stack([np.interp(tt, self.t, c) for c in self.qd.T])
+        return (q[0], qd[0]) if np.ndim(times) == 0 else (q, qd)
+
+
+@dataclass(frozen=True)
 class Reference:
-    """The reference at the estimate's time (`q`, rad) with its velocity (`qd`, rad/s): the
-    preview `at(ahead)` carries it forward along qd, at most `max_preview` s."""
+    """The reference at the estimate's time (`q`, rad) with its velocity (`qd`, rad/s). The
+    preview `at(ahead)` is the reference's own future where its publisher sent one (`preview`,
+    from the estimate's `stamp` on); otherwise it carries q forward along qd, at most
+    `max_preview` s."""
 
     q: np.ndarray
     qd: np.ndarray
     max_preview: float = MAX_PREVIEW_S
+    preview: Preview | None = None
+    stamp: float = 0.0
 
     def at(self, ahead: Any) -> np.ndarray:
-        """q + qd·min(ahead, max_preview); `ahead` may be an array of times (→ (n, 2))."""
+        """The angles `ahead` s on; `ahead` may be an array of times (→ (len, n))."""
+        if self.preview is not None:
+            return self.preview.sample(self.stamp + np.asarray(ahead, float))[0]
         a = np.minimum(ahead, self.max_preview)
         if np.ndim(a) == 0:
             return self.q + self.qd * a
         return self.q[None, :] + self.qd[None, :] * np.asarray(a)[:, None]
+
+    def velocity_at(self, ahead: Any) -> np.ndarray:
+        """The velocities `ahead` s on: the preview's, or qd up to max_preview and 0 beyond (the
+        extrapolated reference stops there)."""
+        if self.preview is not None:
+            return self.preview.sample(self.stamp + np.asarray(ahead, float))[1]
+        moving = np.asarray(ahead, float) < self.max_preview
+        if np.ndim(moving) == 0:
+            return self.qd if moving else np.zeros_like(self.qd)
+        return np.where(moving[:, None], self.qd[None, :], 0.0)
 
 
 @dataclass(frozen=True)

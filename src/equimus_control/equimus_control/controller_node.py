@@ -32,12 +32,14 @@ from rclpy.clock import Clock, ClockType
 from rclpy.node import Node
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Bool, Float64MultiArray
+from trajectory_msgs.msg import JointTrajectory
 
 from equimus_description.config import with_check
 from equimus_description.interface import (
     DIAGNOSTICS,
     JOINT_STATES,
     REFERENCE,
+    REFERENCE_PREVIEW,
     VALVE_ARMED,
     VALVE_COMMAND,
 )
@@ -135,6 +137,7 @@ class ControllerNode(Node):
         if subscribe_state:
             subscription(self, JointState, JOINT_STATES, self.on_state)
         subscription(self, JointState, REFERENCE, self._on_ref)
+        subscription(self, JointTrajectory, REFERENCE_PREVIEW, self._on_preview)
         if subscribe_armed:
             subscription(self, Bool, VALVE_ARMED, lambda m: self.on_valves_armed(m.data))
         self.steady = Clock(clock_type=ClockType.STEADY_TIME)
@@ -165,6 +168,20 @@ class ControllerNode(Node):
                 msg.velocity,
                 stamp_seconds(msg.header.stamp.sec, msg.header.stamp.nanosec),
             )
+
+    def _on_preview(self, msg: JointTrajectory) -> None:
+        """The reference's own future (ControlStep.set_preview ignores a malformed one)."""
+        start = stamp_seconds(msg.header.stamp.sec, msg.header.stamp.nanosec)
+        pts = msg.points
+        t = [start + stamp_seconds(p.time_from_start.sec, p.time_from_start.nanosec) for p in pts]
+        q = [list(p.positions) for p in pts]
+        qd = [list(p.velocities) if len(p.velocities) else [0.0] * len(p.positions) for p in pts]
+        with self._lock:
+            if not self.step.set_preview(t, q, qd):
+                self.get_logger().warning(
+                    'a /reference/preview with non-finite, unordered or missing values: ignored',
+                    throttle_duration_sec=5.0,
+                )
 
     def on_valves_armed(self, armed: bool) -> None:
         """The valve driver's armed state; at each arm the controller starts afresh."""

@@ -59,6 +59,8 @@ class LimbPIDController:
     def step(self, state: Estimate, ref: Reference, dt: float, p_max: float) -> ControlOutput:
         q, qd = np.asarray(state.q, float), np.asarray(state.qd, float)
         q_ref, qd_ref = np.asarray(ref.q, float), np.asarray(ref.qd, float)
+        if self.g.lead > 0.0:
+            q_ref, qd_ref = ref.at(self.g.lead), ref.velocity_at(self.g.lead)
         kp, ki, kd = (np.asarray(v, float) for v in (self.g.kp, self.g.ki, self.g.kd))
         e = q_ref - q
         p_ff, _ = self.limb.holding_pressures(q_ref, p_max, self.sign)

@@ -411,7 +411,13 @@ class LTVMPC:
         ltv_ref_order in the time ahead, up to the reference's max_preview, held beyond it.
         Acceleration and jerk are differences of the successive references' velocities: a
         reference at rest (θ̇* = 0) has none; a repeated velocity (a sample late under load)
-        keeps the last estimates and the next difference spans the gap."""
+        keeps the last estimates and the next difference spans the gap. A reference that sent
+        its own future (`ref.preview`) is that future instead."""
+        ahead = self.cfg.period * np.arange(1, self.Np + 1)
+        if ref.preview is not None:
+            xr = np.zeros((self.Np, NX))
+            xr[:, 0:2], xr[:, 2:4] = ref.at(ahead), ref.velocity_at(ahead)
+            return xr
         q, qd = np.asarray(ref.q, float), np.asarray(ref.qd, float)
         order = self.cfg.ltv_ref_order
         last = self._ref_prev
@@ -426,7 +432,6 @@ class LTVMPC:
                     jerk = (acc - last[2]) / dt
         if last is None or not np.array_equal(qd, last[1]) or not np.any(qd != 0.0):
             self._ref_prev = (stamp, qd, acc, jerk)
-        ahead = self.cfg.period * np.arange(1, self.Np + 1)
         a = np.minimum(ahead, ref.max_preview)[:, None]
         moving = (ahead < ref.max_preview)[:, None]
         xr = np.zeros((self.Np, NX))

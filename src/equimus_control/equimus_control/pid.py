@@ -133,6 +133,14 @@ class PIDGains:
     k_aw: float = param(
         5.0, '1/s, anti-windup back-calculation rate', range=(0.0, 1e3), runtime=True
     )
+    lead: float = param(
+        0.0,
+        's, the PID follows the reference this far ahead (its feedforward and its error): the '
+        "valves' dead time and fill lag, paid in advance; the reference's own future where it "
+        'sends one (/reference/preview), else carried along its velocity (at most 0.1 s)',
+        range=(0.0, 1.0),
+        runtime=True,
+    )
 
     def __post_init__(self) -> None:
         validate_fields(self)
@@ -192,9 +200,13 @@ class PIDController:
         `step_numpy` is the same law on arrays, the reference the tests compare with."""
         q0, q1 = float(state.q[0]), float(state.q[1])
         qd0, qd1 = float(state.qd[0]), float(state.qd[1])
-        r0, r1 = float(ref.q[0]), float(ref.q[1])
-        rd0, rd1 = float(ref.qd[0]), float(ref.qd[1])
         g = self.g
+        if g.lead > 0.0:
+            r_q, r_qd = ref.at(g.lead), ref.velocity_at(g.lead)
+            r0, r1, rd0, rd1 = float(r_q[0]), float(r_q[1]), float(r_qd[0]), float(r_qd[1])
+        else:
+            r0, r1 = float(ref.q[0]), float(ref.q[1])
+            rd0, rd1 = float(ref.qd[0]), float(ref.qd[1])
         (kp0, kp1), (ki0, ki1), (kd0, kd1) = g.kp, g.ki, g.kd
         e0, e1 = r0 - q0, r1 - q1
         h0, h1 = holding_pressures_floats((r0, r1), self.params)
@@ -227,6 +239,8 @@ class PIDController:
     def step_numpy(self, state: Estimate, ref: Reference, dt: float, p_max: float) -> ControlOutput:
         q, qd = np.asarray(state.q, float), np.asarray(state.qd, float)
         q_ref, qd_ref = np.asarray(ref.q, float), np.asarray(ref.qd, float)
+        if self.g.lead > 0.0:
+            q_ref, qd_ref = ref.at(self.g.lead), ref.velocity_at(self.g.lead)
         kp, ki, kd = (np.asarray(v) for v in (self.g.kp, self.g.ki, self.g.kd))
         e = q_ref - q
         p_ff = np.clip(holding_pressures(q_ref, self.params), 0.0, p_max)

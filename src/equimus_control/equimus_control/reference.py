@@ -9,7 +9,7 @@ The triangle's vertices are the poses the leg reaches at rest under the paper's 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -83,6 +83,18 @@ def make_reference(kind: str, params=None, **kw):
     if kind == 'sine':
         return Sinusoid(**kw)
     raise ValueError(f"unknown reference kind {kind!r}: use 'triangle', 'steps' or 'sine'")
+
+
+def preview_samples(
+    trajectory: Callable[[float], tuple], t: float, horizon: float, spacing: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The trajectory's next `horizon` s from `t` as its publisher sends it (times, angles,
+    velocities; `spacing` s apart, the first at `t`, at least two samples)."""
+    times = t + spacing * np.arange(max(2, int(math.ceil(horizon / spacing - 1e-9)) + 1))
+    samples = [trajectory(float(x)) for x in times]
+    q = np.array([np.asarray(a, float) for a, _ in samples])
+    qd = np.array([np.asarray(b, float) for _, b in samples])
+    return times, q, qd
 
 
 def reference_at(

@@ -15,18 +15,21 @@ from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.time import Time
 from sensor_msgs.msg import JointState
+from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 from equimus_description.config import ConfigError, param, validate_fields
-from equimus_description.interface import DIAGNOSTICS, JOINTS, REFERENCE
+from equimus_description.interface import DIAGNOSTICS, JOINTS, REFERENCE, REFERENCE_PREVIEW
 from equimus_description.valve import HARD_MAX_KPA
 from equimus_ros.diagnostics import Diagnostics, Level
 from equimus_ros.main import run_node
 from equimus_ros.params import bind
 from equimus_ros.qos import publisher
 
-from .reference import TRIANGLE_KPA, Sinusoid, Waypoints, make_reference
+from .reference import TRIANGLE_KPA, Sinusoid, Waypoints, make_reference, preview_samples
 
 TRAJECTORIES = ('triangle', 'step', 'sine', 'hold')
+#: s between the points of /reference/preview (a controller interpolates between them)
+PREVIEW_SPACING_S = 1.0 / 60.0
 _WAY, _SINE = Waypoints(poses=()), Sinusoid()  # the plain trajectories' defaults
 
 
@@ -39,6 +42,16 @@ class ReferenceParams:
 
     trajectory: str = param('triangle', 'triangle | step | sine | hold')
     rate: float = param(120.0, 'Hz, publication rate in the node clock', range=(1.0, 1000.0))
+    preview: float = param(
+        0.35,
+        "s of the reference's own future sent on /reference/preview at preview_rate, points "
+        'PREVIEW_SPACING_S apart (0 = none): controllers that look ahead (ltv_mpc, the PID '
+        'with a lead) use it instead of extrapolating',
+        range=(0.0, 2.0),
+    )
+    preview_rate: float = param(
+        30.0, 'Hz, /reference/preview in the node clock', range=(1.0, 1000.0)
+    )
     move: float = param(_WAY.move, 's minimum-jerk move between waypoints', range=(0.0, 60.0))
     hold: float = param(_WAY.hold, 's hold at each waypoint', range=(0.0, 600.0))
     triangle_kpa: tuple[float, ...] = param(
@@ -160,6 +173,9 @@ class ReferenceNode(Node):
         self.count = 0
         self.pub = publisher(self, JointState, REFERENCE)
         self._msg = JointState(name=self.params.config.joint_names)
+        self.preview_pub = publisher(self, JointTrajectory, REFERENCE_PREVIEW)
+        # every how many ticks a preview goes out (the composed graph calls tick() at `rate`)
+        self._preview_every = max(1, round(cfg.rate / cfg.preview_rate))
         self.diagnostics = Diagnostics(self, DIAGNOSTICS, 'reference')
         if paced:
             self.create_timer(1.0 / cfg.rate, self.tick)
@@ -207,7 +223,24 @@ class ReferenceNode(Node):
         m.position = [float(v) for v in q]
         m.velocity = [float(v) for v in qd]
         self.pub.publish(m)
+        if self.params.config.preview > 0.0 and self.count % self._preview_every == 0:
+            self._publish_preview(t, m.header.stamp)
         self.count += 1
+
+    def _publish_preview(self, t: float, stamp) -> None:
+        """The trajectory's next `preview` s from `t`, its header at `t` (the node clock)."""
+        _, q, qd = preview_samples(self.traj, t, self.params.config.preview, PREVIEW_SPACING_S)
+        msg = JointTrajectory(joint_names=self.params.config.joint_names)
+        msg.header.stamp = stamp
+        for k, (pos, vel) in enumerate(zip(q, qd, strict=True)):
+            point = JointTrajectoryPoint(
+                positions=[float(v) for v in pos], velocities=[float(v) for v in vel]
+            )
+            point.time_from_start.sec, point.time_from_start.nanosec = divmod(
+                round(k * PREVIEW_SPACING_S * 1e9), 1_000_000_000
+            )
+            msg.points.append(point)
+        self.preview_pub.publish(msg)
 
     def _diag(self):
         self.diagnostics.publish(Level.OK, self.kind, {'published': self.count})

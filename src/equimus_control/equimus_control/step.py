@@ -13,10 +13,11 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-from .controller import MAX_PREVIEW_S, Controller, ControlOutput, Estimate, Reference
+from .controller import MAX_PREVIEW_S, Controller, ControlOutput, Estimate, Preview, Reference
 from .reference import reference_at
 from .supervisor import SafetyConfig, Supervisor, check_joints
 
@@ -65,6 +66,7 @@ class ControlStep:
         self.q_ref: np.ndarray | None = None
         self.qd_ref = np.zeros(n_joints)
         self.ref_stamp: float | None = None
+        self.preview: Preview | None = None
         self.last_stamp: float | None = None
 
     @property
@@ -115,6 +117,34 @@ class ControlStep:
         self.ref_stamp = stamp
         return True
 
+    def set_preview(self, t: Vector, q: Any, qd: Any) -> bool:
+        """The reference's own future (times s, ascending; angles rad and velocities rad/s, one
+        row per time): used in place of the latest sample while it covers the estimate's time.
+        One that is not finite, not ascending or of the wrong shape is ignored (False)."""
+        try:
+            t_arr = np.asarray(t, float).reshape(-1)
+            q_arr, qd_arr = np.asarray(q, float), np.asarray(qd, float)
+        except (TypeError, ValueError):  # ragged rows
+            return False
+        shape = (len(t_arr), self.n)
+        if (
+            len(t_arr) < 2
+            or q_arr.shape != shape
+            or qd_arr.shape != shape
+            or not (np.all(np.isfinite(t_arr)) and np.all(np.diff(t_arr) > 0))
+            or not (np.all(np.isfinite(q_arr)) and np.all(np.isfinite(qd_arr)))
+        ):
+            return False
+        self.preview = Preview(t_arr, q_arr, qd_arr)
+        return True
+
+    def _preview_for(self, stamp: float) -> Preview | None:
+        """The preview if it holds the estimate's time (a stale or far-future one is not)."""
+        p = self.preview
+        if p is None or not (p.t[0] - MAX_DT <= stamp < p.t[-1]):
+            return None
+        return p
+
     def step(self, q: Vector, qd: Vector, stamp: float, now: float) -> Command:
         """The command for the estimate (q, qd) taken at `stamp`; `now` is the steady clock."""
         n = self.n
@@ -131,7 +161,12 @@ class ControlStep:
             return self._vent()
         if self.q_ref is None:
             self.q_ref = q_arr.copy()  # no reference yet: hold where the leg is
-        ref = Reference(self._reference_at(stamp), self.qd_ref, self.max_preview)
+        preview = self._preview_for(stamp)
+        if preview is None:
+            ref = Reference(self._reference_at(stamp), self.qd_ref, self.max_preview)
+        else:
+            r_q, r_qd = preview.sample(stamp)
+            ref = Reference(r_q, r_qd, self.max_preview, preview, stamp)
         out = self.controller.step(Estimate(q_arr, qd_arr, stamp), ref, dt, sup.cfg.p_max)
         u = sup.clip(out.pressures)
         if sup.venting:  # the controller produced a non-finite command

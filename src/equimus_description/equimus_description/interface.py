@@ -23,6 +23,7 @@ __all__ = [
     'PRESSURE_LAYOUT',
     'QosClass',
     'REFERENCE',
+    'REFERENCE_PREVIEW',
     'SIM_JOINT_STATES',
     'TOPICS',
     'Topic',
@@ -158,6 +159,14 @@ VALVE_ARMED = Topic(
     'on every change and at every arm (an arm restarts the output from 0 kPa): the controller '
     'starts afresh (integrators, warm starts) at each true',
 )
+REFERENCE_PREVIEW = Topic(
+    '/reference/preview',
+    'trajectory_msgs/msg/JointTrajectory',
+    QosClass.COMMAND,
+    "the reference's own next `preview` s (rad, rad/s; header: the first point's time), so a "
+    'controller can act before the reference moves (the valves lag)',
+    arrays=(('joint_names', JOINTS),),
+)
 DIAGNOSTICS = Topic(
     '/diagnostics',
     'diagnostic_msgs/msg/DiagnosticArray',
@@ -171,6 +180,7 @@ TOPICS: tuple[Topic, ...] = (
     JOINT_STATES,
     SIM_JOINT_STATES,
     REFERENCE,
+    REFERENCE_PREVIEW,
     VALVE_COMMAND,
     VALVE_APPLIED,
     VALVE_PRESSURE,
