@@ -17,6 +17,7 @@ Tuned PID = config/tuned_pid.yaml (the gains of `equimus tune pid`, its defaults
 the file given with --tuned-pid.
 
     python benchmarks/bench_control.py [--quick] [--tuned-pid tuned_pid.yaml] [--no-graph]
+        [--preview S]
 """
 
 from __future__ import annotations
@@ -64,12 +65,12 @@ def run(
     tuned_pid: str | None = None,
     graph: bool = True,
     leg_overrides: str | None = None,
-    true_preview: tuple[float, ...] = (),
+    preview_s: float | None = None,
 ) -> dict:
     warnings.simplefilter('ignore')
     with tempfile.TemporaryDirectory() as tmp:
         path, out = tuned_pid_file(tuned_pid, tmp)
-        out.update(plain_loop(quick, path, leg_overrides, true_preview))
+        out.update(plain_loop(quick, path, leg_overrides, preview_s))
         if graph:
             out.update(sim_graph(quick, path, tmp))
     with contextlib.suppress(OSError):
@@ -81,18 +82,18 @@ def plain_loop(
     quick: bool,
     tuned_pid: str,
     leg_overrides: str | None = None,
-    true_preview: tuple[float, ...] = (),
+    preview_s: float | None = None,
 ) -> dict:
     """The plain-code loop; `leg_overrides` (e.g. config/leg_fit.yaml, its valve dead time) for
-    the simulated leg and every controller's model alike. `true_preview`: also the LTV MPC given
-    the reference's true future this many s ahead instead of its extrapolation (a diagnostic of
-    what limits it, not a mode of the controller)."""
+    the simulated leg and every controller's model alike. `preview_s`: s of its own future the
+    reference sends each frame (default: the reference node's; 0: none, the reference is
+    extrapolated along its velocity)."""
     from equimus_control.closed_loop import run as run_loop
     from equimus_control.ltv_mpc import LTVMPC, LTVMPCConfig
     from equimus_control.mpc import LinearisationGrid, LinearMPC, MPCConfig
     from equimus_control.pid import PIDController, StaticFeedforward
     from equimus_control.policy import PolicyController, load_policy
-    from equimus_control.reference import Waypoints, triangle_poses
+    from equimus_control.reference import PREVIEW_S, Waypoints, triangle_poses
     from equimus_control.sampling import PredictiveSampling, SamplingConfig
     from equimus_description.dynamics import DynamicParams, LegDynamics
     from equimus_description.leg import load_leg
@@ -101,6 +102,7 @@ def plain_loop(
     from equimus_learning.tune import read_gains
     from equimus_sim.leg_model import LegModel
 
+    preview = PREVIEW_S if preview_s is None else preview_s
     leg = load_leg(overrides=leg_overrides)
     params = StaticParams.from_leg(leg)
     policy = load_policy(POLICY)
@@ -112,7 +114,11 @@ def plain_loop(
     ps_cfg = SamplingConfig(valve_tau=leg.valve_time_constant)
     t0 = time.perf_counter()
     grid = LinearisationGrid(lm, params, cfg)
-    out = {'mpc_grid_nodes': len(grid.nodes), 'mpc_grid_build_s': time.perf_counter() - t0}
+    out = {
+        'mpc_grid_nodes': len(grid.nodes),
+        'mpc_grid_build_s': time.perf_counter() - t0,
+        'preview_s': preview,
+    }
     tri = triangle_poses(params)
     duration = 6.0 if quick else 18.0
     tasks = {
@@ -141,7 +147,9 @@ def plain_loop(
                 c = PredictiveSampling(lm_plan, params, ps_cfg, valve=leg.valve)
                 c.reset(p_valve=p0)
             # the valves get what the sim graph's valve driver makes of each command
-            r = run_loop(sim, mocap, c, ref, duration, actuation=SimulatedDriver())
+            r = run_loop(
+                sim, mocap, c, ref, duration, actuation=SimulatedDriver(), preview_s=preview
+            )
             e = r.rmse(skip=0.5)
             out[f'{task}_{name}_rmse_hip'] = float(e[0])
             out[f'{task}_{name}_rmse_knee'] = float(e[1])
@@ -157,16 +165,6 @@ def plain_loop(
         out[f'{name}_cpu_p99_ms'] = float(np.percentile(cpu, 99))
     for task in tasks:
         for name in ('mpc', 'ltv_mpc', 'sampling', 'policy'):
-            out[f'{task}_rmse_ratio_{name}_over_pid_tuned'] = ratio(out, task, name)
-        ref = tasks[task]
-        for ahead in true_preview:
-            sim, mocap, p0 = start_at(ref, params, leg_overrides)
-            c = true_preview_mpc(LTVMPC, ref, ahead)(dynamics, LTVMPCConfig(), valve=leg.valve)
-            c.reset(p_valve=p0)
-            e = run_loop(sim, mocap, c, ref, duration, actuation=SimulatedDriver()).rmse(skip=0.5)
-            name = f'ltv_mpc_true_preview_{ahead:g}s'
-            out[f'{task}_{name}_rmse_hip'] = float(e[0])
-            out[f'{task}_{name}_rmse_knee'] = float(e[1])
             out[f'{task}_rmse_ratio_{name}_over_pid_tuned'] = ratio(out, task, name)
     return out
 
@@ -188,22 +186,6 @@ def start_at(ref, params, leg_overrides: str | None):
     )
     mocap = VirtualMocap(MocapConfig(position_noise=0.0003, orientation_noise=0.002, seed=7))
     return sim, mocap, p0
-
-
-def true_preview_mpc(base: type, reference, ahead: float) -> type:
-    """`base` (LTVMPC) whose preview is the reference function itself up to `ahead` s."""
-
-    class TruePreview(base):
-        def preview(self, stamp: float, ref):
-            xr = np.zeros((self.Np, 6))
-            for k in range(self.Np):
-                a = min((k + 1) * self.cfg.period, ahead)
-                q, qd = reference(stamp + a)
-                xr[k, 0:2] = q
-                xr[k, 2:4] = qd if (k + 1) * self.cfg.period <= ahead else 0.0
-            return xr
-
-    return TruePreview
 
 
 def ratio(out: dict, prefix: str, name: str, base: str = 'pid_tuned') -> float:
@@ -273,9 +255,11 @@ def main(argv=None) -> int:
     )
     ap.add_argument('--no-graph', action='store_true', help='the plain-code loop only')
     ap.add_argument(
-        '--true-preview',
-        default='',
-        help='comma-separated seconds: also the LTV MPC given the true future of the reference',
+        '--preview',
+        type=float,
+        default=None,
+        help='plain-code loop: s of its own future the reference sends (default: the reference '
+        "node's, 0.35; 0: none, extrapolated along its velocity as before /reference/preview)",
     )
     ap.add_argument(
         '--leg-overrides',
@@ -288,8 +272,8 @@ def main(argv=None) -> int:
     if a.leg_overrides and not os.path.isfile(a.leg_overrides):
         print(f'bench_control: {a.leg_overrides}: no such file')
         return 2
-    ahead = tuple(float(x) for x in a.true_preview.split(',') if x)
-    r = run(a.quick, a.tuned_pid, not a.no_graph, a.leg_overrides, ahead)
+    r = run(a.quick, a.tuned_pid, not a.no_graph, a.leg_overrides, a.preview)
+    print(f'reference preview in the plain-code loop: {r["preview_s"]:g} s')
     print(f'MPC grid: {r["mpc_grid_nodes"]} linearisations in {r["mpc_grid_build_s"]:.2f} s')
     print(f'{"task":10s} {"controller":10s} {"RMSE hip (rad)":>15s} {"RMSE knee (rad)":>16s}')
     for task in ('triangle', 'steps'):
@@ -305,13 +289,6 @@ def main(argv=None) -> int:
             f'sampling {r[f"{task}_rmse_ratio_sampling_over_pid_tuned"]:.3f}, '
             f'policy {r[f"{task}_rmse_ratio_policy_over_pid_tuned"]:.3f}'
         )
-        for key in sorted(k for k in r if k.startswith(f'{task}_ltv_mpc_true_preview_')):
-            if key.endswith('_rmse_hip'):
-                name = key[len(task) + 1 : -len('_rmse_hip')]
-                print(
-                    f'{task:10s} {name}: {r[key]:.4f} / {r[f"{task}_{name}_rmse_knee"]:.4f}, '
-                    f"{r[f'{task}_rmse_ratio_{name}_over_pid_tuned']:.3f} x tuned PID's"
-                )
     print(
         f'compute per cycle (target p99 < 4 ms); wall clock includes preemption by other load '
         f'(1-min load average {r.get("load_average_1min", float("nan")):.1f}), CPU = thread time'

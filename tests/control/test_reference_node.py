@@ -114,7 +114,7 @@ def test_the_preview_is_the_trajectorys_future_as_a_controller_reads_it(referenc
     from trajectory_msgs.msg import JointTrajectory
 
     from equimus_control.controller_node import ControllerNode
-    from equimus_control.reference_node import PREVIEW_SPACING_S
+    from equimus_control.reference import PREVIEW_SPACING_S
     from equimus_control.step import stamp_seconds
     from equimus_description.interface import REFERENCE_PREVIEW
     from equimus_ros.qos import subscription

@@ -41,8 +41,11 @@ class Preview:
     def sample(self, times: Any) -> tuple[np.ndarray, np.ndarray]:
         """(angles, velocities) at `times` (a scalar → (n,), an array → (len, n))."""
         tt = np.atleast_1d(np.asarray(times, float))
-        q = np.column_stack([np.interp(tt, self.t, c) for c in self.q.T])
-        qd = np.column_stack([np.interp(tt, self.t, c) for c in self.qd.T])
+        t = self.t
+        i = np.clip(np.searchsorted(t, tt, side='right') - 1, 0, len(t) - 2)
+        w = np.clip((tt - t[i]) / (t[i + 1] - t[i]), 0.0, 1.0)[:, None]
+        q = self.q[i] + w * (self.q[i + 1] - self.q[i])
+        qd = self.qd[i] + w * (self.qd[i + 1] - self.qd[i])
         return (q[0], qd[0]) if np.ndim(times) == 0 else (q, qd)
 
 

@@ -85,6 +85,12 @@ def make_reference(kind: str, params=None, **kw):
     raise ValueError(f"unknown reference kind {kind!r}: use 'triangle', 'steps' or 'sine'")
 
 
+#: s of its own future the reference sends ahead (the reference node's `preview` default, and
+#: what the plain-code loop of the benchmarks sends) and s between its points
+PREVIEW_S = 0.35
+PREVIEW_SPACING_S = 1.0 / 60.0
+
+
 def preview_samples(
     trajectory: Callable[[float], tuple], t: float, horizon: float, spacing: float
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -25,11 +25,17 @@ from equimus_ros.main import run_node
 from equimus_ros.params import bind
 from equimus_ros.qos import publisher
 
-from .reference import TRIANGLE_KPA, Sinusoid, Waypoints, make_reference, preview_samples
+from .reference import (
+    PREVIEW_S,
+    PREVIEW_SPACING_S,
+    TRIANGLE_KPA,
+    Sinusoid,
+    Waypoints,
+    make_reference,
+    preview_samples,
+)
 
 TRAJECTORIES = ('triangle', 'step', 'sine', 'hold')
-#: s between the points of /reference/preview (a controller interpolates between them)
-PREVIEW_SPACING_S = 1.0 / 60.0
 _WAY, _SINE = Waypoints(poses=()), Sinusoid()  # the plain trajectories' defaults
 
 
@@ -43,7 +49,7 @@ class ReferenceParams:
     trajectory: str = param('triangle', 'triangle | step | sine | hold')
     rate: float = param(120.0, 'Hz, publication rate in the node clock', range=(1.0, 1000.0))
     preview: float = param(
-        0.35,
+        PREVIEW_S,
         "s of the reference's own future sent on /reference/preview at preview_rate, points "
         'PREVIEW_SPACING_S apart (0 = none): controllers that look ahead (ltv_mpc, the PID '
         'with a lead) use it instead of extrapolating',
