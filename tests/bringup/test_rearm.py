@@ -310,6 +310,13 @@ def test_reactivation_in_the_composed_and_fused_graphs(ros_node, tmp_path, graph
             90.0,
             'the graph controlling, armed',
         )
+        # the reference's own future reaches the controller in this graph too
+        probe.spin_until(
+            sup,
+            lambda: probe.controller.get('reference_preview') == 'on',
+            30.0,
+            'the controller taking its reference from /reference/preview',
+        )
         resets = int(probe.controller['arm_resets'])
         # A large error, as the graph's own reference cannot be moved from outside: a stiff
         # proportional gain puts the command at the 50 kPa bound wherever the leg is; frames

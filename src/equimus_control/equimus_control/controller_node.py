@@ -267,6 +267,7 @@ class ControllerNode(Node):
                 if self.valves_armed is None
                 else str(self.valves_armed).lower(),
                 'arm_resets': self.arm_resets,
+                'reference_preview': 'on' if self.step.previewed else 'off',
                 'compute_p50_ms': f'{np.percentile(c, 50):.3f}' if c.size else 'nan',
                 'compute_p99_ms': f'{np.percentile(c, 99):.3f}' if c.size else 'nan',
             },

@@ -67,6 +67,8 @@ class ControlStep:
         self.qd_ref = np.zeros(n_joints)
         self.ref_stamp: float | None = None
         self.preview: Preview | None = None
+        #: whether the last cycle took the reference from the preview (its /diagnostics)
+        self.previewed = False
         self.last_stamp: float | None = None
 
     @property
@@ -162,6 +164,7 @@ class ControlStep:
         if self.q_ref is None:
             self.q_ref = q_arr.copy()  # no reference yet: hold where the leg is
         preview = self._preview_for(stamp)
+        self.previewed = preview is not None
         if preview is None:
             ref = Reference(self._reference_at(stamp), self.qd_ref, self.max_preview)
         else:
