@@ -107,48 +107,51 @@ def test_an_unknown_parameter_set_or_trajectory_stops_the_node_with_the_reason()
 
 @pytest.mark.parametrize('reference', [['-p', 'reference:trajectory:=triangle']], indirect=True)
 def test_the_preview_is_the_trajectorys_future_as_a_controller_reads_it(reference):
-    """/reference/preview over DDS, read as the controller node reads it: its points are the
-    trajectory at the header's time plus their offsets, 1/60 s apart over 0.35 s, at ~30 Hz."""
+    """/reference/preview over DDS, read as the controller node reads it: rows (t, angles,
+    velocities) of the trajectory, 1/60 s apart over 0.35 s from the time its tick's reference
+    carries, at ~30 Hz; a row of the wrong width is refused with a warning."""
     import time
 
-    from trajectory_msgs.msg import JointTrajectory
+    from std_msgs.msg import Float64MultiArray
 
     from equimus_control.controller_node import ControllerNode
     from equimus_control.reference import PREVIEW_SPACING_S
-    from equimus_control.step import stamp_seconds
-    from equimus_description.interface import REFERENCE_PREVIEW
+    from equimus_description.interface import PREVIEW_COLUMNS, REFERENCE_PREVIEW
     from equimus_ros.qos import subscription
 
     node, client = reference
-    got: list[JointTrajectory] = []
-    subscription(client, JointTrajectory, REFERENCE_PREVIEW, got.append)
+    got: list[Float64MultiArray] = []
+    subscription(client, Float64MultiArray, REFERENCE_PREVIEW, got.append)
     end = time.monotonic() + 10.0
     while len(got) < 8 and time.monotonic() < end:
         rclpy.spin_once(client, timeout_sec=0.1)
     assert len(got) >= 8, len(got)
     msg = got[-1]
-    assert list(msg.joint_names) == ['hip', 'knee']
-    assert len(msg.points) == 22  # 0.35 s at 1/60 s, both ends
+    assert [d.label for d in msg.layout.dim] == ['point', ','.join(PREVIEW_COLUMNS)]
+    rows = np.reshape(msg.data, (-1, len(PREVIEW_COLUMNS)))
+    assert len(rows) == 22  # 0.35 s at 1/60 s, both ends
+    np.testing.assert_allclose(np.diff(rows[:, 0]), PREVIEW_SPACING_S, atol=1e-6)
     t0 = node.t0.nanoseconds * 1e-9
-    start = stamp_seconds(msg.header.stamp.sec, msg.header.stamp.nanosec) - t0
-    for k, p in enumerate(msg.points):
-        offset = stamp_seconds(p.time_from_start.sec, p.time_from_start.nanosec)
-        assert offset == pytest.approx(k * PREVIEW_SPACING_S, abs=1e-9)
-        q, qd = node.traj(start + offset)
-        np.testing.assert_allclose(p.positions, q, atol=1e-12)
-        np.testing.assert_allclose(p.velocities, qd, atol=1e-12)
-    stamps = [stamp_seconds(m.header.stamp.sec, m.header.stamp.nanosec) for m in got]
-    assert 1 / 60 < float(np.median(np.diff(stamps))) < 1 / 20  # every 4th tick of 120 Hz
+    for row in rows:
+        q, qd = node.traj(row[0] - t0)
+        np.testing.assert_allclose(row[1:3], q, atol=1e-6)  # 1e-6 s of float time
+        np.testing.assert_allclose(row[3:5], qd, atol=1e-5)
+    starts = [m.data[0] for m in got]
+    assert 1 / 60 < float(np.median(np.diff(starts))) < 1 / 20  # every 4th tick of 120 Hz
     # the controller node's handler gives its ControlStep that future on the same clock
-    ControllerNode._on_preview(holder := _Holder(), msg)
+    holder = _Holder()
+    ControllerNode._on_preview(holder, msg)
     preview = holder.step.preview
-    assert preview is not None
-    q_mid, _ = preview.sample(t0 + start + 0.1)
-    np.testing.assert_allclose(q_mid, node.traj(start + 0.1)[0], atol=2e-4)
+    assert preview is not None and holder.warnings == []
+    q_mid, _ = preview.sample(rows[0, 0] + 0.1)
+    np.testing.assert_allclose(q_mid, node.traj(rows[0, 0] - t0 + 0.1)[0], atol=2e-4)
+    bad = Float64MultiArray(layout=msg.layout, data=list(msg.data[:-1]))
+    ControllerNode._on_preview(holder, bad)
+    assert holder.step.preview is preview and len(holder.warnings) == 1
 
 
 class _Holder:
-    """What ControllerNode._on_preview touches: its lock and its ControlStep."""
+    """What ControllerNode._on_preview touches: its lock, its ControlStep and its logger."""
 
     def __init__(self):
         from equimus_control.pid import PIDController
@@ -158,6 +161,10 @@ class _Holder:
 
         self._lock = threading.Lock()
         self.step = ControlStep(PIDController(StaticParams.from_leg(load_leg())))
+        self.warnings: list[str] = []
 
     def get_logger(self):
-        raise AssertionError('a well-formed preview was refused')
+        return self
+
+    def warning(self, text, **_):
+        self.warnings.append(text)

@@ -32,7 +32,6 @@ from rclpy.clock import Clock, ClockType
 from rclpy.node import Node
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Bool, Float64MultiArray
-from trajectory_msgs.msg import JointTrajectory
 
 from equimus_description.config import with_check
 from equimus_description.interface import (
@@ -137,7 +136,7 @@ class ControllerNode(Node):
         if subscribe_state:
             subscription(self, JointState, JOINT_STATES, self.on_state)
         subscription(self, JointState, REFERENCE, self._on_ref)
-        subscription(self, JointTrajectory, REFERENCE_PREVIEW, self._on_preview)
+        subscription(self, Float64MultiArray, REFERENCE_PREVIEW, self._on_preview)
         if subscribe_armed:
             subscription(self, Bool, VALVE_ARMED, lambda m: self.on_valves_armed(m.data))
         self.steady = Clock(clock_type=ClockType.STEADY_TIME)
@@ -169,17 +168,21 @@ class ControllerNode(Node):
                 stamp_seconds(msg.header.stamp.sec, msg.header.stamp.nanosec),
             )
 
-    def _on_preview(self, msg: JointTrajectory) -> None:
-        """The reference's own future (ControlStep.set_preview ignores a malformed one)."""
-        start = stamp_seconds(msg.header.stamp.sec, msg.header.stamp.nanosec)
-        pts = msg.points
-        t = [start + stamp_seconds(p.time_from_start.sec, p.time_from_start.nanosec) for p in pts]
-        q = [list(p.positions) for p in pts]
-        qd = [list(p.velocities) if len(p.velocities) else [0.0] * len(p.positions) for p in pts]
+    def _on_preview(self, msg: Float64MultiArray) -> None:
+        """The reference's own future, rows (t, angles, velocities); ControlStep.set_preview
+        ignores a malformed one."""
+        n, dims = self.step.n, msg.layout.dim
+        cols = 1 + 2 * n
+        rows = np.asarray(msg.data, float)
+        ok = len(dims) == 2 and dims[1].size == cols and rows.size == dims[0].size * cols
         with self._lock:
-            if not self.step.set_preview(t, q, qd):
+            if ok:
+                rows = rows.reshape(-1, cols)
+                ok = self.step.set_preview(rows[:, 0], rows[:, 1 : 1 + n], rows[:, 1 + n :])
+            if not ok:
                 self.get_logger().warning(
-                    'a /reference/preview with non-finite, unordered or missing values: ignored',
+                    f'a /reference/preview that is not rows of {cols} columns (t, {n} angles, '
+                    f'{n} velocities), ascending in t and finite: ignored',
                     throttle_duration_sec=5.0,
                 )
 

@@ -15,11 +15,18 @@ from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.time import Time
 from sensor_msgs.msg import JointState
-from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
+from std_msgs.msg import Float64MultiArray
 
 from equimus_description.config import ConfigError, param, validate_fields
-from equimus_description.interface import DIAGNOSTICS, JOINTS, REFERENCE, REFERENCE_PREVIEW
+from equimus_description.interface import (
+    DIAGNOSTICS,
+    JOINTS,
+    REFERENCE,
+    REFERENCE_PREVIEW,
+    preview_columns,
+)
 from equimus_description.valve import HARD_MAX_KPA
+from equimus_ros.arrays import table_array
 from equimus_ros.diagnostics import Diagnostics, Level
 from equimus_ros.main import run_node
 from equimus_ros.params import bind
@@ -179,7 +186,8 @@ class ReferenceNode(Node):
         self.count = 0
         self.pub = publisher(self, JointState, REFERENCE)
         self._msg = JointState(name=self.params.config.joint_names)
-        self.preview_pub = publisher(self, JointTrajectory, REFERENCE_PREVIEW)
+        self.preview_pub = publisher(self, Float64MultiArray, REFERENCE_PREVIEW)
+        self._preview_columns = preview_columns(tuple(cfg.joint_names))
         # every how many ticks a preview goes out (the composed graph calls tick() at `rate`)
         self._preview_every = max(1, round(cfg.rate / cfg.preview_rate))
         self.diagnostics = Diagnostics(self, DIAGNOSTICS, 'reference')
@@ -230,23 +238,15 @@ class ReferenceNode(Node):
         m.velocity = [float(v) for v in qd]
         self.pub.publish(m)
         if self.params.config.preview > 0.0 and self.count % self._preview_every == 0:
-            self._publish_preview(t, m.header.stamp)
+            self._publish_preview(t, now.nanoseconds * 1e-9)
         self.count += 1
 
-    def _publish_preview(self, t: float, stamp) -> None:
-        """The trajectory's next `preview` s from `t`, its header at `t` (the node clock)."""
-        _, q, qd = preview_samples(self.traj, t, self.params.config.preview, PREVIEW_SPACING_S)
-        msg = JointTrajectory(joint_names=self.params.config.joint_names)
-        msg.header.stamp = stamp
-        for k, (pos, vel) in enumerate(zip(q, qd, strict=True)):
-            point = JointTrajectoryPoint(
-                positions=[float(v) for v in pos], velocities=[float(v) for v in vel]
-            )
-            point.time_from_start.sec, point.time_from_start.nanosec = divmod(
-                round(k * PREVIEW_SPACING_S * 1e9), 1_000_000_000
-            )
-            msg.points.append(point)
-        self.preview_pub.publish(msg)
+    def _publish_preview(self, t: float, stamp: float) -> None:
+        """The trajectory's next `preview` s from `t`; row times on the node clock from `stamp`
+        (the time the reference message of this tick carries)."""
+        times, q, qd = preview_samples(self.traj, t, self.params.config.preview, PREVIEW_SPACING_S)
+        rows = np.column_stack([stamp + (times - t), q, qd])
+        self.preview_pub.publish(table_array(rows.tolist(), 'point', self._preview_columns))
 
     def _diag(self):
         self.diagnostics.publish(Level.OK, self.kind, {'published': self.count})

@@ -23,6 +23,7 @@ __all__ = [
     'PRESSURE_LAYOUT',
     'QosClass',
     'REFERENCE',
+    'PREVIEW_COLUMNS',
     'REFERENCE_PREVIEW',
     'SIM_JOINT_STATES',
     'TOPICS',
@@ -33,6 +34,7 @@ __all__ = [
     'VALVE_PRESSURE',
     'mocap_pose',
     'mocap_topic',
+    'preview_columns',
     'mocap_frame',
     'topic_named',
     'ROBOT_DESCRIPTION',
@@ -159,13 +161,22 @@ VALVE_ARMED = Topic(
     'on every change and at every arm (an arm restarts the output from 0 kPa): the controller '
     'starts afresh (integrators, warm starts) at each true',
 )
+
+
+def preview_columns(joints: tuple[str, ...]) -> tuple[str, ...]:
+    """The columns of each /reference/preview row: the time (s, the reference node's clock, as
+    the stamps), then the joint angles (rad) and velocities (rad/s)."""
+    return ('t', *joints, *(f'{j}_velocity' for j in joints))
+
+
+PREVIEW_COLUMNS = preview_columns(JOINTS)
 REFERENCE_PREVIEW = Topic(
     '/reference/preview',
-    'trajectory_msgs/msg/JointTrajectory',
+    'std_msgs/msg/Float64MultiArray',
     QosClass.COMMAND,
-    "the reference's own next `preview` s (rad, rad/s; header: the first point's time), so a "
-    'controller can act before the reference moves (the valves lag)',
-    arrays=(('joint_names', JOINTS),),
+    "the reference's own next `preview` s, one row a point (PREVIEW_COLUMNS), so a controller "
+    'can act before the reference moves (the valves lag)',
+    arrays=(('data', PREVIEW_COLUMNS),),
 )
 DIAGNOSTICS = Topic(
     '/diagnostics',

@@ -14,7 +14,7 @@ from builtin_interfaces.msg import Time
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray, MultiArrayDimension
 
-__all__ = ['float_array', 'pressure_state']
+__all__ = ['float_array', 'pressure_state', 'table_array']
 
 
 def float_array(values: Collection[float], label: str) -> Float64MultiArray:
@@ -23,6 +23,21 @@ def float_array(values: Collection[float], label: str) -> Float64MultiArray:
     msg = Float64MultiArray()
     msg.layout.dim = [MultiArrayDimension(label=label, size=n, stride=n)]
     msg.data = [float(v) for v in values]
+    return msg
+
+
+def table_array(
+    rows: Collection[Collection[float]], row_label: str, columns: Collection[str]
+) -> Float64MultiArray:
+    """A 2-D array message, row-major: dim[0] the rows (`row_label`), dim[1] the columns, its
+    label the column names joined by commas."""
+    n_rows, n_cols = len(rows), len(columns)
+    msg = Float64MultiArray()
+    msg.layout.dim = [
+        MultiArrayDimension(label=row_label, size=n_rows, stride=n_rows * n_cols),
+        MultiArrayDimension(label=','.join(columns), size=n_cols, stride=n_cols),
+    ]
+    msg.data = [float(v) for row in rows for v in row]
     return msg
 
 
