@@ -108,8 +108,8 @@ def test_an_unknown_parameter_set_or_trajectory_stops_the_node_with_the_reason()
 @pytest.mark.parametrize('reference', [['-p', 'reference:trajectory:=triangle']], indirect=True)
 def test_the_preview_is_the_trajectorys_future_as_a_controller_reads_it(reference):
     """/reference/preview over DDS, read as the controller node reads it: rows (t, angles,
-    velocities) of the trajectory, 1/60 s apart over 0.35 s from the time its tick's reference
-    carries, at ~30 Hz; a row of the wrong width is refused with a warning."""
+    velocities) of the trajectory, 1/60 s apart over 0.45 s from the time its tick's reference
+    carries, at ~10 Hz; a row of the wrong width is refused with a warning."""
     import time
 
     from std_msgs.msg import Float64MultiArray
@@ -123,13 +123,13 @@ def test_the_preview_is_the_trajectorys_future_as_a_controller_reads_it(referenc
     got: list[Float64MultiArray] = []
     subscription(client, Float64MultiArray, REFERENCE_PREVIEW, got.append)
     end = time.monotonic() + 10.0
-    while len(got) < 8 and time.monotonic() < end:
+    while len(got) < 5 and time.monotonic() < end:
         rclpy.spin_once(client, timeout_sec=0.1)
-    assert len(got) >= 8, len(got)
+    assert len(got) >= 5, len(got)
     msg = got[-1]
     assert [d.label for d in msg.layout.dim] == ['point', ','.join(PREVIEW_COLUMNS)]
     rows = np.reshape(msg.data, (-1, len(PREVIEW_COLUMNS)))
-    assert len(rows) == 22  # 0.35 s at 1/60 s, both ends
+    assert len(rows) == 28  # 0.45 s at 1/60 s, both ends
     np.testing.assert_allclose(np.diff(rows[:, 0]), PREVIEW_SPACING_S, atol=1e-6)
     t0 = node.t0.nanoseconds * 1e-9
     for row in rows:
@@ -137,7 +137,7 @@ def test_the_preview_is_the_trajectorys_future_as_a_controller_reads_it(referenc
         np.testing.assert_allclose(row[1:3], q, atol=1e-6)  # 1e-6 s of float time
         np.testing.assert_allclose(row[3:5], qd, atol=1e-5)
     starts = [m.data[0] for m in got]
-    assert 1 / 60 < float(np.median(np.diff(starts))) < 1 / 20  # every 4th tick of 120 Hz
+    assert 1 / 20 < float(np.median(np.diff(starts))) < 1 / 5  # every 12th tick of 120 Hz
     # the controller node's handler gives its ControlStep that future on the same clock
     holder = _Holder()
     ControllerNode._on_preview(holder, msg)

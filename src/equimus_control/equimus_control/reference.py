@@ -87,7 +87,7 @@ def make_reference(kind: str, params=None, **kw):
 
 #: s of its own future the reference sends ahead (the reference node's `preview` default, and
 #: what the plain-code loop of the benchmarks sends) and s between its points
-PREVIEW_S = 0.35
+PREVIEW_S = 0.45
 PREVIEW_SPACING_S = 1.0 / 60.0
 
 

@@ -63,7 +63,7 @@ class ReferenceParams:
         range=(0.0, 2.0),
     )
     preview_rate: float = param(
-        30.0, 'Hz, /reference/preview in the node clock', range=(1.0, 1000.0)
+        10.0, 'Hz, /reference/preview in the node clock', range=(1.0, 1000.0)
     )
     move: float = param(_WAY.move, 's minimum-jerk move between waypoints', range=(0.0, 60.0))
     hold: float = param(_WAY.hold, 's hold at each waypoint', range=(0.0, 600.0))
