@@ -241,3 +241,50 @@ def test_commands_stay_within_bounds_and_slew_for_random_states(fit_leg):
         if k % 50:  # a lowered p_max may cut the command at once
             assert np.all(np.abs(u - last) <= 1000.0 * T + 1e-9), (k, u, last)
         last = u
+
+
+def test_sent_makes_the_valve_observer_follow_another_command(fit_leg):
+    """An expert labelling a learner's states (equimus_learning.imitate): after `sent(v)` the
+    observer holds what v gives the chambers through the description's valve model (dead time
+    included), as a controller that had answered v itself would; before any cycle it refuses."""
+    from equimus_control.controller import Estimate, Reference
+
+    dyn = LegDynamics(DynamicParams.from_leg(fit_leg))
+    mpc = LTVMPC(dyn, LTVMPCConfig(), valve=fit_leg.valve)
+    with pytest.raises(RuntimeError):
+        mpc.sent(np.array([10.0, 10.0]))
+    q = np.array([1.4, 0.8])
+    mpc.reset(p_valve=np.array([12.0, 8.0]))
+    p_before, in_flight = mpc.p_valve.copy(), mpc.history.copy()
+    out = mpc.step(Estimate(q, np.zeros(2), 0.0), Reference(q + 0.2, np.zeros(2)), T, 50.0)
+    own = mpc.p_valve.copy()
+    v = np.array([30.0, 0.0])
+    assert not np.allclose(out.pressures, v)
+    mpc.sent(v)
+    assert np.array_equal(mpc.u_last, v)
+    assert np.array_equal(mpc.history[-1], v) and np.array_equal(mpc.history[:-1], in_flight[1:])
+    twin = LTVMPC(dyn, LTVMPCConfig(), valve=fit_leg.valve)
+    twin.reset(p_valve=p_before)
+    twin._advance_valve(v)
+    assert np.array_equal(mpc.p_valve, twin.p_valve)
+    assert not np.array_equal(own, mpc.p_valve) or fit_leg.valve.dead_time > T
+
+
+def test_the_low_band_modulation_averages_to_the_demand():
+    """Below the regulated minimum m the commands are 0 or m and their mean over many periods
+    is the demand; at or above m they pass."""
+    from equimus_control.lowband import sigma_delta
+
+    m = 6.0
+    demand = np.array([[0.5, 2.73], [3.0, 5.9], [6.0, 20.0]])
+    res = np.zeros_like(demand)
+    outs = []
+    for _ in range(600):
+        out, res = sigma_delta(demand, res, m)
+        outs.append(out)
+    outs = np.array(outs)
+    low = demand < m
+    assert np.all(np.isin(outs[:, low], (0.0, m)))
+    assert np.allclose(outs.mean(axis=0)[low], demand[low], atol=m / 600 + 1e-12)
+    assert np.all(outs[:, ~low] == demand[~low])
+    assert np.array_equal(sigma_delta(demand, res, 0.0)[0], demand)

@@ -22,7 +22,7 @@ from .supervisor import SafetyConfig
 
 ReferenceFn = Callable[[float], tuple[np.ndarray, np.ndarray]]
 #: command (kPa) and its time (s) -> the pressures the valves are driven to (kPa)
-Actuation = Callable[[np.ndarray, float], Sequence[float]]
+Actuation = Callable[[Any, float], Sequence[float]]
 
 
 @dataclass

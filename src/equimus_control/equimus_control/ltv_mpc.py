@@ -63,6 +63,7 @@ from equimus_description.valve import (
 
 from . import qp
 from .controller import ControlOutput, Estimate, Reference
+from .lowband import sigma_delta
 from .step import MAX_DT
 
 NX, NU = 6, 2
@@ -257,6 +258,8 @@ class LTVMPC:
         # commands in flight (oldest first); settled: they were p_valve
         self.history = np.tile(self.p_valve, (self.H, 1))
         self._follow_hist: np.ndarray | None = None
+        # the observer before the last cycle's command (`sent`)
+        self._before: tuple[np.ndarray, np.ndarray, np.ndarray | None] | None = None
         self._sd = np.zeros(NU)  # sigma-delta residual (kPa)
         # the last distinct reference velocity: (stamp, θ̇*, acceleration, jerk)
         self._ref_prev: tuple[float, np.ndarray, np.ndarray, np.ndarray] | None = None
@@ -390,6 +393,7 @@ class LTVMPC:
         step_max = cfg.ltv_slew * T
         u = np.clip(u, self.u_last - step_max, self.u_last + step_max)
         u = np.clip(u, 0.0, p_max)
+        demand = u.copy()
         sat = (u <= 1e-6) | (u >= p_max - 1e-6)
         # the bounds win over the modulation too (p_max may be under the regulated minimum)
         u = np.clip(self._modulate(u, step_max), 0.0, p_max)
@@ -398,11 +402,13 @@ class LTVMPC:
         self.X = np.vstack([x0[None, :], Xp])
         cmds[0] = u
         self.cmds, self.U = cmds, U
+        self._before = (self.p_valve, self.history, self._follow_hist)
         self._advance_valve(u)
         info: dict[str, Any] = {
             'status': self.last_status,
             'iters': res.info.iter,
             'qp_failed': failed,
+            'demand': demand,
         }
         return ControlOutput(u, sat, info)
 
@@ -446,21 +452,25 @@ class LTVMPC:
         return self.cmds[idx].ravel()
 
     def _modulate(self, u: np.ndarray, step_max: float) -> np.ndarray:
-        """Commands below the lowest regulated pressure m vent at the valve: send 0 or m
-        instead, the residual carried to the next period (first-order sigma-delta), so the
-        chamber's lag averages them to what the QP asked for."""
-        m = self.cfg.ltv_min_regulated
-        if m <= 0:
+        """Commands below the lowest regulated pressure vent at the valve: the sigma-delta of
+        `lowband` sends 0 or it instead, so the chamber's lag averages them to what the QP
+        asked for."""
+        if self.cfg.ltv_min_regulated <= 0:
             return u
-        out = u.copy()
-        for c in range(NU):
-            if 0.0 < u[c] < m:
-                v = u[c] + self._sd[c]
-                out[c] = m if v >= 0.5 * m else 0.0
-                self._sd[c] = min(max(v - out[c], -m), m)
-            else:
-                self._sd[c] = 0.0
+        out, self._sd = sigma_delta(u, self._sd, self.cfg.ltv_min_regulated)
         return np.clip(out, self.u_last - step_max, self.u_last + step_max)
+
+    def sent(self, u: np.ndarray) -> None:
+        """Another controller's command `u` (kPa) went to the valves this period instead of this
+        cycle's answer (an expert labelling a learner's states, equimus_learning.imitate): the
+        valve observer and the next ramp start from it."""
+        if self._before is None:
+            raise RuntimeError('LTVMPC.sent before a step')
+        self.p_valve, self.history, self._follow_hist = self._before
+        u = np.asarray(u, float).copy()
+        if self.cmds is not None:
+            self.cmds[0] = u
+        self._advance_valve(u)
 
     def applied(self, u: np.ndarray) -> np.ndarray:
         """The pressure the valves are driven to for command u: below the lowest regulated

@@ -42,6 +42,7 @@ from equimus_description.valve import VALVE_TAU_S, ValveParams, relax
 
 from .batch import BatchPID, holding_pressures
 from .controller import ControlOutput, Estimate, Reference
+from .lowband import sigma_delta
 from .pid import PIDGains
 from .step import PERIOD
 
@@ -54,7 +55,9 @@ VALVE_SUFFIXES = ('maa', 'baa')
 #: u_base (the base controller's pressures this cycle), i_base (the base PID's integral torque
 #: over its clamp i_max), p_est, p_est_50ms, p_est_100ms (the valve pressures the controller's
 #: own commands give through the valve model of `PolicyIO`, if the valves saw them at once,
-#: 50 ms or 100 ms late: the dead time of the real valves is uncertain, docs/learning.md).
+#: 50 ms or 100 ms late: the dead time of the real valves is uncertain, docs/learning.md);
+#: err_50ms … err_300ms (the reference's own future that far ahead minus q: its preview,
+#: `controller.Reference.at`).
 BLOCKS: dict[str, tuple[str, str]] = {
     'q': JOINT_SUFFIXES,
     'qd': JOINT_SUFFIXES,
@@ -69,9 +72,15 @@ BLOCKS: dict[str, tuple[str, str]] = {
     'p_est': VALVE_SUFFIXES,
     'p_est_50ms': VALVE_SUFFIXES,
     'p_est_100ms': VALVE_SUFFIXES,
+    'err_50ms': JOINT_SUFFIXES,
+    'err_100ms': JOINT_SUFFIXES,
+    'err_200ms': JOINT_SUFFIXES,
+    'err_300ms': JOINT_SUFFIXES,
 }
 #: s: the dead time each valve-estimate block assumes
 P_EST_DELAYS = {'p_est': 0.0, 'p_est_50ms': 0.05, 'p_est_100ms': 0.1}
+#: s: how far ahead each preview block looks
+AHEAD_BLOCKS = {'err_50ms': 0.05, 'err_100ms': 0.1, 'err_200ms': 0.2, 'err_300ms': 0.3}
 #: blocks only a policy with a base controller can observe
 BASE_BLOCKS = ('u_base', 'i_base')
 
@@ -121,6 +130,24 @@ RESIDUAL_LAYOUT = layout_of(
     'p_est_50ms',
     'p_est_100ms',
 )
+#: The previewing layout (`equimus train --algo dagger`): what the LTV MPC decides from (the
+#: estimate, the reference and its next 0.3 s, the last command and the chamber pressures it
+#: gives), without a base controller.
+PREVIEW_LAYOUT = layout_of(
+    'q',
+    'qd',
+    'q_ref',
+    'qd_ref',
+    'err',
+    'u_prev',
+    'err_rate',
+    'qdd_ref',
+    'p_est',
+    'err_50ms',
+    'err_100ms',
+    'err_200ms',
+    'err_300ms',
+)
 #: how the last layer becomes an action in [-1, 1]: tanh, or clip (stable-baselines3's PPO takes
 #: the Gaussian's mean as it is and the environment clips it to the action space)
 OUTPUTS = ('tanh', 'clip')
@@ -162,6 +189,9 @@ class PolicyIO:
     residual_kpa: float = 25.0
     valve_tau_fill: tuple[float, float] = (VALVE_TAU_S, VALVE_TAU_S)
     valve_tau_vent: tuple[float, float] = (VALVE_TAU_S, VALVE_TAU_S)
+    #: kPa: commands below it are sigma-delta modulated between 0 and it (`lowband`), as the
+    #: LTV MPC sends them; 0 = sent as they are (and vented by the valve driver)
+    min_regulated_kpa: float = 0.0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, 'layout', tuple(self.layout))
@@ -173,6 +203,13 @@ class PolicyIO:
         if not (math.isfinite(self.residual_kpa) and self.residual_kpa > 0):
             raise ConfigError(f'policy residual_kpa {self.residual_kpa}: must be > 0 kPa')
         ValveParams(tuple(self.valve_tau_fill), tuple(self.valve_tau_vent))  # checks them
+        if not (math.isfinite(self.min_regulated_kpa) and 0 <= self.min_regulated_kpa <= 50):
+            raise ConfigError(f'policy min_regulated_kpa {self.min_regulated_kpa}: 0 to 50 kPa')
+
+    @property
+    def ahead(self) -> tuple[float, ...]:
+        """s: the times ahead whose reference the layout observes (its preview blocks)."""
+        return tuple(AHEAD_BLOCKS[b] for b in layout_blocks(self.layout) if b in AHEAD_BLOCKS)
 
     def arrays(self) -> dict[str, np.ndarray]:
         """The `io_*` entries of a policy file (the layout is `obs_layout`)."""
@@ -187,6 +224,7 @@ class PolicyIO:
             'io_residual_kpa': np.array(self.residual_kpa, float),
             'io_valve_tau_fill': np.array(self.valve_tau_fill, float),
             'io_valve_tau_vent': np.array(self.valve_tau_vent, float),
+            'io_min_regulated_kpa': np.array(self.min_regulated_kpa, float),
         }
 
     @classmethod
@@ -213,6 +251,7 @@ class PolicyIO:
             float(a['io_residual_kpa']),
             pair('io_valve_tau_fill'),
             pair('io_valve_tau_vent'),
+            float(a.get('io_min_regulated_kpa', 0.0)),
         )
 
 
@@ -240,13 +279,16 @@ class PolicyCore:
         self.p_est = {d: np.zeros((n, 2)) for d in self.delays}
         self.qd_ref_prev = np.zeros((n, 2))
         self.u_base = np.zeros((n, 2))
+        self.sd = np.zeros((n, 2))  # kPa, the low-band modulation's residual
         self.fresh = np.ones(n, bool)  # no cycle since the reset
+        self.ahead = io.ahead
 
     def reset(self, ids: Any = None) -> None:
         """Forget the commands, the valve estimate and the base controller's integral (of the
         legs `ids`; all by default)."""
         sel = slice(None) if ids is None else ids
         self.u_prev[sel] = 0.0
+        self.sd[sel] = 0.0
         self.fresh[sel] = True
         if self.base is not None:
             self.base.reset(sel)
@@ -256,11 +298,19 @@ class PolicyCore:
         self.u_prev[mask] = 0.0
         self.history[mask, 0] = 0.0
 
-    def observe(self, q, qd, q_ref, qd_ref, dt, p_max: float, rows: Any = None) -> np.ndarray:
+    def observe(
+        self, q, qd, q_ref, qd_ref, dt, p_max: float, rows: Any = None, q_ahead: Any = None
+    ) -> np.ndarray:
         """The features (m, len(layout)) of this cycle from arrays (m, 2), dt s since the last;
-        `rows`: the m legs they are of (default: all n; the others keep their state)."""
+        `rows`: the m legs they are of (default: all n; the others keep their state);
+        `q_ahead` (m, len(self.ahead), 2): the reference's angles at the times `self.ahead`
+        (a layout with preview blocks needs them)."""
         r = np.arange(self.n) if rows is None else np.asarray(rows, int).reshape(-1)
         m = len(r)
+        if self.ahead:
+            if q_ahead is None:
+                raise ValueError(f'this layout observes the reference {self.ahead} s ahead')
+            future = np.asarray(q_ahead, float).reshape(m, len(self.ahead), 2)
         q, qd, q_ref, qd_ref = (np.asarray(v, float).reshape(m, 2) for v in (q, qd, q_ref, qd_ref))
         dt_col = np.broadcast_to(np.reshape(np.asarray(dt, float), (-1, 1)), (m, 1))
         fresh = self.fresh[r]
@@ -300,6 +350,8 @@ class PolicyCore:
             err_rate=qd_ref - qd,
             qdd_ref=qdd_ref,
         )
+        for i, h in enumerate(self.ahead):
+            features[next(b for b, v in AHEAD_BLOCKS.items() if v == h)] = future[:, i] - q
         return np.concatenate([features[b] for b in self.blocks], axis=1)
 
     def command(self, action, p_max: float) -> np.ndarray:
@@ -309,10 +361,18 @@ class PolicyCore:
             u = np.clip(self.u_base + self.io.residual_kpa * a, 0.0, p_max)
         else:
             u = action_to_kpa(a, p_max)
+        if self.io.min_regulated_kpa > 0:
+            u, self.sd = sigma_delta(u, self.sd, self.io.min_regulated_kpa)
+        self.sent(u)
+        return u
+
+    def sent(self, u) -> None:
+        """The pressures (n, 2) kPa that went to the valves this cycle (the policy's own, or
+        another controller's while a learner is taught, equimus_learning.imitate)."""
+        u = np.asarray(u, float).reshape(self.n, 2)
         self.u_prev = u
         self.history = np.roll(self.history, 1, axis=1)
         self.history[:, 0] = u
-        return u
 
 
 @dataclass(frozen=True)
@@ -365,6 +425,12 @@ class MLP:
 
 def save_mlp(path: str | os.PathLike, mlp: MLP, **meta: Any) -> None:
     """Write `mlp` as the .npz policy format (`meta`: extra scalar/string facts, e.g. task)."""
+    with open(path, 'wb') as f:
+        np.savez(f, **mlp_arrays(mlp, **meta))
+
+
+def mlp_arrays(mlp: MLP, **meta: Any) -> dict[str, Any]:
+    """The arrays of `mlp`'s policy file (`mlp_from_arrays` reads them back)."""
     arrays: dict[str, Any] = {f'W{i}': W for i, W in enumerate(mlp.weights)}
     arrays.update({f'b{i}': b for i, b in enumerate(mlp.biases)})
     arrays['activation'] = np.array(mlp.activation)
@@ -377,8 +443,7 @@ def save_mlp(path: str | os.PathLike, mlp: MLP, **meta: Any) -> None:
         arrays['obs_mean'], arrays['obs_std'] = mlp.obs_mean, mlp.obs_std
     for k, v in meta.items():
         arrays[f'meta_{k}'] = np.array(v)
-    with open(path, 'wb') as f:
-        np.savez(f, **arrays)
+    return arrays
 
 
 def mlp_from_arrays(a: Mapping[str, np.ndarray], where: str) -> MLP:
@@ -503,7 +568,8 @@ class PolicyController:
         self.u_prev: np.ndarray | None = None  # last command, kPa
 
     def step(self, state: Estimate, ref: Reference, dt: float, p_max: float) -> ControlOutput:
-        obs = self.core.observe(state.q, state.qd, ref.q, ref.qd, dt, p_max)[0]
+        ahead = ref.at(np.asarray(self.core.ahead)) if self.core.ahead else None
+        obs = self.core.observe(state.q, state.qd, ref.q, ref.qd, dt, p_max, q_ahead=ahead)[0]
         a = self.mlp(obs)
         if not np.all(np.isfinite(a)):
             return ControlOutput(np.full(2, math.nan), np.zeros(2, bool), {'action': a})

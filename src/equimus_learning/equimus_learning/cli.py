@@ -2,7 +2,7 @@
 
 equimus tune pid [--task triangle|steps|upright] [--out tuned_pid.yaml]
     tune the PID gains on the model; writes a parameter file for params_file:=
-equimus train [--algo distil|ppo] [--steps N] [--out runs/policy]
+equimus train [--algo distil|ppo|dagger] [--steps N] [--out runs/policy]
     train a tracking policy; writes policy.npz for controller:=policy policy_file:=
 equimus train --task kick [--reward shaped|authors] [--steps N] [--out runs/kick]
     train the ball kick (PPO); writes policy.zip and vecnormalize.pkl
@@ -94,6 +94,8 @@ def cmd_train(ns: argparse.Namespace) -> int:
             print(f'equimus train: {exc}', file=sys.stderr)
             return 2
         _say(f'wrote {zip_path} and {npz}; TensorBoard: tensorboard --logdir {out / "tb"}')
+    elif ns.algo == 'dagger':
+        return train_dagger(ns, out)
     else:
         mlp = distil_pid(
             DistilConfig(episodes=ns.episodes, reference=ns.reference, seed=ns.seed),
@@ -102,6 +104,47 @@ def cmd_train(ns: argparse.Namespace) -> int:
         npz = str(out / 'policy.npz')
         save_mlp(npz, mlp, algo='distil')
         _say(f'wrote {npz}')
+    _say(f'run it: equimus launch sim controller:=policy policy_file:={npz}')
+    return 0
+
+
+def train_dagger(ns: argparse.Namespace, out: Path) -> int:
+    """`equimus train --algo dagger`: a previewing policy taught by the LTV MPC."""
+    import json
+
+    from equimus_control.policy import save_mlp
+
+    from .imitate import ImitateConfig, imitate
+
+    try:
+        cfg = ImitateConfig(
+            iterations=ns.iterations,
+            episodes=ns.episodes,
+            randomize=ns.randomize,
+            workers=ns.workers,
+            minutes=ns.minutes,
+            seed=ns.seed,
+        )
+        if cfg.randomize and not Path(cfg.randomize).is_file():
+            raise ValueError(f'--randomize {cfg.randomize}: no such file')
+    except ValueError as exc:
+        print(f'equimus train: {exc}', file=sys.stderr)
+        return 2
+    _say(
+        f'DAgger from the LTV MPC: {cfg.iterations} iterations of {cfg.episodes} episodes '
+        f'({cfg.episode_s:g} s'
+        f'{", legs drawn from " + cfg.randomize if cfg.randomize else ", nominal leg"}) on '
+        f'{cfg.workers} processes{f", at most {cfg.minutes:g} min" if cfg.minutes else ""}'
+    )
+    res = imitate(cfg, progress=_say)
+    npz = out / 'policy.npz'
+    save_mlp(npz, res.mlp, algo='dagger', expert='ltv_mpc', iteration=res.best_iteration)
+    with open(out / 'dagger.json', 'w', encoding='utf-8') as f:
+        json.dump({'best_iteration': res.best_iteration, 'iterations': res.history}, f, indent=1)
+    _say(
+        f'wrote {npz} (iteration {res.best_iteration + 1}, the best learner alone on the '
+        f'nominal leg) and {out / "dagger.json"} in {res.seconds:.0f} s'
+    )
     _say(f'run it: equimus launch sim controller:=policy policy_file:={npz}')
     return 0
 
@@ -203,12 +246,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         '--algo',
         default='ppo',
-        choices=('ppo', 'distil'),
-        help='ppo: stable-baselines3 (rl extra); distil: imitate the PID (NumPy, seconds)',
+        choices=('ppo', 'distil', 'dagger'),
+        help='ppo: stable-baselines3 (rl extra); distil: imitate the PID (NumPy, seconds); '
+        'dagger: a previewing policy taught by the LTV MPC (NumPy, minutes)',
     )
     p.add_argument('--steps', type=int, default=2_000_000, help='ppo: environment steps')
     p.add_argument('--envs', type=int, default=128, help='ppo: batched environments')
-    p.add_argument('--episodes', type=int, default=12, help='distil: PID episodes')
+    p.add_argument(
+        '--episodes', type=int, default=12, help='distil: PID episodes; dagger: per iteration'
+    )
+    p.add_argument('--iterations', type=int, default=8, help='dagger: iterations')
+    p.add_argument('--workers', type=int, default=2, help='dagger: processes for the episodes')
     p.add_argument('--reference', default='random', choices=('random', 'triangle', 'steps', 'mix'))
     p.add_argument(
         '--residual',
@@ -223,7 +271,7 @@ def build_parser() -> argparse.ArgumentParser:
         '--randomize',
         default='',
         metavar='FIT_YAML',
-        help="ppo: draw each episode's leg between config/leg.yaml and this fit "
+        help="ppo, dagger: draw each episode's leg between config/leg.yaml and this fit "
         '(e.g. config/leg_fit.yaml, ± 2 standard errors)',
     )
     p.add_argument(
@@ -239,7 +287,9 @@ def build_parser() -> argparse.ArgumentParser:
         help='ppo: probability that a triangle/steps episode starts at rest at 0 kPa (as the '
         'sim graph does) instead of settled at a random waypoint',
     )
-    p.add_argument('--minutes', type=float, default=0.0, help='ppo: wall-clock budget (0: none)')
+    p.add_argument(
+        '--minutes', type=float, default=0.0, help='ppo, dagger: wall-clock budget (0: none)'
+    )
     p.add_argument(
         '--log-std-init', type=float, default=0.0, help='ppo: initial log σ of the actions'
     )

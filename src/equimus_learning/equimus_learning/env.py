@@ -325,7 +325,10 @@ class TrackEnv(LegEnv):
         if self.est.status == Status.INVALID:  # no estimate: the last good one, no motion
             q, qd = self._last_q, np.zeros(2)
         self._last_q = q
-        obs = self.core.observe(q, qd, self.q_ref, self.qd_ref, PERIOD, self.cfg.p_max)[0]
+        ahead = [self.ref(self.t + h)[0] for h in self.core.ahead]  # the reference's preview
+        obs = self.core.observe(
+            q, qd, self.q_ref, self.qd_ref, PERIOD, self.cfg.p_max, q_ahead=ahead or None
+        )[0]
         if self.cfg.privileged:
             q_true, qd_true = self.sim.joint_state()
             p = kpa_to_action(self.sim.pressures, self.cfg.p_max)

@@ -338,8 +338,19 @@ class VectorTrackEnv(gym.vector.VectorEnv):
         q_ref, qd_ref = self._reference(self.k * PERIOD)
         self.q_ref, self.qd_ref = q_ref, qd_ref
         r = np.arange(self.num_envs) if rows is None else rows
+        ahead = None
+        if self.core.ahead:  # the reference's preview
+            t = self.k * PERIOD
+            ahead = np.stack([self._reference(t + h)[0][r] for h in self.core.ahead], axis=1)
         self._obs_buf[r] = self.core.observe(
-            self.est_q[r], self.est_qd[r], q_ref[r], qd_ref[r], PERIOD, self.cfg.p_max, rows=r
+            self.est_q[r],
+            self.est_qd[r],
+            q_ref[r],
+            qd_ref[r],
+            PERIOD,
+            self.cfg.p_max,
+            rows=r,
+            q_ahead=ahead,
         )
         return self._obs_buf.copy()
 

@@ -1,0 +1,147 @@
+"""The policy taught by the LTV MPC (equimus_learning.imitate, `equimus train --algo dagger`):
+what it observes of the reference's future, the expert and the learner taking turns, the
+network fit, and the command's round trip on a small budget."""
+
+import json
+
+import numpy as np
+import pytest
+
+from equimus_control.controller import Estimate, Preview, Reference
+from equimus_control.policy import (
+    AHEAD_BLOCKS,
+    MLP,
+    PREVIEW_LAYOUT,
+    PolicyController,
+    PolicyCore,
+    PolicyIO,
+    load_policy,
+    mlp_arrays,
+    mlp_from_arrays,
+)
+from equimus_description.leg import load_leg
+from equimus_description.statics import StaticParams
+
+IO = PolicyIO(PREVIEW_LAYOUT, min_regulated_kpa=6.0)
+PARAMS = StaticParams.from_leg(load_leg())
+
+
+def _picker(feature: str) -> MLP:
+    """A linear network whose action is the named feature pair (hip, knee) as it is."""
+    W = np.zeros((len(PREVIEW_LAYOUT), 2))
+    i = PREVIEW_LAYOUT.index(f'{feature}_hip')
+    W[i, 0] = W[i + 1, 1] = 1.0
+    return MLP((W,), (np.zeros(2),), output='clip', io=IO)
+
+
+@pytest.mark.parametrize('block', sorted(AHEAD_BLOCKS))
+def test_the_policy_sees_the_reference_preview_ahead(block):
+    """The controller hands the reference's own future (the /reference/preview the node sent)
+    to the network: the feature is the previewed angle that far ahead minus the estimate."""
+    h = AHEAD_BLOCKS[block]
+    t = np.linspace(0.0, 0.45, 28)
+    q_future = np.stack([1.4 + 0.2 * t, 0.8 - 0.3 * t**2], axis=1)
+    preview = Preview(t + 3.0, q_future, np.gradient(q_future, t, axis=0))
+    q = np.array([1.38, 0.79])
+    ref = Reference(q_future[0], np.zeros(2), preview=preview, stamp=3.0)
+    ctrl = PolicyController(_picker(block), PARAMS)
+    out = ctrl.step(Estimate(q, np.zeros(2), 3.0), ref, 1 / 120, 50.0)
+    want = preview.sample(3.0 + h)[0] - q
+    assert np.allclose(out.info['action'], want, atol=1e-12)
+    # without its own future the reference is carried along its velocity, at most 0.1 s
+    flat = ctrl.step(
+        Estimate(q, np.zeros(2), 3.0), Reference(q_future[0], np.zeros(2)), 1 / 120, 50
+    )
+    assert np.allclose(flat.info['action'], q_future[0] - q)
+
+
+def test_a_layout_with_preview_needs_the_future_and_keeps_its_settings_in_the_file():
+    core = PolicyCore(IO, PARAMS, 1)
+    with pytest.raises(ValueError, match='ahead'):
+        core.observe([1.4, 0.8], [0, 0], [1.4, 0.8], [0, 0], 1 / 120, 50.0)
+    back = mlp_from_arrays(mlp_arrays(_picker('err_100ms')), 'test')
+    assert back.io == IO and back.io.ahead == (0.05, 0.1, 0.2, 0.3)
+    old = mlp_arrays(_picker('err'))
+    del old['io_min_regulated_kpa']  # a file written before the setting existed
+    assert mlp_from_arrays(old, 'test').io.min_regulated_kpa == 0.0
+
+
+def test_low_commands_are_modulated_as_the_mpc_sends_them():
+    """3 kPa asked: the valves get 0 or 6 kPa (below 6 they would vent), 3 on average."""
+    core = PolicyCore(IO, PARAMS, 1)
+    a = np.full((1, 2), 3.0 / 25.0 - 1.0)  # 3 kPa with p_max 50
+    sent = np.array([core.command(a, 50.0)[0] for _ in range(120)])
+    assert set(np.unique(sent)) == {0.0, 6.0}
+    assert np.allclose(sent.mean(axis=0), 3.0, atol=0.06)
+
+
+def test_the_teacher_labels_every_state_and_sends_the_learners_command():
+    """With β = 0 the learner drives: its command goes out, the expert labels the state and is
+    told what went out (its observer and ramp start from it)."""
+    from equimus_control.ltv_mpc import LTVMPC, LTVMPCConfig
+    from equimus_description.dynamics import DynamicParams, LegDynamics
+    from equimus_learning.imitate import Teacher
+
+    leg = load_leg()
+    expert = LTVMPC(LegDynamics(DynamicParams.from_leg(leg)), LTVMPCConfig(), leg.valve)
+    learner = MLP((np.zeros((len(PREVIEW_LAYOUT), 2)),), (np.zeros(2),), output='clip', io=IO)
+    teacher = Teacher(expert, PolicyCore(IO, PARAMS, 1), learner, 0.0, np.random.default_rng(0))
+    q = np.array([1.4, 0.8])
+    ref = Reference(q + 0.1, np.zeros(2))
+    for k in range(5):
+        out = teacher.step(Estimate(q, np.zeros(2), k / 120), ref, 1 / 120, 50.0)
+        assert np.array_equal(out.pressures, [25.0, 25.0])  # action 0 → p_max / 2
+        assert np.array_equal(expert.u_last, [25.0, 25.0])
+    labels = np.array(teacher.labels)
+    assert labels.shape == (5, 2) and len(teacher.obs) == 5
+    assert not np.allclose(labels, 0.0)  # the expert's own answer, not the learner's
+    teacher.beta = 1.0  # the expert drives
+    out = teacher.step(Estimate(q, np.zeros(2), 5 / 120), ref, 1 / 120, 50.0)
+    assert np.array_equal(teacher.core.u_prev[0], out.pressures)
+
+
+def test_the_fit_learns_a_smooth_map():
+    from equimus_learning.imitate import fit_mlp
+
+    rng = np.random.default_rng(1)
+    X = rng.normal(0.0, 1.0, (4000, len(PREVIEW_LAYOUT)))
+    A = rng.normal(0.0, 0.5, (len(PREVIEW_LAYOUT), 2))
+    Y = np.tanh(X @ A) * 0.9
+    mlp, loss = fit_mlp(X, Y, IO, (32,), 30, 256, 3e-3, rng)
+    assert loss < 0.05 * np.mean(np.var(Y, axis=0)), loss
+    Xt = rng.normal(0.0, 1.0, (500, len(PREVIEW_LAYOUT)))
+    held_out = np.mean((mlp(Xt) - np.tanh(Xt @ A) * 0.9) ** 2)
+    assert held_out < 0.1 * np.mean(np.var(Y, axis=0)), held_out
+
+
+def test_equimus_train_dagger_round_trip(tmp_path):
+    """Two iterations of two short episodes: the file loads as a controller's policy, the second
+    iteration let the learner drive half the time, and the network explains the expert's
+    labels far better than their mean does."""
+    from equimus_learning.cli import main
+
+    rc = main(
+        ['train', '--algo', 'dagger', '--iterations', '2', '--episodes', '2', '--workers', '1']
+        + ['--seed', '3', '--out', str(tmp_path)]
+    )
+    assert rc == 0
+    mlp = load_policy(tmp_path / 'policy.npz')
+    assert mlp.io.layout == PREVIEW_LAYOUT and mlp.io.min_regulated_kpa == 6.0
+    with np.load(tmp_path / 'policy.npz') as f:
+        assert str(f['meta_algo']) == 'dagger' and str(f['meta_expert']) == 'ltv_mpc'
+    log = json.loads((tmp_path / 'dagger.json').read_text())
+    its = log['iterations']
+    assert [it['beta'] for it in its] == [1.0, 0.5]
+    assert its[1]['samples'] == 2 * its[0]['samples'] > 0
+    for it in its:
+        assert it['loss'] < 0.5 * it['label_variance'], it
+        assert set(it['validation_rmse']) == {'triangle', 'steps'}
+
+
+def test_bad_options_are_refused_without_a_traceback(tmp_path, capsys):
+    from equimus_learning.cli import main
+
+    rc = main(['train', '--algo', 'dagger', '--randomize', str(tmp_path / 'none.yaml')])
+    assert rc == 2
+    assert 'no such file' in capsys.readouterr().err
+    assert main(['train', '--algo', 'dagger', '--iterations', '0', '--out', str(tmp_path)]) == 2
