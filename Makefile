@@ -25,11 +25,9 @@ bench: setup  ## every benchmark; writes docs/benchmarks.md
 	@$(ENV) && python benchmarks/run_all.py
 
 POLICY_OUT ?= out/policy
-policy: setup  ## train the shipped tracking policy (config/policy_track.npz): PPO, 30 min on 2 cores (needs scripts/setup.sh --rl)
-	@$(ENV) && nice -n 10 python -m equimus_learning.cli train --algo ppo --steps 50000000 \
-	  --envs 128 --reference mix --residual config/tuned_pid.yaml \
-	  --randomize config/leg_fit.yaml --substeps 5 --rest-start 0.25 --minutes 30 \
-	  --log-std-init -1.5 --no-progress --out $(POLICY_OUT)
+policy: setup  ## train the shipped tracking policy (config/policy_track.npz): DAgger from the LTV MPC, about 9 min on 2 cores
+	@$(ENV) && python -m equimus_learning.cli train --algo dagger --iterations 10 --episodes 16 \
+	  --randomize config/leg_fit.yaml --minutes 30 --out $(POLICY_OUT)
 	@echo "ship it: cp $(POLICY_OUT)/policy.npz config/policy_track.npz"
 
 firmware:  ## the DAC board firmware built for this computer: out/firmware/dac_board_host

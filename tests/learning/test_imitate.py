@@ -145,3 +145,31 @@ def test_bad_options_are_refused_without_a_traceback(tmp_path, capsys):
     assert rc == 2
     assert 'no such file' in capsys.readouterr().err
     assert main(['train', '--algo', 'dagger', '--iterations', '0', '--out', str(tmp_path)]) == 2
+
+
+@pytest.mark.parametrize('which', ['vector', 'single'])
+def test_the_environments_show_a_previewing_policy_the_references_future(which):
+    """A policy of this layout can also be run (and trained further) in the Gymnasium
+    environments: their err_300ms is the episode reference 0.3 s on minus the estimate."""
+    from equimus_learning.env import TrackEnv
+    from equimus_learning.vector import VectorTrackEnv
+
+    env: object
+    if which == 'vector':
+        env = VectorTrackEnv(num_envs=3, reference='triangle', io=IO)
+    else:
+        env = TrackEnv(reference='triangle', io=IO)
+    obs, _ = env.reset(seed=4)
+    i = PREVIEW_LAYOUT.index('err_300ms_hip')
+    j = PREVIEW_LAYOUT.index('q_hip')
+    for _ in range(30):
+        action = np.zeros((3, 2)) if which == 'vector' else np.zeros(2)
+        obs, *_ = env.step(action)
+    obs = np.atleast_2d(obs)
+    if which == 'vector':
+        t = env.k * (1 / 120)
+        future = env._reference(t + 0.3)[0]
+    else:
+        future = np.atleast_2d(env.ref(env.t + 0.3)[0])
+    assert np.allclose(obs[:, i : i + 2], future - obs[:, j : j + 2], atol=1e-9)
+    env.close()
