@@ -119,3 +119,40 @@ def test_runs_delayed_unequally_are_not_compared():
     assert not adapt.comparable(0.0108, 0.0399)
     assert adapt.comparable(0.0105, 0.0180) and adapt.comparable(0.030, 0.039)
     assert not adapt.comparable(0.030, 0.0411)
+
+
+def test_teach_writes_a_policy_taught_on_the_identified_model(tmp_path):
+    """The policy step without the rig: DAgger on a tiny budget, the MPC planning on the
+    identified leg; the deployed file names the model and the policy, whose valve estimates
+    use the identified valves."""
+    from equimus_control.policy import load_policy
+    from equimus_description.leg import load_leg
+
+    params = tmp_path / 'params.yaml'
+    params.write_text(
+        'parameters:\n  actuators.maa.k: 240.0\n  valve.dead_time: 0.03\n'
+        '  valve.fill_time_constant.maa: 0.3\n  valve.vent_time_constant.maa: 0.12\n'
+    )
+    identified = tmp_path / 'identified.yaml'
+    identified.write_text(
+        yaml.safe_dump(
+            {
+                'interval95': {
+                    'actuators.maa.k': [235.0, 245.0],
+                    'valve.dead_time': [0.02, 0.04],
+                    'timing.pressure_lag': [0.0, 0.001],  # not a leg parameter: not drawn
+                }
+            }
+        )
+    )
+    budget = adapt.Budget(14.0, 0, 8.0, 30, 40, 8, 0, 6.5, 1, 2)
+    lines: list[str] = []
+    path = adapt.teach(params, identified, tmp_path, budget, lines.append)
+    ros = yaml.safe_load(path.read_text())['controller']['ros__parameters']
+    assert ros['leg_overrides'] == str(params.resolve())
+    mlp = load_policy(ros['policy_file'])
+    valve = load_leg(overrides=params).valve
+    assert mlp.io.valve_tau_fill[0] == pytest.approx(0.3) and mlp.io.valve_tau_vent[0] == 0.12
+    assert mlp.io.valve_tau_fill[1] == pytest.approx(float(valve.tau_fill[1]))
+    assert any('2 parameters drawn' in line for line in lines), lines
+    assert any('iteration 1/1' in line for line in lines), lines

@@ -20,7 +20,10 @@ one (`--set serial_port:=... natnet_server:=...`, no truth):
 7. report.md with the plots (tracking before/after, predicted vs measured on the validation
    segment, parameter error against the truth when the rig is emulated) and adapt.json.
 
-Policy fine-tuning is not part of the loop yet (PID only). Undo: launch without the params_file.
+With a policy (`--policy`, default the shipped config/policy_track.npz) the loop also runs it
+before, teaches a new one by the LTV MPC planning on the identified model (DAgger, legs drawn
+within the identified intervals; `equimus_learning.imitate`) and runs that after. Undo: launch
+without the params_file.
 
     equimus adapt --truth random --seed 1 --out adapt/
 """
@@ -63,12 +66,16 @@ class Budget:
     tune_local: int
     tune_generations: int
     tune_duration: float
+    teach_iterations: int  # DAgger iterations of the policy taught on the identified model
+    teach_episodes: int  # per iteration
 
 
 BUDGETS = {
-    'short': Budget(14.0, 0, 8.0, 30, 40, 8, 0, 6.5),
-    'full': Budget(30.0, 2, 14.0, 60, 150, 20, 0, 8.0),
+    'short': Budget(14.0, 0, 8.0, 30, 40, 8, 0, 6.5, 3, 8),
+    'full': Budget(30.0, 2, 14.0, 60, 150, 20, 0, 8.0, 6, 16),
 }
+#: the policy as it ships (from the checkout root): the policy phases' "before"
+SHIPPED_POLICY = 'config/policy_track.npz'
 
 
 # ----- identification and scoring (no ROS) --------------------------------------------------------
@@ -291,6 +298,43 @@ def retune(params: Path, out: Path, budget: Budget, log: Log, delay_s: float = 0
     return path
 
 
+def teach(params: Path, identified: Path, out: Path, budget: Budget, log: Log) -> Path:
+    """The policy taught again (`equimus train --algo dagger`): the LTV MPC plans on the
+    identified model, half of the episodes run on it and half on legs drawn within the
+    identified 95 % intervals; policy.npz and params_policy.yaml (the policy and the model)."""
+    from equimus_control.policy import save_mlp
+    from equimus_learning.imitate import ImitateConfig, imitate
+    from equimus_learning.randomize import Randomization
+
+    doc = yaml.safe_load(identified.read_text())
+    keys = yaml.safe_load(params.read_text())['parameters']
+    intervals = tuple(
+        (k, float(lo), float(hi)) for k, (lo, hi) in doc['interval95'].items() if k in keys
+    )
+    cfg = ImitateConfig(
+        iterations=budget.teach_iterations,
+        episodes=budget.teach_episodes,
+        leg=str(params),
+        randomize=Randomization(intervals, pool=budget.teach_episodes),
+    )
+    log(
+        f'[teach] the policy, by the LTV MPC on the identified model: {cfg.iterations} DAgger '
+        f'iterations of {cfg.episodes} episodes, {len(intervals)} parameters drawn within their '
+        'intervals'
+    )
+    res = imitate(cfg, progress=lambda m: log(f'[teach] {m}'))
+    policy = out / 'policy.npz'
+    save_mlp(policy, res.mlp, algo='dagger', expert='ltv_mpc', leg=str(params))
+    path = out / 'params_policy.yaml'
+    ros = {'leg_overrides': str(params.resolve()), 'policy_file': str(policy.resolve())}
+    path.write_text(
+        '# equimus adapt: the policy taught on the identified model, and that model.\n'
+        + yaml.safe_dump({CONTROLLER: {'ros__parameters': ros}}, sort_keys=False)
+    )
+    log(f'[teach] {res.seconds:.0f} s; iteration {res.best_iteration + 1} kept')
+    return path
+
+
 def tracking(bag: Path, t0: float, t1: float) -> dict[str, Any]:
     """Tracking RMSE per joint (rad) of /joint_states against /reference in [t0, t1] (ROS time
     = wall time on the hardware graph), and the series for the plot."""
@@ -374,13 +418,26 @@ def run(ns: argparse.Namespace, log: Log = print) -> int:
         args.setdefault('natnet_data_port', str(port + 1))
         if truth is not None:
             args['rig_truth'] = str(dump(truth, out / 'truth.yaml').resolve())
+    shipped = Path(ns.policy).resolve() if ns.policy else None
+    if shipped is not None and not shipped.is_file():
+        log(f'[adapt] no policy at {ns.policy}: the PID only (--policy FILE)')
+        shipped = None
     t_start = time.monotonic()
     result: dict[str, Any] = {'budget': ns.budget, 'truth': ns.truth, 'seed': ns.seed}
     csv = excitation(out, budget, ns.seed or 0, log)
     session = RigSession(args, log=log)
+    policy_phases: dict[str, Any] = {}
     try:
         start_graph(session, log)
         before = session.task('before', out / 'bag_before', budget.task_s, 'pid')
+        if shipped is not None:
+            policy_phases['before'] = session.task(
+                'before policy',
+                out / 'bag_before_policy',
+                budget.task_s,
+                'policy',
+                policy_file=str(shipped),
+            )
         exc_phase = session.play('excite', out / 'bag_excite', csv, budget.excite_s + 30.0)
         session.stop()  # the fits and the tuning take minutes: the rig waits vented, unpowered
         values, intervals, validation, exps = identify(out / 'bag_excite', out, budget, log)
@@ -397,7 +454,18 @@ def run(ns: argparse.Namespace, log: Log = print) -> int:
         log(f'[rig] joint states reach the loop {1e3 * delay:.0f} ms after capture (median)')
         result['loop_delay_s'] = delay
         params_pid = retune(out / 'params.yaml', out, budget, log, delay)
+        params_policy = None
+        if shipped is not None:
+            params_policy = teach(out / 'params.yaml', out / 'identified.yaml', out, budget, log)
         start_graph(session, log)
+        if params_policy is not None:
+            policy_phases['after'] = session.task(
+                'after policy',
+                out / 'bag_after_policy',
+                budget.task_s,
+                'policy',
+                str(params_policy),
+            )
         after = session.task('after', out / 'bag_after', budget.task_s, 'pid', str(params_pid))
         bags = (out / 'bag_before', out / 'bag_after')
         delays = (delay, loop_delay(bags[1], after.armed_at, after.ended_at))
@@ -442,6 +510,19 @@ def run(ns: argparse.Namespace, log: Log = print) -> int:
         excite_phase=[exc_phase.armed_at, exc_phase.ended_at],
         params_file=str(params_pid),
     )
+    if set(policy_phases) == {'before', 'after'}:
+        pb, pa = (
+            tracking(out / f'bag_{k}_policy', ph.armed_at + SETTLE_S, ph.ended_at)
+            for k, ph in policy_phases.items()
+        )
+        result.update(
+            policy_tracking_rmse_before=pb['rmse'],
+            policy_tracking_rmse_after=pa['rmse'],
+            policy_tracking_sum_before=pb['sum'],
+            policy_tracking_sum_after=pa['sum'],
+            policy_reduction=1.0 - pa['sum'] / pb['sum'],
+            policy_params_file=str(params_policy),
+        )
     rows = truth_table(truth, values, intervals) if truth is not None else []
     if rows:
         result['coverage'] = sum(r['covered'] for r in rows) / len(rows)
@@ -454,6 +535,13 @@ def run(ns: argparse.Namespace, log: Log = print) -> int:
         f'({100 * result["reduction"]:.0f} % less)'
         + (f'; {100 * result["coverage"]:.0f} % of the intervals hold the truth' if rows else '')
     )
+    if 'policy_reduction' in result:
+        log(
+            f'[adapt] policy: {result["policy_tracking_sum_before"]:.4f} -> '
+            f'{result["policy_tracking_sum_after"]:.4f} rad '
+            f'({100 * result["policy_reduction"]:.0f} % less); controller:=policy '
+            f'params_file:={params_policy}'
+        )
     log(f'[adapt] report: {out / "report.md"}; deploy: params_file:={params_pid}')
     return 0
 
@@ -544,6 +632,12 @@ def write_report(
         '|---|---|---|---|',
         f'| triangle, PID before | {tb["rmse"][0]:.4f} | {tb["rmse"][1]:.4f} | {tb["sum"]:.4f} |',
         f'| triangle, PID after | {ta["rmse"][0]:.4f} | {ta["rmse"][1]:.4f} | {ta["sum"]:.4f} |',
+        *(
+            f'| triangle, policy {k} | {_row(result[f"policy_tracking_rmse_{k}"])} | '
+            f'{result[f"policy_tracking_sum_{k}"]:.4f} |'
+            for k in ('before', 'after')
+            if 'policy_reduction' in result
+        ),
         f'| validation replay, nominal | {_row(val["nominal"]["rmse"])} |',
         f'| validation replay, identified | {_row(val["identified"]["rmse"])} |',
         '',
@@ -565,6 +659,14 @@ def write_report(
         f'Deployed: `params_file:={Path(result["params_file"]).name}` (gains, and the identified '
         "model params.yaml as the controller's leg_overrides). Undo: launch without it.",
     ]
+    if 'policy_reduction' in result:
+        lines += [
+            '',
+            f'Policy: {100 * result["policy_reduction"]:.0f} % less error after adapt (the '
+            'shipped policy before; after, the policy taught by the LTV MPC planning on the '
+            'identified model, with legs drawn within its intervals): `controller:=policy '
+            f'params_file:={Path(result["policy_params_file"]).name}`.',
+        ]
     if rows:
         fig, ax = plt.subplots(figsize=(9, 4.5))
         x = np.arange(len(rows))
@@ -643,6 +745,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument('--seed', type=int, default=None, help='seed of --truth random')
     p.add_argument('--budget', choices=sorted(BUDGETS), default='full')
+    p.add_argument(
+        '--policy',
+        default=SHIPPED_POLICY,
+        metavar='FILE',
+        help="the policy as deployed now (the policy phases' before); '' = the PID only",
+    )
     p.add_argument(
         '--set',
         action='append',

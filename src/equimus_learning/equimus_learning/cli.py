@@ -120,20 +120,23 @@ def train_dagger(ns: argparse.Namespace, out: Path) -> int:
         cfg = ImitateConfig(
             iterations=ns.iterations,
             episodes=ns.episodes,
+            leg=ns.leg,
             randomize=ns.randomize,
             workers=ns.workers,
             minutes=ns.minutes,
             seed=ns.seed,
         )
-        if cfg.randomize and not Path(cfg.randomize).is_file():
-            raise ValueError(f'--randomize {cfg.randomize}: no such file')
+        for option, path in (('--randomize', ns.randomize), ('--leg', ns.leg)):
+            if path and not Path(path).is_file():
+                raise ValueError(f'{option} {path}: no such file')
     except ValueError as exc:
         print(f'equimus train: {exc}', file=sys.stderr)
         return 2
     _say(
         f'DAgger from the LTV MPC: {cfg.iterations} iterations of {cfg.episodes} episodes '
         f'({cfg.episode_s:g} s'
-        f'{", legs drawn from " + cfg.randomize if cfg.randomize else ", nominal leg"}) on '
+        f'{", legs drawn from " + str(cfg.randomize) if cfg.randomize else ", nominal leg"}'
+        f'{", the MPC planning on " + cfg.leg if cfg.leg else ""}) on '
         f'{cfg.workers} processes{f", at most {cfg.minutes:g} min" if cfg.minutes else ""}'
     )
     res = imitate(cfg, progress=_say)
@@ -256,6 +259,13 @@ def build_parser() -> argparse.ArgumentParser:
         '--episodes', type=int, default=12, help='distil: PID episodes; dagger: per iteration'
     )
     p.add_argument('--iterations', type=int, default=8, help='dagger: iterations')
+    p.add_argument(
+        '--leg',
+        default='',
+        metavar='PARAMS_YAML',
+        help='dagger: the leg the MPC plans on and the nominal episodes run on (e.g. an '
+        'identified params.yaml; default config/leg.yaml)',
+    )
     p.add_argument('--workers', type=int, default=2, help='dagger: processes for the episodes')
     p.add_argument('--reference', default='random', choices=('random', 'triangle', 'steps', 'mix'))
     p.add_argument(

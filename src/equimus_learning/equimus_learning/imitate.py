@@ -26,10 +26,11 @@ there is the one written.
 from __future__ import annotations
 
 import math
+import multiprocessing
 import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -47,6 +48,7 @@ from equimus_control.reference import PREVIEW_S
 from equimus_description.valve import MIN_REGULATED_KPA
 
 from .env import RANDOM_HI, RANDOM_LO, STEP_POSES, EpisodeReference
+from .randomize import Randomization
 
 #: the nominal leg's validation tasks: (name, poses or None for the triangle, move s)
 VALIDATION = (('triangle', None, 0.5), ('steps', STEP_POSES, 0.5))
@@ -70,8 +72,13 @@ class ImitateConfig:
     mix: tuple[float, float, float] = (0.4, 0.4, 0.2)
     #: probability that a looping reference starts with the leg at rest at 0 kPa (as the graph)
     rest_start: float = 0.3
-    #: the identified leg whose intervals the legs are drawn from; '' = the nominal leg only
-    randomize: str = 'config/leg_fit.yaml'
+    #: the leg the expert plans on, the "nominal" share of the episodes and the validation run
+    #: on: an override file (e.g. an identified params.yaml); '' = config/leg.yaml
+    leg: str = ''
+    #: where the other legs are drawn: an identified leg file (`randomize.identified`: between
+    #: config/leg.yaml and it, ± 2 standard errors), intervals of override keys as they are
+    #: (a `randomize.Randomization`, drawn on top of `leg`), or '' = the nominal leg only
+    randomize: str | Randomization = 'config/leg_fit.yaml'
     nominal_share: float = 0.5  # of the episodes on the nominal leg
     preview: float = PREVIEW_S  # s the reference sends ahead
     validation_s: float = 15.0
@@ -163,7 +170,7 @@ def _episode(job: dict[str, Any]) -> Episode:
     from equimus_control.policy import mlp_from_arrays
     from equimus_control.reference import triangle_poses
     from equimus_description.dynamics import DynamicParams, LegDynamics
-    from equimus_description.leg import load_leg
+    from equimus_description.leg import load_leg, load_overrides
     from equimus_description.statics import StaticParams, holding_pressures
     from equimus_hw.valve.stage import SimulatedDriver
     from equimus_sim.leg_model import LegModel
@@ -172,9 +179,11 @@ def _episode(job: dict[str, Any]) -> Episode:
 
     cfg: ImitateConfig = job['cfg']
     rng = np.random.default_rng(job['seed'])
-    nominal = load_leg()
+    base = load_overrides(cfg.leg) if cfg.leg else {}
+    nominal = load_leg(overrides=base or None)
     params = StaticParams.from_leg(nominal)
-    triangle = triangle_poses(params)
+    # the reference node's triangle: the description's static model, whatever the controller's
+    triangle = triangle_poses(StaticParams.from_leg(load_leg()))
     if job.get('task'):
         name, poses, move = next(v for v in VALIDATION if v[0] == job['task'])
         kind = name
@@ -183,7 +192,7 @@ def _episode(job: dict[str, Any]) -> Episode:
         )
     else:
         kind, ref = _reference(rng, cfg, triangle)
-    overrides = job['overrides']
+    overrides = {**base, **(job['overrides'] or {})} or None
     if ref.rest:
         q0 = LegModel(load_leg(overrides=overrides)).static_equilibrium(np.zeros(2))
         p0 = np.zeros(2)
@@ -287,16 +296,33 @@ class ImitateResult:
     seconds: float
 
 
+def with_valve_of(io: PolicyIO, leg_file: str) -> PolicyIO:
+    """`io` with the fill and vent constants of the valves of `leg_file` (an override file)."""
+    from equimus_description.leg import load_leg
+
+    v = load_leg(overrides=leg_file).valve
+
+    def pair(x: Any) -> tuple[float, float]:
+        a = np.broadcast_to(np.asarray(x, float), (2,))
+        return (float(a[0]), float(a[1]))
+
+    return replace(io, valve_tau_fill=pair(v.tau_fill), valve_tau_vent=pair(v.tau_vent))
+
+
 def imitate(
     cfg: ImitateConfig | None = None, progress: Callable[[str], None] | None = None
 ) -> ImitateResult:
     """Run DAgger (see the module docstring)."""
     cfg = cfg if cfg is not None else ImitateConfig()
+    if cfg.leg:  # the learner's valve estimates (p_est) on the leg the expert plans on
+        cfg = replace(cfg, io=with_valve_of(cfg.io, cfg.leg))
     say = progress or (lambda _text: None)
     start = time.monotonic()
     rng = np.random.default_rng(cfg.seed)
     draw = None
-    if cfg.randomize:
+    if isinstance(cfg.randomize, Randomization):
+        draw = cfg.randomize
+    elif cfg.randomize:
         from .randomize import identified
 
         draw = identified(cfg.randomize)
@@ -305,7 +331,10 @@ def imitate(
     mlp: MLP | None = None
     best: tuple[float, int, MLP] | None = None
     history: list[dict[str, Any]] = []
-    with ProcessPoolExecutor(max_workers=cfg.workers) as pool:
+    # spawned workers: the caller may hold threads (DDS, executors) that a fork would copy
+    # mid-lock
+    context = multiprocessing.get_context('spawn')
+    with ProcessPoolExecutor(max_workers=cfg.workers, mp_context=context) as pool:
         for it in range(cfg.iterations):
             t_it = time.monotonic()
             beta = cfg.beta(it) if mlp is not None else 1.0
