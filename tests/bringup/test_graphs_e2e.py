@@ -5,12 +5,12 @@ bridge, valve driver) against rig_emulator: real UDP NatNet packets and real ser
 pseudo-terminal around the simulated leg.
 """
 
-import contextlib
 import json
 from itertools import pairwise
 
 import pytest
 from rosproc import vented_on_stop
+from rosspin import BackgroundSpin
 
 from equimus_bringup import main_job
 from equimus_record import bag
@@ -170,7 +170,6 @@ def test_fused_control_loop_against_the_emulated_rig(tmp_path):
 def _watch(topics):
     """A probe node in this process recording (arrival time, data, header stamp in s) per
     topic, spun by a thread."""
-    import threading
     import time
 
     import rclpy
@@ -198,20 +197,15 @@ def _watch(topics):
         )
     ex = SingleThreadedExecutor(context=ctx)
     ex.add_node(node)
-    thread = threading.Thread(target=lambda: _spin_quietly(ex), daemon=True)
-    thread.start()
+    spin = BackgroundSpin(ex, ctx)
 
     def close():
+        spin.stop()
         ex.shutdown(timeout_sec=1.0)
         node.destroy_node()
         rclpy.try_shutdown(context=ctx)
 
     return seen, close
-
-
-def _spin_quietly(ex):
-    with contextlib.suppress(Exception):  # the context shut down at teardown
-        ex.spin()
 
 
 @pytest.mark.parametrize('mode', ['sim', 'hardware'])

@@ -15,7 +15,6 @@ Real processes, rclpy/DDS, MuJoCo; in the fused case a real pty and real UDP Nat
 are on what reached the valves, with margins for a loaded machine, not on tight timings.
 """
 
-import contextlib
 import os
 import signal
 import threading
@@ -23,6 +22,7 @@ import time
 
 import pytest
 from diagnostic_msgs.msg import DiagnosticArray
+from rosspin import BackgroundSpin
 from std_msgs.msg import Float64MultiArray
 
 from equimus_bringup import main_job
@@ -64,18 +64,13 @@ class Intruder:
         self._stop = threading.Event()
         self.ex = SingleThreadedExecutor(context=self.ctx)
         self.ex.add_node(self.node)
-        self._spin = threading.Thread(target=self._spin_quietly, daemon=True)
-        self._spin.start()
+        self.spin = BackgroundSpin(self.ex, self.ctx)
         self._thread: threading.Thread | None = None
 
     def _on_diag(self, msg) -> None:
         for st in msg.status:
             if st.name.startswith('valve_driver'):
                 self.driver.append((time.monotonic(), {kv.key: kv.value for kv in st.values}))
-
-    def _spin_quietly(self) -> None:
-        with contextlib.suppress(Exception):  # the context shut down at teardown
-            self.ex.spin()
 
     def start(self) -> None:
         self.pub = self.node.create_publisher(
@@ -100,6 +95,7 @@ class Intruder:
 
     def close(self) -> None:
         self.stop()
+        self.spin.stop()
         self.ex.shutdown(timeout_sec=1.0)
         self.node.destroy_node()
         rclpy.try_shutdown(context=self.ctx)

@@ -11,13 +11,12 @@ Either way A's driver sees no lifecycle transition and A goes on commanding its 
 Real processes and rclpy/DDS.
 """
 
-import contextlib
 import os
 import re
-import threading
 import time
 
 import pytest
+from rosspin import BackgroundSpin
 
 from equimus_bringup import cli, prestart
 from equimus_bringup.graph import describe_graph
@@ -47,17 +46,14 @@ class Applied:
         )
         self.ex = SingleThreadedExecutor(context=self.ctx)
         self.ex.add_node(self.node)
-        threading.Thread(target=self._spin, daemon=True).start()
-
-    def _spin(self) -> None:
-        with contextlib.suppress(Exception):
-            self.ex.spin()
+        self.spin = BackgroundSpin(self.ex, self.ctx)
 
     def flowing(self, since: float) -> bool:
         rows = [d for t, d in self.rows if t > since]
         return len(rows) >= 20 and any(max(d) > 1.0 for d in rows)
 
     def close(self) -> None:
+        self.spin.stop()
         self.ex.shutdown(timeout_sec=1.0)
         self.node.destroy_node()
         rclpy.try_shutdown(context=self.ctx)

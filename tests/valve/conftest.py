@@ -2,7 +2,6 @@
 of the test process) or the firmware itself built for this computer (its own process, behind
 FirmwareBoard), the valve_driver node in a separate process, and an rclpy harness node."""
 
-import contextlib
 import os
 import pathlib
 import signal
@@ -12,6 +11,7 @@ import threading
 import time
 
 import pytest
+from rosspin import BackgroundSpin
 
 from equimus_hw.valve.board_emulator import BoardEmulator
 from equimus_hw.valve.host_firmware import FirmwareBoard
@@ -168,14 +168,9 @@ class Harness:
         self.Trigger = Trigger
         self.executor = SingleThreadedExecutor(context=self.ctx)
         self.executor.add_node(self.node)
-        self._thread = threading.Thread(target=self._spin, daemon=True)
-        self._thread.start()
+        self.spin = BackgroundSpin(self.executor, self.ctx)
         self._stream = None
         self._stream_stop = threading.Event()
-
-    def _spin(self):
-        with contextlib.suppress(Exception):  # context shut down at teardown
-            self.executor.spin()
 
     def _on_diag(self, msg):
         for st in msg.status:
@@ -228,7 +223,9 @@ class Harness:
             if wait_for(future.done, timeout):
                 return future.result()
             client.remove_pending_request(future)
-        raise AssertionError(f'/valve_driver/{name} did not answer in {tries} tries')
+        raise AssertionError(
+            f'/valve_driver/{name} did not answer in {tries} tries ({self.spin.report()})'
+        )
 
     def set_param(self, name, value, timeout=5.0):
         """Set one driver parameter over its SetParameters service (spun by this harness)."""
@@ -261,6 +258,7 @@ class Harness:
 
     def close(self):
         self.stop_stream()
+        self.spin.stop()
         self.executor.shutdown(timeout_sec=1.0)
         self.node.destroy_node()
         self.rclpy.try_shutdown(context=self.ctx)

@@ -152,7 +152,9 @@ def rig(request, harness, tmp_module):
     if not harness.wait_connected(t_start):
         drv.stop()  # a fixture that fails is not torn down: its driver would outlive the test
         emu.close()
-        pytest.fail(f'driver never reported a connected link:\n{drv.output()}')
+        pytest.fail(
+            f'driver never reported a connected link ({harness.spin.report()}):\n{drv.output()}'
+        )
     yield emu, drv
     harness.stop_stream()
     rc = drv.stop(signal.SIGINT)
