@@ -60,8 +60,9 @@ def test_truth_table_scores_each_interval_against_the_truth():
 @pytest.mark.serial
 @pytest.mark.timeout(960)  # the loop's own limit is 900 s; the suite's 300 s cut it off at load 9
 def test_the_loop_end_to_end_makes_the_rig_track_better(tmp_path):
-    """Short budget against a drawn truth: the adapted PID must track the triangle better on
-    the emulated rig than the PID set up on the nominal model, the identified model must
+    """Short budget against a drawn truth: the adapted PID and the policy taught on the
+    identified model must track the triangle better on the emulated rig than the PID and the
+    policy set up on the nominal model, the identified model must
     predict the held-out segment better than the nominal one, and the run is on record."""
     truth = T.draw(2)
     truth_file = T.dump(truth, tmp_path / 'truth_in.yaml')
@@ -74,6 +75,8 @@ def test_the_loop_end_to_end_makes_the_rig_track_better(tmp_path):
         '[identify] leg',
         '[validate]',
         '[tune]',
+        '[teach]',
+        '[rig] after policy: armed',
         '[rig] after: armed',
         '[adapt] report',
     ):
@@ -82,15 +85,17 @@ def test_the_loop_end_to_end_makes_the_rig_track_better(tmp_path):
     # Judged on a pair the machine delayed alike (adapt runs the pair again otherwise).
     assert result['comparable'], result
     assert result['tracking_sum_after'] < result['tracking_sum_before'], result
+    # the policy taught on the identified model against the shipped one, on the same rig
+    assert result['policy_tracking_sum_after'] < result['policy_tracking_sum_before'], result
     assert sum(result['validation_rmse_identified']) < sum(result['validation_rmse_nominal'])
     # the run's record: the plant it ran, the bags, the deployed parameters, the report
     assert T.load(out / 'truth.yaml') == truth
-    for name in ('bag_before', 'bag_excite', 'bag_after'):
+    for name in ('bag_before', 'bag_excite', 'bag_after', 'bag_before_policy', 'bag_after_policy'):
         assert (out / name / 'metadata.yaml').is_file(), name
     deployed = yaml.safe_load((out / 'params_pid.yaml').read_text())['controller']
     assert deployed['ros__parameters']['leg_overrides'] == str((out / 'params.yaml').resolve())
     report = (out / 'report.md').read_text()
-    for png in ('tracking.png', 'validation.png', 'parameters.png'):
+    for png in ('tracking.png', 'tracking_policy.png', 'validation.png', 'parameters.png'):
         assert (out / png).stat().st_size > 10_000 and png in report
     assert 0.0 <= result['coverage'] <= 1.0 and len(result['parameters']) >= 20
 

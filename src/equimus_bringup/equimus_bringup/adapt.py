@@ -510,11 +510,13 @@ def run(ns: argparse.Namespace, log: Log = print) -> int:
         excite_phase=[exc_phase.armed_at, exc_phase.ended_at],
         params_file=str(params_pid),
     )
+    policy = None
     if set(policy_phases) == {'before', 'after'}:
         pb, pa = (
             tracking(out / f'bag_{k}_policy', ph.armed_at + SETTLE_S, ph.ended_at)
             for k, ph in policy_phases.items()
         )
+        policy = (pb, pa)
         result.update(
             policy_tracking_rmse_before=pb['rmse'],
             policy_tracking_rmse_after=pa['rmse'],
@@ -529,7 +531,7 @@ def run(ns: argparse.Namespace, log: Log = print) -> int:
         result['parameters'] = rows
     result['wall_s'] = time.monotonic() - t_start
     (out / 'adapt.json').write_text(json.dumps(result, indent=1))
-    write_report(out, result, tb, ta, val, rows)
+    write_report(out, result, tb, ta, val, rows, policy)
     log(
         f'[adapt] triangle tracking RMSE (hip + knee): {tb["sum"]:.4f} -> {ta["sum"]:.4f} rad '
         f'({100 * result["reduction"]:.0f} % less)'
@@ -584,25 +586,32 @@ def write_report(
     ta: Mapping[str, Any],
     val: Mapping[str, Any],
     rows: list[dict[str, Any]],
+    policy: tuple[Mapping[str, Any], Mapping[str, Any]] | None = None,
 ) -> None:
+    """report.md and its plots; `policy`: the policy's before and after tracking, if run."""
     import matplotlib
 
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
-    for i, (ax, joint) in enumerate(zip(axes, ('hip', 'knee'), strict=True)):
-        ax.plot(tb['t'], tb['ref'][:, i], 'k--', lw=1, label='reference (before)')
-        ax.plot(tb['t'], tb['q'][:, i], label=f'before ({tb["rmse"][i]:.4f} rad)')
-        ax.plot(ta['t'], ta['q'][:, i], label=f'after ({ta["rmse"][i]:.4f} rad)')
-        ax.plot(ta['t'], ta['ref'][:, i], 'k:', lw=1, label='reference (after)')
-        ax.set_ylabel(f'{joint} (rad)')
-        ax.legend(fontsize=8)
-    axes[-1].set_xlabel('s since armed (+ settle)')
-    fig.suptitle('triangle on the rig: PID before / after adapt')
-    fig.tight_layout()
-    fig.savefig(out / 'tracking.png', dpi=90)
-    plt.close(fig)
+    def tracking_plot(name: str, b: Mapping[str, Any], a: Mapping[str, Any], who: str) -> None:
+        fig, axes = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
+        for i, (ax, joint) in enumerate(zip(axes, ('hip', 'knee'), strict=True)):
+            ax.plot(b['t'], b['ref'][:, i], 'k--', lw=1, label='reference (before)')
+            ax.plot(b['t'], b['q'][:, i], label=f'before ({b["rmse"][i]:.4f} rad)')
+            ax.plot(a['t'], a['q'][:, i], label=f'after ({a["rmse"][i]:.4f} rad)')
+            ax.plot(a['t'], a['ref'][:, i], 'k:', lw=1, label='reference (after)')
+            ax.set_ylabel(f'{joint} (rad)')
+            ax.legend(fontsize=8)
+        axes[-1].set_xlabel('s since armed (+ settle)')
+        fig.suptitle(f'triangle on the rig: {who} before / after adapt')
+        fig.tight_layout()
+        fig.savefig(out / name, dpi=90)
+        plt.close(fig)
+
+    tracking_plot('tracking.png', tb, ta, 'PID')
+    if policy is not None:
+        tracking_plot('tracking_policy.png', *policy, 'policy')
 
     fig, axes = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
     for i, (ax, joint) in enumerate(zip(axes, ('hip', 'knee'), strict=True)):
@@ -633,10 +642,9 @@ def write_report(
         f'| triangle, PID before | {tb["rmse"][0]:.4f} | {tb["rmse"][1]:.4f} | {tb["sum"]:.4f} |',
         f'| triangle, PID after | {ta["rmse"][0]:.4f} | {ta["rmse"][1]:.4f} | {ta["sum"]:.4f} |',
         *(
-            f'| triangle, policy {k} | {_row(result[f"policy_tracking_rmse_{k}"])} | '
-            f'{result[f"policy_tracking_sum_{k}"]:.4f} |'
+            f'| triangle, policy {k} | {_row(result[f"policy_tracking_rmse_{k}"])} |'
             for k in ('before', 'after')
-            if 'policy_reduction' in result
+            if policy is not None
         ),
         f'| validation replay, nominal | {_row(val["nominal"]["rmse"])} |',
         f'| validation replay, identified | {_row(val["identified"]["rmse"])} |',
@@ -659,13 +667,15 @@ def write_report(
         f'Deployed: `params_file:={Path(result["params_file"]).name}` (gains, and the identified '
         "model params.yaml as the controller's leg_overrides). Undo: launch without it.",
     ]
-    if 'policy_reduction' in result:
+    if policy is not None:
         lines += [
             '',
             f'Policy: {100 * result["policy_reduction"]:.0f} % less error after adapt (the '
             'shipped policy before; after, the policy taught by the LTV MPC planning on the '
             'identified model, with legs drawn within its intervals): `controller:=policy '
             f'params_file:={Path(result["policy_params_file"]).name}`.',
+            '',
+            '![tracking, policy](tracking_policy.png)',
         ]
     if rows:
         fig, ax = plt.subplots(figsize=(9, 4.5))
