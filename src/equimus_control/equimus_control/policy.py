@@ -111,43 +111,21 @@ def layout_blocks(layout: tuple[str, ...] | list[str]) -> list[str]:
 
 #: What the policy sees, in order, in the first layout (plain policies, `equimus train`'s
 #: default): the estimate, the reference, the error and the last command.
-OBS_LAYOUT = layout_of('q', 'qd', 'q_ref', 'qd_ref', 'err', 'u_prev')
+OBS_BLOCKS = ('q', 'qd', 'q_ref', 'qd_ref', 'err', 'u_prev')
+OBS_LAYOUT = layout_of(*OBS_BLOCKS)
 OBS_SIZE = len(OBS_LAYOUT)
-#: The residual policy's layout: the first one, the rate error and reference acceleration, the
-#: base controller's pressures and integral, and the valve estimates.
+#: the first layout, the rate error and the reference's acceleration: how the richer layouts
+#: begin
+TRACKING_BLOCKS = (*OBS_BLOCKS, 'err_rate', 'qdd_ref')
+#: The residual policy's layout: the tracking blocks, the base controller's pressures and
+#: integral, and the valve estimates.
 RESIDUAL_LAYOUT = layout_of(
-    'q',
-    'qd',
-    'q_ref',
-    'qd_ref',
-    'err',
-    'u_prev',
-    'err_rate',
-    'qdd_ref',
-    'u_base',
-    'i_base',
-    'p_est',
-    'p_est_50ms',
-    'p_est_100ms',
+    *TRACKING_BLOCKS, 'u_base', 'i_base', 'p_est', 'p_est_50ms', 'p_est_100ms'
 )
 #: The previewing layout (`equimus train --algo dagger`): what the LTV MPC decides from (the
 #: estimate, the reference and its next 0.3 s, the last command and the chamber pressures it
 #: gives), without a base controller.
-PREVIEW_LAYOUT = layout_of(
-    'q',
-    'qd',
-    'q_ref',
-    'qd_ref',
-    'err',
-    'u_prev',
-    'err_rate',
-    'qdd_ref',
-    'p_est',
-    'err_50ms',
-    'err_100ms',
-    'err_200ms',
-    'err_300ms',
-)
+PREVIEW_LAYOUT = layout_of(*TRACKING_BLOCKS, 'p_est', *AHEAD_BLOCKS)
 #: how the last layer becomes an action in [-1, 1]: tanh, or clip (stable-baselines3's PPO takes
 #: the Gaussian's mean as it is and the environment clips it to the action space)
 OUTPUTS = ('tanh', 'clip')
