@@ -72,3 +72,28 @@ def test_unknown_task_exits_2_with_the_choices(capsys):
         rc = exc.code
     assert rc == 2
     assert 'triangle' in capsys.readouterr().err
+
+
+def test_a_lead_reads_the_references_preview_and_round_trips_through_the_file(tmp_path):
+    """adapt's retune keeps the best lead (equimus_bringup.adapt.with_lead): with one, the PID
+    follows the reference's own future (the closed loop then sends the preview, as the
+    reference node does), which changes its error; without one the loop is as before. The
+    parameter file carries it."""
+    from dataclasses import replace
+
+    from equimus_bringup.adapt import with_lead
+    from equimus_learning.tune import TuneResult
+
+    g = PIDGains()
+    plain, _ = closed_loop_rmse(g, 'triangle', 3.0, 0)
+    led, vented = closed_loop_rmse(replace(g, lead=0.15), 'triangle', 3.0, 0)
+    assert not vented and not np.allclose(plain, led)
+    cfg = TuneConfig(duration=3.0)
+    cost = float(np.mean(closed_loop_rmse(g, cfg.task, 3.0, cfg.noise_seed, cfg.skip)[0] ** 2))
+    lines: list[str] = []
+    r = with_lead(TuneResult(g, g, cost, cost, 1, 0.0), cfg, lines.append)
+    assert sum('[tune] lead' in line for line in lines) >= 4, lines
+    assert r.cost <= cost
+    path = tmp_path / 'led.yaml'
+    write_params(path, replace(r, gains=replace(r.gains, lead=0.1)), cfg)
+    assert read_gains(path).lead == 0.1

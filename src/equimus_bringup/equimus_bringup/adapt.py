@@ -14,7 +14,7 @@ one (`--set serial_port:=... natnet_server:=...`, no truth):
    validation segment the fits never saw, on which the old and the new parameters replay the
    commanded pressures open loop;
 5. **retune** the PID on the identified model (`equimus tune pid` with it as plant and as the
-   controller's feedforward model);
+   controller's feedforward model, then the best `lead` on the reference's preview);
 6. **deploy** them: params_pid.yaml (the controller's gains and its `leg_overrides`, the
    identified params.yaml) given as params_file, and run the triangle again (**after**);
 7. report.md with the plots (tracking before/after, predicted vs measured on the validation
@@ -211,6 +211,8 @@ GAIN_SCALES = (
     (1.5, 2.0),
     (2.0, 3.0),
 )
+#: s: the PID's leads tried after its gains are tuned (`with_lead`)
+LEADS = (0.05, 0.1, 0.15, 0.2)
 #: frames per second of the loop (the mocap rate)
 RATE_HZ = 120.0
 #: Times the before/after pair is run again when the machine delayed one run's loop more than
@@ -250,6 +252,33 @@ def scaled(gains: Any, pi: float, d: float) -> Any:
     )
 
 
+def with_lead(r: Any, cfg: Any, log: Log) -> Any:
+    """The tuned result with the best `lead` of `LEADS` (the PID follows the reference's
+    preview that far ahead, paying the valves' delay in advance), if one beats none."""
+    from dataclasses import replace
+
+    from equimus_learning.tune import closed_loop_rmse
+
+    best = (r.cost, 0.0)
+    for lead in LEADS:
+        rmse, vented = closed_loop_rmse(
+            replace(r.gains, lead=lead),
+            cfg.task,
+            cfg.duration,
+            cfg.noise_seed,
+            cfg.skip,
+            cfg.leg_overrides,
+            delay_frames=cfg.delay_frames,
+        )
+        cost = float(np.mean(rmse**2)) + (1.0 if vented else 0.0)
+        log(f'[tune] lead {lead:g} s: RMSE {math.sqrt(cost):.4f} rad')
+        best = min(best, (cost, lead))
+    if best[1] == 0.0:
+        return r
+    log(f'[tune] lead {best[1]:g} s kept')
+    return replace(r, gains=replace(r.gains, lead=best[1]), cost=best[0])
+
+
 def retune(params: Path, out: Path, budget: Budget, log: Log, delay_s: float = 0.0) -> Path:
     """The PID's gains tuned on the identified model (a scan of scales of the shipped gains,
     then `equimus tune pid`'s search from the best); params_pid.yaml (gains + the model)."""
@@ -281,6 +310,7 @@ def retune(params: Path, out: Path, budget: Budget, log: Log, delay_s: float = 0
         log(f'[tune] scan: gains ×{pi:g} (kd ×{d:g}): RMSE {math.sqrt(cost):.4f} rad')
     start = min(scan, key=lambda c: c[0])[1]
     r = tune_pid(cfg, start=start, progress=lambda m: log(f'[tune] {m}'))
+    r = with_lead(r, cfg, log)
     path = out / 'params_pid.yaml'
     write_params(path, r, cfg)
     doc = yaml.safe_load(path.read_text())

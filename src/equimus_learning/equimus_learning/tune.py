@@ -24,7 +24,7 @@ import yaml
 
 from equimus_control.closed_loop import run
 from equimus_control.pid import PIDController, PIDGains
-from equimus_control.reference import Waypoints, triangle_poses
+from equimus_control.reference import PREVIEW_S, Waypoints, triangle_poses
 from equimus_description.leg import load_leg
 from equimus_description.statics import StaticParams, holding_pressures
 from equimus_hw.valve.stage import SimulatedDriver
@@ -129,7 +129,17 @@ def closed_loop_rmse(
         late.append(list(driver(u.tolist(), t)))
         return late.popleft()
 
-    r = run(sim, mocap, PIDController(params, gains), ref, duration, actuation=actuation)
+    # the reference sends its own future as the reference node does, for a PID with a lead
+    preview = PREVIEW_S if gains.lead > 0 else 0.0
+    r = run(
+        sim,
+        mocap,
+        PIDController(params, gains),
+        ref,
+        duration,
+        actuation=actuation,
+        preview_s=preview,
+    )
     return r.rmse(skip=skip), bool(np.any(r.vented))
 
 
@@ -256,6 +266,7 @@ def write_params(path: str | Path, result: TuneResult, cfg: TuneConfig) -> None:
                 'kp': [round(v, 6) for v in g.kp],
                 'ki': [round(v, 6) for v in g.ki],
                 'kd': [round(v, 6) for v in g.kd],
+                **({'lead': round(g.lead, 6)} if g.lead > 0 else {}),
             }
         }
     }
@@ -297,4 +308,8 @@ def read_gains(path: str | Path, base: PIDGains | None = None) -> PIDGains:
             raise ValueError(f'{path}: {key}: {p[key]!r} is not two numbers') from None
         return a, b
 
-    return replace(g, kp=pair('kp', g.kp), ki=pair('ki', g.ki), kd=pair('kd', g.kd))
+    try:
+        lead = float(p.get('lead', g.lead))
+    except (TypeError, ValueError):
+        raise ValueError(f'{path}: lead: {p["lead"]!r} is not a number') from None
+    return replace(g, kp=pair('kp', g.kp), ki=pair('ki', g.ki), kd=pair('kd', g.kd), lead=lead)
