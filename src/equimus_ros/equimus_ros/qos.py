@@ -68,9 +68,13 @@ LATCHED_QOS = QoSProfile(
 #: A reliable KEEP_LAST writer drops a message from its history once `depth` newer ones were
 #: written, acknowledged by every reader or not, and can then no longer resend it to a reader
 #: that missed its datagram: with depth 10 (83 ms of commands at 120 Hz) a recorder starved of
-#: CPU lost 12 of 1793 /valve/command messages in a fused soak with both cores busy. Readers
-#: keep their own depth (the valve driver still acts on at most the 10 newest).
-WRITER_DEPTH = 200
+#: CPU lost 12 of 1793 /valve/command messages in a fused soak with both cores busy. A reader
+#: asks for a missed message only when a heartbeat comes, and Fast DDS sends one every 3 s (its
+#: default period; piggybacked ones only after a socket buffer's worth of bytes): the history
+#: must outlast that. 200 (1.7 s at 120 Hz) did not: a CI soak lost 6 consecutive commands the
+#: probe had received. 1000 holds 8.3 s at 120 Hz. Readers keep their own depth (the valve
+#: driver still acts on at most the 10 newest).
+WRITER_DEPTH = 1000
 
 PROFILES: dict[str, QoSProfile] = {
     'sensor': SENSOR_QOS,
