@@ -86,6 +86,7 @@ def test_the_loop_end_to_end_makes_the_rig_track_better(tmp_path):
     assert result['comparable'], result
     assert result['tracking_sum_after'] < result['tracking_sum_before'], result
     # the policy taught on the identified model against the shipped one, on the same rig
+    assert result['policy_comparable'], result
     assert result['policy_tracking_sum_after'] < result['policy_tracking_sum_before'], result
     assert sum(result['validation_rmse_identified']) < sum(result['validation_rmse_nominal'])
     # the run's record: the plant it ran, the bags, the deployed parameters, the report

@@ -31,6 +31,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -394,9 +395,10 @@ def imitate(
             )
             if best is None or score < best[0]:
                 best = (score, it, mlp)
+            leg_name = Path(cfg.leg).name if cfg.leg else 'nominal'
             say(
                 f'iteration {it + 1}/{cfg.iterations}: beta {beta:.2f}, {len(Xa)} samples, '
-                f'fit loss {loss:.4f}; learner alone, nominal leg: '
+                f'fit loss {loss:.4f}; learner alone, leg {leg_name}: '
                 + ', '.join(f'{k} {v[0]:.4f}/{v[1]:.4f}' for k, v in valid.items())
                 + f' rad ({time.monotonic() - t_it:.0f} s)'
             )
