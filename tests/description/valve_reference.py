@@ -29,10 +29,10 @@ def _commands(n: int, every: int, seed: int) -> np.ndarray:
     return np.repeat(levels, every, axis=0)[:n]
 
 
-def simulator(valve: str, frames: int = 180) -> np.ndarray:
+def simulator(valve: str, frames: int = 180, overrides=None) -> np.ndarray:
     from equimus_sim.simulator import make_simulator
 
-    sim = make_simulator(valve=valve, timestep=1.0 / 600.0)
+    sim = make_simulator(overrides=overrides, valve=valve, timestep=1.0 / 600.0)
     rows = []
     for u in _commands(frames, 30, 1):
         sim.set_command(u)
