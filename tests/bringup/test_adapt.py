@@ -162,3 +162,30 @@ def test_teach_writes_a_policy_taught_on_the_identified_model(tmp_path):
     assert mlp.io.valve_tau_fill[1] == pytest.approx(float(valve.tau_fill[1]))
     assert any('2 parameters drawn' in line for line in lines), lines
     assert any('iteration 1/1' in line for line in lines), lines
+
+
+def test_a_pair_the_machine_delayed_unequally_runs_again(monkeypatch):
+    """A before/after pair whose loops were delayed unequally runs again until it is
+    comparable, at most PAIR_RETRIES more times; the last pair is the one compared."""
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    late = {'b': 0.006, 'a': 0.040, 'b2': 0.006, 'a2': 0.007, 'b3': 0.006, 'a3': 0.050}
+    monkeypatch.setattr(adapt, 'loop_delay', lambda bag, t0, t1: late[bag.name])
+    phase = SimpleNamespace(armed_at=0.0, ended_at=1.0)
+    calls, said = [], []
+
+    def again(k):
+        calls.append(k)
+        return {'before': (Path(f'b{k}'), phase), 'after': (Path(f'a{k}'), phase)}
+
+    first = {'before': (Path('b'), phase), 'after': (Path('a'), phase)}
+    pair, delays = adapt.comparable_pair(first, again, 'policy', said.append)
+    assert calls == [2] and pair['after'][0].name == 'a2' and delays == (0.006, 0.007)
+    assert said and 'policy' in said[0] and '6 vs 40 ms' in said[0]
+
+    late['a2'] = 0.045  # never comparable: two more pairs, then the last one is reported
+    calls.clear()
+    pair, delays = adapt.comparable_pair(first, again, 'PID', said.append)
+    assert calls == [2, 3][: adapt.PAIR_RETRIES] and not adapt.comparable(*delays)
+    assert pair['after'][0].name == f'a{1 + adapt.PAIR_RETRIES}'

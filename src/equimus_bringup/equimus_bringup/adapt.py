@@ -241,6 +241,33 @@ def loop_delay(bag: Path, t0: float, t1: float) -> float:
     return float(np.median(ages)) if ages else 0.0
 
 
+#: a before/after pair of runs on the rig: 'before' and 'after' -> (bag, phase record)
+Pair = dict[str, tuple[Path, Any]]
+
+
+def comparable_pair(
+    pair: Pair, run_again: Callable[[int], Pair], what: str, log: Log
+) -> tuple[Pair, tuple[float, float]]:
+    """The pair and its two loop delays; run again (`run_again(k)`, k = 2, 3, ...: at most
+    PAIR_RETRIES times) while the machine delayed one run's loop more than the other's."""
+
+    def delays_of(p: Pair) -> tuple[float, float]:
+        (b0, r0), (b1, r1) = p['before'], p['after']
+        return loop_delay(b0, r0.armed_at, r0.ended_at), loop_delay(b1, r1.armed_at, r1.ended_at)
+
+    delays = delays_of(pair)
+    for k in range(2, 2 + PAIR_RETRIES):
+        if comparable(*delays):
+            break
+        log(
+            f'[rig] the machine delayed one {what} run more than the other (joint states '
+            f'{1e3 * delays[0]:.0f} vs {1e3 * delays[1]:.0f} ms late): before and after again'
+        )
+        pair = run_again(k)
+        delays = delays_of(pair)
+    return pair, delays
+
+
 def scaled(gains: Any, pi: float, d: float) -> Any:
     from dataclasses import replace
 
@@ -457,6 +484,7 @@ def run(ns: argparse.Namespace, log: Log = print) -> int:
     csv = excitation(out, budget, ns.seed or 0, log)
     session = RigSession(args, log=log)
     policy_phases: dict[str, Any] = {}
+    policy_pair: Pair = {}
     try:
         start_graph(session, log)
         before = session.task('before', out / 'bag_before', budget.task_s, 'pid')
@@ -497,57 +525,51 @@ def run(ns: argparse.Namespace, log: Log = print) -> int:
                 str(params_policy),
             )
         after = session.task('after', out / 'bag_after', budget.task_s, 'pid', str(params_pid))
-        bags = (out / 'bag_before', out / 'bag_after')
-        delays = (delay, loop_delay(bags[1], after.armed_at, after.ended_at))
-        for k in range(2, 2 + PAIR_RETRIES):
-            if comparable(*delays):
-                break
-            log(
-                '[rig] the machine delayed one run more than the other (joint states '
-                f'{1e3 * delays[0]:.0f} vs {1e3 * delays[1]:.0f} ms late): before and after again'
-            )
-            bags = (out / f'bag_before_{k}', out / f'bag_after_{k}')
-            before = session.task(f'before {k}', bags[0], budget.task_s, 'pid')
-            after = session.task(f'after {k}', bags[1], budget.task_s, 'pid', str(params_pid))
-            delays = (
-                loop_delay(bags[0], before.armed_at, before.ended_at),
-                loop_delay(bags[1], after.armed_at, after.ended_at),
-            )
-        policy_bags = {k: out / f'bag_{k}_policy' for k in policy_phases}
+
+        def pid_again(k: int) -> Pair:
+            b, a = out / f'bag_before_{k}', out / f'bag_after_{k}'
+            return {
+                'before': (b, session.task(f'before {k}', b, budget.task_s, 'pid')),
+                'after': (a, session.task(f'after {k}', a, budget.task_s, 'pid', str(params_pid))),
+            }
+
+        pid, delays = comparable_pair(
+            {'before': (out / 'bag_before', before), 'after': (out / 'bag_after', after)},
+            pid_again,
+            'PID',
+            log,
+        )
+        bags = (pid['before'][0], pid['after'][0])
+        before, after = pid['before'][1], pid['after'][1]
         if params_policy is not None and shipped is not None:
-            policy_delays = tuple(
-                loop_delay(policy_bags[k], ph.armed_at, ph.ended_at)
-                for k, ph in policy_phases.items()
-            )
-            for k in range(2, 2 + PAIR_RETRIES):
-                if comparable(*policy_delays):
-                    break
-                log(
-                    '[rig] the machine delayed one policy run more than the other (joint states '
-                    f'{1e3 * policy_delays[0]:.0f} vs {1e3 * policy_delays[1]:.0f} ms late): '
-                    'both again'
-                )
-                policy_bags = {p: out / f'bag_{p}_policy_{k}' for p in ('before', 'after')}
-                policy_phases = {
-                    'before': session.task(
-                        f'before policy {k}',
-                        policy_bags['before'],
-                        budget.task_s,
-                        'policy',
-                        policy_file=str(shipped),
+
+            def policy_again(k: int) -> Pair:
+                b, a = out / f'bag_before_policy_{k}', out / f'bag_after_policy_{k}'
+                return {
+                    'before': (
+                        b,
+                        session.task(
+                            f'before policy {k}',
+                            b,
+                            budget.task_s,
+                            'policy',
+                            policy_file=str(shipped),
+                        ),
                     ),
-                    'after': session.task(
-                        f'after policy {k}',
-                        policy_bags['after'],
-                        budget.task_s,
-                        'policy',
-                        str(params_policy),
+                    'after': (
+                        a,
+                        session.task(
+                            f'after policy {k}', a, budget.task_s, 'policy', str(params_policy)
+                        ),
                     ),
                 }
-                policy_delays = tuple(
-                    loop_delay(policy_bags[p], ph.armed_at, ph.ended_at)
-                    for p, ph in policy_phases.items()
-                )
+
+            policy_pair, policy_delays = comparable_pair(
+                {k: (out / f'bag_{k}_policy', ph) for k, ph in policy_phases.items()},
+                policy_again,
+                'policy',
+                log,
+            )
             result['policy_loop_delays_s'] = list(policy_delays)
             result['policy_comparable'] = comparable(*policy_delays)
     except KeyboardInterrupt:
@@ -578,10 +600,10 @@ def run(ns: argparse.Namespace, log: Log = print) -> int:
         params_file=str(params_pid),
     )
     policy = None
-    if set(policy_phases) == {'before', 'after'}:
+    if policy_pair:
         pb, pa = (
-            tracking(policy_bags[k], ph.armed_at + SETTLE_S, ph.ended_at)
-            for k, ph in policy_phases.items()
+            tracking(bag, ph.armed_at + SETTLE_S, ph.ended_at)
+            for bag, ph in (policy_pair['before'], policy_pair['after'])
         )
         policy = (pb, pa)
         result.update(
