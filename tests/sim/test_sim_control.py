@@ -43,11 +43,15 @@ def _set(probe, **values):
 
 
 def _ratio(probe, seconds):
-    """sim seconds per wall second seen on /clock over `seconds` of wall time."""
+    """Sim seconds per wall second seen on /clock over `seconds` of wall time.
+
+    The slope of a line through every sample, not the two ends: on a loaded machine this process
+    receives /clock in bursts, and one late last sample alone read 0.77x at a true 1x.
+    """
     probe.clock.clear()
     probe.spin_for(seconds)
-    (w0, s0), (w1, s1) = probe.clock[0], probe.clock[-1]
-    return (s1 - s0) * 1e-9 / (w1 - w0)
+    wall, sim = np.array(probe.clock, dtype=float).T
+    return float(np.polyfit(wall - wall[0], (sim - sim[0]) * 1e-9, 1)[0])
 
 
 @pytest.fixture
@@ -98,7 +102,7 @@ def test_pause_step_resume_rate_and_reset(ros, repo_dir, tmp_path):
         probe.spin_for(0.3)
         fast = _ratio(probe, 1.5)
         print(f'real_time_factor 2 -> {x2:.2f}x, 0 -> {fast:.1f}x')
-        assert 1.7 < x2 < 2.2
+        assert 1.6 < x2 < 2.3
         # Unthrottled: faster than the 2x it just ran at (quiet: tens of x; 2.9x with both cores
         # busy, so no absolute figure here: that is benchmarks/bench_sim.py's job).
         assert fast > 1.25 * x2
@@ -174,7 +178,9 @@ def test_pause_step_resume_rate_and_reset(ros, repo_dir, tmp_path):
         assert set_parameters(_params_node(), 'sim', use_sim_time=False)[0].successful
         _set(probe, real_time_factor=1.0, pause_at=0.0)
         assert _call(probe, 'resume').success
-        assert 0.8 < _ratio(probe, 1.0) < 1.2  # still paced by the wall clock
+        # Still paced by the wall clock: near 1x, neither free-running nor stalled (bounds that
+        # hold while both cores are busy; the pacing's accuracy is benchmarks/bench_sim.py's job).
+        assert 0.7 < _ratio(probe, 2.0) < 1.3
     finally:
         rc = sim.stop()
         probe.close()
