@@ -295,8 +295,11 @@ def test_every_command_of_docs_rig_md(repo_dir, shared_dir, tmp_path):
                     )  # fmt: skip
                     assert r.returncode == 0, (doc_command, r.stdout[-3000:], r.stderr[-3000:])
                 ran.append(doc_command)
-        finally:
             if background:
+                stop_background(*background)
+                background = None
+        finally:
+            if background and background[0].poll() is None:  # a failure above: clean up
                 stop_background(*background)
     assert len(ran) + len(skipped) == len(commands)
     assert (tmp_path / 'config' / 'equimus' / 'valve_calibration.yaml').is_file()
