@@ -96,7 +96,7 @@ def _check_args(**overrides: str) -> list[str]:
 @pytest.mark.parametrize(
     ('arg', 'option', 'emulated', 'good', 'bad', 'range_'),
     [
-        ('check_mocap_timeout', '--mocap-timeout', '1', '2.5', ('0.01', '6'), '0.05 to 5 s'),
+        ('check_mocap_timeout', '--mocap-timeout', '2', '2.5', ('0.01', '6'), '0.05 to 5 s'),
         ('check_board_timeout', '--board-timeout', '5', '12', ('0.1', '31'), '0.2 to 30 s'),
     ],
 )
