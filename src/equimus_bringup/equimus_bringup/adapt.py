@@ -70,9 +70,12 @@ class Budget:
     teach_episodes: int  # per iteration
 
 
+#: The leg fit's evaluations are a ceiling: it stops at scipy's tolerances first (the three
+#: excitations of 2026-11-29 after 38, 39 and 56). Cut at 30, seed 1's MAA stiffness was 4.7 %
+#: off the truth instead of 0.1 % (docs/benchmarks.md, "Issue 26").
 BUDGETS = {
-    'short': Budget(14.0, 0, 8.0, 30, 40, 8, 0, 6.5, 3, 8),
-    'full': Budget(30.0, 2, 14.0, 60, 150, 20, 0, 8.0, 6, 16),
+    'short': Budget(14.0, 0, 8.0, 100, 40, 8, 0, 6.5, 3, 8),
+    'full': Budget(30.0, 2, 14.0, 150, 150, 20, 0, 8.0, 6, 16),
 }
 #: the policy as it ships (from the checkout root): the policy phases' "before"
 SHIPPED_POLICY = 'config/policy_track.npz'

@@ -203,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
         '--fraction', type=float, default=FIT_FRACTION, help='part of the excitation fitted'
     )
     p.add_argument('--horizon', type=float, default=HORIZON_S, help='s of a shooting window')
-    p.add_argument('--nfev', type=int, default=30, help='least-squares iterations')
+    p.add_argument('--nfev', type=int, default=100, help='least-squares iterations (at most)')
     p.add_argument('--fixed-lag', action='store_true', help='read-back lag held at 0 ms')
     a = p.parse_args(argv)
     run = pathlib.Path(a.run)
