@@ -41,3 +41,21 @@ def test_a_folder_without_an_excitation_is_one_line(tmp_path):
     proc = _cli(tmp_path / 'nothing')
     assert proc.returncode == 2 and 'Traceback' not in proc.stderr, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and 'no such bag' in proc.stderr
+
+
+def test_from_truth_starts_the_fit_at_the_truths_own_parameters(tmp_path):
+    sim = synth.simulate_steps(TRUTH, synth.random_steps(6, seed=4), hold_s=1.0)
+    synth.write_bag(tmp_path / 'bag_excite', sim, noise_rad=0.0)
+    proc = _cli(tmp_path, '--from-truth')
+    assert proc.returncode == 2 and 'Traceback' not in proc.stderr, proc.stderr
+    assert 'truth.yaml' in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    (tmp_path / 'truth.yaml').write_text(yaml.safe_dump({'parameters': TRUTH}))
+
+    def errors(*args):  # one evaluation, no step: the values are where the fit started
+        proc = _cli(tmp_path, '--nfev', '1', '--horizon', '2', *args)
+        assert proc.returncode == 0, proc.stderr
+        rows = [ln for ln in proc.stdout.splitlines() if ln.split()[:1] and ln.split()[0] in TRUTH]
+        return [float(row.rsplit('(', 1)[1].split()[0]) for row in rows]  # '(+0.0 %)'
+
+    assert errors('--from-truth') == [0.0, 0.0, 0.0]
+    assert max(map(abs, errors())) > 5.0  # from the description's values

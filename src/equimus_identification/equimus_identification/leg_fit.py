@@ -205,6 +205,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument('--horizon', type=float, default=HORIZON_S, help='s of a shooting window')
     p.add_argument('--nfev', type=int, default=100, help='least-squares iterations (at most)')
     p.add_argument('--fixed-lag', action='store_true', help='read-back lag held at 0 ms')
+    p.add_argument(
+        '--from-truth',
+        action='store_true',
+        help="start from the truth's own parameters (emulated rig): does the fit stay there?",
+    )
     a = p.parse_args(argv)
     run = pathlib.Path(a.run)
     try:
@@ -217,9 +222,22 @@ def main(argv: list[str] | None = None) -> int:
         from equimus_sim.truth import load
 
         truth = load(run / 'truth.yaml').overrides()
+    if a.from_truth and truth is None:
+        print(
+            f'leg_fit: --from-truth needs {run / "truth.yaml"} (an emulated rig)', file=sys.stderr
+        )
+        return 2
     names = [n for n in NAMES if not (a.fixed_lag and n in D.TIMING_PARAMS)]
     parts = excitation_parts(rec, a.fraction)
-    lf = fit(parts.fit, load_leg(), names=names, max_nfev=a.nfev, log=print, horizon=a.horizon)
+    lf = fit(
+        parts.fit,
+        load_leg(),
+        start=truth if a.from_truth else None,
+        names=names,
+        max_nfev=a.nfev,
+        log=print,
+        horizon=a.horizon,
+    )
     held = scored = 0
     for n, v in lf.values.items():
         lo, hi = lf.interval[n]
