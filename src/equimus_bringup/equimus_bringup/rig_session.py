@@ -20,6 +20,7 @@ from equimus_bringup import prestart
 from equimus_bringup.graph import ProcessSpec, describe_graph, graph_environment, resolve_args
 from equimus_bringup.pressure_player import DONE
 from equimus_bringup.supervisor import GraphError, Supervisor
+from equimus_control.controller_node import FOLLOWING
 
 #: s the driver has to answer hand_over, and to accept arm once the last commander has gone
 ARM_TIMEOUT_S = 20.0
@@ -155,7 +156,7 @@ class RigSession:
             bag,
             chosen,
             lambda armed: time.time() >= armed + duration,
-            ready=('controller', 'controller ready in'),
+            ready=('controller', FOLLOWING),
         )
 
     def play(self, name: str, bag: Path, csv: Path, timeout: float) -> PhaseRecord:

@@ -61,6 +61,8 @@ from .plant import plant_factory
 from .step import Command, ControlStep, stamp_seconds
 from .supervisor import SafetyConfig, check_joints
 
+#: logged once the commands follow the reference (`rig_session` arms a phase on it)
+FOLLOWING = 'following the reference'
 STALE_CHECK_S = 0.05  # s, steady-clock period of the stale-state guard (not in lockstep)
 DIAG_PERIOD_S = 1.0
 
@@ -130,6 +132,9 @@ class ControllerNode(Node):
         self.saturated = np.zeros(len(self.actuator_names), int)
         self.last_reason: str | None = None
         self.valves_armed: bool | None = None  # None: no word from the valve driver yet
+        # Said once, in a graph of separate processes: discovery can hold a new node's inputs
+        # back for seconds, and a commander armed before it has them holds the leg where it is.
+        self.following = lockstep
         self.arm_resets = 0
         self.pub = publisher(self, Float64MultiArray, VALVE_COMMAND)
         self.diagnostics = Diagnostics(self, DIAGNOSTICS, 'controller', hardware_id=self.kind)
@@ -214,11 +219,25 @@ class ControllerNode(Node):
             t = stamp_seconds(*divmod(stamp_ns, 1_000_000_000))
             cmd = self.step.step(position, velocity, t, self._now())
         self._publish(cmd)
+        if not cmd.vented and not self.following:
+            self._announce_following()
         if not cmd.vented:
             self.cycles += 1
             self.saturated += cmd.saturated
             self.compute.append(time.perf_counter() - t0)
         self._reason_changed()
+
+    def _announce_following(self) -> None:
+        """Log FOLLOWING once the commands follow a reference received (and its preview, when
+        a reference node publishes one), not the hold of the leg where it is."""
+        step = self.step
+        if step.ref_stamp is None:
+            return
+        if not step.previewed and self.count_publishers(REFERENCE_PREVIEW.name) > 0:
+            return
+        self.following = True
+        preview = 'with its preview' if step.previewed else 'without a preview'
+        self.get_logger().info(f'{FOLLOWING} ({preview})')
 
     def on_frame(self) -> None:
         """Lockstep: the stale-state guard at a frame of the composed sim graph (its clock set to
