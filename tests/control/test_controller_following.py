@@ -86,5 +86,8 @@ def test_the_controller_says_it_follows_only_with_a_reference_and_its_preview():
         run(0.5)
         assert [m for m in said if FOLLOWING in m] == lines  # said once
         ex.shutdown()
+        spin.join(5.0)
+        for n in (controller, probe):
+            n.destroy_node()
     finally:
         rclpy.try_shutdown()
