@@ -27,6 +27,7 @@ CHANNELS = ('maa', 'baa')
 
 def replay(truth, series, seed: int) -> np.ndarray:
     """The read-back (kPa, (m, 2)) of the drawn rig's valves for the series' applied commands."""
+    from equimus_hw.valve.board_emulator import replay as board_replay
     from equimus_hw.valve.board_emulator import valve_models
     from equimus_hw.valve.calibration import ValveCalibration
 
@@ -41,23 +42,7 @@ def replay(truth, series, seed: int) -> np.ndarray:
         seed,
         [truth.regulation(c) for c in range(len(CHANNELS))],
     )
-    grid = series.t_grid
-    dt = float(grid[1] - grid[0])
-    out = np.zeros((len(series.t_meas), len(CHANNELS)))
-    k_meas = np.searchsorted(grid + dt, series.t_meas, side='left')  # the tick that reads it
-    codes = [None] * len(CHANNELS)
-    j = 0
-    for k, t in enumerate(grid):
-        for c, valve in enumerate(valves):
-            code = cal.kpa_to_code(float(series.command[k, c]))
-            if code != codes[c]:
-                valve.set_code(code, t)
-                codes[c] = code
-            valve.advance(t + dt, dt)
-        while j < len(k_meas) and k_meas[j] <= k:
-            out[j] = [v.measured() for v in valves]
-            j += 1
-    return out
+    return np.array(board_replay(valves, cal, series.t_grid, series.command, series.t_meas))
 
 
 def truth_values(truth) -> dict[str, float]:

@@ -66,6 +66,29 @@ def batch_covariance(
     return bread @ S @ bread, b - 1
 
 
+def group_jackknife(
+    refit: Callable[[np.ndarray], np.ndarray],
+    groups: Sequence[int] | np.ndarray,
+    min_size: int = 1,
+) -> tuple[np.ndarray, int]:
+    """(covariance of the estimate, degrees of freedom) by the delete-one-group jackknife:
+    `refit(keep)` re-estimates without the residuals where `keep` is False, once per group
+    (a label per residual) of at least `min_size` residuals; smaller groups stay in every refit.
+    The fit is repeated, not linearised: errors shared by a whole group (the VPPE's
+    repeatability over a pressure level) and a model that is not smooth in its parameters (the
+    hysteresis' play) are allowed for. Quote intervals with `quantile` of the returned degrees
+    of freedom (groups − 1)."""
+    groups = np.asarray(groups)
+    labels, counts = np.unique(groups, return_counts=True)
+    deleted = labels[counts >= min_size]
+    if len(deleted) < 2:
+        raise ValueError(f'a jackknife needs two groups of {min_size} residuals or more')
+    estimates = np.array([refit(groups != g) for g in deleted])
+    d = estimates - estimates.mean(axis=0)
+    n = len(deleted)
+    return (n - 1) / n * (d.T @ d), n - 1
+
+
 def quantile(dof: int | None) -> float:
     """The two-sided 95 % quantile: Student's t with `dof` degrees of freedom (None: normal)."""
     if dof is None:

@@ -8,9 +8,12 @@ mean nominally) drives the model
     p = the description's valve model of v     dead time, fill and vent time constants
 
 (`equimus_description.valve.follow` on a 1 ms grid), and least squares fits g, o, the dead
-time and each valve's fill and vent constants to the measured pressures at their own sample
-times. The VPPE's hysteresis and repeatability are not in the model: they stay in the residual,
-which is why the intervals come from `intervals.batch_covariance` (correlated residuals).
+time, each valve's fill and vent constants and the VPPE's hysteresis (a play) to the measured
+pressures at their own sample times. The VPPE's repeatability is not in the model: an error per
+pressure level, it stays in the residual, shared by every sample of a level. So the intervals
+come from refits that leave out one level of one channel at a time (`intervals.group_jackknife`):
+over 30 rigs drawn as `--truth random` draws them, 8 time batches of a linearised sandwich held
+the truth in 76 % of the intervals (benchmarks/bench_intervals.py, docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -76,7 +79,7 @@ class ValveFit:
     interval: dict[str, tuple[float, float]]
     white_std_error: dict[str, float]
     residual_rms_kpa: float  # robust: 1.4826 × the median absolute residual
-    dof: int  # of the intervals' Student t (intervals.batch_covariance)
+    dof: int  # of the intervals' Student t (intervals.group_jackknife: levels − 1)
     at_bounds: list[str] = field(default_factory=list)
 
     def params(self) -> ValveParams:
@@ -150,6 +153,12 @@ def predict(values: dict[str, float], s: Series, p0: np.ndarray | None = None) -
     return np.column_stack([np.interp(s.t_meas, t, full[:, c]) for c in range(2)])
 
 
+#: Residuals (samples × channels) a level needs to be left out on its own by the jackknife; the
+#: frames of a slew-limited ramp between levels stay in every refit.
+MIN_LEVEL_RESIDUALS = 20
+#: least-squares evaluations of each jackknife refit, from the full fit's optimum
+JACKKNIFE_NFEV = 10
+
 #: Scale of the robust loss (intervals.LOSS) of the pressure residuals: a driver or recorder
 #: held up by the machine's load stamps a command tens of ms late, and the fast transients then
 #: leave residuals of tens of kPa that a square loss would fit the dynamics to.
@@ -181,6 +190,18 @@ def play(u: np.ndarray, width: float) -> np.ndarray:
     return out
 
 
+def level_groups(s: Series) -> np.ndarray:
+    """For each residual (sample, channel), in the order `fit` makes them: its channel's run of
+    one applied command (a pressure level, or a frame of a ramp), a label per channel."""
+    out = []
+    for c in range(s.command.shape[1]):
+        u = s.command[:, c]
+        run = np.concatenate([[0], np.cumsum(np.diff(u) != 0)])
+        k = np.clip(np.searchsorted(s.t_grid, s.t_meas, side='right') - 1, 0, len(u) - 1)
+        out.append(run[k] * s.command.shape[1] + c)
+    return np.stack(out, axis=1).ravel()
+
+
 def fit(
     s: Series,
     start: dict[str, float] | None = None,
@@ -207,9 +228,18 @@ def fit(
     r = intervals.fit_unit_cube(residuals, u0, F_SCALE_KPA, max_nfev)
     best = full(r.x)
     res = residuals(r.x)
-    t_index = np.repeat(np.arange(len(s.t_meas)), 2)
-    se, white, dof = intervals.std_errors(residuals, r.x, res, hi - lo, t_index, F_SCALE_KPA)
-    # (white: the usual σ²(JᵀJ)⁻¹ on every residual, for comparison)
+
+    def refit(keep: np.ndarray) -> np.ndarray:
+        again = intervals.fit_unit_cube(
+            lambda u: residuals(u)[keep], r.x, F_SCALE_KPA, JACKKNIFE_NFEV
+        )
+        return lo + again.x * (hi - lo)
+
+    cov, dof = intervals.group_jackknife(refit, level_groups(s), MIN_LEVEL_RESIDUALS)
+    se = np.sqrt(np.clip(np.diag(cov), 0.0, None))
+    # white: the usual σ²(JᵀJ)⁻¹ on every residual, for comparison
+    J = intervals.forward_jacobian(residuals, r.x, res) / (hi - lo)[None, :]
+    white = np.sqrt(np.clip(np.diag(intervals.white_covariance(J, res)), 0.0, None))
     at = [n for n, u in zip(names, r.x, strict=True) if u <= 1e-3 or u >= 1 - 1e-3]
     return ValveFit(
         values=best,

@@ -193,6 +193,33 @@ def valve_models(
     ]
 
 
+def replay(
+    valves: Sequence[ValveModel],
+    calibration: ValveCalibration,
+    t_grid: Sequence[float],
+    command_kpa: Sequence[Sequence[float]],
+    t_read: Sequence[float],
+) -> list[list[float]]:
+    """The valves' read-back at times `t_read` (s) for a command series held on the board's
+    clock `t_grid` (equal steps, s; one row of kPa per step, through each channel's DAC code):
+    the board's valves answering a recording's commands offline (benchmarks, tests)."""
+    dt = float(t_grid[1] - t_grid[0])
+    codes: list[int | None] = [None] * len(valves)
+    out: list[list[float]] = []
+    j = 0
+    for k, t in enumerate(t_grid):
+        for c, valve in enumerate(valves):
+            code = calibration.kpa_to_code(float(command_kpa[k][c]))
+            if code != codes[c]:
+                valve.set_code(code, t)
+                codes[c] = code
+            valve.advance(t + dt, dt)
+        while j < len(t_read) and t_read[j] <= t + dt:  # read at the tick that covers it
+            out.append([v.measured() for v in valves])
+            j += 1
+    return out
+
+
 class BoardRecord:
     """What the tests and the soak inspect on an emulated board (the Python one and the host
     firmware's): its valves' pressures, the frames it received, its JSON-lines log."""

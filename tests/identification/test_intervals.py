@@ -1,0 +1,96 @@
+"""Intervals that hold the truth when the residual shares an error over whole groups of samples
+(the VPPE's repeatability over a pressure level): the delete-one-group jackknife on a linear
+model whose answer is known, and the valve fit on rigs drawn as `--truth random` draws them,
+their valves the board emulator's answering a level-and-ramp excitation."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from equimus_identification import intervals, valve_fit
+
+
+def test_the_group_jackknife_covers_a_slope_that_white_intervals_miss():
+    """y = a + b·x + u_group + e with x constant over a group: 12 groups decide b, not 360
+    samples. Over 300 data sets the jackknife's 95 % interval holds b about 95 % of the time,
+    the white one (every sample independent) far less."""
+    rng = np.random.default_rng(7)
+    groups = np.repeat(np.arange(12), 30)
+    held_jack = held_white = 0
+    for _ in range(300):
+        x = rng.uniform(0.0, 10.0, 12)[groups]
+        y = 1.0 + 0.5 * x + rng.normal(0.0, 1.0, 12)[groups] + rng.normal(0.0, 0.1, len(x))
+        A = np.column_stack([np.ones_like(x), x])
+
+        def refit(keep, A=A, y=y):
+            return np.linalg.lstsq(A[keep], y[keep], rcond=None)[0]
+
+        b = refit(np.ones(len(y), bool))
+        cov, dof = intervals.group_jackknife(refit, groups)
+        held_jack += abs(b[1] - 0.5) <= intervals.quantile(dof) * np.sqrt(cov[1, 1])
+        r = A @ b - y
+        white = intervals.white_covariance(A, r)
+        held_white += abs(b[1] - 0.5) <= 1.96 * np.sqrt(white[1, 1])
+    assert 0.90 <= held_jack / 300 <= 0.99, held_jack
+    assert held_white / 300 < 0.6, held_white
+
+
+def test_a_jackknife_needs_two_groups():
+    try:
+        intervals.group_jackknife(lambda keep: np.zeros(1), np.zeros(10, int), min_size=1)
+    except ValueError as exc:
+        assert 'two groups' in str(exc)
+    else:
+        raise AssertionError('one group gave a covariance')
+
+
+def _excitation(seed: int) -> valve_fit.Series:
+    """10 s of levels held 0.9 s with 0.1 s ramps between them (equimus excite's shape), each
+    channel its own, applied per 1/120 s frame on the board's 1 ms clock; read back at 120 Hz."""
+    rng = np.random.default_rng(seed)
+    t = np.arange(0.0, 10.0, 1e-3)
+    command = np.zeros((len(t), 2))
+    for c in range(2):
+        levels = np.concatenate([[0.0], rng.uniform(5.0, 45.0, 9), [0.0]])
+        for i in range(10):
+            seg = (t >= i) & (t < i + 1)
+            frame = np.floor(t[seg] * 120.0) / 120.0  # applied commands change per frame
+            ramp = np.clip((frame - i) / 0.1, 0.0, 1.0)
+            command[seg, c] = np.round(levels[i] + (levels[i + 1] - levels[i]) * ramp, 1)
+    return valve_fit.Series(t, command, np.arange(0.004, 9.99, 1 / 120), np.zeros((0, 2)))
+
+
+def test_the_valve_fits_intervals_hold_drawn_rigs_truths():
+    from equimus_hw.valve.board_emulator import replay, valve_models
+    from equimus_hw.valve.calibration import ValveCalibration
+    from equimus_sim.truth import draw
+
+    cal = ValveCalibration()
+    held = total = 0
+    for seed in (11, 12, 13):
+        truth = draw(seed)
+        s = _excitation(seed)
+        valves = valve_models(
+            cal,
+            truth.leg().valve,
+            2,
+            truth.dac_gain,
+            truth.dac_offset_kpa,
+            truth.adc_noise_kpa,
+            seed,
+            [truth.regulation(c) for c in range(2)],
+        )
+        measured = np.array(replay(valves, cal, s.t_grid, s.command, s.t_meas))
+        vf = valve_fit.fit(valve_fit.Series(s.t_grid, s.command, s.t_meas, measured), max_nfev=40)
+        values = truth.overrides()
+        for c, name in enumerate(('maa', 'baa')):
+            values[f'dac_gain.{name}'] = truth.dac_gain[c]
+            values[f'dac_offset_kpa.{name}'] = truth.dac_offset_kpa[c]
+            values[f'hysteresis_kpa.{name}'] = truth.hysteresis_kpa[c]
+        for n in valve_fit.NAMES:
+            lo, hi = vf.interval[n]
+            held += lo <= values[n] <= hi
+            total += 1
+        assert vf.dof >= 15, vf.dof  # a level of each channel left out at a time
+    # 32 of 33 here; the linearised sandwich over 8 time batches it replaced held 28
+    assert held / total >= 0.9, (held, total)
