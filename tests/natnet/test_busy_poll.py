@@ -7,7 +7,7 @@ import time
 import pytest
 from natnet_util import random_group
 
-from equimus_hw.natnet.client import NatNetClient
+from equimus_hw.natnet.client import NEXT_FRAME_WINDOW, NatNetClient
 from equimus_hw.natnet.emulator import NatNetEmulator
 
 
@@ -52,12 +52,16 @@ def test_busy_poll_receives_every_frame(ports, window):
     assert c.stats.dropped_frames == 0 and c.stats.rejected_packets == 0
     numbers = [e.frame.frame_number for e in events]
     assert numbers == sorted(numbers) and len(set(numbers)) == n
-    # The next frame is expected at most one period (120 Hz) after the last one arrived (less
-    # if that one came late), and not before the last one was sent.
+    # The next frame is expected at most one period after the last one arrived (less if that
+    # one came late), and not before the last one was sent. The period is the stream's own: a
+    # busy machine slows the in-process emulator's sends below 120 Hz (13.3 ms ahead once in
+    # CI, both cores busy), which the mean arrival interval of the recent frames shows too.
     expected = c.next_frame_ns()
     assert expected is not None
     ahead = (expected - events[-1].arrival_ns) / 1e9
-    assert -0.05 < ahead <= 1 / 120 + 0.0015, ahead
+    recent = events[-NEXT_FRAME_WINDOW:]
+    period = (recent[-1].arrival_ns - recent[0].arrival_ns) / (len(recent) - 1) / 1e9
+    assert -0.05 < ahead <= max(1 / 120, period) + 0.0015, (ahead, period)
 
 
 def test_cpu_sleeping_below_window_below_polling_all_the_time(ports):
