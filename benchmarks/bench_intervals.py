@@ -22,7 +22,7 @@ import sys
 
 import numpy as np
 
-CHANNELS = ('maa', 'baa')
+CHANNELS = 2  # maa, baa
 
 
 def replay(truth, series, seed: int) -> np.ndarray:
@@ -32,26 +32,8 @@ def replay(truth, series, seed: int) -> np.ndarray:
     from equimus_hw.valve.calibration import ValveCalibration
 
     cal = ValveCalibration()
-    valves = valve_models(
-        cal,
-        truth.leg().valve,
-        len(CHANNELS),
-        truth.dac_gain,
-        truth.dac_offset_kpa,
-        truth.adc_noise_kpa,
-        seed,
-        [truth.regulation(c) for c in range(len(CHANNELS))],
-    )
+    valves = valve_models(cal, truth.leg().valve, CHANNELS, seed=seed, **truth.board_keywords())
     return np.array(board_replay(valves, cal, series.t_grid, series.command, series.t_meas))
-
-
-def truth_values(truth) -> dict[str, float]:
-    values = {k: v for k, v in truth.overrides().items() if k.startswith('valve.')}
-    for c, name in enumerate(CHANNELS):
-        values[f'dac_gain.{name}'] = truth.dac_gain[c]
-        values[f'dac_offset_kpa.{name}'] = truth.dac_offset_kpa[c]
-        values[f'hysteresis_kpa.{name}'] = truth.hysteresis_kpa[c]
-    return values
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -63,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     a = p.parse_args(argv)
 
-    from equimus_bringup.adapt import BUDGETS
+    from equimus_bringup.adapt import BUDGETS, truth_table
     from equimus_identification import data, leg_fit, valve_fit
     from equimus_sim.truth import draw
 
@@ -84,11 +66,10 @@ def main(argv: list[str] | None = None) -> int:
             series.t_grid, series.command, series.t_meas, replay(truth, series, seed)
         )
         vf = valve_fit.fit(s, max_nfev=BUDGETS['short'].valve_nfev)
-        tv = truth_values(truth)
-        for n in valve_fit.NAMES:
-            lo, hi = vf.interval[n]
-            held[n].append(lo <= tv[n] <= hi)
-            half[n].append(0.5 * (hi - lo))
+        for row in truth_table(truth, vf.values, vf.interval):
+            lo, hi = row['interval']
+            held[row['name']].append(row['covered'])
+            half[row['name']].append(0.5 * (hi - lo))
         print(
             f'draw {i + 1}/{a.draws}: {sum(h[-1] for h in held.values())}/{len(held)} held',
             flush=True,

@@ -61,6 +61,7 @@ def _excitation(seed: int) -> valve_fit.Series:
 
 
 def test_the_valve_fits_intervals_hold_drawn_rigs_truths():
+    from equimus_bringup.adapt import truth_table
     from equimus_hw.valve.board_emulator import replay, valve_models
     from equimus_hw.valve.calibration import ValveCalibration
     from equimus_sim.truth import draw
@@ -70,27 +71,13 @@ def test_the_valve_fits_intervals_hold_drawn_rigs_truths():
     for seed in (11, 12, 13):
         truth = draw(seed)
         s = _excitation(seed)
-        valves = valve_models(
-            cal,
-            truth.leg().valve,
-            2,
-            truth.dac_gain,
-            truth.dac_offset_kpa,
-            truth.adc_noise_kpa,
-            seed,
-            [truth.regulation(c) for c in range(2)],
-        )
+        valves = valve_models(cal, truth.leg().valve, 2, seed=seed, **truth.board_keywords())
         measured = np.array(replay(valves, cal, s.t_grid, s.command, s.t_meas))
         vf = valve_fit.fit(valve_fit.Series(s.t_grid, s.command, s.t_meas, measured), max_nfev=40)
-        values = truth.overrides()
-        for c, name in enumerate(('maa', 'baa')):
-            values[f'dac_gain.{name}'] = truth.dac_gain[c]
-            values[f'dac_offset_kpa.{name}'] = truth.dac_offset_kpa[c]
-            values[f'hysteresis_kpa.{name}'] = truth.hysteresis_kpa[c]
-        for n in valve_fit.NAMES:
-            lo, hi = vf.interval[n]
-            held += lo <= values[n] <= hi
-            total += 1
+        rows = truth_table(truth, vf.values, vf.interval)
+        assert {r['name'] for r in rows} == set(valve_fit.NAMES)
+        held += sum(r['covered'] for r in rows)
+        total += len(rows)
         assert vf.dof >= 15, vf.dof  # a level of each channel left out at a time
     # 32 of 33 here; the linearised sandwich over 8 time batches it replaced held 28
     assert held / total >= 0.9, (held, total)
