@@ -62,6 +62,7 @@ from collections.abc import Callable, Sequence
 from rclpy.clock import Clock, ClockType
 from rclpy.duration import Duration
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
+from rclpy.time import Time
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Bool, Float64MultiArray
 from std_srvs.srv import Trigger
@@ -175,6 +176,7 @@ class ValveDriver(LifecycleNode):
         self._last_sent: list[int] | None = None
         self._last_send_t = 0.0
         self._slew_t: float | None = None
+        self._slew_stamp: Time | None = None
         self._generation = 0
         self._measured_count = 0
         self._last_commanded = [math.nan] * len(self.channels)
@@ -371,10 +373,13 @@ class ValveDriver(LifecycleNode):
         return time.monotonic()
 
     def _slew_elapsed(self) -> float:
-        """Time for the slew limit with the simulated board: the node clock (sim time)."""
-        t = self.get_clock().now().nanoseconds * 1e-9
+        """Time for the slew limit with the simulated board: the node clock (sim time). The
+        reading also stamps the /valve/applied message of this step (`_send`)."""
+        clock = self.get_clock().now()
+        t = clock.nanoseconds * 1e-9
         elapsed = 0.0 if self._slew_t is None else max(0.0, t - self._slew_t)
         self._slew_t = t
+        self._slew_stamp = clock
         return elapsed
 
     # ----------------------------------------------------------------- commands and output
@@ -460,7 +465,10 @@ class ValveDriver(LifecycleNode):
         if res.warnings and now - self._last_warn_t > 1.0:
             self._last_warn_t = now
             self.get_logger().warning('; '.join(res.warnings))
-        self._send(self.safety.step(now, self._slew_elapsed() if self.simulated else None), now)
+        if self.simulated:
+            self._send(self.safety.step(now, self._slew_elapsed()), now, self._slew_stamp)
+        else:
+            self._send(self.safety.step(now, None), now)
 
     def _check_reconnect(self, now: float) -> None:
         """After every (re)connect, vent until a command newer than the connect arrives."""
@@ -518,7 +526,10 @@ class ValveDriver(LifecycleNode):
         """Each channel's DAC code for its pressure, through that channel's calibration."""
         return [cal.kpa_to_code(p) for cal, p in zip(self.cals, kpa, strict=True)]
 
-    def _send(self, out_kpa: list[float], now: float) -> None:
+    def _send(self, out_kpa: list[float], now: float, stamp: Time | None = None) -> None:
+        """Write the pressures; /valve/applied is stamped at the instant the output was decided
+        (the slew limit's own clock reading, or `now` on the steady clock), not when it is
+        published, so a preemption between the two cannot make a ramp look steeper than it was."""
         if self.board is None:
             return
         codes = [0] * len(self.channels) if self._closing else self._codes(out_kpa)
@@ -533,7 +544,11 @@ class ValveDriver(LifecycleNode):
             else [0.0] * len(self.channels)
         )
         if self.context.ok():  # a signal may have shut ROS down already; the serial side still runs
-            self.pub_applied.publish(self._pressures(applied))
+            if stamp is not None:
+                msg = pressure_state(self.channels, applied, stamp.to_msg())
+            else:
+                msg = self._pressures(applied, None if self.lockstep else now)
+            self.pub_applied.publish(msg)
 
     def _pressures(self, kpa, taken_at: float | None = None):
         """Stamped now on the node clock (sim time in the sim graph: the frame it answers), less
