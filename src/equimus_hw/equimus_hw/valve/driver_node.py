@@ -555,8 +555,10 @@ class ValveDriver(LifecycleNode):
         the age of a read-back taken at monotonic time `taken_at`. The age is measured right
         beside the clock reading, so a preemption before it cannot move the stamp later (that
         put successive /valve/pressure stamps out of order under load)."""
-        now = self.get_clock().now()
-        if taken_at is not None:
+        clock = self.get_clock()
+        now = clock.now()
+        # a steady-clock age comes off a node clock that runs with it, not off sim time
+        if taken_at is not None and not getattr(clock, 'ros_time_is_active', False):
             age_s = time.monotonic() - taken_at
             if age_s > 0.0:
                 now = now - Duration(nanoseconds=int(age_s * 1e9))
