@@ -30,6 +30,26 @@ EXACT_EVERYWHERE = ('lag_steps', 'board_valve')
 OTHER_HOST_RTOL = 1e-7
 
 
+#: The hinges' stops when the reference was written: MuJoCo's default impedance. The stops
+#: now ramp their force in (sim.limit_solimp in the description); rollouts that reach a stop
+#: changed with them, so the consumers are compared on a description with the old stops.
+REFERENCE_LIMIT_SOLIMP = [0.9, 0.95, 0.001, 0.5, 2.0]
+
+
+@pytest.fixture(autouse=True)
+def reference_stops(monkeypatch, tmp_path):
+    """The default leg as the reference knew it: its description with the old stops."""
+    import yaml
+
+    from equimus_description import leg
+
+    raw = yaml.safe_load(leg.default_leg_path().read_text())
+    raw['sim']['limit_solimp'] = REFERENCE_LIMIT_SOLIMP
+    path = tmp_path / 'leg.yaml'
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    monkeypatch.setattr(leg, 'default_leg_path', lambda: path)
+
+
 @pytest.fixture(scope='module')
 def reference():
     if not valve_reference.REFERENCE.exists():

@@ -163,6 +163,8 @@ class LegDescription:
     equality_solimp: tuple
     friction_solref: tuple = (0.002, 1.0)  # the hinges' dry friction as a constraint (MuJoCo)
     friction_solimp: tuple = (0.9999, 0.99999, 0.001, 0.5, 2.0)
+    limit_solref: tuple = (0.02, 1.0)  # the hinges' stops (joints.*.range) as constraints
+    limit_solimp: tuple = (0.0001, 0.95, 0.005, 0.5, 2.0)
     source: str | None = None
     raw: dict = field(default_factory=dict, repr=False)
     foot: Foot | None = None
@@ -530,6 +532,14 @@ def _finish(raw: Mapping, source, bodies, joints, actuators) -> LegDescription:
                 sim.get('friction_solimp', [0.9999, 0.99999, 0.001, 0.5, 2.0]),
                 5,
                 'sim.friction_solimp',
+            )
+        ),
+        limit_solref=tuple(_vec(sim.get('limit_solref', [0.02, 1.0]), 2, 'sim.limit_solref')),
+        limit_solimp=tuple(
+            _vec(
+                sim.get('limit_solimp', [0.0001, 0.95, 0.005, 0.5, 2.0]),
+                5,
+                'sim.limit_solimp',
             )
         ),
         source=source,

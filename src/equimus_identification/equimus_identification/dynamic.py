@@ -327,6 +327,35 @@ class Evaluator:
         st['base'] = {n: leg_value(leg, n) for n in BOUNDS}
         return st
 
+    # ----- the rollouts' start states -----
+    def start_states(self) -> np.ndarray:
+        """(rollouts, 4): the measured state each rollout starts from, [q_hip, q_knee, qd_hip,
+        qd_knee] (rad, rad/s)."""
+        return np.array(
+            [
+                np.concatenate(
+                    [self.experiments[ro.exp].start_q[ro.i0], self.experiments[ro.exp].qd[ro.i0]]
+                )
+                for ro in self.rollouts
+            ]
+        )
+
+    def set_starts(self, rows: Sequence[int], states: np.ndarray) -> None:
+        """Start rollouts `rows` from `states` ((len(rows), 4) as `start_states`) instead of
+        the measured ones: multiple shooting with the window starts as free variables, so the
+        motion capture's noise at a start is estimated, not inherited (a leg that forgets an
+        initial error faster fitted the noisy starts better)."""
+        st = self._compiled()
+        m, d, lm = st['model'], st['data'], st['lm']
+        starts = st.setdefault('starts', {})
+        for r, x in zip(rows, np.asarray(states, float), strict=True):
+            if r in starts and np.array_equal(starts[r], x):
+                continue
+            lm.reset(d, x[:2], x[2:])
+            b, row = st['where'][r]
+            mujoco.mj_getState(m, d, st['batches'][b]['init'][row], st['spec'])
+            starts[r] = x.copy()
+
     # ----- parameters -----
     def to_unit(self, x) -> np.ndarray:
         return (np.asarray(x, float) - self.lower) / (self.upper - self.lower)
@@ -408,12 +437,23 @@ class Evaluator:
                 skip_checks=True,
             )
         out = []
+        starts = st.get('starts', {})
         for r, ro in enumerate(self.rollouts):
             sps = self.sps[ro.exp]
             b, row = st['where'][r]
             state = batches[b]['out']
             qs = state[row, sps - 1 : (ro.n - 1) * sps : sps][:, st['qpos_cols']]
-            out.append(np.vstack([self.experiments[ro.exp].start_q[ro.i0][None, :], qs]))
+            q0 = starts[r][:2] if r in starts else self.experiments[ro.exp].start_q[ro.i0]
+            out.append(np.vstack([q0[None, :], qs]))
+        return out
+
+    def residual_rows(self) -> list[slice]:
+        """The slice of `residuals` each rollout fills (for a Jacobian's sparsity)."""
+        out, i = [], 0
+        for ro in self.rollouts:
+            n = 2 if self.experiments[ro.exp].is_static else 2 * ro.n
+            out.append(slice(i, i + n))
+            i += n
         return out
 
     def _tail(self, ro: _Rollout) -> int:

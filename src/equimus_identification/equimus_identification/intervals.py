@@ -112,30 +112,85 @@ def interval(
     return max(lo, value - half), min(hi, value + half)
 
 
-def forward_jacobian(fun, u: np.ndarray, r0: np.ndarray, step: float = 1e-4) -> np.ndarray:
+def column_groups(mask: np.ndarray) -> list[list[int]]:
+    """Columns of a sparsity mask (residuals × parameters) in groups whose residuals do not
+    overlap, greedily: one finite-difference evaluation moves a whole group."""
+    groups: list[tuple[list[int], np.ndarray]] = []
+    for c in range(mask.shape[1]):
+        for cols, used in groups:
+            if not np.any(used & mask[:, c]):
+                cols.append(c)
+                used |= mask[:, c]
+                break
+        else:
+            groups.append(([c], mask[:, c].copy()))
+    return [cols for cols, _ in groups]
+
+
+def forward_jacobian(
+    fun, u: np.ndarray, r0: np.ndarray, step: float = 1e-4, mask: np.ndarray | None = None
+) -> np.ndarray:
     """Forward differences of the raw residuals over the unit cube of the bounds (stepping
-    inwards at an upper bound); least_squares' own Jacobian is scaled by its robust loss."""
-    J = np.empty((r0.size, len(u)))
-    for i in range(len(u)):
+    inwards at an upper bound); least_squares' own Jacobian is scaled by its robust loss.
+    With a sparsity `mask`, columns touching disjoint residuals share an evaluation."""
+    J = np.zeros((r0.size, len(u)))
+    if mask is None:
+        mask = np.ones((r0.size, len(u)), bool)
+    for cols in column_groups(np.asarray(mask, bool)):
         v = np.array(u, float)
-        h = step if v[i] + step <= 1.0 else -step
-        v[i] += h
-        J[:, i] = (fun(v) - r0) / h
+        h = np.where(v[cols] + step <= 1.0, step, -step)
+        v[cols] += h
+        d = fun(v) - r0
+        for c, hc in zip(cols, h, strict=True):
+            J[:, c] = np.where(mask[:, c], d / hc, 0.0)
     return J
 
 
 def fit_unit_cube(
-    residuals: Callable[[np.ndarray], np.ndarray], u0: np.ndarray, f_scale: float, max_nfev: int
+    residuals: Callable[[np.ndarray], np.ndarray],
+    u0: np.ndarray,
+    f_scale: float,
+    max_nfev: int,
+    mask: np.ndarray | None = None,
+    method: str = 'trf',
 ) -> OptimizeResult:
     """Robust least squares (`LOSS` at `f_scale`) of `residuals` over the unit cube of the
-    parameters' bounds, from `u0`."""
+    parameters' bounds, from `u0`. A sparsity `mask` (residuals × parameters, True where a
+    parameter can move a residual) lets columns that touch disjoint residuals share one
+    finite-difference evaluation (`forward_jacobian`). method: scipy's 'trf' or 'dogbox'."""
     from scipy.optimize import least_squares
 
+    if mask is None:
+        jac: Callable[[np.ndarray], np.ndarray] | str = '2-point'
+    else:
+        last: dict[str, np.ndarray] = {}
+
+        def fun(u: np.ndarray) -> np.ndarray:
+            r = residuals(u)
+            last['u'], last['r'] = np.array(u, float), r
+            return r
+
+        def jac(u: np.ndarray) -> np.ndarray:
+            r0 = last['r'] if 'u' in last and np.array_equal(last['u'], u) else residuals(u)
+            return forward_jacobian(residuals, u, r0, 1e-4, mask)
+
+        return least_squares(
+            fun,
+            u0,
+            jac=jac,
+            bounds=(0.0, 1.0),
+            method=method,
+            x_scale='jac',
+            max_nfev=max_nfev,
+            loss=LOSS,
+            f_scale=f_scale,
+        )
     return least_squares(
         residuals,
         u0,
+        jac=jac,
         bounds=(0.0, 1.0),
-        method='trf',
+        method=method,
         x_scale='jac',
         diff_step=1e-4,
         max_nfev=max_nfev,
@@ -151,11 +206,12 @@ def std_errors(
     span: np.ndarray,
     t_index: Sequence[int] | np.ndarray,
     f_scale: float,
+    mask: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, int]:
     """(batch-robust standard errors, white ones, degrees of freedom) at the optimum `u` of
     `fit_unit_cube` (residuals `r` there), in the units of the parameters (`span`: upper bound
     - lower bound); `t_index`: the recording sample of each residual."""
-    J = forward_jacobian(residuals, u, r) / span[None, :]  # ∂r/∂x in physical units
+    J = forward_jacobian(residuals, u, r, mask=mask) / span[None, :]  # ∂r/∂x in physical units
     cov, dof = batch_covariance(J, r, t_index, weights=robust_weights(r, LOSS, f_scale))
     se = np.sqrt(np.clip(np.diag(cov), 0.0, None))
     white = np.sqrt(np.clip(np.diag(white_covariance(J, r)), 0.0, None))

@@ -155,6 +155,8 @@ def build_mjcf(
                 damping=j.damping,
                 range=list(j.range),
                 limited='true',
+                solreflimit=[max(leg.limit_solref[0], 2.0 * dt), leg.limit_solref[1]],
+                solimplimit=list(leg.limit_solimp),
                 **extra,
             )
         _sub(el, 'inertial', pos=b.com, mass=b.mass, fullinertia=b.inertia)
