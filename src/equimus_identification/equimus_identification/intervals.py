@@ -152,12 +152,11 @@ def fit_unit_cube(
     f_scale: float,
     max_nfev: int,
     mask: np.ndarray | None = None,
-    method: str = 'trf',
 ) -> OptimizeResult:
     """Robust least squares (`LOSS` at `f_scale`) of `residuals` over the unit cube of the
     parameters' bounds, from `u0`. A sparsity `mask` (residuals × parameters, True where a
     parameter can move a residual) lets columns that touch disjoint residuals share one
-    finite-difference evaluation (`forward_jacobian`). method: scipy's 'trf' or 'dogbox'."""
+    finite-difference evaluation (`forward_jacobian`)."""
     from scipy.optimize import least_squares
 
     if mask is None:
@@ -179,7 +178,7 @@ def fit_unit_cube(
             u0,
             jac=jac,
             bounds=(0.0, 1.0),
-            method=method,
+            method='trf',
             x_scale='jac',
             max_nfev=max_nfev,
             loss=LOSS,
@@ -190,7 +189,7 @@ def fit_unit_cube(
         u0,
         jac=jac,
         bounds=(0.0, 1.0),
-        method=method,
+        method='trf',
         x_scale='jac',
         diff_step=1e-4,
         max_nfev=max_nfev,

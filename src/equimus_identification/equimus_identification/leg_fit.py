@@ -4,10 +4,9 @@ With the board's read-back of each valve (/valve/pressure) the leg needs no valv
 measured pressures drive the simulated actuators (`dynamic.Evaluator(pressure='measured')`), so
 the DAC's gain and offset errors and the VPPE's hysteresis and repeatability, which the model
 does not have, cannot bend the leg's parameters (the valves are identified on their own:
-`valve_fit`). Multiple shooting (seeds/003: windows restarted near the measured states, each
-window's start state fitted with the parameters), robust least squares over the unit cube of the
-bounds, and intervals that allow for residuals
-correlated over whole pressure levels (`intervals.batch_covariance`).
+`valve_fit`). Multiple shooting (windows restarted from the measured states, seeds/003; or from
+fitted ones, `Starts`), robust least squares over the unit cube of the bounds, and intervals
+that allow for residuals correlated over whole pressure levels (`intervals.batch_covariance`).
 """
 
 from __future__ import annotations
@@ -37,10 +36,6 @@ HORIZON_S = 3.0
 #: part of an excitation the fits use; the rest is the validation segment (`excitation_parts`)
 FIT_FRACTION = 0.7
 F_SCALE_RAD = 0.01  # rad, scale of the robust loss (intervals.LOSS)
-#: scipy's least-squares method: the leg's stiffness and area trade along a long, flat valley
-#: (the statics fix their ratio) in which 'trf' stopped 2 % from the truth's own cost on
-#: synthetic recordings; 'dogbox' went on to within 0.6-1.5 % (docs/benchmarks.md)
-METHOD = 'dogbox'
 #: how far a shooting window's start may move from the measured state, [q (rad) × 2, qd (rad/s)
 #: × 2]: many times the motion capture's noise on the angles and on their local-cubic slope
 START_FREEDOM = np.array([0.03, 0.03, 1.0, 1.0])
@@ -96,9 +91,10 @@ def excitation_parts(rec: Recording, fraction: float = FIT_FRACTION) -> Excitati
 
 class Starts:
     """The shooting windows' start states as free variables on the unit cube, `START_FREEDOM`
-    about the measured ones (none when `free` is False): with the measured starts, the motion
-    capture's noise at each start biased the leg towards forgetting it faster (MAA stiffness
-    +4 % on a noise-free plant seen through 1.5 mrad of angle noise, docs/benchmarks.md)."""
+    about the measured ones (none when `free` is False). Measured starts carry the motion
+    capture's noise into each window, which biased a synthetic leg seen through 1.5 mrad of
+    white angle noise (MAA stiffness +5 %, +2 % with fitted starts); on the emulated rig fitted
+    starts did worse (docs/benchmarks.md), so they are an option (`fit(free_starts=True)`)."""
 
     def __init__(self, ev: D.Evaluator, free: bool = True) -> None:
         self.ev = ev
@@ -186,8 +182,7 @@ def fit(
     max_nfev: int = 30,
     log: Callable[[str], None] = lambda _: None,
     horizon: float = HORIZON_S,
-    free_starts: bool = True,
-    method: str = METHOD,
+    free_starts: bool = False,
 ) -> LegFit:
     """Robust least squares of the shooting residuals from `start` (default: the leg's own
     values, friction from heldout.START). free_starts: every shooting window's start state is
@@ -212,7 +207,7 @@ def fit(
         return ev.residuals(ev.from_unit(u[:k]))
 
     mask = starts.mask(k)
-    r = intervals.fit_unit_cube(residuals, u0, F_SCALE_RAD, max_nfev, mask, method)
+    r = intervals.fit_unit_cube(residuals, u0, F_SCALE_RAD, max_nfev, mask)
     x = ev.from_unit(r.x[:k])
     res = residuals(r.x)
     robust = 1.4826 * float(np.median(np.abs(res)))
@@ -258,12 +253,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument('--nfev', type=int, default=100, help='least-squares iterations (at most)')
     p.add_argument('--fixed-lag', action='store_true', help='read-back lag held at 0 ms')
     p.add_argument(
-        '--measured-starts',
+        '--free-starts',
         action='store_true',
-        help='start every shooting window from the measured state (no free starts)',
-    )
-    p.add_argument(
-        '--method', choices=('trf', 'dogbox'), default=METHOD, help="scipy's least-squares method"
+        help="fit every shooting window's start state too (leg_fit.Starts)",
     )
     p.add_argument(
         '--from-truth',
@@ -297,8 +289,7 @@ def main(argv: list[str] | None = None) -> int:
         max_nfev=a.nfev,
         log=print,
         horizon=a.horizon,
-        free_starts=not a.measured_starts,
-        method=a.method,
+        free_starts=a.free_starts,
     )
     held = scored = 0
     for n, v in lf.values.items():
