@@ -151,7 +151,7 @@ def test_teach_writes_a_policy_taught_on_the_identified_model(tmp_path):
             }
         )
     )
-    budget = adapt.Budget(14.0, 0, 8.0, 30, 40, 8, 0, 6.5, 1, 2)
+    budget = adapt.Budget(14.0, 0, 8.0, 30, 40, 8, 0, 6.5, 1, 2, 1)
     lines: list[str] = []
     path = adapt.teach(params, identified, tmp_path, budget, lines.append)
     ros = yaml.safe_load(path.read_text())['controller']['ros__parameters']

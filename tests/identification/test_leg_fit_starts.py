@@ -61,3 +61,34 @@ def test_the_sparse_jacobian_equals_the_dense_one_with_fewer_evaluations(noisy_p
     dense = intervals.forward_jacobian(residuals, u, r0)
     assert len(calls) == len(u) and n_sparse == k + 4
     np.testing.assert_allclose(sparse, dense, rtol=0, atol=1e-9)
+
+
+def test_perturbed_starts_are_seeded_within_their_spread_and_bounds():
+    leg = load_leg()
+    a, b = (leg_fit.perturbed_start(leg, leg_fit.NAMES, s) for s in (1, 1))
+    assert a == b and a != leg_fit.perturbed_start(leg, leg_fit.NAMES, 2)
+    assert 'timing.pressure_lag' not in a and 'joints.knee.range.0' not in a
+    for n, v in a.items():
+        lo, hi = leg_fit.D.BOUNDS[n]
+        nominal = leg_fit.D.leg_value(leg, n)
+        assert lo <= v <= hi
+        assert abs(v / nominal - 1.0) <= leg_fit.START_SPREAD + 1e-12 or v in (lo, hi), n
+
+
+def test_a_multistart_interval_holds_every_start_s_endpoint(noisy_parts):
+    """Two starts: the intervals add the endpoints' spread, so both endpoints lie inside."""
+    leg = load_leg()
+    short = [e.head(3.0) for e in noisy_parts.fit[:1]]
+    lf = leg_fit.multistart(short, leg, 2, max_nfev=5)
+    ends = [
+        leg_fit.fit(short, leg, start=s, max_nfev=5).values
+        for s in (None, leg_fit.perturbed_start(leg, leg_fit.NAMES, 1))
+    ]
+    assert lf.dof == 1
+    assert lf.values in ends
+    moved = [n for n in leg_fit.NAMES if ends[0][n] != ends[1][n]]
+    assert moved, 'the two starts ended at the same point: the test shows nothing'
+    for n in moved:
+        lo, hi = lf.interval[n]
+        assert all(lo <= e[n] <= hi for e in ends), (n, lo, hi, [e[n] for e in ends])
+        assert lf.std_error[n] > 0.0

@@ -232,6 +232,75 @@ def fit(
     )
 
 
+#: a multi-start fit's other starts: each static leg parameter scaled by a uniform draw within
+#: this fraction of the description's value
+START_SPREAD = 0.15
+
+
+def perturbed_start(leg: LegDescription, names: Sequence[str], seed: int) -> dict[str, float]:
+    """The description's values of the actuators' parameters and the hinges' dampings, each
+    scaled by a uniform draw within ±START_SPREAD (clipped to the bounds); the stop, friction
+    and lag keep their defaults."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for n in names:
+        if n.startswith('actuators.') or n.endswith('.damping'):
+            lo, hi = D.BOUNDS[n]
+            v = D.leg_value(leg, n) * (1.0 + rng.uniform(-START_SPREAD, START_SPREAD))
+            out[n] = float(min(hi, max(lo, v)))
+    return out
+
+
+def multistart(
+    experiments: Sequence[Experiment],
+    leg: LegDescription,
+    n_starts: int,
+    names: Sequence[str] = NAMES,
+    max_nfev: int = 100,
+    horizon: float = HORIZON_S,
+    log: Callable[[str], None] = lambda _: None,
+) -> LegFit:
+    """`fit` from the description's values and from n_starts − 1 `perturbed_start`s. The data
+    determine a curve more than a point (the actuators' stiffness and area, c_MAA and the hip's
+    damping trade at one residual, docs/benchmarks.md): the fits end at different places on it
+    with the same loss. The best fit's values, with intervals whose variance adds the endpoints'
+    spread (their sample variance, Student's t of n_starts − 1 degrees of freedom) to the fit's
+    own."""
+    if n_starts < 2:
+        raise ValueError('a multi-start fit needs two starts or more')
+    fits = [
+        fit(
+            experiments,
+            leg,
+            start=perturbed_start(leg, names, k) if k else None,
+            names=names,
+            max_nfev=max_nfev,
+            horizon=horizon,
+            log=log,
+        )
+        for k in range(n_starts)
+    ]
+    best = min(fits, key=lambda f: f.residual_rms_rad)
+    ends = np.array([[f.values[n] for n in names] for f in fits])
+    spread = ends.std(axis=0, ddof=1)
+    dof = min(best.dof, n_starts - 1)
+    se = {n: math.hypot(best.std_error[n], s) for n, s in zip(names, spread, strict=True)}
+    ev = _evaluator(experiments, leg, names, None, horizon)
+    return LegFit(
+        values=best.values,
+        std_error=se,
+        interval={
+            n: intervals.interval(best.values[n], se[n], lo, hi, dof)
+            for n, lo, hi in zip(names, ev.lower, ev.upper, strict=True)
+        },
+        white_std_error=best.white_std_error,
+        residual_rms_rad=best.residual_rms_rad,
+        dof=dof,
+        evaluations=sum(f.evaluations for f in fits),
+        at_bounds=best.at_bounds,
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     """python -m equimus_identification.leg_fit RUN: refit the leg on an `equimus adapt` run's
     excitation (RUN/bag_excite, the part adapt fits) with other settings, and score every
@@ -252,6 +321,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument('--horizon', type=float, default=HORIZON_S, help='s of a shooting window')
     p.add_argument('--nfev', type=int, default=100, help='least-squares iterations (at most)')
     p.add_argument('--fixed-lag', action='store_true', help='read-back lag held at 0 ms')
+    p.add_argument(
+        '--starts',
+        type=int,
+        default=1,
+        help="fits from this many starts; intervals widened by their endpoints' spread",
+    )
     p.add_argument(
         '--free-starts',
         action='store_true',
@@ -281,16 +356,22 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     names = [n for n in NAMES if not (a.fixed_lag and n in D.TIMING_PARAMS)]
     parts = excitation_parts(rec, a.fraction)
-    lf = fit(
-        parts.fit,
-        load_leg(),
-        start=truth if a.from_truth else None,
-        names=names,
-        max_nfev=a.nfev,
-        log=print,
-        horizon=a.horizon,
-        free_starts=a.free_starts,
-    )
+    if a.starts > 1 and (a.from_truth or a.free_starts):
+        print('leg_fit: --starts goes with neither --from-truth nor --free-starts', file=sys.stderr)
+        return 2
+    if a.starts > 1:
+        lf = multistart(parts.fit, load_leg(), a.starts, names, a.nfev, a.horizon, log=print)
+    else:
+        lf = fit(
+            parts.fit,
+            load_leg(),
+            start=truth if a.from_truth else None,
+            names=names,
+            max_nfev=a.nfev,
+            log=print,
+            horizon=a.horizon,
+            free_starts=a.free_starts,
+        )
     held = scored = 0
     for n, v in lf.values.items():
         lo, hi = lf.interval[n]
