@@ -159,43 +159,28 @@ def fit_unit_cube(
     finite-difference evaluation (`forward_jacobian`)."""
     from scipy.optimize import least_squares
 
+    common = {
+        'bounds': (0.0, 1.0),
+        'method': 'trf',
+        'x_scale': 'jac',
+        'max_nfev': max_nfev,
+        'loss': LOSS,
+        'f_scale': f_scale,
+    }
     if mask is None:
-        jac: Callable[[np.ndarray], np.ndarray] | str = '2-point'
-    else:
-        last: dict[str, np.ndarray] = {}
+        return least_squares(residuals, u0, jac='2-point', diff_step=1e-4, **common)
+    last: dict[str, np.ndarray] = {}
 
-        def fun(u: np.ndarray) -> np.ndarray:
-            r = residuals(u)
-            last['u'], last['r'] = np.array(u, float), r
-            return r
+    def fun(u: np.ndarray) -> np.ndarray:
+        r = residuals(u)
+        last['u'], last['r'] = np.array(u, float), r
+        return r
 
-        def jac(u: np.ndarray) -> np.ndarray:
-            r0 = last['r'] if 'u' in last and np.array_equal(last['u'], u) else residuals(u)
-            return forward_jacobian(residuals, u, r0, 1e-4, mask)
+    def jac(u: np.ndarray) -> np.ndarray:
+        r0 = last['r'] if 'u' in last and np.array_equal(last['u'], u) else residuals(u)
+        return forward_jacobian(residuals, u, r0, 1e-4, mask)
 
-        return least_squares(
-            fun,
-            u0,
-            jac=jac,
-            bounds=(0.0, 1.0),
-            method='trf',
-            x_scale='jac',
-            max_nfev=max_nfev,
-            loss=LOSS,
-            f_scale=f_scale,
-        )
-    return least_squares(
-        residuals,
-        u0,
-        jac=jac,
-        bounds=(0.0, 1.0),
-        method='trf',
-        x_scale='jac',
-        diff_step=1e-4,
-        max_nfev=max_nfev,
-        loss=LOSS,
-        f_scale=f_scale,
-    )
+    return least_squares(fun, u0, jac=jac, **common)
 
 
 def std_errors(
