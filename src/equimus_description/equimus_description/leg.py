@@ -24,6 +24,11 @@ from . import yamlfile
 from .kinematics import PlanarGeometry
 from .valve import VALVE_TAU_S, ValveParams
 
+#: the hinges' stops (joints.*.range) as MuJoCo constraints when the description's sim section
+#: does not set them: the force ramps in from contact (data/leg.yaml says why)
+LIMIT_SOLREF = (0.02, 1.0)
+LIMIT_SOLIMP = (0.0001, 0.95, 0.005, 0.5, 2.0)
+
 
 class LegDescriptionError(ValueError):
     """The leg YAML or an override is malformed; the message says which key and why.
@@ -163,8 +168,8 @@ class LegDescription:
     equality_solimp: tuple
     friction_solref: tuple = (0.002, 1.0)  # the hinges' dry friction as a constraint (MuJoCo)
     friction_solimp: tuple = (0.9999, 0.99999, 0.001, 0.5, 2.0)
-    limit_solref: tuple = (0.02, 1.0)  # the hinges' stops (joints.*.range) as constraints
-    limit_solimp: tuple = (0.0001, 0.95, 0.005, 0.5, 2.0)
+    limit_solref: tuple = LIMIT_SOLREF
+    limit_solimp: tuple = LIMIT_SOLIMP
     source: str | None = None
     raw: dict = field(default_factory=dict, repr=False)
     foot: Foot | None = None
@@ -534,14 +539,8 @@ def _finish(raw: Mapping, source, bodies, joints, actuators) -> LegDescription:
                 'sim.friction_solimp',
             )
         ),
-        limit_solref=tuple(_vec(sim.get('limit_solref', [0.02, 1.0]), 2, 'sim.limit_solref')),
-        limit_solimp=tuple(
-            _vec(
-                sim.get('limit_solimp', [0.0001, 0.95, 0.005, 0.5, 2.0]),
-                5,
-                'sim.limit_solimp',
-            )
-        ),
+        limit_solref=tuple(_vec(sim.get('limit_solref', LIMIT_SOLREF), 2, 'sim.limit_solref')),
+        limit_solimp=tuple(_vec(sim.get('limit_solimp', LIMIT_SOLIMP), 5, 'sim.limit_solimp')),
         source=source,
         raw=copy.deepcopy(dict(raw)),
         foot=_foot(raw.get('foot'), bodies),

@@ -285,14 +285,10 @@ def multistart(
     spread = ends.std(axis=0, ddof=1)
     dof = min(best.dof, n_starts - 1)
     se = {n: math.hypot(best.std_error[n], s) for n, s in zip(names, spread, strict=True)}
-    ev = _evaluator(experiments, leg, names, None, horizon)
     return LegFit(
         values=best.values,
         std_error=se,
-        interval={
-            n: intervals.interval(best.values[n], se[n], lo, hi, dof)
-            for n, lo, hi in zip(names, ev.lower, ev.upper, strict=True)
-        },
+        interval={n: intervals.interval(best.values[n], se[n], *D.BOUNDS[n], dof) for n in names},
         white_std_error=best.white_std_error,
         residual_rms_rad=best.residual_rms_rad,
         dof=dof,
