@@ -67,8 +67,16 @@ def _why(exc: BaseException) -> tuple[str, str]:
 
 
 def _entries(raw: Any, section: str) -> list[tuple[Any, Any]]:
+    """A section's (name, entry) pairs; a name is what key paths and MJCF names are made of."""
     if not isinstance(raw, Mapping):
         raise LegDescriptionError(f'{section}: expected a mapping, got {raw!r}', section)
+    for name in raw:
+        if not (isinstance(name, str) and re.fullmatch(r'[A-Za-z_]\w*', name)):
+            raise LegDescriptionError(
+                f'{section}: entry {name!r} is not a name (letters, digits and _, not starting '
+                'with a digit)',
+                section,
+            )
     return list(raw.items())
 
 
