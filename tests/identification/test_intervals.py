@@ -81,3 +81,27 @@ def test_the_valve_fits_intervals_hold_drawn_rigs_truths():
         assert vf.dof >= 15, vf.dof  # a level of each channel left out at a time
     # 32 of 33 here; the linearised sandwich over 8 time batches it replaced held 28
     assert held / total >= 0.9, (held, total)
+
+
+def test_covariances_do_not_depend_on_the_parameters_units():
+    """Two nearly collinear columns (the MAA's damping and the hip's, which trade at one
+    residual) beside one 1e7 times larger (an area in m²): changing the parameters' units
+    rescales the covariance and nothing else, and the weak direction keeps its large variance
+    instead of being dropped as rounding noise."""
+    rng = np.random.default_rng(3)
+    n = 2000
+    a, b = rng.normal(size=n), rng.normal(size=n)
+    J = np.column_stack([a, b, b + 0.01 * rng.normal(size=n)])
+    r = rng.normal(0.0, 0.01, n)
+    t_index = np.arange(n)
+    units = np.array([1e7, 1e-3, 1e-3])
+    for cov_of in (
+        lambda M: intervals.batch_covariance(M, r, t_index)[0],
+        lambda M: intervals.white_covariance(M, r),
+    ):
+        reference = cov_of(J)
+        scaled = cov_of(J * units) * np.outer(units, units)
+        np.testing.assert_allclose(scaled, reference, rtol=1e-6)
+        # the collinear pair: standard errors ~100x those of a lone column of the same size
+        se = np.sqrt(np.diag(reference))
+        assert se[1] > 30 * 0.01 / np.sqrt(n), se

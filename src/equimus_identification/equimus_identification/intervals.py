@@ -58,12 +58,25 @@ def batch_covariance(
     n_samples = int(t_index.max()) + 1
     b = max(2, min(int(batches), n_samples))
     cluster = np.minimum(t_index * b // n_samples, b - 1)
+    scale = column_scale(J)
+    Jn = J / scale
     s = np.zeros((b, J.shape[1]))
-    np.add.at(s, cluster, J * (w_r * r)[:, None])
+    np.add.at(s, cluster, Jn * (w_r * r)[:, None])
     s -= s.mean(axis=0)  # scores sum to ~0 at the optimum; centred, the estimate is unbiased
     S = s.T @ s * b / (b - 1)
-    bread = np.linalg.pinv(J.T @ (J * w_r[:, None]))
-    return bread @ S @ bread, b - 1
+    bread = np.linalg.pinv(Jn.T @ (Jn * w_r[:, None]))
+    return bread @ S @ bread / np.outer(scale, scale), b - 1
+
+
+def column_scale(J: np.ndarray) -> np.ndarray:
+    """Each column's norm (1 where a column is zero). A Jacobian in physical units spans many
+    decades (m² of area against N·s/m of damping: ~1e7 between columns, ~1e14 in JᵀJ), and a
+    pseudo-inverse of JᵀJ unscaled drops its weak directions as rounding noise: the pair of
+    dampings that trade at one residual got intervals of a few per cent instead of ±100 %.
+    Inverted with unit columns and scaled back, the covariance is what the parameters' units
+    do not change."""
+    norm = np.linalg.norm(J, axis=0)
+    return np.where(norm > 0.0, norm, 1.0)
 
 
 def group_jackknife(
@@ -101,7 +114,9 @@ def quantile(dof: int | None) -> float:
 def white_covariance(J: np.ndarray, r: np.ndarray) -> np.ndarray:
     """σ²(JᵀJ)⁻¹: the residuals taken as white (what dynamic.covariance_summary reports)."""
     dof = max(1, len(r) - J.shape[1])
-    return np.linalg.pinv(J.T @ J) * float(r @ r) / dof
+    scale = column_scale(J)
+    Jn = J / scale
+    return np.linalg.pinv(Jn.T @ Jn) / np.outer(scale, scale) * float(r @ r) / dof
 
 
 def interval(
