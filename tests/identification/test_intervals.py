@@ -105,3 +105,26 @@ def test_covariances_do_not_depend_on_the_parameters_units():
         # the collinear pair: standard errors ~100x those of a lone column of the same size
         se = np.sqrt(np.diag(reference))
         assert se[1] > 30 * 0.01 / np.sqrt(n), se
+
+
+def test_a_fixed_parameter_passes_its_doubt_to_the_one_it_trades_with():
+    """y = a·x1 + b·x2 + c·x3 with c held fixed: the consider covariance is g gᵀ sd², g the
+    fit's shift per unit of c's error, which a refit with c moved by δ shows exactly (linear
+    model); x3 nearly x2, so b takes nearly all of it and a almost nothing."""
+    rng = np.random.default_rng(5)
+    n = 500
+    x1, x2 = rng.normal(size=n), rng.normal(size=n)
+    x3 = x2 + 0.05 * rng.normal(size=n)
+    y = 1.0 * x1 + 2.0 * x2 + 3.0 * x3 + rng.normal(0.0, 0.01, n)
+    A = np.column_stack([x1, x2])
+
+    def fit(c: float) -> np.ndarray:
+        return np.linalg.lstsq(A, y - c * x3, rcond=None)[0]
+
+    delta = 0.1
+    shift = (fit(3.0 + delta) - fit(3.0)) / delta
+    # residual r = A·θ + c·x3 − y: ∂r/∂c = x3
+    cov = intervals.consider_covariance(A * np.array([1e6, 1e-3]), x3, sd=0.5)
+    cov = cov * np.outer([1e6, 1e-3], [1e6, 1e-3])  # back to the units of A
+    np.testing.assert_allclose(np.sqrt(np.diag(cov)), 0.5 * np.abs(shift), rtol=1e-6)
+    assert abs(shift[1]) > 0.9 and abs(shift[0]) < 0.1, shift

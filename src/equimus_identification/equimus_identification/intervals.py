@@ -102,6 +102,21 @@ def group_jackknife(
     return (n - 1) / n * (d.T @ d), n - 1
 
 
+def consider_covariance(
+    J: np.ndarray, column: np.ndarray, sd: float, weights: np.ndarray | None = None
+) -> np.ndarray:
+    """The fitted parameters' covariance from a parameter held fixed whose value is uncertain
+    (standard deviation `sd`; `column` its ∂r/∂c): had it been c + δ, the fit would have moved
+    by g·δ, g = −(JᵀWJ)⁻¹JᵀW ∂r/∂c, so g gᵀ sd² adds to their covariance (a "consider"
+    parameter). A fixed parameter that trades with a fitted one passes its doubt on to it."""
+    J, column = np.asarray(J, float), np.asarray(column, float)
+    w = np.ones(len(column)) if weights is None else np.asarray(weights, float)
+    scale = column_scale(J)
+    Jn = J / scale
+    g = -np.linalg.pinv(Jn.T @ (Jn * w[:, None])) @ (Jn.T @ (w * column)) / scale
+    return np.outer(g, g) * sd**2
+
+
 def quantile(dof: int | None) -> float:
     """The two-sided 95 % quantile: Student's t with `dof` degrees of freedom (None: normal)."""
     if dof is None:
@@ -206,12 +221,18 @@ def std_errors(
     t_index: Sequence[int] | np.ndarray,
     f_scale: float,
     mask: np.ndarray | None = None,
+    consider: Sequence[tuple[np.ndarray, float]] = (),
 ) -> tuple[np.ndarray, np.ndarray, int]:
     """(batch-robust standard errors, white ones, degrees of freedom) at the optimum `u` of
     `fit_unit_cube` (residuals `r` there), in the units of the parameters (`span`: upper bound
-    - lower bound); `t_index`: the recording sample of each residual."""
+    - lower bound); `t_index`: the recording sample of each residual. `consider`: parameters
+    held fixed, each as (∂r/∂c, the standard deviation of its fixed value); their uncertainty
+    is added to the fitted parameters' (`consider_covariance`)."""
     J = forward_jacobian(residuals, u, r, mask=mask) / span[None, :]  # ∂r/∂x in physical units
-    cov, dof = batch_covariance(J, r, t_index, weights=robust_weights(r, LOSS, f_scale))
+    weights = robust_weights(r, LOSS, f_scale)
+    cov, dof = batch_covariance(J, r, t_index, weights=weights)
+    for column, sd in consider:
+        cov = cov + consider_covariance(J, column, sd, weights)
     se = np.sqrt(np.clip(np.diag(cov), 0.0, None))
     white = np.sqrt(np.clip(np.diag(white_covariance(J, r)), 0.0, None))
     return se, white, dof

@@ -64,6 +64,11 @@ class TuneConfig:
     # frames (1/120 s) the valves get each command late beyond the loop's own one: the latency
     # a running graph adds (equimus adapt measures it on the rig)
     delay_frames: int = 0
+    # frames more the gains must also hold with: the cost is the mean over delay_frames and
+    # delay_frames + delay_margin_frames. A loop tuned to its measured delay alone can sit at
+    # the edge of stability, and a rig's loop is later than measured now and then (its board
+    # applies codes on a tick of its own, the machine is loaded)
+    delay_margin_frames: int = 0
 
     def __post_init__(self) -> None:
         if self.task not in TASKS:
@@ -143,25 +148,35 @@ def closed_loop_rmse(
     return r.rmse(skip=skip), bool(np.any(r.vented))
 
 
-class _Objective:
-    """Mean squared joint error of a gain vector (picklable for parallel workers)."""
-
-    def __init__(self, cfg: TuneConfig, base: PIDGains) -> None:
-        self.cfg, self.base = cfg, base
-
-    def __call__(self, x: np.ndarray) -> float:
-        cfg = self.cfg
+def gains_cost(gains: PIDGains, cfg: TuneConfig) -> float:
+    """The tuning's cost of `gains`: the joint-angle mean squared error (rad²) on cfg's model
+    and task, averaged over the loop delays cfg names (`delay_margin_frames`), plus VENT_COST
+    for a run in which a guard vented."""
+    delays = sorted({cfg.delay_frames, cfg.delay_frames + cfg.delay_margin_frames})
+    total = 0.0
+    for d in delays:
         rmse, vented = closed_loop_rmse(
-            gains_from_x(np.asarray(x), self.base),
+            gains,
             cfg.task,
             cfg.duration,
             cfg.noise_seed,
             cfg.skip,
             cfg.leg_overrides,
-            delay_frames=cfg.delay_frames,
+            delay_frames=d,
         )
         mse = float(np.mean(rmse**2))
-        return mse + (VENT_COST if vented or not math.isfinite(mse) else 0.0)
+        total += mse + (VENT_COST if vented or not math.isfinite(mse) else 0.0)
+    return total / len(delays)
+
+
+class _Objective:
+    """`gains_cost` of a gain vector (picklable for parallel workers)."""
+
+    def __init__(self, cfg: TuneConfig, base: PIDGains) -> None:
+        self.cfg, self.base = cfg, base
+
+    def __call__(self, x: np.ndarray) -> float:
+        return gains_cost(gains_from_x(np.asarray(x), self.base), self.cfg)
 
 
 @dataclass
