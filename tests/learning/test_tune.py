@@ -97,3 +97,18 @@ def test_a_lead_reads_the_references_preview_and_round_trips_through_the_file(tm
     path = tmp_path / 'led.yaml'
     write_params(path, replace(r, gains=replace(r.gains, lead=0.1)), cfg)
     assert read_gains(path).lead == 0.1
+
+
+def test_a_delay_margin_scores_gains_at_both_delays():
+    """The cost with a margin is the mean of the costs at the measured delay and at that many
+    frames more, and later valves cost more: the margin is what the search then pays for."""
+    from dataclasses import replace
+
+    from equimus_learning.tune import gains_cost
+
+    base = TuneConfig(duration=3.0, delay_frames=1)
+    gains = PIDGains(kp=(4.5, 2.25), ki=(6.0, 3.0), kd=(0.3, 0.12))
+    at_1, at_4 = gains_cost(gains, base), gains_cost(gains, replace(base, delay_frames=4))
+    both = gains_cost(gains, replace(base, delay_margin_frames=3))
+    assert at_4 > at_1
+    assert math.isclose(both, 0.5 * (at_1 + at_4), rel_tol=1e-12), (both, at_1, at_4)
