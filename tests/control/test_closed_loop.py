@@ -65,3 +65,19 @@ def test_the_valves_get_what_the_actuation_stage_makes_of_each_command(
     assert len(seen) == len(r.t) and r.u[:, 0].max() > 1.0  # PID kept asking for MAA pressure
     assert sim.pressures[0] < 0.01 * r.u[:, 0].max()
     assert sim.pressures[1] == pytest.approx(r.u[-2, 1], abs=5.0)
+
+
+def test_a_delayed_actuation_hands_on_each_command_that_many_frames_late():
+    from equimus_control.closed_loop import delayed
+
+    seen: list[float] = []
+
+    def valves(u, t):
+        seen.append(t)
+        return [2.0 * u[0], 2.0 * u[1]]
+
+    late = delayed(valves, 2, [5.0, 6.0])
+    out = [late([float(k), 0.0], k / 120) for k in range(4)]
+    assert out == [[5.0, 6.0], [5.0, 6.0], [0.0, 0.0], [2.0, 0.0]]
+    assert seen == [k / 120 for k in range(4)]  # the driver itself still runs every frame
+    assert delayed(valves, 0, [0.0, 0.0]) is valves

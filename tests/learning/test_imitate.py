@@ -173,3 +173,12 @@ def test_the_environments_show_a_previewing_policy_the_references_future(which):
         future = np.atleast_2d(env.ref(env.t + 0.3)[0])
     assert np.allclose(obs[:, i : i + 2], future - obs[:, j : j + 2], atol=1e-9)
     env.close()
+
+
+def test_a_negative_loop_delay_is_refused():
+    import pytest
+
+    from equimus_learning.imitate import ImitateConfig
+
+    with pytest.raises(ValueError, match='delay_frames'):
+        ImitateConfig(delay_frames=-1)

@@ -358,10 +358,13 @@ def retune(params: Path, out: Path, budget: Budget, log: Log, delay_s: float = 0
     return path
 
 
-def teach(params: Path, identified: Path, out: Path, budget: Budget, log: Log) -> Path:
+def teach(
+    params: Path, identified: Path, out: Path, budget: Budget, log: Log, delay_s: float = 0.0
+) -> Path:
     """The policy taught again (`equimus train --algo dagger`): the LTV MPC plans on the
     identified model, half of the episodes run on it and half on legs drawn within the
-    identified 95 % intervals; policy.npz and params_policy.yaml (the policy and the model)."""
+    identified 95 % intervals, every episode with the rig's loop delay (`delay_s`, as the
+    retune); policy.npz and params_policy.yaml (the policy and the model)."""
     from equimus_control.policy import save_mlp
     from equimus_learning.imitate import ImitateConfig, imitate
     from equimus_learning.randomize import Randomization
@@ -376,11 +379,12 @@ def teach(params: Path, identified: Path, out: Path, budget: Budget, log: Log) -
         episodes=budget.teach_episodes,
         leg=str(params),
         randomize=Randomization(intervals, pool=budget.teach_episodes),
+        delay_frames=int(round(delay_s * RATE_HZ)),
     )
     log(
         f'[teach] the policy, by the LTV MPC on the identified model: {cfg.iterations} DAgger '
         f'iterations of {cfg.episodes} episodes, {len(intervals)} parameters drawn within their '
-        'intervals'
+        f'intervals, {cfg.delay_frames} frame(s) of loop delay'
     )
     res = imitate(cfg, progress=lambda m: log(f'[teach] {m}'))
     policy = out / 'policy.npz'
@@ -517,7 +521,9 @@ def run(ns: argparse.Namespace, log: Log = print) -> int:
         params_pid = retune(out / 'params.yaml', out, budget, log, delay)
         params_policy = None
         if shipped is not None:
-            params_policy = teach(out / 'params.yaml', out / 'identified.yaml', out, budget, log)
+            params_policy = teach(
+                out / 'params.yaml', out / 'identified.yaml', out, budget, log, delay
+            )
         start_graph(session, log)
         if params_policy is not None:
             policy_phases['after'] = session.task(

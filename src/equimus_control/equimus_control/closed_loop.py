@@ -6,6 +6,7 @@ module imports no simulator."""
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -53,6 +54,21 @@ def frame_poses(
         w, x, y, z = b.orientation
         out.append((b.position, (x, y, z, w)))
     return out
+
+
+def delayed(actuation: Actuation, frames: int, p0: Sequence[float]) -> Actuation:
+    """`actuation` whose pressures reach the valves `frames` frames (of PERIOD) late, `p0`
+    until then: the latency a running graph adds beyond the loop's own frame (`equimus adapt`
+    measures it on the rig)."""
+    if frames <= 0:
+        return actuation
+    late: deque[list[float]] = deque([list(p0)] * int(frames))
+
+    def call(u: Any, t: float) -> list[float]:
+        late.append(list(actuation(u, t)))
+        return late.popleft()
+
+    return call
 
 
 def run(

@@ -82,6 +82,10 @@ class ImitateConfig:
     randomize: str | Randomization = 'config/leg_fit.yaml'
     nominal_share: float = 0.5  # of the episodes on the nominal leg
     preview: float = PREVIEW_S  # s the reference sends ahead
+    #: frames (1/120 s) the valves get each command late beyond the loop's own one, in every
+    #: episode, and the expert plans with that much more dead time: the latency a running graph
+    #: adds (equimus adapt measures it on the rig; a learner taught without it meets it there)
+    delay_frames: int = 0
     validation_s: float = 15.0
     workers: int = 2
     minutes: float = 0.0  # stop after the iteration past this wall time; 0 = no limit
@@ -93,6 +97,8 @@ class ImitateConfig:
     def __post_init__(self) -> None:
         if self.iterations < 1 or self.episodes < 1 or self.workers < 1:
             raise ValueError('iterations, episodes and workers must be at least 1')
+        if self.delay_frames < 0:
+            raise ValueError(f'delay_frames {self.delay_frames}: 0 or more frames')
         if not (self.episode_s > 0 and self.validation_s > 0):
             raise ValueError('episode_s and validation_s must be > 0 s')
         if len(self.mix) != 3 or min(self.mix) < 0 or not math.isclose(sum(self.mix), 1.0):
@@ -166,10 +172,12 @@ def _reference(
 
 def _episode(job: dict[str, Any]) -> Episode:
     """One closed-loop episode (a worker process runs it; everything it needs is in `job`)."""
+    from equimus_control.closed_loop import delayed
     from equimus_control.closed_loop import run as run_loop
     from equimus_control.ltv_mpc import LTVMPC, LTVMPCConfig
     from equimus_control.policy import mlp_from_arrays
     from equimus_control.reference import triangle_poses
+    from equimus_control.step import PERIOD
     from equimus_description.dynamics import DynamicParams, LegDynamics
     from equimus_description.leg import load_leg, load_overrides
     from equimus_description.statics import StaticParams, holding_pressures
@@ -210,14 +218,14 @@ def _episode(job: dict[str, Any]) -> Episode:
             seed=int(rng.integers(2**31)),
         )
     )
-    expert = LTVMPC(LegDynamics(DynamicParams.from_leg(nominal)), LTVMPCConfig(), nominal.valve)
+    valve = replace(nominal.valve, dead_time=nominal.valve.dead_time + cfg.delay_frames * PERIOD)
+    expert = LTVMPC(LegDynamics(DynamicParams.from_leg(nominal)), LTVMPCConfig(), valve)
     expert.reset(p_valve=p0)
     mlp = None if job['mlp'] is None else mlp_from_arrays(job['mlp'], 'the learner')
     teacher = Teacher(expert, PolicyCore(cfg.io, params, 1), mlp, job['beta'], rng)
     duration = job['duration']
-    r = run_loop(
-        sim, mocap, teacher, ref, duration, actuation=SimulatedDriver(), preview_s=cfg.preview
-    )
+    actuation = delayed(SimulatedDriver(), cfg.delay_frames, p0)
+    r = run_loop(sim, mocap, teacher, ref, duration, actuation=actuation, preview_s=cfg.preview)
     return Episode(np.array(teacher.obs), np.array(teacher.labels), r.rmse(skip=0.5), kind)
 
 

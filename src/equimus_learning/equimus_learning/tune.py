@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import math
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -22,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from equimus_control.closed_loop import run
+from equimus_control.closed_loop import delayed, run
 from equimus_control.pid import PIDController, PIDGains
 from equimus_control.reference import PREVIEW_S, Waypoints, triangle_poses
 from equimus_description.leg import load_leg
@@ -128,12 +127,7 @@ def closed_loop_rmse(
         MocapConfig(position_noise=0.0003, orientation_noise=0.002, seed=noise_seed)
     )
     driver = SimulatedDriver()  # the sim graph's valve driver: safety filter + DAC
-    late: deque[list[float]] = deque([list(p0)] * max(0, int(delay_frames)))
-
-    def actuation(u: np.ndarray, t: float) -> list[float]:
-        late.append(list(driver(u.tolist(), t)))
-        return late.popleft()
-
+    actuation = delayed(lambda u, t: driver(u.tolist(), t), int(delay_frames), p0)
     # the reference sends its own future as the reference node does, for a PID with a lead
     preview = PREVIEW_S if gains.lead > 0 else 0.0
     r = run(
