@@ -56,7 +56,7 @@ def frame_poses(
     return out
 
 
-def delayed(actuation: Actuation, frames: int, p0: Sequence[float]) -> Actuation:
+def delayed(actuation: Actuation, frames: int, p0: Sequence[float] | np.ndarray) -> Actuation:
     """`actuation` whose pressures reach the valves `frames` frames (of PERIOD) late, `p0`
     until then: the latency a running graph adds beyond the loop's own frame (`equimus adapt`
     measures it on the rig)."""
