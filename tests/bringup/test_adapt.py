@@ -99,6 +99,11 @@ def test_the_loop_end_to_end_makes_the_rig_track_better(tmp_path):
     for png in ('tracking.png', 'tracking_policy.png', 'validation.png', 'parameters.png'):
         assert (out / png).stat().st_size > 10_000 and png in report
     assert 0.0 <= result['coverage'] <= 1.0 and len(result['parameters']) >= 20
+    # c_MAA is held, not fitted: said in identified.yaml and the report, not scored
+    held = yaml.safe_load((out / 'identified.yaml').read_text())['held']
+    assert set(held) == {'actuators.maa.c'} and held['actuators.maa.c']['sd'] > 0, held
+    assert 'actuators.maa.c' not in {r['name'] for r in result['parameters']}
+    assert 'not fitted' in report and 'actuators.maa.c = ' in report
 
 
 def test_a_deployed_model_is_checked_before_the_graph_starts(tmp_path):

@@ -94,6 +94,7 @@ def identify(
     the leg from the excitation's bag, written to out/params.yaml (a leg override file)."""
     from equimus_description.leg import load_leg
     from equimus_identification import data, leg_fit, valve_fit
+    from equimus_identification import dynamic as D
 
     rec = data.load_bag(bag)
     parts = leg_fit.excitation_parts(rec)
@@ -136,6 +137,11 @@ def identify(
                 'valve_residual_kpa': vf.residual_rms_kpa,
                 'leg_residual_rad': lf.residual_rms_rad,
                 'at_bounds': list(lf.at_bounds) + list(vf.at_bounds),
+                'held': {
+                    n: {'value': float(D.leg_value(leg, n)), 'sd': float(sd)}
+                    for n, sd in leg_fit.FIXED.items()
+                    if n not in lf.values
+                },
             },
             sort_keys=False,
         )
@@ -824,6 +830,15 @@ def write_report(
             f'{"yes" if r["covered"] else "no"} |'
             for r in rows
         ]
+    held = _held(out)
+    if held:
+        lines += [
+            '',
+            "Held at the description's value, not fitted (the data do not tell them apart from "
+            'a fitted parameter; their doubt is in the intervals): '
+            + ', '.join(f'{n} = {v["value"]:.5g} (SD {v["sd"]:.3g})' for n, v in held.items())
+            + '.',
+        ]
     res = result.get('leg_residual_rad')
     if res:
         lines += [
@@ -839,6 +854,14 @@ def write_report(
             ),
         ]
     (out / 'report.md').write_text('\n'.join(lines) + '\n')
+
+
+def _held(out: Path) -> dict[str, Any]:
+    """The parameters the identification held fixed (identified.yaml's `held`)."""
+    path = out / 'identified.yaml'
+    doc = yaml.safe_load(path.read_text()) if path.is_file() else None
+    held = doc.get('held') if isinstance(doc, dict) else None
+    return held if isinstance(held, dict) else {}
 
 
 def _row(v: list[float]) -> str:
