@@ -138,8 +138,8 @@ def identify(
                 'leg_residual_rad': lf.residual_rms_rad,
                 'at_bounds': list(lf.at_bounds) + list(vf.at_bounds),
                 'held': {
-                    n: {'value': float(D.leg_value(leg, n)), 'sd': float(sd)}
-                    for n, sd in leg_fit.FIXED.items()
+                    n: {'value': float(D.leg_value(leg, n)), 'sd': leg_fit.held_sd(n)}
+                    for n in leg_fit.FIXED
                     if n not in lf.values
                 },
             },

@@ -58,25 +58,26 @@ def batch_covariance(
     n_samples = int(t_index.max()) + 1
     b = max(2, min(int(batches), n_samples))
     cluster = np.minimum(t_index * b // n_samples, b - 1)
-    scale = column_scale(J)
-    Jn = J / scale
     s = np.zeros((b, J.shape[1]))
-    np.add.at(s, cluster, Jn * (w_r * r)[:, None])
+    np.add.at(s, cluster, J * (w_r * r)[:, None])
     s -= s.mean(axis=0)  # scores sum to ~0 at the optimum; centred, the estimate is unbiased
     S = s.T @ s * b / (b - 1)
-    bread = np.linalg.pinv(Jn.T @ (Jn * w_r[:, None]))
-    return bread @ S @ bread / np.outer(scale, scale), b - 1
+    bread = normal_inverse(J, w_r)
+    return bread @ S @ bread, b - 1
 
 
-def column_scale(J: np.ndarray) -> np.ndarray:
-    """Each column's norm (1 where a column is zero). A Jacobian in physical units spans many
-    decades (m² of area against N·s/m of damping: ~1e7 between columns, ~1e14 in JᵀJ), and a
-    pseudo-inverse of JᵀJ unscaled drops its weak directions as rounding noise: the pair of
-    dampings that trade at one residual got intervals of a few per cent instead of ±100 %.
-    Inverted with unit columns and scaled back, the covariance is what the parameters' units
-    do not change."""
+def normal_inverse(J: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
+    """(JᵀWJ)⁺, inverted with J's columns scaled to unit norm and scaled back. A Jacobian in
+    physical units spans many decades (m² of area against N·s/m of damping: ~1e7 between
+    columns, ~1e14 in JᵀJ), and a pseudo-inverse of JᵀJ unscaled drops its weak directions as
+    rounding noise: the pair of dampings that trade at one residual got intervals of a few per
+    cent instead of ±100 %. Scaled, the result does not depend on the parameters' units."""
+    J = np.asarray(J, float)
     norm = np.linalg.norm(J, axis=0)
-    return np.where(norm > 0.0, norm, 1.0)
+    scale = np.where(norm > 0.0, norm, 1.0)
+    Jn = J / scale
+    w = np.ones(J.shape[0]) if weights is None else np.asarray(weights, float)
+    return np.linalg.pinv(Jn.T @ (Jn * w[:, None])) / np.outer(scale, scale)
 
 
 def group_jackknife(
@@ -111,9 +112,7 @@ def consider_covariance(
     parameter). A fixed parameter that trades with a fitted one passes its doubt on to it."""
     J, column = np.asarray(J, float), np.asarray(column, float)
     w = np.ones(len(column)) if weights is None else np.asarray(weights, float)
-    scale = column_scale(J)
-    Jn = J / scale
-    g = -np.linalg.pinv(Jn.T @ (Jn * w[:, None])) @ (Jn.T @ (w * column)) / scale
+    g = -normal_inverse(J, w) @ (J.T @ (w * column))
     return np.outer(g, g) * sd**2
 
 
@@ -129,9 +128,7 @@ def quantile(dof: int | None) -> float:
 def white_covariance(J: np.ndarray, r: np.ndarray) -> np.ndarray:
     """σ²(JᵀJ)⁻¹: the residuals taken as white (what dynamic.covariance_summary reports)."""
     dof = max(1, len(r) - J.shape[1])
-    scale = column_scale(J)
-    Jn = J / scale
-    return np.linalg.pinv(Jn.T @ Jn) / np.outer(scale, scale) * float(r @ r) / dof
+    return normal_inverse(J) * float(r @ r) / dof
 
 
 def interval(

@@ -11,6 +11,7 @@ that allow for residuals correlated over whole pressure levels (`intervals.batch
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -26,19 +27,20 @@ from .data import Experiment, Recording
 #: the free parameters: Table V's ten, the knee's stop, both hinges' dry friction, and the lag of
 #: the valves' read-back stamps behind the motion capture's (a few ms on the emulated rig, from
 #: its board's and stream's timing; left out, the actuators' stiffness and area absorbed it)
+#: Held at the description's value, with the two parameter sets (config/leg.yaml) whose spread
+#: is the doubt in that value. The MAA's damping and the hip's act alike (the MAA's moment arm
+#: barely changes over the workspace: their Jacobian columns are 0.9998 collinear on an
+#: excitation), so the data determine their sum, not each (c_MAA alone ±127 %); fitted, c_MAA
+#: ran to its bound and the hip's damping took the rest (+7 %), as in the ToCenter fits
+#: (config/leg_fit.yaml fixes it too). Half the spread between Table II's bench value and Table
+#: V's (`held_sd`) is passed on to the fitted parameters' intervals
+#: (`intervals.consider_covariance`).
+FIXED = {'actuators.maa.c': ('table_ii', 'table_v_dynamic')}
 NAMES = tuple(
     n
     for n in (*D.PAPER_PARAMS, 'joints.knee.range.0', *D.FRICTION_PARAMS, *D.TIMING_PARAMS)
-    if n != 'actuators.maa.c'
+    if n not in FIXED
 )
-#: Held at the description's value, with the standard deviation of that value. The MAA's damping
-#: and the hip's act alike (the MAA's moment arm barely changes over the workspace: their
-#: Jacobian columns are 0.9998 collinear on an excitation), so the data determine their sum,
-#: not each (c_MAA alone ±127 %); fitted, c_MAA ran to its bound and the hip's damping took the
-#: rest (+7 %), as in the ToCenter fits (config/leg_fit.yaml fixes it too). Its doubt, half the
-#: spread between Table II's bench value (10.8) and Table V's (12.48), is passed on to the
-#: fitted parameters' intervals (`intervals.consider_covariance`).
-FIXED = {'actuators.maa.c': 0.84}
 #: s of a shooting window. Each window restarts from the measured angles and velocities, so the
 #: motion capture's noise enters as errors in the initial states, which a stiffer, more damped
 #: leg forgets faster: on 0.6 s windows that biased the actuators' stiffness and area by 5-10 %
@@ -225,13 +227,8 @@ def fit(
     robust = 1.4826 * float(np.median(np.abs(res)))
     log(f'leg fit: {ev.n_evals} simulations, robust residual {robust:.4f} rad')
     consider = [
-        (
-            _fixed_column(
-                experiments, leg, names, bounds, horizon, n, u_fit=r.x, k=k, starts=starts
-            ),
-            sd,
-        )
-        for n, sd in FIXED.items()
+        (_fixed_column(experiments, leg, names, bounds, horizon, n, x, r.x[k:]), held_sd(n))
+        for n in FIXED
         if n not in names
     ]
     se_all, white_all, dof = intervals.std_errors(
@@ -254,6 +251,16 @@ def fit(
     )
 
 
+@functools.cache
+def held_sd(name: str) -> float:
+    """The standard deviation of a held parameter's value: half the spread between the two
+    parameter sets FIXED names for it."""
+    from equimus_description.leg import load_leg
+
+    a, b = (D.leg_value(load_leg(parameter_set=p), name) for p in FIXED[name])
+    return 0.5 * abs(a - b)
+
+
 def _fixed_column(
     experiments: Sequence[Experiment],
     leg: LegDescription,
@@ -261,21 +268,19 @@ def _fixed_column(
     bounds: Mapping[str, tuple[float, float]] | None,
     horizon: float,
     fixed: str,
-    u_fit: np.ndarray,
-    k: int,
-    starts: Starts,
+    x: np.ndarray,
+    starts_u: np.ndarray,
 ) -> np.ndarray:
-    """∂r/∂c of a parameter held fixed, at the fit's optimum (forward difference of 1e-4 of
-    its range)."""
+    """∂r/∂c of a parameter held fixed, at the fit's optimum `x` (and its fitted window starts,
+    `starts_u`): a forward difference of 1e-4 of its range."""
     ev = _evaluator(experiments, leg, [*names, fixed], bounds, horizon)
-    if starts.rows:
-        Starts(ev).apply(u_fit[k:])
-    lo, hi = ev.lower[:k], ev.upper[:k]
-    x = np.append(lo + np.clip(u_fit[:k], 0.0, 1.0) * (hi - lo), D.leg_value(leg, fixed))
+    if starts_u.size:
+        Starts(ev).apply(starts_u)
+    xc = np.append(x, D.leg_value(leg, fixed))
     h = 1e-4 * (ev.upper[-1] - ev.lower[-1])
-    r0 = ev.residuals(x)
-    x[-1] += h
-    return (ev.residuals(x) - r0) / h
+    r0 = ev.residuals(xc)
+    xc[-1] += h
+    return (ev.residuals(xc) - r0) / h
 
 
 #: a multi-start fit's other starts: each static leg parameter scaled by a uniform draw within
