@@ -76,10 +76,11 @@ def test_perturbed_starts_are_seeded_within_their_spread_and_bounds():
 
 
 def test_a_multistart_interval_holds_every_start_s_endpoint(noisy_parts):
-    """Two starts: the intervals add the endpoints' spread, so both endpoints lie inside."""
+    """Two starts: the intervals add the endpoints' spread, so both endpoints lie inside. The
+    starts run on two processes and end where the same fits in this process end."""
     leg = load_leg()
     short = [e.head(3.0) for e in noisy_parts.fit[:1]]
-    lf = leg_fit.multistart(short, leg, 2, max_nfev=5)
+    lf = leg_fit.multistart(short, leg, 2, max_nfev=5, workers=2)
     ends = [
         leg_fit.fit(short, leg, start=s, max_nfev=5).values
         for s in (None, leg_fit.perturbed_start(leg, leg_fit.NAMES, 1))

@@ -82,7 +82,7 @@ def test_a_lead_reads_the_references_preview_and_round_trips_through_the_file(tm
     from dataclasses import replace
 
     from equimus_bringup.adapt import with_lead
-    from equimus_learning.tune import TuneResult
+    from equimus_learning.tune import Costs, TuneResult
 
     g = PIDGains()
     plain, _ = closed_loop_rmse(g, 'triangle', 3.0, 0)
@@ -91,7 +91,7 @@ def test_a_lead_reads_the_references_preview_and_round_trips_through_the_file(tm
     cfg = TuneConfig(duration=3.0)
     cost = float(np.mean(closed_loop_rmse(g, cfg.task, 3.0, cfg.noise_seed, cfg.skip)[0] ** 2))
     lines: list[str] = []
-    r = with_lead(TuneResult(g, g, cost, cost, 1, 0.0), cfg, lines.append)
+    r = with_lead(TuneResult(g, g, cost, cost, 1, 0.0), Costs(cfg), lines.append)
     assert sum('[tune] lead' in line for line in lines) >= 4, lines
     assert r.cost <= cost
     path = tmp_path / 'led.yaml'
@@ -104,7 +104,7 @@ def test_a_delay_margin_scores_gains_at_both_delays():
     frames more, and later valves cost more: the margin is what the search then pays for."""
     from dataclasses import replace
 
-    from equimus_learning.tune import gains_cost
+    from equimus_learning.tune import Costs, gains_cost
 
     base = TuneConfig(duration=3.0, delay_frames=1)
     gains = PIDGains(kp=(4.5, 2.25), ki=(6.0, 3.0), kd=(0.3, 0.12))
@@ -112,3 +112,10 @@ def test_a_delay_margin_scores_gains_at_both_delays():
     both = gains_cost(gains, replace(base, delay_margin_frames=3))
     assert at_4 > at_1
     assert math.isclose(both, 0.5 * (at_1 + at_4), rel_tol=1e-12), (both, at_1, at_4)
+    # the same costs from runs spread over two processes, in the order asked
+    other = PIDGains()
+    with Costs(replace(base, delay_margin_frames=3, workers=2)) as costs:
+        assert costs([gains, other]) == [
+            both,
+            gains_cost(other, replace(base, delay_margin_frames=3)),
+        ]

@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -112,7 +113,14 @@ def identify(
     t0 = time.monotonic()
     if budget.leg_starts > 1:
         log(f'[identify] leg fits from {budget.leg_starts} starts')
-        lf = leg_fit.multistart(exps, leg, budget.leg_starts, max_nfev=budget.leg_nfev, log=log)
+        lf = leg_fit.multistart(
+            exps,
+            leg,
+            budget.leg_starts,
+            max_nfev=budget.leg_nfev,
+            log=log,
+            workers=len(os.sched_getaffinity(0)),
+        )
     else:
         lf = leg_fit.fit(exps, leg, max_nfev=budget.leg_nfev, log=log)
     log(
@@ -302,16 +310,13 @@ def scaled(gains: Any, pi: float, d: float) -> Any:
     )
 
 
-def with_lead(r: Any, cfg: Any, log: Log) -> Any:
+def with_lead(r: Any, costs: Any, log: Log) -> Any:
     """The tuned result with the best `lead` of `LEADS` (the PID follows the reference's
     preview that far ahead, paying the valves' delay in advance), if one beats none."""
     from dataclasses import replace
 
-    from equimus_learning.tune import gains_cost
-
     best = (r.cost, 0.0)
-    for lead in LEADS:
-        cost = gains_cost(replace(r.gains, lead=lead), cfg)
+    for lead, cost in zip(LEADS, costs([replace(r.gains, lead=v) for v in LEADS]), strict=True):
         log(f'[tune] lead {lead:g} s: RMSE {math.sqrt(cost):.4f} rad')
         best = min(best, (cost, lead))
     if best[1] == 0.0:
@@ -322,9 +327,10 @@ def with_lead(r: Any, cfg: Any, log: Log) -> Any:
 
 def retune(params: Path, out: Path, budget: Budget, log: Log, delay_s: float = 0.0) -> Path:
     """The PID's gains tuned on the identified model (a scan of scales of the shipped gains,
-    then `equimus tune pid`'s search from the best); params_pid.yaml (gains + the model)."""
+    then `equimus tune pid`'s search from the best); params_pid.yaml (gains + the model). The
+    closed-loop runs go to one process per core."""
     from equimus_control.pid import PIDGains
-    from equimus_learning.tune import TuneConfig, gains_cost, tune_pid, write_params
+    from equimus_learning.tune import Costs, TuneConfig, tune_pid, write_params
 
     cfg = TuneConfig(
         duration=budget.tune_duration,
@@ -333,20 +339,21 @@ def retune(params: Path, out: Path, budget: Budget, log: Log, delay_s: float = 0
         leg_overrides=str(params),
         delay_frames=int(round(delay_s * RATE_HZ)),
         delay_margin_frames=DELAY_MARGIN_FRAMES,
+        workers=len(os.sched_getaffinity(0)),
     )
     log(
         f'[tune] on the identified model with {cfg.delay_frames} frame(s) of loop delay and '
-        f'{cfg.delay_frames + cfg.delay_margin_frames} (the mean of both)'
+        f'{cfg.delay_frames + cfg.delay_margin_frames} (the mean of both), {cfg.workers} '
+        'processes'
     )
-    scan = []
-    for pi, d in GAIN_SCALES:
-        g = scaled(PIDGains(), pi, d)
-        cost = gains_cost(g, cfg)
-        scan.append((cost, g))
-        log(f'[tune] scan: gains ×{pi:g} (kd ×{d:g}): RMSE {math.sqrt(cost):.4f} rad')
-    start = min(scan, key=lambda c: c[0])[1]
-    r = tune_pid(cfg, start=start, progress=lambda m: log(f'[tune] {m}'))
-    r = with_lead(r, cfg, log)
+    with Costs(cfg) as costs:
+        gains = [scaled(PIDGains(), pi, d) for pi, d in GAIN_SCALES]
+        scan = costs(gains)
+        for (pi, d), cost in zip(GAIN_SCALES, scan, strict=True):
+            log(f'[tune] scan: gains ×{pi:g} (kd ×{d:g}): RMSE {math.sqrt(cost):.4f} rad')
+        start = gains[int(np.argmin(scan))]
+        r = tune_pid(cfg, start=start, progress=lambda m: log(f'[tune] {m}'), costs=costs)
+        r = with_lead(r, costs, log)
     path = out / 'params_pid.yaml'
     write_params(path, r, cfg)
     doc = yaml.safe_load(path.read_text())

@@ -13,14 +13,17 @@ from __future__ import annotations
 
 import functools
 import math
+import multiprocessing
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from equimus_description.leg import LegDescription
 
-from . import data, intervals
+from . import data, intervals, parallel
 from . import dynamic as D
 from .data import Experiment, Recording
 
@@ -302,6 +305,14 @@ def perturbed_start(leg: LegDescription, names: Sequence[str], seed: int) -> dic
     return out
 
 
+def _start_fit(job: tuple[Any, ...], log: Callable[[str], None] = lambda _: None) -> LegFit:
+    """One start of `multistart` (a module function: picklable for its workers)."""
+    experiments, leg, start, names, max_nfev, horizon = job
+    return fit(
+        experiments, leg, start=start, names=names, max_nfev=max_nfev, horizon=horizon, log=log
+    )
+
+
 def multistart(
     experiments: Sequence[Experiment],
     leg: LegDescription,
@@ -310,8 +321,10 @@ def multistart(
     max_nfev: int = 100,
     horizon: float = HORIZON_S,
     log: Callable[[str], None] = lambda _: None,
+    workers: int = 1,
 ) -> LegFit:
-    """`fit` from the description's values and from n_starts − 1 `perturbed_start`s. The data
+    """`fit` from the description's values and from n_starts − 1 `perturbed_start`s, on
+    `workers` processes. The data
     determine a curve more than a point (the actuators' stiffness and area, c_MAA and the hip's
     damping trade at one residual, docs/benchmarks.md): the fits end at different places on it
     with the same loss. The best fit's values, with intervals whose variance adds the endpoints'
@@ -319,18 +332,24 @@ def multistart(
     own."""
     if n_starts < 2:
         raise ValueError('a multi-start fit needs two starts or more')
-    fits = [
-        fit(
-            experiments,
-            leg,
-            start=perturbed_start(leg, names, k) if k else None,
-            names=names,
-            max_nfev=max_nfev,
-            horizon=horizon,
-            log=log,
-        )
+    jobs = [
+        (experiments, leg, perturbed_start(leg, names, k) if k else None, names, max_nfev, horizon)
         for k in range(n_starts)
     ]
+    if workers > 1:
+        log(f'leg fits on {min(workers, n_starts)} processes')
+        context = multiprocessing.get_context('spawn')  # the caller may hold threads
+        with ProcessPoolExecutor(
+            min(workers, n_starts), mp_context=context, initializer=parallel.ignore_sigint
+        ) as pool:
+            fits = list(pool.map(_start_fit, jobs))
+        for k, f in enumerate(fits):
+            log(
+                f'leg fit from start {k + 1}: {f.evaluations} simulations, residual '
+                f'{f.residual_rms_rad:.4f} rad'
+            )
+    else:
+        fits = [_start_fit(j, log) for j in jobs]
     best = min(fits, key=lambda f: f.residual_rms_rad)
     ends = np.array([[f.values[n] for n in names] for f in fits])
     spread = ends.std(axis=0, ddof=1)

@@ -26,7 +26,8 @@ from concurrent.futures import ProcessPoolExecutor
 KINDS = ('serial', 'process', 'dask')
 
 
-def _ignore_sigint():
+def ignore_sigint() -> None:
+    """A worker's initializer: Ctrl-C reaches only the process that owns the pool."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
@@ -50,7 +51,7 @@ class Mapper:
         self._pool = None
         self._client = None
         if kind == 'process' and self.workers > 1:
-            self._pool = ProcessPoolExecutor(max_workers=self.workers, initializer=_ignore_sigint)
+            self._pool = ProcessPoolExecutor(max_workers=self.workers, initializer=ignore_sigint)
         elif kind == 'dask':
             try:
                 from dask.distributed import Client

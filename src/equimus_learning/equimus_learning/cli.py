@@ -242,7 +242,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument('--local-evals', type=int, default=40, help='L-BFGS-B evaluations (0: skip)')
     p.add_argument('--generations', type=int, default=4, help='differential evolution (0: skip)')
     p.add_argument('--population', type=int, default=3, help='per gain and generation')
-    p.add_argument('--workers', type=int, default=1, help='processes for the global search')
+    p.add_argument(
+        '--workers', type=int, default=1, help='processes for the closed-loop evaluations'
+    )
     p.add_argument('--seed', type=int, default=0)
     p.set_defaults(func=cmd_tune)
     p = sub.add_parser('train', help='train a tracking policy for controller:=policy')

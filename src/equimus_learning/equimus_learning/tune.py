@@ -12,11 +12,16 @@ the controller node that the launch files take as `params_file:=…`.
 
 from __future__ import annotations
 
+import contextlib
 import math
+import multiprocessing
+import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import yaml
@@ -38,6 +43,8 @@ UPRIGHT = (math.pi / 2, 0.0)
 #: log10 bounds of the tuned gains [kp hip, kp knee, ki hip, ki knee, kd hip, kd knee]
 LOG_LO = np.log10([0.1, 0.05, 0.01, 0.01, 0.002, 0.001])
 LOG_HI = np.log10([30.0, 20.0, 40.0, 30.0, 1.5, 1.0])
+#: the local search's finite-difference step in log10 of the gains (5 %)
+LOCAL_STEP = 0.02
 #: mean squared error (rad²) charged for a run in which a guard vented
 VENT_COST = 1.0
 
@@ -49,12 +56,12 @@ class TuneConfig:
     task: str = 'triangle'
     duration: float = 8.0  # s per evaluation: all three moves of the triangle (2 s each + hold)
     skip: float = 0.5  # s left out of the error at the start
-    local_evals: int = 40
+    local_evals: int = 40  # the local search stops at the first gradient after this many
     global_generations: int = 4
     population: int = 3  # × 6 gains per generation
     seed: int = 0  # of the global search
     noise_seed: int = 7  # of the virtual mocap's noise (fixed: a deterministic objective)
-    workers: int = 1
+    workers: int = 1  # processes for the evaluations (`Costs`)
     # leg override file of the model tuned on (the plant and the PID's feedforward; e.g. an
     # identified params.yaml); '' = the description as it is. The reference stays the
     # reference node's (the description's triangle), so gains tuned on any model track the
@@ -142,25 +149,73 @@ def closed_loop_rmse(
     return r.rmse(skip=skip), bool(np.any(r.vented))
 
 
+def delays(cfg: TuneConfig) -> list[int]:
+    """The loop delays (frames) a cost is averaged over."""
+    return sorted({cfg.delay_frames, cfg.delay_frames + cfg.delay_margin_frames})
+
+
+def run_cost(job: tuple[PIDGains, TuneConfig, int]) -> float:
+    """One closed-loop run's part of a cost: (gains, cfg, delay) → the joint-angle mean squared
+    error (rad²), plus VENT_COST if a guard vented (a module function: picklable for workers)."""
+    gains, cfg, d = job
+    rmse, vented = closed_loop_rmse(
+        gains, cfg.task, cfg.duration, cfg.noise_seed, cfg.skip, cfg.leg_overrides, delay_frames=d
+    )
+    mse = float(np.mean(rmse**2))
+    return mse + (VENT_COST if vented or not math.isfinite(mse) else 0.0)
+
+
 def gains_cost(gains: PIDGains, cfg: TuneConfig) -> float:
-    """The tuning's cost of `gains`: the joint-angle mean squared error (rad²) on cfg's model
-    and task, averaged over the loop delays cfg names (`delay_margin_frames`), plus VENT_COST
-    for a run in which a guard vented."""
-    delays = sorted({cfg.delay_frames, cfg.delay_frames + cfg.delay_margin_frames})
-    total = 0.0
-    for d in delays:
-        rmse, vented = closed_loop_rmse(
-            gains,
-            cfg.task,
-            cfg.duration,
-            cfg.noise_seed,
-            cfg.skip,
-            cfg.leg_overrides,
-            delay_frames=d,
-        )
-        mse = float(np.mean(rmse**2))
-        total += mse + (VENT_COST if vented or not math.isfinite(mse) else 0.0)
-    return total / len(delays)
+    """The tuning's cost of `gains`: `run_cost` averaged over the loop delays cfg names
+    (`delay_margin_frames`)."""
+    return float(np.mean([run_cost((gains, cfg, d)) for d in delays(cfg)]))
+
+
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+class Costs:
+    """`gains_cost` of many gain sets at once, their runs (a set and a delay each) spread over
+    cfg.workers spawned processes: the runs are independent, and a cost with a delay margin is
+    two of them. Spawned, not forked: the caller may hold threads (DDS, executors) that a fork
+    would copy mid-lock. Ctrl-C reaches only the caller."""
+
+    def __init__(self, cfg: TuneConfig) -> None:
+        self.cfg = cfg
+        self._pool: ProcessPoolExecutor | None = None
+        if cfg.workers > 1:
+            self._pool = ProcessPoolExecutor(
+                max_workers=cfg.workers,
+                mp_context=multiprocessing.get_context('spawn'),
+                initializer=_ignore_sigint,
+            )
+
+    def map(self, fn: Callable[[Any], Any], items: Iterable[Any]) -> list[Any]:
+        """builtins.map on the workers (scipy's `workers=` takes it)."""
+        if self._pool is None:
+            return list(map(fn, items))
+        return list(self._pool.map(fn, items))
+
+    def __call__(self, gains: Sequence[PIDGains]) -> list[float]:
+        ds = delays(self.cfg)
+        runs = self.map(run_cost, [(g, self.cfg, d) for g in gains for d in ds])
+        return [float(np.mean(runs[i : i + len(ds)])) for i in range(0, len(runs), len(ds))]
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+
+    def __enter__(self) -> Costs:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class _Spent(Exception):
+    """The local search's evaluations are spent (raised through scipy, caught by tune_pid)."""
 
 
 class _Objective:
@@ -184,12 +239,19 @@ class TuneResult:
 
 
 def tune_pid(
-    cfg: TuneConfig | None = None, start: PIDGains | None = None, progress: Progress | None = None
+    cfg: TuneConfig | None = None,
+    start: PIDGains | None = None,
+    progress: Progress | None = None,
+    costs: Costs | None = None,
 ) -> TuneResult:
-    """Local (L-BFGS-B) then global (differential evolution) search from `start` (see module)."""
+    """Local (L-BFGS-B) then global (differential evolution) search from `start` (see module),
+    on `costs` (default: its own on cfg.workers processes)."""
+    cfg = cfg or TuneConfig()
+    if costs is None:
+        with Costs(cfg) as own:
+            return tune_pid(cfg, start, progress, own)
     from scipy.optimize import differential_evolution, minimize
 
-    cfg = cfg or TuneConfig()
     start = start or PIDGains()
     say = progress or (lambda _: None)
     f = _Objective(cfg, start)
@@ -197,28 +259,35 @@ def tune_pid(
     evals = 0
     best_cost, best_x = math.inf, x_from_gains(start)
 
-    def counted(x: np.ndarray) -> float:
+    def counted(xs: Sequence[np.ndarray]) -> list[float]:
         nonlocal evals, best_cost, best_x
-        evals += 1
-        c = f(x)
-        if c < best_cost:
-            best_cost, best_x = c, np.array(x, float)
-            say(f'  eval {evals}: MSE {c:.3e} rad² (RMSE {math.sqrt(c):.4f} rad) new best')
-        return c
+        cs = costs([gains_from_x(np.asarray(x), start) for x in xs])
+        for x, c in zip(xs, cs, strict=True):
+            evals += 1
+            if c < best_cost:
+                best_cost, best_x = c, np.array(x, float)
+                say(f'  eval {evals}: MSE {c:.3e} rad² (RMSE {math.sqrt(c):.4f} rad) new best')
+        return cs
+
+    def with_gradient(x: np.ndarray) -> tuple[float, np.ndarray]:
+        """The cost and its forward differences (steps of LOCAL_STEP, backwards at an upper
+        bound), evaluated as one batch: L-BFGS-B's own differences would come one by one.
+        Once local_evals are spent the search stops: scipy checks its own count only between
+        iterations, and a line search that finds no decrease ran to 148 evaluations."""
+        if evals - 1 >= cfg.local_evals:
+            raise _Spent
+        h = np.where(x + LOCAL_STEP <= LOG_HI, LOCAL_STEP, -LOCAL_STEP)
+        cs = counted([x, *(x + np.diag(h))])
+        return cs[0], (np.asarray(cs[1:]) - cs[0]) / h
 
     x0 = x_from_gains(start)
-    start_cost = counted(x0)
+    start_cost = counted([x0])[0]
     say(f'start: gains {_fmt(start)}, MSE {start_cost:.3e} rad²')
     bounds = list(zip(LOG_LO, LOG_HI, strict=True))
     if cfg.local_evals > 0:
-        say(f'local search (L-BFGS-B, at most {cfg.local_evals} evaluations)')
-        minimize(
-            counted,
-            x0,
-            method='L-BFGS-B',
-            bounds=bounds,
-            options={'maxfun': cfg.local_evals, 'eps': 0.02},
-        )
+        say(f'local search (L-BFGS-B, until {cfg.local_evals} evaluations are spent)')
+        with contextlib.suppress(_Spent):
+            minimize(with_gradient, x0, jac=True, method='L-BFGS-B', bounds=bounds)
     if cfg.global_generations > 0:
         say(
             f'global search (differential evolution, {cfg.global_generations} generations of '
@@ -237,7 +306,7 @@ def tune_pid(
                 seed=cfg.seed,
                 polish=False,
                 tol=0.0,
-                workers=cfg.workers,
+                workers=costs.map,
                 updating='deferred',
             )
             evals += int(res.nfev)
@@ -246,7 +315,7 @@ def tune_pid(
                 say(f'  global best: MSE {res.fun:.3e} rad²')
         else:
             differential_evolution(
-                counted,
+                lambda x: counted([x])[0],
                 bounds,
                 maxiter=cfg.global_generations,
                 init=init,
