@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """How often the valve fit's 95 % intervals hold the truth (issue 26), over drawn rigs.
 
-    python benchmarks/bench_intervals.py RUN [--draws 30] [--channel-errors]
+    python benchmarks/bench_intervals.py RUN [--draws 30] [--channel-errors] [--repeatability [KPA]]
 
 RUN is an `equimus adapt --out` folder. The applied commands of its excitation (bag_excite, the
 part `equimus adapt` fits) are replayed, on the board's 1 ms clock, through the valves of rigs
@@ -11,6 +11,8 @@ VPPE's hysteresis and repeatability, the truth's dead time and fill and vent con
 back at the recording's own read-back times. `valve_fit` fits each draw as `equimus adapt
 --budget short` does. Printed: per parameter, the share of draws whose 95 % interval holds the
 truth, and its median half-width; calibrated intervals hold it in about 95 % of draws.
+--repeatability: the intervals also carry a level error of that spread (the datasheet's 3 kPa
+without a value; `valve_fit.fit(repeatability_kpa=)`).
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ import statistics
 import sys
 
 import numpy as np
+
+from equimus_description.valve import REPEATABILITY_KPA
 
 CHANNELS = 2  # maa, baa
 
@@ -42,6 +46,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument('--draws', type=int, default=30)
     p.add_argument(
         '--channel-errors', action='store_true', help='draw DAC gain/offset and ADC noise too'
+    )
+    p.add_argument(
+        '--repeatability',
+        type=float,
+        nargs='?',
+        const=REPEATABILITY_KPA,
+        default=0.0,
+        help=f'kPa (±2σ) of level error carried into the intervals (alone: {REPEATABILITY_KPA:g})',
     )
     a = p.parse_args(argv)
 
@@ -65,7 +77,9 @@ def main(argv: list[str] | None = None) -> int:
         s = valve_fit.Series(
             series.t_grid, series.command, series.t_meas, replay(truth, series, seed)
         )
-        vf = valve_fit.fit(s, max_nfev=BUDGETS['short'].valve_nfev)
+        vf = valve_fit.fit(
+            s, max_nfev=BUDGETS['short'].valve_nfev, repeatability_kpa=a.repeatability
+        )
         for row in truth_table(truth, vf.values, vf.interval):
             lo, hi = row['interval']
             held[row['name']].append(row['covered'])
@@ -74,7 +88,10 @@ def main(argv: list[str] | None = None) -> int:
             f'draw {i + 1}/{a.draws}: {sum(h[-1] for h in held.values())}/{len(held)} held',
             flush=True,
         )
-    print(f'\n{a.draws} draws, excitation of {run.name} ({parts.split_s:.1f} s fitted)')
+    print(
+        f'\n{a.draws} draws, excitation of {run.name} ({parts.split_s:.1f} s fitted), '
+        f'level error carried: {a.repeatability:g} kPa'
+    )
     print(f'{"parameter":30s} {"held":>6s} {"median half-width":>18s}')
     for n in valve_fit.NAMES:
         print(f'{n:30s} {100 * np.mean(held[n]):5.0f} % {statistics.median(half[n]):18.4g}')

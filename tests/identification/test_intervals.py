@@ -128,3 +128,26 @@ def test_a_fixed_parameter_passes_its_doubt_to_the_one_it_trades_with():
     cov = cov * np.outer([1e6, 1e-3], [1e6, 1e-3])  # back to the units of A
     np.testing.assert_allclose(np.sqrt(np.diag(cov)), 0.5 * np.abs(shift), rtol=1e-6)
     assert abs(shift[1]) > 0.9 and abs(shift[0]) < 0.1, shift
+
+
+def test_a_shared_group_error_passes_to_the_parameters_as_refits_show():
+    """An error shared by the residuals of a group (a pressure level's repeatability): the
+    covariance equals that of exact least-squares refits over many draws of the errors, and
+    groups smaller than min_size carry none."""
+    rng = np.random.default_rng(5)
+    n = 300
+    groups = np.repeat(np.arange(10), 30)
+    groups[:5] = 99  # a ramp's few residuals: below min_size
+    X = np.column_stack([np.ones(n), np.linspace(0.0, 40.0, n), rng.normal(size=n)])
+    sd = 0.75
+    cov = intervals.group_consider_covariance(X, groups, sd, min_size=20)
+    big = [g for g in np.unique(groups) if np.sum(groups == g) >= 20]
+    fits = []
+    for _ in range(4000):
+        e = np.zeros(n)
+        for g in big:
+            e[groups == g] = rng.normal(0.0, sd)
+        fits.append(np.linalg.lstsq(X, e, rcond=None)[0])
+    sample = np.cov(np.array(fits).T)
+    assert np.allclose(np.sqrt(np.diag(cov)), np.sqrt(np.diag(sample)), rtol=0.06)
+    assert cov[0, 0] > 0.01  # the offset takes a level error in full: not a vanishing figure

@@ -55,6 +55,7 @@ __all__ = [
     'HARD_MAX_KPA',
     'MIN_REGULATED_KPA',
     'P_MIN_KPA',
+    'REPEATABILITY_KPA',
     'SLEW_RATE_KPA_S',
     'VALVE_TAU_S',
     'Valve',
@@ -81,6 +82,10 @@ zero and vents, so 0-6 kPa cannot be held (the valve driver's min_regulated_kpa 
 
 SLEW_RATE_KPA_S = 1000.0
 """The valve driver's default slew limit of the command (kPa/s, its slew_rate_kpa_s)."""
+
+REPEATABILITY_KPA = 3.0
+"""The VPPE's repeatability (kPa; its datasheet: 0.5 % FS): the spread (±2σ) of the level it
+regulates to for one setpoint, from one approach to the next."""
 
 VALVE_TAU_S = 0.2171
 """Default valve time constant (s) when a leg description gives none."""

@@ -116,6 +116,22 @@ def consider_covariance(
     return np.outer(g, g) * sd**2
 
 
+def group_consider_covariance(
+    J: np.ndarray, groups: np.ndarray, sd: float, min_size: int = 1
+) -> np.ndarray:
+    """`consider_covariance` summed over errors of standard deviation `sd`, one per group (a
+    label per residual) of at least `min_size` residuals, independent between groups and shared
+    by every residual of one: an error the fit turns into its parameters (a smooth run of them
+    over pressure levels looks like a gain, an offset or a play), which its residuals and a
+    jackknife of them cannot show."""
+    groups = np.asarray(groups)
+    labels, counts = np.unique(groups, return_counts=True)
+    cov = np.zeros((J.shape[1], J.shape[1]))
+    for g in labels[counts >= min_size]:
+        cov += consider_covariance(J, (groups == g).astype(float), sd)
+    return cov
+
+
 def quantile(dof: int | None) -> float:
     """The two-sided 95 % quantile: Student's t with `dof` degrees of freedom (None: normal)."""
     if dof is None:
