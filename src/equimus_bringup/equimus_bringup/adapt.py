@@ -88,11 +88,17 @@ SHIPPED_POLICY = 'config/policy_track.npz'
 
 
 # ----- identification and scoring (no ROS) --------------------------------------------------------
+def cores() -> int:
+    """The processes the fits and the tuning run on: one per core this process may use."""
+    return len(os.sched_getaffinity(0))
+
+
 def identify(
-    bag: Path, out: Path, budget: Budget, log: Log
+    bag: Path, out: Path, budget: Budget, log: Log, workers: int | None = None
 ) -> tuple[dict[str, Any], dict[str, Any], Any, list[Any]]:
     """(values, intervals, validation experiment, the leg fit's experiments): the valves and
-    the leg from the excitation's bag, written to out/params.yaml (a leg override file)."""
+    the leg from the excitation's bag, written to out/params.yaml (a leg override file); the
+    leg's starts on `workers` processes (default: `cores`)."""
     from equimus_description.leg import load_leg
     from equimus_identification import data, leg_fit, valve_fit
     from equimus_identification import dynamic as D
@@ -119,7 +125,7 @@ def identify(
             budget.leg_starts,
             max_nfev=budget.leg_nfev,
             log=log,
-            workers=len(os.sched_getaffinity(0)),
+            workers=workers or cores(),
         )
     else:
         lf = leg_fit.fit(exps, leg, max_nfev=budget.leg_nfev, log=log)
@@ -325,10 +331,17 @@ def with_lead(r: Any, costs: Any, log: Log) -> Any:
     return replace(r, gains=replace(r.gains, lead=best[1]), cost=best[0])
 
 
-def retune(params: Path, out: Path, budget: Budget, log: Log, delay_s: float = 0.0) -> Path:
+def retune(
+    params: Path,
+    out: Path,
+    budget: Budget,
+    log: Log,
+    delay_s: float = 0.0,
+    workers: int | None = None,
+) -> Path:
     """The PID's gains tuned on the identified model (a scan of scales of the shipped gains,
     then `equimus tune pid`'s search from the best); params_pid.yaml (gains + the model). The
-    closed-loop runs go to one process per core."""
+    closed-loop runs go to `workers` processes (default: `cores`)."""
     from equimus_control.pid import PIDGains
     from equimus_learning.tune import Costs, TuneConfig, tune_pid, write_params
 
@@ -339,7 +352,7 @@ def retune(params: Path, out: Path, budget: Budget, log: Log, delay_s: float = 0
         leg_overrides=str(params),
         delay_frames=int(round(delay_s * RATE_HZ)),
         delay_margin_frames=DELAY_MARGIN_FRAMES,
-        workers=len(os.sched_getaffinity(0)),
+        workers=workers or cores(),
     )
     log(
         f'[tune] on the identified model with {cfg.delay_frames} frame(s) of loop delay and '
