@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 from equimus_bringup import adapt
+from equimus_description.valve import REPEATABILITY_KPA
 from equimus_sim import truth as T
 
 
@@ -100,8 +101,11 @@ def test_the_loop_end_to_end_makes_the_rig_track_better(tmp_path):
         assert (out / png).stat().st_size > 10_000 and png in report
     assert 0.0 <= result['coverage'] <= 1.0 and len(result['parameters']) >= 20
     # c_MAA is held, not fitted: said in identified.yaml and the report, not scored
-    held = yaml.safe_load((out / 'identified.yaml').read_text())['held']
+    identified = yaml.safe_load((out / 'identified.yaml').read_text())
+    held = identified['held']
     assert set(held) == {'actuators.maa.c'} and held['actuators.maa.c']['sd'] > 0, held
+    # the valves' intervals carry the datasheet's repeatability, and say so
+    assert identified['valve_repeatability_kpa'] == REPEATABILITY_KPA
     assert 'actuators.maa.c' not in {r['name'] for r in result['parameters']}
     assert 'not fitted' in report and 'actuators.maa.c = ' in report
 

@@ -100,6 +100,7 @@ def identify(
     the leg from the excitation's bag, written to out/params.yaml (a leg override file); the
     leg's starts on `workers` processes (default: `cores`)."""
     from equimus_description.leg import load_leg
+    from equimus_description.valve import REPEATABILITY_KPA
     from equimus_identification import data, leg_fit, valve_fit
     from equimus_identification import dynamic as D
 
@@ -108,10 +109,15 @@ def identify(
     split, t_end = parts.split_s, parts.end_s
     log(f'[identify] valves from their read-back: {split:.1f} s of {t_end:.1f} s')
     t0 = time.monotonic()
-    vf = valve_fit.fit(valve_fit.series(rec).window(0.0, split), max_nfev=budget.valve_nfev)
+    vf = valve_fit.fit(
+        valve_fit.series(rec).window(0.0, split),
+        max_nfev=budget.valve_nfev,
+        repeatability_kpa=REPEATABILITY_KPA,
+    )
     log(
         f'[identify] valves: dead time {vf.values["valve.dead_time"] * 1e3:.1f} ms, residual '
-        f'{vf.residual_rms_kpa:.2f} kPa ({time.monotonic() - t0:.0f} s)'
+        f'{vf.residual_rms_kpa:.2f} kPa ({time.monotonic() - t0:.0f} s); intervals with the '
+        f"datasheet's repeatability ({REPEATABILITY_KPA:g} kPa) at every level"
     )
     exps = parts.fit
     leg = load_leg()
@@ -149,6 +155,8 @@ def identify(
                 'values': {k: float(v) for k, v in values.items()},
                 'interval95': {k: [float(a), float(b)] for k, (a, b) in intervals.items()},
                 'valve_residual_kpa': vf.residual_rms_kpa,
+                # the level error the valves' intervals carry (valve_fit.fit repeatability_kpa)
+                'valve_repeatability_kpa': REPEATABILITY_KPA,
                 'leg_residual_rad': lf.residual_rms_rad,
                 'at_bounds': list(lf.at_bounds) + list(vf.at_bounds),
                 'held': {
