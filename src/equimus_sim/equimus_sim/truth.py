@@ -30,6 +30,8 @@ from typing import Any
 
 import numpy as np
 
+from equimus_description.valve import REPEATABILITY_KPA
+
 __all__ = [
     'NOMINAL',
     'RANGES',
@@ -126,7 +128,7 @@ _DEVICE_RANGES: dict[str, Span] = {
     'dac_gain': Span(0.97, 1.03),  # ×2 op-amp stage with 1 % resistors, DAC reference 1 %
     'dac_offset_kpa': Span(-1.0, 1.0),  # ±17 mV of offset at 60 kPa/V
     'hysteresis_kpa': Span(0.0, 3.0),  # VPPE datasheet: hysteresis 0.5 % FS = 3 kPa
-    'repeatability_kpa': Span(0.0, 3.0),  # and repeatability 0.5 % FS = 3 kPa
+    'repeatability_kpa': Span(0.0, REPEATABILITY_KPA),  # up to the datasheet's
     'adc_noise_kpa': Span(0.05, 0.5),  # σ of the read-back (a 12-bit code is 0.146 kPa)
     'mocap_latency_s': Span(0.002, 0.015),  # Motive's system latency at 120 Hz
     'position_noise_m': Span(0.0001, 0.0004),  # marker jitter on the rigid bodies
