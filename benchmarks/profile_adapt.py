@@ -47,13 +47,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument('run', help='an equimus adapt --out folder')
     p.add_argument('--budget', default='short')
     a = p.parse_args(argv)
-    from equimus_bringup.adapt import cores
+    from equimus_identification.parallel import default_workers
 
     run = pathlib.Path(a.run)
     if not (run / 'bag_excite').is_dir() or not (run / 'adapt.json').is_file():
         print(f'profile_adapt: {run} is not an equimus adapt --out folder', file=sys.stderr)
         return 2
-    n = cores()
+    n = default_workers()
     with tempfile.TemporaryDirectory() as tmp:
         one, every = pathlib.Path(tmp, 'one'), pathlib.Path(tmp, 'every')
         one.mkdir()

@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -46,6 +45,7 @@ import yaml
 
 from equimus_bringup import prestart
 from equimus_bringup.prestart import StartError
+from equimus_identification.parallel import default_workers
 
 Log = Callable[[str], None]
 
@@ -88,17 +88,12 @@ SHIPPED_POLICY = 'config/policy_track.npz'
 
 
 # ----- identification and scoring (no ROS) --------------------------------------------------------
-def cores() -> int:
-    """The processes the fits and the tuning run on: one per core this process may use."""
-    return len(os.sched_getaffinity(0))
-
-
 def identify(
     bag: Path, out: Path, budget: Budget, log: Log, workers: int | None = None
 ) -> tuple[dict[str, Any], dict[str, Any], Any, list[Any]]:
     """(values, intervals, validation experiment, the leg fit's experiments): the valves and
     the leg from the excitation's bag, written to out/params.yaml (a leg override file); the
-    leg's starts on `workers` processes (default: `cores`)."""
+    leg's starts on `workers` processes (default: one per usable core)."""
     from equimus_description.leg import load_leg
     from equimus_description.valve import REPEATABILITY_KPA
     from equimus_identification import data, leg_fit, valve_fit
@@ -131,7 +126,7 @@ def identify(
             budget.leg_starts,
             max_nfev=budget.leg_nfev,
             log=log,
-            workers=workers or cores(),
+            workers=workers or default_workers(),
         )
     else:
         lf = leg_fit.fit(exps, leg, max_nfev=budget.leg_nfev, log=log)
@@ -349,7 +344,7 @@ def retune(
 ) -> Path:
     """The PID's gains tuned on the identified model (a scan of scales of the shipped gains,
     then `equimus tune pid`'s search from the best); params_pid.yaml (gains + the model). The
-    closed-loop runs go to `workers` processes (default: `cores`)."""
+    closed-loop runs go to `workers` processes (default: one per usable core)."""
     from equimus_control.pid import PIDGains
     from equimus_learning.tune import Costs, TuneConfig, tune_pid, write_params
 
@@ -360,7 +355,7 @@ def retune(
         leg_overrides=str(params),
         delay_frames=int(round(delay_s * RATE_HZ)),
         delay_margin_frames=DELAY_MARGIN_FRAMES,
-        workers=workers or cores(),
+        workers=workers or default_workers(),
     )
     log(
         f'[tune] on the identified model with {cfg.delay_frames} frame(s) of loop delay and '
