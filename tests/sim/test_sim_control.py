@@ -42,10 +42,6 @@ def _set(probe, **values):
     assert all(r.successful for r in results), [r.reason for r in results]
 
 
-#: how much faster than its 2x run the unthrottled sim must run (the suite's load caps it)
-FREE_OVER_2X = 1.15
-
-
 def _ratio(probe, seconds):
     """Sim seconds per wall second seen on /clock over `seconds` of wall time.
 
@@ -108,12 +104,11 @@ def test_pause_step_resume_rate_and_reset(ros, repo_dir, tmp_path):
         print(f'real_time_factor 2 -> {x2:.2f}x, 0 -> {fast:.1f}x')
         assert 1.6 < x2 < 2.3
         # Unthrottled: faster than the 2x it just ran at (quiet: tens of x; 2.9x with both cores
-        # busy, 2.48x against 2.00x in the suite on a slower host, so no absolute figure here:
-        # that is benchmarks/bench_sim.py's job).
-        assert fast > FREE_OVER_2X * x2
+        # busy, so no absolute figure here: that is benchmarks/bench_sim.py's job).
+        assert fast > 1.25 * x2
         probe.spin_until(
             lambda: (
-                float(probe.sim_status()[1].get('real_time_factor', 'nan')) > FREE_OVER_2X * x2
+                float(probe.sim_status()[1].get('real_time_factor', 'nan')) > 1.25 * x2
                 and probe.sim_status()[1]['real_time_factor_target'] == '0'
             ),
             5.0,
