@@ -35,6 +35,39 @@ try:
 except RuntimeError as e:
     raise pytest.UsageError(str(e)) from None
 os.environ['ROS_AUTOMATIC_DISCOVERY_RANGE'] = 'LOCALHOST'
+# ... and on Fast DDS over UDP only, as the graphs run (equimus_bringup.graph.graph_environment):
+# the tests SIGKILL and SIGSTOP participants, and one killed while it created a shared-memory
+# port left a zero-size /dev/shm/fastdds_port<N>; the next participant given port N waited for
+# it forever inside Fast DDS (a loaded run hung 8 min in rclpy.init, where pytest's timeout
+# cannot reach). Every process of the session, and each one it starts, inherits this. (Not in
+# the lower-bounds check's venv: no ROS there, and no equimus_bringup.)
+try:
+    from equimus_bringup.graph import graph_environment
+except ImportError:
+    pass
+else:
+    os.environ.update(graph_environment('sim'))
+
+
+def _drop_dead_shm_ports(older_than_s: float = 60.0) -> None:
+    """Remove zero-size Fast DDS port segments (/dev/shm/fastdds_port<N>): a port whose creator
+    died before sizing it, which stalls any later shared-memory participant given port N for
+    good (the supervisor's in-process lifecycle client still joins a graph on the LOCALHOST
+    range, with shared memory). A live creator sizes its port within microseconds."""
+    import time
+
+    shm = pathlib.Path('/dev/shm')
+    now = time.time()
+    for f in shm.glob('fastdds_port*') if shm.is_dir() else ():
+        try:
+            st = f.stat()
+            if st.st_size == 0 and now - st.st_mtime > older_than_s and f.name[-3:] != '_el':
+                f.unlink()
+        except OSError:
+            pass
+
+
+_drop_dead_shm_ports()
 
 
 def pytest_report_header(config) -> str:

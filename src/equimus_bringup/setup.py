@@ -16,6 +16,7 @@ setup(
         ('share/equimus_bringup/launch', sorted(glob('launch/*.py'))),
         ('share/equimus_bringup/config', sorted(glob('config/*.yaml'))),
         ('share/equimus_bringup/dds', sorted(glob('dds/*.xml'))),
+        ('share/equimus_bringup/dds/fastdds2', sorted(glob('dds/fastdds2/*.xml'))),
         ('share/equimus_bringup/viewers', sorted(glob('viewers/*'))),
     ],
     install_requires=['setuptools'],

@@ -7,9 +7,11 @@ show whether it opened Fast DDS shared memory."""
 import contextlib
 import dataclasses
 import os
+import re
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import rclpy
@@ -17,6 +19,7 @@ from sensor_msgs.msg import JointState
 
 from equimus_bringup.graph import (
     DISCOVERY_RANGE_ENV,
+    FAST_DDS_2_FOLDER,
     FASTDDS_PROFILE_ENVS,
     TRANSPORT_CHOICE_ENVS,
     UDP_LOCALHOST_PROFILE,
@@ -56,6 +59,12 @@ def test_every_graph_gets_a_udp_profile_and_the_users_choice_wins(no_user_choice
     # one profile variable: Fast DDS 2.x's name on the distributions that ship it
     jazzy = graph_environment('sim', {'ROS_DISTRO': 'jazzy'})
     assert [k for k in FASTDDS_PROFILE_ENVS if k in jazzy] == ['FASTRTPS_DEFAULT_PROFILES_FILE']
+    # ... and the profile in Fast DDS 2.x's element names, the same profile otherwise
+    fast_dds_2 = Path(jazzy['FASTRTPS_DEFAULT_PROFILES_FILE'])
+    assert fast_dds_2.parent.name == FAST_DDS_2_FOLDER
+    fast_dds_3 = fast_dds_2.parent.parent / fast_dds_2.name
+    renamed = re.sub(r'(</?)heartbeat_period>', r'\1heartbeatPeriod>', fast_dds_3.read_text())
+    assert '<heartbeat_period>' in fast_dds_3.read_text() and fast_dds_2.read_text() == renamed
     # the user's transports or profile, or another DDS: no profile
     for user in ({'FASTDDS_BUILTIN_TRANSPORTS': 'SHM'}, {FASTDDS_PROFILE_ENVS[1]: 'mine.xml'}):
         assert graph_environment('sim', user) == {DISCOVERY_RANGE_ENV: 'LOCALHOST'}

@@ -72,8 +72,10 @@ LATCHED_QOS = QoSProfile(
 #: asks for a missed message only when a heartbeat comes, and Fast DDS sends one every 3 s (its
 #: default period; piggybacked ones only after a socket buffer's worth of bytes): the history
 #: must outlast that. 200 (1.7 s at 120 Hz) did not: a CI soak lost 6 consecutive commands the
-#: probe had received. 1000 holds 8.3 s at 120 Hz. Readers keep their own depth (the valve
-#: driver still acts on at most the 10 newest).
+#: probe had received. 1000 holds 8.3 s at 120 Hz. The graph's own Fast DDS profiles send a
+#: heartbeat every 100 ms (share/equimus_bringup/dds); the depth covers a user's profile or
+#: another DDS. Readers keep their own depth (the valve driver still acts on at most the 10
+#: newest).
 WRITER_DEPTH = 1000
 
 PROFILES: dict[str, QoSProfile] = {
