@@ -180,6 +180,56 @@ def test_a_late_reply_is_counted_late_not_lost(tmp_path):
     assert probe.stats.late == before.late + 1, probe.stats
 
 
+def test_a_board_that_answers_late_delays_the_level_and_is_still_fitted(tmp_path):
+    """The board's loop stands 1.3 s as the first level begins (a starved board process, as in
+    a loaded test run): longer than the 1 s hold, shorter than the probe's 5 s for a gone board.
+    The level waits for the board's first answer and is held 1 s from there: the valve is
+    fitted as without the stand, not reported as a board without read-back."""
+    board = make_emulator(
+        tmp_path, watchdog_ms=LONG_WATCHDOG_MS, dac_gain=GAIN, dac_offset_kpa=OFFSET, seed=5
+    )
+    try:
+        with C.BoardProbe(board.link, silent_s=5.0) as probe:
+            probe.open(wait_s=5.0)
+            standing = _stand(board, 1.3)
+            time.sleep(0.01)
+            result = C.check_valve(probe, 'maa', 0, NOMINAL, to_kpa, levels=LEVELS, hold_s=HOLD)
+            standing.join()
+            assert board.codes == [0, 0]
+    finally:
+        board.close()
+    assert probe.stats.timeouts >= 10, probe.stats  # the stand happened during the first level
+    first = result.levels[0]
+    assert first.t[-1] - first.t[0] > 0.8 * HOLD, first.t[:3]
+    assert result.fit is not None
+    assert result.fit.dac_gain == pytest.approx(GAIN[0], abs=0.015)
+    assert result.fit.dac_offset_kpa == pytest.approx(OFFSET[0], abs=0.6)
+    assert result.fit.tau_fill_s == pytest.approx(board.valves[0].tau, rel=0.3)
+
+
+def test_a_board_silent_for_good_during_a_level_ends_the_check(tmp_path):
+    """A level waits for the board's first answer, so a board that stops answering for good
+    as the first level begins must still end the check: the probe's silent limit (1 s here)
+    raises its one-line error within about that limit, not the hold loop waiting on."""
+    board = make_emulator(tmp_path, watchdog_ms=LONG_WATCHDOG_MS)
+    standing = None
+    try:
+        with C.BoardProbe(board.link, silent_s=1.0) as probe:
+            probe.open(wait_s=5.0)
+            standing = _stand(board, 6.0)
+            time.sleep(0.01)
+            t0 = time.monotonic()
+            with pytest.raises(C.CommissionError, match='stopped answering') as e:
+                C.check_valve(probe, 'maa', 0, NOMINAL, to_kpa, levels=LEVELS, hold_s=HOLD)
+            waited = time.monotonic() - t0
+    finally:
+        if standing is not None:
+            standing.join()
+        board.close()
+    assert waited < 4.0, waited
+    assert '\n' not in str(e.value)
+
+
 def test_a_stall_of_this_computer_is_not_the_board_going_silent(tmp_path):
     """This process does not run for 1.3 s while it waits for a reply (its read held), and the
     board, starved with it, answers just after: longer than SILENT_S without a reply, but none

@@ -388,17 +388,26 @@ def hold(
     watch: Callable[[], str],
 ) -> Level:
     """Keep `codes` on the board for `seconds`, a SET every SET_PERIOD_S, collecting the
-    read-backs; `watch()` is asked every period and a reason from it vents and aborts."""
+    read-backs; `watch()` is asked every period and a reason from it vents and aborts.
+
+    The level begins with the first SET the board answers: a board (or an emulator on a loaded
+    computer) that answers nothing for longer than the hold but less than the probe's silent_s
+    delays the level instead of ending it without a read-back, and its clock starts when the
+    code was taken, so the fitted dead time is not that wait. A board that stays silent is
+    reported as such by the probe."""
     level = Level(max(codes), math.nan)
     t0 = time.monotonic()
     next_t = t0
     sent, gap = t0, 0.0
+    answered = False
     while True:
         now = time.monotonic()
-        if now - t0 >= seconds:
+        if answered and now - t0 >= seconds:
             return level
         gap, sent = max(gap, now - sent), now
         ack = probe.set(codes)
+        if ack is not None and not answered:
+            answered, t0 = True, now
         if ack is not None and ack.flags & (P.ACK_WATCHDOG_VENTED | P.ACK_BAD_FRAME_VENTED):
             raise SelfVented(f'the board vented by itself (ACK flags 0x{ack.flags:02x})', gap)
         if ack is not None and ack.measured is not None:
