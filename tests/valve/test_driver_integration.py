@@ -280,12 +280,19 @@ def test_signal_vents_before_port_closes(sig, harness, tmp_module, new_board):
     # host firmware at load 10) answers late, and the test is about the vent, not the board's
     # scheduling.
     # Likewise the link: a 0.4 s stall of this process (where the emulated board runs) must not
-    # read as a lost board.
+    # read as a lost board; and the commands: this process's stream stalled past 0.25 s in a
+    # loaded CI run, the driver vented for a stale command before the signal and the test took
+    # the stale-command vent for the shutdown's.
     drv = Driver(
         emu.link,
         tmp_module,
         auto_arm=True,
-        **{**PARAMS, 'shutdown_ack_timeout_s': 2.0, 'link_timeout_s': 2.0},
+        **{
+            **PARAMS,
+            'shutdown_ack_timeout_s': 2.0,
+            'link_timeout_s': 2.0,
+            'command_timeout_s': 2.0,
+        },
     )
     try:
         t0 = time.monotonic()
