@@ -33,6 +33,11 @@ Modes (parameters of natnet_bridge and control_loop; docs/interfaces.md):
 The rig's threads run at SCHED_FIFO 51 when this machine permits it (they stand in for Motive's
 PC and a microcontroller), in every mode alike; where SCHED_FIFO is refused the FIFO modes say so
 (the receive_thread value of the bridge's diagnostics) and run with normal scheduling.
+`--rig-scheduling normal` runs them with normal scheduling instead. On a real rig the board is
+a microcontroller behind USB and reads a frame without taking a CPU of this computer; here the
+board emulator's reader at SCHED_FIFO is woken by the loop's write() and may preempt the writer
+on its own core, so the write returns only after the emulator has read the frame. Running both
+ways shows how much of the last stage that is.
 """
 
 from __future__ import annotations
@@ -187,10 +192,12 @@ class Diagnostics:
         self.rclpy.try_shutdown()
 
 
-def _rig_priority() -> str:
+def _rig_priority(scheduling: str) -> str:
     """This thread at SCHED_FIFO RIG_PRIORITY, if permitted, so the emulators' threads started
     next inherit it (not with SCHED_RESET_ON_FORK, which Linux applies to new threads too);
     `_normal_scheduling` afterwards, before any process is started."""
+    if scheduling == 'normal':
+        return 'normal (--rig-scheduling normal)'
     try:
         os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(RIG_PRIORITY))
     except (OSError, AttributeError) as e:
@@ -290,7 +297,7 @@ def run_mode(
     }
 
 
-def run(modes: list[str], seconds: float) -> dict:
+def run(modes: list[str], seconds: float, rig_scheduling: str = 'fifo') -> dict:
     from equimus_bringup.rig_emulator import BODIES, EmulatedRig
     from equimus_hw.natnet.emulator import NatNetEmulator
 
@@ -319,7 +326,7 @@ def run(modes: list[str], seconds: float) -> dict:
         link = str(tmp / 'dac')
         diag = Diagnostics()  # first: rclpy's threads keep normal scheduling
         rig = EmulatedRig(link, natnet, rate=RATE_HZ, position_noise=0.0002)
-        rig_sched = _rig_priority()
+        rig_sched = _rig_priority(rig_scheduling)
         try:
             with rig:
                 _normal_scheduling()  # the processes started from here: their own settings
@@ -362,6 +369,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument('--seconds', type=float, default=10.0, help='measured s per mode')
     p.add_argument('--modes', default=','.join(MODES), help=f'comma-separated, of {list(MODES)}')
+    p.add_argument(
+        '--rig-scheduling',
+        choices=('fifo', 'normal'),
+        default='fifo',
+        help="the emulated rig's threads at SCHED_FIFO 51 (where permitted) or normal",
+    )
     ns = p.parse_args(argv)
     modes = [m for m in ns.modes.split(',') if m]
     unknown = [m for m in modes if m not in MODES]
@@ -369,7 +382,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f'bench_latency: unknown modes {unknown}; choose from {list(MODES)}', file=sys.stderr)
         return 2
     print(HEADER, flush=True)
-    r = run(modes, ns.seconds)
+    r = run(modes, ns.seconds, ns.rig_scheduling)
     print(
         f'goals: in-process p99 < {GOALS_MS["in_process_p99"]} ms, wire-to-wire p99 < '
         f'{GOALS_MS["wire_p99"]} ms; {ns.seconds:g} s a mode after {WARMUP_S:g} s of warm-up; '

@@ -132,6 +132,7 @@ def end_to_end_latency(quick: bool, version='4.1', multicast=True) -> dict:
     ex.add_node(node)
     deadline = time.monotonic() + n_target / emu_rate * 1.5 + 30
     try:
+        _bring_up(bridge)
         while len(lat) < n_target and time.monotonic() < deadline:
             ex.spin_once(timeout_sec=0.1)
     finally:
@@ -162,6 +163,21 @@ def end_to_end_latency(quick: bool, version='4.1', multicast=True) -> dict:
         'max_ms': lat[-1],
         'target_p99_ms': 2.0,
     }
+
+
+def _bring_up(bridge: subprocess.Popen, name: str = 'natnet_bridge', timeout_s: float = 30.0):
+    """Configure and activate the managed node `name` as the supervisor does (a bridge started
+    alone stays unconfigured and never opens its sockets)."""
+    from equimus_bringup.supervisor import LifecycleClient
+    from equimus_ros.lifecycle import BRING_UP
+
+    client = LifecycleClient(dict(os.environ))
+    try:
+        client.wait_for(name, lambda: bridge.poll() is None, timeout_s)
+        for transition, label in BRING_UP:
+            client.change(name, transition, label, timeout_s)
+    finally:
+        client.close()
 
 
 def measure(quick: bool) -> dict:

@@ -61,6 +61,19 @@ def ticks_now() -> int:
     return time.perf_counter_ns() // 100
 
 
+def monotonic_to_ticks_offset(tries: int = 5) -> int:
+    """ticks_now() − time.monotonic() in ticks, from the closest of a few paired readings. A frame's
+    due time is converted with it once, not by reading both clocks at send time: a preemption
+    between those two readings (a loaded machine) moved exposure stamps by milliseconds."""
+    pairs = []
+    for _ in range(max(tries, 1)):
+        a = time.monotonic()
+        t = ticks_now()
+        b = time.monotonic()
+        pairs.append((b - a, t - int((a + b) / 2 * CLOCK_HZ)))
+    return min(pairs)[1]
+
+
 def _quat_about_z(angle: float) -> tuple[float, float, float, float]:
     return (0.0, 0.0, math.sin(angle / 2), math.cos(angle / 2))
 
@@ -570,6 +583,7 @@ class NatNetEmulator:
 
     def _stream_loop(self) -> None:
         period = 1.0 / self.rate_hz
+        to_ticks = monotonic_to_ticks_offset()
         next_t = time.monotonic()
         while not self._stop.is_set():
             now = time.monotonic()
@@ -598,7 +612,7 @@ class NatNetEmulator:
                 self.frames_dropped += 1
                 continue
             f = self.build_frame(t)
-            self.send_frame(f, due=ticks_now() - int((time.monotonic() - due) * CLOCK_HZ))
+            self.send_frame(f, due=int(due * CLOCK_HZ) + to_ticks)
             with self._lock:
                 bad = self._malformed_pending
                 self._malformed_pending = 0
