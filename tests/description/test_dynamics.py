@@ -14,10 +14,16 @@ RNG = np.random.default_rng(11)
 POSES = np.column_stack([RNG.uniform(1.0, 2.0, 16), RNG.uniform(0.05, 1.25, 16)])
 
 
-@pytest.fixture(scope='module', params=['default', 'fit'])
+# muscles whose area changes with length (pressure stiffening), beyond what a fit finds
+STIFFENING = {'actuators.maa.area_slope': -12.0, 'actuators.baa.area_slope': 4.0}
+
+
+@pytest.fixture(scope='module', params=['default', 'fit', 'stiffening'])
 def leg(request, repo_dir):
     if request.param == 'default':
         return load_leg()
+    if request.param == 'stiffening':
+        return load_leg(overrides=STIFFENING)
     return load_leg(overrides=repo_dir / 'config' / 'leg_fit.yaml')
 
 

@@ -74,3 +74,13 @@ def test_heldout_selection_end_to_end(tmp_path):
     before = {p.name: p.stat().st_mtime_ns for p in (out / 'cache').iterdir()}
     assert heldout.main(args) == 0
     assert before == {p.name: p.stat().st_mtime_ns for p in (out / 'cache').iterdir()}
+
+
+def test_an_unknown_candidate_axis_value_is_named_with_the_known_ones(tmp_path, capsys):
+    """Before any data is read: the files need not exist."""
+    args = ['ToCenter.csv', 'Static.csv', '--out', str(tmp_path / 'sel'), '--forces', 'stiff']
+    args += ['--valves']
+    assert heldout.main([*args, 'chamber,orifice', '--references', '']) == 2
+    err = capsys.readouterr().err
+    assert "--valves 'orifice'" in err and "--forces 'stiff'" in err
+    assert 'stiffening' in err and 'chamber-per-valve' in err and 'Traceback' not in err

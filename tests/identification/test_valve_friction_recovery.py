@@ -78,3 +78,37 @@ def test_identify_recovers_dead_time_fill_vent_and_friction(tmp_path):
     assert all(e < 0.05 for e in errors.values()), errors
     assert not doc['identification']['at_bounds']
     assert np.isfinite(doc['identification']['rmse_mean_rad'])
+
+
+STIFFENING = {
+    'actuators.maa.area_slope': -8.0,
+    'actuators.baa.area_slope': 3.0,
+    'actuators.maa.area': 4.4e-4,
+    'actuators.baa.area': 4.0e-4,
+}
+
+
+@pytest.mark.timeout(600)
+def test_identify_recovers_the_muscles_area_against_length(tmp_path):
+    """The area slopes, started at 0 (a constant area), come back within 5 % together with the
+    areas they trade against, from steps that reach poses over the whole workspace."""
+    truth = {**OTHERS, **VALVE_FRICTION, **STIFFENING}
+    steps = synth.random_steps(12, seed=5)
+    sim = synth.simulate_steps(truth, steps_kpa=steps, hold_s=1.2)
+    bag = synth.write_bag(tmp_path / 'bag', sim, noise_rad=0.0005, seed=3)
+    start = tmp_path / 'start.yaml'
+    begin = {**truth, 'actuators.maa.area_slope': 0.0, 'actuators.baa.area_slope': 0.0}
+    begin['actuators.maa.area'] *= 0.8
+    begin['actuators.baa.area'] *= 1.2
+    start.write_text(yaml.safe_dump({'parameters': begin}))
+    out = tmp_path / 'fit'
+    rc = identify_cli.main(
+        [str(bag), '--out', str(out), '--start', str(start), '--params',
+         'stiffening,actuators.maa.area,actuators.baa.area', '--loss', 'whole', '--duration',
+         '1.2', '--maxiter', '0', '--popsize', '2', '--refine', 'lm', '--refine-maxfev', '100',
+         '--mapper', 'serial', '--no-plots']
+    )  # fmt: skip
+    assert rc == 0
+    fitted = yaml.safe_load((out / 'params.yaml').read_text())['parameters']
+    errors = {k: abs(fitted[k] - v) / abs(v) for k, v in STIFFENING.items()}
+    assert all(e < 0.05 for e in errors.values()), errors

@@ -1,7 +1,8 @@
 """Joint-space dynamics of the 2-joint leg with its exact actuation model and first derivatives
 (no ROS, no MuJoCo).
 
-    M(θ) θ̈ + c(θ, θ̇) = g ∂U/∂θ − D θ̇ − J_A(θ)ᵀ T,   T = k (l − l0) + c_a l̇ − σ S P
+    M(θ) θ̈ + c(θ, θ̇) = g ∂U/∂θ − D θ̇ − J_A(θ)ᵀ T,   T = k (l − l0) + c_a l̇ − σ S(l) P
+    S(l) = S (1 + s (l − l0))   (s: the description's area_slope; 0 = a constant area)
 
 The actuator tensions T act through the exact transmission l(θ), J_A = ∂l/∂θ (equimus_description
 .kinematics), not a constant ratio (seeds/002): the stiffness the linearisation sees contains
@@ -104,7 +105,8 @@ class LegDynamics:
         self.k = np.asarray(s.k, float)
         self.l0 = np.asarray(s.l0, float)
         self.ca = np.asarray(params.c, float)
-        self.SP = s.pressure_sign * np.asarray(s.S, float) * 1e3  # N per kPa, signed
+        self.SP = s.pressure_sign * np.asarray(s.S, float) * 1e3  # N per kPa at l0, signed
+        self.slope = np.asarray(s.area_slope, float)
         self.geometry = g
 
     def mass_matrix(self, q) -> np.ndarray:
@@ -134,7 +136,7 @@ class LegDynamics:
         xb = g[..., 1] / jb2
         xa = (g[..., 0] - jb1 * xb) / ja
         f = self.k * (lengths - self.l0) - np.stack([xa, xb], -1)
-        return f / self.SP
+        return f / (self.SP * (1.0 + self.slope * (lengths - self.l0)))
 
     def acceleration(self, q, qd, p) -> np.ndarray:
         return self.derivatives(q, qd, p).acc
@@ -164,9 +166,15 @@ class LegDynamics:
         jb1, jb2 = J[..., 1, 0], J[..., 1, 1]
         ha = H[..., 0, 0, 0]
         hb11, hb12, hb22 = H[..., 1, 0, 0], H[..., 1, 0, 1], H[..., 1, 1, 1]
-        (k_a, k_b), (c_a, c_b), (s_a, s_b) = self.k, self.ca, self.SP
-        ta = k_a * (lengths[..., 0] - self.l0[0]) + c_a * (ja * w1) - s_a * p[..., 0]
-        tb = k_b * (lengths[..., 1] - self.l0[1]) + c_b * (jb1 * w1 + jb2 * w2) - s_b * p[..., 1]
+        (k_a, k_b), (c_a, c_b) = self.k, self.ca
+        ext_a, ext_b = lengths[..., 0] - self.l0[0], lengths[..., 1] - self.l0[1]
+        # σ S(l) per kPa, and the stiffness the pressure adds through S(l): k − σ S s P
+        s_a = self.SP[0] * (1.0 + self.slope[0] * ext_a)
+        s_b = self.SP[1] * (1.0 + self.slope[1] * ext_b)
+        k_a = k_a - self.SP[0] * self.slope[0] * p[..., 0]
+        k_b = k_b - self.SP[1] * self.slope[1] * p[..., 1]
+        ta = self.k[0] * ext_a + c_a * (ja * w1) - s_a * p[..., 0]
+        tb = self.k[1] * ext_b + c_b * (jb1 * w1 + jb2 * w2) - s_b * p[..., 1]
         # right-hand side: gravity − Coriolis − joint damping − J_Aᵀ T
         cor = es * (2 * w1 + w2) * w2
         r1 = ga_c + gb_c + cor - self.damp[0] * w1 - ja * ta - jb1 * tb
@@ -188,7 +196,7 @@ class LegDynamics:
         v12 = es * (2 * w1 + 2 * w2) - c_b * jb1 * jb2
         v21 = -2 * es * w1 - c_b * jb1 * jb2
         v22 = -self.damp[1] - c_b * jb2 * jb2
-        # ∂rhs/∂P: σ S J_A, column per actuator
+        # ∂rhs/∂P: σ S(l) J_A, column per actuator
         p11, p12, p22 = ja * s_a, jb1 * s_b, jb2 * s_b
         shape = t1.shape + (2, 2)
         d_q = np.empty(shape)

@@ -22,7 +22,7 @@ import numpy as np
 
 from . import yamlfile
 from .kinematics import PlanarGeometry
-from .valve import VALVE_TAU_S, ValveParams
+from .valve import ACTUATORS, VALVE_TAU_S, ValveParams
 
 #: the hinges' stops (joints.*.range) as MuJoCo constraints when the description's sim section
 #: does not set them: the force ramps in from contact (data/leg.yaml says why)
@@ -123,7 +123,12 @@ class Anchor:
 
 @dataclass(frozen=True)
 class Actuator:
-    """Linear elastic actuator: mass m, stiffness k, damping c, rest length l0, area S."""
+    """Linear elastic actuator: mass m, stiffness k, damping c, rest length l0, area S.
+
+    area_slope (1/m): the effective area's relative change per metre of length beyond l0,
+    S(l) = S·(1 + area_slope·(l − l0)). A pressurised cast muscle stiffens with pressure: its
+    force P·S(l) falls off with extension faster at high pressure than a constant area allows
+    (0, the default, is the paper's constant area)."""
 
     name: str
     base: Anchor
@@ -134,10 +139,17 @@ class Actuator:
     l0: float
     area: float
     pressure_max_kpa: float = 50.0
+    area_slope: float = 0.0
 
-    def force(self, p_kpa: float) -> float:
-        """F = S·P in newtons (P in kPa); positive extends the actuator."""
-        return self.area * 1e3 * float(p_kpa)
+    def area_at(self, length: float) -> float:
+        """S(l) in m² (the constant area when area_slope is 0)."""
+        return self.area * (1.0 + self.area_slope * (float(length) - self.l0))
+
+    def force(self, p_kpa: float, length: float | None = None) -> float:
+        """F = S(l)·P in newtons (P in kPa); positive extends the actuator. Without a length,
+        the area at l0."""
+        area = self.area if length is None else self.area_at(length)
+        return area * 1e3 * float(p_kpa)
 
 
 @dataclass(frozen=True)
@@ -209,6 +221,17 @@ class LegDescription:
 
     def with_timestep(self, dt: float) -> LegDescription:
         return self.with_overrides({'sim.timestep': float(dt)})
+
+
+def require_constant_area(leg: LegDescription, model: str) -> None:
+    """ValueError naming the actuators with an area_slope, for a model that has a constant
+    area (`model` says which)."""
+    sloped = [a.name for a in leg.actuators.values() if a.area_slope != 0.0]
+    if sloped:
+        raise ValueError(
+            f'actuators {sloped}: {model} has a constant area; use a leg with area_slope 0 '
+            "there (the MuJoCo leg, the statics and the MPC's dynamics model the slope)"
+        )
 
 
 def default_leg_path() -> pathlib.Path:
@@ -495,6 +518,7 @@ def _actuator(name: str, a: Mapping, bodies: Mapping) -> Actuator:
         pressure_max_kpa=_positive(
             a.get('pressure_max_kpa', 50.0), f'actuators.{name}.pressure_max_kpa'
         ),
+        area_slope=_number(a.get('area_slope', 0.0), f'actuators.{name}.area_slope'),
     )
 
 
@@ -559,6 +583,7 @@ def _finish(raw: Mapping, source, bodies, joints, actuators) -> LegDescription:
         raise LegDescriptionError('ground.enabled: the ground needs a `foot` section', 'ground')
     if geometry is not None:
         check_geometry(leg)
+        check_area_positive(leg)
     return leg
 
 
@@ -701,6 +726,42 @@ def to_planar(p_world, hip_world) -> np.ndarray:
     """World → paper planar frame: planar x = world +y, planar y = world −z, origin at the hip."""
     d = np.asarray(p_world, dtype=float) - np.asarray(hip_world, dtype=float)
     return np.array([d[1], -d[2]])
+
+
+#: Grid points per joint over its range where `check_area_positive` evaluates the lengths.
+AREA_CHECK_POINTS = 21
+
+
+def check_area_positive(leg: LegDescription) -> None:
+    """S(l) = S·(1 + area_slope·(l − l0)) > 0 at every length the 2-DOF leg reaches inside its
+    joints' ranges: a slope that makes it negative turns a filled muscle, which pushes, into one
+    that pulls (identification bounds a slope at ±20 /m, which allows that). Checked on a grid
+    of the (hip, knee) range box."""
+    g = leg.geometry
+    sloped = [a for a in leg.actuators.values() if a.area_slope != 0.0]
+    if g is None or not sloped or not {'hip', 'knee'} <= set(leg.joints):
+        return
+    from . import kinematics as K
+
+    axes = [
+        np.linspace(float(leg.joints[j].range[0]), float(leg.joints[j].range[1]), AREA_CHECK_POINTS)
+        for j in ('hip', 'knee')
+    ]
+    lengths = np.array([K.actuator_lengths((a, b), g) for a in axes[0] for b in axes[1]])
+    for a in sloped:
+        if a.name not in ACTUATORS:
+            continue
+        ls = lengths[:, ACTUATORS.index(a.name)]  # actuator_lengths: [MAA, BAA]
+        worst = ls.min() if a.area_slope > 0 else ls.max()
+        factor = 1.0 + a.area_slope * (worst - a.l0)
+        if factor <= 0.0:
+            raise LegDescriptionError(
+                f'actuators.{a.name}.area_slope: {a.area_slope:g} /m makes the area '
+                f'S(l) = S·(1 + slope·(l − l0)) zero or negative at l = {worst:.4f} m (l0 = '
+                f'{a.l0:.4f} m), a length the leg reaches inside its joint ranges; bound the '
+                'slope so that 1 + slope·(l − l0) stays positive there',
+                f'actuators.{a.name}.area_slope',
+            )
 
 
 def check_geometry(leg: LegDescription, tol: float = 1e-6) -> None:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.optimize import lsq_linear
 
-from .leg import LegDescription, world_points_at_build
+from .leg import LegDescription, require_constant_area, world_points_at_build
 
 
 class PlanarLimbError(ValueError):
@@ -87,6 +87,7 @@ class PlanarLimb:
             for a in leg.actuators.values()
         ]
         acts = list(leg.actuators.values())
+        require_constant_area(leg, 'the general limb statics')
         self.k = np.array([a.k for a in acts])
         self.l0 = np.array([a.l0 for a in acts])
         self.area = np.array([a.area for a in acts])

@@ -1,12 +1,14 @@
 """Static model of the leg: pressures that hold a pose, and the pose that given pressures reach.
 
 Potential energy of the leg (planar y points along gravity):
-    V(θ) = −g Σ m_i y_i(θ) + Σ_a ½ k_a (l_a − l0_a)² − Σ_a S_a P_a l_a
+    V(θ) = −g Σ m_i y_i(θ) + Σ_a ½ k_a (l_a − l0_a)² − Σ_a S_a P_a (l_a + ½ s_a (l_a − l0_a)²)
 (the last term is the work of the pressure force S·P, which LENGTHENS the actuator: on the real
 rig more P1 raises θ1 and more P2 lowers θ2, and the static data only fit with this sign. The
 pressure force is one-sided, P ≥ 0; the elastic force k(l − l0) pulls the actuator back.)
 Equilibrium ∂V/∂θ = 0 gives  J_Aᵀ S P = J_Aᵀ k (l − l0) − g Σ m_i ∂y_i/∂θ,
-which is linear in P (feedforward) and is solved for θ by minimising V within the joint
+with S the area at length l, S(l) = S (1 + s (l − l0)) (s the description's area_slope, 0 for
+the paper's constant area). It is linear in P (feedforward) and is solved for θ by minimising V
+within the joint
 limits (inverse statics), so equilibria on a joint stop come out as they do on the rig.
 
 Masses follow the 3-2-1 actuator of the EquiMus paper: m/6 on the fixed anchor (no torque),
@@ -47,6 +49,7 @@ class StaticParams:
     k: tuple = (203.94877985761158, 105.07337552294058)  # N/m (Table V, static)
     S: tuple = (0.0004108979203914209, 0.0003244353052769064)  # m² (Table V, static)
     l0: tuple = (0.1642, 0.2579)  # m (Table V, static)
+    area_slope: tuple = (0.0, 0.0)  # 1/m: S(l) = S·(1 + area_slope·(l − l0))
     # joint limits (rad) in paper angles: reference MJCF hip ±60°, knee [−90°, +30°] about 90°.
     theta_min: tuple = (np.pi / 6, 0.0)
     theta_max: tuple = (5 * np.pi / 6, 2 * np.pi / 3)
@@ -81,6 +84,7 @@ class StaticParams:
             k=tuple(a.k for a in acts),
             S=tuple(a.area for a in acts),
             l0=tuple(a.l0 for a in acts),
+            area_slope=tuple(a.area_slope for a in acts),
             theta_min=(hip.range[0], knee.range[0]),
             theta_max=(hip.range[1], knee.range[1]),
             g=leg.gravity,
@@ -135,9 +139,9 @@ def potential(q, pressures_kpa, p: StaticParams) -> float:
     U, _ = gravity_generalized(q, p)
     k, l0, S = np.asarray(p.k), np.asarray(p.l0), np.asarray(p.S)
     P = np.asarray(pressures_kpa, float) * 1e3
-    return float(
-        -p.g * U + 0.5 * np.sum(k * (lengths - l0) ** 2) - p.pressure_sign * np.sum(S * P * lengths)
-    )
+    ext = lengths - l0
+    work = S * P * (lengths + 0.5 * np.asarray(p.area_slope) * ext**2)
+    return float(-p.g * U + 0.5 * np.sum(k * ext**2) - p.pressure_sign * np.sum(work))
 
 
 def potential_gradient(q, pressures_kpa, p: StaticParams) -> np.ndarray:
@@ -146,7 +150,8 @@ def potential_gradient(q, pressures_kpa, p: StaticParams) -> np.ndarray:
     _, dU = gravity_generalized(q, p)
     k, l0, S = np.asarray(p.k), np.asarray(p.l0), np.asarray(p.S)
     P = np.asarray(pressures_kpa, float) * 1e3
-    return -p.g * dU + J.T @ (k * (lengths - l0) - p.pressure_sign * S * P)
+    area = S * (1.0 + np.asarray(p.area_slope) * (lengths - l0))
+    return -p.g * dU + J.T @ (k * (lengths - l0) - p.pressure_sign * area * P)
 
 
 def holding_forces(q, p: StaticParams) -> np.ndarray:
@@ -158,6 +163,11 @@ def holding_forces_floats(q, p: StaticParams) -> tuple[float, float]:
     """`holding_forces` in plain floats (every control cycle: numpy's overhead on 2-vectors and
     a 2×2 solve is most of the cost). The 2×2 system by Cramer's rule; a singular J_A (no pose
     in the joint limits has one) raises ZeroDivisionError as numpy's solve raised LinAlgError."""
+    return _holding(q, p)[0]
+
+
+def _holding(q, p: StaticParams) -> tuple[tuple[float, float], tuple[float, float]]:
+    """(holding forces, actuator lengths) in plain floats."""
     lengths, (j00, j01), (j10, j11) = actuation_lengths_jacobian(q, p.geometry)
     _, dU = gravity_generalized(q, p)
     # J_Aᵀ x = g dU, J_Aᵀ = [[j00, j10], [j01, j11]]
@@ -166,14 +176,17 @@ def holding_forces_floats(q, p: StaticParams) -> tuple[float, float]:
     x0 = (b0 * j11 - j10 * b1) / det
     x1 = (j00 * b1 - j01 * b0) / det
     (k0, k1), (l00, l01) = p.k, p.l0
-    return k0 * (lengths[0] - l00) - x0, k1 * (lengths[1] - l01) - x1
+    return (k0 * (lengths[0] - l00) - x0, k1 * (lengths[1] - l01) - x1), lengths
 
 
 def holding_pressures_floats(q, p: StaticParams) -> tuple[float, float]:
-    """`holding_pressures` (unclipped) in plain floats."""
-    f0, f1 = holding_forces_floats(q, p)
+    """`holding_pressures` (unclipped) in plain floats: P = F / S(l)."""
+    (f0, f1), lengths = _holding(q, p)
     s = p.pressure_sign
-    return s * f0 / p.S[0] / 1e3, s * f1 / p.S[1] / 1e3
+    (s0, s1), (a0, a1), (l00, l01) = p.S, p.area_slope, p.l0
+    area0 = s0 * (1.0 + a0 * (lengths[0] - l00))
+    area1 = s1 * (1.0 + a1 * (lengths[1] - l01))
+    return s * f0 / area0 / 1e3, s * f1 / area1 / 1e3
 
 
 def holding_pressures(q, p: StaticParams, clip: bool = False) -> np.ndarray:

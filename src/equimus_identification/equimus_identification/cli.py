@@ -42,6 +42,7 @@ def presets() -> dict[str, tuple[str, ...]]:
         'friction': D.FRICTION_PARAMS,  # hinge dry friction
         'armature': D.ARMATURE_PARAMS,
         'stop': ('joints.knee.range.0',),  # the knee's stop
+        'stiffening': D.AREA_SLOPE_PARAMS,  # the muscles' area against length
         'static': (
             'actuators.maa.k',
             'actuators.baa.k',

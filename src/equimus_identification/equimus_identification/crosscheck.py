@@ -24,7 +24,7 @@ import mujoco
 import numpy as np
 from scipy.optimize import least_squares
 
-from equimus_description.leg import LegDescription
+from equimus_description.leg import LegDescription, require_constant_area
 from equimus_sim.leg_model import LegModel
 from equimus_sim.mjcf_builder import build_mjcf, seg_names
 
@@ -52,6 +52,7 @@ def available() -> str | None:
 
 
 def _spec(leg: LegDescription, dt: float) -> tuple[mujoco.MjSpec, LegModel]:
+    require_constant_area(leg, "the cross-check (it sets the actuators' gain)")
     leg = leg.with_timestep(dt)
     lm = LegModel(leg)
     spec = mujoco.MjSpec.from_string(build_mjcf(leg))

@@ -48,7 +48,7 @@ from scipy.optimize import least_squares, minimize
 from equimus_description.leg import LegDescription, load_leg
 from equimus_description.valve import ValveParams, follow
 from equimus_sim.leg_model import LegModel
-from equimus_sim.mjcf_builder import friction_constraint, seg_names
+from equimus_sim.mjcf_builder import friction_constraint, seg_names, slide_gain
 
 from .data import Experiment
 
@@ -90,6 +90,9 @@ BOUNDS = {
     'joints.hip.armature': (0.0, 0.02),
     'joints.knee.armature': (0.0, 0.02),
     'joints.knee.range.0': (-0.1, 0.05),
+    # the muscles' area against length (1/m), S(l) = S·(1 + slope·(l − l0)): pressure stiffening
+    'actuators.maa.area_slope': (-20.0, 20.0),
+    'actuators.baa.area_slope': (-20.0, 20.0),
     # s the valves' read-back is stamped after the pressure it reports acted, relative to the
     # motion capture's stamps (not a leg parameter: no override file holds it)
     'timing.pressure_lag': (-0.03, 0.03),
@@ -106,6 +109,7 @@ VALVE_CHANNEL_PARAMS = (
 RATE_PARAMS = ('valve.fill_rate',)
 FRICTION_PARAMS = ('joints.hip.frictionloss', 'joints.knee.frictionloss')
 ARMATURE_PARAMS = ('joints.hip.armature', 'joints.knee.armature')
+AREA_SLOPE_PARAMS = ('actuators.maa.area_slope', 'actuators.baa.area_slope')
 #: parameters of the recording, not of the plant
 TIMING_PARAMS = ('timing.pressure_lag',)
 _VALVE_KEYS = {
@@ -376,6 +380,13 @@ class Evaluator:
             m.jnt_stiffness[st['seg_jnt'][i]] = 2.0 * p[f'actuators.{a}.k']
             m.dof_damping[st['seg_dof'][i]] = 2.0 * p[f'actuators.{a}.c']
             m.qpos_spring[st['seg_qadr'][i]] = (p[f'actuators.{a}.l0'] - st['build_len'][i]) / 2.0
+            slope = p[f'actuators.{a}.area_slope']
+            motors = st['lm'].ctrl_idx[i]
+            if slope != 0.0 or m.actuator_gaintype[motors[0]] == mujoco.mjtGain.mjGAIN_AFFINE:
+                m.actuator_gaintype[motors] = mujoco.mjtGain.mjGAIN_AFFINE
+                m.actuator_gainprm[motors, :2] = slide_gain(
+                    slope, st['build_len'][i], p[f'actuators.{a}.l0']
+                )
         for j, dof in st['joint_dof'].items():
             m.dof_damping[dof] = p[f'joints.{j}.damping']
             for attr in ('frictionloss', 'armature'):

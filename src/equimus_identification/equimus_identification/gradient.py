@@ -170,6 +170,11 @@ class MjxResiduals:
             raise MethodError('--jacobian mjx replays commanded pressures only; use --jacobian fd')
         st = ev._compiled()
         p_start = ev.full_params(ev.from_unit(u_start))
+        if any(n in names or p_start[n] != 0.0 for n in D.AREA_SLOPE_PARAMS):
+            raise MethodError(
+                "--jacobian mjx: the muscles' area against length (actuators.*.area_slope) is "
+                'not modelled in JAX; use --jacobian fd'
+            )
         valve = D.valve_of(p_start, names)
         if not np.all(np.isinf(valve.fill_rate)):
             raise MethodError(

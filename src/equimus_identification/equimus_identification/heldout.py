@@ -78,6 +78,7 @@ VALVES = {
     'chamber-per-valve': D.VALVE_CHANNEL_PARAMS,  # fill and vent constants of each valve
 }
 FRICTIONS = {'none': (), 'friction': D.FRICTION_PARAMS + D.ARMATURE_PARAMS}
+FORCES = {'constant': (), 'stiffening': D.AREA_SLOPE_PARAMS}  # the muscles' area: S, or S(l)
 LOSSES = ('whole', 'shooting')
 REFERENCES = ('table_v_dynamic', 'table_v_static')
 SET_B_PAIRS = [(p1, p2) for p1 in range(0, 60, 10) for p2 in range(0, 60, 10)]  # all 36
@@ -89,11 +90,15 @@ class Candidate:
     friction: str
     loss: str
     fixed: tuple[tuple[str, float], ...] = ()  # (override key, value) held out of the fit
+    force: str = 'constant'
 
     @property
     def name(self) -> str:
         fix = ','.join(k.split('.', 1)[1] for k, _ in self.fixed)
-        return f'{self.valve}+{self.friction}+{self.loss}' + (f'+fixed({fix})' if fix else '')
+        force = '' if self.force == 'constant' else f'+{self.force}'
+        return f'{self.valve}+{self.friction}+{self.loss}{force}' + (
+            f'+fixed({fix})' if fix else ''
+        )
 
     @property
     def params(self) -> list[str]:
@@ -101,6 +106,7 @@ class Candidate:
             list(D.PAPER_PARAMS)
             + list(VALVES[self.valve])
             + list(FRICTIONS[self.friction])
+            + list(FORCES[self.force])
             + ['joints.knee.range.0']
         )
         held = {k for k, _ in self.fixed}
@@ -417,6 +423,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument('--valves', default='lag,chamber')
     ap.add_argument('--frictions', default='none,friction')
     ap.add_argument('--losses', default='whole,shooting')
+    ap.add_argument(
+        '--forces',
+        default='constant',
+        help="the muscles' force: constant (area S) and/or stiffening (area S(l), "
+        'actuators.*.area_slope)',
+    )
     ap.add_argument('--references', default=','.join(REFERENCES), help='parameter sets or files')
     ap.add_argument('--start', default='table_v_dynamic', help='start parameter set or file')
     ap.add_argument('--leg', default=None)
@@ -441,6 +453,20 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     from .cli import OptionError, parse_bounds, parse_params
 
+    unknown = [
+        f'{what} {x!r} (known: {", ".join(known)})'
+        for what, given, known in (
+            ('--valves', a.valves, VALVES),
+            ('--frictions', a.frictions, FRICTIONS),
+            ('--losses', a.losses, LOSSES),
+            ('--forces', a.forces, FORCES),
+        )
+        for x in given.split(',')
+        if x not in known
+    ]
+    if unknown:
+        print(f'heldout: unknown {"; ".join(unknown)}', file=sys.stderr)
+        return 2
     try:
         a.bounds = parse_bounds(a.bound)
     except OptionError as exc:
@@ -473,9 +499,9 @@ def main(argv: list[str] | None = None) -> int:
         k = int(a.folds)
         pairs = [pairs[i] for i in np.linspace(0, len(pairs) - 1, k).round().astype(int)]
     cands = [
-        Candidate(v, fr, lo, tuple(fixed))
-        for v, fr, lo in itertools.product(
-            a.valves.split(','), a.frictions.split(','), a.losses.split(',')
+        Candidate(v, fr, lo, tuple(fixed), fo)
+        for v, fr, lo, fo in itertools.product(
+            a.valves.split(','), a.frictions.split(','), a.losses.split(','), a.forces.split(',')
         )
     ]
     command = 'python -m equimus_identification.heldout ' + ' '.join(

@@ -9,12 +9,13 @@ drawn uniformly from the smallest interval holding both values, widened by `k_se
 errors on either side: a policy trained across it meets both identified legs and everything
 between (docs/learning.md, "The shipped policy").
 
-The stiffness, area and rest length of one actuator are drawn together (one uniform position
-along their intervals, from the Table V end to the fit's end): the identification determines
-their combination far better than each (correlations 0.90–0.97 at the fit), and independent
-draws would make static maps neither identification supports. Everything else is drawn on its
-own. `identified()` builds that `Randomization`; `Randomization.sample` draws a leg's overrides
-(the dotted keys of `equimus_description.leg.load_leg(overrides=…)`).
+The stiffness, area, rest length and area slope of one actuator are drawn together (one
+uniform position along their intervals, from the Table V end to the fit's end): the
+identification determines their combination far better than each (correlations 0.90–0.97 at
+the fit), and independent draws would make static maps neither identification supports.
+Everything else is drawn on its own. `identified()` builds that `Randomization`;
+`Randomization.sample` draws a leg's overrides (the dotted keys of
+`equimus_description.leg.load_leg(overrides=…)`).
 """
 
 from __future__ import annotations
@@ -50,6 +51,8 @@ KEYS = (
     'valve.vent_time_constant.maa',
     'valve.vent_time_constant.baa',
     'joints.knee.range.0',
+    'actuators.maa.area_slope',
+    'actuators.baa.area_slope',
 )
 #: lower limits that keep a drawn value physical (time constants > 0, dead time >= 0)
 FLOORS: dict[str, float] = {
@@ -65,8 +68,8 @@ FLOORS: dict[str, float] = {
 
 #: keys drawn together (one position u along their intervals)
 GROUPS = (
-    ('actuators.maa.k', 'actuators.maa.area', 'actuators.maa.l0'),
-    ('actuators.baa.k', 'actuators.baa.area', 'actuators.baa.l0'),
+    ('actuators.maa.k', 'actuators.maa.area', 'actuators.maa.l0', 'actuators.maa.area_slope'),
+    ('actuators.baa.k', 'actuators.baa.area', 'actuators.baa.l0', 'actuators.baa.area_slope'),
 )
 
 

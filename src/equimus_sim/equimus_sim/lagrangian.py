@@ -25,7 +25,12 @@ import numpy as np
 from scipy.integrate import solve_ivp
 from scipy.optimize import least_squares
 
-from equimus_description.leg import LegDescription, load_leg, world_points_at_build
+from equimus_description.leg import (
+    LegDescription,
+    load_leg,
+    require_constant_area,
+    world_points_at_build,
+)
 
 
 def _planar(p):
@@ -53,6 +58,7 @@ class LagrangianLeg:
     def __init__(self, leg: LegDescription | None = None):
         self.leg = leg if leg is not None else load_leg()
         leg = self.leg
+        require_constant_area(leg, 'the Lagrangian ground truth')
         self.g = leg.gravity
         names = list(leg.bodies)
         self.body_names = names

@@ -85,6 +85,12 @@ def friction_constraint(leg: LegDescription, dt: float) -> dict:
     }
 
 
+def slide_gain(area_slope: float, build_len: float, l0: float) -> tuple[float, float]:
+    """S(l)/S on one slide of a 3-2-1 unit as MuJoCo's affine gain (value at slide position 0,
+    slope per metre of it): the slide carries half the extension from the build length."""
+    return 1.0 + area_slope * (build_len - l0), 2.0 * area_slope
+
+
 def build_mjcf(
     leg: LegDescription | None = None,
     variant: str = 'equimus',
@@ -102,6 +108,10 @@ def build_mjcf(
     zero-order-hold discretisation of τ·ṗ = u − p, as equimus_description.valve.ValveLag), gain
     S·1e3 N/kPa and `actearly` (the step's force uses the pressure at the end of the step, as
     LegSimulator's own valve loop does). None: plain motors, ctrl = F = S·P in N.
+
+    An actuator with an area_slope gets MuJoCo's affine gain, so the force is S(l)·P at the
+    actuator's current length with ctrl unchanged (S·P in N, or P in kPa with valve_tau): the
+    transmission length of a slide is half the actuator's extension (the two slides are equal).
     """
     leg = leg if leg is not None else load_leg()
     if variant not in VARIANTS:
@@ -184,24 +194,30 @@ def build_mjcf(
     if valve_tau is not None and not valve_tau > 0:
         raise ValueError(f'valve_tau must be > 0 s, got {valve_tau!r}')
 
-    def motor(a, **target) -> None:
-        """One actuator motor (target: joint= or tendon=), see valve_tau."""
-        if valve_tau is None:
+    def motor(a, gain: tuple[float, float] = (1.0, 0.0), **target) -> None:
+        """One actuator motor (target: joint= or tendon=), see valve_tau. gain: S(l)/S as
+        (value at transmission length 0, slope per metre of it)."""
+        if valve_tau is None and a.area_slope == 0.0:
             fmax = a.area * a.pressure_max_kpa * 1e3
             _sub(actuator, 'motor', gear=[1.0], ctrlrange=[0.0, fmax], **target)
-        else:
-            _sub(
-                actuator,
-                'general',
-                gaintype='fixed',
-                gainprm=[a.area * 1e3],
-                biastype='none',
-                dyntype='filterexact',
-                dynprm=[valve_tau],
-                actearly='true',
-                ctrlrange=[0.0, a.pressure_max_kpa],
-                **target,
-            )
+            return
+        scale = 1.0 if valve_tau is None else a.area * 1e3
+        shape = (
+            {'gaintype': 'fixed', 'gainprm': [scale]}
+            if a.area_slope == 0.0
+            else {'gaintype': 'affine', 'gainprm': [scale * gain[0], scale * gain[1], 0.0]}
+        )
+        dyn = (
+            {'gear': [1.0], 'ctrlrange': [0.0, a.area * a.pressure_max_kpa * 1e3]}
+            if valve_tau is None
+            else {
+                'dyntype': 'filterexact',
+                'dynprm': [valve_tau],
+                'actearly': 'true',
+                'ctrlrange': [0.0, a.pressure_max_kpa],
+            }
+        )
+        _sub(actuator, 'general', **shape, biastype='none', **dyn, **target)
 
     for a in leg.actuators.values():
         _sub(elems[a.base.body], 'site', name=f'{a.name}_base', pos=a.base.pos, size=[0.003])
@@ -218,7 +234,8 @@ def build_mjcf(
             )
             _sub(t, 'site', site=f'{a.name}_base')
             _sub(t, 'site', site=f'{a.name}_tip')
-            motor(a, name=a.name, tendon=a.name)
+            s_ = a.area_slope
+            motor(a, (1.0 - s_ * a.l0, s_), name=a.name, tendon=a.name)
             continue
         pa, pb = anchor_world(leg, a.base), anchor_world(leg, a.tip)
         lb = float(np.linalg.norm(pb - pa))
@@ -266,7 +283,7 @@ def build_mjcf(
             solimp=list(leg.equality_solimp),
         )
         for s in s_names:
-            motor(a, name=s, joint=s)
+            motor(a, slide_gain(a.area_slope, lb, a.l0), name=s, joint=s)
     for el in (tendon, equality, actuator):
         if len(el):
             root.append(el)
