@@ -69,6 +69,10 @@ def test_three_dof_limb_runs_in_the_sim_graph_under_pid(ros_node, composed):
             'reference': 'step',
             'params_file': str(PARAMS),
             'composed': composed,
+            # At most 4x real time: unthrottled, the lockstep graph publishes each topic at
+            # ~2 kHz and this probe (one callback a spin) fell behind under CI's load and
+            # dropped half the frames it judges (104 of 240 held samples).
+            'real_time_factor': '4',
         },
     )
     sup = Supervisor(specs, echo=False)
@@ -112,7 +116,7 @@ def test_three_dof_limb_runs_in_the_sim_graph_under_pid(ros_node, composed):
     ) & (tt[m] > first_move + 2.0)
     assert held.sum() > 120, held.sum()  # at least 1 s of held poses judged
     settled = np.max(np.abs(qt[m][held] - qi[held]), axis=0)
-    print(f'composed={composed}: settled error {np.round(settled, 4).tolist()} rad')
+    print(f'composed={composed}: settled error {np.round(settled, 4).tolist()} rad over {held.sum()} samples')
     warnings = [ln for ln in logs if 'WARN' in ln or 'ERROR' in ln]
     assert np.all(settled < 0.03), (settled, warnings[-20:])
     assert np.all(rmse < 0.15), (rmse, warnings[-20:])
