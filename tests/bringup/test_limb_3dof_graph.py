@@ -116,7 +116,10 @@ def test_three_dof_limb_runs_in_the_sim_graph_under_pid(ros_node, composed):
     ) & (tt[m] > first_move + 2.0)
     assert held.sum() > 120, held.sum()  # at least 1 s of held poses judged
     settled = np.max(np.abs(qt[m][held] - qi[held]), axis=0)
-    print(f'composed={composed}: settled error {np.round(settled, 4).tolist()} rad over {held.sum()} samples')
+    print(
+        f'composed={composed}: settled error {np.round(settled, 4).tolist()} rad '
+        f'over {held.sum()} samples'
+    )
     warnings = [ln for ln in logs if 'WARN' in ln or 'ERROR' in ln]
     assert np.all(settled < 0.03), (settled, warnings[-20:])
     assert np.all(rmse < 0.15), (rmse, warnings[-20:])
