@@ -230,6 +230,27 @@ def test_a_board_silent_for_good_during_a_level_ends_the_check(tmp_path):
     assert '\n' not in str(e.value)
 
 
+def test_a_pause_between_requests_is_not_the_board_going_silent(tmp_path):
+    """The check asks nothing for longer than the silent limit (a stall in its watch callback,
+    as a loaded computer has), then one request times out: the board is not gone, since it was
+    asked for only that request's 50 ms; the next request is answered."""
+    board = make_emulator(tmp_path)
+    try:
+        with C.BoardProbe(board.link, silent_s=0.5) as probe:
+            probe.open(wait_s=5.0)
+            assert probe.ping()[0] is not None
+            time.sleep(0.8)  # nothing asked
+            standing = _stand(board, 0.15)
+            time.sleep(0.01)
+            first, _ = probe.ping()  # times out: counted, 0.05 s of waiting
+            standing.join()
+            second, _ = probe.ping()
+    finally:
+        board.close()
+    assert first is None and probe.stats.timeouts >= 1, probe.stats
+    assert second is not None, probe.stats
+
+
 def test_a_stall_of_this_computer_is_not_the_board_going_silent(tmp_path):
     """This process does not run for 1.3 s while it waits for a reply (its read held), and the
     board, starved with it, answers just after: longer than SILENT_S without a reply, but none

@@ -38,9 +38,11 @@ from .calibration import (
 HELLO_TIMEOUT_S = 0.5
 HELLO_TRIES = 3
 REPLY_TIMEOUT_S = 0.05
-#: s without any reply, requests being sent, before the board counts as gone (the driver's
-#: link_timeout_s is 0.5 s; an emulated board on a loaded computer can pause for 0.3 s); also
-#: the longest a write may wait for a board that does not read.
+#: s spent waiting for replies that did not come, since the board's last reply, before the
+#: board counts as gone (the driver's link_timeout_s is 0.5 s; an emulated board on a loaded
+#: computer can pause for 0.3 s); also the longest a write may wait for a board that does not
+#: read. Time between requests is not counted: a check that paused (a stall of this computer,
+#: the watch callback) asked nothing then.
 SILENT_S = 1.0
 #: s between two reads of one request's wait beyond which this computer, not the board, was
 #: away (the reads block 5 ms): that time is not counted against the board (reply deadline,
@@ -129,7 +131,8 @@ class BoardProbe:
         self._ser: serial.Serial | None = None
         self._decoder = P.FrameDecoder()
         self._seq = 0
-        self._last_reply = math.inf  # monotonic time of the last reply (inf: none asked yet)
+        # s of unanswered waiting since the last reply (None until HELLO is answered)
+        self._unanswered_s: float | None = None
         self._timed_out: set[int] = set()  # seqs of requests that timed out (their reply: late)
 
     def open(self, wait_s: float = 0.0) -> P.Info:
@@ -164,7 +167,7 @@ class BoardProbe:
                 f'{HELLO_TIMEOUT_S:g} s): is it powered and running the equimus firmware '
                 '(docs/rig.md, "Flashing the firmware")?'
             )
-        self._last_reply = time.monotonic()
+        self._unanswered_s = 0.0
         self.info = reply
         return reply
 
@@ -208,6 +211,7 @@ class BoardProbe:
         self.stats.frames += 1
         deadline = t0 + timeout
         last = time.monotonic()
+        away = 0.0
         while True:
             try:
                 data = ser.read(max(1, ser.in_waiting))
@@ -218,33 +222,41 @@ class BoardProbe:
             now = time.monotonic()
             if now - last > AWAY_S:  # this process did not run: give the board that time back
                 deadline += now - last
-                self._last_reply += now - last
+                away += now - last
                 self.stats.away_s += now - last
             last = now
             for item in self._decoder.feed(data):
                 if not isinstance(item, P.Rejected) and item.seq in self._timed_out:
                     self._timed_out.discard(item.seq)
                     self.stats.late += 1
+                    self._answered()  # late, but the board is there
                     continue
                 if isinstance(item, P.Rejected):
                     self.stats.rejected[P.REASON_NAMES.get(item.reason, str(item.reason))] += 1
                 elif isinstance(item, P.Nak):
                     self.stats.naks[P.REASON_NAMES.get(item.reason, str(item.reason))] += 1
                     if item.seq == msg.seq:
-                        self._last_reply = now
+                        self._answered()
                         return item, now - t0
                 elif item.seq == msg.seq:
-                    self._last_reply = now
+                    self._answered()
                     return item, now - t0
             if now >= deadline:
                 self.stats.timeouts += 1
                 self._timed_out.add(msg.seq)
-                if now - self._last_reply > self.silent_s:
-                    raise CommissionError(
-                        f'the board on {self.port} stopped answering (no reply for '
-                        f'{now - self._last_reply:.1f} s): check its USB cable and power'
-                    )
+                if self._unanswered_s is not None:
+                    self._unanswered_s += now - t0 - away
+                    if self._unanswered_s > self.silent_s:
+                        raise CommissionError(
+                            f'the board on {self.port} stopped answering (no reply in '
+                            f'{self._unanswered_s:.1f} s of waiting): check its USB cable and '
+                            'power'
+                        )
                 return None, now - t0
+
+    def _answered(self) -> None:
+        if self._unanswered_s is not None:
+            self._unanswered_s = 0.0
 
     def ping(self) -> tuple[P.Ack | None, float]:
         reply, rtt = self._request(P.Ping(self._next_seq()))
