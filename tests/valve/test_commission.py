@@ -207,6 +207,35 @@ def test_a_board_that_answers_late_delays_the_level_and_is_still_fitted(tmp_path
     assert result.fit.tau_fill_s == pytest.approx(board.valves[0].tau, rel=0.3)
 
 
+def test_a_stall_of_this_computer_during_a_level_lengthens_it(tmp_path):
+    """This process does not run for 0.9 s while it waits for the first level's first reply
+    (its read held, as a loaded computer holds it): the level is held 1 s of the time this
+    side ran, so its read-backs still span most of the hold (a loaded run of four test
+    workers got 0.18 s of a 1 s level)."""
+    board = make_emulator(
+        tmp_path, watchdog_ms=LONG_WATCHDOG_MS, dac_gain=GAIN, dac_offset_kpa=OFFSET, seed=5
+    )
+    try:
+        with C.BoardProbe(board.link, silent_s=5.0) as probe:
+            probe.open(wait_s=5.0)
+            assert probe._ser is not None
+            read, reads = probe._ser.read, []
+
+            def read_with_a_stall(n: int = 1) -> bytes:
+                reads.append(n)
+                if len(reads) == 2:  # the first SET's wait (the first read: its ACK, or not yet)
+                    time.sleep(0.9)
+                return read(n)
+
+            probe._ser.read = read_with_a_stall  # type: ignore[method-assign]
+            result = C.check_valve(probe, 'maa', 0, NOMINAL, to_kpa, levels=LEVELS, hold_s=HOLD)
+    finally:
+        board.close()
+    assert probe.stats.away_s >= 0.85, probe.stats
+    first = result.levels[0]
+    assert first.t[-1] - first.t[0] > 0.8 * HOLD, first.t[:3]
+
+
 def test_a_board_silent_for_good_during_a_level_ends_the_check(tmp_path):
     """A level waits for the board's first answer, so a board that stops answering for good
     as the first level begins must still end the check: the probe's silent limit (1 s here)

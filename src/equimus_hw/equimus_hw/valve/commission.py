@@ -406,20 +406,22 @@ def hold(
     computer) that answers nothing for longer than the hold but less than the probe's silent_s
     delays the level instead of ending it without a read-back, and its clock starts when the
     code was taken, so the fitted dead time is not that wait. A board that stays silent is
-    reported as such by the probe."""
+    reported as such by the probe. Time this computer did not run while it waited for a reply
+    (the probe's away time) lengthens the level by as much: no read-back could be taken then."""
     level = Level(max(codes), math.nan)
     t0 = time.monotonic()
     next_t = t0
     sent, gap = t0, 0.0
-    answered = False
+    answered, away0 = False, 0.0
     while True:
         now = time.monotonic()
-        if answered and now - t0 >= seconds:
+        if answered and now - t0 - (probe.stats.away_s - away0) >= seconds:
             return level
         gap, sent = max(gap, now - sent), now
+        away = probe.stats.away_s
         ack = probe.set(codes)
         if ack is not None and not answered:
-            answered, t0 = True, now
+            answered, t0, away0 = True, now, away
         if ack is not None and ack.flags & (P.ACK_WATCHDOG_VENTED | P.ACK_BAD_FRAME_VENTED):
             raise SelfVented(f'the board vented by itself (ACK flags 0x{ack.flags:02x})', gap)
         if ack is not None and ack.measured is not None:
