@@ -51,6 +51,18 @@ def _documented_type(doc, topic, type_name):
     return any(f'`{topic}`' in line and short in line for line in doc.splitlines())
 
 
+def _call(node, client, request, name, tries=5):
+    """The service's answer, asked again when unanswered for 3 s: a service can take a request
+    before its reply writer has matched this client's reader, and that reply is lost (a quiet
+    CI run waited 10 s for one list_parameters answer)."""
+    for _ in range(tries):
+        fut = client.call_async(request)
+        rclpy.spin_until_future_complete(node, fut, timeout_sec=3.0)
+        if fut.done():
+            return fut.result()
+    raise AssertionError(f'{name} never answered {client.srv_name} ({tries} tries of 3 s)')
+
+
 def introspect(node, names, timeout=20.0):
     """Topics (with types), services and parameter names of each node, once they have appeared."""
     end = time.monotonic() + timeout
@@ -67,14 +79,11 @@ def introspect(node, names, timeout=20.0):
         srvs = node.get_service_names_and_types_by_node(name, '/')
         cli = node.create_client(ListParameters, f'/{name}/list_parameters')
         assert cli.wait_for_service(10.0), f'{name} offers no parameter services'
-        fut = cli.call_async(ListParameters.Request())
-        rclpy.spin_until_future_complete(node, fut, timeout_sec=10.0)
-        names_ = list(fut.result().result.names)
+        names_ = list(_call(node, cli, ListParameters.Request(), name).result.names)
         dcli = node.create_client(DescribeParameters, f'/{name}/describe_parameters')
         assert dcli.wait_for_service(10.0), f'{name} offers no describe_parameters'
-        dfut = dcli.call_async(DescribeParameters.Request(names=names_))
-        rclpy.spin_until_future_complete(node, dfut, timeout_sec=10.0)
-        params = {d.name: not d.read_only for d in dfut.result().descriptors}
+        described = _call(node, dcli, DescribeParameters.Request(names=names_), name)
+        params = {d.name: not d.read_only for d in described.descriptors}
         found[name] = (pubs + subs, srvs, params)
     return found
 
