@@ -87,6 +87,7 @@ def command_environment(mode: str) -> dict[str, str]:
 
 #: `equimus valve <action>`: the valve driver's std_srvs/Trigger services.
 VALVE_ACTIONS = ('arm', 'disarm', 'estop')
+VALVE_RETRY_S = 1.0  # s without an answer before disarm or estop is sent again
 
 
 def cmd_valve(ns: argparse.Namespace) -> int:
@@ -98,7 +99,10 @@ def cmd_valve(ns: argparse.Namespace) -> int:
         return 2
     client = LifecycleClient(command_environment('hardware'), profile_loaded=True)
     try:
-        ok, message = client.trigger(f'/valve_driver/{ns.action}', ns.timeout)
+        # disarm and estop may reach the driver twice (both end vented); arm may not (a second
+        # arm restarts the output's slew from 0 kPa)
+        again = VALVE_RETRY_S if ns.action in ('disarm', 'estop') else None
+        ok, message = client.trigger(f'/valve_driver/{ns.action}', ns.timeout, again)
     finally:
         client.close()
     if not ok and message.endswith('is not offered'):

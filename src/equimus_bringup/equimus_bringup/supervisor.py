@@ -228,17 +228,33 @@ class LifecycleClient:
         if not future.result().success:
             raise GraphError(f'{node} refused {label}: see its log above')
 
-    def trigger(self, service: str, timeout: float) -> tuple[bool, str]:
-        """Call a std_srvs/Trigger service (e.g. /valve_driver/arm): (success, message)."""
+    def trigger(
+        self, service: str, timeout: float, again_every: float | None = None
+    ) -> tuple[bool, str]:
+        """Call a std_srvs/Trigger service (e.g. /valve_driver/arm): (success, message).
+
+        again_every: for a service that may be called twice (disarm, estop), the request is
+        sent again after that many seconds without an answer, until `timeout`. The service
+        can take a request before its reply writer has matched this client's reader, and
+        rmw_fastrtps then gives up on the reply after 100 ms (a loaded run: `equimus valve
+        estop` unanswered for 10 s); a new request is answered once they have matched."""
         from std_srvs.srv import Trigger
 
         client = self._clients.get(service)
         if client is None:
             client = self._clients[service] = self.node.create_client(Trigger, service)
+        end = time.monotonic() + timeout
         if not client.wait_for_service(timeout_sec=timeout):
             return False, f'{service} is not offered'
-        future = client.call_async(Trigger.Request())
-        self.executor.spin_until_future_complete(future, timeout_sec=timeout)
+        while True:
+            future = client.call_async(Trigger.Request())
+            left = end - time.monotonic()
+            self.executor.spin_until_future_complete(
+                future, timeout_sec=max(min(left, again_every or left), 0.0)
+            )
+            if future.done() or again_every is None or time.monotonic() >= end:
+                break
+            client.remove_pending_request(future)
         if not future.done():
             return False, f'{service} did not answer within {timeout:g} s'
         result = future.result()
