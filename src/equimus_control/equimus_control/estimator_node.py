@@ -134,6 +134,7 @@ class EstimatorNode(Node):
         self.pending: dict[int, dict[str, Pose]] = {}  # stamp ns → {body: (pos, quat)}
         self.last_status: Status | None = None
         self.last_done_ns = -1
+        self.last_frame_at: float | None = None  # node clock (s) when the last frame was processed
         self.frames = 0
         self.counts = {s: 0 for s in Status}
         self.pub = publisher(self, JointState, JOINT_STATES)
@@ -175,6 +176,7 @@ class EstimatorNode(Node):
             self.get_logger().warning(f'mocap frame skipped: {exc}')
             return
         self.frames += 1
+        self.last_frame_at = self.get_clock().now().nanoseconds * 1e-9
         self.counts[e.status] += 1
         position = [float(v) for v in e.position]
         velocity = [float(v) for v in e.velocity]
@@ -192,6 +194,9 @@ class EstimatorNode(Node):
             self._diag()
 
     def _diag(self):
+        """The last frame's status, or stale: with no frame for longer than max_hold the joint
+        state is not being published at all (a bridge that stopped, or whose poses do not reach
+        this node), whatever the last frame said."""
         st = self.last_status if self.last_status is not None else Status.INVALID
         message = {
             Status.VALID: 'valid',
@@ -199,11 +204,22 @@ class EstimatorNode(Node):
             Status.INVALID: 'invalid: no usable mocap (check that base, thigh and calf '
             'are tracked)',
         }[st]
+        level = LEVEL[st]
+        age = math.nan
+        if self.last_frame_at is not None:
+            age = self.get_clock().now().nanoseconds * 1e-9 - self.last_frame_at
+            if age > self.params.config.max_hold:
+                level = Level.ERROR
+                message = (
+                    f'stale: no mocap frame for {age:.1f} s (last: {message}); check that '
+                    'natnet_bridge is streaming and its /mocap poses reach this node'
+                )
         self.diagnostics.publish(
-            LEVEL[st],
+            level,
             message,
             {
                 'frames': self.frames,
+                'last_frame_age_s': f'{age:.3f}',
                 'dropped_frames': self.est.dropped_frames,
                 'lost_frames': self.est.lost_frames,
                 'held_frames': self.counts[Status.HELD],
