@@ -169,5 +169,61 @@ def test_real_tocenter_and_static_data(shared_dir):
     # one continuous replay of the session, scored per group (holds included) and per phase
     assert len(res[1]['metrics']) == 1 and len(res[1]['metrics'][0]['segments']) == 36
     assert set(res[1]['phases']) == {'fill', 'hold', 'release'}
+    # the knee's fills: every pair with the BAA filled moves it (36 segments, 6 with P2 = 0)
+    knee = [f for f in res[1]['fills'] if f['joint'] == 1 and f['command_kpa'][1] > 0]
+    assert len(knee) >= 28 and all(np.isfinite(f['rig']['t10']) for f in knee)
     for r in res:
         assert np.all(np.isfinite(r['rmse'])) and np.all(r['rmse'] < 0.3)
+
+
+def test_fill_onsets_time_and_overshoot_of_rig_and_model():
+    """A knee that starts late, ramps at 1 rad/s past its final angle and creeps back (the rig's
+    fills, issue 25) against a model that starts early and ramps slower to it without
+    overshoot; the hip does not move and gets no row."""
+    t = np.round(np.arange(0.0, 6.0, 0.01), 10)
+    rig = np.interp(t, [0.0, 0.3, 0.6, 1.0, 5.0, 6.0], [0.0, 0.0, 0.3, 0.2, 0.2, 0.0])
+    model = np.interp(t, [0.0, 0.1, 0.5, 5.0, 6.0], [0.0, 0.0, 0.2, 0.2, 0.0])
+    q = np.stack([np.full_like(t, 1.2), rig], axis=1)
+    q_sim = np.stack([np.full_like(t, 1.2), model], axis=1)
+    command = np.tile([0.0, 20.0], (len(t), 1))
+    command[t >= 5.0] = 0.0
+    e = data.Experiment(
+        name='seg',
+        t=t,
+        q=q,
+        qd=np.gradient(q, 0.01, axis=0),
+        command_kpa=command,
+        p0_kpa=np.zeros(2),
+        meta={
+            'phases': [
+                ('fill', 0.0, 1.5, 'seg#1'),
+                ('hold', 1.5, 5.0, 'seg#1'),
+                ('release', 5.0, 6.0, 'seg#1'),
+            ]
+        },
+    )
+    (row,) = evaluate.fill_onsets(e, q_sim)
+    assert row['segment'] == 'seg#1' and row['joint'] == 1 and row['command_kpa'] == [0.0, 20.0]
+    assert row['change'] == pytest.approx(0.2)
+    assert row['rig']['t10'] == pytest.approx(0.32, abs=0.011)
+    assert row['rig']['t50'] == pytest.approx(0.40, abs=0.011)
+    assert row['rig']['overshoot'] == pytest.approx(0.1, abs=1e-6)
+    assert row['model']['t10'] == pytest.approx(0.14, abs=0.011)
+    assert row['model']['t50'] == pytest.approx(0.30, abs=0.011)
+    assert row['model']['overshoot'] == pytest.approx(0.0, abs=1e-9)
+    md = evaluate.markdown(
+        [
+            {
+                'path': 'x.csv',
+                'kind': 'dynamic',
+                'metrics': [],
+                'phases': {},
+                'fills': [row],
+                'rmse': np.zeros(2),
+                'maxae': np.zeros(2),
+            }
+        ],
+        'p.yaml',
+        'command',
+    )
+    assert '| seg#1 | 0/20 | θ2 | 0.32 / 0.40 | 0.14 / 0.30 | 0.100 | 0.000 |' in md

@@ -3,7 +3,9 @@
 Open-loop replay: the recorded pressures (commanded, through the valve model, or the measured
 valve pressures) drive the model from the recording's initial state, and the simulated angles are
 compared with the measured ones: RMSE and MaxAE per joint over the whole recording, per segment
-and per phase (fill, hold, release). This is the sim-to-real gap of a parameter set.
+and per phase (fill, hold, release), and each fill's onset (when the rig's joint and the model's
+started and got halfway after the command, how far each overshot). This is the sim-to-real gap
+of a parameter set.
 
 --protocol continuous (default; the EquiMus authors' protocol, the figure comparable with the
 paper): a recording is ONE open-loop replay from its first measured state — a dynamic CSV's
@@ -37,6 +39,8 @@ from . import dynamic as D
 from .report import pyplot, save_figure
 
 CSV_DT = 0.005  # the authors' identification step, for 100 Hz-resampled CSVs
+ONSET_MIN_RAD = 0.05  # a joint whose fill moves it less than this (about 3°) has no onset
+SETTLED_S = 0.5  # the end of a hold averaged over this long: where a fill settled
 BAG_DT = 1.0 / 600.0  # the simulation node's step: five per 120 Hz mocap frame
 PLOT_ROWS = 12  # experiments drawn at most (the table lists all)
 
@@ -88,14 +92,65 @@ def load_recording(path, protocol: str = 'continuous') -> tuple[list, float, str
 
 
 def evaluate(leg, paths, pressure: str = 'command', protocol: str = 'continuous') -> list[dict]:
-    """One entry per recording: kind, per-experiment metrics and the pooled figures."""
+    """One entry per recording: kind, per-experiment metrics, the pooled figures and the fills'
+    onsets (`fills`)."""
     names = list(D.BOUNDS)
     x = [D.leg_value(leg, n) for n in names]
     out = []
     for path in paths:
         exps, dt, kind = load_recording(path, protocol)
         m = D.metrics(exps, x, names, leg=leg, dt=dt, pressure=pressure)
-        out.append({'path': str(path), 'kind': kind, 'metrics': m, **pooled(m)})
+        fills = [f for e, mm in zip(exps, m, strict=True) for f in fill_onsets(e, mm['q_sim'])]
+        out.append({'path': str(path), 'kind': kind, 'metrics': m, 'fills': fills, **pooled(m)})
+    return out
+
+
+def _onset(t: np.ndarray, y: np.ndarray, change: float) -> tuple[float, float, float]:
+    """(t10, t50, overshoot) of a response y over t (t[0] = 0): when it first covered 10 % and
+    50 % of `change` (nan if never), and how far it went past its own settled value (the mean of
+    its last SETTLED_S), in the direction of `change` (rad, ≥ 0)."""
+    frac = (y - y[0]) / change
+    t10 = t[np.argmax(frac >= 0.1)] if np.any(frac >= 0.1) else np.nan
+    t50 = t[np.argmax(frac >= 0.5)] if np.any(frac >= 0.5) else np.nan
+    settled = y[t >= t[-1] - SETTLED_S].mean()
+    overshoot = max(0.0, float(np.max(np.sign(change) * (y - settled))))
+    return float(t10), float(t50), overshoot
+
+
+def fill_onsets(e: data.Experiment, q_sim: np.ndarray) -> list[dict]:
+    """For each fill of `e` (its phases: fill, then the hold up to the release) and each joint
+    the fill moves by ONSET_MIN_RAD or more on the rig: when the rig's joint and the model's
+    started (t10) and got halfway (t50), s after the command, and how far each went past where
+    it settled (rad). A linear valve model starts at the same time at every pressure; where the
+    rig does not (issue 25), this table shows it."""
+    phases = e.meta.get('phases', ())
+    out = []
+    for i, ph in enumerate(phases):
+        if ph[0] != 'fill':
+            continue
+        hold = next((h for h in phases[i + 1 :] if h[0] == 'hold'), None)
+        if hold is None or (len(ph) > 3 and hold[3:] != ph[3:]):
+            continue
+        w = (e.t >= ph[1] - 1e-9) & (e.t < hold[2] - 1e-9)
+        if w.sum() < 3:
+            continue
+        t = e.t[w] - e.t[w][0]
+        q, qs = e.q[w], q_sim[w]
+        for j in range(2):
+            change = float(q[t >= t[-1] - SETTLED_S, j].mean() - q[0, j])
+            if abs(change) < ONSET_MIN_RAD:
+                continue
+            rig, model = _onset(t, q[:, j], change), _onset(t, qs[:, j], change)
+            out.append(
+                {
+                    'segment': ph[3] if len(ph) > 3 else e.name,
+                    'command_kpa': [float(v) for v in e.command_kpa[np.flatnonzero(w)[0]]],
+                    'joint': j,
+                    'change': change,
+                    'rig': dict(zip(('t10', 't50', 'overshoot'), rig, strict=True)),
+                    'model': dict(zip(('t10', 't50', 'overshoot'), model, strict=True)),
+                }
+            )
     return out
 
 
@@ -145,6 +200,24 @@ def markdown(results, params: str, pressure: str, protocol: str = 'continuous') 
             for name, e in r['phases'].items():
                 out.append(
                     f'| {name} | ' + ' | '.join(_f(v) for v in [*e['rmse'], *e['maxae']]) + ' |'
+                )
+            out.append('')
+        if r.get('fills'):
+            out += [
+                "Fills (`fill_onsets`): s from the command to 10 % and 50 % of the joint's "
+                'move, and how far it went past where it settled (rad).',
+                '',
+                '| segment | command kPa | joint | rig t10 / t50 | model t10 / t50 | '
+                'rig overshoot | model overshoot |',
+                '|---|---|---|---|---|---|---|',
+            ]
+            for f in r['fills']:
+                a, b = f['rig'], f['model']
+                kpa = '/'.join(f'{v:g}' for v in f['command_kpa'])
+                out.append(
+                    f'| {f["segment"]} | {kpa} | θ{f["joint"] + 1} | {a["t10"]:.2f} / '
+                    f'{a["t50"]:.2f} | {b["t10"]:.2f} / {b["t50"]:.2f} | {a["overshoot"]:.3f} | '
+                    f'{b["overshoot"]:.3f} |'
                 )
             out.append('')
         out += [
