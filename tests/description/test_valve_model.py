@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from equimus_description.valve import Valve, ValveParams, follow, hold
+from equimus_description.valve import Valve, ValveParams, follow, hold, hold_steps
 
 sys.path.insert(0, str(__import__('pathlib').Path(__file__).parent))
 import valve_reference  # noqa: E402
@@ -191,3 +191,36 @@ def test_parameters_are_checked():
     with pytest.raises(ValueError, match='no single time constant'):
         _ = GENERAL.tau
     assert ValveParams.lag(0.2).is_lag and not GENERAL.is_lag
+
+
+@pytest.mark.parametrize(
+    'params',
+    [
+        ValveParams((0.258, 0.338), (0.005, 0.127), 0.0952),  # the shipped fit: f > 0
+        ValveParams(0.2, 0.05, 5 / 600),  # a dead time of whole steps
+        ValveParams(0.3, 0.1, 0.0),  # fill ≠ vent without a dead time
+        ValveParams(0.2171, 0.2171, 0.0),  # the lag (hold's own path)
+        ValveParams(0.2, 0.1, 0.02, fill_rate=(80.0, math.inf)),  # a rate limit (hold's path)
+    ],
+)
+def test_the_simulators_per_frame_hold_is_hold_bit_for_bit(params):
+    """hold_steps (the simulator's frame) against hold over frames of 1, 5 and 40 steps, with
+    the command changing at random frames (inside the dead time too): every pressure equal to
+    the last bit, and so the history carried between frames."""
+    rng = np.random.default_rng(7)
+    dt = 1 / 600
+    p_a = p_b = np.array([3.0, 0.0])
+    hist_a = hist_b = None
+    u = np.array([0.0, 0.0])
+    for frame in range(300):
+        if rng.random() < 0.3:
+            u = np.round(rng.uniform(0.0, 50.0, 2), 1) * (rng.random(2) < 0.8)
+        n = (1, 5, 40)[frame % 3]
+        a, hist_a = hold(params, p_a, u, n, dt, hist_a)
+        b, hist_b = hold_steps(params, p_b.tolist(), u.tolist(), n, dt, hist_b)
+        assert np.array_equal(a, np.array(b)), (frame, a - np.array(b))
+        p_a, p_b = a[-1], np.array(b[-1])
+    if hist_a is None:
+        assert hist_b is None
+    else:
+        assert np.array_equal(np.reshape(hist_a, (-1, 2)), np.reshape(hist_b, (-1, 2)))

@@ -43,6 +43,7 @@ valve had settled: the commands were p.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import deque
 from collections.abc import Sequence
@@ -63,6 +64,7 @@ __all__ = [
     'ValveParams',
     'follow',
     'hold',
+    'hold_steps',
     'lag_coefficient',
     'relax',
 ]
@@ -297,6 +299,84 @@ def hold(
         return u[..., None, :] + (p - u)[..., None, :] * decay[:, None], history
     steps = np.broadcast_to(u[..., None, :], u.shape[:-1] + (n, u.shape[-1]))
     return _run(params, p, steps, dt, history)
+
+
+@functools.lru_cache(maxsize=64)
+def _step_plan(
+    params: ValveParams, dt: float, channels: int
+) -> tuple[list[float], list[float], int, float, int] | None:
+    """hold_steps' constants of a valve on a step grid (fill and vent constants per channel,
+    the dead time's whole and fractional steps, the history length), or None where hold's own
+    path applies (a lag, a fill rate limit)."""
+    if params.is_lag or not np.all(np.isinf(params.fill_rate)):
+        return None
+    tf = np.broadcast_to(np.asarray(params.tau_fill, float), (channels,)).tolist()
+    tv = np.broadcast_to(np.asarray(params.tau_vent, float), (channels,)).tolist()
+    d, f = params.delay_steps(dt)
+    return tf, tv, d, f, d + (1 if f > 0 else 0)
+
+
+def hold_steps(
+    params: ValveParams,
+    p: Sequence[float],
+    u: Sequence[float],
+    n: int,
+    dt: float,
+    history: Sequence[Sequence[float]] | None = None,
+) -> tuple[list[list[float]], tuple[tuple[float, ...], ...] | None]:
+    """`hold` for one set of channels, in plain floats: (pressure at the end of each of the n
+    steps, the new history). The same numbers bit for bit (the same IEEE operations in the same
+    order, and numpy's exp, which can differ from math.exp in the last digit) at a fraction of
+    the cost: `hold`'s array bookkeeping costs more than its arithmetic for two channels and a
+    frame's five steps, and the simulator calls it every frame (tests/description/
+    test_valve_model.py compares the two)."""
+    plan = _step_plan(params, dt, len(u))
+    if plan is None:
+        out, hist = hold(params, np.asarray(p, float), np.asarray(u, float), n, dt, history)
+        return out.tolist(), None if hist is None else tuple(map(tuple, np.asarray(hist).tolist()))
+    tf, tv, d, f, h = plan
+    channels = len(u)
+    p = [float(v) for v in p]
+    u = tuple(float(v) for v in u)
+    # rows as tuples, so that rows compare by value (a list never equals a tuple)
+    hist = [tuple(p)] * h if history is None else [tuple(row) for row in history]
+    if len(hist) != h:
+        raise ValueError(
+            f'valve history has {len(hist)} steps; dead time {params.dead_time} s at dt {dt} s '
+            f'needs {h}'
+        )
+    full = hist + [u] * n
+    second = full[h - d : h - d + n]
+    first = full[h - d - 1 : h - d - 1 + n] if f > 0 else second
+    split = [f > 0 and a != b for a, b in zip(first, second, strict=True)]
+    out: list[list[float]] = []
+
+    def relax1(p: list[float], v: Sequence[float], hs: float) -> list[float]:
+        taus = [tf[c] if v[c] > p[c] else tv[c] for c in range(channels)]
+        e = np.exp([-hs / t for t in taus]).tolist()
+        return [v[c] + (p[c] - v[c]) * e[c] for c in range(channels)]
+
+    k = 0
+    while k < n:
+        if split[k]:
+            p = relax1(relax1(p, first[k], f * dt), second[k], (1.0 - f) * dt)
+            out.append(p)
+            k += 1
+            continue
+        v = second[k]
+        e = k + 1  # the run of steps with this input: until it changes or a split comes
+        while e < n and second[e] == v and not split[e]:
+            e += 1
+        taus = [tf[c] if v[c] > p[c] else tv[c] for c in range(channels)]
+        ex = np.exp(
+            [-(dt * float(j)) / taus[c] for j in range(1, e - k + 1) for c in range(channels)]
+        )
+        ex = ex.tolist()
+        for j in range(e - k):
+            out.append([v[c] + (p[c] - v[c]) * ex[j * channels + c] for c in range(channels)])
+        p = out[-1]
+        k = e
+    return out, tuple(full[len(full) - h :])
 
 
 def follow(

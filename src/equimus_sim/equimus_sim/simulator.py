@@ -38,7 +38,7 @@ import mujoco
 import numpy as np
 
 from equimus_description.interface import BODIES
-from equimus_description.valve import ACTUATORS, Valve, ValveParams, hold
+from equimus_description.valve import ACTUATORS, Valve, ValveParams, hold_steps
 from equimus_description.valve import HARD_MAX_KPA as P_MAX_KPA
 
 MAX_JOINT_SPEED = 1.0e3  # rad/s or m/s in any dof: beyond this the integration has diverged
@@ -155,10 +155,15 @@ class LegSimulator:
         # A dead time or separate fill and vent constants: valve.hold gives the pressure of
         # every physics step (self._history: the per-step commands the dead time still holds).
         self._general = valve is not None and not valve.is_lag
-        self._history: np.ndarray | None = None
+        self._history: tuple[tuple[float, ...], ...] | None = None
         ctrl_idx = np.asarray(leg_model.ctrl_idx).reshape(self.n, -1)
         self.valve: Valve | MujocoValves | None = None
         self._act_adr = np.asarray(self.model.actuator_actadr)[ctrl_idx]
+        # (act address, channel) of every motor: a step's pressures written element by element
+        # (a fancy-indexed write costs more than the few scalars it sets)
+        self._act_channel = tuple(
+            (int(a), i) for i, row in enumerate(self._act_adr.tolist()) for a in row
+        )
         if self.valve_in_model and valve is not None:
             self.valve = MujocoValves(valve, self.data, self._act_adr)
         elif valve is not None:
@@ -255,10 +260,15 @@ class LegSimulator:
         """Valve pressure at the end of each of n physics steps with the command held."""
         if self.valve_params is None:
             return [self.command.tolist()] * n
-        p, self._history = hold(
-            self.valve_params, self.pressures, self.command, n, self.dt, self._history
+        p, self._history = hold_steps(
+            self.valve_params,
+            self.pressures.tolist(),
+            self.command.tolist(),
+            n,
+            self.dt,
+            self._history,
         )
-        return p.tolist()
+        return p
 
     def _advance_general(self, n: int) -> None:
         """A valve with a dead time or fill ≠ vent: its per-step pressures written into the
@@ -266,10 +276,11 @@ class LegSimulator:
         model, data, step = self.model, self.data, mujoco.mj_step
         p_steps = self._frame_pressures(n)
         if self.valve_in_model:
-            ctrl, act, adr, idx = data.ctrl, data.act, self._act_adr, self._ctrl_act_t
+            ctrl, act, idx, act_channel = data.ctrl, data.act, self._ctrl_act_t, self._act_channel
             for p in p_steps:
                 ctrl[:] = [p[i] for i in idx]
-                act[adr] = np.reshape(p, (-1, 1))
+                for a, i in act_channel:
+                    act[a] = p[i]
                 step(model, data)
         else:
             gain, idx = self._gain_t, self._ctrl_act_t
