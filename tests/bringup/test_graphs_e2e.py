@@ -27,6 +27,16 @@ CONTROL_TOPICS = [
 ]
 
 
+def _steady_rate(bag_dir, topic: str) -> float:
+    """Hz over the middle 80 % of a topic's messages by log time: the rate the stream ran at.
+    A mean over the whole first-to-last span is moved by a burst at either end (a process
+    starved at start, then working off its socket's backlog: 137.5 Hz measured for a 120 Hz
+    stream under load); pairs of messages taken together mid-run would move a median gap."""
+    stamps = sorted(stamp for _, _, stamp, _ in bag.raw_messages(bag_dir, [topic]))
+    lo, hi = len(stamps) // 10, len(stamps) - 1 - len(stamps) // 10
+    return (hi - lo) / ((stamps[hi] - stamps[lo]) * 1e-9) if hi > lo else 0.0
+
+
 def _run(tmp_path, *args):
     assert main_job.main(['--out', str(tmp_path), *args]) == 0
     (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
@@ -79,7 +89,7 @@ def test_hardware_graph_against_the_emulated_rig(tmp_path):
         assert topic in counts, f'{topic} missing from the bag: {sorted(counts)}'
     assert '/clock' not in counts and '/sim/joint_states' not in counts
     for topic in ('/mocap/calf/pose', '/joint_states'):
-        assert 90 < counts[topic][2] < 135, (topic, counts[topic])
+        assert 90 < _steady_rate(run_dir / 'bag', topic) < 135, (topic, counts[topic])
     # Every command reached the wire through the driver's clamp, and the loop tracked.
     applied = [
         bag.pressures(m) for _, _, m in bag.read_messages(run_dir / 'bag', ['/valve/applied'])
@@ -139,7 +149,7 @@ def test_fused_control_loop_against_the_emulated_rig(tmp_path):
     for topic in CONTROL_TOPICS + ['/diagnostics']:
         assert topic in counts, f'{topic} missing from the bag: {sorted(counts)}'
     for topic in ('/mocap/calf/pose', '/joint_states', '/valve/command'):
-        assert 90 < counts[topic][2] < 135, (topic, counts[topic])
+        assert 90 < _steady_rate(run_dir / 'bag', topic) < 135, (topic, counts[topic])
     applied = [
         bag.pressures(m) for _, _, m in bag.read_messages(run_dir / 'bag', ['/valve/applied'])
     ]
