@@ -282,9 +282,10 @@ def print_turns(r: dict) -> None:
         print(f'    {k:2d} frames a turn: {v:6.1f}  {r["run_frames_us_blocks"][k]}')
 
 
-def _child_run(kind: str, seconds: float, out_dir: str) -> dict:
+def _child_run(kind: str, seconds: float, out_dir: str, leg_overrides: str = '') -> dict:
     """In a fresh process: the free-running node or the composed graph, from its first frame
-    until it pauses itself at `seconds` of sim time."""
+    until it pauses itself at `seconds` of sim time; `leg_overrides` as the launch argument
+    (an identified fit: its valve has a dead time)."""
     import threading
 
     import rclpy
@@ -307,6 +308,7 @@ def _child_run(kind: str, seconds: float, out_dir: str) -> dict:
                 'bag': str(Path(out_dir) / 'bag'),
                 'pause_at': repr(seconds),
                 'config_dir': cfg,
+                'leg_overrides': leg_overrides,
             },
         )
         args = ros_arguments(spec, 'warn')
@@ -314,6 +316,8 @@ def _child_run(kind: str, seconds: float, out_dir: str) -> dict:
         args = ['--ros-args', '--log-level', 'warn', '--params-file', f'{cfg}/sim.yaml']
         for k, v in (('mode', 'realtime'), ('real_time_factor', 0.0), ('pause_at', seconds)):
             args += ['-p', f'{k}:={v}']
+        if leg_overrides:
+            args += ['-p', f'parameter_overrides:={leg_overrides}']
     from equimus_ros.main import GIL_SWITCH_INTERVAL_S
 
     sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)  # as every node process (equimus_ros.main)
@@ -421,7 +425,7 @@ def _instrument(node) -> dict[str, list[int]]:
     return phases
 
 
-def _child(kind: str, seconds: float) -> dict:
+def _child(kind: str, seconds: float, leg_overrides: str = '') -> dict:
     """One run in a fresh process; kind 'graph_python_executor' is the composed graph on
     rclpy's Python SingleThreadedExecutor (the fallback where rclpy has no EventsExecutor)."""
     import json
@@ -434,7 +438,8 @@ def _child(kind: str, seconds: float) -> dict:
         kind, env[EVENTS_EXECUTOR_ENV] = 'graph', '0'
     with tempfile.TemporaryDirectory(prefix='bench_sim_') as tmp:
         r = subprocess.run(
-            [sys.executable, __file__, '--child', kind, '--seconds', repr(seconds), '--out', tmp],
+            [sys.executable, __file__, '--child', kind, '--seconds', repr(seconds), '--out', tmp]
+            + (['--leg-overrides', leg_overrides] if leg_overrides else []),
             capture_output=True,
             text=True,
             timeout=600,
@@ -446,9 +451,13 @@ def _child(kind: str, seconds: float) -> dict:
     return json.loads(lines[-1])
 
 
-def platform(rounds: int, sim_seconds: float, python_executor: bool = False) -> dict:
+def platform(
+    rounds: int, sim_seconds: float, python_executor: bool = False, leg_overrides: str = ''
+) -> dict:
     """Issue 13's three figures side by side (see the module docstring); with
-    `python_executor`, the composed graph on rclpy's Python executor as a fourth."""
+    `python_executor`, the composed graph on rclpy's Python executor as a fourth; with
+    `leg_overrides`, the node and the graph simulate that leg (the bare loop stays the default
+    model's: the same MuJoCo steps, the valve's Python is the difference)."""
     kinds = [
         'node',
         'graph',
@@ -463,7 +472,7 @@ def platform(rounds: int, sim_seconds: float, python_executor: bool = False) -> 
         runs['bare'].append(b['mj_step_rtf'])
         cpu['bare'].append(b['mj_step_rtf_cpu'])
         for kind in kinds:
-            r = _child(kind, sim_seconds)
+            r = _child(kind, sim_seconds, leg_overrides)
             runs[kind].append(r['rtf'])
             cpu[kind].append(r['rtf_cpu'])
             if kind in breakdown:
@@ -502,6 +511,7 @@ def platform(rounds: int, sim_seconds: float, python_executor: bool = False) -> 
         'platform_graph_vs_bare_per_round': _per_round(runs, 'graph'),
         'platform_rounds': rounds,
         'platform_sim_seconds': sim_seconds,
+        'platform_leg_overrides': leg_overrides,
         'platform_runs': {k: [round(x, 2) for x in v] for k, v in runs.items()},
     }
 
@@ -542,6 +552,8 @@ def print_platform(r: dict) -> None:
         f'\nsimulation as a platform (issue 13), medians of {r["platform_rounds"]} alternating '
         f'rounds of {r["platform_sim_seconds"]:g} sim s:'
     )
+    if r.get('platform_leg_overrides'):
+        print(f'  (node and graph: leg_overrides:={r["platform_leg_overrides"]})')
     print(f'  bare mj_step loop              {bare:8.1f}x   1')
     for key, label, target in (
         ('platform_free_node_rtf', 'sim node, free-running', 100),
@@ -641,11 +653,19 @@ def main(argv=None) -> int:
     )
     p.add_argument('--out', default='', help=argparse.SUPPRESS)
     p.add_argument(
+        '--leg-overrides',
+        default='',
+        help='--platform: the node and the graph simulate this leg (launch argument '
+        'leg_overrides:=, e.g. config/leg_fit.yaml: a valve with a dead time)',
+    )
+    p.add_argument(
         '--turns',
         action='store_true',
         help="only the free-running node's phases alone and in the loop, and frames a turn",
     )
     ns = p.parse_args(argv)
+    if ns.leg_overrides:
+        ns.leg_overrides = str(Path(ns.leg_overrides).resolve())
     if ns.turns:
         os.environ.setdefault('ROS_DOMAIN_ID', str(150 + os.getpid() % 80))
         os.environ.setdefault('ROS_AUTOMATIC_DISCOVERY_RANGE', 'LOCALHOST')
@@ -654,13 +674,13 @@ def main(argv=None) -> int:
     if ns.child:
         import json
 
-        print(json.dumps(_child_run(ns.child, ns.seconds, ns.out)), flush=True)
+        print(json.dumps(_child_run(ns.child, ns.seconds, ns.out, ns.leg_overrides)), flush=True)
         return 0
     os.environ.setdefault('ROS_DOMAIN_ID', str(150 + os.getpid() % 80))
     os.environ.setdefault('ROS_AUTOMATIC_DISCOVERY_RANGE', 'LOCALHOST')
     if ns.platform:
         load = os.getloadavg()[0]
-        r = platform(ns.rounds, ns.seconds, ns.python_executor)
+        r = platform(ns.rounds, ns.seconds, ns.python_executor, ns.leg_overrides)
         print_platform(r)
         print(f'  (1-min load average at start: {load:.2f} on {os.cpu_count()} cores)')
         return 0

@@ -339,7 +339,12 @@ def hold_steps(
     p = [float(v) for v in p]
     u = tuple(float(v) for v in u)
     # rows as tuples, so that rows compare by value (a list never equals a tuple)
-    hist = [tuple(p)] * h if history is None else [tuple(row) for row in history]
+    if history is None:
+        hist = [tuple(p)] * h
+    elif isinstance(history, tuple) and all(type(row) is tuple for row in history[:1]):
+        hist = list(history)  # as this function returned it: rows are tuples already
+    else:
+        hist = [tuple(float(v) for v in row) for row in history]
     if len(hist) != h:
         raise ValueError(
             f'valve history has {len(hist)} steps; dead time {params.dead_time} s at dt {dt} s '
