@@ -316,14 +316,17 @@ def _step_plan(
     return tf, tv, d, f, d + (1 if f > 0 else 0)
 
 
+Row = tuple[float, ...]  # one step's value of every channel
+
+
 def hold_steps(
     params: ValveParams,
     p: Sequence[float],
     u: Sequence[float],
     n: int,
     dt: float,
-    history: Sequence[Sequence[float]] | None = None,
-) -> tuple[list[list[float]], tuple[tuple[float, ...], ...] | None]:
+    history: Sequence[Sequence[float]] | np.ndarray | None = None,
+) -> tuple[list[list[float]], tuple[Row, ...] | None]:
     """`hold` for one set of channels, in plain floats: (pressure at the end of each of the n
     steps, the new history). The same numbers bit for bit (the same IEEE operations in the same
     order, and numpy's exp, which can differ from math.exp in the last digit) at a fraction of
@@ -332,15 +335,18 @@ def hold_steps(
     test_valve_model.py compares the two)."""
     plan = _step_plan(params, dt, len(u))
     if plan is None:
-        out, hist = hold(params, np.asarray(p, float), np.asarray(u, float), n, dt, history)
-        return out.tolist(), None if hist is None else tuple(map(tuple, np.asarray(hist).tolist()))
+        arr = None if history is None else np.asarray(history, float)
+        steps, new = hold(params, np.asarray(p, float), np.asarray(u, float), n, dt, arr)
+        rows = None if new is None else tuple(tuple(r) for r in np.asarray(new).tolist())
+        return steps.tolist(), rows
     tf, tv, d, f, h = plan
     channels = len(u)
-    p = [float(v) for v in p]
-    u = tuple(float(v) for v in u)
+    now = [float(v) for v in p]
+    held: Row = tuple(float(v) for v in u)
     # rows as tuples, so that rows compare by value (a list never equals a tuple)
+    hist: list[Row]
     if history is None:
-        hist = [tuple(p)] * h
+        hist = [tuple(now)] * h
     elif isinstance(history, tuple) and all(type(row) is tuple for row in history[:1]):
         hist = list(history)  # as this function returned it: rows are tuples already
     else:
@@ -350,13 +356,13 @@ def hold_steps(
             f'valve history has {len(hist)} steps; dead time {params.dead_time} s at dt {dt} s '
             f'needs {h}'
         )
-    full = hist + [u] * n
+    full = hist + [held] * n
     second = full[h - d : h - d + n]
     first = full[h - d - 1 : h - d - 1 + n] if f > 0 else second
     split = [f > 0 and a != b for a, b in zip(first, second, strict=True)]
     out: list[list[float]] = []
 
-    def relax1(p: list[float], v: Sequence[float], hs: float) -> list[float]:
+    def relax1(p: list[float], v: Row, hs: float) -> list[float]:
         taus = [tf[c] if v[c] > p[c] else tv[c] for c in range(channels)]
         e = np.exp([-hs / t for t in taus]).tolist()
         return [v[c] + (p[c] - v[c]) * e[c] for c in range(channels)]
@@ -364,22 +370,21 @@ def hold_steps(
     k = 0
     while k < n:
         if split[k]:
-            p = relax1(relax1(p, first[k], f * dt), second[k], (1.0 - f) * dt)
-            out.append(p)
+            now = relax1(relax1(now, first[k], f * dt), second[k], (1.0 - f) * dt)
+            out.append(now)
             k += 1
             continue
         v = second[k]
         e = k + 1  # the run of steps with this input: until it changes or a split comes
         while e < n and second[e] == v and not split[e]:
             e += 1
-        taus = [tf[c] if v[c] > p[c] else tv[c] for c in range(channels)]
-        ex = np.exp(
+        taus = [tf[c] if v[c] > now[c] else tv[c] for c in range(channels)]
+        ex: list[float] = np.exp(
             [-(dt * float(j)) / taus[c] for j in range(1, e - k + 1) for c in range(channels)]
-        )
-        ex = ex.tolist()
+        ).tolist()
         for j in range(e - k):
-            out.append([v[c] + (p[c] - v[c]) * ex[j * channels + c] for c in range(channels)])
-        p = out[-1]
+            out.append([v[c] + (now[c] - v[c]) * ex[j * channels + c] for c in range(channels)])
+        now = out[-1]
         k = e
     return out, tuple(full[len(full) - h :])
 
