@@ -205,20 +205,27 @@ def test_poses_arrive_with_exposure_stamps(
     period = statistics.median(b - a for a, b in itertools.pairwise(stamps))
     assert 1.0 / period == pytest.approx(120, rel=0.15)
 
-    def steady() -> bool:
-        # A status from the steady stream: OK with a measured rate (a CI run once read 0.0 Hz
-        # from an OK status, not reproduced in 12 reruns; the rate must settle within 5 s).
-        last = listener.last_diag()
-        return (
-            last is not None
-            and last.level == DiagnosticStatus.OK
-            and float(vals(last)['frame_rate_hz']) > 0.0
-        )
+    rates: list[float] = []
 
-    assert wait_for(steady, 5), vals(listener.last_diag()) if listener.last_diag() else None
+    def steady() -> bool:
+        # A status from the steady stream: OK with the stream's rate. A CI run once read 0.0 Hz
+        # from an OK status (not reproduced in 12 reruns), and a loaded one 97.6 Hz: the bridge's
+        # one-second window held a stall of the emulator, which runs in this starved process. So
+        # the rate must settle at 120 Hz within 10 s; a miscounting bridge never reads it.
+        last = listener.last_diag()
+        if last is None or last.level != DiagnosticStatus.OK:
+            return False
+        rate = float(vals(last)['frame_rate_hz'])
+        if not rates or rates[-1] != rate:
+            rates.append(rate)
+        return rate == pytest.approx(120, rel=0.15)
+
+    assert wait_for(steady, 10), (
+        rates,
+        vals(listener.last_diag()) if listener.last_diag() else None,
+    )
     d = vals(listener.last_diag())
     assert d['natnet_version'].startswith(version)
-    assert float(d['frame_rate_hz']) == pytest.approx(120, rel=0.15)
     rc, out = bridge.stop()
     assert rc == 0 and 'Traceback' not in out, out
     rc, out = emu.stop()
