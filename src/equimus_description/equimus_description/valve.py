@@ -304,14 +304,15 @@ def hold(
 @functools.lru_cache(maxsize=64)
 def _step_plan(
     params: ValveParams, dt: float, channels: int
-) -> tuple[list[float], list[float], int, float, int] | None:
+) -> tuple[tuple[float, ...], tuple[float, ...], int, float, int] | None:
     """hold_steps' constants of a valve on a step grid (fill and vent constants per channel,
     the dead time's whole and fractional steps, the history length), or None where hold's own
     path applies (a lag, a fill rate limit)."""
     if params.is_lag or not np.all(np.isinf(params.fill_rate)):
         return None
-    tf = np.broadcast_to(np.asarray(params.tau_fill, float), (channels,)).tolist()
-    tv = np.broadcast_to(np.asarray(params.tau_vent, float), (channels,)).tolist()
+    # tuples: the cache hands the same plan to every caller
+    tf = tuple(np.broadcast_to(np.asarray(params.tau_fill, float), (channels,)).tolist())
+    tv = tuple(np.broadcast_to(np.asarray(params.tau_vent, float), (channels,)).tolist())
     d, f = params.delay_steps(dt)
     return tf, tv, d, f, d + (1 if f > 0 else 0)
 

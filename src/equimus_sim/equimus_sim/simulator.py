@@ -152,8 +152,8 @@ class LegSimulator:
                 f"valve time constant {valve.tau} s differs from the MuJoCo model's "
                 f'{leg_model.valve_tau} s: build the LegModel with valve_tau={valve.tau}'
             )
-        # A dead time or separate fill and vent constants: valve.hold gives the pressure of
-        # every physics step (self._history: the per-step commands the dead time still holds).
+        # A dead time or separate fill and vent constants: valve.hold_steps gives the pressure
+        # of every physics step (self._history: the per-step commands the dead time still holds).
         self._general = valve is not None and not valve.is_lag
         self._history: tuple[tuple[float, ...], ...] | None = None
         ctrl_idx = np.asarray(leg_model.ctrl_idx).reshape(self.n, -1)
