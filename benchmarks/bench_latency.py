@@ -29,7 +29,9 @@ Modes (parameters of natnet_bridge and control_loop; docs/interfaces.md):
   expected frame, memory locked and pre-faulted (mlockall), the garbage collector run after
   each write, SO_BUSY_POLL 50 us;
 - default_gil100: default, with the loop process's GIL switch interval 100 us instead of every
-  node process's 500 us (control_loop gil_switch_interval_us).
+  node process's 500 us (control_loop gil_switch_interval_us);
+- default_python_executor: default, with the loop's nodes on rclpy's Python executor
+  (EQUIMUS_EVENTS_EXECUTOR=0) instead of the events executor.
 The rig's threads run at SCHED_FIFO 51 when this machine permits it (they stand in for Motive's
 PC and a microcontroller), in every mode alike; where SCHED_FIFO is refused the FIFO modes say so
 (the receive_thread value of the bridge's diagnostics) and run with normal scheduling.
@@ -86,7 +88,11 @@ MODES: dict[str, tuple[dict[str, dict[str, object]], dict[str, str]]] = {
     'rt_gc': ({'control_loop': {'gc_after_write': True}}, {'rt_priority': str(RT_PRIORITY)}),
     'rt_tuned': (TUNED, {'rt_priority': str(RT_PRIORITY)}),
     'default_gil100': ({'control_loop': {'gil_switch_interval_us': 100.0}}, {}),
+    'default_python_executor': ({}, {}),
 }
+# mode -> environment of the loop's process
+MODE_ENV = {'default_python_executor': {'EQUIMUS_EVENTS_EXECUTOR': '0'}}
+MODE_WIDTH = max(map(len, MODES))
 GOALS_MS = {'in_process_p99': 0.5, 'wire_p99': 2.0}
 
 
@@ -215,7 +221,7 @@ def run_mode(
 ) -> dict:
     """One run of the fused loop in mode `name` against the running rig: both figures
     (`sink['sent']` collects the emulator's transmit stamps while it is a list)."""
-    from equimus_bringup.control_loop import STAGES
+    from equimus_bringup.control_loop import CPU_STAGES, STAGES
     from equimus_bringup.graph import describe_graph
     from equimus_bringup.supervisor import GraphError, Supervisor
 
@@ -237,7 +243,9 @@ def run_mode(
         },
     )
     specs = [s for s in specs if s.name in ('control_loop', 'reference')]
-    sup = Supervisor(specs, echo=False, log_level='warn')
+    sup = Supervisor(
+        specs, echo=False, log_level='warn', env={**os.environ, **MODE_ENV.get(name, {})}
+    )
     try:
         sup.check_realtime()
     except GraphError as exc:
@@ -294,6 +302,10 @@ def run_mode(
             stage: (num(f'reached_{stage}_p50_ms'), num(f'reached_{stage}_p99_ms'))
             for stage in STAGES
         },
+        # the same in the receive thread's CPU time used since the read
+        'cpu_ms': {
+            stage: (num(f'cpu_{stage}_p50_ms'), num(f'cpu_{stage}_p99_ms')) for stage in CPU_STAGES
+        },
     }
 
 
@@ -347,18 +359,19 @@ def run(modes: list[str], seconds: float, rig_scheduling: str = 'fifo') -> dict:
 
 
 HEADER = (
-    f'{"mode":10s} {"in-process p50/p99/p99.9/max ms":>34s}   {"wire-to-wire p50/p99/max ms":>28s}'
+    f'{"mode":{MODE_WIDTH}s} {"in-process p50/p99/p99.9/max ms":>34s}   '
+    f'{"wire-to-wire p50/p99/max ms":>28s}'
     '   frames (in/wire/unmatched)'
 )
 
 
 def _row(r: dict) -> str:
     if 'skipped' in r:
-        return f'{r["mode"]:10s} skipped: {r["skipped"]}'
+        return f'{r["mode"]:{MODE_WIDTH}s} skipped: {r["skipped"]}'
     ip = '/'.join(f'{r[f"in_process_{q}_ms"]:.3f}' for q in ('p50', 'p99', 'p999', 'max'))
     wi = '/'.join(f'{r[f"wire_{q}_ms"]:.3f}' for q in ('p50', 'p99', 'max'))
     return (
-        f'{r["mode"]:10s} {ip:>34s}   {wi:>28s}   '
+        f'{r["mode"]:{MODE_WIDTH}s} {ip:>34s}   {wi:>28s}   '
         f'{r["in_process_frames"]}/{r["wire_frames"]}/{r["wire_unmatched"]}'
     )
 
@@ -394,7 +407,7 @@ def main(argv: list[str] | None = None) -> int:
         if 'skipped' in res:
             continue
         print(
-            f'  {res["mode"]:10s} receive thread: {res["receive_thread"]}; so_busy_poll '
+            f'  {res["mode"]:{MODE_WIDTH}s} receive thread: {res["receive_thread"]}; so_busy_poll '
             f'{res["so_busy_poll"]}; memory {res["memory"]}; gc {res["gc"]}'
         )
     print(
@@ -407,7 +420,19 @@ def main(argv: list[str] | None = None) -> int:
         steps = [(s, *ms) for s, ms in res['reached_ms'].items()] + [
             ('written', res['in_process_p50_ms'], res['in_process_p99_ms'])
         ]
-        print(f'  {res["mode"]:10s} ' + '  '.join(f'{s} {a:.3f}/{b:.3f}' for s, a, b in steps))
+        print(
+            f'  {res["mode"]:{MODE_WIDTH}s} '
+            + '  '.join(f'{s} {a:.3f}/{b:.3f}' for s, a, b in steps)
+        )
+    print(
+        "the same in the receive thread's CPU time (ms used since the read, p50/p99; close to the "
+        'wall-clock figures: the stage computes; far below them: it waits for the GIL or a core):'
+    )
+    for res in r['results']:
+        if 'skipped' in res:
+            continue
+        cpu = '  '.join(f'{s} {a:.3f}/{b:.3f}' for s, (a, b) in res['cpu_ms'].items())
+        print(f'  {res["mode"]:{MODE_WIDTH}s} {cpu}')
     return 0
 
 

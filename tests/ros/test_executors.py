@@ -1,6 +1,7 @@
 """equimus_ros.executors: the composed graph's executor, on real rclpy. The C++ events executor
 where this rclpy has it (unless EQUIMUS_EVENTS_EXECUTOR=0), and either executor runs a node's
-timer and delivers a subscription as the graph needs (spin_once from a thread of its own)."""
+timer and delivers a subscription as the graph needs (spin_once from a thread of its own), and
+spin_until_shutdown spins either without polling."""
 
 import threading
 import time
@@ -12,6 +13,7 @@ from equimus_ros.executors import (
     EVENTS_EXECUTOR_ENV,
     events_executor_available,
     single_thread_executor,
+    spin_until_shutdown,
 )
 
 
@@ -53,3 +55,35 @@ def test_executor_choice_runs_timers_and_subscriptions(ros_node, monkeypatch, en
         executor.shutdown()
     assert len(ticks) >= 10, len(ticks)
     assert len(got) >= 5 and got == sorted(got), got
+
+
+@pytest.mark.parametrize('env', ['1', '0'])
+def test_spin_until_shutdown_sleeps_between_events_and_stops(ros_node, monkeypatch, env):
+    """The way every multi-node process spins (equimus_ros.main.spin_all): timers run at their
+    rate, and the spinning thread sleeps while nothing is due. rclpy 9.1.2's EventsExecutor.spin()
+    polls instead, a core at 100 % (this test's bound is half a core), so it is never used."""
+    monkeypatch.setenv(EVENTS_EXECUTOR_ENV, env)
+    executor = single_thread_executor()
+    ticks: list[float] = []
+    ros_node.create_timer(0.01, lambda: ticks.append(time.monotonic()))
+    executor.add_node(ros_node)
+    stop = threading.Event()
+    used: list[float] = []
+
+    def spin() -> None:
+        cpu0, wall0 = time.thread_time(), time.monotonic()
+        spin_until_shutdown(executor, ros_node.context, stop.is_set)
+        used.append((time.thread_time() - cpu0) / (time.monotonic() - wall0))
+
+    spinner = threading.Thread(target=spin, daemon=True)
+    spinner.start()
+    try:
+        time.sleep(1.5)
+    finally:
+        stop.set()
+        spinner.join(timeout=5.0)
+        executor.remove_node(ros_node)
+        executor.shutdown()
+    assert not spinner.is_alive(), 'spin_until_shutdown did not return after stop()'
+    assert len(ticks) >= 50, len(ticks)  # 100 Hz for 1.5 s, on a loaded machine
+    assert used and used[0] < 0.5, f'the spinning thread used {used[0]:.0%} of a core'

@@ -57,6 +57,9 @@ MCL_CURRENT, MCL_FUTURE = 1, 2  # <sys/mman.h>
 #: Where a frame is on its way to the serial line, in order (LoopLatency.stage): handed from
 #: the NatNet decoder to the bridge, to the estimator, to the controller, to the valve driver.
 STAGES = ('decoded', 'estimator', 'controller', 'driver')
+#: The same stages and the write, in the receive thread's CPU time (time.thread_time_ns) used
+#: since the datagram was read: beside the wall-clock ones, whether a stage computes or waits.
+CPU_STAGES = (*STAGES, 'written')
 GC_YOUNG_EVERY = 10  # frames between collections of the middle generation (gc_after_write)
 GC_FULL_EVERY = 1200  # frames between full collections (gc_after_write)
 
@@ -112,8 +115,9 @@ class LoopLatency(Node):
     """Node `control_loop`: per frame, NatNet datagram read -> its SET frame written to the serial
     port, measured in this process; p50/p99/p99.9/max of the last `latency_window` frames on
     /diagnostics, and the p50/p99 of the time each stage of the chain (STAGES) was reached, so
-    the cost of a stage is the step between two of them. Also applies the process-wide latency
-    settings (lock_memory, gc_after_write)."""
+    the cost of a stage is the step between two of them, in wall-clock time and in the receive
+    thread's CPU time (CPU_STAGES). Also applies the process-wide latency settings (lock_memory,
+    gc_after_write)."""
 
     def __init__(self) -> None:
         super().__init__('control_loop')
@@ -122,6 +126,9 @@ class LoopLatency(Node):
         self.samples: collections.deque[float] = collections.deque(maxlen=cfg.latency_window)
         self.reached: dict[str, collections.deque[float]] = {
             name: collections.deque(maxlen=cfg.latency_window) for name in STAGES
+        }
+        self.cpu: dict[str, collections.deque[float]] = {
+            name: collections.deque(maxlen=cfg.latency_window) for name in CPU_STAGES
         }
         self.frames = 0
         self.memory = 'not locked'
@@ -159,6 +166,9 @@ class LoopLatency(Node):
                     self.reached['decoded'].append(
                         (bridge.frame_decoded_ns - bridge.frame_arrival_ns) * 1e-6
                     )
+                    read_cpu = bridge.client.arrival_cpu_ns
+                    self.cpu['decoded'].append((bridge.frame_decoded_cpu_ns - read_cpu) * 1e-6)
+                    self.cpu['written'].append((driver.last_write_cpu_ns - read_cpu) * 1e-6)
                     self.frames += 1
                 bridge.frame_arrival_ns = 0
                 if self.gc_after_write:
@@ -168,13 +178,15 @@ class LoopLatency(Node):
 
     def stage(self, name: str, call: Callable[..., None]) -> Callable[..., None]:
         """`call`, noting (in the receive thread) when a frame reached stage `name`, in ms after
-        its datagram was read; a perf_counter_ns and a deque append (about a microsecond)."""
-        reached = self.reached[name]
+        its datagram was read, in wall-clock and in CPU time; two clock readings and two deque
+        appends (a few microseconds)."""
+        reached, cpu = self.reached[name], self.cpu[name]
 
         def noted(*args: Any) -> None:
             bridge = self.bridge
             if bridge is not None and bridge.frame_arrival_ns and bridge.is_receive_thread():
                 reached.append((time.perf_counter_ns() - bridge.frame_arrival_ns) * 1e-6)
+                cpu.append((time.thread_time_ns() - bridge.client.arrival_cpu_ns) * 1e-6)
             call(*args)
 
         return noted
@@ -196,12 +208,13 @@ class LoopLatency(Node):
         values['gil_switch_interval_us'] = f'{sys.getswitchinterval() * 1e6:.0f}'
         for name, q in (('p50', 50), ('p99', 99), ('p999', 99.9), ('max', 100)):
             values[f'latency_{name}_ms'] = f'{np.percentile(v, q):.3f}' if v.size else 'nan'
-        for stage, d in self.reached.items():
-            r = np.array(d)
-            for name, q in (('p50', 50), ('p99', 99)):
-                values[f'reached_{stage}_{name}_ms'] = (
-                    f'{np.percentile(r, q):.3f}' if r.size else 'nan'
-                )
+        for prefix, stages in (('reached', self.reached), ('cpu', self.cpu)):
+            for stage, d in stages.items():
+                r = np.array(d)
+                for name, q in (('p50', 50), ('p99', 99)):
+                    values[f'{prefix}_{stage}_{name}_ms'] = (
+                        f'{np.percentile(r, q):.3f}' if r.size else 'nan'
+                    )
         self.diagnostics.publish(
             Level.OK,
             f'p99 {np.percentile(v, 99):.2f} ms over the last {v.size} frames'

@@ -1,4 +1,5 @@
-"""The executor for a process whose frames run outside it (the composed sim graph).
+"""The executor for a process whose work runs outside it (the composed sim graph, the fused
+control loop), and how to spin it.
 
 rclpy's Python executors rebuild their wait set from every entity of every node at each
 wake-up: in the composed sim graph (9 nodes, ~150 services, timers, subscriptions and QoS event
@@ -8,15 +9,23 @@ GIL as the frame loop. rclpy 9 (ROS 2 Kilted) ships `rclpy.experimental.EventsEx
 waits and dispatches in C++ and only enters Python for the callback itself; Jazzy's rclpy does
 not have it, so the plain SingleThreadedExecutor stays the fallback (same callbacks, same order
 guarantees for this use: one thread, callbacks never concurrent).
+
+Its `spin()` must not be used: in rclpy 9.1.2 it polls without ever sleeping (a core at 100 %
+with nothing to do, measured with a bare node), while `spin_once(timeout)` sleeps until an event
+or the timeout. `spin_until_shutdown` spins either executor that way.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 from rclpy.context import Context
 from rclpy.executors import Executor, SingleThreadedExecutor
 
+#: s a spin_once call may sleep with nothing to do (only bounds how late a shutdown is noticed,
+#: which the context's on_shutdown wake makes immediate anyway).
+SPIN_ONCE_TIMEOUT_S = 0.1
 # Set to 0 to force rclpy's Python SingleThreadedExecutor (for comparison, or if the experimental
 # one misbehaves on some rclpy release).
 EVENTS_EXECUTOR_ENV = 'EQUIMUS_EVENTS_EXECUTOR'
@@ -38,3 +47,12 @@ def single_thread_executor(context: Context | None = None) -> Executor:
 
         return EventsExecutor(context=context)
     return SingleThreadedExecutor(context=context)
+
+
+def spin_until_shutdown(
+    executor: Executor, context: Context, stop: Callable[[], bool] = lambda: False
+) -> None:
+    """spin_once until the context shuts down (or `stop()`): never `executor.spin()`, which
+    busy-polls on the events executor (module docstring)."""
+    while context.ok() and not stop():
+        executor.spin_once(timeout_sec=SPIN_ONCE_TIMEOUT_S)

@@ -22,10 +22,11 @@ from typing import TypeVar
 
 import rclpy
 from rclpy.exceptions import ParameterException
-from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
+from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
 
 from equimus_ros import paramfiles
+from equimus_ros.executors import single_thread_executor, spin_until_shutdown
 
 #: What a node factory builds: one node, or the nodes that share one process.
 N = TypeVar('N', bound=Node | list[Node])
@@ -142,14 +143,17 @@ def is_shutting_down(grace_s: float = SHUTDOWN_GRACE_S) -> bool:
 
 
 def spin_all(nodes: Sequence[Node], stop_watch: _StopWatch | None = None) -> None:
-    """Spin several nodes of one process on one executor thread."""
-    executor = SingleThreadedExecutor()
+    """Spin several nodes of one process on one executor thread: the events executor where rclpy
+    has it. The Python one rebuilds its wait set from every entity of every node at each
+    wake-up (~1.4 ms of CPU for the fused control loop's five nodes, ~300 wake-ups a second),
+    on the GIL the frames' thread needs (docs/benchmarks.md, issue 30 section 3)."""
+    executor = single_thread_executor()
     if stop_watch is not None:
         stop_watch.wake = executor.wake
     for node in nodes:
         executor.add_node(node)
     try:
-        executor.spin()
+        spin_until_shutdown(executor, nodes[0].context if nodes else rclpy.get_default_context())
     finally:
         executor.shutdown()
 

@@ -63,7 +63,7 @@ from equimus_description.interface import (
 from equimus_description.motive import DEFAULT_UP_AXIS, motive_to_ros
 from equimus_ros.cdr import ClockWriter, JointStateWriter, PoseWriter, PressureStateWriter
 from equimus_ros.diagnostics import Diagnostics, Level
-from equimus_ros.executors import single_thread_executor
+from equimus_ros.executors import single_thread_executor, spin_until_shutdown
 from equimus_ros.main import is_shutting_down, run_node
 from equimus_ros.params import bind, refuse_value
 from equimus_ros.qos import publisher, subscription
@@ -555,8 +555,7 @@ class SimNode(Node):
 
     def _spin(self, executor) -> None:
         try:
-            while not self._stop.is_set() and self.context.ok():
-                executor.spin_once(timeout_sec=0.1)
+            spin_until_shutdown(executor, self.context, self._stop.is_set)
         except (ExternalShutdownException, KeyboardInterrupt):
             pass
         except RuntimeError:

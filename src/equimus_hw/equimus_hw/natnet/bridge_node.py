@@ -128,6 +128,7 @@ class NatNetBridge(LifecycleNode):
         self.downstream = downstream
         self.frame_arrival_ns = 0  # perf_counter_ns of the datagram being handled
         self.frame_decoded_ns = 0  # perf_counter_ns when its decoded frame reached the bridge
+        self.frame_decoded_cpu_ns = 0  # the receive thread's CPU time then (thread_time_ns)
 
         self.connection = bind(self, NatNetConfig(), apply=self._apply)
         bridge = bind(self, BridgeConfig()).config
@@ -364,6 +365,7 @@ class NatNetBridge(LifecycleNode):
             return  # shutting down (Ctrl-C invalidates the context before the receive thread stops)
         self.frame_arrival_ns = ev.arrival_ns
         self.frame_decoded_ns = time.perf_counter_ns()
+        self.frame_decoded_cpu_ns = time.thread_time_ns()
         age_ns = time.perf_counter_ns() - ev.arrival_ns + int(ev.exposure_age_s * 1e9)
         stamp_ns = max(0, self.get_clock().now().nanoseconds - age_ns)
         poses = [

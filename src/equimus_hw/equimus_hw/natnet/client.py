@@ -274,6 +274,8 @@ class NatNetClient:
         self.on_frame = on_frame
         self._user_log = on_log
         self.clock_ns = clock_ns
+        #: this thread's CPU time (ns) when the datagram being handled was read
+        self.arrival_cpu_ns = 0
         self.server_info: P.ServerInfo | None = None
         self.version: P.Version | None = None
         self.version_error: str = ''
@@ -540,6 +542,7 @@ class NatNetClient:
                 self.on_log('debug', f'receive error: {e}')
                 break
             now = self.clock_ns()
+            self.arrival_cpu_ns = time.thread_time_ns()
             if self.raw_sink is not None and addr[0] in self.allowed_hosts:
                 self.raw_sink(data, now, 1 if s is self.data_sock else 0)
             self.handle_datagram(data, now, addr)

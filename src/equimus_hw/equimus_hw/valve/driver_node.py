@@ -173,6 +173,7 @@ class ValveDriver(LifecycleNode):
         self.keepalive_s = p.keepalive_period_s
         self.shutdown_ack_timeout_s = p.shutdown_ack_timeout_s
         self.last_write_ns = 0
+        self.last_write_cpu_ns = 0  # the writing thread's CPU time then (thread_time_ns)
         self._last_sent: list[int] | None = None
         self._last_send_t = 0.0
         self._slew_t: float | None = None
@@ -536,6 +537,7 @@ class ValveDriver(LifecycleNode):
         seq = self.board.send_codes(codes)
         if seq is not None:  # written: the fused loop's latency ends here
             self.last_write_ns = time.perf_counter_ns()
+            self.last_write_cpu_ns = time.thread_time_ns()
         self._last_sent = codes
         self._last_send_t = now
         applied = (
