@@ -44,7 +44,7 @@ Vec3 = tuple[float, float, float]
 
 
 def _unit_quat(q) -> tuple[float, float, float, float]:
-    x, y, z, w = (float(v) for v in q)
+    x, y, z, w = map(float, q)
     n = math.sqrt(x * x + y * y + z * z + w * w)
     if not n > 1e-9:
         raise ValueError('zero or non-finite quaternion')
@@ -82,7 +82,7 @@ def _rotate(q, v: Vec3, inverse: bool = False) -> Vec3:
 
 
 def _normalized(a) -> Vec3:
-    x, y, z = (float(v) for v in a)
+    x, y, z = map(float, a)
     n = math.sqrt(x * x + y * y + z * z)
     return x / n, y / n, z / n
 
@@ -162,8 +162,12 @@ class JointEstimate:
 
 
 def pose_is_valid(position, quat) -> bool:
-    vals = list(position) + list(quat)
-    return all(math.isfinite(float(v)) for v in vals) and sum(float(v) ** 2 for v in quat) > 1e-9
+    x, y, z, w = map(float, quat)
+    return (
+        all(map(math.isfinite, map(float, position)))
+        and all(map(math.isfinite, (x, y, z, w)))
+        and x * x + y * y + z * z + w * w > 1e-9
+    )
 
 
 class JointStateEstimator:

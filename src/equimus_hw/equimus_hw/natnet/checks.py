@@ -33,9 +33,10 @@ def implausible_reason(frame: P.Frame, limits: Plausibility) -> str:
         if not b.tracking_valid:
             continue
         values = (*b.position, *b.orientation, b.mean_error)
-        if not all(math.isfinite(v) for v in values):
+        if not all(map(math.isfinite, values)):
             return f'rigid body {b.id}: non-finite value {values}'
-        norm = math.sqrt(sum(q * q for q in b.orientation))
+        qx, qy, qz, qw = b.orientation
+        norm = math.sqrt(qx * qx + qy * qy + qz * qz + qw * qw)
         if abs(norm - 1.0) > limits.quaternion_norm_tolerance:
             return (
                 f'rigid body {b.id}: quaternion norm {norm:.6g} is off by more than '
