@@ -7,6 +7,8 @@ import dataclasses
 
 import numpy as np
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from equimus_control.closed_loop import run
 from equimus_control.controller import Preview, Reference
@@ -113,3 +115,25 @@ def test_a_lead_paid_with_the_preview_tracks_the_triangle_better(triangle, sim_p
         assert not r.vented[1:].any()
         total[lead] = float(np.sum(r.rmse(skip=0.5)))
     assert total[0.15] < 0.85 * total[0.0], total
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    steps=st.lists(st.floats(1e-4, 0.2), min_size=1, max_size=12),
+    start=st.floats(-1e3, 1e3),
+    at=st.floats(-2.0, 3.0),
+    seed=st.integers(0, 2**31),
+)
+def test_sampling_at_one_time_gives_the_array_paths_values_bit_for_bit(steps, start, at, seed):
+    """The control cycle samples the preview at one time in plain floats; its answer is the
+    array path's, bit for bit, between, before and after the samples."""
+    times = start + np.concatenate([[0.0], np.cumsum(steps)])
+    assume(np.all(np.diff(times) > 0))
+    rng = np.random.default_rng(seed)
+    q, qd = rng.normal(size=(len(times), 2)), rng.normal(size=(len(times), 2))
+    preview = Preview(times, q, qd)
+    when = float(times[0] + at * (times[-1] - times[0]))
+    one_q, one_qd = preview.sample(when)
+    arr_q, arr_qd = preview.sample(np.array([when]))
+    assert one_q.shape == one_qd.shape == (2,)
+    assert one_q.tobytes() == arr_q[0].tobytes() and one_qd.tobytes() == arr_qd[0].tobytes()

@@ -181,8 +181,9 @@ class JointStateEstimator:
         self.reset()
 
     def reset(self) -> None:
-        self.x: np.ndarray | None = None  # (2 joints, [angle, rate])
-        self.P: np.ndarray | None = None  # (2 joints, 2, 2)
+        #: per joint [angle, rate] and the covariance's (p00, p01, p11), plain floats
+        self.x: list[list[float]] | None = None
+        self.P: list[tuple[float, float, float]] | None = None
         self.last_good_stamp: float | None = None
         self.last_stamp: float | None = None
         self.last_wrapped = None
@@ -192,21 +193,31 @@ class JointStateEstimator:
     def measure(self, poses: Sequence) -> np.ndarray | None:
         """Wrapped joint angles from [(pos, quat xyzw)] × (base, thigh, calf) (or the bodies of
         `cfg.joints`); None if untracked."""
+        z = self._angles(poses)
+        return None if z is None else np.array(z)
+
+    def _angles(self, poses: Sequence) -> list[float] | None:
+        """`measure` as plain floats (the filter runs on floats: every frame, and numpy's
+        per-call cost on a few numbers was most of its time)."""
         if not self.cfg.joints:
             if len(poses) != 3 or not all(pose_is_valid(p, q) for p, q in poses):
                 return None
             qb, qt, qc = (_unit_quat(q) for _, q in poses)
-            return np.array([self.cfg.hip.angle(qb, qt), self.cfg.knee.angle(qt, qc)])
+            return [self.cfg.hip.angle(qb, qt), self.cfg.knee.angle(qt, qc)]
         if len(poses) != self.n_bodies or not all(pose_is_valid(p, q) for p, q in poses):
             return None
         quats = [_unit_quat(q) for _, q in poses]
-        return np.array([h.angle(quats[a], quats[b]) for a, b, h in self.cfg.joints])
+        return [h.angle(quats[a], quats[b]) for a, b, h in self.cfg.joints]
 
-    def _unwrap(self, wrapped: np.ndarray) -> np.ndarray:
+    def _unwrap(self, wrapped: list[float]) -> list[float]:
+        """Each angle moved by whole turns to within π of the filter's angle (Python's float %
+        is numpy's remainder: the same values as on arrays)."""
         if self.x is None:
             return wrapped
-        ref = self.x[:, 0]
-        return ref + (wrapped - ref + math.pi) % (2 * math.pi) - math.pi
+        return [
+            a + (w - a + math.pi) % (2 * math.pi) - math.pi
+            for w, (a, _) in zip(wrapped, self.x, strict=True)
+        ]
 
     def update(self, stamp: float, poses: Sequence) -> JointEstimate:
         cfg = self.cfg
@@ -218,7 +229,7 @@ class JointStateEstimator:
             gap = max(0, int(round(dt_frame / cfg.period)) - 1)
             self.dropped_frames += gap
         self.last_stamp = stamp
-        z = self.measure(poses)
+        z = self._angles(poses)
         if z is None:
             self.lost_frames += 1
             return self._held(stamp, gap)
@@ -230,16 +241,22 @@ class JointStateEstimator:
             self.x = None  # too long without data: start afresh, do not bridge the gap
         z = self._unwrap(z)
         if self.x is None:
-            self.x = np.stack([z, np.zeros(self.n)], axis=1)
-            self.P = np.array([np.diag([cfg.sigma_meas**2, 10.0**2])] * self.n)
+            self.x = [[a, 0.0] for a in z]
+            self.P = [(cfg.sigma_meas**2, 0.0, 10.0**2) for _ in z]
         else:
             # x and last_good_stamp are set together (just below), so x implies a stamp
             assert self.last_good_stamp is not None
             self._kalman_step(stamp - self.last_good_stamp, z)
         self.last_good_stamp = stamp
-        return JointEstimate(stamp, self.x[:, 0].copy(), self.x[:, 1].copy(), Status.VALID, gap)
+        return JointEstimate(
+            stamp,
+            np.array([a for a, _ in self.x]),
+            np.array([v for _, v in self.x]),
+            Status.VALID,
+            gap,
+        )
 
-    def _kalman_step(self, dt: float, z: np.ndarray) -> None:
+    def _kalman_step(self, dt: float, z: list[float]) -> None:
         """Predict over dt with F = [[1, dt], [0, 1]], then update with the angle z (scalars)."""
         qa = self.cfg.sigma_acc**2
         q00, q01, q11 = qa * dt**4 / 4, qa * dt**3 / 2, qa * dt**2
@@ -247,8 +264,8 @@ class JointStateEstimator:
         x, P = self.x, self.P
         assert x is not None and P is not None  # only called once the filter is initialised
         for j in range(self.n):
-            a, v = float(x[j, 0]), float(x[j, 1])
-            (p00, p01), (_, p11) = P[j].tolist()
+            a, v = x[j]
+            p00, p01, p11 = P[j]
             a += dt * v  # x = F x
             p00, p01, p11 = (
                 p00 + 2 * dt * p01 + dt * dt * p11 + q00,  # P = F P Fᵀ + Q
@@ -257,11 +274,9 @@ class JointStateEstimator:
             )
             s = p00 + R
             k0, k1 = p00 / s, p01 / s
-            r = float(z[j]) - a
-            a, v = a + k0 * r, v + k1 * r
-            p00, p01, p11 = p00 - k0 * p00, p01 - k0 * p01, p11 - k1 * p01
-            x[j, 0], x[j, 1] = a, v
-            P[j] = ((p00, p01), (p01, p11))
+            r = z[j] - a
+            x[j] = [a + k0 * r, v + k1 * r]
+            P[j] = (p00 - k0 * p00, p01 - k0 * p01, p11 - k1 * p01)
 
     def _held(self, stamp: float, gap: int) -> JointEstimate:
         if self.x is None or self.last_good_stamp is None:
@@ -278,7 +293,9 @@ class JointStateEstimator:
             return JointEstimate(
                 stamp, np.full(self.n, np.nan), np.full(self.n, np.nan), Status.INVALID, gap, held
             )
-        return JointEstimate(stamp, self.x[:, 0].copy(), np.zeros(self.n), Status.HELD, gap, held)
+        return JointEstimate(
+            stamp, np.array([a for a, _ in self.x]), np.zeros(self.n), Status.HELD, gap, held
+        )
 
     def update_gap(self, stamp: float) -> JointEstimate:
         """No frame at all by `stamp` (e.g. a timer noticed silence): hold or invalidate."""
