@@ -47,6 +47,46 @@ def decode_throughput(quick: bool) -> dict:
     return out
 
 
+#: s between two decodes in `decode_after_gaps`: back to back, 1 ms, one 120 Hz period
+GAPS_S = (0.0, 0.001, 1.0 / ARRIVAL_HZ)
+
+
+def _idle(gap_s: float, asleep: bool) -> None:
+    if asleep:
+        time.sleep(gap_s)
+        return
+    end = time.perf_counter() + gap_s
+    while time.perf_counter() < end:  # the core kept busy by a loop that touches no data
+        pass
+
+
+def decode_after_gaps(quick: bool, version=(4, 1)) -> list[dict]:
+    """The same frame's decode time when the decodes come back to back and when they come a gap
+    apart, the thread asleep (as in recvfrom between frames) or spinning in a loop that touches
+    no data: how much of the decode's cost at 120 Hz is its working set gone cold in between."""
+    pkt = three_body_frame(version)
+    n = 150 if quick else 600
+    out = []
+    for gap in GAPS_S:
+        for asleep in (True, False) if gap else (True,):
+            ts = []
+            for _ in range(n):
+                _idle(gap, asleep)
+                t0 = time.perf_counter_ns()
+                P.decode_message(pkt, version)
+                ts.append((time.perf_counter_ns() - t0) * 1e-3)
+            ts.sort()
+            out.append(
+                {
+                    'gap_ms': gap * 1e3,
+                    'between': 'nothing' if not gap else 'asleep' if asleep else 'spinning',
+                    'p50_us': ts[n // 2],
+                    'p90_us': ts[int(n * 0.9)],
+                }
+            )
+    return out
+
+
 def _free_ports(k):
     socks = []
     for _ in range(k):
@@ -183,6 +223,7 @@ def _bring_up(bridge: subprocess.Popen, name: str = 'natnet_bridge', timeout_s: 
 def measure(quick: bool) -> dict:
     return {
         'decode': decode_throughput(quick),
+        'gaps': decode_after_gaps(quick),
         'latency': [
             end_to_end_latency(quick, '4.1', True),
             end_to_end_latency(quick, '3.0', False),
@@ -197,6 +238,9 @@ def run(quick: bool) -> dict:
     for v, d in r['decode'].items():
         out[f'decode NatNet {v} 3-body frame (frames/s)'] = round(d['frames_per_s'])
         out[f'decode NatNet {v} vs 120 Hz arrival (x)'] = round(d['x_arrival_rate'])
+    for d in r['gaps']:
+        key = f'decode NatNet 4.1 after {d["gap_ms"]:.1f} ms {d["between"]} p50 (us)'
+        out[key] = round(d['p50_us'], 1)
     for d in r['latency']:
         key = f'end-to-end NatNet {d.get("version")} {d.get("transport")}'
         if 'error' in d:
@@ -216,6 +260,14 @@ def main():
     print(f'{"version":>8} {"bytes":>6} {"frames/s":>10} {"x 120 Hz":>9}')
     for v, d in r['decode'].items():
         print(f'{v:>8} {d["bytes"]:>6} {d["frames_per_s"]:>10.0f} {d["x_arrival_rate"]:>9.0f}')
+    base = r['gaps'][0]['p50_us']
+    print('\nThe same 4.1 frame decoded a gap after the previous decode (µs, and x back to back)')
+    print(f'{"gap ms":>8} {"between":>9} {"p50 us":>8} {"p90 us":>8} {"x":>6}')
+    for d in r['gaps']:
+        print(
+            f'{d["gap_ms"]:>8.1f} {d["between"]:>9} {d["p50_us"]:>8.1f} {d["p90_us"]:>8.1f} '
+            f'{d["p50_us"] / base:>6.1f}'
+        )
     print('\nEnd-to-end latency, frame sent by emulator -> PoseStamped at subscriber')
     print(
         f'{"version":>8} {"transport":>10} {"msgs":>6} {"lost":>5} {"p50 ms":>7} {"p99 ms":>7} '
