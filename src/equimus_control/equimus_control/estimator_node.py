@@ -175,13 +175,13 @@ class EstimatorNode(Node):
         except ValueError as exc:
             self.get_logger().warning(f'mocap frame skipped: {exc}')
             return
+        position = [float(v) for v in e.position]
+        velocity = [float(v) for v in e.velocity]
+        if self.downstream is not None:  # before the message is built and the books kept
+            self.downstream(ns, position, velocity)
         self.frames += 1
         self.last_frame_at = self.get_clock().now().nanoseconds * 1e-9
         self.counts[e.status] += 1
-        position = [float(v) for v in e.position]
-        velocity = [float(v) for v in e.velocity]
-        if self.downstream is not None:  # before the message is built
-            self.downstream(ns, position, velocity)
         out = JointState()
         out.header.stamp.sec, out.header.stamp.nanosec = divmod(ns, 1_000_000_000)
         out.header.frame_id = FRAME_MOCAP
