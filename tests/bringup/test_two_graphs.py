@@ -125,4 +125,6 @@ def test_a_second_graph_on_the_domain_is_refused_and_never_drives_the_first(
             b.stop()
         codes = a.stop()
         applied.close()
-    assert all(c == 0 for c in codes.values()), codes
+    # a process that had to be killed printed its threads' stacks last: show them
+    tails = {n: ''.join(a.output.get(n, [])[-40:]) for n, c in codes.items() if c != 0}
+    assert all(c == 0 for c in codes.values()), (codes, tails)
