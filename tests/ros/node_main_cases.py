@@ -82,6 +82,16 @@ def _without_rclpy_signal_handlers():
     return node
 
 
+class HungTeardown(Listener):
+    """A node whose teardown never returns, as Fast DDS's participant deletion did under load
+    (sleeping, as a C call that released the GIL would)."""
+
+    def destroy_node(self):
+        print('tearing down', flush=True)
+        time.sleep(60.0)
+        return super().destroy_node()
+
+
 def _close_slowly(node):
     time.sleep(6.0)  # a stop that hangs for a while (a vent the board does not acknowledge)
     print('closed slowly', flush=True)
@@ -101,6 +111,8 @@ CASES = {
     'two_nodes': lambda: run_node(_two_nodes, sys.argv, close=_closed_all),
     'slow_close': lambda: run_node(Listener, close=_close_slowly),
     'no_rclpy_signal_handlers': lambda: run_node(_without_rclpy_signal_handlers, close=_closed),
+    'hung_teardown': lambda: run_node(HungTeardown, close=_closed),
+    'bug_then_hung_teardown': lambda: run_node(HungTeardown, spin=_fail_in_spin, close=_closed),
 }
 
 if __name__ == '__main__':

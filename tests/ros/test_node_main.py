@@ -193,3 +193,31 @@ def test_a_stop_signal_ends_the_spin_even_if_rclpy_s_handler_does_nothing():
         out, err = proc.communicate()
         pytest.fail(f'still spinning 20 s after SIGINT: {err[-3000:]}')
     assert proc.returncode == 0 and 'closed' in out, err
+
+
+@pytest.mark.parametrize(
+    'case, code', [('hung_teardown', 0), ('bug_then_hung_teardown', 1)], ids=['stop', 'bug']
+)
+def test_a_teardown_that_never_returns_ends_after_the_limit_with_the_stops_code(case, code):
+    """The node closes; its teardown (the DDS participant's deletion) does not return: the
+    process says so, shows where, and exits after TEARDOWN_LIMIT_S with the code the stop or the
+    bug would have given (launch would otherwise kill it: exit -9)."""
+    from equimus_ros.main import TEARDOWN_LIMIT_S
+
+    if case == 'hung_teardown':
+        proc = _started(case)
+        time.sleep(0.3)
+        proc.send_signal(signal.SIGINT)
+    else:
+        proc = subprocess.Popen(
+            [sys.executable, str(CASES), case], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
+    t0 = time.monotonic()
+    out, err = proc.communicate(timeout=30)
+    took = time.monotonic() - t0
+    assert proc.returncode == code, (out, err)
+    assert 'closed HungTeardown' in out and 'tearing down' in out, out
+    assert 'did not finish tearing the node down' in err and 'in destroy_node' in err, err
+    assert ('a bug, not a shutdown' in err) == (case == 'bug_then_hung_teardown'), err
+    assert took < TEARDOWN_LIMIT_S + 15.0, took  # not the 60 s the teardown would take

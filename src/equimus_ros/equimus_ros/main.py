@@ -17,6 +17,7 @@ import signal
 import sys
 import threading
 import time
+import traceback
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
@@ -40,7 +41,15 @@ SHUTDOWN_GRACE_S = 0.5
 GIL_SWITCH_INTERVAL_S = 0.0005
 
 EXIT_OK = 0
+EXIT_BUG = 1  # an exception that propagated out of the node (Python's own code for it)
 EXIT_INVALID_PARAMETERS = 2
+
+#: s the middleware may take to tear a closed node down. rclpy's destroy_node deletes the DDS
+#: participant, and under load Fast DDS has been seen not to return from it at all (the test
+#: suite's launch runs, docs/reliability.md), after which launch kills the process (exit -9).
+#: Past this limit the process exits on its own: the node has closed (vented, bag written), the
+#: kernel frees what is left, and other participants see it leave by its lease.
+TEARDOWN_LIMIT_S = 2.5
 
 #: ``kill -USR1 <pid>`` makes a node print every thread's Python stack and go on running: how a
 #: node that does not stop, or stands still, shows where it is (the supervisor and the tests send
@@ -122,6 +131,40 @@ class _StopWatch:
         if self.wake is not None:
             with contextlib.suppress(Exception):  # the executor already shut down
                 self.wake()
+
+
+class _TeardownLimit:
+    """Exits the process if the block has not ended within TEARDOWN_LIMIT_S, after saying so
+    and where every thread stood; with `bug` (an exception on its way out of the node) its
+    traceback and exit code 1, else 0. A thread of its own: rclpy releases the GIL
+    while the participant is deleted, so the watch runs while the main thread waits there."""
+
+    def __init__(self, name: str, bug: BaseException | None) -> None:
+        self.name, self.bug = name, bug
+        self.done = threading.Event()
+
+    def __enter__(self) -> _TeardownLimit:
+        threading.Thread(target=self._watch, name='teardown-limit', daemon=True).start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.done.set()
+
+    def _watch(self) -> None:
+        if self.done.wait(TEARDOWN_LIMIT_S):
+            return
+        print(
+            f'{self.name}: closed, but the middleware did not finish tearing the node down '
+            f'within {TEARDOWN_LIMIT_S:g} s; exiting without waiting for it. Where it waited:',
+            file=sys.stderr,
+            flush=True,
+        )
+        faulthandler.dump_traceback(all_threads=True)
+        if self.bug is not None:  # its traceback would have been printed after the teardown
+            traceback.print_exception(self.bug)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(EXIT_OK if self.bug is None else EXIT_BUG)
 
 
 def _freeze_startup_objects() -> None:
@@ -229,13 +272,16 @@ def run_node(
         if not is_shutting_down():
             raise
     finally:
-        if node is not None:
-            try:
-                if close is not None:
-                    close(node)
-            finally:
-                for each in node if isinstance(node, (list, tuple)) else [node]:
-                    each.destroy_node()
-        rclpy.try_shutdown()
+        try:
+            if node is not None and close is not None:
+                close(node)
+        finally:
+            if node is None:
+                rclpy.try_shutdown()
+            else:
+                with _TeardownLimit(name, sys.exc_info()[1]):
+                    for each in node if isinstance(node, (list, tuple)) else [node]:
+                        each.destroy_node()
+                    rclpy.try_shutdown()
         faulthandler.cancel_dump_traceback_later()
     return EXIT_OK
