@@ -426,7 +426,8 @@ class SimGraph(Node):
         self.sim.run(others=[n for n in (*self.nodes, self) if n is not self.sim])
 
     def close(self) -> None:
-        """Stop the frames first, then vent; the recorder closes its bag when destroyed."""
+        """Stop the frames first, then vent, then close the bag: before the nodes' teardown,
+        which run_node cuts short if the middleware hangs in it (TEARDOWN_LIMIT_S)."""
         for node in self.nodes:
             if isinstance(node, SimNode):
                 node.stop()
@@ -435,6 +436,9 @@ class SimGraph(Node):
                 vent_on_exit(node)
         if hasattr(self, 'bus'):
             self.bus.flush()  # the last frame's messages, before the recorder closes its bag
+        recorder = getattr(self, 'recorder', None)
+        if recorder is not None:
+            recorder.close()
         speed = self.speed_report()
         if speed:
             print(speed, flush=True)

@@ -185,6 +185,10 @@ class Recorder(Node):
     def close(self):
         # Called after Ctrl-C has shut ROS down, so this reports on stdout, not /rosout.
         # No writer: its construction failed (a ValueError above), nothing to close.
+        # Once: run_node closes the node, its destruction closes it again.
+        if getattr(self, '_closed', False):
+            return
+        self._closed = True
         if getattr(self, 'writer', None) is None or self.writer.closed:
             if self.error:
                 print(f'recorder: {self.error}', file=sys.stderr, flush=True)
@@ -200,8 +204,12 @@ class Recorder(Node):
 
 
 def main(args=None) -> int:
+    # The bag is closed in `close`, before the node's teardown (which run_node may cut short).
     return run_node(
-        Recorder, args, config_hint='Fix config/recorder.yaml or the --ros-args overrides.'
+        Recorder,
+        args,
+        close=Recorder.close,
+        config_hint='Fix config/recorder.yaml or the --ros-args overrides.',
     )
 
 
