@@ -147,15 +147,21 @@ def test_a_valve_that_does_not_follow_its_setpoint(tmp_path):
 
 def _stand(board, seconds: float):
     """The board's loop stands `seconds` (its state lock held, as a starved board process's
-    loop stands), from a thread of its own; join the returned thread."""
+    loop stands), from a thread of its own; returns once the lock is held (on a loaded machine
+    the thread may start late: a request sent before it stands would be answered); join the
+    returned thread."""
     import threading
+
+    held = threading.Event()
 
     def stand() -> None:
         with board._lock:
+            held.set()
             time.sleep(seconds)
 
     standing = threading.Thread(target=stand)
     standing.start()
+    assert held.wait(10.0), 'the board loop never let go of its lock'
     return standing
 
 
