@@ -83,13 +83,14 @@ class Probe:
         assert len(self.commands) == n + 1, 'more than one command for one state'
         return self.commands[-1]
 
-    def first_state(self, q, qd, sec, nanosec, quiet=1.0, timeout=10.0):
+    def first_state(self, q, qd, sec, nanosec, quiet=3.0, timeout=10.0):
         """The command the node's first state produced. Until it has a valid state its stale
         guard publishes a vent every STALE_CHECK_S, and one published just before it took this
         state can arrive after the state was sent (seen with both cores busy). Once it took the
         state none follows (the guard then waits stale_timeout) and one writer's messages
         arrive in order: the command is the last before the stream goes quiet, and every one
-        before it is a vent."""
+        before it is a vent. Quiet means `quiet` s: an MPC's first step took over 1 s with both
+        cores busy, and its command then came after a 1 s window had closed."""
         n = len(self.commands)
         self.state_pub.publish(self.message(q, qd, sec, nanosec))
         self.wait_for(lambda: len(self.commands) > n, timeout, 'a /valve/command')

@@ -92,6 +92,18 @@ class HungTeardown(Listener):
         return super().destroy_node()
 
 
+class GilHeldTeardown(Listener):
+    """A teardown that never returns and holds the GIL meanwhile (a C call through
+    ctypes.PyDLL keeps it), as the participant's deletion did in the suite."""
+
+    def destroy_node(self):
+        import ctypes
+
+        print('tearing down', flush=True)
+        ctypes.PyDLL(None).sleep(60)
+        return super().destroy_node()
+
+
 def _close_slowly(node):
     time.sleep(6.0)  # a stop that hangs for a while (a vent the board does not acknowledge)
     print('closed slowly', flush=True)
@@ -113,6 +125,7 @@ CASES = {
     'no_rclpy_signal_handlers': lambda: run_node(_without_rclpy_signal_handlers, close=_closed),
     'hung_teardown': lambda: run_node(HungTeardown, close=_closed),
     'bug_then_hung_teardown': lambda: run_node(HungTeardown, spin=_fail_in_spin, close=_closed),
+    'gil_held_teardown': lambda: run_node(GilHeldTeardown, close=_closed),
 }
 
 if __name__ == '__main__':

@@ -221,3 +221,20 @@ def test_a_teardown_that_never_returns_ends_after_the_limit_with_the_stops_code(
     assert 'did not finish tearing the node down' in err and 'in destroy_node' in err, err
     assert ('a bug, not a shutdown' in err) == (case == 'bug_then_hung_teardown'), err
     assert took < TEARDOWN_LIMIT_S + 15.0, took  # not the 60 s the teardown would take
+
+
+def test_a_teardown_that_holds_the_gil_is_ended_by_faulthandler_with_code_1():
+    """The same hang holding the GIL (the Python watch cannot run): faulthandler's own thread
+    prints the stacks and exits with 1 shortly after the limit, not the 60 s of the hang."""
+    from equimus_ros.main import TEARDOWN_GIL_HELD_S, TEARDOWN_LIMIT_S
+
+    proc = _started('gil_held_teardown')
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGINT)
+    t0 = time.monotonic()
+    out, err = proc.communicate(timeout=40)
+    took = time.monotonic() - t0
+    assert proc.returncode == 1, (out, err)
+    assert 'closed GilHeldTeardown' in out and 'tearing down' in out, out
+    assert 'in destroy_node' in err and 'did not finish tearing' not in err, err
+    assert took < TEARDOWN_LIMIT_S + TEARDOWN_GIL_HELD_S + 15.0, took

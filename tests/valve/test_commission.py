@@ -275,8 +275,9 @@ def test_a_pause_between_requests_is_not_the_board_going_silent(tmp_path):
             probe.open(wait_s=5.0)
             assert probe.ping()[0] is not None
             time.sleep(0.8)  # nothing asked
-            standing = _stand(board, 0.15)
-            time.sleep(0.01)
+            # 1 s: longer than a stall of this loaded process before or during the ping (0.73 s
+            # seen), after which a board standing only 0.15 s had answered
+            standing = _stand(board, 1.0)
             first, _ = probe.ping()  # times out: counted, 0.05 s of waiting
             standing.join()
             second, _ = probe.ping()

@@ -50,6 +50,8 @@ EXIT_INVALID_PARAMETERS = 2
 #: Past this limit the process exits on its own: the node has closed (vented, bag written), the
 #: kernel frees what is left, and other participants see it leave by its lease.
 TEARDOWN_LIMIT_S = 2.5
+#: s past TEARDOWN_LIMIT_S after which a teardown that holds the GIL is ended (exit code 1)
+TEARDOWN_GIL_HELD_S = 1.0
 
 #: ``kill -USR1 <pid>`` makes a node print every thread's Python stack and go on running: how a
 #: node that does not stop, or stands still, shows where it is (the supervisor and the tests send
@@ -136,8 +138,10 @@ class _StopWatch:
 class _TeardownLimit:
     """Exits the process if the block has not ended within TEARDOWN_LIMIT_S, after saying so
     and where every thread stood; with `bug` (an exception on its way out of the node) its
-    traceback and exit code 1, else 0. A thread of its own: rclpy releases the GIL
-    while the participant is deleted, so the watch runs while the main thread waits there."""
+    traceback and exit code 1, else 0. A Python thread does it while the GIL is free (rclpy
+    releases it for parts of the participant's deletion); a hang that holds the GIL (seen in
+    the suite: the watch thread never woke) is ended TEARDOWN_GIL_HELD_S later by faulthandler's
+    own C thread: the stacks, then exit code 1."""
 
     def __init__(self, name: str, bug: BaseException | None) -> None:
         self.name, self.bug = name, bug
@@ -145,10 +149,12 @@ class _TeardownLimit:
 
     def __enter__(self) -> _TeardownLimit:
         threading.Thread(target=self._watch, name='teardown-limit', daemon=True).start()
+        faulthandler.dump_traceback_later(TEARDOWN_LIMIT_S + TEARDOWN_GIL_HELD_S, exit=True)
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.done.set()
+        faulthandler.cancel_dump_traceback_later()
 
     def _watch(self) -> None:
         if self.done.wait(TEARDOWN_LIMIT_S):
