@@ -180,6 +180,7 @@ class ValveDriver(LifecycleNode):
         self._slew_stamp: Time | None = None
         self._generation = 0
         self._measured_count = 0
+        self._pressure_stamp_ns = 0  # the last /valve/pressure stamp (ns)
         self._last_commanded = [math.nan] * len(self.channels)
         self._diag_key: tuple[str, bool, bool, bool, bool] | None = None
         self._last_warn_t = -math.inf
@@ -511,7 +512,14 @@ class ValveDriver(LifecycleNode):
         ):
             self._measured_count = board.measured_count
             at = getattr(board, 'measured_at', None)  # the read-back's own time, if known
-            self.pub_pressure.publish(self._pressures(board.measured_kpa, at))
+            msg = self._pressures(board.measured_kpa, at)
+            # Never before the previous read-back's stamp: a read-back timed late (its reader
+            # thread starved before it noted the time) must not put the next one before it.
+            stamp = msg.header.stamp
+            ns = max(stamp.sec * 1_000_000_000 + stamp.nanosec, self._pressure_stamp_ns)
+            stamp.sec, stamp.nanosec = divmod(ns, 1_000_000_000)
+            self._pressure_stamp_ns = ns
+            self.pub_pressure.publish(msg)
         key = (
             board.state,
             self.safety.armed,
