@@ -102,6 +102,18 @@ def _serialised(method):
     return call
 
 
+#: s a /valve/pressure stamp may lag the previous one and still be held at it (a read-back
+#: whose arrival its starved reader thread noted late); a larger step back is the clock itself
+#: (a system clock set back, sim time restarted) and passes.
+MAX_HELD_BACK_S = 0.5
+
+
+def ordered_stamp_ns(ns: int, last_ns: int) -> int:
+    """A read-back's stamp (ns) in order after the previous one's `last_ns`: held at it when
+    it lags by less than MAX_HELD_BACK_S, else as it is."""
+    return last_ns if 0 < last_ns - ns < MAX_HELD_BACK_S * 1e9 else ns
+
+
 def _channels(p: DriverConfig) -> tuple[str, ...]:
     """Valve channel names: the rig's ACTUATORS, or the muscles of `leg_description`."""
     if not p.leg_description:
@@ -513,12 +525,11 @@ class ValveDriver(LifecycleNode):
             self._measured_count = board.measured_count
             at = getattr(board, 'measured_at', None)  # the read-back's own time, if known
             msg = self._pressures(board.measured_kpa, at)
-            # Never before the previous read-back's stamp: a read-back timed late (its reader
-            # thread starved before it noted the time) must not put the next one before it.
+            # In order after the previous read-back's stamp (see ordered_stamp_ns)
             stamp = msg.header.stamp
-            ns = max(stamp.sec * 1_000_000_000 + stamp.nanosec, self._pressure_stamp_ns)
+            ns = stamp.sec * 1_000_000_000 + stamp.nanosec
+            ns = self._pressure_stamp_ns = ordered_stamp_ns(ns, self._pressure_stamp_ns)
             stamp.sec, stamp.nanosec = divmod(ns, 1_000_000_000)
-            self._pressure_stamp_ns = ns
             self.pub_pressure.publish(msg)
         key = (
             board.state,
