@@ -7,7 +7,9 @@ and a valve whose setpoint wire is broken each fail with one line on stderr and 
 from __future__ import annotations
 
 import contextlib
+import csv
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -116,6 +118,20 @@ def test_a_rig_with_dac_errors_passes_and_is_calibrated(tmp_path):
         'Valve baa': 'PASS',
     }, report  # fmt: skip
     assert (tmp_path / 'report' / 'rig_check.png').stat().st_size > 10_000
+    # Each step read back, in the report and as rows: the emulated valve is a lag (no overshoot
+    # beyond its read-back noise), rising steps half done within its dead time + 0.2 s·ln 2.
+    with open(tmp_path / 'report' / 'valve_steps.csv', newline='') as f:
+        rows = list(csv.DictReader(f))
+    for name in ACTUATORS:
+        mine = [r for r in rows if r['valve'] == name]
+        assert {float(r['nominal_kpa']) for r in mine} >= {0.0, 25.0}, mine[:3]
+        assert len({r['step'] for r in mine}) == 6 and len(mine) > 6 * 50, len(mine)
+        line = next(x for x in report.splitlines() if x.startswith(f'{name} steps, read back: '))
+        print(line)
+        t50 = [float(v) for v in re.findall(r't50 ([0-9.]+) s', line)]
+        overshoot = [float(v) for v in re.findall(r'overshoot ([0-9.]+) kPa', line)]
+        assert len(t50) >= 5 and all(0.1 < v < 0.4 for v in t50), line
+        assert max(overshoot) < 1.0, line
     cal = load_calibration(str(cal_path), ACTUATORS)
     nominal = ValveCalibration()
     fitted_chains = cal.calibrations(nominal, ACTUATORS)  # what the valve driver applies

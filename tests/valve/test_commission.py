@@ -5,6 +5,7 @@ recovers the injected gain and offset, the calibration file it gives is loaded b
 failures: a valve that does not follow its setpoint, a silent board."""
 
 import dataclasses
+import math
 import os
 import signal
 import time
@@ -406,3 +407,57 @@ def test_a_board_whose_watchdog_does_not_vent(tmp_path):
     assert f'in each of {C.WATCHDOG_TRIES} tries (its watchdog: 200 ms)' in str(e.value), e.value
     assert '\n' not in str(e.value)
     assert C.WATCHDOG_TRIES * (0.2 + C.WATCHDOG_SLACK_S) < took < 10.0
+
+
+def _level(nominal, p0, pf, shape, dt=0.01, hold=1.5, channel=0):
+    """A level read back every dt s: p0 -> pf by `shape` (fraction of the step at t s)."""
+    lv = C.Level(code=0, nominal_kpa=nominal)
+    for k in range(int(hold / dt)):
+        t = k * dt
+        p = p0 + (pf - p0) * shape(t)
+        lv.t.append(t)
+        lv.kpa.append((p, 0.0) if channel == 0 else (0.0, p))
+    return lv
+
+
+def _lag(dead, tau):
+    return lambda t: 0.0 if t < dead else 1.0 - math.exp(-(t - dead) / tau)
+
+
+def _second_order(dead, wn, zeta):
+    wd = wn * math.sqrt(1 - zeta**2)
+    phi = math.acos(zeta)
+
+    def y(t):
+        if t < dead:
+            return 0.0
+        s = t - dead
+        return 1.0 - math.exp(-zeta * wn * s) * math.sin(wd * s + phi) / math.sqrt(1 - zeta**2)
+
+    return y
+
+
+def test_step_shapes_time_a_lag_and_measure_an_overshoot():
+    """Each step of a check, from where the one before ended: a dead time and a lag give t50 =
+    dead + τ·ln 2 and no overshoot; an underdamped valve's overshoot is its textbook 16 % at
+    ζ = 0.5 (within the running mean's rounding of the peak)."""
+    dead, tau = 0.08, 0.2
+    zeta = 0.5
+    levels = [
+        _level(10.0, 0.0, 10.0, _lag(dead, tau)),
+        _level(20.0, 10.0, 20.0, _second_order(dead, 15.0, zeta)),
+        _level(0.0, 20.0, 0.0, _lag(dead, 0.1)),
+    ]
+    levels[0].end, levels[1].end = 10.0, 20.0
+    shapes = C.step_shapes(C.ValveResult('maa', 0, levels))
+    assert [s.nominal_kpa for s in shapes] == [10.0, 20.0, 0.0]
+    assert [s.from_kpa for s in shapes] == [0.0, 10.0, 20.0]
+    lag, under, vent = shapes
+    assert lag.t50_s == pytest.approx(dead + tau * math.log(2), abs=0.012)
+    assert lag.dead_time_s == pytest.approx(dead, abs=0.015)
+    assert lag.tau_s == pytest.approx(tau, rel=0.1)
+    assert lag.overshoot_kpa < 0.05
+    textbook = 10.0 * math.exp(-math.pi * zeta / math.sqrt(1 - zeta**2))
+    assert under.overshoot_kpa == pytest.approx(textbook, rel=0.1)
+    assert vent.to_kpa == pytest.approx(0.0, abs=0.01) and vent.overshoot_kpa < 0.05
+    assert vent.tau_s == pytest.approx(0.1, rel=0.1)

@@ -18,7 +18,9 @@ reads the same parameter files, so it checks what `hardware.launch.py` with thos
    is written (calibration:=, default graph's), which the hardware graph's valve driver loads.
 
 One report: the lines on stdout, the same in DIR/report.txt with DIR/rig_check.png (each valve's
-steps and its fit). Exit 0 when every check passed; 2 otherwise, each failure one line on stderr.
+steps and its fit) and DIR/valve_steps.csv (every read-back of every step; the report lists each
+step's t10, t50 and overshoot). Exit 0 when every check passed; 2 otherwise, each failure one
+line on stderr.
 Only this program may drive the board meanwhile: it opens the port exclusively.
 """
 
@@ -465,7 +467,32 @@ def check_valves(
             f'new calibration read back {r.verify_read_kpa:.1f} kPa',
         )
         results[name] = r
+        report.note(f'{name} steps, read back: ' + '; '.join(map(shape_text, C.step_shapes(r))))
     return results
+
+
+def shape_text(s: Any) -> str:
+    """One step of a valve (commission.StepShape) in a line of the report."""
+    head = f'{s.from_kpa:.1f} -> {s.to_kpa:.1f} kPa'
+    if not math.isfinite(s.t50_s):
+        return f'{head} (too small to time)'
+    return f'{head}: t10 {s.t10_s:.2f} s, t50 {s.t50_s:.2f} s, overshoot {s.overshoot_kpa:.1f} kPa'
+
+
+def write_steps(path: str, results: Mapping[str, Any]) -> None:
+    """Every read-back of every step, one row each (valve, step in run order, its nominal kPa,
+    s since the step's command, kPa per channel): the valves' responses for identification
+    (docs/identification.md), which the authors' recordings do not have."""
+    import csv
+
+    with open(path, 'w', newline='', encoding='utf-8') as f:
+        w = csv.writer(f)
+        w.writerow(['valve', 'step', 'nominal_kpa', 't_s', *(f'{a}_kpa' for a in ACTUATORS)])
+        for name, r in results.items():
+            for i, lv in enumerate(r.steps()):
+                nominal = f'{lv.nominal_kpa:.3f}'
+                for t, kpa in zip(lv.t, lv.kpa, strict=True):
+                    w.writerow([name, i, nominal, f'{t:.4f}', *map('{:.3f}'.format, kpa)])
 
 
 def write_calibration(cfg: RigConfig, probe: Any, results: Mapping[str, Any]) -> str:
@@ -501,8 +528,7 @@ def plot(path: str, results: Mapping[str, Any]) -> None:
             continue
         ch = r.channel
         t0 = 0.0
-        steps = [*r.levels[:-1], r.verify, r.levels[-1]]
-        for lv in steps:
+        for lv in r.steps():
             t = np.array(lv.t) + t0
             top.plot(t, [p[ch] for p in lv.kpa], color='C0', lw=1)
             top.hlines(lv.nominal_kpa, t0, t[-1] if len(t) else t0, colors='C1', lw=1)
@@ -587,9 +613,13 @@ def run(
     try:
         if results:
             plot(os.path.join(out, 'rig_check.png'), results)
+            write_steps(os.path.join(out, 'valve_steps.csv'), results)
         with open(os.path.join(out, 'report.txt'), 'w', encoding='utf-8') as f:
             f.write(report.text())
-        print(f'report: {out}/report.txt' + (f', {out}/rig_check.png' if results else ''))
+        print(
+            f'report: {out}/report.txt'
+            + (f', {out}/rig_check.png, {out}/valve_steps.csv' if results else '')
+        )
     except OSError as exc:
         print(f'equimus check rig: cannot write the report in {out}: {exc}', file=sys.stderr)
         return 2

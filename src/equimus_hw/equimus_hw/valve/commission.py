@@ -391,6 +391,11 @@ class ValveResult:
     verify_kpa: float = VERIFY_KPA
     verify_read_kpa: float = math.nan  # where the read-back of the verification step ends
 
+    def steps(self) -> list[Level]:
+        """Every step in the order it ran: the levels, the verification from above, the vent."""
+        verify = [self.verify] if self.verify is not None else []
+        return [*self.levels[:-1], *verify, *self.levels[-1:]]
+
 
 def hold(
     probe: BoardProbe,
@@ -630,23 +635,72 @@ def step_timing(
     if abs(pf - p0) < 3.0 or len(level.t) < 5:
         return None
     t = np.array(level.t)
-    y = (np.array([p[channel] for p in level.kpa]) - p0) / (pf - p0)
-    y = np.convolve(y, np.ones(3) / 3.0, mode='same')
-    y[0], y[-1] = y[1], y[-2]
-
-    def first(fraction: float) -> float | None:
-        hit = np.nonzero(y >= fraction)[0]
-        if not len(hit):
-            return None
-        i = int(hit[0])
-        if i == 0:
-            return float(t[0])
-        # linear interpolation between the samples around the crossing
-        return float(t[i - 1] + (fraction - y[i - 1]) / (y[i] - y[i - 1]) * (t[i] - t[i - 1]))
-
-    t10, t90 = first(0.1), first(0.9)
+    y = _progress(level, channel, p0, pf)
+    t10, t90 = _first(t, y, 0.1), _first(t, y, 0.9)
     if t10 is None or t90 is None or t90 <= t10:
         return None
     tau = (t90 - t10) / math.log(9.0)
     dead = max(0.0, t10 - tau * math.log(10.0 / 9.0))
     return dead, tau, t90
+
+
+def _progress(level: Level, channel: int, p0: float, pf: float) -> np.ndarray:
+    """The read-back of a step from p0 to pf as the fraction of the step made, on a
+    three-sample running mean (one noisy sample neither times a step nor overshoots it)."""
+    y = (np.array([p[channel] for p in level.kpa]) - p0) / (pf - p0)
+    y = np.convolve(y, np.ones(3) / 3.0, mode='same')
+    y[0], y[-1] = y[1], y[-2]
+    return y
+
+
+def _first(t: np.ndarray, y: np.ndarray, fraction: float) -> float | None:
+    """When y first reaches `fraction`, interpolated between the samples around it."""
+    hit = np.nonzero(y >= fraction)[0]
+    if not len(hit):
+        return None
+    i = int(hit[0])
+    if i == 0:
+        return float(t[0])
+    return float(t[i - 1] + (fraction - y[i - 1]) / (y[i] - y[i - 1]) * (t[i] - t[i - 1]))
+
+
+@dataclasses.dataclass(frozen=True)
+class StepShape:
+    """One step of a valve's check as its read-back showed it, step by step rather than as the
+    medians the calibration keeps: whether the valve starts later, or overshoots more, at some
+    levels than a dead time and one lag allow (docs/identification.md: the knee's fills at
+    10-20 kPa start late and overshoot, with no pressure measured in the authors' data)."""
+
+    nominal_kpa: float  # what the step commanded (nominal calibration; 0 = vent)
+    from_kpa: float  # the read-back it started from
+    to_kpa: float  # where it ended (the level's final read-back)
+    t10_s: float  # from the command to 10 % of the step (nan: too small to time)
+    t50_s: float
+    dead_time_s: float  # the first-order fit of its 10 % and 90 % crossings (step_timing)
+    tau_s: float
+    overshoot_kpa: float  # furthest past its end in the step's direction (>= 0)
+
+
+def step_shapes(result: ValveResult) -> list[StepShape]:
+    """Every step of a checked valve (`ValveResult.steps`), each from where the one before
+    ended."""
+    ch = result.channel
+    steps = result.steps()
+    shapes = []
+    p0 = steps[0].kpa[0][ch] if steps and steps[0].kpa else 0.0
+    for lv in steps:
+        if not lv.t:
+            continue
+        pf = lv.end if math.isfinite(lv.end) else lv.settled(ch)
+        timing = step_timing(lv, ch, p0, pf)
+        t10 = t50 = math.nan
+        over = math.nan
+        if abs(pf - p0) >= 3.0 and len(lv.t) >= 5:
+            t, y = np.array(lv.t), _progress(lv, ch, p0, pf)
+            crossed = (_first(t, y, 0.1), _first(t, y, 0.5))
+            t10, t50 = (math.nan if c is None else c for c in crossed)
+            over = max(0.0, float(np.max(y) - 1.0) * abs(pf - p0))
+        dead, tau = (timing[0], timing[1]) if timing else (math.nan, math.nan)
+        shapes.append(StepShape(lv.nominal_kpa, p0, pf, t10, t50, dead, tau, over))
+        p0 = pf
+    return shapes
