@@ -296,8 +296,14 @@ def test_a_dead_controller_vents_the_valves_within_the_watchdog_period(mode, tmp
         assert len(decay) >= 3, pressure[-5:]
         for ch in range(2):
             series = [d[ch] for d in decay]
-            assert all(b <= a + 1e-9 for a, b in pairwise(series)), series
-            assert series[-1] < series[0] or series[0] < 0.5, series
+            # On the rig the first read-backs to arrive after the vent may still be ACKs of the
+            # last commands before it (the link's reader thread noted them late: a loaded
+            # machine), taken while the valve still rose towards those commands (seen: 19.34
+            # then 19.93 kPa, then the decay): two at most, then a decay that never rises.
+            top = series.index(max(series)) if mode == 'hardware' else 0
+            assert top <= 2, series
+            assert all(b <= a + 1e-9 for a, b in pairwise(series[top:])), series
+            assert series[-1] < series[top] or series[top] < 0.5, series
         if mode == 'sim':
             # Frame by frame (1/120 s of sim time), p ← a·p with a = exp(−Δt/τ): the valve lag.
             a = math.exp(-1 / 120 / load_leg().valve_time_constant)
