@@ -18,6 +18,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from equimus_bringup.graph import DISCOVERY_RANGE_ENV, TRANSPORT_CHOICE_ENVS, graph_environment
 
 PEER = Path(__file__).with_name('dds_resend_peer.py')
@@ -58,6 +60,7 @@ def _expect(proc, word):
     assert line == word, f'{PEER.name} said {line!r}, not {word!r} (exit {proc.poll()})'
 
 
+@pytest.mark.serial  # judges lateness in wall-clock time: alone (pytest.ini)
 def test_a_missed_datagram_is_resent_within_the_heartbeat(monkeypatch):
     for k in (*TRANSPORT_CHOICE_ENVS, DISCOVERY_RANGE_ENV, 'RMW_IMPLEMENTATION', 'ROS_DISTRO'):
         monkeypatch.delenv(k, raising=False)

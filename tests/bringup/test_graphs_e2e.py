@@ -82,6 +82,7 @@ def test_process_cpu_s_counts_a_busy_process():
     assert main_job.process_cpu_s([2**22 + 12345]) is None  # no such process
 
 
+@pytest.mark.serial  # judges the real-time graph's rates and tracking: alone (pytest.ini)
 def test_hardware_graph_against_the_emulated_rig(tmp_path):
     run_dir = _run(tmp_path, '--mode', 'hardware', '--controller', 'pid', '--duration', '8')
     counts = bag.topic_counts(run_dir / 'bag')
@@ -132,6 +133,7 @@ def test_a_node_dying_stops_the_graph_with_failure(tmp_path):
     assert bag.is_complete(tmp_path / 'bag')
 
 
+@pytest.mark.serial  # judges the real-time graph's rates and tracking: alone (pytest.ini)
 def test_fused_control_loop_against_the_emulated_rig(tmp_path):
     """fused_loop:=true: one process, the same topics recorded, the same clamp, the same vent."""
     run_dir = _run(
