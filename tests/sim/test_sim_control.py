@@ -63,6 +63,7 @@ def ros():
     rclpy.try_shutdown()
 
 
+@pytest.mark.serial  # judges the paced node's real-time factor on the wall clock: alone
 def test_pause_step_resume_rate_and_reset(ros, repo_dir, tmp_path):
     sim = SimProcess(
         repo_dir,

@@ -36,6 +36,11 @@ from equimus_bringup.graph import (
 #: DDS discovery on a loaded machine), and to answer one transition.
 LIFECYCLE_SERVICE_TIMEOUT_S = 30.0
 LIFECYCLE_CALL_TIMEOUT_S = 10.0
+#: s the supervisor's own node has been on the domain before it trusts its list of valve drivers:
+#: a node discovers the participants already running only as their replies come in, which a
+#: loaded machine delayed past this graph's own driver's start (a second graph's supervisor saw
+#: its own driver, not yet the first graph's, and sent its lifecycle requests).
+DISCOVERY_SETTLE_S = 2.0
 #: s a hung process gets to print its stacks before it is killed.
 STACK_DUMP_WAIT_S = 1.0
 
@@ -177,6 +182,7 @@ class LifecycleClient:
         self.executor = SingleThreadedExecutor(context=self.context)
         self.executor.add_node(self.node)
         self._clients: dict[str, Any] = {}
+        self.since = time.monotonic()  # on the domain since (DISCOVERY_SETTLE_S)
 
     def _client(self, node: str, srv=None):
         from lifecycle_msgs.srv import ChangeState
@@ -315,6 +321,10 @@ class Supervisor:
         no node behind on the domain, where a later graph's lifecycle requests would reach it."""
         self.check_realtime()
         try:
+            if self.drivers_listed is not None and any(s.managed for s in self.specs):
+                # On the domain before the processes start: they take seconds to come up,
+                # time this node spends discovering who else is there (DISCOVERY_SETTLE_S).
+                _ = self.lifecycle
             for spec in self.specs:
                 self.output[spec.name] = []
                 proc, t = self._spawn(spec)
@@ -383,12 +393,29 @@ class Supervisor:
             # get_state below is answered by any node of that name: first this graph's own
             # driver must be listed, and no other graph's.
             self._wait_own_driver(lambda: proc.poll() is None)
+            self._refuse_other_driver()
+        self.lifecycle.wait_for(name, lambda: proc.poll() is None, LIFECYCLE_SERVICE_TIMEOUT_S)
+        for transition, label in BRING_UP:
+            try:
+                self.lifecycle.change(name, transition, label, LIFECYCLE_CALL_TIMEOUT_S)
+            except GraphError as exc:
+                # A refusal with another graph's driver listed by now: that is the reason.
+                problem = self.other_driver() if name == 'valve_driver' else ''
+                if problem:
+                    raise GraphError(problem) from exc
+                raise
+
+    def _refuse_other_driver(self) -> None:
+        """GraphError if another graph's valve_driver is listed, watched until this node has
+        been on the domain for DISCOVERY_SETTLE_S."""
+        settled = self.lifecycle.since + DISCOVERY_SETTLE_S
+        while True:
             problem = self.other_driver()
             if problem:
                 raise GraphError(problem)
-        self.lifecycle.wait_for(name, lambda: proc.poll() is None, LIFECYCLE_SERVICE_TIMEOUT_S)
-        for transition, label in BRING_UP:
-            self.lifecycle.change(name, transition, label, LIFECYCLE_CALL_TIMEOUT_S)
+            if time.monotonic() >= settled:
+                return
+            time.sleep(0.05)
 
     def vent_first(self) -> None:
         """Deactivate (vent) a running valve driver before the rest stops: a node died."""
