@@ -309,6 +309,8 @@ def test_every_command_of_docs_rig_md(repo_dir, shared_dir, tmp_path):
                         ['bash', '-c', cmd], cwd=lab, env=env, capture_output=True, text=True,
                         timeout=300,
                     )  # fmt: skip
+                    if r.returncode != 0:  # whole, in the report (a crash's stack is long)
+                        print(f'{doc_command}: exit {r.returncode}\n{r.stdout}\n{r.stderr}')
                     assert r.returncode == 0, (doc_command, r.stdout[-3000:], r.stderr[-3000:])
                 ran.append(doc_command)
             if background:

@@ -103,15 +103,17 @@ def cmd_valve(ns: argparse.Namespace) -> int:
         # arm restarts the output's slew from 0 kPa)
         again = VALVE_RETRY_S if ns.action in ('disarm', 'estop') else None
         ok, message = client.trigger(f'/valve_driver/{ns.action}', ns.timeout, again)
+        # The answer before the middleware's teardown, which has crashed once (docs/
+        # reliability.md): whoever stopped the valves learns that they did.
+        if not ok and message.endswith('is not offered'):
+            message += ' (no valve driver runs on this ROS_DOMAIN_ID: start the graph first)'
+        if ok:
+            print(f'valve_driver: {message}', flush=True)
+        else:
+            print(f'equimus: {message}', file=sys.stderr, flush=True)
     finally:
         client.close()
-    if not ok and message.endswith('is not offered'):
-        message += ' (no valve driver runs on this ROS_DOMAIN_ID: start the graph first)'
-    if not ok:
-        print(f'equimus: {message}', file=sys.stderr)
-        return 2
-    print(f'valve_driver: {message}')
-    return 0
+    return 0 if ok else 2
 
 
 def cmd_args(ns: argparse.Namespace) -> int:
