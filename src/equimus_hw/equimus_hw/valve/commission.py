@@ -632,7 +632,7 @@ def step_timing(
     """(dead time, time constant, t90) of one step from p0 to pf, from the times its read-back
     first crosses 10 % and 90 % of the step (a first-order lag crosses them 2.197 τ apart) on a
     three-sample running mean; None for a step too small to time (under 3 kPa)."""
-    if abs(pf - p0) < 3.0 or len(level.t) < 5:
+    if not _timeable(level, p0, pf):
         return None
     t = np.array(level.t)
     y = _progress(level, channel, p0, pf)
@@ -642,6 +642,11 @@ def step_timing(
     tau = (t90 - t10) / math.log(9.0)
     dead = max(0.0, t10 - tau * math.log(10.0 / 9.0))
     return dead, tau, t90
+
+
+def _timeable(level: Level, p0: float, pf: float) -> bool:
+    """A step large enough (3 kPa) and read back often enough (5 samples) to be timed."""
+    return abs(pf - p0) >= 3.0 and len(level.t) >= 5
 
 
 def _progress(level: Level, channel: int, p0: float, pf: float) -> np.ndarray:
@@ -695,7 +700,7 @@ def step_shapes(result: ValveResult) -> list[StepShape]:
         timing = step_timing(lv, ch, p0, pf)
         t10 = t50 = math.nan
         over = math.nan
-        if abs(pf - p0) >= 3.0 and len(lv.t) >= 5:
+        if _timeable(lv, p0, pf):
             t, y = np.array(lv.t), _progress(lv, ch, p0, pf)
             crossed = (_first(t, y, 0.1), _first(t, y, 0.5))
             t10, t50 = (math.nan if c is None else c for c in crossed)
