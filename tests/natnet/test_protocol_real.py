@@ -131,3 +131,23 @@ def test_real_frame_rejected_with_wrong_version(natnet_data):
     d = load(natnet_data, 'mocapframe_packet_v3.bin')
     with pytest.raises(P.NatNetDecodeError):
         P.decode_message(d, (4, 1))
+
+
+def test_markers_unpacked_on_first_use_and_bounds_checked_at_decode(natnet_data):
+    """The frame's marker records are read only when asked for (the control chain never asks),
+    give the records the wire holds, and a frame whose marker section runs past the datagram is
+    still refused when it is decoded, not when the markers are first read."""
+    d = load(natnet_data, 'mocapframe_packet_v3.bin')
+    f = P.decode_message(d, (3, 0))
+    lazy = f.labeled_markers
+    assert isinstance(lazy, P.LazyRecords) and lazy._items is None
+    assert len(lazy) == 6 and lazy._items is None  # the count needs no unpacking
+    p = d[4:]
+    records = [struct.unpack_from('<i4fhf', p, 122 + 26 * i) for i in range(6)]
+    eager = [P.Marker(t[0], t[1:4], t[4], t[5], t[6]) for t in records]
+    assert lazy == eager and eager == lazy and list(lazy) == eager and lazy[1:3] == eager[1:3]
+    assert lazy._items is not None
+    assert len(f.other_markers) == 5 and f.other_markers[4] == struct.unpack_from('<3f', p, 12 + 48)
+    cut = struct.pack('<HH', 7, 122 + 26 * 3) + p[: 122 + 26 * 3]  # three of the six markers
+    with pytest.raises(P.NatNetDecodeError, match='labeled marker'):
+        P.decode_message(cut, (3, 0))

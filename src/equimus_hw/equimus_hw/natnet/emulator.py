@@ -385,7 +385,8 @@ class NatNetEmulator:
     def build_frame(self, t: float) -> P.Frame:
         now_mono = time.monotonic()
         poses = self._poses(t)
-        f = P.Frame(self._frame_number)
+        labeled: list[P.Marker] = []
+        f = P.Frame(self._frame_number, labeled_markers=labeled)
         offs = self._marker_offsets()
         with self._lock:
             untracked = {n for n, u in self._untracked_until.items() if u > now_mono}
@@ -406,7 +407,7 @@ class NatNetEmulator:
             markers = [_vec3(p + o for p, o in zip(pos, off, strict=True)) for off in offs]
             f.marker_sets.append(P.MarkerSetData(n, markers))
             for i, m in enumerate(markers):
-                f.labeled_markers.append(
+                labeled.append(
                     P.Marker((rb_id << 16) | (i + 1), m, 0.014, 0x0A if ok else 0x01, 0.0002)
                 )
         f.marker_sets.append(

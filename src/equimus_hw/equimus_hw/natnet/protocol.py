@@ -10,9 +10,10 @@ and 4.3 changed: docs/natnet.md "NatNet 4.2 and 4.3".
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
+from typing import Generic, TypeVar, overload
 
 Version = tuple[int, int]
 SUPPORTED_VERSIONS: tuple[Version, ...] = ((3, 0), (3, 1), (4, 0), (4, 1), (4, 2), (4, 3))
@@ -143,7 +144,7 @@ class Marker:
 @dataclass
 class MarkerSetData:
     name: str
-    positions: list[Vec3] = field(default_factory=list)
+    positions: Sequence[Vec3] = field(default_factory=list)
 
 
 @dataclass
@@ -171,11 +172,11 @@ class AnalogData:
 class Frame:
     frame_number: int
     marker_sets: list[MarkerSetData] = field(default_factory=list)
-    other_markers: list[Vec3] = field(default_factory=list)
+    other_markers: Sequence[Vec3] = field(default_factory=list)
     rigid_bodies: list[RigidBody] = field(default_factory=list)
     skeletons: list[SkeletonData] = field(default_factory=list)
     assets: list[AssetData] = field(default_factory=list)
-    labeled_markers: list[Marker] = field(default_factory=list)
+    labeled_markers: Sequence[Marker] = field(default_factory=list)
     force_plates: list[AnalogData] = field(default_factory=list)
     devices: list[AnalogData] = field(default_factory=list)
     timecode: int = 0
@@ -419,6 +420,64 @@ Message = (
 # --------------------------------------------------------------------------------------------
 # Reader
 # --------------------------------------------------------------------------------------------
+T = TypeVar('T')
+
+
+class LazyRecords(Sequence[T], Generic[T]):
+    """A decoded frame's marker records, unpacked on first use. Markers are two thirds of a
+    frame's decode and the control chain reads none of them: the fused loop's bridge reaches
+    them only after the frame's valve command is written (docs/benchmarks.md, issue 30). The
+    bytes were bounds-checked when the frame was decoded, so unpacking them cannot fail.
+    Compares equal to a list of the same records; read-only."""
+
+    __slots__ = ('_buf', '_pos', '_n', '_st', '_make', '_items')
+
+    def __init__(
+        self, buf: bytes, pos: int, n: int, st: struct.Struct, make: Callable[[tuple], T]
+    ) -> None:
+        self._buf, self._pos, self._n, self._st, self._make = buf, pos, n, st, make
+        self._items: list[T] | None = None
+
+    def _all(self) -> list[T]:
+        items = self._items
+        if items is None:
+            end = self._pos + self._n * self._st.size
+            raw = self._st.iter_unpack(memoryview(self._buf)[self._pos : end])
+            items = self._items = [self._make(t) for t in raw]
+        return items
+
+    def __len__(self) -> int:
+        return self._n
+
+    @overload
+    def __getitem__(self, i: int) -> T: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[T]: ...
+    def __getitem__(self, i: int | slice) -> T | list[T]:
+        return self._all()[i]
+
+    def __iter__(self) -> Iterator[T]:
+        return iter(self._all())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Sequence) and not isinstance(other, (str, bytes)):
+            return self._all() == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # equal to lists, so unhashable like them
+
+    def __repr__(self) -> str:
+        return repr(self._all())
+
+
+def _vec3(t: tuple) -> Vec3:
+    return t  # three floats, as struct gave them
+
+
+def _marker(t: tuple) -> Marker:
+    return Marker(t[0], t[1:4], t[4], t[5], t[6])
+
+
 _I32 = struct.Struct('<i')
 _U32 = struct.Struct('<I')
 _I16 = struct.Struct('<h')
@@ -485,6 +544,19 @@ class _Reader:
             self.need(st.size, what)
         self.pos = pos + size
         return list(st.iter_unpack(memoryview(self.buf)[pos : pos + size]))
+
+    def lazy_records(
+        self, n: int, st: struct.Struct, what: str, make: Callable[[tuple], T]
+    ) -> LazyRecords[T]:
+        """`records`, bounds-checked now and unpacked (through `make`) on first use."""
+        size = n * st.size
+        pos = self.pos
+        if pos + size > self.end:
+            fit = max(self.end - pos, 0) // st.size
+            self.pos = pos + fit * st.size
+            self.need(st.size, what)
+        self.pos = pos + size
+        return LazyRecords(self.buf, pos, n, st, make)
 
     def count(self, what: str, min_record: int) -> int:
         pos = self.pos
@@ -567,11 +639,15 @@ def _rd_rbs(r: _Reader, n: int) -> list[RigidBody]:
 
 
 def _rd_markers(r: _Reader, n: int) -> list[Marker]:
-    return [Marker(t[0], t[1:4], t[4], t[5], t[6]) for t in r.records(n, _MARKER, 'marker record')]
+    return [_marker(t) for t in r.records(n, _MARKER, 'marker record')]
 
 
-def _rd_vec3s(r: _Reader, n: int) -> list[Vec3]:
-    return r.records(n, _VEC3, 'marker position')
+def _rd_lazy_markers(r: _Reader, n: int) -> LazyRecords[Marker]:
+    return r.lazy_records(n, _MARKER, 'marker record', _marker)
+
+
+def _rd_vec3s(r: _Reader, n: int) -> LazyRecords[Vec3]:
+    return r.lazy_records(n, _VEC3, 'marker position', _vec3)
 
 
 def _rd_markerset(r: _Reader) -> MarkerSetData:
@@ -621,7 +697,7 @@ def decode_frame(payload: bytes, version: Version) -> Frame:
     f.skeletons = _section(r, version, 'skeleton count', 8, _rd_skeletons)
     if version >= (4, 1):
         f.assets = _section(r, version, 'asset count', 12, _rd_assets)
-    f.labeled_markers = _section(r, version, 'labeled marker count', _MARKER.size, _rd_markers)
+    f.labeled_markers = _section(r, version, 'labeled marker count', _MARKER.size, _rd_lazy_markers)
     f.force_plates = _section(r, version, 'force plate count', 8, _rd_analogs)
     f.devices = _section(r, version, 'device count', 8, _rd_analogs)
     for name, value in zip(_SUFFIX_FIELDS, r.unpack(_SUFFIX, 'frame suffix'), strict=True):
@@ -648,7 +724,7 @@ def _rd_rb_desc(r: _Reader, version: Version) -> RigidBodyDescription:
     offset = r.unpack(_VEC3, 'rigid body offset')
     rot = r.unpack(_QUAT, 'rigid body rotation offset') if version >= (4, 2) else None
     n = r.count('rigid body marker count', 16)
-    pos = _rd_vec3s(r, n)
+    pos = r.records(n, _VEC3, 'rigid body marker position')
     labels = [r.i32('marker active label') for _ in range(n)]
     names = [r.cstr('marker name') for _ in range(n)] if version >= (4, 0) else None
     return RigidBodyDescription(name, rid, parent, offset, pos, labels, names, rot)
@@ -895,7 +971,7 @@ def _cs_list(names: Sequence[str]) -> bytes:
     return _I32.pack(len(names)) + b''.join(_cs(s) for s in names)
 
 
-def _enc_section(parts: list[bytes], items: list, enc_one, version: Version) -> None:
+def _enc_section(parts: list[bytes], items: Sequence, enc_one, version: Version) -> None:
     body = b''.join(enc_one(x) for x in items)
     parts.append(_I32.pack(len(items)))
     if _has_byte_counts(version):
