@@ -532,10 +532,10 @@ class _Reader:
         self.pos = pos + 4
         return _I32.unpack_from(self.buf, pos)[0]
 
-    def records(self, n: int, st: struct.Struct, what: str) -> list[tuple]:
-        """n fixed-size records in one pass of C (struct.iter_unpack): a frame's markers and
-        bodies without a Python call each. A shortfall is reported as reading them one by one
-        would: the first record that does not fit, and what is left for it."""
+    def _claim(self, n: int, st: struct.Struct, what: str) -> int:
+        """Where n fixed-size records start, the reader moved past them. A shortfall is reported
+        as reading them one by one would: the first record that does not fit, and what is left
+        for it."""
         size = n * st.size
         pos = self.pos
         if pos + size > self.end:
@@ -543,20 +543,19 @@ class _Reader:
             self.pos = pos + fit * st.size
             self.need(st.size, what)
         self.pos = pos + size
-        return list(st.iter_unpack(memoryview(self.buf)[pos : pos + size]))
+        return pos
+
+    def records(self, n: int, st: struct.Struct, what: str) -> list[tuple]:
+        """n fixed-size records in one pass of C (struct.iter_unpack): a frame's bodies without a
+        Python call each."""
+        pos = self._claim(n, st, what)
+        return list(st.iter_unpack(memoryview(self.buf)[pos : self.pos]))
 
     def lazy_records(
         self, n: int, st: struct.Struct, what: str, make: Callable[[tuple], T]
     ) -> LazyRecords[T]:
         """`records`, bounds-checked now and unpacked (through `make`) on first use."""
-        size = n * st.size
-        pos = self.pos
-        if pos + size > self.end:
-            fit = max(self.end - pos, 0) // st.size
-            self.pos = pos + fit * st.size
-            self.need(st.size, what)
-        self.pos = pos + size
-        return LazyRecords(self.buf, pos, n, st, make)
+        return LazyRecords(self.buf, self._claim(n, st, what), n, st, make)
 
     def count(self, what: str, min_record: int) -> int:
         pos = self.pos
