@@ -9,7 +9,15 @@ import sys
 import numpy as np
 import pytest
 
-from equimus_description.valve import Valve, ValveParams, follow, hold, hold_steps
+from equimus_description.valve import (
+    MIN_REGULATED_KPA,
+    Valve,
+    ValveMemory,
+    ValveParams,
+    follow,
+    hold,
+    hold_steps,
+)
 
 sys.path.insert(0, str(__import__('pathlib').Path(__file__).parent))
 import valve_reference  # noqa: E402
@@ -104,6 +112,18 @@ def test_the_default_leg_has_the_neutral_valve():
 
     v = load_leg().valve
     assert v.is_lag and v.dead_time == 0.0 and v.tau == load_leg().valve_time_constant
+
+
+# The VPPE's wind-up while a vented muscle takes up its slack, as fitted to the ToCenter file in
+# a trial (docs/identification.md): MAA slack 14.9 kPa, BAA none.
+REGULATED = ValveParams(
+    (0.258, 0.338),
+    (0.005, 0.127),
+    0.0952,
+    slack=(14.9, 0.0),
+    integral_gain=(1.87, 0.78),
+    integral_leak=(1.39, 1.38),
+)
 
 
 GENERAL = ValveParams(tau_fill=0.3, tau_vent=0.08, dead_time=0.0237)
@@ -201,6 +221,8 @@ def test_parameters_are_checked():
         ValveParams(0.3, 0.1, 0.0),  # fill ≠ vent without a dead time
         ValveParams(0.2171, 0.2171, 0.0),  # the lag (hold's own path)
         ValveParams(0.2, 0.1, 0.02, fill_rate=(80.0, math.inf)),  # a rate limit (hold's path)
+        REGULATED,  # the regulator, dead time of a fraction of a step
+        ValveParams(0.3, 0.1, 5 / 600, slack=8.0, integral_gain=2.0),  # whole steps, no leak
     ],
 )
 def test_the_simulators_per_frame_hold_is_hold_bit_for_bit(params):
@@ -216,13 +238,109 @@ def test_the_simulators_per_frame_hold_is_hold_bit_for_bit(params):
         if rng.random() < 0.3:
             u = np.round(rng.uniform(0.0, 50.0, 2), 1) * (rng.random(2) < 0.8)
         n = (1, 5, 40)[frame % 3]
-        if frame == 150 and hist_b is not None:
+        if frame == 150 and isinstance(hist_b, ValveMemory):  # a memory hold_steps did not write
+            hist_b = ValveMemory(
+                *(np.asarray(v) for v in (hist_b.commands, hist_b.integral, hist_b.slack))
+            )
+        elif frame == 150 and hist_b is not None:
             hist_b = np.asarray(hist_b)  # a history hold_steps did not write: rows as arrays
         a, hist_a = hold(params, p_a, u, n, dt, hist_a)
         b, hist_b = hold_steps(params, p_b.tolist(), u.tolist(), n, dt, hist_b)
         assert np.array_equal(a, np.array(b)), (frame, a - np.array(b))
         p_a, p_b = a[-1], np.array(b[-1])
-    if hist_a is None:
+    if isinstance(hist_a, ValveMemory):
+        for field in ('commands', 'integral', 'slack'):
+            a_, b_ = getattr(hist_a, field), getattr(hist_b, field)
+            assert np.array_equal(np.reshape(a_, (-1, 2)), np.reshape(b_, (-1, 2))), field
+    elif hist_a is None:
         assert hist_b is None
     else:
         assert np.array_equal(np.reshape(hist_a, (-1, 2)), np.reshape(hist_b, (-1, 2)))
+
+
+def _fills_and_vents(n=600):
+    u = np.zeros((n, 2))
+    u[20:200] = (10.0, 20.0)
+    u[330:480] = (35.0, 10.0)
+    return u
+
+
+def test_the_regulators_solvers_agree():
+    """follow, hold over frames (memory carried), batched and one at a time, and hold_steps give
+    the same pressures bit for bit; the clock-stepped Valve (the board emulator's) the same
+    within 1e-9 kPa when the dead time is whole steps (its pieces are then the grid's)."""
+    dt = 0.01
+    u = _fills_and_vents()
+    want, memory = follow(REGULATED, u, np.zeros(2), dt)
+    assert isinstance(memory, ValveMemory)
+    first, mid = follow(REGULATED, u[:137], np.zeros(2), dt)
+    rest, _ = follow(REGULATED, u[137:], first[-1], dt, mid)
+    assert np.array_equal(np.concatenate([first, rest]), want)
+    batch, _ = follow(REGULATED, np.stack([u, u[::-1]]), np.zeros((2, 2)), dt)
+    assert np.array_equal(batch[0], want)
+    assert np.array_equal(batch[1], follow(REGULATED, u[::-1], np.zeros(2), dt)[0])
+    p, mem, rows = [0.0, 0.0], None, []
+    for k in range(len(u)):
+        seg, mem = hold_steps(REGULATED, p, u[k].tolist(), 1, dt, mem)
+        rows.append(seg[-1])
+        p = seg[-1]
+    assert np.array_equal(np.array(rows), want)
+    whole = ValveParams(**{**vars(REGULATED), 'dead_time': 0.09})
+    grid, _ = follow(whole, u, np.zeros(2), dt)
+    v = Valve(whole, 2)
+    stepped = np.array([v.step(u[k], dt).copy() for k in range(len(u))])
+    assert np.max(np.abs(stepped - grid)) < 1e-9
+
+
+def test_the_regulator_is_what_it_says():
+    """A fill from vented: no pressure until the slack has taken its inflow, then an overshoot
+    that unwinds back to the setpoint, a larger share of a low setpoint; venting restores the
+    slack, so a second fill repeats the first exactly."""
+    dt = 0.005
+    slack_only = ValveParams(0.2, 0.05, 0.0, slack=10.0)
+    p, _ = follow(slack_only, np.full((200, 1), 10.0), np.zeros(1), dt)
+    per_step = 10.0 * (1.0 - math.exp(-dt / 0.2))  # inflow while the pressure is 0
+    assert int(np.argmax(p[:, 0] > 0.0)) == math.floor(10.0 / per_step)
+    valve = ValveParams(0.2, 0.05, 0.0, slack=10.0, integral_gain=2.0, integral_leak=1.5)
+    for level in (10.0, 40.0):
+        u = np.full((1200, 1), level)
+        p, _ = follow(valve, u, np.zeros(1), dt)
+        assert p[-1, 0] == pytest.approx(level, rel=0.01)  # the integral leaks away
+        if level == 10.0:
+            low_overshoot = p[:, 0].max() / level - 1.0
+        else:
+            assert 0.0 < p[:, 0].max() / level - 1.0 < low_overshoot
+    u = np.zeros((1600, 1))
+    u[:600] = u[800:1400] = 10.0
+    p, _ = follow(valve, u, np.zeros(1), dt)
+    assert p[799, 0] < 0.01  # vented
+    assert np.allclose(p[800:1400], p[:600], atol=1e-6)
+    assert MIN_REGULATED_KPA > 0.0  # a vented setpoint resets the integral: below it, off
+
+
+def test_neutral_regulator_is_the_chamber_bit_for_bit():
+    chamber = ValveParams((0.258, 0.338), (0.005, 0.127), 0.0952)
+    neutral = ValveParams(
+        **{**vars(chamber), 'slack': 0.0, 'integral_gain': 0.0, 'integral_leak': 3.0}
+    )
+    assert not neutral.has_regulator and REGULATED.has_regulator
+    u = _fills_and_vents()
+    assert np.array_equal(
+        follow(neutral, u, np.zeros(2), 0.01)[0], follow(chamber, u, np.zeros(2), 0.01)[0]
+    )
+
+
+def test_regulator_parameters_are_checked(tmp_path):
+    with pytest.raises(ValueError, match='slack'):
+        ValveParams(slack=-1.0)
+    with pytest.raises(ValueError, match='integral_gain'):
+        ValveParams(integral_gain=(1.0, math.nan))
+    with pytest.raises(ValueError, match='cannot be combined'):
+        ValveParams(fill_rate=100.0, slack=5.0)
+    from equimus_description.leg import LegDescriptionError, load_leg
+
+    leg = load_leg().with_overrides({'valve.slack.maa': 14.9, 'valve.integral_gain.baa': 0.8})
+    assert leg.valve.slack == (14.9, 0.0) and leg.valve.integral_gain == (0.0, 0.8)
+    assert load_leg().valve == ValveParams(leg.valve_time_constant, leg.valve_time_constant)
+    with pytest.raises(LegDescriptionError, match='valve.slack.baa'):
+        load_leg().with_overrides({'valve.slack.baa': -2.0})

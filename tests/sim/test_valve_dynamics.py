@@ -71,16 +71,29 @@ GENERAL = {
     'valve.vent_time_constant': 0.09,
 }
 
+# and the regulator: the BAA's muscle has slack, both valves integrate
+REGULATED = {
+    **GENERAL,
+    'valve.slack.baa': 8.0,
+    'valve.integral_gain.maa': 1.5,
+    'valve.integral_gain.baa': 0.8,
+    'valve.integral_leak.maa': 1.0,
+}
 
+
+@pytest.mark.parametrize('overrides', [GENERAL, REGULATED], ids=['chamber', 'regulator'])
 @pytest.mark.parametrize('variant', ['equimus', 'pure'])
-def test_a_valve_with_dead_time_and_fill_vent_constants_is_the_description_model(variant):
+def test_a_valve_with_dead_time_and_fill_vent_constants_is_the_description_model(
+    variant, overrides
+):
     """Both valve paths step the description's valve model (valve.follow on the same commands
     gives the same pressures) and move the leg the same way; the dead time really delays."""
     from equimus_description.valve import follow
 
-    py = make_simulator(variant=variant, timestep=1 / 600, valve='python', overrides=GENERAL)
-    mj = make_simulator(variant=variant, timestep=1 / 600, valve='mujoco', overrides=GENERAL)
+    py = make_simulator(variant=variant, timestep=1 / 600, valve='python', overrides=overrides)
+    mj = make_simulator(variant=variant, timestep=1 / 600, valve='mujoco', overrides=overrides)
     assert not py.valve_params.is_lag and py.valve_params == mj.valve_params
+    assert py.valve_params.has_regulator == (overrides is REGULATED)
     rng = np.random.default_rng(3)
     steps, p_py, worst_q = [], [], 0.0
     for k in range(600):

@@ -590,9 +590,10 @@ def _finish(raw: Mapping, source, bodies, joints, actuators) -> LegDescription:
 def _valve(raw: Mapping, tau: float, channels: list) -> ValveParams:
     """The valve section: `time_constant` is the fill and the vent constant unless
     `fill_time_constant` / `vent_time_constant` are given: a number, or one per actuator
-    ({maa: .., baa: ..}); null = time_constant."""
+    ({maa: .., baa: ..}); null = time_constant. The regulator's `slack` (kPa),
+    `integral_gain` and `integral_leak` (1/s), the same way, default 0 (no regulator)."""
 
-    def constant(key: str) -> float | tuple[float, ...]:
+    def constant(key: str, default: float = tau, zero: bool = False) -> float | tuple[float, ...]:
         v = raw.get(key)
         if isinstance(v, Mapping):
             unknown = sorted(set(v) - set(channels))
@@ -602,20 +603,26 @@ def _valve(raw: Mapping, tau: float, channels: list) -> ValveParams:
                 )
             per = [v.get(a) for a in channels]
             if all(x is None for x in per):
-                return tau
+                return default
             return tuple(
-                tau if x is None else _positive(x, f'valve.{key}.{a}')
+                default if x is None else _positive(x, f'valve.{key}.{a}', zero)
                 for a, x in zip(channels, per, strict=True)
             )
-        return tau if v is None else _positive(v, f'valve.{key}')
+        return default if v is None else _positive(v, f'valve.{key}', zero)
 
     rate = raw.get('fill_rate')
-    return ValveParams(
-        tau_fill=constant('fill_time_constant'),
-        tau_vent=constant('vent_time_constant'),
-        dead_time=_positive(raw.get('dead_time', 0.0), 'valve.dead_time', True),
-        fill_rate=math.inf if rate is None else _positive(rate, 'valve.fill_rate'),
-    )
+    try:
+        return ValveParams(
+            tau_fill=constant('fill_time_constant'),
+            tau_vent=constant('vent_time_constant'),
+            dead_time=_positive(raw.get('dead_time', 0.0), 'valve.dead_time', True),
+            fill_rate=math.inf if rate is None else _positive(rate, 'valve.fill_rate'),
+            slack=constant('slack', 0.0, True),
+            integral_gain=constant('integral_gain', 0.0, True),
+            integral_leak=constant('integral_leak', 0.0, True),
+        )
+    except ValueError as e:  # a combination the model cannot run (each value is valid)
+        raise LegDescriptionError(str(e), 'valve') from None
 
 
 def _foot(raw: Any, bodies: Mapping) -> Foot | None:

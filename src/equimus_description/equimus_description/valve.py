@@ -17,6 +17,20 @@ One piece of it is available: a fill no faster than `fill_rate` (kPa/s; choked s
 at a constant rate), off by default. At T_d = 0, τ_fill = τ_vent and no rate limit the model is
 the authors' first-order lag.
 
+The regulator (off by default): the VPPE is itself a pressure regulator with integral action
+("closed-loop pressure regulator" in ../shared/spec/valve.md), and a vented muscle first takes up
+slack — its braid and bladder unfold — before its pressure rises. So a fill from a vented muscle
+loses `slack` kPa of inflow to that slack, the regulator's integral I winds up while the
+pressure lags (dI/dt = integral_gain·(v − p) − integral_leak·I) and drives the chamber towards
+v + I, then unwinds: the pressure starts late, overshoots and relaxes back, the more so the lower
+the setpoint (the same wind-up is a larger share of a small setpoint), as the recorded knee does
+(docs/identification.md). Below MIN_REGULATED_KPA the valve vents and its integral is reset; a
+muscle vented below VENTED_KPA has its slack back. The regulator is a recursion, not a closed
+form: per step of at most REGULATOR_STEP_S the chamber is solved exactly for the target held
+and the integral by an Euler step (integral_gain·REGULATOR_STEP_S ≤ 0.1 over the fitted range).
+Its state (the integral and the slack left) travels with the dead time's history in a
+`ValveMemory`.
+
 `ValveParams` holds the parameters (from the leg description's `valve` section:
 `LegDescription.valve`); the time constants and the rate limit are one value for every channel
 or one per channel. Three pure functions give its exact solution for inputs held piecewise
@@ -48,6 +62,7 @@ import math
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -57,10 +72,13 @@ __all__ = [
     'MIN_REGULATED_KPA',
     'P_MIN_KPA',
     'REPEATABILITY_KPA',
+    'REGULATOR_STEP_S',
     'SLEW_RATE_KPA_S',
     'VALVE_TAU_S',
+    'VENTED_KPA',
     'Valve',
     'ValveLag',
+    'ValveMemory',
     'ValveParams',
     'follow',
     'hold',
@@ -92,6 +110,12 @@ regulates to for one setpoint, from one approach to the next."""
 VALVE_TAU_S = 0.2171
 """Default valve time constant (s) when a leg description gives none."""
 
+VENTED_KPA = 1.0
+"""A muscle below this pressure (kPa) has vented: its slack is back (the regulator's)."""
+
+REGULATOR_STEP_S = 0.01
+"""The longest step (s) of the regulator's recursion; longer steps are split evenly."""
+
 _GRID_TOL = 1e-9  # a dead time this close to a whole number of steps is that number
 
 
@@ -115,16 +139,21 @@ def _channelwise(value, name: str, ok, what: str) -> Channelwise:
 
 @dataclass(frozen=True)
 class ValveParams:
-    """Dead time (s), fill and vent time constants (s) and the fill rate limit (kPa/s).
+    """Dead time (s), fill and vent time constants (s), the fill rate limit (kPa/s) and the
+    regulator: the muscle's slack (kPa of inflow before its pressure rises), the integral gain
+    (1/s) and the integral's leak (1/s).
 
-    The time constants and the rate limit are one number for every channel or a tuple with one
-    per channel (array order of ACTUATORS); the dead time is the command path's, one for all.
+    All but the dead time are one number for every channel or a tuple with one per channel
+    (array order of ACTUATORS); the dead time is the command path's, one for all.
     """
 
     tau_fill: Channelwise = VALVE_TAU_S
     tau_vent: Channelwise = VALVE_TAU_S
     dead_time: float = 0.0
     fill_rate: Channelwise = math.inf  # kPa/s, the fastest fill (choked supply flow); inf = none
+    slack: Channelwise = 0.0  # kPa
+    integral_gain: Channelwise = 0.0  # 1/s
+    integral_leak: Channelwise = 0.0  # 1/s
 
     def __post_init__(self) -> None:
         positive = 'a finite number > 0 s (or one per channel)'
@@ -140,6 +169,19 @@ class ValveParams:
             '> 0 kPa/s, inf for none (or one per channel)',
         )
         object.__setattr__(self, 'fill_rate', rate)
+        for name, unit in (('slack', 'kPa'), ('integral_gain', '1/s'), ('integral_leak', '1/s')):
+            v = _channelwise(
+                getattr(self, name),
+                name,
+                lambda x: math.isfinite(x) and x >= 0,
+                f'a finite number >= 0 {unit} (or one per channel)',
+            )
+            object.__setattr__(self, name, v)
+        if self.has_regulator and not np.all(np.isinf(self.fill_rate)):
+            raise ValueError(
+                'valve fill_rate and the regulator (slack, integral_gain) cannot be combined: '
+                'set one of them'
+            )
         d = self.dead_time
         if not (isinstance(d, (int, float)) and math.isfinite(d) and d >= 0):
             raise ValueError(f'valve dead_time must be a finite number >= 0 s, got {d!r}')
@@ -150,12 +192,25 @@ class ValveParams:
         return cls(float(tau), float(tau), 0.0)
 
     @property
+    def has_regulator(self) -> bool:
+        """A slack or an integral: the regulator's recursion, not the chamber's closed form."""
+        return bool(
+            np.any(np.asarray(self.slack) > 0) or np.any(np.asarray(self.integral_gain) > 0)
+        )
+
+    @property
     def is_lag(self) -> bool:
-        """No dead time, one time constant, no fill rate limit: the authors' first-order lag."""
+        """No dead time, one time constant, no fill rate limit, no regulator: the authors'
+        first-order lag."""
         taus = set(np.atleast_1d(self.tau_fill).tolist()) | set(
             np.atleast_1d(self.tau_vent).tolist()
         )
-        return self.dead_time == 0.0 and len(taus) == 1 and bool(np.all(np.isinf(self.fill_rate)))
+        return (
+            self.dead_time == 0.0
+            and len(taus) == 1
+            and bool(np.all(np.isinf(self.fill_rate)))
+            and not self.has_regulator
+        )
 
     @property
     def tau(self) -> float:
@@ -177,7 +232,13 @@ class ValveParams:
             return v[i] if isinstance(v, tuple) else v
 
         return ValveParams(
-            pick(self.tau_fill), pick(self.tau_vent), self.dead_time, pick(self.fill_rate)
+            pick(self.tau_fill),
+            pick(self.tau_vent),
+            self.dead_time,
+            pick(self.fill_rate),
+            pick(self.slack),
+            pick(self.integral_gain),
+            pick(self.integral_leak),
         )
 
     def delay_steps(self, dt: float) -> tuple[int, float]:
@@ -220,6 +281,111 @@ def relax(params: ValveParams, p, v, h) -> np.ndarray:
         on_ramp = p + r * h
         after = v - r * tau * np.exp(-np.maximum(h - t_ramp, 0.0) / tau)
     return np.where(ramped, np.where(h <= t_ramp, on_ramp, after), out)
+
+
+@dataclass(frozen=True)
+class ValveMemory:
+    """What a valve with a regulator carries from one call to the next: the per-step commands
+    its dead time still holds (what `history` is without a regulator), the regulator's
+    integral (kPa) and the slack not yet taken up (kPa) of every channel. Arrays with the
+    pressures' leading axes, or tuples of floats from `hold_steps`."""
+
+    commands: Any
+    integral: Any
+    slack: Any
+
+    @classmethod
+    def settled(cls, params: ValveParams, p, dt: float) -> ValveMemory:
+        """A valve at rest at pressures p (…, channels) on a grid of dt: no command in flight,
+        no integral, the slack of a vented muscle (arrays)."""
+        p = np.asarray(p, float)
+        h = params.history_steps(dt)
+        return cls(_settled(p, h), np.zeros_like(p), _initial_slack(params, p))
+
+
+def _per_channel(value: Channelwise, channels: int) -> np.ndarray:
+    return np.broadcast_to(np.asarray(value, float), (channels,))
+
+
+@functools.lru_cache(maxsize=256)
+def _regulator_plan(
+    params: ValveParams, h: float, channels: int
+) -> tuple[int, float, np.ndarray, np.ndarray]:
+    """A piece of h seconds with one input: (sub-steps, their length, the chamber's fill and
+    vent fractions 1 − exp(−hs/τ) per channel over one sub-step). Read-only arrays: the cache
+    hands them to every caller."""
+    m = max(1, math.ceil(h / REGULATOR_STEP_S - _GRID_TOL))
+    hs = h / m
+    cf = 1.0 - np.exp(-hs / _per_channel(params.tau_fill, channels))
+    cv = 1.0 - np.exp(-hs / _per_channel(params.tau_vent, channels))
+    cf.flags.writeable = cv.flags.writeable = False
+    return m, hs, cf, cv
+
+
+def _regulate(params: ValveParams, p, integral, slack, v, h: float):
+    """The regulator over h seconds with input v held (arrays, the last axis the channel):
+    (pressure, integral, slack) after it. `_regulate_rows` is the same for plain floats."""
+    ch = np.shape(v)[-1]
+    m, hs, cf, cv = _regulator_plan(params, h, ch)
+    s0 = _per_channel(params.slack, ch)
+    ki = _per_channel(params.integral_gain, ch)
+    leak = _per_channel(params.integral_leak, ch)
+    on = v >= MIN_REGULATED_KPA
+    for _ in range(m):
+        target = v + integral
+        fill = target > p
+        d = (target - p) * np.where(fill, cf, cv)
+        take = np.where(fill, np.minimum(slack, d), 0.0)
+        slack = slack - take
+        p = np.maximum(p + (d - take), 0.0)
+        slack = np.where(~fill & ~on & (p < VENTED_KPA), s0, slack)
+        integral = np.where(on, integral + (ki * (v - p) - leak * integral) * hs, 0.0)
+    return p, integral, slack
+
+
+def _initial_slack(params: ValveParams, p0: np.ndarray) -> np.ndarray:
+    """A muscle at rest above VENTED_KPA has taken its slack up; a vented one has it all."""
+    return np.where(p0 < VENTED_KPA, _per_channel(params.slack, p0.shape[-1]), 0.0)
+
+
+def _run_regulated(params, p0, steps, dt, history):
+    p0 = np.asarray(p0, float)
+    if steps.ndim == 2 and p0.ndim == 1:  # one set of channels: plain floats, the same numbers
+        commands = history.commands if isinstance(history, ValveMemory) else history
+        if commands is not None and not isinstance(commands, tuple):
+            commands = np.asarray(commands, float).tolist()
+            history = (
+                ValveMemory(commands, history.integral, history.slack)
+                if isinstance(history, ValveMemory)
+                else commands
+            )
+        rows = [tuple(r) for r in steps.tolist()]
+        pressures, memory = _steps_regulated(params, p0.tolist(), rows, dt, history)
+        return np.array(pressures, float).reshape(steps.shape), ValveMemory(
+            np.array(memory.commands, float).reshape(-1, steps.shape[-1]),
+            np.array(memory.integral, float),
+            np.array(memory.slack, float),
+        )
+    if isinstance(history, ValveMemory):
+        commands = None if history.commands is None else np.asarray(history.commands, float)
+        integral = np.asarray(history.integral, float)
+        slack = np.asarray(history.slack, float)
+    else:
+        commands, integral, slack = history, np.zeros_like(p0), _initial_slack(params, p0)
+    first, second, f, hist = _inputs(params, steps, p0, dt, commands)
+    shape = second.shape[:-2] + second.shape[-1:]
+    p = np.broadcast_to(p0, shape)
+    integral, slack = np.broadcast_to(integral, shape), np.broadcast_to(slack, shape)
+    out = np.empty(second.shape, float)
+    for k in range(second.shape[-2]):
+        if f > 0:
+            p, integral, slack = _regulate(params, p, integral, slack, first[..., k, :], f * dt)
+            h = (1.0 - f) * dt
+        else:
+            h = dt
+        p, integral, slack = _regulate(params, p, integral, slack, second[..., k, :], h)
+        out[..., k, :] = p
+    return out, ValveMemory(hist, integral, slack)
 
 
 def _settled(p0: np.ndarray, h: int) -> np.ndarray:
@@ -286,12 +452,13 @@ def hold(
     u: np.ndarray,
     n: int,
     dt: float,
-    history: np.ndarray | None = None,
-) -> tuple[np.ndarray, np.ndarray | None]:
+    history: np.ndarray | ValveMemory | None = None,
+) -> tuple[np.ndarray, Any]:
     """Command u (…, channels) held over n steps of dt from pressure p (…, channels).
 
-    Returns (pressure at the end of each step (…, n, channels), the new history). A lag
-    evaluates u + (p − u)·aᵏ, k = 1..n (what LegSimulator and VectorTrackEnv did)."""
+    Returns (pressure at the end of each step (…, n, channels), the new history: a
+    `ValveMemory` with a regulator). A lag evaluates u + (p − u)·aᵏ, k = 1..n (what
+    LegSimulator and VectorTrackEnv did)."""
     p, u = np.asarray(p, float), np.asarray(u, float)
     if params.is_lag:
         a = lag_coefficient(dt, params.tau)
@@ -326,14 +493,19 @@ def hold_steps(
     u: Sequence[float],
     n: int,
     dt: float,
-    history: Sequence[Sequence[float]] | np.ndarray | None = None,
-) -> tuple[list[list[float]], tuple[Row, ...] | None]:
+    history: Sequence[Sequence[float]] | np.ndarray | ValveMemory | None = None,
+) -> tuple[list[list[float]], Any]:
     """`hold` for one set of channels, in plain floats: (pressure at the end of each of the n
     steps, the new history). The same numbers bit for bit (the same IEEE operations in the same
     order, and numpy's exp, which can differ from math.exp in the last digit) at a fraction of
     the cost: `hold`'s array bookkeeping costs more than its arithmetic for two channels and a
     frame's five steps, and the simulator calls it every frame (tests/description/
-    test_valve_model.py compares the two)."""
+    test_valve_model.py compares the two). With a regulator the history is a `ValveMemory` of
+    tuples."""
+    if params.has_regulator:
+        return _hold_steps_regulated(params, p, u, n, dt, history)
+    if isinstance(history, ValveMemory):
+        history = history.commands
     plan = _step_plan(params, dt, len(u))
     if plan is None:
         arr = None if history is None else np.asarray(history, float)
@@ -345,18 +517,7 @@ def hold_steps(
     now = [float(v) for v in p]
     held: Row = tuple(float(v) for v in u)
     # rows as tuples, so that rows compare by value (a list never equals a tuple)
-    hist: list[Row]
-    if history is None:
-        hist = [tuple(now)] * h
-    elif isinstance(history, tuple) and all(type(row) is tuple for row in history[:1]):
-        hist = list(history)  # as this function returned it: rows are tuples already
-    else:
-        hist = [tuple(float(v) for v in row) for row in history]
-    if len(hist) != h:
-        raise ValueError(
-            f'valve history has {len(hist)} steps; dead time {params.dead_time} s at dt {dt} s '
-            f'needs {h}'
-        )
+    hist = _rows(history, tuple(now), h, params, dt)
     full = hist + [held] * n
     second = full[h - d : h - d + n]
     first = full[h - d - 1 : h - d - 1 + n] if f > 0 else second
@@ -390,16 +551,112 @@ def hold_steps(
     return out, tuple(full[len(full) - h :])
 
 
+def _rows(history, now: Row, h: int, params: ValveParams, dt: float) -> list[Row]:
+    """The dead time's per-step commands as a list of tuples (None: settled at `now`)."""
+    if history is None:
+        return [now] * h
+    if isinstance(history, tuple) and all(type(row) is tuple for row in history[:1]):
+        rows = list(history)  # as hold_steps returned it: rows are tuples already
+    else:
+        rows = [tuple(float(v) for v in row) for row in history]
+    if len(rows) != h:
+        raise ValueError(
+            f'valve history has {len(rows)} steps; dead time {params.dead_time} s at dt {dt} s '
+            f'needs {h}'
+        )
+    return rows
+
+
+def _row_plan(params: ValveParams, h: float, channels: int) -> tuple:
+    """`_regulator_plan` and the regulator's parameters as plain floats."""
+    m, hs, cf, cv = _regulator_plan(params, h, channels)
+    return (
+        m,
+        hs,
+        cf.tolist(),
+        cv.tolist(),
+        _per_channel(params.slack, channels).tolist(),
+        _per_channel(params.integral_gain, channels).tolist(),
+        _per_channel(params.integral_leak, channels).tolist(),
+    )
+
+
+def _regulate_rows(
+    plan: tuple, p: list[float], integral: list[float], slack: list[float], v: Row
+) -> None:
+    """`_regulate` for one set of channels in plain floats, in place: the same operations in
+    the same order, so the same numbers bit for bit, without numpy's per-call cost."""
+    m, hs, cf, cv, s0, ki, leak = plan
+    for c in range(len(v)):
+        vc, pc, ic, sc = v[c], p[c], integral[c], slack[c]
+        on = vc >= MIN_REGULATED_KPA
+        for _ in range(m):
+            target = vc + ic
+            if target > pc:
+                d = (target - pc) * cf[c]
+                take = min(sc, d)
+                sc = sc - take
+                pc = max(pc + (d - take), 0.0)
+            else:
+                pc = max(pc + (target - pc) * cv[c], 0.0)
+                if not on and pc < VENTED_KPA:
+                    sc = s0[c]
+            ic = ic + (ki[c] * (vc - pc) - leak[c] * ic) * hs if on else 0.0
+        p[c], integral[c], slack[c] = pc, ic, sc
+
+
+def _steps_regulated(
+    params: ValveParams, p, rows: list[Row], dt: float, history
+) -> tuple[list[list[float]], ValveMemory]:
+    """The regulator over one set of channels, one command row per step, in plain floats:
+    (pressure at the end of each step, the memory with tuples)."""
+    channels = len(p)
+    now = [float(v) for v in p]
+    d, f = params.delay_steps(dt)
+    h = d + (1 if f > 0 else 0)
+    if isinstance(history, ValveMemory):
+        commands = history.commands
+        integral = [float(v) for v in np.asarray(history.integral, float).ravel()]
+        slack = [float(v) for v in np.asarray(history.slack, float).ravel()]
+    else:
+        commands, integral = history, [0.0] * channels
+        slack = _initial_slack(params, np.asarray(now)).tolist()
+    n = len(rows)
+    full = _rows(commands, tuple(now), h, params, dt) + rows
+    second = full[h - d : h - d + n]
+    out: list[list[float]] = []
+    if f > 0:
+        first = full[h - d - 1 : h - d - 1 + n]
+        head = _row_plan(params, f * dt, channels)
+        tail = _row_plan(params, (1.0 - f) * dt, channels)
+        for k in range(n):
+            _regulate_rows(head, now, integral, slack, first[k])
+            _regulate_rows(tail, now, integral, slack, second[k])
+            out.append(list(now))
+    else:
+        whole = _row_plan(params, dt, channels)
+        for k in range(n):
+            _regulate_rows(whole, now, integral, slack, second[k])
+            out.append(list(now))
+    return out, ValveMemory(tuple(full[len(full) - h :]), tuple(integral), tuple(slack))
+
+
+def _hold_steps_regulated(params, p, u, n, dt, history):
+    held: Row = tuple(float(v) for v in u)
+    return _steps_regulated(params, p, [held] * n, dt, history)
+
+
 def follow(
     params: ValveParams,
     u: np.ndarray,
     p0: np.ndarray,
     dt: float,
-    history: np.ndarray | None = None,
-) -> tuple[np.ndarray, np.ndarray | None]:
+    history: np.ndarray | ValveMemory | None = None,
+) -> tuple[np.ndarray, Any]:
     """Per-step commands u (…, n, channels) from pressure p0 (…, channels).
 
-    Returns (pressure at the end of each step, the new history). A lag runs the recursive filter
+    Returns (pressure at the end of each step, the new history: a `ValveMemory` with a
+    regulator). A lag runs the recursive filter
     p ← a·p + (1 − a)·u (scipy's lfilter along the step axis, what identification and the
     sampling planner did)."""
     u, p0 = np.asarray(u, float), np.asarray(p0, float)
@@ -414,6 +671,10 @@ def follow(
 
 
 def _run(params, p0, steps, dt, history):
+    if params.has_regulator:
+        return _run_regulated(params, p0, steps, dt, history)
+    if isinstance(history, ValveMemory):
+        history = history.commands
     first, second, f, hist = _inputs(params, steps, p0, dt, history)
     return _exact(params, p0, first, second, f, dt), hist
 
@@ -440,6 +701,8 @@ class Valve:
         self.t = 0.0  # the valve's own clock (s), advanced by step()
         # (time the valve starts to see a command, command); the first entry is in effect
         self._queue: deque[tuple[float, np.ndarray]] = deque([(-math.inf, self.p.copy())])
+        self.integral = np.zeros(n)  # the regulator's (kPa)
+        self.slack = _initial_slack(params, self.p)  # kPa not yet taken up
 
     @property
     def tau(self) -> float:
@@ -457,6 +720,8 @@ class Valve:
         """Settled at pressure p: no command in flight."""
         self.p = np.array(p, float).reshape(self.p.shape)
         self._queue = deque([(-math.inf, self.p.copy())])
+        self.integral = np.zeros_like(self.p)
+        self.slack = _initial_slack(self.params, self.p)
 
     def step(self, u: Sequence[float] | np.ndarray, dt: float) -> np.ndarray:
         if self.params.is_lag:
@@ -472,7 +737,12 @@ class Valve:
                 self._queue.popleft()
             nxt = self._queue[1][0] if len(self._queue) > 1 else math.inf
             h = min(end, nxt) - t
-            self.p = relax(self.params, self.p, self._queue[0][1], h)
+            if self.params.has_regulator:
+                self.p, self.integral, self.slack = _regulate(
+                    self.params, self.p, self.integral, self.slack, self._queue[0][1], h
+                )
+            else:
+                self.p = relax(self.params, self.p, self._queue[0][1], h)
             t += h
         self.t = end
         return self.p

@@ -39,6 +39,7 @@ def presets() -> dict[str, tuple[str, ...]]:
         'chamber': D.VALVE_PARAMS,  # dead time, fill and vent time constants (both valves)
         'chamber-per-valve': D.VALVE_CHANNEL_PARAMS,  # dead time, fill and vent of each valve
         'rate': D.RATE_PARAMS,  # the fill's rate limit
+        'regulator': D.REGULATOR_PARAMS,  # each valve's slack, integral gain and leak
         'friction': D.FRICTION_PARAMS,  # hinge dry friction
         'armature': D.ARMATURE_PARAMS,
         'stop': ('joints.knee.range.0',),  # the knee's stop
@@ -127,7 +128,8 @@ def build_parser() -> argparse.ArgumentParser:
         default='paper',
         help='free parameters: presets joined with + (paper: Table V ten; lag or valve: the '
         "valve's one time constant; chamber: dead time, fill and vent time constants; "
-        'chamber-per-valve: the same for each valve; rate: the fill rate limit; friction; '
+        'chamber-per-valve: the same for each valve; rate: the fill rate limit; regulator: '
+        "each valve's slack, integral gain and leak; friction; "
         'armature; stop: the knee stop; static) and/or names, e.g. paper+chamber+friction or '
         'paper,valve.dead_time',
     )

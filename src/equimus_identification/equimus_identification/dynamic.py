@@ -46,7 +46,7 @@ import numpy as np
 from scipy.optimize import least_squares, minimize
 
 from equimus_description.leg import LegDescription, load_leg
-from equimus_description.valve import ValveParams, follow
+from equimus_description.valve import ACTUATORS, ValveParams, follow
 from equimus_sim.leg_model import LegModel
 from equimus_sim.mjcf_builder import friction_constraint, seg_names, slide_gain
 
@@ -84,6 +84,13 @@ BOUNDS = {
     'valve.vent_time_constant.maa': (0.02, 1.0),
     'valve.vent_time_constant.baa': (0.02, 1.0),
     'valve.fill_rate': (20.0, 2000.0),  # kPa/s
+    # the regulator: the muscles' slack (kPa), the VPPE's integral gain and its leak (1/s)
+    'valve.slack.maa': (0.0, 60.0),
+    'valve.slack.baa': (0.0, 60.0),
+    'valve.integral_gain.maa': (0.0, 20.0),
+    'valve.integral_gain.baa': (0.0, 20.0),
+    'valve.integral_leak.maa': (0.0, 5.0),
+    'valve.integral_leak.baa': (0.0, 5.0),
     # dry friction (N·m) and armature (kg·m²) of the hinges; the knee's stop (rad)
     'joints.hip.frictionloss': (0.0, 0.5),
     'joints.knee.frictionloss': (0.0, 0.5),
@@ -107,6 +114,9 @@ VALVE_CHANNEL_PARAMS = (
     'valve.vent_time_constant.baa',
 )
 RATE_PARAMS = ('valve.fill_rate',)
+REGULATOR_PARAMS = tuple(
+    f'valve.{k}.{a}' for k in ('slack', 'integral_gain', 'integral_leak') for a in ACTUATORS
+)
 FRICTION_PARAMS = ('joints.hip.frictionloss', 'joints.knee.frictionloss')
 ARMATURE_PARAMS = ('joints.hip.armature', 'joints.knee.armature')
 AREA_SLOPE_PARAMS = ('actuators.maa.area_slope', 'actuators.baa.area_slope')
@@ -123,6 +133,19 @@ _VALVE_KEYS = {
     'valve.vent_time_constant.baa': lambda leg: leg.valve.channel(1).tau_vent,
     'valve.fill_rate': lambda leg: leg.valve.fill_rate,
 }
+
+
+def _regulator_key(attr: str, i: int) -> Callable[[LegDescription], float]:
+    return lambda leg: getattr(leg.valve.channel(i), attr)
+
+
+_VALVE_KEYS.update(
+    {
+        f'valve.{attr}.{a}': _regulator_key(attr, i)
+        for attr in ('slack', 'integral_gain', 'integral_leak')
+        for i, a in enumerate(ACTUATORS)
+    }
+)
 
 
 def leg_value(leg: LegDescription, name: str) -> float:
@@ -148,8 +171,14 @@ def valve_of(p: dict, free: Sequence[str] = ()) -> ValveParams:
     tau = p['valve.time_constant']
     per_valve = any(n in free for n in VALVE_CHANNEL_PARAMS[1:])
     shared = any(n in free for n in VALVE_PARAMS[1:])
+
+    def pair(kind):
+        v = (p[f'valve.{kind}.maa'], p[f'valve.{kind}.baa'])
+        return v[0] if v[0] == v[1] else v
+
+    regulator = {k: pair(k) for k in ('slack', 'integral_gain', 'integral_leak')}
     if 'valve.time_constant' in free and not (per_valve or shared):
-        return ValveParams(tau, tau, p['valve.dead_time'], p['valve.fill_rate'])
+        return ValveParams(tau, tau, p['valve.dead_time'], p['valve.fill_rate'], **regulator)
 
     def per(kind):
         if shared and not per_valve and f'valve.{kind}_time_constant' in free:
@@ -157,7 +186,9 @@ def valve_of(p: dict, free: Sequence[str] = ()) -> ValveParams:
         v = (p[f'valve.{kind}_time_constant.maa'], p[f'valve.{kind}_time_constant.baa'])
         return v[0] if v[0] == v[1] else v
 
-    return ValveParams(per('fill'), per('vent'), p['valve.dead_time'], p['valve.fill_rate'])
+    return ValveParams(
+        per('fill'), per('vent'), p['valve.dead_time'], p['valve.fill_rate'], **regulator
+    )
 
 
 @dataclass

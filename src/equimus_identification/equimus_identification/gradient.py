@@ -176,6 +176,11 @@ class MjxResiduals:
                 'not modelled in JAX; use --jacobian fd'
             )
         valve = D.valve_of(p_start, names)
+        if valve.has_regulator or any(n in names for n in D.REGULATOR_PARAMS):
+            raise MethodError(
+                "--jacobian mjx: the valve's regulator (valve.slack, valve.integral_*) is a "
+                'recursion not modelled in JAX; use --jacobian fd'
+            )
         if not np.all(np.isinf(valve.fill_rate)):
             raise MethodError(
                 '--jacobian mjx: the valve has a fill rate limit, not modelled in JAX; '

@@ -11,6 +11,7 @@ hold phase) but keep the loss honest about rest angles.
 Candidates, valve model × friction × loss (all also fit Table V's ten and the knee stop):
   valve     lag       the authors' first-order lag: valve.time_constant
             chamber   dead time, fill and vent time constants per valve (equimus_description.valve)
+            regulator chamber-per-valve and each valve's regulator (slack, integral gain and leak)
   friction  none      frictionless hinges
             friction  hinge dry friction (frictionloss) and armature
   loss      whole     every segment simulated from its first measured state, every sample
@@ -19,7 +20,8 @@ Candidates, valve model × friction × loss (all also fit Table V's ten and the 
 
 For each candidate:
 1. all data: least squares (dynamic.fit, refinement 'lm', no evolution) from the start set
-   (--start: the authors' table_v_dynamic values, plus START for the parameters they lack), at
+   (--start: the authors' table_v_dynamic values or a fitted file, plus START for the
+   parameters it leaves at the description's defaults), at
    most --iterations Jacobians;
 2. in-sample figures: each segment replayed from its first measured state, the whole file
    replayed once from its first state (the paper's continuous protocol), the static pairs;
@@ -50,6 +52,8 @@ from typing import Any
 
 import numpy as np
 
+from equimus_description.valve import ACTUATORS
+
 from . import data
 from . import dynamic as D
 
@@ -66,6 +70,9 @@ START = {
     'valve.vent_time_constant.maa': 0.2171,
     'valve.vent_time_constant.baa': 0.2171,
     'valve.fill_rate': 200.0,
+    **{f'valve.slack.{a}': 5.0 for a in ACTUATORS},
+    **{f'valve.integral_gain.{a}': 1.0 for a in ACTUATORS},
+    **{f'valve.integral_leak.{a}': 0.5 for a in ACTUATORS},
     'joints.hip.frictionloss': 0.01,
     'joints.knee.frictionloss': 0.005,
     'joints.hip.armature': 0.001,
@@ -76,6 +83,8 @@ VALVES = {
     'chamber': D.VALVE_PARAMS,
     'chamber-rate': D.VALVE_PARAMS + D.RATE_PARAMS,  # and the fill rate limit
     'chamber-per-valve': D.VALVE_CHANNEL_PARAMS,  # fill and vent constants of each valve
+    # and each valve's regulator: the muscle's slack, the integral's gain and leak
+    'regulator': D.VALVE_CHANNEL_PARAMS + D.REGULATOR_PARAMS,
 }
 FRICTIONS = {'none': (), 'friction': D.FRICTION_PARAMS + D.ARMATURE_PARAMS}
 FORCES = {'constant': (), 'stiffening': D.AREA_SLOPE_PARAMS}  # the muscles' area: S, or S(l)
@@ -146,6 +155,22 @@ def start_leg(spec: str, leg_path=None):
     return load_params(spec, leg_path)
 
 
+def start_values(cand: Candidate, leg, a: Any) -> np.ndarray:
+    """The start of a candidate's fit: the start set's values, START's for the parameters it
+    leaves at the description's defaults (a fitted file starts a richer model from its fit)."""
+    from equimus_description.leg import load_leg
+
+    default = load_leg(a.leg)
+    return np.array(
+        [
+            START[n]
+            if n in START and D.leg_value(leg, n) == D.leg_value(default, n)
+            else D.leg_value(leg, n)
+            for n in cand.params
+        ]
+    )
+
+
 # ---------------------------------------------------------------------- fitting and scoring
 
 
@@ -213,7 +238,7 @@ def full_task(args) -> dict:
     cand, a = args
     d = load(a.tocenter, a.static)
     leg = cand.leg(a)
-    x0 = np.array([START[n] if n in START else D.leg_value(leg, n) for n in cand.params])
+    x0 = start_values(cand, leg, a)
     t0 = time.monotonic()
     r = fit(cand, d['segments'] + d['static'], leg, x0, a.iterations, a)
     ev = D.Evaluator(d['segments'][:1], cand.params, leg=leg, dt=a.dt, bounds=a.bounds)

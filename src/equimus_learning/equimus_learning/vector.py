@@ -9,8 +9,9 @@ Python). `VectorTrackEnv` runs the same chain for N environments as array operat
   as a table of the driver's own calibration (`DriverConfig.calibration()`, kPa → code → kPa, on
   a 1e-3 kPa grid);
 - valves: the description's valve model (`equimus_description.valve.hold`: dead time, fill and
-  vent dynamics, the lag's closed form per physics step) for the command held over the period,
-  all N environments at once, turned into per-step motor forces F = S·P;
+  vent dynamics, the regulator, the lag's closed form per physics step) for the command held
+  over the period, all N environments at once, turned into per-step motor forces F = S·P (with
+  `randomize`, each environment's own dead time and fill and vent constants, no regulator);
 - physics: one `mujoco.rollout` call of all N environments × 10 physics steps (1/1200 s),
   multithreaded (`nthread`);
 - estimation: the hinge angles plus Gaussian noise of the virtual mocap's orientation noise
@@ -48,7 +49,7 @@ from equimus_control.policy import PolicyCore, kpa_to_action
 from equimus_control.reference import triangle_poses
 from equimus_description.leg import load_leg
 from equimus_description.statics import StaticParams, holding_pressures
-from equimus_description.valve import hold
+from equimus_description.valve import ValveMemory, hold
 from equimus_hw.valve.config import DriverConfig
 from equimus_sim.leg_model import LegModel
 from equimus_sim.render import RENDER_FPS
@@ -197,8 +198,9 @@ class VectorTrackEnv(gym.vector.VectorEnv):
         self.t0 = np.zeros(n)  # s: the reference time each episode starts at
         self.k = np.zeros(n, dtype=int)
         self.p_valve = np.zeros((n, 2))  # kPa, valve pressures
-        # per-step commands the valve's dead time still holds, per environment
-        self._history = np.zeros((n, self.valve.history_steps(self._dt), 2))
+        # per environment: the per-step commands the valve's dead time still holds, the
+        # regulator's integral and slack (equimus_description.valve.ValveMemory)
+        self._memory = ValveMemory.settled(self.valve, np.zeros((n, 2)), self._dt)
         self.out = np.zeros((n, 2))  # kPa, the driver's output (after slew)
         self.u_prev = np.zeros((n, 2))  # kPa, last command (as the policy controller keeps it)
         self.core = PolicyCore(self.cfg.io, self.control_params, n)  # the policy's view
@@ -289,7 +291,13 @@ class VectorTrackEnv(gym.vector.VectorEnv):
             var.lm.reset(var.scratch, q0)
             mujoco.mj_getState(var.lm.model, var.scratch, self.state[i], self._state_sig)
             self.p_valve[i] = p0
-            self._history[i] = p0  # settled
+            settled = ValveMemory.settled(self.valve, p0, self._dt)
+            for mine, new in zip(
+                (self._memory.commands, self._memory.integral, self._memory.slack),
+                (settled.commands, settled.integral, settled.slack),
+                strict=True,
+            ):
+                mine[i] = new
             self._valve_hist[i] = p0
             self.out[i] = p0
             if self._sigma_z > 0:
@@ -358,11 +366,14 @@ class VectorTrackEnv(gym.vector.VectorEnv):
     def _valves(self, applied: np.ndarray) -> np.ndarray:
         """Valve pressures (n, substeps, 2) over the period for the driver's outputs `applied`."""
         if self.cfg.randomize is None:
-            p_steps, history = hold(
-                self.valve, self.p_valve, applied, self._substeps, self._dt, self._history
-            )
-            if history is not None:
-                self._history = history
+            memory = self._memory if self.valve.has_regulator else self._memory.commands
+            p_steps, new = hold(self.valve, self.p_valve, applied, self._substeps, self._dt, memory)
+            if isinstance(new, ValveMemory):
+                self._memory = ValveMemory(  # writable copies: a reset writes one row
+                    np.array(new.commands), np.array(new.integral), np.array(new.slack)
+                )
+            elif new is not None:
+                self._memory = ValveMemory(new, self._memory.integral, self._memory.slack)
             return p_steps
         # each environment's own valve: dead time on the physics step grid, fill/vent lag
         self._valve_hist = np.roll(self._valve_hist, 1, axis=1)

@@ -17,9 +17,9 @@ default (`make_simulator(valve='mujoco')`) that lag runs inside MuJoCo as actuat
 (mjcf_builder's valve_tau: `filterexact`, the same exact zero-order-hold discretisation, with
 `actearly`), so a frame is one `mj_step(m, d, nstep)` call: the Python cost is paid once per frame,
 not per physics step. tests/sim/test_valve_dynamics.py checks both against each other. A valve
-with a dead time or different fill and vent constants is solved by `valve.hold` in both paths
-and its per-step pressures are written into the model step by step (in the MuJoCo path as the
-actuators' setpoint and state, which filterexact then leaves unchanged).
+with a dead time, different fill and vent constants or a regulator is solved by `valve.hold` in
+both paths and its per-step pressures are written into the model step by step (in the MuJoCo
+path as the actuators' setpoint and state, which filterexact then leaves unchanged).
 `valve='python'` keeps the loop in Python. With `valve=None` the simulator has no valve of its own
 and the pressures act at once (the rig emulator: the DAC board emulator's valve model is the valve
 there).
@@ -38,7 +38,7 @@ import mujoco
 import numpy as np
 
 from equimus_description.interface import BODIES
-from equimus_description.valve import ACTUATORS, Valve, ValveParams, hold_steps
+from equimus_description.valve import ACTUATORS, Valve, ValveMemory, ValveParams, hold_steps
 from equimus_description.valve import HARD_MAX_KPA as P_MAX_KPA
 
 MAX_JOINT_SPEED = 1.0e3  # rad/s or m/s in any dof: beyond this the integration has diverged
@@ -152,10 +152,11 @@ class LegSimulator:
                 f"valve time constant {valve.tau} s differs from the MuJoCo model's "
                 f'{leg_model.valve_tau} s: build the LegModel with valve_tau={valve.tau}'
             )
-        # A dead time or separate fill and vent constants: valve.hold_steps gives the pressure
-        # of every physics step (self._history: the per-step commands the dead time still holds).
+        # A dead time, separate fill and vent constants or a regulator: valve.hold_steps gives
+        # the pressure of every physics step (self._history: the per-step commands the dead
+        # time still holds, with the regulator's state as a ValveMemory; None = settled).
         self._general = valve is not None and not valve.is_lag
-        self._history: tuple[tuple[float, ...], ...] | None = None
+        self._history: tuple[tuple[float, ...], ...] | ValveMemory | None = None
         ctrl_idx = np.asarray(leg_model.ctrl_idx).reshape(self.n, -1)
         self.valve: Valve | MujocoValves | None = None
         self._act_adr = np.asarray(self.model.actuator_actadr)[ctrl_idx]
