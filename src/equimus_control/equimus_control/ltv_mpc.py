@@ -38,8 +38,8 @@ Each cycle (real-time iteration, multiple shooting condensed):
 Not in the prediction: the valves' fill-rate limit (`ValveParams.fill_rate`, none in the shipped
 descriptions) and regulator (slack and integral: the valve observer runs it, through `follow`,
 the prediction's chambers are the lags without it), the joints' dry friction and stops. What
-limits the tracking is the preview: the controller sees the reference's current sample only, and the chambers vent with τ ≈ 0.2 s
-(docs/control.md, "LTV MPC").
+limits the tracking is the preview: the controller sees the reference's current sample only,
+and the chambers vent with τ ≈ 0.2 s (docs/control.md, "LTV MPC").
 """
 
 from __future__ import annotations
