@@ -567,17 +567,18 @@ def _rows(history, now: Row, h: int, params: ValveParams, dt: float) -> list[Row
     return rows
 
 
+@functools.lru_cache(maxsize=256)
 def _row_plan(params: ValveParams, h: float, channels: int) -> tuple:
-    """`_regulator_plan` and the regulator's parameters as plain floats."""
+    """`_regulator_plan` and the regulator's parameters as tuples of plain floats."""
     m, hs, cf, cv = _regulator_plan(params, h, channels)
     return (
         m,
         hs,
-        cf.tolist(),
-        cv.tolist(),
-        _per_channel(params.slack, channels).tolist(),
-        _per_channel(params.integral_gain, channels).tolist(),
-        _per_channel(params.integral_leak, channels).tolist(),
+        tuple(cf.tolist()),
+        tuple(cv.tolist()),
+        tuple(_per_channel(params.slack, channels).tolist()),
+        tuple(_per_channel(params.integral_gain, channels).tolist()),
+        tuple(_per_channel(params.integral_leak, channels).tolist()),
     )
 
 
