@@ -1,7 +1,8 @@
 """MPC on the exact actuation model, linearised along its own predicted trajectory (LTV, one
 real-time SQP iteration per control period).
 
-Model (`PeriodModel`): state x = (θ1, θ2, θ̇1, θ̇2, p_maa, p_baa), one control period per step.
+Model (`PeriodModel`): state x = (θ1, θ2, θ̇1, θ̇2, p_maa, p_baa[, I_maa, I_baa]), one control
+period per step.
 The mechanics are `equimus_description.dynamics.LegDynamics` (joint-space dynamics through the
 exact transmission l(θ), J_A(θ) and ∂J_A/∂θ; seeds/002) integrated with semi-implicit Euler
 sub-steps; the chamber pressures follow the description's valve model (`equimus_description
@@ -35,9 +36,12 @@ Each cycle (real-time iteration, multiple shooting condensed):
 5. The first period's command is sent; the valve observer and the predicted trajectory
    (x̄ + ΓU + λ) advance for the next cycle.
 
+With the valves' regulator (`ValveParams.integral_gain` > 0) the state also has each valve's
+integral (`PeriodModel`): without it the prediction's chambers relax to the command while the
+valves overshoot it, and the controller oscillates on such a leg (tests/control/test_ltv_mpc.py).
 Not in the prediction: the valves' fill-rate limit (`ValveParams.fill_rate`, none in the shipped
-descriptions) and regulator (slack and integral: the valve observer runs it, through `follow`,
-the prediction's chambers are the lags without it), the joints' dry friction and stops. What
+descriptions) and the regulator's slack (the valve observer runs it, through `follow`), the
+joints' dry friction and stops. What
 limits the tracking is the preview: the controller sees the reference's current sample only,
 and the chambers vent with τ ≈ 0.2 s (docs/control.md, "LTV MPC").
 """
@@ -58,6 +62,7 @@ from equimus_description.valve import (
     MIN_REGULATED_KPA,
     SLEW_RATE_KPA_S,
     VALVE_TAU_S,
+    ValveMemory,
     ValveParams,
     follow,
 )
@@ -112,7 +117,13 @@ class LTVMPCConfig:
 
 
 class PeriodModel:
-    """The discrete model over one control period and its Jacobians, for a batch of nodes."""
+    """The discrete model over one control period and its Jacobians, for a batch of nodes.
+
+    With a valve regulator that integrates (`ValveParams.integral_gain` > 0) the state has the
+    two integrals too, x = (θ, θ̇, p, I) (`nx` 8): over each piece of the period with one input
+    v the chamber relaxes towards v + I and then the integral takes the valve model's Euler
+    step, I ← I + (k_i·(v − p) − λ·I)·h; below the regulated minimum the valve vents and I = 0.
+    The flow direction and the on/off of each piece are those of the linearisation point."""
 
     def __init__(
         self, dynamics: LegDynamics, valve: ValveParams, period: float, substeps: int = 2
@@ -124,6 +135,10 @@ class PeriodModel:
         self.D, self.f = valve.delay_steps(period)
         self.tau_fill = np.broadcast_to(np.asarray(valve.tau_fill, float), (NU,)).copy()
         self.tau_vent = np.broadcast_to(np.asarray(valve.tau_vent, float), (NU,)).copy()
+        self.ki = np.broadcast_to(np.asarray(valve.integral_gain, float), (NU,)).copy()
+        self.leak = np.broadcast_to(np.asarray(valve.integral_leak, float), (NU,)).copy()
+        self.integrates = bool(np.any(self.ki > 0))
+        self.nx = NX + NU if self.integrates else NX
         # sample instants: each sub-step's midpoint, then the period's end
         h = period / substeps
         self.h = h
@@ -151,44 +166,96 @@ class PeriodModel:
         beta2 = np.where(s <= fT, 0.0, 1 - e2)
         return alpha, beta1, beta2
 
+    def regulated_chamber(self, p0, i0, v1, v2):
+        """With the integrals: the pressure at the sample instants and the integral at the
+        period's end, each linear in (p0, I0, v1, v2): (P, I_end), P (4, n_samples, N, 2) and
+        I_end (4, N, 2) the coefficients of p0, I0, v1 and v2 in that order."""
+        fT, h2 = self.f * self.T, (1.0 - self.f) * self.T
+        on1 = (v1 >= MIN_REGULATED_KPA).astype(float)
+        on2 = (v2 >= MIN_REGULATED_KPA).astype(float)
+        zero, one = np.zeros_like(p0), np.ones_like(p0)
+        s = self.s.reshape((-1,) + (1,) * p0.ndim)
+        if fT > 0:
+            tau1 = np.where(v1 + on1 * i0 > p0, self.tau_fill, self.tau_vent)
+            c_s = 1.0 - np.exp(-np.minimum(s, fT) / tau1)
+            first = np.stack([1.0 - c_s, c_s * on1, c_s, np.zeros_like(c_s)])
+            cf = 1.0 - np.exp(-fT / tau1)
+            pf_c = np.stack([1.0 - cf, cf * on1, cf, zero])
+            g = self.ki * fT
+            if_c = on1 * np.stack(
+                [-g * (1.0 - cf), 1.0 - self.leak * fT - g * cf, g * (1.0 - cf), zero]
+            )
+        else:
+            first = np.zeros((4,) + s.shape[:1] + p0.shape)
+            pf_c = np.stack([one, zero, zero, zero])
+            if_c = np.stack([zero, one, zero, zero])
+        pf = pf_c[0] * p0 + pf_c[1] * i0 + pf_c[2] * v1
+        i_f = if_c[0] * p0 + if_c[1] * i0 + if_c[2] * v1
+        tau2 = np.where(v2 + on2 * i_f > pf, self.tau_fill, self.tau_vent)
+        c = 1.0 - np.exp(-np.maximum(s - fT, 0.0) / tau2)
+        v2_c = np.stack([zero, zero, zero, one])
+        second = (1.0 - c) * pf_c[:, None] + c * (on2 * if_c + v2_c)[:, None]
+        P = np.where(s <= fT, first, second)
+        ce = 1.0 - np.exp(-h2 / tau2)
+        g2 = self.ki * h2
+        p_end = (1.0 - ce) * pf_c + ce * (on2 * if_c + v2_c)
+        I_end = on2 * ((1.0 - self.leak * h2) * if_c - g2 * p_end + g2 * v2_c)
+        return P, I_end
+
     def step(self, x: np.ndarray, v1: np.ndarray, v2: np.ndarray, jacobians: bool = True):
-        """x (N, 6), chamber inputs v1, v2 (N, 2) → x⁺ (N, 6) and, with jacobians, ∂x⁺/∂x
-        (N, 6, 6), ∂x⁺/∂v1 and ∂x⁺/∂v2 (N, 6, 2)."""
+        """x (N, nx), chamber inputs v1, v2 (N, 2) → x⁺ (N, nx) and, with jacobians, ∂x⁺/∂x
+        (N, nx, nx), ∂x⁺/∂v1 and ∂x⁺/∂v2 (N, nx, 2)."""
         q, w, p0 = x[:, 0:2], x[:, 2:4], x[:, 4:6]
-        alpha, beta1, beta2 = self.chamber(p0, v1, v2)
+        if self.integrates:
+            i0 = x[:, 6:8]
+            P, I_end = self.regulated_chamber(p0, i0, v1, v2)
+            # (coefficients, the inputs they multiply, their Jacobian columns)
+            terms = [(P[0], p0, 4), (P[1], i0, 6), (P[2], v1, 8), (P[3], v2, 10)]
+        else:
+            alpha, beta1, beta2 = self.chamber(p0, v1, v2)
+            terms = [(alpha, p0, 4), (beta1, v1, 6), (beta2, v2, 8)]
+        nx = self.nx
+        ncol = nx + 2 * NU  # the inputs: (θ0, θ̇0, p0[, I0], v1, v2)
         h = self.h
         N = x.shape[0]
         if jacobians:
-            # derivatives of (θ, θ̇) w.r.t. the 10 inputs (θ0, θ̇0, p0, v1, v2)
-            Zq = np.zeros((N, 2, 10))
+            Zq = np.zeros((N, 2, ncol))
             Zq[:, 0, 0] = Zq[:, 1, 1] = 1.0
-            Zw = np.zeros((N, 2, 10))
+            Zw = np.zeros((N, 2, ncol))
             Zw[:, 0, 2] = Zw[:, 1, 3] = 1.0
-            Zp = np.zeros((N, 2, 10))
+            Zp = np.zeros((N, 2, ncol))
         for j in range(self.n):
-            pj = alpha[j] * p0 + beta1[j] * v1 + beta2[j] * v2
+            pj = terms[0][0][j] * terms[0][1]
+            for coef, value, _ in terms[1:]:
+                pj = pj + coef[j] * value
             d = self.dyn.derivatives(q, w, pj)
             w = w + h * d.acc
             q = q + h * w
             if jacobians:
                 for c in range(NU):
-                    Zp[:, c, 4 + c] = alpha[j][:, c]
-                    Zp[:, c, 6 + c] = beta1[j][:, c]
-                    Zp[:, c, 8 + c] = beta2[j][:, c]
+                    for coef, _, col in terms:
+                        Zp[:, c, col + c] = coef[j][:, c]
                 Zw = Zw + h * (d.d_q @ Zq + d.d_qd @ Zw + d.d_p @ Zp)
                 Zq = Zq + h * Zw
-        pT = alpha[-1] * p0 + beta1[-1] * v1 + beta2[-1] * v2
-        xn = np.concatenate([q, w, pT], axis=1)
+        pT = terms[0][0][-1] * terms[0][1]
+        for coef, value, _ in terms[1:]:
+            pT = pT + coef[-1] * value
+        parts = [q, w, pT]
+        if self.integrates:
+            parts.append(I_end[0] * p0 + I_end[1] * i0 + I_end[2] * v1 + I_end[3] * v2)
+        xn = np.concatenate(parts, axis=1)
         if not jacobians:
             return xn, None, None, None
-        Z = np.zeros((N, NX, 10))
+        Z = np.zeros((N, nx, ncol))
         Z[:, 0:2] = Zq
         Z[:, 2:4] = Zw
         for c in range(NU):
-            Z[:, 4 + c, 4 + c] = alpha[-1][:, c]
-            Z[:, 4 + c, 6 + c] = beta1[-1][:, c]
-            Z[:, 4 + c, 8 + c] = beta2[-1][:, c]
-        return xn, Z[:, :, :6], Z[:, :, 6:8], Z[:, :, 8:10]
+            for coef, _, col in terms:
+                Z[:, 4 + c, col + c] = coef[-1][:, c]
+            if self.integrates:
+                for k, col in enumerate((4, 6, 8, 10)):
+                    Z[:, 6 + c, col + c] = I_end[k][:, c]
+        return xn, Z[:, :, :nx], Z[:, :, nx : nx + NU], Z[:, :, nx + NU :]
 
 
 class LTVMPC:
@@ -209,6 +276,7 @@ class LTVMPC:
         self.dyn = dynamics
         self.valve = valve if valve is not None else ValveParams.lag(cfg.valve_tau)
         self.model = PeriodModel(dynamics, self.valve, cfg.period, cfg.ltv_substeps)
+        self.nx = self.model.nx  # 8 with the valves' integrals in the state
         self.D, self.f = self.model.D, self.model.f
         self.H = self.valve.history_steps(cfg.period)  # commands in flight
         b, nb = cfg.ltv_block, cfg.ltv_blocks
@@ -223,9 +291,8 @@ class LTVMPC:
         self.failures = 0
         self._build_constraints()
         self._W1, self._W2 = self._input_maps()
-        self._wx = np.tile(
-            np.array([*cfg.ltv_q_theta, cfg.ltv_q_vel, cfg.ltv_q_vel, 0.0, 0.0]), self.Np
-        )
+        weights = [*cfg.ltv_q_theta, cfg.ltv_q_vel, cfg.ltv_q_vel] + [0.0] * (self.nx - 4)
+        self._wx = np.tile(np.array(weights), self.Np)
         self.reset()
         self._warm_up()
 
@@ -258,13 +325,13 @@ class LTVMPC:
         self.u_last = self.p_valve.copy()
         # commands in flight (oldest first); settled: they were p_valve
         self.history = np.tile(self.p_valve, (self.H, 1))
-        self._follow_hist: np.ndarray | None = None
+        self._follow_hist: np.ndarray | ValveMemory | None = None
         # the observer before the last cycle's command (`sent`)
-        self._before: tuple[np.ndarray, np.ndarray, np.ndarray | None] | None = None
+        self._before: tuple[np.ndarray, np.ndarray, np.ndarray | ValveMemory | None] | None = None
         self._sd = np.zeros(NU)  # sigma-delta residual (kPa)
         # the last distinct reference velocity: (stamp, θ̇*, acceleration, jerk)
         self._ref_prev: tuple[float, np.ndarray, np.ndarray, np.ndarray] | None = None
-        self.X: np.ndarray | None = None  # predicted trajectory (Np + 1, 6)
+        self.X: np.ndarray | None = None  # predicted trajectory (Np + 1, nx)
         self.cmds: np.ndarray | None = None  # planned commands (Nc, 2)
         self.U: np.ndarray | None = None
         self._solver: osqp.OSQP | None = None
@@ -305,7 +372,7 @@ class LTVMPC:
     def linearise(self, x0: np.ndarray):
         """Nodes and the condensed prediction x_k = x̄_k + Γ_k U + λ_k (k = 1..Np).
 
-        Returns (Xbar (Np+1, 6), Gam (Np·6, nv), lam (Np·6,))."""
+        Returns (Xbar (Np+1, nx), Gam (Np·nx, nv), lam (Np·nx,))."""
         if self.X is None or self.cmds is None:
             Xbar = np.tile(x0, (self.Np + 1, 1))
             cmds = np.tile(self.u_last, (self.Nc, 1))
@@ -317,7 +384,7 @@ class LTVMPC:
         xn, A, B1, B2 = self.model.step(Xbar[:-1], v1, v2)
         assert A is not None and B1 is not None and B2 is not None
         W1, W2 = self._W1, self._W2
-        Np, nv = self.Np, self.nv
+        Np, nv, nx = self.Np, self.nv, self.nx
         # δv = v(U) − v̄ = W[:, 1:] U + W[:, 0] u_last − v̄ on decided periods, 0 before
         dec2 = (np.arange(Np) >= self.D)[:, None]
         c = np.einsum('kxc,kc->kx', B2, np.where(dec2, W2[:, :1] * self.u_last - v2, 0.0))
@@ -327,20 +394,24 @@ class LTVMPC:
             c += np.einsum('kxc,kc->kx', B1, np.where(dec1, W1[:, :1] * self.u_last - v1, 0.0))
             Bt += np.einsum('kxc,ki->kxic', B1, W1[:, 1:])
         # [Γ | λ] recursion: [Γ, λ]_{k+1} = A_k [Γ, λ]_k + [B̃_k, c_k + d_k]
-        rhs = np.concatenate([Bt.reshape(Np, NX, nv), (c + xn - Xbar[1:])[:, :, None]], axis=2)
-        out = np.empty((Np, NX, nv + 1))
+        rhs = np.concatenate([Bt.reshape(Np, nx, nv), (c + xn - Xbar[1:])[:, :, None]], axis=2)
+        out = np.empty((Np, nx, nv + 1))
         G = rhs[0]
         out[0] = G
         for k in range(1, Np):
             G = A[k] @ G + rhs[k]
             out[k] = G
-        return Xbar, out[:, :, :nv].reshape(Np * NX, nv), out[:, :, nv].reshape(-1)
+        return Xbar, out[:, :, :nv].reshape(Np * nx, nv), out[:, :, nv].reshape(-1)
 
     def step(self, state: Estimate, ref: Reference, dt: float, p_max: float) -> ControlOutput:
         """One command (kPa) for the next period."""
         cfg = self.cfg
         T, b, nb = cfg.period, cfg.ltv_block, cfg.ltv_blocks
-        x0 = np.concatenate([np.asarray(state.q, float), np.asarray(state.qd, float), self.p_valve])
+        parts = [np.asarray(state.q, float), np.asarray(state.qd, float), self.p_valve]
+        if self.nx > NX:  # the regulator's integrals, from the valve observer
+            memory = self._follow_hist
+            parts.append(memory.integral if isinstance(memory, ValveMemory) else np.zeros(NU))
+        x0 = np.concatenate(parts)
         Xbar, Gam, lam = self.linearise(x0)
         xr = self.preview(state.stamp, ref)
         ends = self.D + b * np.arange(1, nb + 1) - 1
@@ -399,7 +470,7 @@ class LTVMPC:
         # the bounds win over the modulation too (p_max may be under the regulated minimum)
         u = np.clip(self._modulate(u, step_max), 0.0, p_max)
         # the predicted trajectory for the next cycle's linearisation
-        Xp = Xbar[1:] + (Gam @ U.ravel() + lam).reshape(self.Np, NX)
+        Xp = Xbar[1:] + (Gam @ U.ravel() + lam).reshape(self.Np, self.nx)
         self.X = np.vstack([x0[None, :], Xp])
         cmds[0] = u
         self.cmds, self.U = cmds, U
@@ -414,7 +485,7 @@ class LTVMPC:
         return ControlOutput(u, sat, info)
 
     def preview(self, stamp: float, ref: Reference) -> np.ndarray:
-        """The reference states (Np, 6) at the predicted periods: a polynomial of order
+        """The reference states (Np, nx) at the predicted periods: a polynomial of order
         ltv_ref_order in the time ahead, up to the reference's max_preview, held beyond it.
         Acceleration and jerk are differences of the successive references' velocities: a
         reference at rest (θ̇* = 0) has none; a repeated velocity (a sample late under load)
@@ -422,7 +493,7 @@ class LTVMPC:
         its own future (`ref.preview`) is that future instead."""
         ahead = self.cfg.period * np.arange(1, self.Np + 1)
         if ref.preview is not None:
-            xr = np.zeros((self.Np, NX))
+            xr = np.zeros((self.Np, self.nx))
             xr[:, 0:2], xr[:, 2:4] = ref.at(ahead), ref.velocity_at(ahead)
             return xr
         q, qd = np.asarray(ref.q, float), np.asarray(ref.qd, float)
@@ -441,7 +512,7 @@ class LTVMPC:
             self._ref_prev = (stamp, qd, acc, jerk)
         a = np.minimum(ahead, ref.max_preview)[:, None]
         moving = (ahead < ref.max_preview)[:, None]
-        xr = np.zeros((self.Np, NX))
+        xr = np.zeros((self.Np, self.nx))
         xr[:, 0:2] = q + a * (qd + a * (acc / 2 + a * jerk / 6))
         xr[:, 2:4] = np.where(moving, qd + a * (acc + a * jerk / 2), 0.0)
         return xr
