@@ -16,39 +16,42 @@ RNG = np.random.default_rng(5)
 
 @pytest.fixture(scope='module')
 def fit_leg(repo_dir):
-    """The identified leg: dead time 0.095 s (11.4 periods), fill and vent constants per valve."""
+    """The identified leg: a dead time of several periods, fill and vent constants and the
+    regulator per valve (its integrals are in the prediction's state)."""
     return load_leg(overrides=repo_dir / 'config' / 'leg_fit.yaml')
 
 
 @pytest.fixture(scope='module')
-def model(fit_leg):
-    return PeriodModel(LegDynamics(DynamicParams.from_leg(fit_leg)), fit_leg.valve, T, 2)
+def chamber_leg(repo_dir):
+    """The identified leg before the regulator: the state is (θ, θ̇, p)."""
+    return load_leg(overrides=repo_dir / 'config' / 'superseded' / 'leg_fit_chamber.yaml')
 
 
 @pytest.fixture(scope='module')
-def regulator_leg(repo_dir):
-    """The identified leg with the valves' regulator: the integrals are in the state."""
-    return load_leg(overrides=repo_dir / 'config' / 'leg_fit_regulator.yaml')
+def model(chamber_leg):
+    return PeriodModel(LegDynamics(DynamicParams.from_leg(chamber_leg)), chamber_leg.valve, T, 2)
 
 
 def _period_model(leg):
     return PeriodModel(LegDynamics(DynamicParams.from_leg(leg)), leg.valve, T, 2)
 
 
-def test_the_prediction_has_the_dead_time_and_fill_vent_constants(model, fit_leg):
-    assert model.D == 11 and 0.3 < model.f < 0.5
+def test_the_prediction_has_the_dead_time_and_fill_vent_constants(fit_leg):
+    model = _period_model(fit_leg)
+    assert (model.D, model.f) == fit_leg.valve.delay_steps(T)
+    assert model.D >= 5 and 0.0 < model.f < 1.0  # several periods and a fraction of one
     assert not np.allclose(model.tau_fill, model.tau_vent)
-    assert fit_leg.valve.dead_time > 0.09
+    assert model.integrates and model.nx == 8
 
 
-def test_chamber_is_the_description_valve_model(model, fit_leg):
+def test_chamber_is_the_description_valve_model(model, chamber_leg):
     """Pressure at the period ends under a command sequence (with the commands in flight) equals
     equimus_description.valve.follow, the model the simulator runs."""
     n = 80
     cmds = np.repeat(RNG.uniform(0.0, 50.0, (n // 8, 2)), 8, axis=0)
     p0 = np.array([12.0, 30.0])
-    want, _ = follow(fit_leg.valve, cmds, p0, T)
-    H = fit_leg.valve.history_steps(T)
+    want, _ = follow(chamber_leg.valve, cmds, p0, T)
+    H = chamber_leg.valve.history_steps(T)
     full = np.vstack([np.tile(p0, (H, 1)), cmds])
     p = p0.copy()
     got = []
@@ -61,10 +64,10 @@ def test_chamber_is_the_description_valve_model(model, fit_leg):
     np.testing.assert_allclose(np.array(got), want, atol=1e-9)
 
 
-@pytest.mark.parametrize('which', ['fit', 'regulator'])
-def test_period_jacobians_match_finite_differences(which, fit_leg, regulator_leg):
-    model = _period_model(fit_leg if which == 'fit' else regulator_leg)
-    assert model.nx == (6 if which == 'fit' else 8)
+@pytest.mark.parametrize('which', ['chamber', 'fit'])
+def test_period_jacobians_match_finite_differences(which, fit_leg, chamber_leg):
+    model = _period_model(fit_leg if which == 'fit' else chamber_leg)
+    assert model.nx == (8 if which == 'fit' else 6)
     n = 12
     columns = [
         RNG.uniform(1.1, 1.8, n),
@@ -103,11 +106,11 @@ def _rollout(mpc, x0, U):
     return np.array(X[1:])
 
 
-@pytest.mark.parametrize('which', ['fit', 'regulator'])
+@pytest.mark.parametrize('which', ['chamber', 'fit'])
 def test_condensed_prediction_matches_the_nonlinear_model_and_its_derivative(
-    which, fit_leg, regulator_leg
+    which, fit_leg, chamber_leg
 ):
-    leg = fit_leg if which == 'fit' else regulator_leg
+    leg = fit_leg if which == 'fit' else chamber_leg
     dyn = LegDynamics(DynamicParams.from_leg(leg))
     mpc = LTVMPC(dyn, LTVMPCConfig(ltv_blocks=6), valve=leg.valve)
     mpc.reset(p_valve=np.array([10.0, 8.0]))
@@ -116,7 +119,7 @@ def test_condensed_prediction_matches_the_nonlinear_model_and_its_derivative(
     x0 = np.array([1.45, 0.6, 0.3, -0.4, 10.0, 8.0, 1.5, -0.5][: mpc.nx])
     nx = mpc.nx
     U0 = np.array([[18.0, 12.0], [24.0, 6.0], [28.0, 4.0], [30.0, 10.0], [26.0, 16.0], [20, 20]])
-    if which == 'regulator':  # off the regulated minimum, where the integral resets (a jump)
+    if which == 'fit':  # off the regulated minimum, where the integral resets (a jump)
         U0 = np.maximum(U0, 8.0)
         mpc.history = np.maximum(mpc.history, 8.0)
     # linearise about the nonlinear trajectory of U0 (the way a cycle sees the previous one's
@@ -142,12 +145,12 @@ def test_condensed_prediction_matches_the_nonlinear_model_and_its_derivative(
     assert np.all(G[: mpc.D] == 0.0) and np.abs(G[mpc.D]).max() > 0
 
 
-@pytest.mark.parametrize('which', ['default', 'fit', 'regulator'])
+@pytest.mark.parametrize('which', ['default', 'chamber', 'fit'])
 def test_tracks_a_step_on_the_mujoco_leg(which, repo_dir, record_property):
     """Built as the controller node builds `controller:=ltv_mpc`, closed through ControlStep,
-    the virtual mocap, the estimator and the sim graph's valve driver. On the leg with the
-    valves' regulator it tracks because it predicts the integrals (without them: late error
-    0.045 / 0.048 rad, commands swinging between 10 and 45 kPa)."""
+    the virtual mocap, the estimator and the sim graph's valve driver. On the identified leg,
+    which has the valves' regulator, it tracks because it predicts the integrals (without them:
+    late error 0.045 / 0.048 rad, commands swinging between 10 and 45 kPa)."""
     from equimus_control.closed_loop import run
     from equimus_control.controllers import kinds
     from equimus_control.reference import Waypoints
@@ -156,7 +159,7 @@ def test_tracks_a_step_on_the_mujoco_leg(which, repo_dir, record_property):
     from equimus_sim.mocap import MocapConfig, VirtualMocap
     from equimus_sim.simulator import make_simulator
 
-    files = {'default': None, 'fit': 'leg_fit.yaml', 'regulator': 'leg_fit_regulator.yaml'}
+    files = {'default': None, 'chamber': 'superseded/leg_fit_chamber.yaml', 'fit': 'leg_fit.yaml'}
     overrides = None if files[which] is None else repo_dir / 'config' / files[which]
     leg = load_leg(overrides=overrides)
     params = StaticParams.from_leg(leg)

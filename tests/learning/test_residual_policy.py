@@ -84,7 +84,7 @@ def test_randomisation_spans_both_identified_legs():
     fit = load_leg(overrides=str(REPO / 'config/leg_fit.yaml'))
     assert ivs['valve.dead_time'][0] <= nominal.valve.dead_time <= ivs['valve.dead_time'][1]
     assert ivs['valve.dead_time'][0] <= fit.valve.dead_time <= ivs['valve.dead_time'][1]
-    assert ivs['valve.dead_time'][1] > 0.09  # the fit's ~95 ms dead time is inside
+    assert fit.valve.dead_time > 0.05  # a real dead time (the fit's: 73 ms), inside
     for side in ('maa', 'baa'):
         k = f'actuators.{side}.k'
         for leg in (nominal, fit):
@@ -102,7 +102,7 @@ def test_randomisation_spans_both_identified_legs():
             ]
             assert np.ptp(u) < 1e-9
     dead = np.array([d['valve.dead_time'] for d in draws])
-    assert dead.min() < 0.02 and dead.max() > 0.08  # both ends are drawn
+    assert dead.min() < 0.02 and dead.max() > 0.8 * fit.valve.dead_time  # both ends are drawn
 
 
 def test_vector_env_runs_a_different_leg_per_episode():
