@@ -49,7 +49,6 @@ def test_shipped_fit_replays_the_tocenter_file_within_the_goal(repo_dir, shared_
         assert np.all(res['rmse'] < old['rmse']), (superseded, old['rmse'], res['rmse'])
 
 
-
 def test_shipped_fit_runs_the_valves_regulator(repo_dir):
     """The shipped fit has the regulator its held-out error chose (docs/identification.md): the
     MAA's muscle takes up slack, both valves integrate."""
