@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """What the valve/chamber model and hinge friction cost (issue 25), side by side in one run.
 
-    python benchmarks/bench_valve_model.py [--fit config/leg_fit.yaml] [--quick]
+    python benchmarks/bench_valve_model.py [--fit config/leg_fit.yaml ...] [--quick]
 
-The default leg (the authors' first-order lag, frictionless) against a fitted leg with a dead
-time, fill and vent constants and hinge friction (--fit):
+The default leg (the authors' first-order lag, frictionless) against fitted legs with a dead
+time, fill and vent constants, a regulator or hinge friction (--fit, one or more files):
 - LegSimulator.advance per 1/120 s frame at the sim node's Δt = 1/600 s, both valve paths
   ('mujoco': the lag as actuator dynamics, one mj_step call per frame; a general valve is written
   in step by step; 'python': the loop in Python), µs per frame;
@@ -12,7 +12,7 @@ time, fill and vent constants and hinge friction (--fit):
 - the identification evaluator on the 36 ToCenter segments (whole-trajectory loss, Δt 0.01 s):
   simulated steps/s, i.e. what one least-squares evaluation costs;
 - valve.follow alone over 72,000 steps (the valve of one evaluation), ms.
-Rounds alternate between the two legs so machine load hits both alike; medians are printed.
+Rounds alternate between the legs so machine load hits them alike; medians are printed.
 """
 
 from __future__ import annotations
@@ -78,12 +78,13 @@ def evaluator_rate(overrides) -> tuple[float, float]:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument('--fit', default=str(ROOT / 'config' / 'leg_fit.yaml'))
+    ap.add_argument('--fit', nargs='+', default=[str(ROOT / 'config' / 'leg_fit.yaml')])
     ap.add_argument('--quick', action='store_true')
     ap.add_argument('--rounds', type=int, default=3)
     a = ap.parse_args(argv)
     frames, steps, rounds = (120, 20, 1) if a.quick else (1200, 200, a.rounds)
-    legs = {'default (lag, frictionless)': None, f'fit ({pathlib.Path(a.fit).name})': a.fit}
+    legs = {'default (lag, frictionless)': None}
+    legs.update({f'fit ({pathlib.Path(f).name})': f for f in a.fit})
     rows: dict[str, dict[str, list[float]]] = {k: {} for k in legs}
     for _ in range(rounds):
         for label, ov in legs.items():

@@ -324,7 +324,7 @@ def _regulator_plan(
 
 def _regulate(params: ValveParams, p, integral, slack, v, h: float):
     """The regulator over h seconds with input v held (arrays, the last axis the channel):
-    (pressure, integral, slack) after it. `_regulate_rows` is the same for plain floats."""
+    (pressure, integral, slack) after it. `_regulate_channel` is the same for plain floats."""
     ch = np.shape(v)[-1]
     m, hs, cf, cv = _regulator_plan(params, h, ch)
     s0 = _per_channel(params.slack, ch)
@@ -582,28 +582,37 @@ def _row_plan(params: ValveParams, h: float, channels: int) -> tuple:
     )
 
 
-def _regulate_rows(
-    plan: tuple, p: list[float], integral: list[float], slack: list[float], v: Row
-) -> None:
-    """`_regulate` for one set of channels in plain floats, in place: the same operations in
-    the same order, so the same numbers bit for bit, without numpy's per-call cost."""
-    m, hs, cf, cv, s0, ki, leak = plan
-    for c in range(len(v)):
-        vc, pc, ic, sc = v[c], p[c], integral[c], slack[c]
-        on = vc >= MIN_REGULATED_KPA
-        for _ in range(m):
-            target = vc + ic
-            if target > pc:
-                d = (target - pc) * cf[c]
-                take = min(sc, d)
-                sc = sc - take
-                pc = max(pc + (d - take), 0.0)
-            else:
-                pc = max(pc + (target - pc) * cv[c], 0.0)
-                if not on and pc < VENTED_KPA:
-                    sc = s0[c]
-            ic = ic + (ki[c] * (vc - pc) - leak[c] * ic) * hs if on else 0.0
-        p[c], integral[c], slack[c] = pc, ic, sc
+def _regulate_channel(
+    c: int, pieces: list[tuple[tuple, list[Row]]], n: int, p: float, i: float, s: float
+) -> tuple[list[float], float, float, float]:
+    """`_regulate` for channel c alone over n steps in plain floats: the same operations in the
+    same order, so the same numbers bit for bit, without numpy's per-call cost. Each step runs
+    the pieces in order, each (plan, its per-step inputs). Returns (the pressure at the end of
+    each step, the final pressure, integral and slack)."""
+    prepared = [
+        (plan[0], plan[1], plan[2][c], plan[3][c], plan[4][c], plan[5][c], plan[6][c],
+         [row[c] for row in inputs])
+        for plan, inputs in pieces
+    ]  # fmt: skip
+    out = [0.0] * n
+    for k in range(n):
+        for m, hs, cf, cv, s0, ki, leak, inputs in prepared:
+            v = inputs[k]
+            on = v >= MIN_REGULATED_KPA
+            for _ in range(m):
+                target = v + i
+                if target > p:
+                    d = (target - p) * cf
+                    take = min(s, d)
+                    s = s - take
+                    p = max(p + (d - take), 0.0)
+                else:
+                    p = max(p + (target - p) * cv, 0.0)
+                    if not on and p < VENTED_KPA:
+                        s = s0
+                i = i + (ki * (v - p) - leak * i) * hs if on else 0.0
+        out[k] = p
+    return out, p, i, s
 
 
 def _steps_regulated(
@@ -625,20 +634,21 @@ def _steps_regulated(
     n = len(rows)
     full = _rows(commands, tuple(now), h, params, dt) + rows
     second = full[h - d : h - d + n]
-    out: list[list[float]] = []
     if f > 0:
         first = full[h - d - 1 : h - d - 1 + n]
-        head = _row_plan(params, f * dt, channels)
-        tail = _row_plan(params, (1.0 - f) * dt, channels)
-        for k in range(n):
-            _regulate_rows(head, now, integral, slack, first[k])
-            _regulate_rows(tail, now, integral, slack, second[k])
-            out.append(list(now))
+        pieces = [
+            (_row_plan(params, f * dt, channels), first),
+            (_row_plan(params, (1.0 - f) * dt, channels), second),
+        ]
     else:
-        whole = _row_plan(params, dt, channels)
-        for k in range(n):
-            _regulate_rows(whole, now, integral, slack, second[k])
-            out.append(list(now))
+        pieces = [(_row_plan(params, dt, channels), second)]
+    columns = []
+    for c in range(channels):
+        col, now[c], integral[c], slack[c] = _regulate_channel(
+            c, pieces, n, now[c], integral[c], slack[c]
+        )
+        columns.append(col)
+    out = [list(step) for step in zip(*columns, strict=True)]
     return out, ValveMemory(tuple(full[len(full) - h :]), tuple(integral), tuple(slack))
 
 
