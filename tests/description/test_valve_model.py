@@ -315,7 +315,13 @@ def test_the_regulator_is_what_it_says():
     p, _ = follow(valve, u, np.zeros(1), dt)
     assert p[799, 0] < 0.01  # vented
     assert np.allclose(p[800:1400], p[:600], atol=1e-6)
-    assert MIN_REGULATED_KPA > 0.0  # a vented setpoint resets the integral: below it, off
+    # below the regulated minimum the valve does not integrate: no overshoot
+    integral_only = ValveParams(0.2, 0.05, 0.0, integral_gain=2.0, integral_leak=1.5)
+    low = 0.5 * MIN_REGULATED_KPA
+    p, _ = follow(integral_only, np.full((600, 1), low), np.zeros(1), dt)
+    assert p.max() <= low and p[-1, 0] == pytest.approx(low, rel=1e-6)
+    p, _ = follow(integral_only, np.full((600, 1), 2 * MIN_REGULATED_KPA), np.zeros(1), dt)
+    assert p.max() > 2 * MIN_REGULATED_KPA * 1.01
 
 
 def test_neutral_regulator_is_the_chamber_bit_for_bit():

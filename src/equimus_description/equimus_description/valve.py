@@ -349,6 +349,8 @@ def _initial_slack(params: ValveParams, p0: np.ndarray) -> np.ndarray:
 
 
 def _run_regulated(params, p0, steps, dt, history):
+    """`_run` with the regulator: (pressures, ValveMemory); one set of channels takes the
+    plain-float path (numpy's per-step cost dominates there), a batch the array path."""
     p0 = np.asarray(p0, float)
     if steps.ndim == 2 and p0.ndim == 1:  # one set of channels: plain floats, the same numbers
         commands = history.commands if isinstance(history, ValveMemory) else history
