@@ -187,6 +187,35 @@ def test_a_late_reply_is_counted_late_not_lost(tmp_path):
     assert probe.stats.late == before.late + 1, probe.stats
 
 
+def test_a_vent_reported_in_a_late_reply_stops_the_level(tmp_path):
+    """The board's watchdog vents while this computer stalls 0.3 s, and the reply that reports
+    it comes late (the board's loop stands 0.15 s, past the probe's 50 ms): the level stops as
+    self-vented all the same, instead of reading the vented valve as its answer (the board
+    reports a vent once). Seen in a loaded CI run as 'does not follow its setpoint'."""
+    board = make_emulator(tmp_path)
+    calls = []
+
+    def stall_once() -> str:
+        calls.append(time.monotonic())
+        if len(calls) == 1:
+            time.sleep(0.3)  # the watchdog (200 ms) vents
+            _stand(board, 0.15)  # released by its own thread; the next replies are late
+        return ''
+
+    try:
+        with C.BoardProbe(board.link) as probe:
+            probe.open(wait_s=5.0)
+            code = NOMINAL.kpa_to_code(LEVELS[0])
+            with pytest.raises(C.SelfVented) as e:
+                C.hold(probe, [code, 0], 1.0, to_kpa, stall_once)
+            assert probe.take_late_vents() == 0  # taken by the level
+    finally:
+        board.close()
+    assert board.watchdog_trips >= 1
+    assert probe.stats.late >= 1, probe.stats
+    assert e.value.gap_s >= 0.3
+
+
 def test_a_board_that_answers_late_delays_the_level_and_is_still_fitted(tmp_path):
     """The board's loop stands 1.3 s as the first level begins (a starved board process, as in
     a loaded test run): longer than the 1 s hold, shorter than the probe's 5 s for a gone board.

@@ -89,6 +89,10 @@ ATTEMPTS = 3
 STALLED_ATTEMPTS = 8
 
 
+#: ACK flags of a board that vented by itself (its watchdog, a bad frame)
+VENT_FLAGS = P.ACK_WATCHDOG_VENTED | P.ACK_BAD_FRAME_VENTED
+
+
 class CommissionError(RuntimeError):
     """A check failed; str() is the one-line report (what happened, what to do)."""
 
@@ -134,6 +138,7 @@ class BoardProbe:
         # s of unanswered waiting since the last reply (None until HELLO is answered)
         self._unanswered_s: float | None = None
         self._timed_out: set[int] = set()  # seqs of requests that timed out (their reply: late)
+        self._late_vents = 0  # vent flags of late replies, until take_late_vents()
 
     def open(self, wait_s: float = 0.0) -> P.Info:
         """Open the port (retrying up to `wait_s` while it does not exist yet) and identify the
@@ -230,6 +235,8 @@ class BoardProbe:
                     self._timed_out.discard(item.seq)
                     self.stats.late += 1
                     self._answered()  # late, but the board is there
+                    if isinstance(item, P.Ack):
+                        self._late_vents |= item.flags & VENT_FLAGS
                     continue
                 if isinstance(item, P.Rejected):
                     self.stats.rejected[P.REASON_NAMES.get(item.reason, str(item.reason))] += 1
@@ -253,6 +260,13 @@ class BoardProbe:
                             'power'
                         )
                 return None, now - t0
+
+    def take_late_vents(self) -> int:
+        """The vent flags (ACK_WATCHDOG_VENTED, ACK_BAD_FRAME_VENTED) of replies that came after
+        their request had timed out: the board reports a vent once, so a late reply is the only
+        word of it. Cleared by the call."""
+        flags, self._late_vents = self._late_vents, 0
+        return flags
 
     def _answered(self) -> None:
         if self._unanswered_s is not None:
@@ -427,8 +441,9 @@ def hold(
         ack = probe.set(codes)
         if ack is not None and not answered:
             answered, t0, away0 = True, now, away
-        if ack is not None and ack.flags & (P.ACK_WATCHDOG_VENTED | P.ACK_BAD_FRAME_VENTED):
-            raise SelfVented(f'the board vented by itself (ACK flags 0x{ack.flags:02x})', gap)
+        vents = probe.take_late_vents() | (ack.flags & VENT_FLAGS if ack is not None else 0)
+        if vents:
+            raise SelfVented(f'the board vented by itself (ACK flags 0x{vents:02x})', gap)
         if ack is not None and ack.measured is not None:
             level.t.append(time.monotonic() - t0)
             level.kpa.append(tuple(to_kpa(m) for m in ack.measured))
