@@ -40,6 +40,34 @@ def _wait_recording(node, proc, topics, timeout=15.0):
     assert seen == set(topics), f'recorder did not subscribe to {set(topics) - seen}'
 
 
+def _wait_received(node, minimum, timeout=30.0):
+    """Until the recorder's /diagnostics report at least `minimum` messages received and the
+    count grows by no more than its own reports between two of them (it records /diagnostics
+    too): DDS has delivered what was published (on a loaded machine that can take longer than
+    any fixed wait). Received, not flushed: the signal's close still has to write the pending
+    chunk."""
+    from diagnostic_msgs.msg import DiagnosticArray
+
+    counts = []
+
+    def on(msg):
+        for st in msg.status:
+            values = {kv.key: kv.value for kv in st.values}
+            if 'messages' in values and 'messages_on_disk' in values:
+                counts.append(int(values['messages']))
+
+    sub = node.create_subscription(DiagnosticArray, '/diagnostics', on, 10)
+    try:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            rclpy.spin_once(node, timeout_sec=0.1)
+            if len(counts) >= 2 and counts[-1] >= minimum and counts[-1] - counts[-2] < 5:
+                return counts[-1]
+        raise AssertionError(f'the recorder reported {counts[-3:]} messages, wanted {minimum}')
+    finally:
+        node.destroy_subscription(sub)
+
+
 @pytest.mark.parametrize('sig', [signal.SIGINT, signal.SIGTERM])
 def test_records_every_message_and_closes_on_signal(node, tmp_path, sig):
     path = tmp_path / 'bag'
@@ -52,7 +80,7 @@ def test_records_every_message_and_closes_on_signal(node, tmp_path, sig):
         _wait_recording(node, proc, ['/valve/command', '/joint_states'])
         time.sleep(0.5)
         _publish(node, pubs, 300)
-        time.sleep(0.5)
+        _wait_received(node, 300 + 290)
     finally:
         out = stop(proc, sig)
     assert proc.returncode == 0, out
