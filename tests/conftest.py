@@ -141,6 +141,26 @@ def ros_node(request):
 
 
 @pytest.fixture
+def private_node(request):
+    """A node on a DDS domain claimed for this test alone (the session's own is avoided, and a
+    domain with a participant on it is never claimed): nothing an earlier test left running on
+    the session's domain can reach it. Start the test's processes with its domain
+    (`rosproc.start_node(..., domain=node.context.get_domain_id())`)."""
+    import rclpy
+
+    claim = dds_domain.claim(avoid=(int(os.environ.get('ROS_DOMAIN_ID', '0')),))
+    context = rclpy.Context()
+    rclpy.init(context=context, domain_id=claim.domain)
+    node = rclpy.create_node('test_' + request.node.name.split('[')[0][:40], context=context)
+    try:
+        yield node
+    finally:
+        node.destroy_node()
+        rclpy.try_shutdown(context=context)
+        claim.release()
+
+
+@pytest.fixture
 def read_only_dir(tmp_path):
     """An empty folder nobody can write into: chmod 555 where that binds (not root), else a
     read-only tmpfs (root, with CAP_SYS_ADMIN); skipped where neither is possible."""

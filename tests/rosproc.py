@@ -11,8 +11,11 @@ from equimus_bringup.supervisor import STACK_DUMP_WAIT_S, find_executable
 from equimus_ros.main import STACK_DUMP_SIGNAL
 
 
-def start_node(package: str, executable: str, *ros_args: str, args=()) -> subprocess.Popen:
-    """Start an installed node in its own process group, output captured."""
+def start_node(
+    package: str, executable: str, *ros_args: str, args=(), domain: int | None = None
+) -> subprocess.Popen:
+    """Start an installed node in its own process group, output captured; on `domain` when
+    given (else the session's ROS_DOMAIN_ID)."""
     cmd = [find_executable(package, executable), *args]
     if ros_args:
         cmd += ['--ros-args', *ros_args]
@@ -22,7 +25,11 @@ def start_node(package: str, executable: str, *ros_args: str, args=()) -> subpro
         stderr=subprocess.STDOUT,
         text=True,
         start_new_session=True,
-        env=dict(os.environ, PYTHONUNBUFFERED='1'),
+        env=dict(
+            os.environ,
+            PYTHONUNBUFFERED='1',
+            **({} if domain is None else {'ROS_DOMAIN_ID': str(domain)}),
+        ),
     )
 
 

@@ -19,7 +19,6 @@ import sys
 import time
 from pathlib import Path
 
-import dds_domain
 import pytest
 from rosproc import vented_on_stop
 
@@ -52,21 +51,10 @@ def ros2_launch():
 
 
 @pytest.fixture
-def watcher(request):
-    """A node on a DDS domain claimed for this test alone (the session's own is avoided); the
-    launch started by `_launch` gets the same ROS_DOMAIN_ID."""
-    import rclpy
-
-    claim = dds_domain.claim(avoid=(int(os.environ.get('ROS_DOMAIN_ID', '0')),))
-    context = rclpy.Context()
-    rclpy.init(context=context, domain_id=claim.domain)
-    node = rclpy.create_node('test_' + request.node.name.split('[')[0][:40], context=context)
-    try:
-        yield node
-    finally:
-        node.destroy_node()
-        rclpy.try_shutdown(context=context)
-        claim.release()
+def watcher(private_node):
+    """The test's node on a domain of its own; the launch started by `_launch` gets the same
+    ROS_DOMAIN_ID."""
+    return private_node
 
 
 def _natnet_ports() -> list[str]:

@@ -14,6 +14,7 @@ rclpy = pytest.importorskip('rclpy')
 from rcl_interfaces.msg import Parameter as ParameterMsg  # noqa: E402
 from rcl_interfaces.srv import GetParameters, SetParameters  # noqa: E402
 from rclpy.duration import Duration  # noqa: E402
+from rclpy.executors import SingleThreadedExecutor  # noqa: E402
 from rclpy.parameter import Parameter  # noqa: E402
 from rosproc import start_node, stop  # noqa: E402
 from sensor_msgs.msg import JointState  # noqa: E402
@@ -30,6 +31,8 @@ class Probe:
 
     def __init__(self, node):
         self.node = node
+        self.executor = SingleThreadedExecutor(context=node.context)  # the node's own domain
+        self.executor.add_node(node)
         self.commands = []
         subscription(
             node, Float64MultiArray, VALVE_COMMAND, lambda m: self.commands.append(list(m.data))
@@ -40,12 +43,12 @@ class Probe:
     def spin(self, seconds):
         end = time.monotonic() + seconds
         while time.monotonic() < end:
-            rclpy.spin_once(self.node, timeout_sec=0.01)
+            self.executor.spin_once(timeout_sec=0.01)
 
     def wait_for(self, predicate, timeout, what):
         end = time.monotonic() + timeout
         while time.monotonic() < end and not predicate():
-            rclpy.spin_once(self.node, timeout_sec=0.02)
+            self.executor.spin_once(timeout_sec=0.02)
         assert predicate(), f'timed out waiting for {what}'
 
     def wait_connected(self, timeout=30.0):
@@ -110,14 +113,14 @@ class Probe:
             parameters=[Parameter(k, value=v).to_parameter_msg() for k, v in values.items()]
         )
         fut = cli.call_async(req)
-        rclpy.spin_until_future_complete(self.node, fut, timeout_sec=10.0)
+        self.executor.spin_until_future_complete(fut, timeout_sec=10.0)
         return fut.result().results
 
     def get(self, *names):
         cli = self.node.create_client(GetParameters, '/controller/get_parameters')
         assert cli.wait_for_service(10.0)
         fut = cli.call_async(GetParameters.Request(names=list(names)))
-        rclpy.spin_until_future_complete(self.node, fut, timeout_sec=10.0)
+        self.executor.spin_until_future_complete(fut, timeout_sec=10.0)
         values = [
             Parameter.from_parameter_msg(ParameterMsg(name=n, value=v)).value
             for n, v in zip(names, fut.result().values, strict=True)
@@ -126,7 +129,9 @@ class Probe:
 
 
 @pytest.fixture
-def controller(request):
+def controller(request, private_node):
+    """The controller node on the test's own domain: a process an earlier test left on the
+    session's domain must not send it states or add commands to the probe's."""
     kind = getattr(request, 'param', 'pid')
     proc = start_node(
         'equimus_control',
@@ -135,13 +140,14 @@ def controller(request):
         f'controller:={kind}',
         '-p',
         f'stale_timeout:={STALE_TIMEOUT}',
+        domain=private_node.context.get_domain_id(),
     )
     yield kind, proc
     out = stop(proc)
     assert 'Traceback' not in out, out[-3000:]
 
 
-def test_parameters_follow_ros2_param_set(controller, ros_node):
+def test_parameters_follow_ros2_param_set(controller, private_node):
     from equimus_control.reference import triangle_poses
     from equimus_description.leg import load_leg
     from equimus_description.statics import StaticParams, holding_pressures
@@ -149,7 +155,7 @@ def test_parameters_follow_ros2_param_set(controller, ros_node):
     params = StaticParams.from_leg(load_leg())
     pose = triangle_poses(params)[2]  # held by (19.80, 8.52) kPa
     assert holding_pressures(pose, params)[0] > 15.0
-    probe = Probe(ros_node)
+    probe = Probe(private_node)
     probe.wait_connected()
     probe.reference(pose, [0.0, 0.0], 0, 0)
     u = [probe.state(pose, [0.0, 0.0], 1, k * 8_333_333) for k in range(5)][-1]
@@ -253,12 +259,12 @@ def bits(values):
 
 
 @pytest.mark.parametrize('controller', ['pid', 'mpc', 'ltv_mpc'], indirect=True)
-def test_node_and_harness_give_bit_identical_commands(controller, ros_node):
+def test_node_and_harness_give_bit_identical_commands(controller, private_node):
     kind, _ = controller
     events = recorded_sequence()
     expected, cmds = harness_commands(kind, events)
     assert any(c.vented for c in cmds) and sum(not c.vented for c in cmds) > 80
-    probe = Probe(ros_node)
+    probe = Probe(private_node)
     probe.wait_connected(timeout=60.0)
     got = []
     for what, q, qd, sec, nsec in events:
