@@ -124,6 +124,8 @@ REGULATED = ValveParams(
     integral_gain=(1.87, 0.78),
     integral_leak=(1.39, 1.38),
 )
+# The same with the MAA's slack taken up at least at 60 kPa/s whatever the setpoint.
+RATED = ValveParams(**{**vars(REGULATED), 'slack_rate': (60.0, 0.0)})
 
 
 GENERAL = ValveParams(tau_fill=0.3, tau_vent=0.08, dead_time=0.0237)
@@ -223,6 +225,7 @@ def test_parameters_are_checked():
         ValveParams(0.2, 0.1, 0.02, fill_rate=(80.0, math.inf)),  # a rate limit (hold's path)
         REGULATED,  # the regulator, dead time of a fraction of a step
         ValveParams(0.3, 0.1, 5 / 600, slack=8.0, integral_gain=2.0),  # whole steps, no leak
+        RATED,  # the slack taken up at a least rate
     ],
 )
 def test_the_simulators_per_frame_hold_is_hold_bit_for_bit(params):
@@ -265,27 +268,28 @@ def _fills_and_vents(n=600):
     return u
 
 
-def test_the_regulators_solvers_agree():
+@pytest.mark.parametrize('regulated', [REGULATED, RATED], ids=['regulator', 'slack_rate'])
+def test_the_regulators_solvers_agree(regulated):
     """follow, hold over frames (memory carried), batched and one at a time, and hold_steps give
     the same pressures bit for bit; the clock-stepped Valve (the board emulator's) the same
     within 1e-9 kPa when the dead time is whole steps (its pieces are then the grid's)."""
     dt = 0.01
     u = _fills_and_vents()
-    want, memory = follow(REGULATED, u, np.zeros(2), dt)
+    want, memory = follow(regulated, u, np.zeros(2), dt)
     assert isinstance(memory, ValveMemory)
-    first, mid = follow(REGULATED, u[:137], np.zeros(2), dt)
-    rest, _ = follow(REGULATED, u[137:], first[-1], dt, mid)
+    first, mid = follow(regulated, u[:137], np.zeros(2), dt)
+    rest, _ = follow(regulated, u[137:], first[-1], dt, mid)
     assert np.array_equal(np.concatenate([first, rest]), want)
-    batch, _ = follow(REGULATED, np.stack([u, u[::-1]]), np.zeros((2, 2)), dt)
+    batch, _ = follow(regulated, np.stack([u, u[::-1]]), np.zeros((2, 2)), dt)
     assert np.array_equal(batch[0], want)
-    assert np.array_equal(batch[1], follow(REGULATED, u[::-1], np.zeros(2), dt)[0])
+    assert np.array_equal(batch[1], follow(regulated, u[::-1], np.zeros(2), dt)[0])
     p, mem, rows = [0.0, 0.0], None, []
     for k in range(len(u)):
-        seg, mem = hold_steps(REGULATED, p, u[k].tolist(), 1, dt, mem)
+        seg, mem = hold_steps(regulated, p, u[k].tolist(), 1, dt, mem)
         rows.append(seg[-1])
         p = seg[-1]
     assert np.array_equal(np.array(rows), want)
-    whole = ValveParams(**{**vars(REGULATED), 'dead_time': 0.09})
+    whole = ValveParams(**{**vars(regulated), 'dead_time': 0.09})
     grid, _ = follow(whole, u, np.zeros(2), dt)
     v = Valve(whole, 2)
     stepped = np.array([v.step(u[k], dt).copy() for k in range(len(u))])
@@ -324,6 +328,30 @@ def test_the_regulator_is_what_it_says():
     assert p.max() > 2 * MIN_REGULATED_KPA * 1.01
 
 
+def test_a_slack_rate_takes_the_slack_up_in_the_same_time_at_every_setpoint():
+    """In proportion to the inflow the slack delays a fill at 10 kPa several times longer than
+    one at 50 kPa; taken up at least at slack_rate it costs about slack / slack_rate at both,
+    and the chamber does not rise while it lasts. A slack_rate without a slack changes nothing."""
+    dt = 0.005
+
+    def onset(valve, level):
+        p, _ = follow(valve, np.full((400, 1), level), np.zeros(1), dt)
+        return int(np.argmax(p[:, 0] > 0.0)) * dt
+
+    proportional = ValveParams(0.2, 0.05, 0.0, slack=15.0)
+    assert onset(proportional, 10.0) > 3.0 * onset(proportional, 50.0)
+    rated = ValveParams(0.2, 0.05, 0.0, slack=15.0, slack_rate=60.0)
+    low, high = onset(rated, 10.0), onset(rated, 50.0)
+    assert low == pytest.approx(15.0 / 60.0, abs=2 * dt)
+    assert high <= low and high > 0.5 * onset(proportional, 50.0)
+    chamber = ValveParams(0.2, 0.05, 0.0)
+    u = np.full((400, 1), 20.0)
+    assert np.array_equal(
+        follow(ValveParams(0.2, 0.05, 0.0, slack_rate=60.0), u, np.zeros(1), dt)[0],
+        follow(chamber, u, np.zeros(1), dt)[0],
+    )
+
+
 def test_neutral_regulator_is_the_chamber_bit_for_bit():
     chamber = ValveParams((0.258, 0.338), (0.005, 0.127), 0.0952)
     neutral = ValveParams(
@@ -341,12 +369,16 @@ def test_regulator_parameters_are_checked(tmp_path):
         ValveParams(slack=-1.0)
     with pytest.raises(ValueError, match='integral_gain'):
         ValveParams(integral_gain=(1.0, math.nan))
+    with pytest.raises(ValueError, match='slack_rate'):
+        ValveParams(slack=5.0, slack_rate=-1.0)
     with pytest.raises(ValueError, match='cannot be combined'):
         ValveParams(fill_rate=100.0, slack=5.0)
     from equimus_description.leg import LegDescriptionError, load_leg
 
     leg = load_leg().with_overrides({'valve.slack.maa': 14.9, 'valve.integral_gain.baa': 0.8})
     assert leg.valve.slack == (14.9, 0.0) and leg.valve.integral_gain == (0.0, 0.8)
+    rated = load_leg().with_overrides({'valve.slack.maa': 14.9, 'valve.slack_rate.maa': 60.0})
+    assert rated.valve.slack_rate == (60.0, 0.0)
     assert load_leg().valve == ValveParams(leg.valve_time_constant, leg.valve_time_constant)
     with pytest.raises(LegDescriptionError, match='valve.slack.baa'):
         load_leg().with_overrides({'valve.slack.baa': -2.0})

@@ -591,7 +591,8 @@ def _valve(raw: Mapping, tau: float, channels: list) -> ValveParams:
     """The valve section: `time_constant` is the fill and the vent constant unless
     `fill_time_constant` / `vent_time_constant` are given: a number, or one per actuator
     ({maa: .., baa: ..}); null = time_constant. The regulator's `slack` (kPa),
-    `integral_gain` and `integral_leak` (1/s), the same way, default 0 (no regulator)."""
+    `integral_gain` and `integral_leak` (1/s) and `slack_rate` (kPa/s), the same way, default 0
+    (no regulator)."""
 
     def constant(key: str, default: float = tau, zero: bool = False) -> float | tuple[float, ...]:
         v = raw.get(key)
@@ -620,6 +621,7 @@ def _valve(raw: Mapping, tau: float, channels: list) -> ValveParams:
             slack=constant('slack', 0.0, True),
             integral_gain=constant('integral_gain', 0.0, True),
             integral_leak=constant('integral_leak', 0.0, True),
+            slack_rate=constant('slack_rate', 0.0, True),
         )
     except ValueError as e:  # a combination the model cannot run (each value is valid)
         raise LegDescriptionError(str(e), 'valve') from None

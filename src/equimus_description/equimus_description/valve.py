@@ -25,9 +25,13 @@ pressure lags (dI/dt = integral_gain·(v − p) − integral_leak·I) and drives
 v + I, then unwinds: the pressure starts late, overshoots and relaxes back, the more so the lower
 the setpoint (the same wind-up is a larger share of a small setpoint), as the recorded knee does
 (docs/identification.md). Below MIN_REGULATED_KPA the valve vents and its integral is reset; a
-muscle vented below VENTED_KPA has its slack back. The regulator is a recursion, not a closed
-form: per step of at most REGULATOR_STEP_S the chamber is solved exactly for the target held
-and the integral by an Euler step (integral_gain·REGULATOR_STEP_S ≤ 0.1 over the fitted range).
+muscle vented below VENTED_KPA has its slack back. The slack is taken up in proportion to the
+inflow, or, with `slack_rate` (kPa/s) set, at least that fast once the valve regulates: the
+VPPE opens to the supply whatever the setpoint, so the slack costs the same time at 10 kPa as at
+50 (the rig's fills start 0.2-0.3 s after the command at every level; docs/identification.md).
+The regulator is a recursion, not a closed form: per step of at most REGULATOR_STEP_S the
+chamber is solved exactly for the target held and the integral by an Euler step
+(integral_gain·REGULATOR_STEP_S ≤ 0.1 over the fitted range).
 Its state (the integral and the slack left) travels with the dead time's history in a
 `ValveMemory`.
 
@@ -141,7 +145,8 @@ def _channelwise(value, name: str, ok, what: str) -> Channelwise:
 class ValveParams:
     """Dead time (s), fill and vent time constants (s), the fill rate limit (kPa/s) and the
     regulator: the muscle's slack (kPa of inflow before its pressure rises), the integral gain
-    (1/s) and the integral's leak (1/s).
+    (1/s), the integral's leak (1/s) and the slack's least uptake rate (kPa/s; 0 = in
+    proportion to the inflow).
 
     All but the dead time are one number for every channel or a tuple with one per channel
     (array order of ACTUATORS); the dead time is the command path's, one for all.
@@ -154,6 +159,7 @@ class ValveParams:
     slack: Channelwise = 0.0  # kPa
     integral_gain: Channelwise = 0.0  # 1/s
     integral_leak: Channelwise = 0.0  # 1/s
+    slack_rate: Channelwise = 0.0  # kPa/s
 
     def __post_init__(self) -> None:
         positive = 'a finite number > 0 s (or one per channel)'
@@ -169,7 +175,12 @@ class ValveParams:
             '> 0 kPa/s, inf for none (or one per channel)',
         )
         object.__setattr__(self, 'fill_rate', rate)
-        for name, unit in (('slack', 'kPa'), ('integral_gain', '1/s'), ('integral_leak', '1/s')):
+        for name, unit in (
+            ('slack', 'kPa'),
+            ('integral_gain', '1/s'),
+            ('integral_leak', '1/s'),
+            ('slack_rate', 'kPa/s'),
+        ):
             v = _channelwise(
                 getattr(self, name),
                 name,
@@ -239,6 +250,7 @@ class ValveParams:
             pick(self.slack),
             pick(self.integral_gain),
             pick(self.integral_leak),
+            pick(self.slack_rate),
         )
 
     def delay_steps(self, dt: float) -> tuple[int, float]:
@@ -331,13 +343,14 @@ def _regulate(params: ValveParams, p, integral, slack, v, h: float):
     ki = _per_channel(params.integral_gain, ch)
     leak = _per_channel(params.integral_leak, ch)
     on = v >= MIN_REGULATED_KPA
+    least = np.where(on, _per_channel(params.slack_rate, ch) * hs, 0.0)
     for _ in range(m):
         target = v + integral
         fill = target > p
         d = (target - p) * np.where(fill, cf, cv)
-        take = np.where(fill, np.minimum(slack, d), 0.0)
+        take = np.where(fill, np.minimum(slack, np.maximum(d, least)), 0.0)
         slack = slack - take
-        p = np.maximum(p + (d - take), 0.0)
+        p = np.maximum(p + np.where(fill, np.maximum(d - take, 0.0), d), 0.0)
         slack = np.where(~fill & ~on & (p < VENTED_KPA), s0, slack)
         integral = np.where(on, integral + (ki * (v - p) - leak * integral) * hs, 0.0)
     return p, integral, slack
@@ -581,6 +594,7 @@ def _row_plan(params: ValveParams, h: float, channels: int) -> tuple:
         tuple(_per_channel(params.slack, channels).tolist()),
         tuple(_per_channel(params.integral_gain, channels).tolist()),
         tuple(_per_channel(params.integral_leak, channels).tolist()),
+        tuple((_per_channel(params.slack_rate, channels) * hs).tolist()),
     )
 
 
@@ -593,21 +607,22 @@ def _regulate_channel(
     each step, the final pressure, integral and slack)."""
     prepared = [
         (plan[0], plan[1], plan[2][c], plan[3][c], plan[4][c], plan[5][c], plan[6][c],
-         [row[c] for row in inputs])
+         plan[7][c], [row[c] for row in inputs])
         for plan, inputs in pieces
     ]  # fmt: skip
     out = [0.0] * n
     for k in range(n):
-        for m, hs, cf, cv, s0, ki, leak, inputs in prepared:
+        for m, hs, cf, cv, s0, ki, leak, rate_hs, inputs in prepared:
             v = inputs[k]
             on = v >= MIN_REGULATED_KPA
+            least = rate_hs if on else 0.0
             for _ in range(m):
                 target = v + i
                 if target > p:
                     d = (target - p) * cf
-                    take = min(s, d)
+                    take = min(s, max(d, least))
                     s = s - take
-                    p = max(p + (d - take), 0.0)
+                    p = max(p + max(d - take, 0.0), 0.0)
                 else:
                     p = max(p + (target - p) * cv, 0.0)
                     if not on and p < VENTED_KPA:

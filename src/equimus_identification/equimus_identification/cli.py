@@ -40,6 +40,7 @@ def presets() -> dict[str, tuple[str, ...]]:
         'chamber-per-valve': D.VALVE_CHANNEL_PARAMS,  # dead time, fill and vent of each valve
         'rate': D.RATE_PARAMS,  # the fill's rate limit
         'regulator': D.REGULATOR_PARAMS,  # each valve's slack, integral gain and leak
+        'slack-rate': D.SLACK_RATE_PARAMS,  # each slack's least uptake rate
         'friction': D.FRICTION_PARAMS,  # hinge dry friction
         'armature': D.ARMATURE_PARAMS,
         'stop': ('joints.knee.range.0',),  # the knee's stop

@@ -91,6 +91,9 @@ BOUNDS = {
     'valve.integral_gain.baa': (0.0, 20.0),
     'valve.integral_leak.maa': (0.0, 5.0),
     'valve.integral_leak.baa': (0.0, 5.0),
+    # kPa/s: the slack's least uptake rate (the VPPE open to the supply at any setpoint)
+    'valve.slack_rate.maa': (0.0, 400.0),
+    'valve.slack_rate.baa': (0.0, 400.0),
     # dry friction (N·m) and armature (kg·m²) of the hinges; the knee's stop (rad)
     'joints.hip.frictionloss': (0.0, 0.5),
     'joints.knee.frictionloss': (0.0, 0.5),
@@ -117,6 +120,8 @@ RATE_PARAMS = ('valve.fill_rate',)
 REGULATOR_PARAMS = tuple(
     f'valve.{k}.{a}' for k in ('slack', 'integral_gain', 'integral_leak') for a in ACTUATORS
 )
+SLACK_RATE_PARAMS = tuple(f'valve.slack_rate.{a}' for a in ACTUATORS)
+_REGULATOR_ATTRS = ('slack', 'integral_gain', 'integral_leak', 'slack_rate')
 FRICTION_PARAMS = ('joints.hip.frictionloss', 'joints.knee.frictionloss')
 ARMATURE_PARAMS = ('joints.hip.armature', 'joints.knee.armature')
 AREA_SLOPE_PARAMS = ('actuators.maa.area_slope', 'actuators.baa.area_slope')
@@ -142,7 +147,7 @@ def _regulator_key(attr: str, i: int) -> Callable[[LegDescription], float]:
 _VALVE_KEYS.update(
     {
         f'valve.{attr}.{a}': _regulator_key(attr, i)
-        for attr in ('slack', 'integral_gain', 'integral_leak')
+        for attr in _REGULATOR_ATTRS
         for i, a in enumerate(ACTUATORS)
     }
 )
@@ -176,7 +181,7 @@ def valve_of(p: dict, free: Sequence[str] = ()) -> ValveParams:
         v = (p[f'valve.{kind}.maa'], p[f'valve.{kind}.baa'])
         return v[0] if v[0] == v[1] else v
 
-    regulator = {k: pair(k) for k in ('slack', 'integral_gain', 'integral_leak')}
+    regulator = {k: pair(k) for k in _REGULATOR_ATTRS}
     if 'valve.time_constant' in free and not (per_valve or shared):
         return ValveParams(tau, tau, p['valve.dead_time'], p['valve.fill_rate'], **regulator)
 

@@ -176,7 +176,7 @@ class MjxResiduals:
                 'not modelled in JAX; use --jacobian fd'
             )
         valve = D.valve_of(p_start, names)
-        if valve.has_regulator or any(n in names for n in D.REGULATOR_PARAMS):
+        if valve.has_regulator or any(n in names for n in D.REGULATOR_PARAMS + D.SLACK_RATE_PARAMS):
             raise MethodError(
                 "--jacobian mjx: the valve's regulator (valve.slack, valve.integral_*) is a "
                 'recursion not modelled in JAX; use --jacobian fd'

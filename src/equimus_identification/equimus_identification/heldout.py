@@ -73,6 +73,7 @@ START = {
     **{f'valve.slack.{a}': 5.0 for a in ACTUATORS},
     **{f'valve.integral_gain.{a}': 1.0 for a in ACTUATORS},
     **{f'valve.integral_leak.{a}': 0.5 for a in ACTUATORS},
+    **{f'valve.slack_rate.{a}': 60.0 for a in ACTUATORS},
     'joints.hip.frictionloss': 0.01,
     'joints.knee.frictionloss': 0.005,
     'joints.hip.armature': 0.001,
@@ -85,6 +86,8 @@ VALVES = {
     'chamber-per-valve': D.VALVE_CHANNEL_PARAMS,  # fill and vent constants of each valve
     # and each valve's regulator: the muscle's slack, the integral's gain and leak
     'regulator': D.VALVE_CHANNEL_PARAMS + D.REGULATOR_PARAMS,
+    # and the slack taken up at a least rate, whatever the setpoint
+    'regulator-rate': D.VALVE_CHANNEL_PARAMS + D.REGULATOR_PARAMS + D.SLACK_RATE_PARAMS,
 }
 FRICTIONS = {'none': (), 'friction': D.FRICTION_PARAMS + D.ARMATURE_PARAMS}
 FORCES = {'constant': (), 'stiffening': D.AREA_SLOPE_PARAMS}  # the muscles' area: S, or S(l)
