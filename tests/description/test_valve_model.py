@@ -344,6 +344,17 @@ def test_a_slack_rate_takes_the_slack_up_in_the_same_time_at_every_setpoint():
     low, high = onset(rated, 10.0), onset(rated, 50.0)
     assert low == pytest.approx(15.0 / 60.0, abs=2 * dt)
     assert high <= low and high > 0.5 * onset(proportional, 50.0)
+    # continuous in the rate (identification differentiates it): the pressures move in
+    # proportion to a small change, not by a step's worth when the slack runs out a step early
+    u = np.full((300, 1), 10.0)
+
+    def moved(rel):
+        faster = ValveParams(0.2, 0.05, 0.0, slack=15.0, slack_rate=60.0 * (1.0 + rel))
+        return np.abs(
+            follow(faster, u, np.zeros(1), dt)[0] - follow(rated, u, np.zeros(1), dt)[0]
+        ).max()
+
+    assert 0.0 < moved(1e-4) and moved(1e-3) == pytest.approx(10.0 * moved(1e-4), rel=0.05)
     chamber = ValveParams(0.2, 0.05, 0.0)
     u = np.full((400, 1), 20.0)
     assert np.array_equal(

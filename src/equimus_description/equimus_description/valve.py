@@ -26,9 +26,11 @@ v + I, then unwinds: the pressure starts late, overshoots and relaxes back, the 
 the setpoint (the same wind-up is a larger share of a small setpoint), as the recorded knee does
 (docs/identification.md). Below MIN_REGULATED_KPA the valve vents and its integral is reset; a
 muscle vented below VENTED_KPA has its slack back. The slack is taken up in proportion to the
-inflow, or, with `slack_rate` (kPa/s) set, at least that fast once the valve regulates: the
-VPPE opens to the supply whatever the setpoint, so the slack costs the same time at 10 kPa as at
-50 (the rig's fills start 0.2-0.3 s after the command at every level; docs/identification.md).
+inflow, or, with `slack_rate` (kPa/s) set, at least that fast once the valve regulates (a
+step in which the slack runs out fills the chamber for the rest of it, so the pressure is
+continuous in the rate): the VPPE opens to the supply whatever the setpoint, so the slack
+costs the same time at 10 kPa as at 50 (the rig's fills start 0.2-0.3 s after the command at
+every level; docs/identification.md).
 The regulator is a recursion, not a closed form: per step of at most REGULATOR_STEP_S the
 chamber is solved exactly for the target held and the integral by an Euler step
 (integral_gain·REGULATOR_STEP_S ≤ 0.1 over the fitted range).
@@ -348,9 +350,12 @@ def _regulate(params: ValveParams, p, integral, slack, v, h: float):
         target = v + integral
         fill = target > p
         d = (target - p) * np.where(fill, cf, cv)
-        take = np.where(fill, np.minimum(slack, np.maximum(d, least)), 0.0)
+        rated = fill & (slack > 0.0) & (d < least)
+        rated_take = np.minimum(slack, least)
+        take = np.where(fill, np.where(rated, rated_take, np.minimum(slack, d)), 0.0)
+        rated_gain = (1.0 - rated_take / np.where(rated, least, 1.0)) * d
         slack = slack - take
-        p = np.maximum(p + np.where(fill, np.maximum(d - take, 0.0), d), 0.0)
+        p = np.maximum(p + np.where(rated, rated_gain, d - take), 0.0)
         slack = np.where(~fill & ~on & (p < VENTED_KPA), s0, slack)
         integral = np.where(on, integral + (ki * (v - p) - leak * integral) * hs, 0.0)
     return p, integral, slack
@@ -620,9 +625,14 @@ def _regulate_channel(
                 target = v + i
                 if target > p:
                     d = (target - p) * cf
-                    take = min(s, max(d, least))
+                    if s > 0.0 and d < least:  # the slack taken up at its least rate
+                        take = min(s, least)
+                        gain = (1.0 - take / least) * d  # the step's rest after the slack
+                    else:
+                        take = min(s, d)
+                        gain = d - take
                     s = s - take
-                    p = max(p + max(d - take, 0.0), 0.0)
+                    p = max(p + gain, 0.0)
                 else:
                     p = max(p + (target - p) * cv, 0.0)
                     if not on and p < VENTED_KPA:
