@@ -354,7 +354,7 @@ def test_a_slack_rate_takes_the_slack_up_in_the_same_time_at_every_setpoint():
             follow(faster, u, np.zeros(1), dt)[0] - follow(rated, u, np.zeros(1), dt)[0]
         ).max()
 
-    assert 0.0 < moved(1e-4) and moved(1e-3) == pytest.approx(10.0 * moved(1e-4), rel=0.05)
+    assert moved(1e-4) > 0.0 and moved(1e-3) == pytest.approx(10.0 * moved(1e-4), rel=0.05)
     chamber = ValveParams(0.2, 0.05, 0.0)
     u = np.full((400, 1), 20.0)
     assert np.array_equal(
