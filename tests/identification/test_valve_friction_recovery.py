@@ -29,51 +29,39 @@ START_FACTOR = {
 }
 
 
+def fit(tmp_path, bag, begin: dict, params: str, *options: str) -> dict:
+    """`equimus identify` on the bag from the parameters `begin`, `params` free, the whole
+    rollout's loss: the params.yaml it wrote."""
+    start = tmp_path / 'start.yaml'
+    start.write_text(yaml.safe_dump({'parameters': begin}))
+    out = tmp_path / 'fit'
+    rc = identify_cli.main(
+        [str(bag), '--out', str(out), '--start', str(start), '--params', params, '--loss',
+         'whole', *options, '--maxiter', '0', '--refine', 'lm', '--mapper', 'serial',
+         '--no-plots']
+    )  # fmt: skip
+    assert rc == 0
+    return yaml.safe_load((out / 'params.yaml').read_text())
+
+
 @pytest.mark.timeout(600)
 def test_identify_recovers_dead_time_fill_vent_and_friction(tmp_path):
     steps = synth.random_steps(8, seed=11)
     sim = synth.simulate_steps({**OTHERS, **VALVE_FRICTION}, steps_kpa=steps, hold_s=1.2)
     bag = synth.write_bag(tmp_path / 'bag', sim, noise_rad=0.0005, seed=2)
-    start = tmp_path / 'start.yaml'
-    start.write_text(
-        yaml.safe_dump(
-            {
-                'parameters': {
-                    **OTHERS,
-                    **{k: v * START_FACTOR[k] for k, v in VALVE_FRICTION.items()},
-                }
-            }
-        )
+    begin = {**OTHERS, **{k: v * START_FACTOR[k] for k, v in VALVE_FRICTION.items()}}
+    doc = fit(
+        tmp_path,
+        bag,
+        begin,
+        'chamber+friction',
+        '--duration',
+        '1.2',
+        '--popsize',
+        '1',
+        '--refine-maxfev',
+        '150',
     )
-    out = tmp_path / 'fit'
-    rc = identify_cli.main(
-        [
-            str(bag),
-            '--out',
-            str(out),
-            '--start',
-            str(start),
-            '--params',
-            'chamber+friction',
-            '--loss',
-            'whole',
-            '--duration',
-            '1.2',
-            '--maxiter',
-            '0',
-            '--popsize',
-            '1',
-            '--refine',
-            'lm',
-            '--refine-maxfev',
-            '150',
-            '--mapper',
-            'serial',
-            '--no-plots',
-        ]
-    )
-    assert rc == 0
-    doc = yaml.safe_load((out / 'params.yaml').read_text())
     fitted = doc['parameters']
     errors = {k: abs(fitted[k] - v) / v for k, v in VALVE_FRICTION.items()}
     assert all(e < 0.05 for e in errors.values()), errors
@@ -97,20 +85,21 @@ def test_identify_recovers_the_muscles_area_against_length(tmp_path):
     steps = synth.random_steps(12, seed=5)
     sim = synth.simulate_steps(truth, steps_kpa=steps, hold_s=1.2)
     bag = synth.write_bag(tmp_path / 'bag', sim, noise_rad=0.0005, seed=3)
-    start = tmp_path / 'start.yaml'
     begin = {**truth, 'actuators.maa.area_slope': 0.0, 'actuators.baa.area_slope': 0.0}
     begin['actuators.maa.area'] *= 0.8
     begin['actuators.baa.area'] *= 1.2
-    start.write_text(yaml.safe_dump({'parameters': begin}))
-    out = tmp_path / 'fit'
-    rc = identify_cli.main(
-        [str(bag), '--out', str(out), '--start', str(start), '--params',
-         'stiffening,actuators.maa.area,actuators.baa.area', '--loss', 'whole', '--duration',
-         '1.2', '--maxiter', '0', '--popsize', '2', '--refine', 'lm', '--refine-maxfev', '100',
-         '--mapper', 'serial', '--no-plots']
-    )  # fmt: skip
-    assert rc == 0
-    fitted = yaml.safe_load((out / 'params.yaml').read_text())['parameters']
+    fitted = fit(
+        tmp_path,
+        bag,
+        begin,
+        'stiffening,actuators.maa.area,actuators.baa.area',
+        '--duration',
+        '1.2',
+        '--popsize',
+        '2',
+        '--refine-maxfev',
+        '100',
+    )['parameters']
     errors = {k: abs(fitted[k] - v) / abs(v) for k, v in STIFFENING.items()}
     assert all(e < 0.05 for e in errors.values()), errors
 
@@ -136,17 +125,19 @@ def test_identify_recovers_the_valves_regulator(tmp_path):
     sim = synth.simulate_steps(truth, steps_kpa=steps, hold_s=1.5)
     bag = synth.write_bag(tmp_path / 'bag', sim, noise_rad=0.0005, seed=2)
     off = dict(zip(REGULATOR, (1.3, 0.7, 0.7, 1.3, 1.3, 0.7), strict=True))
-    start = tmp_path / 'start.yaml'
     begin = {**OTHERS, **CHAMBER, **{k: v * off[k] for k, v in REGULATOR.items()}}
-    start.write_text(yaml.safe_dump({'parameters': begin}))
-    out = tmp_path / 'fit'
-    rc = identify_cli.main(
-        [str(bag), '--out', str(out), '--start', str(start), '--params', 'regulator', '--loss',
-         'whole', '--duration', '3.0', '--maxiter', '0', '--popsize', '1', '--refine', 'lm',
-         '--refine-maxfev', '120', '--mapper', 'serial', '--no-plots']
-    )  # fmt: skip
-    assert rc == 0
-    fitted = yaml.safe_load((out / 'params.yaml').read_text())['parameters']
+    fitted = fit(
+        tmp_path,
+        bag,
+        begin,
+        'regulator',
+        '--duration',
+        '3.0',
+        '--popsize',
+        '1',
+        '--refine-maxfev',
+        '120',
+    )['parameters']
     errors = {k: abs(fitted[k] - v) / v for k, v in REGULATOR.items()}
     assert all(e < 0.05 for e in errors.values()), errors
 
@@ -162,21 +153,23 @@ def test_identify_recovers_the_slacks_least_rate(tmp_path):
     truth = {**OTHERS, **CHAMBER, **REGULATOR, **rates}
     sim = synth.simulate_steps(truth, steps_kpa=steps, hold_s=1.5)
     bag = synth.write_bag(tmp_path / 'bag', sim, noise_rad=0.0005, seed=3)
-    start = tmp_path / 'start.yaml'
     begin = {
         **OTHERS,
         **CHAMBER,
         **REGULATOR,
         **{k: v * f for (k, v), f in zip(rates.items(), (1.3, 0.7), strict=True)},
     }
-    start.write_text(yaml.safe_dump({'parameters': begin}))
-    out = tmp_path / 'fit'
-    rc = identify_cli.main(
-        [str(bag), '--out', str(out), '--start', str(start), '--params', 'slack-rate', '--loss',
-         'whole', '--duration', '3.0', '--maxiter', '0', '--popsize', '3', '--refine', 'lm',
-         '--refine-maxfev', '60', '--mapper', 'serial', '--no-plots']
-    )  # fmt: skip
-    assert rc == 0
-    fitted = yaml.safe_load((out / 'params.yaml').read_text())['parameters']
+    fitted = fit(
+        tmp_path,
+        bag,
+        begin,
+        'slack-rate',
+        '--duration',
+        '3.0',
+        '--popsize',
+        '3',
+        '--refine-maxfev',
+        '60',
+    )['parameters']
     errors = {k: abs(fitted[k] - v) / v for k, v in rates.items()}
     assert all(e < 0.05 for e in errors.values()), errors
