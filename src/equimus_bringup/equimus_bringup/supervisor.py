@@ -41,6 +41,9 @@ LIFECYCLE_CALL_TIMEOUT_S = 10.0
 #: loaded machine delayed past this graph's own driver's start (a second graph's supervisor saw
 #: its own driver, not yet the first graph's, and sent its lifecycle requests).
 DISCOVERY_SETTLE_S = 2.0
+#: s at most the list is waited for to stop changing: with both cores busy the first graph's
+#: nodes were still not listed after DISCOVERY_SETTLE_S while nodes kept coming in.
+DISCOVERY_MAX_S = 10.0
 #: s a hung process gets to print its stacks before it is killed.
 STACK_DUMP_WAIT_S = 1.0
 
@@ -407,13 +410,23 @@ class Supervisor:
 
     def _refuse_other_driver(self) -> None:
         """GraphError if another graph's valve_driver is listed, watched until this node has
-        been on the domain for DISCOVERY_SETTLE_S."""
-        settled = self.lifecycle.since + DISCOVERY_SETTLE_S
+        been on the domain for DISCOVERY_SETTLE_S and the nodes it lists have not changed for
+        as long (discovery still under way), DISCOVERY_MAX_S at most."""
+        since = self.lifecycle.since
+        node = self.lifecycle.node
+        listed = None
+        changed = since
         while True:
             problem = self.other_driver()
             if problem:
                 raise GraphError(problem)
-            if time.monotonic() >= settled:
+            now = time.monotonic()
+            names = {tuple(n) for n in node.get_node_names_and_namespaces_with_enclaves()}
+            if listed is None:
+                listed = names  # listed before this look: as old as the node, at most
+            elif names != listed:
+                listed, changed = names, now
+            if now >= max(since, changed) + DISCOVERY_SETTLE_S or now >= since + DISCOVERY_MAX_S:
                 return
             time.sleep(0.05)
 
