@@ -223,6 +223,9 @@ def _watch(topics):
     return seen, close
 
 
+# judges the watchdog's timing on the wall clock: alone (pytest.ini); beside another worker a
+# fresh-clone CI run measured 0.451 s for the hardware graph's 0.25 s watchdog
+@pytest.mark.serial
 @pytest.mark.parametrize('mode', ['sim', 'hardware'])
 def test_a_dead_controller_vents_the_valves_within_the_watchdog_period(mode, tmp_path, repo_dir):
     """The safety layer is the same on both legs: kill the controller and the valve driver vents

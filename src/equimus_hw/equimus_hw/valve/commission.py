@@ -296,7 +296,7 @@ class BoardProbe:
 class BoardResult:
     info: P.Info
     rtt_ms: dict[str, float]  # p50, p99, max of PINGS round trips
-    watchdog_vent_ms: float  # from the last SET's ACK to the first ACK showing the outputs at 0
+    watchdog_vent_ms: float  # from the last SET's write to the first ACK showing the outputs at 0
     watchdog_flagged: bool  # the ACK carried WATCHDOG_VENTED
 
 
@@ -349,14 +349,15 @@ def check_board(probe: BoardProbe, cal: ValveCalibration, channels: int) -> Boar
 
 def watchdog_vent(probe: BoardProbe, channels: int) -> tuple[float, bool] | None:
     """One SET of WATCHDOG_TEST_CODE, then PINGs (which do not feed the watchdog) until one
-    shows the outputs at 0: (s from the SET's ACK, whether that ACK had WATCHDOG_VENTED), or
+    shows the outputs at 0: (s from the SET's write, whether that ACK had WATCHDOG_VENTED), or
     None when they were not vented within watchdog_ms + WATCHDOG_SLACK_S (the board vented,
-    by SET, again)."""
+    by SET, again). Timed from the write, not the ACK: the board's watchdog starts before its
+    ACK reaches here, so timed from the ACK a punctual board looked up to a round trip early."""
     info = probe.info
     assert info is not None, 'open() the probe first'
+    t0 = time.monotonic()
     if probe.set((WATCHDOG_TEST_CODE,) * channels) is None:
         raise CommissionError(f'the board on {probe.port} did not acknowledge a SET')
-    t0 = time.monotonic()
     limit = info.watchdog_ms / 1000.0 + WATCHDOG_SLACK_S
     while True:
         time.sleep(0.005)
