@@ -227,3 +227,48 @@ def test_fill_onsets_time_and_overshoot_of_rig_and_model():
         'command',
     )
     assert '| seg#1 | 0/20 | θ2 | 0.32 / 0.40 | 0.14 / 0.30 | 0.100 | 0.000 |' in md
+
+
+def test_timing_finds_each_windows_shift_and_what_is_left_is_shape():
+    """A rig that moves 0.05 s after the model on its fill and 0.03 s before it on its release:
+    `timing` finds both shifts (the model early, then late), and aligned the two agree but for
+    the shape error added to the hold; a segment in which nothing moves gets no shift."""
+    t = np.round(np.arange(0.0, 12.0, 0.005), 10)
+
+    def knee(fill_at, release_at):
+        return np.interp(
+            t, [0, fill_at, fill_at + 0.4, release_at, release_at + 0.3, 12], [1, 1, 0.3, 0.3, 1, 1]
+        )
+
+    model = knee(0.20, 5.20)
+    rig = knee(0.25, 5.17) + np.where((t > 2.0) & (t < 4.0), 0.02, 0.0)
+    q = np.stack([np.full_like(t, 1.3), rig], axis=1)
+    q_sim = np.stack([np.full_like(t, 1.3), model], axis=1)
+    q[t >= 10.0], q_sim[t >= 10.0] = q[-1], q_sim[-1]  # segment 2: still
+    e = data.Experiment(
+        name='run',
+        t=t,
+        q=q,
+        qd=np.zeros_like(q),
+        command_kpa=np.zeros((len(t), 2)),
+        p0_kpa=np.zeros(2),
+        meta={
+            'phases': [
+                ('fill', 0.0, 1.5, 'run#1'),
+                ('hold', 1.5, 5.0, 'run#1'),
+                ('release', 5.0, 10.0, 'run#1'),
+                ('fill', 10.0, 11.0, 'run#2'),
+                ('release', 11.0, 12.0, 'run#2'),
+            ]
+        },
+    )
+    moved, still = evaluate.timing(e, q_sim)
+    assert moved['fill_shift_s'] == pytest.approx(0.05, abs=1e-9)
+    assert moved['release_shift_s'] == pytest.approx(-0.03, abs=1e-9)
+    shape = 0.02 * np.sqrt(2.0 / 10.0)  # the hold's 0.02 rad over 2 s of the segment's 10
+    assert moved['rmse'][1] > 2 * shape
+    assert moved['rmse_aligned'][1] == pytest.approx(shape, rel=0.01)
+    assert moved['rmse_aligned'][0] == 0.0
+    assert still['fill_shift_s'] is None and still['release_shift_s'] is None
+    md = '\n'.join(evaluate._timing_markdown([moved, still]))
+    assert '| run#1 | +0.050 | -0.030 |' in md and '| run#2 | – | – |' in md

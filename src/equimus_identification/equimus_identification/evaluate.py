@@ -4,8 +4,9 @@ Open-loop replay: the recorded pressures (commanded, through the valve model, or
 valve pressures) drive the model from the recording's initial state, and the simulated angles are
 compared with the measured ones: RMSE and MaxAE per joint over the whole recording, per segment
 and per phase (fill, hold, release), and each fill's onset (when the rig's joint and the model's
-started and got halfway after the command, how far each overshot). This is the sim-to-real gap
-of a parameter set.
+started and got halfway after the command, how far each overshot), and how much of each
+segment's error is timing (`timing`: the error left once each fill and release is shifted in
+time to fit). This is the sim-to-real gap of a parameter set.
 
 --protocol continuous (default; the EquiMus authors' protocol, the figure comparable with the
 paper): a recording is ONE open-loop replay from its first measured state — a dynamic CSV's
@@ -43,6 +44,8 @@ ONSET_MIN_RAD = 0.05  # a joint whose fill moves it less than this (about 3°) h
 SETTLED_S = 0.5  # the end of a hold averaged over this long: where a fill settled
 BAG_DT = 1.0 / 600.0  # the simulation node's step: five per 120 Hz mocap frame
 PLOT_ROWS = 12  # experiments drawn at most (the table lists all)
+SHIFT_MAX_S = 0.15  # `timing`: the model shifted by at most this, either way
+SHIFT_STEP_S = 0.005  # ... on this grid (the authors' identification step)
 
 
 def load_params(spec: str, leg_path=None):
@@ -101,7 +104,17 @@ def evaluate(leg, paths, pressure: str = 'command', protocol: str = 'continuous'
         exps, dt, kind = load_recording(path, protocol)
         m = D.metrics(exps, x, names, leg=leg, dt=dt, pressure=pressure)
         fills = [f for e, mm in zip(exps, m, strict=True) for f in fill_onsets(e, mm['q_sim'])]
-        out.append({'path': str(path), 'kind': kind, 'metrics': m, 'fills': fills, **pooled(m)})
+        shifts = [s for e, mm in zip(exps, m, strict=True) for s in timing(e, mm['q_sim'])]
+        out.append(
+            {
+                'path': str(path),
+                'kind': kind,
+                'metrics': m,
+                'fills': fills,
+                'timing': shifts,
+                **pooled(m),
+            }
+        )
     return out
 
 
@@ -151,6 +164,51 @@ def fill_onsets(e: data.Experiment, q_sim: np.ndarray) -> list[dict]:
                     'model': dict(zip(('t10', 't50', 'overshoot'), model, strict=True)),
                 }
             )
+    return out
+
+
+def timing(
+    e: data.Experiment,
+    q_sim: np.ndarray,
+    max_shift_s: float = SHIFT_MAX_S,
+    step_s: float = SHIFT_STEP_S,
+) -> list[dict]:
+    """How much of each segment's error is *when* rather than *what*: each fill (with its hold)
+    and each release, the model's angles shifted in time by the one shift within ±max_shift_s
+    (both joints) that fits that window best, positive where the model was early. Returns one
+    row per segment: the shift of each window the rig moved in (ONSET_MIN_RAD or more; None
+    otherwise) and the segment's RMSE per joint as replayed and with those shifts. A per-window
+    shift knows the answer: what it leaves is error of shape, a floor for timing models."""
+    phases = e.meta.get('phases', ())
+    grid = np.arange(-max_shift_s, max_shift_s + step_s / 2, step_s)
+    rows: dict[str, dict] = {}
+    for ph in phases:
+        name = ph[3] if len(ph) > 3 else e.name
+        row = rows.setdefault(name, {'segment': name, 'start': ph[1], 'end': ph[2]})
+        row['start'], row['end'] = min(row['start'], ph[1]), max(row['end'], ph[2])
+        if ph[0] == 'release':
+            row['release_at'] = ph[1]
+    out = []
+    for row in rows.values():
+        seg = (e.t >= row['start'] - 1e-9) & (e.t < row['end'] - 1e-9)
+        aligned = q_sim.copy()
+        cut = row.get('release_at', row['end'])
+        for window, a, b in (('fill', row['start'], cut), ('release', cut, row['end'])):
+            w = seg & (e.t >= a - 1e-9) & (e.t < b - 1e-9)
+            row[f'{window}_shift_s'] = None
+            if w.sum() < 3 or np.ptp(e.q[w], axis=0).max() < ONSET_MIN_RAD:
+                continue
+            t, q = e.t[w], e.q[w]
+            trials = [
+                np.stack([np.interp(t - d, e.t, q_sim[:, j]) for j in range(2)], axis=1)
+                for d in grid
+            ]
+            best = int(np.argmin([((q - m) ** 2).sum() for m in trials]))
+            row[f'{window}_shift_s'] = float(grid[best])
+            aligned[w] = trials[best]
+        row['rmse'] = np.sqrt(((e.q[seg] - q_sim[seg]) ** 2).mean(axis=0))
+        row['rmse_aligned'] = np.sqrt(((e.q[seg] - aligned[seg]) ** 2).mean(axis=0))
+        out.append(row)
     return out
 
 
@@ -220,6 +278,7 @@ def markdown(results, params: str, pressure: str, protocol: str = 'continuous') 
                     f'{b["overshoot"]:.3f} |'
                 )
             out.append('')
+        out += _timing_markdown(r.get('timing', []))
         out += [
             '| segment | RMSE θ1 | RMSE θ2 | MaxAE θ1 | MaxAE θ2 |',
             '|---|---|---|---|---|',
@@ -234,6 +293,39 @@ def markdown(results, params: str, pressure: str, protocol: str = 'continuous') 
                 )
         out.append('')
     return '\n'.join(out)
+
+
+def _timing_markdown(rows) -> list[str]:
+    if not rows:
+        return []
+
+    def shifts(key):
+        v = np.array([r[key] for r in rows if r[key] is not None])
+        return f'{v.mean():+.3f} ± {v.std():.3f} s' if len(v) else '–'
+
+    def sec(v):
+        return '–' if v is None else f'{v:+.3f}'
+
+    before = np.mean([r['rmse'] for r in rows], axis=0)
+    after = np.mean([r['rmse_aligned'] for r in rows], axis=0)
+    out = [
+        f'Timing (`timing`): each fill (with its hold) and each release replayed with the model '
+        f'shifted by the best time within ±{SHIFT_MAX_S:g} s (positive: the model was early). '
+        f'Mean per-segment RMSE θ1 / θ2: {_f(before[0])} / {_f(before[1])} as replayed, '
+        f'{_f(after[0])} / {_f(after[1])} aligned; shifts of the fills {shifts("fill_shift_s")}, '
+        f'of the releases {shifts("release_shift_s")}. What alignment leaves is error of shape.',
+        '',
+        '| segment | fill shift s | release shift s | RMSE θ1 / θ2 | aligned θ1 / θ2 |',
+        '|---|---|---|---|---|',
+    ]
+    for r in rows:
+        out.append(
+            f'| {r["segment"]} | {sec(r["fill_shift_s"])} | {sec(r["release_shift_s"])} | '
+            f'{_f(r["rmse"][0])} / {_f(r["rmse"][1])} | '
+            f'{_f(r["rmse_aligned"][0])} / {_f(r["rmse_aligned"][1])} |'
+        )
+    out.append('')
+    return out
 
 
 def plot(results, path, title: str = '') -> pathlib.Path:
