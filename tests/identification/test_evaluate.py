@@ -176,6 +176,20 @@ def test_real_tocenter_and_static_data(shared_dir):
         assert np.all(np.isfinite(r['rmse'])) and np.all(r['rmse'] < 0.3)
 
 
+def _recorded(t, q, command, *segments):
+    """A recording of consecutive segments `seg#1`, `seg#2`, ... with the given phases."""
+    phases = [(*ph, f'seg#{i}') for i, seg in enumerate(segments, 1) for ph in seg]
+    return data.Experiment(
+        name='seg',
+        t=t,
+        q=q,
+        qd=np.gradient(q, t[1] - t[0], axis=0),
+        command_kpa=command,
+        p0_kpa=np.zeros(2),
+        meta={'phases': phases},
+    )
+
+
 def test_fill_onsets_time_and_overshoot_of_rig_and_model():
     """A knee that starts late, ramps at 1 rad/s past its final angle and creeps back (the rig's
     fills, issue 25) against a model that starts early and ramps slower to it without
@@ -187,21 +201,7 @@ def test_fill_onsets_time_and_overshoot_of_rig_and_model():
     q_sim = np.stack([np.full_like(t, 1.2), model], axis=1)
     command = np.tile([0.0, 20.0], (len(t), 1))
     command[t >= 5.0] = 0.0
-    e = data.Experiment(
-        name='seg',
-        t=t,
-        q=q,
-        qd=np.gradient(q, 0.01, axis=0),
-        command_kpa=command,
-        p0_kpa=np.zeros(2),
-        meta={
-            'phases': [
-                ('fill', 0.0, 1.5, 'seg#1'),
-                ('hold', 1.5, 5.0, 'seg#1'),
-                ('release', 5.0, 6.0, 'seg#1'),
-            ]
-        },
-    )
+    e = _recorded(t, q, command, [('fill', 0.0, 1.5), ('hold', 1.5, 5.0), ('release', 5.0, 6.0)])
     (row,) = evaluate.fill_onsets(e, q_sim)
     assert row['segment'] == 'seg#1' and row['joint'] == 1 and row['command_kpa'] == [0.0, 20.0]
     assert row['change'] == pytest.approx(0.2)
@@ -245,22 +245,9 @@ def test_timing_finds_each_windows_shift_and_what_is_left_is_shape():
     q = np.stack([np.full_like(t, 1.3), rig], axis=1)
     q_sim = np.stack([np.full_like(t, 1.3), model], axis=1)
     q[t >= 10.0], q_sim[t >= 10.0] = q[-1], q_sim[-1]  # segment 2: still
-    e = data.Experiment(
-        name='run',
-        t=t,
-        q=q,
-        qd=np.zeros_like(q),
-        command_kpa=np.zeros((len(t), 2)),
-        p0_kpa=np.zeros(2),
-        meta={
-            'phases': [
-                ('fill', 0.0, 1.5, 'run#1'),
-                ('hold', 1.5, 5.0, 'run#1'),
-                ('release', 5.0, 10.0, 'run#1'),
-                ('fill', 10.0, 11.0, 'run#2'),
-                ('release', 11.0, 12.0, 'run#2'),
-            ]
-        },
+    phases = [('fill', 0.0, 1.5), ('hold', 1.5, 5.0), ('release', 5.0, 10.0)]
+    e = _recorded(
+        t, q, np.zeros((len(t), 2)), phases, [('fill', 10.0, 11.0), ('release', 11.0, 12.0)]
     )
     moved, still = evaluate.timing(e, q_sim)
     assert moved['fill_shift_s'] == pytest.approx(0.05, abs=1e-9)
@@ -271,4 +258,4 @@ def test_timing_finds_each_windows_shift_and_what_is_left_is_shape():
     assert moved['rmse_aligned'][0] == 0.0
     assert still['fill_shift_s'] is None and still['release_shift_s'] is None
     md = '\n'.join(evaluate._timing_markdown([moved, still]))
-    assert '| run#1 | +0.050 | -0.030 |' in md and '| run#2 | – | – |' in md
+    assert '| seg#1 | +0.050 | -0.030 |' in md and '| seg#2 | – | – |' in md
