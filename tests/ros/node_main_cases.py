@@ -104,6 +104,23 @@ class GilHeldTeardown(Listener):
         return super().destroy_node()
 
 
+class LateSignalGilHeldTeardown(Listener):
+    """A teardown that the stop signal reaches late: the stop watch wakes while the node is
+    already tearing down (its GIL-free first second), then the teardown holds the GIL for good."""
+
+    def destroy_node(self):
+        import ctypes
+
+        print('tearing down', flush=True)
+        time.sleep(1.0)
+        ctypes.PyDLL(None).sleep(60)
+        return super().destroy_node()
+
+
+def _return_at_once(node):
+    """A spin that ends by itself, so the teardown starts before any signal."""
+
+
 def _close_slowly(node):
     time.sleep(6.0)  # a stop that hangs for a while (a vent the board does not acknowledge)
     print('closed slowly', flush=True)
@@ -126,6 +143,9 @@ CASES = {
     'hung_teardown': lambda: run_node(HungTeardown, close=_closed),
     'bug_then_hung_teardown': lambda: run_node(HungTeardown, spin=_fail_in_spin, close=_closed),
     'gil_held_teardown': lambda: run_node(GilHeldTeardown, close=_closed),
+    'late_signal_gil_held_teardown': lambda: run_node(
+        LateSignalGilHeldTeardown, spin=_return_at_once, close=_closed
+    ),
 }
 
 if __name__ == '__main__':

@@ -238,3 +238,26 @@ def test_a_teardown_that_holds_the_gil_is_ended_by_faulthandler_with_code_1():
     assert 'closed GilHeldTeardown' in out and 'tearing down' in out, out
     assert 'in destroy_node' in err and 'did not finish tearing' not in err, err
     assert took < TEARDOWN_LIMIT_S + TEARDOWN_GIL_HELD_S + 15.0, took
+
+
+def test_a_stop_signal_during_a_gil_held_teardown_does_not_disarm_its_exit():
+    """faulthandler keeps one timer: the stop watch's stack dump, armed by a signal that arrives
+    once the teardown has begun (a loaded machine schedules the watch late), must not replace the
+    teardown's exit, or the process hangs for as long as the teardown does."""
+    from equimus_ros.main import TEARDOWN_GIL_HELD_S, TEARDOWN_LIMIT_S
+
+    proc = _started('late_signal_gil_held_teardown')
+    assert proc.stdout.readline().strip() == 'closed LateSignalGilHeldTeardown'
+    assert proc.stdout.readline().strip() == 'tearing down'
+    proc.send_signal(signal.SIGINT)
+    t0 = time.monotonic()
+    try:
+        out, err = proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        pytest.fail(f'still tearing down 30 s after SIGINT: {err[-3000:]}')
+    took = time.monotonic() - t0
+    assert proc.returncode == 1, (out, err)
+    assert 'in destroy_node' in err, err
+    assert took < TEARDOWN_LIMIT_S + TEARDOWN_GIL_HELD_S + 15.0, took

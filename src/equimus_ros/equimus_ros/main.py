@@ -64,6 +64,37 @@ STACK_DUMP_SIGNAL = signal.SIGUSR1
 STOP_STACKS_AFTER_S = 4.0
 
 
+class _LaterDump:
+    """faulthandler's one timed stack dump, shared by the stop watch and the teardown limit.
+
+    faulthandler keeps a single timer and arming it replaces the one armed before. The stop
+    watch's dump (stacks, go on) must never replace the teardown's (stacks, then exit): a loaded
+    machine can schedule the watch after the teardown has begun, and a teardown that holds the
+    GIL would then hang for as long as it holds it.
+    """
+
+    _lock = threading.Lock()
+    _exit_armed = False
+
+    @classmethod
+    def stacks(cls, after_s: float) -> None:
+        with cls._lock:
+            if not cls._exit_armed:
+                faulthandler.dump_traceback_later(after_s)
+
+    @classmethod
+    def exit(cls, after_s: float) -> None:
+        with cls._lock:
+            cls._exit_armed = True
+            faulthandler.dump_traceback_later(after_s, exit=True)
+
+    @classmethod
+    def cancel(cls) -> None:
+        with cls._lock:
+            cls._exit_armed = False
+            faulthandler.cancel_dump_traceback_later()
+
+
 class _Interrupts:
     """Ctrl-C or SIGTERM seen before rclpy's handler was installed (it would otherwise be lost,
     or kill the node before it could close)."""
@@ -124,7 +155,7 @@ class _StopWatch:
         with contextlib.suppress(OSError):
             if not os.read(read_end, 1):
                 return
-        faulthandler.dump_traceback_later(STOP_STACKS_AFTER_S)
+        _LaterDump.stacks(STOP_STACKS_AFTER_S)
         deadline = time.monotonic() + self.SHUTDOWN_WAIT_S
         while rclpy.ok() and time.monotonic() < deadline:
             time.sleep(0.01)
@@ -149,12 +180,12 @@ class _TeardownLimit:
 
     def __enter__(self) -> _TeardownLimit:
         threading.Thread(target=self._watch, name='teardown-limit', daemon=True).start()
-        faulthandler.dump_traceback_later(TEARDOWN_LIMIT_S + TEARDOWN_GIL_HELD_S, exit=True)
+        _LaterDump.exit(TEARDOWN_LIMIT_S + TEARDOWN_GIL_HELD_S)
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.done.set()
-        faulthandler.cancel_dump_traceback_later()
+        _LaterDump.cancel()
 
     def _watch(self) -> None:
         if self.done.wait(TEARDOWN_LIMIT_S):
@@ -289,5 +320,5 @@ def run_node(
                     for each in node if isinstance(node, (list, tuple)) else [node]:
                         each.destroy_node()
                     rclpy.try_shutdown()
-        faulthandler.cancel_dump_traceback_later()
+        _LaterDump.cancel()
     return EXIT_OK
