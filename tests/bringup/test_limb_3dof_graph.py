@@ -26,7 +26,10 @@ JOINTS = ['hip', 'knee', 'ankle']
 MUSCLES = ['maa', 'baa', 'faa']
 
 
-@pytest.mark.parametrize('composed', ['true', 'false'])
+# The split graph guards its state on the steady clock (0.25 s), and at 4x real time a process
+# starved for a moment by another test worker vents mid-pose (ef979b7's CI run: 0.434 s without
+# a state, ankle settled 0.111 rad): it judges the graph's timing, so it runs in the serial part.
+@pytest.mark.parametrize('composed', ['true', pytest.param('false', marks=pytest.mark.serial)])
 def test_three_dof_limb_runs_in_the_sim_graph_under_pid(ros_node, composed):
     from sensor_msgs.msg import JointState
 
