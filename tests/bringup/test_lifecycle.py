@@ -11,6 +11,7 @@ import threading
 import time
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import rclpy
 from lifecycle_msgs.msg import State, Transition
@@ -372,11 +373,17 @@ def test_a_recorded_bag_holds_stamped_pressures_and_z_up_poses(tmp_path):
         assert len(msgs) > 20, (topic, len(msgs))
         stamps = [m.header.stamp.sec * 10**9 + m.header.stamp.nanosec for _, _, m in msgs]
         assert all(b >= a for a, b in zip(stamps, stamps[1:], strict=False)), topic
-        for _, log_ns, m in msgs:
+        # Stamped when made, on the wall clock: each message reached the recorder after its
+        # stamp and typically within milliseconds. A single one may wait longer: under the
+        # suite's load the recorder once took a message 0.54 s after its stamp (CI of
+        # d19382c), while a stamp from another clock (sim time, 0, a board's) is off by far
+        # more than the 5 s allowed.
+        delays = [log_ns - stamp for (_, log_ns, _), stamp in zip(msgs, stamps, strict=True)]
+        assert all(0 <= d < 5e9 for d in delays), (topic, min(delays), max(delays))
+        assert float(np.median(delays)) < 0.1e9, (topic, float(np.median(delays)))
+        for _, _, m in msgs:
             assert list(m.name) == list(ACTUATORS) and len(m.effort) == len(ACTUATORS)
             assert len(m.position) == 0 and len(m.velocity) == 0
-            stamp = m.header.stamp.sec * 10**9 + m.header.stamp.nanosec
-            assert 0 <= log_ns - stamp < 0.5e9, (topic, log_ns, stamp)  # stamped when made
             assert all(0.0 <= p <= 50.0 for p in bag.pressures(m))
     poses = [m for _, _, m in bag.read_messages(tmp_path / 'bag', [mocap_topic('base')])]
     assert len(poses) > 100
