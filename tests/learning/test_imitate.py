@@ -100,6 +100,40 @@ def test_the_teacher_labels_every_state_and_sends_the_learners_command():
     assert np.array_equal(teacher.core.u_prev[0], out.pressures)
 
 
+def test_validation_s_learner_sends_what_the_teacher_at_beta_0_sends():
+    """Validation episodes run the learner alone, without the expert's labels: cycle by cycle
+    its commands are the Teacher's at β = 0, bit for bit (the figures each iteration reports
+    do not change), low commands modulated and a reset included."""
+    from equimus_control.ltv_mpc import LTVMPC, LTVMPCConfig
+    from equimus_description.dynamics import DynamicParams, LegDynamics
+    from equimus_learning.imitate import Learner, Teacher
+
+    leg = load_leg()
+    rng = np.random.default_rng(4)
+    W = rng.normal(0.0, 0.3, (len(PREVIEW_LAYOUT), 2))
+    mlp = MLP((W,), (np.array([-0.8, -0.9]),), output='clip', io=IO)
+    expert = LTVMPC(LegDynamics(DynamicParams.from_leg(leg)), LTVMPCConfig(), leg.valve)
+    teacher = Teacher(expert, PolicyCore(IO, PARAMS, 1), mlp, 0.0, np.random.default_rng(0))
+    learner = Learner(PolicyCore(IO, PARAMS, 1), mlp)
+    sent = []
+    for k in range(40):
+        if k == 20:
+            teacher.reset()
+            learner.reset()
+        t = k / 120
+        q = np.array([1.4 + 0.1 * np.sin(3 * t), 0.8 + 0.05 * np.cos(5 * t)])
+        preview = Preview(
+            t + np.linspace(0.0, 0.45, 28), np.tile(q + 0.1, (28, 1)), np.zeros((28, 2))
+        )
+        ref = Reference(q + 0.1, np.zeros(2), preview=preview, stamp=t)
+        a = teacher.step(Estimate(q, np.zeros(2), t), ref, 1 / 120, 50.0)
+        b = learner.step(Estimate(q, np.zeros(2), t), ref, 1 / 120, 50.0)
+        assert np.array_equal(a.pressures, b.pressures) and np.array_equal(a.saturated, b.saturated)
+        sent.append(b.pressures)
+    assert len({tuple(u) for u in sent}) > 5  # the network's answer moved with the state
+    assert not learner.labels and len(teacher.labels) == 40
+
+
 def test_the_fit_learns_a_smooth_map():
     from equimus_learning.imitate import fit_mlp
 

@@ -152,6 +152,26 @@ class Teacher:
         return ControlOutput(u, (u <= 0.0) | (u >= p_max))
 
 
+class Learner:
+    """The learner alone, as a `Controller`: what a validation episode runs. The Teacher at
+    beta 0 sends the same commands, but also plans the expert's labels every cycle, which are
+    thrown away there and cost most of an episode."""
+
+    def __init__(self, core: PolicyCore, mlp: MLP) -> None:
+        self.core, self.mlp = core, mlp
+        self.obs: list[np.ndarray] = []
+        self.labels: list[np.ndarray] = []
+
+    def reset(self) -> None:
+        self.core.reset()
+
+    def step(self, state: Estimate, ref: Reference, dt: float, p_max: float) -> ControlOutput:
+        ahead = ref.at(np.asarray(self.core.ahead)) if self.core.ahead else None
+        obs = self.core.observe(state.q, state.qd, ref.q, ref.qd, dt, p_max, q_ahead=ahead)[0]
+        u = self.core.command(self.mlp(obs), p_max)[0]
+        return ControlOutput(u, (u <= 0.0) | (u >= p_max))
+
+
 def _reference(
     rng: np.random.Generator, cfg: ImitateConfig, triangle: np.ndarray
 ) -> tuple[str, EpisodeReference]:
@@ -218,11 +238,17 @@ def _episode(job: dict[str, Any]) -> Episode:
             seed=int(rng.integers(2**31)),
         )
     )
-    valve = replace(nominal.valve, dead_time=nominal.valve.dead_time + cfg.delay_frames * PERIOD)
-    expert = LTVMPC(LegDynamics(DynamicParams.from_leg(nominal)), LTVMPCConfig(), valve)
-    expert.reset(p_valve=p0)
     mlp = None if job['mlp'] is None else mlp_from_arrays(job['mlp'], 'the learner')
-    teacher = Teacher(expert, PolicyCore(cfg.io, params, 1), mlp, job['beta'], rng)
+    teacher: Teacher | Learner
+    if mlp is not None and job['beta'] == 0.0:
+        teacher = Learner(PolicyCore(cfg.io, params, 1), mlp)
+    else:
+        valve = replace(
+            nominal.valve, dead_time=nominal.valve.dead_time + cfg.delay_frames * PERIOD
+        )
+        expert = LTVMPC(LegDynamics(DynamicParams.from_leg(nominal)), LTVMPCConfig(), valve)
+        expert.reset(p_valve=p0)
+        teacher = Teacher(expert, PolicyCore(cfg.io, params, 1), mlp, job['beta'], rng)
     duration = job['duration']
     actuation = delayed(SimulatedDriver(), cfg.delay_frames, p0)
     r = run_loop(sim, mocap, teacher, ref, duration, actuation=actuation, preview_s=cfg.preview)
