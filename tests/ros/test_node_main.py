@@ -31,6 +31,17 @@ def _started(case: str, **popen) -> subprocess.Popen:
     return proc
 
 
+def _ended(proc: subprocess.Popen, timeout: float, doing: str) -> tuple[str, str]:
+    """The process's output once it exited; a failure naming what it was `doing` if it had not
+    within `timeout` s (it is killed)."""
+    try:
+        return proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        _, err = proc.communicate()
+        pytest.fail(f'still {doing} {timeout:g} s after SIGINT: {err[-3000:]}')
+
+
 def test_invalid_parameters_exit_2_with_the_reason_and_no_traceback():
     proc = _run('bad_parameters')
     assert proc.returncode == 2, proc.stderr
@@ -186,12 +197,7 @@ def test_a_stop_signal_ends_the_spin_even_if_rclpy_s_handler_does_nothing():
     proc = _started('no_rclpy_signal_handlers')
     time.sleep(0.5)
     proc.send_signal(signal.SIGINT)
-    try:
-        out, err = proc.communicate(timeout=20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        out, err = proc.communicate()
-        pytest.fail(f'still spinning 20 s after SIGINT: {err[-3000:]}')
+    out, err = _ended(proc, 20, 'spinning')
     assert proc.returncode == 0 and 'closed' in out, err
 
 
@@ -251,12 +257,7 @@ def test_a_stop_signal_during_a_gil_held_teardown_does_not_disarm_its_exit():
     assert proc.stdout.readline().strip() == 'tearing down'
     proc.send_signal(signal.SIGINT)
     t0 = time.monotonic()
-    try:
-        out, err = proc.communicate(timeout=30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        out, err = proc.communicate()
-        pytest.fail(f'still tearing down 30 s after SIGINT: {err[-3000:]}')
+    out, err = _ended(proc, 30, 'tearing down')
     took = time.monotonic() - t0
     assert proc.returncode == 1, (out, err)
     assert 'in destroy_node' in err, err
