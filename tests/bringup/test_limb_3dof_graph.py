@@ -119,7 +119,13 @@ def test_three_dof_limb_runs_in_the_sim_graph_under_pid(ros_node, composed):
     ) & (tt[m] > first_move + 2.0)
     # At least 0.5 s of held poses judged: the samples are what this probe received of a
     # best-effort 120 Hz stream, fewer on a loaded machine (107 of a second's 120 seen).
-    assert held.sum() > 60, held.sum()
+    seen = {
+        'held': int(held.sum()),
+        'first_move': first_move,
+        'truth': (len(tt), float(tt[0]), float(tt[-1]), float(np.max(np.diff(tt)))),
+        'ref': (len(tr), float(tr[0]), float(tr[-1]), float(np.max(np.diff(tr)))),
+    }  # samples, first and last stamp, largest gap: what the probe received, if too few
+    assert held.sum() > 60, seen
     settled = np.max(np.abs(qt[m][held] - qi[held]), axis=0)
     print(
         f'composed={composed}: settled error {np.round(settled, 4).tolist()} rad '

@@ -34,11 +34,23 @@ class Probe:
         self.executor = SingleThreadedExecutor(context=node.context)  # the node's own domain
         self.executor.add_node(node)
         self.commands = []
-        subscription(
-            node, Float64MultiArray, VALVE_COMMAND, lambda m: self.commands.append(list(m.data))
-        )
+        self.sources = []  # per command: its writer, sequence number and source stamp
+        subscription(node, Float64MultiArray, VALVE_COMMAND, self._on_command)
         self.state_pub = publisher(node, JointState, JOINT_STATES)
         self.ref_pub = publisher(node, JointState, REFERENCE)
+
+    def _on_command(self, msg, info):
+        self.commands.append(list(msg.data))
+        if info is not None:  # rclpy passes it to a callback of two arguments
+            gid = bytes((info.get('publisher_gid') or {}).get('data', b'')[:16]).hex()
+            self.sources.append(
+                (gid, info.get('publication_sequence_number'), info['source_timestamp'])
+            )
+
+    def where_from(self, first: int, last: int) -> list:
+        """The writer (its GID: the participant, then the entity), sequence number and source
+        stamp (ns) of commands[first:last]: which process sent what, when a check fails."""
+        return self.sources[first:last]
 
     def spin(self, seconds):
         end = time.monotonic() + seconds
@@ -103,7 +115,7 @@ class Probe:
             if len(self.commands) == m:
                 break
         extra = self.commands[n:-1]
-        assert all(c == [0.0, 0.0] for c in extra), extra
+        assert all(c == [0.0, 0.0] for c in extra), (extra, self.where_from(n, len(self.commands)))
         return self.commands[-1]
 
     def set(self, **values):
