@@ -115,7 +115,10 @@ class Probe:
             if len(self.commands) == m:
                 break
         extra = self.commands[n:-1]
-        assert all(c == [0.0, 0.0] for c in extra), (extra, self.where_from(n, len(self.commands)))
+        assert all(c == [0.0, 0.0] for c in extra), (  # a string: printed whole, not cut
+            f'{extra}; from (writer, sequence, source stamp): '
+            f'{self.where_from(n, len(self.commands))}'
+        )
         return self.commands[-1]
 
     def set(self, **values):
