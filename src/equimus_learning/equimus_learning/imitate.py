@@ -138,8 +138,7 @@ class Teacher:
         self.core.reset()
 
     def step(self, state: Estimate, ref: Reference, dt: float, p_max: float) -> ControlOutput:
-        ahead = ref.at(np.asarray(self.core.ahead)) if self.core.ahead else None
-        obs = self.core.observe(state.q, state.qd, ref.q, ref.qd, dt, p_max, q_ahead=ahead)[0]
+        obs = _observe(self.core, state, ref, dt, p_max)
         out = self.expert.step(state, ref, dt, p_max)
         demand = np.asarray(out.info.get('demand', out.pressures), float)
         self.obs.append(obs)
@@ -147,9 +146,9 @@ class Teacher:
         if self.mlp is None or self.rng.uniform() < self.beta:
             self.core.sent(out.pressures)
             return out
-        u = self.core.command(self.mlp(obs), p_max)[0]
-        self.expert.sent(u)
-        return ControlOutput(u, (u <= 0.0) | (u >= p_max))
+        mine = _learner_output(self.core, self.mlp, obs, p_max)
+        self.expert.sent(mine.pressures)
+        return mine
 
 
 class Learner:
@@ -166,10 +165,21 @@ class Learner:
         self.core.reset()
 
     def step(self, state: Estimate, ref: Reference, dt: float, p_max: float) -> ControlOutput:
-        ahead = ref.at(np.asarray(self.core.ahead)) if self.core.ahead else None
-        obs = self.core.observe(state.q, state.qd, ref.q, ref.qd, dt, p_max, q_ahead=ahead)[0]
-        u = self.core.command(self.mlp(obs), p_max)[0]
-        return ControlOutput(u, (u <= 0.0) | (u >= p_max))
+        return _learner_output(
+            self.core, self.mlp, _observe(self.core, state, ref, dt, p_max), p_max
+        )
+
+
+def _observe(core: PolicyCore, state: Estimate, ref: Reference, dt: float, p_max: float):
+    """The learner's observation of one cycle (the reference's preview ahead included)."""
+    ahead = ref.at(np.asarray(core.ahead)) if core.ahead else None
+    return core.observe(state.q, state.qd, ref.q, ref.qd, dt, p_max, q_ahead=ahead)[0]
+
+
+def _learner_output(core: PolicyCore, mlp: MLP, obs, p_max: float) -> ControlOutput:
+    """The learner's command for an observation (remembered by `core` for the next one)."""
+    u = core.command(mlp(obs), p_max)[0]
+    return ControlOutput(u, (u <= 0.0) | (u >= p_max))
 
 
 def _reference(
