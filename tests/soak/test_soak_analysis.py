@@ -91,3 +91,18 @@ def test_the_boards_own_loop_gaps_are_read_and_found_around_an_event(tmp_path):
     assert tl.stood(1.6, 2.9) == 0.0  # between the two
     assert tl.stood(2.96, 4.0) == 0.05
     assert tl.codes_at(1.6) == (0, 0), 'a gap changes no output'
+
+
+def test_garbage_run_on_excuses_a_stale_trip_only_where_the_machine_stood_that_long():
+    """natnet_garbage's run-on check: on an idle machine any trip or vent fails it; a stale
+    trip (and its vent) is not judged when the measured stall alone spans the stale guard's
+    timeout; an invalid state (garbage reaching the controller) fails it whatever the stall."""
+    from equimus_soak.checks import garbage_run_on
+
+    assert garbage_run_on(0, 0, False, 0.005, 0.25) == (True, '')
+    assert garbage_run_on(1, 0, True, 0.005, 0.25)[0] is False  # idle: the garbage's fault
+    assert garbage_run_on(0, 0, True, 0.005, 0.25)[0] is False  # a vent without a trip
+    ok, why = garbage_run_on(1, 0, True, 0.241, 0.25)  # 331b237's CI: a 241 ms stall
+    assert ok and 'not judged' in why
+    assert garbage_run_on(1, 0, True, 0.12, 0.25)[0] is False  # a stall too short to explain it
+    assert garbage_run_on(0, 1, False, 0.5, 0.25)[0] is False  # invalid: never excused

@@ -40,6 +40,28 @@ RSS_SLOPE_LIMIT_MB_MIN = 1.0  # a node growing faster than this after warm-up is
 THIGH_POSE = mocap_topic('thigh')
 
 
+def garbage_run_on(
+    stale_trips: int, invalid_trips: int, vented: bool, delay_s: float, stale_timeout_s: float
+) -> tuple[bool, str]:
+    """Whether the loop ran on through malformed NatNet packets, and a note when not judged.
+
+    Garbage must never reach the controller as an invalid state, nor cut the state stream long
+    enough for the stale guard. A machine stall that by itself spans the guard's timeout (with a
+    frame period and the vent margin) trips it with no garbage at all: a stale trip and its vent
+    then say nothing about the garbage, and the guard did its job. An invalid trip always fails.
+    """
+    if invalid_trips:
+        return False, ''
+    if not stale_trips and not vented:
+        return True, ''
+    if delay_s + 1.0 / RATE_HZ + VENT_MARGIN_S >= stale_timeout_s:
+        return True, (
+            f' (not judged: the machine stood as long as the stale guard waits, '
+            f'{stale_timeout_s:g} s)'
+        )
+    return False, ''
+
+
 @dataclass
 class Check:
     name: str
@@ -268,34 +290,25 @@ class SoakChecks:
                         f'out-of-order +{d_ooo} of {rec.info["out_of_order"]}',
                     )
                 )
-                trips = [
-                    sum(
-                        int(last_value('controller', k, t))
-                        for k in ('trips_stale', 'trips_invalid')
-                    )
-                    for t in (rec.t0, rec.t_clear + 1.1)
-                ]
+                trips = {
+                    k: int(last_value('controller', k, rec.t_clear + 1.1))
+                    - int(last_value('controller', k, rec.t0))
+                    for k in ('trips_stale', 'trips_invalid')
+                }
                 zero = tl.vented_from(rec.t0, rec.t_clear)
                 delay = late(rec.t0, rec.t_clear + 1.1)
-                # A stall of the machine that by itself spans the stale guard's timeout (with a
-                # frame period and the vent margin) trips the guard with no garbage at all, so
-                # a trip then says nothing about the garbage: the guard did its job. Garbage
-                # that cut the state stream trips it on an idle machine, where this fails.
-                stalled = delay + 1.0 / RATE_HZ + VENT_MARGIN_S >= self.stale_timeout
-                quiet = trips[0] == trips[1] and zero is None
+                ok, why = garbage_run_on(
+                    trips['trips_stale'], trips['trips_invalid'], zero is not None, delay,
+                    self.stale_timeout,
+                )  # fmt: skip
                 checks.append(
                     Check(
                         'natnet_garbage: control loop runs on (no vent, no guard trip)',
-                        quiet or stalled,
-                        f'controller stale+invalid trips {trips[0]} -> {trips[1]}'
+                        ok,
+                        f'controller trips +{trips["trips_stale"]} stale, '
+                        f'+{trips["trips_invalid"]} invalid'
                         + (f', vented at t={zero - self.t_start:.2f} s' if zero else '')
-                        + f'; {delay * 1e3:.0f} ms measured scheduling delay'
-                        + (
-                            ''
-                            if quiet or not stalled
-                            else f' (not judged: the machine stood as long as the stale '
-                            f'guard waits, {self.stale_timeout:g} s)'
-                        ),
+                        + f'; {delay * 1e3:.0f} ms measured scheduling delay{why}',
                     )
                 )
             elif rec.name == 'serial_faults':
