@@ -40,17 +40,13 @@ class Probe:
         self.ref_pub = publisher(node, JointState, REFERENCE)
 
     def _on_command(self, msg, info):
+        """rclpy passes the message info to a callback of two arguments: the writer (its GID:
+        the participant, then the entity), so a failed check says which process sent what."""
         self.commands.append(list(msg.data))
-        if info is not None:  # rclpy passes it to a callback of two arguments
-            gid = bytes((info.get('publisher_gid') or {}).get('data', b'')[:16]).hex()
-            self.sources.append(
-                (gid, info.get('publication_sequence_number'), info['source_timestamp'])
-            )
-
-    def where_from(self, first: int, last: int) -> list:
-        """The writer (its GID: the participant, then the entity), sequence number and source
-        stamp (ns) of commands[first:last]: which process sent what, when a check fails."""
-        return self.sources[first:last]
+        gid = bytes((info.get('publisher_gid') or {}).get('data', b'')[:16]).hex()
+        self.sources.append(
+            (gid, info.get('publication_sequence_number'), info['source_timestamp'])
+        )
 
     def spin(self, seconds):
         end = time.monotonic() + seconds
@@ -116,8 +112,7 @@ class Probe:
                 break
         extra = self.commands[n:-1]
         assert all(c == [0.0, 0.0] for c in extra), (  # a string: printed whole, not cut
-            f'{extra}; from (writer, sequence, source stamp): '
-            f'{self.where_from(n, len(self.commands))}'
+            f'{extra}; from (writer, sequence, source stamp): {self.sources[n:]}'
         )
         return self.commands[-1]
 
