@@ -100,12 +100,13 @@ class Probe:
         """The command the node's first state produced. Until it has a valid state its stale
         guard publishes a vent every STALE_CHECK_S, and one published just before it took this
         state can arrive after the state was sent (seen with both cores busy). Once it took the
-        state none follows until stale_timeout (5 s) has passed without another, and one
+        state none follows until STALE_TIMEOUT has passed without another, and one
         writer's messages arrive in order: the command is the last before the stream has been
         quiet for `quiet` s, and every one before it is a vent. `quiet` counts from the last
         command received, not in windows: a window opened by a late vent and reopened by the
         state's command ran 6 s, into the guard's next vent. Quiet means 3 s: an MPC's first
         step took over 1 s with both cores busy."""
+        assert quiet < STALE_TIMEOUT, "the quiet would end in the stale guard's vent"
         n = len(self.commands)
         self.state_pub.publish(self.message(q, qd, sec, nanosec))
         self.wait_for(lambda: len(self.commands) > n, timeout, 'a /valve/command')
