@@ -193,20 +193,27 @@ def test_tracks_a_step_on_the_mujoco_leg(which, repo_dir, record_property):
     print(f'ltv_mpc ({which}) step RMSE after the step: {rmse}')
 
 
-@pytest.mark.parametrize('area_slope', [None, (-12.0, 4.0)], ids=['constant', 'stiffening'])
-def test_the_analytic_dynamics_follow_the_mujoco_leg(leg, leg_model, area_slope):
+@pytest.mark.parametrize(
+    'muscles',
+    [
+        {},
+        {'actuators.maa.area_slope': -12.0, 'actuators.baa.area_slope': 4.0},
+        {'actuators.baa.c': 1.0, 'actuators.baa.c_per_kpa': 1.9, 'actuators.maa.c_per_kpa': 0.5},
+    ],
+    ids=['constant', 'stiffening', 'pressure-damped'],
+)
+def test_the_analytic_dynamics_follow_the_mujoco_leg(leg, leg_model, muscles):
     """The model the MPC predicts with against the simulator's full MuJoCo model (3-2-1
     actuators, loop closures): free motion for 0.3 s under constant pressures off equilibrium;
-    also with muscles whose area changes with length (MuJoCo's affine gain)."""
+    also with muscles whose area changes with length and whose damping grows with pressure
+    (MuJoCo's affine gain)."""
     import mujoco
 
     from equimus_description.statics import StaticParams, holding_pressures
     from equimus_sim.leg_model import LegModel
 
-    if area_slope is not None:
-        leg = leg.with_overrides(
-            {'actuators.maa.area_slope': area_slope[0], 'actuators.baa.area_slope': area_slope[1]}
-        )
+    if muscles:
+        leg = leg.with_overrides(muscles)
         leg_model = LegModel(leg.with_timestep(1 / 1200))
 
     dyn = LegDynamics(DynamicParams.from_leg(leg))

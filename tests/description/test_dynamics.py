@@ -16,14 +16,18 @@ POSES = np.column_stack([RNG.uniform(1.0, 2.0, 16), RNG.uniform(0.05, 1.25, 16)]
 
 # muscles whose area changes with length (pressure stiffening), beyond what a fit finds
 STIFFENING = {'actuators.maa.area_slope': -12.0, 'actuators.baa.area_slope': 4.0}
+# and damped the more the higher their pressure
+DAMPED = {**STIFFENING, 'actuators.maa.c_per_kpa': 0.6, 'actuators.baa.c_per_kpa': 1.9}
 
 
-@pytest.fixture(scope='module', params=['default', 'fit', 'stiffening'])
+@pytest.fixture(scope='module', params=['default', 'fit', 'stiffening', 'pressure-damped'])
 def leg(request, repo_dir):
     if request.param == 'default':
         return load_leg()
     if request.param == 'stiffening':
         return load_leg(overrides=STIFFENING)
+    if request.param == 'pressure-damped':
+        return load_leg(overrides=DAMPED)
     return load_leg(overrides=repo_dir / 'config' / 'leg_fit.yaml')
 
 

@@ -173,3 +173,36 @@ def test_identify_recovers_the_slacks_least_rate(tmp_path):
     )['parameters']
     errors = {k: abs(fitted[k] - v) / v for k, v in rates.items()}
     assert all(e < 0.05 for e in errors.values()), errors
+
+
+@pytest.mark.timeout(600)
+def test_identify_recovers_the_muscles_damping_per_kpa(tmp_path):
+    """Each muscle's c_per_kpa, started 30 % off, comes back within 5 % together with the
+    constant damping it trades against (its c), from steps over the whole pressure range: the
+    fit's in-place model (identification) and the built one (the simulator) agree."""
+    truth_damping = {
+        'actuators.maa.c': 4.0,
+        'actuators.baa.c': 2.0,
+        'actuators.maa.c_per_kpa': 0.5,
+        'actuators.baa.c_per_kpa': 1.5,
+    }
+    steps = synth.random_steps(8, seed=6)
+    truth = {**OTHERS, **CHAMBER, **truth_damping}
+    sim = synth.simulate_steps(truth, steps_kpa=steps, hold_s=1.2)
+    bag = synth.write_bag(tmp_path / 'bag', sim, noise_rad=0.0005, seed=4)
+    off = dict(zip(truth_damping, (0.7, 1.3, 1.3, 0.7), strict=True))
+    begin = {**OTHERS, **CHAMBER, **{k: v * off[k] for k, v in truth_damping.items()}}
+    fitted = fit(
+        tmp_path,
+        bag,
+        begin,
+        'pressure-damping,actuators.maa.c,actuators.baa.c',
+        '--duration',
+        '1.2',
+        '--popsize',
+        '2',  # DE needs a population above the 4 parameters
+        '--refine-maxfev',
+        '120',
+    )['parameters']
+    errors = {k: abs(fitted[k] - v) / v for k, v in truth_damping.items()}
+    assert all(e < 0.05 for e in errors.values()), errors

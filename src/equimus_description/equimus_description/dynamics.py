@@ -1,8 +1,9 @@
 """Joint-space dynamics of the 2-joint leg with its exact actuation model and first derivatives
 (no ROS, no MuJoCo).
 
-    M(θ) θ̈ + c(θ, θ̇) = g ∂U/∂θ − D θ̇ − J_A(θ)ᵀ T,   T = k (l − l0) + c_a l̇ − σ S(l) P
+    M(θ) θ̈ + c(θ, θ̇) = g ∂U/∂θ − D θ̇ − J_A(θ)ᵀ T,   T = k (l − l0) + c_a(P) l̇ − σ S(l) P
     S(l) = S (1 + s (l − l0))   (s: the description's area_slope; 0 = a constant area)
+    c_a(P) = c_a + c_p P       (c_p: the description's c_per_kpa; 0 = a constant damping)
 
 The actuator tensions T act through the exact transmission l(θ), J_A = ∂l/∂θ (equimus_description
 .kinematics), not a constant ratio (seeds/002): the stiffness the linearisation sees contains
@@ -41,14 +42,16 @@ from equimus_description.statics import StaticParams
 @dataclass(frozen=True)
 class DynamicParams:
     """What the dynamics add to the static model: moments of inertia (kg·m², about each link's
-    centre of mass, for rotation in the leg's plane), the actuators' damping c_a (N·s/m) and the
-    joints' damping (N·m·s/rad) and armature (kg·m²)."""
+    centre of mass, for rotation in the leg's plane), the actuators' damping c_a (N·s/m) and its
+    growth with pressure c_p (N·s/m per kPa), the joints' damping (N·m·s/rad) and armature
+    (kg·m²)."""
 
     statics: StaticParams
     inertia: tuple[float, float] = (5.4567e-4, 6.52333e-4)  # thigh, calf
     c: tuple[float, float] = (12.48, 24.79)
     damping: tuple[float, float] = (0.524, 0.062)
     armature: tuple[float, float] = (0.0, 0.0)
+    c_per_kpa: tuple[float, float] = (0.0, 0.0)
 
     @classmethod
     def from_leg(cls, leg, pressure_sign: float = 1.0) -> DynamicParams:
@@ -62,6 +65,7 @@ class DynamicParams:
             c=(float(acts[0].c), float(acts[1].c)),
             damping=(float(hip.damping), float(knee.damping)),
             armature=(float(hip.armature), float(knee.armature)),
+            c_per_kpa=(float(acts[0].c_per_kpa), float(acts[1].c_per_kpa)),
         )
 
 
@@ -105,6 +109,7 @@ class LegDynamics:
         self.k = np.asarray(s.k, float)
         self.l0 = np.asarray(s.l0, float)
         self.ca = np.asarray(params.c, float)
+        self.cp = np.asarray(params.c_per_kpa, float)
         self.SP = s.pressure_sign * np.asarray(s.S, float) * 1e3  # N per kPa at l0, signed
         self.slope = np.asarray(s.area_slope, float)
         self.geometry = g
@@ -166,15 +171,19 @@ class LegDynamics:
         jb1, jb2 = J[..., 1, 0], J[..., 1, 1]
         ha = H[..., 0, 0, 0]
         hb11, hb12, hb22 = H[..., 1, 0, 0], H[..., 1, 0, 1], H[..., 1, 1, 1]
-        (k_a, k_b), (c_a, c_b) = self.k, self.ca
+        (k_a, k_b), (cp_a, cp_b) = self.k, self.cp
+        # the muscles' damping at their pressures, c_a + c_p P
+        c_a = self.ca[0] + cp_a * p[..., 0]
+        c_b = self.ca[1] + cp_b * p[..., 1]
+        ld_a, ld_b = ja * w1, jb1 * w1 + jb2 * w2  # l̇
         ext_a, ext_b = lengths[..., 0] - self.l0[0], lengths[..., 1] - self.l0[1]
         # σ S(l) per kPa, and the stiffness the pressure adds through S(l): k − σ S s P
         s_a = self.SP[0] * (1.0 + self.slope[0] * ext_a)
         s_b = self.SP[1] * (1.0 + self.slope[1] * ext_b)
         k_a = k_a - self.SP[0] * self.slope[0] * p[..., 0]
         k_b = k_b - self.SP[1] * self.slope[1] * p[..., 1]
-        ta = self.k[0] * ext_a + c_a * (ja * w1) - s_a * p[..., 0]
-        tb = self.k[1] * ext_b + c_b * (jb1 * w1 + jb2 * w2) - s_b * p[..., 1]
+        ta = self.k[0] * ext_a + c_a * ld_a - s_a * p[..., 0]
+        tb = self.k[1] * ext_b + c_b * ld_b - s_b * p[..., 1]
         # right-hand side: gravity − Coriolis − joint damping − J_Aᵀ T
         cor = es * (2 * w1 + w2) * w2
         r1 = ga_c + gb_c + cor - self.damp[0] * w1 - ja * ta - jb1 * tb
@@ -196,8 +205,9 @@ class LegDynamics:
         v12 = es * (2 * w1 + 2 * w2) - c_b * jb1 * jb2
         v21 = -2 * es * w1 - c_b * jb1 * jb2
         v22 = -self.damp[1] - c_b * jb2 * jb2
-        # ∂rhs/∂P: σ S(l) J_A, column per actuator
-        p11, p12, p22 = ja * s_a, jb1 * s_b, jb2 * s_b
+        # ∂rhs/∂P: (σ S(l) − c_p l̇) J_A, column per actuator
+        u_a, u_b = s_a - cp_a * ld_a, s_b - cp_b * ld_b
+        p11, p12, p22 = ja * u_a, jb1 * u_b, jb2 * u_b
         shape = t1.shape + (2, 2)
         d_q = np.empty(shape)
         d_q[..., 0, 0] = i11 * d11 + i12 * d21

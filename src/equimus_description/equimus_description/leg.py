@@ -128,7 +128,12 @@ class Actuator:
     area_slope (1/m): the effective area's relative change per metre of length beyond l0,
     S(l) = S·(1 + area_slope·(l − l0)). A pressurised cast muscle stiffens with pressure: its
     force P·S(l) falls off with extension faster at high pressure than a constant area allows
-    (0, the default, is the paper's constant area)."""
+    (0, the default, is the paper's constant area).
+
+    c_per_kpa (N·s/m per kPa): damping that grows with pressure, c(P) = c + c_per_kpa·P. A
+    braided muscle's damping is mostly the friction of its braid and bladder, which the
+    pressure presses together, so a soft muscle is damped less (0, the default, is the paper's
+    constant damping)."""
 
     name: str
     base: Anchor
@@ -140,6 +145,7 @@ class Actuator:
     area: float
     pressure_max_kpa: float = 50.0
     area_slope: float = 0.0
+    c_per_kpa: float = 0.0
 
     def area_at(self, length: float) -> float:
         """S(l) in m² (the constant area when area_slope is 0)."""
@@ -231,6 +237,17 @@ def require_constant_area(leg: LegDescription, model: str) -> None:
         raise ValueError(
             f'actuators {sloped}: {model} has a constant area; use a leg with area_slope 0 '
             "there (the MuJoCo leg, the statics and the MPC's dynamics model the slope)"
+        )
+
+
+def require_constant_damping(leg: LegDescription, model: str) -> None:
+    """ValueError naming the actuators with a c_per_kpa, for a model whose muscles' damping
+    does not depend on their pressure (`model` says which)."""
+    damped = [a.name for a in leg.actuators.values() if a.c_per_kpa != 0.0]
+    if damped:
+        raise ValueError(
+            f'actuators {damped}: {model} has a damping that does not depend on pressure; use '
+            "a leg with c_per_kpa 0 there (the MuJoCo leg and the MPC's dynamics model it)"
         )
 
 
@@ -519,6 +536,7 @@ def _actuator(name: str, a: Mapping, bodies: Mapping) -> Actuator:
             a.get('pressure_max_kpa', 50.0), f'actuators.{name}.pressure_max_kpa'
         ),
         area_slope=_number(a.get('area_slope', 0.0), f'actuators.{name}.area_slope'),
+        c_per_kpa=_positive(a.get('c_per_kpa', 0.0), f'actuators.{name}.c_per_kpa', True),
     )
 
 

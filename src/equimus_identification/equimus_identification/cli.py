@@ -45,6 +45,7 @@ def presets() -> dict[str, tuple[str, ...]]:
         'armature': D.ARMATURE_PARAMS,
         'stop': ('joints.knee.range.0',),  # the knee's stop
         'stiffening': D.AREA_SLOPE_PARAMS,  # the muscles' area against length
+        'pressure-damping': D.PRESSURE_DAMPING_PARAMS,  # the muscles' damping per kPa
         'static': (
             'actuators.maa.k',
             'actuators.baa.k',

@@ -24,7 +24,11 @@ import mujoco
 import numpy as np
 from scipy.optimize import least_squares
 
-from equimus_description.leg import LegDescription, require_constant_area
+from equimus_description.leg import (
+    LegDescription,
+    require_constant_area,
+    require_constant_damping,
+)
 from equimus_sim.leg_model import LegModel
 from equimus_sim.mjcf_builder import build_mjcf, seg_names
 
@@ -53,6 +57,7 @@ def available() -> str | None:
 
 def _spec(leg: LegDescription, dt: float) -> tuple[mujoco.MjSpec, LegModel]:
     require_constant_area(leg, "the cross-check (it sets the actuators' gain)")
+    require_constant_damping(leg, "the cross-check (it sets the actuators' gain)")
     leg = leg.with_timestep(dt)
     lm = LegModel(leg)
     spec = mujoco.MjSpec.from_string(build_mjcf(leg))

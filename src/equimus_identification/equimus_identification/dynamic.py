@@ -103,6 +103,9 @@ BOUNDS = {
     # the muscles' area against length (1/m), S(l) = S·(1 + slope·(l − l0)): pressure stiffening
     'actuators.maa.area_slope': (-20.0, 20.0),
     'actuators.baa.area_slope': (-20.0, 20.0),
+    # N·s/m per kPa: the muscles' damping c + c_per_kpa·P (braid friction grows with pressure)
+    'actuators.maa.c_per_kpa': (0.0, 3.0),
+    'actuators.baa.c_per_kpa': (0.0, 3.0),
     # s the valves' read-back is stamped after the pressure it reports acted, relative to the
     # motion capture's stamps (not a leg parameter: no override file holds it)
     'timing.pressure_lag': (-0.03, 0.03),
@@ -125,6 +128,7 @@ _REGULATOR_ATTRS = ('slack', 'integral_gain', 'integral_leak', 'slack_rate')
 FRICTION_PARAMS = ('joints.hip.frictionloss', 'joints.knee.frictionloss')
 ARMATURE_PARAMS = ('joints.hip.armature', 'joints.knee.armature')
 AREA_SLOPE_PARAMS = ('actuators.maa.area_slope', 'actuators.baa.area_slope')
+PRESSURE_DAMPING_PARAMS = ('actuators.maa.c_per_kpa', 'actuators.baa.c_per_kpa')
 #: parameters of the recording, not of the plant
 TIMING_PARAMS = ('timing.pressure_lag',)
 _VALVE_KEYS = {
@@ -416,13 +420,15 @@ class Evaluator:
             m.jnt_stiffness[st['seg_jnt'][i]] = 2.0 * p[f'actuators.{a}.k']
             m.dof_damping[st['seg_dof'][i]] = 2.0 * p[f'actuators.{a}.c']
             m.qpos_spring[st['seg_qadr'][i]] = (p[f'actuators.{a}.l0'] - st['build_len'][i]) / 2.0
-            slope = p[f'actuators.{a}.area_slope']
+            slope, c_p = p[f'actuators.{a}.area_slope'], p[f'actuators.{a}.c_per_kpa']
             motors = st['lm'].ctrl_idx[i]
-            if slope != 0.0 or m.actuator_gaintype[motors[0]] == mujoco.mjtGain.mjGAIN_AFFINE:
+            affine = m.actuator_gaintype[motors[0]] == mujoco.mjtGain.mjGAIN_AFFINE
+            if slope != 0.0 or c_p != 0.0 or affine:
                 m.actuator_gaintype[motors] = mujoco.mjtGain.mjGAIN_AFFINE
-                m.actuator_gainprm[motors, :2] = slide_gain(
-                    slope, st['build_len'][i], p[f'actuators.{a}.l0']
-                )
+                m.actuator_gainprm[motors, :3] = slide_gain(
+                    slope, st['build_len'][i], p[f'actuators.{a}.l0'], c_p,
+                    p[f'actuators.{a}.area'],
+                )  # fmt: skip
         for j, dof in st['joint_dof'].items():
             m.dof_damping[dof] = p[f'joints.{j}.damping']
             for attr in ('frictionloss', 'armature'):

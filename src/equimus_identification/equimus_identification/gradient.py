@@ -175,6 +175,11 @@ class MjxResiduals:
                 "--jacobian mjx: the muscles' area against length (actuators.*.area_slope) is "
                 'not modelled in JAX; use --jacobian fd'
             )
+        if any(n in names or p_start[n] != 0.0 for n in D.PRESSURE_DAMPING_PARAMS):
+            raise MethodError(
+                "--jacobian mjx: the muscles' damping per kPa (actuators.*.c_per_kpa) is not "
+                'modelled in JAX; use --jacobian fd'
+            )
         valve = D.valve_of(p_start, names)
         if valve.has_regulator or any(n in names for n in D.REGULATOR_PARAMS + D.SLACK_RATE_PARAMS):
             raise MethodError(

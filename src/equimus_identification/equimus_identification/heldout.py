@@ -90,7 +90,12 @@ VALVES = {
     'regulator-rate': D.VALVE_CHANNEL_PARAMS + D.REGULATOR_PARAMS + D.SLACK_RATE_PARAMS,
 }
 FRICTIONS = {'none': (), 'friction': D.FRICTION_PARAMS + D.ARMATURE_PARAMS}
-FORCES = {'constant': (), 'stiffening': D.AREA_SLOPE_PARAMS}  # the muscles' area: S, or S(l)
+#: the muscles' force: area S, or S(l); and damping that grows with the pressure
+FORCES = {
+    'constant': (),
+    'stiffening': D.AREA_SLOPE_PARAMS,
+    'stiffening-damped': D.AREA_SLOPE_PARAMS + D.PRESSURE_DAMPING_PARAMS,
+}
 LOSSES = ('whole', 'shooting')
 REFERENCES = ('table_v_dynamic', 'table_v_static')
 SET_B_PAIRS = [(p1, p2) for p1 in range(0, 60, 10) for p2 in range(0, 60, 10)]  # all 36
@@ -454,8 +459,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         '--forces',
         default='constant',
-        help="the muscles' force: constant (area S) and/or stiffening (area S(l), "
-        'actuators.*.area_slope)',
+        help="the muscles' force: constant (area S), stiffening (area S(l), "
+        'actuators.*.area_slope) and/or stiffening-damped (and a damping c + c_per_kpa·P)',
     )
     ap.add_argument('--references', default=','.join(REFERENCES), help='parameter sets or files')
     ap.add_argument('--start', default='table_v_dynamic', help='start parameter set or file')

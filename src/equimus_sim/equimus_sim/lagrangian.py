@@ -29,6 +29,7 @@ from equimus_description.leg import (
     LegDescription,
     load_leg,
     require_constant_area,
+    require_constant_damping,
     world_points_at_build,
 )
 
@@ -59,6 +60,7 @@ class LagrangianLeg:
         self.leg = leg if leg is not None else load_leg()
         leg = self.leg
         require_constant_area(leg, 'the Lagrangian ground truth')
+        require_constant_damping(leg, 'the Lagrangian ground truth')
         self.g = leg.gravity
         names = list(leg.bodies)
         self.body_names = names

@@ -85,10 +85,19 @@ def friction_constraint(leg: LegDescription, dt: float) -> dict:
     }
 
 
-def slide_gain(area_slope: float, build_len: float, l0: float) -> tuple[float, float]:
-    """S(l)/S on one slide of a 3-2-1 unit as MuJoCo's affine gain (value at slide position 0,
-    slope per metre of it): the slide carries half the extension from the build length."""
-    return 1.0 + area_slope * (build_len - l0), 2.0 * area_slope
+def slide_gain(
+    area_slope: float, build_len: float, l0: float, c_per_kpa: float = 0.0, area: float = 1.0
+) -> tuple[float, float, float]:
+    """One slide of a 3-2-1 unit's force per unit of its ctrl (S·P in N) as MuJoCo's affine
+    gain (value at slide position 0, per metre of it, per m/s of it): S(l)/S, the slide carrying
+    half the extension from the build length, and the pressure's damping c_per_kpa·P on the
+    slide's velocity (doubled like the slide's own damping, 2c: the unit's two slides are in
+    series)."""
+    return (
+        1.0 + area_slope * (build_len - l0),
+        2.0 * area_slope,
+        -2.0 * c_per_kpa / (area * 1e3),
+    )
 
 
 def build_mjcf(
@@ -194,18 +203,20 @@ def build_mjcf(
     if valve_tau is not None and not valve_tau > 0:
         raise ValueError(f'valve_tau must be > 0 s, got {valve_tau!r}')
 
-    def motor(a, gain: tuple[float, float] = (1.0, 0.0), **target) -> None:
-        """One actuator motor (target: joint= or tendon=), see valve_tau. gain: S(l)/S as
-        (value at transmission length 0, slope per metre of it)."""
-        if valve_tau is None and a.area_slope == 0.0:
+    def motor(a, gain: tuple[float, float, float] = (1.0, 0.0, 0.0), **target) -> None:
+        """One actuator motor (target: joint= or tendon=), see valve_tau. gain: the force per
+        unit of ctrl (S·P in N) as (value at transmission length 0, per metre of it, per m/s of
+        it): S(l)/S and the pressure's damping."""
+        affine = a.area_slope != 0.0 or a.c_per_kpa != 0.0
+        if valve_tau is None and not affine:
             fmax = a.area * a.pressure_max_kpa * 1e3
             _sub(actuator, 'motor', gear=[1.0], ctrlrange=[0.0, fmax], **target)
             return
         scale = 1.0 if valve_tau is None else a.area * 1e3
         shape = (
-            {'gaintype': 'fixed', 'gainprm': [scale]}
-            if a.area_slope == 0.0
-            else {'gaintype': 'affine', 'gainprm': [scale * gain[0], scale * gain[1], 0.0]}
+            {'gaintype': 'affine', 'gainprm': [scale * v for v in gain]}
+            if affine
+            else {'gaintype': 'fixed', 'gainprm': [scale]}
         )
         dyn = (
             {'gear': [1.0], 'ctrlrange': [0.0, a.area * a.pressure_max_kpa * 1e3]}
@@ -235,7 +246,8 @@ def build_mjcf(
             _sub(t, 'site', site=f'{a.name}_base')
             _sub(t, 'site', site=f'{a.name}_tip')
             s_ = a.area_slope
-            motor(a, (1.0 - s_ * a.l0, s_), name=a.name, tendon=a.name)
+            damp = -a.c_per_kpa / (a.area * 1e3)  # the tendon: the whole extension's rate
+            motor(a, (1.0 - s_ * a.l0, s_, damp), name=a.name, tendon=a.name)
             continue
         pa, pb = anchor_world(leg, a.base), anchor_world(leg, a.tip)
         lb = float(np.linalg.norm(pb - pa))
@@ -283,7 +295,7 @@ def build_mjcf(
             solimp=list(leg.equality_solimp),
         )
         for s in s_names:
-            motor(a, slide_gain(a.area_slope, lb, a.l0), name=s, joint=s)
+            motor(a, slide_gain(a.area_slope, lb, a.l0, a.c_per_kpa, a.area), name=s, joint=s)
     for el in (tendon, equality, actuator):
         if len(el):
             root.append(el)
