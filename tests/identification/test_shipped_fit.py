@@ -41,7 +41,12 @@ def test_shipped_fit_replays_the_tocenter_file_within_the_goal(repo_dir, shared_
         [shared_dir / TOCENTER],
     )[0]
     assert np.all(np.abs(faster['rmse'] - res['rmse']) < 2e-4), (faster['rmse'], res['rmse'])
-    for superseded in ('leg_fit_joint.yaml', 'leg_fit_constant_area.yaml', 'leg_fit_chamber.yaml'):
+    for superseded in (
+        'leg_fit_joint.yaml',
+        'leg_fit_constant_area.yaml',
+        'leg_fit_chamber.yaml',
+        'leg_fit_regulator.yaml',
+    ):
         old = evaluate.evaluate(
             evaluate.load_params(str(repo_dir / 'config/superseded' / superseded)),
             [shared_dir / TOCENTER],

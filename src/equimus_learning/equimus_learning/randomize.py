@@ -12,7 +12,9 @@ between (docs/learning.md, "The shipped policy").
 The stiffness, area, rest length and area slope of one actuator are drawn together (one
 uniform position along their intervals, from the Table V end to the fit's end): the
 identification determines their combination far better than each (correlations 0.90–0.97 at
-the fit), and independent draws would make static maps neither identification supports.
+the fit), and independent draws would make static maps neither identification supports. So are
+a muscle's damping and its growth with pressure (Table V: 24.79 N·s/m and none; the fit: 0.66 and
+1.70 per kPa): drawn apart, a leg could have neither.
 Everything else is drawn on its own. `identified()` builds that `Randomization`;
 `Randomization.sample` draws a leg's overrides (the dotted keys of
 `equimus_description.leg.load_leg(overrides=…)`).
@@ -53,6 +55,8 @@ KEYS = (
     'joints.knee.range.0',
     'actuators.maa.area_slope',
     'actuators.baa.area_slope',
+    'actuators.maa.c_per_kpa',
+    'actuators.baa.c_per_kpa',
 )
 #: lower limits that keep a drawn value physical (time constants > 0, dead time >= 0)
 FLOORS: dict[str, float] = {
@@ -63,6 +67,10 @@ FLOORS: dict[str, float] = {
     'valve.vent_time_constant.baa': 0.005,
     'joints.hip.damping': 0.0,
     'joints.knee.damping': 0.0,
+    'actuators.maa.c': 0.0,
+    'actuators.baa.c': 0.0,
+    'actuators.maa.c_per_kpa': 0.0,
+    'actuators.baa.c_per_kpa': 0.0,
 }
 
 
@@ -70,6 +78,9 @@ FLOORS: dict[str, float] = {
 GROUPS = (
     ('actuators.maa.k', 'actuators.maa.area', 'actuators.maa.l0', 'actuators.maa.area_slope'),
     ('actuators.baa.k', 'actuators.baa.area', 'actuators.baa.l0', 'actuators.baa.area_slope'),
+    # a muscle's damping: constant in Table V, almost all its pressure's in the fit
+    ('actuators.maa.c', 'actuators.maa.c_per_kpa'),
+    ('actuators.baa.c', 'actuators.baa.c_per_kpa'),
 )
 
 
