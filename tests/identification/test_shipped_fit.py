@@ -60,3 +60,11 @@ def test_shipped_fit_runs_the_valves_regulator(repo_dir):
     leg = evaluate.load_params(str(repo_dir / 'config' / 'leg_fit.yaml'))
     assert leg.valve.has_regulator and leg.valve.slack[0] > 5.0
     assert all(k > 0.5 for k in leg.valve.integral_gain)
+
+
+def test_shipped_fit_damps_the_baa_by_its_pressure(repo_dir):
+    """The held-out error chose damping that grows with pressure for the BAA (docs/
+    identification.md); the MAA's per-kPa term is fixed at 0, where it ended when free."""
+    leg = evaluate.load_params(str(repo_dir / 'config' / 'leg_fit.yaml'))
+    assert leg.actuators['baa'].c_per_kpa > 1.0 and leg.actuators['maa'].c_per_kpa == 0.0
+    assert leg.actuators['baa'].c_per_kpa * 10.0 > leg.actuators['baa'].c  # mostly the pressure's
