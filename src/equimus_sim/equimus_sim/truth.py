@@ -13,8 +13,9 @@ identification against it.
 
 Where the ranges come from (`RANGES`; docs/adapt.md): each leg and valve parameter spans the
 values this leg has been given: the paper's Table V (dynamic, the description's defaults, and
-static), the shipped fit config/leg_fit.yaml, widened by that fit's 95 % interval (its standard
-errors at the fit, `STANDARD_ERRORS`); friction from 0 to a few times what the held-out fits
+static), and the fit shipped when the ranges were set, config/superseded/leg_fit_constant_area.yaml
+(later fits did not move them), widened by that fit's 95 % interval (its standard errors at the
+fit, `STANDARD_ERRORS`); friction from 0 to a few times what the held-out fits
 left (docs/identification.md); the VPPE's hysteresis and repeatability up to its datasheet's
 3 kPa (../shared/spec/valve.md); DAC errors of a ×2 op-amp stage with 1 % parts; Motive's
 latency and marker noise as OptiTrack systems report them.
@@ -46,8 +47,9 @@ __all__ = [
     'parse_spec',
 ]
 
-#: Standard errors of config/leg_fit.yaml's free parameters at the fit (identifiability on the
-#: 36 ToCenter segments + StaticPoint_all_36 filled from rest, dt 0.01 s, the fit's bounds).
+#: Standard errors of config/superseded/leg_fit_constant_area.yaml's free parameters at the fit
+#: (identifiability on the 36 ToCenter segments + StaticPoint_all_36 filled from rest, dt 0.01 s,
+#: the fit's bounds).
 STANDARD_ERRORS: dict[str, float] = {
     'actuators.maa.k': 1.286,
     'actuators.baa.k': 0.3546,
@@ -91,7 +93,7 @@ def _hull(*values: float, se: float = 0.0, log: bool = False) -> Span:
 
 def _leg_ranges() -> dict[str, Span]:
     se = STANDARD_ERRORS
-    # (Table V dynamic = the description's default, Table V static, config/leg_fit.yaml)
+    # (Table V dynamic = the description's default, Table V static, the constant-area fit)
     return {
         'actuators.maa.k': _hull(265.82, 203.95, 198.52, se=se['actuators.maa.k']),
         'actuators.baa.k': _hull(110.36, 105.07, 111.60, se=se['actuators.baa.k']),
