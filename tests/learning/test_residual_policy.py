@@ -105,7 +105,8 @@ def test_randomisation_spans_both_identified_legs():
     c = np.array([d['actuators.baa.c'] for d in draws])
     c_p = np.array([d['actuators.baa.c_per_kpa'] for d in draws])
     assert np.corrcoef(c, c_p)[0, 1] < -0.999
-    assert c_p.max() > 0.9 * fit.actuators['baa'].c_per_kpa and c.max() > 0.9 * 24.79
+    assert c_p.max() > 0.9 * fit.actuators['baa'].c_per_kpa
+    assert c.max() > 0.9 * nominal.actuators['baa'].c  # Table V's constant damping
     dead = np.array([d['valve.dead_time'] for d in draws])
     assert dead.min() < 0.02 and dead.max() > 0.8 * fit.valve.dead_time  # both ends are drawn
 

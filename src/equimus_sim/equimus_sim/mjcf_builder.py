@@ -86,7 +86,7 @@ def friction_constraint(leg: LegDescription, dt: float) -> dict:
 
 
 def slide_gain(
-    area_slope: float, build_len: float, l0: float, c_per_kpa: float = 0.0, area: float = 1.0
+    area_slope: float, build_len: float, l0: float, c_per_kpa: float, area: float
 ) -> tuple[float, float, float]:
     """One slide of a 3-2-1 unit's force per unit of its ctrl (S·P in N) as MuJoCo's affine
     gain (value at slide position 0, per metre of it, per m/s of it): S(l)/S, the slide carrying
