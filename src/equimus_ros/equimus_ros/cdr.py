@@ -52,6 +52,7 @@ class _Layout:
 
 _D3 = struct.Struct('<3d')
 _D4 = struct.Struct('<4d')
+_D7 = struct.Struct('<7d')
 
 
 class _Writer:
@@ -128,8 +129,8 @@ class PoseWriter(_Writer):
         lay = _Layout()
         self._stamp = lay.take(8, 4)
         lay.string(frame_id)
-        self._pos = lay.take(24, 8)
-        self._quat = lay.take(32, 8)
+        # position then orientation: seven doubles in a row, packed by one call
+        self._pose = lay.take(56, 8)
         proto = PoseStamped()
         proto.header.frame_id = frame_id
         super().__init__(
@@ -139,9 +140,9 @@ class PoseWriter(_Writer):
     def _encode(self, t_ns: int, position, quat_wxyz) -> bytes:
         buf = self._buf
         _STAMP.pack_into(buf, self._stamp, *divmod(int(t_ns), 1_000_000_000))
-        _D3.pack_into(buf, self._pos, *position)
+        px, py, pz = position
         w, x, y, z = quat_wxyz
-        _D4.pack_into(buf, self._quat, x, y, z, w)
+        _D7.pack_into(buf, self._pose, px, py, pz, x, y, z, w)
         return bytes(buf)
 
     def _message(self, t_ns: int, position, quat_wxyz):

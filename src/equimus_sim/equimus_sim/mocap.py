@@ -112,7 +112,7 @@ def world_to_motive(pos_w, quat_w, offset=(0.0, 0.0, 0.0)):
     return p, q
 
 
-@dataclass
+@dataclass(slots=True)  # slots: made for every body of every frame
 class BodyPose:
     """One rigid body in one frame, Motive frame; NaN everywhere when untracked."""
 
@@ -124,7 +124,7 @@ class BodyPose:
         return all(math.isfinite(v) for v in self.position + self.orientation)
 
 
-@dataclass
+@dataclass(slots=True)
 class MocapFrame:
     frame_number: int
     capture_time: float  # sim seconds: the stamp of every pose in the frame
