@@ -1,6 +1,7 @@
 """The emulated rig's truth (equimus_sim.truth): draws, files, the VPPE's regulation error."""
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -54,6 +55,20 @@ def test_dump_and_load_round_trip_and_the_parameters_are_a_leg_override_file(tmp
     h = T.load(tmp_path / 'hand.yaml')
     assert h.overrides() == {'actuators.maa.k': 220.0} and h.hysteresis_kpa == (2.0, 2.0)
     assert h.mocap_delay_frames(120.0) == 1
+
+
+def test_a_fitted_parameter_file_is_a_truth_with_ideal_devices(repo_dir):
+    """config/leg_fit.yaml (the real leg's fit) as the plant: its parameters, its regulator
+    valves, nothing else; a truth file with an unknown key is still refused (below)."""
+    import yaml
+
+    fit = repo_dir / 'config' / 'leg_fit.yaml'
+    t = T.parse_spec(str(fit))
+    assert t.overrides() == yaml.safe_load(fit.read_text())['parameters']
+    assert replace(t, parameters=()) == T.NOMINAL  # every device ideal
+    valve = t.leg().valve
+    assert valve.has_regulator and valve.dead_time == t.overrides()['valve.dead_time']
+    assert 'leg_fit.yaml' in t.note
 
 
 @pytest.mark.parametrize(

@@ -902,8 +902,8 @@ def build_parser() -> argparse.ArgumentParser:
         '--truth',
         default='',
         metavar='FILE|random',
-        help='emulated rig: the plant it simulates (a truth file, or random with --seed); '
-        'default: the nominal model',
+        help='emulated rig: the plant it simulates (a truth file, a fitted parameter file such '
+        'as config/leg_fit.yaml, or random with --seed); default: the nominal model',
     )
     p.add_argument('--seed', type=int, default=None, help='seed of --truth random')
     p.add_argument('--budget', choices=sorted(BUDGETS), default='full')

@@ -103,8 +103,8 @@ ARGUMENTS: dict[str, tuple[str, str]] = {
     'rig_truth': (
         '',
         'emulator:=true only: the plant the emulated rig simulates, which the stack does not '
-        'know: a truth file (truth.yaml, equimus_sim.truth) or random:SEED; default: the '
-        'nominal model',
+        'know: a truth file (truth.yaml, equimus_sim.truth), a fitted parameter file (its '
+        'parameters, e.g. config/leg_fit.yaml) or random:SEED; default: the nominal model',
     ),
     'auto_arm': (
         '',

@@ -226,7 +226,8 @@ def main(argv=None) -> int:
         default='',
         metavar='FILE|random',
         help='hardware mode: the emulated rig simulates this plant, which the stack does not '
-        'know (a truth file, or random with --seed); written to the run folder as truth.yaml',
+        'know (a truth file, a fitted parameter file such as config/leg_fit.yaml, or random '
+        'with --seed); written to the run folder as truth.yaml',
     )
     p.add_argument('--seed', type=int, default=None, help='seed of --truth random')
     p.add_argument(

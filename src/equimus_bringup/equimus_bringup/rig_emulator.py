@@ -263,8 +263,9 @@ def build_parser() -> argparse.ArgumentParser:
         '--truth',
         default='',
         metavar='FILE|random',
-        help='the plant to emulate: a truth file (truth.yaml), random (a draw, --seed) or '
-        'random:SEED; default: the nominal model (equimus_sim.truth)',
+        help='the plant to emulate: a truth file (truth.yaml), a fitted parameter file (its '
+        'parameters, e.g. config/leg_fit.yaml), random (a draw, --seed) or random:SEED; '
+        'default: the nominal model (equimus_sim.truth)',
     )
     p.add_argument('--seed', type=int, default=None, help='seed of --truth random')
     p.add_argument('--truth-out', default='', help='write the emulated truth here (truth.yaml)')

@@ -325,7 +325,11 @@ def dump(truth: RigTruth, path: str | Path) -> Path:
 
 
 def load(path: str | Path) -> RigTruth:
-    """A truth file written by `dump` (or by hand: any subset of the fields)."""
+    """A truth file written by `dump` (or by hand: any subset of the fields), or a fitted
+    parameter file (`equimus identify`'s params.yaml, the heldout run's chosen.yaml,
+    config/leg_fit.yaml: `parameters` beside an `identification` record): its parameters as
+    the plant, every device ideal. That runs the emulated rig as the real leg's fit says it
+    behaves, with physics the stack's own fits may lack (docs/adapt.md)."""
     from equimus_description import yamlfile
 
     try:
@@ -334,6 +338,11 @@ def load(path: str | Path) -> RigTruth:
         raise TruthError(str(exc)) from None
     if not isinstance(doc, Mapping):
         raise TruthError(f'{path}: expected a mapping (the fields of RigTruth)')
+    if 'identification' in doc:
+        doc = {
+            'parameters': doc.get('parameters') or {},
+            'note': f'the fitted parameters of {path}',
+        }
     return RigTruth.from_dict(doc, source=str(path))
 
 
