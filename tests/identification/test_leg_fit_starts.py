@@ -68,8 +68,9 @@ def test_perturbed_starts_are_seeded_within_their_spread_and_bounds():
     a, b = (leg_fit.perturbed_start(leg, leg_fit.NAMES, s) for s in (1, 1))
     assert a == b and a != leg_fit.perturbed_start(leg, leg_fit.NAMES, 2)
     assert 'timing.pressure_lag' not in a and 'joints.knee.range.0' not in a
+    assert not set(leg_fit.REAL_LEG_PARAMS) & set(a)  # 0 in the description: not scaled
     for n, v in a.items():
-        lo, hi = leg_fit.D.BOUNDS[n]
+        lo, hi = leg_fit.bounds_of(n)
         nominal = leg_fit.D.leg_value(leg, n)
         assert lo <= v <= hi
         assert abs(v / nominal - 1.0) <= leg_fit.START_SPREAD + 1e-12 or v in (lo, hi), n
