@@ -112,6 +112,11 @@ def world_to_motive(pos_w, quat_w, offset=(0.0, 0.0, 0.0)):
     return p, q
 
 
+def _rows(a) -> list:
+    """An array's rows as lists of floats; nested lists as they are."""
+    return a.tolist() if isinstance(a, np.ndarray) else a
+
+
 @dataclass(slots=True)  # slots: made for every body of every frame
 class BodyPose:
     """One rigid body in one frame, Motive frame; NaN everywhere when untracked."""
@@ -212,7 +217,8 @@ class VirtualMocap:
         return self.capture_arrays(t, P, Q)
 
     def capture_arrays(self, t: float, P_w, Q_w) -> MocapFrame | None:
-        """As `capture`, with world positions (N, 3) and wxyz quaternions (N, 4) in body order."""
+        """As `capture`, with world positions (N, 3) and wxyz quaternions (N, 4) in body order
+        (arrays or nested lists)."""
         if self.offset is None:
             self.calibrate(P_w[0])
         self.frame_number += 1
@@ -222,8 +228,7 @@ class VirtualMocap:
             return None
         cfg = self.config
         nb = len(self.bodies)
-        pos: list[list[float]]  # per body, Motive frame, m
-        quat: list[list[float]]  # per body, wxyz
+        poses: list[BodyPose]  # in body order, Motive frame
         if cfg.position_noise > 0 or cfg.orientation_noise > 0:
             P = np.asarray(P_w, float) @ R_MW.T + self.offset
             Q = quat_mul_rows(Q_MW, Q_w)
@@ -235,30 +240,26 @@ class VirtualMocap:
                 )
             Q = Q / np.linalg.norm(Q, axis=1, keepdims=True)
             Q[Q[:, 0] < 0] *= -1.0
-            pos, quat = P.tolist(), Q.tolist()
+            poses = [BodyPose(p, q) for p, q in zip(P.tolist(), Q.tolist(), strict=True)]
         else:
             # Noise-free fast path in plain floats (numpy costs more than the arithmetic here):
             # (x, z, −y) + o, and q_MW ⊗ q with q_MW = (h, −h, 0, 0).
             ox, oy, oz = self._offset_t
             h = _H
-            pos, quat = [], []
-            for (x, y, z), (w, qx, qy, qz) in zip(P_w.tolist(), Q_w.tolist(), strict=True):
-                pos.append([x + ox, z + oy, oz - y])
+            poses = []
+            for (x, y, z), (w, qx, qy, qz) in zip(_rows(P_w), _rows(Q_w), strict=True):
                 q = [h * (w + qx), h * (qx - w), h * (qy + qz), h * (qz - qy)]
                 if q[0] < 0:
                     q = [-c for c in q]
-                quat.append(q)
+                poses.append(BodyPose([x + ox, z + oy, oz - y], q))
         if cfg.occlusion_probability > 0:
             lost = self.rng.random(nb) < cfg.occlusion_probability
             for i in np.flatnonzero(lost):
                 self.occluded += 1
-                pos[i] = [math.nan] * 3
-                quat[i] = [math.nan] * 4
+                poses[i] = BodyPose([math.nan] * 3, [math.nan] * 4)
+        t = float(t)
         frame = MocapFrame(
-            self.frame_number,
-            float(t),
-            float(t) + cfg.latency,
-            {name: BodyPose(pos[i], quat[i]) for i, name in enumerate(self.bodies)},
+            self.frame_number, t, t + cfg.latency, dict(zip(self.bodies, poses, strict=True))
         )
         self._pending.append(frame)
         return frame

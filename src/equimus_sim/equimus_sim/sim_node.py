@@ -401,13 +401,14 @@ class SimNode(Node):
         return (t_ns, *self.sim.frame_state(self.bodies))
 
     def _frame_outputs(self, t_ns: int, q, qd, body_pos, body_quat, pressures) -> tuple:
-        """The frame's messages' contents from its state (under the lock: the mocap's queue)."""
+        """The frame's messages' contents from its state (under the lock: the mocap's queue).
+        Each released frame's poses in body order (the mocap's, as self.bodies)."""
         t = t_ns * 1e-9
         self.mocap.capture_arrays(t, body_pos, body_quat)
         poses = [
             (
                 int(round(f.capture_time * 1e9)),
-                [(n, *ros_pose(p.position, p.orientation)) for n, p in f.bodies.items()],
+                [ros_pose(p.position, p.orientation) for p in f.bodies.values()],
             )
             for f in self.mocap.release(t)
         ]
@@ -416,9 +417,10 @@ class SimNode(Node):
     def _publish_frame(self, t_ns: int, q, qd, poses, pressures) -> None:
         self.out_clock.write(t_ns)
         self.out_joints.write(t_ns, q, qd)
+        out_pose = self.out_pose
         for cap_ns, bodies in poses:
-            for name, position, orientation in bodies:
-                self.out_pose[name].write(cap_ns, position, orientation)
+            for name, (position, orientation) in zip(self.bodies, bodies, strict=True):
+                out_pose[name].write(cap_ns, position, orientation)
         self.out_pressure.write(t_ns, pressures)
 
     def _drop_unanswered_commands(self) -> None:
