@@ -198,3 +198,18 @@ def test_a_pair_the_machine_delayed_unequally_runs_again(monkeypatch):
     pair, delays = adapt.comparable_pair(first, again, 'PID', said.append)
     assert calls == [2, 3][: adapt.PAIR_RETRIES] and not adapt.comparable(*delays)
     assert pair['after'][0].name == f'a{1 + adapt.PAIR_RETRIES}'
+
+
+def test_the_parameters_plot_draws_an_interval_that_misses_its_own_value(tmp_path):
+    """An identified value outside its interval (bounds that clipped it) must not cost the run
+    its report: matplotlib refuses negative error bars."""
+    from equimus_bringup.adapt import parameters_plot
+
+    rows = [
+        {'name': 'a', 'truth': 8.1e-4, 'nominal': 4.0e-4, 'identified': 8.03e-4,
+         'interval': (7.46e-4, 8.0e-4), 'covered': False},
+        {'name': 'b', 'truth': -4.67, 'nominal': 0.0, 'identified': -4.48,
+         'interval': (-5.05, -3.91), 'covered': True},
+    ]  # fmt: skip
+    parameters_plot(rows, tmp_path / 'parameters.png')
+    assert (tmp_path / 'parameters.png').stat().st_size > 10_000

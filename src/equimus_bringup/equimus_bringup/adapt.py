@@ -35,7 +35,7 @@ import json
 import math
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -706,6 +706,41 @@ def _pair(v: list[float]) -> str:
 
 
 # ----- report ---------------------------------------------------------------------------------
+def parameters_plot(rows: Sequence[Mapping[str, Any]], path: Path) -> None:
+    """Nominal and identified values against the truth, in % of it, with each interval. An
+    interval that does not hold its own value (a fit's bounds clipping it) is drawn from the
+    value, not refused: the report is the run's record and must be written."""
+    import matplotlib
+
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    x = np.arange(len(rows))
+    scale = np.array([max(abs(r['truth']), 1e-9) for r in rows])
+    nom = np.array([(r['nominal'] - r['truth']) for r in rows]) / scale
+    ide = np.array([(r['identified'] - r['truth']) for r in rows]) / scale
+    below = np.array([r['identified'] - r['interval'][0] for r in rows]) / scale
+    above = np.array([r['interval'][1] - r['identified'] for r in rows]) / scale
+    ax.bar(x - 0.2, 100 * nom, 0.4, label='nominal − truth')
+    ax.errorbar(
+        x + 0.2,
+        100 * ide,
+        yerr=100 * np.maximum(np.vstack([below, above]), 0.0),
+        fmt='o',
+        color='C1',
+        label='identified − truth (95 % interval)',
+    )
+    ax.axhline(0, color='k', lw=0.5)
+    ax.set_xticks(x, [r['name'] for r in rows], rotation=70, fontsize=7)
+    ax.set_ylabel('% of the true value')
+    ax.set_ylim(-100, 100)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
 def write_report(
     out: Path,
     result: Mapping[str, Any],
@@ -813,30 +848,7 @@ def write_report(
             '![tracking, policy](tracking_policy.png)',
         ]
     if rows:
-        fig, ax = plt.subplots(figsize=(9, 4.5))
-        x = np.arange(len(rows))
-        scale = np.array([max(abs(r['truth']), 1e-9) for r in rows])
-        nom = np.array([(r['nominal'] - r['truth']) for r in rows]) / scale
-        ide = np.array([(r['identified'] - r['truth']) for r in rows]) / scale
-        lo = np.array([r['interval'][0] - r['identified'] for r in rows]) / scale
-        hi = np.array([r['interval'][1] - r['identified'] for r in rows]) / scale
-        ax.bar(x - 0.2, 100 * nom, 0.4, label='nominal − truth')
-        ax.errorbar(
-            x + 0.2,
-            100 * ide,
-            yerr=100 * np.vstack([-lo, hi]),
-            fmt='o',
-            color='C1',
-            label='identified − truth (95 % interval)',
-        )
-        ax.axhline(0, color='k', lw=0.5)
-        ax.set_xticks(x, [r['name'] for r in rows], rotation=70, fontsize=7)
-        ax.set_ylabel('% of the true value')
-        ax.set_ylim(-100, 100)
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        fig.savefig(out / 'parameters.png', dpi=90)
-        plt.close(fig)
+        parameters_plot(rows, out / 'parameters.png')
         lines += [
             '',
             f'## Parameters against the truth: {100 * result["coverage"]:.0f} % of the 95 % '
