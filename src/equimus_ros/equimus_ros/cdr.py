@@ -73,7 +73,8 @@ def _around(
 class _Writer:
     """A publisher with a template. Subclasses give `_encode(*args) -> bytes` (pack into the
     template) and `_message(*args)` (the equivalent message: the self-check and the fallback);
-    `fields` (offset, struct codes) of the changing fields, for `_around`."""
+    `fields` (offset, struct codes) of the changing fields: `_encode` packs them with the
+    template's fixed bytes by one call of `_whole` (`_around`)."""
 
     def __init__(
         self,
@@ -81,7 +82,7 @@ class _Writer:
         prototype,
         probe: Sequence,
         size: int,
-        fields: Sequence[tuple[int, str]] = (),
+        fields: Sequence[tuple[int, str]],
     ):
         self.publisher = publisher
         # rclpy's Publisher.publish(bytes) ends in the binding's publish_raw; calling it directly
@@ -285,14 +286,15 @@ class ArrayWriter(_Writer):
             lay.string(dim.label)
             lay.take(8, 4)
         lay.take(4, 4)
-        self._vec = struct.Struct(f'<{n}d')
-        self._data = lay.doubles(n)
+        data = lay.doubles(n)
         self._layout = prototype.layout
-        super().__init__(publisher, prototype, [[0.5 - 3 * i for i in range(n)]], lay.pos)
+        super().__init__(
+            publisher, prototype, [[0.5 - 3 * i for i in range(n)]], lay.pos, [(data, f'{n}d')]
+        )
 
     def _encode(self, values) -> bytes:
-        self._vec.pack_into(self._buf, self._data, *values)
-        return bytes(self._buf)
+        head, tail = self._fixed
+        return self._whole.pack(head, *values, tail)
 
     def _message(self, values):
         from std_msgs.msg import Float64MultiArray
