@@ -2,8 +2,18 @@
 
 import numpy as np
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
-from equimus_control.reference import Sinusoid, Waypoints, make_reference, triangle_poses
+from equimus_control.reference import (
+    PREVIEW_S,
+    PREVIEW_SPACING_S,
+    Sinusoid,
+    Waypoints,
+    make_reference,
+    preview_samples,
+    triangle_poses,
+)
 from equimus_description.statics import equilibrium
 
 
@@ -48,3 +58,26 @@ def test_a_late_reference_is_carried_to_the_state_time_and_no_further():
     np.testing.assert_allclose(reference_at(q, qd, 10.0, 10.025), [1.005, 0.49])
     np.testing.assert_allclose(reference_at(q, qd, 10.0, 9.9), q)  # newer than the state
     np.testing.assert_allclose(reference_at(q, qd, 10.0, 12.0, 0.1), [1.02, 0.46])  # capped
+
+
+@given(
+    poses=st.lists(
+        st.lists(st.floats(-3, 3, allow_nan=False), min_size=2, max_size=2), min_size=1, max_size=4
+    ),
+    move=st.sampled_from([0.0, 0.3, 0.5]) | st.floats(0.01, 1.0),
+    hold=st.floats(0.0, 2.0),
+    loop=st.booleans(),
+    t0=st.floats(0.0, 20.0),
+)
+@settings(max_examples=200, deadline=None)
+def test_a_preview_is_the_trajectory_bit_for_bit(poses, move, hold, loop, t0):
+    """The preview's samples (one pass of array arithmetic) are exactly the trajectory's values
+    at those times: the controller following the preview and the reference it is scored on
+    must not differ in the last bit (the node and the plain loop are compared bit for bit)."""
+    assume(move + hold > 0)
+    w = Waypoints(poses, move=move, hold=hold, loop=loop)
+    times, q, qd = preview_samples(w, t0, PREVIEW_S, PREVIEW_SPACING_S)
+    for i, t in enumerate(times):
+        a, b = w(float(t))
+        np.testing.assert_array_equal(q[i], a)
+        np.testing.assert_array_equal(qd[i], b)

@@ -45,7 +45,7 @@ def test_sine_amplitude_and_frequency_apply_at_run_time_with_a_continuous_phase(
     assert node.traj.frequency == 0.25 and tuple(node.traj.amplitude) == (0.1, 0.15)
     t = 3.7
     before = node.traj(t)[0]
-    node.t0 = node.get_clock().now() - rclpy.duration.Duration(seconds=t)
+    node.t0_ns = node.get_clock().now().nanoseconds - int(t * 1e9)
     (ok,) = set_parameters(client, 'reference', sine_frequency=0.5)
     assert ok.successful, ok.reason
     assert node.traj.frequency == 0.5
@@ -131,7 +131,7 @@ def test_the_preview_is_the_trajectorys_future_as_a_controller_reads_it(referenc
     rows = np.reshape(msg.data, (-1, len(PREVIEW_COLUMNS)))
     assert len(rows) == 28  # 0.45 s at 1/60 s, both ends
     np.testing.assert_allclose(np.diff(rows[:, 0]), PREVIEW_SPACING_S, atol=1e-6)
-    t0 = node.t0.nanoseconds * 1e-9
+    t0 = node.t0_ns * 1e-9
     for row in rows:
         q, qd = node.traj(row[0] - t0)
         np.testing.assert_allclose(row[1:3], q, atol=1e-6)  # 1e-6 s of float time

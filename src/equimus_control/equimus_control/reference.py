@@ -18,8 +18,13 @@ TRIANGLE_KPA = ((6.15, 2.73), (3.76, 7.26), (19.80, 8.52))
 
 
 def _min_jerk(s):
-    s = min(max(s, 0.0), 1.0)
-    return 10 * s**3 - 15 * s**4 + 6 * s**5, (30 * s**2 - 60 * s**3 + 30 * s**4)
+    """Position and its derivative in s of the minimum-jerk move, for a float or an array:
+    powers by products in both, so that a preview's samples (Waypoints.samples, arrays) are
+    bit for bit the trajectory's values (floats); numpy's power rounds differently from libm's."""
+    s2 = s * s
+    s3 = s2 * s
+    s4 = s3 * s
+    return 10 * s3 - 15 * s4 + 6 * (s4 * s), (30 * s2 - 60 * s3 + 30 * s4)
 
 
 @dataclass
@@ -45,10 +50,35 @@ class Waypoints:
         if k == 0:
             return P[0].copy(), np.zeros(P.shape[1])
         a, b = P[(k - 1) % n], P[k % n]
-        s, ds = _min_jerk(tau / self.move) if self.move > 0 else (1.0, 0.0)
+        s, ds = _min_jerk(min(max(tau / self.move, 0.0), 1.0)) if self.move > 0 else (1.0, 0.0)
         return a + s * (b - a), (ds / self.move if self.move > 0 and tau < self.move else 0.0) * (
             b - a
         )
+
+    def samples(self, times: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(angles, velocities) at each of `times`, one row a time: what calling the trajectory
+        at each time gives, bit for bit (tests/control/test_reference.py), in one pass of array
+        arithmetic instead of a call a sample (the reference node's preview: 28 a message)."""
+        P = self._P
+        times = np.asarray(times, float)
+        n = len(P)
+        seg = self.move + self.hold
+        k_float = np.floor_divide(times, seg)
+        tau = times - k_float * seg
+        k = k_float.astype(np.int64)
+        if self.move > 0:
+            pos, ds = _min_jerk(np.minimum(np.maximum(tau / self.move, 0.0), 1.0))
+            vel = np.where(tau < self.move, ds / self.move, 0.0)
+        else:
+            pos, vel = np.ones_like(times), np.zeros_like(times)
+        a, b = P[(k - 1) % n], P[k % n]
+        q = a + pos[:, None] * (b - a)
+        qd = vel[:, None] * (b - a)
+        last = (k >= n) & (not self.loop) if n > 1 else np.ones_like(k, bool)
+        first = (k == 0) & ~last
+        q[last], q[first] = P[-1], P[0]
+        qd[last | first] = 0.0
+        return q, qd
 
 
 @dataclass
@@ -97,6 +127,9 @@ def preview_samples(
     """The trajectory's next `horizon` s from `t` as its publisher sends it (times, angles,
     velocities; `spacing` s apart, the first at `t`, at least two samples)."""
     times = t + spacing * np.arange(max(2, int(math.ceil(horizon / spacing - 1e-9)) + 1))
+    if isinstance(trajectory, Waypoints):
+        q, qd = trajectory.samples(times)
+        return times, q, qd
     samples = [trajectory(float(x)) for x in times]
     q = np.array([np.asarray(a, float) for a, _ in samples])
     qd = np.array([np.asarray(b, float) for _, b in samples])

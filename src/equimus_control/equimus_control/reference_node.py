@@ -13,7 +13,6 @@ import numpy as np
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.node import Node
 from rclpy.parameter import Parameter
-from rclpy.time import Time
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
 
@@ -182,7 +181,7 @@ class ReferenceNode(Node):
                 f'{cfg.trajectory} poses (rad): {np.round(self.traj.poses, 4).tolist()}'
             )
         self.kind = cfg.trajectory
-        self.t0: Time | None = None
+        self.t0_ns: int | None = None  # node-clock ns of the first tick: the trajectory's 0
         self.count = 0
         self.pub = publisher(self, JointState, REFERENCE)
         self._msg = JointState(name=self.params.config.joint_names)
@@ -196,7 +195,8 @@ class ReferenceNode(Node):
         self.create_timer(1.0, self._diag)
 
     def _elapsed(self) -> float:
-        return 0.0 if self.t0 is None else (self.get_clock().now() - self.t0).nanoseconds * 1e-9
+        t0 = self.t0_ns
+        return 0.0 if t0 is None else (self.get_clock().now().nanoseconds - t0) * 1e-9
 
     def _only_for_the_sine(self, params: list[Parameter]) -> SetParametersResult:
         """The runtime parameters are the sine's: on another trajectory they would change
@@ -226,19 +226,19 @@ class ReferenceNode(Node):
         )
 
     def tick(self):
-        now = self.get_clock().now()
-        if self.t0 is None:
-            self.t0 = now
-        t = (now - self.t0).nanoseconds * 1e-9
+        now_ns = self.get_clock().now().nanoseconds
+        if self.t0_ns is None:
+            self.t0_ns = now_ns
+        t = (now_ns - self.t0_ns) * 1e-9  # ints: rclpy's Time arithmetic costs more than a sample
         q, qd = self.traj(t)
         # One message, its numbers updated (publish serialises at once; nothing keeps it).
         m = self._msg
-        m.header.stamp.sec, m.header.stamp.nanosec = divmod(now.nanoseconds, 1_000_000_000)
+        m.header.stamp.sec, m.header.stamp.nanosec = divmod(now_ns, 1_000_000_000)
         m.position = [float(v) for v in q]
         m.velocity = [float(v) for v in qd]
         self.pub.publish(m)
         if self.params.config.preview > 0.0 and self.count % self._preview_every == 0:
-            self._publish_preview(t, now.nanoseconds * 1e-9)
+            self._publish_preview(t, now_ns * 1e-9)
         self.count += 1
 
     def _publish_preview(self, t: float, stamp: float) -> None:
