@@ -611,6 +611,8 @@ def _section(r: _Reader, version: Version, what: str, min_record: int, read_n) -
         if nbytes < 0 or nbytes > r.end - r.pos:
             raise NatNetDecodeError(f'{what} byte count {nbytes} out of range', r.pos - 4)
         start = r.pos
+        if n == 0 and nbytes == 0:  # most sections of a frame: nothing to read
+            return []
         sub = _Reader(r.buf, start, start + nbytes)
         out = read_n(sub, n)
         if sub.pos != sub.end:
