@@ -143,6 +143,9 @@ CASES = {
     'hung_teardown': lambda: run_node(HungTeardown, close=_closed),
     'bug_then_hung_teardown': lambda: run_node(HungTeardown, spin=_fail_in_spin, close=_closed),
     'gil_held_teardown': lambda: run_node(GilHeldTeardown, close=_closed),
+    'bug_then_gil_held_teardown': lambda: run_node(
+        GilHeldTeardown, spin=_fail_in_spin, close=_closed
+    ),
     'late_signal_gil_held_teardown': lambda: run_node(
         LateSignalGilHeldTeardown, spin=_return_at_once, close=_closed
     ),

@@ -26,7 +26,7 @@ from rclpy.exceptions import ParameterException
 from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
 
-from equimus_ros import paramfiles
+from equimus_ros import hard_exit, paramfiles
 from equimus_ros.executors import single_thread_executor, spin_until_shutdown
 
 #: What a node factory builds: one node, or the nodes that share one process.
@@ -50,8 +50,11 @@ EXIT_INVALID_PARAMETERS = 2
 #: Past this limit the process exits on its own: the node has closed (vented, bag written), the
 #: kernel frees what is left, and other participants see it leave by its lease.
 TEARDOWN_LIMIT_S = 2.5
-#: s past TEARDOWN_LIMIT_S after which a teardown that holds the GIL is ended (exit code 1)
+#: s past TEARDOWN_LIMIT_S after which a teardown that holds the GIL is ended (its stacks, then
+#: the stop's exit code)
 TEARDOWN_GIL_HELD_S = 1.0
+#: s between that stack dump and the exit (faulthandler's thread writes the stacks meanwhile)
+TEARDOWN_DUMP_TO_EXIT_S = 0.25
 
 #: ``kill -USR1 <pid>`` makes a node print every thread's Python stack and go on running: how a
 #: node that does not stop, or stands still, shows where it is (the supervisor and the tests send
@@ -75,6 +78,7 @@ class _LaterDump:
 
     _lock = threading.Lock()
     _exit_armed = False
+    _hard_exit: hard_exit.HardExit | None = None
 
     @classmethod
     def stacks(cls, after_s: float) -> None:
@@ -83,16 +87,22 @@ class _LaterDump:
                 faulthandler.dump_traceback_later(after_s)
 
     @classmethod
-    def exit(cls, after_s: float) -> None:
+    def exit(cls, after_s: float, code: int) -> None:
+        """The stacks `after_s` from now, then exit `code` from a C thread (hard_exit); where
+        that is not available, faulthandler's own exit (code 1)."""
         with cls._lock:
             cls._exit_armed = True
-            faulthandler.dump_traceback_later(after_s, exit=True)
+            cls._hard_exit = hard_exit.arm(after_s + TEARDOWN_DUMP_TO_EXIT_S, code)
+            faulthandler.dump_traceback_later(after_s, exit=cls._hard_exit is None)
 
     @classmethod
     def cancel(cls) -> None:
         with cls._lock:
             cls._exit_armed = False
             faulthandler.cancel_dump_traceback_later()
+            if cls._hard_exit is not None:
+                cls._hard_exit.cancel()
+                cls._hard_exit = None
 
 
 class _Interrupts:
@@ -171,8 +181,9 @@ class _TeardownLimit:
     and where every thread stood; with `bug` (an exception on its way out of the node) its
     traceback and exit code 1, else 0. A Python thread does it while the GIL is free (rclpy
     releases it for parts of the participant's deletion); a hang that holds the GIL (seen in
-    the suite: the watch thread never woke) is ended TEARDOWN_GIL_HELD_S later by faulthandler's
-    own C thread: the stacks, then exit code 1."""
+    the suite: the watch thread never woke) is ended TEARDOWN_GIL_HELD_S later from C threads:
+    faulthandler's prints the stacks, a timer of the C library's exits with the same code
+    (hard_exit; faulthandler's exit, code 1, where the platform has no such timer)."""
 
     def __init__(self, name: str, bug: BaseException | None) -> None:
         self.name, self.bug = name, bug
@@ -180,7 +191,9 @@ class _TeardownLimit:
 
     def __enter__(self) -> _TeardownLimit:
         threading.Thread(target=self._watch, name='teardown-limit', daemon=True).start()
-        _LaterDump.exit(TEARDOWN_LIMIT_S + TEARDOWN_GIL_HELD_S)
+        _LaterDump.exit(
+            TEARDOWN_LIMIT_S + TEARDOWN_GIL_HELD_S, EXIT_OK if self.bug is None else EXIT_BUG
+        )
         return self
 
     def __exit__(self, *exc: object) -> None:
