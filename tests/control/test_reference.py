@@ -6,6 +6,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from equimus_control.reference import (
+    MIN_SEGMENT_S,
     PREVIEW_S,
     PREVIEW_SPACING_S,
     Sinusoid,
@@ -74,10 +75,16 @@ def test_a_preview_is_the_trajectory_bit_for_bit(poses, move, hold, loop, t0):
     """The preview's samples (one pass of array arithmetic) are exactly the trajectory's values
     at those times: the controller following the preview and the reference it is scored on
     must not differ in the last bit (the node and the plain loop are compared bit for bit)."""
-    assume(move + hold > 0)
+    assume(move + hold >= MIN_SEGMENT_S)
     w = Waypoints(poses, move=move, hold=hold, loop=loop)
     times, q, qd = preview_samples(w, t0, PREVIEW_S, PREVIEW_SPACING_S)
     for i, t in enumerate(times):
         a, b = w(float(t))
         np.testing.assert_array_equal(q[i], a)
         np.testing.assert_array_equal(qd[i], b)
+
+
+def test_a_segment_without_length_is_refused():
+    """move = hold = 0 divided by zero at the first sample, a node's tick included."""
+    with pytest.raises(ValueError, match='segment'):
+        Waypoints([[1.0, 0.1]], move=0.0, hold=0.0)

@@ -168,3 +168,13 @@ class _Holder:
 
     def warning(self, text, **_):
         self.warnings.append(text)
+
+
+def test_waypoints_without_a_segment_length_are_refused_at_configuration():
+    """move:=0 hold:=0 would divide by zero at the first tick: refused with one line (exit 2)."""
+    from equimus_control.reference_node import ReferenceParams
+    from equimus_description.config import ConfigError
+
+    with pytest.raises(ConfigError, match='move=0, hold=0'):
+        ReferenceParams(move=0.0, hold=0.0)
+    assert ReferenceParams(trajectory='sine', move=0.0, hold=0.0).hold == 0.0  # sine: unused

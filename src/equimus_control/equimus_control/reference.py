@@ -15,6 +15,9 @@ from dataclasses import dataclass
 import numpy as np
 
 TRIANGLE_KPA = ((6.15, 2.73), (3.76, 7.26), (19.80, 8.52))
+#: s, the shortest waypoint segment (move + hold): shorter ones would be crossed within a
+#: frame, and a zero one divides by zero
+MIN_SEGMENT_S = 1e-3
 
 
 def _min_jerk(s):
@@ -37,6 +40,11 @@ class Waypoints:
     loop: bool = True
 
     def __post_init__(self) -> None:
+        if not self.move + self.hold >= MIN_SEGMENT_S:
+            raise ValueError(
+                f'waypoints: move + hold = {self.move + self.hold:g} s; a segment needs at '
+                f'least {MIN_SEGMENT_S:g} s'
+            )
         self._P = np.asarray(self.poses, float)  # once, not at every sample
 
     def __call__(self, t: float):

@@ -32,6 +32,7 @@ from equimus_ros.params import bind
 from equimus_ros.qos import publisher
 
 from .reference import (
+    MIN_SEGMENT_S,
     PREVIEW_S,
     PREVIEW_SPACING_S,
     TRIANGLE_KPA,
@@ -107,6 +108,11 @@ class ReferenceParams:
             raise ConfigError(f'trajectory={self.trajectory!r}: use {", ".join(TRAJECTORIES)}')
         if abs(self.pressure_sign) != 1.0:
             raise ConfigError(f'pressure_sign={self.pressure_sign}: must be +1 or -1')
+        if self.trajectory in ('triangle', 'step') and not self.move + self.hold >= MIN_SEGMENT_S:
+            raise ConfigError(
+                f'move={self.move:g}, hold={self.hold:g}: a waypoint segment (move + hold) needs '
+                f'at least {MIN_SEGMENT_S:g} s'
+            )
         joints = self.joint_names
         n, what = len(joints), ', '.join(joints)
         if n != 2 and self.trajectory == 'triangle':
