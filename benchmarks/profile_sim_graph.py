@@ -5,6 +5,11 @@ the main thread.
 
     python benchmarks/profile_sim_graph.py --frames 2400            # per-block CPU a frame
     python benchmarks/profile_sim_graph.py --frames 1200 --profile  # and where it goes
+    python benchmarks/profile_sim_graph.py --frames 6000 --functions  # the frame's parts
+
+`--functions` times the frame's main parts (TIMED) by their inclusive CPU time in the main
+thread, a counter around each call (about a microsecond each; cProfile's cost per call of every
+function distorts a frame of many small calls several times over).
 
 The executor runs in a background thread as in `SimNode.run` (its timers cost CPU too).
 """
@@ -23,6 +28,106 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 RATE = 120.0
+#: (module, qualified name) of what `--functions` times: the physics, the /clock fan-out and
+#: what hangs off it, the mocap pose -> estimator -> controller -> driver -> sim chain, the
+#: state publisher, and the bag's encoding.
+TIMED = (
+    ('equimus_sim.simulator', 'LegSimulator.advance'),
+    ('equimus_sim.sim_node', '_ClockOut.write'),
+    ('equimus_bringup.sim_graph', 'InProcessBus._set_clocks'),
+    ('equimus_bringup.sim_graph', 'InProcessBus.flush'),
+    ('equimus_bringup.sim_graph', 'SimGraph._on_clock'),
+    ('equimus_hw.valve.driver_node', 'ValveDriver.on_frame'),
+    ('equimus_control.controller_node', 'ControllerNode.on_frame'),
+    ('equimus_control.reference_node', 'ReferenceNode.tick'),
+    ('equimus_control.reference_node', 'ReferenceNode._publish_preview'),
+    ('equimus_sim.sim_node', '_PoseOut.write'),
+    ('equimus_control.estimator_node', 'EstimatorNode.on_pose'),
+    ('equimus_control.estimator_node', 'EstimatorNode._process'),
+    ('equimus_control.estimation', 'JointStateEstimator.update'),
+    ('equimus_control.controller_node', 'ControllerNode.on_state'),
+    ('equimus_control.step', 'ControlStep.step'),
+    ('equimus_hw.valve.driver_node', 'ValveDriver.on_command'),
+    ('equimus_sim.sim_node', 'SimNode.on_applied'),
+    ('equimus_tf.state_publisher', 'StatePublisher.on_pose'),
+    ('equimus_sim.sim_node', '_JointsOut.write'),
+    ('equimus_sim.sim_node', '_PressureOut.write'),
+    ('equimus_ros.cdr', 'MessageEncoder.encode'),
+)
+
+
+class Timed:
+    """Inclusive CPU time of TIMED's functions in one thread: each class attribute wrapped
+    before the graph is built (its subscriptions bind the wrapped methods)."""
+
+    def __init__(self) -> None:
+        import importlib
+
+        self.ns: dict[str, int] = {}
+        self.calls: dict[str, int] = {}
+        self.thread = threading.get_ident()
+        for module, qualname in TIMED:
+            owner: object = importlib.import_module(module)
+            *path, attr = qualname.split('.')
+            for part in path:
+                owner = getattr(owner, part)
+            setattr(owner, attr, self._wrap(qualname, getattr(owner, attr)))
+            self.ns[qualname] = self.calls[qualname] = 0
+
+    def _wrap(self, name: str, fn):
+        clock, ns, calls, thread = time.thread_time_ns, self.ns, self.calls, self.thread
+        inside = [False]
+
+        def timed(*args, **kwargs):
+            if inside[0] or threading.get_ident() != thread:
+                return fn(*args, **kwargs)
+            inside[0] = True
+            t0 = clock()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                ns[name] += clock() - t0
+                calls[name] += 1
+                inside[0] = False
+
+        return timed
+
+    def reset(self) -> None:
+        """Zero the counters (what the graph's construction and first frame spent)."""
+        for name in self.ns:
+            self.ns[name] = self.calls[name] = 0
+
+    def overhead_us(self, n: int = 20000) -> float:
+        """CPU µs a timed call adds to the parts around it (a wrapped no-op against the bare)."""
+
+        def noop() -> None:
+            pass
+
+        wrapped = self._wrap('calibration', noop)
+        self.ns['calibration'] = self.calls['calibration'] = 0
+        t0 = time.thread_time_ns()
+        for _ in range(n):
+            noop()
+        t1 = time.thread_time_ns()
+        for _ in range(n):
+            wrapped()
+        t2 = time.thread_time_ns()
+        del self.ns['calibration'], self.calls['calibration']
+        return ((t2 - t1) - (t1 - t0)) / n / 1e3
+
+    def report(self, frames: int) -> None:
+        per_call = self.overhead_us()
+        total = sum(self.calls.values()) / frames
+        print(
+            'the frame by part (main thread CPU, inclusive: a part includes the parts it calls, '
+            f'and {per_call:.1f} us of counting for each timed call inside it; '
+            f'{total:.0f} timed calls a frame):'
+        )
+        for _, name in TIMED:
+            print(
+                f'  {name:36s} {self.calls[name] / frames:5.2f} calls  '
+                f'{self.ns[name] / frames / 1e3:7.1f} us a frame'
+            )
 
 
 def bare_rtf_cpu(frames: int) -> float:
@@ -70,6 +175,11 @@ def main(argv: list[str] | None = None) -> int:
         'SingleThreadedExecutor (the fallback)',
     )
     p.add_argument('--top', type=int, default=40, help='functions listed per profile')
+    p.add_argument(
+        '--functions',
+        action='store_true',
+        help="the inclusive CPU time of the frame's main parts (TIMED), a counter each",
+    )
     ns = p.parse_args(argv)
 
     import rclpy
@@ -86,6 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     rclpy.init(args=ros_arguments(spec, 'warn'))
     from equimus_bringup.sim_graph import SimGraph
 
+    timed = Timed() if ns.functions else None
     graph = SimGraph()
     sim = graph.sim
     if ns.executor == 'events':
@@ -123,6 +234,8 @@ def main(argv: list[str] | None = None) -> int:
     profiler = cProfile.Profile(time.thread_time) if ns.profile else None
     total_cpu = 0.0
     before = threads_cpu()
+    if timed is not None:
+        timed.reset()
     try:
         for start in range(0, ns.frames, ns.block):
             n = min(ns.block, ns.frames - start)
@@ -159,6 +272,8 @@ def main(argv: list[str] | None = None) -> int:
         f'composed graph {graph_rtf:.1f}x per CPU s, bare mj_step loop {bare:.1f}x: '
         f'{graph_rtf / bare:.4f} of bare'
     )
+    if timed is not None:
+        timed.report(ns.frames)
     if profiler is not None:
         print('main thread (CPU time):')
         pstats.Stats(profiler).sort_stats('tottime').print_stats(ns.top)
