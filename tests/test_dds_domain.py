@@ -6,6 +6,7 @@ together with an exported ROS_DOMAIN_ID do not hear each other (while two sessio
 exported domain do: the probe can see cross-talk).
 """
 
+import contextlib
 import os
 import pathlib
 import shutil
@@ -13,6 +14,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
 
 import dds_domain
 import pytest
@@ -46,16 +48,27 @@ def start_claimer(domains, lock_dir) -> subprocess.Popen:
     )
 
 
-def free_domains(n: int, lock_dir) -> list[int]:
-    """n domains that no session and no participant holds right now (claimed, then released)."""
-    claims = [dds_domain.claim(lock_dir=lock_dir) for _ in range(n)]
-    for c in claims:
-        c.release()
-    return sorted(c.domain for c in claims)
+@contextlib.contextmanager
+def free_domains(n: int) -> Iterator[list[int]]:
+    """n domains that no session and no participant holds, kept from the other test sessions
+    (their locks held in the sessions' own lock folder) while the test's claimers compete for
+    them in a folder of the test's own. Released at once, a domain could be claimed by another
+    session and get its participants between the check and the claims (the suite's run of
+    2026-12-04: `none no free ROS domain`)."""
+    claims = [dds_domain.claim() for _ in range(n)]
+    try:
+        yield sorted(c.domain for c in claims)
+    finally:
+        for c in claims:
+            c.release()
 
 
 def test_concurrent_claims_are_distinct_and_a_killed_session_frees_its_domain(tmp_path):
-    domains = free_domains(4, tmp_path)
+    with free_domains(4) as domains:
+        _claim_concurrently(domains, tmp_path)
+
+
+def _claim_concurrently(domains: list[int], tmp_path: pathlib.Path) -> None:
     procs = [start_claimer(domains, tmp_path) for _ in range(4)]
     try:
         got = [int(p.stdout.readline()) for p in procs]
@@ -75,7 +88,11 @@ def test_concurrent_claims_are_distinct_and_a_killed_session_frees_its_domain(tm
 
 
 def test_a_domain_with_a_live_participant_is_skipped(tmp_path):
-    busy, free = free_domains(2, tmp_path)
+    with free_domains(2) as (busy, free):
+        _skip_the_busy_one(busy, free, tmp_path)
+
+
+def _skip_the_busy_one(busy: int, free: int, tmp_path: pathlib.Path) -> None:
     node = subprocess.Popen(
         [
             sys.executable,
