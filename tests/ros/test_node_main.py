@@ -201,16 +201,10 @@ def test_a_stop_signal_ends_the_spin_even_if_rclpy_s_handler_does_nothing():
     assert proc.returncode == 0 and 'closed' in out, err
 
 
-@pytest.mark.parametrize(
-    'case, code', [('hung_teardown', 0), ('bug_then_hung_teardown', 1)], ids=['stop', 'bug']
-)
-def test_a_teardown_that_never_returns_ends_after_the_limit_with_the_stops_code(case, code):
-    """The node closes; its teardown (the DDS participant's deletion) does not return: the
-    process says so, shows where, and exits after TEARDOWN_LIMIT_S with the code the stop or the
-    bug would have given (launch would otherwise kill it: exit -9)."""
-    from equimus_ros.main import TEARDOWN_LIMIT_S
-
-    if case == 'hung_teardown':
+def _stopped_with_a_hung_teardown(case: str, stop: bool):
+    """Run `case` to its end: stopped with Ctrl-C (`stop`), or ending by its own bug; (process,
+    stdout, stderr, s from the stop or the start to the exit)."""
+    if stop:
         proc = _started(case)
         time.sleep(0.3)
         proc.send_signal(signal.SIGINT)
@@ -220,8 +214,20 @@ def test_a_teardown_that_never_returns_ends_after_the_limit_with_the_stops_code(
             text=True,
         )  # fmt: skip
     t0 = time.monotonic()
-    out, err = proc.communicate(timeout=30)
-    took = time.monotonic() - t0
+    out, err = proc.communicate(timeout=40)
+    return proc, out, err, time.monotonic() - t0
+
+
+@pytest.mark.parametrize(
+    'case, code', [('hung_teardown', 0), ('bug_then_hung_teardown', 1)], ids=['stop', 'bug']
+)
+def test_a_teardown_that_never_returns_ends_after_the_limit_with_the_stops_code(case, code):
+    """The node closes; its teardown (the DDS participant's deletion) does not return: the
+    process says so, shows where, and exits after TEARDOWN_LIMIT_S with the code the stop or the
+    bug would have given (launch would otherwise kill it: exit -9)."""
+    from equimus_ros.main import TEARDOWN_LIMIT_S
+
+    proc, out, err, took = _stopped_with_a_hung_teardown(case, stop=case == 'hung_teardown')
     assert proc.returncode == code, (out, err)
     assert 'closed HungTeardown' in out and 'tearing down' in out, out
     assert 'did not finish tearing the node down' in err and 'in destroy_node' in err, err
@@ -239,18 +245,7 @@ def test_a_teardown_that_holds_the_gil_is_ended_from_c_with_the_stops_code(case,
     bug's traceback, printed by Python after the teardown, is lost with it.)"""
     from equimus_ros.main import TEARDOWN_GIL_HELD_S, TEARDOWN_LIMIT_S
 
-    if case == 'gil_held_teardown':
-        proc = _started(case)
-        time.sleep(0.3)
-        proc.send_signal(signal.SIGINT)
-    else:
-        proc = subprocess.Popen(
-            [sys.executable, str(CASES), case], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            text=True,
-        )  # fmt: skip
-    t0 = time.monotonic()
-    out, err = proc.communicate(timeout=40)
-    took = time.monotonic() - t0
+    proc, out, err, took = _stopped_with_a_hung_teardown(case, stop=case == 'gil_held_teardown')
     assert proc.returncode == code, (out, err)
     assert 'closed GilHeldTeardown' in out and 'tearing down' in out, out
     assert 'in destroy_node' in err and 'did not finish tearing' not in err, err
