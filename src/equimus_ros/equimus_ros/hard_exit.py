@@ -5,7 +5,7 @@ holds the GIL stops every Python thread, so the exit must come from C. faulthand
 do that, but only with exit code 1, which launch reads as a failed node although the node had
 closed (vented, bag written). A POSIX timer whose notification is a new thread of the C library
 (SIGEV_THREAD) can call ``_exit(code)`` itself: ``_exit`` takes the timer's value (an int) as
-its argument. Linux with glibc or musl; elsewhere `arm` returns None and the caller falls back.
+its argument. Linux (tested with glibc); elsewhere `arm` returns None and the caller falls back.
 """
 
 from __future__ import annotations
