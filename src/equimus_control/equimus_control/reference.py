@@ -20,10 +20,11 @@ TRIANGLE_KPA = ((6.15, 2.73), (3.76, 7.26), (19.80, 8.52))
 MIN_SEGMENT_S = 1e-3
 
 
-def _min_jerk(s):
-    """Position and its derivative in s of the minimum-jerk move, for a float or an array:
-    powers by products in both, so that a preview's samples (Waypoints.samples, arrays) are
-    bit for bit the trajectory's values (floats); numpy's power rounds differently from libm's."""
+def min_jerk(s):
+    """Position and its derivative in s (within [0, 1]) of the minimum-jerk move, for a float or
+    an array (the vector environments' references too): powers by products in both, so that a
+    preview's samples (Waypoints.samples, arrays) are bit for bit the trajectory's values
+    (floats); numpy's power rounds differently from libm's."""
     s2 = s * s
     s3 = s2 * s
     s4 = s3 * s
@@ -58,7 +59,7 @@ class Waypoints:
         if k == 0:
             return P[0].copy(), np.zeros(P.shape[1])
         a, b = P[(k - 1) % n], P[k % n]
-        s, ds = _min_jerk(min(max(tau / self.move, 0.0), 1.0)) if self.move > 0 else (1.0, 0.0)
+        s, ds = min_jerk(min(max(tau / self.move, 0.0), 1.0)) if self.move > 0 else (1.0, 0.0)
         return a + s * (b - a), (ds / self.move if self.move > 0 and tau < self.move else 0.0) * (
             b - a
         )
@@ -75,7 +76,7 @@ class Waypoints:
         tau = times - k_float * seg
         k = k_float.astype(np.int64)
         if self.move > 0:
-            pos, ds = _min_jerk(np.minimum(np.maximum(tau / self.move, 0.0), 1.0))
+            pos, ds = min_jerk(np.minimum(np.maximum(tau / self.move, 0.0), 1.0))
             vel = np.where(tau < self.move, ds / self.move, 0.0)
         else:
             pos, vel = np.ones_like(times), np.zeros_like(times)

@@ -46,7 +46,7 @@ from mujoco import rollout
 
 from equimus_control.estimation import EstimatorConfig
 from equimus_control.policy import PolicyCore, kpa_to_action
-from equimus_control.reference import triangle_poses
+from equimus_control.reference import min_jerk, triangle_poses
 from equimus_description.leg import load_leg
 from equimus_description.statics import StaticParams, holding_pressures
 from equimus_description.valve import ValveMemory, hold
@@ -64,11 +64,6 @@ from .env import (
 
 PERIOD = 1.0 / 120.0
 LUT_STEP_KPA = 1e-3
-
-
-def _min_jerk(s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    s = np.clip(s, 0.0, 1.0)
-    return 10 * s**3 - 15 * s**4 + 6 * s**5, 30 * s**2 - 60 * s**3 + 30 * s**4
 
 
 @dataclass
@@ -256,7 +251,7 @@ class VectorTrackEnv(gym.vector.VectorEnv):
         b_i = np.where(self.loop, k % K, np.minimum(k, K - 1))
         a_i = np.where(self.loop, (k - 1) % K, np.clip(k - 1, 0, K - 1))
         a, b = self.poses[idx, a_i], self.poses[idx, b_i]
-        s, ds = _min_jerk(tau / self.move)
+        s, ds = min_jerk(np.clip(tau / self.move, 0.0, 1.0))
         first = (k == 0) | done
         q = np.where(first[:, None], b, a + s[:, None] * (b - a))
         moving = (~first) & (tau < self.move)
