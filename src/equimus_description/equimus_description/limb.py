@@ -17,7 +17,6 @@ Generalised coordinates are the hinge angles θ (qpos; θ = ref at the build pos
 from __future__ import annotations
 
 import numpy as np
-from scipy.optimize import lsq_linear
 
 from .leg import LegDescription, require_constant_area, world_points_at_build
 
@@ -178,6 +177,8 @@ class PlanarLimb:
         self, A, b, p_max=None, prefer=None, weight: float = 1e-6
     ) -> tuple[np.ndarray, np.ndarray]:
         """min ‖A P − b‖² + weight² ‖P − prefer‖² on 0 ≤ P ≤ p_max: (P, A P − b)."""
+        from scipy.optimize import lsq_linear  # here: see statics.equilibrium
+
         hi = self.p_max if p_max is None else np.broadcast_to(np.asarray(p_max, float), (self.m,))
         prefer = 0.5 * hi if prefer is None else np.asarray(prefer, float)
         scale = max(float(np.max(np.abs(A))), 1e-12)

@@ -22,7 +22,6 @@ import math
 from dataclasses import dataclass, field, replace
 
 import numpy as np
-from scipy.optimize import minimize
 
 from equimus_description.kinematics import (
     PlanarGeometry,
@@ -200,6 +199,10 @@ def equilibrium(pressures_kpa, p: StaticParams, q0: np.ndarray | None = None) ->
 
     Starts from q0 (or a few spread starts) so the stable equilibrium is found, not a saddle.
     """
+    # Imported here: scipy.optimize costs a node process ~0.3 s to import, and the processes that
+    # import this module (controller, graph, fused loop) mostly never solve an equilibrium.
+    from scipy.optimize import minimize
+
     bounds = list(zip(p.theta_min, p.theta_max, strict=True))
     starts = (
         [np.asarray(q0, float)]
