@@ -129,6 +129,8 @@ class ControllerNode(Node):
             maxlen=1000
         )  # recent cycles only
         self.cycles = 0
+        self.states_heard = 0  # joint states received, valid or not
+        self.subscribe_state = subscribe_state
         self.saturated = np.zeros(len(self.actuator_names), int)
         self.last_reason: str | None = None
         self.valves_armed: bool | None = None  # None: no word from the valve driver yet
@@ -220,6 +222,7 @@ class ControllerNode(Node):
     ) -> None:
         """One control cycle: a joint state (stamped on the node clock) -> one valve command."""
         t0 = time.perf_counter()
+        self.states_heard += 1
         with self._lock:
             t = stamp_seconds(*divmod(stamp_ns, 1_000_000_000))
             cmd = self.step.step(position, velocity, t, self._now())
@@ -269,8 +272,24 @@ class ControllerNode(Node):
         if sup.reason != self.last_reason:
             self.last_reason = sup.reason
             if sup.venting:
-                self.get_logger().warning(f'venting: {sup.reason}')
+                self.get_logger().warning(f'venting: {sup.reason}{self._unheard()}')
             self._diag()
+
+    def _unheard(self) -> str:
+        """What a stale state with nothing ever received says about the input: a state that
+        never came from a graph with no estimator, or one whose messages do not reach this node
+        (discovery has not matched it, or the transport loses them)."""
+        if not (self.subscribe_state and self.states_heard == 0):
+            return ''
+        if not self.step.supervisor.reason.startswith('stale'):
+            return ''
+        n = self.count_publishers(JOINT_STATES.name)
+        if n == 0:
+            return f'; nothing publishes {JOINT_STATES.name} yet: is the estimator running?'
+        return (
+            f'; {JOINT_STATES.name} has {n} publisher(s) but none of their messages has arrived '
+            'yet (discovery still matching, or the transport losing them)'
+        )
 
     def _diag(self) -> None:
         sup = self.step.supervisor
@@ -282,6 +301,7 @@ class ControllerNode(Node):
             {
                 'controller': self.kind,
                 'cycles': self.cycles,
+                'joint_states_heard': self.states_heard,
                 **{
                     f'saturated_cycles_{a}': int(n)
                     for a, n in zip(self.actuator_names, self.saturated, strict=True)

@@ -1,0 +1,69 @@
+"""A controller that has never heard a joint state says why it vents in terms a user can act on:
+nothing publishes /joint_states (start the estimator), or something does and its messages do
+not arrive (what a restarted controller in a soak once logged for 50 s as only "no valid joint
+state for inf s"). Over real rclpy/DDS, the controller in this process."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import rclpy
+from rcl_interfaces.msg import Log
+from rclpy.executors import MultiThreadedExecutor
+from sensor_msgs.msg import JointState
+
+from equimus_control.controller_node import ControllerNode
+from equimus_description.interface import JOINT_STATES, JOINTS
+from equimus_ros.qos import publisher
+
+
+def _venting_lines(publish_states: bool, silent_publisher: bool) -> tuple[list[str], int]:
+    """The controller's venting lines on /rosout over 1.5 s, and the states it heard."""
+    rclpy.init(args=['--ros-args', '-p', 'controller:stale_timeout:=0.2'])
+    try:
+        probe = rclpy.create_node('unheard_probe')
+        said: list[str] = []
+        probe.create_subscription(
+            Log, '/rosout', lambda m: said.append(m.msg) if m.name == 'controller' else None, 100
+        )
+        states = publisher(probe, JointState, JOINT_STATES) if silent_publisher else None
+        controller = ControllerNode()
+        ex = MultiThreadedExecutor(num_threads=2)
+        for n in (controller, probe):
+            ex.add_node(n)
+        spin = threading.Thread(target=ex.spin, daemon=True)
+        spin.start()
+        end = time.monotonic() + 1.5
+        while time.monotonic() < end:
+            if publish_states and states is not None:
+                msg = JointState(name=list(JOINTS), position=[1.3, 0.9], velocity=[0.0, 0.0])
+                msg.header.stamp = controller.get_clock().now().to_msg()
+                states.publish(msg)
+            time.sleep(0.02)
+        ex.shutdown()
+        spin.join(timeout=5)
+        heard = controller.states_heard
+        controller.destroy_node()
+        probe.destroy_node()
+        return [s for s in said if s.startswith('venting')], heard
+    finally:
+        rclpy.shutdown()
+
+
+def test_nothing_publishing_joint_states_is_named():
+    lines, heard = _venting_lines(publish_states=False, silent_publisher=False)
+    assert heard == 0
+    assert lines and 'nothing publishes /joint_states yet: is the estimator running?' in lines[0]
+
+
+def test_a_publisher_whose_states_never_arrive_is_named():
+    lines, heard = _venting_lines(publish_states=False, silent_publisher=True)
+    assert heard == 0
+    assert lines and '/joint_states has 1 publisher(s) but none' in lines[0], lines
+
+
+def test_states_that_arrive_are_counted_and_the_stale_line_is_plain():
+    lines, heard = _venting_lines(publish_states=True, silent_publisher=True)
+    assert heard > 20, heard
+    assert not any('publisher(s)' in s or 'nothing publishes' in s for s in lines), lines
