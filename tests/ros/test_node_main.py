@@ -241,14 +241,17 @@ def test_a_teardown_that_never_returns_ends_after_the_limit_with_the_stops_code(
 def test_a_teardown_that_holds_the_gil_is_ended_from_c_with_the_stops_code(case, code):
     """The same hang holding the GIL (no Python thread can run): faulthandler's thread prints the
     stacks and a C library timer's thread exits shortly after the limit, with the code the stop
-    or the bug would have given (launch reads 1 as a failed node), not after the 60 s hang. (The
-    bug's traceback, printed by Python after the teardown, is lost with it.)"""
+    or the bug would have given (launch reads 1 as a failed node), not after the 60 s hang; the
+    bug's traceback was printed before the teardown began, so the hang does not lose it."""
     from equimus_ros.main import TEARDOWN_GIL_HELD_S, TEARDOWN_LIMIT_S
 
     proc, out, err, took = _stopped_with_a_hung_teardown(case, stop=case == 'gil_held_teardown')
     assert proc.returncode == code, (out, err)
     assert 'closed GilHeldTeardown' in out and 'tearing down' in out, out
     assert 'in destroy_node' in err and 'did not finish tearing' not in err, err
+    bug = case == 'bug_then_gil_held_teardown'
+    assert ('RuntimeError: a bug, not a shutdown' in err) == bug, err
+    assert err.count('Traceback (most recent call last)') == int(bug), err
     assert took < TEARDOWN_LIMIT_S + TEARDOWN_GIL_HELD_S + 15.0, took
 
 

@@ -178,12 +178,12 @@ class _StopWatch:
 
 class _TeardownLimit:
     """Exits the process if the block has not ended within TEARDOWN_LIMIT_S, after saying so
-    and where every thread stood; with `bug` (an exception on its way out of the node) its
-    traceback and exit code 1, else 0. A Python thread does it while the GIL is free (rclpy
-    releases it for parts of the participant's deletion); a hang that holds the GIL (seen in
-    the suite: the watch thread never woke) is ended TEARDOWN_GIL_HELD_S later from C threads:
-    faulthandler's prints the stacks, a timer of the C library's exits with the same code
-    (hard_exit; faulthandler's exit, code 1, where the platform has no such timer)."""
+    and where every thread stood; with `bug` (the exception that stopped the node, its
+    traceback already printed) exit code 1, else 0. A Python thread does it while the GIL is
+    free (rclpy releases it for parts of the participant's deletion); a hang that holds the GIL
+    (seen in the suite: the watch thread never woke) is ended TEARDOWN_GIL_HELD_S later from C
+    threads: faulthandler's prints the stacks, a timer of the C library's exits with the same
+    code (hard_exit; faulthandler's exit, code 1, where the platform has no such timer)."""
 
     def __init__(self, name: str, bug: BaseException | None) -> None:
         self.name, self.bug = name, bug
@@ -210,8 +210,6 @@ class _TeardownLimit:
             flush=True,
         )
         faulthandler.dump_traceback(all_threads=True)
-        if self.bug is not None:  # its traceback would have been printed after the teardown
-            traceback.print_exception(self.bug)
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(EXIT_OK if self.bug is None else EXIT_BUG)
@@ -266,7 +264,9 @@ def run_node(
 
     Returns the process exit code: 0 after a shutdown (Ctrl-C, SIGTERM, rclpy.shutdown), 2 when
     the node's parameters are invalid (the reason is printed, with ``config_hint``, and no
-    traceback). Any other exception is a bug and propagates.
+    traceback), 1 after any other exception: a bug, whose traceback is printed as it happens,
+    before the node is closed and torn down (a teardown that hangs holding the GIL is ended from
+    C, where Python could no longer print it).
     """
     # A crash in a C extension (rcl, the DDS, MuJoCo) prints every thread's Python stack to
     # stderr, which launch shows beside "process has died ... exit code -11".
@@ -287,6 +287,7 @@ def run_node(
         print(f'{name}: {first}', file=sys.stderr, flush=True)
         return EXIT_INVALID_PARAMETERS
     node = None
+    bug: Exception | None = None
     try:
         if _Interrupts.received:
             return EXIT_OK
@@ -316,11 +317,13 @@ def run_node(
             rclpy.spin(node)
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
-    except RuntimeError:
+    except RuntimeError as exc:
         # rclpy raises RCLError from a wait or take that a signal interrupted; the context
         # shutdown that the signal triggers may land a moment later.
         if not is_shutting_down():
-            raise
+            bug = _report_bug(name, exc)
+    except Exception as exc:
+        bug = _report_bug(name, exc)
     finally:
         try:
             if node is not None and close is not None:
@@ -329,9 +332,16 @@ def run_node(
             if node is None:
                 rclpy.try_shutdown()
             else:
-                with _TeardownLimit(name, sys.exc_info()[1]):
+                with _TeardownLimit(name, bug):
                     for each in node if isinstance(node, (list, tuple)) else [node]:
                         each.destroy_node()
                     rclpy.try_shutdown()
         _LaterDump.cancel()
-    return EXIT_OK
+    return EXIT_OK if bug is None else EXIT_BUG
+
+
+def _report_bug(name: str, exc: Exception) -> Exception:
+    """The traceback now, not after the teardown (see run_node)."""
+    traceback.print_exception(exc)
+    print(f'{name}: stopped by the error above; closing it', file=sys.stderr, flush=True)
+    return exc
