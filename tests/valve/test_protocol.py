@@ -14,6 +14,21 @@ def test_crc_check_value():
     assert P.crc16_ccitt(b'123456789') == 0x29B1
 
 
+def _crc_bitwise(data: bytes, crc: int) -> int:
+    """The CRC by its definition, one bit at a time (polynomial 0x1021, MSB first)."""
+    for b in data:
+        crc ^= b << 8
+        for _ in range(8):
+            crc = ((crc << 1) ^ 0x1021) if crc & 0x8000 else crc << 1
+            crc &= 0xFFFF
+    return crc
+
+
+@given(st.binary(max_size=300), st.integers(0, 0xFFFF))
+def test_crc_is_the_definitions_for_any_bytes_and_start(data, start):
+    assert P.crc16_ccitt(data, start) == _crc_bitwise(data, start)
+
+
 def test_set_frame_bytes_by_hand():
     # type 03, seq 05, n 02, codes 341 (0x0155) and 0, CRC over 03 05 02 55 01 00 00.
     raw = bytes([0x03, 0x05, 0x02, 0x55, 0x01, 0x00, 0x00])

