@@ -50,10 +50,12 @@ def test_invalid_parameters_exit_2_with_the_reason_and_no_traceback():
     assert 'Traceback' not in proc.stderr
 
 
-def test_a_bug_while_spinning_propagates_and_the_node_is_still_closed():
+def test_a_bug_while_spinning_exits_1_with_its_traceback_and_the_node_is_still_closed():
     proc = _run('bug_in_spin')
     assert proc.returncode == 1
+    assert proc.stderr.count('Traceback (most recent call last)') == 1, proc.stderr
     assert 'RuntimeError: a bug, not a shutdown' in proc.stderr
+    assert 'Listener: stopped by the error above; closing it' in proc.stderr, proc.stderr
     assert 'closed Listener' in proc.stdout
 
 
