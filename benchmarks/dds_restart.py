@@ -9,7 +9,8 @@ One process publishes /joint_states at 120 Hz (sensor QoS, as the estimator) and
 /valve/command; `--listeners` processes subscribe to /joint_states for the whole run (as the
 recorder and monitors do); then, `--cycles` times, a `controller` process subscribes to
 /joint_states and answers every state on /valve/command, is killed with SIGKILL 0.05-0.5 s after
-its first state, and is started again at once. Every process gets the graph's DDS environment
+its first state, and is started again at once. It refuses a domain where a graph runs (the
+`equimus launch` domain check). Every process gets the graph's DDS environment
 (`equimus_bringup.graph.graph_environment('hardware')`: UDP only). `--loaders` busy loops load
 the cores beside it. Prints, per cycle that heard nothing within `--timeout`, a line, and at the
 end the count and the time from a start to its first state (p50, max).
@@ -90,8 +91,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument('--domain', type=int, default=int(os.environ.get('ROS_DOMAIN_ID', '0')))
     ns = p.parse_args(argv)
     from equimus_bringup.graph import graph_environment
+    from equimus_bringup.prestart import StartError, check_domain
 
     env = dict(os.environ, **graph_environment('hardware'), ROS_DOMAIN_ID=str(ns.domain))
+    try:  # it publishes /joint_states and /valve/command: never beside a running graph
+        check_domain([], env)
+    except StartError as exc:
+        print(f'dds_restart: {exc}', file=sys.stderr)
+        return 2
     py = sys.executable
     procs: list[subprocess.Popen[str]] = []
     try:
