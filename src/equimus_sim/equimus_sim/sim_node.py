@@ -9,9 +9,13 @@ safety layer, exactly as the rig's valves follow the driver's DAC codes. The nod
 safety rule of its own; pressures no valve could produce are refused (counted, logged) and the
 valves keep their setpoint.
 
-Threads: executor threads (two: a blocking ~/step must not hold up /valve/applied) receive
-/valve/applied and serve the services; the main thread runs the loop (one tick = one mocap frame
-= 1/mocap_rate sim seconds) and publishes. A lock guards the simulator; it is not held while
+Threads: one executor thread (rclpy's C++ events executor where rclpy has it) receives
+/valve/applied and serves the services; the main thread runs the loop (one tick = one mocap frame
+= 1/mocap_rate sim seconds), publishes, and answers ~/step, a coroutine, when its frames are done,
+so a step never holds up the /valve/applied answers its lockstep frames wait for. (rclpy's
+MultiThreadedExecutor, used here before, offers a callback again and again until a worker starts
+it, holding the GIL while it does: the split lockstep graph ran at 0.1-0.15x real time with it,
+2.7-3.1x with one events executor thread, docs/benchmarks.md.) A lock guards the simulator; it is not held while
 publishing, so a subscriber in the same process (the composed graph) may answer at once.
 - realtime: ticks on absolute wall deadlines t0 + k·period/real_time_factor (monotonic clock, no
   drift); real_time_factor <= 0 runs as fast as possible, FREE_RUN_FRAMES frames a turn (their
@@ -40,13 +44,10 @@ from typing import Any
 
 import numpy as np
 from geometry_msgs.msg import PoseStamped
-from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
-from rclpy.executors import (
-    ExternalShutdownException,
-    MultiThreadedExecutor,
-)
+from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
 from rclpy.parameter import Parameter
+from rclpy.task import Future
 from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import JointState
 from std_srvs.srv import Trigger
@@ -196,6 +197,7 @@ class SimNode(Node):
         self.pacer = Pacer(self._period(self.real_time_factor))
         self.paused = p.start_paused
         self.steps_left = 0  # frames still to run for ~/step calls
+        self._step_calls: list[tuple[int, float, Future]] = []  # (frame, wall deadline, answer)
         self.pause_at_ns = self._pause_at_ns(p.pause_at)
         self._stop = threading.Event()
         self._last_resets = 0
@@ -211,10 +213,7 @@ class SimNode(Node):
         self.create_service(Trigger, '~/reset', self._on_reset)
         self.create_service(Trigger, '~/pause', self._on_pause)
         self.create_service(Trigger, '~/resume', self._on_resume)
-        # Its own group: a ~/step call waits for frames whose commands the default group brings.
-        self.create_service(
-            Trigger, '~/step', self._on_step, callback_group=MutuallyExclusiveCallbackGroup()
-        )
+        self.create_service(Trigger, '~/step', self._on_step)
         self.create_timer(self.diag_period, self._publish_diagnostics)
         self._make_writers(raw=True)
         rtf = self.real_time_factor
@@ -333,22 +332,20 @@ class SimNode(Node):
         response.message = f'resumed at t={t:.4f} s' if was else f'running (t={t:.4f} s)'
         return response
 
-    def _on_step(self, request, response):
-        """Advance `step_frames` frames (as fast as possible), return when done, stay paused."""
+    async def _on_step(self, request, response):
+        """Advance `step_frames` frames (as fast as possible), answer when done, stay paused.
+        A coroutine the loop thread completes (_settle_steps): the executor thread stays free
+        for the /valve/applied answers the lockstep frames wait for."""
         n = self.params.config.step_frames
         limit = n * (self.lockstep_timeout + 1.0) + 5.0  # wall s; a stalled loop fails the call
-        deadline = time.monotonic() + limit
+        answer: Future = Future()
         with self.cond:
             self.paused = True
             self.steps_left += n
-            target = self.frame + self.steps_left
+            self._step_calls.append((self.frame + self.steps_left, time.monotonic() + limit, answer))
             self.cond.notify_all()
-            while self.frame < target and not self._stop.is_set() and self.context.ok():
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    break
-                self.cond.wait(min(remaining, 0.1))
-            done = self.frame >= target
+        done = await answer
+        with self.cond:
             t = self.frame / self.rate
         response.success = done
         response.message = (
@@ -442,15 +439,10 @@ class SimNode(Node):
 
     def run(self, others: Sequence[Node] = ()) -> None:
         """Main loop until shutdown; the executor (this node and `others`, the composed graph's
-        nodes) runs in background threads."""
-        # Composed, the frames run on this thread, so a blocking ~/step never holds up an answer
-        # and one executor thread will do (a second one only competes for the GIL); the C++
-        # events executor where rclpy has it (equimus_ros.executors: its wake-ups cost a tenth).
-        executor = (
-            single_thread_executor(self.context)
-            if self.in_process
-            else MultiThreadedExecutor(num_threads=2, context=self.context)
-        )
+        nodes) runs in a background thread."""
+        # One executor thread (a second one only competes for the GIL): the C++ events executor
+        # where rclpy has it (equimus_ros.executors: its wake-ups cost a tenth).
+        executor = single_thread_executor(self.context)
         for node in (self, *others):
             executor.add_node(node)
         spinner = threading.Thread(target=self._spin, args=(executor,), daemon=True)
@@ -481,12 +473,28 @@ class SimNode(Node):
         finally:
             self._stop.set()
             with self.cond:
+                self._settle_steps(stopping=True)
                 self.cond.notify_all()
             if spinner.is_alive():
                 spinner.join(timeout=2.0)
             for node in (self, *others):
                 executor.remove_node(node)
             executor.shutdown(timeout_sec=0.5)
+
+    def _settle_steps(self, stopping: bool = False) -> None:
+        """Answer the ~/step calls whose frames are done (True), or whose time is up or whose
+        node stops (False). The loop thread calls it with the lock held."""
+        if not self._step_calls:
+            return
+        now, left = time.monotonic(), []
+        for target, deadline, answer in self._step_calls:
+            if self.frame >= target:
+                answer.set_result(True)
+            elif stopping or now > deadline:
+                answer.set_result(False)
+            else:
+                left.append((target, deadline, answer))
+        self._step_calls = left
 
     def _frames_this_turn(self, stepping: bool) -> int:
         """Realtime mode: one frame a turn when paced or stepping; free-running, up to
@@ -508,6 +516,7 @@ class SimNode(Node):
                     return None
                 waited = True
                 self.cond.wait(0.1)
+                self._settle_steps()
             stepping = self.steps_left > 0
         if waited:
             self.pacer.restart()
@@ -517,6 +526,7 @@ class SimNode(Node):
         with self.cond:
             if stepping and self.steps_left > 0:
                 self.steps_left -= 1
+            self._settle_steps()
             if self.pause_at_ns and self.time_ns(self.frame) >= self.pause_at_ns:
                 self.pause_at_ns = 0
                 if not self.paused:
