@@ -15,8 +15,9 @@ Threads: one executor thread (rclpy's C++ events executor where rclpy has it) re
 so a step never holds up the /valve/applied answers its lockstep frames wait for. (rclpy's
 MultiThreadedExecutor, used here before, offers a callback again and again until a worker starts
 it, holding the GIL while it does: the split lockstep graph ran at 0.1-0.15x real time with it,
-2.7-3.1x with one events executor thread, docs/benchmarks.md.) A lock guards the simulator; it is not held while
-publishing, so a subscriber in the same process (the composed graph) may answer at once.
+2.7-3.1x with one events executor thread, docs/benchmarks.md.) A lock guards the simulator; it is
+not held while publishing, so a subscriber in the same process (the composed graph) may answer at
+once.
 - realtime: ticks on absolute wall deadlines t0 + k·period/real_time_factor (monotonic clock, no
   drift); real_time_factor <= 0 runs as fast as possible, FREE_RUN_FRAMES frames a turn (their
   physics, then their outputs: see run_frames). The newest pressures are held between ticks.
@@ -342,7 +343,8 @@ class SimNode(Node):
         with self.cond:
             self.paused = True
             self.steps_left += n
-            self._step_calls.append((self.frame + self.steps_left, time.monotonic() + limit, answer))
+            deadline = time.monotonic() + limit
+            self._step_calls.append((self.frame + self.steps_left, deadline, answer))
             self.cond.notify_all()
         done = await answer
         with self.cond:
