@@ -207,6 +207,13 @@ def run(quick: bool = False) -> dict:
     if best:
         figures['recorder sustained without drops (msg/s)'] = round(best['rate'])
         figures['recorder sustained without drops (MB/s in the bag, ZSTD)'] = round(best['mb_s'], 3)
+    figures.update(lockstep_figures(quick))
+    return figures
+
+
+def lockstep_figures(quick: bool = False) -> dict:
+    """The split and the composed lockstep sim graph (recording) against the plain loop."""
+    figures = {}
     ls = lockstep_speed(5.0 if quick else 20.0, composed=False)
     base = mj_step_baseline()
     comp = lockstep_speed(10.0 if quick else 40.0, composed=True)
@@ -230,7 +237,15 @@ if __name__ == '__main__':
         help='only the recorder: sustained rate without drops per message size',
     )
     p.add_argument('--seconds', type=float, default=10.0, help='--recorder: s per step')
+    p.add_argument(
+        '--lockstep', action='store_true', help='only the split and composed lockstep graphs'
+    )
     ns = p.parse_args()
+    if ns.lockstep:
+        print(f'lockstep sim graphs (load {os.getloadavg()[0]:.2f}):')
+        for k, v in lockstep_figures(ns.quick).items():
+            print(f'  {k:73s} {v}')
+        sys.exit(0)
     if ns.recorder:
         print(f'recorder sustained rate, {ns.seconds:g} s steps (load {os.getloadavg()[0]:.2f}):')
         for doubles, best in recorder_sweep(ns.seconds).items():
