@@ -3,6 +3,8 @@
 import json
 import math
 
+import pytest
+
 from equimus_soak import analysis as A
 
 
@@ -106,3 +108,18 @@ def test_garbage_run_on_excuses_a_stale_trip_only_where_the_machine_stood_that_l
     assert ok and 'not judged' in why
     assert garbage_run_on(1, 0, True, 0.12, 0.25)[0] is False  # a stall too short to explain it
     assert garbage_run_on(0, 1, False, 0.5, 0.25)[0] is False  # invalid: never excused
+
+
+def test_commands_are_judged_by_when_they_were_sent():
+    """The probe's arrival time less the delay its publisher's stamp shows: soak_kills of
+    2026-12-05 took the controller's first vent command 0.72 s after it was published, with six
+    more in the next 2 ms, and read it as no vent before the estimator's restart."""
+    from equimus_soak.checks import sent_times
+
+    rows = [
+        [100.000, 2_000_000_000, [5.0, 5.0], 1_999_000_000],  # 1 ms on the way
+        [100.720, 2_720_000_000, [0.0, 0.0], 2_000_000_000],  # published 0.72 s before
+        [100.721, 2_721_000_000, [0.0, 0.0], 2_721_500_000],  # a stamp after arrival: none
+        [101.000, 3_000_000_000, [0.0, 0.0]],  # an older record without a stamp
+    ]
+    assert sent_times(rows) == pytest.approx([99.999, 100.0, 100.721, 101.0], abs=1e-9)

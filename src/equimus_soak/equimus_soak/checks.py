@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -62,6 +62,21 @@ def garbage_run_on(
     return False, ''
 
 
+def sent_times(commands: Sequence[Sequence[Any]]) -> list[float]:
+    """When each /valve/command the probe recorded was published, on the probe's monotonic
+    clock: its arrival less the delay from the publisher's wall-clock stamp to the arrival's
+    (same host, same clock). A loaded machine has delivered the controller's vent commands to the
+    probe 0.7 s late, in one burst, while it published them on time. Arrival where a record has
+    no stamp."""
+    out = []
+    for c in commands:
+        arrived = float(c[0])
+        if len(c) > 3 and c[3]:
+            arrived -= max(0.0, (int(c[1]) - int(c[3])) * 1e-9)
+        out.append(arrived)
+    return out
+
+
 @dataclass
 class Check:
     name: str
@@ -104,7 +119,7 @@ class SoakChecks:
         frames = [t for _, t in self.frames]
         cmds = [c for c in probe['commands']]
         inj_t = [t for t, _ in probe['injected']]
-        cmd_t = [c[0] for c in cmds]
+        cmd_sent = sent_times(cmds)
         diags = probe['diagnostics']
 
         def diag(name: str, a: float, b: float) -> list[list]:
@@ -220,9 +235,10 @@ class SoakChecks:
             sent before the fault, or later when the loop received it late (a loaded machine
             stalls the loop's process with the last frames in its socket; the guard counts from
             their arrival): the probe's last non-vent command before the controller's first vent
-            command, which the guard publishes (none: the vent was not the guard's)."""
+            command, which the guard publishes (none: the vent was not the guard's). Judged by
+            when the commands were published, not when the probe took them (sent_times)."""
             last_valid, guard_vent = -math.inf, None
-            for t, _, values in cmds:
+            for t, (_, _, values, *_) in zip(cmd_sent, cmds, strict=True):
                 if t < rec.t0 - 0.5:
                     continue
                 if t > until:
@@ -418,7 +434,7 @@ class SoakChecks:
                     )
                 )
                 n_f = len([t for t in frames if rec.t0 <= t <= rec.t1])
-                n_c = len([t for t in cmd_t if rec.t0 <= t <= rec.t1])
+                n_c = len([t for t in cmd_sent if rec.t0 <= t <= rec.t1])
                 alive = not any(u.startswith('recorder ') for u in self.unexpected)
                 # "Keeps running": the loop answered frames (the same 0.5 floor as the fault-free
                 # loop check; not a 95 % ratio: at load 11 it read 396 of 481, a speed figure),
@@ -472,7 +488,7 @@ class SoakChecks:
             windows.append((t0, self.t_stop - 0.2))
         steady = sum(b - a for a, b in windows)
         cmd_real = [c for c in cmds if not any(abs(c[0] - t) < 0.05 for t in inj_t)]
-        ct = [c[0] for c in cmd_real]
+        ct = sent_times(cmd_real)  # the probe's own delivery stalls are not the loop's
         n_frames = n_served = 0
         lat_cmd, lat_e2e, inter = [], [], []
         unmatched = 0

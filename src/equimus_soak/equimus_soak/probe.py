@@ -1,6 +1,8 @@
 """soak_probe: the soak harness's own ROS node, in its own process.
 
-It records every /valve/command (arrival time on the monotonic clock, values) and every
+It records every /valve/command (arrival time on the monotonic clock, values, and the
+publisher's own wall-clock stamp of the sample, so a delivery this process took late is not read
+as a command sent late) and every
 /diagnostics status, and publishes the bad commands the soak injects (NaN, out of range, wrong
 length) on /valve/command. It runs in a separate process so its callbacks never hold the GIL of
 the process that hosts the rig emulators (whose frame times are the latency measurement).
@@ -31,6 +33,7 @@ from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.node import Node
 from rclpy.publisher import Publisher
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
+from rclpy.subscription import MessageInfo
 from std_msgs.msg import Float64MultiArray
 
 from equimus_description.interface import DIAGNOSTICS, PRESSURE_LAYOUT, VALVE_COMMAND
@@ -59,7 +62,7 @@ def _say(obj: dict) -> None:
 class SoakProbe(Node):
     def __init__(self):
         super().__init__('soak_probe')
-        self.commands = []  # [t_monotonic, t_ros_ns, values]
+        self.commands = []  # [t_monotonic, t_wall_ns, values, source_wall_ns]
         self.diagnostics = []  # [t_monotonic, name, level, message, {key: value}]
         self.injected = []  # [t_monotonic, values]
         self.ops: queue.Queue[dict] = queue.Queue()
@@ -71,8 +74,10 @@ class SoakProbe(Node):
         self.create_subscription(DiagnosticArray, DIAGNOSTICS.name, self._on_diag, LISTEN_QOS)
         self.create_timer(0.005, self._run_ops)
 
-    def _on_command(self, msg: Float64MultiArray) -> None:
-        self.commands.append([time.monotonic(), time.time_ns(), list(msg.data)])
+    def _on_command(self, msg: Float64MultiArray, info: MessageInfo) -> None:
+        self.commands.append(
+            [time.monotonic(), time.time_ns(), list(msg.data), info['source_timestamp']]
+        )
 
     def _on_diag(self, msg: DiagnosticArray) -> None:
         t = time.monotonic()
