@@ -23,6 +23,7 @@ from std_msgs.msg import Float64MultiArray
 from std_srvs.srv import Trigger
 
 from equimus_description.interface import ACTUATORS, VALVE_APPLIED
+from equimus_ros.executors import EVENTS_EXECUTOR_ENV
 from equimus_ros.qos import publisher
 
 BODIES = ('base', 'thigh', 'calf')
@@ -309,10 +310,16 @@ def test_lockstep_timeout_keeps_the_loop_alive(ros, repo_dir, tmp_path):
     assert rc == 0 and 'Traceback' not in sim.output()
 
 
-def test_a_lockstep_step_runs_on_the_answers_to_its_frames(ros, repo_dir, tmp_path):
+# '0': rclpy's Python executor, what the node spins where rclpy has no events executor (Jazzy)
+@pytest.mark.parametrize('events_executor', ['1', '0'])
+def test_a_lockstep_step_runs_on_the_answers_to_its_frames(
+    ros, repo_dir, tmp_path, monkeypatch, events_executor
+):
     """~/step in lockstep: the call waits for its frames while the node goes on taking the
-    /valve/applied answers they wait for. A step that held the node's only executor thread
-    would leave each frame to its lockstep_timeout, counted on /diagnostics."""
+    /valve/applied answers they wait for. A step that held the node's only executor thread (or,
+    in rclpy's Python executor, the callback group of /valve/applied) would leave each frame to
+    its lockstep_timeout, counted on /diagnostics."""
+    monkeypatch.setenv(EVENTS_EXECUTOR_ENV, events_executor)
     sim = SimProcess(
         repo_dir,
         tmp_path,

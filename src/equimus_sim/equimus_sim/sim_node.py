@@ -45,6 +45,7 @@ from typing import Any
 
 import numpy as np
 from geometry_msgs.msg import PoseStamped
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
 from rclpy.parameter import Parameter
@@ -214,7 +215,11 @@ class SimNode(Node):
         self.create_service(Trigger, '~/reset', self._on_reset)
         self.create_service(Trigger, '~/pause', self._on_pause)
         self.create_service(Trigger, '~/resume', self._on_resume)
-        self.create_service(Trigger, '~/step', self._on_step)
+        # Its own group: rclpy's Python executors hold a callback's group until its coroutine
+        # ends, and the frames a step waits for need /valve/applied (the default group).
+        self.create_service(
+            Trigger, '~/step', self._on_step, callback_group=MutuallyExclusiveCallbackGroup()
+        )
         self.create_timer(self.diag_period, self._publish_diagnostics)
         self._make_writers(raw=True)
         rtf = self.real_time_factor
