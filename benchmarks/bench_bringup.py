@@ -2,6 +2,7 @@
 
     python benchmarks/bench_bringup.py [--quick]
     python benchmarks/bench_bringup.py --recorder [--seconds 5]   # sustained rate per size
+    python benchmarks/bench_bringup.py --lockstep [--quick]       # the lockstep graphs only
 
 `--recorder` runs only the recorder, for ~1 KiB and 64 KiB messages, each from a low rate up to
 the first step that loses a message (RECORDER_SWEEP): msg/s and MB/s without drops, the figures
@@ -13,7 +14,8 @@ messages in it are compared with the ones sent. The sustained rate is the highes
 message missing. Lockstep graph: the sim graph (sim, valve driver, estimator, controller,
 reference, recorder) as separate processes and composed in one process (sim_graph, the default
 since issue 13); simulated seconds per wall second once it runs, with a plain mj_step loop of the
-same model as the baseline measured in the same run.
+same model as the baseline measured in the same run; and how long a `/sim/step` call of 1200
+frames (10 sim s) takes in each graph, the call's coroutine answered by the frame loop.
 """
 
 from __future__ import annotations
@@ -175,6 +177,57 @@ def lockstep_speed(seconds: float, composed: bool) -> dict:
     return {'sim_s': sim, 'wall_s': wall, 'speed': sim / wall}
 
 
+def step_speed(composed: bool, frames: int = 1200, calls: int = 3) -> list[float]:
+    """Wall s of each of `calls` /sim/step calls of `frames` frames, the graph paused at 0.5 s
+    (not recording)."""
+    import rclpy
+    from rcl_interfaces.msg import Parameter, ParameterType, ParameterValue
+    from rcl_interfaces.srv import SetParameters
+    from rclpy.executors import SingleThreadedExecutor
+    from std_srvs.srv import Trigger
+
+    from equimus_bringup.graph import describe_graph
+    from equimus_bringup.supervisor import Supervisor
+
+    args = {'pause_at': '0.5', 'record': 'false', 'composed': 'true' if composed else 'false'}
+    sup = Supervisor(describe_graph('sim', args), echo=False)
+    ctx = rclpy.Context()
+    rclpy.init(context=ctx)
+    node = rclpy.create_node('bench_step', context=ctx)
+    executor = SingleThreadedExecutor(context=ctx)
+    executor.add_node(node)
+    sup.start()
+    try:
+
+        def call(client, request, timeout=120.0):
+            assert client.wait_for_service(30.0), client.srv_name
+            fut = client.call_async(request)
+            end = time.monotonic() + timeout
+            while not fut.done() and time.monotonic() < end:
+                executor.spin_once(timeout_sec=0.05)
+            assert fut.done(), f'{client.srv_name}: no answer in {timeout:g} s'
+            return fut.result()
+
+        value = ParameterValue(type=ParameterType.PARAMETER_INTEGER, integer_value=frames)
+        setp = node.create_client(SetParameters, '/sim/set_parameters')
+        request = SetParameters.Request(parameters=[Parameter(name='step_frames', value=value)])
+        r = call(setp, request)
+        assert r.results[0].successful, r.results[0].reason
+        step = node.create_client(Trigger, '/sim/step')
+        walls = []
+        for _ in range(calls):
+            t0 = time.monotonic()
+            r = call(step, Trigger.Request())
+            walls.append(time.monotonic() - t0)
+            assert r.success, r.message
+        return walls
+    finally:
+        sup.stop()
+        executor.shutdown()
+        node.destroy_node()
+        rclpy.try_shutdown(context=ctx)
+
+
 def mj_step_baseline(seconds: float = 2.0) -> float:
     import mujoco
 
@@ -223,6 +276,11 @@ def lockstep_figures(quick: bool = False) -> dict:
     figures['composed sim graph, lockstep: simulated s per wall s'] = round(comp['speed'], 2)
     figures['composed graph / plain loop'] = f'{comp["speed"] / base:.4f}'
     figures['composed graph / split graph'] = f'{comp["speed"] / ls["speed"]:.2f}'
+    for composed, name in ((False, 'split'), (True, 'composed')):
+        walls = step_speed(composed, calls=2 if quick else 3)
+        figures[f'{name} graph, /sim/step of 1200 frames (10 sim s): wall s per call'] = ', '.join(
+            f'{w:.2f}' for w in walls
+        )
     return figures
 
 
