@@ -15,9 +15,9 @@ Threads: one executor thread (rclpy's C++ events executor where rclpy has it) re
 so a step never holds up the /valve/applied answers its lockstep frames wait for. (rclpy's
 MultiThreadedExecutor, used here before, offers a callback again and again until a worker starts
 it, holding the GIL while it does: the split lockstep graph ran at 0.15-0.18x real time with
-it, 2.15-2.19x with one events-executor thread; benchmarks/bench_bringup.py --lockstep.) A lock guards the simulator; it is
-not held while publishing, so a subscriber in the same process (the composed graph) may answer at
-once.
+it, 2.15-2.19x with one events-executor thread; benchmarks/bench_bringup.py --lockstep.) A lock
+guards the simulator; it is not held while publishing, so a subscriber in the same process (the
+composed graph) may answer at once.
 - realtime: ticks on absolute wall deadlines t0 + k·period/real_time_factor (monotonic clock, no
   drift); real_time_factor <= 0 runs as fast as possible, FREE_RUN_FRAMES frames a turn (their
   physics, then their outputs: see run_frames). The newest pressures are held between ticks.
