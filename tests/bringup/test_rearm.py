@@ -20,7 +20,7 @@ from diagnostic_msgs.msg import DiagnosticArray
 from lifecycle_msgs.msg import Transition
 from lifecycle_msgs.srv import ChangeState
 from paramclient import set_parameters
-from rclpy.executors import MultiThreadedExecutor
+from rclpy.executors import SingleThreadedExecutor
 from rosproc import start_node, stop
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Bool, Float64MultiArray
@@ -75,7 +75,7 @@ class Rig:
         subscription(self.node, Bool, VALVE_ARMED, lambda m: self.armed.append(m.data))
         self.state_pub = publisher(self.node, JointState, JOINT_STATES)
         self.ref_pub = publisher(self.node, JointState, REFERENCE)
-        self.ex = MultiThreadedExecutor(num_threads=3)
+        self.ex = SingleThreadedExecutor()
         for n in (self.controller, self.node):
             self.ex.add_node(n)
         self.feeding = threading.Event()

@@ -12,7 +12,7 @@ import time
 import numpy as np
 import rclpy
 from rcl_interfaces.msg import Log
-from rclpy.executors import MultiThreadedExecutor
+from rclpy.executors import SingleThreadedExecutor
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
 
@@ -47,7 +47,7 @@ def test_the_controller_says_it_follows_only_with_a_reference_and_its_preview():
             Log, '/rosout', lambda m: said.append(m.msg) if m.name == 'controller' else None, 100
         )
         states = publisher(probe, JointState, JOINT_STATES)
-        ex = MultiThreadedExecutor(num_threads=2)
+        ex = SingleThreadedExecutor()
         for n in (controller, probe):
             ex.add_node(n)
         spin = threading.Thread(target=ex.spin, daemon=True)

@@ -10,7 +10,7 @@ import time
 
 import rclpy
 from rcl_interfaces.msg import Log
-from rclpy.executors import MultiThreadedExecutor
+from rclpy.executors import SingleThreadedExecutor
 from sensor_msgs.msg import JointState
 
 from equimus_control.controller_node import ControllerNode
@@ -30,7 +30,7 @@ def _venting_lines(publish_states: bool, silent_publisher: bool) -> tuple[list[s
         )
         states = publisher(probe, JointState, JOINT_STATES) if silent_publisher else None
         controller = ControllerNode()
-        ex = MultiThreadedExecutor(num_threads=2)
+        ex = SingleThreadedExecutor()
         for n in (controller, probe):
             ex.add_node(n)
         spin = threading.Thread(target=ex.spin, daemon=True)
