@@ -181,9 +181,9 @@ def step_speed(composed: bool, frames: int = 1200, calls: int = 3) -> list[float
     """Wall s of each of `calls` /sim/step calls of `frames` frames, the graph paused at 0.5 s
     (not recording)."""
     import rclpy
-    from rcl_interfaces.msg import Parameter, ParameterType, ParameterValue
     from rcl_interfaces.srv import SetParameters
     from rclpy.executors import SingleThreadedExecutor
+    from rclpy.parameter import Parameter
     from std_srvs.srv import Trigger
 
     from equimus_bringup.graph import describe_graph
@@ -199,25 +199,21 @@ def step_speed(composed: bool, frames: int = 1200, calls: int = 3) -> list[float
     sup.start()
     try:
 
-        def call(client, request, timeout=120.0):
-            assert client.wait_for_service(30.0), client.srv_name
+        def call(srv_type, name, request):
+            client = node.create_client(srv_type, name)
+            assert client.wait_for_service(30.0), name
             fut = client.call_async(request)
-            end = time.monotonic() + timeout
-            while not fut.done() and time.monotonic() < end:
-                executor.spin_once(timeout_sec=0.05)
-            assert fut.done(), f'{client.srv_name}: no answer in {timeout:g} s'
+            executor.spin_until_future_complete(fut, timeout_sec=120.0)
+            assert fut.done(), f'{name}: no answer in 120 s'
             return fut.result()
 
-        value = ParameterValue(type=ParameterType.PARAMETER_INTEGER, integer_value=frames)
-        setp = node.create_client(SetParameters, '/sim/set_parameters')
-        request = SetParameters.Request(parameters=[Parameter(name='step_frames', value=value)])
-        r = call(setp, request)
+        param = Parameter('step_frames', value=frames).to_parameter_msg()
+        r = call(SetParameters, '/sim/set_parameters', SetParameters.Request(parameters=[param]))
         assert r.results[0].successful, r.results[0].reason
-        step = node.create_client(Trigger, '/sim/step')
         walls = []
         for _ in range(calls):
             t0 = time.monotonic()
-            r = call(step, Trigger.Request())
+            r = call(Trigger, '/sim/step', Trigger.Request())
             walls.append(time.monotonic() - t0)
             assert r.success, r.message
         return walls
