@@ -83,12 +83,17 @@ def test_the_loop_end_to_end_makes_the_rig_track_better(tmp_path):
     ):
         assert step in proc.stdout, step
     result = json.loads((out / 'adapt.json').read_text())
+    # what a failure below needs to be understood (pytest cuts a long dict short)
+    why = '\n'.join(
+        [f'{k}: {v}' for k, v in result.items() if 'sum' in k or 'delay' in k or 'stall' in k]
+        + [line for line in proc.stdout.splitlines() if not line.startswith('[tune]')][-40:]
+    )
     # Judged on a pair the machine delayed alike (adapt runs the pair again otherwise).
-    assert result['comparable'], result
-    assert result['tracking_sum_after'] < result['tracking_sum_before'], result
+    assert result['comparable'], why
+    assert result['tracking_sum_after'] < result['tracking_sum_before'], why
     # the policy taught on the identified model against the shipped one, on the same rig
-    assert result['policy_comparable'], result
-    assert result['policy_tracking_sum_after'] < result['policy_tracking_sum_before'], result
+    assert result['policy_comparable'], why
+    assert result['policy_tracking_sum_after'] < result['policy_tracking_sum_before'], why
     assert sum(result['validation_rmse_identified']) < sum(result['validation_rmse_nominal'])
     # the run's record: the plant it ran, the bags, the deployed parameters, the report
     assert T.load(out / 'truth.yaml') == truth
@@ -181,6 +186,7 @@ def test_a_pair_the_machine_delayed_unequally_runs_again(monkeypatch):
 
     late = {'b': 0.006, 'a': 0.040, 'b2': 0.006, 'a2': 0.007, 'b3': 0.006, 'a3': 0.050}
     monkeypatch.setattr(adapt, 'loop_delay', lambda bag, t0, t1: late[bag.name])
+    monkeypatch.setattr(adapt, 'stalls', lambda bag, t0, t1: [])
     phase = SimpleNamespace(armed_at=0.0, ended_at=1.0)
     calls, said = [], []
 
@@ -189,15 +195,77 @@ def test_a_pair_the_machine_delayed_unequally_runs_again(monkeypatch):
         return {'before': (Path(f'b{k}'), phase), 'after': (Path(f'a{k}'), phase)}
 
     first = {'before': (Path('b'), phase), 'after': (Path('a'), phase)}
-    pair, delays = adapt.comparable_pair(first, again, 'policy', said.append)
+    pair, delays, _ = adapt.comparable_pair(first, again, 'policy', said.append)
     assert calls == [2] and pair['after'][0].name == 'a2' and delays == (0.006, 0.007)
     assert said and 'policy' in said[0] and '6 vs 40 ms' in said[0]
 
     late['a2'] = 0.045  # never comparable: two more pairs, then the last one is reported
     calls.clear()
-    pair, delays = adapt.comparable_pair(first, again, 'PID', said.append)
+    pair, delays, _ = adapt.comparable_pair(first, again, 'PID', said.append)
     assert calls == [2, 3][: adapt.PAIR_RETRIES] and not adapt.comparable(*delays)
     assert pair['after'][0].name == f'a{1 + adapt.PAIR_RETRIES}'
+
+
+def test_a_pair_a_safety_layer_vented_in_runs_again(monkeypatch):
+    """Equal delays, but the machine held the after run up until the controller's stale guard
+    vented: that run measured the stall, not the controller; the pair runs again."""
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    monkeypatch.setattr(adapt, 'loop_delay', lambda bag, t0, t1: 0.006)
+    vented = {'a': ['controller trips_stale +1']}
+    monkeypatch.setattr(adapt, 'stalls', lambda bag, t0, t1: vented.get(bag.name, []))
+    phase = SimpleNamespace(armed_at=0.0, ended_at=1.0)
+    calls, said = [], []
+
+    def again(k):
+        calls.append(k)
+        return {'before': (Path(f'b{k}'), phase), 'after': (Path(f'a{k}'), phase)}
+
+    first = {'before': (Path('b'), phase), 'after': (Path('a'), phase)}
+    pair, _, stalled = adapt.comparable_pair(first, again, 'policy', said.append)
+    assert calls == [2] and pair['after'][0].name == 'a2' and stalled == {'before': [], 'after': []}
+    assert 'after: controller trips_stale +1' in said[0], said
+
+
+def _diagnostics(stamp, statuses):
+    from builtin_interfaces.msg import Time
+    from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+
+    msg = DiagnosticArray()
+    msg.header.stamp = Time(sec=int(stamp), nanosec=int(round(stamp % 1 * 1e9)))
+    msg.status = [
+        DiagnosticStatus(name=name, values=[KeyValue(key=k, value=v) for k, v in values.items()])
+        for name, values in statuses
+    ]
+    return msg
+
+
+def test_stalls_are_the_safety_counters_that_rose_within_the_run(tmp_path):
+    """From a real bag: the counters' rise between the last report before the run and the last
+    one in it; rises before or after the run, and the controller's own trips, do not count."""
+    from rclpy.serialization import serialize_message
+
+    from equimus_record.bag import BagWriter
+
+    ctl, drv = adapt.STALL_COUNTERS[0][0], adapt.STALL_COUNTERS[1][0]
+    reports = [
+        (9.0, [(ctl, {'trips_stale': '1'}), (drv, {'watchdog_trips': '2', 'ack_timeouts': '1'})]),
+        (10.5, [(ctl, {'trips_stale': '1', 'trips_joint_limit': '3'})]),
+        (11.5, [(ctl, {'trips_stale': '2'}), (drv, {'watchdog_trips': '2', 'ack_timeouts': '1'})]),
+        (13.0, [(drv, {'watchdog_trips': '5'})]),  # after the run
+    ]
+    w = BagWriter(tmp_path / 'bag')
+    w.add_topic('/diagnostics', 'diagnostic_msgs/msg/DiagnosticArray')
+    for t, statuses in reports:
+        w.write('/diagnostics', int(t * 1e9), serialize_message(_diagnostics(t, statuses)))
+    w.close()
+    assert adapt.stalls(tmp_path / 'bag', 10.0, 12.0) == ['controller trips_stale +1']
+    assert adapt.stalls(tmp_path / 'bag', 12.0, 12.5) == []
+    assert adapt.stalls(tmp_path / 'bag', 10.0, 13.5) == [
+        'controller trips_stale +1',
+        f'{drv} watchdog_trips +3',
+    ]
 
 
 def test_the_parameters_plot_draws_an_interval_that_misses_its_own_value(tmp_path):

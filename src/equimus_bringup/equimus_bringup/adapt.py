@@ -281,31 +281,81 @@ def loop_delay(bag: Path, t0: float, t1: float) -> float:
     return float(np.median(ages)) if ages else 0.0
 
 
+#: /diagnostics counters (status name, key; docs/interfaces.md) that rise when the machine, not
+#: the controller, held the loop up long enough for a safety layer to vent: the controller's
+#: stale-state guard, the driver's command watchdog, the board's own watchdog, a serial reply
+#: that did not come. A joint-limit or invalid-state trip is the controller's own doing: not here.
+STALL_COUNTERS = (
+    ('controller', 'trips_stale'),
+    ('valve_driver: DAC board', 'watchdog_trips'),
+    ('valve_driver: DAC board', 'board_watchdog_vents'),
+    ('valve_driver: DAC board', 'ack_timeouts'),
+)
+
+
+def stalls(bag: Path, t0: float, t1: float) -> list[str]:
+    """The STALL_COUNTERS that rose within [t0, t1] (the reports' stamps, ROS time), as
+    'name key +n': from the last report before t0 (else the first in the window) to the last
+    one by t1. A report comes about once a second and on a change, so a vent in the window's
+    last second may show only after it: not counted."""
+    from equimus_record.bag import read_messages
+
+    first: dict[tuple[str, str], int] = {}
+    last: dict[tuple[str, str], int] = {}
+    for _, _, msg in read_messages(bag, ['/diagnostics']):
+        t = msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9
+        if t > t1:
+            continue
+        for status in msg.status:
+            values = {kv.key: kv.value for kv in status.values}
+            for name, key in STALL_COUNTERS:
+                if status.name != name or not values.get(key, '').isdigit():
+                    continue
+                n = int(values[key])
+                if t < t0 or (name, key) not in first:
+                    first[(name, key)] = n
+                last[(name, key)] = n
+    return [
+        f'{name} {key} +{last[(name, key)] - n0}'
+        for (name, key), n0 in first.items()
+        if last[(name, key)] > n0
+    ]
+
+
 #: a before/after pair of runs on the rig: 'before' and 'after' -> (bag, phase record)
 Pair = dict[str, tuple[Path, Any]]
 
 
 def comparable_pair(
     pair: Pair, run_again: Callable[[int], Pair], what: str, log: Log
-) -> tuple[Pair, tuple[float, float]]:
-    """The pair and its two loop delays; run again (`run_again(k)`, k = 2, 3, ...: at most
-    PAIR_RETRIES times) while the machine delayed one run's loop more than the other's."""
+) -> tuple[Pair, tuple[float, float], dict[str, list[str]]]:
+    """The pair, its two loop delays and each run's `stalls`; run again (`run_again(k)`, k = 2,
+    3, ...: at most PAIR_RETRIES times) while the machine delayed one run's loop more than the
+    other's, or held one up long enough for a safety layer to vent."""
 
-    def delays_of(p: Pair) -> tuple[float, float]:
+    def judged(p: Pair) -> tuple[tuple[float, float], dict[str, list[str]]]:
         (b0, r0), (b1, r1) = p['before'], p['after']
-        return loop_delay(b0, r0.armed_at, r0.ended_at), loop_delay(b1, r1.armed_at, r1.ended_at)
+        delays = loop_delay(b0, r0.armed_at, r0.ended_at), loop_delay(b1, r1.armed_at, r1.ended_at)
+        return delays, {k: stalls(b, r.armed_at, r.ended_at) for k, (b, r) in p.items()}
 
-    delays = delays_of(pair)
+    delays, stalled = judged(pair)
     for k in range(2, 2 + PAIR_RETRIES):
-        if comparable(*delays):
+        if not comparable(*delays):
+            log(
+                f'[rig] the machine delayed one {what} run more than the other (joint states '
+                f'{1e3 * delays[0]:.0f} vs {1e3 * delays[1]:.0f} ms late): before and after again'
+            )
+        elif any(stalled.values()):
+            held = '; '.join(f'{k}: {", ".join(v)}' for k, v in stalled.items() if v)
+            log(
+                f'[rig] the machine held a {what} run up until a safety layer vented ({held}): '
+                'before and after again'
+            )
+        else:
             break
-        log(
-            f'[rig] the machine delayed one {what} run more than the other (joint states '
-            f'{1e3 * delays[0]:.0f} vs {1e3 * delays[1]:.0f} ms late): before and after again'
-        )
         pair = run_again(k)
-        delays = delays_of(pair)
-    return pair, delays
+        delays, stalled = judged(pair)
+    return pair, delays, stalled
 
 
 def scaled(gains: Any, pi: float, d: float) -> Any:
@@ -571,7 +621,7 @@ def run(ns: argparse.Namespace, log: Log = print) -> int:
                 'after': (a, session.task(f'after {k}', a, budget.task_s, 'pid', str(params_pid))),
             }
 
-        pid, delays = comparable_pair(
+        pid, delays, pid_stalls = comparable_pair(
             {'before': (out / 'bag_before', before), 'after': (out / 'bag_after', after)},
             pid_again,
             'PID',
@@ -602,7 +652,7 @@ def run(ns: argparse.Namespace, log: Log = print) -> int:
                     ),
                 }
 
-            policy_pair, policy_delays = comparable_pair(
+            policy_pair, policy_delays, policy_stalls = comparable_pair(
                 {k: (out / f'bag_{k}_policy', ph) for k, ph in policy_phases.items()},
                 policy_again,
                 'policy',
@@ -610,6 +660,7 @@ def run(ns: argparse.Namespace, log: Log = print) -> int:
             )
             result['policy_loop_delays_s'] = list(policy_delays)
             result['policy_comparable'] = comparable(*policy_delays)
+            result['policy_stalls'] = policy_stalls
     except KeyboardInterrupt:
         session.stop()  # the graph's processes are in sessions of their own: end them too
         print(
@@ -627,6 +678,7 @@ def run(ns: argparse.Namespace, log: Log = print) -> int:
         compared_bags=[b.name for b in bags],
         loop_delays_s=list(delays),
         comparable=comparable(*delays),
+        stalls=pid_stalls,
         tracking_rmse_before=tb['rmse'],
         tracking_rmse_after=ta['rmse'],
         tracking_sum_before=tb['sum'],
@@ -741,6 +793,14 @@ def parameters_plot(rows: Sequence[Mapping[str, Any]], path: Path) -> None:
     plt.close(fig)
 
 
+def _stalled(stalled: Mapping[str, list[str]]) -> str:
+    """The report's word on compared runs a safety layer vented in (`stalls`), if any."""
+    held = '; '.join(f'{k}: {", ".join(v)}' for k, v in stalled.items() if v)
+    if not held:
+        return ''
+    return f' A safety layer vented in a compared run ({held}), also after {PAIR_RETRIES} retries.'
+
+
 def write_report(
     out: Path,
     result: Mapping[str, Any],
@@ -820,7 +880,8 @@ def write_report(
             if result['comparable']
             else '; NOT comparable: the machine delayed one run more, '
             f'also after {PAIR_RETRIES} more pairs).'
-        ),
+        )
+        + _stalled(result['stalls']),
         '',
         '![tracking](tracking.png)',
         '',
@@ -843,7 +904,8 @@ def write_report(
                 '.'
                 if result['policy_comparable']
                 else f' (NOT comparable, also after {PAIR_RETRIES} more pairs).'
-            ),
+            )
+            + _stalled(result['policy_stalls']),
             '',
             '![tracking, policy](tracking_policy.png)',
         ]
