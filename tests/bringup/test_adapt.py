@@ -268,6 +268,38 @@ def test_stalls_are_the_safety_counters_that_rose_within_the_run(tmp_path):
     ]
 
 
+def test_the_loop_delay_is_the_controllers_own_where_the_bag_has_it(tmp_path):
+    """The controller's state_age_p50_ms in its last report within the run, not the recorder's
+    lag (here 50 ms behind the capture stamps); a bag without the report: the recorder's."""
+    from rclpy.serialization import serialize_message
+    from sensor_msgs.msg import JointState
+
+    from equimus_record.bag import BagWriter
+    from equimus_ros.cdr import MessageEncoder
+
+    encode = MessageEncoder(JointState).encode  # rclpy's pads the end; rosbags wants it exact
+
+    def bag(name, reports):
+        w = BagWriter(tmp_path / name)
+        w.add_topic('/diagnostics', 'diagnostic_msgs/msg/DiagnosticArray')
+        w.add_topic('/joint_states', 'sensor_msgs/msg/JointState')
+        for k in range(100):
+            t = 10.0 + k / 120
+            js = JointState(name=['hip', 'knee'], position=[1.0, 1.0], velocity=[0.0, 0.0])
+            js.header.stamp = _diagnostics(t, []).header.stamp
+            w.write('/joint_states', int((t + 0.050) * 1e9), encode(js))
+        for t, age in reports:
+            msg = _diagnostics(t, [(adapt.CONTROLLER, {'state_age_p50_ms': age})])
+            w.write('/diagnostics', int(t * 1e9), serialize_message(msg))
+        w.close()
+        return tmp_path / name
+
+    own = bag('own', [(9.0, '30.000'), (10.4, '7.000'), (10.6, '8.500'), (12.0, '40.000')])
+    assert adapt.loop_delay(own, 10.0, 11.0) == pytest.approx(0.0085)
+    on_sim_time = bag('sim', [(10.5, 'nan')])
+    assert adapt.loop_delay(on_sim_time, 10.0, 11.0) == pytest.approx(0.050, abs=1e-6)
+
+
 def test_the_parameters_plot_draws_an_interval_that_misses_its_own_value(tmp_path):
     """An identified value outside its interval (bounds that clipped it) must not cost the run
     its report: matplotlib refuses negative error bars."""

@@ -267,12 +267,25 @@ def comparable(before_s: float, after_s: float) -> bool:
 
 
 def loop_delay(bag: Path, t0: float, t1: float) -> float:
-    """s the running graph's joint states are old when they reach a subscriber (the
-    recorder's receive time less the capture stamp, median over [t0, t1]): the latency the
-    loop has on this machine, beyond what the model's loop has."""
+    """s the running graph's joint states are old when the controller's commands for them go
+    out: the latency the loop has on this machine, beyond what the model's loop has. The
+    controller's own median (`state_age_p50_ms` in its last report within [t0, t1], over its
+    last 1000 cycles: about the run); in a bag without it, the recorder's receive time less the
+    capture stamp, median over [t0, t1], which a recorder that falls behind on a loaded machine
+    overstates (a CI run: 40 ms)."""
     from equimus_bringup.run_report import JS
     from equimus_record.bag import read_messages
 
+    own = None
+    for _, _, msg in read_messages(bag, ['/diagnostics']):
+        t = msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9
+        for status in msg.status:
+            if t0 <= t <= t1 and status.name == CONTROLLER:
+                value = {kv.key: kv.value for kv in status.values}.get('state_age_p50_ms', 'nan')
+                if math.isfinite(float(value)):
+                    own = float(value) * 1e-3
+    if own is not None:
+        return own
     ages = []
     for _, log_ns, msg in read_messages(bag, [JS]):
         stamp = msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9
@@ -286,7 +299,7 @@ def loop_delay(bag: Path, t0: float, t1: float) -> float:
 #: stale-state guard, the driver's command watchdog, the board's own watchdog, a serial reply
 #: that did not come. A joint-limit or invalid-state trip is the controller's own doing: not here.
 STALL_COUNTERS = (
-    ('controller', 'trips_stale'),
+    (CONTROLLER, 'trips_stale'),
     ('valve_driver: DAC board', 'watchdog_trips'),
     ('valve_driver: DAC board', 'board_watchdog_vents'),
     ('valve_driver: DAC board', 'ack_timeouts'),

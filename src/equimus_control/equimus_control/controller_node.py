@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
-from rclpy.clock import Clock, ClockType
+from rclpy.clock import Clock, ClockType, ROSClock
 from rclpy.node import Node
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Bool, Float64MultiArray
@@ -128,6 +128,10 @@ class ControllerNode(Node):
         self.compute: collections.deque[float] = collections.deque(
             maxlen=1000
         )  # recent cycles only
+        #: s each recent state was old when its command went out (wall-clock graphs only)
+        self.state_age: collections.deque[float] = collections.deque(maxlen=1000)
+        clock = self.get_clock()
+        self.ros_clock = clock if isinstance(clock, ROSClock) else None  # sim time: no ages
         self.cycles = 0
         self.states_heard = 0  # joint states received, valid or not
         self.subscribe_state = subscribe_state
@@ -233,6 +237,8 @@ class ControllerNode(Node):
             self.cycles += 1
             self.saturated += cmd.saturated
             self.compute.append(time.perf_counter() - t0)
+            if self.ros_clock is None or not self.ros_clock.ros_time_is_active:  # wall stamps
+                self.state_age.append(time.time() - stamp_ns * 1e-9)
         self._reason_changed()
 
     def _announce_following(self) -> None:
@@ -294,7 +300,6 @@ class ControllerNode(Node):
     def _diag(self) -> None:
         sup = self.step.supervisor
         level = Level.ERROR if sup.venting else (Level.WARN if self.saturated.any() else Level.OK)
-        c = np.array(self.compute) * 1e3
         self.diagnostics.publish(
             level,
             f'venting: {sup.reason}' if sup.venting else 'controlling',
@@ -315,10 +320,16 @@ class ControllerNode(Node):
                 else str(self.valves_armed).lower(),
                 'arm_resets': self.arm_resets,
                 'reference_preview': 'on' if self.step.previewed else 'off',
-                'compute_p50_ms': f'{np.percentile(c, 50):.3f}' if c.size else 'nan',
-                'compute_p99_ms': f'{np.percentile(c, 99):.3f}' if c.size else 'nan',
+                **_percentiles_ms('compute', self.compute),
+                **_percentiles_ms('state_age', self.state_age),
             },
         )
+
+
+def _percentiles_ms(name: str, seconds: collections.deque[float]) -> dict[str, str]:
+    """`name`_p50_ms and _p99_ms of recent values in s, for /diagnostics ('nan' for none)."""
+    v = np.array(seconds) * 1e3
+    return {f'{name}_p{q}_ms': f'{np.percentile(v, q):.3f}' if v.size else 'nan' for q in (50, 99)}
 
 
 def main(args: Any = None) -> int:
