@@ -229,11 +229,10 @@ def test_a_pair_a_safety_layer_vented_in_runs_again(monkeypatch):
 
 
 def _diagnostics(stamp, statuses):
-    from builtin_interfaces.msg import Time
     from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 
     msg = DiagnosticArray()
-    msg.header.stamp = Time(sec=int(stamp), nanosec=int(round(stamp % 1 * 1e9)))
+    msg.header.stamp.sec, msg.header.stamp.nanosec = divmod(round(stamp * 1e9), 1_000_000_000)
     msg.status = [
         DiagnosticStatus(name=name, values=[KeyValue(key=k, value=v) for k, v in values.items()])
         for name, values in statuses
