@@ -242,7 +242,8 @@ def _diagnostics(stamp, statuses):
 
 def test_stalls_are_the_safety_counters_that_rose_within_the_run(tmp_path):
     """From a real bag: the counters' rise between the last report before the run and the last
-    one in it; rises before or after the run, and the controller's own trips, do not count."""
+    one in it; rises before or after the run, the controller's own trips and late serial replies
+    (ack_timeouts, no vent) do not count."""
     from rclpy.serialization import serialize_message
 
     from equimus_record.bag import BagWriter
@@ -251,7 +252,7 @@ def test_stalls_are_the_safety_counters_that_rose_within_the_run(tmp_path):
     reports = [
         (9.0, [(ctl, {'trips_stale': '1'}), (drv, {'watchdog_trips': '2', 'ack_timeouts': '1'})]),
         (10.5, [(ctl, {'trips_stale': '1', 'trips_joint_limit': '3'})]),
-        (11.5, [(ctl, {'trips_stale': '2'}), (drv, {'watchdog_trips': '2', 'ack_timeouts': '1'})]),
+        (11.5, [(ctl, {'trips_stale': '2'}), (drv, {'watchdog_trips': '2', 'ack_timeouts': '3'})]),
         (13.0, [(drv, {'watchdog_trips': '5'})]),  # after the run
     ]
     w = BagWriter(tmp_path / 'bag')
