@@ -178,23 +178,33 @@ def test_teach_writes_a_policy_taught_on_the_identified_model(tmp_path):
     assert any('iteration 1/1' in line for line in lines), lines
 
 
-def test_a_pair_the_machine_delayed_unequally_runs_again(monkeypatch):
-    """A before/after pair whose loops were delayed unequally runs again until it is
-    comparable, at most PAIR_RETRIES more times; the last pair is the one compared."""
+def _pairs():
+    """The first pair ('b', 'a'), `again` (pair k: 'bk', 'ak') and the list of k it was called
+    with, for comparable_pair."""
     from pathlib import Path
     from types import SimpleNamespace
 
-    late = {'b': 0.006, 'a': 0.040, 'b2': 0.006, 'a2': 0.007, 'b3': 0.006, 'a3': 0.050}
-    monkeypatch.setattr(adapt, 'loop_delay', lambda bag, t0, t1: late[bag.name])
-    monkeypatch.setattr(adapt, 'stalls', lambda bag, t0, t1: [])
     phase = SimpleNamespace(armed_at=0.0, ended_at=1.0)
-    calls, said = [], []
+    calls: list[int] = []
+
+    def pair(suffix):
+        return {'before': (Path(f'b{suffix}'), phase), 'after': (Path(f'a{suffix}'), phase)}
 
     def again(k):
         calls.append(k)
-        return {'before': (Path(f'b{k}'), phase), 'after': (Path(f'a{k}'), phase)}
+        return pair(k)
 
-    first = {'before': (Path('b'), phase), 'after': (Path('a'), phase)}
+    return pair(''), again, calls
+
+
+def test_a_pair_the_machine_delayed_unequally_runs_again(monkeypatch):
+    """A before/after pair whose loops were delayed unequally runs again until it is
+    comparable, at most PAIR_RETRIES more times; the last pair is the one compared."""
+    late = {'b': 0.006, 'a': 0.040, 'b2': 0.006, 'a2': 0.007, 'b3': 0.006, 'a3': 0.050}
+    monkeypatch.setattr(adapt, 'loop_delay', lambda bag, t0, t1: late[bag.name])
+    monkeypatch.setattr(adapt, 'stalls', lambda bag, t0, t1: [])
+    first, again, calls = _pairs()
+    said: list[str] = []
     pair, delays, _ = adapt.comparable_pair(first, again, 'policy', said.append)
     assert calls == [2] and pair['after'][0].name == 'a2' and delays == (0.006, 0.007)
     assert said and 'policy' in said[0] and '6 vs 40 ms' in said[0]
@@ -209,20 +219,11 @@ def test_a_pair_the_machine_delayed_unequally_runs_again(monkeypatch):
 def test_a_pair_a_safety_layer_vented_in_runs_again(monkeypatch):
     """Equal delays, but the machine held the after run up until the controller's stale guard
     vented: that run measured the stall, not the controller; the pair runs again."""
-    from pathlib import Path
-    from types import SimpleNamespace
-
     monkeypatch.setattr(adapt, 'loop_delay', lambda bag, t0, t1: 0.006)
     vented = {'a': ['controller trips_stale +1']}
     monkeypatch.setattr(adapt, 'stalls', lambda bag, t0, t1: vented.get(bag.name, []))
-    phase = SimpleNamespace(armed_at=0.0, ended_at=1.0)
-    calls, said = [], []
-
-    def again(k):
-        calls.append(k)
-        return {'before': (Path(f'b{k}'), phase), 'after': (Path(f'a{k}'), phase)}
-
-    first = {'before': (Path('b'), phase), 'after': (Path('a'), phase)}
+    first, again, calls = _pairs()
+    said: list[str] = []
     pair, _, stalled = adapt.comparable_pair(first, again, 'policy', said.append)
     assert calls == [2] and pair['after'][0].name == 'a2' and stalled == {'before': [], 'after': []}
     assert 'after: controller trips_stale +1' in said[0], said
