@@ -18,6 +18,7 @@ from equimus_hw.natnet.bridge_node import NatNetBridge
 from equimus_ros.lifecycle import bring_up
 from rclpy.executors import SingleThreadedExecutor
 cmd, data, group = sys.argv[1:4]
+FLOWING = int(sys.argv[4])
 rclpy.init(args=['--ros-args', '-p', f'command_port:={cmd}', '-p', f'data_port:={data}',
                  '-p', f'multicast_group:={group}', '-p', 'receive_priority:=50',
                  '-p', 'receive_cpu:=0', '-p', 'busy_poll_window:=0.002',
@@ -26,8 +27,9 @@ bridge = NatNetBridge()
 ex = SingleThreadedExecutor()
 ex.add_node(bridge)
 bring_up(bridge)
-end = time.monotonic() + 2.0
-while time.monotonic() < end:
+# Frames flowing is the point, not their rate: a loaded CI host may deliver fewer in a fixed time.
+end = time.monotonic() + 30.0
+while time.monotonic() < end and bridge.client.stats.frames < FLOWING:
     ex.spin_once(timeout_sec=0.05)
 print('RECEIVE', bridge.receive_scheduling, flush=True)
 print('FRAMES', bridge.client.stats.frames, flush=True)
@@ -37,12 +39,15 @@ rclpy.try_shutdown()
 """
 
 
+FLOWING = 240  # two seconds of Motive's 120 Hz
+
+
 def _run(ports, prefix=()):
     group = random_group()
     emu = NatNetEmulator(command_port=ports[0], data_port=ports[1], multicast_group=group).start()
     try:
         r = subprocess.run(
-            [*prefix, sys.executable, '-c', CHILD, str(ports[0]), str(ports[1]), group],
+            [*prefix, sys.executable, '-c', CHILD, str(ports[0]), str(ports[1]), group, str(FLOWING)],
             capture_output=True,
             text=True,
             timeout=120,
@@ -68,7 +73,7 @@ def test_receive_thread_gets_fifo_and_its_cpu_where_permitted(ports):
     receive, frames, _ = _run(ports)
     assert 'SCHED_FIFO 50' in receive and 'on CPU 0' in receive, receive
     assert 'busy-poll 2 ms before each frame' in receive, receive
-    assert frames > 100, frames
+    assert frames >= FLOWING, frames
 
 
 def test_a_refused_priority_is_reported_and_frames_still_flow(ports):
@@ -80,4 +85,4 @@ def test_a_refused_priority_is_reported_and_frames_still_flow(ports):
     assert 'normal (SCHED_FIFO 50 refused: Operation not permitted)' in receive, receive
     assert 'receive_priority=50 not applied (Operation not permitted)' in out, out[-2000:]
     assert 'CAP_SYS_NICE' in out
-    assert frames > 100, frames
+    assert frames >= FLOWING, frames
