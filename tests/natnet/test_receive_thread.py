@@ -47,7 +47,7 @@ def _run(ports, prefix=()):
     emu = NatNetEmulator(command_port=ports[0], data_port=ports[1], multicast_group=group).start()
     try:
         r = subprocess.run(
-            [*prefix, sys.executable, '-c', CHILD, str(ports[0]), str(ports[1]), group, str(FLOWING)],
+            [*prefix, sys.executable, '-c', CHILD, *map(str, ports), group, str(FLOWING)],
             capture_output=True,
             text=True,
             timeout=120,
