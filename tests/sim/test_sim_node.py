@@ -561,7 +561,7 @@ def test_free_running_turns_publish_every_frame_and_pause_exactly():
         )
         turns = []
         run_frames = node.run_frames
-        node.run_frames = lambda n, command=None: (turns.append(n), run_frames(n, command))
+        node.run_frames = lambda n: (turns.append(n), run_frames(n))
 
         def stop_when_paused() -> None:
             end = time.monotonic() + 30.0
@@ -586,3 +586,33 @@ def test_free_running_turns_publish_every_frame_and_pause_exactly():
     assert [c[0] for c in kept['clock']] == [float(s) for s in stamps]
     assert kept == ref_kept  # every message, bit for bit, as frame by frame
     assert len(kept['poses']) == len(node.bodies) * (frames + 1)
+
+
+def test_a_vent_that_follows_a_frames_answer_is_kept_in_lockstep():
+    """A vent the valve driver publishes from its executor thread (deactivate, E-stop,
+    watchdog) right after a frame's answer: the simulated valves vent and stay vented while no
+    further command comes (the driver inactive), as the real valves do. The frame loop took the
+    older answer off its queue as the valves' setpoint and dropped the vent queued behind it,
+    so the leg stayed pressurised while /valve/applied said 0 kPa (the composed graph's
+    re-activation test, CI at load)."""
+    context = rclpy.Context()
+    rclpy.init(context=context)
+    try:
+        node, _, _ = _kept_node(context, mode='lockstep', lockstep_timeout=0.01)
+        node.publish_initial()
+
+        def applied(kpa):
+            node.on_applied(JointState(name=list(ACTUATORS), effort=list(kpa)))
+
+        applied([30.0, 20.0])  # the answer to the frame published last
+        node._lockstep_once()
+        assert node.sim.command.tolist() == [30.0, 20.0]
+        applied([33.0, 25.0])  # the next frame's answer ...
+        applied([0.0, 0.0])  # ... and the driver's vent on deactivate, before the next frame
+        for _ in range(5):  # no answer comes any more: each frame waits out its timeout
+            node._lockstep_once()
+            assert node.sim.command.tolist() == [0.0, 0.0]
+        assert node.lockstep_timeouts == 4
+        node.destroy_node()
+    finally:
+        rclpy.try_shutdown(context=context)

@@ -25,6 +25,8 @@ composed graph) may answer at once.
   safety layer) advances exactly one tick and then that frame's outputs are published. With no
   message for `lockstep_timeout` wall seconds (a dropped mocap frame broke the loop, or the
   controller is not up yet or has stopped) it advances anyway, holding the last pressures.
+  The valves' setpoint is always the newest /valve/applied, set when it arrives: a message
+  only paces the loop, so a vent that follows a frame's answer is never undone by it.
   real_time_factor > 0 caps the speed here too.
 
 Control surface (docs/interfaces.md, docs/simulation.md): ~/pause, ~/resume, ~/step (advances
@@ -39,7 +41,6 @@ import os
 import sys
 import threading
 import time
-from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
@@ -189,7 +190,7 @@ class SimNode(Node):
         # Re-entrant: a subscriber in this process may answer (on_applied) from inside a publish.
         self.lock = threading.RLock()
         self.cond = threading.Condition(self.lock)
-        self.queue: deque = deque(maxlen=1000)
+        self.answers = 0  # lockstep: /valve/applied messages not yet taken as a frame's answer
         self.in_process = False  # set by compose(): answers arrive during the frame's publishing
         self.frame = 0
         self.lockstep_timeouts = 0
@@ -280,7 +281,7 @@ class SimNode(Node):
             self.commands += 1
             problem = self.sim.set_command(list(msg.effort))
             if self.mode == 'lockstep':
-                self.queue.append(self.sim.command.copy())
+                self.answers += 1
                 self.cond.notify_all()
         if problem:
             self.get_logger().warning(
@@ -308,7 +309,7 @@ class SimNode(Node):
                 self.get_logger().warning(response.message)
                 return response
             self.mocap.clear_pending()
-            self.queue.clear()
+            self.answers = 0
             t = self.frame / self.rate
         response.success = True
         response.message = (
@@ -366,11 +367,11 @@ class SimNode(Node):
     def time_ns(self, frame: int) -> int:
         return int(round(frame * 1e9 / self.rate))
 
-    def tick(self, command=None) -> None:
-        """Advance one frame (optionally with a lockstep command) and publish its outputs."""
-        self.run_frames(1, command)
+    def tick(self) -> None:
+        """Advance one frame and publish its outputs."""
+        self.run_frames(1)
 
-    def run_frames(self, n: int, command=None) -> None:
+    def run_frames(self, n: int) -> None:
         """Advance n frames and publish their outputs: the physics of all n first (each frame's
         state kept), then their virtual mocap, then their messages. Each phase runs its own
         code n times in a row (MuJoCo's, the Python outputs', the middleware's): interleaved
@@ -378,8 +379,6 @@ class SimNode(Node):
         free-running node a quarter of its speed on a busy host (docs/benchmarks.md, issue 30)."""
         t0 = time.perf_counter()
         with self.lock:
-            if command is not None:
-                self.sim.command = command
             states = []
             for _ in range(n):
                 self.frame += 1
@@ -432,8 +431,8 @@ class SimNode(Node):
         # queued earlier (start-up vents, a late answer after a timeout) would otherwise keep the
         # loop permanently that many frames behind, varying from run to run.
         if self.mode == 'lockstep':
-            self.lockstep_discarded += len(self.queue)
-            self.queue.clear()
+            self.lockstep_discarded += self.answers
+            self.answers = 0
 
     def publish_initial(self) -> None:
         with self.lock:
@@ -560,17 +559,18 @@ class SimNode(Node):
         # In the composed graph the answer (if any) arrived while the frame was published.
         deadline = time.monotonic() + (0.0 if self.in_process else self.lockstep_timeout)
         with self.cond:
-            while not self.queue and not self._stop.is_set() and self.context.ok():
+            while not self.answers and not self._stop.is_set() and self.context.ok():
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     break
                 self.cond.wait(min(remaining, 0.1))
-            command = self.queue.popleft() if self.queue else None
-            if command is None:
+            if self.answers:
+                self.answers -= 1
+            else:
                 if self._stop.is_set() or not self.context.ok():
                     return
                 self.lockstep_timeouts += 1
-        self.tick(command)
+        self.tick()
 
     def _spin(self, executor) -> None:
         try:
