@@ -25,6 +25,7 @@ from equimus_description.config import ConfigError, param, validate_fields
 from equimus_description.interface import PRESSURE_LAYOUT, VALVE_ARMED, VALVE_COMMAND
 from equimus_description.valve import HARD_MAX_KPA
 from equimus_ros.arrays import float_array
+from equimus_ros.executors import timer_callback
 from equimus_ros.main import run_node
 from equimus_ros.params import bind
 from equimus_ros.qos import publisher, subscription
@@ -74,7 +75,7 @@ class PressurePlayer(Node):
         self.armed_at: float | None = None
         self.done = False
         subscription(self, Bool, VALVE_ARMED, self._on_armed)
-        self.create_timer(1.0 / cfg.rate, self._tick)
+        self.create_timer(1.0 / cfg.rate, timer_callback(self._tick))
         self.get_logger().info(
             f'{len(self.rows)} commands ({len(self.rows) / cfg.rate:.1f} s) from {cfg.file}; '
             'waiting for the valve driver to arm'

@@ -69,6 +69,7 @@ from equimus_hw.valve.driver_node import ValveDriver, vent_on_exit
 from equimus_record.recorder_node import Recorder, qos_dicts
 from equimus_ros.cdr import MessageEncoder
 from equimus_ros.diagnostics import Diagnostics, Level
+from equimus_ros.executors import timer_callback
 from equimus_ros.lifecycle import bring_up
 from equimus_ros.main import run_node
 from equimus_ros.params import bind
@@ -353,7 +354,7 @@ class SimGraph(Node):
         self.next_ref_ns: int | None = None
         # After the nodes' own /clock callbacks (their clocks): the reference sees the new time.
         self.bus.subscribe(CLOCK.name, self._on_clock)
-        self.create_timer(1.0, self._diag)
+        self.create_timer(1.0, timer_callback(self._diag))
         # While paused, /clock is sent again on DDS every PAUSED_CLOCK_PERIOD_S wall seconds (as
         # Gazebo does): a tool that subscribed after the last frame (DDS discovery takes longer
         # than a fast run) still learns the time. Not recorded, not delivered in the process.
@@ -363,7 +364,7 @@ class SimGraph(Node):
         self.clock_route.dds_period = self.cfg.outside_clock_period
         self.create_timer(
             PAUSED_CLOCK_PERIOD_S,
-            self._clock_while_paused,
+            timer_callback(self._clock_while_paused),
             clock=RosClock(clock_type=ClockType.STEADY_TIME),
         )
         self._wall0 = time.monotonic()

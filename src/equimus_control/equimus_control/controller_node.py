@@ -46,6 +46,7 @@ from equimus_description.leg import load_leg
 from equimus_description.statics import StaticParams
 from equimus_ros.arrays import float_array
 from equimus_ros.diagnostics import Diagnostics, Level
+from equimus_ros.executors import timer_callback
 from equimus_ros.main import run_node
 from equimus_ros.params import bind
 from equimus_ros.qos import publisher, subscription
@@ -155,8 +156,8 @@ class ControllerNode(Node):
         self.guard_clock = self.get_clock() if lockstep else self.steady
         self.lockstep = lockstep
         if not lockstep:
-            self.create_timer(STALE_CHECK_S, self._stale_check, clock=self.steady)
-        self.create_timer(DIAG_PERIOD_S, self._diag, clock=self.steady)
+            self.create_timer(STALE_CHECK_S, timer_callback(self._stale_check), clock=self.steady)
+        self.create_timer(DIAG_PERIOD_S, timer_callback(self._diag), clock=self.steady)
 
     # ----- parameters ------------------------------------------------------------------------
     def _apply_safety(self, cfg: SafetyConfig) -> None:

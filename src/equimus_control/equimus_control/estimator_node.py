@@ -27,6 +27,7 @@ from equimus_description.interface import (
 from equimus_description.leg import load_leg
 from equimus_description.motive import NAN_POSE, Pose
 from equimus_ros.diagnostics import Diagnostics, Level
+from equimus_ros.executors import timer_callback
 from equimus_ros.main import run_node
 from equimus_ros.params import bind
 from equimus_ros.qos import publisher, subscription
@@ -141,7 +142,7 @@ class EstimatorNode(Node):
         self.diagnostics = Diagnostics(self, DIAGNOSTICS, 'estimator: joint state', 'mocap')
         for b in self.bodies if subscribe else ():
             subscription(self, PoseStamped, mocap_pose(b), lambda m, b=b: self.on_pose(b, m))
-        self.create_timer(1.0, self._diag)
+        self.create_timer(1.0, timer_callback(self._diag))
 
     def _apply(self, cfg: EstimatorParams) -> None:
         """Runtime parameters: the estimator reads its config on every frame."""

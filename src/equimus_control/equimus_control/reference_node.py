@@ -27,6 +27,7 @@ from equimus_description.interface import (
 from equimus_description.valve import HARD_MAX_KPA
 from equimus_ros.arrays import table_array
 from equimus_ros.diagnostics import Diagnostics, Level
+from equimus_ros.executors import timer_callback
 from equimus_ros.main import run_node
 from equimus_ros.params import bind
 from equimus_ros.qos import publisher
@@ -197,8 +198,8 @@ class ReferenceNode(Node):
         self._preview_every = max(1, round(cfg.rate / cfg.preview_rate))
         self.diagnostics = Diagnostics(self, DIAGNOSTICS, 'reference')
         if paced:
-            self.create_timer(1.0 / cfg.rate, self.tick)
-        self.create_timer(1.0, self._diag)
+            self.create_timer(1.0 / cfg.rate, timer_callback(self.tick))
+        self.create_timer(1.0, timer_callback(self._diag))
 
     def _elapsed(self) -> float:
         t0 = self.t0_ns

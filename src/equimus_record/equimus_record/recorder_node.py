@@ -21,6 +21,7 @@ from equimus_description.config import param, validate_fields
 from equimus_description.interface import DIAGNOSTICS
 from equimus_record.bag import BagError, BagWriter
 from equimus_ros.diagnostics import Diagnostics, Level
+from equimus_ros.executors import timer_callback
 from equimus_ros.main import run_node
 from equimus_ros.params import bind
 
@@ -88,9 +89,9 @@ class Recorder(Node):
         self.subs = {}
         self.skipped = set()
         self.diagnostics = Diagnostics(self, DIAGNOSTICS, 'recorder', 'rosbag2')
-        self.create_timer(cfg.discovery_period, self.discover)
-        self.create_timer(1.0, self.publish_diagnostics)
-        self.create_timer(self.writer.flush_period, self._flush_if_due)
+        self.create_timer(cfg.discovery_period, timer_callback(self.discover))
+        self.create_timer(1.0, timer_callback(self.publish_diagnostics))
+        self.create_timer(self.writer.flush_period, timer_callback(self._flush_if_due))
         self.get_logger().info(f'recording every topic to {path}')
         self.discover()
 

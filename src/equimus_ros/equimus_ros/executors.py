@@ -17,6 +17,7 @@ or the timeout. `spin_until_shutdown` spins either executor that way.
 
 from __future__ import annotations
 
+import inspect
 import os
 from collections.abc import Callable
 
@@ -29,6 +30,27 @@ SPIN_ONCE_TIMEOUT_S = 0.1
 # Set to 0 to force rclpy's Python SingleThreadedExecutor (for comparison, or if the experimental
 # one misbehaves on some rclpy release).
 EVENTS_EXECUTOR_ENV = 'EQUIMUS_EVENTS_EXECUTOR'
+
+
+#: What rclpy's executors find on a `timer_callback`: no parameter, so no TimerInfo is passed.
+_NO_PARAMETERS = inspect.Signature()
+
+
+def timer_callback(callback: Callable[[], object]) -> Callable[[], None]:
+    """`callback` for `Node.create_timer`, its signature known in advance.
+
+    Both of rclpy 9's executors call `inspect.signature` on a timer's callback at every tick (to
+    pass a TimerInfo to a callback that asks for one): 8 µs of the GIL for a bound method back to
+    back, several times that run once every 8 ms, at each of the valve driver's 120 ticks a
+    second, while a frame of the fused control loop may be waiting for the GIL. A function
+    carrying `__signature__` is answered at once."""
+
+    def call() -> None:
+        callback()
+
+    call.__signature__ = _NO_PARAMETERS  # type: ignore[attr-defined]
+    call.__qualname__ = getattr(callback, '__qualname__', call.__qualname__)
+    return call
 
 
 def events_executor_available() -> bool:

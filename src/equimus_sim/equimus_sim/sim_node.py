@@ -67,7 +67,7 @@ from equimus_description.interface import (
 from equimus_description.motive import DEFAULT_UP_AXIS, motive_to_ros
 from equimus_ros.cdr import ClockWriter, JointStateWriter, PoseWriter, PressureStateWriter
 from equimus_ros.diagnostics import Diagnostics, Level
-from equimus_ros.executors import single_thread_executor, spin_until_shutdown
+from equimus_ros.executors import single_thread_executor, spin_until_shutdown, timer_callback
 from equimus_ros.main import is_shutting_down, run_node
 from equimus_ros.params import bind, refuse_value
 from equimus_ros.qos import publisher, subscription
@@ -221,7 +221,7 @@ class SimNode(Node):
         self.create_service(
             Trigger, '~/step', self._on_step, callback_group=MutuallyExclusiveCallbackGroup()
         )
-        self.create_timer(self.diag_period, self._publish_diagnostics)
+        self.create_timer(self.diag_period, timer_callback(self._publish_diagnostics))
         self._make_writers(raw=True)
         rtf = self.real_time_factor
         self.get_logger().info(

@@ -38,6 +38,7 @@ from std_msgs.msg import Float64MultiArray
 
 from equimus_description.interface import DIAGNOSTICS, PRESSURE_LAYOUT, VALVE_COMMAND
 from equimus_ros.arrays import float_array
+from equimus_ros.executors import timer_callback
 from equimus_ros.main import run_node
 from equimus_ros.qos import publisher
 
@@ -72,7 +73,7 @@ class SoakProbe(Node):
             Float64MultiArray, VALVE_COMMAND.name, self._on_command, LISTEN_QOS
         )
         self.create_subscription(DiagnosticArray, DIAGNOSTICS.name, self._on_diag, LISTEN_QOS)
-        self.create_timer(0.005, self._run_ops)
+        self.create_timer(0.005, timer_callback(self._run_ops))
 
     def _on_command(self, msg: Float64MultiArray, info: MessageInfo) -> None:
         self.commands.append(

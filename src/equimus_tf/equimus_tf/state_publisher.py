@@ -41,6 +41,7 @@ from equimus_description.interface import (
 from equimus_description.leg import load_leg
 from equimus_description.urdf import build_urdf, rest_positions
 from equimus_ros.cdr import TransformsWriter
+from equimus_ros.executors import timer_callback
 from equimus_ros.main import run_node
 from equimus_ros.params import bind
 from equimus_ros.qos import publisher, subscription
@@ -138,7 +139,9 @@ class StatePublisher(Node):
         if not self.get_parameter('use_sim_time').value:
             self._publish_rest()
             self._rest_timer = self.create_timer(
-                REST_PERIOD_S, self._publish_rest, clock=Clock(clock_type=ClockType.STEADY_TIME)
+                REST_PERIOD_S,
+                timer_callback(self._publish_rest),
+                clock=Clock(clock_type=ClockType.STEADY_TIME),
             )
         subscription(self, JointState, JOINT_STATES, self.on_joint_state)
         for body in bodies:

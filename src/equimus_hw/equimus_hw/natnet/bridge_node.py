@@ -44,6 +44,7 @@ from equimus_description.motive import (
     motive_to_ros,
 )
 from equimus_ros.diagnostics import Diagnostics, Level
+from equimus_ros.executors import timer_callback
 from equimus_ros.lifecycle import bring_up
 from equimus_ros.main import run_node
 from equimus_ros.params import bind
@@ -184,7 +185,7 @@ class NatNetBridge(LifecycleNode):
         self._prev = (0, 0, 0)
         self._prev_more = (0, 0, 0)
         self._reject_log_t = 0.0
-        self.create_timer(0.1, self._diagnostics)
+        self.create_timer(0.1, timer_callback(self._diagnostics))
         mode = f'multicast {self.group}:{self.data_port}' if self.multicast else 'unicast'
         self.get_logger().info(
             f'NatNet bridge: server {self.server_address}:{self.command_port}, {mode}, '

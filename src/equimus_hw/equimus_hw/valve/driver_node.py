@@ -79,6 +79,7 @@ from equimus_description.interface import (
 from equimus_description.leg import load_leg
 from equimus_ros.arrays import pressure_state
 from equimus_ros.diagnostics import Diagnostics, Level
+from equimus_ros.executors import timer_callback
 from equimus_ros.lifecycle import bring_up
 from equimus_ros.main import run_node
 from equimus_ros.params import bind
@@ -232,10 +233,16 @@ class ValveDriver(LifecycleNode):
         steady = Clock(clock_type=ClockType.STEADY_TIME)
         if self.subscribed:
             self._sub = subscription(self, Float64MultiArray, VALVE_COMMAND, self._on_topic_command)
-        self._timers.append(self.create_timer(0.2, self._count_commanders, clock=steady))
+        self._timers.append(
+            self.create_timer(0.2, timer_callback(self._count_commanders), clock=steady)
+        )
         if not self.lockstep:
-            self._timers.append(self.create_timer(1.0 / p.rate_hz, self._tick, clock=steady))
-        self._timers.append(self.create_timer(1.0, self._publish_diagnostics, clock=steady))
+            self._timers.append(
+                self.create_timer(1.0 / p.rate_hz, timer_callback(self._tick), clock=steady)
+            )
+        self._timers.append(
+            self.create_timer(1.0, timer_callback(self._publish_diagnostics), clock=steady)
+        )
         self.get_logger().info(
             f'configured: board {p.board}'
             + ('' if self.simulated else f' on {p.port}')
@@ -500,11 +507,20 @@ class ValveDriver(LifecycleNode):
         sim time), in place of the steady-clock timer."""
         self._tick()
 
-    @_serialised
     def _tick(self) -> None:
+        """The tick; its read-back is published after the driver's lock is let go, so a frame
+        of the fused control loop that arrives meanwhile waits for the safety filter's step, not
+        for a publication (the only thread that publishes /valve/pressure is this one)."""
+        msg = self._tick_locked()
+        if msg is not None and self.pub_pressure is not None and self.context.ok():
+            self.pub_pressure.publish(msg)
+
+    @_serialised
+    def _tick_locked(self):
+        """The safety filter's step and its output; the read-back to publish, if a new one came."""
         board = self.board
         if board is None:
-            return
+            return None
         now = self._now()
         self._check_reconnect(now)
         # The simulated board: the slew advances with the commands only (in sim time), so a tick
@@ -516,7 +532,8 @@ class ValveDriver(LifecycleNode):
         ):
             self._send(out, now)
         if not self.context.ok():
-            return
+            return None
+        msg = None
         if (
             self.pub_pressure is not None
             and board.measured_count != self._measured_count
@@ -530,7 +547,6 @@ class ValveDriver(LifecycleNode):
             ns = stamp.sec * 1_000_000_000 + stamp.nanosec
             ns = self._pressure_stamp_ns = ordered_stamp_ns(ns, self._pressure_stamp_ns)
             stamp.sec, stamp.nanosec = divmod(ns, 1_000_000_000)
-            self.pub_pressure.publish(msg)
         key = (
             board.state,
             self.safety.armed,
@@ -541,6 +557,7 @@ class ValveDriver(LifecycleNode):
         if key != self._diag_key:
             self._report_armed()
             self._publish_diagnostics()
+        return msg
 
     def _codes(self, kpa: Sequence[float]) -> list[int]:
         """Each channel's DAC code for its pressure, through that channel's calibration."""
