@@ -28,6 +28,9 @@ Modes (parameters of natnet_bridge and control_loop; docs/interfaces.md):
 - rt_tuned: rt, and the receive thread at SCHED_FIFO 55 polling the last 2 ms before each
   expected frame, memory locked and pre-faulted (mlockall), the garbage collector run after
   each write, SO_BUSY_POLL 50 us;
+- default_tuned: rt_tuned's settings without any real-time priority (normal scheduling): the
+  receive thread polling the last 2 ms before each expected frame, SO_BUSY_POLL 50 us, memory
+  locked, the collector run after each write;
 - default_gil100: default, with the loop process's GIL switch interval 100 us instead of every
   node process's 500 us (control_loop gil_switch_interval_us);
 - default_python_executor: default, with the loop's nodes on rclpy's Python executor
@@ -87,6 +90,10 @@ MODES: dict[str, tuple[dict[str, dict[str, object]], dict[str, str]]] = {
     'rt_mlock': ({'control_loop': {'lock_memory': True}}, {'rt_priority': str(RT_PRIORITY)}),
     'rt_gc': ({'control_loop': {'gc_after_write': True}}, {'rt_priority': str(RT_PRIORITY)}),
     'rt_tuned': (TUNED, {'rt_priority': str(RT_PRIORITY)}),
+    'default_tuned': (
+        {**TUNED, 'natnet_bridge': {**TUNED['natnet_bridge'], 'receive_priority': 0}},
+        {},
+    ),
     'default_gil100': ({'control_loop': {'gil_switch_interval_us': 100.0}}, {}),
     'default_python_executor': ({}, {}),
 }

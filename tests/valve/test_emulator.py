@@ -111,6 +111,40 @@ def test_board_watchdog_vents_without_set(new_board, tmp_path):
         host.close()
 
 
+def test_a_starved_emulator_reads_the_set_that_came_before_its_watchdog_check(tmp_path):
+    """The emulator's loop starved for 300 ms right after its wait (a loaded test process), a
+    SET frame arriving meanwhile: the watchdog check at the end of the starvation sees that
+    frame, as a firmware drains its UART before its check, and does not vent (the old loop read
+    the clock after the read and tripped: a suite-only failure of
+    test_signal_vents_before_port_closes). The starvation is the board's clock jumping while the
+    frame is written, at the clock reading that ends the wait."""
+    host: Host | None = None
+    starve = {'armed': False, 'offset': 0.0}
+
+    def clock() -> float:
+        if starve['armed'] and host is not None:
+            starve['armed'] = False
+            host.send(P.Set(2, (120, 220)))
+            time.sleep(0.05)  # the pty hands the bytes to the master side asynchronously
+            starve['offset'] += 0.3
+        return time.monotonic() + starve['offset']
+
+    emu = make_emulator(tmp_path, watchdog_ms=200, clock=clock)
+    host = Host(emu.link)
+    try:
+        host.send(P.Set(1, (100, 200)))
+        assert host.replies()[0].applied == (100, 200)
+        starve['armed'] = True
+        assert wait_for(lambda: not starve['armed'], 2.0)
+        (ack,) = host.replies(timeout=2.0)
+        assert isinstance(ack, P.Ack) and ack.seq == 2 and ack.applied == (120, 220), ack
+        assert emu.watchdog_trips == 0
+        assert emu.codes == [120, 220]
+    finally:
+        host.close()
+        emu.close()
+
+
 def test_unplugging_is_logged_after_the_last_frame_the_board_took(new_board, tmp_path):
     """The board logs losing power itself, under its lock: a frame it handled as the cable was
     pulled comes first, so the soak's timeline does not read that frame's code as standing until
