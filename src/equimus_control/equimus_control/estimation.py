@@ -72,13 +72,20 @@ def _dot(a: Vec3, b: Vec3) -> float:
 
 
 def _rotate(q, v: Vec3, inverse: bool = False) -> Vec3:
-    """v rotated by the unit quaternion q = (x, y, z, w) (or by its inverse)."""
-    u = (-q[0], -q[1], -q[2]) if inverse else (q[0], q[1], q[2])
-    t = _cross(u, v)
-    t = (2 * t[0], 2 * t[1], 2 * t[2])
-    c = _cross(u, t)
+    """v rotated by the unit quaternion q = (x, y, z, w) (or by its inverse): v + 2w(u×v) +
+    u×(2u×v), the cross products written out (four rotations every frame)."""
+    if inverse:
+        ux, uy, uz = -q[0], -q[1], -q[2]
+    else:
+        ux, uy, uz = q[0], q[1], q[2]
+    vx, vy, vz = v
+    tx, ty, tz = 2 * (uy * vz - uz * vy), 2 * (uz * vx - ux * vz), 2 * (ux * vy - uy * vx)
     w = q[3]
-    return (v[0] + w * t[0] + c[0], v[1] + w * t[1] + c[1], v[2] + w * t[2] + c[2])
+    return (
+        vx + w * tx + (uy * tz - uz * ty),
+        vy + w * ty + (uz * tx - ux * tz),
+        vz + w * tz + (ux * ty - uy * tx),
+    )
 
 
 def _normalized(a) -> Vec3:

@@ -60,6 +60,11 @@ def box_lsq(A: np.ndarray, b: np.ndarray, lo: np.ndarray, hi: np.ndarray):
     return np.array(best), np.array(sat)
 
 
+#: Each variable free (0), at its lower (1) or upper (2) bound, in itertools.product's order,
+#: both free left out (the unconstrained optimum is tried first): the order decides ties.
+_BOX_PATTERNS = tuple(p for p in itertools.product((0, 1, 2), repeat=2) if p != (0, 0))
+
+
 def box_lsq_floats(A, b, lo_f, hi_f) -> tuple[list[float], list[bool]]:
     """`box_lsq` on plain floats: A ((a00, a01), (a10, a11)), b, lo, hi pairs."""
     (a00, a01), (a10, a11) = A
@@ -72,21 +77,19 @@ def box_lsq_floats(A, b, lo_f, hi_f) -> tuple[list[float], list[bool]]:
             return [x[0], x[1]], [False, False]
     best: list[float] | None = None
     best_cost = math.inf
-    for pattern in itertools.product((0, 1, 2), repeat=2):  # 0 free, 1 at lo, 2 at hi
-        xb = [lo_f[i] if pattern[i] == 1 else hi_f[i] for i in range(2)]
-        free = [i for i in range(2) if pattern[i] == 0]
-        if len(free) == 2:
-            continue  # the unconstrained optimum was handled above
-        if free:
-            i, j = free[0], 1 - free[0]
-            a, c = cols[i], cols[j]
+    for i_mode, j_mode in _BOX_PATTERNS:
+        xb = [lo_f[0] if i_mode == 1 else hi_f[0], lo_f[1] if j_mode == 1 else hi_f[1]]
+        free = 0 if i_mode == 0 else 1 if j_mode == 0 else -1
+        if free >= 0:
+            j = 1 - free
+            a, c = cols[free], cols[j]
             den = a[0] * a[0] + a[1] * a[1]
             if den <= 0:
                 continue
             xi = (a[0] * (b0 - c[0] * xb[j]) + a[1] * (b1 - c[1] * xb[j])) / den
-            if xi < lo_f[i] - 1e-12 or xi > hi_f[i] + 1e-12:
+            if xi < lo_f[free] - 1e-12 or xi > hi_f[free] + 1e-12:
                 continue
-            xb[i] = xi
+            xb[free] = xi
         r0 = a00 * xb[0] + a01 * xb[1] - b0
         r1 = a10 * xb[0] + a11 * xb[1] - b1
         cost = r0 * r0 + r1 * r1

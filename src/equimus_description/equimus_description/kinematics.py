@@ -135,16 +135,22 @@ def actuation_lengths_jacobian(
     q, g: PlanarGeometry = PlanarGeometry()
 ) -> tuple[tuple[float, float], tuple[float, float], tuple[float, float]]:
     """(l, J_A rows) of `actuation_derivatives` in plain floats, without the second derivatives
-    (the controller's per-cycle need)."""
-    bases = ((g.d1, 0.0), (-g.d2, 0.0))
-    out: list = []
-    for a, (pt, dp, _) in enumerate(_anchor_derivatives(q, g)):
-        r0, r1 = pt[0] - bases[a][0], pt[1] - bases[a][1]
-        la = math.hypot(r0, r1)
-        out.append(
-            (la, ((r0 * dp[0][0] + r1 * dp[0][1]) / la, (r0 * dp[1][0] + r1 * dp[1][1]) / la))
-        )
-    (l0, J0), (l1, J1) = out
+    (the controller's per-cycle need, twice a cycle): `_anchor_derivatives`' first derivatives
+    written out, the same operations in the same order, so the same bits."""
+    t1, t2 = float(q[0]), float(q[1])
+    c1, s1 = math.cos(t1 - g.beta1), math.sin(t1 - g.beta1)
+    ck, sk = math.cos(t1), math.sin(t1)
+    c2, s2 = math.cos(t1 + t2 + g.beta2), math.sin(t1 + t2 + g.beta2)
+    b1, a1, b2 = g.b1, g.a1, g.b2
+    # MAA: anchor C on the thigh (moves with θ1 only), base anchor (d1, 0)
+    r0, r1 = b1 * c1 - g.d1, b1 * s1 - 0.0
+    l0 = math.hypot(r0, r1)
+    J0 = ((r0 * (-b1 * s1) + r1 * (b1 * c1)) / l0, (r0 * 0.0 + r1 * 0.0) / l0)
+    # BAA: anchor D on the calf, base anchor (−d2, 0)
+    d20, d21 = -b2 * s2, b2 * c2
+    r0, r1 = (a1 * ck + b2 * c2) - -g.d2, (a1 * sk + b2 * s2) - 0.0
+    l1 = math.hypot(r0, r1)
+    J1 = ((r0 * (-a1 * sk + d20) + r1 * (a1 * ck + d21)) / l1, (r0 * d20 + r1 * d21) / l1)
     return (l0, l1), J0, J1
 
 

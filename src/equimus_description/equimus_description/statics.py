@@ -108,10 +108,16 @@ def _up(phi):
 
 
 def gravity_generalized(q, p: StaticParams):
-    """(y-weighted height U, ∂U/∂θ) where U = Σ m_i y_i; gravity torque is +g ∂U/∂θ.
+    """(y-weighted height U, ∂U/∂θ) where U = Σ m_i y_i; gravity torque is +g ∂U/∂θ."""
+    U, dU1, dU2 = _gravity_floats(q, p)
+    return U, np.array([dU1, dU2])
+
+
+def _gravity_floats(q, p: StaticParams) -> tuple[float, float, float]:
+    """`gravity_generalized` as (U, ∂U/∂θ1, ∂U/∂θ2) plain floats (every control cycle).
 
     Only y components are needed: with u(φ) = (cos φ, sin φ) and u⊥(φ) = (−sin φ, cos φ),
-    y of u is sin φ and y of u⊥ is cos φ (plain floats: this runs every control cycle)."""
+    y of u is sin φ and y of u⊥ is cos φ."""
     g = p.geometry
     t1, t2 = float(q[0]), float(q[1])
     a12 = t1 + t2
@@ -129,7 +135,7 @@ def gravity_generalized(q, p: StaticParams):
     U = p.m_thigh * y_thigh + p.m_calf * (y_knee + y_cc) + ma * y_C + mb * (y_knee + y_Dc)
     dU1 = p.m_thigh * dy_thigh + p.m_calf * (dy_knee + dy_cc) + ma * dy_C + mb * (dy_knee + dy_Dc)
     dU2 = p.m_calf * dy_cc + mb * dy_Dc
-    return U, np.array([dU1, dU2])
+    return U, dU1, dU2
 
 
 def potential(q, pressures_kpa, p: StaticParams) -> float:
@@ -168,9 +174,9 @@ def holding_forces_floats(q, p: StaticParams) -> tuple[float, float]:
 def _holding(q, p: StaticParams) -> tuple[tuple[float, float], tuple[float, float]]:
     """(holding forces, actuator lengths) in plain floats."""
     lengths, (j00, j01), (j10, j11) = actuation_lengths_jacobian(q, p.geometry)
-    _, dU = gravity_generalized(q, p)
+    _, dU1, dU2 = _gravity_floats(q, p)
     # J_Aᵀ x = g dU, J_Aᵀ = [[j00, j10], [j01, j11]]
-    b0, b1 = p.g * float(dU[0]), p.g * float(dU[1])
+    b0, b1 = p.g * dU1, p.g * dU2
     det = j00 * j11 - j10 * j01
     x0 = (b0 * j11 - j10 * b1) / det
     x1 = (j00 * b1 - j01 * b0) / det

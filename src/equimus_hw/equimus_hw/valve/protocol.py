@@ -88,22 +88,17 @@ def crc16_ccitt(data: bytes, crc: int = 0xFFFF) -> int:
 
 
 def cobs_encode(data: bytes) -> bytes:
-    """Consistent Overhead Byte Stuffing: the output contains no 0x00 byte."""
+    """Consistent Overhead Byte Stuffing: the output contains no 0x00 byte. Each run between
+    zero bytes is one block (its length + 1, then the run), a run of 254 non-zero bytes a full
+    block (0xFF) that no zero follows; by runs, not bytes: this runs on every frame sent."""
     out = bytearray()
-    block = bytearray()
-    for b in data:
-        if b == 0:
-            out.append(len(block) + 1)
-            out += block
-            block.clear()
-        else:
-            block.append(b)
-            if len(block) == 254:
-                out.append(255)
-                out += block
-                block.clear()
-    out.append(len(block) + 1)
-    out += block
+    for run in bytes(data).split(b'\x00'):
+        while len(run) >= 254:
+            out.append(255)
+            out += run[:254]
+            run = run[254:]
+        out.append(len(run) + 1)
+        out += run
     return bytes(out)
 
 
