@@ -3,6 +3,7 @@ where this rclpy has it (unless EQUIMUS_EVENTS_EXECUTOR=0), and either executor 
 timer and delivers a subscription as the graph needs (spin_once from a thread of its own), and
 spin_until_shutdown spins either without polling."""
 
+import inspect
 import threading
 import time
 
@@ -14,6 +15,7 @@ from equimus_ros.executors import (
     events_executor_available,
     single_thread_executor,
     spin_until_shutdown,
+    timer_callback,
 )
 
 
@@ -87,3 +89,45 @@ def test_spin_until_shutdown_sleeps_between_events_and_stops(ros_node, monkeypat
     assert not spinner.is_alive(), 'spin_until_shutdown did not return after stop()'
     assert len(ticks) >= 50, len(ticks)  # 100 Hz for 1.5 s, on a loaded machine
     assert used and used[0] < 0.5, f'the spinning thread used {used[0]:.0%} of a core'
+
+
+@pytest.mark.parametrize('env', ['1', '0'])
+def test_a_timer_callback_ticks_and_its_signature_is_not_worked_out_each_time(
+    ros_node, monkeypatch, env
+):
+    """Both executors ask inspect.signature of a timer's callback at every tick: a
+    timer_callback answers with the signature it carries (no parameter, so no TimerInfo), the
+    same object each time, and the bound method behind it is called with no argument."""
+    monkeypatch.setenv(EVENTS_EXECUTOR_ENV, env)
+
+    class Ticker:
+        def __init__(self) -> None:
+            self.ticks = 0
+
+        def tick(self) -> None:
+            self.ticks += 1
+
+    ticker = Ticker()
+    callback = timer_callback(ticker.tick)
+    assert inspect.signature(callback) is inspect.signature(callback)
+    assert not inspect.signature(callback).parameters
+    asked = []
+    real_signature = inspect.signature
+
+    def counting(obj, *args, **kwargs):
+        asked.append(obj)
+        return real_signature(obj, *args, **kwargs)
+
+    monkeypatch.setattr(inspect, 'signature', counting)
+    executor = single_thread_executor()
+    ros_node.create_timer(0.01, callback)
+    executor.add_node(ros_node)
+    try:
+        end = time.monotonic() + 10.0
+        while time.monotonic() < end and ticker.ticks < 10:
+            executor.spin_once(timeout_sec=0.05)
+    finally:
+        executor.remove_node(ros_node)
+        executor.shutdown()
+    assert ticker.ticks >= 10, ticker.ticks
+    assert asked and all(obj is callback for obj in asked), asked[:3]
