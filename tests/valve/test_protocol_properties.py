@@ -24,6 +24,21 @@ def test_cobs_decode_raises_only_protocol_error(data):
 
 
 @SETTINGS
+@given(
+    st.lists(
+        st.one_of(st.just(b'\x00'), st.binary(min_size=250, max_size=260), st.binary(max_size=8)),
+        max_size=6,
+    ).map(b''.join)
+)
+def test_cobs_encoding_has_no_zero_and_decodes_back(data):
+    """Any bytes, with zero runs and non-zero runs around the 254-byte block length (where an
+    encoder by runs has to split): no zero on the wire, and the decoder gives them back."""
+    enc = P.cobs_encode(data)
+    assert 0 not in enc
+    assert P.cobs_decode(enc) == data
+
+
+@SETTINGS
 @given(st.binary(max_size=100))
 def test_decode_payload_raises_only_protocol_error(frame):
     try:
