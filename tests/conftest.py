@@ -40,13 +40,15 @@ os.environ['ROS_AUTOMATIC_DISCOVERY_RANGE'] = 'LOCALHOST'
 # port left a zero-size /dev/shm/fastdds_port<N>; the next participant given port N waited for
 # it forever inside Fast DDS (a loaded run hung 8 min in rclpy.init, where pytest's timeout
 # cannot reach). Every process of the session, and each one it starts, inherits this. (Not in
-# the lower-bounds check's venv: no ROS there, and no equimus_bringup.)
+# the lower-bounds check's venv: no ROS there, and no equimus_bringup.) The same for the graphs'
+# one BLAS thread a process: the test workers and every process they start run like a graph's.
 try:
-    from equimus_bringup.graph import graph_environment
+    from equimus_bringup.graph import graph_environment, thread_environment
 except ImportError:
     pass
 else:
     os.environ.update(graph_environment('sim'))
+    os.environ.update(thread_environment())
 
 
 def _drop_dead_shm_ports(older_than_s: float = 60.0) -> None:

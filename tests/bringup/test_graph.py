@@ -5,12 +5,14 @@ from pathlib import Path
 import pytest
 
 from equimus_bringup.graph import (
+    BLAS_THREAD_ENVS,
     CONTROL_PATH,
     FUSED_NODES,
     describe_graph,
     realtime_problem,
     resolve_args,
     ros_arguments,
+    thread_environment,
 )
 
 SHARED_NODES = {'estimator', 'controller', 'reference'}
@@ -170,6 +172,33 @@ def test_rt_priority_applies_to_the_control_path_only():
     for bad in ('-1', '99', 'high'):
         with pytest.raises(ValueError, match='rt_priority'):
             describe_graph('sim', {'rt_priority': bad})
+
+
+def test_graph_processes_run_one_blas_thread_unless_the_user_chose(monkeypatch):
+    """Every process of every graph gets OPENBLAS_NUM_THREADS=1, and in such a process numpy's
+    and scipy's OpenBLAS start no thread of their own; a user's choice is left alone."""
+    import os
+    import subprocess
+    import sys
+
+    for k in BLAS_THREAD_ENVS:
+        monkeypatch.delenv(k, raising=False)
+    for mode, extra in (('sim', SPLIT), ('sim', {}), ('hardware', {'fused_loop': 'true'})):
+        specs = describe_graph(mode, dict(extra, record='true', bag='b'))
+        assert all(s.env.get('OPENBLAS_NUM_THREADS') == '1' for s in specs), names(specs)
+    assert thread_environment({'OMP_NUM_THREADS': '2'}) == {}
+    assert thread_environment({'OPENBLAS_NUM_THREADS': '4'}) == {}
+    code = 'import os, numpy, scipy.linalg; print(len(os.listdir("/proc/self/task")))'
+
+    def threads(extra: dict[str, str]) -> int:
+        env = {**os.environ, **extra}
+        out = subprocess.run([sys.executable, '-c', code], env=env, capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr
+        return int(out.stdout)
+
+    assert threads(describe_graph('hardware')[0].env) == 1
+    if (os.cpu_count() or 1) > 1:  # the variable is what makes the difference
+        assert threads({}) > 1
 
 
 def test_supervised_nodes_really_run_sched_fifo(tmp_path):
