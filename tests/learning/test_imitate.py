@@ -6,6 +6,8 @@ import json
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from equimus_control.controller import Estimate, Preview, Reference
 from equimus_control.policy import (
@@ -19,8 +21,10 @@ from equimus_control.policy import (
     mlp_arrays,
     mlp_from_arrays,
 )
+from equimus_control.reference import PREVIEW_S, preview_samples
 from equimus_description.leg import load_leg
 from equimus_description.statics import StaticParams
+from equimus_learning.env import EpisodeReference
 
 IO = PolicyIO(PREVIEW_LAYOUT, min_regulated_kpa=6.0)
 PARAMS = StaticParams.from_leg(load_leg())
@@ -53,6 +57,27 @@ def test_the_policy_sees_the_reference_preview_ahead(block):
         Estimate(q, np.zeros(2), 3.0), Reference(q_future[0], np.zeros(2)), 1 / 120, 50
     )
     assert np.allclose(flat.info['action'], q_future[0] - q)
+
+
+@given(
+    move=st.floats(0.3, 0.8),
+    hold=st.floats(0.4, 1.5),
+    loop=st.booleans(),
+    t0=st.floats(0.0, 10.0),
+    t=st.floats(0.0, 20.0),
+    seed=st.integers(0, 2**16),
+)
+@settings(max_examples=100, deadline=None)
+def test_an_episodes_preview_is_its_reference_bit_for_bit(move, hold, loop, t0, t, seed):
+    """The preview an episode's expert and learner see, taken in one pass, is what calling the
+    episode's reference at each of its times gives, to the last bit."""
+    poses = np.random.default_rng(seed).uniform(0.2, 1.8, (4, 2))
+    ref = EpisodeReference(poses, move, hold, loop, t0)
+    times, q, qd = preview_samples(ref, t, PREVIEW_S, 1.0 / 120.0)
+    for i, x in enumerate(times):
+        a, b = ref(float(x))
+        np.testing.assert_array_equal(q[i], a)
+        np.testing.assert_array_equal(qd[i], b)
 
 
 def test_a_layout_with_preview_needs_the_future_and_keeps_its_settings_in_the_file():

@@ -136,8 +136,9 @@ def preview_samples(
     """The trajectory's next `horizon` s from `t` as its publisher sends it (times, angles,
     velocities; `spacing` s apart, the first at `t`, at least two samples)."""
     times = t + spacing * np.arange(max(2, int(math.ceil(horizon / spacing - 1e-9)) + 1))
-    if isinstance(trajectory, Waypoints):
-        q, qd = trajectory.samples(times)
+    sampled = getattr(trajectory, 'samples', None)  # all at once, as calling it at each time
+    if sampled is not None:
+        q, qd = sampled(times)
         return times, q, qd
     samples = [trajectory(float(x)) for x in times]
     q = np.array([np.asarray(a, float) for a, _ in samples])

@@ -133,6 +133,11 @@ class EpisodeReference:
         """(q_ref, qd_ref) at episode time t."""
         return self._wp(t + self.t0)  # type: ignore[attr-defined]
 
+    def samples(self, times: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """What calling it at each of `times` gives, bit for bit, in one pass (the preview's
+        28 samples a frame took a tenth of a teaching episode one call at a time)."""
+        return self._wp.samples(np.asarray(times, float) + self.t0)  # type: ignore[attr-defined]
+
     @property
     def start(self) -> np.ndarray:
         """The pose the leg starts settled at."""
