@@ -654,7 +654,7 @@ BLAS_THREAD_ENVS = ('OPENBLAS_NUM_THREADS', 'OMP_NUM_THREADS')
 
 def thread_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """One BLAS thread per graph process: 0.06-0.2 CPU s less at every start, no idle thread
-    pools beside the control path (docs/benchmarks.md, "The suite's CPU by process")."""
+    pools beside the control path (docs/benchmarks.md, "The suite, 2026-12-05, later")."""
     environ = os.environ if environ is None else environ
     return {} if any(k in environ for k in BLAS_THREAD_ENVS) else {BLAS_THREAD_ENVS[0]: '1'}
 
