@@ -25,7 +25,7 @@ bench: setup  ## every benchmark; writes docs/benchmarks.md
 	@$(ENV) && python benchmarks/run_all.py
 
 POLICY_OUT ?= out/policy
-policy: setup  ## train the shipped tracking policy (config/policy_track.npz): DAgger from the LTV MPC, about 9 min on 2 cores
+policy: setup  ## train the shipped tracking policy (config/policy_track.npz): DAgger from the LTV MPC, about 6 min on 2 cores
 	@$(ENV) && python -m equimus_learning.cli train --algo dagger --iterations 10 --episodes 16 \
 	  --randomize config/leg_fit.yaml --minutes 30 --out $(POLICY_OUT)
 	@echo "ship it: cp $(POLICY_OUT)/policy.npz config/policy_track.npz"
