@@ -90,9 +90,9 @@ def main(argv: list[str] | None = None) -> int:
     walls = sum(r[2] for r in rows.values())
     n = int(sum(r[3] for r in rows.values()))
     cores = os.cpu_count() or 1
-    print(f'\n{n} tests in {wall:.1f} s wall; the command used {cpu:.1f} CPU s ')
     print(
-        f'({100 * cpu / (wall * cores):.0f} % of {cores} cores); the tests {own + children:.1f} '
+        f'\n{n} tests in {wall:.1f} s wall; the command used {cpu:.1f} CPU s '
+        f'({100 * cpu / (wall * cores):.0f} % of {cores} cores);\nthe tests {own + children:.1f} '
         f'CPU s (their workers {own:.1f}, the processes they waited for {children:.1f}); their '
         f'wall times add up to {walls:.1f} s'
     )
