@@ -45,6 +45,7 @@ from equimus_description.interface import (
 from equimus_description.leg import load_leg
 from equimus_description.statics import StaticParams
 from equimus_ros.arrays import float_array
+from equimus_ros.clocks import now_ns
 from equimus_ros.diagnostics import Diagnostics, Level
 from equimus_ros.executors import timer_callback
 from equimus_ros.main import run_node
@@ -174,7 +175,7 @@ class ControllerNode(Node):
         """s on the guard's clock; off lockstep read as time.monotonic(), the same
         CLOCK_MONOTONIC as rcl's steady clock without a Time object every cycle."""
         if self.lockstep:
-            return self.guard_clock.now().nanoseconds * 1e-9
+            return now_ns(self.guard_clock) * 1e-9
         return time.monotonic()
 
     def _on_ref(self, msg: JointState) -> None:

@@ -26,6 +26,7 @@ from equimus_description.interface import (
 )
 from equimus_description.leg import load_leg
 from equimus_description.motive import NAN_POSE, Pose
+from equimus_ros.clocks import now_ns
 from equimus_ros.diagnostics import Diagnostics, Level
 from equimus_ros.executors import timer_callback
 from equimus_ros.main import run_node
@@ -181,7 +182,7 @@ class EstimatorNode(Node):
         if self.downstream is not None:  # before the message is built and the books kept
             self.downstream(ns, position, velocity)
         self.frames += 1
-        self.last_frame_at = self.get_clock().now().nanoseconds * 1e-9
+        self.last_frame_at = now_ns(self.get_clock()) * 1e-9
         self.counts[e.status] += 1
         out = JointState()
         out.header.stamp.sec, out.header.stamp.nanosec = divmod(ns, 1_000_000_000)

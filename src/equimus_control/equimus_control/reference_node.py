@@ -26,6 +26,7 @@ from equimus_description.interface import (
 )
 from equimus_description.valve import HARD_MAX_KPA
 from equimus_ros.arrays import table_array
+from equimus_ros.clocks import now_ns
 from equimus_ros.diagnostics import Diagnostics, Level
 from equimus_ros.executors import timer_callback
 from equimus_ros.main import run_node
@@ -233,19 +234,19 @@ class ReferenceNode(Node):
         )
 
     def tick(self):
-        now_ns = self.get_clock().now().nanoseconds
+        now = now_ns(self.get_clock())
         if self.t0_ns is None:
-            self.t0_ns = now_ns
-        t = (now_ns - self.t0_ns) * 1e-9  # ints: rclpy's Time arithmetic costs more than a sample
+            self.t0_ns = now
+        t = (now - self.t0_ns) * 1e-9  # ints: rclpy's Time arithmetic costs more than a sample
         q, qd = self.traj(t)
         # One message, its numbers updated (publish serialises at once; nothing keeps it).
         m = self._msg
-        m.header.stamp.sec, m.header.stamp.nanosec = divmod(now_ns, 1_000_000_000)
+        m.header.stamp.sec, m.header.stamp.nanosec = divmod(now, 1_000_000_000)
         m.position = [float(v) for v in q]
         m.velocity = [float(v) for v in qd]
         self.pub.publish(m)
         if self.params.config.preview > 0.0 and self.count % self._preview_every == 0:
-            self._publish_preview(t, now_ns * 1e-9)
+            self._publish_preview(t, now * 1e-9)
         self.count += 1
 
     def _publish_preview(self, t: float, stamp: float) -> None:

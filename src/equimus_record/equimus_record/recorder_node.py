@@ -20,6 +20,7 @@ from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from equimus_description.config import param, validate_fields
 from equimus_description.interface import DIAGNOSTICS
 from equimus_record.bag import BagError, BagWriter
+from equimus_ros.clocks import now_ns
 from equimus_ros.diagnostics import Diagnostics, Level
 from equimus_ros.executors import timer_callback
 from equimus_ros.main import run_node
@@ -136,7 +137,7 @@ class Recorder(Node):
         if self.error:
             return
         try:
-            self.writer.write(topic, self.get_clock().now().nanoseconds, data)
+            self.writer.write(topic, now_ns(self.get_clock()), data)
         except OSError as exc:
             self.stop_recording(exc)
 

@@ -60,9 +60,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from rclpy.clock import Clock, ClockType
-from rclpy.duration import Duration
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
-from rclpy.time import Time
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Bool, Float64MultiArray
 from std_srvs.srv import Trigger
@@ -78,6 +76,7 @@ from equimus_description.interface import (
 )
 from equimus_description.leg import load_leg
 from equimus_ros.arrays import pressure_state
+from equimus_ros.clocks import now_ns, stamp_msg
 from equimus_ros.diagnostics import Diagnostics, Level
 from equimus_ros.executors import timer_callback
 from equimus_ros.lifecycle import bring_up
@@ -190,7 +189,7 @@ class ValveDriver(LifecycleNode):
         self._last_sent: list[int] | None = None
         self._last_send_t = 0.0
         self._slew_t: float | None = None
-        self._slew_stamp: Time | None = None
+        self._slew_stamp_ns: int | None = None
         self._generation = 0
         self._measured_count = 0
         self._pressure_stamp_ns = 0  # the last /valve/pressure stamp (ns)
@@ -390,17 +389,17 @@ class ValveDriver(LifecycleNode):
         """s: the time of the safety decisions: sim time (the node clock) in lockstep, else the
         steady clock."""
         if self.lockstep:
-            return self.get_clock().now().nanoseconds * 1e-9
+            return now_ns(self.get_clock()) * 1e-9
         return time.monotonic()
 
     def _slew_elapsed(self) -> float:
         """Time for the slew limit with the simulated board: the node clock (sim time). The
         reading also stamps the /valve/applied message of this step (`_send`)."""
-        clock = self.get_clock().now()
-        t = clock.nanoseconds * 1e-9
+        ns = now_ns(self.get_clock())
+        t = ns * 1e-9
         elapsed = 0.0 if self._slew_t is None else max(0.0, t - self._slew_t)
         self._slew_t = t
-        self._slew_stamp = clock
+        self._slew_stamp_ns = ns
         return elapsed
 
     # ----------------------------------------------------------------- commands and output
@@ -487,7 +486,7 @@ class ValveDriver(LifecycleNode):
             self._last_warn_t = now
             self.get_logger().warning('; '.join(res.warnings))
         if self.simulated:
-            self._send(self.safety.step(now, self._slew_elapsed()), now, self._slew_stamp)
+            self._send(self.safety.step(now, self._slew_elapsed()), now, self._slew_stamp_ns)
         else:
             self._send(self.safety.step(now, None), now)
 
@@ -563,7 +562,7 @@ class ValveDriver(LifecycleNode):
         """Each channel's DAC code for its pressure, through that channel's calibration."""
         return [cal.kpa_to_code(p) for cal, p in zip(self.cals, kpa, strict=True)]
 
-    def _send(self, out_kpa: list[float], now: float, stamp: Time | None = None) -> None:
+    def _send(self, out_kpa: list[float], now: float, stamp_ns: int | None = None) -> None:
         """Write the pressures; /valve/applied is stamped at the instant the output was decided
         (the slew limit's own clock reading, or `now` on the steady clock), not when it is
         published, so a preemption between the two cannot make a ramp look steeper than it was."""
@@ -582,8 +581,8 @@ class ValveDriver(LifecycleNode):
             else [0.0] * len(self.channels)
         )
         if self.context.ok():  # a signal may have shut ROS down already; the serial side still runs
-            if stamp is not None:
-                msg = pressure_state(self.channels, applied, stamp.to_msg())
+            if stamp_ns is not None:
+                msg = pressure_state(self.channels, applied, stamp_msg(stamp_ns))
             else:
                 msg = self._pressures(applied, None if self.lockstep else now)
             self.pub_applied.publish(msg)
@@ -594,13 +593,13 @@ class ValveDriver(LifecycleNode):
         beside the clock reading, so a preemption before it cannot move the stamp later (that
         put successive /valve/pressure stamps out of order under load)."""
         clock = self.get_clock()
-        now = clock.now()
+        ns = now_ns(clock)
         # a steady-clock age comes off a node clock that runs with it, not off sim time
         if taken_at is not None and not getattr(clock, 'ros_time_is_active', False):
             age_s = time.monotonic() - taken_at
             if age_s > 0.0:
-                now = now - Duration(nanoseconds=int(age_s * 1e9))
-        return pressure_state(self.channels, kpa, now.to_msg())
+                ns = max(0, ns - int(age_s * 1e9))
+        return pressure_state(self.channels, kpa, stamp_msg(ns))
 
     # ----------------------------------------------------------------- services
     @_serialised
