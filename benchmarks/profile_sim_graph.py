@@ -6,6 +6,7 @@ the main thread.
     python benchmarks/profile_sim_graph.py --frames 2400            # per-block CPU a frame
     python benchmarks/profile_sim_graph.py --frames 1200 --profile  # and where it goes
     python benchmarks/profile_sim_graph.py --frames 6000 --functions  # the frame's parts
+    python benchmarks/profile_sim_graph.py --frames 6000 --plain      # and in plain code
 
 `--functions` times the frame's main parts (TIMED) by their inclusive CPU time in the main
 thread, a counter around each call (about a microsecond each; cProfile's cost per call of every
@@ -160,6 +161,125 @@ def threads_cpu() -> dict[str, float]:
     return out
 
 
+class _Sink:
+    """Where a writer's bytes go in the plain frame: kept for the bag, not published."""
+
+    def __init__(self, items: list, topic: str, stamp: list[int]) -> None:
+        self.items, self.topic, self.stamp = items, topic, stamp
+
+    def publish(self, data: bytes) -> None:
+        self.items.append((self.topic, self.stamp[0], data))
+
+
+def plain_frames(graph, frames: int, flush_every: int = 12) -> float:
+    """CPU s a frame of the composed graph's frame in plain code: the objects its nodes hold
+    (the simulator, the virtual mocap, the estimator, the reference, ControlStep, the safety
+    filter, the channels' calibrations) called directly in the graph's order, and the messages
+    the graph records every frame encoded from plain values by equimus_ros.cdr's writers and
+    handed to the graph's own bag writer process every `flush_every` frames. No ROS message,
+    clock override, lock or node bookkeeping: the floor of a fused lockstep frame (issue 30,
+    item 2), measured on the graph just run, which is not used afterwards. Not in it: /tf
+    (the state publisher's), the nodes' diagnostics counters and the driver's read-back."""
+    import numpy as np
+    from std_msgs.msg import Float64MultiArray
+
+    from equimus_control.reference import PREVIEW_SPACING_S, preview_samples
+    from equimus_description.interface import (
+        CLOCK,
+        FRAME_MOCAP,
+        JOINT_STATES,
+        REFERENCE,
+        SIM_JOINT_STATES,
+        VALVE_APPLIED,
+        VALVE_COMMAND,
+        VALVE_PRESSURE,
+        mocap_pose,
+    )
+    from equimus_ros.arrays import float_array, table_array
+    from equimus_ros.cdr import (
+        ArrayWriter,
+        ClockWriter,
+        JointStateWriter,
+        MessageEncoder,
+        PoseWriter,
+        PressureStateWriter,
+    )
+    from equimus_sim.sim_node import ros_pose
+
+    node = graph.sim
+    sim, mocap, bodies = node.sim, node.mocap, node.bodies
+    est, step, traj = graph.estimator.est, graph.controller.step, graph.reference.traj
+    safety, cals = graph.driver.safety, graph.driver.cals
+    ref = graph.reference.params.config
+    preview_every = max(1, round(ref.rate / ref.preview_rate)) if ref.preview > 0 else 0
+    writer = graph.recorder.writer
+    items: list = []
+    stamp = [0]
+
+    def sink(topic: str) -> _Sink:
+        return _Sink(items, topic, stamp)
+
+    clock = ClockWriter(sink(CLOCK.name))
+    sim_joints = JointStateWriter(sink(SIM_JOINT_STATES.name), node.joint_names)
+    sim_pressure = PressureStateWriter(sink(VALVE_PRESSURE.name), tuple(node.actuator_names))
+    poses_out = [PoseWriter(sink(mocap_pose(b).name), FRAME_MOCAP) for b in bodies]
+    reference = JointStateWriter(sink(REFERENCE.name), graph.reference.params.config.joint_names)
+    joints = JointStateWriter(sink(JOINT_STATES.name), graph.estimator.joint_names, FRAME_MOCAP)
+    layout = graph.controller.layout
+    command = ArrayWriter(sink(VALVE_COMMAND.name), float_array([0.0] * step.n_valves, layout))
+    applied = PressureStateWriter(sink(VALVE_APPLIED.name), tuple(graph.driver.channels))
+    preview_encode = MessageEncoder(Float64MultiArray).encode
+    columns = graph.reference._preview_columns
+    frame, t0_ref, slew_t = node.frame, None, None
+    c0 = time.process_time()
+    for k in range(frames):
+        frame += 1
+        t_ns = node.time_ns(frame)
+        t = t_ns * 1e-9
+        stamp[0] = t_ns
+        sim.advance_to(t)
+        q, qd, pos, quat, pressures = sim.frame_state(bodies)
+        clock.write(t_ns)
+        sim_joints.write(t_ns, q, qd)
+        safety.step(t, 0.0)  # the driver's watchdog at the frame (its on_frame)
+        t0_ref = t if t0_ref is None else t0_ref
+        q_ref, qd_ref = traj(t - t0_ref)
+        step.set_reference(q_ref, qd_ref, t)
+        reference.write(t_ns, q_ref, qd_ref)
+        if preview_every and k % preview_every == 0:
+            times, qp, qdp = preview_samples(traj, t - t0_ref, ref.preview, PREVIEW_SPACING_S)
+            step.set_preview(t + (times - (t - t0_ref)), qp, qdp)
+            rows = np.column_stack([t + (times - (t - t0_ref)), qp, qdp])
+            table = table_array(rows.tolist(), 'point', columns)
+            items.append((graph.reference.preview_pub.topic_name, t_ns, preview_encode(table)))
+        mocap.capture_arrays(t, pos, quat)
+        for f in mocap.release(t):
+            cap_ns = int(round(f.capture_time * 1e9))
+            ros = [ros_pose(p.position, p.orientation) for p in f.bodies.values()]
+            for out, (p, o) in zip(poses_out, ros, strict=True):
+                out.write(cap_ns, p, o)
+            e = est.update(cap_ns * 1e-9, ros)
+            position, velocity = e.position.tolist(), e.velocity.tolist()
+            joints.write(cap_ns, position, velocity)
+            cmd = step.step(position, velocity, cap_ns * 1e-9, t)
+            kpa = [float(v) for v in cmd.pressures]
+            command.write(kpa)
+            safety.command(kpa, t)
+            elapsed = 0.0 if slew_t is None else max(0.0, t - slew_t)
+            slew_t = t
+            out_kpa = safety.step(t, elapsed)
+            codes = [cal.kpa_to_code(p) for cal, p in zip(cals, out_kpa, strict=True)]
+            kpa_applied = [cal.code_to_kpa(c) for cal, c in zip(cals, codes, strict=True)]
+            applied.write(t_ns, kpa_applied)
+            sim.set_command(kpa_applied)
+        sim_pressure.write(t_ns, pressures)
+        if (k + 1) % flush_every == 0:
+            writer.write_many(items)
+            items.clear()
+    writer.write_many(items)
+    return (time.process_time() - c0) / frames
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     p.add_argument('--frames', type=int, default=2400)
@@ -179,6 +299,12 @@ def main(argv: list[str] | None = None) -> int:
         '--functions',
         action='store_true',
         help="the inclusive CPU time of the frame's main parts (TIMED), a counter each",
+    )
+    p.add_argument(
+        '--plain',
+        action='store_true',
+        help="then as many frames of the same graph's objects in plain code (plain_frames): "
+        'the floor of a fused lockstep frame',
     )
     ns = p.parse_args(argv)
 
@@ -233,6 +359,7 @@ def main(argv: list[str] | None = None) -> int:
     spinner.start()
     profiler = cProfile.Profile(time.thread_time) if ns.profile else None
     total_cpu = 0.0
+    plain: float | None = None
     before = threads_cpu()
     if timed is not None:
         timed.reset()
@@ -259,6 +386,7 @@ def main(argv: list[str] | None = None) -> int:
             used = cpu - before.get(name, 0.0)
             if used > 0:
                 print(f'  {name}: {used:.2f} s ({1e6 * used / ns.frames:.0f} us a frame)')
+        plain = plain_frames(graph, ns.frames) if ns.plain else None
     finally:
         sim.stop()
         spinner.join(timeout=2.0)
@@ -272,6 +400,11 @@ def main(argv: list[str] | None = None) -> int:
         f'composed graph {graph_rtf:.1f}x per CPU s, bare mj_step loop {bare:.1f}x: '
         f'{graph_rtf / bare:.4f} of bare'
     )
+    if plain is not None:
+        print(
+            f'the same frame in plain code: {plain * 1e6:.0f} us CPU a frame, '
+            f'{1 / RATE / plain:.1f}x per CPU s: {1 / RATE / plain / bare:.4f} of bare'
+        )
     if timed is not None:
         timed.report(ns.frames)
     if profiler is not None:

@@ -230,6 +230,56 @@ def test_a_transition_pending_when_the_launch_stops_is_abandoned(ros2_launch):
     assert '/nobody: transition 1 abandoned, the launch is stopping' in out, out[-3000:]
 
 
+_GUARD_SETTLE = """
+import time
+from equimus_bringup.launch_common import DriverGuard, LISTED_SETTLE_S, _Stop
+from equimus_bringup.supervisor import DISCOVERY_SETTLE_S
+
+class Graph:
+    # What the launch's node lists: its own driver at once, another graph's from `late` s on
+    # (a participant that joined earlier, heard at a later announcement).
+    def __init__(self, late):
+        self.t0, self.late = time.monotonic(), late
+    def get_node_names_and_namespaces_with_enclaves(self):
+        listed = [('valve_driver', '/', '/mine')]
+        if time.monotonic() - self.t0 >= self.late:
+            listed.append(('valve_driver', '/', '/theirs'))
+        return listed
+
+late = LISTED_SETTLE_S + 0.5 * (DISCOVERY_SETTLE_S - LISTED_SETTLE_S)
+for joined_ago in (0.0, DISCOVERY_SETTLE_S):
+    guard = DriverGuard('/mine', [], '0', _Stop())
+    guard.node_joined()
+    guard.joined -= joined_ago
+    t = time.monotonic()
+    problem = guard.problem(Graph(late), lambda: False)
+    print(f'joined {joined_ago:g} s ago: {time.monotonic() - t:.2f} s, {problem or "no other"}')
+"""
+
+
+def test_the_driver_guard_listens_as_long_as_discovery_can_take(ros2_launch):
+    """Before the driver's first transition the guard listens until the launch's node has been
+    on the domain for the supervisor's DISCOVERY_SETTLE_S (past Fast DDS's announcement period),
+    not only LISTED_SETTLE_S after its own driver is listed: another graph's driver listed later
+    than that is found (the race the supervisor lost in a CI run); with the node on the domain
+    for long enough, the guard ends LISTED_SETTLE_S after its own driver is listed."""
+    vendor = ros2_launch.parent.parent / 'vendor' / 'ros2-launch'
+    path = os.pathsep.join([str(vendor), str(vendor / 'stubs'), os.environ.get('PYTHONPATH', '')])
+    run = subprocess.run(
+        [sys.executable, '-c', _GUARD_SETTLE],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=dict(os.environ, PYTHONPATH=path),
+    )
+    out = run.stdout + run.stderr
+    lines = run.stdout.splitlines()
+    assert run.returncode == 0 and len(lines) == 2, out[-3000:]
+    assert lines[0].startswith('joined 0 s ago') and 'enclave /theirs' in lines[0], out
+    assert lines[1].endswith('no other'), out
+    assert 0.9 < float(lines[1].split(': ')[1].split(' s')[0]) < 2.0, out
+
+
 def test_sim_launch_as_the_readme_gives_it(ros2_launch, watcher):
     """The headline command with no argument at all: the composed graph under PID."""
     rc, out, seen = _launch(ros2_launch, watcher, 'sim.launch.py')

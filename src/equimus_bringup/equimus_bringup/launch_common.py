@@ -46,6 +46,7 @@ from equimus_bringup import prestart
 from equimus_bringup.graph import ARGUMENTS, parameter_layers
 from equimus_bringup.prestart import StartError
 from equimus_bringup.supervisor import (
+    DISCOVERY_SETTLE_S,
     driver_enclaves,
     graph_enclave,
     other_graph_problem,
@@ -75,8 +76,10 @@ class _Stop:
 
 #: s the guard keeps looking for another graph's driver once its own is listed, before the
 #: first transition: another graph's can be listed after this one's although it joined the
-#: domain seconds earlier (0.1 s later in 1 of 10 tries with both cores busy).
-DISCOVERY_SETTLE_S = 1.0
+#: domain seconds earlier (0.1 s later in 1 of 10 tries with both cores busy). And never before
+#: the launch's own ROS node has been on the domain for the supervisor's DISCOVERY_SETTLE_S,
+#: longer than Fast DDS's participant announcement period (the race the supervisor lost once).
+LISTED_SETTLE_S = 1.0
 
 
 class DriverGuard:
@@ -90,6 +93,12 @@ class DriverGuard:
         self.enclave, self.before, self.domain, self.stop = enclave, before, domain, stop
         self._refused = threading.Lock()
         self._settled = False
+        self.joined: float | None = None  # monotonic s by which the launch's node was on the domain
+
+    def node_joined(self) -> None:
+        """The launch's own ROS node is on the domain by now (noted once)."""
+        if self.joined is None:
+            self.joined = time.monotonic()
 
     def problem(self, node, stopping) -> str:
         """'' when only this graph's driver is new on the domain (waits until it is listed),
@@ -98,7 +107,9 @@ class DriverGuard:
             if stopping():
                 return ''
             time.sleep(0.05)
-        settle = time.monotonic() + (0.0 if self._settled else DISCOVERY_SETTLE_S)
+        now = time.monotonic()
+        joined = now if self.joined is None else self.joined
+        settle = now if self._settled else max(now + LISTED_SETTLE_S, joined + DISCOVERY_SETTLE_S)
         while True:
             others = other_graphs(driver_enclaves(node), self.before, self.enclave)
             if others:
@@ -130,6 +141,12 @@ class ManagedNode(LifecycleNode):
     def __init__(self, *, guard: DriverGuard | None = None, **kwargs) -> None:
         super().__init__(**kwargs)
         self._guard = guard
+
+    def execute(self, context):
+        actions = super().execute(context)  # launch_ros's ROS node exists from here on
+        if self._guard is not None:
+            self._guard.node_joined()
+        return actions
 
     def _call_change_state(self, request, context) -> None:
         if self._guard is not None:
