@@ -151,7 +151,8 @@ def test_the_preview_is_the_trajectorys_future_as_a_controller_reads_it(referenc
 
 
 class _Holder:
-    """What ControllerNode._on_preview touches: its lock, its ControlStep and its logger."""
+    """What ControllerNode._on_preview touches: its lock, its ControlStep, its logger and
+    `on_preview` (the composed sim graph's direct call)."""
 
     def __init__(self):
         from equimus_control.pid import PIDController
@@ -162,6 +163,11 @@ class _Holder:
         self._lock = threading.Lock()
         self.step = ControlStep(PIDController(StaticParams.from_leg(load_leg())))
         self.warnings: list[str] = []
+
+    def on_preview(self, rows):
+        from equimus_control.controller_node import ControllerNode
+
+        ControllerNode.on_preview(self, rows)
 
     def get_logger(self):
         return self

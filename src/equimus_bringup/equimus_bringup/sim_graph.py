@@ -6,24 +6,28 @@
 The same nodes as the split sim graph (sim, valve_driver on its simulated board, estimator,
 controller, reference, state_publisher and, with record:=true, recorder; same names, parameters,
 services and topics) under one executor, plus a small `sim_graph` node that reports the
-hand-off. rclpy has no intra-process transport, so `InProcessBus` plays its part (what rclcpp's
-intra-process communication does in a component container): every publisher of these nodes is
-routed through it, and every subscription to a topic published in this process is served by a
-direct call instead of DDS. A frame thus runs in a fixed order, with no executor wake-up and no
-DDS hop:
+hand-off. A frame runs in a fixed order by direct calls with plain values, as the fused control
+loop does for the rig, with no executor wake-up and no DDS hop:
 
-    sim publishes /clock -> the nodes' clocks (their TimeSource callbacks) -> the driver's
-    watchdog, the controller's stale-state guard, the reference tick (all on sim time)
-    sim publishes the mocap poses -> estimator -> /joint_states -> controller (its ControlStep)
-    -> /valve/command -> valve driver (its SafetyFilter) -> /valve/applied -> sim (next frame)
+    sim frame -> SimGraph.frame_started: the nodes' clocks set to its time; the driver's
+    watchdog, the controller's stale-state guard, the reference's tick (all on sim time; the
+    sample and its preview to the controller) -> the mocap poses (SimGraph.poses) -> estimator
+    -> controller (its ControlStep) -> valve driver (its SafetyFilter) -> the simulated valves
+    (the next frame's pressures); the joint state and the poses to the state publisher
 
-Every message is also handed to the recorder in this process, serialised once and written with
-the frame's sim time, and published on DDS only while a subscriber outside the process exists
-(checked every `outside_check_period` wall seconds), so `ros2 topic echo` and other tools see the
-usual graph. Why: the split graph spends its time in DDS hops and executor wake-ups, not in the
-nodes (docs/benchmarks.md, issue 13). The order also makes a run deterministic: the same seed,
-configuration and reference give byte-identical bag payloads (tests/bringup/test_sim_graph.py),
-on an idle machine as with every core busy.
+Each node still publishes every message it would publish alone, after it has passed the values
+on, pre-serialised (equimus_ros.cdr's writers) where the message changes every frame. rclpy has
+no intra-process transport, so `InProcessBus` plays its part (what rclcpp's intra-process
+communication does in a component container): every publisher of these nodes is routed through
+it; a message is kept for the recorder in this process with the frame's sim time (handed to the
+bag writer every FLUSH_FRAMES frames) and published on DDS only while a subscriber outside the
+process exists (checked every `outside_check_period` wall seconds), so `ros2 topic echo` and
+other tools see the usual graph. A subscription of these nodes to a topic published here is
+served by the bus (`attach`), or by the direct calls above for what a frame carries. Why: the
+split graph spends its time in DDS hops and executor wake-ups, and the composed one did in
+message objects passed between its nodes (docs/benchmarks.md, issues 13 and 30). The order
+also makes a run deterministic: the same seed, configuration and reference give byte-identical
+bag payloads (tests/bringup/test_sim_graph.py), on an idle machine as with every core busy.
 
 The rule that keeps it so: the simulator owns time, so in this graph every decision that can
 change a message is made on sim time or by the frame sequence (the valve driver and the
@@ -34,7 +38,7 @@ the bag's flushes, /clock repeats while paused). While paused nothing runs on si
 vents: nothing physical moves either.
 
 Topics published in this process are delivered inside it only: an outside publisher on, for
-example, /valve/command is not heard by the composed valve driver, which names it in a WARN on
+example, /valve/command is not heard by the composed valve driver, which names it on
 /diagnostics (docs/reliability.md, "One commander").
 """
 
@@ -64,7 +68,16 @@ from equimus_control.controller_node import ControllerNode
 from equimus_control.estimator_node import EstimatorNode
 from equimus_control.reference_node import ReferenceNode
 from equimus_description.config import param, validate_fields
-from equimus_description.interface import CLOCK, DIAGNOSTICS
+from equimus_description.interface import (
+    CLOCK,
+    DIAGNOSTICS,
+    FRAME_MOCAP,
+    JOINT_STATES,
+    REFERENCE,
+    REFERENCE_PREVIEW,
+    VALVE_APPLIED,
+    mocap_pose,
+)
 from equimus_hw.valve.driver_node import ValveDriver, vent_on_exit
 from equimus_record.recorder_node import Recorder, qos_dicts
 from equimus_ros.cdr import MessageEncoder
@@ -78,6 +91,9 @@ from equimus_sim.sim_node import SimNode
 from equimus_tf.state_publisher import StatePublisher
 
 PAUSED_CLOCK_PERIOD_S = 0.5  # wall s between /clock repeats on DDS while paused
+#: Frames whose messages go to the bag writer in one call (0.1 sim s at 120 Hz); a pause and
+#: the end of the run hand over what is left.
+FLUSH_FRAMES = 12
 
 
 @dataclasses.dataclass(frozen=True)
@@ -131,9 +147,11 @@ class _Route:
         self.next_check = 0.0
         self.dds_period = 0.0  # wall s between DDS publishes (the /clock route: see SimGraph)
         self.next_dds = 0.0
+        self.last: Any = None  # the last message (the /clock route's, repeated while paused)
 
     def publish(self, msg: Any) -> None:
         bus = self.bus
+        self.last = msg
         raw = isinstance(msg, bytes)
         if bus.record is not None:
             bus.record(self.topic, msg if raw else self.encode(msg))
@@ -181,12 +199,11 @@ class InProcessBus:
         self.warn: Callable[[str], object] = print
         self._warned_at: float = -math.inf
         self.now_ns = 0  # sim time of the current frame: the log time of what it records
-        self.subscribers[CLOCK.name] = [(self._on_clock, False)]  # first: before the /clock message
         self.time_sources: list[TimeSource] = []
-        self.last_clock: Any = None  # the frame's /clock message (the sim updates it in place)
         # Guards _pending; held while handing it to the writer (whose lock is taken inside).
         self._record_lock = threading.Lock()
         self._pending: list[tuple[str, int, bytes]] = []
+        self._unflushed = 0  # frames in _pending
         self.record: Callable[[str, bytes], None] | None = (
             None if recorder is None else self._record
         )
@@ -208,18 +225,19 @@ class InProcessBus:
 
     def _record(self, topic: str, data: bytes) -> None:
         """Keep for the bag with the sim time of the frame (the recorder's own clock, without
-        asking it); `flush` hands a frame's messages to the writer in one call."""
+        asking it); `flush` hands them to the writer in one call every FLUSH_FRAMES frames."""
         with self._record_lock:
             self._pending.append((topic, self.now_ns, data))
 
     def flush(self) -> None:
-        """The kept messages to the bag writer, in the order they were published (at each
-        frame's /clock, while paused, and before the recorder closes)."""
+        """The kept messages to the bag writer, in the order they were published (every
+        FLUSH_FRAMES frames, while paused, and before the recorder closes)."""
         recorder = self.recorder
         if recorder is None:
             return
         with self._record_lock:
             items, self._pending = self._pending, []
+            self._unflushed = 0
             if not items or recorder.error:
                 return
             try:
@@ -233,10 +251,16 @@ class InProcessBus:
             # The encoder's padding is zero; rclpy's may hold leftovers (not deterministic).
             self.record(topic, MessageEncoder(type(msg)).encode(msg))
 
-    def _on_clock(self, msg: Any) -> None:
-        self.flush()  # the previous frame's messages, logged at its time
-        self.now_ns = msg.clock.sec * 1_000_000_000 + msg.clock.nanosec
-        self.last_clock = msg
+    def frame(self, t_ns: int) -> None:
+        """A frame starts at sim time `t_ns`, before its messages: the FLUSH_FRAMES frames before
+        it go to the bag once they are that many (each message logged at its frame's time), and
+        every node's clock is set to the new time (what each node's TimeSource does with a
+        /clock message)."""
+        self._unflushed += 1
+        if self._unflushed > FLUSH_FRAMES:
+            self.flush()
+        self.now_ns = t_ns
+        self._set_clocks(t_ns)
 
     def attach(self, nodes: list[Node]) -> None:
         """Route every publisher of `nodes`; serve their subscriptions to those topics here."""
@@ -260,7 +284,7 @@ class InProcessBus:
                     with_info = sub._callback_type == Subscription.CallbackType.WithMessageInfo
                     self.subscribers[sub.topic_name].append((sub.callback, with_info))
                     node.destroy_subscription(sub)
-        self._merge_time_sources()
+        self._take_time_sources()
         recorder = self.recorder
         if recorder is not None:
             # Topics the recorder found on DDS before this hand-off existed (/diagnostics,
@@ -269,25 +293,27 @@ class InProcessBus:
             for topic in [t for t in recorder.subs if t in self.subscribers]:
                 recorder.destroy_subscription(recorder.subs.pop(topic))
 
-    def _merge_time_sources(self) -> None:
-        """The nodes' TimeSource /clock callbacks as one: a single Time per frame set on every
-        node's clock (what each TimeSource.clock_callback does for its own clocks)."""
-        callbacks = self.subscribers[CLOCK.name]
-        sources = [
+    def _take_time_sources(self) -> None:
+        """The nodes' TimeSource /clock callbacks, taken off the hand-off: `frame` sets their
+        clocks by direct call (one Time per frame on every node's clock)."""
+        callbacks = self.subscribers.get(CLOCK.name, [])
+        self.time_sources = [
             getattr(cb, '__self__')  # noqa: B009 (a bound method's instance; mypy sees Callable)
             for cb, _ in callbacks
             if getattr(cb, '__func__', None) is TimeSource.clock_callback
         ]
-        if not sources:
-            return
-        self.time_sources = sources
-        kept = [
-            (cb, info) for cb, info in callbacks if getattr(cb, '__self__', None) not in sources
+        callbacks[:] = [
+            (cb, i) for cb, i in callbacks if getattr(cb, '__self__', None) not in self.time_sources
         ]
-        callbacks[:] = [kept[0], (self._set_clocks, False), *kept[1:]]
 
-    def _set_clocks(self, msg: Any) -> None:
-        t = Time.from_msg(msg.clock)
+    def served_by_call(self, topics: list[str]) -> None:
+        """These topics' subscribers in the process are called directly by the graph (with the
+        values, before the message is built): the hand-off records and publishes them only."""
+        for topic in topics:
+            self.subscribers.get(topic, [])[:] = []
+
+    def _set_clocks(self, t_ns: int) -> None:
+        t = Time(nanoseconds=t_ns, clock_type=ClockType.ROS_TIME)
         point = t._time_handle
         for source in self.time_sources:
             source._last_time_set = t  # as its clock_callback: a clock attached later starts here
@@ -317,18 +343,27 @@ class SimGraph(Node):
             # first frame follows the controller's and the driver's start closely.
             self.sim = SimNode()
             self.nodes.append(self.sim)
-            self.sim.compose()
+            self.sim.compose(self)
             self.reference = ReferenceNode(paced=False)
             self.nodes.append(self.reference)
-            self.driver = ValveDriver(lockstep=True)
+            # The control chain by direct calls, as in the fused control loop: the estimator's
+            # joint state to the controller, its command to the driver's safety filter (each
+            # message published after it was passed on), the driver's armed state back.
+            self.driver = ValveDriver(lockstep=True, subscribe=False)
             self.nodes.append(self.driver)
             bring_up(self.driver)  # managed: active in-process, before the hand-off is wired
-            self.estimator = EstimatorNode()
-            self.nodes.append(self.estimator)
-            self.controller = ControllerNode(lockstep=True)
+            self.controller = ControllerNode(
+                lockstep=True,
+                subscribe_state=False,
+                subscribe_armed=False,
+                downstream=self.driver.on_pressures,
+            )
             self.nodes.append(self.controller)
-            # The driver hears /valve/command from this controller only (the hand-off below).
+            self.driver.armed_listeners.append(self.controller.on_valves_armed)
+            # Its only command source; a publisher of /valve/command elsewhere is named, not heard.
             self.driver.in_process_commanders = {self.controller.get_fully_qualified_name()}
+            self.estimator = EstimatorNode(subscribe=False, downstream=self._joints)
+            self.nodes.append(self.estimator)
             # Last: its /joint_states and pose callbacks run after the control path's.
             self.state_publisher = StatePublisher()
             self.nodes.append(self.state_publisher)
@@ -339,8 +374,25 @@ class SimGraph(Node):
             raise
         self.diagnostics = Diagnostics(self, DIAGNOSTICS, 'sim_graph: in-process hand-off')
         self.bus = InProcessBus(self.recorder, self.cfg.outside_check_period)
+        if self.recorder is not None:
+            self.recorder.before_write = self.bus.flush
         self.bus.warn = self.get_logger().warning
         self.bus.attach([*self.nodes, self])
+        # What a frame carries reaches its subscribers here by call, with the values, before
+        # the message goes out: the poses (`poses`), the reference and its preview, the joint
+        # state (`_joints`), the driver's output to the simulated valves.
+        self.reference.listeners.append(self.controller.on_reference)
+        self.reference.preview_listeners.append(self.controller.on_preview)
+        self.driver.applied_listeners.append(self.sim.take_applied)
+        self.bus.served_by_call(
+            [
+                *(mocap_pose(b).name for b in self.sim.bodies),
+                REFERENCE.name,
+                REFERENCE_PREVIEW.name,
+                JOINT_STATES.name,
+                VALVE_APPLIED.name,
+            ]
+        )
         # Published at construction, before the hand-off existed: on DDS (latched) but not in
         # the bag, whose recorder skips topics published in this process. Record them at t=0.
         armed = Bool(data=self.driver.valves_armed)
@@ -352,8 +404,6 @@ class SimGraph(Node):
         rate = self.reference.params.config.rate
         self.ref_period_ns = int(round(1e9 / rate))
         self.next_ref_ns: int | None = None
-        # After the nodes' own /clock callbacks (their clocks): the reference sees the new time.
-        self.bus.subscribe(CLOCK.name, self._on_clock)
         self.create_timer(1.0, timer_callback(self._diag))
         # While paused, /clock is sent again on DDS every PAUSED_CLOCK_PERIOD_S wall seconds (as
         # Gazebo does): a tool that subscribed after the last frame (DDS discovery takes longer
@@ -376,12 +426,13 @@ class SimGraph(Node):
             f'{len(self.bus.routes)} publishers through the in-process hand-off'
         )
 
-    def _on_clock(self, msg: Any) -> None:
-        """The timers that can change a message, in sim time, at each frame before its state:
-        the driver's watchdog and the controller's stale-state guard (from the second frame on:
-        they look back over the frames before), and the reference's tick on each frame a period
-        has elapsed by. None of them waits for the wall clock (module docstring)."""
-        t = msg.clock.sec * 1_000_000_000 + msg.clock.nanosec
+    def frame_started(self, t: int) -> None:
+        """A frame at sim time `t` ns, before its messages (SimNode's FrameHook): the nodes'
+        clocks set, then the timers that can change a message, in sim time: the driver's
+        watchdog and the controller's stale-state guard (from the second frame on: they look
+        back over the frames before), and the reference's tick on each frame a period has
+        elapsed by. None of them waits for the wall clock (module docstring)."""
+        self.bus.frame(t)
         mark = (t, time.perf_counter(), time.process_time())
         if self.first_frame is None:
             self.first_frame = mark
@@ -398,11 +449,29 @@ class SimGraph(Node):
             while self.next_ref_ns <= t:
                 self.next_ref_ns += self.ref_period_ns
 
+    def poses(self, capture_ns: int, bodies: list[str], poses: list[tuple]) -> None:
+        """A released mocap frame (SimNode's FrameHook), after its pose messages: to the
+        estimator as one frame (and on through the control chain), then to the state
+        publisher; positions and x, y, z, w quaternions as the messages carry them."""
+        frame = []
+        for name, (position, (w, x, y, z)) in zip(bodies, poses, strict=True):
+            xyz = (float(position[0]), float(position[1]), float(position[2]))
+            frame.append((name, (xyz, (float(x), float(y), float(z), float(w)))))
+        self.estimator.on_frame(capture_ns, frame)
+        for name, (xyz, quat) in frame:
+            self.state_publisher.on_body_pose(name, FRAME_MOCAP, capture_ns, xyz, quat)
+
+    def _joints(self, stamp_ns: int, position: list[float], velocity: list[float]) -> None:
+        """The estimator's joint state: to the controller (and on to the valves), then to the
+        state publisher."""
+        self.controller.on_joints(stamp_ns, position, velocity)
+        self.state_publisher.on_joints(stamp_ns, self.estimator.joint_names, position)
+
     def _clock_while_paused(self) -> None:
         if self.sim.paused:
             self.bus.flush()  # what the nodes' timers published since the last frame
-        last = self.bus.last_clock
         route = self.clock_route
+        last = route.last
         if self.sim.paused and last is not None and route.pub.get_subscription_count() > 0:
             route.dds_publish(last)
 

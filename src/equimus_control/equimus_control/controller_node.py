@@ -45,6 +45,7 @@ from equimus_description.interface import (
 from equimus_description.leg import load_leg
 from equimus_description.statics import StaticParams
 from equimus_ros.arrays import float_array
+from equimus_ros.cdr import ArrayWriter
 from equimus_ros.clocks import now_ns
 from equimus_ros.diagnostics import Diagnostics, Level
 from equimus_ros.executors import timer_callback
@@ -145,6 +146,7 @@ class ControllerNode(Node):
         self.following = lockstep
         self.arm_resets = 0
         self.pub = publisher(self, Float64MultiArray, VALVE_COMMAND)
+        self.out = ArrayWriter(self.pub, float_array([0.0] * len(self.actuator_names), self.layout))
         self.diagnostics = Diagnostics(self, DIAGNOSTICS, 'controller', hardware_id=self.kind)
         if subscribe_state:
             subscription(self, JointState, JOINT_STATES, self.on_state)
@@ -179,23 +181,35 @@ class ControllerNode(Node):
         return time.monotonic()
 
     def _on_ref(self, msg: JointState) -> None:
+        stamp = msg.header.stamp
+        self.on_reference(stamp.sec * 1_000_000_000 + stamp.nanosec, msg.position, msg.velocity)
+
+    def on_reference(
+        self, stamp_ns: int, position: Sequence[float], velocity: Sequence[float]
+    ) -> None:
+        """A reference sample: from /reference/joint, or by call in the composed sim graph."""
         with self._lock:
             self.step.set_reference(
-                msg.position,
-                msg.velocity,
-                stamp_seconds(msg.header.stamp.sec, msg.header.stamp.nanosec),
+                position, velocity, stamp_seconds(*divmod(stamp_ns, 1_000_000_000))
             )
 
     def _on_preview(self, msg: Float64MultiArray) -> None:
-        """The reference's own future, rows (t, angles, velocities); ControlStep.set_preview
-        ignores a malformed one."""
         n, dims = self.step.n, msg.layout.dim
         cols = 1 + 2 * n
         rows = np.asarray(msg.data, float)
         ok = len(dims) == 2 and dims[1].size == cols and rows.size == dims[0].size * cols
+        self.on_preview(rows.reshape(-1, cols) if ok else None)
+
+    def on_preview(self, rows: np.ndarray | None) -> None:
+        """The reference's own future, rows (t, angles, velocities): from /reference/preview,
+        or by call in the composed sim graph; ControlStep.set_preview ignores a malformed one
+        (None: one whose layout was not rows of that many columns)."""
+        n = self.step.n
+        cols = 1 + 2 * n
         with self._lock:
+            ok = rows is not None and rows.ndim == 2 and rows.shape[1] == cols
             if ok:
-                rows = rows.reshape(-1, cols)
+                assert rows is not None
                 ok = self.step.set_preview(rows[:, 0], rows[:, 1 : 1 + n], rows[:, 1 + n :])
             if not ok:
                 self.get_logger().warning(
@@ -272,7 +286,7 @@ class ControllerNode(Node):
         if self.downstream is not None:  # before the message is built
             self.downstream(pressures)
         if self.context.ok():
-            self.pub.publish(float_array(pressures, self.layout))
+            self.out.write(pressures)
 
     # ----- diagnostics -------------------------------------------------------------------------
     def _reason_changed(self) -> None:

@@ -26,6 +26,7 @@ from equimus_description.interface import (
 )
 from equimus_description.leg import load_leg
 from equimus_description.motive import NAN_POSE, Pose
+from equimus_ros.cdr import JointStateWriter
 from equimus_ros.clocks import now_ns
 from equimus_ros.diagnostics import Diagnostics, Level
 from equimus_ros.executors import timer_callback
@@ -140,6 +141,7 @@ class EstimatorNode(Node):
         self.frames = 0
         self.counts = {s: 0 for s in Status}
         self.pub = publisher(self, JointState, JOINT_STATES)
+        self.out = JointStateWriter(self.pub, self.joint_names, FRAME_MOCAP)
         self.diagnostics = Diagnostics(self, DIAGNOSTICS, 'estimator: joint state', 'mocap')
         for b in self.bodies if subscribe else ():
             subscription(self, PoseStamped, mocap_pose(b), lambda m, b=b: self.on_pose(b, m))
@@ -184,13 +186,7 @@ class EstimatorNode(Node):
         self.frames += 1
         self.last_frame_at = now_ns(self.get_clock()) * 1e-9
         self.counts[e.status] += 1
-        out = JointState()
-        out.header.stamp.sec, out.header.stamp.nanosec = divmod(ns, 1_000_000_000)
-        out.header.frame_id = FRAME_MOCAP
-        out.name = self.joint_names
-        out.position = position
-        out.velocity = velocity
-        self.pub.publish(out)
+        self.out.write(ns, position, velocity)
         if e.status != self.last_status:
             self.last_status = e.status
             self._diag()

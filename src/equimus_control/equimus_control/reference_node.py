@@ -26,6 +26,7 @@ from equimus_description.interface import (
 )
 from equimus_description.valve import HARD_MAX_KPA
 from equimus_ros.arrays import table_array
+from equimus_ros.cdr import ArrayWriter, JointStateWriter
 from equimus_ros.clocks import now_ns
 from equimus_ros.diagnostics import Diagnostics, Level
 from equimus_ros.executors import timer_callback
@@ -192,9 +193,15 @@ class ReferenceNode(Node):
         self.t0_ns: int | None = None  # node-clock ns of the first tick: the trajectory's 0
         self.count = 0
         self.pub = publisher(self, JointState, REFERENCE)
-        self._msg = JointState(name=self.params.config.joint_names)
+        self.out = JointStateWriter(self.pub, cfg.joint_names)
+        # Called with each sample (stamp ns, angles, velocities) and each preview's rows before
+        # they go out: the composed sim graph's controller.
+        self.listeners: list[Callable[[int, list[float], list[float]], None]] = []
+        self.preview_listeners: list[Callable[[np.ndarray], None]] = []
         self.preview_pub = publisher(self, Float64MultiArray, REFERENCE_PREVIEW)
         self._preview_columns = preview_columns(tuple(cfg.joint_names))
+        self._preview_out: ArrayWriter | None = None  # for previews of _preview_rows rows
+        self._preview_rows = 0
         # every how many ticks a preview goes out (the composed graph calls tick() at `rate`)
         self._preview_every = max(1, round(cfg.rate / cfg.preview_rate))
         self.diagnostics = Diagnostics(self, DIAGNOSTICS, 'reference')
@@ -239,12 +246,10 @@ class ReferenceNode(Node):
             self.t0_ns = now
         t = (now - self.t0_ns) * 1e-9  # ints: rclpy's Time arithmetic costs more than a sample
         q, qd = self.traj(t)
-        # One message, its numbers updated (publish serialises at once; nothing keeps it).
-        m = self._msg
-        m.header.stamp.sec, m.header.stamp.nanosec = divmod(now, 1_000_000_000)
-        m.position = [float(v) for v in q]
-        m.velocity = [float(v) for v in qd]
-        self.pub.publish(m)
+        position, velocity = [float(v) for v in q], [float(v) for v in qd]
+        for listener in self.listeners:
+            listener(now, position, velocity)
+        self.out.write(now, position, velocity)
         if self.params.config.preview > 0.0 and self.count % self._preview_every == 0:
             self._publish_preview(t, now * 1e-9)
         self.count += 1
@@ -254,7 +259,12 @@ class ReferenceNode(Node):
         (the time the reference message of this tick carries)."""
         times, q, qd = preview_samples(self.traj, t, self.params.config.preview, PREVIEW_SPACING_S)
         rows = np.column_stack([stamp + (times - t), q, qd])
-        self.preview_pub.publish(table_array(rows.tolist(), 'point', self._preview_columns))
+        for listener in self.preview_listeners:
+            listener(rows)
+        if self._preview_out is None or self._preview_rows != len(rows):  # a new horizon
+            table = table_array(rows.tolist(), 'point', self._preview_columns)
+            self._preview_out, self._preview_rows = ArrayWriter(self.preview_pub, table), len(rows)
+        self._preview_out.write(rows.ravel().tolist())
 
     def _diag(self):
         self.diagnostics.publish(Level.OK, self.kind, {'published': self.count})

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from rclpy.node import Node
@@ -81,6 +82,9 @@ class Recorder(Node):
         path = cfg.bag_path
         self.exclude = {t for t in cfg.exclude_topics if t}
         self.error = ''
+        # Called before each message it takes from DDS is written: a composing process hands
+        # over what it keeps for the bag first, so the log times stay in order (sim_graph).
+        self.before_write: Callable[[], None] | None = None
         try:
             self.writer = writer(Path(path), flush_period=cfg.flush_period)
         except (BagError, OSError) as exc:
@@ -137,6 +141,8 @@ class Recorder(Node):
         if self.error:
             return
         try:
+            if self.before_write is not None:
+                self.before_write()
             self.writer.write(topic, now_ns(self.get_clock()), data)
         except OSError as exc:
             self.stop_recording(exc)

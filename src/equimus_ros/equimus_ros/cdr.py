@@ -32,10 +32,14 @@ class _Layout:
 
     def __init__(self):
         self.pos = 0
+        self.padding: list[tuple[int, int]] = []  # (start, end) in the whole buffer
 
     def take(self, size: int, align: int) -> int:
         """Reserve `size` bytes aligned to `align`; return their offset in the whole buffer."""
-        self.pos += -self.pos % align
+        pad = -self.pos % align
+        if pad:
+            self.padding.append((self.pos + _HEADER, self.pos + _HEADER + pad))
+        self.pos += pad
         offset = self.pos + _HEADER
         self.pos += size
         return offset
@@ -81,7 +85,7 @@ class _Writer:
         publisher,
         prototype,
         probe: Sequence,
-        size: int,
+        layout: _Layout,
         fields: Sequence[tuple[int, str]],
     ):
         self.publisher = publisher
@@ -92,7 +96,11 @@ class _Writer:
         )
         # serialize_message may append alignment bytes after the last field (4 for JointState);
         # on the wire a message ends at its last field, and strict readers (rosbags) insist.
-        self._buf = bytearray(serialize_message(prototype)[: _HEADER + size])
+        self._buf = bytearray(serialize_message(prototype)[: _HEADER + layout.pos])
+        # Its alignment padding as left in memory: zeroed, so equal messages are equal bytes
+        # (a recording compared byte for byte, tests/bringup/test_sim_graph.py).
+        for start, end in layout.padding:
+            self._buf[start:end] = bytes(end - start)
         self._whole, self._fixed = _around(self._buf, fields)
         self.packed = self._check(probe)
 
@@ -117,7 +125,9 @@ class _Writer:
 
     def write(self, *args) -> None:
         if self.packed:
-            self._publish_raw(self._encode(*args))
+            # A `publish` set on the publisher itself is a composing process's hand-off
+            # (sim_graph's, set at any time): it takes the bytes, not the middleware.
+            (self.publisher.__dict__.get('publish') or self._publish_raw)(self._encode(*args))
         else:
             self.publisher.publish(self._message(*args))
 
@@ -128,8 +138,9 @@ class ClockWriter(_Writer):
     def __init__(self, publisher):
         from rosgraph_msgs.msg import Clock
 
-        stamp = _Layout().take(8, 4)
-        super().__init__(publisher, Clock(), [1_700_000_003_123_456_789], 8, [(stamp, 'iI')])
+        lay = _Layout()
+        stamp = lay.take(8, 4)
+        super().__init__(publisher, Clock(), [1_700_000_003_123_456_789], lay, [(stamp, 'iI')])
 
     def _encode(self, t_ns: int) -> bytes:
         head, tail = self._fixed
@@ -162,7 +173,7 @@ class PoseWriter(_Writer):
             publisher,
             proto,
             [17_999_999_999, (0.1, -2.5, 3e-7), (0.625, 0.5, -0.5, 0.25)],
-            lay.pos,
+            lay,
             [(stamp, 'iI'), (pose, '7d')],
         )
 
@@ -215,7 +226,7 @@ class JointStateWriter(_Writer):
             publisher,
             proto,
             [5_000_000_042, [0.5 + i for i in range(n)], [-1.25 * i for i in range(n)]],
-            lay.pos,
+            lay,
             [(stamp, 'iI'), (pos, f'{n}d'), (vel, f'{n}d')],
         )
 
@@ -257,7 +268,7 @@ class PressureStateWriter(_Writer):
             publisher,
             proto,
             [5_000_000_042, [0.5 + 3 * i for i in range(n)]],
-            lay.pos,
+            lay,
             [(stamp, 'iI'), (effort, f'{n}d')],
         )
 
@@ -289,7 +300,7 @@ class ArrayWriter(_Writer):
         data = lay.doubles(n)
         self._layout = prototype.layout
         super().__init__(
-            publisher, prototype, [[0.5 - 3 * i for i in range(n)]], lay.pos, [(data, f'{n}d')]
+            publisher, prototype, [[0.5 - 3 * i for i in range(n)]], lay, [(data, f'{n}d')]
         )
 
     def _encode(self, values) -> bytes:

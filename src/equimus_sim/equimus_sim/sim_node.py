@@ -42,7 +42,7 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 from geometry_msgs.msg import PoseStamped
@@ -81,40 +81,13 @@ from .simulator import make_simulator
 FREE_RUN_FRAMES = 8
 
 
-class _Reused:
-    """The composed graph's writers: each frame's message is one object per topic, updated in
-    place and published as an object, so the in-process subscribers get it without a byte
-    round trip (16 µs a pose to decode). They copy what they keep (the estimator its pose
-    values, the nodes' clocks the time): nothing holds the object past the call."""
+class FrameHook(Protocol):
+    """What a composing process does at each frame, by direct call (sim_graph): the frame's time
+    before its messages go out, and each released mocap frame's poses right after theirs."""
 
-    def __init__(self, pub, msg) -> None:
-        self.pub, self.msg = pub, msg
+    def frame_started(self, t_ns: int) -> None: ...
 
-
-class _ClockOut(_Reused):
-    def write(self, t_ns: int) -> None:
-        c = self.msg.clock
-        c.sec, c.nanosec = divmod(int(t_ns), 1_000_000_000)
-        self.pub.publish(self.msg)
-
-
-class _JointsOut(_Reused):
-    def write(self, t_ns: int, position, velocity) -> None:
-        m = self.msg
-        m.header.stamp.sec, m.header.stamp.nanosec = divmod(int(t_ns), 1_000_000_000)
-        m.position = [float(v) for v in position]
-        m.velocity = [float(v) for v in velocity]
-        self.pub.publish(m)
-
-
-class _PoseOut(_Reused):
-    def write(self, t_ns: int, position, quat_wxyz) -> None:
-        m = self.msg
-        m.header.stamp.sec, m.header.stamp.nanosec = divmod(int(t_ns), 1_000_000_000)
-        p, q = m.pose.position, m.pose.orientation
-        p.x, p.y, p.z = (float(v) for v in position)
-        q.w, q.x, q.y, q.z = (float(v) for v in quat_wxyz)
-        self.pub.publish(m)
+    def poses(self, capture_ns: int, bodies: list[str], poses: list[tuple]) -> None: ...
 
 
 def ros_pose(position, quat_wxyz) -> tuple:
@@ -123,14 +96,6 @@ def ros_pose(position, quat_wxyz) -> tuple:
     w, x, y, z = quat_wxyz
     pos, (qx, qy, qz, qw) = motive_to_ros(position, (x, y, z, w), DEFAULT_UP_AXIS)
     return pos, (qw, qx, qy, qz)
-
-
-class _PressureOut(_Reused):
-    def write(self, t_ns: int, values) -> None:
-        m = self.msg
-        m.header.stamp.sec, m.header.stamp.nanosec = divmod(int(t_ns), 1_000_000_000)
-        m.effort = [float(v) for v in values]
-        self.pub.publish(m)
 
 
 def _sim_time_refusal(value: Any) -> str:
@@ -145,12 +110,6 @@ def _sim_time_refusal(value: Any) -> str:
 
 class SimNode(Node):
     """The `sim` node; see the module docstring."""
-
-    # The frame's writers: pre-serialised (equimus_ros.cdr) or reused objects (compose()).
-    out_clock: Any
-    out_joints: Any
-    out_pose: dict[str, Any]
-    out_pressure: Any
 
     def __init__(self, **kwargs):
         super().__init__('sim', **kwargs)
@@ -222,7 +181,12 @@ class SimNode(Node):
             Trigger, '~/step', self._on_step, callback_group=MutuallyExclusiveCallbackGroup()
         )
         self.create_timer(self.diag_period, timer_callback(self._publish_diagnostics))
-        self._make_writers(raw=True)
+        # The frame's messages, pre-serialised (equimus_ros.cdr): bytes to the middleware.
+        self.out_clock = ClockWriter(self.pub_clock)
+        self.out_joints = JointStateWriter(self.pub_joints, self.joint_names)
+        self.out_pose = {b: PoseWriter(self.pub_pose[b], FRAME_MOCAP) for b in self.bodies}
+        self.out_pressure = PressureStateWriter(self.pub_pressure, tuple(self.actuator_names))
+        self.frame_hook: FrameHook | None = None
         rtf = self.real_time_factor
         self.get_logger().info(
             f'sim: {p.variant} model, Δt={self.sim.dt * 1e3:.4f} ms, {self.mode}'
@@ -232,32 +196,14 @@ class SimNode(Node):
             f'valves follow {VALVE_APPLIED.name}' + ('; PAUSED' if self.paused else '')
         )
 
-    def _make_writers(self, raw: bool) -> None:
-        """raw: pre-serialised writers (bytes to DDS, equimus_ros.cdr); else reused message
-        objects through Publisher.publish, which the composed graph's hand-off replaces."""
-        if raw:
-            self.out_clock = ClockWriter(self.pub_clock)
-            self.out_joints = JointStateWriter(self.pub_joints, self.joint_names)
-            self.out_pose = {b: PoseWriter(self.pub_pose[b], FRAME_MOCAP) for b in self.bodies}
-            self.out_pressure = PressureStateWriter(self.pub_pressure, tuple(self.actuator_names))
-            return
-        self.out_clock = _ClockOut(self.pub_clock, Clock())
-        self.out_joints = _JointsOut(self.pub_joints, JointState(name=self.joint_names))
-        self.out_pose = {}
-        for b in self.bodies:
-            pose = PoseStamped()
-            pose.header.frame_id = FRAME_MOCAP
-            self.out_pose[b] = _PoseOut(self.pub_pose[b], pose)
-        self.out_pressure = _PressureOut(self.pub_pressure, JointState(name=self.actuator_names))
-
-    def compose(self) -> None:
-        """Run inside the composed graph: the valve driver answers each frame by a direct call
-        during the frame's publishing, so lockstep never waits for an answer; the outputs are
-        reused message objects (see _Reused)."""
+    def compose(self, hook: FrameHook) -> None:
+        """Run inside the composed graph: `hook` hears each frame's time and poses by direct
+        call, and the valve driver answers each frame during them, so lockstep never waits for
+        an answer. The messages still go out (to the composing process's hand-off)."""
         if self.mode != 'lockstep':
             raise ValueError('the composed sim graph needs mode lockstep')
         self.in_process = True
-        self._make_writers(raw=False)
+        self.frame_hook = hook
 
     def _period(self, rtf: float) -> float:
         return 1.0 / (self.rate * rtf) if rtf > 0 else 0.0
@@ -277,15 +223,20 @@ class SimNode(Node):
 
     # ----- callbacks (executor thread) ------------------------------------------------------
     def on_applied(self, msg: JointState) -> None:
+        self.take_applied(list(msg.effort))
+
+    def take_applied(self, kpa: list[float]) -> None:
+        """The valve driver's output (kPa per valve): from /valve/applied, or by direct call in
+        the composed graph."""
         with self.cond:
             self.commands += 1
-            problem = self.sim.set_command(list(msg.effort))
+            problem = self.sim.set_command(kpa)
             if self.mode == 'lockstep':
                 self.answers += 1
                 self.cond.notify_all()
         if problem:
             self.get_logger().warning(
-                f'refused {VALVE_APPLIED.name} {list(msg.effort)}: {problem}; the valves keep '
+                f'refused {VALVE_APPLIED.name} {kpa}: {problem}; the valves keep '
                 f'{self.sim.command.tolist()} kPa',
                 throttle_duration_sec=1.0,
             )
@@ -418,12 +369,17 @@ class SimNode(Node):
         return t_ns, q, qd, poses, pressures
 
     def _publish_frame(self, t_ns: int, q, qd, poses, pressures) -> None:
+        hook = self.frame_hook
+        if hook is not None:
+            hook.frame_started(t_ns)
         self.out_clock.write(t_ns)
         self.out_joints.write(t_ns, q, qd)
         out_pose = self.out_pose
         for cap_ns, bodies in poses:
             for name, (position, orientation) in zip(self.bodies, bodies, strict=True):
                 out_pose[name].write(cap_ns, position, orientation)
+            if hook is not None:
+                hook.poses(cap_ns, self.bodies, bodies)
         self.out_pressure.write(t_ns, pressures)
 
     def _drop_unanswered_commands(self) -> None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 from geometry_msgs.msg import PoseStamped, TransformStamped
@@ -165,11 +166,14 @@ class StatePublisher(Node):
         )
 
     def on_joint_state(self, msg: JointState) -> None:
-        t_ns = _ns(msg.header.stamp)
+        self.on_joints(_ns(msg.header.stamp), msg.name, msg.position)
+
+    def on_joints(self, t_ns: int, names: Sequence[str], positions: Sequence[float]) -> None:
+        """A joint state: from /joint_states, or by direct call in the composed sim graph."""
         # The gate first: it drops most states, and an invalid one must not take its slot.
         if not self.joint_gate.passes(t_ns):
             return
-        moving = self.frames.moving(msg.name, msg.position)
+        moving = self.frames.moving(names, positions)
         if moving is None:
             return
         if self._rest_timer is not None:  # a real state from now on
@@ -183,11 +187,16 @@ class StatePublisher(Node):
     def on_pose(self, body: str, msg: PoseStamped) -> None:
         """One /tf message per motion-capture frame (its bodies share the capture stamp)."""
         p, o = msg.pose.position, msg.pose.orientation
-        xyz, quat = (p.x, p.y, p.z), (o.x, o.y, o.z, o.w)
-        t_ns = _ns(msg.header.stamp)
+        self.on_body_pose(
+            body, msg.header.frame_id, _ns(msg.header.stamp), (p.x, p.y, p.z), (o.x, o.y, o.z, o.w)
+        )
+
+    def on_body_pose(self, body: str, frame_id: str, t_ns: int, xyz: tuple, quat: tuple) -> None:
+        """A body's pose in `frame_id` (quaternion x, y, z, w) at `t_ns`: from its topic, or by
+        direct call in the composed sim graph."""
         item = None
         if frames.pose_is_finite(xyz, quat):
-            item = ((msg.header.frame_id, mocap_frame(body)), (t_ns, xyz, quat))
+            item = ((frame_id, mocap_frame(body)), (t_ns, xyz, quat))
         group = self.mocap_batch.add(body, t_ns, item)
         if group and self.mocap_gate.ready(group[0][1][0]):
             self._publish_tf(tuple(pair for pair, _ in group), [tf for _, tf in group])

@@ -76,6 +76,7 @@ from equimus_description.interface import (
 )
 from equimus_description.leg import load_leg
 from equimus_ros.arrays import pressure_state
+from equimus_ros.cdr import PressureStateWriter
 from equimus_ros.clocks import now_ns, stamp_msg
 from equimus_ros.diagnostics import Diagnostics, Level
 from equimus_ros.executors import timer_callback
@@ -158,6 +159,10 @@ class ValveDriver(LifecycleNode):
         self._closing = False
         self._reset(p)
         self.pub_applied = publisher(self, JointState, VALVE_APPLIED)
+        self.out_applied = PressureStateWriter(self.pub_applied, self.channels)
+        # Called with each output's pressures before /valve/applied goes out (the composed sim
+        # graph's simulated valves).
+        self.applied_listeners: list[Callable[[list[float]], None]] = []
         self.pub_armed = publisher(self, Bool, VALVE_ARMED)
         # The simulated leg's measured pressures come from the sim node itself.
         self.pub_pressure = None if self.simulated else publisher(self, JointState, VALVE_PRESSURE)
@@ -570,7 +575,7 @@ class ValveDriver(LifecycleNode):
             return
         codes = [0] * len(self.channels) if self._closing else self._codes(out_kpa)
         seq = self.board.send_codes(codes)
-        if seq is not None:  # written: the fused loop's latency ends here
+        if seq is not None and not self.simulated:  # written: the fused loop's latency ends here
             self.last_write_ns = time.perf_counter_ns()
             self.last_write_cpu_ns = time.thread_time_ns()
         self._last_sent = codes
@@ -580,18 +585,22 @@ class ValveDriver(LifecycleNode):
             if seq is not None
             else [0.0] * len(self.channels)
         )
+        for listener in self.applied_listeners:
+            listener(applied)
         if self.context.ok():  # a signal may have shut ROS down already; the serial side still runs
-            if stamp_ns is not None:
-                msg = pressure_state(self.channels, applied, stamp_msg(stamp_ns))
-            else:
-                msg = self._pressures(applied, None if self.lockstep else now)
-            self.pub_applied.publish(msg)
+            if stamp_ns is None:
+                stamp_ns = self._stamp_ns(None if self.lockstep else now)
+            self.out_applied.write(stamp_ns, applied)
 
     def _pressures(self, kpa, taken_at: float | None = None):
-        """Stamped now on the node clock (sim time in the sim graph: the frame it answers), less
-        the age of a read-back taken at monotonic time `taken_at`. The age is measured right
-        beside the clock reading, so a preemption before it cannot move the stamp later (that
-        put successive /valve/pressure stamps out of order under load)."""
+        """The pressures stamped by `_stamp_ns`."""
+        return pressure_state(self.channels, kpa, stamp_msg(self._stamp_ns(taken_at)))
+
+    def _stamp_ns(self, taken_at: float | None = None) -> int:
+        """Now on the node clock (sim time in the sim graph: the frame it answers), less the
+        age of a read-back taken at monotonic time `taken_at`. The age is measured right beside
+        the clock reading, so a preemption before it cannot move the stamp later (that put
+        successive /valve/pressure stamps out of order under load)."""
         clock = self.get_clock()
         ns = now_ns(clock)
         # a steady-clock age comes off a node clock that runs with it, not off sim time
@@ -599,7 +608,7 @@ class ValveDriver(LifecycleNode):
             age_s = time.monotonic() - taken_at
             if age_s > 0.0:
                 ns = max(0, ns - int(age_s * 1e9))
-        return pressure_state(self.channels, kpa, stamp_msg(ns))
+        return ns
 
     # ----------------------------------------------------------------- services
     @_serialised
@@ -758,7 +767,7 @@ class ValveDriver(LifecycleNode):
             return True  # unconfigured: the port is closed (the board vents by its watchdog)
         acked = self.board.vent_and_close(self.shutdown_ack_timeout_s)
         if acked and self.context.ok():
-            self.pub_applied.publish(self._pressures([0.0] * len(self.channels)))
+            self.out_applied.write(self._stamp_ns(), [0.0] * len(self.channels))
         return acked
 
 
