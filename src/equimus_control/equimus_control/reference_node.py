@@ -240,8 +240,11 @@ class ReferenceNode(Node):
             phase=tuple(p + dw * t for p in old.phase),
         )
 
-    def tick(self):
-        now = now_ns(self.get_clock())
+    def tick(self, now: int | None = None) -> None:
+        """One sample at `now` ns on the node clock (read here if not given: the composed
+        graph gives its frame's time, which the clock has been set to)."""
+        if now is None:
+            now = now_ns(self.get_clock())
         if self.t0_ns is None:
             self.t0_ns = now
         t = (now - self.t0_ns) * 1e-9  # ints: rclpy's Time arithmetic costs more than a sample
