@@ -211,19 +211,24 @@ for kind in (LifecycleNode, ManagedNode):
 """
 
 
-def test_a_transition_pending_when_the_launch_stops_is_abandoned(ros2_launch):
-    """launch_ros's own LifecycleNode raises when the launch ends while a ChangeState waits for
-    a node's service (the traceback and exit code 1 of a launch stopped during start-up);
-    launch_common.ManagedNode abandons the transition with one line instead."""
+def _with_launch_code(ros2_launch, script: str) -> subprocess.CompletedProcess:
+    """`script` run by Python with the vendored launch code importable."""
     vendor = ros2_launch.parent.parent / 'vendor' / 'ros2-launch'
     path = os.pathsep.join([str(vendor), str(vendor / 'stubs'), os.environ.get('PYTHONPATH', '')])
-    run = subprocess.run(
-        [sys.executable, '-c', _PENDING_TRANSITION],
+    return subprocess.run(
+        [sys.executable, '-c', script],
         capture_output=True,
         text=True,
         timeout=60,
         env=dict(os.environ, PYTHONPATH=path),
     )
+
+
+def test_a_transition_pending_when_the_launch_stops_is_abandoned(ros2_launch):
+    """launch_ros's own LifecycleNode raises when the launch ends while a ChangeState waits for
+    a node's service (the traceback and exit code 1 of a launch stopped during start-up);
+    launch_common.ManagedNode abandons the transition with one line instead."""
+    run = _with_launch_code(ros2_launch, _PENDING_TRANSITION)
     out = run.stdout + run.stderr
     assert 'LifecycleNode raised InvalidHandle' in out, out[-3000:]  # the race, reproduced
     assert 'ManagedNode returned' in out, out[-3000:]
@@ -263,15 +268,7 @@ def test_the_driver_guard_listens_as_long_as_discovery_can_take(ros2_launch):
     not only LISTED_SETTLE_S after its own driver is listed: another graph's driver listed later
     than that is found (the race the supervisor lost in a CI run); with the node on the domain
     for long enough, the guard ends LISTED_SETTLE_S after its own driver is listed."""
-    vendor = ros2_launch.parent.parent / 'vendor' / 'ros2-launch'
-    path = os.pathsep.join([str(vendor), str(vendor / 'stubs'), os.environ.get('PYTHONPATH', '')])
-    run = subprocess.run(
-        [sys.executable, '-c', _GUARD_SETTLE],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=dict(os.environ, PYTHONPATH=path),
-    )
+    run = _with_launch_code(ros2_launch, _GUARD_SETTLE)
     out = run.stdout + run.stderr
     lines = run.stdout.splitlines()
     assert run.returncode == 0 and len(lines) == 2, out[-3000:]
