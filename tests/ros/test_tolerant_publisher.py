@@ -31,8 +31,9 @@ def stopped_reader():
     proc.wait()
 
 
-def _flood(pub, reader) -> int:
-    """Publish until DDS refuses one (or MESSAGES went out); the number published."""
+def _flood(pub, reader, send=None) -> int:
+    """Publish (by `send()`, else a message object) until DDS refuses one (or MESSAGES went
+    out); the number published."""
     deadline = time.monotonic() + 20.0
     while pub.get_subscription_count() < 1 and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -40,7 +41,10 @@ def _flood(pub, reader) -> int:
     os.kill(reader.pid, signal.SIGSTOP)
     msg = Float64MultiArray(data=[0.0] * 100)
     for i in range(MESSAGES):
-        pub.publish(msg)
+        if send is None:
+            pub.publish(msg)
+        else:
+            send()
         if getattr(pub, 'refused', 0):
             return i + 1
     return MESSAGES
@@ -57,6 +61,28 @@ def test_a_refused_publication_is_counted_and_warned_not_raised(stopped_reader, 
         pub.publish(Float64MultiArray(data=[1.0]))  # and it goes on publishing
         err = capfd.readouterr().err
         assert 'refused by DDS' in err and '/refusal_test' in err, err[-2000:]
+    finally:
+        rclpy.try_shutdown(context=ctx)
+
+
+def test_pre_serialised_messages_keep_the_tolerance(stopped_reader):
+    """The nodes' pre-serialised messages (equimus_ros.cdr's writers: the controller's
+    /valve/command, the driver's /valve/applied) go through the tolerant publisher too: a
+    refusal of their bytes is counted, not raised (a writer that wrote to the middleware
+    directly raised here)."""
+    from equimus_ros.arrays import float_array
+    from equimus_ros.cdr import ArrayWriter
+
+    ctx = rclpy.Context()
+    rclpy.init(context=ctx)
+    try:
+        node = rclpy.create_node('tolerant_bytes_writer', context=ctx)
+        pub = tolerant_publisher(node, Float64MultiArray, '/refusal_test', QOS)
+        writer = ArrayWriter(pub, float_array([0.0] * 100, 'x'))
+        assert writer.packed, 'the writer fell back to message objects'
+        values = [0.5] * 100
+        sent = _flood(pub, stopped_reader, lambda: writer.write(values))
+        assert pub.refused >= 1, f'{sent} messages written, none refused'
     finally:
         rclpy.try_shutdown(context=ctx)
 

@@ -19,6 +19,7 @@ import struct
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from rclpy.publisher import Publisher
 from rclpy.serialization import deserialize_message, serialize_message
 
 _HEADER = 4  # encapsulation header (representation id + options) before the payload
@@ -90,10 +91,12 @@ class _Writer:
     ):
         self.publisher = publisher
         # rclpy's Publisher.publish(bytes) ends in the binding's publish_raw; calling it directly
-        # saves the wrapper's type checks (≈1.5 µs). Distros without it use the public call.
-        self._publish_raw = getattr(
-            getattr(publisher, 'handle', None), 'publish_raw', publisher.publish
-        )
+        # saves the wrapper's type checks (≈1.5 µs). Distros without it use the public call, and
+        # so does a publisher with a publish of its own (equimus_ros.qos.TolerantPublisher: a
+        # publication DDS refuses is counted, not raised).
+        own = getattr(type(publisher), 'publish', None) is not Publisher.publish
+        handle_raw = getattr(getattr(publisher, 'handle', None), 'publish_raw', None)
+        self._publish_raw = publisher.publish if own or handle_raw is None else handle_raw
         # serialize_message may append alignment bytes after the last field (4 for JointState);
         # on the wire a message ends at its last field, and strict readers (rosbags) insist.
         self._buf = bytearray(serialize_message(prototype)[: _HEADER + layout.pos])
