@@ -47,7 +47,7 @@ TIMED = (
     ('equimus_control.controller_node', 'ControllerNode.on_joints'),
     ('equimus_control.step', 'ControlStep.step'),
     ('equimus_hw.valve.driver_node', 'ValveDriver.on_pressures'),
-    ('equimus_sim.sim_node', 'SimNode.on_applied'),
+    ('equimus_sim.sim_node', 'SimNode.take_applied'),
     ('equimus_tf.state_publisher', 'StatePublisher.on_body_pose'),
     ('equimus_ros.cdr', '_Writer.write'),
     ('equimus_ros.cdr', 'MessageEncoder.encode'),
