@@ -207,10 +207,12 @@ class ControllerNode(Node):
         n = self.step.n
         cols = 1 + 2 * n
         with self._lock:
-            ok = rows is not None and rows.ndim == 2 and rows.shape[1] == cols
-            if ok:
-                assert rows is not None
-                ok = self.step.set_preview(rows[:, 0], rows[:, 1 : 1 + n], rows[:, 1 + n :])
+            ok = (
+                rows is not None
+                and rows.ndim == 2
+                and rows.shape[1] == cols
+                and self.step.set_preview(rows[:, 0], rows[:, 1 : 1 + n], rows[:, 1 + n :])
+            )
             if not ok:
                 self.get_logger().warning(
                     f'a /reference/preview that is not rows of {cols} columns (t, {n} angles, '

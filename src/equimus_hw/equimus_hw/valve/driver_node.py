@@ -585,12 +585,15 @@ class ValveDriver(LifecycleNode):
             if seq is not None
             else [0.0] * len(self.channels)
         )
+        self._applied(applied, stamp_ns, None if self.lockstep else now)
+
+    def _applied(self, kpa: list[float], stamp_ns: int | None, taken_at: float | None) -> None:
+        """The pressures now applied: to the listeners, then on /valve/applied stamped
+        `stamp_ns`, else by `_stamp_ns(taken_at)`."""
         for listener in self.applied_listeners:
-            listener(applied)
+            listener(kpa)
         if self.context.ok():  # a signal may have shut ROS down already; the serial side still runs
-            if stamp_ns is None:
-                stamp_ns = self._stamp_ns(None if self.lockstep else now)
-            self.out_applied.write(stamp_ns, applied)
+            self.out_applied.write(self._stamp_ns(taken_at) if stamp_ns is None else stamp_ns, kpa)
 
     def _pressures(self, kpa, taken_at: float | None = None):
         """The pressures stamped by `_stamp_ns`."""
@@ -766,8 +769,8 @@ class ValveDriver(LifecycleNode):
         if self.board is None:
             return True  # unconfigured: the port is closed (the board vents by its watchdog)
         acked = self.board.vent_and_close(self.shutdown_ack_timeout_s)
-        if acked and self.context.ok():
-            self.out_applied.write(self._stamp_ns(), [0.0] * len(self.channels))
+        if acked:
+            self._applied([0.0] * len(self.channels), None, None)
         return acked
 
 
