@@ -22,7 +22,6 @@ import threading
 import time
 from collections.abc import Callable
 
-from builtin_interfaces.msg import Time as TimeMsg
 from geometry_msgs.msg import PoseStamped
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from rclpy.publisher import Publisher
@@ -43,6 +42,7 @@ from equimus_description.motive import (
     check_up_axis,
     motive_to_ros,
 )
+from equimus_ros.clocks import stamp_msg
 from equimus_ros.diagnostics import Diagnostics, Level
 from equimus_ros.executors import timer_callback
 from equimus_ros.lifecycle import bring_up
@@ -381,7 +381,7 @@ class NatNetBridge(LifecycleNode):
         ]
         if self.downstream is not None:  # the whole frame, before any message is built
             self.downstream(stamp_ns, poses)
-        stamp = TimeMsg(sec=stamp_ns // 1_000_000_000, nanosec=stamp_ns % 1_000_000_000)
+        stamp = stamp_msg(stamp_ns)
         try:
             for name, (pos, q) in poses:
                 msg = PoseStamped()
