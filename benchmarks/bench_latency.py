@@ -49,7 +49,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import sys
 import tempfile
 import threading
@@ -101,12 +100,6 @@ MODES: dict[str, tuple[dict[str, dict[str, object]], dict[str, str]]] = {
 MODE_ENV = {'default_python_executor': {'EQUIMUS_EVENTS_EXECUTOR': '0'}}
 MODE_WIDTH = max(map(len, MODES))
 GOALS_MS = {'in_process_p99': 0.5, 'wire_p99': 2.0}
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind(('127.0.0.1', 0))
-        return s.getsockname()[1]
 
 
 def _params_file(path: Path, mode: dict[str, dict[str, object]], window: int) -> None:
@@ -319,11 +312,12 @@ def run_mode(
 def run(modes: list[str], seconds: float, rig_scheduling: str = 'fifo') -> dict:
     from equimus_bringup.rig_emulator import BODIES, EmulatedRig
     from equimus_hw.natnet.emulator import NatNetEmulator
+    from equimus_hw.natnet.ports import free_udp_ports
 
     os.environ.setdefault('ROS_DOMAIN_ID', str(150 + os.getpid() % 80))
     os.environ.setdefault('ROS_AUTOMATIC_DISCOVERY_RANGE', 'LOCALHOST')
     load0 = os.getloadavg()[0]
-    ports = (_free_port(), _free_port())
+    ports = tuple(free_udp_ports(2))
     sink: dict[str, list | None] = {'sent': None}
 
     def on_sent(frame_number: int, stamp_ticks: int) -> None:

@@ -10,7 +10,6 @@ the difference of two readings on one clock; the frame number travels in the pos
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ sys.path.insert(0, os.path.join(REPO, 'src', 'equimus_hw'))
 
 from equimus_hw.natnet import protocol as P  # noqa: E402
 from equimus_hw.natnet.emulator import NatNetEmulator  # noqa: E402
+from equimus_hw.natnet.ports import free_udp_ports  # noqa: E402
 
 ARRIVAL_HZ = 120.0
 
@@ -87,18 +87,6 @@ def decode_after_gaps(quick: bool, version=(4, 1)) -> list[dict]:
     return out
 
 
-def _free_ports(k):
-    socks = []
-    for _ in range(k):
-        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        s.bind(('127.0.0.1', 0))
-        socks.append(s)
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
-
-
 FN_SCALE = 1e-4  # m per frame number: 10,200 frames -> 1.02 m, exact to float32 rounding
 
 
@@ -116,7 +104,7 @@ def end_to_end_latency(quick: bool, version='4.1', multicast=True) -> dict:
     def on_sent(fn, _ticks):
         sent[fn] = time.perf_counter_ns()
 
-    cmd, data = _free_ports(2)
+    cmd, data = free_udp_ports(2)
     group = f'239.255.77.{1 + os.getpid() % 250}'
     emu = NatNetEmulator(
         version=version,

@@ -13,6 +13,7 @@ from rosproc import vented_on_stop
 from rosspin import BackgroundSpin
 
 from equimus_bringup import main_job
+from equimus_hw.natnet.ports import free_udp_port_pair
 from equimus_record import bag
 
 CONTROL_TOPICS = [
@@ -249,7 +250,7 @@ def test_a_dead_controller_vents_the_valves_within_the_watchdog_period(mode, tmp
     margin_s = 0.1
     overrides = {'composed': 'false'}  # the controller in its own process, to be killed
     if mode == 'hardware':
-        port = main_job.free_udp_port_pair()
+        port = free_udp_port_pair()
         overrides = dict(
             emulator='true',
             auto_arm='true',

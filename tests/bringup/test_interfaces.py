@@ -12,8 +12,8 @@ import rclpy
 from rcl_interfaces.srv import DescribeParameters, ListParameters
 
 from equimus_bringup.graph import describe_graph
-from equimus_bringup.main_job import free_udp_port_pair
 from equimus_bringup.supervisor import Supervisor
+from equimus_hw.natnet.ports import free_udp_port_pair
 
 INFRA_TOPICS = {'/rosout', '/parameter_events'}
 INFRA_SERVICE_SUFFIXES = (

@@ -290,11 +290,11 @@ def test_natnet_bridge_configure_opens_the_sockets_and_fails_on_a_foreign_addres
 @pytest.fixture
 def hardware_drivers(tmp_path):
     """rig_emulator, natnet_bridge and valve_driver of the hardware graph under the supervisor."""
-    from equimus_bringup import main_job
     from equimus_bringup.graph import describe_graph
     from equimus_bringup.supervisor import Supervisor
+    from equimus_hw.natnet.ports import free_udp_port_pair
 
-    port = main_job.free_udp_port_pair()
+    port = free_udp_port_pair()
     specs = describe_graph(
         'hardware',
         dict(
@@ -340,13 +340,13 @@ def test_a_recorded_bag_holds_stamped_pressures_and_z_up_poses(tmp_path):
     """The hardware side (rig emulator, bridge, driver) recorded: /valve/applied and
     /valve/pressure are stamped JointStates of the actuators; the poses are in `mocap`, Z up
     (the emulated Motive streams Y up, as Motive does by default)."""
-    from equimus_bringup import main_job
     from equimus_bringup.graph import describe_graph
     from equimus_bringup.supervisor import Supervisor
     from equimus_description.interface import ACTUATORS, FRAME_MOCAP, VALVE_PRESSURE, mocap_topic
+    from equimus_hw.natnet.ports import free_udp_port_pair
     from equimus_record import bag
 
-    port = main_job.free_udp_port_pair()
+    port = free_udp_port_pair()
     specs = describe_graph(
         'hardware',
         dict(
@@ -395,16 +395,21 @@ def test_a_recorded_bag_holds_stamped_pressures_and_z_up_poses(tmp_path):
 
 def test_the_graph_marks_the_managed_and_the_required_processes(tmp_path):
     """Managed: the drivers in their own processes (the launch files and the supervisor bring
-    them up); required (their exit ends the graph): the drivers or the process holding them."""
+    them up); required (their exit ends the graph): the drivers or the process holding them,
+    and the emulated rig."""
     from equimus_bringup.graph import describe_graph
 
     common = dict(emulator='true', serial_port=str(tmp_path / 'dac'))
     split = describe_graph('hardware', common)
     assert {s.name for s in split if s.managed} == {'natnet_bridge', 'valve_driver'}
-    assert {s.name for s in split if s.required} == {'natnet_bridge', 'valve_driver'}
+    assert {s.name for s in split if s.required} == {
+        'natnet_bridge',
+        'valve_driver',
+        'rig_emulator',
+    }
     fused = describe_graph('hardware', dict(common, fused_loop='true'))
     assert not any(s.managed for s in fused)  # control_loop brings them up in-process
-    assert {s.name for s in fused if s.required} == {'control_loop'}
+    assert {s.name for s in fused if s.required} == {'control_loop', 'rig_emulator'}
     sim = describe_graph('sim', {'composed': 'false'})
     assert {s.name for s in sim if s.managed} == {'valve_driver'}
 

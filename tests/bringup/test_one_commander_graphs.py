@@ -25,10 +25,10 @@ from diagnostic_msgs.msg import DiagnosticArray
 from rosspin import BackgroundSpin
 from std_msgs.msg import Float64MultiArray
 
-from equimus_bringup import main_job
 from equimus_bringup.graph import describe_graph
 from equimus_bringup.supervisor import Supervisor
 from equimus_description.interface import DIAGNOSTICS, VALVE_APPLIED, VALVE_COMMAND
+from equimus_hw.natnet.ports import free_udp_port_pair
 from equimus_ros.qos import qos_for
 
 rclpy = pytest.importorskip('rclpy')
@@ -248,7 +248,7 @@ def test_fused_loop_stopped_the_board_vents_and_never_sees_an_intruder(tmp_path)
     from equimus_hw.natnet.emulator import NatNetEmulator
     from equimus_hw.valve.calibration import ValveCalibration
 
-    port = main_job.free_udp_port_pair()
+    port = free_udp_port_pair()
     link = str(tmp_path / 'dac')
     natnet = NatNetEmulator(
         command_port=port, data_port=port + 1, multicast=True, rate_hz=120.0, bodies=BODIES

@@ -26,7 +26,6 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import Bool, Float64MultiArray
 
 from equimus_bringup.graph import describe_graph
-from equimus_bringup.main_job import free_udp_port_pair
 from equimus_bringup.supervisor import Supervisor
 from equimus_control.controller_node import ControllerNode
 from equimus_description.interface import (
@@ -38,6 +37,7 @@ from equimus_description.interface import (
     VALVE_COMMAND,
     VALVE_PRESSURE,
 )
+from equimus_hw.natnet.ports import free_udp_port_pair
 from equimus_hw.valve.config import DriverConfig
 from equimus_ros.qos import publisher, subscription
 

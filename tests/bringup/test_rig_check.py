@@ -21,8 +21,8 @@ import pytest
 from rosproc import vented_on_stop
 
 from equimus_bringup.graph import EMULATED_BOARD_TIMEOUT_S, EMULATED_MOCAP_TIMEOUT_S
-from equimus_bringup.main_job import free_udp_port_pair
 from equimus_description.interface import ACTUATORS
+from equimus_hw.natnet.ports import free_udp_port_pair
 from equimus_hw.valve.board_emulator import ValveModel
 from equimus_hw.valve.calibration import ValveCalibration, load_calibration
 

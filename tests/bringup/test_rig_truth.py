@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import serial
 
-from equimus_bringup import main_job
 from equimus_bringup.rig_emulator import BODIES, EmulatedRig
 from equimus_hw.natnet.emulator import NatNetEmulator
+from equimus_hw.natnet.ports import free_udp_port_pair
 from equimus_hw.valve import protocol as P
 from equimus_sim import truth as T
 
@@ -91,7 +91,7 @@ def test_truth_and_leg_overrides_together_are_refused(tmp_path):
 
 
 def _cli(tmp_path, *args, timeout=60):
-    port = main_job.free_udp_port_pair()
+    port = free_udp_port_pair()
     return subprocess.run(
         [
             sys.executable,

@@ -58,16 +58,11 @@ def watcher(private_node):
 
 
 def _natnet_ports() -> list[str]:
-    """Command and data ports free right now (ephemeral), not fixed ones: another session
-    running the same test at the same time must not stream into this one's bridge."""
-    import socket
+    """Command and data ports free right now, not fixed ones: another session running the same
+    test at the same time must not stream into this one's bridge."""
+    from equimus_hw.natnet.ports import free_udp_ports
 
-    socks = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(2)]
-    for s in socks:
-        s.bind(('127.0.0.1', 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
+    ports = free_udp_ports(2)
     return [f'natnet_command_port:={ports[0]}', f'natnet_data_port:={ports[1]}']
 
 
@@ -346,6 +341,41 @@ def test_required_processes_stopped_together_end_the_launch_once(ros2_launch, wa
     assert proc.returncode == 0, tail
 
 
+def test_an_emulated_rig_that_cannot_start_ends_the_launch(ros2_launch, watcher, tmp_path):
+    """hardware.launch.py emulator:=true with the NatNet data port already taken: the rig
+    emulator says so in one line and exits, leaving no board link behind, and the launch ends on
+    its own, every other process cleanly, also the transitions it had not sent yet. Before, the
+    emulator's exit was not required: the graph idled, vented, waiting for poses that never
+    came (a CI run's failure, when another process took a port the test had found free)."""
+    import socket
+
+    from equimus_hw.natnet.ports import free_udp_ports
+
+    command, data = free_udp_ports(2)
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as taken:
+        taken.bind(('127.0.0.1', data))
+        proc = _start(
+            ros2_launch, watcher, 'hardware.launch.py', 'emulator:=true', 'auto_arm:=true',
+            f'serial_port:={tmp_path / "dac"}', f'natnet_command_port:={command}',
+            f'natnet_data_port:={data}',
+        )  # fmt: skip
+        try:
+            out, _ = proc.communicate(timeout=RUN_MAX_S)  # no Ctrl-C from here
+        except BaseException:
+            os.killpg(proc.pid, signal.SIGKILL)
+            out, _ = proc.communicate()
+            pytest.fail(f'the launch did not end on its own:\n{out[-4000:]}')
+    tail = out[-4000:]
+    assert f'rig_emulator: cannot bind NatNet 127.0.0.1 ports {command}/{data}' in out, tail
+    assert re.search(r'\[ERROR\] \[rig_emulator-\d+\]: process has died .*exit code 2', out), tail
+    assert 'Caught exception' not in out and 'Traceback' not in out, tail
+    started = re.findall(r'\[INFO\] \[(\S+)\]: process started', out)
+    finished = re.findall(r'\[INFO\] \[(\S+)\]: process has finished cleanly', out)
+    assert len(started) == 7, tail
+    assert sorted(finished) == sorted(n for n in started if not n.startswith('rig_emulator')), tail
+    assert not (tmp_path / 'dac').exists()
+
+
 #: Put first on the launch's PYTHONPATH: its valve driver waits at interpreter start, before
 #: it imports rclpy, until the file named by EQUIMUS_TEST_GO exists (the other processes go on).
 _HOLD_DRIVER = """
@@ -528,7 +558,7 @@ def test_hardware_launch_check_first_on_a_new_rig(ros2_launch, watcher, tmp_path
     """check:=true on the emulated rig, which has no calibration yet: the rig check runs after the
     rig emulator and before any node, writes the calibration beside the board's link, and the
     valve driver starts on that file; then the graph runs as usual."""
-    from equimus_bringup.main_job import free_udp_port_pair
+    from equimus_hw.natnet.ports import free_udp_port_pair
     from equimus_hw.valve.calibration import load_calibration
 
     port = free_udp_port_pair()

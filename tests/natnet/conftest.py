@@ -1,7 +1,9 @@
 """Fixtures for the NatNet tests; the helpers are in natnet_util."""
 
 import pytest
-from natnet_util import DATA, Proc, free_udp_ports
+from natnet_util import DATA, Proc
+
+from equimus_hw.natnet.ports import free_udp_ports
 
 
 @pytest.fixture

@@ -1,29 +1,15 @@
-"""Helpers for the NatNet tests: free UDP ports, subprocess launch of emulator and bridge.
+"""Helpers for the NatNet tests: subprocess launch of emulator and bridge, a group of their own.
 
 A module of its own, not conftest, so no other test folder's conftest can shadow it.
 """
 
 import os
 import random
-import socket
 import subprocess
 import sys
 import time
 
 DATA = 'data/natnet/motive2.1_natnet3.0'
-
-
-def free_udp_ports(n: int):
-    """n distinct UDP ports that are free right now on 127.0.0.1."""
-    socks, ports = [], []
-    while len(ports) < n:
-        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        s.bind(('127.0.0.1', 0))
-        socks.append(s)
-        ports.append(s.getsockname()[1])
-    for s in socks:
-        s.close()
-    return ports
 
 
 def random_group() -> str:

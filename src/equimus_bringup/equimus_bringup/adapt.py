@@ -544,8 +544,8 @@ def excitation(out: Path, budget: Budget, seed: int, log: Log) -> Path:
 
 
 def run(ns: argparse.Namespace, log: Log = print) -> int:
-    from equimus_bringup.main_job import free_udp_port_pair
     from equimus_bringup.rig_session import RigSession
+    from equimus_hw.natnet.ports import free_udp_port_pair
     from equimus_sim.truth import TruthError, dump, parse_spec
 
     out = Path(ns.out)

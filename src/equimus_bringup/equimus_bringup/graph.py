@@ -165,10 +165,11 @@ FUSED_NODES = ('natnet_bridge', 'estimator', 'controller', 'valve_driver')
 # after start; the processes holding them in-process (control_loop, sim_graph) do it themselves.
 MANAGED_NODES = ('valve_driver', 'natnet_bridge')
 
-# Processes whose exit ends the whole graph (the driver and the bridge, and the processes that
-# hold them). The supervisor ends the graph on any exit; the launch files on these (the others are
-# not respawned: see docs/interfaces.md, "Lifecycle and shutdown").
-REQUIRED_PROCESSES = ('valve_driver', 'natnet_bridge', 'control_loop', 'sim_graph')
+# Processes whose exit ends the whole graph (the driver and the bridge, the processes that hold
+# them, and the emulated rig they talk to: without it the graph would idle, vented, with no pose
+# ever arriving). The supervisor ends the graph on any exit; the launch files on these (the others
+# are not respawned: see docs/interfaces.md, "Lifecycle and shutdown").
+REQUIRED_PROCESSES = ('valve_driver', 'natnet_bridge', 'control_loop', 'sim_graph', 'rig_emulator')
 
 # Lower rank stops first on shutdown: the loop is opened from the top, the valve driver vents last.
 SHUTDOWN_RANK = {

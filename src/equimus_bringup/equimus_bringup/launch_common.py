@@ -7,8 +7,8 @@ event is emitted at start and each one is activated when it reaches `inactive`, 
 does over the same lifecycle_msgs services (ManagedNode: a transition pending when the launch
 stops is abandoned, not a traceback). Before any action is created, the launch arguments
 and every parameter file are checked (equimus_bringup.prestart): a bad one ends the launch with
-one line, nothing started. When a required process (graph.REQUIRED_PROCESSES:
-the valve driver, the bridge, or the process holding them) exits, the valve driver is asked to
+one line, nothing started. When a required process (graph.REQUIRED_PROCESSES: the valve driver,
+the bridge, the process holding them, or the emulated rig) exits, the valve driver is asked to
 deactivate (vent) and the launch shuts down; the driver also vents on the SIGINT of the shutdown.
 With check:=true the rig check (graph.ProcessSpec.gate) runs after the rig emulator, if any, and
 the rest of the graph is started only when it exits 0; otherwise the launch ends with one line.
@@ -136,7 +136,8 @@ class ManagedNode(LifecycleNode):
     launch_ros waits for that service in a worker thread and destroys its own ROS node when the
     launch ends; a wait still running then raises InvalidHandle, which launch reports as "Caught
     exception" and exit code 1. It happens whenever the launch stops before a managed node is up:
-    a Ctrl-C during start-up, or a required process dying then (seen on a loaded machine)."""
+    a Ctrl-C during start-up, or a required process dying then (seen on a loaded machine, and
+    whenever the emulated rig cannot open its ports), also while the guard is still listening."""
 
     def __init__(self, *, guard: DriverGuard | None = None, **kwargs) -> None:
         super().__init__(**kwargs)
@@ -149,14 +150,14 @@ class ManagedNode(LifecycleNode):
         return actions
 
     def _call_change_state(self, request, context) -> None:
-        if self._guard is not None:
-            from launch_ros.ros_adapters import get_ros_node
-
-            problem = self._guard.problem(get_ros_node(context), lambda: context.is_shutdown)
-            if problem:
-                self._guard.refuse(context, problem)
-                return
         try:
+            if self._guard is not None:  # it lists the domain's nodes through the same ROS node
+                from launch_ros.ros_adapters import get_ros_node
+
+                problem = self._guard.problem(get_ros_node(context), lambda: context.is_shutdown)
+                if problem:
+                    self._guard.refuse(context, problem)
+                    return
             super()._call_change_state(request, context)
         except _rclpy.InvalidHandle:
             if not context.is_shutdown:

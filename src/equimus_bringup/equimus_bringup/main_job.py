@@ -35,25 +35,7 @@ from equimus_bringup.run_report import report
 from equimus_bringup.run_report import video as run_video
 from equimus_bringup.supervisor import GraphError, Supervisor
 from equimus_control import CONTROLLERS
-
-
-def free_udp_port_pair(address: str = '127.0.0.1') -> int:
-    """A port p with p and p + 1 both free for UDP on `address` (NatNet command and data ports)."""
-    import socket
-
-    for _ in range(100):
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as a:
-            a.bind((address, 0))
-            port = a.getsockname()[1]
-            if port >= 65535:
-                continue
-            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as b:
-                try:
-                    b.bind((address, port + 1))
-                except OSError:
-                    continue
-            return port
-    raise RuntimeError('no free pair of UDP ports on loopback')
+from equimus_hw.natnet.ports import free_udp_port_pair
 
 
 def speed_from_output(lines: list[str]) -> tuple[float, float] | None:

@@ -333,6 +333,17 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     # Explicit for SIGINT too: started from a background job, a process inherits SIGINT ignored,
     # and the supervisor stops the rig with SIGINT.
+    try:
+        rig.natnet.open()  # before anything runs: a port in use is a clear error, not a traceback
+    except OSError as exc:
+        rig.board.close()  # its pty link goes with it: no driver finds a board that never answers
+        print(
+            f'rig_emulator: cannot bind NatNet {a.address} ports {a.command_port}/{a.data_port}: '
+            f'{exc.strerror}. Is another server (Motive, an emulator) running? Choose other '
+            'ports (natnet_command_port:=, natnet_data_port:=, or --command-port/--data-port).',
+            file=sys.stderr,
+        )
+        return 2
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: rig.stop())
     with rig:

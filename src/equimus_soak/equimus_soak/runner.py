@@ -7,7 +7,6 @@ import dataclasses
 import json
 import os
 import signal
-import socket
 import tempfile
 import threading
 import time
@@ -24,15 +23,10 @@ from equimus_bringup.graph import (
     realtime_problem,
 )
 from equimus_bringup.supervisor import GraphError, Supervisor
+from equimus_hw.natnet.ports import free_udp_ports
 from equimus_soak.checks import Check, SoakChecks
 from equimus_soak.faults import ALL_FAULTS, FAULTS, FUSED_AWAY, RATE_HZ, FaultInjection, FaultRecord
 from equimus_soak.probes import ProbeClient, ProcSampler, SchedulingDelay
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind(('127.0.0.1', 0))
-        return s.getsockname()[1]
 
 
 def _load_params(config_dir: str, file: str, node: str) -> dict:
@@ -209,7 +203,7 @@ class Soak(FaultInjection, SoakChecks):
         if self.bag.exists():
             raise ValueError(f'{self.bag} exists already: give the soak a new --out folder')
         link = str(self.out / 'dac')
-        cmd_port, data_port = _free_port(), _free_port()
+        cmd_port, data_port = free_udp_ports(2)
         self.natnet = NatNetEmulator(
             command_port=cmd_port,
             data_port=data_port,

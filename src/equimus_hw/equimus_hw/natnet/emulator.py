@@ -436,13 +436,18 @@ class NatNetEmulator:
     # -- sockets -----------------------------------------------------------------------------
     def open(self) -> None:
         c = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        c.bind((self.address, self.command_port))
-        c.setblocking(False)
         d = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        d.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        d.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
-        # Frames leave from the data port (clients may drop frames from any other port).
-        d.bind((self.address, self.data_port))
+        try:
+            c.bind((self.address, self.command_port))
+            d.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            d.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
+            # Frames leave from the data port (clients may drop frames from any other port).
+            d.bind((self.address, self.data_port))
+        except OSError:
+            c.close()  # neither port stays held by a server that could not open both
+            d.close()
+            raise
+        c.setblocking(False)
         if self.multicast:
             d.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF, socket.inet_aton(self.address))
             d.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_LOOP, 1)

@@ -775,7 +775,11 @@ class ValveDriver(LifecycleNode):
 
 
 def vent_on_exit(node: ValveDriver) -> None:
+    opened = node.board is not None
     acked = node.vent_and_close()
+    if not opened:
+        print('valve_driver: stopped before configure (the board was never opened)', flush=True)
+        return
     print(
         'valve_driver: vented on shutdown ('
         + ('acknowledged' if acked else 'NOT acknowledged: board unreachable, its watchdog vents')

@@ -1,0 +1,75 @@
+"""UDP ports for a NatNet server started beside its client (an emulated rig, a soak, a test).
+
+A port found free by binding it and letting it go can be taken again before the server binds
+it, by any socket bound to port 0 (a NatNet client's command socket, another tool's), and the
+kernel gives those from its ephemeral range. So the ports here come from below that range,
+searched from a random port (parallel runs do not try the same ones) and checked free by
+binding them.
+Seen once in a loaded test run: an emulated rig found its data port taken, exited, and the
+graph idled, vented, with no pose ever arriving.
+"""
+
+from __future__ import annotations
+
+import random
+import socket
+from pathlib import Path
+
+__all__ = ['free_udp_port_pair', 'free_udp_ports']
+
+#: Lowest port drawn: above the registered ports most services listen on.
+PORT_FLOOR = 20000
+#: Linux's ephemeral range, read from here; its default where the file is not.
+EPHEMERAL_RANGE = Path('/proc/sys/net/ipv4/ip_local_port_range')
+DEFAULT_EPHEMERAL_LOW = 32768
+
+
+def _ceiling() -> int:
+    """The first port of the ephemeral range (never drawn, nor any above it)."""
+    try:
+        low = int(EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = DEFAULT_EPHEMERAL_LOW
+    return low if low > PORT_FLOOR + 100 else DEFAULT_EPHEMERAL_LOW
+
+
+def _all_free(ports: list[int], address: str) -> bool:
+    socks = []
+    try:
+        for port in ports:
+            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            socks.append(s)
+            s.bind((address, port))
+        return True
+    except OSError:
+        return False
+    finally:
+        for s in socks:
+            s.close()
+
+
+def free_udp_ports(n: int, address: str = '127.0.0.1', consecutive: bool = False) -> list[int]:
+    """`n` distinct UDP ports free on `address` now, outside the ephemeral range
+    (`consecutive`: p, p + 1, ...). The search starts at a random port and wraps around, so it
+    finds free ones whenever there are."""
+    floor, ceiling = PORT_FLOOR, _ceiling()
+    width = ceiling - floor
+    start = random.SystemRandom().randrange(width)
+    order = (floor + (start + i) % width for i in range(width))
+    if consecutive:
+        for first in order:
+            if first + n <= ceiling and _all_free(list(range(first, first + n)), address):
+                return list(range(first, first + n))
+    else:
+        found = []
+        for port in order:
+            if _all_free([port], address):
+                found.append(port)
+                if len(found) == n:
+                    return found
+    raise RuntimeError(f'no {n} free UDP ports on {address} between {floor} and {ceiling}')
+
+
+def free_udp_port_pair(address: str = '127.0.0.1') -> int:
+    """A port p with p and p + 1 both free for UDP on `address` (NatNet command and data)."""
+    return free_udp_ports(2, address, consecutive=True)[0]

@@ -1,0 +1,62 @@
+"""The NatNet servers' ports: free, and outside the kernel's ephemeral range (a socket bound to
+port 0 anywhere on the machine can never take one between its check and the server's bind)."""
+
+import socket
+
+import pytest
+
+from equimus_hw.natnet import ports as P
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.bind(('127.0.0.1', port))
+        except OSError:
+            return False
+        return True
+
+
+def test_ports_are_free_and_below_the_ephemeral_range():
+    low = int(P.EPHEMERAL_RANGE.read_text().split()[0])
+    for _ in range(20):
+        got = P.free_udp_ports(3)
+        assert len(set(got)) == 3
+        assert all(P.PORT_FLOOR <= p < low and _bindable(p) for p in got), got
+    pair = P.free_udp_port_pair()
+    assert pair + 1 < low and _bindable(pair) and _bindable(pair + 1)
+
+
+@pytest.fixture
+def narrow(tmp_path, monkeypatch):
+    """A range of 101 ports (the narrowest taken as a range) starting at a free-looking spot."""
+    floor = P.free_udp_ports(1)[0] // 1000 * 1000
+    monkeypatch.setattr(P, 'PORT_FLOOR', floor)
+    limits = tmp_path / 'ip_local_port_range'
+    limits.write_text(f'{floor + 101}\t60999\n')
+    monkeypatch.setattr(P, 'EPHEMERAL_RANGE', limits)
+    return range(floor, floor + 101)
+
+
+def test_a_port_in_use_is_never_given(narrow):
+    held, socks = [], []
+    for port in narrow:
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            s.bind(('127.0.0.1', port))
+        except OSError:
+            s.close()
+            continue
+        socks.append(s)
+        held.append(port)
+    free = held.pop(len(held) // 2)
+    socks.pop(len(socks) // 2).close()
+    try:
+        assert P.free_udp_ports(1) == [free]
+        socks.append(socket.socket(socket.AF_INET, socket.SOCK_DGRAM))
+        socks[-1].bind(('127.0.0.1', free))
+        with pytest.raises(RuntimeError, match='no 1 free UDP ports'):
+            P.free_udp_ports(1)
+    finally:
+        for s in socks:
+            s.close()
