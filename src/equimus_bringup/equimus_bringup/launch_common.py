@@ -127,6 +127,20 @@ class DriverGuard:
             self.stop.shutdown(context, problem)
 
 
+#: s a worker thread that found launch_ros's node destroyed waits to see the launch stopping.
+#: launch runs the newest event handlers first: the ROS adapter's (it destroys that node) runs
+#: before the launch service's own, which marks the context as shut down (seen in a CI run).
+STOP_NOTICE_S = 5.0
+
+
+def _stopping(context, wait_s: float = STOP_NOTICE_S) -> bool:
+    """Whether the launch is stopping, waiting up to `wait_s` for it to say so."""
+    end = time.monotonic() + wait_s
+    while not context.is_shutdown and time.monotonic() < end:
+        time.sleep(0.01)
+    return bool(context.is_shutdown)
+
+
 class ManagedNode(LifecycleNode):
     """launch_ros's LifecycleNode, except that a transition still waiting for the node's
     change_state service when the launch stops is abandoned with one line, and that the valve
@@ -160,7 +174,7 @@ class ManagedNode(LifecycleNode):
                     return
             super()._call_change_state(request, context)
         except _rclpy.InvalidHandle:
-            if not context.is_shutdown:
+            if not _stopping(context):
                 raise
             get_logger('launch.user').warning(
                 f'{self.node_name}: transition {request.transition.id} abandoned, the launch is '
