@@ -34,20 +34,19 @@ try:
     DOMAIN, EXPORTED_DOMAIN = dds_domain.claim_for_session()
 except RuntimeError as e:
     raise pytest.UsageError(str(e)) from None
-os.environ['ROS_AUTOMATIC_DISCOVERY_RANGE'] = 'LOCALHOST'
-# ... and on Fast DDS over UDP only, as the graphs run (equimus_bringup.graph.graph_environment):
+# ... and on Fast DDS over UDP only, as the graphs run (dds_domain.session_dds_environment):
 # the tests SIGKILL and SIGSTOP participants, and one killed while it created a shared-memory
 # port left a zero-size /dev/shm/fastdds_port<N>; the next participant given port N waited for
 # it forever inside Fast DDS (a loaded run hung 8 min in rclpy.init, where pytest's timeout
-# cannot reach). Every process of the session, and each one it starts, inherits this. (Not in
-# the lower-bounds check's venv: no ROS there, and no equimus_bringup.) The same for the graphs'
-# one BLAS thread a process: the test workers and every process they start run like a graph's.
+# cannot reach). Every process of the session, and each one it starts, inherits this. The same
+# for the graphs' one BLAS thread a process: the test workers and every process they start run
+# like a graph's.
+os.environ.update(dds_domain.session_dds_environment(os.environ))
 try:
-    from equimus_bringup.graph import graph_environment, thread_environment
+    from equimus_bringup.graph import thread_environment
 except ImportError:
     pass
 else:
-    os.environ.update(graph_environment('sim'))
     os.environ.update(thread_environment())
 
 

@@ -103,3 +103,26 @@ def claim_for_session() -> tuple[Claim, str | None]:
     got = claim(avoid=avoid)
     os.environ['ROS_DOMAIN_ID'] = str(got.domain)
     return got, exported
+
+
+#: Set by the first process of a test session once its DDS environment is in place.
+SESSION_DDS_MARK = 'EQUIMUS_TEST_SESSION_DDS'
+
+
+def session_dds_environment(environ) -> dict[str, str]:
+    """What a test session sets for DDS: the LOCALHOST range, on Fast DDS the graphs' UDP-only
+    loopback profile with the range that stands for it (equimus_bringup.graph.graph_environment).
+    A process that inherits the session's environment (a pytest-xdist worker) keeps it as it is:
+    given again, graph_environment would take the session's own profile for the user's choice
+    and leave the range at LOCALHOST, on which rmw_fastrtps adds shared memory (every worker and
+    every process it started mapped it, and a participant killed while making a port segment
+    hung the next one inside Fast DDS)."""
+    if environ.get(SESSION_DDS_MARK):
+        return {}
+    out = {'ROS_AUTOMATIC_DISCOVERY_RANGE': 'LOCALHOST', SESSION_DDS_MARK: '1'}
+    try:
+        from equimus_bringup.graph import graph_environment
+    except ImportError:  # the lower-bounds check's venv: no ROS, no equimus_bringup
+        return out
+    out.update(graph_environment('sim', {**environ, **out}))
+    return out

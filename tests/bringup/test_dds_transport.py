@@ -139,3 +139,32 @@ def test_equimus_valve_maps_no_shared_memory(monkeypatch, no_user_choice, fixed)
             proc.wait()
     assert proc.returncode == 2 and 'is not offered' in err, (proc.returncode, out, err)
     assert bool(maps) != fixed, maps
+
+
+def test_every_process_of_the_test_session_talks_udp_only():
+    """The session's DDS environment (tests/conftest.py) is the same when given again, as a
+    pytest-xdist worker inherits it from the main process: the graphs' loopback UDP profile
+    with the range SUBNET (before, a worker set the range back to LOCALHOST, on which
+    rmw_fastrtps adds shared memory). And a participant started with this process's environment,
+    as every process a test starts is, maps no Fast DDS shared memory."""
+    import dds_domain
+
+    chosen = (*TRANSPORT_CHOICE_ENVS, DISCOVERY_RANGE_ENV, dds_domain.SESSION_DDS_MARK)
+    fresh = {k: v for k, v in os.environ.items() if k not in chosen}
+    first = {**fresh, **dds_domain.session_dds_environment(fresh)}
+    assert first[DISCOVERY_RANGE_ENV] == 'SUBNET', first
+    assert (dds_profile(first) or '').endswith(UDP_LOCALHOST_PROFILE), dds_profile(first)
+    assert {**first, **dds_domain.session_dds_environment(first)} == first
+    probe = (
+        'import rclpy, time\n'
+        'rclpy.init()\n'
+        'node = rclpy.create_node("session_probe")\n'
+        'time.sleep(1.0)\n'
+        'maps = open("/proc/self/maps").read().split("\\n")\n'
+        'print(sorted({ln.split()[-1] for ln in maps if "/dev/shm/fastdds" in ln}))\n'
+    )
+    run = subprocess.run(
+        [sys.executable, '-c', probe], capture_output=True, text=True, timeout=60, env=os.environ
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.strip() == '[]', run.stdout

@@ -1,5 +1,6 @@
-"""The NatNet servers' ports: free, and outside the kernel's ephemeral range (a socket bound to
-port 0 anywhere on the machine can never take one between its check and the server's bind)."""
+"""The NatNet servers' ports: free, below the kernel's ephemeral range (a socket bound to port 0
+anywhere on the machine can never take one between its check and the server's bind) and below
+DDS's ports (a participant started after the check never wants one)."""
 
 import socket
 
@@ -17,8 +18,8 @@ def _bindable(port: int) -> bool:
         return True
 
 
-def test_ports_are_free_and_below_the_ephemeral_range():
-    low = int(P.EPHEMERAL_RANGE.read_text().split()[0])
+def test_ports_are_free_and_below_the_ephemeral_range_and_dds():
+    low = min(int(P.EPHEMERAL_RANGE.read_text().split()[0]), P.DDS_PORT_BASE)
     for _ in range(20):
         got = P.free_udp_ports(3)
         assert len(set(got)) == 3

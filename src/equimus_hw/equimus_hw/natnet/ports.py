@@ -2,11 +2,12 @@
 
 A port found free by binding it and letting it go can be taken again before the server binds
 it, by any socket bound to port 0 (a NatNet client's command socket, another tool's), and the
-kernel gives those from its ephemeral range. So the ports here come from below that range,
-searched from a random port (parallel runs do not try the same ones) and checked free by
-binding them.
-Seen once in a loaded test run: an emulated rig found its data port taken, exited, and the
-graph idled, vented, with no pose ever arriving.
+kernel gives those from its ephemeral range. DDS takes the ports from 7400 up (the RTPS port
+mapping: 250 a domain, domains 0-101 end below the ephemeral range), for participants that may
+start after the check. So the ports here come from below both, searched from a random port
+(parallel runs do not try the same ones) and checked free by binding them. Seen once in a
+loaded test run: an emulated rig found its data port taken, exited, and the graph idled,
+vented, with no pose ever arriving.
 """
 
 from __future__ import annotations
@@ -17,20 +18,22 @@ from pathlib import Path
 
 __all__ = ['free_udp_port_pair', 'free_udp_ports']
 
-#: Lowest port drawn: above the registered ports most services listen on.
-PORT_FLOOR = 20000
+#: Lowest port given: NatNet's own (1510, 1511) and the well-known services stay below it.
+PORT_FLOOR = 2000
+#: The first port of the RTPS port mapping (its PB): DDS participants' ports start here.
+DDS_PORT_BASE = 7400
 #: Linux's ephemeral range, read from here; its default where the file is not.
 EPHEMERAL_RANGE = Path('/proc/sys/net/ipv4/ip_local_port_range')
 DEFAULT_EPHEMERAL_LOW = 32768
 
 
 def _ceiling() -> int:
-    """The first port of the ephemeral range (never drawn, nor any above it)."""
+    """The first port not given: DDS's base, or the ephemeral range's start if lower."""
     try:
         low = int(EPHEMERAL_RANGE.read_text().split()[0])
     except (OSError, ValueError, IndexError):
         low = DEFAULT_EPHEMERAL_LOW
-    return low if low > PORT_FLOOR + 100 else DEFAULT_EPHEMERAL_LOW
+    return min(DDS_PORT_BASE, low) if low > PORT_FLOOR + 100 else DDS_PORT_BASE
 
 
 def _all_free(ports: list[int], address: str) -> bool:
@@ -49,7 +52,7 @@ def _all_free(ports: list[int], address: str) -> bool:
 
 
 def free_udp_ports(n: int, address: str = '127.0.0.1', consecutive: bool = False) -> list[int]:
-    """`n` distinct UDP ports free on `address` now, outside the ephemeral range
+    """`n` distinct UDP ports free on `address` now, below DDS's and the ephemeral range
     (`consecutive`: p, p + 1, ...). The search starts at a random port and wraps around, so it
     finds free ones whenever there are."""
     floor, ceiling = PORT_FLOOR, _ceiling()
