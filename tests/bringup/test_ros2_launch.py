@@ -122,6 +122,14 @@ def _start(
     )
 
 
+def _kill_and_show(proc: subprocess.Popen[str]) -> None:
+    """A test that failed while its launch ran: the launch killed, what it printed shown with
+    the failure (pytest's captured stdout), which the assertion alone would not say."""
+    os.killpg(proc.pid, signal.SIGKILL)
+    out, _ = proc.communicate()
+    print(f'--- the launch printed (last 6000 characters):\n{(out or "")[-6000:]}')
+
+
 def _child(proc: subprocess.Popen[str], executable: str) -> int:
     """The pid of the launch's one child running `executable` (e.g. lib/equimus_hw/valve_driver):
     launch's own log names it, but the pipe holds that log until it is read at the end."""
@@ -149,8 +157,7 @@ def _launch(
         os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
         out, _ = proc.communicate(timeout=STOP_TIMEOUT_S)
     except BaseException:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
+        _kill_and_show(proc)
         raise
     return proc.returncode, out, seen
 
@@ -290,8 +297,7 @@ def test_a_required_process_that_dies_ends_the_launch(ros2_launch, watcher):
         os.kill(_child(proc, 'lib/equimus_hw/valve_driver'), signal.SIGKILL)
         out, _ = proc.communicate(timeout=STOP_TIMEOUT_S)  # ends with no Ctrl-C from here
     except BaseException:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
+        _kill_and_show(proc)
         raise
     tail = out[-4000:]
     assert re.search(r'\[ERROR\] \[valve_driver-\d+\]: process has died', out), tail
@@ -327,8 +333,7 @@ def test_required_processes_stopped_together_end_the_launch_once(ros2_launch, wa
             os.kill(proc.pid, signal.SIGCONT)
         out, _ = proc.communicate(timeout=STOP_TIMEOUT_S)  # ends with no Ctrl-C from here
     except BaseException:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
+        _kill_and_show(proc)
         raise
     tail = out[-4000:]
     assert 'Caught exception' not in out and 'Traceback' not in out, tail
@@ -435,8 +440,7 @@ def test_a_graph_started_on_the_domain_meanwhile_is_never_driven(ros2_launch, wa
             said = said if isinstance(said, str) else said.decode(errors='replace')
             raise AssertionError(f'the launch ran on:\n{said[-6000:]}') from None
     except BaseException:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
+        _kill_and_show(proc)
         raise
     finally:
         if other is not None:
