@@ -234,10 +234,27 @@ def test_valve_driver_transitions_open_arm_vent_and_close():
     assert 'deactivated: disarmed, all channels vented to 0 kPa' in out, out
 
 
+def test_a_driver_stopped_before_configure_says_it_never_opened_the_board():
+    """Stopped while unconfigured (a launch that ends during start-up), the driver has no board
+    to vent and says so, not "vented on shutdown (acknowledged)"."""
+    proc = start_node('equimus_hw', 'valve_driver', '-p', 'board:=sim')
+    m = Manager('lifecycle_manager_unconfigured')
+    try:
+        assert m.state('valve_driver') == State.PRIMARY_STATE_UNCONFIGURED
+    finally:
+        m.close()
+        out = stop(proc)
+    assert proc.returncode == 0, out
+    assert 'valve_driver: stopped before configure (the board was never opened)' in out, out
+    assert 'vented on shutdown' not in out, out
+
+
 def test_natnet_bridge_configure_opens_the_sockets_and_fails_on_a_foreign_address():
     """configure binds the NatNet sockets: an address of no local interface fails the transition
     (the node stays unconfigured and says why); a local one succeeds, activate streams."""
-    port = 40000 + os.getpid() % 20000
+    from equimus_hw.natnet.ports import free_udp_ports
+
+    port = free_udp_ports(1)[0]
     bad = start_node(
         'equimus_hw',
         'natnet_bridge',

@@ -2,7 +2,6 @@
 follows `ros2 param set`, the connection and what is published are read-only, and a malformed
 address stops the node with the reason."""
 
-import os
 import subprocess
 import sys
 import threading
@@ -17,6 +16,7 @@ def test_stale_timeout_applies_at_run_time_and_the_connection_is_read_only(repo_
     from rclpy.executors import SingleThreadedExecutor
 
     from equimus_hw.natnet.bridge_node import NatNetBridge
+    from equimus_hw.natnet.ports import free_udp_ports
 
     rclpy.init(
         args=[
@@ -26,7 +26,7 @@ def test_stale_timeout_applies_at_run_time_and_the_connection_is_read_only(repo_
             '-p',
             'natnet_bridge:multicast:=false',
             '-p',
-            f'natnet_bridge:data_port:={40000 + os.getpid() % 20000}',
+            f'natnet_bridge:data_port:={free_udp_ports(1)[0]}',
             '-p',
             'natnet_bridge:command_port:=9',
         ]
