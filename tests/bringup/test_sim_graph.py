@@ -121,14 +121,16 @@ def test_composed_graph_records_every_topic_and_steps_from_outside(ros_node, tmp
     on_frames = [round(k * FRAME_NS) for k in range(frames)]
     commands = [log for _, log, _ in bagio.read_messages(g.bag, ['/valve/command'])]
     assert sorted(commands) == on_frames
-    applied = {log for _, log, _ in bagio.read_messages(g.bag, ['/valve/applied'])}
-    assert applied == set(on_frames)
+    applied = list(bagio.read_messages(g.bag, ['/valve/applied']))
+    assert {log for _, log, _ in applied} == set(on_frames)
     # The bag's time is sim time: every estimate is stamped and logged on a frame.
     msgs = list(bagio.read_messages(g.bag, ['/joint_states']))
     assert [log for _, log, _ in msgs] == [round(k * FRAME_NS) for k in range(frames)]
-    assert all(
-        m.header.stamp.sec * 1_000_000_000 + m.header.stamp.nanosec == log for _, log, m in msgs
-    )
+    # The driver and the reference stamp on the frame's time, which they read from the graph
+    # (their clocks are set every CLOCK_FRAMES frames only).
+    reference = list(bagio.read_messages(g.bag, ['/reference/joint']))
+    for _, log, m in msgs + applied + reference:
+        assert m.header.stamp.sec * 1_000_000_000 + m.header.stamp.nanosec == log, m
 
 
 @pytest.fixture
@@ -306,3 +308,29 @@ def test_a_publication_dds_refuses_does_not_stop_the_graph():
     assert warnings[0].startswith('1 publication(s)') and 'the graph runs on' in warnings[0]
     node.destroy_node()
     rclpy.try_shutdown(context=context)
+
+
+def test_the_nodes_clocks_are_set_every_clock_frames_and_whenever_asked_or_time_goes_back():
+    """The frame's time is kept at every frame (the lockstep nodes read it); the nodes' clocks,
+    which then serve only timers and the stamps of /diagnostics and /rosout, are set at the
+    first frame, every CLOCK_FRAMES frames after, when the graph asks (a ~/step frame, the
+    pause) and when time goes back (a reset)."""
+    from equimus_bringup.sim_graph import CLOCK_FRAMES, InProcessBus
+
+    bus = InProcessBus(None)
+    set_at: list[int] = []
+    bus._set_clocks = set_at.append  # type: ignore[method-assign]
+    frame_ns = round(FRAME_NS)
+    for k in range(3 * CLOCK_FRAMES):
+        bus.frame(k * frame_ns)
+        assert bus.time() == k * frame_ns
+    assert set_at == [k * frame_ns for k in range(0, 3 * CLOCK_FRAMES, CLOCK_FRAMES)]
+    set_at.clear()
+    t = 3 * CLOCK_FRAMES * frame_ns
+    bus.frame(t, set_clocks=True)  # asked (a ~/step frame)
+    bus.frame(t + frame_ns)
+    bus.frame(frame_ns)  # back (a reset)
+    bus.frame(2 * frame_ns)
+    assert set_at == [t, frame_ns]
+    bus.set_clocks()  # the graph's paused-clock timer
+    assert set_at == [t, frame_ns, 2 * frame_ns]

@@ -9,11 +9,12 @@ services and topics) under one executor, plus a small `sim_graph` node that repo
 hand-off. A frame runs in a fixed order by direct calls with plain values, as the fused control
 loop does for the rig, with no executor wake-up and no DDS hop:
 
-    sim frame -> SimGraph.frame_started: the nodes' clocks set to its time; the driver's
-    watchdog, the controller's stale-state guard, the reference's tick (all on sim time; the
-    sample and its preview to the controller) -> the mocap poses (SimGraph.poses) -> estimator
-    -> controller (its ControlStep) -> valve driver (its SafetyFilter) -> the simulated valves
-    (the next frame's pressures); the joint state and the poses to the state publisher
+    sim frame -> SimGraph.frame_started: its time kept for the lockstep nodes (FrameTime); the
+    driver's watchdog, the controller's stale-state guard, the reference's tick (all on sim
+    time; the sample and its preview to the controller) -> the mocap poses (SimGraph.poses)
+    -> estimator -> controller (its ControlStep) -> valve driver (its SafetyFilter) -> the
+    simulated valves (the next frame's pressures); the joint state and the poses to the state
+    publisher
 
 Each node still publishes every message it would publish alone, after it has passed the values
 on, pre-serialised (equimus_ros.cdr's writers) where the message changes every frame. rclpy has
@@ -81,6 +82,7 @@ from equimus_description.interface import (
 from equimus_hw.valve.driver_node import ValveDriver, vent_on_exit
 from equimus_record.recorder_node import Recorder, qos_dicts
 from equimus_ros.cdr import MessageEncoder
+from equimus_ros.clocks import FrameTime
 from equimus_ros.diagnostics import Diagnostics, Level
 from equimus_ros.executors import timer_callback
 from equimus_ros.lifecycle import bring_up
@@ -98,6 +100,13 @@ FLUSH_FRAMES = 12
 #: every thread of the process (rclpy's and the middleware's), about 18 µs of a frame's
 #: ~330 when it was taken every frame (py-spy).
 CPU_SAMPLE_FRAMES = 60
+#: Frames between two settings of the nodes' clocks (0.1 sim s at 120 Hz; also at every frame
+#: while paused, at the frame it pauses at and when time goes back). The lockstep nodes read the
+#: frame's time from the graph (`FrameTime`), so the clocks serve only their timers (1 s
+#: diagnostics) and the stamps of /diagnostics and /rosout. Set every frame, the seven clocks
+#: cost a frame about 60 µs of CPU, half of it in the executor's timer thread that each setting
+#: wakes (docs/benchmarks.md, issue 30).
+CLOCK_FRAMES = 12
 
 
 @dataclasses.dataclass(frozen=True)
@@ -190,7 +199,12 @@ class InProcessBus:
     #: s between two warnings about refused DDS publications (one a second at most)
     WARN_PERIOD_S = 1.0
 
-    def __init__(self, recorder: Recorder | None, outside_check_period: float = 0.5) -> None:
+    def __init__(
+        self,
+        recorder: Recorder | None,
+        outside_check_period: float = 0.5,
+        frame_time: FrameTime | None = None,
+    ) -> None:
         self.recorder = recorder
         self.outside_check_period = outside_check_period
         # topic -> (callback, whether it takes message info as its second argument)
@@ -202,7 +216,10 @@ class InProcessBus:
         self.failure = ''  # the last refused DDS publication (for /diagnostics)
         self.warn: Callable[[str], object] = print
         self._warned_at: float = -math.inf
-        self.now_ns = 0  # sim time of the current frame: the log time of what it records
+        # Sim time of the current frame: the log time of what it records, and "now" for the
+        # lockstep nodes given it.
+        self.time = frame_time if frame_time is not None else FrameTime()
+        self._since_clocks = CLOCK_FRAMES  # frames since the clocks were set: the first sets them
         self.time_sources: list[TimeSource] = []
         # Guards _pending; held while handing it to the writer (whose lock is taken inside).
         self._record_lock = threading.Lock()
@@ -231,7 +248,7 @@ class InProcessBus:
         """Keep for the bag with the sim time of the frame (the recorder's own clock, without
         asking it); `flush` hands them to the writer in one call every FLUSH_FRAMES frames."""
         with self._record_lock:
-            self._pending.append((topic, self.now_ns, data))
+            self._pending.append((topic, self.time.ns, data))
 
     def flush(self) -> None:
         """The kept messages to the bag writer, in the order they were published (every
@@ -255,16 +272,25 @@ class InProcessBus:
             # The encoder's padding is zero; rclpy's may hold leftovers (not deterministic).
             self.record(topic, MessageEncoder(type(msg)).encode(msg))
 
-    def frame(self, t_ns: int) -> None:
+    def frame(self, t_ns: int, set_clocks: bool = False) -> None:
         """A frame starts at sim time `t_ns`, before its messages: the FLUSH_FRAMES frames before
-        it go to the bag once they are that many (each message logged at its frame's time), and
-        every node's clock is set to the new time (what each node's TimeSource does with a
-        /clock message)."""
+        it go to the bag once they are that many (each message logged at its frame's time), the
+        time is kept (`time`), and the nodes' clocks are set to it every CLOCK_FRAMES frames,
+        when time goes back (a reset) or when `set_clocks`."""
         self._unflushed += 1
         if self._unflushed > FLUSH_FRAMES:
             self.flush()
-        self.now_ns = t_ns
-        self._set_clocks(t_ns)
+        back = t_ns < self.time.ns
+        self.time.ns = t_ns
+        self._since_clocks += 1
+        if set_clocks or back or self._since_clocks >= CLOCK_FRAMES:
+            self.set_clocks()
+
+    def set_clocks(self) -> None:
+        """Every node's clock to the current frame's time (what each node's TimeSource does with
+        a /clock message)."""
+        self._since_clocks = 0
+        self._set_clocks(self.time.ns)
 
     def attach(self, nodes: list[Node]) -> None:
         """Route every publisher of `nodes`; serve their subscriptions to those topics here."""
@@ -339,8 +365,15 @@ class SimGraph(Node):
         super().__init__('sim_graph')
         self.cfg = bind(self, SimGraphConfig()).config
         self.nodes: list[Node] = []
+        # The frame's time, kept by the hand-off (`InProcessBus.frame`), read by the nodes that
+        # run on it in place of their clocks.
+        frame_time = FrameTime()
         try:
-            self.recorder = Recorder(writer=BagWriterProcess) if self.cfg.record else None
+            self.recorder = (
+                Recorder(writer=BagWriterProcess, frame_time=frame_time)
+                if self.cfg.record
+                else None
+            )
             if self.recorder is not None:
                 self.nodes.append(self.recorder)
             # The slow constructions first (model, equilibrium, the triangle's poses), so the
@@ -348,12 +381,12 @@ class SimGraph(Node):
             self.sim = SimNode()
             self.nodes.append(self.sim)
             self.sim.compose(self)
-            self.reference = ReferenceNode(paced=False)
+            self.reference = ReferenceNode(paced=False, frame_time=frame_time)
             self.nodes.append(self.reference)
             # The control chain by direct calls, as in the fused control loop: the estimator's
             # joint state to the controller, its command to the driver's safety filter (each
             # message published after it was passed on), the driver's armed state back.
-            self.driver = ValveDriver(lockstep=True, subscribe=False)
+            self.driver = ValveDriver(lockstep=True, subscribe=False, frame_time=frame_time)
             self.nodes.append(self.driver)
             bring_up(self.driver)  # managed: active in-process, before the hand-off is wired
             self.controller = ControllerNode(
@@ -361,12 +394,15 @@ class SimGraph(Node):
                 subscribe_state=False,
                 subscribe_armed=False,
                 downstream=self.driver.on_pressures,
+                frame_time=frame_time,
             )
             self.nodes.append(self.controller)
             self.driver.armed_listeners.append(self.controller.on_valves_armed)
             # Its only command source; a publisher of /valve/command elsewhere is named, not heard.
             self.driver.in_process_commanders = {self.controller.get_fully_qualified_name()}
-            self.estimator = EstimatorNode(subscribe=False, downstream=self._joints)
+            self.estimator = EstimatorNode(
+                subscribe=False, downstream=self._joints, frame_time=frame_time
+            )
             self.nodes.append(self.estimator)
             # Last: its /joint_states and pose callbacks run after the control path's.
             self.state_publisher = StatePublisher()
@@ -377,7 +413,7 @@ class SimGraph(Node):
                 node.destroy_node()
             raise
         self.diagnostics = Diagnostics(self, DIAGNOSTICS, 'sim_graph: in-process hand-off')
-        self.bus = InProcessBus(self.recorder, self.cfg.outside_check_period)
+        self.bus = InProcessBus(self.recorder, self.cfg.outside_check_period, frame_time)
         if self.recorder is not None:
             self.recorder.before_write = self.bus.flush
         self.bus.warn = self.get_logger().warning
@@ -434,12 +470,16 @@ class SimGraph(Node):
         )
 
     def frame_started(self, t: int) -> None:
-        """A frame at sim time `t` ns, before its messages (SimNode's FrameHook): the nodes'
-        clocks set, then the timers that can change a message, in sim time: the driver's
-        watchdog and the controller's stale-state guard (from the second frame on: they look
-        back over the frames before), and the reference's tick on each frame a period has
-        elapsed by. None of them waits for the wall clock (module docstring)."""
-        self.bus.frame(t)
+        """A frame at sim time `t` ns, before its messages (SimNode's FrameHook): its time kept
+        (the nodes' clocks set every CLOCK_FRAMES frames), then the timers that can change a
+        message, in sim time: the driver's watchdog and the controller's stale-state guard (from
+        the second frame on: they look back over the frames before), and the reference's tick
+        on each frame a period has elapsed by. None of them waits for the wall clock (module
+        docstring)."""
+        sim = self.sim
+        pausing = bool(sim.pause_at_ns) and t >= sim.pause_at_ns
+        # A ~/step frame (run while paused) or the frame it pauses at: the clocks show it.
+        self.bus.frame(t, set_clocks=pausing or sim.paused)
         wall = time.perf_counter()
         if self.first_frame is None:
             self.first_frame = self.cpu_frame = (t, wall, time.process_time())
@@ -451,7 +491,7 @@ class SimGraph(Node):
                 self._since_cpu = 0
                 self.cpu_frame = (t, wall, time.process_time())
         self.last_frame = (t, wall)
-        if self.sim.pause_at_ns and t >= self.sim.pause_at_ns:
+        if pausing:
             self.clock_route.next_dds = 0.0  # the frame it pauses at: on DDS, not throttled
         if self.next_ref_ns is None:
             self.next_ref_ns = t
@@ -480,6 +520,7 @@ class SimGraph(Node):
 
     def _clock_while_paused(self) -> None:
         if self.sim.paused:
+            self.bus.set_clocks()  # paused by ~/pause between two settings: the last frame's time
             self.bus.flush()  # what the nodes' timers published since the last frame
         route = self.clock_route
         last = route.last

@@ -46,7 +46,7 @@ from equimus_description.leg import load_leg
 from equimus_description.statics import StaticParams
 from equimus_ros.arrays import float_array
 from equimus_ros.cdr import ArrayWriter
-from equimus_ros.clocks import now_ns
+from equimus_ros.clocks import time_reader
 from equimus_ros.diagnostics import Diagnostics, Level
 from equimus_ros.executors import timer_callback
 from equimus_ros.main import run_node
@@ -76,7 +76,8 @@ class ControllerNode(Node):
     each command's pressures go to `downstream` before its message is built and published. The
     node's lock makes those calls safe from another thread than the executor's. `lockstep=True`
     is for the composed sim graph: the stale-state guard runs on sim time, called by the graph
-    (`on_frame`), not by a steady-clock timer (see the module docstring)."""
+    (`on_frame`), not by a steady-clock timer (see the module docstring), and `frame_time` is
+    the graph's frame time, read in place of the node clock (equimus_ros.clocks)."""
 
     def __init__(
         self,
@@ -84,6 +85,7 @@ class ControllerNode(Node):
         downstream: Callable[[list[float]], None] | None = None,
         subscribe_armed: bool = True,
         lockstep: bool = False,
+        frame_time: Callable[[], int] | None = None,
     ) -> None:
         super().__init__('controller')
         self.downstream = downstream
@@ -155,8 +157,9 @@ class ControllerNode(Node):
         if subscribe_armed:
             subscription(self, Bool, VALVE_ARMED, lambda m: self.on_valves_armed(m.data))
         self.steady = Clock(clock_type=ClockType.STEADY_TIME)
-        # The guard's clock: sim time (this node's clock) in lockstep, else the steady clock.
-        self.guard_clock = self.get_clock() if lockstep else self.steady
+        # The guard's clock in lockstep: sim time (the graph's frame time, else this node's
+        # clock); off lockstep the steady clock (`_now`).
+        self.sim_ns = time_reader(self.get_clock(), frame_time)
         self.lockstep = lockstep
         if not lockstep:
             self.create_timer(STALE_CHECK_S, timer_callback(self._stale_check), clock=self.steady)
@@ -177,7 +180,7 @@ class ControllerNode(Node):
         """s on the guard's clock; off lockstep read as time.monotonic(), the same
         CLOCK_MONOTONIC as rcl's steady clock without a Time object every cycle."""
         if self.lockstep:
-            return now_ns(self.guard_clock) * 1e-9
+            return self.sim_ns() * 1e-9
         return time.monotonic()
 
     def _on_ref(self, msg: JointState) -> None:

@@ -27,7 +27,7 @@ from equimus_description.interface import (
 from equimus_description.leg import load_leg
 from equimus_description.motive import NAN_POSE, Pose
 from equimus_ros.cdr import JointStateWriter
-from equimus_ros.clocks import now_ns
+from equimus_ros.clocks import time_reader
 from equimus_ros.diagnostics import Diagnostics, Level
 from equimus_ros.executors import timer_callback
 from equimus_ros.main import run_node
@@ -120,15 +120,19 @@ class EstimatorParams:
 class EstimatorNode(Node):
     """`subscribe=False` and `downstream` are for the fused control loop: frames come by call
     (`on_frame`) and each joint state goes to `downstream` (stamp ns, positions, velocities)
-    before its message is built and published."""
+    before its message is built and published. `frame_time`: the composed sim graph's frame
+    time, read in place of the node clock."""
 
     def __init__(
         self,
         subscribe: bool = True,
         downstream: Callable[[int, list[float], list[float]], None] | None = None,
+        frame_time: Callable[[], int] | None = None,
     ):
         super().__init__('estimator')
         self.downstream = downstream
+        # ns on the node clock, or the composing graph's frame time (equimus_ros.clocks)
+        self._clock_ns = time_reader(self.get_clock(), frame_time)
         self.params = bind(self, EstimatorParams(), apply=self._apply)
         cfg = self.params.config
         self.sync_window = cfg.sync_window
@@ -184,7 +188,7 @@ class EstimatorNode(Node):
         if self.downstream is not None:  # before the message is built and the books kept
             self.downstream(ns, position, velocity)
         self.frames += 1
-        self.last_frame_at = now_ns(self.get_clock()) * 1e-9
+        self.last_frame_at = self._clock_ns() * 1e-9
         self.counts[e.status] += 1
         self.out.write(ns, position, velocity)
         if e.status != self.last_status:
@@ -205,7 +209,7 @@ class EstimatorNode(Node):
         level = LEVEL[st]
         age = math.nan
         if self.last_frame_at is not None:
-            age = self.get_clock().now().nanoseconds * 1e-9 - self.last_frame_at
+            age = self._clock_ns() * 1e-9 - self.last_frame_at
             if age > self.params.config.max_hold:
                 level = Level.ERROR
                 message = (

@@ -27,7 +27,7 @@ from equimus_description.interface import (
 from equimus_description.valve import HARD_MAX_KPA
 from equimus_ros.arrays import table_array
 from equimus_ros.cdr import ArrayWriter, JointStateWriter
-from equimus_ros.clocks import now_ns
+from equimus_ros.clocks import time_reader
 from equimus_ros.diagnostics import Diagnostics, Level
 from equimus_ros.executors import timer_callback
 from equimus_ros.main import run_node
@@ -177,10 +177,13 @@ def _joint_names(leg_description: str) -> tuple[str, ...]:
 
 class ReferenceNode(Node):
     """`paced=False` is for the composed sim graph: no rate timer; the graph calls `tick()` on
-    the frames where the timer would fire, so the reference is in step with the simulation."""
+    the frames where the timer would fire, so the reference is in step with the simulation;
+    `frame_time` is that graph's frame time, read in place of the node clock."""
 
-    def __init__(self, paced: bool = True):
+    def __init__(self, paced: bool = True, frame_time: Callable[[], int] | None = None):
         super().__init__('reference')
+        # ns on the node clock, or the composing graph's frame time (equimus_ros.clocks)
+        self._clock_ns = time_reader(self.get_clock(), frame_time)
         self.params = bind(self, ReferenceParams(), apply=self._apply)
         cfg = self.params.config
         self.add_on_set_parameters_callback(self._only_for_the_sine)
@@ -211,7 +214,7 @@ class ReferenceNode(Node):
 
     def _elapsed(self) -> float:
         t0 = self.t0_ns
-        return 0.0 if t0 is None else (self.get_clock().now().nanoseconds - t0) * 1e-9
+        return 0.0 if t0 is None else (self._clock_ns() - t0) * 1e-9
 
     def _only_for_the_sine(self, params: list[Parameter]) -> SetParametersResult:
         """The runtime parameters are the sine's: on another trajectory they would change
@@ -241,10 +244,10 @@ class ReferenceNode(Node):
         )
 
     def tick(self, now: int | None = None) -> None:
-        """One sample at `now` ns on the node clock (read here if not given: the composed
-        graph gives its frame's time, which the clock has been set to)."""
+        """One sample at `now` ns on the node clock (read here if not given; the composed
+        graph gives its frame's time)."""
         if now is None:
-            now = now_ns(self.get_clock())
+            now = self._clock_ns()
         if self.t0_ns is None:
             self.t0_ns = now
         t = (now - self.t0_ns) * 1e-9  # ints: rclpy's Time arithmetic costs more than a sample

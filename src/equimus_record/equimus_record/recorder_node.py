@@ -17,11 +17,12 @@ from pathlib import Path
 
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+from rclpy.subscription import Subscription
 
 from equimus_description.config import param, validate_fields
 from equimus_description.interface import DIAGNOSTICS
 from equimus_record.bag import BagError, BagWriter
-from equimus_ros.clocks import now_ns
+from equimus_ros.clocks import time_reader
 from equimus_ros.diagnostics import Diagnostics, Level
 from equimus_ros.executors import timer_callback
 from equimus_ros.main import run_node
@@ -74,10 +75,12 @@ def qos_dicts(profiles) -> list:
 
 class Recorder(Node):
     """`writer` builds the bag writer (BagWriter's interface); the composed sim graph passes one
-    that writes in a child process."""
+    that writes in a child process, and its frame time (`frame_time`), the log time of what this
+    node takes from DDS in place of the node clock."""
 
-    def __init__(self, writer=BagWriter):
+    def __init__(self, writer=BagWriter, frame_time: Callable[[], int] | None = None):
         super().__init__('recorder')
+        self._clock_ns = time_reader(self.get_clock(), frame_time)
         cfg = bind(self, RecorderConfig()).config
         path = cfg.bag_path
         self.exclude = {t for t in cfg.exclude_topics if t}
@@ -91,8 +94,8 @@ class Recorder(Node):
             # A ValueError: run_node reports it in one line with the file that set bag_path.
             why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
             raise ValueError(f'bag_path={path!r}: cannot create the bag: {why}') from None
-        self.subs = {}
-        self.skipped = set()
+        self.subs: dict[str, Subscription] = {}  # topic -> its raw subscription
+        self.skipped: set[str] = set()
         self.diagnostics = Diagnostics(self, DIAGNOSTICS, 'recorder', 'rosbag2')
         self.create_timer(cfg.discovery_period, timer_callback(self.discover))
         self.create_timer(1.0, timer_callback(self.publish_diagnostics))
@@ -143,7 +146,7 @@ class Recorder(Node):
         try:
             if self.before_write is not None:
                 self.before_write()
-            self.writer.write(topic, now_ns(self.get_clock()), data)
+            self.writer.write(topic, self._clock_ns(), data)
         except OSError as exc:
             self.stop_recording(exc)
 

@@ -77,7 +77,7 @@ from equimus_description.interface import (
 from equimus_description.leg import load_leg
 from equimus_ros.arrays import pressure_state
 from equimus_ros.cdr import PressureStateWriter
-from equimus_ros.clocks import now_ns, stamp_msg
+from equimus_ros.clocks import stamp_msg, time_reader
 from equimus_ros.diagnostics import Diagnostics, Level
 from equimus_ros.executors import timer_callback
 from equimus_ros.lifecycle import bring_up
@@ -133,10 +133,20 @@ class ValveDriver(LifecycleNode):
     """`subscribe=False` is for the fused control loop: commands come by call (`on_pressures`)
     from the controller in the same process; /valve/command is then published, not read.
     `lockstep=True` is for the composed sim graph: the safety filter runs on sim time and the
-    graph calls `on_frame()` instead of a steady-clock tick (see the module docstring)."""
+    graph calls `on_frame()` instead of a steady-clock tick (see the module docstring);
+    `frame_time` is the graph's frame time, read in place of the node clock (equimus_ros.clocks).
+    """
 
-    def __init__(self, subscribe: bool = True, lockstep: bool = False, **kwargs):
+    def __init__(
+        self,
+        subscribe: bool = True,
+        lockstep: bool = False,
+        frame_time: Callable[[], int] | None = None,
+        **kwargs,
+    ):
         super().__init__('valve_driver', **kwargs)
+        # ns on the node clock, or the composing graph's frame time
+        self._clock_ns = time_reader(self.get_clock(), frame_time)
         self._lock = threading.RLock()
         self.params = bind(self, DriverConfig(), apply=self._apply)
         p = self.params.config
@@ -394,13 +404,13 @@ class ValveDriver(LifecycleNode):
         """s: the time of the safety decisions: sim time (the node clock) in lockstep, else the
         steady clock."""
         if self.lockstep:
-            return now_ns(self.get_clock()) * 1e-9
+            return self._clock_ns() * 1e-9
         return time.monotonic()
 
     def _slew_elapsed(self) -> float:
         """Time for the slew limit with the simulated board: the node clock (sim time). The
         reading also stamps the /valve/applied message of this step (`_send`)."""
-        ns = now_ns(self.get_clock())
+        ns = self._clock_ns()
         t = ns * 1e-9
         elapsed = 0.0 if self._slew_t is None else max(0.0, t - self._slew_t)
         self._slew_t = t
@@ -604,10 +614,9 @@ class ValveDriver(LifecycleNode):
         age of a read-back taken at monotonic time `taken_at`. The age is measured right beside
         the clock reading, so a preemption before it cannot move the stamp later (that put
         successive /valve/pressure stamps out of order under load)."""
-        clock = self.get_clock()
-        ns = now_ns(clock)
+        ns = self._clock_ns()
         # a steady-clock age comes off a node clock that runs with it, not off sim time
-        if taken_at is not None and not getattr(clock, 'ros_time_is_active', False):
+        if taken_at is not None and not getattr(self.get_clock(), 'ros_time_is_active', False):
             age_s = time.monotonic() - taken_at
             if age_s > 0.0:
                 ns = max(0, ns - int(age_s * 1e9))
