@@ -27,6 +27,7 @@ from equimus_bringup.graph import (
     dds_profile,
     describe_graph,
     graph_environment,
+    localhost_environment,
     participant_environment,
 )
 from equimus_bringup.supervisor import Supervisor
@@ -69,6 +70,20 @@ def test_every_graph_gets_a_udp_profile_and_the_users_choice_wins(no_user_choice
     for user in ({'FASTDDS_BUILTIN_TRANSPORTS': 'SHM'}, {FASTDDS_PROFILE_ENVS[1]: 'mine.xml'}):
         assert graph_environment('sim', user) == {DISCOVERY_RANGE_ENV: 'LOCALHOST'}
     assert graph_environment('hardware', {'RMW_IMPLEMENTATION': 'rmw_cyclonedds_cpp'}) == {}
+
+
+def test_a_graph_kept_on_this_host_talks_udp_only_in_a_test_session_too(no_user_choice):
+    """localhost_environment, the soak's graph: the loopback profile on the SUBNET range from
+    a plain environment or the LOCALHOST range; a test session's environment, which holds that
+    profile already, is kept (the soak set LOCALHOST over it, on which rmw_fastrtps adds shared
+    memory, and then SIGKILLed nodes); the user's own profile stays, on this host."""
+    env = localhost_environment('hardware', {})
+    assert os.path.basename(dds_profile(env) or '') == UDP_LOCALHOST_PROFILE
+    assert env[DISCOVERY_RANGE_ENV] == 'SUBNET'
+    assert localhost_environment('hardware', {DISCOVERY_RANGE_ENV: 'LOCALHOST'}) == env
+    assert localhost_environment('hardware', env) == {}
+    mine = {FASTDDS_PROFILE_ENVS[0]: 'mine.xml'}
+    assert localhost_environment('hardware', mine) == {DISCOVERY_RANGE_ENV: 'LOCALHOST'}
 
 
 def _fastdds_shm_maps(pid: int) -> list[str]:

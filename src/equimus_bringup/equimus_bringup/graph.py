@@ -716,6 +716,18 @@ def graph_environment(mode: str, environ: Mapping[str, str] | None = None) -> di
     return env
 
 
+def localhost_environment(mode: str, environ: Mapping[str, str]) -> dict[str, str]:
+    """What a graph that must stay on this host gets on top of `environ` (the soak: it kills
+    nodes and sends bad commands): `graph_environment` for the LOCALHOST range, or nothing
+    when `environ` already keeps DDS on this host with the graphs' loopback-only UDP profile
+    (a test session). Setting LOCALHOST over that profile would bring shared memory back
+    (rmw_fastrtps adds it on that range), which a SIGKILLed node can leave locked."""
+    if (dds_profile(environ) or '').endswith(os.sep + UDP_LOCALHOST_PROFILE):
+        return {}
+    local = {DISCOVERY_RANGE_ENV: 'LOCALHOST'}
+    return {**local, **graph_environment(mode, {**environ, **local})}
+
+
 def participant_environment(env: Mapping[str, str]) -> dict[str, str]:
     """The DDS variables of a graph's environment for a participant created in this process
     (the supervisor's lifecycle client), which does not load the graph's profile: a graph on

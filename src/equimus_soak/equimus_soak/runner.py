@@ -19,7 +19,7 @@ from equimus_bringup.graph import (
     ProcessSpec,
     default_config_dir,
     describe_graph,
-    graph_environment,
+    localhost_environment,
     realtime_problem,
 )
 from equimus_bringup.supervisor import GraphError, Supervisor
@@ -246,14 +246,13 @@ class Soak(FaultInjection, SoakChecks):
             )
         # A DDS domain of its own: the soak kills nodes and injects bad commands, which must
         # never reach another graph (or a real rig) on this machine.
-        env = dict(
-            os.environ,
-            ROS_DOMAIN_ID=str(self.domain_id),
-            ROS_AUTOMATIC_DISCOVERY_RANGE='LOCALHOST',
-            PYTHONUNBUFFERED='1',
-        )
+        # On this host only, UDP only (graph_environment): the kills must not leave a
+        # shared-memory port locked for the restarted nodes.
+        env = dict(os.environ, ROS_DOMAIN_ID=str(self.domain_id), PYTHONUNBUFFERED='1')
+        local = localhost_environment('hardware', env)
+        env.update(local)
         for spec in specs:  # the graph's DDS settings for the soak's range, not the caller's
-            spec.env.update(graph_environment('hardware', env))
+            spec.env.update(local)
         self.sup = SoakSupervisor(specs, echo=self.echo, env=env)
         self.t_start = time.monotonic()
         wall0, real0 = time.monotonic(), time.time()
