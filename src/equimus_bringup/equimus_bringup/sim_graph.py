@@ -324,8 +324,8 @@ class InProcessBus:
                 recorder.destroy_subscription(recorder.subs.pop(topic))
 
     def _take_time_sources(self) -> None:
-        """The nodes' TimeSource /clock callbacks, taken off the hand-off: `frame` sets their
-        clocks by direct call (one Time per frame on every node's clock)."""
+        """The nodes' TimeSource /clock callbacks, taken off the hand-off: `set_clocks` sets
+        their clocks by direct call (one Time for every node's clock)."""
         callbacks = self.subscribers.get(CLOCK.name, [])
         self.time_sources = [
             getattr(cb, '__self__')  # noqa: B009 (a bound method's instance; mypy sees Callable)
@@ -348,7 +348,7 @@ class InProcessBus:
         for source in self.time_sources:
             source._last_time_set = t  # as its clock_callback: a clock attached later starts here
             for clock in source._associated_clocks:
-                # Clock.set_ros_time_override without its type check (t is a Time): 7 a frame.
+                # Clock.set_ros_time_override without its type check (t is a Time): 7 a setting.
                 handle = clock.handle
                 with handle:
                     handle.set_ros_time_override(point)
