@@ -110,19 +110,16 @@ SESSION_DDS_MARK = 'EQUIMUS_TEST_SESSION_DDS'
 
 
 def session_dds_environment(environ) -> dict[str, str]:
-    """What a test session sets for DDS: the LOCALHOST range, on Fast DDS the graphs' UDP-only
-    loopback profile with the range that stands for it (equimus_bringup.graph.graph_environment).
+    """What a test session sets for DDS: this host only, on Fast DDS by the graphs' UDP-only
+    loopback profile (equimus_bringup.graph.localhost_environment), else the LOCALHOST range.
     A process that inherits the session's environment (a pytest-xdist worker) keeps it as it is:
-    given again, graph_environment would take the session's own profile for the user's choice
-    and leave the range at LOCALHOST, on which rmw_fastrtps adds shared memory (every worker and
-    every process it started mapped it, and a participant killed while making a port segment
-    hung the next one inside Fast DDS)."""
+    set to LOCALHOST again over the session's profile, rmw_fastrtps adds shared memory (every
+    worker and every process it started mapped it, and a participant killed while making a port
+    segment hung the next one inside Fast DDS)."""
     if environ.get(SESSION_DDS_MARK):
         return {}
-    out = {'ROS_AUTOMATIC_DISCOVERY_RANGE': 'LOCALHOST', SESSION_DDS_MARK: '1'}
     try:
-        from equimus_bringup.graph import graph_environment
+        from equimus_bringup.graph import localhost_environment
     except ImportError:  # the lower-bounds check's venv: no ROS, no equimus_bringup
-        return out
-    out.update(graph_environment('sim', {**environ, **out}))
-    return out
+        return {'ROS_AUTOMATIC_DISCOVERY_RANGE': 'LOCALHOST', SESSION_DDS_MARK: '1'}
+    return {**localhost_environment('sim', environ), SESSION_DDS_MARK: '1'}

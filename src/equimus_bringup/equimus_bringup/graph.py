@@ -718,9 +718,9 @@ def graph_environment(mode: str, environ: Mapping[str, str] | None = None) -> di
 
 def localhost_environment(mode: str, environ: Mapping[str, str]) -> dict[str, str]:
     """What a graph that must stay on this host gets on top of `environ` (the soak: it kills
-    nodes and sends bad commands): `graph_environment` for the LOCALHOST range, or nothing
-    when `environ` already keeps DDS on this host with the graphs' loopback-only UDP profile
-    (a test session). Setting LOCALHOST over that profile would bring shared memory back
+    nodes and sends bad commands; a test session): `graph_environment` for the LOCALHOST range,
+    or nothing when `environ` already keeps DDS on this host with the graphs' loopback-only UDP
+    profile (a test session's). Setting LOCALHOST over that profile would bring shared memory back
     (rmw_fastrtps adds it on that range), which a SIGKILLed node can leave locked."""
     if (dds_profile(environ) or '').endswith(os.sep + UDP_LOCALHOST_PROFILE):
         return {}
