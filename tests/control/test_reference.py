@@ -11,7 +11,9 @@ from equimus_control.reference import (
     PREVIEW_SPACING_S,
     Sinusoid,
     Waypoints,
+    float_sampler,
     make_reference,
+    min_jerk,
     preview_samples,
     triangle_poses,
 )
@@ -88,3 +90,44 @@ def test_a_segment_without_length_is_refused():
     """move = hold = 0 divided by zero at the first sample, a node's tick included."""
     with pytest.raises(ValueError, match='segment'):
         Waypoints([[1.0, 0.1]], move=0.0, hold=0.0)
+
+
+def _waypoints_on_arrays(w: Waypoints, t: float) -> tuple[np.ndarray, np.ndarray]:
+    """The trajectory's law written on numpy arrays (its form before `Waypoints.at`)."""
+    P = np.asarray(w.poses, float)
+    seg, n = w.move + w.hold, len(P)
+    k = int(t // seg)
+    if n == 1 or (not w.loop and k >= n):
+        return P[-1].copy(), np.zeros(P.shape[1])
+    tau = t - k * seg
+    if k == 0:
+        return P[0].copy(), np.zeros(P.shape[1])
+    a, b = P[(k - 1) % n], P[k % n]
+    s, ds = min_jerk(min(max(tau / w.move, 0.0), 1.0)) if w.move > 0 else (1.0, 0.0)
+    return a + s * (b - a), (ds / w.move if w.move > 0 and tau < w.move else 0.0) * (b - a)
+
+
+@given(
+    poses=st.lists(
+        st.lists(st.floats(-3, 3, allow_nan=False), min_size=2, max_size=3), min_size=1, max_size=4
+    ).filter(lambda p: len({len(r) for r in p}) == 1),
+    move=st.sampled_from([0.0, 0.3, 0.5]) | st.floats(0.01, 1.0),
+    hold=st.floats(0.0, 2.0),
+    loop=st.booleans(),
+    t=st.floats(0.0, 40.0),
+)
+@settings(max_examples=300, deadline=None)
+def test_the_float_form_is_the_array_form_bit_for_bit(poses, move, hold, loop, t):
+    """`Waypoints.at` (plain floats, the reference node's tick) gives the array law's values in
+    every bit, signed zeros included; calling the trajectory gives the same as arrays."""
+    assume(move + hold >= MIN_SEGMENT_S)
+    w = Waypoints(poses, move=move, hold=hold, loop=loop)
+    q, qd = w.at(t)
+    a, b = _waypoints_on_arrays(w, t)
+    assert all(isinstance(v, float) for v in q + qd)
+    assert np.array(q).tobytes() == a.tobytes() and np.array(qd).tobytes() == b.tobytes()
+    c, d = w(t)
+    assert c.tobytes() == a.tobytes() and d.tobytes() == b.tobytes()
+    assert float_sampler(w)(t) == (q, qd)
+    s = Sinusoid()
+    assert float_sampler(s)(t) == tuple([float(v) for v in x] for x in s(t))

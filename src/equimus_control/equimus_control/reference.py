@@ -47,21 +47,34 @@ class Waypoints:
                 f'least {MIN_SEGMENT_S:g} s'
             )
         self._P = np.asarray(self.poses, float)  # once, not at every sample
+        self._rows: list[list[float]] = self._P.tolist()
 
     def __call__(self, t: float):
-        P = self._P
+        q, qd = self.at(t)
+        return np.array(q), np.array(qd)
+
+    def at(self, t: float) -> tuple[list[float], list[float]]:
+        """The trajectory at `t` as plain floats (the reference node's tick, every frame: numpy
+        on a pose of two numbers cost most of it). Element by element the operations of the
+        array form (`samples`), so the same values."""
+        rows = self._rows
         seg = self.move + self.hold
-        n = len(P)
+        n = len(rows)
         k = int(t // seg)
         if n == 1 or (not self.loop and k >= n):
-            return P[-1].copy(), np.zeros(P.shape[1])
-        tau = t - k * seg
+            return list(rows[-1]), [0.0] * len(rows[-1])
         if k == 0:
-            return P[0].copy(), np.zeros(P.shape[1])
-        a, b = P[(k - 1) % n], P[k % n]
-        s, ds = min_jerk(min(max(tau / self.move, 0.0), 1.0)) if self.move > 0 else (1.0, 0.0)
-        return a + s * (b - a), (ds / self.move if self.move > 0 and tau < self.move else 0.0) * (
-            b - a
+            return list(rows[0]), [0.0] * len(rows[0])
+        tau = t - k * seg
+        a, b = rows[(k - 1) % n], rows[k % n]
+        if self.move > 0:
+            s, ds = min_jerk(min(max(tau / self.move, 0.0), 1.0))
+            rate = ds / self.move if tau < self.move else 0.0
+        else:
+            s, rate = 1.0, 0.0
+        return (
+            [x + s * (y - x) for x, y in zip(a, b, strict=True)],
+            [rate * (y - x) for x, y in zip(a, b, strict=True)],
         )
 
     def samples(self, times: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -122,6 +135,20 @@ def make_reference(kind: str, params=None, **kw):
     if kind == 'sine':
         return Sinusoid(**kw)
     raise ValueError(f"unknown reference kind {kind!r}: use 'triangle', 'steps' or 'sine'")
+
+
+def float_sampler(trajectory: Callable[[float], tuple]) -> Callable[[float], tuple]:
+    """The trajectory at one time as two lists of floats: its own `at` where it has one, else
+    its arrays converted."""
+    at = getattr(trajectory, 'at', None)
+    if at is not None:
+        return at
+
+    def sample(t: float) -> tuple[list[float], list[float]]:
+        q, qd = trajectory(t)
+        return [float(v) for v in q], [float(v) for v in qd]
+
+    return sample
 
 
 #: s of its own future the reference sends ahead (the reference node's `preview` default, and

@@ -41,6 +41,7 @@ from .reference import (
     TRIANGLE_KPA,
     Sinusoid,
     Waypoints,
+    float_sampler,
     make_reference,
     preview_samples,
 )
@@ -188,6 +189,7 @@ class ReferenceNode(Node):
         cfg = self.params.config
         self.add_on_set_parameters_callback(self._only_for_the_sine)
         self.traj = cfg.trajectory_fn()
+        self._sample = float_sampler(self.traj)
         if isinstance(self.traj, Waypoints):
             self.get_logger().info(
                 f'{cfg.trajectory} poses (rad): {np.round(self.traj.poses, 4).tolist()}'
@@ -242,6 +244,7 @@ class ReferenceNode(Node):
             frequency=cfg.sine_frequency,
             phase=tuple(p + dw * t for p in old.phase),
         )
+        self._sample = float_sampler(self.traj)
 
     def tick(self, now: int | None = None) -> None:
         """One sample at `now` ns on the node clock (read here if not given; the composed
@@ -251,8 +254,7 @@ class ReferenceNode(Node):
         if self.t0_ns is None:
             self.t0_ns = now
         t = (now - self.t0_ns) * 1e-9  # ints: rclpy's Time arithmetic costs more than a sample
-        q, qd = self.traj(t)
-        position, velocity = [float(v) for v in q], [float(v) for v in qd]
+        position, velocity = self._sample(t)
         for listener in self.listeners:
             listener(now, position, velocity)
         self.out.write(now, position, velocity)
