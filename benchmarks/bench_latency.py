@@ -306,6 +306,9 @@ def run_mode(
         'cpu_ms': {
             stage: (num(f'cpu_{stage}_p50_ms'), num(f'cpu_{stage}_p99_ms')) for stage in CPU_STAGES
         },
+        # per frame, wall-clock less the receive thread's CPU time from the read to the write
+        'waited_ms': (num('waited_p50_ms'), num('waited_p99_ms')),
+        'waited_frames_pct': num('waited_frames_pct'),
     }
 
 
@@ -395,6 +398,8 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         print(f'bench_latency: unknown modes {unknown}; choose from {list(MODES)}', file=sys.stderr)
         return 2
+    from equimus_bringup.control_loop import WAITED_MS
+
     print(HEADER, flush=True)
     r = run(modes, ns.seconds, ns.rig_scheduling)
     print(
@@ -434,6 +439,19 @@ def main(argv: list[str] | None = None) -> int:
             continue
         cpu = '  '.join(f'{s} {a:.3f}/{b:.3f}' for s, (a, b) in res['cpu_ms'].items())
         print(f'  {res["mode"]:{MODE_WIDTH}s} {cpu}')
+    print(
+        'what a frame waited (wall-clock less CPU time, read to write, per frame; for the GIL '
+        f'held by another thread of the process, or for a core), p50/p99 ms, and the frames that '
+        f'waited more than {WAITED_MS} ms:'
+    )
+    for res in r['results']:
+        if 'skipped' in res:
+            continue
+        a, b = res['waited_ms']
+        print(
+            f'  {res["mode"]:{MODE_WIDTH}s} {a:.3f}/{b:.3f}, {res["waited_frames_pct"]:.1f} % '
+            'of the frames'
+        )
     return 0
 
 

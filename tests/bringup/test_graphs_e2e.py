@@ -176,6 +176,11 @@ def test_fused_control_loop_against_the_emulated_rig(tmp_path):
     reached = [float(last[f'reached_{s}_p50_ms']) for s in STAGES]
     assert all(0.0 < r < 50.0 for r in reached), last
     assert reached[0] <= float(last['latency_p50_ms']), last
+    # What the frames waited (not computing) is part of each frame's latency, so never above it.
+    waited = float(last['waited_p50_ms']), float(last['waited_p99_ms'])
+    assert -0.05 < waited[0] <= float(last['latency_p50_ms']), last
+    assert waited[1] <= float(last['latency_p99_ms']), last
+    assert 0.0 <= float(last['waited_frames_pct']) <= 100.0, last
     log = (run_dir / 'graph.log').read_text()
     assert vented_on_stop(log, '[control_loop] '), log[-3000:]
     processes = {line.split(']')[0] + ']' for line in log.splitlines() if line.startswith('[')}

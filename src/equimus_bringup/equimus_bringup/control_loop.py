@@ -62,6 +62,9 @@ STAGES = ('decoded', 'estimator', 'controller', 'driver')
 #: The same stages and the write, in the receive thread's CPU time (time.thread_time_ns) used
 #: since the datagram was read: beside the wall-clock ones, whether a stage computes or waits.
 CPU_STAGES = (*STAGES, 'written')
+#: ms a frame may spend not computing (wall-clock less the receive thread's CPU time, from the
+#: read to the write) before it counts as having waited (for the GIL or a core)
+WAITED_MS = 0.1
 GC_YOUNG_EVERY = 10  # frames between collections of the middle generation (gc_after_write)
 GC_FULL_EVERY = 1200  # frames between full collections (gc_after_write)
 
@@ -132,6 +135,8 @@ class LoopLatency(Node):
         self.cpu: dict[str, collections.deque[float]] = {
             name: collections.deque(maxlen=cfg.latency_window) for name in CPU_STAGES
         }
+        #: per frame, ms from the read to the write not spent computing in the receive thread
+        self.waited: collections.deque[float] = collections.deque(maxlen=cfg.latency_window)
         self.frames = 0
         self.memory = 'not locked'
         if cfg.lock_memory:
@@ -166,13 +171,16 @@ class LoopLatency(Node):
             bridge = self.bridge
             if bridge is not None and bridge.is_receive_thread() and bridge.frame_arrival_ns:
                 if driver.last_write_ns > bridge.frame_arrival_ns:
-                    self.samples.append((driver.last_write_ns - bridge.frame_arrival_ns) * 1e-6)
+                    wall = (driver.last_write_ns - bridge.frame_arrival_ns) * 1e-6
+                    self.samples.append(wall)
                     self.reached['decoded'].append(
                         (bridge.frame_decoded_ns - bridge.frame_arrival_ns) * 1e-6
                     )
                     read_cpu = bridge.client.arrival_cpu_ns
+                    cpu = (driver.last_write_cpu_ns - read_cpu) * 1e-6
                     self.cpu['decoded'].append((bridge.frame_decoded_cpu_ns - read_cpu) * 1e-6)
-                    self.cpu['written'].append((driver.last_write_cpu_ns - read_cpu) * 1e-6)
+                    self.cpu['written'].append(cpu)
+                    self.waited.append(wall - cpu)
                     self.frames += 1
                 bridge.frame_arrival_ns = 0
                 if self.gc_after_write:
@@ -216,6 +224,10 @@ class LoopLatency(Node):
         ps = np.percentile(v, qs) if v.size else [math.nan] * len(qs)
         for name, x in zip(names, ps, strict=True):
             values[f'latency_{name}_ms'] = f'{x:.3f}'
+        w = np.array(self.waited)
+        waited = np.percentile(w, (50, 99)) if w.size else [math.nan] * 2
+        values['waited_p50_ms'], values['waited_p99_ms'] = (f'{x:.3f}' for x in waited)
+        values['waited_frames_pct'] = f'{100 * np.mean(w > WAITED_MS):.1f}' if w.size else 'nan'
         for prefix, stages in (('reached', self.reached), ('cpu', self.cpu)):
             for stage, d in stages.items():
                 r = np.percentile(np.array(d), (50, 99)) if d else [math.nan] * 2
