@@ -136,7 +136,7 @@ VALVE_COMMAND = Topic(
 )
 #: Measured and applied pressures are stamped (aligned in time with the poses in a bag, plotted
 #: against time): a sensor_msgs/JointState of the actuators, `name` = ACTUATORS and `effort` =
-#: the pressures (kPa), no positions or velocities (equimus_ros.arrays.pressure_state).
+#: the pressures (kPa), no positions or velocities (equimus_ros.cdr.PressureStateWriter).
 VALVE_APPLIED = Topic(
     '/valve/applied',
     'sensor_msgs/msg/JointState',

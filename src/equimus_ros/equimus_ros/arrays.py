@@ -1,5 +1,6 @@
-"""One way to build the graph's pressure messages: 1-D Float64MultiArray (commands) and the
-stamped pressure state (measured and applied pressures: sensor_msgs/JointState, `pressure_state`).
+"""One way to build the graph's array messages: 1-D Float64MultiArray (commands) and tables of
+rows (the reference's preview). The stamped pressure state (measured and applied pressures:
+sensor_msgs/JointState) is written pre-serialised by `equimus_ros.cdr.PressureStateWriter`.
 
 The layout follows std_msgs/MultiArrayLayout: one dimension whose label names the elements
 (equimus_description.interface.PRESSURE_LAYOUT for pressures) and whose stride is the number of
@@ -10,11 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-from builtin_interfaces.msg import Time
-from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray, MultiArrayDimension
 
-__all__ = ['float_array', 'pressure_state', 'table_array']
+__all__ = ['float_array', 'table_array']
 
 
 def float_array(values: Collection[float], label: str) -> Float64MultiArray:
@@ -38,12 +37,4 @@ def table_array(
         MultiArrayDimension(label=','.join(columns), size=n_cols, stride=n_cols),
     ]
     msg.data = [float(v) for row in rows for v in row]
-    return msg
-
-
-def pressure_state(names: Collection[str], kpa: Collection[float], stamp: Time) -> JointState:
-    """Stamped pressures: `name` = the channels, `effort` = their pressures (kPa), no positions
-    or velocities (a JointState of the actuators, the drive each one applies)."""
-    msg = JointState(name=list(names), effort=[float(v) for v in kpa])
-    msg.header.stamp = stamp
     return msg

@@ -75,9 +75,8 @@ from equimus_description.interface import (
     VALVE_PRESSURE,
 )
 from equimus_description.leg import load_leg
-from equimus_ros.arrays import pressure_state
 from equimus_ros.cdr import PressureStateWriter
-from equimus_ros.clocks import stamp_msg, time_reader
+from equimus_ros.clocks import time_reader
 from equimus_ros.diagnostics import Diagnostics, Level
 from equimus_ros.executors import timer_callback
 from equimus_ros.lifecycle import bring_up
@@ -176,6 +175,13 @@ class ValveDriver(LifecycleNode):
         self.pub_armed = publisher(self, Bool, VALVE_ARMED)
         # The simulated leg's measured pressures come from the sim node itself.
         self.pub_pressure = None if self.simulated else publisher(self, JointState, VALVE_PRESSURE)
+        # Pre-serialised, as /valve/applied: the tick publishes it at up to its rate, on the
+        # executor thread whose GIL a frame of the fused control loop may be waiting for.
+        self.out_pressure = (
+            None
+            if self.pub_pressure is None
+            else PressureStateWriter(self.pub_pressure, self.channels)
+        )
         self.diagnostics = Diagnostics(
             self, DIAGNOSTICS, 'valve_driver: DAC board', 'sim' if self.simulated else p.port
         )
@@ -525,13 +531,14 @@ class ValveDriver(LifecycleNode):
         """The tick; its read-back is published after the driver's lock is let go, so a frame
         of the fused control loop that arrives meanwhile waits for the safety filter's step, not
         for a publication (the only thread that publishes /valve/pressure is this one)."""
-        msg = self._tick_locked()
-        if msg is not None and self.pub_pressure is not None and self.context.ok():
-            self.pub_pressure.publish(msg)
+        readback = self._tick_locked()
+        if readback is not None and self.out_pressure is not None and self.context.ok():
+            self.out_pressure.write(*readback)
 
     @_serialised
     def _tick_locked(self):
-        """The safety filter's step and its output; the read-back to publish, if a new one came."""
+        """The safety filter's step and its output; the read-back to publish (stamp ns, kPa), if
+        a new one came."""
         board = self.board
         if board is None:
             return None
@@ -547,20 +554,18 @@ class ValveDriver(LifecycleNode):
             self._send(out, now)
         if not self.context.ok():
             return None
-        msg = None
+        readback = None
         if (
-            self.pub_pressure is not None
+            self.out_pressure is not None
             and board.measured_count != self._measured_count
             and board.measured_kpa
         ):
             self._measured_count = board.measured_count
             at = getattr(board, 'measured_at', None)  # the read-back's own time, if known
-            msg = self._pressures(board.measured_kpa, at)
             # In order after the previous read-back's stamp (see ordered_stamp_ns)
-            stamp = msg.header.stamp
-            ns = stamp.sec * 1_000_000_000 + stamp.nanosec
-            ns = self._pressure_stamp_ns = ordered_stamp_ns(ns, self._pressure_stamp_ns)
-            stamp.sec, stamp.nanosec = divmod(ns, 1_000_000_000)
+            ns = ordered_stamp_ns(self._stamp_ns(at), self._pressure_stamp_ns)
+            self._pressure_stamp_ns = ns
+            readback = (ns, [float(v) for v in board.measured_kpa])
         key = (
             board.state,
             self.safety.armed,
@@ -571,7 +576,7 @@ class ValveDriver(LifecycleNode):
         if key != self._diag_key:
             self._report_armed()
             self._publish_diagnostics()
-        return msg
+        return readback
 
     def _codes(self, kpa: Sequence[float]) -> list[int]:
         """Each channel's DAC code for its pressure, through that channel's calibration."""
@@ -604,10 +609,6 @@ class ValveDriver(LifecycleNode):
             listener(kpa)
         if self.context.ok():  # a signal may have shut ROS down already; the serial side still runs
             self.out_applied.write(self._stamp_ns(taken_at) if stamp_ns is None else stamp_ns, kpa)
-
-    def _pressures(self, kpa, taken_at: float | None = None):
-        """The pressures stamped by `_stamp_ns`."""
-        return pressure_state(self.channels, kpa, stamp_msg(self._stamp_ns(taken_at)))
 
     def _stamp_ns(self, taken_at: float | None = None) -> int:
         """Now on the node clock (sim time in the sim graph: the frame it answers), less the
