@@ -21,9 +21,12 @@ from equimus_bringup.graph import ProcessSpec, describe_graph, graph_environment
 from equimus_bringup.pressure_player import DONE
 from equimus_bringup.supervisor import GraphError, Supervisor
 from equimus_control.controller_node import FOLLOWING
+from equimus_hw.valve.driver_node import COMMANDER_BOUND
 
 #: s the driver has to answer hand_over, and to accept arm once the last commander has gone
 ARM_TIMEOUT_S = 20.0
+#: the valve driver's process, whose log says when it obeys a phase's commander
+DRIVER = 'valve_driver'
 #: s a phase's recorder has to list the rig's topics before its commander starts
 RECORDER_READY_S = 30.0
 #: the processes a phase brings: they are not part of the running graph
@@ -208,8 +211,11 @@ class RigSession:
                 sup.spawn(spec)
             self._wait_said(sup, *ready)
             self._wait_recording(sup)
-            armed = self._arm(sup)
-            self.log(f'[rig] {name}: armed, running')
+            arm_call, armed = self._arm(sup)
+            self.log(
+                f'[rig] {name}: armed, running (the commander obeyed {armed - arm_call:.2f} s '
+                'after the arm)'
+            )
             while not done(armed):
                 failed = sup.poll()
                 if failed:
@@ -255,16 +261,37 @@ class RigSession:
                 )
             time.sleep(0.05)
 
-    def _arm(self, sup: SessionSupervisor) -> float:
-        """Arm the driver once the phase's commander is its only publisher; the wall time."""
+    def _arm(self, sup: SessionSupervisor) -> tuple[float, float]:
+        """Arm the driver once the phase's commander is its only publisher; the wall times of
+        the arm and of the driver then obeying that commander's first command (the phase's
+        start)."""
         end = time.monotonic() + ARM_TIMEOUT_S
+        since = len(sup.output.get(DRIVER, []))  # this phase's lines of the driver from here
         while True:
             failed = sup.poll()
             if failed:
                 raise GraphError(failed)
             ok, message = sup.lifecycle.trigger('/valve_driver/arm', ARM_TIMEOUT_S)
             if ok:
-                return time.time()
+                return time.time(), self._wait_bound(sup, since, end)
             if time.monotonic() > end:
                 raise GraphError(f'valve_driver did not arm: {message}')
             time.sleep(0.2)
+
+    def _wait_bound(self, sup: SessionSupervisor, since: int, end: float) -> float:
+        """Wait for the armed driver to obey the commander: a driver that has not discovered
+        the new process's publisher yet does not hear its commands (DDS discovery; 1.2 s after
+        the arm in one CI run), and meanwhile the valves stay vented, which a phase timed from
+        the arm would score as the controller's."""
+        while not any(COMMANDER_BOUND in line for line in sup.output.get(DRIVER, [])[since:]):
+            failed = sup.poll()
+            if failed:
+                raise GraphError(failed)
+            if time.monotonic() > end:
+                raise GraphError(
+                    f'valve_driver was armed but obeyed no command of the phase within '
+                    f'{ARM_TIMEOUT_S:g} s: it does not hear the commander (DDS discovery between '
+                    'the processes; check ROS_DOMAIN_ID and the network interfaces)'
+                )
+            time.sleep(0.02)
+        return time.time()

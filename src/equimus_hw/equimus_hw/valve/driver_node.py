@@ -105,6 +105,9 @@ def _serialised(method):
 #: s a /valve/pressure stamp may lag the previous one and still be held at it (a read-back
 #: whose arrival its starved reader thread noted late); a larger step back is the clock itself
 #: (a system clock set back, sim time restarted) and passes.
+#: logged, with the commander's name, at the first command obeyed after an arm (`rig_session`
+#: starts a phase's clock on it)
+COMMANDER_BOUND = 'commander: '
 MAX_HELD_BACK_S = 0.5
 
 
@@ -480,7 +483,7 @@ class ValveDriver(LifecycleNode):
         verdict = self.guard.heard(bytes(gid.get('data', b'')))
         if verdict == 'bound':
             self._count_commanders()  # its name, if the graph had not listed it yet
-            self.get_logger().info(f'commander: {self.guard.commander_name}')
+            self.get_logger().info(f'{COMMANDER_BOUND}{self.guard.commander_name}')
         if verdict in ('accept', 'bound'):
             self.on_command(msg)
         elif verdict == 'intruder':

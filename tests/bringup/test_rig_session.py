@@ -1,0 +1,54 @@
+"""A rig session's phase starts when the valve driver obeys the phase's commander, not when it
+was armed: a driver that has not discovered the new process's publisher yet (DDS discovery,
+1.2 s in one CI run) keeps the valves vented meanwhile."""
+
+import threading
+import time
+
+import pytest
+
+from equimus_bringup import rig_session
+from equimus_bringup.supervisor import GraphError
+from equimus_hw.valve.driver_node import COMMANDER_BOUND
+
+
+class _Lifecycle:
+    def trigger(self, service: str, timeout: float) -> tuple[bool, str]:
+        assert service == '/valve_driver/arm'
+        return True, ''
+
+
+class _Supervisor:
+    """What `_arm` uses of the session's supervisor: the processes' output lines, poll, and
+    the lifecycle client."""
+
+    def __init__(self) -> None:
+        # A commander bound in an earlier phase: it must not start this one.
+        self.output = {rig_session.DRIVER: [f'[valve_driver] {COMMANDER_BOUND}/controller']}
+        self.lifecycle = _Lifecycle()
+
+    def poll(self) -> str:
+        return ''
+
+
+def _session() -> rig_session.RigSession:
+    return rig_session.RigSession({}, log=lambda *_: None)
+
+
+def test_the_phase_starts_when_the_driver_obeys_the_commander():
+    sup = _Supervisor()
+    delay = 0.3
+
+    def bind_later() -> None:
+        time.sleep(delay)
+        sup.output[rig_session.DRIVER].append(f'[valve_driver] {COMMANDER_BOUND}/controller')
+
+    threading.Thread(target=bind_later).start()
+    arm_call, started = _session()._arm(sup)
+    assert started - arm_call >= delay * 0.9
+
+
+def test_a_driver_that_never_hears_the_commander_is_a_clear_error(monkeypatch):
+    monkeypatch.setattr(rig_session, 'ARM_TIMEOUT_S', 0.3)
+    with pytest.raises(GraphError, match='obeyed no command'):
+        _session()._arm(_Supervisor())
