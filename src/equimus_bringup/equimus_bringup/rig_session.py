@@ -239,32 +239,30 @@ class RigSession:
         return PhaseRecord(name, str(bag), armed, ended, commander)
 
     def _wait_said(self, sup: SessionSupervisor, process: str, text: str) -> None:
-        end = time.monotonic() + RECORDER_READY_S
-        while process and not sup.said(process, text):
-            failed = sup.poll()
-            if failed:
-                raise GraphError(failed)
-            if time.monotonic() > end:
-                raise GraphError(f'{process} did not start within {RECORDER_READY_S:g} s')
-            time.sleep(0.05)
+        if process:
+            _wait_until(
+                sup,
+                lambda: sup.said(process, text),
+                time.monotonic() + RECORDER_READY_S,
+                f'{process} did not start within {RECORDER_READY_S:g} s',
+            )
 
     def _wait_recording(self, sup: SessionSupervisor) -> None:
-        end = time.monotonic() + RECORDER_READY_S
-        while not all(sup.said('recorder', f'recording {t} ') for t in READY_TOPICS):
-            failed = sup.poll()
-            if failed:
-                raise GraphError(failed)
-            if time.monotonic() > end:
-                raise GraphError(
-                    f'the recorder did not find {", ".join(READY_TOPICS)} within '
-                    f'{RECORDER_READY_S:g} s'
-                )
-            time.sleep(0.05)
+        _wait_until(
+            sup,
+            lambda: all(sup.said('recorder', f'recording {t} ') for t in READY_TOPICS),
+            time.monotonic() + RECORDER_READY_S,
+            f'the recorder did not find {", ".join(READY_TOPICS)} within {RECORDER_READY_S:g} s',
+        )
 
     def _arm(self, sup: SessionSupervisor) -> tuple[float, float]:
         """Arm the driver once the phase's commander is its only publisher; the wall times of
         the arm and of the driver then obeying that commander's first command (the phase's
-        start)."""
+        start).
+
+        A driver that has not discovered the new process's publisher yet does not hear its
+        commands (DDS discovery; 1.2 s after the arm in one CI run), and meanwhile the valves
+        stay vented, which a phase timed from the arm would score as the controller's."""
         end = time.monotonic() + ARM_TIMEOUT_S
         since = len(sup.output.get(DRIVER, []))  # this phase's lines of the driver from here
         while True:
@@ -273,25 +271,35 @@ class RigSession:
                 raise GraphError(failed)
             ok, message = sup.lifecycle.trigger('/valve_driver/arm', ARM_TIMEOUT_S)
             if ok:
-                return time.time(), self._wait_bound(sup, since, end)
+                break
             if time.monotonic() > end:
                 raise GraphError(f'valve_driver did not arm: {message}')
             time.sleep(0.2)
+        armed = time.time()
+        _wait_until(
+            sup,
+            lambda: any(COMMANDER_BOUND in line for line in sup.output.get(DRIVER, [])[since:]),
+            end,
+            f'valve_driver was armed but obeyed no command of the phase within '
+            f'{ARM_TIMEOUT_S:g} s: it does not hear the commander (DDS discovery between the '
+            'processes; check ROS_DOMAIN_ID and the network interfaces)',
+            period=0.02,
+        )
+        return armed, time.time()
 
-    def _wait_bound(self, sup: SessionSupervisor, since: int, end: float) -> float:
-        """Wait for the armed driver to obey the commander: a driver that has not discovered
-        the new process's publisher yet does not hear its commands (DDS discovery; 1.2 s after
-        the arm in one CI run), and meanwhile the valves stay vented, which a phase timed from
-        the arm would score as the controller's."""
-        while not any(COMMANDER_BOUND in line for line in sup.output.get(DRIVER, [])[since:]):
-            failed = sup.poll()
-            if failed:
-                raise GraphError(failed)
-            if time.monotonic() > end:
-                raise GraphError(
-                    f'valve_driver was armed but obeyed no command of the phase within '
-                    f'{ARM_TIMEOUT_S:g} s: it does not hear the commander (DDS discovery between '
-                    'the processes; check ROS_DOMAIN_ID and the network interfaces)'
-                )
-            time.sleep(0.02)
-        return time.time()
+
+def _wait_until(
+    sup: SessionSupervisor,
+    done: Callable[[], bool],
+    end: float,
+    timeout_error: str,
+    period: float = 0.05,
+) -> None:
+    """Until `done()`; a GraphError if a process of the graph failed or at monotonic `end`."""
+    while not done():
+        failed = sup.poll()
+        if failed:
+            raise GraphError(failed)
+        if time.monotonic() > end:
+            raise GraphError(timeout_error)
+        time.sleep(period)
