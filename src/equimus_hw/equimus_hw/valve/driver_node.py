@@ -102,12 +102,12 @@ def _serialised(method):
     return call
 
 
-#: s a /valve/pressure stamp may lag the previous one and still be held at it (a read-back
-#: whose arrival its starved reader thread noted late); a larger step back is the clock itself
-#: (a system clock set back, sim time restarted) and passes.
 #: logged, with the commander's name, at the first command obeyed after an arm (`rig_session`
 #: starts a phase's clock on it)
 COMMANDER_BOUND = 'commander: '
+#: s a /valve/pressure stamp may lag the previous one and still be held at it (a read-back
+#: whose arrival its starved reader thread noted late); a larger step back is the clock itself
+#: (a system clock set back, sim time restarted) and passes.
 MAX_HELD_BACK_S = 0.5
 
 
