@@ -3,6 +3,8 @@ anywhere on the machine can never take one between its check and the server's bi
 DDS's ports (a participant started after the check never wants one)."""
 
 import socket
+import subprocess
+import sys
 
 import pytest
 
@@ -68,5 +70,52 @@ def test_a_port_in_use_is_never_given(narrow):
         with pytest.raises(RuntimeError, match='no 1 free UDP ports'):
             P.free_udp_ports(1)
     finally:
+        for s in socks:
+            s.close()
+
+
+def test_a_port_given_to_another_live_process_is_not_given_again(narrow):
+    """Two processes searching at once, or a server stopped and started again, must not share
+    a port: one given to a process stays reserved until that process ends."""
+    socks = []
+    for port in narrow:
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            s.bind(('127.0.0.1', port))
+        except OSError:
+            s.close()
+            continue
+        socks.append(s)
+    # One port left bindable, not yet given to this process, given to the child below.
+    s = next(s for s in socks if s.getsockname()[1] not in P._reserved)
+    socks.remove(s)
+    port = s.getsockname()[1]
+    s.close()
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            '-c',
+            'import sys\n'
+            'from equimus_hw.natnet import ports as P\n'
+            f'P.PORT_FLOOR = {narrow.start}\n'
+            f'P._ceiling = lambda: {narrow.stop}\n'
+            'print(P.free_udp_ports(1)[0], flush=True)\n'
+            'sys.stdin.read()\n',
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout.readline().strip() == str(port)
+        assert _bindable(port)  # free on the network: only the reservation keeps it
+        with pytest.raises(RuntimeError, match='no 1 free UDP ports'):
+            P.free_udp_ports(1)
+        child.stdin.close()
+        assert child.wait(10) == 0
+        assert P.free_udp_ports(1) == [port]  # the child's end gave it back
+    finally:
+        if child.poll() is None:
+            child.kill()
         for s in socks:
             s.close()

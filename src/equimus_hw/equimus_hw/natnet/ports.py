@@ -8,12 +8,22 @@ start after the check. So the ports here come from below both, searched from a r
 (parallel runs do not try the same ones) and checked free by binding them. Seen once in a
 loaded test run: an emulated rig found its data port taken, exited, and the graph idled,
 vented, with no pose ever arriving.
+
+Two processes searching at once (parallel test workers, a soak beside a test) could be given the
+same free port, and a process that stops and restarts its server leaves the port free in
+between. So every port given is also reserved for the life of the process that asked: a POSIX
+record lock on byte `port` of one file in the temporary directory, which the kernel drops when
+that process ends however it ends. A port reserved by any live process is never given again.
 """
 
 from __future__ import annotations
 
+import fcntl
+import os
 import random
 import socket
+import tempfile
+import threading
 from pathlib import Path
 
 __all__ = ['free_udp_port_pair', 'free_udp_ports']
@@ -25,6 +35,12 @@ DDS_PORT_BASE = 7400
 #: Linux's ephemeral range, read from here; its default where the file is not.
 EPHEMERAL_RANGE = Path('/proc/sys/net/ipv4/ip_local_port_range')
 DEFAULT_EPHEMERAL_LOW = 32768
+#: The file whose byte `port` a process locks to reserve that port (see the module docstring).
+RESERVATIONS = Path(tempfile.gettempdir()) / 'equimus-udp-ports.lock'
+
+_reserved: set[int] = set()
+_reservations_fd: int | None = None
+_reserving = threading.Lock()
 
 
 def _ceiling() -> int:
@@ -51,22 +67,55 @@ def _all_free(ports: list[int], address: str) -> bool:
             s.close()
 
 
+def _reserve(port: int) -> bool:
+    """Reserve `port` for this process's life; False if this or another live process holds it.
+    Where the file cannot be opened (another user's), only this process's own are known."""
+    global _reservations_fd
+    with _reserving:
+        if port in _reserved:
+            return False
+        if _reservations_fd is None:
+            try:
+                _reservations_fd = os.open(RESERVATIONS, os.O_RDWR | os.O_CREAT, 0o666)
+            except OSError:
+                _reservations_fd = -1
+        if _reservations_fd >= 0:
+            try:
+                # Never unlocked or closed: closing any descriptor of the file would drop every
+                # lock this process holds on it.
+                fcntl.lockf(_reservations_fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, port)
+            except OSError:
+                return False
+        _reserved.add(port)
+        return True
+
+
+def _reserve_all(ports: list[int]) -> bool:
+    """All of `ports` reserved, or False (those reserved before the first refused stay so)."""
+    return all(_reserve(p) for p in ports)
+
+
+def _search_start(width: int) -> int:
+    return random.SystemRandom().randrange(width)
+
+
 def free_udp_ports(n: int, address: str = '127.0.0.1', consecutive: bool = False) -> list[int]:
     """`n` distinct UDP ports free on `address` now, below DDS's and the ephemeral range
     (`consecutive`: p, p + 1, ...). The search starts at a random port and wraps around, so it
-    finds free ones whenever there are."""
+    finds free ones whenever there are. They stay reserved for this process (module docstring)."""
     floor, ceiling = PORT_FLOOR, _ceiling()
     width = ceiling - floor
-    start = random.SystemRandom().randrange(width)
+    start = _search_start(width)
     order = (floor + (start + i) % width for i in range(width))
     if consecutive:
         for first in order:
-            if first + n <= ceiling and _all_free(list(range(first, first + n)), address):
-                return list(range(first, first + n))
+            span = list(range(first, first + n))
+            if first + n <= ceiling and _all_free(span, address) and _reserve_all(span):
+                return span
     else:
         found = []
         for port in order:
-            if _all_free([port], address):
+            if _all_free([port], address) and _reserve(port):
                 found.append(port)
                 if len(found) == n:
                     return found
