@@ -8,6 +8,8 @@ import struct
 import time
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from natnet_util import random_group, wait_for
 
 from equimus_description.config import ConfigError
@@ -212,6 +214,58 @@ def test_plausibility_rules():
     assert 'outside the workspace' in implausible_reason(frame(1, 0, pos=(0.0, 2.5, 0.0)), lim)
     # An untracked body is not judged (Motive zeroes it; the bridge publishes NaN).
     assert implausible_reason(frame(1, 0, q=(0.0, 0.0, 0.0, 0.0), params=0), lim) == ''
+
+
+@st.composite
+def _body(draw):
+    """A plausible body, then perhaps one of its eight numbers replaced by any float32 (NaN,
+    infinities, values just past a limit among them)."""
+    f32 = lambda v: struct.unpack('<f', struct.pack('<f', v))[0]  # noqa: E731
+    pos = [draw(st.floats(-0.5, 0.5, width=32)) for _ in range(3)]
+    q = [draw(st.floats(-1.0, 1.0, width=32)) for _ in range(4)]
+    n = math.sqrt(sum(v * v for v in q))
+    q = [f32(v / n) for v in q] if n > 0.1 else [0.0, 0.0, 0.0, 1.0]
+    values = [*pos, *q, draw(st.floats(0.0, 0.0078125, width=32))]
+    if draw(st.booleans()):
+        values[draw(st.integers(0, 7))] = draw(
+            st.one_of(
+                st.floats(allow_nan=True, allow_infinity=True, width=32),
+                st.sampled_from([1.0, -1.0, 1.001, -1.001, 0.5, -0.5, 0.5001, 0.0]),
+            )
+        )
+    return tuple(values[:3]), tuple(values[3:7]), values[7], draw(st.integers(0, 3))
+
+
+@settings(max_examples=2000, deadline=None)
+@given(st.lists(_body(), min_size=1, max_size=3), st.sampled_from([1e-3, 0.5]))
+def test_a_frame_is_implausible_exactly_when_a_tracked_body_breaks_a_rule(bodies, tol):
+    """The rules, from the module's docstring: a tracked body with a non-finite value, a
+    quaternion norm off by more than the tolerance, or a position outside the workspace."""
+    lim = Plausibility(tol, (-1.0, -0.5, -1.0), (1.0, 0.5, 1.0))
+    f = P.Frame(
+        1,
+        rigid_bodies=[
+            P.RigidBody(i, p, q, e, params) for i, (p, q, e, params) in enumerate(bodies)
+        ],
+    )
+
+    def bad(b):
+        values = (*b.position, *b.orientation, b.mean_error)
+        if not all(math.isfinite(v) for v in values):
+            return True
+        if abs(math.sqrt(sum(v * v for v in b.orientation)) - 1.0) > tol:
+            return True
+        return not all(
+            lo <= v <= hi
+            for v, lo, hi in zip(b.position, lim.workspace_min, lim.workspace_max, strict=True)
+        )
+
+    first_bad = next((b for b in f.rigid_bodies if b.params & 1 and bad(b)), None)
+    reason = implausible_reason(f, lim)
+    if first_bad is None:
+        assert reason == ''
+    else:
+        assert reason.startswith(f'rigid body {first_bad.id}: '), reason
 
 
 def body_ok(b, lim):

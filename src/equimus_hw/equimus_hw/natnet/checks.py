@@ -27,29 +27,53 @@ def implausible_reason(frame: P.Frame, limits: Plausibility) -> str:
     """'' if every tracked rigid body is plausible, else why the frame must be dropped.
 
     Untracked bodies (params bit 0 clear) are not checked: Motive sends zeros for them and the
-    bridge publishes NaN anyway.
+    bridge publishes NaN anyway. A body is passed by a few comparisons (the fused loop's receive
+    thread runs this on every frame); one that fails them is judged by `_body_reason`, which
+    says why.
     """
+    (xlo, ylo, zlo), (xhi, yhi, zhi) = limits.workspace_min, limits.workspace_max
+    tol = limits.quaternion_norm_tolerance
+    isfinite, sqrt = math.isfinite, math.sqrt
     for b in frame.rigid_bodies:
-        if not b.tracking_valid:
+        if not b.params & 0x01:
             continue
-        values = (*b.position, *b.orientation, b.mean_error)
-        if not all(map(math.isfinite, values)):
-            return f'rigid body {b.id}: non-finite value {values}'
+        x, y, z = b.position
         qx, qy, qz, qw = b.orientation
-        norm = math.sqrt(qx * qx + qy * qy + qz * qz + qw * qw)
-        if abs(norm - 1.0) > limits.quaternion_norm_tolerance:
-            return (
-                f'rigid body {b.id}: quaternion norm {norm:.6g} is off by more than '
-                f'{limits.quaternion_norm_tolerance:g}'
-            )
-        for axis, v, lo, hi in zip(
-            'xyz', b.position, limits.workspace_min, limits.workspace_max, strict=True
+        # A float32 sum cannot overflow a double: it is finite exactly when every term is, and
+        # a non-finite quaternion makes the norm's test false.
+        if (
+            isfinite(x + y + z + b.mean_error)
+            and abs(sqrt(qx * qx + qy * qy + qz * qz + qw * qw) - 1.0) <= tol
+            and xlo <= x <= xhi
+            and ylo <= y <= yhi
+            and zlo <= z <= zhi
         ):
-            if not lo <= v <= hi:
-                return (
-                    f'rigid body {b.id}: {axis} = {v:.4g} m is outside the workspace '
-                    f'[{lo:g}, {hi:g}] m'
-                )
+            continue
+        reason = _body_reason(b, limits)
+        if reason:
+            return reason
+    return ''
+
+
+def _body_reason(b: P.RigidBody, limits: Plausibility) -> str:
+    """Why tracked body `b` is implausible ('' if it is not)."""
+    values = (*b.position, *b.orientation, b.mean_error)
+    if not all(map(math.isfinite, values)):
+        return f'rigid body {b.id}: non-finite value {values}'
+    qx, qy, qz, qw = b.orientation
+    norm = math.sqrt(qx * qx + qy * qy + qz * qz + qw * qw)
+    if abs(norm - 1.0) > limits.quaternion_norm_tolerance:
+        return (
+            f'rigid body {b.id}: quaternion norm {norm:.6g} is off by more than '
+            f'{limits.quaternion_norm_tolerance:g}'
+        )
+    for axis, v, lo, hi in zip(
+        'xyz', b.position, limits.workspace_min, limits.workspace_max, strict=True
+    ):
+        if not lo <= v <= hi:
+            return (
+                f'rigid body {b.id}: {axis} = {v:.4g} m is outside the workspace [{lo:g}, {hi:g}] m'
+            )
     return ''
 
 

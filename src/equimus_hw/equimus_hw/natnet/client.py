@@ -266,6 +266,7 @@ class NatNetClient:
             maxlen=PENDING_FRAMES
         )
         self._negotiating = False
+        self._frames: P.FrameReader | None = None  # see _frame_reader
         self.local_address = local_address
         self.data_port = int(data_port)
         self.multicast = bool(multicast)
@@ -648,7 +649,7 @@ class NatNetClient:
             self._pending_raw.append((data, arrival_ns))
             return None
         try:
-            msg = P.decode_message(data, self.version)
+            msg = P.decode_message(data, self.version, self._frame_reader())
         except P.NatNetDecodeError as e:
             if self.version_error:
                 self.reject(self.version_error)
@@ -665,6 +666,15 @@ class NatNetClient:
         except Exception as e:  # noqa: BLE001 - same: count, log, carry on
             self.reject(f'error handling {type(msg).__name__}: {type(e).__name__}: {e}')
             return None
+
+    def _frame_reader(self) -> P.FrameReader | None:
+        """The stream's FrameReader, new whenever the version is (it keeps frames' layouts)."""
+        reader, version = self._frames, self.version
+        if version is None or version not in P.SUPPORTED_VERSIONS:
+            return None
+        if reader is None or reader.version != version:
+            reader = self._frames = P.FrameReader(version)
+        return reader
 
     def _frame_rejected(self, data: bytes) -> None:
         """Every frame rejected in a row: find out whether another version's layout fits."""

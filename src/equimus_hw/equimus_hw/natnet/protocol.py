@@ -13,6 +13,7 @@ import struct
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
+from operator import itemgetter
 from typing import Generic, TypeVar, overload
 
 Version = tuple[int, int]
@@ -718,6 +719,167 @@ def decode_frame(payload: bytes, version: Version) -> Frame:
     return f
 
 
+#: Frame layouts a FrameReader keeps (one per payload length: the model's frames with each
+#: number of markers in view).
+MAX_FRAME_LAYOUTS = 64
+
+
+class _FrameLayout:
+    """Where everything is in frames laid out as one frame already decoded: its counts, byte
+    counts and names (the structure) equal, so its numbers are at the same places. One
+    precompiled Struct reads a whole frame; the structure read back must equal the original's,
+    which makes every check of decode_frame hold as it did for the original."""
+
+    __slots__ = ('st', 'structure', 'expected', 'sets', 'others', 'rbs', 'labeled', 'tail', 'flags')
+
+    def __init__(self, f: Frame, version: Version, size: int) -> None:
+        codes: list[str] = ['i']  # the frame number
+        structure: list[int] = []
+        expected: list[object] = []
+        n_values = 1
+        pos = 4
+        counted = version >= (4, 1)
+
+        def fixed(code: str, value: object, nbytes: int) -> None:
+            nonlocal n_values, pos
+            codes.append(code)
+            structure.append(n_values)
+            expected.append(value)
+            n_values += 1
+            pos += nbytes
+
+        def skip(nbytes: int) -> int:
+            nonlocal pos
+            at = pos
+            if nbytes:
+                codes.append(f'{nbytes}x')
+            pos += nbytes
+            return at
+
+        def head(n: int, nbytes: int) -> None:
+            fixed('i', n, 4)
+            if counted:
+                fixed('i', nbytes, 4)
+
+        sets_bytes = sum(
+            len(m.name.encode()) + 1 + 4 + 12 * len(m.positions) for m in f.marker_sets
+        )
+        head(len(f.marker_sets), sets_bytes)
+        self.sets: list[tuple[str, int, int]] = []
+        for m in f.marker_sets:
+            name = m.name.encode() + b'\0'
+            fixed(f'{len(name)}s', name, len(name))
+            fixed('i', len(m.positions), 4)
+            self.sets.append((m.name, skip(12 * len(m.positions)), len(m.positions)))
+        n = len(f.other_markers)
+        head(n, 12 * n)
+        self.others = (skip(12 * n), n, not counted or n > 0)
+        n = len(f.rigid_bodies)
+        head(n, _RB.size * n)
+        self.rbs = (n_values, n)
+        codes.append('i7ffh' * n)
+        n_values += 10 * n
+        pos += _RB.size * n
+        head(0, 0)  # skeletons
+        if counted:
+            head(0, 0)  # assets
+        n = len(f.labeled_markers)
+        head(n, _MARKER.size * n)
+        self.labeled = (skip(_MARKER.size * n), n, not counted or n > 0)
+        head(0, 0)  # force plates
+        head(0, 0)  # devices
+        codes.append('IIdQQQ')
+        self.tail = n_values
+        n_values += 6
+        pos += _SUFFIX.size
+        if f.precision_timestamp is not None:
+            codes.append('II')
+            n_values += 2
+            pos += 8
+        codes.append('h')
+        self.flags = n_values
+        n_values += 1
+        pos += 2
+        fixed('i', 0, 4)  # the end-of-data marker
+        self.st = struct.Struct('<' + ''.join(codes))
+        if self.st.size != size or pos != size:
+            raise ValueError(f'frame layout of {self.st.size} bytes for a {size}-byte frame')
+        self.structure = itemgetter(*structure)
+        self.expected = tuple(expected)
+
+    @staticmethod
+    def of(f: Frame, version: Version, size: int) -> _FrameLayout | None:
+        """The layout of `f` (decoded from `size` bytes), or None for a frame this reader leaves
+        to decode_frame (skeletons, assets, force plates or devices in it)."""
+        if f.skeletons or f.assets or f.force_plates or f.devices:
+            return None
+        return _FrameLayout(f, version, size)
+
+    def read(self, payload: bytes) -> Frame | None:
+        """The frame, or None when `payload` is not laid out like this layout's frame."""
+        v = self.st.unpack_from(payload)
+        if self.structure(v) != self.expected:
+            return None
+        i, n = self.rbs
+        rbs = [
+            RigidBody(v[k], v[k + 1 : k + 4], v[k + 4 : k + 8], v[k + 8], v[k + 9])
+            for k in range(i, i + 10 * n, 10)
+        ]
+        at, n, lazy = self.others
+        others: Sequence[Vec3] = LazyRecords(payload, at, n, _VEC3, _vec3) if lazy else []
+        at, n, lazy = self.labeled
+        labeled: Sequence[Marker] = LazyRecords(payload, at, n, _MARKER, _marker) if lazy else []
+        t, flags = self.tail, self.flags
+        return Frame(
+            v[0],
+            [
+                MarkerSetData(name, LazyRecords(payload, at, n, _VEC3, _vec3))
+                for name, at, n in self.sets
+            ],
+            others,
+            rbs,
+            [],
+            [],
+            labeled,
+            [],
+            [],
+            v[t],
+            v[t + 1],
+            v[t + 2],
+            v[t + 3],
+            v[t + 4],
+            v[t + 5],
+            v[t + 6 : flags] if flags > t + 6 else None,
+            v[flags] & 0xFFFF,
+        )
+
+
+class FrameReader:
+    """decode_frame for one stream, at a fraction of its cost: a frame of a length seen before
+    is read through that frame's layout when its structure matches (the same model, the same
+    markers in view), else decoded in full (and its layout kept). The result is the Frame
+    decode_frame gives, and so are its errors (tests/natnet/test_frame_reader.py)."""
+
+    __slots__ = ('version', '_layouts')
+
+    def __init__(self, version: Version) -> None:
+        self.version = check_version(version)
+        self._layouts: dict[int, _FrameLayout | None] = {}
+
+    def decode(self, payload: bytes) -> Frame:
+        size = len(payload)
+        layout = self._layouts.get(size)
+        if layout is not None:
+            f = layout.read(payload)
+            if f is not None:
+                return f
+        f = decode_frame(payload, self.version)
+        if len(self._layouts) >= MAX_FRAME_LAYOUTS:
+            self._layouts.clear()
+        self._layouts[size] = _FrameLayout.of(f, self.version, size)
+        return f
+
+
 # Model definitions ---------------------------------------------------------------------------
 def _rd_rb_desc(r: _Reader, version: Version) -> RigidBodyDescription:
     name = r.cstr('rigid body name')
@@ -908,19 +1070,22 @@ def _expect_len(payload: bytes, n: int, what: str) -> None:
         raise NatNetDecodeError(f'{what} payload must be {n} bytes, got {len(payload)}')
 
 
-def decode_message(datagram: bytes, version: Version | None = None) -> Message:
-    """Decode one datagram. ``version`` is needed for frames and model definitions."""
+def decode_message(
+    datagram: bytes, version: Version | None = None, frames: FrameReader | None = None
+) -> Message:
+    """Decode one datagram. ``version`` is needed for frames and model definitions; `frames`,
+    a FrameReader of that version, decodes the frames of a stream."""
     mid, p = split_packet(datagram)
     if mid == MessageId.FRAMEOFDATA or mid == MessageId.MODELDEF:
         if version is None:
             raise NatNetDecodeError(
                 'frame or model definitions received before server info (NatNet version unknown)'
             )
-        return (
-            decode_frame(p, version)
-            if mid == MessageId.FRAMEOFDATA
-            else decode_modeldef(p, version)
-        )
+        if mid == MessageId.MODELDEF:
+            return decode_modeldef(p, version)
+        if frames is not None and frames.version == version:
+            return frames.decode(p)
+        return decode_frame(p, version)
     if mid == MessageId.SERVERINFO:
         return decode_serverinfo(p)
     if mid in (MessageId.CONNECT, MessageId.DISCOVERY):
