@@ -29,21 +29,30 @@ def three_body_frame(version):
     return e._stamp_and_encode(e.build_frame(1.0))
 
 
+def _decoders(version) -> dict:
+    """The full decoder and the receive path's FrameReader (a frame read through the layout of
+    the frame before it), each as one call on a datagram."""
+    reader = P.FrameReader(version)
+    return {
+        'decode_frame': lambda pkt: P.decode_message(pkt, version),
+        'FrameReader': lambda pkt: P.decode_message(pkt, version, reader),
+    }
+
+
 def decode_throughput(quick: bool) -> dict:
     out = {}
     n = 2000 if quick else 20000
     for v in P.SUPPORTED_VERSIONS:
         pkt = three_body_frame(v)
-        P.decode_message(pkt, v)
-        t0 = time.perf_counter()
-        for _ in range(n):
-            P.decode_message(pkt, v)
-        dt = time.perf_counter() - t0
-        out[f'{v[0]}.{v[1]}'] = {
-            'bytes': len(pkt),
-            'frames_per_s': n / dt,
-            'x_arrival_rate': n / dt / ARRIVAL_HZ,
-        }
+        row = {'bytes': len(pkt)}
+        for name, decode in _decoders(v).items():
+            decode(pkt)
+            t0 = time.perf_counter()
+            for _ in range(n):
+                decode(pkt)
+            dt = time.perf_counter() - t0
+            row[name] = {'frames_per_s': n / dt, 'x_arrival_rate': n / dt / ARRIVAL_HZ}
+        out[f'{v[0]}.{v[1]}'] = row
     return out
 
 
@@ -63,27 +72,34 @@ def _idle(gap_s: float, asleep: bool) -> None:
 def decode_after_gaps(quick: bool, version=(4, 1)) -> list[dict]:
     """The same frame's decode time when the decodes come back to back and when they come a gap
     apart, the thread asleep (as in recvfrom between frames) or spinning in a loop that touches
-    no data: how much of the decode's cost at 120 Hz is its working set gone cold in between."""
+    no data: how much of the decode's cost at 120 Hz is its working set gone cold in between.
+    Both decoders, alternating frame by frame, so the host's swings fall on both."""
     pkt = three_body_frame(version)
     n = 150 if quick else 600
+    decoders = _decoders(version)
+    for decode in decoders.values():
+        decode(pkt)
     out = []
     for gap in GAPS_S:
         for asleep in (True, False) if gap else (True,):
-            ts = []
+            ts: dict[str, list[float]] = {name: [] for name in decoders}
             for _ in range(n):
-                _idle(gap, asleep)
-                t0 = time.perf_counter_ns()
-                P.decode_message(pkt, version)
-                ts.append((time.perf_counter_ns() - t0) * 1e-3)
-            ts.sort()
-            out.append(
-                {
-                    'gap_ms': gap * 1e3,
-                    'between': 'nothing' if not gap else 'asleep' if asleep else 'spinning',
-                    'p50_us': ts[n // 2],
-                    'p90_us': ts[int(n * 0.9)],
-                }
-            )
+                for name, decode in decoders.items():
+                    _idle(gap, asleep)
+                    t0 = time.perf_counter_ns()
+                    decode(pkt)
+                    ts[name].append((time.perf_counter_ns() - t0) * 1e-3)
+            for name, t in ts.items():
+                t.sort()
+                out.append(
+                    {
+                        'decoder': name,
+                        'gap_ms': gap * 1e3,
+                        'between': 'nothing' if not gap else 'asleep' if asleep else 'spinning',
+                        'p50_us': t[n // 2],
+                        'p90_us': t[int(n * 0.9)],
+                    }
+                )
     return out
 
 
@@ -223,11 +239,13 @@ def run(quick: bool) -> dict:
     """Flat dict of named figures (for benchmarks/run_all.py)."""
     r = measure(quick)
     out = {}
-    for v, d in r['decode'].items():
-        out[f'decode NatNet {v} 3-body frame (frames/s)'] = round(d['frames_per_s'])
-        out[f'decode NatNet {v} vs 120 Hz arrival (x)'] = round(d['x_arrival_rate'])
+    for v, row in r['decode'].items():
+        for name in ('decode_frame', 'FrameReader'):
+            d = row[name]
+            out[f'{name} NatNet {v} 3-body frame (frames/s)'] = round(d['frames_per_s'])
+            out[f'{name} NatNet {v} vs 120 Hz arrival (x)'] = round(d['x_arrival_rate'])
     for d in r['gaps']:
-        key = f'decode NatNet 4.1 after {d["gap_ms"]:.1f} ms {d["between"]} p50 (us)'
+        key = f'{d["decoder"]} NatNet 4.1 after {d["gap_ms"]:.1f} ms {d["between"]} p50 (us)'
         out[key] = round(d['p50_us'], 1)
     for d in r['latency']:
         key = f'end-to-end NatNet {d.get("version")} {d.get("transport")}'
@@ -244,17 +262,24 @@ def run(quick: bool) -> dict:
 def main():
     quick = '--quick' in sys.argv
     r = measure(quick)
-    print(f'NatNet decode throughput (3-body frame, pure Python), arrival rate {ARRIVAL_HZ:g} Hz')
-    print(f'{"version":>8} {"bytes":>6} {"frames/s":>10} {"x 120 Hz":>9}')
-    for v, d in r['decode'].items():
-        print(f'{v:>8} {d["bytes"]:>6} {d["frames_per_s"]:>10.0f} {d["x_arrival_rate"]:>9.0f}')
-    base = r['gaps'][0]['p50_us']
+    print(
+        f'NatNet decode throughput (3-body frame, pure Python), arrival rate {ARRIVAL_HZ:g} Hz: '
+        'decode_frame (every frame in full) and FrameReader (the receive path) side by side'
+    )
+    print(
+        f'{"version":>8} {"bytes":>6} {"full frames/s":>14} {"reader frames/s":>16} '
+        f'{"reader / full":>14}'
+    )
+    for v, row in r['decode'].items():
+        full, fast = row['decode_frame']['frames_per_s'], row['FrameReader']['frames_per_s']
+        print(f'{v:>8} {row["bytes"]:>6} {full:>14.0f} {fast:>16.0f} {fast / full:>13.2f}x')
+    base = {d['decoder']: d['p50_us'] for d in r['gaps'] if d['between'] == 'nothing'}
     print('\nThe same 4.1 frame decoded a gap after the previous decode (µs, and x back to back)')
-    print(f'{"gap ms":>8} {"between":>9} {"p50 us":>8} {"p90 us":>8} {"x":>6}')
+    print(f'{"decoder":>13} {"gap ms":>8} {"between":>9} {"p50 us":>8} {"p90 us":>8} {"x":>6}')
     for d in r['gaps']:
         print(
-            f'{d["gap_ms"]:>8.1f} {d["between"]:>9} {d["p50_us"]:>8.1f} {d["p90_us"]:>8.1f} '
-            f'{d["p50_us"] / base:>6.1f}'
+            f'{d["decoder"]:>13} {d["gap_ms"]:>8.1f} {d["between"]:>9} {d["p50_us"]:>8.1f} '
+            f'{d["p90_us"]:>8.1f} {d["p50_us"] / base[d["decoder"]]:>6.1f}'
         )
     print('\nEnd-to-end latency, frame sent by emulator -> PoseStamped at subscriber')
     print(
