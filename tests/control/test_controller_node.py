@@ -305,3 +305,25 @@ def test_node_and_harness_give_bit_identical_commands(controller, private_node):
         (i, g, e) for i, (g, e) in enumerate(zip(got, expected, strict=True)) if bits(g) != bits(e)
     ]
     assert not mismatches, mismatches[:5]
+
+
+def test_a_pid_controller_starts_without_the_solvers_and_mujoco():
+    """A PID controller process (the default) builds no QP and no MuJoCo model: it must not
+    import osqp, scipy.sparse or mujoco (0.25 s of CPU at each start, for every kind's config
+    class), while an MPC controller still finds them when it needs them."""
+    import subprocess
+    import sys
+
+    heavy = ('osqp', 'scipy.sparse', 'mujoco')
+    code = (
+        'import sys, rclpy\n'
+        'from equimus_control.controller_node import ControllerNode\n'
+        'rclpy.init()\n'
+        'node = ControllerNode()\n'
+        f'print(sorted(m for m in {heavy!r} if m in sys.modules))\n'
+        'node.destroy_node()\n'
+        'rclpy.shutdown()\n'
+    )
+    r = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.strip().splitlines()[-1] == '[]', r.stdout

@@ -49,11 +49,9 @@ and the chambers vent with τ ≈ 0.2 s (docs/control.md, "LTV MPC").
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import osqp
-import scipy.sparse as sp
 
 from equimus_description.config import check_pair, param, validate_fields
 from equimus_description.dynamics import LegDynamics
@@ -71,6 +69,13 @@ from . import qp
 from .controller import ControlOutput, Estimate, Reference
 from .lowband import sigma_delta
 from .step import MAX_DT
+
+if TYPE_CHECKING:
+    import osqp
+
+# osqp and scipy.sparse are imported where used: every controller process imports this module for
+# LTVMPCConfig (controllers.configs declares every kind's parameters), and a PID controller's
+# start need not pay the 0.1-0.3 s each takes to import.
 
 NX, NU = 6, 2
 
@@ -298,6 +303,8 @@ class LTVMPC:
 
     # ----- set-up -------------------------------------------------------------------------
     def _build_constraints(self) -> None:
+        import scipy.sparse as sp
+
         n = self.nv
         eye = sp.eye(n, format='csc')
         Dm = sp.eye(n, format='lil')
@@ -433,6 +440,9 @@ class LTVMPC:
         l_all = np.concatenate([lo_u, lo_d])
         u_all = np.concatenate([hi_u, hi_d])
         if self._solver is None:
+            import osqp
+            import scipy.sparse as sp
+
             P = sp.csc_matrix((Px, self._tri[0], self._indptr), shape=(self.nv, self.nv))
             self._solver = osqp.OSQP()
             self._solver.setup(

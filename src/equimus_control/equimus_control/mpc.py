@@ -28,12 +28,9 @@ matrices.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import mujoco
 import numpy as np
-import osqp
-import scipy.sparse as sp
 
 from equimus_description.config import check_pair, param, validate_fields
 from equimus_description.statics import StaticParams, holding_pressures
@@ -48,6 +45,13 @@ from equimus_description.valve import (
 from . import qp
 from .controller import ControlOutput, Estimate, Reference
 from .plant import PlantModel
+
+if TYPE_CHECKING:
+    import osqp
+
+# mujoco, osqp and scipy.sparse are imported where used: every controller process imports this
+# module for MPCConfig (controllers.configs declares every kind's parameters), and a PID
+# controller's start need not pay the 0.1-0.3 s each takes to import.
 
 NX, NU = 6, 2
 
@@ -65,6 +69,8 @@ def linearise(
     x0 = (q0, 0). c is the drift f(x0, p0) − x0: zero at a true equilibrium, non-zero when p0 had
     to be moved into the valve range (poses the pressures cannot hold).
     """
+    import mujoco
+
     m = leg_model.model
     d = mujoco.MjData(m)
     n = max(1, int(round(period / m.opt.timestep)))
@@ -211,6 +217,8 @@ class LinearMPC:
         self.last_iters = 0
 
     def _build_constraints(self):
+        import scipy.sparse as sp
+
         N = self.N
         eye = sp.eye(2 * N, format='csc')
         D = sp.eye(2 * N, format='lil')
@@ -275,6 +283,9 @@ class LinearMPC:
             order = np.lexsort((r, cidx))  # CSC order: by column, then row
             self._tri = (r[order], cidx[order])
             indptr = np.concatenate([[0], np.cumsum(np.bincount(self._tri[1], minlength=n))])
+            import osqp
+            import scipy.sparse as sp
+
             P = sp.csc_matrix((H[self._tri], self._tri[0], indptr), shape=(n, n))
             self._solver = osqp.OSQP()
             nb = 2 * self.N

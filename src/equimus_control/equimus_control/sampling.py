@@ -23,8 +23,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import mujoco
-import mujoco.rollout
 import numpy as np
 
 from equimus_description.config import check_pair, param, validate_fields
@@ -33,6 +31,10 @@ from equimus_description.valve import HARD_MAX_KPA, VALVE_TAU_S, ValveParams, fo
 
 from .controller import ControlOutput, Estimate, Reference
 from .plant import PlantModel
+
+# mujoco is imported where used: every controller process imports this module for SamplingConfig
+# (controllers.configs declares every kind's parameters), and a PID controller's start need not
+# pay the 0.1-0.3 s each takes to import.
 
 
 @dataclass(frozen=True)
@@ -94,6 +96,9 @@ class PredictiveSampling:
         self.steps = max(2, int(round(cfg.horizon / cfg.period)))
         self.knot_t = np.linspace(0.0, self.steps * cfg.period, cfg.knots)
         self.step_t = np.arange(self.steps) * cfg.period
+        import mujoco
+        import mujoco.rollout
+
         self.spec = mujoco.mjtState.mjSTATE_FULLPHYSICS
         nstate = mujoco.mj_stateSize(m, self.spec)
         self._data = mujoco.MjData(m)
@@ -168,6 +173,8 @@ class PredictiveSampling:
 
     def _rollout(self, q, qd, commands) -> np.ndarray:
         """Roll every plan out from the measured state; (S, steps, nstate) after each step."""
+        import mujoco
+
         m, d = self.model, self._data
         self.lm.reset(d, q, qd)
         mujoco.mj_getState(m, d, self._init[0], self.spec)
