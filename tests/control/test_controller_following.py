@@ -50,7 +50,16 @@ def test_the_controller_says_it_follows_only_with_a_reference_and_its_preview():
         ex = SingleThreadedExecutor()
         for n in (controller, probe):
             ex.add_node(n)
-        spin = threading.Thread(target=ex.spin, daemon=True)
+        spinning = threading.Event()
+        spinning.set()
+
+        def spin_until_stopped() -> None:
+            # Stopped by the flag and joined before the executor is shut down: shutting it down
+            # under a running spin() can trigger its destroyed guard condition in that thread.
+            while spinning.is_set():
+                ex.spin_once(timeout_sec=0.05)
+
+        spin = threading.Thread(target=spin_until_stopped, daemon=True)
         spin.start()
 
         def run(seconds: float) -> None:
@@ -85,8 +94,9 @@ def test_the_controller_says_it_follows_only_with_a_reference_and_its_preview():
         assert lines == [f'{FOLLOWING} (with its preview)'], said
         run(0.5)
         assert [m for m in said if FOLLOWING in m] == lines  # said once
-        ex.shutdown()
+        spinning.clear()
         spin.join(5.0)
+        ex.shutdown()
         for n in (controller, probe):
             n.destroy_node()
     finally:
