@@ -50,9 +50,10 @@ def narrow(tmp_path, monkeypatch):
     return range(floor, floor + 101)
 
 
-def test_a_port_in_use_is_never_given(narrow):
-    held, socks = [], []
-    for port in narrow:
+def _hold(ports) -> list[socket.socket]:
+    """A bound socket on each of `ports` that is free (the others are someone else's)."""
+    socks = []
+    for port in ports:
         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         try:
             s.bind(('127.0.0.1', port))
@@ -60,7 +61,12 @@ def test_a_port_in_use_is_never_given(narrow):
             s.close()
             continue
         socks.append(s)
-        held.append(port)
+    return socks
+
+
+def test_a_port_in_use_is_never_given(narrow):
+    socks = _hold(narrow)
+    held = [s.getsockname()[1] for s in socks]
     free = held.pop(len(held) // 2)
     socks.pop(len(socks) // 2).close()
     try:
@@ -77,15 +83,7 @@ def test_a_port_in_use_is_never_given(narrow):
 def test_a_port_given_to_another_live_process_is_not_given_again(narrow):
     """Two processes searching at once, or a server stopped and started again, must not share
     a port: one given to a process stays reserved until that process ends."""
-    socks = []
-    for port in narrow:
-        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        try:
-            s.bind(('127.0.0.1', port))
-        except OSError:
-            s.close()
-            continue
-        socks.append(s)
+    socks = _hold(narrow)
     # One port left bindable, not yet given to this process, given to the child below.
     s = next(s for s in socks if s.getsockname()[1] not in P._reserved)
     socks.remove(s)
