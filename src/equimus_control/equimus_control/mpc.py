@@ -279,13 +279,13 @@ class LinearMPC:
         self.node_key, self.node = key, node
         n = H.shape[0]
         if self._solver is None:
+            import osqp
+            import scipy.sparse as sp
+
             r, cidx = np.triu_indices(n)
             order = np.lexsort((r, cidx))  # CSC order: by column, then row
             self._tri = (r[order], cidx[order])
             indptr = np.concatenate([[0], np.cumsum(np.bincount(self._tri[1], minlength=n))])
-            import osqp
-            import scipy.sparse as sp
-
             P = sp.csc_matrix((H[self._tri], self._tri[0], indptr), shape=(n, n))
             self._solver = osqp.OSQP()
             nb = 2 * self.N

@@ -34,7 +34,7 @@ from .plant import PlantModel
 
 # mujoco is imported where used: every controller process imports this module for SamplingConfig
 # (controllers.configs declares every kind's parameters), and a PID controller's start need not
-# pay the 0.1-0.3 s each takes to import.
+# pay the 0.1 s it takes to import.
 
 
 @dataclass(frozen=True)

@@ -35,12 +35,13 @@ def implausible_reason(frame: P.Frame, limits: Plausibility) -> str:
     tol = limits.quaternion_norm_tolerance
     isfinite, sqrt = math.isfinite, math.sqrt
     for b in frame.rigid_bodies:
-        if not b.params & 0x01:
+        if not b.tracking_valid:
             continue
         x, y, z = b.position
         qx, qy, qz, qw = b.orientation
-        # A float32 sum cannot overflow a double: it is finite exactly when every term is, and
-        # a non-finite quaternion makes the norm's test false.
+        # A sum of float32 values cannot overflow a double, so it is finite exactly when every
+        # term is (a body failing these tests for any other reason is judged below), and a
+        # non-finite quaternion makes the norm's test false.
         if (
             isfinite(x + y + z + b.mean_error)
             and abs(sqrt(qx * qx + qy * qy + qz * qz + qw * qw) - 1.0) <= tol

@@ -730,9 +730,20 @@ class _FrameLayout:
     precompiled Struct reads a whole frame; the structure read back must equal the original's,
     which makes every check of decode_frame hold as it did for the original."""
 
-    __slots__ = ('st', 'structure', 'expected', 'sets', 'others', 'rbs', 'labeled', 'tail', 'flags')
+    __slots__ = (
+        'st',
+        'size',
+        'structure',
+        'expected',
+        'sets',
+        'others',
+        'rbs',
+        'labeled',
+        'tail',
+        'flags',
+    )
 
-    def __init__(self, f: Frame, version: Version, size: int) -> None:
+    def __init__(self, f: Frame, version: Version) -> None:
         codes: list[str] = ['i']  # the frame number
         structure: list[int] = []
         expected: list[object] = []
@@ -802,18 +813,19 @@ class _FrameLayout:
         pos += 2
         fixed('i', 0, 4)  # the end-of-data marker
         self.st = struct.Struct('<' + ''.join(codes))
-        if self.st.size != size or pos != size:
-            raise ValueError(f'frame layout of {self.st.size} bytes for a {size}-byte frame')
+        self.size = pos
         self.structure = itemgetter(*structure)
         self.expected = tuple(expected)
 
     @staticmethod
     def of(f: Frame, version: Version, size: int) -> _FrameLayout | None:
         """The layout of `f` (decoded from `size` bytes), or None for a frame this reader leaves
-        to decode_frame (skeletons, assets, force plates or devices in it)."""
+        to decode_frame: skeletons, assets, force plates or devices in it, or (never seen) a
+        layout that does not come to the frame's size."""
         if f.skeletons or f.assets or f.force_plates or f.devices:
             return None
-        return _FrameLayout(f, version, size)
+        layout = _FrameLayout(f, version)
+        return layout if layout.size == layout.st.size == size else None
 
     def read(self, payload: bytes) -> Frame | None:
         """The frame, or None when `payload` is not laid out like this layout's frame."""
