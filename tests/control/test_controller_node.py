@@ -310,7 +310,8 @@ def test_node_and_harness_give_bit_identical_commands(controller, private_node):
 def test_a_pid_controller_starts_without_the_solvers_and_mujoco():
     """A PID controller process (the default) builds no QP and no MuJoCo model: it must not
     import osqp, scipy.sparse or mujoco (0.25 s of CPU at each start, for every kind's config
-    class), while an MPC controller still finds them when it needs them."""
+    class). The controllers that use them import them where they do (test_mpc.py,
+    test_ltv_mpc.py, test_sampling.py and the MPC closed loops run them)."""
     import subprocess
     import sys
 
