@@ -100,15 +100,19 @@ def _check_args(**overrides: str) -> list[str]:
     [
         ('check_mocap_timeout', '--mocap-timeout', '2', '2.5', ('0.01', '6'), '0.05 to 5 s'),
         ('check_board_timeout', '--board-timeout', '5', '12', ('0.1', '31'), '0.2 to 30 s'),
+        ('check_hold', '--hold', None, '1', ('0.1', '31'), '0.2 to 30 s'),
     ],
 )
 def test_the_rig_checks_timeouts_are_launch_arguments(arg, option, emulated, good, bad, range_):
     """check:=true on a rig emulated elsewhere (docs/rig.md) needs the emulated rig's timeouts
     too (it shares the CPUs); without them the check's own defaults; each value is checked
-    before anything starts."""
+    before anything starts. The valves' hold is the check's own on either rig unless given."""
     assert option not in _check_args(check='true')
     args = _check_args(check='true', emulator='true')
-    assert args[args.index(option) + 1] == emulated
+    if emulated is None:
+        assert option not in args
+    else:
+        assert args[args.index(option) + 1] == emulated
     args = _check_args(check='true', **{arg: good})
     assert args[args.index(option) + 1] == good
     for value in (*bad, 'abc', 'nan'):

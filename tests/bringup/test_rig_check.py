@@ -253,8 +253,9 @@ def doc_commands(text: str) -> list[str]:
 
 def on_emulated_rig(command: str, repo: Path, link: Path, port: int, launch_tool: Path) -> str:
     """`command` pointed at the emulated rig: the doc's addresses and serial device replaced,
-    its NatNet ports added, the checkout's relative paths made absolute (the command runs in a
-    fresh folder), `ros2 launch` the vendored launch code."""
+    its NatNet ports added, the emulated rig's timeouts and valve hold (HOLD) given, the
+    checkout's relative paths made absolute (the command runs in a fresh folder), `ros2 launch`
+    the vendored launch code."""
     ports = f'natnet_command_port:={port} natnet_data_port:={port + 1}'
     for old, new in (
         (f'natnet_server:={MOTIVE}', f'natnet_server:=127.0.0.1 {ports}'),
@@ -263,12 +264,13 @@ def on_emulated_rig(command: str, repo: Path, link: Path, port: int, launch_tool
         (BOARD, str(link)),
         (
             'check rig ',
-            f'check rig --mocap-timeout {MOCAP_TIMEOUT} --board-timeout {BOARD_TIMEOUT} ',
+            f'check rig --mocap-timeout {MOCAP_TIMEOUT} --board-timeout {BOARD_TIMEOUT} '
+            f'--hold {HOLD} ',
         ),
         (
             ' check:=true',
             f' check:=true check_mocap_timeout:={MOCAP_TIMEOUT} '
-            f'check_board_timeout:={BOARD_TIMEOUT}',
+            f'check_board_timeout:={BOARD_TIMEOUT} check_hold:={HOLD}',
         ),
         ('./equimus ', f'{repo}/equimus '),
         ('make firmware', f'make -C {repo} firmware'),

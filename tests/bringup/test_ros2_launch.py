@@ -576,6 +576,7 @@ def test_hardware_launch_check_first_on_a_new_rig(ros2_launch, watcher, tmp_path
         'hardware.launch.py',
         'emulator:=true',
         'check:=true',
+        'check_hold:=1.0',  # the emulated valve's τ is 0.2 s
         f'serial_port:={link}',
         f'natnet_command_port:={port}',
         f'natnet_data_port:={port + 1}',

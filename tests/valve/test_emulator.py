@@ -33,10 +33,20 @@ class Host:
         self.ser.write(data)
 
     def replies(self, n=1, timeout=1.0):
+        """At least `n` replies and whatever else arrived by the 10 ms read that completed them."""
         out = []
         deadline = time.monotonic() + timeout
         while len(out) < n and time.monotonic() < deadline:
             out += self.dec.feed(self.ser.read(256))
+        return out
+
+    def reply(self, timeout=1.0):
+        """The replies decoded once the first is whole, without the 10 ms `replies` waits for
+        more: for a loop of requests each answered by one reply."""
+        out = []
+        deadline = time.monotonic() + timeout
+        while not out and time.monotonic() < deadline:
+            out += self.dec.feed(self.ser.read(max(1, self.ser.in_waiting)))
         return out
 
     def close(self):

@@ -331,7 +331,7 @@ def test_a_host_side_that_does_not_read_never_stops_the_board(host_firmware, tmp
         with board._lock:  # the tap cannot hand on what it reads, so it stops reading
             for i in range(n):
                 host.send(P.Ping(i & 0xFF))
-                replies = host.replies(timeout=2.0)
+                replies = host.reply(timeout=2.0)
                 assert [(type(r), r.seq) for r in replies] == [(P.Ack, i & 0xFF)], (i, replies)
         host.send(P.Set(1, (100, 200)))
         (ack,) = host.replies()

@@ -100,6 +100,11 @@ ARGUMENTS: dict[str, tuple[str, str]] = {
         'hardware mode, check:=true: s without a reply before the check counts the DAC board '
         'gone (`equimus check rig --board-timeout`), 0.2-30; default 1, or 5 with emulator:=true',
     ),
+    'check_hold': (
+        '',
+        'hardware mode, check:=true: s each valve pressure is held in the rig check (`equimus '
+        "check rig --hold`), 0.2-30; default: the check's own (the valve must settle within it)",
+    ),
     'rig_truth': (
         '',
         'emulator:=true only: the plant the emulated rig simulates, which the stack does not '
@@ -209,6 +214,8 @@ EMULATED_MOCAP_TIMEOUT_S = 2.0
 #: the CPUs too (a loaded machine paused it for 1.1 s), so it gets EMULATED_BOARD_TIMEOUT_S.
 BOARD_TIMEOUT_RANGE_S = (0.2, 30.0)
 EMULATED_BOARD_TIMEOUT_S = 5.0
+#: s the rig check may hold each valve pressure (check_hold:=, `equimus check rig --hold`)
+HOLD_RANGE_S = (0.2, 30.0)
 
 #: The `calibration` launch argument's value for "no calibration file": the nominal calibration.
 NO_CALIBRATION = 'none'
@@ -383,14 +390,15 @@ def resolve_args(mode: str, overrides: Mapping[str, str] | None = None) -> dict[
     for name, (lo, hi) in (
         ('check_mocap_timeout', MOCAP_TIMEOUT_RANGE_S),
         ('check_board_timeout', BOARD_TIMEOUT_RANGE_S),
+        ('check_hold', HOLD_RANGE_S),
     ):
         if not args[name]:
             continue
         try:
-            timeout = float(args[name])
+            seconds = float(args[name])
         except ValueError:
-            timeout = math.nan
-        if not lo <= timeout <= hi:
+            seconds = math.nan
+        if not lo <= seconds <= hi:
             raise ValueError(f'{name}:={args[name]} must be {lo:g} to {hi:g} s')
         if not _truthy(args['check']):
             raise ValueError(f'{name}:= applies to the rig check: use it with check:=true')
@@ -524,9 +532,10 @@ def describe_graph(mode: str, overrides: Mapping[str, str] | None = None) -> lis
             for name, option, emulated_s in (
                 ('check_mocap_timeout', '--mocap-timeout', EMULATED_MOCAP_TIMEOUT_S),
                 ('check_board_timeout', '--board-timeout', EMULATED_BOARD_TIMEOUT_S),
+                ('check_hold', '--hold', None),
             ):
-                timeout = args[name] or (f'{emulated_s:g}' if emulated else '')
-                wait += [option, timeout] if timeout else []
+                value = args[name] or (f'{emulated_s:g}' if emulated and emulated_s else '')
+                wait += [option, value] if value else []
             specs.append(
                 ProcessSpec(
                     'rig_check',

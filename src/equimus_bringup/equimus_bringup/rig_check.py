@@ -42,6 +42,7 @@ import numpy as np
 from equimus_bringup import prestart
 from equimus_bringup.graph import (
     BOARD_TIMEOUT_RANGE_S,
+    HOLD_RANGE_S,
     MOCAP_TIMEOUT_RANGE_S,
     NO_CALIBRATION,
     RIG_ARGUMENTS,
@@ -694,15 +695,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     board = SILENT_S if ns.board_timeout is None else ns.board_timeout
     lo, hi = MOCAP_TIMEOUT_RANGE_S
     b_lo, b_hi = BOARD_TIMEOUT_RANGE_S
+    h_lo, h_hi = HOLD_RANGE_S
     if (
-        not 0.2 <= hold <= 30.0
+        not h_lo <= hold <= h_hi
         or not 0.0 <= ns.wait <= 600.0
         or not lo <= ns.mocap_timeout <= hi
         or not b_lo <= board <= b_hi
     ):
         print(
-            'equimus check rig: --hold must be 0.2-30 s, --wait 0-600 s, --board-timeout '
-            f'{b_lo:g}-{b_hi:g} s and --mocap-timeout {lo:g}-{hi:g} s',
+            f'equimus check rig: --hold must be {h_lo:g}-{h_hi:g} s, --wait 0-600 s, '
+            f'--board-timeout {b_lo:g}-{b_hi:g} s and --mocap-timeout {lo:g}-{hi:g} s',
             file=sys.stderr,
         )
         return 2
