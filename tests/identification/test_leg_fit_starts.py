@@ -78,7 +78,8 @@ def test_perturbed_starts_are_seeded_within_their_spread_and_bounds():
 
 def test_a_multistart_interval_holds_every_start_s_endpoint(noisy_parts):
     """Two starts: the intervals add the endpoints' spread, so both endpoints lie inside. The
-    starts run on two processes and end where the same fits in this process end."""
+    starts' Jacobians run on two processes and each start ends where the same fit in this
+    process ends."""
     leg = load_leg()
     short = [e.head(3.0) for e in noisy_parts.fit[:1]]
     lf = leg_fit.multistart(short, leg, 2, max_nfev=5, workers=2)
@@ -94,3 +95,19 @@ def test_a_multistart_interval_holds_every_start_s_endpoint(noisy_parts):
         lo, hi = lf.interval[n]
         assert all(lo <= e[n] <= hi for e in ends), (n, lo, hi, [e[n] for e in ends])
         assert lf.std_error[n] > 0.0
+
+
+def test_a_fit_whose_jacobian_runs_on_a_pool_is_the_fit_in_this_process(noisy_parts):
+    """The same values, standard errors and number of simulations to the bit, the pool having
+    run the finite differences (the fit and its intervals)."""
+    leg = load_leg()
+    short = [e.head(3.0) for e in noisy_parts.fit[:1]]
+    here = leg_fit.fit(short, leg, max_nfev=5)
+    with leg_fit.ResidualPool(short, leg, leg_fit.NAMES, None, leg_fit.HORIZON_S, False, 2) as pool:
+        pooled = leg_fit.fit(short, leg, max_nfev=5, pool=pool)
+        assert pool.evaluations >= 2 * len(leg_fit.NAMES)  # two Jacobians at the least
+    assert pooled.values == here.values
+    assert pooled.std_error == here.std_error and pooled.white_std_error == here.white_std_error
+    assert pooled.evaluations == here.evaluations
+    with pytest.raises(ValueError, match='another fit'):
+        leg_fit.fit(short, leg, max_nfev=5, pool=pool, horizon=1.0)

@@ -12,7 +12,7 @@ means: honest with few, long-correlated stretches). A robust loss enters through
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -170,22 +170,39 @@ def column_groups(mask: np.ndarray) -> list[list[int]]:
     return [cols for cols, _ in groups]
 
 
+#: Evaluates residual functions at many points: `evaluate(points)` -> their residual vectors in
+#: order (the builtin map over one function, or a pool of processes holding it).
+Evaluate = Callable[[list[np.ndarray]], Iterable[np.ndarray]]
+
+
 def forward_jacobian(
-    fun, u: np.ndarray, r0: np.ndarray, step: float = 1e-4, mask: np.ndarray | None = None
+    fun,
+    u: np.ndarray,
+    r0: np.ndarray,
+    step: float = 1e-4,
+    mask: np.ndarray | None = None,
+    evaluate: Evaluate | None = None,
 ) -> np.ndarray:
-    """Forward differences of the raw residuals over the unit cube of the bounds (stepping
-    inwards at an upper bound); least_squares' own Jacobian is scaled by its robust loss.
-    With a sparsity `mask`, columns touching disjoint residuals share an evaluation."""
+    """Forward differences of the raw residuals over the unit cube of the bounds (a step of
+    `step` of each range, inwards at an upper bound, divided by the step as represented);
+    least_squares' own Jacobian is scaled by its robust loss. With a sparsity `mask`, columns
+    touching disjoint residuals share an evaluation. `evaluate` computes the perturbed points'
+    residuals (default: `fun` on each in turn), e.g. on several processes: they are
+    independent."""
     J = np.zeros((r0.size, len(u)))
     if mask is None:
         mask = np.ones((r0.size, len(u)), bool)
-    for cols in column_groups(np.asarray(mask, bool)):
+    groups = column_groups(np.asarray(mask, bool))
+    points = []
+    for cols in groups:
         v = np.array(u, float)
-        h = np.where(v[cols] + step <= 1.0, step, -step)
-        v[cols] += h
-        d = fun(v) - r0
-        for c, hc in zip(cols, h, strict=True):
-            J[:, c] = np.where(mask[:, c], d / hc, 0.0)
+        v[cols] += np.where(v[cols] + step <= 1.0, step, -step)
+        points.append(v)
+    results = map(fun, points) if evaluate is None else evaluate(points)
+    for cols, v, r in zip(groups, points, results, strict=True):
+        d = r - r0
+        for c in cols:
+            J[:, c] = np.where(mask[:, c], d / (v[c] - u[c]), 0.0)
     return J
 
 
@@ -195,11 +212,14 @@ def fit_unit_cube(
     f_scale: float,
     max_nfev: int,
     mask: np.ndarray | None = None,
+    evaluate: Evaluate | None = None,
 ) -> OptimizeResult:
     """Robust least squares (`LOSS` at `f_scale`) of `residuals` over the unit cube of the
     parameters' bounds, from `u0`. A sparsity `mask` (residuals × parameters, True where a
     parameter can move a residual) lets columns that touch disjoint residuals share one
-    finite-difference evaluation (`forward_jacobian`)."""
+    finite-difference evaluation (`forward_jacobian`), whose points `evaluate` computes
+    (e.g. on several processes: the fit ends where it ends in this one). With neither, scipy's
+    '2-point' differences, whose step is relative to each parameter's place in the cube."""
     from scipy.optimize import least_squares
 
     common = {
@@ -210,7 +230,7 @@ def fit_unit_cube(
         'loss': LOSS,
         'f_scale': f_scale,
     }
-    if mask is None:
+    if mask is None and evaluate is None:
         return least_squares(residuals, u0, jac='2-point', diff_step=1e-4, **common)
     last: dict[str, np.ndarray] = {}
 
@@ -221,7 +241,7 @@ def fit_unit_cube(
 
     def jac(u: np.ndarray) -> np.ndarray:
         r0 = last['r'] if 'u' in last and np.array_equal(last['u'], u) else residuals(u)
-        return forward_jacobian(residuals, u, r0, 1e-4, mask)
+        return forward_jacobian(residuals, u, r0, 1e-4, mask, evaluate)
 
     return least_squares(fun, u0, jac=jac, **common)
 
@@ -235,13 +255,15 @@ def std_errors(
     f_scale: float,
     mask: np.ndarray | None = None,
     consider: Sequence[tuple[np.ndarray, float]] = (),
+    evaluate: Evaluate | None = None,
 ) -> tuple[np.ndarray, np.ndarray, int]:
     """(batch-robust standard errors, white ones, degrees of freedom) at the optimum `u` of
     `fit_unit_cube` (residuals `r` there), in the units of the parameters (`span`: upper bound
     - lower bound); `t_index`: the recording sample of each residual. `consider`: parameters
     held fixed, each as (∂r/∂c, the standard deviation of its fixed value); their uncertainty
-    is added to the fitted parameters' (`consider_covariance`)."""
-    J = forward_jacobian(residuals, u, r, mask=mask) / span[None, :]  # ∂r/∂x in physical units
+    is added to the fitted parameters' (`consider_covariance`). `evaluate`: as in
+    `forward_jacobian`."""
+    J = forward_jacobian(residuals, u, r, mask=mask, evaluate=evaluate) / span[None, :]  # ∂r/∂x
     weights = robust_weights(r, LOSS, f_scale)
     cov, dof = batch_covariance(J, r, t_index, weights=weights)
     for column, sd in consider:

@@ -11,13 +11,13 @@ that allow for residuals correlated over whole pressure levels (`intervals.batch
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import multiprocessing
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
@@ -213,6 +213,71 @@ def residual_rms(
     return math.sqrt(float(r @ r) / max(1, r.size))
 
 
+class ResidualPool:
+    """`fit`'s residuals on `workers` processes, each holding the fit's evaluator (built once,
+    for every start of a `multistart`): the finite-difference Jacobian's points, which are
+    independent, go to them in parallel. A fit with a pool ends where it ends without
+    (`intervals.forward_jacobian`); a context manager."""
+
+    def __init__(
+        self,
+        experiments: Sequence[Experiment],
+        leg: LegDescription,
+        names: Sequence[str],
+        bounds: Mapping[str, tuple[float, float]] | None,
+        horizon: float,
+        free_starts: bool,
+        workers: int,
+    ) -> None:
+        self.key = (list(names), dict(bounds or {}), horizon, free_starts)
+        self.evaluations = 0
+        context = multiprocessing.get_context('spawn')  # the caller may hold threads
+        self._pool = ProcessPoolExecutor(
+            workers,
+            mp_context=context,
+            initializer=_init_worker,
+            initargs=(experiments, leg, list(names), bounds, horizon, free_starts),
+        )
+
+    def __call__(self, points: list[np.ndarray]) -> list[np.ndarray]:
+        self.evaluations += len(points)
+        return list(self._pool.map(_worker_residuals, points))
+
+    def close(self) -> None:
+        self._pool.shutdown()
+
+    def __enter__(self) -> ResidualPool:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+
+#: a ResidualPool worker's residual function: (evaluator, window starts, number of parameters)
+_WORKER: tuple[D.Evaluator, Starts, int] | None = None
+
+
+def _init_worker(
+    experiments: Sequence[Experiment],
+    leg: LegDescription,
+    names: list[str],
+    bounds: Mapping[str, tuple[float, float]] | None,
+    horizon: float,
+    free_starts: bool,
+) -> None:
+    global _WORKER
+    parallel.ignore_sigint()
+    ev = _evaluator(experiments, leg, names, bounds, horizon)
+    _WORKER = (ev, Starts(ev, free_starts), len(names))
+
+
+def _worker_residuals(u: np.ndarray) -> np.ndarray:
+    assert _WORKER is not None
+    ev, starts, k = _WORKER
+    starts.apply(u[k:])
+    return ev.residuals(ev.from_unit(u[:k]))
+
+
 def fit(
     experiments: Sequence[Experiment],
     leg: LegDescription,
@@ -223,14 +288,23 @@ def fit(
     log: Callable[[str], None] = lambda _: None,
     horizon: float = HORIZON_S,
     free_starts: bool = False,
+    pool: ResidualPool | None = None,
 ) -> LegFit:
     """Robust least squares of the shooting residuals from `start` (default: the leg's own
     values, friction from heldout.START). free_starts: every shooting window's start state is
-    fitted too, within `START_FREEDOM` of the measured one (`Starts`)."""
+    fitted too, within `START_FREEDOM` of the measured one (`Starts`). pool: a ResidualPool
+    made with the same experiments, leg, names, bounds, horizon and free_starts."""
     from .heldout import START
 
     names = list(names)
+    if pool is not None and pool.key != (names, dict(bounds or {}), horizon, free_starts):
+        raise ValueError('the ResidualPool was made for another fit')
     ev = _evaluator(experiments, leg, names, bounds, horizon)
+    pooled0 = pool.evaluations if pool is not None else 0
+
+    def evaluations() -> int:
+        return ev.n_evals + (pool.evaluations - pooled0 if pool is not None else 0)
+
     x0 = np.array([D.leg_value(leg, n) for n in names])
     for i, n in enumerate(names):
         if start and n in start:
@@ -247,18 +321,22 @@ def fit(
         return ev.residuals(ev.from_unit(u[:k]))
 
     mask = starts.mask(k)
-    r = intervals.fit_unit_cube(residuals, u0, F_SCALE_RAD, max_nfev, mask)
+    # forward differences of a fixed step in the cube, in this process or on the pool's
+    # (scipy's '2-point' steps 1e-4 of a parameter's place in the cube: 1e-8 of its range for
+    # one started next to its lower bound)
+    evaluate = pool or (lambda points: [residuals(v) for v in points])
+    r = intervals.fit_unit_cube(residuals, u0, F_SCALE_RAD, max_nfev, mask, evaluate)
     x = ev.from_unit(r.x[:k])
     res = residuals(r.x)
     robust = 1.4826 * float(np.median(np.abs(res)))
-    log(f'leg fit: {ev.n_evals} simulations, robust residual {robust:.4f} rad')
+    log(f'leg fit: {evaluations()} simulations, robust residual {robust:.4f} rad')
     consider = [
         (_fixed_column(experiments, leg, names, bounds, horizon, n, x, r.x[k:]), held_sd(n))
         for n in FIXED
         if n not in names
     ]
     se_all, white_all, dof = intervals.std_errors(
-        residuals, r.x, res, span, rollout_samples(ev), F_SCALE_RAD, mask, consider
+        residuals, r.x, res, span, rollout_samples(ev), F_SCALE_RAD, mask, consider, evaluate
     )
     se, white = se_all[:k], white_all[:k]
     values = dict(zip(names, map(float, x), strict=True))
@@ -272,7 +350,7 @@ def fit(
         white_std_error=dict(zip(names, white.tolist(), strict=True)),
         residual_rms_rad=math.sqrt(float(res @ res) / max(1, res.size)),
         dof=dof,
-        evaluations=ev.n_evals,
+        evaluations=evaluations(),
         at_bounds=D.at_bounds(ev, x),
     )
 
@@ -329,14 +407,6 @@ def perturbed_start(leg: LegDescription, names: Sequence[str], seed: int) -> dic
     return out
 
 
-def _start_fit(job: tuple[Any, ...], log: Callable[[str], None] = lambda _: None) -> LegFit:
-    """One start of `multistart` (a module function: picklable for its workers)."""
-    experiments, leg, start, names, max_nfev, horizon = job
-    return fit(
-        experiments, leg, start=start, names=names, max_nfev=max_nfev, horizon=horizon, log=log
-    )
-
-
 def multistart(
     experiments: Sequence[Experiment],
     leg: LegDescription,
@@ -347,8 +417,9 @@ def multistart(
     log: Callable[[str], None] = lambda _: None,
     workers: int = 1,
 ) -> LegFit:
-    """`fit` from the description's values and from n_starts − 1 `perturbed_start`s, on
-    `workers` processes. The data
+    """`fit` from the description's values and from n_starts − 1 `perturbed_start`s, one after
+    the other, each fit's Jacobian on `workers` processes (`ResidualPool`; a start per process
+    left one idle once its start was done, 1046 of 1651 simulations on one of two). The data
     determine a curve more than a point (the actuators' stiffness and area, c_MAA and the hip's
     damping trade at one residual, docs/benchmarks.md): the fits end at different places on it
     with the same loss. The best fit's values, with intervals whose variance adds the endpoints'
@@ -356,24 +427,23 @@ def multistart(
     own."""
     if n_starts < 2:
         raise ValueError('a multi-start fit needs two starts or more')
-    jobs = [
-        (experiments, leg, perturbed_start(leg, names, k) if k else None, names, max_nfev, horizon)
-        for k in range(n_starts)
-    ]
+    starts = [perturbed_start(leg, names, k) if k else None for k in range(n_starts)]
+    pool = None
     if workers > 1:
-        log(f'leg fits on {min(workers, n_starts)} processes')
-        context = multiprocessing.get_context('spawn')  # the caller may hold threads
-        with ProcessPoolExecutor(
-            min(workers, n_starts), mp_context=context, initializer=parallel.ignore_sigint
-        ) as pool:
-            fits = list(pool.map(_start_fit, jobs))
-        for k, f in enumerate(fits):
+        log(f'leg fits: the Jacobians on {workers} processes')
+        pool = ResidualPool(experiments, leg, names, None, horizon, False, workers)
+    fits = []
+    try:
+        for k, start in enumerate(starts):
+            f = fit(experiments, leg, start, names, max_nfev=max_nfev, horizon=horizon, pool=pool)
             log(
                 f'leg fit from start {k + 1}: {f.evaluations} simulations, residual '
                 f'{f.residual_rms_rad:.4f} rad'
             )
-    else:
-        fits = [_start_fit(j, log) for j in jobs]
+            fits.append(f)
+    finally:
+        if pool is not None:
+            pool.close()
     best = min(fits, key=lambda f: f.residual_rms_rad)
     ends = np.array([[f.values[n] for n in names] for f in fits])
     spread = ends.std(axis=0, ddof=1)
@@ -427,7 +497,16 @@ def main(argv: list[str] | None = None) -> int:
         action='store_true',
         help="start from the truth's own parameters (emulated rig): does the fit stay there?",
     )
+    p.add_argument(
+        '--workers',
+        type=int,
+        default=parallel.default_workers(),
+        help="processes for the fits' Jacobians (default: the usable cores, %(default)s here)",
+    )
     a = p.parse_args(argv)
+    if a.workers < 1:
+        print('leg_fit: --workers must be 1 or more', file=sys.stderr)
+        return 2
     run = pathlib.Path(a.run)
     try:
         rec = data.load_bag(run / 'bag_excite')
@@ -450,18 +529,27 @@ def main(argv: list[str] | None = None) -> int:
         print('leg_fit: --starts goes with neither --from-truth nor --free-starts', file=sys.stderr)
         return 2
     if a.starts > 1:
-        lf = multistart(parts.fit, load_leg(), a.starts, names, a.nfev, a.horizon, log=print)
+        lf = multistart(parts.fit, load_leg(), a.starts, names, a.nfev, a.horizon, print, a.workers)
     else:
-        lf = fit(
-            parts.fit,
-            load_leg(),
-            start=truth if a.from_truth else None,
-            names=names,
-            max_nfev=a.nfev,
-            log=print,
-            horizon=a.horizon,
-            free_starts=a.free_starts,
-        )
+        with contextlib.ExitStack() as stack:
+            pool = None
+            if a.workers > 1:
+                pool = stack.enter_context(
+                    ResidualPool(
+                        parts.fit, load_leg(), names, None, a.horizon, a.free_starts, a.workers
+                    )
+                )
+            lf = fit(
+                parts.fit,
+                load_leg(),
+                start=truth if a.from_truth else None,
+                names=names,
+                max_nfev=a.nfev,
+                log=print,
+                horizon=a.horizon,
+                free_starts=a.free_starts,
+                pool=pool,
+            )
     held = scored = 0
     for n, v in lf.values.items():
         lo, hi = lf.interval[n]
