@@ -123,3 +123,34 @@ def test_set_b_is_the_hold_phase_of_the_tocenter_session(shared_dir):
         (f, a0, a1), (h, b0, b1), (r, c0, c1) = e.meta['phases']
         assert (f, h, r) == ('fill', 'hold', 'release') and a1 == b0 == 1.5 and b1 == c0
         assert 4.99 < c0 < 5.03 and np.all(e.command_kpa[e.t >= c0] == 0.0)
+
+
+def test_the_least_squares_refinement_on_a_process_pool_ends_where_it_ends_serially(exps):
+    """refine='lm' evaluates its finite differences on the fit's workers (scipy 1.16 on): the
+    same point and loss as with builtins.map, the pool having been given the Jacobians' points
+    (batches of one per parameter; the population's are three per parameter)."""
+    names = ['actuators.maa.k', 'actuators.baa.k', 'joints.hip.damping']
+    leg = load_leg(parameter_set='table_v_dynamic')
+    ev = D.Evaluator([e.head(1.0) for e in exps[:3]], names, leg=leg, loss='shooting')
+    x0 = [D.leg_value(leg, n) for n in names]
+
+    def run(workers):
+        return D.fit(
+            ev, popsize=3, maxiter=1, workers=workers, seed=7, refine='lm', refine_maxfev=40,
+            x0=x0, log=lambda s: None,
+        )  # fmt: skip
+
+    serial = run(map)
+    batches = []
+    with Mapper('process', workers=2) as mapper:
+
+        def counted(fn, items):
+            items = list(items)
+            batches.append(len(items))
+            return mapper(fn, items)
+
+        pooled = run(counted)
+    np.testing.assert_array_equal(pooled.x, serial.x)
+    assert pooled.loss == serial.loss
+    assert (len(names) in batches) == D.LSQ_WORKERS, batches
+    assert serial.loss < ev(ev.to_unit(x0))  # it did refine

@@ -26,7 +26,10 @@ def test_a_synthetic_run_is_refitted_and_scored_against_its_truth(tmp_path, lag)
     sim = synth.simulate_steps(TRUTH, synth.random_steps(6, seed=4), hold_s=1.0)
     synth.write_bag(tmp_path / 'bag_excite', sim, noise_rad=0.0)
     (tmp_path / 'truth.yaml').write_text(yaml.safe_dump({'parameters': TRUTH}))
-    proc = _cli(tmp_path, '--nfev', '8', '--horizon', '2', *(['--fixed-lag'] * (lag == 'fixed')))
+    # the fixed-lag fit in this process; the free one's Jacobians on the default pool (every
+    # usable core)
+    fixed = ['--fixed-lag', '--workers', '1'] if lag == 'fixed' else []
+    proc = _cli(tmp_path, '--nfev', '8', '--horizon', '2', *fixed)
     assert proc.returncode == 0, proc.stderr
     rows = {ln.split()[0]: ln for ln in proc.stdout.splitlines() if ln.startswith('actuators.')}
     assert 'truth 230' in rows['actuators.maa.k'], proc.stdout
@@ -41,6 +44,8 @@ def test_a_folder_without_an_excitation_is_one_line(tmp_path):
     proc = _cli(tmp_path / 'nothing')
     assert proc.returncode == 2 and 'Traceback' not in proc.stderr, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and 'no such bag' in proc.stderr
+    proc = _cli(tmp_path, '--workers', '0')
+    assert proc.returncode == 2 and proc.stderr.strip() == 'leg_fit: --workers must be 1 or more'
 
 
 def test_from_truth_starts_the_fit_at_the_truths_own_parameters(tmp_path):
@@ -52,7 +57,7 @@ def test_from_truth_starts_the_fit_at_the_truths_own_parameters(tmp_path):
     (tmp_path / 'truth.yaml').write_text(yaml.safe_dump({'parameters': TRUTH}))
 
     def errors(*args):  # one evaluation, no step: the values are where the fit started
-        proc = _cli(tmp_path, '--nfev', '1', '--horizon', '2', *args)
+        proc = _cli(tmp_path, '--nfev', '1', '--horizon', '2', '--workers', '1', *args)
         assert proc.returncode == 0, proc.stderr
         rows = [ln for ln in proc.stdout.splitlines() if ln.split()[:1] and ln.split()[0] in TRUTH]
         return [float(row.rsplit('(', 1)[1].split()[0]) for row in rows]  # '(+0.0 %)'

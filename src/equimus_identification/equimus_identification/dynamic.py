@@ -32,6 +32,7 @@ the segment motors with positive gear whatever sign the builder uses (`PRESSURE_
 from __future__ import annotations
 
 import copy
+import inspect
 import math
 import os
 import pickle
@@ -759,6 +760,27 @@ def load_checkpoint(path) -> dict | None:
         return None
 
 
+class UnitResiduals:
+    """ev's residual vector at a point of the unit cube: picklable, for the workers of the
+    refinement's finite differences; `count` (not sent to them) hears every call made here."""
+
+    def __init__(self, ev: Evaluator, count: Callable[[], None] | None = None) -> None:
+        self.ev, self.count = ev, count
+
+    def __call__(self, u: np.ndarray) -> np.ndarray:
+        if self.count is not None:
+            self.count()
+        return self.ev.residuals(self.ev.from_unit(u))
+
+    def __getstate__(self) -> dict:
+        return {'ev': self.ev, 'count': None}
+
+
+#: least_squares takes a map-like `workers` for its finite differences (scipy 1.16 on), which
+#: then equal the serial ones
+LSQ_WORKERS = 'workers' in inspect.signature(least_squares).parameters
+
+
 def fit(
     ev: Evaluator,
     popsize: int = 15,
@@ -917,16 +939,31 @@ def fit(
                         "refine 'lm' needs a sum-of-squares loss: use the shooting "
                         'loss or sign_weight 0'
                     )
+                # the Jacobian's points on the differential evolution's workers, where they
+                # are not this process (builtins.map) and scipy takes them
+                parallel = LSQ_WORKERS and workers is not map
+                mapped = [0]
+
+                def counted_map(fn, points):
+                    points = list(points)
+                    mapped[0] += len(points)
+                    if rbar is not None:
+                        rbar.update(len(points))
+                    return workers(fn, points)
+
+                here = UnitResiduals(ev, (lambda: rbar.update(1)) if rbar is not None else None)
                 r = least_squares(
-                    counted(lambda v: ev.residuals(ev.from_unit(v))),
+                    here,
                     u_de,
                     bounds=(0.0, 1.0),
                     method='trf',
                     x_scale='jac',
                     diff_step=1e-4,
                     max_nfev=max(1, refine_maxfev // (n + 1)),
+                    **({'workers': counted_map} if parallel else {}),
                 )
                 r.fun = float(ev(r.x))
+                ev.n_evals += mapped[0]  # the workers' simulations, in this process's count
             elif refine == 'lbfgsb':
                 r = minimize(
                     counted(rev),
