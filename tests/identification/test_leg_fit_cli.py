@@ -64,3 +64,43 @@ def test_from_truth_starts_the_fit_at_the_truths_own_parameters(tmp_path):
 
     assert errors('--from-truth') == [0.0, 0.0, 0.0]
     assert max(map(abs, errors())) > 5.0  # from the description's values
+
+
+def test_ctrl_c_during_a_pooled_fit_is_one_line(tmp_path):
+    """Ctrl-C while the fit's Jacobians run on two processes (which ignore it): exit 130, one
+    line, no traceback (a worker still starting printed one), and no worker left behind."""
+    import os
+    import signal
+    import time
+
+    sim = synth.simulate_steps(TRUTH, synth.random_steps(6, seed=4), hold_s=1.0)
+    synth.write_bag(tmp_path / 'bag_excite', sim, noise_rad=0.0)
+    proc = subprocess.Popen(
+        [sys.executable, '-m', 'equimus_identification.leg_fit', str(tmp_path), '--nfev', '200',
+         '--horizon', '2', '--workers', '2'],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, 'PYTHONUNBUFFERED': '1'}, start_new_session=True,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        assert 'fitting' in proc.stdout.readline()
+        time.sleep(1.5)  # the pool's workers started and evaluating
+        os.kill(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, (out, err)
+    assert err.strip() == 'leg_fit: interrupted; nothing written', err
+    end = time.monotonic() + 10.0  # the workers (and the resource tracker) end with it
+
+    def alive() -> bool:
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+
+    while alive() and time.monotonic() < end:
+        time.sleep(0.1)
+    assert not alive(), 'a process of the fit outlived it'

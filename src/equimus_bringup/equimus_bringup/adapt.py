@@ -93,7 +93,7 @@ def identify(
 ) -> tuple[dict[str, Any], dict[str, Any], Any, list[Any]]:
     """(values, intervals, validation experiment, the leg fit's experiments): the valves and
     the leg from the excitation's bag, written to out/params.yaml (a leg override file); the
-    leg's starts on `workers` processes (default: one per usable core)."""
+    leg fits' Jacobians on `workers` processes (default: one per usable core)."""
     from equimus_description.leg import load_leg
     from equimus_description.valve import REPEATABILITY_KPA
     from equimus_identification import data, leg_fit, valve_fit

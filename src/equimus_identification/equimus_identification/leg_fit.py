@@ -11,6 +11,7 @@ that allow for residuals correlated over whole pressure levels (`intervals.batch
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import functools
 import math
@@ -238,13 +239,19 @@ class ResidualPool:
             initializer=_init_worker,
             initargs=(experiments, leg, list(names), bounds, horizon, free_starts),
         )
+        # Every worker up before the fit: one still starting when a Ctrl-C ends this process
+        # prints a traceback of its own. Spawned on demand, the workers each take a point
+        # that waits for the others.
+        seen: set[int] = set()
+        while len(seen) < workers:
+            seen |= set(self._pool.map(_worker_pid, [workers] * workers))
 
     def __call__(self, points: list[np.ndarray]) -> list[np.ndarray]:
         self.evaluations += len(points)
         return list(self._pool.map(_worker_residuals, points))
 
     def close(self) -> None:
-        self._pool.shutdown()
+        self._pool.shutdown(cancel_futures=True)  # on Ctrl-C: the points not started yet
 
     def __enter__(self) -> ResidualPool:
         return self
@@ -269,6 +276,15 @@ def _init_worker(
     parallel.ignore_sigint()
     ev = _evaluator(experiments, leg, names, bounds, horizon)
     _WORKER = (ev, Starts(ev, free_starts), len(names))
+
+
+def _worker_pid(workers: int) -> int:
+    """This worker's pid, after a moment (so that the other points go to other workers)."""
+    import os
+    import time
+
+    time.sleep(0.05 * (workers > 1))
+    return os.getpid()
 
 
 def _worker_residuals(u: np.ndarray) -> np.ndarray:
@@ -465,7 +481,6 @@ def main(argv: list[str] | None = None) -> int:
     """python -m equimus_identification.leg_fit RUN: refit the leg on an `equimus adapt` run's
     excitation (RUN/bag_excite, the part adapt fits) with other settings, and score every
     parameter against RUN/truth.yaml when the rig was emulated."""
-    import argparse
     import pathlib
     import sys
 
@@ -528,28 +543,11 @@ def main(argv: list[str] | None = None) -> int:
     if a.starts > 1 and (a.from_truth or a.free_starts):
         print('leg_fit: --starts goes with neither --from-truth nor --free-starts', file=sys.stderr)
         return 2
-    if a.starts > 1:
-        lf = multistart(parts.fit, load_leg(), a.starts, names, a.nfev, a.horizon, print, a.workers)
-    else:
-        with contextlib.ExitStack() as stack:
-            pool = None
-            if a.workers > 1:
-                pool = stack.enter_context(
-                    ResidualPool(
-                        parts.fit, load_leg(), names, None, a.horizon, a.free_starts, a.workers
-                    )
-                )
-            lf = fit(
-                parts.fit,
-                load_leg(),
-                start=truth if a.from_truth else None,
-                names=names,
-                max_nfev=a.nfev,
-                log=print,
-                horizon=a.horizon,
-                free_starts=a.free_starts,
-                pool=pool,
-            )
+    try:
+        lf = _refit(a, parts.fit, names, truth if a.from_truth else None)
+    except KeyboardInterrupt:
+        print('leg_fit: interrupted; nothing written', file=sys.stderr)
+        return 130
     held = scored = 0
     for n, v in lf.values.items():
         lo, hi = lf.interval[n]
@@ -572,6 +570,39 @@ def main(argv: list[str] | None = None) -> int:
             f'intervals holding the truth {held}/{scored}'
         )
     return 0
+
+
+def _refit(
+    a: argparse.Namespace, exps: list[Experiment], names: list[str], start: dict | None
+) -> LegFit:
+    """The fit `main` was asked for: from several starts, or from one, its Jacobians on
+    `a.workers` processes."""
+    from equimus_description.leg import load_leg
+
+    if a.starts > 1:
+        return multistart(exps, load_leg(), a.starts, names, a.nfev, a.horizon, print, a.workers)
+    with contextlib.ExitStack() as stack:
+        pool = None
+        if a.workers > 1:
+            pool = stack.enter_context(
+                ResidualPool(exps, load_leg(), names, None, a.horizon, a.free_starts, a.workers)
+            )
+        print(
+            f'fitting {len(names)} parameters to {sum(len(e) for e in exps)} samples on '
+            f'{a.workers} process(es) (Ctrl-C stops)',
+            flush=True,
+        )
+        return fit(
+            exps,
+            load_leg(),
+            start=start,
+            names=names,
+            max_nfev=a.nfev,
+            log=print,
+            horizon=a.horizon,
+            free_starts=a.free_starts,
+            pool=pool,
+        )
 
 
 if __name__ == '__main__':
