@@ -240,11 +240,11 @@ class ResidualPool:
             initargs=(experiments, leg, list(names), bounds, horizon, free_starts),
         )
         # Every worker up before the fit: one still starting when a Ctrl-C ends this process
-        # prints a traceback of its own. Spawned on demand, the workers each take a point
-        # that waits for the others.
+        # prints a traceback of its own. The pool starts them on demand: each of `workers`
+        # points lasts a moment, so the next goes to a new worker, until all have answered.
         seen: set[int] = set()
         while len(seen) < workers:
-            seen |= set(self._pool.map(_worker_pid, [workers] * workers))
+            seen |= set(self._pool.map(_worker_pid, range(workers)))
 
     def __call__(self, points: list[np.ndarray]) -> list[np.ndarray]:
         self.evaluations += len(points)
@@ -278,12 +278,12 @@ def _init_worker(
     _WORKER = (ev, Starts(ev, free_starts), len(names))
 
 
-def _worker_pid(workers: int) -> int:
+def _worker_pid(_point: int) -> int:
     """This worker's pid, after a moment (so that the other points go to other workers)."""
     import os
     import time
 
-    time.sleep(0.05 * (workers > 1))
+    time.sleep(0.05)
     return os.getpid()
 
 
