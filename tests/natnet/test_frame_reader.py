@@ -5,7 +5,7 @@ import dataclasses
 import struct
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from test_protocol_roundtrip import VERSIONS, full_frame
 
@@ -106,6 +106,7 @@ SETTINGS = settings(max_examples=400, deadline=None, suppress_health_check=[Heal
     st.sampled_from(VERSIONS),
     st.lists(st.tuples(st.floats(0.0, 1.0, exclude_max=True), st.integers(0, 255)), max_size=4),
 )
+@example((4, 1), [(0.56640625, 127)])  # a body's mean error made NaN
 def test_a_changed_frame_is_read_as_decode_frame_reads_it(version, changes):
     """Bytes of a frame changed anywhere (counts, names, byte counts, floats, the end marker)
     after the reader has kept its layout: the same frame or the same error as decode_frame."""
@@ -116,7 +117,8 @@ def test_a_changed_frame_is_read_as_decode_frame_reads_it(version, changes):
     for where, value in changes:
         q[int(where * len(q))] = value
     q = bytes(q)
-    assert outcome(reader.decode, q) == outcome(lambda d: P.decode_frame(d, version), q)
+    # Compared as text: a changed byte may make a float NaN, in both, and NaN != NaN.
+    assert repr(outcome(reader.decode, q)) == repr(outcome(lambda d: P.decode_frame(d, version), q))
 
 
 def test_the_emulators_stream_is_read_through_its_layout():

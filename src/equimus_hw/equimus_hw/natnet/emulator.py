@@ -598,10 +598,15 @@ class NatNetEmulator:
                 continue
             due = next_t  # this frame's time on the stream's clock, however late it goes out
             next_t += period
-            if now - next_t > 10 * period:  # fell far behind (suspended): resynchronise
-                next_t = now + period
-                due = now
             self._frame_number += 1
+            if now - next_t > 10 * period:
+                # Fell far behind (suspended): the exposures missed are skipped, not sent in a
+                # burst, and the camera clock runs on, as a hardware-timed one does; the frame
+                # numbers count them, so a client sees them as dropped.
+                missed = int((now - due) // period)
+                due += missed * period
+                next_t = due + period
+                self._frame_number += missed
             if self.faults.loop_every and self._frame_number > self.faults.loop_every:
                 self._frame_number = 1
             t = now - self.t_start
