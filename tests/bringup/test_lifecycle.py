@@ -377,17 +377,28 @@ def test_a_recorded_bag_holds_stamped_pressures_and_z_up_poses(tmp_path):
     )
     keep = ('rig_emulator', 'natnet_bridge', 'valve_driver', 'recorder')
     sup = Supervisor([s for s in specs if s.name in keep], echo=False)
+    connected = []
+
+    def recorded_enough() -> bool:
+        """4 s after the driver's link to the emulated board is up: the read-backs come with the
+        board's answers, so a slow start (a loaded host) must not eat the recording."""
+        if not connected and 'DAC board connected' in ''.join(sup.output.get('valve_driver', [])):
+            connected.append(time.monotonic())
+        return bool(connected) and time.monotonic() - connected[0] > 4.0
+
     try:
         sup.start()
-        assert sup.run_until(timeout=6.0) == 0, sup.failed
+        assert sup.run_until(recorded_enough, timeout=30.0) == 0, sup.failed
     finally:
         sup.stop()
+    logs = {name: sup.output.get(name, [])[-8:] for name in ('valve_driver', 'recorder')}
+    assert connected, logs
     assert bag.is_complete(tmp_path / 'bag')
     counts = bag.topic_counts(tmp_path / 'bag')
     for topic in (VALVE_APPLIED.name, VALVE_PRESSURE.name):
-        assert counts.get(topic, ('',))[0] == 'sensor_msgs/msg/JointState', (topic, counts)
+        assert counts.get(topic, ('',))[0] == 'sensor_msgs/msg/JointState', (topic, counts, logs)
         msgs = list(bag.read_messages(tmp_path / 'bag', [topic]))
-        assert len(msgs) > 20, (topic, len(msgs))
+        assert len(msgs) > 20, (topic, len(msgs), logs)
         stamps = [m.header.stamp.sec * 10**9 + m.header.stamp.nanosec for _, _, m in msgs]
         assert all(b >= a for a, b in zip(stamps, stamps[1:], strict=False)), topic
         # Stamped when made, on the wall clock: each message reached the recorder after its
