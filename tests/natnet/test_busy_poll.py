@@ -39,17 +39,18 @@ def _run(ports, window, seconds=1.5, so_busy_poll_us=0, until=None):
     finally:
         c.close()
         emu.stop()
-    return events, cpu, calls, c, logs
+    return events, cpu, calls, c, logs, emu
 
 
 @pytest.mark.parametrize('window', [0.002, 1.0])
 def test_busy_poll_receives_every_frame(ports, window):
     # Until 150 frames came, at most 15 s: the in-process emulator's thread sends fewer than
     # 120 a second when the cores are busy (137 in 1.5 s once, with none dropped).
-    events, _, _, c, _ = _run(ports, window, seconds=15.0, until=lambda ev: len(ev) > 150)
+    events, _, _, c, _, emu = _run(ports, window, seconds=15.0, until=lambda ev: len(ev) > 150)
     n = len(events)
     assert n > 150, n
-    assert c.stats.dropped_frames == 0 and c.stats.rejected_packets == 0
+    # Every frame sent was received: the only gaps are exposures a starved emulator skipped.
+    assert c.stats.dropped_frames == emu.frames_skipped and c.stats.rejected_packets == 0
     numbers = [e.frame.frame_number for e in events]
     assert numbers == sorted(numbers) and len(set(numbers)) == n
     # The next frame is expected at most one period after the last one arrived (less if that
@@ -72,7 +73,7 @@ def test_cpu_sleeping_below_window_below_polling_all_the_time(ports):
 
 
 def test_so_busy_poll_is_set_or_its_refusal_reported(ports):
-    events, _, _, c, logs = _run(ports, 0.0, seconds=0.5, so_busy_poll_us=50)
+    events, _, _, c, logs, _ = _run(ports, 0.0, seconds=0.5, so_busy_poll_us=50)
     assert len(events) > 20
     if c.so_busy_poll_error:
         assert any('so_busy_poll_us=50 refused' in m for _, m in logs), logs

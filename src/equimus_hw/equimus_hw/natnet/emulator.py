@@ -257,6 +257,7 @@ class NatNetEmulator:
         self._flags_once = 0
         self.frames_sent = 0
         self.frames_dropped = 0
+        self.frames_skipped = 0  # exposures the stream missed while far behind (not sent)
         self.malformed_sent = 0
         self.cmd_sock: socket.socket | None = None
         self.data_sock: socket.socket | None = None
@@ -607,6 +608,7 @@ class NatNetEmulator:
                 due += missed * period
                 next_t = due + period
                 self._frame_number += missed
+                self.frames_skipped += missed
             if self.faults.loop_every and self._frame_number > self.faults.loop_every:
                 self._frame_number = 1
             t = now - self.t_start
@@ -862,7 +864,7 @@ def main(argv: list[str] | None = None) -> int:
         emu.stop()
     print(
         f'natnet_emulator: sent {emu.frames_sent} frames, dropped {emu.frames_dropped}, '
-        f'malformed {emu.malformed_sent}',
+        f'skipped {emu.frames_skipped} (the stream far behind), malformed {emu.malformed_sent}',
         flush=True,
     )
     return 0
