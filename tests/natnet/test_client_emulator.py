@@ -9,7 +9,13 @@ from natnet_util import random_group
 
 from equimus_hw.natnet import protocol as P
 from equimus_hw.natnet.client import ECHO_WINDOW, NatNetClient, NatNetConnectError
-from equimus_hw.natnet.emulator import Faults, NatNetEmulator, SwingingLeg, TrajectoryFile
+from equimus_hw.natnet.emulator import (
+    CATCH_UP_S,
+    Faults,
+    NatNetEmulator,
+    SwingingLeg,
+    TrajectoryFile,
+)
 
 
 def pump(client, seconds, until=None):
@@ -236,13 +242,13 @@ def test_a_late_frame_keeps_its_exposure_time(ports):
     """The emulator's stream held up for 40 ms every 20 frames (as a starved process): those
     frames go out late, but their mid-exposure stamps keep the 120 Hz camera clock, as a real
     camera system's hardware-timed exposures do; only the transmit stamps show the hold-up. Held
-    up once for 150 ms (past the stream's catch-up window, as a loaded host may do to any hold):
-    the exposures missed are skipped, the clock still runs on."""
+    up once past the stream's catch-up window (a suspended emulator): the exposures missed are
+    skipped, and the clock still runs on."""
     held = []
 
     def hold():
         if len(held) == 50:
-            time.sleep(0.15)
+            time.sleep(CATCH_UP_S + 0.1)
         elif len(held) % 20 == 10:
             time.sleep(0.04)
         held.append(1)

@@ -29,6 +29,9 @@ from . import protocol as P
 CLOCK_HZ = 10_000_000
 DEFAULT_BODIES = BODIES
 UNICAST_LEASE_S = 10.0
+#: s the stream may fall behind and still send every frame it owes, late, in a burst (a busy
+#: machine starves its thread for that long); further behind (a suspended process) it skips them
+CATCH_UP_S = 0.25
 #: The Motive release announced with each NatNet version (see docs/natnet.md, "Which Motive sends
 #: what"); only informative, the layout follows the NatNet version.
 MOTIVE_FOR_VERSION: dict[P.Version, tuple[int, int, int, int]] = {
@@ -600,7 +603,7 @@ class NatNetEmulator:
             due = next_t  # this frame's time on the stream's clock, however late it goes out
             next_t += period
             self._frame_number += 1
-            if now - next_t > 10 * period:
+            if now - next_t > CATCH_UP_S:
                 # Fell far behind (suspended): the exposures missed are skipped, not sent in a
                 # burst, and the camera clock runs on, as a hardware-timed one does; the frame
                 # numbers count them, so a client sees them as dropped.
