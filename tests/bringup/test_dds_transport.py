@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+import dds_domain
 import pytest
 import rclpy
 from sensor_msgs.msg import JointState
@@ -183,3 +184,72 @@ def test_every_process_of_the_test_session_talks_udp_only():
     )
     assert run.returncode == 0, run.stderr[-2000:]
     assert run.stdout.strip() == '[]', run.stdout
+
+
+#: SPDP, Fast DDS's participant announcements, go to this multicast group on the port of
+#: the domain (DDSI-RTPS 9.6.1.1); every process bound to it with SO_REUSEADDR gets a copy.
+SPDP_GROUP = '239.255.0.1'
+
+
+def _announcements(domain: int, env: dict[str, str], after_burst_s: float) -> list[float]:
+    """When the one participant started with `env` on `domain` announced itself (s, one entry
+    per announcement), read off the loopback multicast group until `after_burst_s` past the
+    end of its first announcements (five, 100 ms apart)."""
+    import socket
+    import struct
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind(('', dds_domain.discovery_ports(domain)[0]))
+    group = struct.pack('4s4s', socket.inet_aton(SPDP_GROUP), socket.inet_aton('127.0.0.1'))
+    sock.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP, group)
+    sock.settimeout(0.1)
+    node = (
+        'import rclpy, time\nrclpy.init()\nnode = rclpy.create_node("announcer")\ntime.sleep(60)\n'
+    )
+    proc = subprocess.Popen([sys.executable, '-c', node], env=env)
+    sent: dict[bytes, list[float]] = {}
+    try:
+        end = time.monotonic() + 30.0
+        while time.monotonic() < end and proc.poll() is None:
+            with contextlib.suppress(TimeoutError):
+                data, _ = sock.recvfrom(65536)
+                if data[:4] == b'RTPS':  # header: 'RTPS', version, vendor, GUID prefix
+                    sent.setdefault(data[8:20], []).append(time.monotonic())
+            times = next(iter(sent.values()), [])
+            if times and time.monotonic() > times[0] + 0.6 + after_burst_s:
+                break
+    finally:
+        proc.kill()
+        proc.wait()
+        sock.close()
+    assert len(sent) == 1, f'{len(sent)} participants announced themselves on domain {domain}'
+    times = next(iter(sent.values()))
+    # a datagram per interface it was sent on: one announcement
+    return [t - times[0] for i, t in enumerate(times) if i == 0 or t - times[i - 1] > 0.05]
+
+
+@pytest.mark.parametrize('graph_profile', [True, False])
+def test_a_graph_participant_announces_itself_every_second(no_user_choice, graph_profile):
+    """A participant that joins later (the supervisor's lifecycle client, the domain check,
+    `equimus valve`) hears a running one at that one's next periodic announcement, every 3 s
+    by Fast DDS's default: the supervisor's look for another graph's driver missed a running
+    graph so (docs/reliability.md). The graph's profile announces every second: read off the
+    loopback multicast group of a domain of this test's own. Without the profile it is 3 s (so
+    the check can fail)."""
+    claim = dds_domain.claim(avoid=(int(os.environ.get('ROS_DOMAIN_ID', '0')),))
+    try:
+        spec = describe_graph('sim', {})[0]  # the composed graph's one process
+        env = {**os.environ, **spec.env, 'ROS_DOMAIN_ID': str(claim.domain)}
+        if not graph_profile:
+            for k in FASTDDS_PROFILE_ENVS:
+                env.pop(k, None)
+        times = _announcements(claim.domain, env, after_burst_s=3.5)
+    finally:
+        claim.release()
+    gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+    periodic = [g for g in gaps if g > 0.5]  # after the first five
+    seen = ' '.join(f'{t:.2f}' for t in times)
+    assert len(periodic) >= (2 if graph_profile else 1), seen
+    assert (max(periodic) < 1.5) == graph_profile, seen

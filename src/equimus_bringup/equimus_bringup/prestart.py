@@ -150,8 +150,10 @@ def check_calibration(mode: str, args: Mapping[str, str], overrides: Mapping[str
 
 #: s to listen for another graph's valve driver before a start: DDS discovery of a running graph
 #: by a new participant took 0.001-2.6 s (15 tries at load average 11 on the 2-core machine; up
-#: to 2.9 s at load 20), bounded by Fast DDS's 3 s participant announcement period. Found
-#: sooner, the wait ends sooner; the supervisor counts again when it configures its driver.
+#: to 2.9 s at load 20), bounded by Fast DDS's 3 s participant announcement period. The graph's
+#: DDS profiles announce every second now; 3 s still covers a graph started with the user's
+#: own profile. Found sooner, the wait ends sooner; the supervisor counts again when it
+#: configures its driver.
 DOMAIN_LISTEN_S = 3.0
 #: s to listen on the domains next to a taken one, for the free one to name.
 FREE_LISTEN_S = 3.0

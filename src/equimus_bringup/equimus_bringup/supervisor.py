@@ -39,9 +39,10 @@ LIFECYCLE_CALL_TIMEOUT_S = 10.0
 #: s the supervisor's own node has been on the domain before it trusts its list of valve drivers:
 #: a node discovers the participants already running only as their replies come in, which a
 #: loaded machine delayed past this graph's own driver's start (a second graph's supervisor saw
-#: its own driver, not yet the first graph's, and sent its lifecycle requests). Longer than
-#: Fast DDS's 3 s participant announcement period: a running participant that missed the new
-#: one's first announcements is heard at its next one (2 s missed it in a loaded CI run).
+#: its own driver, not yet the first graph's, and sent its lifecycle requests). A new node
+#: hears a running participant at that one's next periodic announcement: every second in the
+#: graph's DDS profiles, every 3 s in Fast DDS's defaults (a graph given the user's own
+#: profile), which this is longer than (2 s missed one in a loaded CI run).
 DISCOVERY_SETTLE_S = 3.5
 #: s at most the list is waited for to stop changing: with both cores busy the first graph's
 #: nodes were still not listed after DISCOVERY_SETTLE_S while nodes kept coming in.
