@@ -180,7 +180,8 @@ def jacobian_cost(d: dict, params: str) -> None:
     from equimus_description.leg import load_leg
     from equimus_identification import dynamic as D
     from equimus_identification import gradient as G
-    from equimus_identification.cli import fit_start, parse_params
+    from equimus_identification.cli import fit_start
+    from equimus_identification.options import parse_params
 
     leg = load_leg(parameter_set='table_v_dynamic')
     names = parse_params(params)

@@ -31,8 +31,8 @@ CHANNELS = 2  # maa, baa
 
 def replay(truth, series, seed: int) -> np.ndarray:
     """The read-back (kPa, (m, 2)) of the drawn rig's valves for the series' applied commands."""
-    from equimus_hw.valve.board_emulator import replay as board_replay
-    from equimus_hw.valve.board_emulator import valve_models
+    from equimus_hw.valve.board_model import replay as board_replay
+    from equimus_hw.valve.board_model import valve_models
     from equimus_hw.valve.calibration import ValveCalibration
 
     cal = ValveCalibration()

@@ -90,3 +90,101 @@ def test_the_table_forbids_upward_imports():
     assert table['equimus_ros'] == set() and table['equimus_description'] == set()
     assert 'equimus_sim' not in table['equimus_control'] | table['equimus_hw']
     assert 'equimus_soak' not in table['equimus_bringup']
+
+
+def module_name(path: pathlib.Path, root: pathlib.Path) -> str:
+    """'equimus_hw.valve.protocol' for src/equimus_hw/equimus_hw/valve/protocol.py (a package's
+    __init__.py is the package)."""
+    parts = list(path.relative_to(root).with_suffix('').parts)[1:]  # below the ament package
+    return '.'.join(parts[:-1] if parts[-1] == '__init__' else parts)
+
+
+def module_imports(path: pathlib.Path, name: str, modules: set[str]) -> set[str]:
+    """The modules of `modules` that one file imports: absolute and relative imports, inside
+    functions and under TYPE_CHECKING too (a cycle there is still one module needing the other)."""
+    package = name if path.name == '__init__.py' else name.rpartition('.')[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ''
+            if node.level:
+                anchor = package.split('.')
+                anchor = anchor[: len(anchor) - (node.level - 1)]
+                base = '.'.join(anchor + ([base] if base else []))
+            # `from pkg import mod` imports the module pkg.mod; `from mod import name`, mod
+            targets = [
+                f'{base}.{a.name}' if f'{base}.{a.name}' in modules else base for a in node.names
+            ]
+        else:
+            continue
+        found.update(t for t in targets if t in modules and t != name)
+    return found
+
+
+def import_cycles(root: pathlib.Path) -> list[list[str]]:
+    """Groups of modules under `root` that import each other, directly or round a circle
+    (strongly connected components of the import graph with more than one module)."""
+    sources = [
+        p
+        for pkg in sorted(root.iterdir())
+        if pkg.is_dir()
+        for p in sorted(pkg.glob(f'{pkg.name}/**/*.py'))
+    ]
+    files = {module_name(p, root): p for p in sources}
+    assert files, f'no Python package under {root}'
+    modules = set(files)
+    graph = {m: module_imports(p, m, modules) for m, p in files.items()}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+
+    def visit(m: str) -> None:  # Tarjan's algorithm
+        index[m] = low[m] = len(index)
+        stack.append(m)
+        on_stack.add(m)
+        for n in graph[m]:
+            if n not in index:
+                visit(n)
+                low[m] = min(low[m], low[n])
+            elif n in on_stack:
+                low[m] = min(low[m], index[n])
+        if low[m] == index[m]:
+            group = []
+            while True:
+                n = stack.pop()
+                on_stack.discard(n)
+                group.append(n)
+                if n == m:
+                    break
+            if len(group) > 1:
+                cycles.append(sorted(group))
+
+    for m in sorted(graph):
+        if m not in index:
+            visit(m)
+    return cycles
+
+
+def test_no_module_imports_itself_round_a_circle():
+    """Inside a package too, data flows one way: a circle of imports (even a lazy one, or one for
+    type checking only) means two modules that each need the other, so neither has one job."""
+    cycles = import_cycles(SRC)
+    assert not cycles, f'modules that import each other: {cycles}'
+
+
+def test_the_cycle_check_sees_relative_and_lazy_imports(tmp_path):
+    pkg = tmp_path / 'equimus_x' / 'equimus_x'
+    (pkg / 'sub').mkdir(parents=True)
+    (pkg / '__init__.py').write_text('')
+    (pkg / 'sub' / '__init__.py').write_text('')
+    (pkg / 'a.py').write_text('from .sub import b\n')
+    (pkg / 'sub' / 'b.py').write_text('def f():\n    from ..c import g\n')
+    (pkg / 'c.py').write_text(
+        'from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import equimus_x.a\n'
+    )
+    (pkg / 'd.py').write_text('from equimus_x import c\n')
+    assert import_cycles(tmp_path) == [['equimus_x.a', 'equimus_x.c', 'equimus_x.sub.b']]

@@ -23,7 +23,7 @@ from rosproc import vented_on_stop
 from equimus_bringup.graph import EMULATED_BOARD_TIMEOUT_S, EMULATED_MOCAP_TIMEOUT_S
 from equimus_description.interface import ACTUATORS
 from equimus_hw.natnet.ports import free_udp_port_pair
-from equimus_hw.valve.board_emulator import ValveModel
+from equimus_hw.valve.board_model import ValveModel
 from equimus_hw.valve.calibration import ValveCalibration, load_calibration
 
 GAIN, OFFSET, NOISE = (1.06, 0.94), (-2.5, 1.8), 0.3  # per channel (maa, baa): the injected chain

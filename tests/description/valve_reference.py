@@ -93,7 +93,7 @@ def evaluator() -> np.ndarray:
 
 
 def board_valve() -> np.ndarray:
-    from equimus_hw.valve.board_emulator import ValveModel
+    from equimus_hw.valve.board_model import ValveModel
     from equimus_hw.valve.calibration import ValveCalibration
 
     cal = ValveCalibration()

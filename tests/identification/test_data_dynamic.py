@@ -9,6 +9,7 @@ from equimus_description.leg import load_leg
 from equimus_identification import cli as identify_cli
 from equimus_identification import data
 from equimus_identification import dynamic as D
+from equimus_identification.options import OptionError, parse_params
 from equimus_identification.parallel import Mapper
 
 TOCENTER = 'data/equimus/physical/dynamic/ToCenter_2025-02-20_21-06-20_A2B_data.csv'
@@ -95,8 +96,8 @@ def test_cli_errors_are_clear(tmp_path, capsys):
     bad.write_text('nothing')
     assert identify_cli.main([str(bad), '--out', str(tmp_path / 'o')]) == 2
     assert 'not a rosbag2 folder' in capsys.readouterr().err
-    with pytest.raises(identify_cli.OptionError, match="unknown parameter 'maa.kk'"):
-        identify_cli.parse_params('maa.kk')
+    with pytest.raises(OptionError, match="unknown parameter 'maa.kk'"):
+        parse_params('maa.kk')
     assert identify_cli.main(['x.csv', '--params', 'maa.kk', '--out', str(tmp_path / 'p')]) == 2
     assert "equimus identify: unknown parameter 'maa.kk'" in capsys.readouterr().err
     assert not (tmp_path / 'p').exists()

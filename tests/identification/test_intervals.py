@@ -62,7 +62,7 @@ def _excitation(seed: int) -> valve_fit.Series:
 
 def test_the_valve_fits_intervals_hold_drawn_rigs_truths():
     from equimus_bringup.adapt import truth_table
-    from equimus_hw.valve.board_emulator import replay, valve_models
+    from equimus_hw.valve.board_model import replay, valve_models
     from equimus_hw.valve.calibration import ValveCalibration
     from equimus_sim.truth import draw
 

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from equimus_description.config import ConfigError
 from equimus_description.interface import ACTUATORS
-from equimus_hw.valve.board_emulator import BoardEmulator, ValveModel, valve_models
+from equimus_hw.valve.board_emulator import BoardEmulator
+from equimus_hw.valve.board_model import ValveModel, valve_models
 from equimus_hw.valve.calibration import (
     DAC_GAIN_RANGE,
     DAC_OFFSET_LIMIT_KPA,

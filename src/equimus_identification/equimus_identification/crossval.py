@@ -129,8 +129,8 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     from equimus_description.leg import load_leg
 
-    from .cli import OptionError, parse_params
     from .evaluate import load_params
+    from .options import OptionError, parse_params
     from .parallel import Mapper
     from .report import write_params_yaml
 
@@ -208,10 +208,10 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.monotonic()
         r = fit_one(rel + holds, leg, names, best, a, mapper)
         final_wall = time.monotonic() - t0
-    from .cli import _portable  # no machine's absolute path in the recorded command
+    from .options import portable_path  # no machine's absolute path in the recorded command
 
     command = 'python -m equimus_identification.crossval ' + ' '.join(
-        shlex.quote(_portable(x)) for x in (argv if argv is not None else sys.argv[1:])
+        shlex.quote(portable_path(x)) for x in (argv if argv is not None else sys.argv[1:])
     )
     final = load_leg(parameter_set='table_v_dynamic', overrides=r.parameters())
     ev = D.Evaluator(rel + holds, names, leg=final, loss='shooting', static_weight=best)

@@ -169,8 +169,8 @@ def main(argv: list[str] | None = None) -> int:
     a = build_parser().parse_args(argv)
     from equimus_description.leg import LegDescriptionError
 
-    from .cli import parse_params
     from .evaluate import load_params
+    from .options import parse_params
 
     try:
         leg = load_params(a.nominal)

@@ -484,7 +484,7 @@ def main(argv: list[str] | None = None) -> int:
         'actuators.maa.c=10.8',
     )
     a = ap.parse_args(argv)
-    from .cli import OptionError, parse_bounds, parse_params
+    from .options import OptionError, parse_bounds, parse_params
 
     unknown = [
         f'{what} {x!r} (known: {", ".join(known)})'

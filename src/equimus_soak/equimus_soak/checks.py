@@ -23,7 +23,7 @@ from equimus_soak.faults import KILLED, RATE_HZ, FaultRecord
 if TYPE_CHECKING:
     from equimus_hw.valve.board_emulator import BoardEmulator
     from equimus_hw.valve.host_firmware import FirmwareBoard
-    from equimus_soak.runner import SoakSupervisor
+    from equimus_soak.supervised import SoakSupervisor
 
 VENT_MARGIN_S = 0.1  # target: vented within 100 ms of the watchdog deadline
 #: The processes a vent goes through, mocap to board (their run-queue waits widen the margin).

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from equimus_hw.valve.board_emulator import BoardEmulator
     from equimus_hw.valve.host_firmware import FirmwareBoard
     from equimus_soak.probes import ProbeClient
-    from equimus_soak.runner import SoakSupervisor
+    from equimus_soak.supervised import SoakSupervisor
 
 RATE_HZ = 120.0  # the emulated Motive's frame rate
 FAULTS = (

@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import signal
 import tempfile
 import threading
 import time
@@ -16,17 +15,16 @@ from pathlib import Path
 import yaml
 
 from equimus_bringup.graph import (
-    ProcessSpec,
     default_config_dir,
     describe_graph,
     localhost_environment,
     realtime_problem,
 )
-from equimus_bringup.supervisor import GraphError, Supervisor
 from equimus_hw.natnet.ports import free_udp_ports
 from equimus_soak.checks import Check, SoakChecks
 from equimus_soak.faults import ALL_FAULTS, FAULTS, FUSED_AWAY, RATE_HZ, FaultInjection, FaultRecord
 from equimus_soak.probes import ProbeClient, ProcSampler, SchedulingDelay
+from equimus_soak.supervised import SoakSupervisor
 
 
 def _load_params(config_dir: str, file: str, node: str) -> dict:
@@ -35,62 +33,6 @@ def _load_params(config_dir: str, file: str, node: str) -> dict:
             return (yaml.safe_load(fh) or {}).get(node, {}).get('ros__parameters', {}) or {}
     except OSError:
         return {}
-
-
-#: s the soak gives the valve driver to answer ~/hand_over and to accept ~/arm after it.
-HAND_OVER_TIMEOUT_S = 10.0
-
-
-class SoakSupervisor(Supervisor):
-    """The graph's processes, with SIGKILL/restart; the recorder ignores SIGXFSZ (disk full)."""
-
-    def start(self) -> None:
-        self.check_realtime()
-        for spec in self.specs:
-            self.spawn(spec.name, bring_up=False)
-        for spec in self.specs:  # all processes start at once, then the managed ones go active
-            self.bring_up(spec.name)
-
-    def command(self, spec: ProcessSpec) -> list[str]:
-        cmd = super().command(spec)
-        if spec.name == 'recorder':
-            # A full disk makes write() fail (ENOSPC) without a signal; with RLIMIT_FSIZE the
-            # kernel would also send SIGXFSZ, so the recorder ignores it and sees EFBIG instead.
-            cmd = ['sh', '-c', 'trap "" XFSZ; exec "$@"', 'sh', *cmd]
-        return cmd
-
-    def spawn(self, name: str, bring_up: bool = True) -> None:
-        self._spawn(next(s for s in self.specs if s.name == name))
-        if bring_up:
-            self.bring_up(name)  # a restarted managed node: configure and activate it
-
-    def kill(self, name: str) -> None:
-        proc = self.procs[name]
-        self._signal(proc, signal.SIGKILL)
-        proc.wait()
-
-    def hand_over_and_arm(self) -> None:
-        """The controller this supervisor killed is forgotten by the valve driver (not after its
-        DDS lease), and the driver armed for the next lone publisher."""
-        ok, message = self.lifecycle.trigger('/valve_driver/hand_over', HAND_OVER_TIMEOUT_S)
-        if not ok:
-            raise GraphError(f'valve_driver refused the hand-over: {message}')
-        self.arm()
-
-    def arm(self) -> None:
-        """Arm the valve driver; retried while a publisher that has just gone (the probe's) is
-        still on its view of the graph."""
-        end = time.monotonic() + HAND_OVER_TIMEOUT_S
-        while True:
-            ok, message = self.lifecycle.trigger('/valve_driver/arm', HAND_OVER_TIMEOUT_S)
-            if ok:
-                return
-            if time.monotonic() > end:
-                raise GraphError(f'valve_driver did not arm: {message}')
-            time.sleep(0.2)
-
-    def pids(self) -> dict[str, int]:
-        return {n: p.pid for n, p in self.procs.items() if p.poll() is None}
 
 
 class Soak(FaultInjection, SoakChecks):

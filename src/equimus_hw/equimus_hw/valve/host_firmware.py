@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from equimus_description.valve import VALVE_TAU_S, ValveParams
 
 from . import protocol as P
-from .board_emulator import BoardRecord, FrameRecord, valve_models
+from .board_model import BoardRecord, FrameRecord, valve_models
 from .calibration import ValveCalibration
 
 BINARY_NAME = 'dac_board_host'

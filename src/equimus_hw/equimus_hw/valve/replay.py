@@ -26,7 +26,8 @@ from typing import Any, Protocol
 from equimus_description.valve import VALVE_TAU_S
 
 from . import protocol as P
-from .board_emulator import BoardEmulator, ValveModel
+from .board_emulator import BoardEmulator
+from .board_model import ValveModel
 from .calibration import ValveCalibration
 from .host_firmware import LockstepFirmware
 
