@@ -8,7 +8,7 @@ import time
 import pytest
 
 from equimus_bringup import rig_session
-from equimus_bringup.supervisor import GraphError
+from equimus_bringup.supervisor import GraphError, Supervisor
 from equimus_hw.valve.driver_node import COMMANDER_BOUND
 
 
@@ -19,8 +19,10 @@ class _Lifecycle:
 
 
 class _Supervisor:
-    """What `_arm` uses of the session's supervisor: the processes' output lines, poll, and
-    the lifecycle client."""
+    """What `_arm` uses of the session's supervisor: the processes' output lines, poll, the
+    lifecycle client, and the supervisor's own arming."""
+
+    arm_driver = Supervisor.arm_driver
 
     def __init__(self) -> None:
         # A commander bound in an earlier phase: it must not start this one.
@@ -52,3 +54,30 @@ def test_a_driver_that_never_hears_the_commander_is_a_clear_error(monkeypatch):
     monkeypatch.setattr(rig_session, 'ARM_TIMEOUT_S', 0.3)
     with pytest.raises(GraphError, match='obeyed no command'):
         _session()._arm(_Supervisor())
+
+
+class _Refusing(_Lifecycle):
+    """A driver that refuses `n` arms (a commander that has just gone is still listed)."""
+
+    def __init__(self, n: int) -> None:
+        self.n, self.calls = n, 0
+
+    def trigger(self, service: str, timeout: float) -> tuple[bool, str]:
+        self.calls += 1
+        return self.calls > self.n, 'two publishers'
+
+
+def test_arming_is_asked_again_until_the_driver_accepts_or_a_process_ends():
+    sup = _Supervisor()
+    sup.lifecycle = _Refusing(2)
+    sup.arm_driver(5.0)
+    assert sup.lifecycle.calls == 3
+    sup.lifecycle = _Refusing(1000)
+    with pytest.raises(GraphError, match='did not arm: two publishers'):
+        sup.arm_driver(0.3)
+    sup.poll = lambda: 'controller exited with code -9'
+    with pytest.raises(GraphError, match='controller exited'):
+        sup.arm_driver(5.0)
+    sup.lifecycle = _Refusing(1)
+    sup.arm_driver(5.0, watch=False)  # the soak kills its own nodes
+    assert sup.lifecycle.calls == 2

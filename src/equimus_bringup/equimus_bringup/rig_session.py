@@ -265,16 +265,7 @@ class RigSession:
         stay vented, which a phase timed from the arm would score as the controller's."""
         end = time.monotonic() + ARM_TIMEOUT_S
         since = len(sup.output.get(DRIVER, []))  # this phase's lines of the driver from here
-        while True:
-            failed = sup.poll()
-            if failed:
-                raise GraphError(failed)
-            ok, message = sup.lifecycle.trigger('/valve_driver/arm', ARM_TIMEOUT_S)
-            if ok:
-                break
-            if time.monotonic() > end:
-                raise GraphError(f'valve_driver did not arm: {message}')
-            time.sleep(0.2)
+        sup.arm_driver(ARM_TIMEOUT_S)
         armed = time.time()
         _wait_until(
             sup,

@@ -452,6 +452,23 @@ class Supervisor:
         except GraphError as exc:  # it still vents when it is stopped below
             print(f'[equimus] {exc}', file=sys.stderr)
 
+    def arm_driver(self, timeout: float, watch: bool = True) -> None:
+        """Arm the valve driver (/valve_driver/arm), asked again every 0.2 s while it refuses (a
+        commander that has just gone is still on its view of the graph); GraphError after
+        `timeout` s, or at once when a process of the graph has ended (`watch`; the soak, which
+        kills its own, does not watch)."""
+        end = time.monotonic() + timeout
+        while True:
+            failed = self.poll() if watch else None
+            if failed:
+                raise GraphError(failed)
+            ok, message = self.lifecycle.trigger('/valve_driver/arm', timeout)
+            if ok:
+                return
+            if time.monotonic() > end:
+                raise GraphError(f'valve_driver did not arm: {message}')
+            time.sleep(0.2)
+
     def _wait_own_driver(self, alive: Callable[[], bool]) -> None:
         end = time.monotonic() + LIFECYCLE_SERVICE_TIMEOUT_S
         while self.enclave and self.enclave not in driver_enclaves(self.lifecycle.node):

@@ -5,7 +5,6 @@ a signal."""
 from __future__ import annotations
 
 import signal
-import time
 
 from equimus_bringup.graph import ProcessSpec
 from equimus_bringup.supervisor import GraphError, Supervisor
@@ -51,16 +50,9 @@ class SoakSupervisor(Supervisor):
         self.arm()
 
     def arm(self) -> None:
-        """Arm the valve driver; retried while a publisher that has just gone (the probe's) is
-        still on its view of the graph."""
-        end = time.monotonic() + HAND_OVER_TIMEOUT_S
-        while True:
-            ok, message = self.lifecycle.trigger('/valve_driver/arm', HAND_OVER_TIMEOUT_S)
-            if ok:
-                return
-            if time.monotonic() > end:
-                raise GraphError(f'valve_driver did not arm: {message}')
-            time.sleep(0.2)
+        """Arm the valve driver, asked again while a publisher that has just gone (the probe's)
+        is still on its view of the graph."""
+        self.arm_driver(HAND_OVER_TIMEOUT_S, watch=False)  # a killed node may be down
 
     def pids(self) -> dict[str, int]:
         return {n: p.pid for n, p in self.procs.items() if p.poll() is None}
