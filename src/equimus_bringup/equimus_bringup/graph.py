@@ -698,7 +698,9 @@ def graph_environment(mode: str, environ: Mapping[str, str] | None = None) -> di
     (rmw_fastrtps's LOCALHOST range always adds shared memory; the profile keeps discovery and
     data on this host); other ranges the UDP profile. Both profiles make reliable writers send
     a heartbeat every 100 ms, so a datagram a busy reader missed is sent again at once, not up
-    to 3 s later. A discovery range or a DDS transport or profile set by the user wins.
+    to 3 s later, and every participant announce itself every second, so a process that joins
+    later (a supervisor, the domain check) hears the graph within about a second, not 3 s. A
+    discovery range or a DDS transport or profile set by the user wins.
     """
     environ = os.environ if environ is None else environ
     localhost = (
