@@ -252,4 +252,5 @@ def test_a_graph_participant_announces_itself_every_second(no_user_choice, graph
     periodic = [g for g in gaps if g > 0.5]  # after the first five
     seen = ' '.join(f'{t:.2f}' for t in times)
     assert len(periodic) >= (2 if graph_profile else 1), seen
-    assert (max(periodic) < 1.5) == graph_profile, seen
+    # 1 s against 3 s; the margin is for this process read late on a loaded machine
+    assert (max(periodic) < 2.2) == graph_profile, seen
