@@ -81,3 +81,15 @@ def test_arming_is_asked_again_until_the_driver_accepts_or_a_process_ends():
     sup.lifecycle = _Refusing(1)
     sup.arm_driver(5.0, watch=False)  # the soak kills its own nodes
     assert sup.lifecycle.calls == 2
+
+
+def test_a_phase_that_times_out_shows_what_its_processes_last_said():
+    sup = _Supervisor()
+    sup.output['controller'] = [f'line {i}\n' for i in range(30)] + ['venting: stale\n']
+    with pytest.raises(GraphError) as err:
+        rig_session._wait_until(
+            sup, lambda: False, time.monotonic() + 0.1, 'no start', show=('controller', 'absent')
+        )
+    text = str(err.value)
+    assert text.startswith('no start\ncontroller') and text.endswith('venting: stale'), text
+    assert 'line 18' not in text and 'line 19' in text and 'absent' not in text

@@ -29,6 +29,8 @@ ARM_TIMEOUT_S = 20.0
 DRIVER = 'valve_driver'
 #: s a phase's recorder has to list the rig's topics before its commander starts
 RECORDER_READY_S = 30.0
+#: lines of a process's output a phase's timeout error shows
+SHOWN_LINES = 12
 #: the processes a phase brings: they are not part of the running graph
 PHASE_PROCESSES = ('controller', 'reference', 'recorder', 'pressure_player')
 #: topics a phase's recorder must have found before the valves are armed
@@ -244,7 +246,8 @@ class RigSession:
                 sup,
                 lambda: sup.said(process, text),
                 time.monotonic() + RECORDER_READY_S,
-                f'{process} did not start within {RECORDER_READY_S:g} s',
+                f'{process} did not start within {RECORDER_READY_S:g} s (no "{text}")',
+                show=(process, 'estimator'),
             )
 
     def _wait_recording(self, sup: SessionSupervisor) -> None:
@@ -253,6 +256,7 @@ class RigSession:
             lambda: all(sup.said('recorder', f'recording {t} ') for t in READY_TOPICS),
             time.monotonic() + RECORDER_READY_S,
             f'the recorder did not find {", ".join(READY_TOPICS)} within {RECORDER_READY_S:g} s',
+            show=('recorder',),
         )
 
     def _arm(self, sup: SessionSupervisor) -> tuple[float, float]:
@@ -285,12 +289,20 @@ def _wait_until(
     end: float,
     timeout_error: str,
     period: float = 0.05,
+    show: Sequence[str] = (),
 ) -> None:
-    """Until `done()`; a GraphError if a process of the graph failed or at monotonic `end`."""
+    """Until `done()`; a GraphError if a process of the graph failed or at monotonic `end`,
+    then with the last lines of the processes `show` names (what they were waiting for)."""
     while not done():
         failed = sup.poll()
         if failed:
             raise GraphError(failed)
         if time.monotonic() > end:
-            raise GraphError(timeout_error)
+            tails = [
+                f"{name}'s last output:\n"
+                + ''.join(sup.output.get(name, [])[-SHOWN_LINES:]).rstrip()
+                for name in show
+                if sup.output.get(name)
+            ]
+            raise GraphError('\n'.join([timeout_error, *tails]))
         time.sleep(period)
