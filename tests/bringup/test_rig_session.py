@@ -23,11 +23,13 @@ class _Supervisor:
     lifecycle client, and the supervisor's own arming."""
 
     arm_driver = Supervisor.arm_driver
+    dump_stacks = Supervisor.dump_stacks
 
     def __init__(self) -> None:
         # A commander bound in an earlier phase: it must not start this one.
         self.output = {rig_session.DRIVER: [f'[valve_driver] {COMMANDER_BOUND}/controller']}
         self.lifecycle = _Lifecycle()
+        self.procs: dict = {}  # none running: no stacks to ask for
 
     def poll(self) -> str:
         return ''
@@ -83,13 +85,22 @@ def test_arming_is_asked_again_until_the_driver_accepts_or_a_process_ends():
     assert sup.lifecycle.calls == 2
 
 
-def test_a_phase_that_times_out_shows_what_its_processes_last_said():
+def test_a_phase_that_times_out_shows_what_its_processes_last_said_and_where_they_stand():
     sup = _Supervisor()
     sup.output['controller'] = [f'line {i}\n' for i in range(30)] + ['venting: stale\n']
+    asked = []
+
+    def dump_stacks(names):  # a node prints its stacks on STACK_DUMP_SIGNAL
+        asked.extend(names)
+        sup.output['controller'] += ['Thread 0x1 (most recent call first):\n', '  File "x"\n']
+
+    sup.dump_stacks = dump_stacks
     with pytest.raises(GraphError) as err:
         rig_session._wait_until(
             sup, lambda: False, time.monotonic() + 0.1, 'no start', show=('controller', 'absent')
         )
     text = str(err.value)
-    assert text.startswith('no start\ncontroller') and text.endswith('venting: stale'), text
+    assert asked == ['controller', 'absent']
+    assert text.startswith('no start\ncontroller'), text
+    assert 'venting: stale\nThread 0x1' in text and text.endswith('File "x"'), text
     assert 'line 18' not in text and 'line 19' in text and 'absent' not in text

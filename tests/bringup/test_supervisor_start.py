@@ -26,3 +26,26 @@ def test_a_failed_start_stops_what_it_had_started():
         sup.start()
     node = sup.procs['reference']
     assert node.poll() is not None, 'the node started before the failed gate is still running'
+
+
+def test_a_running_node_prints_its_threads_stacks_when_asked_and_runs_on():
+    """Supervisor.dump_stacks: where a live but silent node stands (a rig phase's timeout shows
+    it), without stopping it."""
+    import time
+
+    sup = Supervisor([ProcessSpec('reference', 'equimus_control', 'reference')], echo=False)
+    sup.start()
+    try:
+        end = time.monotonic() + 30.0
+        while not any('poses (rad)' in line for line in sup.output['reference']):  # constructed
+            assert time.monotonic() < end, sup.output['reference']
+            time.sleep(0.1)
+        time.sleep(1.0)  # and spinning
+        before = len(sup.output['reference'])
+        sup.dump_stacks(['reference', 'not_a_process'])
+        stacks = ''.join(sup.output['reference'][before:])
+        assert 'most recent call first' in stacks and 'rclpy' in stacks, stacks
+        assert sup.procs['reference'].poll() is None
+    finally:
+        codes = sup.stop()
+    assert codes == {'reference': 0}, codes

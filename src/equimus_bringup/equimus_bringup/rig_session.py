@@ -29,8 +29,9 @@ ARM_TIMEOUT_S = 20.0
 DRIVER = 'valve_driver'
 #: s a phase's recorder has to list the rig's topics before its commander starts
 RECORDER_READY_S = 30.0
-#: lines of a process's output a phase's timeout error shows
+#: lines of a process's output, and of its stacks asked for then, a phase's timeout error shows
 SHOWN_LINES = 12
+STACK_LINES = 60
 #: the processes a phase brings: they are not part of the running graph
 PHASE_PROCESSES = ('controller', 'reference', 'recorder', 'pressure_player')
 #: topics a phase's recorder must have found before the valves are armed
@@ -292,17 +293,23 @@ def _wait_until(
     show: Sequence[str] = (),
 ) -> None:
     """Until `done()`; a GraphError if a process of the graph failed or at monotonic `end`,
-    then with the last lines of the processes `show` names (what they were waiting for)."""
+    then with the last lines of the processes `show` names (what they were waiting for) and
+    their threads' stacks (where a live but silent one stands)."""
     while not done():
         failed = sup.poll()
         if failed:
             raise GraphError(failed)
         if time.monotonic() > end:
+            said = {name: len(sup.output.get(name, [])) for name in show}
+            if show:
+                sup.dump_stacks(show)
             tails = [
-                f"{name}'s last output:\n"
-                + ''.join(sup.output.get(name, [])[-SHOWN_LINES:]).rstrip()
+                f"{name}'s last output, then its threads' stacks:\n"
+                + ''.join(
+                    lines[: said[name]][-SHOWN_LINES:] + lines[said[name] :][:STACK_LINES]
+                ).rstrip()
                 for name in show
-                if sup.output.get(name)
+                if (lines := sup.output.get(name, []))
             ]
             raise GraphError('\n'.join([timeout_error, *tails]))
         time.sleep(period)

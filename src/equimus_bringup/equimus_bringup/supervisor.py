@@ -545,6 +545,18 @@ class Supervisor:
             self._lifecycle = None
         return codes
 
+    def dump_stacks(self, names: Sequence[str]) -> None:
+        """Have the running processes `names` print their threads' stacks into their output (a
+        node's STACK_DUMP_SIGNAL), and give them STACK_DUMP_WAIT_S to: where a live but silent
+        node stands."""
+        from equimus_ros.main import STACK_DUMP_SIGNAL
+
+        running = [p for n in names if (p := self.procs.get(n)) is not None and p.poll() is None]
+        for proc in running:
+            self._signal(proc, STACK_DUMP_SIGNAL)
+        if running:
+            time.sleep(STACK_DUMP_WAIT_S)
+
     @classmethod
     def _kill_showing_stacks(cls, proc: subprocess.Popen) -> None:
         """A process deaf to SIGINT and SIGTERM prints its threads' stacks into its log first,
