@@ -27,6 +27,8 @@ from equimus_hw.valve.driver_node import COMMANDER_BOUND
 ARM_TIMEOUT_S = 20.0
 #: the valve driver's process, whose log says when it obeys a phase's commander
 DRIVER = 'valve_driver'
+#: the running graph's estimator, whose output and stacks a phase's commander timeout shows
+ESTIMATOR = 'estimator'
 #: s a phase's recorder has to list the rig's topics before its commander starts
 RECORDER_READY_S = 30.0
 #: lines of a process's output, and of its stacks asked for then, a phase's timeout error shows
@@ -248,7 +250,7 @@ class RigSession:
                 lambda: sup.said(process, text),
                 time.monotonic() + RECORDER_READY_S,
                 f'{process} did not start within {RECORDER_READY_S:g} s (no "{text}")',
-                show=(process, 'estimator'),
+                show=(process, ESTIMATOR),
             )
 
     def _wait_recording(self, sup: SessionSupervisor) -> None:
