@@ -1,5 +1,7 @@
 """Supervisor.start: a start that fails leaves no process behind (real processes)."""
 
+import shutil
+
 import pytest
 
 from equimus_bringup.graph import ProcessSpec
@@ -42,9 +44,16 @@ def test_a_running_node_prints_its_threads_stacks_when_asked_and_runs_on():
             time.sleep(0.1)
         time.sleep(1.0)  # and spinning
         before = len(sup.output['reference'])
-        sup.dump_stacks(['reference', 'not_a_process'])
+        native = sup.dump_stacks(['reference', 'not_a_process'])
         stacks = ''.join(sup.output['reference'][before:])
         assert 'most recent call first' in stacks and 'rclpy' in stacks, stacks
+        assert list(native) == ['reference'], native
+        if shutil.which('gdb') is None:
+            assert native['reference'] == ['native stacks: gdb is not installed']
+        elif not native['reference'][0].startswith('native stacks: gdb could not attach'):
+            # the node's own thread and the middleware's (DDS receive, events, timers)
+            threads = native['reference']
+            assert len(threads) >= 4 and all(' < ' in t for t in threads), threads
         assert sup.procs['reference'].poll() is None
     finally:
         codes = sup.stop()

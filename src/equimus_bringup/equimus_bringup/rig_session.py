@@ -296,20 +296,20 @@ def _wait_until(
 ) -> None:
     """Until `done()`; a GraphError if a process of the graph failed or at monotonic `end`,
     then with the last lines of the processes `show` names (what they were waiting for) and
-    their threads' stacks (where a live but silent one stands)."""
+    their threads' stacks, Python's and native (where a live but silent one stands)."""
     while not done():
         failed = sup.poll()
         if failed:
             raise GraphError(failed)
         if time.monotonic() > end:
             said = {name: len(sup.output.get(name, [])) for name in show}
-            if show:
-                sup.dump_stacks(show)
+            native = (sup.dump_stacks(show) or {}) if show else {}
             tails = [
                 f"{name}'s last output, then its threads' stacks:\n"
                 + ''.join(
                     lines[: said[name]][-SHOWN_LINES:] + lines[said[name] :][:STACK_LINES]
                 ).rstrip()
+                + ''.join(f'\n  {line}' for line in native.get(name, []))
                 for name in show
                 if (lines := sup.output.get(name, []))
             ]

@@ -15,6 +15,7 @@ import collections
 import contextlib
 import itertools
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -49,6 +50,10 @@ DISCOVERY_SETTLE_S = 3.5
 DISCOVERY_MAX_S = 10.0
 #: s a hung process gets to print its stacks before it is killed.
 STACK_DUMP_WAIT_S = 1.0
+#: s gdb may take to attach to a live process and print its threads' native stacks
+NATIVE_STACKS_TIMEOUT_S = 30.0
+#: innermost frames kept of each thread's native stack
+NATIVE_FRAMES = 8
 
 
 _GRAPHS = itertools.count(1)  # graphs started by this process: their enclaves
@@ -56,6 +61,40 @@ _GRAPHS = itertools.count(1)  # graphs started by this process: their enclaves
 
 class GraphError(RuntimeError):
     """A node could not be started or died while the graph was running."""
+
+
+_GDB_THREAD = re.compile(r'^Thread \d+ \(.*?(LWP \d+)\)(?: "(.*)")?')
+_GDB_FRAME = re.compile(r'^#\d+\s+(?:0x[0-9a-fA-F]+ in )?(.+?) \(')
+
+
+def native_stacks(pid: int, timeout: float = NATIVE_STACKS_TIMEOUT_S) -> list[str]:
+    """One line per thread of process `pid`, its innermost NATIVE_FRAMES functions from gdb's
+    backtrace: a thread stuck inside the middleware (a lock a DDS thread holds) shows only
+    there, not in Python's stack dump. One line saying why not where gdb is missing or may not
+    attach (Yama's ptrace_scope)."""
+    gdb = shutil.which('gdb')
+    if gdb is None:
+        return ['native stacks: gdb is not installed']
+    cmd = [gdb, '-p', str(pid), '-batch', '-nx', '-iex', 'set debuginfod enabled off']
+    for line in ('set pagination off', 'set print frame-arguments none'):
+        cmd += ['-ex', line]
+    cmd += ['-ex', f'thread apply all bt {NATIVE_FRAMES}']
+    try:
+        run = subprocess.run(
+            cmd, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
+        )
+    except subprocess.TimeoutExpired:
+        return [f'native stacks: gdb did not answer within {timeout:g} s']
+    threads: list[str] = []
+    for line in run.stdout.splitlines():
+        if m := _GDB_THREAD.match(line):
+            threads.append(f'{m.group(1)} "{m.group(2) or ""}":')
+        elif threads and (m := _GDB_FRAME.match(line)):
+            threads[-1] += f' {m.group(1)} <'
+    if not threads:
+        why = (run.stderr.strip().splitlines() or ['no output'])[-1]
+        return [f'native stacks: gdb could not attach to {pid}: {why}']
+    return [t.rstrip(' <') for t in threads]
 
 
 def find_executable(package: str, executable: str) -> str:
@@ -545,17 +584,18 @@ class Supervisor:
             self._lifecycle = None
         return codes
 
-    def dump_stacks(self, names: Sequence[str]) -> None:
-        """Have the running processes `names` print their threads' stacks into their output (a
-        node's STACK_DUMP_SIGNAL), and give them STACK_DUMP_WAIT_S to: where a live but silent
-        node stands."""
+    def dump_stacks(self, names: Sequence[str], native: bool = True) -> dict[str, list[str]]:
+        """Have the running processes `names` print their threads' Python stacks into their
+        output (a node's STACK_DUMP_SIGNAL), and give them STACK_DUMP_WAIT_S to: where a live
+        but silent node stands. Returns each one's `native_stacks`, with `native`."""
         from equimus_ros.main import STACK_DUMP_SIGNAL
 
-        running = [p for n in names if (p := self.procs.get(n)) is not None and p.poll() is None]
-        for proc in running:
+        running = {n: p for n in names if (p := self.procs.get(n)) is not None and p.poll() is None}
+        for proc in running.values():
             self._signal(proc, STACK_DUMP_SIGNAL)
         if running:
             time.sleep(STACK_DUMP_WAIT_S)
+        return {n: native_stacks(p.pid) for n, p in running.items()} if native else {}
 
     @classmethod
     def _kill_showing_stacks(cls, proc: subprocess.Popen) -> None:
