@@ -164,8 +164,8 @@ def _garbage_bag(t: Path) -> Path:
 
 
 def _joint_bag(t: Path, name: str, corrupt: str) -> Path:
-    """A closed bag that evaluate can replay, but for `corrupt`: 'chunk' (bytes flipped in the
-    middle of the file: a chunk fails its checksum) or 'message' (one that does not decode)."""
+    """A closed bag that evaluate can replay, but for `corrupt`: 'chunk' (a chunk in the middle
+    of the file fails its checksum) or 'message' (one that does not decode)."""
     from sensor_msgs.msg import JointState
 
     from equimus_record import bag
@@ -187,12 +187,25 @@ def _joint_bag(t: Path, name: str, corrupt: str) -> Path:
         w.write('/valve/applied', ns, encode(applied))
     w.close()
     if corrupt == 'chunk':
-        f = path / f'{name}_0.mcap'
-        b = bytearray(f.read_bytes())
-        mid = len(b) // 2
-        b[mid : mid + 64] = bytes(x ^ 0x5A for x in b[mid : mid + 64])
-        f.write_bytes(bytes(b))
+        _flip_chunk_crc(path / f'{name}_0.mcap')
     return path
+
+
+def _flip_chunk_crc(f: Path) -> None:
+    """Flip the checksum of the chunk nearest the middle of MCAP file `f`, so that chunk fails
+    it. Not bytes at a fixed place: the writer also flushes a chunk every `flush_period` of wall
+    time, so on a loaded machine the chunks fall elsewhere, and flipped compressed bytes may
+    fail the decompression first (another, as clear, error)."""
+    b = bytearray(f.read_bytes())
+    pos, chunks = 8, []  # after the magic: records of opcode (1), length (8), content
+    while pos + 9 <= len(b):
+        if b[pos] == 0x06:
+            chunks.append(pos)
+        pos += 9 + int.from_bytes(b[pos + 1 : pos + 9], 'little')
+    at = min(chunks, key=lambda c: abs(c - len(b) // 2)) + 9 + 24  # after the times and size
+    assert b[at : at + 4] != bytes(4), 'the chunk has no checksum'
+    b[at : at + 4] = bytes(x ^ 0x5A for x in b[at : at + 4])
+    f.write_bytes(bytes(b))
 
 
 def _dead_bag(t: Path) -> Path:

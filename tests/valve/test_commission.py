@@ -320,7 +320,10 @@ def test_a_pause_between_requests_is_not_the_board_going_silent(tmp_path):
 def test_a_stall_of_this_computer_is_not_the_board_going_silent(tmp_path):
     """This process does not run for 1.3 s while it waits for a reply (its read held), and the
     board, starved with it, answers just after: longer than SILENT_S without a reply, but none
-    of it time this side was listening. The ping is answered; the time away is counted."""
+    of it time this side was listening. The ping is answered, not the board called gone (as it
+    was when the time away counted); the time away is counted. On a loaded machine the board's
+    thread may answer after the reply timeout that follows the stall: then the answer is late,
+    and the next ping reads it as such."""
     board = make_emulator(tmp_path)
     try:
         with C.BoardProbe(board.link) as probe:
@@ -340,10 +343,13 @@ def test_a_stall_of_this_computer_is_not_the_board_going_silent(tmp_path):
             probe._ser.read = read_after_a_stall  # type: ignore[method-assign]
             reply, _ = probe.ping()
             standing.join()
+            away = probe.stats.away_s
+            if reply is None:
+                assert probe.ping()[0] is not None, probe.stats
+                assert probe.stats.late == 1, probe.stats
     finally:
         board.close()
-    assert reply is not None, probe.stats
-    assert 1.25 < probe.stats.away_s < 5.0, probe.stats
+    assert 1.25 < away < 5.0, probe.stats
 
 
 def test_a_computer_that_stalls_is_named_with_its_gap(tmp_path):
