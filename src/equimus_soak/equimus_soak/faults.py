@@ -46,6 +46,8 @@ KILLED = {
     'kill_reference': 'reference',
     'kill_recorder': 'recorder',
 }
+#: The processes between the mocap and the valves (one, control_loop, in the fused graph).
+CONTROL_PATH = ('natnet_bridge', 'estimator', 'controller', 'valve_driver', 'control_loop')
 #: Processes of the control path that the fused loop merges into one (cannot be killed alone).
 FUSED_AWAY = ('kill_controller', 'kill_bridge', 'kill_estimator')
 # After a killed node is restarted, the other processes discover its publishers within one Fast DDS
@@ -90,6 +92,7 @@ class FaultInjection:
     command_timeout: float
     stale_timeout: float
     reconnect_max: float
+    log: Callable[[str], None]
 
     def sleep(self, seconds: float) -> None:
         raise NotImplementedError  # runner.Soak.sleep
@@ -123,7 +126,8 @@ class FaultInjection:
             self.sleep(0.01)
 
     def wait_resumed(self, t_from: float, timeout: float) -> float | None:
-        """First accepted non-zero SET after t_from (control has resumed), waiting up to timeout."""
+        """First accepted non-zero SET after t_from (control has resumed), waiting up to
+        timeout; if none, where the control path's live processes stand (`show_stacks`)."""
         end = time.monotonic() + timeout
         while time.monotonic() < end:
             first = next(
@@ -132,7 +136,18 @@ class FaultInjection:
             if first is not None:
                 return first
             self.sleep(0.05)
+        self.show_stacks(f'control did not resume within {timeout:g} s')
         return None
+
+    def show_stacks(self, why: str) -> None:
+        """The control path's live processes print their Python stacks into their logs, and
+        their native stacks go to the soak's log: a live but silent node (an estimator that
+        took no pose from a restarted bridge, docs/reliability.md) says where it stands."""
+        native = self.sup.dump_stacks(CONTROL_PATH)
+        self.log(f'[soak] {why}; native stacks of the control path ({", ".join(native)}):')
+        for name, lines in native.items():
+            for line in lines:
+                self.log(f'[soak]   {name}: {line}')
 
     # ------------------------------------------------------------------ faults
     def _mocap_outage(
