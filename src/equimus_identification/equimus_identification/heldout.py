@@ -408,9 +408,9 @@ def run_all(fn, jobs: list, paths: list[pathlib.Path], workers: int, log, label)
         return
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
-    from .parallel import ignore_sigint
+    from equimus_description.workers import init_worker
 
-    with ProcessPoolExecutor(max_workers=workers, initializer=ignore_sigint) as pool:
+    with ProcessPoolExecutor(max_workers=workers, initializer=init_worker) as pool:
         futures = {pool.submit(fn, job): (job, path) for job, path in todo}
         for k, fut in enumerate(as_completed(futures), 1):
             job, path = futures[fut]

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from equimus_description.leg import LegDescription
+from equimus_description.workers import init_worker
 
 from . import data, intervals, parallel
 from . import dynamic as D
@@ -273,7 +274,7 @@ def _init_worker(
     free_starts: bool,
 ) -> None:
     global _WORKER
-    parallel.ignore_sigint()
+    init_worker()
     ev = _evaluator(experiments, leg, names, bounds, horizon)
     _WORKER = (ev, Starts(ev, free_starts), len(names))
 

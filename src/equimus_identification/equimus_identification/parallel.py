@@ -5,7 +5,8 @@ care where candidates run:
 - 'serial'  : builtins.map in this process (debugging, tiny problems);
 - 'process' : concurrent.futures.ProcessPoolExecutor.map on this machine (the default). Each
               worker compiles the MuJoCo model once (dynamic.Evaluator caches it per process) and
-              ignores SIGINT, so Ctrl-C reaches only the optimiser, which checkpoints and stops;
+              ignores SIGINT, so Ctrl-C reaches only the optimiser, which checkpoints and stops
+              (equimus_description.workers);
 - 'dask'    : dask.distributed Client(address).map + gather, for sweeps beyond one machine;
               without an address a LocalCluster of `workers` processes on this machine.
               An optional extra (`EQUIMUS_EXTRAS=cluster bash scripts/setup.sh`, i.e.
@@ -20,15 +21,11 @@ care where candidates run:
 from __future__ import annotations
 
 import os
-import signal
 from concurrent.futures import ProcessPoolExecutor
 
+from equimus_description.workers import init_worker
+
 KINDS = ('serial', 'process', 'dask')
-
-
-def ignore_sigint() -> None:
-    """A worker's initializer: Ctrl-C reaches only the process that owns the pool."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def default_workers() -> int:
@@ -51,7 +48,7 @@ class Mapper:
         self._pool = None
         self._client = None
         if kind == 'process' and self.workers > 1:
-            self._pool = ProcessPoolExecutor(max_workers=self.workers, initializer=ignore_sigint)
+            self._pool = ProcessPoolExecutor(max_workers=self.workers, initializer=init_worker)
         elif kind == 'dask':
             try:
                 from dask.distributed import Client

@@ -47,6 +47,7 @@ from equimus_control.policy import (
 )
 from equimus_control.reference import PREVIEW_S
 from equimus_description.valve import MIN_REGULATED_KPA
+from equimus_description.workers import init_worker
 
 from .env import RANDOM_HI, RANDOM_LO, STEP_POSES, EpisodeReference
 from .randomize import Randomization
@@ -379,7 +380,9 @@ def imitate(
     # spawned workers: the caller may hold threads (DDS, executors) that a fork would copy
     # mid-lock
     context = multiprocessing.get_context('spawn')
-    with ProcessPoolExecutor(max_workers=cfg.workers, mp_context=context) as pool:
+    with ProcessPoolExecutor(
+        max_workers=cfg.workers, mp_context=context, initializer=init_worker
+    ) as pool:
         for it in range(cfg.iterations):
             t_it = time.monotonic()
             beta = cfg.beta(it) if mlp is not None else 1.0

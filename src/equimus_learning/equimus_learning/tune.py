@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import math
 import multiprocessing
-import signal
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -31,6 +30,7 @@ from equimus_control.pid import PIDController, PIDGains
 from equimus_control.reference import PREVIEW_S, Waypoints, triangle_poses
 from equimus_description.leg import load_leg
 from equimus_description.statics import StaticParams, holding_pressures
+from equimus_description.workers import init_worker
 from equimus_hw.valve.stage import SimulatedDriver
 from equimus_sim.mocap import MocapConfig, VirtualMocap
 from equimus_sim.simulator import make_simulator
@@ -171,10 +171,6 @@ def gains_cost(gains: PIDGains, cfg: TuneConfig) -> float:
     return float(np.mean([run_cost((gains, cfg, d)) for d in delays(cfg)]))
 
 
-def _ignore_sigint() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-
 class Costs:
     """`gains_cost` of many gain sets at once, their runs (a set and a delay each) spread over
     cfg.workers spawned processes: the runs are independent, and a cost with a delay margin is
@@ -188,7 +184,7 @@ class Costs:
             self._pool = ProcessPoolExecutor(
                 max_workers=cfg.workers,
                 mp_context=multiprocessing.get_context('spawn'),
-                initializer=_ignore_sigint,
+                initializer=init_worker,
             )
 
     def map(self, fn: Callable[[Any], Any], items: Iterable[Any]) -> list[Any]:
