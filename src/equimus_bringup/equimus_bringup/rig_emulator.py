@@ -37,6 +37,7 @@ from equimus_description.leg import load_leg
 from equimus_hw.natnet.emulator import NatNetEmulator
 from equimus_hw.valve.board_emulator import BoardEmulator, add_valve_error_arguments
 from equimus_hw.valve.host_firmware import FirmwareBoard
+from equimus_ros.owner import stop_with_supervisor
 from equimus_sim.leg_model import LegModel
 from equimus_sim.mocap import MocapConfig, VirtualMocap
 from equimus_sim.simulator import LegSimulator
@@ -346,6 +347,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: rig.stop())
+    stop_with_supervisor()
     with rig:
         print(
             f'rig_emulator: DAC board on {rig.serial_port}; NatNet {a.version} on '

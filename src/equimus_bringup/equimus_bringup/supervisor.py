@@ -32,6 +32,7 @@ from equimus_bringup.graph import (
     realtime_problem,
     ros_arguments,
 )
+from equimus_ros.owner import OWNER_ENV
 
 #: s a managed node may take to offer its lifecycle services after its process started (imports,
 #: DDS discovery on a loaded machine), and to answer one transition.
@@ -346,6 +347,7 @@ class Supervisor:
         self.echo = echo
         self.env = dict(os.environ if env is None else env)
         self.env.setdefault('PYTHONUNBUFFERED', '1')
+        self.env[OWNER_ENV] = str(os.getpid())  # its processes stop once this one is gone
         self.procs: dict[str, subprocess.Popen] = {}
         self.failed: str | None = None
         self._stopping = False

@@ -28,6 +28,7 @@ from rclpy.node import Node
 
 from equimus_ros import hard_exit, paramfiles
 from equimus_ros.executors import single_thread_executor, spin_until_shutdown
+from equimus_ros.owner import stop_with_supervisor
 
 #: What a node factory builds: one node, or the nodes that share one process.
 N = TypeVar('N', bound=Node | list[Node])
@@ -281,6 +282,7 @@ def run_node(
         for path in files:
             paramfiles.check(path)
         rclpy.init(args=args)
+        stop_with_supervisor()
     except (paramfiles.ParamFileError, RuntimeError) as exc:
         # RuntimeError: rcl refused the command line (RCLError); its text names the argument.
         first = str(exc).replace('\n', '\\n') or type(exc).__name__
