@@ -1,7 +1,7 @@
 """What every process pool's worker does first (the fits, the intervals, the tuning, the
 teaching): leave Ctrl-C to the pool's owner, which stops the pool, and end with the owner however
 the owner ends. Otherwise a worker outlives an owner killed by SIGKILL, or by SIGTERM's default
-action: it finishes the job it holds, then waits on the pool's queue for good (seen after
+action: it goes on computing the jobs it holds, for no one (seen after
 `equimus adapt` was killed at a test's time limit)."""
 
 from __future__ import annotations
