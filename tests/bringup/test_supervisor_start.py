@@ -1,12 +1,14 @@
 """Supervisor.start: a start that fails leaves no process behind (real processes)."""
 
-import contextlib
 import shutil
+import sys
 
+import orphans
 import pytest
 
 from equimus_bringup.graph import ProcessSpec
 from equimus_bringup.supervisor import GraphError, Supervisor
+from equimus_ros.owner import OWNER_POLL_S
 
 
 def test_a_failed_start_stops_what_it_had_started():
@@ -77,32 +79,5 @@ time.sleep(120)
 def test_a_node_stops_once_its_supervisor_is_killed():
     """SIGKILL to the supervisor (`equimus adapt` killed at a test's time limit left its whole
     rig graph running): its node sees it gone and stops on its Ctrl-C path."""
-    import os
-    import signal
-    import subprocess
-    import sys
-    import time
-    from pathlib import Path
-
-    from equimus_ros.owner import OWNER_POLL_S
-
-    def state(pid: int) -> str:  # 'Z': ended, not yet reaped; '' once gone
-        try:
-            return Path(f'/proc/{pid}/stat').read_text().rsplit(')', 1)[1].split()[0]
-        except OSError:
-            return ''
-
-    sup = subprocess.Popen([sys.executable, '-c', SUPERVISOR], stdout=subprocess.PIPE, text=True)
-    assert sup.stdout is not None
-    node = int(sup.stdout.readline())
-    try:
-        assert state(node) not in ('', 'Z')
-        sup.send_signal(signal.SIGKILL)
-        sup.wait()
-        end = time.monotonic() + 2 * OWNER_POLL_S + 15.0
-        while state(node) not in ('', 'Z'):
-            assert time.monotonic() < end, f'the node outlived its supervisor: {state(node)}'
-            time.sleep(0.1)
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(node, signal.SIGKILL)
+    ended, state = orphans.kill_starter([sys.executable, '-c', SUPERVISOR], 2 * OWNER_POLL_S + 15)
+    assert ended, f'the node outlived its supervisor: {state}'
