@@ -303,7 +303,7 @@ def _wait_until(
             raise GraphError(failed)
         if time.monotonic() > end:
             said = {name: len(sup.output.get(name, [])) for name in show}
-            native = (sup.dump_stacks(show) or {}) if show else {}
+            native = sup.dump_stacks(show) if show else {}
             tails = [
                 f"{name}'s last output, then its threads' stacks:\n"
                 + ''.join(

@@ -586,10 +586,10 @@ class Supervisor:
             self._lifecycle = None
         return codes
 
-    def dump_stacks(self, names: Sequence[str], native: bool = True) -> dict[str, list[str]]:
+    def dump_stacks(self, names: Sequence[str]) -> dict[str, list[str]]:
         """Have the running processes `names` print their threads' Python stacks into their
         output (a node's STACK_DUMP_SIGNAL), and give them STACK_DUMP_WAIT_S to: where a live
-        but silent node stands. Returns each one's `native_stacks`, with `native`."""
+        but silent node stands. Returns each one's `native_stacks`."""
         from equimus_ros.main import STACK_DUMP_SIGNAL
 
         running = {n: p for n in names if (p := self.procs.get(n)) is not None and p.poll() is None}
@@ -597,7 +597,7 @@ class Supervisor:
             self._signal(proc, STACK_DUMP_SIGNAL)
         if running:
             time.sleep(STACK_DUMP_WAIT_S)
-        return {n: native_stacks(p.pid) for n, p in running.items()} if native else {}
+        return {n: native_stacks(p.pid) for n, p in running.items()}
 
     @classmethod
     def _kill_showing_stacks(cls, proc: subprocess.Popen) -> None:

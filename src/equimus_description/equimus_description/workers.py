@@ -2,7 +2,8 @@
 teaching): leave Ctrl-C to the pool's owner, which stops the pool, and end with the owner however
 the owner ends. Otherwise a worker outlives an owner killed by SIGKILL, or by SIGTERM's default
 action: it goes on computing the jobs it holds, for no one (seen after
-`equimus adapt` was killed at a test's time limit)."""
+`equimus adapt` was killed at a test's time limit). A graph's processes watch their supervisor
+the same way (`equimus_ros.owner`, a package this one may not import)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,8 @@
 """Processes that stop when the supervisor that started them is gone, however it ended.
 
-No rclpy here: the rig emulator, which is no ROS node, watches too.
+No rclpy here: the rig emulator, which is no ROS node, watches too. A process pool's worker
+watches its owner the same way (`equimus_description.workers`): the fitting and learning packages
+that own pools may not import this one, nor this one theirs.
 """
 
 from __future__ import annotations
