@@ -68,6 +68,12 @@ def _wait_received(node, minimum, timeout=30.0):
         node.destroy_subscription(sub)
 
 
+#: of the 300 best-effort /joint_states: DDS does not resend one a loaded machine drops before
+#: the recorder has it (21 were missing once beside the parallel suite and a sampler of /proc);
+#: every one the recorder did receive must be in the bag (the check at the end)
+BEST_EFFORT_MIN = 250
+
+
 @pytest.mark.parametrize('sig', [signal.SIGINT, signal.SIGTERM])
 def test_records_every_message_and_closes_on_signal(node, tmp_path, sig):
     path = tmp_path / 'bag'
@@ -80,7 +86,7 @@ def test_records_every_message_and_closes_on_signal(node, tmp_path, sig):
         _wait_recording(node, proc, ['/valve/command', '/joint_states'])
         time.sleep(0.5)
         _publish(node, pubs, 300)
-        _wait_received(node, 300 + 290)
+        received = _wait_received(node, 300 + BEST_EFFORT_MIN)
     finally:
         out = stop(proc, sig)
     assert proc.returncode == 0, out
@@ -89,9 +95,11 @@ def test_records_every_message_and_closes_on_signal(node, tmp_path, sig):
     # Reliable topic on loopback: nothing published after subscription may be missing.
     assert [m.data[0] for _, _, m in msgs] == [float(i) for i in range(300)]
     js = [m for t, _, m in bag.read_messages(path, ['/joint_states'])]
-    assert len(js) >= 290 and list(js[-1].name) == ['hip', 'knee']
+    assert len(js) >= BEST_EFFORT_MIN and list(js[-1].name) == ['hip', 'knee']
     counts = bag.topic_counts(path)
     assert counts['/valve/command'][0] == 'std_msgs/msg/Float64MultiArray'
+    # Every message the recorder reported received is on disk (the count includes /diagnostics).
+    assert sum(n for _, n, _ in counts.values()) >= received, (counts, received)
 
 
 def test_killed_recorder_leaves_a_readable_bag(node, tmp_path):
