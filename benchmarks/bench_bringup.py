@@ -1,12 +1,14 @@
 """Recorder throughput and the full sim graph's lockstep speed.
 
     python benchmarks/bench_bringup.py [--quick]
-    python benchmarks/bench_bringup.py --recorder [--seconds 5]   # sustained rate per size
+    python benchmarks/bench_bringup.py --recorder [--seconds 5] [--payload random]   # per size
     python benchmarks/bench_bringup.py --lockstep [--quick]       # the lockstep graphs only
 
 `--recorder` runs only the recorder, for ~1 KiB and 64 KiB messages, each from a low rate up to
 the first step that loses a message (RECORDER_SWEEP): msg/s and MB/s without drops, the figures
-docs/benchmarks.md (issue 30) sets beside rosbag2's published ones.
+docs/benchmarks.md (issue 30) sets beside rosbag2's published ones. `--payload random` sends
+128 different messages of random doubles in turn, which the bag's compression cannot shrink, so
+every byte is compressed and written (with zeros, the default, the bag is a few hundred KiB/s).
 
 Recorder: a publisher process sends reliable messages (Float64MultiArray, 128 doubles, ~1 KiB)
 at stepped target rates to the real recorder node; after each step the bag is read back and the
@@ -34,6 +36,7 @@ import sys, time, rclpy
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 from std_msgs.msg import Float64MultiArray
 rate, seconds, doubles = float(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3])
+incompressible = sys.argv[4] == 'random'
 rclpy.init()
 n = rclpy.create_node('bench_publisher')
 qos = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE)
@@ -43,6 +46,11 @@ while pub.get_subscription_count() == 0 and time.monotonic() - t0 < 20:
     rclpy.spin_once(n, timeout_sec=0.05)
 time.sleep(1.0)
 msg = Float64MultiArray(data=[0.0] * doubles)
+pool = []
+if incompressible:  # 128 different messages, more than a bag chunk holds: none compresses
+    import array, random
+    gen = random.Random(1)
+    pool = [array.array('d', [gen.random() for _ in range(doubles)]) for _ in range(128)]
 sent, start = 0, time.monotonic()
 while True:
     now = time.monotonic() - start
@@ -50,6 +58,8 @@ while True:
         break
     due = int(now * rate) + 1
     while sent < due:
+        if pool:
+            msg.data = pool[sent % len(pool)]
         msg.data[0] = float(sent)
         pub.publish(msg)
         sent += 1
@@ -60,7 +70,9 @@ print(sent, elapsed, flush=True)
 """
 
 
-def recorder_step(rate: float, seconds: float, workdir: Path, doubles: int = 128) -> dict:
+def recorder_step(
+    rate: float, seconds: float, workdir: Path, doubles: int = 128, payload: str = 'zeros'
+) -> dict:
     from rclpy.serialization import serialize_message
     from std_msgs.msg import Float64MultiArray
 
@@ -86,7 +98,7 @@ def recorder_step(rate: float, seconds: float, workdir: Path, doubles: int = 128
     )
     try:
         out = subprocess.run(
-            [sys.executable, '-c', PUBLISHER, str(rate), str(seconds), str(doubles)],
+            [sys.executable, '-c', PUBLISHER, str(rate), str(seconds), str(doubles), payload],
             capture_output=True,
             text=True,
             env=env,
@@ -116,18 +128,20 @@ def recorder_step(rate: float, seconds: float, workdir: Path, doubles: int = 128
 # published figures give (docs/benchmarks.md, issue 30).
 RECORDER_SWEEP = {
     128: (500, 1000, 2000, 4000, 8000, 16000),
-    8192: (125, 250, 500, 1000, 2000, 4000),
+    8192: (125, 250, 500, 1000, 2000, 4000, 8000),
 }
+#: --payload: zeros compress to almost nothing in the bag (ZSTD), random not at all
+PAYLOADS = ('zeros', 'random')
 
 
-def recorder_sweep(seconds: float) -> dict:
+def recorder_sweep(seconds: float, payload: str = 'zeros') -> dict:
     """The highest step with no message missing, per message size: msg/s and MB/s."""
     out = {}
     with tempfile.TemporaryDirectory() as d:
         for doubles, rates in RECORDER_SWEEP.items():
             best = None
             for rate in rates:
-                r = recorder_step(rate, seconds, Path(d), doubles)
+                r = recorder_step(rate, seconds, Path(d), doubles, payload)
                 print(
                     f'  {r["message_bytes"]:6d} B at {rate:6d} msg/s target: sent {r["rate"]:8.0f} '
                     f'msg/s ({r["payload_mb_s"]:6.2f} MB/s), recorded {r["recorded"]} of '
@@ -292,6 +306,12 @@ if __name__ == '__main__':
     )
     p.add_argument('--seconds', type=float, default=10.0, help='--recorder: s per step')
     p.add_argument(
+        '--payload',
+        choices=PAYLOADS,
+        default='zeros',
+        help='--recorder: message contents (random: the bag writes every byte, incompressible)',
+    )
+    p.add_argument(
         '--lockstep', action='store_true', help='only the split and composed lockstep graphs'
     )
     ns = p.parse_args()
@@ -301,8 +321,11 @@ if __name__ == '__main__':
             print(f'  {k:73s} {v}')
         sys.exit(0)
     if ns.recorder:
-        print(f'recorder sustained rate, {ns.seconds:g} s steps (load {os.getloadavg()[0]:.2f}):')
-        for doubles, best in recorder_sweep(ns.seconds).items():
+        print(
+            f'recorder sustained rate, {ns.seconds:g} s steps, {ns.payload} payload '
+            f'(load {os.getloadavg()[0]:.2f}):'
+        )
+        for doubles, best in recorder_sweep(ns.seconds, ns.payload).items():
             if best is None:
                 print(f'  {doubles}-double messages: no step without a missing message')
                 continue
