@@ -403,3 +403,34 @@ def test_capture_errors_are_clear(tmp_path):
     p.write_bytes(b'EQNATNT1' + b'\x00' * 5)
     with pytest.raises(CaptureError, match='truncated'):
         read_capture(p)
+
+
+def test_a_client_from_a_configuration_takes_every_setting_and_the_overrides():
+    """The bridge, the rig check, the capture and `equimus natnet list` build their clients
+    from one configuration through `from_config`: each setting must arrive."""
+    cfg = NatNetConfig(
+        server_address='10.0.0.5',
+        local_address='10.0.0.9',
+        multicast=False,
+        command_port=1600,
+        data_port=1601,
+        multicast_group='239.1.2.3',
+        stale_timeout=2.5,
+        bitstream_version='3.1',
+        allowed_senders=('10.0.0.6',),
+        quaternion_norm_tolerance=0.2,
+        workspace_min=(-1.0, -2.0, -3.0),
+        workspace_max=(1.0, 2.0, 3.0),
+        busy_poll_window=0.002,
+        so_busy_poll_us=50,
+    )
+    c = NatNetClient.from_config(cfg)
+    assert c.server == ('10.0.0.5', 1600) and c.local_address == '10.0.0.9'
+    assert (c.data_port, c.multicast, c.group, c.stale_timeout) == (1601, False, '239.1.2.3', 2.5)
+    assert c.allowed_hosts == {'10.0.0.5', '10.0.0.6'}
+    assert c.preferred == P.parse_version('3.1')
+    assert c.plausibility == cfg.plausibility()
+    assert (c.busy_poll_window, c.so_busy_poll_us) == (0.002, 50)
+    seen = []
+    c = NatNetClient.from_config(cfg, bitstream_version='', on_frame=seen.append)
+    assert c.preferred is None and c.on_frame == seen.append

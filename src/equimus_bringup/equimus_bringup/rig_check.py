@@ -187,20 +187,7 @@ class Mocap:
         from equimus_hw.natnet.client import NatNetClient
 
         self.cfg = cfg
-        n = cfg.natnet
-        self.client = NatNetClient(
-            n.server_address,
-            n.local_address,
-            n.command_port,
-            n.data_port,
-            n.multicast,
-            n.multicast_group,
-            n.stale_timeout,
-            on_frame=self._on_frame,
-            bitstream_version=n.bitstream_version,
-            allowed_senders=n.allowed_senders,
-            plausibility=n.plausibility(),
-        )
+        self.client = NatNetClient.from_config(cfg.natnet, on_frame=self._on_frame)
         self.token = topic_token
         self.bodies, _, joints = cfg.estimator.bodies_and_joints()
         self.estimator = JointStateEstimator(cfg.estimator.estimator(joints))

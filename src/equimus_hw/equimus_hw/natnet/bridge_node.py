@@ -159,22 +159,8 @@ class NatNetBridge(LifecycleNode):
             'natnet_bridge: stream',
             f'natnet://{self.server_address}:{self.command_port}',
         )
-        self.client = NatNetClient(
-            net.server_address,
-            net.local_address,
-            net.command_port,
-            net.data_port,
-            net.multicast,
-            net.multicast_group,
-            net.stale_timeout,
-            on_frame=self._on_frame,
-            on_log=self._log,
-            bitstream_version=net.bitstream_version,
-            allowed_senders=net.allowed_senders,
-            plausibility=net.plausibility(),
-            on_model=self._on_model,
-            busy_poll_window=net.busy_poll_window,
-            so_busy_poll_us=net.so_busy_poll_us,
+        self.client = NatNetClient.from_config(
+            net, on_frame=self._on_frame, on_log=self._log, on_model=self._on_model
         )
         self.receive_priority, self.receive_cpu = net.receive_priority, net.receive_cpu
         self.receive_scheduling = 'normal'  # what the receive thread got (diagnostics)

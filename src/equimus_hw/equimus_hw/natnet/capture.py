@@ -117,17 +117,8 @@ def record(
 ) -> CaptureWriter:
     """Connect like the bridge and write every datagram from the server for ``duration`` s."""
     writer = CaptureWriter(path)
-    client = NatNetClient(
-        cfg.server_address,
-        cfg.local_address,
-        cfg.command_port,
-        cfg.data_port,
-        cfg.multicast,
-        cfg.multicast_group,
-        cfg.stale_timeout,
-        bitstream_version='',  # record what the server streams by itself
-        allowed_senders=cfg.allowed_senders,
-    )
+    # record what the server streams by itself, whatever it is
+    client = NatNetClient.from_config(cfg, bitstream_version='', plausibility=None)
     client.raw_sink = writer.write
     stop = stop or threading.Event()
     try:

@@ -50,14 +50,7 @@ def _config(ns: argparse.Namespace) -> NatNetConfig:
 
 def cmd_list(ns: argparse.Namespace) -> int:
     cfg = _config(ns)
-    c = NatNetClient(
-        cfg.server_address,
-        cfg.local_address,
-        cfg.command_port,
-        cfg.data_port,
-        cfg.multicast,
-        cfg.multicast_group,
-    )
+    c = NatNetClient.from_config(cfg, bitstream_version='')
     try:
         c.open()
         info = c.connect(ns.timeout)

@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from equimus_description.config import ConfigError, param, validate_fields
 
@@ -302,6 +303,26 @@ class NatNetClient:
         self.busy_poll_window = float(busy_poll_window)
         self.so_busy_poll_us = int(so_busy_poll_us)
         self.so_busy_poll_error = ''  # why SO_BUSY_POLL was refused, if it was
+
+    @classmethod
+    def from_config(cls, cfg: NatNetConfig, **overrides: Any) -> NatNetClient:
+        """A client connecting as `cfg` says (the bridge's parameters), callbacks and any
+        setting given by keyword: the one place a configuration becomes a client."""
+        settings: dict[str, Any] = {
+            'server_address': cfg.server_address,
+            'local_address': cfg.local_address,
+            'command_port': cfg.command_port,
+            'data_port': cfg.data_port,
+            'multicast': cfg.multicast,
+            'multicast_group': cfg.multicast_group,
+            'stale_timeout': cfg.stale_timeout,
+            'bitstream_version': cfg.bitstream_version,
+            'allowed_senders': cfg.allowed_senders,
+            'plausibility': cfg.plausibility(),
+            'busy_poll_window': cfg.busy_poll_window,
+            'so_busy_poll_us': cfg.so_busy_poll_us,
+        }
+        return cls(**{**settings, **overrides})
 
     def on_log(self, level: str, msg: str) -> None:
         """Forward to the user's logger; a failing logger must not break reception."""
