@@ -7,8 +7,8 @@
 `--recorder` runs only the recorder, for ~1 KiB and 64 KiB messages, each from a low rate up to
 the first step that loses a message (RECORDER_SWEEP): msg/s and MB/s without drops, the figures
 docs/benchmarks.md (issue 30) sets beside rosbag2's published ones. `--payload random` sends
-128 different messages of random doubles in turn, which the bag's compression cannot shrink, so
-every byte is compressed and written (with zeros, the default, the bag is a few hundred KiB/s).
+128 different messages of random doubles in turn, so the 64 KiB ones reach the disk nearly
+whole (a bag chunk holds 4 of them; with zeros, the default, the bag is a few hundred KiB/s).
 
 Recorder: a publisher process sends reliable messages (Float64MultiArray, 128 doubles, ~1 KiB)
 at stepped target rates to the real recorder node; after each step the bag is read back and the
@@ -47,7 +47,7 @@ while pub.get_subscription_count() == 0 and time.monotonic() - t0 < 20:
 time.sleep(1.0)
 msg = Float64MultiArray(data=[0.0] * doubles)
 pool = []
-if incompressible:  # 128 different messages, more than a bag chunk holds: none compresses
+if incompressible:  # 128 different messages: a bag chunk holds 4 of 64 KiB, ~250 of 1 KiB
     import array, random
     gen = random.Random(1)
     pool = [array.array('d', [gen.random() for _ in range(doubles)]) for _ in range(128)]
@@ -309,7 +309,7 @@ if __name__ == '__main__':
         '--payload',
         choices=PAYLOADS,
         default='zeros',
-        help='--recorder: message contents (random: the bag writes every byte, incompressible)',
+        help='--recorder: message contents (random: 64 KiB messages reach the disk nearly whole)',
     )
     p.add_argument(
         '--lockstep', action='store_true', help='only the split and composed lockstep graphs'
