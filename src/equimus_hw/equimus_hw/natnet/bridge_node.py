@@ -56,6 +56,11 @@ from .client import FrameEvent, NatNetClient, NatNetConfig
 
 _POINT = struct.Struct('<fffI')
 _S = math.sqrt(0.5)
+#: s the stream waits once every pose topic has a subscriber. That count is this side's half of
+#: the match; a subscriber keeps a sample only from a publisher its own process has matched,
+#: from the same discovery exchange, which a loaded machine can delay (the likeliest reading of
+#: a test's reader missing 8 frames of each body once, docs/reliability.md).
+READER_MATCH_S = 0.25
 
 
 #: The fused loop's sink: a frame's stamp (ns, node clock) and its (topic token, pose) pairs.
@@ -243,6 +248,7 @@ class NatNetBridge(LifecycleNode):
                 self.discovery = (
                     f'every pose topic subscribed after {time.monotonic() - start:.2f} s'
                 )
+                self._stop.wait(READER_MATCH_S)
                 return
             self._stop.wait(0.01)
         if self._stop.is_set() or self.discovery_wait <= 0:
