@@ -69,7 +69,7 @@ def _wait_received(node, minimum, timeout=30.0):
 
 
 #: of the 300 best-effort /joint_states: DDS does not resend one a loaded machine drops before
-#: the recorder has it (21 were missing once beside the parallel suite and a sampler of /proc);
+#: the recorder has it (about 20 were missing once beside the parallel suite and a /proc sampler);
 #: every one the recorder did receive must be in the bag (the check at the end)
 BEST_EFFORT_MIN = 250
 
