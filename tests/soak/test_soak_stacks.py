@@ -3,7 +3,7 @@ processes stand (docs/reliability.md: an estimator that took no pose from a rest
 
 import time
 
-from equimus_soak.faults import CONTROL_PATH, FaultInjection
+from equimus_soak.faults import STACKS_SHOWN, FaultInjection
 
 
 class _Board:
@@ -35,7 +35,7 @@ class _Soak(FaultInjection):
 def test_control_that_does_not_resume_shows_the_native_stacks_of_the_control_path():
     soak = _Soak()
     assert soak.wait_resumed(time.monotonic(), 0.2) is None
-    assert soak.sup.asked == list(CONTROL_PATH)
+    assert soak.sup.asked == list(STACKS_SHOWN)
     assert soak.lines[0].startswith('[soak] control did not resume within 0.2 s'), soak.lines
     assert soak.lines[1:] == [
         '[soak]   estimator: LWP 9 "python": futex_wait < pthread_mutex_lock'

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from equimus_bringup.graph import FUSED_NODES
+
 if TYPE_CHECKING:
     from equimus_bringup.rig_emulator import EmulatedRig
     from equimus_hw.natnet.emulator import NatNetEmulator
@@ -46,8 +48,10 @@ KILLED = {
     'kill_reference': 'reference',
     'kill_recorder': 'recorder',
 }
-#: The processes between the mocap and the valves (one, control_loop, in the fused graph).
-CONTROL_PATH = ('natnet_bridge', 'estimator', 'controller', 'valve_driver', 'control_loop')
+#: The node processes between the mocap and the valves, whose stacks a stall shows: the fused
+#: loop's nodes apart or in control_loop (graph.CONTROL_PATH less the rig emulator and the sim,
+#: which are no nodes of a hardware graph that print their stacks when asked).
+STACKS_SHOWN = (*FUSED_NODES, 'control_loop')
 #: Processes of the control path that the fused loop merges into one (cannot be killed alone).
 FUSED_AWAY = ('kill_controller', 'kill_bridge', 'kill_estimator')
 # After a killed node is restarted, the other processes discover its publishers within one Fast DDS
@@ -143,7 +147,7 @@ class FaultInjection:
         """The control path's live processes print their Python stacks into their logs, and
         their native stacks go to the soak's log: a live but silent node (an estimator that
         took no pose from a restarted bridge, docs/reliability.md) says where it stands."""
-        native = self.sup.dump_stacks(CONTROL_PATH)
+        native = self.sup.dump_stacks(STACKS_SHOWN)
         self.log(f'[soak] {why}; native stacks of the control path ({", ".join(native)}):')
         for name, lines in native.items():
             for line in lines:

@@ -117,7 +117,8 @@ def record(
 ) -> CaptureWriter:
     """Connect like the bridge and write every datagram from the server for ``duration`` s."""
     writer = CaptureWriter(path)
-    # record what the server streams by itself, whatever it is
+    # The server's own version (none requested); the raw sink keeps every datagram, so only the
+    # default plausibility checks, not the workspace of `cfg`, judge the decoded frames.
     client = NatNetClient.from_config(cfg, bitstream_version='', plausibility=None)
     client.raw_sink = writer.write
     stop = stop or threading.Event()
