@@ -21,7 +21,7 @@ test: setup  ## the whole test suite: on TEST_WORKERS processes, then the `seria
 lint: setup  ## ruff (lint, format check) and mypy
 	@bash scripts/lint.sh
 
-bench: setup  ## every benchmark; writes docs/benchmarks.md
+bench: setup  ## every benchmark with a standard run; writes out/bench/benchmarks-<UTC time>.md
 	@$(ENV) && python benchmarks/run_all.py
 
 POLICY_OUT ?= out/policy

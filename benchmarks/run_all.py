@@ -1,17 +1,21 @@
-"""Run every benchmark of the project and write docs/benchmarks.md.
+"""Run every benchmark of the project that has a standard run, and write its figures to a file.
 
-    make bench                 # full run (minutes)
+    make bench                 # full run (about 35 minutes); out/bench/benchmarks-<UTC time>.md
     python benchmarks/run_all.py --quick --out /tmp/bench.md
 
-Each `benchmarks/bench_*.py` exposes `run(quick: bool) -> dict` of named figures (numbers or
-strings); this script runs them one after another (never in parallel: they measure time) and
-writes each figure with the command that produced it and the machine it ran on.
+A `benchmarks/bench_*.py` with `run(quick: bool) -> dict` of named figures (numbers or strings)
+is run here, one after another (never in parallel: they measure time), and each figure is written
+with the command that produced it and the machine it ran on. The others take arguments of their
+own (a run folder, modes, a frame count); they are listed at the end with their commands.
+docs/benchmarks.md is the project's record of measurements, each quoted with its command: this
+script does not write it unless told to (`--out docs/benchmarks.md`).
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
+import inspect
 import os
 import platform
 import sys
@@ -54,6 +58,20 @@ def load(path: Path):
     return mod
 
 
+def standard_run(mod):
+    """The module's `run` if it can be called as run(quick=...) alone, else None."""
+    run = getattr(mod, 'run', None)
+    if not callable(run):
+        return None
+    params = inspect.signature(run).parameters
+    if 'quick' not in params:
+        return None
+    others = [p for name, p in params.items() if name != 'quick']
+    if any(p.default is inspect.Parameter.empty for p in others):
+        return None
+    return run
+
+
 def fmt(v) -> str:
     if isinstance(v, float):
         return f'{v:.4g}'
@@ -66,20 +84,33 @@ def main(argv=None) -> int:
     )
     p.add_argument('--quick', action='store_true', help='short runs (for a smoke check)')
     p.add_argument('--only', nargs='*', default=None, help='bench names, e.g. sim natnet')
-    p.add_argument('--out', default=str(REPO / 'docs' / 'benchmarks.md'))
+    p.add_argument(
+        '--out',
+        default='',
+        help='the file to write (default: out/bench/benchmarks-<UTC time>.md)',
+    )
     ns = p.parse_args(argv)
+    now = time.gmtime()
+    stamp = time.strftime('%Y-%m-%d %H:%M UTC', now)
+    name = f'benchmarks-{time.strftime("%Y%m%dT%H%M%SZ", now)}.md'
+    out = Path(ns.out) if ns.out else REPO / 'out' / 'bench' / name
     benches = sorted(HERE.glob('bench_*.py'))
     if ns.only:
         benches = [b for b in benches if b.stem[len('bench_') :] in ns.only]
     sections = []
     failed = []
+    own_command = []
     for path in benches:
         name = path.stem[len('bench_') :]
         cmd = f'python benchmarks/{path.name}' + (' --quick' if ns.quick else '')
+        run = standard_run(load(path))
+        if run is None:
+            own_command.append(f'python benchmarks/{path.name} --help')
+            continue
         print(f'[bench] {name}: running ({cmd})', flush=True)
         t0 = time.monotonic()
         try:
-            figures = load(path).run(quick=ns.quick)
+            figures = run(quick=ns.quick)
         except Exception:
             failed.append(name)
             sections.append(f'## {name}\n\nFAILED:\n\n```\n{traceback.format_exc()}```\n')
@@ -92,15 +123,23 @@ def main(argv=None) -> int:
             f'| figure | value |\n|---|---|\n{rows}\n'
         )
         print(f'[bench] {name}: done in {wall:.0f} s', flush=True)
-    stamp = time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())
+    if own_command:
+        sections.append(
+            '## Benchmarks with arguments of their own (not run here)\n\n'
+            + '\n'.join(f'- `{c}`' for c in own_command)
+            + '\n'
+        )
     head = (
         f'# Benchmarks\n\nWritten by `make bench` (`python benchmarks/run_all.py'
         f'{" --quick" if ns.quick else ""}`) on {stamp}.\n\n'
         f'Machine: {machine()}.\n\n'
         'Every ratio compares figures measured side by side in the same run.\n\n'
     )
-    Path(ns.out).write_text(head + '\n'.join(sections))
-    print(f'[bench] wrote {ns.out}')
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(head + '\n'.join(sections))
+    print(f'[bench] wrote {out}')
+    for c in own_command:
+        print(f'[bench] not run here (arguments of its own): {c}')
     return 1 if failed else 0
 
 
