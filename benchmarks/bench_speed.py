@@ -1,14 +1,15 @@
 """Issue 30 in one run: the four speed figures of this host, each beside its goal.
 
     python benchmarks/bench_speed.py                      # about 3 minutes
-    python benchmarks/bench_speed.py --rounds 3 --seconds 30 --latency-seconds 10
+    python benchmarks/bench_speed.py --rounds 5 --seconds 30   # items 1 and 2 over more rounds
 
 Speed that holds "on any host" is checked by running this on the host in question. It runs, one
 after the other (never in parallel: they measure time), the project's own benchmarks of each item
 and prints one table:
 
 1. the free-running sim node against the bare MuJoCo loop (bench_sim.py --platform, alternating
-   rounds; each run against the bare loop of its own round, then the median);
+   rounds; each run against the bare loop of its own round, then the median: the host's speed
+   swings by half within minutes, and a ratio of two runs far apart measures the swing);
 2. the composed sim graph recording every topic, against the same bare loops;
 3. the fused low-latency chain's in-process p99 (datagram read -> SET frame written) in default
    scheduling, in bench_latency.py's modes default, busy, default (the emulated rig's threads at
@@ -144,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    p.add_argument('--rounds', type=int, default=1, help='items 1 and 2: alternating rounds')
+    p.add_argument('--rounds', type=int, default=3, help='items 1 and 2: alternating rounds')
     p.add_argument('--seconds', type=float, default=15.0, help='items 1 and 2: sim s per run')
     p.add_argument('--latency-seconds', type=float, default=10.0, help='item 3: s per mode')
     p.add_argument('--step-seconds', type=float, default=5.0, help='item 4: s per rate step')
