@@ -92,8 +92,8 @@ def main(argv=None) -> int:
     ns = p.parse_args(argv)
     now = time.gmtime()
     stamp = time.strftime('%Y-%m-%d %H:%M UTC', now)
-    name = f'benchmarks-{time.strftime("%Y%m%dT%H%M%SZ", now)}.md'
-    out = Path(ns.out) if ns.out else REPO / 'out' / 'bench' / name
+    default = REPO / 'out' / 'bench' / f'benchmarks-{time.strftime("%Y%m%dT%H%M%SZ", now)}.md'
+    out = Path(ns.out) if ns.out else default
     benches = sorted(HERE.glob('bench_*.py'))
     if ns.only:
         benches = [b for b in benches if b.stem[len('bench_') :] in ns.only]
@@ -103,13 +103,13 @@ def main(argv=None) -> int:
     for path in benches:
         name = path.stem[len('bench_') :]
         cmd = f'python benchmarks/{path.name}' + (' --quick' if ns.quick else '')
-        run = standard_run(load(path))
-        if run is None:
-            own_command.append(f'python benchmarks/{path.name} --help')
-            continue
-        print(f'[bench] {name}: running ({cmd})', flush=True)
         t0 = time.monotonic()
         try:
+            run = standard_run(load(path))
+            if run is None:
+                own_command.append(f'python benchmarks/{path.name} --help')
+                continue
+            print(f'[bench] {name}: running ({cmd})', flush=True)
             figures = run(quick=ns.quick)
         except Exception:
             failed.append(name)
