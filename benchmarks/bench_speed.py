@@ -42,6 +42,9 @@ NODE_GOAL = 0.4
 GRAPH_GOAL = 0.15
 #: item 3: the modes run, every one in default (non-real-time) scheduling
 LATENCY_MODES = ('default', 'busy', 'default')
+#: the full run's rounds of items 1 and 2, their sim s a run, s a latency mode, s a recorder step
+FULL = (3, 15.0, 10.0, 5.0)
+QUICK = (1, 5.0, 4.0, 2.0)
 
 
 def measure(rounds: int, sim_seconds: float, latency_seconds: float, step_seconds: float) -> dict:
@@ -83,9 +86,7 @@ def figures(r: dict) -> dict:
 
 def run(quick: bool = False) -> dict:
     """`make bench`: the table's figures; quick: shorter runs of each."""
-    if quick:
-        return figures(measure(1, 5.0, 4.0, 2.0))
-    return figures(measure(1, 15.0, 10.0, 5.0))
+    return figures(measure(*(QUICK if quick else FULL)))
 
 
 def verdict(value: float, goal: float, above: bool) -> str:
@@ -145,16 +146,24 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    p.add_argument('--rounds', type=int, default=3, help='items 1 and 2: alternating rounds')
-    p.add_argument('--seconds', type=float, default=15.0, help='items 1 and 2: sim s per run')
-    p.add_argument('--latency-seconds', type=float, default=10.0, help='item 3: s per mode')
-    p.add_argument('--step-seconds', type=float, default=5.0, help='item 4: s per rate step')
+    p.add_argument('--quick', action='store_true', help='short runs of each (about 2 minutes)')
+    rounds, seconds, latency_seconds, step_seconds = FULL
+    p.add_argument('--rounds', type=int, default=rounds, help='items 1 and 2: alternating rounds')
+    p.add_argument('--seconds', type=float, default=seconds, help='items 1 and 2: sim s a run')
+    p.add_argument(
+        '--latency-seconds', type=float, default=latency_seconds, help='item 3: s a mode'
+    )
+    p.add_argument('--step-seconds', type=float, default=step_seconds, help='item 4: s a step')
     p.add_argument('--json', default='', help='also write every figure to this file')
     ns = p.parse_args(argv)
     if ns.rounds < 1 or ns.seconds <= 0 or ns.latency_seconds <= 0 or ns.step_seconds <= 0:
         print('bench_speed: --rounds must be >= 1 and every duration > 0', file=sys.stderr)
         return 2
-    r = measure(ns.rounds, ns.seconds, ns.latency_seconds, ns.step_seconds)
+    r = (
+        measure(*QUICK)
+        if ns.quick
+        else measure(ns.rounds, ns.seconds, ns.latency_seconds, ns.step_seconds)
+    )
     print(
         f'\nissue 30 on this host ({os.cpu_count()} cores; 1-min load average '
         f'{r["load_average_1min_at_start"]:.2f} at start, {r["load_average_1min_at_end"]:.2f} at '
