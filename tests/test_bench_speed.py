@@ -1,0 +1,56 @@
+"""benchmarks/bench_speed.py's table: each of issue 30's items judged against its goal from the
+benchmarks' own result records (the worst default-scheduling p99 decides item 3)."""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / 'benchmarks'))
+
+import bench_speed  # noqa: E402  (a script of the benchmarks folder)
+
+
+def _result(node: float, graph: float, p99s: dict[str, list[float]]) -> dict:
+    platform = {
+        'platform_free_node_vs_bare_per_round': node,
+        'platform_graph_vs_bare_per_round': graph,
+        'platform_bare_mj_step_rtf': 300.0,
+        'platform_free_node_rtf': 300.0 * node,
+        'platform_composed_graph_recording_rtf': 300.0 * graph,
+        'platform_cpu_free_node_vs_bare': node,
+        'platform_cpu_graph_vs_bare': graph,
+    }
+    results = [{'mode': mode, 'in_process_p99_ms': v} for mode, vs in p99s.items() for v in vs] + [
+        {'mode': 'fifo', 'skipped': 'no permission'}
+    ]
+    best = {'message_bytes': 1044, 'rate': 7998.0, 'payload_mb_s': 8.4}
+    return {
+        'platform': platform,
+        'latency': {'results': results},
+        'recorder': {'128': best, '8192': None},
+    }
+
+
+def _verdicts(r: dict) -> list[str]:
+    return [line.split('  ')[-1].strip() for line in bench_speed.table(r)]
+
+
+@pytest.mark.parametrize(
+    ('node', 'graph', 'p99s', 'expected'),
+    [
+        (0.41, 0.16, {'default': [0.45, 0.49], 'busy': [0.9]}, ['met', 'met', 'met (default)']),
+        (0.39, 0.149, {'default': [0.45, 0.51], 'busy': [0.3]}, ['NOT met', 'NOT met',
+                                                                 'NOT met (default)']),
+    ],
+)  # fmt: skip
+def test_each_item_is_judged_against_its_goal(node, graph, p99s, expected):
+    verdicts = _verdicts(_result(node, graph, p99s))
+    assert verdicts[:3] == expected, bench_speed.table(_result(node, graph, p99s))
+    assert verdicts[3] == 'measured'
+
+
+def test_the_recorder_row_names_a_size_with_no_clean_step():
+    rows = bench_speed.table(_result(0.5, 0.1, {'default': [0.6]}))
+    assert '1044 B: 7998 msg/s, 8.4 MB/s' in rows[3], rows[3]
+    assert 'no step without a missing message' in rows[3]
