@@ -110,12 +110,12 @@ if [[ " $* " == *" --render "* ]]; then
 fi
 
 # The symlink install links each package's Python sources and data files, so editing them needs
-# no rebuild; what does (a file added, moved or removed, setup.py or setup.cfg changed, another
-# environment or checkout folder) changes this hash, and an unchanged one skips colcon's ~13 s.
+# no rebuild; what does (a file added, moved or removed, setup.py or setup.cfg or a C source
+# changed, another environment or checkout folder) changes this hash, and an unchanged one skips colcon's ~13 s.
 build_want="$( {
   echo "$ROOT $MODE $want $("$VENV/bin/python" -V 2>&1)"
-  (cd ros2_ws/src && find -L . -name __pycache__ -prune -o -type f ! -name '*.pyc' -print | LC_ALL=C sort)
-  cat ros2_ws/src/*/setup.py ros2_ws/src/*/setup.cfg 2>/dev/null
+  (cd ros2_ws/src && find -L . -name __pycache__ -prune -o -type f ! -name '*.pyc' ! -name '*.so' -print | LC_ALL=C sort)
+  cat ros2_ws/src/*/setup.py ros2_ws/src/*/setup.cfg ros2_ws/src/*/*/*.c 2>/dev/null
 } | sha256sum | cut -c1-16)"
 build_stamp=ros2_ws/install/.equimus-build
 # The packages' bytecode, as an install would write it: a shell with PYTHONDONTWRITEBYTECODE set

@@ -235,6 +235,10 @@ def test_colcon_build_from_ros2_ws(tmp_path):
     for name in packages():
         index = tmp_path / 'install' / name / 'share' / 'ament_index' / 'resource_index'
         assert (index / 'packages' / name).exists(), name
+    # the compiled kernels are built and installed with their package (optional in setup.py,
+    # so a build without them would pass unnoticed)
+    kernels = list((tmp_path / 'install' / 'equimus_control').rglob('_kernels.*.so'))
+    assert len(kernels) == 1, kernels
 
 
 def test_colcon_test_covers_every_test_folder_once():

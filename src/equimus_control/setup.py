@@ -1,13 +1,25 @@
 """ament_python package equimus_control."""
 
-from setuptools import setup
+from setuptools import Extension, setup
 
 package_name = 'equimus_control'
+
+# The estimator's and the PID's per-frame arithmetic, compiled (equimus_control/kernels.py).
+# No fused multiply-add: the compiled functions must give the Python reference's bits. Optional:
+# without a C compiler the package builds and runs the Python form.
+kernels = Extension(
+    'equimus_control._kernels',
+    sources=['equimus_control/_kernels.c'],
+    extra_compile_args=['-O2', '-ffp-contract=off'],
+    optional=True,
+)
 
 setup(
     name=package_name,
     version='0.2.0',
     packages=['equimus_control'],
+    ext_modules=[kernels],
+    package_data={'equimus_control': ['_kernels.pyi']},
     data_files=[
         ('share/ament_index/resource_index/packages', ['resource/equimus_control']),
         ('share/equimus_control', ['package.xml']),

@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from . import kernels
+
 
 class Status(enum.IntEnum):
     VALID = 0
@@ -120,8 +122,18 @@ class HingeSpec:
 
         q_parent, q_child: unit quaternions (x, y, z, w) of the two bodies in the world."""
         ap, rp, rc = self._frames
-        v = _rotate(q_parent, _rotate(q_child, rc), inverse=True)
-        return math.atan2(_dot(ap, _cross(rp, v)), _dot(rp, v)) + self.offset
+        return _hinge_angle(q_parent, q_child, ap, rp, rc, self.offset)
+
+    def packed(self, parent: int, child: int) -> tuple:
+        """This hinge between poses `parent` and `child` as `hinge_angles` takes it: (parent,
+        child, axis in the parent, reference vectors in the parent and the child, offset)."""
+        ap, rp, rc = self._frames
+        return (parent, child, *ap, *rp, *rc, float(self.offset))
+
+
+def _hinge_angle(q_parent, q_child, ap: Vec3, rp: Vec3, rc: Vec3, offset: float) -> float:
+    v = _rotate(q_parent, _rotate(q_child, rc), inverse=True)
+    return math.atan2(_dot(ap, _cross(rp, v)), _dot(rp, v)) + offset
 
 
 @dataclass
@@ -177,15 +189,69 @@ def pose_is_valid(position, quat) -> bool:
     )
 
 
-class JointStateEstimator:
-    """Feeds on synchronised (base, thigh, calf) poses; one estimate per frame."""
+# The per-frame arithmetic as kernels (plain values in, new values out): these Python forms are
+# the reference; `_kernels.c` has the same functions compiled (kernels.py).
+def hinge_angles(poses: Sequence, n_bodies: int, hinges: Sequence[tuple]) -> list[float] | None:
+    """The hinges' wrapped angles from [(position, quaternion xyzw)] × n_bodies (each hinge
+    `HingeSpec.packed`); None when there are not n_bodies poses or one is untracked."""
+    if len(poses) != n_bodies or not all(pose_is_valid(p, q) for p, q in poses):
+        return None
+    quats = [_unit_quat(q) for _, q in poses]
+    return [_hinge_angle(quats[h[0]], quats[h[1]], h[2:5], h[5:8], h[8:11], h[11]) for h in hinges]
 
-    def __init__(self, cfg: EstimatorConfig | None = None):
+
+def filter_update(
+    x: Sequence, P: Sequence, z: Sequence[float], dt: float, sigma_acc: float, sigma_meas: float
+) -> tuple[list[list[float]], list[tuple[float, float, float]]]:
+    """The filter's new (x, P) after the wrapped angles z, dt s after its last update: each
+    angle moved by whole turns to within π of the filter's (Python's float % is numpy's
+    remainder), then per joint a predict over dt with F = [[1, dt], [0, 1]] and an update with
+    the angle. x: per joint [angle, rate]; P: per joint (p00, p01, p11)."""
+    z = [a + (w - a + math.pi) % (2 * math.pi) - math.pi for w, (a, _) in zip(z, x, strict=True)]
+    qa = sigma_acc**2
+    q00, q01, q11 = qa * dt**4 / 4, qa * dt**3 / 2, qa * dt**2
+    R = sigma_meas**2
+    x_new, P_new = [], []
+    for (a, v), (p00, p01, p11), zj in zip(x, P, z, strict=True):
+        a += dt * v  # x = F x
+        p00, p01, p11 = (
+            p00 + 2 * dt * p01 + dt * dt * p11 + q00,  # P = F P Fᵀ + Q
+            p01 + dt * p11 + q01,
+            p11 + q11,
+        )
+        s = p00 + R
+        k0, k1 = p00 / s, p01 / s
+        r = zj - a
+        x_new.append([a + k0 * r, v + k1 * r])
+        P_new.append((p00 - k0 * p00, p01 - k0 * p01, p11 - k1 * p01))
+    return x_new, P_new
+
+
+class JointStateEstimator:
+    """Feeds on synchronised (base, thigh, calf) poses; one estimate per frame.
+
+    `compiled`: its arithmetic compiled or in Python (None: kernels.use_compiled's choice)."""
+
+    def __init__(self, cfg: EstimatorConfig | None = None, compiled: bool | None = None):
+        k = kernels.use_compiled(compiled)
+        self._hinge_angles = hinge_angles if k is None else k.hinge_angles
+        self._filter_update = filter_update if k is None else k.filter_update
+        self.kernels = 'python' if k is None else 'compiled'
         self.cfg = cfg if cfg is not None else EstimatorConfig()
-        chain = self.cfg.chain
+        self.reset()
+
+    @property
+    def cfg(self) -> EstimatorConfig:
+        return self._cfg
+
+    @cfg.setter
+    def cfg(self, cfg: EstimatorConfig) -> None:
+        """A new configuration (the estimator node's parameters), its hinges packed once."""
+        chain = cfg.chain
+        self._cfg = cfg
         self.n = len(chain)
         self.n_bodies = 1 + max(max(a, b) for a, b, _ in chain)
-        self.reset()
+        self._hinges = tuple(h.packed(a, b) for a, b, h in chain)
 
     def reset(self) -> None:
         #: per joint [angle, rate] and the covariance's (p00, p01, p11), plain floats
@@ -206,25 +272,7 @@ class JointStateEstimator:
     def _angles(self, poses: Sequence) -> list[float] | None:
         """`measure` as plain floats (the filter runs on floats: every frame, and numpy's
         per-call cost on a few numbers was most of its time)."""
-        if not self.cfg.joints:
-            if len(poses) != 3 or not all(pose_is_valid(p, q) for p, q in poses):
-                return None
-            qb, qt, qc = (_unit_quat(q) for _, q in poses)
-            return [self.cfg.hip.angle(qb, qt), self.cfg.knee.angle(qt, qc)]
-        if len(poses) != self.n_bodies or not all(pose_is_valid(p, q) for p, q in poses):
-            return None
-        quats = [_unit_quat(q) for _, q in poses]
-        return [h.angle(quats[a], quats[b]) for a, b, h in self.cfg.joints]
-
-    def _unwrap(self, wrapped: list[float]) -> list[float]:
-        """Each angle moved by whole turns to within π of the filter's angle (Python's float %
-        is numpy's remainder: the same values as on arrays)."""
-        if self.x is None:
-            return wrapped
-        return [
-            a + (w - a + math.pi) % (2 * math.pi) - math.pi
-            for w, (a, _) in zip(wrapped, self.x, strict=True)
-        ]
+        return self._hinge_angles(poses, self.n_bodies, self._hinges)
 
     def update(self, stamp: float, poses: Sequence) -> JointEstimate:
         cfg = self.cfg
@@ -246,14 +294,15 @@ class JointStateEstimator:
             and stamp - self.last_good_stamp > cfg.max_hold
         ):
             self.x = None  # too long without data: start afresh, do not bridge the gap
-        z = self._unwrap(z)
         if self.x is None:
             self.x = [[a, 0.0] for a in z]
             self.P = [(cfg.sigma_meas**2, 0.0, 10.0**2) for _ in z]
         else:
-            # x and last_good_stamp are set together (just below), so x implies a stamp
-            assert self.last_good_stamp is not None
-            self._kalman_step(stamp - self.last_good_stamp, z)
+            # x, P and last_good_stamp are set together (here), so x implies the others
+            assert self.last_good_stamp is not None and self.P is not None
+            self.x, self.P = self._filter_update(
+                self.x, self.P, z, stamp - self.last_good_stamp, cfg.sigma_acc, cfg.sigma_meas
+            )
         self.last_good_stamp = stamp
         return JointEstimate(
             stamp,
@@ -262,28 +311,6 @@ class JointStateEstimator:
             Status.VALID,
             gap,
         )
-
-    def _kalman_step(self, dt: float, z: list[float]) -> None:
-        """Predict over dt with F = [[1, dt], [0, 1]], then update with the angle z (scalars)."""
-        qa = self.cfg.sigma_acc**2
-        q00, q01, q11 = qa * dt**4 / 4, qa * dt**3 / 2, qa * dt**2
-        R = self.cfg.sigma_meas**2
-        x, P = self.x, self.P
-        assert x is not None and P is not None  # only called once the filter is initialised
-        for j in range(self.n):
-            a, v = x[j]
-            p00, p01, p11 = P[j]
-            a += dt * v  # x = F x
-            p00, p01, p11 = (
-                p00 + 2 * dt * p01 + dt * dt * p11 + q00,  # P = F P Fᵀ + Q
-                p01 + dt * p11 + q01,
-                p11 + q11,
-            )
-            s = p00 + R
-            k0, k1 = p00 / s, p01 / s
-            r = z[j] - a
-            x[j] = [a + k0 * r, v + k1 * r]
-            P[j] = (p00 - k0 * p00, p01 - k0 * p01, p11 - k1 * p01)
 
     def _held(self, stamp: float, gap: int) -> JointEstimate:
         if self.x is None or self.last_good_stamp is None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,6 +33,7 @@ from equimus_description.statics import (
 )
 from equimus_description.valve import HARD_MAX_KPA
 
+from . import kernels
 from .controller import ControlOutput, Estimate, Reference
 
 
@@ -179,13 +181,100 @@ class StaticFeedforward:
         return ControlOutput(P, (raw < 0) | (raw > p_max), {'feedforward': P.copy()})
 
 
-class PIDController:
-    """PID on (θ1, θ2) → torque → pressures (see module docstring)."""
+#: pid_law's answer: pressures (kPa), saturated, torque errors (N·m), feedforward pressures
+#: (kPa), new integral torques (N·m), each [hip, knee] or [maa, baa]
+PIDOutput = tuple[float, float, bool, bool, float, float, float, float, float, float]
 
-    def __init__(self, params: StaticParams, gains: PIDGains | None = None) -> None:
+
+def pack_statics(params: StaticParams) -> tuple[float, ...]:
+    """The static model as the compiled `pid_law` reads it (the order of _kernels.c's enum)."""
+    g = params.geometry
+    values = (
+        *(g.beta1, g.beta2, g.a1, g.b1, g.b2, g.d1, g.d2),
+        *(params.m_thigh, params.m_calf, *params.com_thigh, *params.com_calf, *params.m_act),
+        *(*params.k, *params.l0, *params.S, *params.area_slope, params.g, params.pressure_sign),
+    )
+    return tuple(float(v) for v in values)
+
+
+def pid_law(
+    params: StaticParams,
+    q0: float,
+    q1: float,
+    qd0: float,
+    qd1: float,
+    r0: float,
+    r1: float,
+    rd0: float,
+    rd1: float,
+    kp0: float,
+    kp1: float,
+    ki0: float,
+    ki1: float,
+    kd0: float,
+    kd1: float,
+    k_aw: float,
+    i_max0: float,
+    i_max1: float,
+    i0: float,
+    i1: float,
+    dt: float,
+    p_max: float,
+) -> PIDOutput:
+    """`PIDController.step`'s law in plain floats (every cycle; numpy on 2-vectors cost most of
+    it), the reference of its compiled form: angles q, rates qd, reference r and its rate rd,
+    gains, the integral torques i → (pressures p0, p1 in [0, p_max], saturated, torque errors,
+    feedforward pressures, new integral torques). `PIDController.step_numpy` is the same law
+    on arrays."""
+    pm = float(p_max)
+    e0, e1 = r0 - q0, r1 - q1
+    h0, h1 = holding_pressures_floats((r0, r1), params)
+    f0 = min(max(h0, 0.0), pm)  # np.clip(x, 0, p_max) for p_max >= 0
+    f1 = min(max(h1, 0.0), pm)
+    t0 = kp0 * e0 + kd0 * (rd0 - qd0) + i0
+    t1 = kp1 * e1 + kd1 * (rd1 - qd1) + i1
+    # A = σ J_Aᵀ diag(S·1e3): A[j][a] = σ J[a][j] S[a] 1e3
+    _, (j00, j01), (j10, j11) = actuation_lengths_jacobian((q0, q1), params.geometry)
+    sg = params.pressure_sign
+    s0, s1 = params.S[0] * 1e3, params.S[1] * 1e3
+    a00, a01, a10, a11 = sg * j00 * s0, sg * j10 * s1, sg * j01 * s0, sg * j11 * s1
+    b0 = (a00 * f0 + a01 * f1) + t0
+    b1 = (a10 * f0 + a11 * f1) + t1
+    (p0, p1), (sat0, sat1) = box_lsq_floats(
+        ((a00, a01), (a10, a11)), (b0, b1), (0.0, 0.0), (pm, pm)
+    )
+    p0, p1 = min(max(p0, 0.0), pm), min(max(p1, 0.0), pm)
+    err0 = (a00 * p0 + a01 * p1) - b0
+    err1 = (a10 * p0 + a11 * p1) - b1
+    ni0 = anti_windup(i0, err0, ki0 * e0, k_aw, dt, i_max0)
+    ni1 = anti_windup(i1, err1, ki1 * e1, k_aw, dt, i_max1)
+    return p0, p1, sat0, sat1, err0, err1, f0, f1, ni0, ni1
+
+
+class PIDController:
+    """PID on (θ1, θ2) → torque → pressures (see module docstring). `compiled`: its law
+    compiled or in Python (None: kernels.use_compiled's choice)."""
+
+    def __init__(
+        self, params: StaticParams, gains: PIDGains | None = None, compiled: bool | None = None
+    ) -> None:
+        k = kernels.use_compiled(compiled)
+        self._law: Callable[..., PIDOutput] = pid_law if k is None else k.pid_law
+        self.kernels = 'python' if k is None else 'compiled'
         self.params = params
         self.g = gains if gains is not None else PIDGains()
         self.reset()
+
+    @property
+    def params(self) -> StaticParams:
+        return self._params
+
+    @params.setter
+    def params(self, params: StaticParams) -> None:
+        self._params = params
+        self._law_params: StaticParams | tuple[float, ...] = (
+            params if self.kernels == 'python' else pack_statics(params)
+        )
 
     def reset(self) -> None:
         self.integral = np.zeros(2)  # integral torque (N·m)
@@ -199,8 +288,8 @@ class PIDController:
         self.integral = np.clip(self.integral, -i_max, i_max)
 
     def step(self, state: Estimate, ref: Reference, dt: float, p_max: float) -> ControlOutput:
-        """The control law in plain floats (every cycle; numpy on 2-vectors cost most of it).
-        `step_numpy` is the same law on arrays, the reference the tests compare with."""
+        """The control law (`pid_law`, compiled or in Python). `step_numpy` is the same law on
+        arrays, the reference the tests compare with."""
         q0, q1 = float(state.q[0]), float(state.q[1])
         qd0, qd1 = float(state.qd[0]), float(state.qd[1])
         g = self.g
@@ -211,31 +300,15 @@ class PIDController:
             r0, r1 = float(ref.q[0]), float(ref.q[1])
             rd0, rd1 = float(ref.qd[0]), float(ref.qd[1])
         (kp0, kp1), (ki0, ki1), (kd0, kd1) = g.kp, g.ki, g.kd
-        e0, e1 = r0 - q0, r1 - q1
-        h0, h1 = holding_pressures_floats((r0, r1), self.params)
-        f0 = min(max(h0, 0.0), p_max)  # np.clip(x, 0, p_max) for p_max >= 0
-        f1 = min(max(h1, 0.0), p_max)
         i0, i1 = float(self.integral[0]), float(self.integral[1])
-        t0 = kp0 * e0 + kd0 * (rd0 - qd0) + i0
-        t1 = kp1 * e1 + kd1 * (rd1 - qd1) + i1
-        # A = σ J_Aᵀ diag(S·1e3): A[j][a] = σ J[a][j] S[a] 1e3
-        _, (j00, j01), (j10, j11) = actuation_lengths_jacobian((q0, q1), self.params.geometry)
-        sg = self.params.pressure_sign
-        s0, s1 = self.params.S[0] * 1e3, self.params.S[1] * 1e3
-        a00, a01, a10, a11 = sg * j00 * s0, sg * j10 * s1, sg * j01 * s0, sg * j11 * s1
-        b0 = (a00 * f0 + a01 * f1) + t0
-        b1 = (a10 * f0 + a11 * f1) + t1
-        pm = float(p_max)
-        (p0, p1), sat = box_lsq_floats(((a00, a01), (a10, a11)), (b0, b1), (0.0, 0.0), (pm, pm))
-        p0, p1 = min(max(p0, 0.0), pm), min(max(p1, 0.0), pm)
-        err0 = (a00 * p0 + a01 * p1) - b0
-        err1 = (a10 * p0 + a11 * p1) - b1
-        ni0 = anti_windup(i0, err0, ki0 * e0, g.k_aw, dt, g.i_max[0])
-        ni1 = anti_windup(i1, err1, ki1 * e1, g.k_aw, dt, g.i_max[1])
+        p0, p1, sat0, sat1, err0, err1, f0, f1, ni0, ni1 = self._law(
+            self._law_params, q0, q1, qd0, qd1, r0, r1, rd0, rd1, kp0, kp1, ki0, ki1, kd0, kd1,
+            g.k_aw, g.i_max[0], g.i_max[1], i0, i1, dt, p_max
+        )  # fmt: skip
         self.integral = np.array([ni0, ni1])
         return ControlOutput(
             np.array([p0, p1]),
-            np.array(sat),
+            np.array([sat0, sat1]),
             {'torque_error': np.array([err0, err1]), 'feedforward': np.array([f0, f1])},
         )
 

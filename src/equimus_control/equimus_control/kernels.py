@@ -1,0 +1,53 @@
+"""Which form of the per-frame arithmetic an estimator or a PID runs: compiled or Python.
+
+`_kernels` (a C extension built with this package, `_kernels.c`) holds `hinge_angles`,
+`filter_update` and `pid_law`; the Python functions of the same names in estimation.py and
+pid.py are the reference they match bit for bit (tests/control/test_kernels.py). At 120 Hz every
+frame runs from cold caches, where interpreted arithmetic costs several times its warm cost; the
+compiled form takes a fraction of that (docs/benchmarks.md, issue 30).
+
+An object picks its form when it is built (`use_compiled`). The environment's
+EQUIMUS_KERNELS=python makes the Python form every object's default in that process (a
+benchmark runs both side by side); a build without a C compiler has only the Python form
+(the extension is optional in setup.py) and says so in `describe()`.
+"""
+
+from __future__ import annotations
+
+import os
+from types import ModuleType
+
+#: The environment variable that picks the Python form ("python") for a whole process.
+ENV = 'EQUIMUS_KERNELS'
+
+_compiled: ModuleType | None
+try:
+    from . import _kernels as _compiled
+
+    MISSING = ''
+except ImportError as exc:  # built without a C compiler, or not built at all
+    _compiled = None
+    MISSING = str(exc)
+
+
+def compiled() -> ModuleType | None:
+    """The compiled module, or None when this build has none."""
+    return _compiled
+
+
+def use_compiled(prefer: bool | None = None) -> ModuleType | None:
+    """The compiled module an object built now should call, or None for the Python form:
+    `prefer` when given (False: Python; True: compiled where built), else compiled unless
+    EQUIMUS_KERNELS=python."""
+    if prefer is None:
+        prefer = os.environ.get(ENV, '').strip().lower() != 'python'
+    return _compiled if prefer else None
+
+
+def describe() -> str:
+    """A line for /diagnostics and the benchmarks: which form objects built now run, and why."""
+    if _compiled is None:
+        return f'python (no compiled kernels in this build: {MISSING})'
+    if use_compiled() is None:
+        return f'python ({ENV}=python)'
+    return 'compiled'
