@@ -1,7 +1,7 @@
 """The fused control loop's chain in plain code, back to back and paced (issue 30, item 3).
 
-    python benchmarks/bench_chain.py                 # 1200 frames a schedule (~25 s)
-    python benchmarks/bench_chain.py --frames 2400
+    python benchmarks/bench_chain.py                 # 1200 frames a schedule and form (~50 s)
+    python benchmarks/bench_chain.py --frames 2400 --forms compiled
 
 `control_loop` (hardware.launch.py fused_loop:=true) runs, per NatNet frame, in its receive
 thread: the datagram decoded and accounted (NatNetClient.handle_datagram), the bodies' poses
@@ -19,8 +19,13 @@ streamed by the NatNet emulator's encoder):
 - paced, spinning: one frame every 1/120 s, the thread polling the clock in between (the
   receive thread's busy-poll modes).
 
-It prints, per schedule, the receive thread's CPU time (time.thread_time_ns) from the start of
-the decode to the end of each stage, p50 / p99 over the frames, and the ratio of the paced
+Each schedule runs twice, once per form of the estimator's and the PID's arithmetic
+(`--forms`): compiled (equimus_control._kernels, what the nodes run) and Python (the reference
+it matches bit for bit), one after the other on consecutive frames, so the two are measured side
+by side in one run.
+
+It prints, per schedule and form, the receive thread's CPU time (time.thread_time_ns) from the
+start of the decode to the end of each stage, p50 / p99 over the frames, and the ratio of the paced
 schedules to back to back. A paced frame that costs several times a back-to-back one is the
 machine, not the code: the same instructions, evicted from the caches by whatever ran on the
 core in the 8 ms between two frames (other processes, other virtual machines on the host), so
@@ -43,6 +48,8 @@ import numpy as np
 STAGES = ('decoded', 'poses', 'estimator', 'controller', 'safety', 'written')
 RATE_HZ = 120.0
 SCHEDULES = ('back to back', 'paced, asleep', 'paced, spinning')
+#: the estimator's and the PID's arithmetic: compiled (what the nodes run) and the Python reference
+FORMS = ('compiled', 'python')
 
 
 def _frames(n: int) -> list[bytes]:
@@ -73,9 +80,10 @@ def _frames(n: int) -> list[bytes]:
 
 
 class Chain:
-    """The receive thread's work for one frame, stage by stage (see the module docstring)."""
+    """The receive thread's work for one frame, stage by stage (see the module docstring), with
+    an estimator and a control step per form of their arithmetic."""
 
-    def __init__(self, port: str) -> None:
+    def __init__(self, port: str, forms: tuple[str, ...] = FORMS) -> None:
         from equimus_control.estimation import EstimatorConfig, JointStateEstimator
         from equimus_control.pid import PIDController
         from equimus_control.reference import make_reference
@@ -97,9 +105,22 @@ class Chain:
         self.client._dispatch(emu.model_definitions(), 0)
         self.bodies = list(BODIES)
         self.to_ros, self.up = motive_to_ros, DEFAULT_UP_AXIS
-        self.est = JointStateEstimator(EstimatorConfig())
         params = StaticParams.from_leg(load_leg())
-        self.step = ControlStep(PIDController(params), SafetyConfig(), n_joints=2, n_valves=2)
+        self.forms = {
+            form: (
+                JointStateEstimator(EstimatorConfig(), compiled=form == 'compiled'),
+                ControlStep(
+                    PIDController(params, compiled=form == 'compiled'),
+                    SafetyConfig(),
+                    n_joints=2,
+                    n_valves=2,
+                ),
+            )
+            for form in forms
+        }
+        for form, (est, step) in self.forms.items():
+            if (est.kernels, step.controller.kernels) != (form, form):
+                raise SystemExit(f'bench_chain: the {form} form is not in this build')
         self.reference = make_reference('triangle', params)
         cfg = DriverConfig()
         self.cals = cfg.channel_calibrations(('maa', 'baa'), None)
@@ -112,12 +133,13 @@ class Chain:
         if not self.link.connected:
             raise SystemExit(f'bench_chain: the board emulator did not answer ({port})')
 
-    def run(self, datagram: bytes, t: float) -> list[int]:
+    def run(self, datagram: bytes, t: float, form: str) -> list[int]:
         """One frame; the thread's CPU ns at the end of each of STAGES, from the start."""
         clock = time.thread_time_ns
+        est, step = self.forms[form]
         # The reference arrives between frames (the executor thread's subscription): not timed.
         q_ref, qd_ref = self.reference(t)
-        self.step.set_reference(q_ref, qd_ref, t)
+        step.set_reference(q_ref, qd_ref, t)
         c0 = clock()
         ev = self.client.handle_datagram(datagram, time.perf_counter_ns())
         c1 = clock()
@@ -126,10 +148,10 @@ class Chain:
         by_name = {b.name: (self.to_ros(b.position, b.orientation, self.up)) for b in ev.bodies}
         poses = [by_name[name] for name in self.bodies]
         c2 = clock()
-        e = self.est.update(t, poses)
+        e = est.update(t, poses)
         c3 = clock()
         now = time.monotonic()
-        cmd = self.step.step(e.position, e.velocity, t, now)
+        cmd = step.step(e.position, e.velocity, t, now)
         c4 = clock()
         self.safety.command([float(p) for p in cmd.pressures], now)
         out = self.safety.step(now, None)
@@ -143,7 +165,7 @@ class Chain:
         self.link.vent_and_close(0.5)
 
 
-def _schedule(chain: Chain, frames: list[bytes], t0: float, name: str) -> np.ndarray:
+def _schedule(chain: Chain, frames: list[bytes], t0: float, name: str, form: str) -> np.ndarray:
     period = 1.0 / RATE_HZ
     rows = []
     due = time.monotonic()
@@ -155,7 +177,7 @@ def _schedule(chain: Chain, frames: list[bytes], t0: float, name: str) -> np.nda
             else:
                 while time.monotonic() < due:
                     pass
-        rows.append(chain.run(datagram, t0 + k * period))
+        rows.append(chain.run(datagram, t0 + k * period, form))
     return np.array(rows) * 1e-3  # µs
 
 
@@ -163,27 +185,38 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument('--frames', type=int, default=1200, help='frames a schedule (1200 = 10 s)')
     p.add_argument('--warmup', type=int, default=120, help='frames run first in each schedule')
+    p.add_argument(
+        '--forms',
+        default=','.join(FORMS),
+        help='forms of the arithmetic, comma-separated (default: both, side by side)',
+    )
     ns = p.parse_args(argv)
-    if ns.frames < 10 or ns.warmup < 0:
-        print('bench_chain: --frames must be >= 10 and --warmup >= 0', file=sys.stderr)
+    forms = tuple(f for f in ns.forms.split(',') if f)
+    if ns.frames < 10 or ns.warmup < 0 or not forms or not set(forms) <= set(FORMS):
+        print(
+            'bench_chain: --frames must be >= 10, --warmup >= 0 and --forms one or both of '
+            + ', '.join(FORMS),
+            file=sys.stderr,
+        )
         return 2
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from equimus_hw.valve.board_emulator import BoardEmulator
 
     per = ns.frames + ns.warmup
-    print(f'building {per * len(SCHEDULES)} NatNet frames of the simulated leg ...', flush=True)
-    frames = _frames(per * len(SCHEDULES))
+    runs = [(name, form) for name in SCHEDULES for form in forms]
+    print(f'building {per * len(runs)} NatNet frames of the simulated leg ...', flush=True)
+    frames = _frames(per * len(runs))
     with tempfile.TemporaryDirectory(prefix='bench_chain_') as tmp:
         board = BoardEmulator(channels=2, link=os.path.join(tmp, 'dac'), log_path=None)
         board.start()
-        chain = Chain(board.link)
+        chain = Chain(board.link, forms)
         results = {}
         try:
-            for i, name in enumerate(SCHEDULES):
+            for i, (name, form) in enumerate(runs):
                 chunk = frames[i * per : (i + 1) * per]
                 t0 = i * per / RATE_HZ
-                rows = _schedule(chain, chunk, t0 + 1.0, name)
-                results[name] = rows[ns.warmup :]
+                rows = _schedule(chain, chunk, t0 + 1.0, name, form)
+                results[name, form] = rows[ns.warmup :]
         finally:
             chain.close()
             board.close()
@@ -193,18 +226,26 @@ def main(argv: list[str] | None = None) -> int:
         f'{ns.warmup} of warm-up; CPU µs of the thread from the start of the decode to the end '
         'of each stage, p50 / p99:'
     )
-    print(f'  {"schedule":18s}' + ''.join(f'{s:>16s}' for s in STAGES))
-    for name, rows in results.items():
+    print(f'  {"schedule, form":28s}' + ''.join(f'{s:>16s}' for s in STAGES))
+    for (name, form), rows in results.items():
         cells = [
             f'{np.percentile(rows[:, j], 50):7.1f}/{np.percentile(rows[:, j], 99):<7.1f}'
             for j in range(len(STAGES))
         ]
-        print(f'  {name:18s}' + ''.join(f'{c:>16s}' for c in cells))
-    hot = results['back to back'][:, -1]
-    for name in SCHEDULES[1:]:
-        whole = results[name][:, -1]
-        ratio = statistics.median(whole) / statistics.median(hot)
-        print(f'  {name}: the whole chain {ratio:.2f}x its back-to-back CPU time (p50)')
+        print(f'  {name + ", " + form:28s}' + ''.join(f'{c:>16s}' for c in cells))
+    for form in forms:
+        hot = results['back to back', form][:, -1]
+        for name in SCHEDULES[1:]:
+            whole = results[name, form][:, -1]
+            ratio = statistics.median(whole) / statistics.median(hot)
+            print(f'  {form}, {name}: the whole chain {ratio:.2f}x its back-to-back CPU time (p50)')
+    if len(forms) == len(FORMS):
+        for name in SCHEDULES:
+            c, py = (results[name, form][:, -1] for form in FORMS)
+            p50, p99 = (np.percentile(c, q) / np.percentile(py, q) for q in (50, 99))
+            print(
+                f'  {name}: the whole chain compiled {p50:.2f} of Python at p50, {p99:.2f} at p99'
+            )
     print(f'  (1-min load average {load:.2f} at the end, {os.cpu_count()} CPUs)')
     return 0
 

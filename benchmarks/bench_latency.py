@@ -34,7 +34,9 @@ Modes (parameters of natnet_bridge and control_loop; docs/interfaces.md):
 - default_gil100: default, with the loop process's GIL switch interval 100 us instead of every
   node process's 500 us (control_loop gil_switch_interval_us);
 - default_python_executor: default, with the loop's nodes on rclpy's Python executor
-  (EQUIMUS_EVENTS_EXECUTOR=0) instead of the events executor.
+  (EQUIMUS_EVENTS_EXECUTOR=0) instead of the events executor;
+- default_python_kernels: default, with the estimator's and the PID's arithmetic in Python
+  (EQUIMUS_KERNELS=python), the reference form of the compiled kernels every other mode runs.
 The rig's threads run at SCHED_FIFO 51 when this machine permits it (they stand in for Motive's
 PC and a microcontroller), in every mode alike; where SCHED_FIFO is refused the FIFO modes say so
 (the receive_thread value of the bridge's diagnostics) and run with normal scheduling.
@@ -95,9 +97,13 @@ MODES: dict[str, tuple[dict[str, dict[str, object]], dict[str, str]]] = {
     ),
     'default_gil100': ({'control_loop': {'gil_switch_interval_us': 100.0}}, {}),
     'default_python_executor': ({}, {}),
+    'default_python_kernels': ({}, {}),
 }
 # mode -> environment of the loop's process
-MODE_ENV = {'default_python_executor': {'EQUIMUS_EVENTS_EXECUTOR': '0'}}
+MODE_ENV = {
+    'default_python_executor': {'EQUIMUS_EVENTS_EXECUTOR': '0'},
+    'default_python_kernels': {'EQUIMUS_KERNELS': 'python'},
+}
 MODE_WIDTH = max(map(len, MODES))
 GOALS_MS = {'in_process_p99': 0.5, 'wire_p99': 2.0}
 
@@ -297,6 +303,7 @@ def run_mode(
         'so_busy_poll': bridge.get('so_busy_poll', '?'),
         'memory': inproc.get('memory', '?'),
         'gc': inproc.get('gc', '?'),
+        'kernels': inproc.get('kernels', '?'),
         # ms after the datagram was read at which a frame reached each stage of the chain
         'reached_ms': {
             stage: (num(f'reached_{stage}_p50_ms'), num(f'reached_{stage}_p99_ms'))
@@ -414,7 +421,8 @@ def main(argv: list[str] | None = None) -> int:
             continue
         print(
             f'  {res["mode"]:{MODE_WIDTH}s} receive thread: {res["receive_thread"]}; so_busy_poll '
-            f'{res["so_busy_poll"]}; memory {res["memory"]}; gc {res["gc"]}'
+            f'{res["so_busy_poll"]}; memory {res["memory"]}; gc {res["gc"]}; kernels '
+            f'{res["kernels"]}'
         )
     print(
         'where the time goes (in-process, ms after the datagram was read at which a frame '

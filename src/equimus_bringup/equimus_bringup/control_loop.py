@@ -43,6 +43,7 @@ import numpy as np
 from rclpy.clock import Clock, ClockType
 from rclpy.node import Node
 
+from equimus_control import kernels
 from equimus_control.controller_node import ControllerNode
 from equimus_control.estimator_node import EstimatorNode
 from equimus_description.config import param, validate_fields
@@ -219,6 +220,7 @@ class LoopLatency(Node):
         v = np.array(self.samples)
         values: dict = {'frames': self.frames, 'window': v.size, 'memory': self.memory}
         values['gc'] = 'after each write' if self.gc_after_write else 'automatic'
+        values['kernels'] = kernels.describe()
         values['gil_switch_interval_us'] = f'{sys.getswitchinterval() * 1e6:.0f}'
         names, qs = ('p50', 'p99', 'p999', 'max'), (50, 99, 99.9, 100)
         ps = np.percentile(v, qs) if v.size else [math.nan] * len(qs)
