@@ -36,7 +36,10 @@ Modes (parameters of natnet_bridge and control_loop; docs/interfaces.md):
 - default_python_executor: default, with the loop's nodes on rclpy's Python executor
   (EQUIMUS_EVENTS_EXECUTOR=0) instead of the events executor;
 - default_python_kernels: default, with the estimator's and the PID's arithmetic in Python
-  (EQUIMUS_KERNELS=python), the reference form of the compiled kernels every other mode runs.
+  (EQUIMUS_KERNELS=python), the reference form of the compiled kernels every other mode runs;
+- default_no_quiet: default, with the executor thread's quiet windows off (control_loop
+  quiet_window_ms 0): its callbacks run whenever their event comes, a frame arriving meanwhile
+  waits for the GIL.
 The rig's threads run at SCHED_FIFO 51 when this machine permits it (they stand in for Motive's
 PC and a microcontroller), in every mode alike; where SCHED_FIFO is refused the FIFO modes say so
 (the receive_thread value of the bridge's diagnostics) and run with normal scheduling.
@@ -98,6 +101,7 @@ MODES: dict[str, tuple[dict[str, dict[str, object]], dict[str, str]]] = {
     'default_gil100': ({'control_loop': {'gil_switch_interval_us': 100.0}}, {}),
     'default_python_executor': ({}, {}),
     'default_python_kernels': ({}, {}),
+    'default_no_quiet': ({'control_loop': {'quiet_window_ms': 0.0}}, {}),
 }
 # mode -> environment of the loop's process
 MODE_ENV = {

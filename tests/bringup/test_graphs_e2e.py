@@ -181,6 +181,10 @@ def test_fused_control_loop_against_the_emulated_rig(tmp_path):
     assert -0.05 < waited[0] <= float(last['latency_p50_ms']), last
     assert waited[1] <= float(last['latency_p99_ms']), last
     assert 0.0 <= float(last['waited_frames_pct']) <= 100.0, last
+    # The executor thread was held out of the frames' quiet windows (default 1 ms), and the
+    # estimator and the PID ran compiled.
+    assert last['quiet_window_ms'] == '1' and float(last['executor_held_s']) > 0.0, last
+    assert last['kernels'] == 'compiled', last
     log = (run_dir / 'graph.log').read_text()
     assert vented_on_stop(log, '[control_loop] '), log[-3000:]
     processes = {line.split(']')[0] + ']' for line in log.splitlines() if line.startswith('[')}

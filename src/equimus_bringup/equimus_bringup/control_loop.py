@@ -12,9 +12,13 @@ dominate the latency of the multi-process graph (docs/benchmarks.md, soak sectio
 
 Threads: the receive thread runs the chain; one executor thread runs the nodes' timers
 (valve keep-alive, slew and watchdog, the controller's stale-state guard, diagnostics), the
-reference subscription, parameter changes and the driver's services. Each node guards its own
-state: the controller's ControlStep and the valve driver's safety filter and link each sit behind
-their node's lock, so nothing here wraps another node's callbacks or reads its private fields.
+reference subscription, parameter changes and the driver's services. Both need the GIL, so the
+executor thread starts no callback in a quiet window around each expected frame, from
+`quiet_window_ms` before it until its SET frame is written (`LoopLatency.executor_turn`): a frame
+then finds the GIL free instead of waiting up to the switch interval for a callback to yield it.
+Each node guards its own state: the controller's ControlStep and the valve driver's safety
+filter and link each sit behind their node's lock, so nothing here wraps another node's
+callbacks or reads its private fields.
 The controller in this process is the same `ControllerNode` (and so the same
 `equimus_control.step.ControlStep`) as in the split graph.
 
@@ -35,12 +39,14 @@ import gc
 import math
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 from rclpy.clock import Clock, ClockType
+from rclpy.executors import Executor
 from rclpy.node import Node
 
 from equimus_control import kernels
@@ -51,7 +57,7 @@ from equimus_description.interface import DIAGNOSTICS
 from equimus_hw.natnet.bridge_node import NatNetBridge
 from equimus_hw.valve.driver_node import ValveDriver, vent_on_exit
 from equimus_ros.diagnostics import Diagnostics, Level
-from equimus_ros.executors import timer_callback
+from equimus_ros.executors import SPIN_ONCE_TIMEOUT_S, single_thread_executor, timer_callback
 from equimus_ros.lifecycle import bring_up
 from equimus_ros.main import GIL_SWITCH_INTERVAL_S, run_node
 from equimus_ros.params import bind
@@ -66,6 +72,9 @@ CPU_STAGES = (*STAGES, 'written')
 #: ms a frame may spend not computing (wall-clock less the receive thread's CPU time, from the
 #: read to the write) before it counts as having waited (for the GIL or a core)
 WAITED_MS = 0.1
+#: s after a frame's expected arrival (or after its arrival) the executor thread waits at most
+#: for its write, when the frame is late, lost or never answered (a skipped estimate)
+QUIET_AFTER_S = 0.002
 GC_YOUNG_EVERY = 10  # frames between collections of the middle generation (gc_after_write)
 GC_FULL_EVERY = 1200  # frames between full collections (gc_after_write)
 
@@ -91,6 +100,14 @@ class LoopConfig:
         "frame's serial write instead (young objects every frame, the middle generation every "
         f'{GC_YOUNG_EVERY}, all every {GC_FULL_EVERY}): no collection lands between a datagram '
         'and its write',
+    )
+    quiet_window_ms: float = param(
+        1.0,
+        'ms before each expected NatNet frame from which the executor thread (timers, the '
+        'reference, parameters, services) starts no callback until that frame is written, or '
+        f'{QUIET_AFTER_S * 1e3:g} ms past its expected time; 0 = off (callbacks run whenever '
+        'their event comes, and a frame may wait for one to yield the GIL)',
+        range=(0.0, 8.0),
     )
     gil_switch_interval_us: float = param(
         GIL_SWITCH_INTERVAL_S * 1e6,
@@ -149,6 +166,11 @@ class LoopLatency(Node):
                     '`ulimit -l`, or set lock_memory:=false. Running with pageable memory'
                 )
         self.gc_after_write = cfg.gc_after_write
+        self.quiet_ns = int(cfg.quiet_window_ms * 1e6)
+        #: frames written by the receive thread, and the event that wakes a quiet executor
+        self.written = 0
+        self.frame_written = threading.Event()
+        self.held_s = 0.0  # s the executor thread spent held out of quiet windows
         sys.setswitchinterval(cfg.gil_switch_interval_us * 1e-6)
         self._gc_frames = 0
         self._gc_last = time.monotonic()
@@ -184,6 +206,8 @@ class LoopLatency(Node):
                     self.waited.append(wall - cpu)
                     self.frames += 1
                 bridge.frame_arrival_ns = 0
+                self.written += 1
+                self.frame_written.set()
                 if self.gc_after_write:
                     self._collect()
 
@@ -204,6 +228,37 @@ class LoopLatency(Node):
 
         return noted
 
+    def executor_turn(self, executor: Executor) -> None:
+        """One turn of the process's executor thread: a callback (or a wait for one) outside
+        the quiet windows, else a hold until the frame is written. A window opens quiet_ns
+        before the frame the NatNet client expects next, and lasts while a frame is in the
+        chain; neither lasts more than QUIET_AFTER_S past the frame's time (a late or lost
+        frame, an estimate skipped), so a timer is held up by a few ms at most."""
+        bridge = self.bridge
+        if not self.quiet_ns or bridge is None:
+            executor.spin_once(timeout_sec=SPIN_ONCE_TIMEOUT_S)
+            return
+        client = bridge.client
+        now = client.clock_ns()
+        after = int(QUIET_AFTER_S * 1e9)
+        arrival = bridge.frame_arrival_ns
+        expected = client.next_frame_ns()
+        if arrival and now - arrival < after:
+            until = arrival + after  # a frame in the chain
+        elif expected is not None and expected - self.quiet_ns <= now < expected + after:
+            until = expected + after  # a frame due
+        else:
+            start = None if expected is None else expected - self.quiet_ns
+            wait = SPIN_ONCE_TIMEOUT_S if start is None or start <= now else (start - now) * 1e-9
+            executor.spin_once(timeout_sec=min(wait, SPIN_ONCE_TIMEOUT_S))
+            return
+        seen = self.written
+        self.frame_written.clear()
+        if self.written == seen:  # not written since: wait (a write after the clear sets it)
+            t0 = time.perf_counter()
+            self.frame_written.wait((until - now) * 1e-9)
+            self.held_s += time.perf_counter() - t0
+
     def _collect(self) -> None:
         """The collector's work, after the write (gc_after_write; see LoopConfig)."""
         self._gc_frames += 1
@@ -221,6 +276,8 @@ class LoopLatency(Node):
         values: dict = {'frames': self.frames, 'window': v.size, 'memory': self.memory}
         values['gc'] = 'after each write' if self.gc_after_write else 'automatic'
         values['kernels'] = kernels.describe()
+        values['quiet_window_ms'] = f'{self.quiet_ns * 1e-6:g}'
+        values['executor_held_s'] = f'{self.held_s:.3f}'
         values['gil_switch_interval_us'] = f'{sys.getswitchinterval() * 1e6:.0f}'
         names, qs = ('p50', 'p99', 'p999', 'max'), (50, 99, 99.9, 100)
         ps = np.percentile(v, qs) if v.size else [math.nan] * len(qs)
@@ -281,6 +338,20 @@ def control_loop() -> list[Node]:
     return nodes[::-1]
 
 
+def _spin(nodes: list[Node]) -> None:
+    """The nodes on one executor thread (equimus_ros.main.spin_all's), turned by the latency
+    monitor's `executor_turn` so that no callback starts in a frame's quiet window."""
+    monitor = next(n for n in nodes if isinstance(n, LoopLatency))
+    executor = single_thread_executor()
+    for node in nodes:
+        executor.add_node(node)
+    try:
+        while monitor.context.ok():
+            monitor.executor_turn(executor)
+    finally:
+        executor.shutdown()
+
+
 def _close(nodes: Any) -> None:
     """No frame may reach the valves once the driver has vented: stop the receiver first."""
     for node in nodes:
@@ -295,6 +366,7 @@ def main(args: Any = None) -> int:
     return run_node(
         control_loop,
         args,
+        spin=_spin,
         close=_close,
         config_hint='Fix config/natnet.yaml, valve.yaml, control.yaml or the --ros-args overrides.',
     )
