@@ -167,6 +167,11 @@ class EstimatorNode(Node):
         Bodies the estimator does not use (the bridge may stream more) are left out."""
         if ns <= self.last_done_ns:
             return
+        if not self.pending:  # the usual case in the fused loop: a whole frame, nothing waiting
+            frame = {name: pose for name, pose in poses if name in self.bodies}
+            if len(frame) == len(self.bodies):
+                self._process(ns, [frame[b] for b in self.bodies])
+                return
         self.pending.setdefault(ns, {}).update(p for p in poses if p[0] in self.bodies)
         for stamp in sorted(self.pending):
             frame = self.pending[stamp]

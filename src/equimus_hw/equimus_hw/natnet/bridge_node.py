@@ -42,7 +42,7 @@ from equimus_description.motive import (
     check_up_axis,
     motive_to_ros,
 )
-from equimus_ros.clocks import stamp_msg
+from equimus_ros.clocks import now_ns, stamp_msg
 from equimus_ros.diagnostics import Diagnostics, Level
 from equimus_ros.executors import timer_callback
 from equimus_ros.lifecycle import bring_up
@@ -360,7 +360,7 @@ class NatNetBridge(LifecycleNode):
         self.frame_decoded_ns = time.perf_counter_ns()
         self.frame_decoded_cpu_ns = time.thread_time_ns()
         age_ns = time.perf_counter_ns() - ev.arrival_ns + int(ev.exposure_age_s * 1e9)
-        stamp_ns = max(0, self.get_clock().now().nanoseconds - age_ns)
+        stamp_ns = max(0, now_ns(self.get_clock()) - age_ns)
         poses = [
             (
                 name,
@@ -517,7 +517,8 @@ class NatNetBridge(LifecycleNode):
         self.diagnostics.publish(level, text, kv)
 
     def is_receive_thread(self) -> bool:
-        return threading.current_thread() is self._thread
+        thread = self._thread
+        return thread is not None and threading.get_ident() == thread.ident
 
     def stop_receiving(self) -> None:
         """Stop the receive thread (no frame is handled after this returns, unless it hangs)."""
