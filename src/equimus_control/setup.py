@@ -26,7 +26,7 @@ setup(
     ],
     install_requires=['setuptools'],
     extras_require={'test': ['pytest']},
-    zip_safe=True,
+    zip_safe=False,  # a C extension
     maintainer='EquiMus HIL maintainers',
     maintainer_email='maintainers@equimus.dev',
     description='See package.xml.',
