@@ -97,6 +97,18 @@ def test_a_frame_in_the_chain_holds_and_a_late_frame_does_not(loop):
     assert ex.turns == [SPIN_ONCE_TIMEOUT_S] * 2
 
 
+def test_at_a_high_frame_rate_every_hold_is_followed_by_a_turn(loop):
+    """Frames at 1 kHz with a 1 ms window: each window opens as the last closes. The executor
+    still runs a ready callback (spin_once without waiting) after every hold, so a disarm or an
+    e-stop service is never starved."""
+    ex, client = Executor(), loop.bridge.client
+    client.now = 100 * MS
+    for _ in range(4):
+        client.expected = client.now + MS // 2  # always inside the next window
+        loop.executor_turn(ex)
+    assert ex.turns == [0.0, 0.0]  # hold, turn, hold, turn
+
+
 def test_quiet_windows_off(loop):
     loop.quiet_ns = 0
     ex, client = Executor(), loop.bridge.client

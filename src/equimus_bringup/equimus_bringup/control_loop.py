@@ -171,6 +171,7 @@ class LoopLatency(Node):
         self.written = 0
         self.frame_written = threading.Event()
         self.held_s = 0.0  # s the executor thread spent held out of quiet windows
+        self._turn_owed = False  # a hold has ended: the next turn runs a callback if one is ready
         sys.setswitchinterval(cfg.gil_switch_interval_us * 1e-6)
         self._gc_frames = 0
         self._gc_last = time.monotonic()
@@ -233,7 +234,8 @@ class LoopLatency(Node):
         the quiet windows, else a hold until the frame is written. A window opens quiet_ns
         before the frame the NatNet client expects next, and lasts while a frame is in the
         chain; neither lasts more than QUIET_AFTER_S past the frame's time (a late or lost
-        frame, an estimate skipped), so a timer is held up by a few ms at most."""
+        frame, an estimate skipped), and every hold is followed by a turn that runs a ready
+        callback, so a timer or a service waits a few ms at most, whatever the frame rate."""
         bridge = self.bridge
         if not self.quiet_ns or bridge is None:
             executor.spin_once(timeout_sec=SPIN_ONCE_TIMEOUT_S)
@@ -250,7 +252,12 @@ class LoopLatency(Node):
         else:
             start = None if expected is None else expected - self.quiet_ns
             wait = SPIN_ONCE_TIMEOUT_S if start is None or start <= now else (start - now) * 1e-9
+            self._turn_owed = False
             executor.spin_once(timeout_sec=min(wait, SPIN_ONCE_TIMEOUT_S))
+            return
+        if self._turn_owed:  # a turn after every hold: at a high frame rate, where one window
+            self._turn_owed = False  # follows the last, a service (disarm, e-stop) still runs
+            executor.spin_once(timeout_sec=0.0)
             return
         seen = self.written
         self.frame_written.clear()
@@ -258,6 +265,7 @@ class LoopLatency(Node):
             t0 = time.perf_counter()
             self.frame_written.wait((until - now) * 1e-9)
             self.held_s += time.perf_counter() - t0
+        self._turn_owed = True
 
     def _collect(self) -> None:
         """The collector's work, after the write (gc_after_write; see LoopConfig)."""
