@@ -150,12 +150,17 @@ def test_pause_step_resume_rate_and_reset(ros, repo_dir, tmp_path):
         probe.joints.clear()
         end = _stepped_to(_call(probe, 'step'))
         assert end == after_reset + 60
-        # Stepped as fast as possible: best-effort samples may be lost, the last frame is kept.
-        probe.spin_until(lambda: _frame(probe) == end, 5.0, 'the 60 frames after reset')
+        # Stepped as fast as possible: best-effort samples may be lost, the last ones too (a CI
+        # run lost the last /clock of the 60). The sim's own count comes on /diagnostics
+        # (reliable, every 0.3 s); the joint states received lie in the 60 frames.
+        done = str(end)
+        probe.spin_until(
+            lambda: probe.sim_status()[1].get('frames') == done, 5.0, 'the 60 frames after reset'
+        )
         probe.spin_for(0.3)
-        assert len(probe.joints) >= 3 and probe.joints[-1].header.stamp.sec * 1e9 + probe.joints[
-            -1
-        ].header.stamp.nanosec == pytest.approx(end * FRAME_NS, abs=1e3)
+        stamps = [m.header.stamp.sec * 1_000_000_000 + m.header.stamp.nanosec for m in probe.joints]
+        assert len(stamps) >= 3, stamps
+        assert after_reset * FRAME_NS < stamps[0] and stamps[-1] <= end * FRAME_NS + 1e3, stamps
         q = np.array([m.position for m in probe.joints])
         assert np.abs(q - q[0]).max() < 2e-3 and np.abs(probe.joints[-1].velocity).max() < 0.05
         assert np.abs(q[0] - [1.2, 0.9]).max() > 0.05  # a different pose than the given one
@@ -166,7 +171,7 @@ def test_pause_step_resume_rate_and_reset(ros, repo_dir, tmp_path):
         assert not r.success and 'kPa' in r.message, r.message
 
         # pause_at: runs on and pauses by itself exactly there.
-        target = (_frame(probe) + 30) / 120
+        target = (end + 30) / 120
         _set(probe, pause_at=target, real_time_factor=1.0)
         assert _call(probe, 'resume').success
         probe.spin_until(
