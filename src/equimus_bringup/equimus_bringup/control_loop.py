@@ -57,9 +57,9 @@ from equimus_description.interface import DIAGNOSTICS
 from equimus_hw.natnet.bridge_node import NatNetBridge
 from equimus_hw.valve.driver_node import ValveDriver, vent_on_exit
 from equimus_ros.diagnostics import Diagnostics, Level
-from equimus_ros.executors import SPIN_ONCE_TIMEOUT_S, single_thread_executor, timer_callback
+from equimus_ros.executors import SPIN_ONCE_TIMEOUT_S, timer_callback
 from equimus_ros.lifecycle import bring_up
-from equimus_ros.main import GIL_SWITCH_INTERVAL_S, run_node
+from equimus_ros.main import GIL_SWITCH_INTERVAL_S, run_node, spin_all
 from equimus_ros.params import bind
 
 MCL_CURRENT, MCL_FUTURE = 1, 2  # <sys/mman.h>
@@ -347,17 +347,10 @@ def control_loop() -> list[Node]:
 
 
 def _spin(nodes: list[Node]) -> None:
-    """The nodes on one executor thread (equimus_ros.main.spin_all's), turned by the latency
-    monitor's `executor_turn` so that no callback starts in a frame's quiet window."""
+    """The nodes on one executor thread (`spin_all`), turned by the latency monitor's
+    `executor_turn` so that no callback starts in a frame's quiet window."""
     monitor = next(n for n in nodes if isinstance(n, LoopLatency))
-    executor = single_thread_executor()
-    for node in nodes:
-        executor.add_node(node)
-    try:
-        while monitor.context.ok():
-            monitor.executor_turn(executor)
-    finally:
-        executor.shutdown()
+    spin_all(nodes, turn=monitor.executor_turn)
 
 
 def _close(nodes: Any) -> None:

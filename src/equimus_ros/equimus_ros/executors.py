@@ -72,9 +72,16 @@ def single_thread_executor(context: Context | None = None) -> Executor:
 
 
 def spin_until_shutdown(
-    executor: Executor, context: Context, stop: Callable[[], bool] = lambda: False
+    executor: Executor,
+    context: Context,
+    stop: Callable[[], bool] = lambda: False,
+    turn: Callable[[Executor], None] | None = None,
 ) -> None:
     """spin_once until the context shuts down (or `stop()`): never `executor.spin()`, which
-    busy-polls on the events executor (module docstring)."""
+    busy-polls on the events executor (module docstring). `turn(executor)`, where given, is one
+    turn in place of `spin_once` (it must return within about SPIN_ONCE_TIMEOUT_S)."""
     while context.ok() and not stop():
-        executor.spin_once(timeout_sec=SPIN_ONCE_TIMEOUT_S)
+        if turn is None:
+            executor.spin_once(timeout_sec=SPIN_ONCE_TIMEOUT_S)
+        else:
+            turn(executor)

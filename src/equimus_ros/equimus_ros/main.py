@@ -23,7 +23,7 @@ from typing import TypeVar
 
 import rclpy
 from rclpy.exceptions import ParameterException
-from rclpy.executors import ExternalShutdownException
+from rclpy.executors import Executor, ExternalShutdownException
 from rclpy.node import Node
 
 from equimus_ros import hard_exit, paramfiles
@@ -234,18 +234,24 @@ def is_shutting_down(grace_s: float = SHUTDOWN_GRACE_S) -> bool:
     return True
 
 
-def spin_all(nodes: Sequence[Node], stop_watch: _StopWatch | None = None) -> None:
+def spin_all(
+    nodes: Sequence[Node],
+    stop_watch: _StopWatch | None = None,
+    turn: Callable[[Executor], None] | None = None,
+) -> None:
     """Spin several nodes of one process on one executor thread: the events executor where rclpy
     has it. The Python one rebuilds its wait set from every entity of every node at each
     wake-up (~1.4 ms of CPU for the fused control loop's five nodes, ~300 wake-ups a second),
-    on the GIL the frames' thread needs (docs/benchmarks.md, issue 30 section 3)."""
+    on the GIL the frames' thread needs (docs/benchmarks.md, issue 30 section 3). `turn`: see
+    spin_until_shutdown."""
     executor = single_thread_executor()
     if stop_watch is not None:
         stop_watch.wake = executor.wake
     for node in nodes:
         executor.add_node(node)
     try:
-        spin_until_shutdown(executor, nodes[0].context if nodes else rclpy.get_default_context())
+        context = nodes[0].context if nodes else rclpy.get_default_context()
+        spin_until_shutdown(executor, context, turn=turn)
     finally:
         executor.shutdown()
 
