@@ -5,12 +5,14 @@ from setuptools import Extension, setup
 package_name = 'equimus_control'
 
 # The estimator's and the PID's per-frame arithmetic, compiled (equimus_control/kernels.py).
-# No fused multiply-add: the compiled functions must give the Python reference's bits. Optional:
-# without a C compiler the package builds and runs the Python form.
+# The compiled functions must give the Python reference's bits: no fused multiply-add, and pow
+# called, not rewritten (GCC turns pow(x, 2.0) into x * x, which differs from the C library's
+# pow, and so from Python's x**2, in the last bit now and then). Optional: without a C compiler
+# the package builds and runs the Python form.
 kernels = Extension(
     'equimus_control._kernels',
     sources=['equimus_control/_kernels.c'],
-    extra_compile_args=['-O2', '-ffp-contract=off'],
+    extra_compile_args=['-O2', '-ffp-contract=off', '-fno-builtin-pow'],
     optional=True,
 )
 

@@ -8,7 +8,9 @@
  * its warm cost (docs/benchmarks.md, issue 30).
  *
  * What keeps the bits equal:
- * - built with -ffp-contract=off: no fused multiply-add where Python rounds twice;
+ * - built with -ffp-contract=off: no fused multiply-add where Python rounds twice; and with
+ *   -fno-builtin-pow: the C library's pow, as Python's float ** calls it (GCC would turn
+ *   pow(x, 2.0) into x * x, one ulp off now and then);
  * - sin, cos, atan2, sqrt and pow from the C library, as Python's math module and float pow
  *   call them, with Python's errors (a domain error, an overflow, a division by zero);
  * - hypot by calling Python's math.hypot, which does not use the C library's;
