@@ -75,6 +75,10 @@ def test_a_port_in_use_is_never_given(narrow):
         socks[-1].bind(('127.0.0.1', free))
         with pytest.raises(RuntimeError, match='no 1 free UDP ports'):
             P.free_udp_ports(1)
+        # The ports found in use were reserved only for their check: free again, they are given.
+        for s in socks:
+            s.close()
+        assert P.free_udp_ports(1)[0] in held
     finally:
         for s in socks:
             s.close()
@@ -117,3 +121,47 @@ def test_a_port_given_to_another_live_process_is_not_given_again(narrow):
             child.kill()
         for s in socks:
             s.close()
+
+
+def test_a_port_given_to_another_live_process_is_never_bound_by_the_search(narrow, monkeypatch):
+    """The search binds a port for a moment to check it free. Were that a port another process
+    had been given, its server could find it "in use" just then: so the search skips a port
+    another process holds before it checks, and a refused one is not checked at all."""
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            '-c',
+            'import sys\n'
+            'from equimus_hw.natnet import ports as P\n'
+            f'P.PORT_FLOOR = {narrow.start}\n'
+            f'P._ceiling = lambda: {narrow.stop}\n'
+            'print(*P.free_udp_ports(2, consecutive=True), flush=True)\n'
+            'sys.stdin.read()\n',
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        theirs = [int(p) for p in child.stdout.readline().split()]
+        assert len(theirs) == 2
+        checked: list[int] = []
+        check = P._all_free
+
+        def recording(ports, address):
+            checked.extend(ports)
+            return check(ports, address)
+
+        monkeypatch.setattr(P, '_all_free', recording)
+        # Both searches start at the child's first port, the first one they would check.
+        monkeypatch.setattr(P, '_search_start', lambda width: theirs[0] - narrow.start)
+        one = P.free_udp_ports(1)
+        pair = P.free_udp_ports(2, consecutive=True)
+        assert not set(checked) & set(theirs), (checked, theirs)
+        assert not set(one + pair) & set(theirs)
+        assert checked, 'the search checked no port'
+    finally:
+        child.stdin.close()
+        child.wait(10)
+        if child.poll() is None:
+            child.kill()

@@ -14,6 +14,11 @@ same free port, and a process that stops and restarts its server leaves the port
 between. So every port given is also reserved for the life of the process that asked: a POSIX
 record lock on byte `port` of one file in the temporary directory, which the kernel drops when
 that process ends however it ends. A port reserved by any live process is never given again.
+
+A port is reserved before it is checked, never after: the check binds it for a moment, and a
+search that checked a port another process had already been given could hold it just when that
+process's server binds it (in CI a rig emulator exited, "Address already in use", on ports no
+other server had).
 """
 
 from __future__ import annotations
@@ -90,9 +95,27 @@ def _reserve(port: int) -> bool:
         return True
 
 
-def _reserve_all(ports: list[int]) -> bool:
-    """All of `ports` reserved, or False (those reserved before the first refused stay so)."""
-    return all(_reserve(p) for p in ports)
+def _release(port: int) -> None:
+    """Give back a reservation of this process (a port found in use after it was reserved)."""
+    with _reserving:
+        _reserved.discard(port)
+        if _reservations_fd is not None and _reservations_fd >= 0:
+            fcntl.lockf(_reservations_fd, fcntl.LOCK_UN, 1, port)
+
+
+def _claim(ports: list[int], address: str) -> bool:
+    """Reserve all of `ports`, then check them free; on False none stays reserved by this call."""
+    taken: list[int] = []
+    for port in ports:
+        if not _reserve(port):
+            break
+        taken.append(port)
+    else:
+        if _all_free(ports, address):
+            return True
+    for port in taken:
+        _release(port)
+    return False
 
 
 def _search_start(width: int) -> int:
@@ -110,12 +133,12 @@ def free_udp_ports(n: int, address: str = '127.0.0.1', consecutive: bool = False
     if consecutive:
         for first in order:
             span = list(range(first, first + n))
-            if first + n <= ceiling and _all_free(span, address) and _reserve_all(span):
+            if first + n <= ceiling and _claim(span, address):
                 return span
     else:
         found = []
         for port in order:
-            if _all_free([port], address) and _reserve(port):
+            if _claim([port], address):
                 found.append(port)
                 if len(found) == n:
                     return found
