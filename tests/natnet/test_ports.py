@@ -64,6 +64,26 @@ def _hold(ports) -> list[socket.socket]:
     return socks
 
 
+def _child_given(narrow: range, call: str) -> subprocess.Popen:
+    """A process that asks for ports of `narrow` by `call` (free_udp_ports(...)), prints them and
+    keeps them until its stdin closes."""
+    return subprocess.Popen(
+        [
+            sys.executable,
+            '-c',
+            'import sys\n'
+            'from equimus_hw.natnet import ports as P\n'
+            f'P.PORT_FLOOR = {narrow.start}\n'
+            f'P._ceiling = lambda: {narrow.stop}\n'
+            f'print(*P.{call}, flush=True)\n'
+            'sys.stdin.read()\n',
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+
+
 def test_a_port_in_use_is_never_given(narrow):
     socks = _hold(narrow)
     held = [s.getsockname()[1] for s in socks]
@@ -93,21 +113,7 @@ def test_a_port_given_to_another_live_process_is_not_given_again(narrow):
     socks.remove(s)
     port = s.getsockname()[1]
     s.close()
-    child = subprocess.Popen(
-        [
-            sys.executable,
-            '-c',
-            'import sys\n'
-            'from equimus_hw.natnet import ports as P\n'
-            f'P.PORT_FLOOR = {narrow.start}\n'
-            f'P._ceiling = lambda: {narrow.stop}\n'
-            'print(P.free_udp_ports(1)[0], flush=True)\n'
-            'sys.stdin.read()\n',
-        ],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+    child = _child_given(narrow, 'free_udp_ports(1)')
     try:
         assert child.stdout.readline().strip() == str(port)
         assert _bindable(port)  # free on the network: only the reservation keeps it
@@ -127,21 +133,7 @@ def test_a_port_given_to_another_live_process_is_never_bound_by_the_search(narro
     """The search binds a port for a moment to check it free. Were that a port another process
     had been given, its server could find it "in use" just then: so the search skips a port
     another process holds before it checks, and a refused one is not checked at all."""
-    child = subprocess.Popen(
-        [
-            sys.executable,
-            '-c',
-            'import sys\n'
-            'from equimus_hw.natnet import ports as P\n'
-            f'P.PORT_FLOOR = {narrow.start}\n'
-            f'P._ceiling = lambda: {narrow.stop}\n'
-            'print(*P.free_udp_ports(2, consecutive=True), flush=True)\n'
-            'sys.stdin.read()\n',
-        ],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+    child = _child_given(narrow, 'free_udp_ports(2, consecutive=True)')
     try:
         theirs = [int(p) for p in child.stdout.readline().split()]
         assert len(theirs) == 2

@@ -185,30 +185,8 @@ class ValveCalibration:
         return int(min(self.max_code, max(0, round(volts / self.volts_per_code))))
 
     def kpa_to_code(self, kpa: float) -> int:
-        """The DAC code for a commanded pressure; always in [0, max_code].
-
-        `volts_to_code(kpa_to_volts(kpa))` in one body, the same operations in the same order
-        (tests/valve/test_calibration.py): the driver calls it for every channel of every frame,
-        and the chain of five calls was most of its cost."""
-        try:
-            p = float(kpa)
-        except (TypeError, ValueError):
-            return 0
-        if not math.isfinite(p) or p <= 0.0:
-            return 0
-        p = min(p, self.max_kpa)
-        if p < self.min_regulated_kpa:
-            if self.low_band_policy == 'hold_min' and p >= self.hold_threshold_kpa:
-                p = self.min_regulated_kpa
-            else:
-                return 0
-        if p == 0.0:
-            return 0
-        kpv = self.kpa_per_volt
-        volts = max(0.0, (p / kpv + self.zero_offset_v - self.dac_offset_kpa / kpv) / self.dac_gain)
-        if not math.isfinite(volts) or volts <= 0.0:
-            return 0
-        return int(min(self.max_code, max(0, round(volts / self.volts_per_code))))
+        """The DAC code for a commanded pressure; always in [0, max_code]."""
+        return self.volts_to_code(self.kpa_to_volts(kpa))
 
     def codes(self, kpas: Iterable[float]) -> list[int]:
         return [self.kpa_to_code(p) for p in kpas]
