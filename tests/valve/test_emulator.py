@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 import serial
 
 from equimus_description.valve import VALVE_TAU_S
@@ -150,6 +151,51 @@ def test_a_starved_emulator_reads_the_set_that_came_before_its_watchdog_check(tm
         assert isinstance(ack, P.Ack) and ack.seq == 2 and ack.applied == (120, 220), ack
         assert emu.watchdog_trips == 0
         assert emu.codes == [120, 220]
+    finally:
+        host.close()
+        emu.close()
+
+
+def test_a_starved_pass_answers_with_the_pressure_of_its_own_moment(tmp_path):
+    """A pass of the emulator's loop that its process starved for 2 s: the valves first run
+    those 2 s at the codes they held, then the SET frame that came meanwhile is answered with
+    the pressure of that moment (a board's ADC reads its valve when it answers). The old loop
+    answered with the pressure from before the gap, and let the new code act over the gap before
+    it had arrived: a valve told to vent read back 4.7 kPa 1 s later in a loaded suite
+    (`equimus check rig`'s "does not vent")."""
+    cal = ValveCalibration()
+    host: Host | None = None
+    starve: dict = {'send': None, 'offset': 0.0}
+
+    def clock() -> float:
+        msg = starve['send']
+        if msg is not None and host is not None:
+            starve['send'] = None
+            host.send(msg)
+            time.sleep(0.05)  # the pty hands the bytes to the master side asynchronously
+            starve['offset'] += 2.0
+        return time.monotonic() + starve['offset']
+
+    def starved_ack(msg: P.Set) -> float:
+        starve['send'] = msg
+        assert wait_for(lambda: starve['send'] is None, 2.0)
+        acks = [r for r in host.replies(timeout=2.0) if isinstance(r, P.Ack) and r.seq == msg.seq]
+        assert acks and acks[0].measured is not None, acks
+        return cal.adc_to_kpa(acks[0].measured[0])
+
+    code = cal.kpa_to_code(40.0)
+    emu = make_emulator(tmp_path, watchdog_ms=60_000, clock=clock, calibration=cal)
+    host = Host(emu.link)
+    try:
+        host.send(P.Set(1, (code, 0)))
+        host.replies()
+        filled = starved_ack(P.Set(2, (code, 0)))  # 2 s filling at the code it already held
+        assert filled == pytest.approx(cal.code_to_kpa(code), abs=0.5), filled
+        host.send(P.Set(3, (0, 0)))
+        host.replies()
+        vented = starved_ack(P.Set(4, (0, 0)))  # 2 s venting since the SET before
+        assert vented < 0.5, vented
+        assert emu.watchdog_trips == 0
     finally:
         host.close()
         emu.close()

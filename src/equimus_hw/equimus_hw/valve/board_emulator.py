@@ -213,19 +213,29 @@ class BoardEmulator(BoardRecord):
             else:
                 with contextlib.suppress(OSError, ValueError):
                     select.select([master], [], [], 0.002)
-            # The time first, then every byte that came by it: a pass that this process was
-            # starved in after its wait (the suite's load) must not run the watchdog against a
-            # SET frame that is already in the buffer, as a firmware's loop drains its UART
-            # before its watchdog check.
-            now = self._clock()
-            data = self._read_pending(master) if master is not None else b''
+            last = self.run_pass(master, last)
+
+    def run_pass(self, master: int | None, last: float) -> float:
+        """One pass of run() after its wait, `last` the previous pass's time; this pass's time.
+
+        The time first, then every byte that came by it: a pass that this process was starved
+        in after its wait (the suite's load) must not run the watchdog against a SET frame that
+        is already in the buffer, as a firmware's loop drains its UART before its watchdog
+        check. The valves first run to that time at the codes they held, so an ACK reads the
+        pressure of its own moment, as a board's ADC does, and a new code acts from its arrival
+        on (a pass starved for 0.5 s answered its SET with the pressure of 0.5 s before, and a
+        vent then seemed not to happen: `equimus check rig` failed a good valve)."""
+        now = self._clock()
+        data = self._read_pending(master) if master is not None else b''
+        with self._lock:
             if now - last > LOOP_GAP_S:
                 # The emulator's own starvation (a real board's loop does not wait on a host's
                 # scheduler): a soak allows it around a late vent instead of blaming the driver.
-                with self._lock:
-                    self._log({'event': 'loop_gap', 't': now, 'gap': now - last})
-            self.step(data, now, now - last)
-            last = now
+                self._log({'event': 'loop_gap', 't': now, 'gap': now - last})
+            for v in self.valves:
+                v.advance(now, now - last)
+        self.step(data, now, 0.0)
+        return now
 
     @staticmethod
     def _read_pending(master: int) -> bytes:
