@@ -375,6 +375,7 @@ def test_realtime_mode_runs_at_real_time(ros, repo_dir, tmp_path):
     try:
         _wait_connected(probe, sim)
         probe.clock.clear()
+        probe.diag.clear()
         for b in BODIES:
             probe.poses[b].clear()
         probe.send((25.0, 25.0))
@@ -407,12 +408,20 @@ def test_realtime_mode_runs_at_real_time(ros, repo_dir, tmp_path):
         # drop statistics are checked without DDS in test_mocap.py).
         assert 0 < len(calf) <= frames + 1, (len(calf), frames)
         assert status is not None, 'no sim status on /diagnostics'
-        # The sim's own figure, over its last diagnostics period (0.5 s here): paced, not
-        # free-running (< 1.1), and moving. Over half a second the machine's capacity shows
-        # more than over the window above (0.491 with a busy loop beside the suite, the window's
-        # ratio in bounds in the same run).
-        rtf = float(values['real_time_factor'])
-        assert values['mode'] == 'realtime' and 0.25 < rtf < 1.1, values
+        # The sim's own figures, one a diagnostics period (0.5 s here), over the same 3 s:
+        # never ahead of the wall clock in any period, and the same generous floor as above on
+        # their mean (one half second alone read 0.491 beside a busy loop, the window's ratio in
+        # bounds in that run: a single period shows the machine's capacity more than the sim).
+        rtfs = [
+            float(kv.value)
+            for arr in probe.diag
+            for st in arr.status
+            if st.name == 'sim: simulator'
+            for kv in st.values
+            if kv.key == 'real_time_factor'
+        ]
+        assert values['mode'] == 'realtime' and len(rtfs) >= 3, (values, rtfs)
+        assert max(rtfs) < 1.1 and 0.5 < sum(rtfs) / len(rtfs), rtfs
         assert math.isfinite(float(values['jitter_p99_us']))
         assert int(values['mocap_dropped_frames']) > 0
     finally:
