@@ -421,7 +421,7 @@ def test_realtime_mode_runs_at_real_time(ros, repo_dir, tmp_path):
             if kv.key == 'real_time_factor'
         ]
         assert values['mode'] == 'realtime' and len(rtfs) >= 3, (values, rtfs)
-        assert max(rtfs) < 1.1 and 0.5 < sum(rtfs) / len(rtfs), rtfs
+        assert max(rtfs) < 1.1 and sum(rtfs) / len(rtfs) > 0.5, rtfs
         assert math.isfinite(float(values['jitter_p99_us']))
         assert int(values['mocap_dropped_frames']) > 0
     finally:
