@@ -5,6 +5,7 @@ DDS's ports (a participant started after the check never wants one)."""
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -157,3 +158,43 @@ def test_a_port_given_to_another_live_process_is_never_bound_by_the_search(narro
         child.wait(10)
         if child.poll() is None:
             child.kill()
+
+
+#: A DDS participant's UDP ports, printed by a child process that made one (a real rclpy node).
+PARTICIPANT_PORTS = """
+import os
+import rclpy
+rclpy.init()
+node = rclpy.create_node('port_probe')
+mine = set()
+for fd in os.listdir('/proc/self/fd'):
+    try:
+        link = os.readlink(f'/proc/self/fd/{fd}')
+    except OSError:
+        continue
+    if link.startswith('socket:['):
+        mine.add(link[len('socket:['):-1])
+with open('/proc/net/udp') as f:
+    rows = [line.split() for line in f.read().splitlines()[1:]]
+print(*sorted(int(r[1].split(':')[1], 16) for r in rows if r[9] in mine))
+node.destroy_node()
+rclpy.shutdown()
+"""
+
+
+@pytest.mark.skipif(not Path('/proc/net/udp').exists(), reason='lists sockets from /proc (Linux)')
+def test_no_port_a_dds_participant_holds_is_given():
+    """A node started after the search (the graph's own, a second later) must not want a port
+    it gave: Fast DDS holds one port a participant from 7000 up, below the RTPS mapping's 7400
+    (three rig emulators found theirs taken so while the search reached 7400)."""
+    out = subprocess.run(
+        [sys.executable, '-c', PARTICIPANT_PORTS],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    held = [int(p) for p in out.stdout.split()]
+    assert held, out.stderr
+    given = range(P.PORT_FLOOR, P._ceiling())
+    assert not [p for p in held if p in given], (held, given)

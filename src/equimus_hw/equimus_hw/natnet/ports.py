@@ -2,12 +2,17 @@
 
 A port found free by binding it and letting it go can be taken again before the server binds
 it, by any socket bound to port 0 (a NatNet client's command socket, another tool's), and the
-kernel gives those from its ephemeral range. DDS takes the ports from 7400 up (the RTPS port
-mapping: 250 a domain, domains 0-101 end below the ephemeral range), for participants that may
-start after the check. So the ports here come from below both, searched from a random port
-(parallel runs do not try the same ones) and checked free by binding them. Seen once in a
-loaded test run: an emulated rig found its data port taken, exited, and the graph idled,
-vented, with no pose ever arriving.
+kernel gives those from its ephemeral range. DDS participants that start after the check take
+ports of their own: the RTPS port mapping's from 7400 up (250 a domain, domains 0-101 end below
+the ephemeral range), and below those one port each from 7000 up, on every address or on
+127.0.0.1 (Fast DDS, as rmw_fastrtps runs it here: the first participant on the machine holds
+7000, the next 7001, ...; listed from /proc/net/udp while a graph started, and by
+tests/natnet/test_ports.py). So the ports here come from below all of them, searched from a
+random port (parallel runs do not try the same ones) and checked free by binding them. Seen in
+loaded test runs: an emulated rig found its data port taken, exited, and the graph idled,
+vented, with no pose ever arriving; and, with the search reaching up to 7400, three rig
+emulators that could not bind 7000/7001, 7010/7011 and 7003/7004, each taken by a node of the
+graph it served (its DDS participant) in the second between the check and the bind.
 
 Two processes searching at once (parallel test workers, a soak beside a test) could be given the
 same free port, and a process that stops and restarts its server leaves the port free in
@@ -35,8 +40,9 @@ __all__ = ['free_udp_port_pair', 'free_udp_ports']
 
 #: Lowest port given: NatNet's own (1510, 1511) and the well-known services stay below it.
 PORT_FLOOR = 2000
-#: The first port of the RTPS port mapping (its PB): DDS participants' ports start here.
-DDS_PORT_BASE = 7400
+#: The first port a DDS participant takes (Fast DDS: one each from here up, see the module
+#: docstring; the RTPS port mapping's start at 7400): the search stays below it.
+DDS_PORT_BASE = 7000
 #: Linux's ephemeral range, read from here; its default where the file is not.
 EPHEMERAL_RANGE = Path('/proc/sys/net/ipv4/ip_local_port_range')
 DEFAULT_EPHEMERAL_LOW = 32768
@@ -49,7 +55,7 @@ _reserving = threading.Lock()
 
 
 def _ceiling() -> int:
-    """The first port not given: DDS's base, or the ephemeral range's start if lower."""
+    """The first port not given: DDS's first, or the ephemeral range's start if lower."""
     try:
         low = int(EPHEMERAL_RANGE.read_text().split()[0])
     except (OSError, ValueError, IndexError):
