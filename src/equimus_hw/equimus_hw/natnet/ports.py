@@ -9,7 +9,7 @@ the ephemeral range), and below those one port each from 7000 up, on every addre
 7000, the next 7001, ...; listed from /proc/net/udp while a graph started, and by
 tests/natnet/test_ports.py). So the ports here come from below all of them, searched from a
 random port (parallel runs do not try the same ones) and checked free by binding them. Seen in
-loaded test runs: an emulated rig found its data port taken, exited, and the graph idled,
+test runs: an emulated rig found its data port taken, exited, and the graph idled,
 vented, with no pose ever arriving; and, with the search reaching up to 7400, three rig
 emulators that could not bind 7000/7001, 7010/7011 and 7003/7004, each taken by a node of the
 graph it served (its DDS participant) in the second between the check and the bind.
