@@ -118,14 +118,26 @@ class BagWriterProcess:
             raise OSError(f'the bag writer process has stopped ({exc})') from exc
 
     @_locked
-    def add_topic(self, topic: str, msgtype: str, qos: list[dict] | None = None) -> None:
+    def add_topic(
+        self,
+        topic: str,
+        msgtype: str,
+        qos: list[dict] | None = None,
+        sample: bytes | None = None,
+    ) -> int | None:
+        """As BagWriter.add_topic. `sample`, one serialised message of the type: the child
+        prepares its reader of the type with it before it answers (rosbags builds one on a
+        type's first message, 1-8 ms each; met in the first frames, those builds held the
+        frames up at the full pipe, 74 ms in one run: docs/benchmarks.md, issue 30); returns the
+        sample's size on the wire, found with that reader (None without a sample)."""
         if topic in self.topics:
-            return
+            return None
         self._send_batch()
-        self._send(('topic', (topic, msgtype, list(qos or []))))
-        self._reply()
+        self._send(('topic', (topic, msgtype, list(qos or []), sample)))
+        size: int | None = self._reply()
         self.topics[topic] = len(self._counts)
         self._counts.append(0)
+        return size
 
     @_locked
     def write(self, topic: str, stamp_ns: int, data: bytes) -> None:
@@ -260,10 +272,16 @@ def _child(conn: Any, path: str, flush_period: float) -> None:
                                 size = sizes[key] = exact_size(typestore, data, types[i])
                             writer.write(names[i], stamp, data[:size])
                 elif kind == 'topic':
-                    writer.add_topic(*value)
-                    names.append(value[0])
-                    types.append(value[1])
-                    conn.send(('ok', None))
+                    topic, msgtype, qos, sample = value
+                    writer.add_topic(topic, msgtype, qos)
+                    names.append(topic)
+                    types.append(msgtype)
+                    size = None
+                    if sample is not None:  # the type's reader built now, not in a frame
+                        size = sizes[len(names) - 1, len(sample)] = exact_size(
+                            typestore, sample, msgtype
+                        )
+                    conn.send(('ok', size))
                 elif kind == 'flush':
                     writer.flush()
                     conn.send(('ok', writer.flushed_count))

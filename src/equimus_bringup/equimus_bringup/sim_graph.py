@@ -57,7 +57,7 @@ from rclpy.clock import Clock as RosClock
 from rclpy.clock import ClockType
 from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
 from rclpy.node import Node
-from rclpy.serialization import deserialize_message
+from rclpy.serialization import deserialize_message, serialize_message
 from rclpy.subscription import Subscription
 from rclpy.time import Time
 from rclpy.time_source import TimeSource
@@ -303,7 +303,10 @@ class InProcessBus:
                 self.routes.append(route)
                 if self.recorder is not None:
                     self.recorder.writer.add_topic(
-                        route.topic, type_name(route.msg_type), qos_dicts([pub.qos_profile])
+                        route.topic,
+                        type_name(route.msg_type),
+                        qos_dicts([pub.qos_profile]),
+                        sample=serialize_message(route.msg_type()),
                     )
                     self.recorder.exclude.add(route.topic)
         for node in nodes:
