@@ -105,7 +105,7 @@ class Supervisor:
             return self._check_state_n(np.asarray(q, float), now, qd)
         q = np.asarray(q, float)
         c = self.cfg
-        q0, q1 = (float(v) for v in q) if q.shape == (2,) else (math.nan, math.nan)
+        q0, q1 = q.tolist() if q.shape == (2,) else (math.nan, math.nan)
         if not (math.isfinite(q0) and math.isfinite(q1)):
             self._trip(
                 'invalid',
@@ -178,7 +178,7 @@ class Supervisor:
                 self._trip('invalid', f'controller produced a non-finite command {u}')
                 return self.vent.copy()
             return np.clip(u, 0.0, self.cfg.p_max)
-        u0, u1 = (float(v) for v in u) if u.shape == (2,) else (math.nan, math.nan)
+        u0, u1 = u.tolist() if u.shape == (2,) else (math.nan, math.nan)
         if not (math.isfinite(u0) and math.isfinite(u1)):
             self._trip('invalid', f'controller produced a non-finite command {u}')
             return VENT.copy()

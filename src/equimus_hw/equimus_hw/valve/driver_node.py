@@ -85,6 +85,7 @@ from equimus_ros.params import bind
 from equimus_ros.qos import publisher, subscription
 
 from .board import Board, SimBoard
+from .calibration import ValveCalibration
 from .config import DriverConfig
 from .link import BoardLink
 from .safety import CommanderGuard, SafetyFilter
@@ -211,6 +212,8 @@ class ValveDriver(LifecycleNode):
         self.last_write_ns = 0
         self.last_write_cpu_ns = 0  # the writing thread's CPU time then (thread_time_ns)
         self._last_sent: list[int] | None = None
+        # (calibrations, kPa, codes) of the last `_codes` answer
+        self._code_memo: tuple[tuple[ValveCalibration, ...], list[float], list[int]] | None = None
         self._last_send_t = 0.0
         self._slew_t: float | None = None
         self._slew_stamp_ns: int | None = None
@@ -582,8 +585,16 @@ class ValveDriver(LifecycleNode):
         return readback
 
     def _codes(self, kpa: Sequence[float]) -> list[int]:
-        """Each channel's DAC code for its pressure, through that channel's calibration."""
-        return [cal.kpa_to_code(p) for cal, p in zip(self.cals, kpa, strict=True)]
+        """Each channel's DAC code for its pressure, through that channel's calibration. The
+        last answer is kept: each tick asks again for the output a command just set (every
+        frame of the composed sim graph), and the calibrations cost more than the comparison."""
+        cals, key = self.cals, list(kpa)
+        memo = self._code_memo
+        if memo is not None and memo[0] is cals and memo[1] == key:
+            return memo[2]
+        codes = [cal.kpa_to_code(p) for cal, p in zip(cals, key, strict=True)]
+        self._code_memo = (cals, key, codes)
+        return codes
 
     def _send(self, out_kpa: list[float], now: float, stamp_ns: int | None = None) -> None:
         """Write the pressures; /valve/applied is stamped at the instant the output was decided
