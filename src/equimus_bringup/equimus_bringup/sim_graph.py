@@ -506,11 +506,12 @@ class SimGraph(Node):
     def poses(self, capture_ns: int, bodies: list[str], poses: list[tuple]) -> None:
         """A released mocap frame (SimNode's FrameHook), after its pose messages: to the
         estimator as one frame (and on through the control chain), then to the state
-        publisher; positions and x, y, z, w quaternions as the messages carry them."""
-        frame = []
-        for name, (position, (w, x, y, z)) in zip(bodies, poses, strict=True):
-            xyz = (float(position[0]), float(position[1]), float(position[2]))
-            frame.append((name, (xyz, (float(x), float(y), float(z), float(w)))))
+        publisher; positions and x, y, z, w quaternions as the messages carry them (the plain
+        floats of `ros_pose`, passed on as they are)."""
+        frame = [
+            (name, (position, (x, y, z, w)))
+            for name, (position, (w, x, y, z)) in zip(bodies, poses, strict=True)
+        ]
         self.estimator.on_frame(capture_ns, frame)
         for name, (xyz, quat) in frame:
             self.state_publisher.on_body_pose(name, FRAME_MOCAP, capture_ns, xyz, quat)

@@ -258,7 +258,10 @@ class ControllerNode(Node):
             self.cycles += 1
             self.saturated += cmd.saturated
             self.compute.append(time.perf_counter() - t0)
-            if self.ros_clock is None or not self.ros_clock.ros_time_is_active:  # wall stamps
+            # wall stamps only (never in lockstep, whose stamps are sim time)
+            if not self.lockstep and (
+                self.ros_clock is None or not self.ros_clock.ros_time_is_active
+            ):
                 self.state_age.append(time.time() - stamp_ns * 1e-9)
         self._reason_changed()
 
@@ -287,7 +290,7 @@ class ControllerNode(Node):
             self._reason_changed()
 
     def _publish(self, cmd: Command) -> None:
-        pressures = [float(v) for v in cmd.pressures]
+        pressures = cmd.pressures.tolist()
         if self.downstream is not None:  # before the message is built
             self.downstream(pressures)
         if self.context.ok():

@@ -188,8 +188,7 @@ class EstimatorNode(Node):
         except ValueError as exc:
             self.get_logger().warning(f'mocap frame skipped: {exc}')
             return
-        position = [float(v) for v in e.position]
-        velocity = [float(v) for v in e.velocity]
+        position, velocity = e.position.tolist(), e.velocity.tolist()
         if self.downstream is not None:  # before the message is built and the books kept
             self.downstream(ns, position, velocity)
         self.frames += 1
