@@ -45,6 +45,7 @@ example, /valve/command is not heard by the composed valve driver, which names i
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import math
 import sys
@@ -156,8 +157,7 @@ class _Route:
         # What a callback taking message info gets: a sender id per publishing node, as the
         # publisher gid of a DDS delivery (the valve driver's one-commander guard reads it).
         self.info = {'publisher_gid': {'data': node.get_fully_qualified_name().encode()}}
-        self.outside = True
-        self.next_check = 0.0
+        self.outside = True  # a subscriber outside this process (InProcessBus.check_outside)
         self.dds_period = 0.0  # wall s between DDS publishes (the /clock route: see SimGraph)
         self.next_dds = 0.0
         self.last: Any = None  # the last message (the /clock route's, repeated while paused)
@@ -166,8 +166,9 @@ class _Route:
         bus = self.bus
         self.last = msg
         raw = isinstance(msg, bytes)
-        if bus.record is not None:
-            bus.record(self.topic, msg if raw else self.encode(msg))
+        pending = bus.pending
+        if pending is not None:  # recording: logged at the frame's sim time (InProcessBus.flush)
+            pending.append((self.topic, msg if raw else self.encode(msg)))
         if self.local:
             obj = deserialize_message(msg, self.msg_type) if raw else msg
             for callback, with_info in self.local:
@@ -176,11 +177,13 @@ class _Route:
                 else:
                     callback(obj)
         bus.handed_off += 1
-        now = time.monotonic()
-        if now >= self.next_check:
-            self.next_check = now + bus.outside_check_period
-            self.outside = self.pub.get_subscription_count() > 0
-        if self.outside and now >= self.next_dds:
+        if self.outside:
+            self._to_dds(msg)
+
+    def _to_dds(self, msg: Any) -> None:
+        """The DDS copy for subscribers outside the process, at most every `dds_period`."""
+        bus, now = self.bus, time.monotonic()
+        if now >= self.next_dds:
             self.next_dds = now + self.dds_period
             refused = self.refused()
             try:
@@ -221,13 +224,19 @@ class InProcessBus:
         self.time = frame_time if frame_time is not None else FrameTime()
         self._since_clocks = CLOCK_FRAMES  # frames since the clocks were set: the first sets them
         self.time_sources: list[TimeSource] = []
-        # Guards _pending; held while handing it to the writer (whose lock is taken inside).
-        self._record_lock = threading.Lock()
-        self._pending: list[tuple[str, int, bytes]] = []
-        self._unflushed = 0  # frames in _pending
-        self.record: Callable[[str, bytes], None] | None = (
-            None if recorder is None else self._record
+        #: What is kept for the bag, in the order published: (topic, bytes), and at each frame
+        #: its sim time (an int), the log time of what follows it. Appended by any thread
+        #: without a lock (a deque's append and popleft are atomic; a lock a message cost the
+        #: frame more than the encoding), taken by `flush`: log times never go back between
+        #: frames, whichever thread published.
+        self.pending: collections.deque[int | tuple[str, bytes]] | None = (
+            None if recorder is None else collections.deque()
         )
+        self._log_ns = self.time.ns  # the log time of what precedes the first frame's time
+        # One flush at a time (the frames' and a paused graph's timer), each in order.
+        self._flush_lock = threading.Lock()
+        self._unflushed = 0  # frames since the last flush
+        self._next_outside_check = 0.0  # monotonic s
 
     def dds_refused(self, topic: str, first_line: str, now: float) -> None:
         """The DDS copy for outside subscribers was refused (Fast DDS: "cannot publish data",
@@ -244,43 +253,51 @@ class InProcessBus:
                 'subscriber outside this process: rqt, a remote machine)'
             )
 
-    def _record(self, topic: str, data: bytes) -> None:
-        """Keep for the bag with the sim time of the frame (the recorder's own clock, without
-        asking it); `flush` hands them to the writer in one call every FLUSH_FRAMES frames."""
-        with self._record_lock:
-            self._pending.append((topic, self.time.ns, data))
+    def check_outside(self, now: float) -> None:
+        """Which topics have a subscriber outside this process (published on DDS only then):
+        every `outside_check_period` wall s, at a frame or, while paused, at the paused graph's
+        timer."""
+        if now >= self._next_outside_check:
+            self._next_outside_check = now + self.outside_check_period
+            for route in self.routes:
+                route.outside = route.pub.get_subscription_count() > 0
 
     def flush(self) -> None:
         """The kept messages to the bag writer, in the order they were published (every
-        FLUSH_FRAMES frames, while paused, and before the recorder closes)."""
-        recorder = self.recorder
-        if recorder is None:
+        FLUSH_FRAMES frames, while paused, and before the recorder closes); the sim time of
+        the frame is their log time (the recorder's own clock, without asking it)."""
+        recorder, pending = self.recorder, self.pending
+        if recorder is None or pending is None:
             return
-        with self._record_lock:
-            items, self._pending = self._pending, []
+        with self._flush_lock:
+            entries = [pending.popleft() for _ in range(len(pending))]
             self._unflushed = 0
-            if not items or recorder.error:
+            if not entries or recorder.error:
                 return
             try:
-                recorder.writer.write_many(items)
+                self._log_ns = recorder.writer.write_logged(entries, self._log_ns)
             except OSError as exc:
                 recorder.stop_recording(exc)
 
     def record_latched(self, topic: str, msg: Any) -> None:
         """Record a message published before `attach` (a latched one) at the current time."""
-        if self.record is not None:
+        if self.pending is not None:
             # The encoder's padding is zero; rclpy's may hold leftovers (not deterministic).
-            self.record(topic, MessageEncoder(type(msg)).encode(msg))
+            self.pending.append((topic, MessageEncoder(type(msg)).encode(msg)))
 
     def frame(self, t_ns: int, set_clocks: bool = False) -> None:
         """A frame starts at sim time `t_ns`, before its messages: the FLUSH_FRAMES frames before
         it go to the bag once they are that many (each message logged at its frame's time), the
         time is kept (`time`), and the nodes' clocks are set to it every CLOCK_FRAMES frames,
-        when time goes back (a reset) or when `set_clocks`."""
+        when time goes back (a reset) or when `set_clocks`; the outside subscribers are looked
+        for when due."""
+        self.check_outside(time.monotonic())
         self._unflushed += 1
         if self._unflushed > FLUSH_FRAMES:
             self.flush()
         back = t_ns < self.time.ns
+        if self.pending is not None:
+            self.pending.append(t_ns)  # before the time changes: see `pending`
         self.time.ns = t_ns
         self._since_clocks += 1
         if set_clocks or back or self._since_clocks >= CLOCK_FRAMES:
@@ -525,6 +542,7 @@ class SimGraph(Node):
     def _clock_while_paused(self) -> None:
         if self.sim.paused:
             self.bus.set_clocks()  # paused by ~/pause between two settings: the last frame's time
+            self.bus.check_outside(time.monotonic())  # no frame does it while paused
             self.bus.flush()  # what the nodes' timers published since the last frame
         route = self.clock_route
         last = route.last

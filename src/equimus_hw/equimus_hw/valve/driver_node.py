@@ -558,14 +558,16 @@ class ValveDriver(LifecycleNode):
             board.needs_keepalive and now - self._last_send_t >= self.keepalive_s
         ):
             self._send(out, now)
-        if not self.context.ok():
-            return None
+        # What follows publishes only on a new read-back or a changed state, and a signal may
+        # have shut ROS down already: the context is asked then, not at every tick.
         readback = None
         if (
             self.out_pressure is not None
             and board.measured_count != self._measured_count
             and board.measured_kpa
         ):
+            if not self.context.ok():
+                return None
             self._measured_count = board.measured_count
             at = getattr(board, 'measured_at', None)  # the read-back's own time, if known
             # In order after the previous read-back's stamp (see ordered_stamp_ns)
@@ -579,7 +581,7 @@ class ValveDriver(LifecycleNode):
             self.safety.watchdog_active,
             self.guard.conflict,
         )
-        if key != self._diag_key:
+        if key != self._diag_key and self.context.ok():
             self._report_armed()
             self._publish_diagnostics()
         return readback
