@@ -1,7 +1,8 @@
 """The composed graph's bag writer in a child process (equimus_bringup.bag_process), for real: a
 child interpreter, a socket between the two, an mcap bag read back with rosbags."""
 
-from rclpy.serialization import serialize_message
+from mcap.reader import make_reader
+from rclpy.serialization import deserialize_message, serialize_message
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
 
@@ -48,3 +49,36 @@ def test_messages_of_a_prepared_type_are_written_whole_and_trimmed(tmp_path):
         return m.header.stamp.sec, list(m.name), list(m.position), list(m.velocity)
 
     assert [fields(m) for m in got] == [fields(m) for m in sent]
+
+
+def test_messages_handed_over_by_log_time_groups_are_logged_at_their_groups_time(tmp_path):
+    """write_logged: an int is the log time of the messages after it (the first ones get the
+    time given); the answer is the last group's time, the count includes them all."""
+    w = BagWriterProcess(tmp_path / 'bag')
+    w.add_topic('/a', ARRAY, sample=serialize_message(Float64MultiArray()))
+    w.add_topic('/b', ARRAY)
+
+    def msg(x):
+        return ('/a' if x < 10 else '/b'), serialize_message(Float64MultiArray(data=[float(x)]))
+
+    assert w.write_logged([msg(1), 100, msg(2), msg(11), 200, msg(3)], 50) == 200
+    assert w.write_logged([msg(12)], 200) == 200  # no group of its own: the time before
+    assert w.count == 5
+    w.close()
+    (path,) = (tmp_path / 'bag').glob('*.mcap')
+    with path.open('rb') as f:
+        got = [
+            (
+                channel.topic,
+                message.log_time,
+                list(deserialize_message(message.data, Float64MultiArray).data),
+            )
+            for _, channel, message in make_reader(f).iter_messages(log_time_order=False)
+        ]
+    assert got == [
+        ('/a', 50, [1.0]),
+        ('/a', 100, [2.0]),
+        ('/b', 100, [11.0]),
+        ('/a', 200, [3.0]),
+        ('/b', 200, [12.0]),
+    ]
