@@ -161,11 +161,11 @@ def threads_cpu() -> dict[str, float]:
 class _Sink:
     """Where a writer's bytes go in the plain frame: kept for the bag, not published."""
 
-    def __init__(self, items: list, topic: str, stamp: list[int]) -> None:
-        self.items, self.topic, self.stamp = items, topic, stamp
+    def __init__(self, items: list, topic: str) -> None:
+        self.items, self.topic = items, topic
 
     def publish(self, data: bytes) -> None:
-        self.items.append((self.topic, self.stamp[0], data))
+        self.items.append((self.topic, data))
 
 
 def plain_frames(graph, frames: int, flush_every: int = 12) -> float:
@@ -210,11 +210,11 @@ def plain_frames(graph, frames: int, flush_every: int = 12) -> float:
     ref = graph.reference.params.config
     preview_every = max(1, round(ref.rate / ref.preview_rate)) if ref.preview > 0 else 0
     writer = graph.recorder.writer
+    # As the graph keeps them (InProcessBus.pending): each frame's sim time, then its messages.
     items: list = []
-    stamp = [0]
 
     def sink(topic: str) -> _Sink:
-        return _Sink(items, topic, stamp)
+        return _Sink(items, topic)
 
     clock = ClockWriter(sink(CLOCK.name))
     sim_joints = JointStateWriter(sink(SIM_JOINT_STATES.name), node.joint_names)
@@ -228,12 +228,13 @@ def plain_frames(graph, frames: int, flush_every: int = 12) -> float:
     preview_encode = MessageEncoder(Float64MultiArray).encode
     columns = graph.reference._preview_columns
     frame, t0_ref, slew_t = node.frame, None, None
+    log_ns = node.time_ns(frame)
     c0 = time.process_time()
     for k in range(frames):
         frame += 1
         t_ns = node.time_ns(frame)
         t = t_ns * 1e-9
-        stamp[0] = t_ns
+        items.append(t_ns)
         sim.advance_to(t)
         q, qd, pos, quat, pressures = sim.frame_state(bodies)
         clock.write(t_ns)
@@ -248,7 +249,7 @@ def plain_frames(graph, frames: int, flush_every: int = 12) -> float:
             step.set_preview(t + (times - (t - t0_ref)), qp, qdp)
             rows = np.column_stack([t + (times - (t - t0_ref)), qp, qdp])
             table = table_array(rows.tolist(), 'point', columns)
-            items.append((graph.reference.preview_pub.topic_name, t_ns, preview_encode(table)))
+            items.append((graph.reference.preview_pub.topic_name, preview_encode(table)))
         mocap.capture_arrays(t, pos, quat)
         for f in mocap.release(t):
             cap_ns = int(round(f.capture_time * 1e9))
@@ -271,9 +272,9 @@ def plain_frames(graph, frames: int, flush_every: int = 12) -> float:
             sim.set_command(kpa_applied)
         sim_pressure.write(t_ns, pressures)
         if (k + 1) % flush_every == 0:
-            writer.write_many(items)
+            log_ns = writer.write_logged(items, log_ns)
             items.clear()
-    writer.write_many(items)
+    writer.write_logged(items, log_ns)
     return (time.process_time() - c0) / frames
 
 

@@ -148,17 +148,6 @@ class BagWriterProcess:
             self._send_batch()
 
     @_locked
-    def write_many(self, items: list[tuple[str, int, bytes]]) -> None:
-        """`write` for a list of (topic, stamp_ns, data)."""
-        topics, counts, batch = self.topics, self._counts, self._batch
-        for topic, stamp_ns, data in items:
-            i = topics[topic]
-            batch.append((i, stamp_ns, bytes(data)))
-            counts[i] += 1
-        if len(batch) >= BATCH_MESSAGES:
-            self._send_batch()
-
-    @_locked
     def write_logged(self, entries: list[int | tuple[str, bytes]], stamp_ns: int) -> int:
         """`write` for messages grouped by log time, as sim_graph keeps them: an int entry is
         the log time (ns) of the (topic, data) entries after it, `stamp_ns` that of those
