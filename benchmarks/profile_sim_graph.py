@@ -48,7 +48,7 @@ TIMED = (
     ('equimus_control.step', 'ControlStep.step'),
     ('equimus_hw.valve.driver_node', 'ValveDriver.on_pressures'),
     ('equimus_sim.sim_node', 'SimNode.take_applied'),
-    ('equimus_tf.state_publisher', 'StatePublisher.on_body_pose'),
+    ('equimus_tf.state_publisher', 'StatePublisher.on_mocap_frame'),
     ('equimus_ros.cdr', '_Writer.write'),
     ('equimus_ros.cdr', 'MessageEncoder.encode'),
 )

@@ -142,3 +142,39 @@ def test_tf_follows_joint_states_and_mocap():
         node.destroy_node()
         rclpy.shutdown()
         stop(proc)
+
+
+def test_a_whole_mocap_frame_publishes_what_its_bodies_one_by_one_do():
+    """The composed sim graph hands the state publisher a whole frame (`on_mocap_frame`, the
+    gate first); the topics hand it body by body (`on_body_pose`, batched by stamp). Both give
+    the same /tf bytes, with occluded bodies, a wholly occluded frame and the 50 Hz gate."""
+    from equimus_description.interface import BODIES, FRAME_MOCAP
+    from equimus_tf.state_publisher import StatePublisher
+
+    rng = np.random.default_rng(3)
+    frames = []
+    for k in range(60):
+        poses = []
+        for body in BODIES:
+            xyz = tuple(rng.normal(size=3).tolist())
+            quat = tuple((rng.normal(size=4) / 2).tolist())
+            if rng.random() < 0.2 or k == 7:  # occluded: NaN fields, as the bridge sends them
+                xyz = (math.nan, *xyz[1:])
+            poses.append((body, (xyz, quat)))
+        frames.append((1_000_000_000 + round(k * 1e9 / 120), poses))
+    rclpy.init()
+    try:
+        by_body, whole = StatePublisher(), StatePublisher()
+        sent: dict[str, list] = {'by_body': [], 'whole': []}
+        by_body.tf_pub.publish = sent['by_body'].append
+        whole.tf_pub.publish = sent['whole'].append
+        for t_ns, poses in frames:
+            for body, (xyz, quat) in poses:
+                by_body.on_body_pose(body, FRAME_MOCAP, t_ns, xyz, quat)
+            whole.on_mocap_frame(FRAME_MOCAP, t_ns, poses)
+        assert 15 <= len(sent['whole']) <= 30, len(sent['whole'])  # 50 Hz of 0.5 s, less occlusions
+        assert sent['whole'] == sent['by_body']
+        by_body.destroy_node()
+        whole.destroy_node()
+    finally:
+        rclpy.try_shutdown()

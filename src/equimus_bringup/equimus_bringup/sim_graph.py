@@ -530,8 +530,7 @@ class SimGraph(Node):
             for name, (position, (w, x, y, z)) in zip(bodies, poses, strict=True)
         ]
         self.estimator.on_frame(capture_ns, frame)
-        for name, (xyz, quat) in frame:
-            self.state_publisher.on_body_pose(name, FRAME_MOCAP, capture_ns, xyz, quat)
+        self.state_publisher.on_mocap_frame(FRAME_MOCAP, capture_ns, frame)
 
     def _joints(self, stamp_ns: int, position: list[float], velocity: list[float]) -> None:
         """The estimator's joint state: to the controller (and on to the valves), then to the
