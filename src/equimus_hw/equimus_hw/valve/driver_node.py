@@ -167,7 +167,7 @@ class ValveDriver(LifecycleNode):
         self.armed_listeners: list[Callable[[bool], None]] = []
         self._armed_reported: bool | None = None
         self.board: Board | None = None
-        self._timers: list = []
+        self._board_timers: list = []
         self._sub = None
         self._closing = False
         self._reset(p)
@@ -259,14 +259,14 @@ class ValveDriver(LifecycleNode):
         steady = Clock(clock_type=ClockType.STEADY_TIME)
         if self.subscribed:
             self._sub = subscription(self, Float64MultiArray, VALVE_COMMAND, self._on_topic_command)
-        self._timers.append(
+        self._board_timers.append(
             self.create_timer(0.2, timer_callback(self._count_commanders), clock=steady)
         )
         if not self.lockstep:
-            self._timers.append(
+            self._board_timers.append(
                 self.create_timer(1.0 / p.rate_hz, timer_callback(self._tick), clock=steady)
             )
-        self._timers.append(
+        self._board_timers.append(
             self.create_timer(1.0, timer_callback(self._publish_diagnostics), clock=steady)
         )
         self.get_logger().info(
@@ -361,9 +361,9 @@ class ValveDriver(LifecycleNode):
         self.active = False
         acked = self.vent_and_close()
         self._report_armed()
-        for timer in self._timers:
+        for timer in self._board_timers:
             self.destroy_timer(timer)
-        self._timers.clear()
+        self._board_timers.clear()
         if self._sub is not None:
             self.destroy_subscription(self._sub)
             self._sub = None
