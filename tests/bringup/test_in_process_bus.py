@@ -66,3 +66,64 @@ def test_two_threads_publishing_across_frames_are_logged_in_order(ros_node, tmp_
         k * FRAME_NS for k in range(1, FRAMES + 1)
     ]
     assert sum(topic == '/bus_test/timer' for topic, _ in logged) == sent[0] > 100
+
+
+def test_a_route_queues_for_the_bag_alone_until_someone_else_listens(ros_node, tmp_path):
+    """A message nobody in or outside the process listens to only goes into the bag's queue (the
+    short path); a subscriber outside the process switches its route to DDS at the next check,
+    one in the process is served on each publication; every message is recorded and counted."""
+    import time
+
+    import rclpy
+
+    writer = BagWriterProcess(tmp_path / 'bag')
+    recorder = types.SimpleNamespace(
+        writer=writer, exclude=set(), subs={}, error='', stop_recording=lambda exc: None
+    )
+    pub = ros_node.create_publisher(JointState, '/bus_test/state', 10)
+    bus = InProcessBus(recorder, outside_check_period=0.01)
+    bus.attach([ros_node])
+    local: list[float] = []
+    bus.subscribe('/bus_test/state', lambda msg: local.append(msg.position[0]))
+    heard: list[float] = []
+    outside = rclpy.create_node('bus_test_outside')
+    sent = 0
+    try:
+
+        def frame_and_publish(k: int) -> None:
+            nonlocal sent
+            bus.frame(k * FRAME_NS)
+            pub.publish(JointState(name=['a'], position=[float(k)]))
+            sent += 1
+
+        frame_and_publish(1)
+        assert local == [1.0]  # served in the process, on the full path
+        bus.subscribers['/bus_test/state'].clear()
+        bus.rewire()
+        frame_and_publish(2)
+        assert local == [1.0]
+        assert pub.publish.__qualname__.startswith('_queue')  # nobody listens: queued only
+        outside.create_subscription(
+            JointState, '/bus_test/state', lambda msg: heard.append(msg.position[0]), 10
+        )
+        k, deadline = 2, time.monotonic() + 20.0
+        while not heard and time.monotonic() < deadline:
+            time.sleep(0.02)  # past outside_check_period: the next frame looks again
+            k += 1
+            frame_and_publish(k)
+            rclpy.spin_once(outside, timeout_sec=0.05)
+        assert heard, 'the outside subscriber never got a message'
+        assert pub.publish.__qualname__.startswith('_Route')
+        bus.flush()
+        assert bus.handed_off == sent
+    finally:
+        outside.destroy_node()
+        writer.close()
+    (mcap,) = (tmp_path / 'bag').glob('*.mcap')
+    with mcap.open('rb') as f:
+        recorded = [
+            message.log_time
+            for _, channel, message in make_reader(f).iter_messages(log_time_order=False)
+            if channel.topic == '/bus_test/state'
+        ]
+    assert recorded == [k * FRAME_NS for k in range(1, sent + 1)]

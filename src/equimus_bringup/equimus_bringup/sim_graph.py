@@ -52,6 +52,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from itertools import repeat
 from typing import Any
 
 from rclpy.clock import Clock as RosClock
@@ -160,7 +161,19 @@ class _Route:
         self.outside = True  # a subscriber outside this process (InProcessBus.check_outside)
         self.dds_period = 0.0  # wall s between DDS publishes (the /clock route: see SimGraph)
         self.next_dds = 0.0
-        self.last: Any = None  # the last message (the /clock route's, repeated while paused)
+        #: the last message kept (the /clock route's, repeated while paused: SimGraph)
+        self.keep_last = False
+        self.last: Any = None
+
+    def choose(self) -> None:
+        """The publisher's `publish`: straight into the bag's queue where that is all a message
+        needs (recording; no subscriber in this process, none outside, nothing kept), else this
+        route's `publish`. Chosen again whenever one of those changes (InProcessBus.rewire)."""
+        pending = self.bus.pending
+        if pending is None or self.local or self.outside or self.keep_last:
+            self.pub.publish = self.publish
+        else:
+            self.pub.publish = _queue(pending.append, self.topic, self.encode)
 
     def publish(self, msg: Any) -> None:
         bus = self.bus
@@ -169,6 +182,8 @@ class _Route:
         pending = bus.pending
         if pending is not None:  # recording: logged at the frame's sim time (InProcessBus.flush)
             pending.append((self.topic, msg if raw else self.encode(msg)))
+        else:  # counted by the flush when recording
+            bus.handed_off += 1
         if self.local:
             obj = deserialize_message(msg, self.msg_type) if raw else msg
             for callback, with_info in self.local:
@@ -176,7 +191,6 @@ class _Route:
                     callback(obj, self.info)
                 else:
                     callback(obj)
-        bus.handed_off += 1
         if self.outside:
             self._to_dds(msg)
 
@@ -196,6 +210,16 @@ class _Route:
                     bus.dds_published += 1
 
 
+def _queue(append: Callable[[Any], None], topic: str, encode: Callable[[Any], bytes]):
+    """A routed publisher's `publish` that only queues the message for the bag (_Route.choose):
+    bytes from the packed writers as they are, a message object encoded."""
+
+    def publish(msg: Any) -> None:
+        append((topic, msg if msg.__class__ is bytes else encode(msg)))
+
+    return publish
+
+
 class InProcessBus:
     """In-process hand-off between nodes of one process (see the module docstring)."""
 
@@ -213,7 +237,7 @@ class InProcessBus:
         # topic -> (callback, whether it takes message info as its second argument)
         self.subscribers: dict[str, list[tuple[Callable[..., None], bool]]] = {}
         self.routes: list[_Route] = []
-        self.handed_off = 0
+        self.handed_off = 0  # messages routed (those recorded counted at each flush)
         self.dds_published = 0
         self.dds_failed = 0
         self.failure = ''  # the last refused DDS publication (for /diagnostics)
@@ -259,8 +283,19 @@ class InProcessBus:
         timer."""
         if now >= self._next_outside_check:
             self._next_outside_check = now + self.outside_check_period
+            changed = False
             for route in self.routes:
-                route.outside = route.pub.get_subscription_count() > 0
+                outside = route.pub.get_subscription_count() > 0
+                changed |= outside != route.outside
+                route.outside = outside
+            if changed:
+                self.rewire()
+
+    def rewire(self) -> None:
+        """Each route's `publish` chosen again (_Route.choose): after a change of the
+        subscribers in this process or outside it."""
+        for route in self.routes:
+            route.choose()
 
     def flush(self) -> None:
         """The kept messages to the bag writer, in the order they were published (every
@@ -272,6 +307,8 @@ class InProcessBus:
         with self._flush_lock:
             entries = [pending.popleft() for _ in range(len(pending))]
             self._unflushed = 0
+            # the messages among the frames' times (ints), counted in C
+            self.handed_off += len(entries) - sum(map(isinstance, entries, repeat(int)))
             if not entries or recorder.error:
                 return
             try:
@@ -314,9 +351,8 @@ class InProcessBus:
         for node in nodes:
             for pub in node.publishers:
                 route = _Route(self, pub, node)
-                # The instance attribute shadows Publisher.publish for every caller of this
-                # publisher (the nodes keep their own references to it).
-                pub.publish = route.publish  # type: ignore[method-assign]
+                # The instance attribute (`_Route.choose`'s) shadows Publisher.publish for every
+                # caller of this publisher (the nodes keep their own references to it).
                 self.routes.append(route)
                 if self.recorder is not None:
                     self.recorder.writer.add_topic(
@@ -342,6 +378,7 @@ class InProcessBus:
             # would write each message twice (and keep them published on DDS for itself).
             for topic in [t for t in recorder.subs if t in self.subscribers]:
                 recorder.destroy_subscription(recorder.subs.pop(topic))
+        self.rewire()
 
     def _take_time_sources(self) -> None:
         """The nodes' TimeSource /clock callbacks, taken off the hand-off: `set_clocks` sets
@@ -361,6 +398,7 @@ class InProcessBus:
         values, before the message is built): the hand-off records and publishes them only."""
         for topic in topics:
             self.subscribers.get(topic, [])[:] = []
+        self.rewire()
 
     def _set_clocks(self, t_ns: int) -> None:
         t = Time(nanoseconds=t_ns, clock_type=ClockType.ROS_TIME)
@@ -376,6 +414,7 @@ class InProcessBus:
     def subscribe(self, topic: str, callback: Callable[[Any], None]) -> None:
         """An in-process subscriber of the graph itself (after the nodes' own)."""
         self.subscribers.setdefault(topic, []).append((callback, False))
+        self.rewire()
 
 
 class SimGraph(Node):
@@ -469,6 +508,8 @@ class SimGraph(Node):
         # Gazebo does): a tool that subscribed after the last frame (DDS discovery takes longer
         # than a fast run) still learns the time. Not recorded, not delivered in the process.
         self.clock_route = next(r for r in self.bus.routes if r.topic == CLOCK.name)
+        self.clock_route.keep_last = True
+        self.clock_route.choose()
         # /clock outside at a wall-clock rate (as Gazebo's 10 Hz default): at 20x real time,
         # every frame would be 2400 messages a second for each outside tool to take in.
         self.clock_route.dds_period = self.cfg.outside_clock_period
