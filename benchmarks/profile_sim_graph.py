@@ -272,7 +272,8 @@ def plain_frames(graph, frames: int, flush_every: int = 12) -> float:
             sim.set_command(kpa_applied)
         sim_pressure.write(t_ns, pressures)
         if (k + 1) % flush_every == 0:
-            log_ns = writer.write_logged(items, log_ns)
+            # a copy: the writer keeps the list it is given until it sends it
+            log_ns = writer.write_logged(items.copy(), log_ns)
             items.clear()
     writer.write_logged(items, log_ns)
     return (time.process_time() - c0) / frames

@@ -1,6 +1,7 @@
 """The composed graph's bag writer in a child process (equimus_bringup.bag_process), for real: a
 child interpreter, a socket between the two, an mcap bag read back with rosbags."""
 
+import pytest
 from mcap.reader import make_reader
 from rclpy.serialization import deserialize_message, serialize_message
 from sensor_msgs.msg import JointState
@@ -53,7 +54,8 @@ def test_messages_of_a_prepared_type_are_written_whole_and_trimmed(tmp_path):
 
 def test_messages_handed_over_by_log_time_groups_are_logged_at_their_groups_time(tmp_path):
     """write_logged: an int is the log time of the messages after it (the first ones get the
-    time given); the answer is the last group's time, the count includes them all."""
+    time given); the answer is the last group's time, the count includes them all; messages of
+    `write` between two groups keep their place in the file."""
     w = BagWriterProcess(tmp_path / 'bag')
     w.add_topic('/a', ARRAY, sample=serialize_message(Float64MultiArray()))
     w.add_topic('/b', ARRAY)
@@ -63,7 +65,9 @@ def test_messages_handed_over_by_log_time_groups_are_logged_at_their_groups_time
 
     assert w.write_logged([msg(1), 100, msg(2), msg(11), 200, msg(3)], 50) == 200
     assert w.write_logged([msg(12)], 200) == 200  # no group of its own: the time before
-    assert w.count == 5
+    w.write('/a', 250, msg(4)[1])
+    assert w.write_logged([300, msg(13)], 200) == 300
+    assert w.count == 7
     w.close()
     (path,) = (tmp_path / 'bag').glob('*.mcap')
     with path.open('rb') as f:
@@ -81,4 +85,24 @@ def test_messages_handed_over_by_log_time_groups_are_logged_at_their_groups_time
         ('/b', 100, [11.0]),
         ('/a', 200, [3.0]),
         ('/b', 200, [12.0]),
+        ('/a', 250, [4.0]),
+        ('/b', 300, [13.0]),
     ]
+
+
+def test_a_logged_message_on_a_topic_never_added_stops_the_recording_as_a_write_error(tmp_path):
+    """What came before it is kept; the writer says why (the recorder then stops recording)."""
+    w = BagWriterProcess(tmp_path / 'bag')
+    w.add_topic('/a', ARRAY)
+    data = serialize_message(Float64MultiArray(data=[1.0]))
+    w.write_logged([10, ('/a', data), ('/nowhere', data), ('/a', data)], 0)
+    w.flush()
+    assert '/nowhere' in w.failed
+    with pytest.raises(OSError, match='/nowhere'):
+        w.write('/a', 20, data)
+        w.flush()
+    w.close()
+    (path,) = (tmp_path / 'bag').glob('*.mcap')
+    with path.open('rb') as f:
+        times = [m.log_time for _, _, m in make_reader(f).iter_messages(log_time_order=False)]
+    assert times == [10]

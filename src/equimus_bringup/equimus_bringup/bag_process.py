@@ -27,6 +27,7 @@ import subprocess
 import sys
 import threading
 import time
+from itertools import repeat
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -75,8 +76,11 @@ class BagWriterProcess:
         child.close()
         self._conn = Connection(parent.detach())
         self.topics: dict[str, int] = {}
-        self._counts: list[int] = []
-        self._batch: list[tuple[int, int, bytes]] = []
+        self._count = 0  # messages written
+        #: what the next pipe write carries, in order: (topic index, log time, data) from
+        #: `write`, (log time, entries) from `write_logged`; `_batched` messages in all
+        self._batch: list[tuple[int, int, bytes] | tuple[int, list]] = []
+        self._batched = 0
         self._last_send = time.monotonic()
         self.flushed_count = 0
         self.closed = False
@@ -135,33 +139,37 @@ class BagWriterProcess:
         self._send_batch()
         self._send(('topic', (topic, msgtype, list(qos or []), sample)))
         size: int | None = self._reply()
-        self.topics[topic] = len(self._counts)
-        self._counts.append(0)
+        self.topics[topic] = len(self.topics)
         return size
 
     @_locked
     def write(self, topic: str, stamp_ns: int, data: bytes) -> None:
-        i = self.topics[topic]
-        self._batch.append((i, stamp_ns, bytes(data)))
-        self._counts[i] += 1
-        if len(self._batch) >= BATCH_MESSAGES:
+        self._batch.append((self.topics[topic], stamp_ns, bytes(data)))
+        self._count += 1
+        self._batched += 1
+        if self._batched >= BATCH_MESSAGES:
             self._send_batch()
 
     @_locked
     def write_logged(self, entries: list[int | tuple[str, bytes]], stamp_ns: int) -> int:
         """`write` for messages grouped by log time, as sim_graph keeps them: an int entry is
         the log time (ns) of the (topic, data) entries after it, `stamp_ns` that of those
-        before the first; returns the log time of the last."""
-        topics, counts, batch = self.topics, self._counts, self._batch
-        for entry in entries:
-            if isinstance(entry, int):
+        before the first; returns the log time of the last. The entries go to the child as
+        they are, which matches them to topics and times: that loop, about 40 interpreted
+        operations a message, runs beside the graph's frames, not in them (docs/benchmarks.md,
+        issue 30). The list is kept until it is sent: not to be changed after the call. A topic
+        never added fails there, as `write` fails here."""
+        if not entries:
+            return stamp_ns
+        self._batch.append((stamp_ns, entries))
+        messages = len(entries) - sum(map(isinstance, entries, repeat(int)))
+        self._count += messages
+        self._batched += messages
+        for entry in reversed(entries):
+            if entry.__class__ is int:
                 stamp_ns = entry
-                continue
-            topic, data = entry
-            i = topics[topic]
-            batch.append((i, stamp_ns, bytes(data)))
-            counts[i] += 1
-        if len(batch) >= BATCH_MESSAGES:
+                break
+        if self._batched >= BATCH_MESSAGES:
             self._send_batch()
         return stamp_ns
 
@@ -171,6 +179,7 @@ class BagWriterProcess:
         if self._batch:
             self._send(('write', self._batch))
             self._batch = []
+            self._batched = 0
         self._last_send = time.monotonic()
         while self._conn.poll():  # the child's flushes and a write error, reported on their own
             try:
@@ -193,7 +202,7 @@ class BagWriterProcess:
 
     @property
     def count(self) -> int:
-        return sum(self._counts)
+        return self._count
 
     @_locked
     def flush(self) -> None:
@@ -239,6 +248,53 @@ def exact_size(typestore: Any, data: bytes, msgtype: str) -> int:
     return len(data)
 
 
+def _write(
+    writer: Any,
+    typestore: Any,
+    names: list[str],
+    types: list[str],
+    sizes: dict[tuple[int, int], int],
+    i: int,
+    stamp: int,
+    data: bytes,
+) -> None:
+    """One message of topic `i` to the bag, trimmed to its exact size (cached per length)."""
+    key = (i, len(data))
+    size = sizes.get(key)
+    if size is None:
+        size = sizes[key] = exact_size(typestore, data, types[i])
+    writer.write(names[i], stamp, data[:size])
+
+
+def _write_batch(
+    writer: Any,
+    typestore: Any,
+    names: list[str],
+    types: list[str],
+    index: dict[str, int],
+    sizes: dict[tuple[int, int], int],
+    batch: list,
+) -> str:
+    """A pipe write's messages to the bag, in order; '' or, at a message on a topic never
+    added, why the batch stopped there."""
+    for item in batch:
+        if len(item) == 3:
+            i, stamp, data = item
+            _write(writer, typestore, names, types, sizes, i, stamp, data)
+            continue
+        stamp, entries = item  # write_logged's
+        for entry in entries:
+            if entry.__class__ is int:
+                stamp = entry
+                continue
+            topic, data = entry
+            i = index.get(topic, -1)
+            if i < 0:
+                return f'a message on {topic}, a topic never added to the bag'
+            _write(writer, typestore, names, types, sizes, i, stamp, data)
+    return ''
+
+
 def _child(conn: Any, path: str, flush_period: float) -> None:
     """The writer: one BagWriter fed from `conn` until 'close' or the parent's end."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -254,9 +310,11 @@ def _child(conn: Any, path: str, flush_period: float) -> None:
     typestore = get_typestore(Stores.ROS2_KILTED)
     names: list[str] = []
     types: list[str] = []
+    index: dict[str, int] = {}
     sizes: dict[tuple[int, int], int] = {}
     conn.send(('ok', None))
     reported = 0  # the durable count the parent was last told
+    refused = ''  # a message on a topic never added: recording stops there, as at a write error
     failed_sent = False
     kind: str
     value: Any
@@ -271,16 +329,12 @@ def _child(conn: Any, path: str, flush_period: float) -> None:
                     if not writer.failed:
                         writer.flush_if_due()  # the graph is paused or quiet: the tail to disk
                 elif kind == 'write':
-                    if not writer.failed:
-                        for i, stamp, data in value:
-                            key = (i, len(data))
-                            size = sizes.get(key)
-                            if size is None:
-                                size = sizes[key] = exact_size(typestore, data, types[i])
-                            writer.write(names[i], stamp, data[:size])
+                    if not (writer.failed or refused):
+                        refused = _write_batch(writer, typestore, names, types, index, sizes, value)
                 elif kind == 'topic':
                     topic, msgtype, qos, sample = value
                     writer.add_topic(topic, msgtype, qos)
+                    index[topic] = len(names)
                     names.append(topic)
                     types.append(msgtype)
                     size = None
@@ -303,10 +357,10 @@ def _child(conn: Any, path: str, flush_period: float) -> None:
                 conn.send(('error', f'{exc}'))
                 if kind == 'close':
                     return
-            if writer.failed:
+            if writer.failed or refused:
                 if not failed_sent:
                     failed_sent = True
-                    conn.send(('failed', (writer.failed, writer.flushed_count)))
+                    conn.send(('failed', (writer.failed or refused, writer.flushed_count)))
             elif writer.flushed_count != reported:
                 reported = writer.flushed_count
                 conn.send(('flushed', reported))
