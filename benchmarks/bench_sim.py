@@ -318,7 +318,7 @@ def _child_run(kind: str, seconds: float, out_dir: str, leg_overrides: str = '')
             args += ['-p', f'{k}:={v}']
         if leg_overrides:
             args += ['-p', f'parameter_overrides:={leg_overrides}']
-    from equimus_ros.main import GIL_SWITCH_INTERVAL_S
+    from equimus_ros.main import GIL_SWITCH_INTERVAL_S, _freeze_startup_objects
 
     sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)  # as every node process (equimus_ros.main)
     rclpy.init(args=args)
@@ -333,6 +333,7 @@ def _child_run(kind: str, seconds: float, out_dir: str, leg_overrides: str = '')
         sim = SimNode()
         nodes, spin = [sim], sim.run
     phases = _instrument(sim) if profile else {}
+    _freeze_startup_objects()  # as run_node does before it spins a node
     marks: dict[str, float] = {}
 
     def watch() -> None:

@@ -293,8 +293,11 @@ class ControllerNode(Node):
         pressures = cmd.pressures.tolist()
         if self.downstream is not None:  # before the message is built
             self.downstream(pressures)
-        if self.context.ok():
+        try:
             self.out.write(pressures)
+        except RuntimeError:  # rclpy's RCLError or InvalidHandle
+            if self.context.ok():  # asked only then: a signal may have shut ROS down already
+                raise
 
     # ----- diagnostics -------------------------------------------------------------------------
     def _reason_changed(self) -> None:

@@ -623,8 +623,11 @@ class ValveDriver(LifecycleNode):
         `stamp_ns`, else by `_stamp_ns(taken_at)`."""
         for listener in self.applied_listeners:
             listener(kpa)
-        if self.context.ok():  # a signal may have shut ROS down already; the serial side still runs
+        try:
             self.out_applied.write(self._stamp_ns(taken_at) if stamp_ns is None else stamp_ns, kpa)
+        except RuntimeError:  # rclpy's RCLError or InvalidHandle: the serial side still runs
+            if self.context.ok():  # asked only then: a signal may have shut ROS down already
+                raise
 
     def _stamp_ns(self, taken_at: float | None = None) -> int:
         """Now on the node clock (sim time in the sim graph: the frame it answers), less the
