@@ -52,7 +52,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from itertools import repeat
+from itertools import islice, repeat
 from typing import Any
 
 from rclpy.clock import Clock as RosClock
@@ -305,7 +305,8 @@ class InProcessBus:
         if recorder is None or pending is None:
             return
         with self._flush_lock:
-            entries = [pending.popleft() for _ in range(len(pending))]
+            # popleft as many times as there are entries now, called from C (islice)
+            entries = list(islice(iter(pending.popleft, None), len(pending)))
             self._unflushed = 0
             # the messages among the frames' times (ints), counted in C
             self.handed_off += len(entries) - sum(map(isinstance, entries, repeat(int)))
