@@ -7,10 +7,15 @@ the main thread.
     python benchmarks/profile_sim_graph.py --frames 1200 --profile  # and where it goes
     python benchmarks/profile_sim_graph.py --frames 6000 --functions  # the frame's parts
     python benchmarks/profile_sim_graph.py --frames 6000 --plain      # and in plain code
+    python benchmarks/profile_sim_graph.py --frames 600 --opcodes     # interpreted operations
 
 `--functions` times the frame's main parts (TIMED) by their inclusive CPU time in the main
 thread, a counter around each call (about a microsecond each; cProfile's cost per call of every
 function distorts a frame of many small calls several times over).
+
+`--opcodes` then counts, over 240 more frames, the Python bytecode operations and calls the
+main thread runs a frame (sys.settrace): a figure that does not move with the host's load, for
+comparing two versions of the frame's Python (not its C: MuJoCo, numpy, struct, the pipe).
 
 The executor runs in a background thread as in `SimNode.run` (its timers cost CPU too).
 """
@@ -126,6 +131,34 @@ class Timed:
                 f'  {name:36s} {self.calls[name] / frames:5.2f} calls  '
                 f'{self.ns[name] / frames / 1e3:7.1f} us a frame'
             )
+
+
+def opcodes(step, frames: int = 240) -> tuple[float, float, float]:
+    """Interpreted operations, Python calls and C calls a frame of `step()` in this thread."""
+    counts = [0, 0, 0]
+
+    def trace(frame, event, arg):
+        if event == 'opcode':
+            counts[0] += 1
+        elif event == 'call':
+            counts[1] += 1
+            frame.f_trace_opcodes = True
+        return trace
+
+    def profile(frame, event, arg):
+        if event == 'c_call':
+            counts[2] += 1
+
+    sys.setprofile(profile)
+    sys.settrace(trace)
+    try:
+        for _ in range(frames):
+            step()
+    finally:
+        sys.settrace(None)
+        sys.setprofile(None)
+    ops, calls, c_calls = (c / frames for c in counts)
+    return ops, calls, c_calls
 
 
 def bare_rtf_cpu(frames: int) -> float:
@@ -300,6 +333,12 @@ def main(argv: list[str] | None = None) -> int:
         help="the inclusive CPU time of the frame's main parts (TIMED), a counter each",
     )
     p.add_argument(
+        '--opcodes',
+        action='store_true',
+        help='then the Python operations and calls a frame (sys.settrace, 240 frames): '
+        "independent of the host's load",
+    )
+    p.add_argument(
         '--plain',
         action='store_true',
         help="then as many frames of the same graph's objects in plain code (plain_frames): "
@@ -359,6 +398,7 @@ def main(argv: list[str] | None = None) -> int:
     profiler = cProfile.Profile(time.thread_time) if ns.profile else None
     total_cpu = 0.0
     plain: float | None = None
+    ops: tuple[float, float, float] | None = None
     before = threads_cpu()
     if timed is not None:
         timed.reset()
@@ -385,6 +425,7 @@ def main(argv: list[str] | None = None) -> int:
             used = cpu - before.get(name, 0.0)
             if used > 0:
                 print(f'  {name}: {used:.2f} s ({1e6 * used / ns.frames:.0f} us a frame)')
+        ops = opcodes(sim._lockstep_once) if ns.opcodes else None
         plain = plain_frames(graph, ns.frames) if ns.plain else None
     finally:
         sim.stop()
@@ -399,6 +440,11 @@ def main(argv: list[str] | None = None) -> int:
         f'composed graph {graph_rtf:.1f}x per CPU s, bare mj_step loop {bare:.1f}x: '
         f'{graph_rtf / bare:.4f} of bare'
     )
+    if ops is not None:
+        print(
+            f'a frame in Python (main thread, 240 frames): {ops[0]:.0f} bytecode operations, '
+            f'{ops[1]:.1f} Python calls, {ops[2]:.1f} C calls'
+        )
     if plain is not None:
         print(
             f'the same frame in plain code: {plain * 1e6:.0f} us CPU a frame, '
