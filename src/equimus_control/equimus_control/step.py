@@ -129,12 +129,15 @@ class ControlStep:
         except (TypeError, ValueError):  # ragged rows
             return False
         shape = (len(t_arr), self.n)
+        # The arrays' own .all() and a slice comparison, not np.all and np.diff: those are
+        # Python wrappers, whose calls cost more than the checks from the cold caches a frame
+        # of the composed sim graph meets every tenth of a second (docs/benchmarks.md, issue 30).
         if (
             len(t_arr) < 2
             or q_arr.shape != shape
             or qd_arr.shape != shape
-            or not (np.all(np.isfinite(t_arr)) and np.all(np.diff(t_arr) > 0))
-            or not (np.all(np.isfinite(q_arr)) and np.all(np.isfinite(qd_arr)))
+            or not (np.isfinite(t_arr).all() and (t_arr[1:] > t_arr[:-1]).all())
+            or not (np.isfinite(q_arr).all() and np.isfinite(qd_arr).all())
         ):
             return False
         self.preview = Preview(t_arr, q_arr, qd_arr)
