@@ -161,7 +161,8 @@ class _Route:
         self.outside = True  # a subscriber outside this process (InProcessBus.check_outside)
         self.dds_period = 0.0  # wall s between DDS publishes (the /clock route: see SimGraph)
         self.next_dds = 0.0
-        #: the last message kept (the /clock route's, repeated while paused: SimGraph)
+        #: whether `last` keeps the last message (the /clock route's, sent again while paused:
+        #: SimGraph); such a route always takes the whole path of `publish`
         self.keep_last = False
         self.last: Any = None
 
