@@ -352,9 +352,12 @@ def watchdog_vent(probe: BoardProbe, channels: int) -> tuple[float, bool] | None
     shows the outputs at 0: (s from the SET's write, whether that ACK had WATCHDOG_VENTED), or
     None when they were not vented within watchdog_ms + WATCHDOG_SLACK_S (the board vented,
     by SET, again). Timed from the write, not the ACK: the board's watchdog starts before its
-    ACK reaches here, so timed from the ACK a punctual board looked up to a round trip early."""
+    ACK reaches here, so timed from the ACK a punctual board looked up to a round trip early.
+    The flag counts in a late reply too: the board says a vent once, and the reply that says
+    it may come after its PING timed out (a starved board process)."""
     info = probe.info
     assert info is not None, 'open() the probe first'
+    probe.take_late_vents()  # an earlier vent's word is not this one's
     t0 = time.monotonic()
     if probe.set((WATCHDOG_TEST_CODE,) * channels) is None:
         raise CommissionError(f'the board on {probe.port} did not acknowledge a SET')
@@ -364,7 +367,8 @@ def watchdog_vent(probe: BoardProbe, channels: int) -> tuple[float, bool] | None
         now = time.monotonic()
         reply, _ = probe.ping()
         if reply is not None and not any(reply.applied):
-            return now - t0, bool(reply.flags & P.ACK_WATCHDOG_VENTED)
+            flags = reply.flags | probe.take_late_vents()
+            return now - t0, bool(flags & P.ACK_WATCHDOG_VENTED)
         if now - t0 > limit:
             probe.set((0,) * channels)
             return None
