@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import rclpy
 from geometry_msgs.msg import PoseStamped
+from rclpy.serialization import deserialize_message
 from rosproc import start_node, stop
 from sensor_msgs.msg import JointState
 from std_msgs.msg import String
@@ -176,5 +177,27 @@ def test_a_whole_mocap_frame_publishes_what_its_bodies_one_by_one_do():
         assert sent['whole'] == sent['by_body']
         by_body.destroy_node()
         whole.destroy_node()
+    finally:
+        rclpy.try_shutdown()
+
+
+def test_a_whole_mocap_frame_with_a_body_not_configured_still_publishes_its_frame():
+    """A rigid body the state publisher was not configured with (a marker set added in Motive)
+    gets its mocap frame on /tf as from its own topic, not a KeyError in the graph's frame."""
+    from equimus_description.interface import BODIES, FRAME_MOCAP
+    from equimus_tf.state_publisher import StatePublisher
+
+    rclpy.init()
+    try:
+        node = StatePublisher()
+        sent: list = []
+        node.tf_pub.publish = sent.append
+        pose = ((0.1, 0.2, 0.3), (0.0, 0.0, 0.0, 1.0))
+        node.on_mocap_frame(FRAME_MOCAP, 5_000_000_000, [(b, pose) for b in (*BODIES, 'wand')])
+        (data,) = sent
+        msg = deserialize_message(data, tf2_msgs.TFMessage)
+        children = [t.child_frame_id for t in msg.transforms]
+        assert children == [*(mocap_frame(b) for b in BODIES), mocap_frame('wand')]
+        node.destroy_node()
     finally:
         rclpy.try_shutdown()

@@ -210,9 +210,9 @@ class StatePublisher(Node):
         gate = self.mocap_gate
         if not gate.passes(t_ns):
             return
-        children = self._mocap_children
+        children = self._mocap_children  # a body not configured here is named as it comes
         group = [
-            ((frame_id, children[body]), (t_ns, xyz, quat))
+            ((frame_id, children.get(body) or mocap_frame(body)), (t_ns, xyz, quat))
             for body, (xyz, quat) in poses
             if frames.pose_is_finite(xyz, quat)
         ]
