@@ -245,6 +245,9 @@ class FirmwareBoard(BoardRecord):
         # stepped in the firmware's time (a late DAC write still starts the valve when it was
         # made), but the ADC codes sent back for it are that late.
         self.tap_lag_max_s = 0.0
+        # The ADC codes this side gave the firmware and the valves' time they stand for: a reply
+        # carries the ones the firmware last read, as late as this thread was scheduled.
+        self._adc_history: deque[tuple[float, tuple[int, ...]]] = deque(maxlen=256)
         self._start_record(history, log_path, session_path)
         self.slave_path = None
         self._lock = threading.RLock()
@@ -401,6 +404,13 @@ class FirmwareBoard(BoardRecord):
                     if adc != self._adc_sent:
                         self._command('adc ' + ' '.join(map(str, adc)))
                         self._adc_sent = adc
+                        self._adc_history.append((now, adc))
+
+    def adc_sent_until(self, t: float) -> list[tuple[float, tuple[int, ...]]]:
+        """The ADC codes given to the firmware up to time t (CLOCK_MONOTONIC), oldest first, each
+        with the time the valves were stepped to for it (the last 256)."""
+        with self._lock:
+            return [entry for entry in self._adc_history if entry[0] <= t]
 
     # ----------------------------------------------------------------- the tap
     def _feed_events(self, data: bytes, now: float) -> None:
