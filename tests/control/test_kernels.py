@@ -1,12 +1,13 @@
 """The compiled kernels (equimus_control._kernels) against their Python forms, bit for bit:
-hinge_angles, filter_update and pid_law on drawn inputs (ordinary, extreme and malformed: the
-same values or the same exception type), and a closed loop run with each form giving the same
-trajectory to the last bit."""
+hinge_angles, filter_update, pid_law and waypoint_preview on drawn inputs (ordinary, extreme and
+malformed: the same values or the same exception type), and a closed loop run with each form
+giving the same trajectory to the last bit."""
 
 import math
 import struct
 
 import numpy as np
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -20,7 +21,13 @@ from equimus_control.estimation import (
     hinge_angles,
 )
 from equimus_control.pid import PIDController, PIDGains, pack_statics, pid_law
-from equimus_control.reference import Waypoints
+from equimus_control.reference import (
+    PREVIEW_S,
+    PREVIEW_SPACING_S,
+    Waypoints,
+    preview_rows,
+    waypoint_preview,
+)
 from equimus_description.statics import StaticParams, holding_pressures
 
 C = kernels.compiled()
@@ -157,6 +164,63 @@ def test_pid_law_on_non_finite_values(values, p_max):
     args = (*values, 3.0, 1.5, 4.0, 2.0, 0.15, 0.06, 5.0, 0.5, 0.3, 0.1, -0.1, 1 / 120, p_max)
     want = _outcome(pid_law, StaticParams(), *args)
     assert want == _outcome(C.pid_law, pack_statics(StaticParams()), *args)
+
+
+coordinate = st.floats(-4.0, 4.0, allow_nan=False)
+
+
+@settings(max_examples=600, deadline=None)
+@example(  # 15.4 // 2.2 is 6.0 where floor(15.4 / 2.2) is 7: Python's floor division decides
+    poses=[[0.5], [1.0], [2.0]], move=1.0, hold=1.2, loop=True, t=15.4, spacing=0.5, count=2
+)
+@given(
+    st.integers(1, 4).flatmap(
+        lambda joints: st.lists(
+            st.lists(coordinate, min_size=joints, max_size=joints), min_size=1, max_size=4
+        )
+    ),
+    st.sampled_from([0.0, 0.5]) | st.floats(1e-6, 3.0),
+    st.sampled_from([1e-3, 1.5]) | st.floats(1e-3, 3.0),
+    st.booleans(),
+    st.sampled_from([0.0, 3.0]) | st.floats(0.0, 1e4),
+    st.sampled_from([PREVIEW_SPACING_S, 0.5]) | st.floats(1e-4, 1.0),
+    st.integers(0, 40),
+)
+def test_waypoint_preview(poses, move, hold, loop, t, spacing, count):
+    stamp = 1_800_000_000.0 + t  # a node clock's seconds
+    same(waypoint_preview, C.waypoint_preview, poses, move, hold, loop, t, stamp, spacing, count)
+
+
+@pytest.mark.parametrize(
+    'args',
+    [
+        ([[0.1]], 0.5, 1.0, True, math.nan, 0.0, 0.1, 3),
+        ([[0.1]], 0.5, 1.0, True, 0.0, math.inf, 0.1, 3),
+        ([[0.1]], 0.5, 1.0, True, 0.0, 0.0, 0.1, -1),
+        ([], 0.5, 1.0, True, 0.0, 0.0, 0.1, 3),
+        ([[0.1, 0.2], [0.3]], 0.5, 1.0, True, 0.0, 0.0, 0.1, 3),
+    ],
+)
+def test_waypoint_preview_refuses_what_has_no_preview(args):
+    """Non-finite times, a negative count, no poses, ragged poses: a ValueError either way."""
+    assert _outcome(waypoint_preview, *args) == ('raised', ValueError)
+    assert _outcome(C.waypoint_preview, *args) == ('raised', ValueError)
+
+
+def test_the_reference_node_s_preview_is_the_trajectory_at_each_time(triangle):
+    """What the reference node publishes (`preview_rows`, compiled): each row is the time on the
+    node clock and the trajectory's own sample (`Waypoints.at`), bit for bit, through the
+    triangle's moves and holds."""
+    ref = Waypoints(triangle, move=0.5, hold=1.5)
+    cols = 1 + 2 * len(triangle[0])
+    for t in np.arange(0.0, 13.0, 0.1).tolist():
+        stamp = 1_800_000_000.0 + t
+        rows = preview_rows(ref, t, stamp, PREVIEW_S, PREVIEW_SPACING_S, C)
+        assert _bits(rows) == _bits(preview_rows(ref, t, stamp, PREVIEW_S, PREVIEW_SPACING_S))
+        for i in range(len(rows) // cols):
+            ti = t + PREVIEW_SPACING_S * i
+            q, qd = ref.at(ti)
+            assert _bits(rows[i * cols : (i + 1) * cols]) == _bits([stamp + (ti - t), *q, *qd])
 
 
 def test_a_closed_loop_runs_the_same_with_either_form(triangle, sim_params, make_sim, monkeypatch):

@@ -1,9 +1,10 @@
-/* The per-frame arithmetic of the joint-state estimator and the PID, compiled.
+/* The per-frame arithmetic of the joint-state estimator, the PID and the reference's preview,
+ * compiled.
  *
  * Each function here is the Python function of the same name (estimation.hinge_angles,
- * estimation.filter_update, pid.pid_law) written in C with the same operations in the same
- * order, so it returns the same bits: the Python functions are the reference, and
- * tests/control/test_kernels.py compares the two on random and recorded inputs. Why C: at
+ * estimation.filter_update, pid.pid_law, reference.waypoint_preview) written in C with the same
+ * operations in the same order, so it returns the same bits: the Python functions are the
+ * reference, and tests/control/test_kernels.py compares the two on random and recorded inputs. Why C: at
  * 120 Hz every frame runs from cold caches, where interpreted arithmetic costs several times
  * its warm cost (docs/benchmarks.md, issue 30).
  *
@@ -14,7 +15,8 @@
  * - sin, cos, atan2, sqrt and pow from the C library, as Python's math module and float pow
  *   call them, with Python's errors (a domain error, an overflow, a division by zero);
  * - hypot by calling Python's math.hypot, which does not use the C library's;
- * - min/max as Python's builtins order their arguments (NaN included), % as Python's float %.
+ * - min/max as Python's builtins order their arguments (NaN included), % as Python's float %,
+ *   // as Python's float // (which numpy's floor_divide also is).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -633,17 +635,156 @@ static PyObject *pid_law(PyObject *self, PyObject *const *args, Py_ssize_t nargs
                          err0, err1, f0, f1, ni0, ni1);
 }
 
+/* ---- the reference's preview ----------------------------------------------------------- */
+
+static double py_floordiv(double v, double w) /* float //, w != 0 (numpy's floor_divide too) */
+{
+    double mod = fmod(v, w);
+    double div = (v - mod) / w;
+    if (mod && ((w < 0) != (mod < 0)))
+        div -= 1.0;
+    if (!div)
+        return copysign(0.0, v / w);
+    double floordiv = floor(div);
+    if (div - floordiv > 0.5)
+        floordiv += 1.0;
+    return floordiv;
+}
+
+static Py_ssize_t py_mod_index(long long k, Py_ssize_t n) /* int %, n > 0 */
+{
+    long long m = k % n;
+    return (Py_ssize_t)(m < 0 ? m + n : m);
+}
+
+enum { WP_POSES, WP_MOVE, WP_HOLD, WP_LOOP, WP_T, WP_STAMP, WP_SPACING, WP_COUNT, N_WP_ARGS };
+
+PyDoc_STRVAR(waypoint_preview_doc,
+             "waypoint_preview(poses, move, hold, loop, t, stamp, spacing, count) -> list[float]\n\n"
+             "reference.waypoint_preview, compiled.");
+
+static PyObject *waypoint_preview(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != N_WP_ARGS) {
+        PyErr_Format(PyExc_TypeError, "waypoint_preview takes %d arguments (%zd given)",
+                     N_WP_ARGS, nargs);
+        return NULL;
+    }
+    double move, hold, t, stamp, spacing;
+    if (as_double(args[WP_MOVE], &move) < 0 || as_double(args[WP_HOLD], &hold) < 0 ||
+        as_double(args[WP_T], &t) < 0 || as_double(args[WP_STAMP], &stamp) < 0 ||
+        as_double(args[WP_SPACING], &spacing) < 0)
+        return NULL;
+    int loop = PyObject_IsTrue(args[WP_LOOP]);
+    if (loop < 0)
+        return NULL;
+    Py_ssize_t count = PyLong_AsSsize_t(args[WP_COUNT]);
+    if (count == -1 && PyErr_Occurred())
+        return NULL;
+    double seg = move + hold;
+    if (count < 0 || !(seg > 0) || !isfinite(seg) || !isfinite(t) || !isfinite(stamp) ||
+        !isfinite(spacing)) {
+        PyErr_SetString(PyExc_ValueError, "waypoint_preview: finite times, move + hold > 0 and "
+                                          "count >= 0");
+        return NULL;
+    }
+    PyObject *poses = PySequence_Fast(args[WP_POSES], "poses must be a sequence");
+    if (!poses)
+        return NULL;
+    PyObject *result = NULL;
+    double *P = NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(poses), nj = -1;
+    if (n < 1) {
+        PyErr_SetString(PyExc_ValueError, "waypoint_preview: no poses");
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *row = PySequence_Fast(PySequence_Fast_GET_ITEM(poses, i), "a pose");
+        if (!row)
+            goto done;
+        Py_ssize_t m = PySequence_Fast_GET_SIZE(row);
+        if (nj < 0) {
+            nj = m;
+            P = PyMem_Malloc(sizeof(double) * (size_t)(n * (nj ? nj : 1)));
+            if (!P) {
+                Py_DECREF(row);
+                PyErr_NoMemory();
+                goto done;
+            }
+        }
+        if (m != nj) {
+            Py_DECREF(row);
+            PyErr_SetString(PyExc_ValueError, "waypoint_preview: poses of different lengths");
+            goto done;
+        }
+        for (Py_ssize_t j = 0; j < nj; j++)
+            if (as_double(PySequence_Fast_GET_ITEM(row, j), &P[i * nj + j]) < 0) {
+                Py_DECREF(row);
+                goto done;
+            }
+        Py_DECREF(row);
+    }
+    Py_ssize_t cols = 1 + 2 * nj;
+    PyObject *out = PyList_New(count * cols);
+    if (!out)
+        goto done;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        /* Waypoints.samples at preview_samples' times, one row of column_stack */
+        double ti = t + spacing * (double)i;
+        double kf = py_floordiv(ti, seg);
+        double tau = ti - kf * seg;
+        long long k = (long long)kf;
+        double pos = 1.0, vel = 0.0;
+        if (move > 0) {
+            double s = py_min(py_max(tau / move, 0.0), 1.0);
+            double s2 = s * s, s3 = s2 * s, s4 = s3 * s; /* reference.min_jerk */
+            pos = 10 * s3 - 15 * s4 + 6 * (s4 * s);
+            double ds = 30 * s2 - 60 * s3 + 30 * s4;
+            vel = tau < move ? ds / move : 0.0;
+        }
+        int last = n > 1 ? (k >= n && !loop) : 1;
+        int first = k == 0 && !last;
+        const double *a = &P[py_mod_index(k - 1, n) * nj], *b = &P[py_mod_index(k, n) * nj];
+        PyObject **row = &PyList_GET_ITEM(out, i * cols);
+        for (Py_ssize_t j = 0; j < cols; j++) {
+            double x;
+            if (j == 0)
+                x = stamp + (ti - t);
+            else if (j <= nj) {
+                Py_ssize_t c = j - 1;
+                x = last ? P[(n - 1) * nj + c] : first ? P[c] : a[c] + pos * (b[c] - a[c]);
+            } else {
+                Py_ssize_t c = j - 1 - nj;
+                x = (last || first) ? 0.0 : vel * (b[c] - a[c]);
+            }
+            PyObject *f = PyFloat_FromDouble(x);
+            if (!f) {
+                Py_DECREF(out);
+                goto done;
+            }
+            row[j] = f;
+        }
+    }
+    result = out;
+done:
+    PyMem_Free(P);
+    Py_DECREF(poses);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"hinge_angles", (PyCFunction)(void (*)(void))hinge_angles, METH_FASTCALL, hinge_angles_doc},
     {"filter_update", (PyCFunction)(void (*)(void))filter_update, METH_FASTCALL,
      filter_update_doc},
     {"pid_law", (PyCFunction)(void (*)(void))pid_law, METH_FASTCALL, pid_law_doc},
+    {"waypoint_preview", (PyCFunction)(void (*)(void))waypoint_preview, METH_FASTCALL,
+     waypoint_preview_doc},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_kernels",
-    "The estimator's and the PID's per-frame arithmetic, compiled (see _kernels.c).", -1,
+    "The estimator's, the PID's and the preview's per-frame arithmetic, compiled (see _kernels.c).", -1,
     methods,
 };
 

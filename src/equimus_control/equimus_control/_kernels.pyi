@@ -1,4 +1,5 @@
-"""The compiled kernels (_kernels.c); the Python forms in estimation.py and pid.py document them."""
+"""The compiled kernels (_kernels.c); their Python forms in estimation.py, pid.py and reference.py
+document them."""
 
 from collections.abc import Sequence
 
@@ -12,3 +13,14 @@ def pid_law(
     statics: tuple[float, ...], *values: float
 ) -> tuple[float, float, bool, bool, float, float, float, float, float, float]:
     """pid.pid_law's 21 floats after the statics (pid.pack_statics), in its order."""
+
+def waypoint_preview(
+    poses: Sequence[Sequence[float]],
+    move: float,
+    hold: float,
+    loop: bool,
+    t: float,
+    stamp: float,
+    spacing: float,
+    count: int,
+) -> list[float]: ...

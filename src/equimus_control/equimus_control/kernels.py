@@ -1,15 +1,17 @@
-"""Which form of the per-frame arithmetic an estimator or a PID runs: compiled or Python.
+"""Which form of the per-frame arithmetic an estimator, a PID or a reference's preview runs:
+compiled or Python.
 
 `_kernels` (a C extension built with this package, `_kernels.c`) holds `hinge_angles`,
-`filter_update` and `pid_law`; the Python functions of the same names in estimation.py and
-pid.py are the reference they match bit for bit (tests/control/test_kernels.py). At 120 Hz every
-frame runs from cold caches, where interpreted arithmetic costs several times its warm cost; the
-compiled form takes a fraction of that (docs/benchmarks.md, issue 30).
+`filter_update`, `pid_law` and `waypoint_preview`; the Python functions of the same names in
+estimation.py, pid.py and reference.py are the reference they match bit for bit
+(tests/control/test_kernels.py). At 120 Hz every frame runs from cold caches, where interpreted
+arithmetic costs several times its warm cost; the compiled form takes a fraction of that
+(docs/benchmarks.md, issue 30).
 
-An object picks its form when it is built (`use_compiled`). The environment's
-EQUIMUS_KERNELS=python makes the Python form every object's default in that process (a
-benchmark runs both side by side); a build without a C compiler has only the Python form
-(the extension is optional in setup.py) and says so in `describe()`.
+An object picks its form when it is built (`use_compiled`; the reference node for its preview).
+The environment's EQUIMUS_KERNELS=python makes the Python form every object's default in that
+process (a benchmark runs both side by side); a build without a C compiler has only the Python
+form (the extension is optional in setup.py) and says so in `describe()`.
 """
 
 from __future__ import annotations

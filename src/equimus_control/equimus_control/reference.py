@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from types import ModuleType
 
 import numpy as np
 
@@ -157,12 +158,17 @@ PREVIEW_S = 0.45
 PREVIEW_SPACING_S = 1.0 / 60.0
 
 
+def preview_count(horizon: float, spacing: float) -> int:
+    """How many samples a preview of `horizon` s holds, `spacing` s apart (at least two)."""
+    return max(2, int(math.ceil(horizon / spacing - 1e-9)) + 1)
+
+
 def preview_samples(
     trajectory: Callable[[float], tuple], t: float, horizon: float, spacing: float
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The trajectory's next `horizon` s from `t` as its publisher sends it (times, angles,
     velocities; `spacing` s apart, the first at `t`, at least two samples)."""
-    times = t + spacing * np.arange(max(2, int(math.ceil(horizon / spacing - 1e-9)) + 1))
+    times = t + spacing * np.arange(preview_count(horizon, spacing))
     sampled = getattr(trajectory, 'samples', None)  # all at once, as calling it at each time
     if sampled is not None:
         q, qd = sampled(times)
@@ -183,3 +189,50 @@ def reference_at(
     """
     ahead = min(max(stamp - ref_stamp, 0.0), max_preview)
     return np.asarray(q_ref, float) + np.asarray(qd_ref, float) * ahead
+
+
+def preview_rows(
+    trajectory: Callable[[float], tuple],
+    t: float,
+    stamp: float,
+    horizon: float,
+    spacing: float,
+    compiled: ModuleType | None = None,
+) -> list[float]:
+    """`preview_samples` as the preview message carries it: rows of (time on the node clock
+    from `stamp`, angles, velocities), flattened row by row. A `Waypoints` trajectory goes
+    through the `compiled` kernels' `waypoint_preview` where given (the reference node's, 10 Hz
+    in every frame of the composed graph: numpy's calls from cold caches cost most of its
+    preview there, docs/benchmarks.md, issue 30)."""
+    if compiled is not None and isinstance(trajectory, Waypoints):
+        w = trajectory
+        count = preview_count(horizon, spacing)
+        rows: list[float] = compiled.waypoint_preview(
+            w._rows, w.move, w.hold, w.loop, t, stamp, spacing, count
+        )
+        return rows
+    times, q, qd = preview_samples(trajectory, t, horizon, spacing)
+    return np.column_stack([stamp + (times - t), q, qd]).ravel().tolist()
+
+
+def waypoint_preview(
+    poses: Sequence[Sequence[float]],
+    move: float,
+    hold: float,
+    loop: bool,
+    t: float,
+    stamp: float,
+    spacing: float,
+    count: int,
+) -> list[float]:
+    """The Python form of the compiled `waypoint_preview` (kernels.py), which returns the same
+    bits: `Waypoints(poses, move, hold, loop)` previewed as `preview_rows` does, at `count`
+    times `spacing` s apart from `t`."""
+    if not all(math.isfinite(x) for x in (move + hold, t, stamp, spacing)) or count < 0:
+        raise ValueError('waypoint_preview: finite times, move + hold > 0 and count >= 0')
+    w = Waypoints(poses, move, hold, loop)
+    if len(w._P) == 0:
+        raise ValueError('waypoint_preview: no poses')
+    times = t + spacing * np.arange(count)
+    q, qd = w.samples(times)
+    return np.column_stack([stamp + (times - t), q, qd]).ravel().tolist()

@@ -34,6 +34,7 @@ from equimus_ros.main import run_node
 from equimus_ros.params import bind
 from equimus_ros.qos import publisher
 
+from .kernels import use_compiled
 from .reference import (
     MIN_SEGMENT_S,
     PREVIEW_S,
@@ -43,7 +44,8 @@ from .reference import (
     Waypoints,
     float_sampler,
     make_reference,
-    preview_samples,
+    preview_count,
+    preview_rows,
 )
 
 TRAJECTORIES = ('triangle', 'step', 'sine', 'hold')
@@ -209,6 +211,7 @@ class ReferenceNode(Node):
         self._preview_rows = 0
         # every how many ticks a preview goes out (the composed graph calls tick() at `rate`)
         self._preview_every = max(1, round(cfg.rate / cfg.preview_rate))
+        self._kernels = use_compiled()  # the preview's form (kernels.py)
         self.diagnostics = Diagnostics(self, DIAGNOSTICS, 'reference')
         if paced:
             self.create_timer(1.0 / cfg.rate, timer_callback(self.tick))
@@ -265,14 +268,15 @@ class ReferenceNode(Node):
     def _publish_preview(self, t: float, stamp: float) -> None:
         """The trajectory's next `preview` s from `t`; row times on the node clock from `stamp`
         (the time the reference message of this tick carries)."""
-        times, q, qd = preview_samples(self.traj, t, self.params.config.preview, PREVIEW_SPACING_S)
-        rows = np.column_stack([stamp + (times - t), q, qd])
+        horizon = self.params.config.preview
+        flat = preview_rows(self.traj, t, stamp, horizon, PREVIEW_SPACING_S, self._kernels)
+        rows = np.array(flat).reshape(preview_count(horizon, PREVIEW_SPACING_S), -1)
         for listener in self.preview_listeners:
             listener(rows)
         if self._preview_out is None or self._preview_rows != len(rows):  # a new horizon
             table = table_array(rows.tolist(), 'point', self._preview_columns)
             self._preview_out, self._preview_rows = ArrayWriter(self.preview_pub, table), len(rows)
-        self._preview_out.write(rows.ravel().tolist())
+        self._preview_out.write(flat)
 
     def _diag(self):
         self.diagnostics.publish(Level.OK, self.kind, {'published': self.count})
