@@ -213,7 +213,8 @@ def plain_frames(graph, frames: int, flush_every: int = 12) -> float:
     import numpy as np
     from std_msgs.msg import Float64MultiArray
 
-    from equimus_control.reference import PREVIEW_SPACING_S, preview_samples
+    from equimus_control.kernels import use_compiled
+    from equimus_control.reference import PREVIEW_SPACING_S, preview_count, preview_rows
     from equimus_description.interface import (
         CLOCK,
         FRAME_MOCAP,
@@ -260,6 +261,8 @@ def plain_frames(graph, frames: int, flush_every: int = 12) -> float:
     applied = PressureStateWriter(sink(VALVE_APPLIED.name), tuple(graph.driver.channels))
     preview_encode = MessageEncoder(Float64MultiArray).encode
     columns = graph.reference._preview_columns
+    kernels = use_compiled()  # the preview's form, as the reference node picks it
+    n_joints = step.n
     frame, t0_ref, slew_t = node.frame, None, None
     log_ns = node.time_ns(frame)
     c0 = time.process_time()
@@ -278,9 +281,9 @@ def plain_frames(graph, frames: int, flush_every: int = 12) -> float:
         step.set_reference(q_ref, qd_ref, t)
         reference.write(t_ns, q_ref, qd_ref)
         if preview_every and k % preview_every == 0:
-            times, qp, qdp = preview_samples(traj, t - t0_ref, ref.preview, PREVIEW_SPACING_S)
-            step.set_preview(t + (times - (t - t0_ref)), qp, qdp)
-            rows = np.column_stack([t + (times - (t - t0_ref)), qp, qdp])
+            flat = preview_rows(traj, t - t0_ref, t, ref.preview, PREVIEW_SPACING_S, kernels)
+            rows = np.array(flat).reshape(preview_count(ref.preview, PREVIEW_SPACING_S), -1)
+            step.set_preview(rows[:, 0], rows[:, 1 : 1 + n_joints], rows[:, 1 + n_joints :])
             table = table_array(rows.tolist(), 'point', columns)
             items.append((graph.reference.preview_pub.topic_name, preview_encode(table)))
         mocap.capture_arrays(t, pos, quat)
