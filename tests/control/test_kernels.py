@@ -22,6 +22,7 @@ from equimus_control.estimation import (
 )
 from equimus_control.pid import PIDController, PIDGains, pack_statics, pid_law
 from equimus_control.reference import (
+    MAX_SEGMENTS,
     PREVIEW_S,
     PREVIEW_SPACING_S,
     Waypoints,
@@ -199,10 +200,14 @@ def test_waypoint_preview(poses, move, hold, loop, t, spacing, count):
         ([[0.1]], 0.5, 1.0, True, 0.0, 0.0, 0.1, -1),
         ([], 0.5, 1.0, True, 0.0, 0.0, 0.1, 3),
         ([[0.1, 0.2], [0.3]], 0.5, 1.0, True, 0.0, 0.0, 0.1, 3),
+        ([[0.1]], 0.5, 1.0, True, 1e300, 0.0, 0.1, 3),
+        ([[0.1]], 0.5, 1.0, True, 0.0, 0.0, 1e300, 3),
     ],
 )
 def test_waypoint_preview_refuses_what_has_no_preview(args):
-    """Non-finite times, a negative count, no poses, ragged poses: a ValueError either way."""
+    """Non-finite times, a negative count, no poses, ragged poses, a time too far out for its
+    segment's number: a ValueError either way."""
+    assert C.MAX_SEGMENTS == MAX_SEGMENTS
     assert _outcome(waypoint_preview, *args) == ('raised', ValueError)
     assert _outcome(C.waypoint_preview, *args) == ('raised', ValueError)
 

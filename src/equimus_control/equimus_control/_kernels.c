@@ -659,6 +659,11 @@ static Py_ssize_t py_mod_index(long long k, Py_ssize_t n) /* int %, n > 0 */
 
 enum { WP_POSES, WP_MOVE, WP_HOLD, WP_LOOP, WP_T, WP_STAMP, WP_SPACING, WP_COUNT, N_WP_ARGS };
 
+/* reference.MAX_SEGMENTS (tests/control/test_kernels.py): a time's segment number must fit a
+ * long long with room to spare */
+#define MAX_SEGMENTS 1e15
+#define MAX_SEGMENTS_ERROR "waypoint_preview: a time more than 1e15 segments from 0"
+
 PyDoc_STRVAR(waypoint_preview_doc,
              "waypoint_preview(poses, move, hold, loop, t, stamp, spacing, count) -> list[float]\n\n"
              "reference.waypoint_preview, compiled.");
@@ -725,6 +730,10 @@ static PyObject *waypoint_preview(PyObject *self, PyObject *const *args, Py_ssiz
         Py_DECREF(row);
     }
     Py_ssize_t cols = 1 + 2 * nj;
+    if (count > PY_SSIZE_T_MAX / cols) {
+        PyErr_NoMemory();
+        goto done;
+    }
     PyObject *out = PyList_New(count * cols);
     if (!out)
         goto done;
@@ -732,6 +741,11 @@ static PyObject *waypoint_preview(PyObject *self, PyObject *const *args, Py_ssiz
         /* Waypoints.samples at preview_samples' times, one row of column_stack */
         double ti = t + spacing * (double)i;
         double kf = py_floordiv(ti, seg);
+        if (!(fabs(kf) < MAX_SEGMENTS)) {
+            Py_DECREF(out);
+            PyErr_SetString(PyExc_ValueError, MAX_SEGMENTS_ERROR);
+            goto done;
+        }
         double tau = ti - kf * seg;
         long long k = (long long)kf;
         double pos = 1.0, vel = 0.0;
@@ -798,7 +812,8 @@ PyMODINIT_FUNC PyInit__kernels(void)
     if (!math_hypot)
         return NULL;
     PyObject *m = PyModule_Create(&module);
-    if (m && PyModule_AddIntConstant(m, "N_STATICS", N_STATICS) < 0) {
+    if (m && (PyModule_AddIntConstant(m, "N_STATICS", N_STATICS) < 0 ||
+              PyModule_AddObject(m, "MAX_SEGMENTS", PyFloat_FromDouble(MAX_SEGMENTS)) < 0)) {
         Py_DECREF(m);
         return NULL;
     }

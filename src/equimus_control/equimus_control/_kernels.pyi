@@ -4,6 +4,7 @@ document them."""
 from collections.abc import Sequence
 
 N_STATICS: int
+MAX_SEGMENTS: float
 
 def hinge_angles(poses: Sequence, n_bodies: int, hinges: Sequence[tuple]) -> list[float] | None: ...
 def filter_update(

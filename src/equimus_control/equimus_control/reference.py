@@ -156,6 +156,8 @@ def float_sampler(trajectory: Callable[[float], tuple]) -> Callable[[float], tup
 #: what the plain-code loop of the benchmarks sends) and s between its points
 PREVIEW_S = 0.45
 PREVIEW_SPACING_S = 1.0 / 60.0
+#: segments from time 0 a preview's time may be (its segment number an integer in C too)
+MAX_SEGMENTS = 1e15
 
 
 def preview_count(horizon: float, spacing: float) -> int:
@@ -234,5 +236,7 @@ def waypoint_preview(
     if len(w._P) == 0:
         raise ValueError('waypoint_preview: no poses')
     times = t + spacing * np.arange(count)
+    if not (np.abs(np.floor_divide(times, move + hold)) < MAX_SEGMENTS).all():
+        raise ValueError(f'waypoint_preview: a time more than {MAX_SEGMENTS:g} segments from 0')
     q, qd = w.samples(times)
     return np.column_stack([stamp + (times - t), q, qd]).ravel().tolist()
