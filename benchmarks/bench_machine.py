@@ -10,6 +10,12 @@ gap, side by side in one run:
 - after reading 64 MB (caches evicted by our own process);
 - after 8.3 ms of a Python busy loop (the CPU never idles);
 - after an 8.3 ms sleep (what every loop of the stack does).
+
+Beside it, the host's interpreted Python (`python_speed`): ns a bytecode operation of a fixed
+piece of the frame's own pure-Python code (the valve safety filter and the reference's sample,
+no ROS), its operations counted by `sys.settrace` in this run, then timed untraced. The share of
+the bare loop the graph reaches (issue 30) depends on how fast a host runs Python against how
+fast it runs MuJoCo's C, and the two differ from host to host.
 On a dedicated machine the gaps cost little more than the cache refill; on a shared virtual
 machine the CPU's state may be lost whenever the vCPU leaves it, and the ratios show how much.
 """
@@ -17,6 +23,7 @@ machine the CPU's state may be lost whenever the vCPU leaves it, and the ratios 
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 
 import numpy as np
@@ -29,6 +36,65 @@ def _busy(n: int) -> int:
     for i in range(n):
         x += i
     return x
+
+
+def _frame_python():
+    """A call of pure-Python frame code: what `python_speed` counts and times. Each call runs
+    the same operations: the reference sampled at fixed times in its move and hold phases, the
+    safety filter (armed) given each sample as a command and stepped."""
+    from equimus_control.reference import Waypoints
+    from equimus_hw.valve.safety import SafetyFilter
+
+    traj = Waypoints([[0.1, -0.2], [0.3, -0.5], [-0.1, -0.9]])
+    times = (0.25, 1.0, 2.25, 3.0)  # move, hold, move, hold (segments of 0.5 + 1.5 s)
+    safety = SafetyFilter(2)
+    safety.arm(0.0)
+    now = [0.0]
+
+    def frame() -> None:
+        for t in times:
+            now[0] += PERIOD
+            q, _ = traj.at(t)
+            safety.command([20.0 + 10.0 * q[0], 15.0 - 10.0 * q[1]], now[0])
+            safety.step(now[0], PERIOD)
+
+    return frame
+
+
+def operations(fn, calls: int = 200) -> float:
+    """Bytecode operations a call of `fn()` runs (sys.settrace): the same on every host."""
+    ops = [0]
+
+    def trace(f, event, arg):
+        if event == 'opcode':
+            ops[0] += 1
+        elif event == 'call':
+            f.f_trace_opcodes = True
+        return trace
+
+    sys.settrace(trace)
+    try:
+        for _ in range(calls):
+            fn()
+    finally:
+        sys.settrace(None)
+    return ops[0] / calls
+
+
+def python_speed(calls: int = 20000) -> float:
+    """ns a bytecode operation of `_frame_python`'s call on this host: its operations counted
+    (`operations`), the time taken over `calls` untraced calls, best of 3."""
+    frame = _frame_python()
+    for _ in range(200):  # warm
+        frame()
+    per_call = operations(frame)
+    best = float('inf')
+    for _ in range(3):
+        t = time.perf_counter()
+        for _ in range(calls):
+            frame()
+        best = min(best, (time.perf_counter() - t) / calls)
+    return best / per_call * 1e9
 
 
 def run(quick: bool = False) -> dict:
@@ -65,6 +131,9 @@ def run(quick: bool = False) -> dict:
     hot = out['frame_physics_us_back_to_back_p50']
     for name in list(gaps)[1:]:
         out[f'{name}_vs_back_to_back'] = out[f'frame_physics_us_{name}_p50'] / hot
+    out['python_ns_per_operation'] = python_speed(5000 if quick else 20000)
+    # bytecode operations in the time of a physics frame: fewer, the frame's Python weighs more
+    out['python_operations_per_physics_frame'] = hot * 1e3 / out['python_ns_per_operation']
     return out
 
 

@@ -17,6 +17,11 @@ and prints one table:
 4. the recorder's sustained rate without a missing message, for the project's ~1 KiB messages
    and for 64 KiB ones of random bytes (bench_bringup.py --recorder --payload random).
 
+First, and printed under the table, the host itself (bench_machine.py --quick): a physics frame's
+time and a bytecode operation's. Items 1 and 2 are shares of the bare loop, so a host that runs
+Python slower against MuJoCo than another gives lower shares for the same code; that line is the
+reason to look at first when a share falls between two hosts.
+
 Each benchmark's own command prints the detail behind its row (the per-frame breakdown, the
 stages of the chain, every step of the sweep).
 """
@@ -35,6 +40,7 @@ sys.path.insert(0, str(HERE))
 
 import bench_bringup  # noqa: E402  (the benchmarks are scripts beside this one)
 import bench_latency  # noqa: E402
+import bench_machine  # noqa: E402
 import bench_sim  # noqa: E402
 
 #: item 1 and item 2's goals, as shares of the bare mj_step loop (issue 30)
@@ -52,6 +58,8 @@ def measure(rounds: int, sim_seconds: float, latency_seconds: float, step_second
     os.environ.setdefault('ROS_DOMAIN_ID', str(150 + os.getpid() % 80))
     os.environ.setdefault('ROS_AUTOMATIC_DISCOVERY_RANGE', 'LOCALHOST')
     out: dict = {'load_average_1min_at_start': os.getloadavg()[0], 'started': time.time()}
+    print('[host] a physics frame and interpreted Python on this host ...', flush=True)
+    out['machine'] = bench_machine.run(quick=True)
     print(f'[1, 2] sim node and composed graph against the bare loop: {rounds} round(s) ...')
     out['platform'] = bench_sim.platform(rounds, sim_seconds)
     bench_sim.print_platform(out['platform'])
@@ -81,6 +89,8 @@ def figures(r: dict) -> dict:
         out[f'recorder_{size}_doubles_sustained_msg_s'] = best['rate'] if best else 0.0
         out[f'recorder_{size}_doubles_sustained_mb_s'] = best['payload_mb_s'] if best else 0.0
     out['load_average_1min_at_start'] = r['load_average_1min_at_start']
+    out['python_ns_per_operation'] = r['machine']['python_ns_per_operation']
+    out['frame_physics_us_back_to_back'] = r['machine']['frame_physics_us_back_to_back_p50']
     return out
 
 
@@ -142,6 +152,17 @@ def table(r: dict) -> list[str]:
     return ['  '.join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in rows]
 
 
+def host_line(m: dict) -> str:
+    """What the ratios of items 1 and 2 depend on besides the code: how fast this host runs
+    MuJoCo's C and interpreted Python (bench_machine.py)."""
+    return (
+        f'host: a physics frame (5 mj_step) {m["frame_physics_us_back_to_back_p50"]:.1f} us '
+        f'back to back, {m["after_8ms_sleep_vs_back_to_back"]:.2f}x that after an 8.3 ms sleep; '
+        f'Python {m["python_ns_per_operation"]:.1f} ns a bytecode operation, '
+        f"{m['python_operations_per_physics_frame']:.0f} operations in a physics frame's time"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -171,6 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     for line in table(r):
         print('  ' + line)
+    print('  ' + host_line(r['machine']))
     if ns.json:
         Path(ns.json).write_text(json.dumps(r, indent=1, default=str))
     return 0

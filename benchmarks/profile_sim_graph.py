@@ -16,6 +16,8 @@ function distorts a frame of many small calls several times over).
 `--opcodes` then counts, over 240 more frames, the Python bytecode operations and calls the
 main thread runs a frame (sys.settrace): a figure that does not move with the host's load, for
 comparing two versions of the frame's Python (not its C: MuJoCo, numpy, struct, the pipe).
+The frame's CPU beyond its physics (the bare loop's frame) divided by that count is the host's
+cost of the frame's Python, to compare two hosts with.
 
 The executor runs in a background thread as in `SimNode.run` (its timers cost CPU too).
 """
@@ -447,6 +449,11 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f'a frame in Python (main thread, 240 frames): {ops[0]:.0f} bytecode operations, '
             f'{ops[1]:.1f} Python calls, {ops[2]:.1f} C calls'
+        )
+        beyond_us = (total_cpu / ns.frames - 1 / RATE / bare) * 1e6
+        print(
+            f'the frame beyond its physics: {beyond_us:.0f} us CPU, {beyond_us * 1e3 / ops[0]:.1f} '
+            "ns an operation (C calls included): this host's cost of the frame's Python"
         )
     if plain is not None:
         print(

@@ -54,3 +54,30 @@ def test_the_recorder_row_names_a_size_with_no_clean_step():
     rows = bench_speed.table(_result(0.5, 0.1, {'default': [0.6]}))
     assert '1044 B: 7998 msg/s, 8.4 MB/s' in rows[3], rows[3]
     assert 'no step without a missing message' in rows[3]
+
+
+def test_the_host_line_states_both_speeds():
+    line = bench_speed.host_line(
+        {
+            'frame_physics_us_back_to_back_p50': 20.3,
+            'after_8ms_sleep_vs_back_to_back': 3.96,
+            'python_ns_per_operation': 11.9,
+            'python_operations_per_physics_frame': 1706.0,
+        }
+    )
+    assert '20.3 us back to back, 3.96x' in line and '11.9 ns a bytecode operation' in line, line
+    assert '1706 operations' in line, line
+
+
+def test_the_python_workload_runs_the_same_operations_each_time():
+    """`python_speed` divides a time by a count: the count must not depend on the host or the
+    moment (the safety filter armed and obeying, the reference moving), and the call must do
+    the frame's work (an armed filter's slew, not an early return)."""
+    import bench_machine
+
+    frame = bench_machine._frame_python()
+    for _ in range(50):
+        frame()
+    first, second = bench_machine.operations(frame, 100), bench_machine.operations(frame, 100)
+    assert first == second and first > 150, (first, second)
+    assert bench_machine.python_speed(200) > 0
