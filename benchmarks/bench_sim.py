@@ -23,6 +23,9 @@ machine load hits all three alike, each a run of `pause_at` sim seconds in a fre
   topic), as `make run` starts it, from its first frame until pause_at.
 Ratios to the bare loop are the figures that carry over between machines: the targets (graph
 >= 20x, node >= 100x) are against a bare loop of 270-320x on an idle machine (issue 13).
+Each run also takes the bare loop in its own process, ADJACENT_BARE_S wall seconds just before
+and just after it (`bare_window`), and is given against those too: on a host whose speed swings
+within seconds, the round's bare loop (seconds away, in this process) moves with the swing.
 Beside them (issue 30), the free-running node's per-frame breakdown from two more runs per round
 with its phases on thread CPU clocks (physics, the frame's state copied out, virtual mocap,
 publishing; the main thread's time waiting for a CPU, from /proc schedstat; the other threads'
@@ -70,6 +73,40 @@ def bare_model(dt: float, sim_seconds: float) -> dict:
         'simulator_rtf': adv,
         'us_per_step': 1e6 * dt / bare,
     }
+
+
+#: wall s of each bare mj_step window a platform run takes in its own process, before and after
+#: its run (`bare_window`)
+ADJACENT_BARE_S = 0.4
+
+
+def bare_window(wall_s: float = ADJACENT_BARE_S) -> tuple[float, float]:
+    """The bare mj_step loop (Δt 1/600 s) for about `wall_s` wall seconds, after 300 warm-up
+    steps: (sim s per wall s, sim s per CPU s of this process). A platform run takes one just
+    before and one just after it, in its own process: the host's speed swings by half within
+    seconds on a shared machine, and a bare loop measured in another process seconds apart
+    measures the swing as much as the run (docs/benchmarks.md, issue 30)."""
+    import mujoco
+
+    from equimus_sim.simulator import make_simulator
+
+    sim = make_simulator(timestep=1 / 600)
+    m, d = sim.model, sim.data
+    for _ in range(300):
+        mujoco.mj_step(m, d)
+    steps = 0
+    t0, c0 = time.perf_counter(), time.process_time()
+    while time.perf_counter() - t0 < wall_s:
+        for _ in range(60):
+            mujoco.mj_step(m, d)
+        steps += 60
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    return steps / 600 / wall, steps / 600 / cpu
+
+
+def _harmonic(a: float, b: float) -> float:
+    """Two rates over equal work, combined as one rate over both."""
+    return 2.0 / (1.0 / a + 1.0 / b)
 
 
 def node_run(params: dict, seconds: float, count_poses: bool) -> dict:
@@ -333,6 +370,7 @@ def _child_run(kind: str, seconds: float, out_dir: str, leg_overrides: str = '')
         sim = SimNode()
         nodes, spin = [sim], sim.run
     phases = _instrument(sim) if profile else {}
+    bare_before = bare_window()
     _freeze_startup_objects()  # as run_node does before it spins a node
     marks: dict[str, float] = {}
 
@@ -358,12 +396,22 @@ def _child_run(kind: str, seconds: float, out_dir: str, leg_overrides: str = '')
     for node in nodes:
         node.destroy_node()
     rclpy.try_shutdown()
+    bare_after = bare_window()
     wall = marks['paused'] - marks['first']
     sim_s = (frames - marks['frame0']) / sim.rate
     # CPU time of this process (all its threads): what the run costs, whatever else the machine
     # runs; the recorder's writer process is not in it (it runs beside, see bag_process).
     cpu = marks['cpu1'] - marks['cpu0']
-    out = {'rtf': sim_s / wall, 'rtf_cpu': sim_s / cpu, 'frames': frames, 'wall_s': wall}
+    out = {
+        'rtf': sim_s / wall,
+        'rtf_cpu': sim_s / cpu,
+        'frames': frames,
+        'wall_s': wall,
+        # the bare loop in this process just before and after the run
+        'bare_rtf': _harmonic(bare_before[0], bare_after[0]),
+        'bare_rtf_cpu': _harmonic(bare_before[1], bare_after[1]),
+        'bare_rtf_before_after': [bare_before[0], bare_after[0]],
+    }
     if profile:
         n = frames - marks['frame0']
         t0, t1 = marks['threads0'], marks['threads1']
@@ -467,6 +515,10 @@ def platform(
     ]
     runs: dict[str, list[float]] = {k: [] for k in ['bare', *kinds]}
     cpu: dict[str, list[float]] = {k: [] for k in ['bare', *kinds]}
+    # each run against the bare loop in its own process just before and after it
+    adjacent: dict[str, list[float]] = {k: [] for k in kinds}
+    adjacent_cpu: dict[str, list[float]] = {k: [] for k in kinds}
+    adjacent_bare: dict[str, list[list[float]]] = {k: [] for k in kinds}
     breakdown: dict[str, list[dict]] = {k: [] for k in PROFILES}
     for _ in range(rounds):
         b = bare_model(1 / 600, sim_seconds)
@@ -476,6 +528,9 @@ def platform(
             r = _child(kind, sim_seconds, leg_overrides)
             runs[kind].append(r['rtf'])
             cpu[kind].append(r['rtf_cpu'])
+            adjacent[kind].append(r['rtf'] / r['bare_rtf'])
+            adjacent_cpu[kind].append(r['rtf_cpu'] / r['bare_rtf_cpu'])
+            adjacent_bare[kind].append([round(x, 1) for x in r['bare_rtf_before_after']])
             if kind in breakdown:
                 breakdown[kind].append(r['us_per_frame'])
     med = {k: float(np.median(v)) for k, v in runs.items()}
@@ -514,6 +569,13 @@ def platform(
         'platform_sim_seconds': sim_seconds,
         'platform_leg_overrides': leg_overrides,
         'platform_runs': {k: [round(x, 2) for x in v] for k, v in runs.items()},
+        'platform_free_node_vs_adjacent_bare': float(np.median(adjacent['node'])),
+        'platform_graph_vs_adjacent_bare': float(np.median(adjacent['graph'])),
+        'platform_cpu_free_node_vs_adjacent_bare': float(np.median(adjacent_cpu['node'])),
+        'platform_cpu_graph_vs_adjacent_bare': float(np.median(adjacent_cpu['graph'])),
+        'platform_adjacent_bare_runs': {
+            k: adjacent_bare[k] for k in ('node', 'graph') if k in adjacent_bare
+        },
     }
 
 
@@ -583,6 +645,14 @@ def print_platform(r: dict) -> None:
         '  each run against the bare loop of its own round (median of the rounds): node '
         f'{r["platform_free_node_vs_bare_per_round"]:.4f}, graph '
         f'{r["platform_graph_vs_bare_per_round"]:.4f} of bare'
+    )
+    print(
+        '  each run against the bare loop in its own process just before and after it (median of '
+        f'the rounds): node {r["platform_free_node_vs_adjacent_bare"]:.4f}, graph '
+        f'{r["platform_graph_vs_adjacent_bare"]:.4f} of bare (per CPU s: node '
+        f'{r["platform_cpu_free_node_vs_adjacent_bare"]:.4f}, graph '
+        f'{r["platform_cpu_graph_vs_adjacent_bare"]:.4f}); those bare loops, before and after: '
+        f'{r["platform_adjacent_bare_runs"]}'
     )
     print_breakdown(r)
 
