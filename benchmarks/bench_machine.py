@@ -23,7 +23,6 @@ machine the CPU's state may be lost whenever the vCPU leaves it, and the ratios 
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 
 import numpy as np
@@ -61,33 +60,15 @@ def _frame_python():
     return frame
 
 
-def operations(fn, calls: int = 200) -> float:
-    """Bytecode operations a call of `fn()` runs (sys.settrace): the same on every host."""
-    ops = [0]
-
-    def trace(f, event, arg):
-        if event == 'opcode':
-            ops[0] += 1
-        elif event == 'call':
-            f.f_trace_opcodes = True
-        return trace
-
-    sys.settrace(trace)
-    try:
-        for _ in range(calls):
-            fn()
-    finally:
-        sys.settrace(None)
-    return ops[0] / calls
-
-
 def python_speed(calls: int = 20000) -> float:
     """ns a bytecode operation of `_frame_python`'s call on this host: its operations counted
-    (`operations`), the time taken over `calls` untraced calls, best of 3."""
+    (profile_sim_graph's `opcodes`), the time taken over `calls` untraced calls, best of 3."""
+    from profile_sim_graph import opcodes  # a script beside this one
+
     frame = _frame_python()
     for _ in range(200):  # warm
         frame()
-    per_call = operations(frame)
+    per_call = opcodes(frame, 200)[0]
     best = float('inf')
     for _ in range(3):
         t = time.perf_counter()

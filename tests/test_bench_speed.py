@@ -79,10 +79,11 @@ def test_the_python_workload_runs_the_same_operations_each_time():
     moment (the safety filter armed and obeying, the reference moving), and the call must do
     the frame's work (an armed filter's slew, not an early return)."""
     import bench_machine
+    from profile_sim_graph import opcodes
 
     frame = bench_machine._frame_python()
     for _ in range(50):
         frame()
-    first, second = bench_machine.operations(frame, 100), bench_machine.operations(frame, 100)
+    first, second = opcodes(frame, 100)[0], opcodes(frame, 100)[0]
     assert first == second and first > 150, (first, second)
     assert bench_machine.python_speed(200) > 0
