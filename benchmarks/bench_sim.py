@@ -80,17 +80,15 @@ def bare_model(dt: float, sim_seconds: float) -> dict:
 ADJACENT_BARE_S = 0.4
 
 
-def bare_window(wall_s: float = ADJACENT_BARE_S) -> tuple[float, float]:
-    """The bare mj_step loop (Δt 1/600 s) for about `wall_s` wall seconds, after 300 warm-up
-    steps: (sim s per wall s, sim s per CPU s of this process). A platform run takes one just
-    before and one just after it, in its own process: the host's speed swings by half within
-    seconds on a shared machine, and a bare loop measured in another process seconds apart
-    measures the swing as much as the run (docs/benchmarks.md, issue 30)."""
+def bare_window(sim, wall_s: float = ADJACENT_BARE_S) -> tuple[float, float]:
+    """The bare mj_step loop of `sim` (a LegSimulator at Δt 1/600 s) for about `wall_s` wall
+    seconds, after 300 warm-up steps: (sim s per wall s, sim s per CPU s of this process). A
+    platform run takes one just before and one just after it, in its own process: the host's
+    speed swings by half within seconds on a shared machine, and a bare loop measured in
+    another process seconds apart measures the swing as much as the run (docs/benchmarks.md,
+    issue 30)."""
     import mujoco
 
-    from equimus_sim.simulator import make_simulator
-
-    sim = make_simulator(timestep=1 / 600)
     m, d = sim.model, sim.data
     for _ in range(300):
         mujoco.mj_step(m, d)
@@ -370,7 +368,10 @@ def _child_run(kind: str, seconds: float, out_dir: str, leg_overrides: str = '')
         sim = SimNode()
         nodes, spin = [sim], sim.run
     phases = _instrument(sim) if profile else {}
-    bare_before = bare_window()
+    from equimus_sim.simulator import make_simulator
+
+    bare_sim = make_simulator(timestep=1 / 600)  # its own model and data, not the run's
+    bare_before = bare_window(bare_sim)
     _freeze_startup_objects()  # as run_node does before it spins a node
     marks: dict[str, float] = {}
 
@@ -396,7 +397,7 @@ def _child_run(kind: str, seconds: float, out_dir: str, leg_overrides: str = '')
     for node in nodes:
         node.destroy_node()
     rclpy.try_shutdown()
-    bare_after = bare_window()
+    bare_after = bare_window(bare_sim)
     wall = marks['paused'] - marks['first']
     sim_s = (frames - marks['frame0']) / sim.rate
     # CPU time of this process (all its threads): what the run costs, whatever else the machine
