@@ -214,6 +214,12 @@ def preview_rows(
         )
         return rows
     times, q, qd = preview_samples(trajectory, t, horizon, spacing)
+    return _flat_rows(times, t, stamp, q, qd)
+
+
+def _flat_rows(times: np.ndarray, t: float, stamp: float, q, qd) -> list[float]:
+    """Rows of (time on the node clock from `stamp`, angles, velocities), flattened row by
+    row: the preview message's data."""
     return np.column_stack([stamp + (times - t), q, qd]).ravel().tolist()
 
 
@@ -239,4 +245,4 @@ def waypoint_preview(
     if not (np.abs(np.floor_divide(times, move + hold)) < MAX_SEGMENTS).all():
         raise ValueError(f'waypoint_preview: a time more than {MAX_SEGMENTS:g} segments from 0')
     q, qd = w.samples(times)
-    return np.column_stack([stamp + (times - t), q, qd]).ravel().tolist()
+    return _flat_rows(times, t, stamp, q, qd)
