@@ -25,6 +25,7 @@ from std_srvs.srv import Trigger
 from equimus_description.interface import ACTUATORS, VALVE_APPLIED
 from equimus_ros.executors import EVENTS_EXECUTOR_ENV
 from equimus_ros.qos import publisher
+from equimus_sim.pacing import MAX_LAG_S
 
 BODIES = ('base', 'thigh', 'calf')
 FRAME_NS = 1e9 / 120
@@ -408,20 +409,30 @@ def test_realtime_mode_runs_at_real_time(ros, repo_dir, tmp_path):
         # drop statistics are checked without DDS in test_mocap.py).
         assert 0 < len(calf) <= frames + 1, (len(calf), frames)
         assert status is not None, 'no sim status on /diagnostics'
-        # The sim's own figures, one a diagnostics period (0.5 s here), over the same 3 s:
-        # never ahead of the wall clock in any period, and the same generous floor as above on
-        # their mean (one half second alone read 0.491 beside a busy loop, the window's ratio in
-        # bounds in that run: a single period shows the machine's capacity more than the sim).
-        rtfs = [
-            float(kv.value)
+        # The sim's own figures, one a diagnostics period (0.5 s here), over the same 3 s: the
+        # same generous floor as above on their mean (one half second alone read 0.491 beside a
+        # busy loop, the window's ratio in bounds in that run: a single period shows the
+        # machine's capacity more than the sim), and never ahead of the wall clock. A period
+        # may run faster than 1x after a late one: the ticks catch up with their absolute
+        # deadlines, at most MAX_LAG_S behind (0.40 then 0.99, 0.94, 0.85, 1.35 once in CI on
+        # a slow host). So what the sim gains on the wall clock, summed from the window's first
+        # report, stays within the lag it can have had then.
+        reports = [
+            {kv.key: kv.value for kv in st.values}
             for arr in probe.diag
             for st in arr.status
             if st.name == 'sim: simulator'
-            for kv in st.values
-            if kv.key == 'real_time_factor'
         ]
+        rtfs = [float(r['real_time_factor']) for r in reports]
         assert values['mode'] == 'realtime' and len(rtfs) >= 3, (values, rtfs)
-        assert max(rtfs) < 1.1 and sum(rtfs) / len(rtfs) > 0.5, rtfs
+        assert sum(rtfs) / len(rtfs) > 0.5, rtfs
+        sims = [float(r['sim_time']) for r in reports]
+        gained, lead = 0.0, []
+        for previous, now, rtf in zip(sims[:-1], sims[1:], rtfs[1:], strict=True):
+            assert rtf > 0.0, rtfs
+            gained += (now - previous) - (now - previous) / rtf  # sim s less the period's wall s
+            lead.append(gained)
+        assert max(lead) < MAX_LAG_S + 0.05, (lead, rtfs)
         assert math.isfinite(float(values['jitter_p99_us']))
         assert int(values['mocap_dropped_frames']) > 0
     finally:

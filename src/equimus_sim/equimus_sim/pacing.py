@@ -42,6 +42,11 @@ class JitterStats:
         return {'p50': float(p50), 'p99': float(p99), 'max': float(a.max()), 'n': int(a.size)}
 
 
+#: s a tick may fall behind its deadline before the pacer re-anchors the schedule at now (an
+#: overrun) instead of catching up: the most the loop ever runs ahead of 1x to catch up
+MAX_LAG_S = 0.25
+
+
 class Pacer:
     """Absolute-deadline pacing: `wait()` sleeps until the next deadline and returns its lateness.
 
@@ -52,7 +57,7 @@ class Pacer:
     def __init__(
         self,
         period: float,
-        max_lag: float = 0.25,
+        max_lag: float = MAX_LAG_S,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
         window: int = 1200,
