@@ -401,13 +401,25 @@ class SoakChecks:
                 )
                 resumed_check(rec, f'restarted {KILLED[rec.name]} resumes control')
             elif rec.name in ('kill_reference', 'kill_recorder'):
+                vented = tl.vented_from(rec.t0, rec.info['t_restart'])
+                down_s = rec.info['t_restart'] - rec.t0
+                if not rec.info['nonzero_before']:
+                    why = 'the outputs were already zero before the kill'
+                elif vented is not None:
+                    # what vented it, if the controller said so on /diagnostics meanwhile
+                    said = [d[3] for d in diag('controller', rec.t0, vented + 0.5) if d[2] >= 1]
+                    why = f'vented {vented - rec.t0:+.3f} s after the kill' + (
+                        f' (controller: {said[0]})' if said else ''
+                    )
+                else:
+                    why = ''
                 checks.append(
                     Check(
                         f'{rec.name}: control runs on while {KILLED[rec.name]} is down',
-                        tl.vented_from(rec.t0, rec.info['t_restart']) is None
-                        and bool(rec.info['nonzero_before']),
-                        'outputs non-zero when the node was restarted '
-                        f'{rec.info["t_restart"] - rec.t0:.1f} s after the kill',
+                        not why,
+                        why
+                        or f'outputs non-zero until the node was restarted {down_s:.1f} s after '
+                        'the kill',
                     )
                 )
                 if rec.name == 'kill_recorder':

@@ -831,6 +831,7 @@ def main(args=None) -> int:
         args,
         close=vent_on_exit,
         config_hint='Fix config/valve.yaml or the --ros-args overrides.',
+        message_info=True,  # the one-commander guard reads each command's publisher gid
     )
 
 
