@@ -8,8 +8,8 @@ single-node processes spun by rclpy's C++ events executor (what `run_node` does 
 it), then by rclpy's Python SingleThreadedExecutor ($EQUIMUS_EVENTS_EXECUTOR=0). The valve driver
 keeps the Python executor in both (its one-commander guard needs each command's MessageInfo).
 Printed per executor, medians over the rounds: each node's CPU (% of a core), the mocap frame ->
-SET bytes latency at the board, mocap frame -> /valve/command, and the worst vent margin; then
-events / Python ratios.
+SET bytes latency at the board, mocap frame -> /valve/command, the worst vent margin, and the
+host's UDP receive-buffer drops during the soaks; then events / Python ratios.
 """
 
 from __future__ import annotations
@@ -93,6 +93,10 @@ def run(quick: bool = False, rounds: int | None = None, seconds: float | None = 
         out[f'{name}_cpu_pct_graph'] = round(sum(out[f'{name}_cpu_pct_{n}'] for n in nodes), 1)
         for key in LATENCY_KEYS:
             out[f'{name}_{key}'] = round(statistics.median(f[key] for f in figs), 3)
+        drops = [f.get('udp_receive_buffer_drops_host') for f in figs]
+        out[f'{name}_udp_receive_buffer_drops_host'] = (
+            sum(drops) if all(isinstance(d, int) for d in drops) else 'n/a'
+        )
         out[f'{name}_failed_checks'] = '; '.join(failed[name]) or 'none'
     out['nodes'] = ', '.join(nodes)
     for key in ['cpu_pct_graph', *LATENCY_KEYS[:4]]:
@@ -119,6 +123,8 @@ def main() -> int:
         e, p = r[f'events_{key}'], r[f'python_{key}']
         ratio = f'{e / p:7.2f}' if p else '    n/a'
         print(f'  {key:32s} {e:9.3f} {p:9.3f} {ratio}')
+    e, p = (r[f'{name}_udp_receive_buffer_drops_host'] for name in ('events', 'python'))
+    print(f'  {"UDP receive-buffer drops (host)":32s} {e!s:>9} {p!s:>9}  (all rounds)')
     for name in EXECUTORS:
         print(f'  failed checks ({name}): {r[f"{name}_failed_checks"]}')
     return 0

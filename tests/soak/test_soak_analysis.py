@@ -123,3 +123,18 @@ def test_commands_are_judged_by_when_they_were_sent():
         [101.000, 3_000_000_000, [0.0, 0.0]],  # an older record without a stamp
     ]
     assert sent_times(rows) == pytest.approx([99.999, 100.0, 100.721, 101.0], abs=1e-9)
+
+
+def test_udp_receive_buffer_drops_are_read_by_column_name():
+    snmp = (
+        'Ip: Forwarding DefaultTTL\nIp: 1 64\n'
+        'Udp: InDatagrams NoPorts InErrors OutDatagrams RcvbufErrors SndbufErrors\n'
+        'Udp: 8988851 366802 128811 9386277 128972 0\n'
+        'UdpLite: InDatagrams NoPorts InErrors OutDatagrams RcvbufErrors SndbufErrors\n'
+        'UdpLite: 0 0 0 0 7 0\n'
+    )
+    assert A.udp_receive_buffer_drops(snmp) == 128972
+    assert A.udp_receive_buffer_drops('Udp: InDatagrams NoPorts\nUdp: 1 2\n') is None
+    assert A.udp_receive_buffer_drops('') is None
+    here = A.udp_receive_buffer_drops()  # this host's own file, where it has one
+    assert here is None or here >= 0

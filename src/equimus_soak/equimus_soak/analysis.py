@@ -171,6 +171,27 @@ def expected_codes(values: Sequence[float], to_code, max_kpa: float = 50.0) -> t
 
 
 # ------------------------------------------------------------------------------ /proc sampling
+def udp_receive_buffer_drops(snmp: str | None = None) -> int | None:
+    """UDP datagrams this host dropped because a socket's receive buffer was full (Linux's
+    `RcvbufErrors` in /proc/net/snmp), or None where it cannot be read. The graph's DDS runs
+    over UDP on the loopback: a reliable reader that lost a datagram this way gets it again only
+    at its writer's next heartbeat, and hands on nothing newer until then. `snmp`: the file's
+    text (read here when None)."""
+    if snmp is None:
+        try:
+            with open('/proc/net/snmp') as fh:
+                snmp = fh.read()
+        except OSError:
+            return None
+    rows = [line.split() for line in snmp.splitlines() if line.startswith('Udp:')]
+    if len(rows) < 2 or 'RcvbufErrors' not in rows[0]:
+        return None
+    try:
+        return int(rows[1][rows[0].index('RcvbufErrors')])
+    except (IndexError, ValueError):
+        return None
+
+
 def read_proc(pid: int) -> tuple[float, float] | None:
     """(CPU seconds used, RSS MB) of a process, or None if it is gone."""
     import os

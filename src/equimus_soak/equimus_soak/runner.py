@@ -21,6 +21,7 @@ from equimus_bringup.graph import (
     realtime_problem,
 )
 from equimus_hw.natnet.ports import free_udp_ports
+from equimus_soak import analysis as A
 from equimus_soak.checks import Check, SoakChecks
 from equimus_soak.faults import ALL_FAULTS, FAULTS, FUSED_AWAY, RATE_HZ, FaultInjection, FaultRecord
 from equimus_soak.probes import ProbeClient, ProcSampler, SchedulingDelay
@@ -196,6 +197,7 @@ class Soak(FaultInjection, SoakChecks):
         for spec in specs:  # the graph's DDS settings for the soak's range, not the caller's
             spec.env.update(local)
         self.sup = SoakSupervisor(specs, echo=self.echo, env=env)
+        udp_drops0 = A.udp_receive_buffer_drops()
         self.t_start = time.monotonic()
         wall0, real0 = time.monotonic(), time.time()
         self.log(
@@ -276,10 +278,15 @@ class Soak(FaultInjection, SoakChecks):
                 for name, lines in self.sup.output.items():
                     fh.writelines(f'[{name}] {line}' for line in lines)
         self.exit_codes = codes
+        udp_drops1 = A.udp_receive_buffer_drops()
         self.wall = time.monotonic() - wall0
         self.real_offset = real0 - wall0  # CLOCK_REALTIME - CLOCK_MONOTONIC
         self.run_delays = sampler.run_delays
         figures, checks = self.analyse(probe_data, sampler.samples)
+        # host-wide: on a quiet machine, the graph's (and the rig emulators') sockets
+        figures['udp_receive_buffer_drops_host'] = (
+            udp_drops1 - udp_drops0 if udp_drops0 is not None and udp_drops1 is not None else 'n/a'
+        )
         (self.out / 'soak.json').write_text(
             json.dumps(
                 {
