@@ -9,6 +9,7 @@ import fcntl
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 
@@ -85,3 +86,53 @@ def test_ctrl_c_while_importing_is_one_line(package, executable, module):
     said = [x for x in said if not x.startswith('import time:')]
     assert said == [f'{module}: stopped by Ctrl-C while starting'], (said[-20:], status, time_taken)
     assert proc.returncode == 0 and out == '', (proc.returncode, out[-1000:])
+
+
+QUIRK = """
+import os, signal, time
+try:
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(5.0)
+except KeyboardInterrupt:
+    # what an import's C code made of the interrupt in a CI run (numpy's _distributor_init)
+    raise TypeError('expected a message argument')
+def main():
+    return 0
+"""
+PLAIN_ERROR = """
+raise TypeError('a bug, no Ctrl-C')
+"""
+
+
+@pytest.mark.parametrize(
+    ('source', 'said', 'rc'),
+    [
+        (QUIRK, ['quirk: stopped by Ctrl-C while starting'], 0),
+        (PLAIN_ERROR, None, 1),
+    ],
+)
+def test_a_ctrl_c_that_an_import_turned_into_another_error_is_still_one_line(
+    tmp_path, source, said, rc
+):
+    """entry.run: the Ctrl-C is remembered by the handler, so whatever exception an import made
+    of it ends in the one line; an error without a Ctrl-C keeps its traceback."""
+    name = 'quirk' if said else 'buggy'
+    (tmp_path / f'{name}.py').write_text(source)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            '-c',
+            f'import sys; sys.path.insert(0, {str(tmp_path)!r}); '
+            f'from equimus_ros.entry import run; sys.exit(run({name!r}))',
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        preexec_fn=_default_interrupts,
+    )
+    lines = [x for x in proc.stderr.splitlines() if x.strip()]
+    assert proc.returncode == rc, proc.stderr
+    if said is None:
+        assert lines[0].startswith('Traceback') and 'a bug, no Ctrl-C' in lines[-1], lines
+    else:
+        assert lines == said, lines
