@@ -84,3 +84,22 @@ def test_a_node_stops_once_its_supervisor_is_killed():
     rig graph running): its node sees it gone and stops on its Ctrl-C path."""
     ended, state = orphans.kill_starter([sys.executable, '-c', SUPERVISOR], 2 * OWNER_POLL_S + 15)
     assert ended, f'the node outlived its supervisor: {state}'
+
+
+def test_a_crash_is_quoted_with_every_threads_stack_and_an_exit_with_its_last_lines():
+    from equimus_bringup.supervisor import LAST_LINES, last_words
+
+    before = [f'[INFO] line {i}\n' for i in range(30)]
+    crash = ['Fatal Python error: Segmentation fault\n', '\n']
+    crash += [
+        f'Thread 0x{i:x} (most recent call first):\n  File "x.py", line {i}\n' for i in range(20)
+    ]
+    crash += ['Current thread 0x1 (most recent call first):\n', '  File "node.py", line 132\n']
+    lines = before + crash
+    quoted = last_words(lines, -11)
+    assert quoted.startswith('Fatal Python error: Segmentation fault'), quoted[:80]
+    assert quoted.count('(most recent call first)') == 21 and 'line 29' not in quoted
+    # an exit, not a signal: the last lines only
+    assert last_words(lines, 1) == ''.join(lines[-LAST_LINES:]).rstrip()
+    # a signal without a fault handler's report: the last lines too
+    assert last_words(before, -9) == ''.join(before[-LAST_LINES:]).rstrip()

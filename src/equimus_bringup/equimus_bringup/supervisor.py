@@ -320,6 +320,26 @@ class LifecycleClient:
         self._rclpy.try_shutdown(context=self.context)
 
 
+#: Lines of a process's output that `Supervisor.poll` quotes when it ended.
+LAST_LINES = 12
+#: At most this many lines of a crash's report (every thread's stack).
+CRASH_LINES = 120
+
+
+def last_words(lines: Sequence[str], code: int) -> str:
+    """What to quote of a process that ended: its last LAST_LINES lines, or, after a signal
+    (a native crash), its fault handler's whole report from "Fatal Python error", every
+    thread's stack: the last lines alone showed only the crashing thread's frames, not what
+    the others were doing (a node's SIGSEGV at start-up, docs/reliability.md)."""
+    start = max(0, len(lines) - LAST_LINES)
+    if code < 0:
+        for i in range(len(lines) - 1, -1, -1):
+            if lines[i].startswith('Fatal Python error'):
+                start = min(start, max(i, len(lines) - CRASH_LINES))
+                break
+    return ''.join(lines[start:]).rstrip()
+
+
 class Supervisor:
     """Start, watch and stop the processes of one graph."""
 
@@ -551,7 +571,7 @@ class Supervisor:
             code = proc.poll()
             if code is not None:
                 time.sleep(0.2)  # let the pump thread collect its last words
-                tail = ''.join(self.output.get(name, [])[-12:]).rstrip()
+                tail = last_words(self.output.get(name, []), code)
                 self.failed = f'{name} exited with code {code}' + (
                     f'; its last output:\n{tail}' if tail else ''
                 )
