@@ -120,3 +120,20 @@ def test_reliable_topics_get_the_tolerant_publisher_and_best_effort_ones_rclpy_s
         assert isinstance(publisher(node, Float64MultiArray, VALVE_COMMAND), TolerantPublisher)
     finally:
         rclpy.try_shutdown(context=ctx)
+
+
+def test_a_publication_after_the_context_was_shut_down_is_a_stop_not_an_error():
+    """A Ctrl-C shuts the context down while a callback may still publish: dropped in silence
+    (the events executor would log any raised error as FATAL with a traceback). A plain
+    publisher of the same context still raises, so the failure is real."""
+    context = rclpy.Context()
+    rclpy.init(context=context)
+    node = rclpy.create_node('tolerant_after_shutdown', context=context)
+    pub = tolerant_publisher(node, Float64MultiArray, '/tolerant_after_shutdown', QOS)
+    plain = node.create_publisher(Float64MultiArray, '/tolerant_after_shutdown_plain', QOS)
+    pub.publish(Float64MultiArray(data=[1.0]))
+    rclpy.shutdown(context=context)
+    pub.publish(Float64MultiArray(data=[2.0]))
+    with pytest.raises(RuntimeError):  # InvalidHandle, or RCLError 'context is invalid'
+        plain.publish(Float64MultiArray(data=[2.0]))
+    node.destroy_node()

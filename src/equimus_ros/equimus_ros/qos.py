@@ -112,6 +112,11 @@ class TolerantPublisher(Publisher):
 
     #: Called with the refusal's first line; set by `publisher` (a warning at most once a second).
     on_refused: Callable[[str], None] | None = None
+    #: The node's `context.ok`, set by `tolerant_publisher`: a publication that fails because a
+    #: signal shut the context down while a callback ran (rclpy's signal handler does not wait
+    #: for the executor) is a stop, not an error. The events executor logs a callback's error
+    #: as FATAL with its traceback, which a Ctrl-C must not print.
+    context_ok: Callable[[], bool] | None = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -120,8 +125,11 @@ class TolerantPublisher(Publisher):
     def publish(self, msg: Any) -> None:
         try:
             super().publish(msg)
-        except _rclpy.RCLError as exc:
+        except (_rclpy.RCLError, _rclpy.InvalidHandle) as exc:
             if not is_dds_refusal(exc):
+                # its context shut down (RCLError) or the publisher destroyed with it
+                if self.context_ok is not None and not self.context_ok():
+                    return
                 raise
             self.refused += 1
             if self.on_refused is not None:
@@ -148,6 +156,7 @@ def tolerant_publisher(node: Node, msg_type: type, name: str, qos: QoSProfile) -
     """`node.create_publisher` with a TolerantPublisher that warns about refusals."""
     pub = node.create_publisher(msg_type, name, qos, publisher_class=TolerantPublisher)
     assert isinstance(pub, TolerantPublisher)
+    pub.context_ok = node.context.ok
     _warn_refusals(node, pub)
     return pub
 
