@@ -39,7 +39,10 @@ Modes (parameters of natnet_bridge and control_loop; docs/interfaces.md):
   (EQUIMUS_KERNELS=python), the reference form of the compiled kernels every other mode runs;
 - default_no_quiet: default, with the executor thread's quiet windows off (control_loop
   quiet_window_ms 0): its callbacks run whenever their event comes, a frame arriving meanwhile
-  waits for the GIL.
+  waits for the GIL;
+- default_rehearsed: default, with the chain rehearsed 1 ms before each expected frame
+  (control_loop rehearse_lead_ms 1.0; off by default): its code run on spare copies, so the
+  frame meets it in the caches instead of as the 8 ms since the last frame left them.
 The rig's threads run at SCHED_FIFO 51 when this machine permits it (they stand in for Motive's
 PC and a microcontroller), in every mode alike; where SCHED_FIFO is refused the FIFO modes say so
 (the receive_thread value of the bridge's diagnostics) and run with normal scheduling.
@@ -102,6 +105,7 @@ MODES: dict[str, tuple[dict[str, dict[str, object]], dict[str, str]]] = {
     'default_python_executor': ({}, {}),
     'default_python_kernels': ({}, {}),
     'default_no_quiet': ({'control_loop': {'quiet_window_ms': 0.0}}, {}),
+    'default_rehearsed': ({'control_loop': {'rehearse_lead_ms': 1.0}}, {}),
 }
 # mode -> environment of the loop's process
 MODE_ENV = {
@@ -320,6 +324,9 @@ def run_mode(
         # per frame, wall-clock less the receive thread's CPU time from the read to the write
         'waited_ms': (num('waited_p50_ms'), num('waited_p99_ms')),
         'waited_frames_pct': num('waited_frames_pct'),
+        # the chain rehearsed before each expected frame: how often, how often it ran into the
+        # frame's earliest arrival, its CPU µs (p50)
+        'rehearsals': (num('rehearsals'), num('rehearsals_overran'), num('rehearsal_cpu_p50_us')),
     }
 
 
@@ -464,6 +471,15 @@ def main(argv: list[str] | None = None) -> int:
             f'  {res["mode"]:{MODE_WIDTH}s} {a:.3f}/{b:.3f}, {res["waited_frames_pct"]:.1f} % '
             'of the frames'
         )
+    print(
+        'the chain rehearsed before each expected frame (control_loop rehearse_lead_ms): '
+        "rehearsals, those still running at the frame's earliest arrival, CPU µs p50:"
+    )
+    for res in r['results']:
+        if 'skipped' in res:
+            continue
+        n, over, cpu = res['rehearsals']
+        print(f'  {res["mode"]:{MODE_WIDTH}s} {n:.0f}, {over:.0f} overran, {cpu:.1f} µs')
     return 0
 
 

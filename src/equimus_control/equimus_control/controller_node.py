@@ -130,6 +130,7 @@ class ControllerNode(Node):
         self.step = ControlStep(
             controller, safety.config, n_joints=len(leg.joints), n_valves=len(leg.actuators)
         )
+        self._spare: tuple[ControlStep, ControlStep] | None = None  # (its original, `rehearse`'s)
         self.compute: collections.deque[float] = collections.deque(
             maxlen=1000
         )  # recent cycles only
@@ -264,6 +265,20 @@ class ControllerNode(Node):
             ):
                 self.state_age.append(time.time() - stamp_ns * 1e-9)
         self._reason_changed()
+
+    def rehearse(
+        self, stamp: float, position: Sequence[float], velocity: Sequence[float]
+    ) -> list[float]:
+        """The fused loop's rehearsal (control_loop): the control step for this state on a
+        spare copy of the step, following this one's reference, so its code is in the caches
+        when the next frame's state comes; nothing of this node changes, nothing is sent. The
+        pressures the copy would command."""
+        with self._lock:
+            spare = self._spare
+            if spare is None or spare[0] is not self.step:
+                spare = self._spare = (self.step, self.step.spare())
+            spare[1].follow(self.step)
+        return spare[1].step(position, velocity, stamp, self._now()).pressures.tolist()
 
     def _announce_following(self) -> None:
         """Log FOLLOWING once the commands follow a reference received (and its preview, when

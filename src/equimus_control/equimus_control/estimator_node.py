@@ -6,6 +6,7 @@ newest stamp counts as lost tracking. Invalid state is published as NaN position
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 import sys
@@ -138,6 +139,7 @@ class EstimatorNode(Node):
         self.sync_window = cfg.sync_window
         self.bodies, self.joint_names, self._joints = cfg.bodies_and_joints()
         self.est = JointStateEstimator(cfg.estimator(self._joints))
+        self._spare: JointStateEstimator | None = None  # `rehearse`'s copy of est
         self.pending: dict[int, dict[str, Pose]] = {}  # stamp ns → {body: (pos, quat)}
         self.last_status: Status | None = None
         self.last_done_ns = -1
@@ -180,6 +182,27 @@ class EstimatorNode(Node):
                 break
             del self.pending[stamp]
             self._process(stamp, [frame.get(b, NAN_POSE) for b in self.bodies])
+
+    def rehearse(
+        self, poses: list[tuple[str, Pose]]
+    ) -> tuple[float, list[float], list[float]] | None:
+        """The fused loop's rehearsal (control_loop): the estimate for a whole frame's poses on
+        a spare copy of the estimator, at the last frame's stamp, so its code is in the caches
+        when the next frame comes; nothing of this node changes, nothing is published.
+        (stamp s, positions, velocities), or None for a frame it would not estimate."""
+        stamp = self.est.last_stamp
+        frame = {name: pose for name, pose in poses if name in self.bodies}
+        if stamp is None or len(frame) != len(self.bodies):
+            return None
+        spare = self._spare
+        if spare is None:
+            spare = self._spare = copy.deepcopy(self.est)
+        spare.cfg = self.est.cfg
+        try:
+            e = spare.update(stamp, [frame[b] for b in self.bodies])
+        except ValueError:  # the same stamp again: no frame came since the last rehearsal
+            return None
+        return stamp, e.position.tolist(), e.velocity.tolist()
 
     def _process(self, ns: int, poses: list[Pose]) -> None:
         self.last_done_ns = ns

@@ -10,6 +10,7 @@ always gives the same commands.
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -87,6 +88,18 @@ class ControlStep:
         the reference stay."""
         self.controller.reset()
         self.last_stamp = None
+
+    def spare(self) -> ControlStep:
+        """A deep copy to step without touching this one: the fused loop rehearses each
+        frame's code on it before the frame comes (equimus_bringup.control_loop)."""
+        return copy.deepcopy(self)
+
+    def follow(self, other: ControlStep) -> None:
+        """Take `other`'s reference, preview and guard settings (a spare stays on the path the
+        real step takes: the preview or the latest sample)."""
+        self.q_ref, self.qd_ref, self.ref_stamp = other.q_ref, other.qd_ref, other.ref_stamp
+        self.preview = other.preview
+        self.supervisor.cfg = other.supervisor.cfg
 
     def set_reference(self, q: Vector, qd: Vector, stamp: float) -> bool:
         """The latest reference sample (rad, rad/s at `stamp` s). A non-finite pose is ignored

@@ -361,16 +361,7 @@ class NatNetBridge(LifecycleNode):
         self.frame_decoded_cpu_ns = time.thread_time_ns()
         age_ns = time.perf_counter_ns() - ev.arrival_ns + int(ev.exposure_age_s * 1e9)
         stamp_ns = max(0, now_ns(self.get_clock()) - age_ns)
-        poses = [
-            (
-                name,
-                motive_to_ros(b.position, b.orientation, self.up_axis)
-                if b.tracking_valid
-                else NAN_POSE,
-            )
-            for b in ev.bodies
-            if (name := self.topic_for_id.get(b.id)) is not None
-        ]
+        poses = self.poses(ev)
         if self.downstream is not None:  # the whole frame, before any message is built
             self.downstream(stamp_ns, poses)
         stamp = stamp_msg(stamp_ns)
@@ -390,6 +381,19 @@ class NatNetBridge(LifecycleNode):
             # Ctrl-C may shut the context down mid-frame: that is the end, not a bad packet.
             if self.context.ok():
                 raise
+
+    def poses(self, ev: FrameEvent) -> list[tuple[str, Pose]]:
+        """The frame's bodies in the ROS frame, by topic name; NaN for an untracked one."""
+        return [
+            (
+                name,
+                motive_to_ros(b.position, b.orientation, self.up_axis)
+                if b.tracking_valid
+                else NAN_POSE,
+            )
+            for b in ev.bodies
+            if (name := self.topic_for_id.get(b.id)) is not None
+        ]
 
     def _marker_cloud(self, ev: FrameEvent, stamp) -> PointCloud2:
         """Labeled markers (occluded ones included: Motive still gives their last position, the

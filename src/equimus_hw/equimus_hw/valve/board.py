@@ -47,6 +47,10 @@ class Board(Protocol):
     def send_codes(self, codes: list[int]) -> int | None:
         """Output these DAC codes now; the frame's seq, or None when the board is unreachable."""
 
+    def rehearse(self, codes: list[int]) -> bytes:
+        """What send_codes would put on the wire for these codes, written nowhere (the fused
+        loop's rehearsal of a frame's code; nothing of the link changes)."""
+
     def vent_and_close(self, timeout_s: float = 1.0) -> bool:
         """Output zero on every channel and close; True when the board confirmed the vent."""
 
@@ -79,6 +83,9 @@ class SimBoard:
     def start(self) -> None:
         self.state = 'connected'
         self.generation += 1
+
+    def rehearse(self, codes: list[int]) -> bytes:
+        return b''  # no wire
 
     def send_codes(self, codes: list[int]) -> int | None:
         if self.state != 'connected':

@@ -52,6 +52,7 @@ without one it refuses to start unless `require_calibration` is false.
 
 from __future__ import annotations
 
+import copy
 import functools
 import math
 import sys
@@ -212,6 +213,8 @@ class ValveDriver(LifecycleNode):
         self.last_write_ns = 0
         self.last_write_cpu_ns = 0  # the writing thread's CPU time then (thread_time_ns)
         self._last_sent: list[int] | None = None
+        #: (the safety filter it copies, the copy) for `rehearse`
+        self._spare_safety: tuple[SafetyFilter, SafetyFilter] | None = None
         # (calibrations, kPa, codes) of the last `_codes` answer
         self._code_memo: tuple[tuple[ValveCalibration, ...], list[float], list[int]] | None = None
         self._last_send_t = 0.0
@@ -516,6 +519,24 @@ class ValveDriver(LifecycleNode):
             self._send(self.safety.step(now, self._slew_elapsed()), now, self._slew_stamp_ns)
         else:
             self._send(self.safety.step(now, None), now)
+
+    @_serialised
+    def rehearse(self, kpa: Sequence[float]) -> bytes:
+        """The fused loop's rehearsal (control_loop): a command through a spare copy of the
+        safety filter, the calibrations and the board's encoder, so that code is in the caches
+        when the next frame's command comes; nothing is written and nothing of this driver
+        changes. The frame that would have gone out."""
+        if self.board is None:
+            return b''
+        spare = self._spare_safety
+        if spare is None or spare[0] is not self.safety:
+            spare = self._spare_safety = (self.safety, copy.deepcopy(self.safety))
+        now = self._now()
+        spare[1].command(kpa, now)
+        out = spare[1].step(now, None)
+        return self.board.rehearse(
+            [cal.kpa_to_code(p) for cal, p in zip(self.cals, out, strict=True)]
+        )
 
     def _check_reconnect(self, now: float) -> None:
         """After every (re)connect, vent until a command newer than the connect arrives."""

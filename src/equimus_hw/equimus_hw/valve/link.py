@@ -121,6 +121,10 @@ class BoardLink:
                 return None
             return self._write_locked(P.Set(self._next_seq(), tuple(int(c) for c in codes)))
 
+    def rehearse(self, codes: list[int]) -> bytes:
+        """The SET frame send_codes would write for these codes (sequence number 0), unwritten."""
+        return P.encode(P.Set(0, tuple(int(c) for c in codes)))
+
     def vent_and_close(self, timeout_s: float = 1.0) -> bool:
         """Send SET all-zero until the board acknowledges one, for up to timeout_s, then stop
         and close the port. Re-sent every ack_timeout_s, and as soon as a link that was lost
