@@ -70,6 +70,10 @@ print(sent, elapsed, flush=True)
 """
 
 
+class StepFailed(RuntimeError):
+    """A step of the recorder's sweep that could not be measured (its publisher failed)."""
+
+
 def recorder_step(
     rate: float, seconds: float, workdir: Path, doubles: int = 128, payload: str = 'zeros'
 ) -> dict:
@@ -104,8 +108,11 @@ def recorder_step(
             env=env,
             timeout=seconds + 60,
         )
-        sent, elapsed = out.stdout.split()
-        sent, elapsed = int(sent), float(elapsed)
+        fields = out.stdout.split()
+        if out.returncode != 0 or len(fields) != 2:
+            why = (out.stderr.strip().splitlines() or ['no output'])[-1]
+            raise StepFailed(f'the publisher at {rate:g} msg/s exited {out.returncode}: {why}')
+        sent, elapsed = int(fields[0]), float(fields[1])
     finally:
         os.killpg(rec.pid, signal.SIGINT)
         rec.wait(20)
@@ -141,7 +148,11 @@ def recorder_sweep(seconds: float, payload: str = 'zeros') -> dict:
         for doubles, rates in RECORDER_SWEEP.items():
             best = None
             for rate in rates:
-                r = recorder_step(rate, seconds, Path(d), doubles, payload)
+                try:
+                    r = recorder_step(rate, seconds, Path(d), doubles, payload)
+                except StepFailed as e:
+                    print(f'  {rate:6d} msg/s target: not measured, {e}; this size ends here')
+                    break
                 print(
                     f'  {r["message_bytes"]:6d} B at {rate:6d} msg/s target: sent {r["rate"]:8.0f} '
                     f'msg/s ({r["payload_mb_s"]:6.2f} MB/s), recorded {r["recorded"]} of '
@@ -261,7 +272,11 @@ def run(quick: bool = False) -> dict:
     best = None
     with tempfile.TemporaryDirectory() as d:
         for rate in rates:
-            r = recorder_step(rate, seconds, Path(d))
+            try:
+                r = recorder_step(rate, seconds, Path(d))
+            except StepFailed as e:
+                figures[f'recorder at {rate} msg/s target'] = f'not measured: {e}'
+                break
             figures[f'recorder at {rate} msg/s target: sent rate / recorded / missing'] = (
                 f'{r["rate"]:.0f} msg/s / {r["recorded"]} of {r["sent"]} / {r["missing"]}'
             )
