@@ -13,6 +13,7 @@ from std_msgs.msg import Int32
 from equimus_ros.executors import (
     EVENTS_EXECUTOR_ENV,
     events_executor_available,
+    info_callback,
     single_thread_executor,
     spin_until_shutdown,
     timer_callback,
@@ -131,3 +132,36 @@ def test_a_timer_callback_ticks_and_its_signature_is_not_worked_out_each_time(
         executor.shutdown()
     assert ticker.ticks >= 10, ticker.ticks
     assert asked and all(obj is callback for obj in asked), asked[:3]
+
+
+@pytest.mark.parametrize('env', ['1', '0'])
+def test_an_info_callback_gets_the_message_and_its_publisher_gid_on_either_executor(
+    ros_node, monkeypatch, env
+):
+    """rclpy's Python executor calls a two-argument subscription callback with the message and
+    its MessageInfo, rclpy 9.1.2's events executor with one (message, info) tuple: an
+    info_callback gets the two apart either way, the gid that of the publisher."""
+    monkeypatch.setenv(EVENTS_EXECUTOR_ENV, env)
+    got = []
+    callback = info_callback(lambda msg, info: got.append((msg.data, info)))
+    assert list(inspect.signature(callback).parameters) == ['msg', 'info']
+    executor = single_thread_executor()
+    sub = ros_node.create_subscription(Int32, '/info_callback_test', callback, 10)
+    assert sub._callback_type.name == 'WithMessageInfo'
+    pub = ros_node.create_publisher(Int32, '/info_callback_test', 10)
+    executor.add_node(ros_node)
+    try:
+        end = time.monotonic() + 10.0
+        k = 0
+        while time.monotonic() < end and len(got) < 3:
+            pub.publish(Int32(data=k))
+            k += 1
+            executor.spin_once(timeout_sec=0.05)
+    finally:
+        executor.remove_node(ros_node)
+        executor.shutdown()
+    assert len(got) >= 3, got
+    gids = {bytes(info['publisher_gid']['data']) for _, info in got}
+    infos = ros_node.get_publishers_info_by_topic('/info_callback_test')
+    assert gids == {bytes(i.endpoint_gid) for i in infos}, (gids, infos)
+    assert [d for d, _ in got] == sorted(d for d, _ in got)

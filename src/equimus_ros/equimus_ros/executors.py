@@ -20,6 +20,7 @@ from __future__ import annotations
 import inspect
 import os
 from collections.abc import Callable
+from typing import Any
 
 from rclpy.context import Context
 from rclpy.executors import Executor, SingleThreadedExecutor
@@ -49,6 +50,34 @@ def timer_callback(callback: Callable[[], object]) -> Callable[[], None]:
         callback()
 
     call.__signature__ = _NO_PARAMETERS  # type: ignore[attr-defined]
+    call.__qualname__ = getattr(callback, '__qualname__', call.__qualname__)
+    return call
+
+
+#: What rclpy finds on an `info_callback`: two parameters, so it passes a MessageInfo.
+_MESSAGE_AND_INFO = inspect.Signature(
+    [
+        inspect.Parameter('msg', inspect.Parameter.POSITIONAL_ONLY),
+        inspect.Parameter('info', inspect.Parameter.POSITIONAL_ONLY),
+    ]
+)
+
+
+def info_callback(callback: Callable[[Any, dict], object]) -> Callable[..., None]:
+    """`callback(msg, info)` for `Node.create_subscription`, called with the message and its
+    MessageInfo (the publisher's gid) by either executor.
+
+    rclpy gives a MessageInfo to a callback that takes two arguments. Its Python executor calls
+    it with the two; rclpy 9.1.2's events executor calls it with one (message, info) tuple, and
+    a plain two-argument callback then fails inside the executor (`SystemError: null argument
+    to internal routine` from spin_once, measured). This one takes either."""
+
+    def call(*args: Any) -> None:
+        if len(args) == 1 and isinstance(args[0], tuple) and len(args[0]) == 2:
+            args = args[0]
+        callback(*args)
+
+    call.__signature__ = _MESSAGE_AND_INFO  # type: ignore[attr-defined]
     call.__qualname__ = getattr(callback, '__qualname__', call.__qualname__)
     return call
 

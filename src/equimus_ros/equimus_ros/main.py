@@ -263,7 +263,6 @@ def run_node(
     spin: Callable[[N], None] | None = None,
     close: Callable[[N], None] | None = None,
     config_hint: str = '',
-    message_info: bool = False,
 ) -> int:
     """Build the node with ``factory()``, ``spin`` it until shutdown, then ``close`` and destroy it.
 
@@ -272,9 +271,8 @@ def run_node(
 
     By default the node is spun on ``single_thread_executor`` (rclpy's C++ events executor
     where rclpy has it): rclpy's Python executor spent about as much CPU again as the nodes'
-    own callbacks in the hardware graph (docs/benchmarks.md, issue 30, "sixth session").
-    ``message_info``: a subscription of the node takes a MessageInfo (the publisher's gid),
-    which rclpy 9's events executor does not pass; such a node keeps rclpy's Python executor.
+    own callbacks in the hardware graph (docs/benchmarks.md, issue 30, "sixth session"). A
+    subscription that needs each message's MessageInfo takes an `executors.info_callback`.
 
     Returns the process exit code: 0 after a shutdown (Ctrl-C, SIGTERM, rclpy.shutdown), 2 when
     the node's parameters are invalid (the reason is printed, with ``config_hint``, and no
@@ -327,9 +325,6 @@ def run_node(
             spin(node)
         elif isinstance(node, (list, tuple)):
             spin_all(node, stop_watch)
-        elif message_info:
-            stop_watch.wake = rclpy.get_global_executor().wake  # the executor of rclpy.spin
-            rclpy.spin(node)
         else:
             spin_all([node], stop_watch)
     except (KeyboardInterrupt, ExternalShutdownException):

@@ -79,7 +79,7 @@ from equimus_description.leg import load_leg
 from equimus_ros.cdr import PressureStateWriter
 from equimus_ros.clocks import time_reader
 from equimus_ros.diagnostics import Diagnostics, Level
-from equimus_ros.executors import timer_callback
+from equimus_ros.executors import info_callback, timer_callback
 from equimus_ros.lifecycle import bring_up
 from equimus_ros.main import run_node
 from equimus_ros.params import bind
@@ -261,7 +261,10 @@ class ValveDriver(LifecycleNode):
         self.board = board
         steady = Clock(clock_type=ClockType.STEADY_TIME)
         if self.subscribed:
-            self._sub = subscription(self, Float64MultiArray, VALVE_COMMAND, self._on_topic_command)
+            # Each command's MessageInfo: the one-commander guard reads its publisher's gid.
+            self._sub = subscription(
+                self, Float64MultiArray, VALVE_COMMAND, info_callback(self._on_topic_command)
+            )
         self._board_timers.append(
             self.create_timer(0.2, timer_callback(self._count_commanders), clock=steady)
         )
@@ -852,7 +855,6 @@ def main(args=None) -> int:
         args,
         close=vent_on_exit,
         config_hint='Fix config/valve.yaml or the --ros-args overrides.',
-        message_info=True,  # the one-commander guard reads each command's publisher gid
     )
 
 
