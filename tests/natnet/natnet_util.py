@@ -3,6 +3,7 @@
 A module of its own, not conftest, so no other test folder's conftest can shadow it.
 """
 
+import contextlib
 import os
 import random
 import subprocess
@@ -15,6 +16,34 @@ DATA = 'data/natnet/motive2.1_natnet3.0'
 def random_group() -> str:
     """A multicast group of our own so parallel runs on one host never hear each other."""
     return f'239.255.{random.randint(1, 254)}.{random.randint(1, 254)}'
+
+
+@contextlib.contextmanager
+def streaming_client(ports, **client_kwargs):
+    """An in-process NatNet 4.1 emulator streaming on a multicast group of its own, and a
+    connected client of it: (emulator, client, frame events, log lines); both stopped after."""
+    from equimus_hw.natnet.client import NatNetClient
+    from equimus_hw.natnet.emulator import NatNetEmulator
+
+    group = random_group()
+    emu = NatNetEmulator(
+        version='4.1', command_port=ports[0], data_port=ports[1], multicast_group=group
+    ).start()
+    events, logs = [], []
+    c = NatNetClient(
+        command_port=ports[0],
+        data_port=ports[1],
+        multicast_group=group,
+        on_frame=events.append,
+        **client_kwargs,
+    )
+    c._user_log = lambda level, msg: logs.append((level, msg))
+    try:
+        c.connect()
+        yield emu, c, events, logs
+    finally:
+        c.close()
+        emu.stop()
 
 
 class Proc:

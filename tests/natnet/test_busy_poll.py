@@ -5,40 +5,25 @@ default; SO_BUSY_POLL set or its refusal reported."""
 import time
 
 import pytest
-from natnet_util import random_group
+from natnet_util import streaming_client
 
-from equimus_hw.natnet.client import NEXT_FRAME_WINDOW, NatNetClient
-from equimus_hw.natnet.emulator import NatNetEmulator
+from equimus_hw.natnet.client import NEXT_FRAME_WINDOW
 
 
 def _run(ports, window, seconds=1.5, so_busy_poll_us=0, until=None):
-    group = random_group()
-    emu = NatNetEmulator(
-        version='4.1', command_port=ports[0], data_port=ports[1], multicast_group=group
-    ).start()
-    events = []
-    c = NatNetClient(
-        command_port=ports[0],
-        data_port=ports[1],
-        multicast_group=group,
-        on_frame=events.append,
-        busy_poll_window=window,
-        so_busy_poll_us=so_busy_poll_us,
-    )
-    logs = []
-    c._user_log = lambda level, msg: logs.append((level, msg))
     calls = 0
-    try:
-        c.connect()
+    with streaming_client(ports, busy_poll_window=window, so_busy_poll_us=so_busy_poll_us) as (
+        emu,
+        c,
+        events,
+        logs,
+    ):
         end = time.monotonic() + seconds
         c0 = time.thread_time()
         while time.monotonic() < end and not (until is not None and until(events)):
             (c.busy_poll if window > 0 else c.poll)(0.05)
             calls += 1
         cpu = time.thread_time() - c0
-    finally:
-        c.close()
-        emu.stop()
     return events, cpu, calls, c, logs, emu
 
 

@@ -6,37 +6,16 @@ never the frames; the socketless spare it decodes on touches nothing of the clie
 import time
 
 import pytest
-from natnet_util import random_group
-
-from equimus_hw.natnet.client import NatNetClient
-from equimus_hw.natnet.emulator import NatNetEmulator
+from natnet_util import streaming_client
 
 
 def _stream(ports, rehearse, lead_s, window=0.0, frames=120, seconds=15.0):
-    group = random_group()
-    emu = NatNetEmulator(
-        version='4.1', command_port=ports[0], data_port=ports[1], multicast_group=group
-    ).start()
-    events = []
-    c = NatNetClient(
-        command_port=ports[0],
-        data_port=ports[1],
-        multicast_group=group,
-        on_frame=events.append,
-        busy_poll_window=window,
-    )
-    logs = []
-    c._user_log = lambda level, msg: logs.append((level, msg))
-    c.rehearse = rehearse(c, events)
-    c.rehearse_lead_s = lead_s
-    try:
-        c.connect()
+    with streaming_client(ports, busy_poll_window=window) as (emu, c, events, logs):
+        c.rehearse = rehearse(c, events)
+        c.rehearse_lead_s = lead_s
         end = time.monotonic() + seconds
         while time.monotonic() < end and len(events) < frames:
             (c.busy_poll if window > 0 else c.poll)(0.05)
-    finally:
-        c.close()
-        emu.stop()
     return events, c, logs, emu
 
 
