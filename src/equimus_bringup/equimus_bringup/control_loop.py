@@ -249,11 +249,11 @@ class LoopLatency(Node):
     ) -> Callable[[bytes], None]:
         """The bridge client's `rehearse`: the last frame's datagram through the chain's code
         on spare copies (a socketless client, the estimator's, the control step's, the safety
-        filter's; the SET frame encoded, not written), giving way between stages to a datagram that
-        has come. A paced frame costs 2-3 times its
-        back-to-back CPU time on a virtual machine, its code and data evicted from the caches
-        in the 8 ms since the last one; run just before the frame, the rehearsal brings them
-        back (docs/benchmarks.md, issue 30)."""
+        filter's; the SET frame encoded, not written), giving way between stages to a datagram
+        that has come. Why: a paced frame costs 2-3 times its back-to-back CPU time on a virtual
+        machine, its code and data evicted from the caches in the 8 ms since the last one. Run
+        just before the frame, the rehearsal brings back part of them: the median fell, p99 did
+        not (docs/benchmarks.md, issue 30, "seventh session")."""
         spare: list[NatNetClient] = []
 
         def rehearse(datagram: bytes) -> None:

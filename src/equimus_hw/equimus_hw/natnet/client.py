@@ -576,8 +576,9 @@ class NatNetClient:
     def _select(self, socks: list[socket.socket], timeout: float) -> list[socket.socket]:
         """select() for reading, up to `timeout` s; when a rehearsal falls due in that time
         and nothing has arrived by then, it runs first and the wait goes on after it."""
-        at = self._rehearsal_due()
-        if at is not None:
+        due = self._rehearsal_due()
+        if due is not None:
+            at, expected = due
             now = self.clock_ns()
             end = now + int(timeout * 1e9)
             if at < end:
@@ -585,7 +586,7 @@ class NatNetClient:
                     ready, _, _ = select.select(socks, [], [], (at - now) * 1e-9)
                     if ready:
                         return ready
-                self._rehearse_now()
+                self._rehearse_now(expected)
                 timeout = max(0.0, (end - self.clock_ns()) * 1e-9)
         ready, _, _ = select.select(socks, [], [], timeout)
         return ready
@@ -598,9 +599,10 @@ class NatNetClient:
         except (OSError, ValueError):
             return False
 
-    def _rehearsal_due(self) -> int | None:
-        """When (clock_ns) to rehearse before the expected frame; None: not before this one
-        (off, no frame yet, rehearsed already, or the frame is due now)."""
+    def _rehearsal_due(self) -> tuple[int, int] | None:
+        """When (clock_ns) to rehearse before the expected frame, and that frame's expected
+        time; None: not before this one (off, no frame yet, rehearsed already, or the frame is
+        due now)."""
         if self.rehearse is None or self.rehearse_lead_s <= 0 or self.last_frame_datagram is None:
             return None
         expected = self.next_frame_ns()
@@ -608,10 +610,9 @@ class NatNetClient:
             return None
         if self.clock_ns() >= expected:  # late or lost: a rehearsal now could hold it up
             return None
-        return expected - int(self.rehearse_lead_s * 1e9)
+        return expected - int(self.rehearse_lead_s * 1e9), expected
 
-    def _rehearse_now(self) -> None:
-        expected = self.next_frame_ns()
+    def _rehearse_now(self, expected: int) -> None:
         self._rehearsed_for = expected
         rehearse, data = self.rehearse, self.last_frame_datagram
         if rehearse is None or data is None:
@@ -624,7 +625,7 @@ class NatNetClient:
             self.on_log('error', f'rehearsals stopped (frames go on): {self.rehearse_error}')
             return
         self.rehearsals += 1
-        if expected is not None and self.clock_ns() > expected:
+        if self.clock_ns() > expected:
             self.rehearsals_overran += 1
 
     def _read_all(self, s: socket.socket) -> int:
@@ -688,7 +689,7 @@ class NatNetClient:
                     self._read_all(s)
                 self._housekeeping()
                 return
-        at = self._rehearsal_due()
+        due = self._rehearsal_due()
         while True:
             got = 0
             for s in socks:
@@ -698,9 +699,9 @@ class NatNetClient:
             now = self.clock_ns()
             if now >= end:
                 break
-            if at is not None and now >= at:
-                at = None
-                self._rehearse_now()
+            if due is not None and now >= due[0]:
+                self._rehearse_now(due[1])
+                due = None
         self._housekeeping()
 
     def _flush_raw(self) -> None:
