@@ -121,6 +121,10 @@ def test_no_first_frame_is_lost(multicast, ports, spawn, listener, tmp_path):
     frames = [d for d in read_capture(path) if d.message_id == P.MessageId.FRAMEOFDATA]
     numbers = [P.decode_message(d.data, (4, 1)).frame_number for d in frames]
     assert len(frames) > 100 and numbers == sorted(numbers)
+    # The recording's own gaps: on a loaded machine the emulator skips late exposures (counting
+    # their numbers, as a hardware clock does) or the recorder misses a datagram. The replay
+    # carries them, so the bridge must count exactly these as dropped, and no more.
+    recorded_gaps = numbers[-1] - numbers[0] + 1 - len(set(numbers))
     # Best effort like the bridge, but a deep history: a test process starved by the machine's
     # load must not overwrite samples before its executor takes them (depth 5 did, at load 17).
     from geometry_msgs.msg import PoseStamped
@@ -155,7 +159,7 @@ def test_no_first_frame_is_lost(multicast, ports, spawn, listener, tmp_path):
         # each body's first frame and the rest but at most one: the poses are best effort, and
         # one sample to a reader starved by the machine's load went missing once at load 10.
         d = diag_with(listener, lambda d: int(vals(d)['frames']) == len(frames), 3)
-        assert int(vals(d)['dropped_frames']) == 0
+        assert int(vals(d)['dropped_frames']) == recorded_gaps, numbers
         counts = {n: len(got[n]) for n in BODIES}
         where = _gaps(got['thigh'])
         assert max(counts.values()) == len(frames), (counts, len(frames), where, bridge.stop()[1])
