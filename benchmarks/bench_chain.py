@@ -19,10 +19,10 @@ streamed by the NatNet emulator's encoder):
 - paced, spinning: one frame every 1/120 s, the thread polling the clock in between (the
   receive thread's busy-poll modes).
 
-Each schedule runs twice, once per form of the estimator's and the PID's arithmetic
-(`--forms`): compiled (equimus_control._kernels, what the nodes run) and Python (the reference
-it matches bit for bit), one after the other on consecutive frames, so the two are measured side
-by side in one run.
+Each schedule runs twice, once per form of the estimator's and the PID's arithmetic and of the
+SET frame's encoding (`--forms`): compiled (equimus_control._kernels and equimus_hw.valve._wire,
+what the nodes run) and Python (the reference they match bit for bit), one after the other on
+consecutive frames, so the two are measured side by side in one run.
 
 It prints, per schedule and form, the receive thread's CPU time (time.thread_time_ns) from the
 start of the decode to the end of each stage, p50 / p99 over the frames, and the ratio of the paced
@@ -97,6 +97,7 @@ class Chain:
         from equimus_hw.natnet.emulator import NatNetEmulator
         from equimus_hw.valve.config import DriverConfig
         from equimus_hw.valve.link import BoardLink
+        from equimus_hw.valve.protocol import encoder_form, set_encoder
         from equimus_hw.valve.safety import SafetyFilter
 
         emu = NatNetEmulator(rate_hz=RATE_HZ)
@@ -118,8 +119,10 @@ class Chain:
             )
             for form in forms
         }
+        self.encoders = {form: set_encoder(form == 'compiled') for form in forms}
         for form, (est, step) in self.forms.items():
-            if (est.kernels, step.controller.kernels) != (form, form):
+            got = (est.kernels, step.controller.kernels, encoder_form(self.encoders[form]))
+            if got != (form,) * 3:
                 raise SystemExit(f'bench_chain: the {form} form is not in this build')
         self.reference = make_reference('triangle', params)
         cfg = DriverConfig()
@@ -140,6 +143,7 @@ class Chain:
         # The reference arrives between frames (the executor thread's subscription): not timed.
         q_ref, qd_ref = self.reference(t)
         step.set_reference(q_ref, qd_ref, t)
+        self.link.encode_set = self.encoders[form]
         c0 = clock()
         ev = self.client.handle_datagram(datagram, time.perf_counter_ns())
         c1 = clock()

@@ -115,7 +115,7 @@ fi
 build_want="$( {
   echo "$ROOT $MODE $want $("$VENV/bin/python" -V 2>&1)"
   (cd ros2_ws/src && find -L . -name __pycache__ -prune -o -type f ! -name '*.pyc' ! -name '*.so' -print | LC_ALL=C sort)
-  cat ros2_ws/src/*/setup.py ros2_ws/src/*/setup.cfg ros2_ws/src/*/*/*.c 2>/dev/null
+  cat ros2_ws/src/*/setup.py ros2_ws/src/*/setup.cfg ros2_ws/src/*/*/*.c ros2_ws/src/*/*/*/*.c 2>/dev/null
 } | sha256sum | cut -c1-16)"
 build_stamp=ros2_ws/install/.equimus-build
 # The packages' bytecode, as an install would write it: a shell with PYTHONDONTWRITEBYTECODE set

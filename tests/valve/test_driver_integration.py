@@ -254,6 +254,8 @@ def test_unplug_and_replug(rig, harness):
     t0 = time.monotonic()
     assert wait_frame(emu, t0, lambda f: f.codes == (C20, C20)) is not None
     reconnects = int(harness.latest_diag()[3]['reconnects'])
+    # its SETs (C20 above) encoded by the compiled encoder built with the package
+    assert harness.latest_diag()[3]['set_encoder'] == 'compiled'
     emu.disappear()
     t_gone = time.monotonic()
     assert wait_for(lambda: _link_state_seen(harness, t_gone, 'disconnected'), 3.0)

@@ -16,11 +16,10 @@ form (the extension is optional in setup.py) and says so in `describe()`.
 
 from __future__ import annotations
 
-import os
 from types import ModuleType
 
-#: The environment variable that picks the Python form ("python") for a whole process.
-ENV = 'EQUIMUS_KERNELS'
+from equimus_description.compiled import ENV as ENV  # re-exported: kernels.ENV
+from equimus_description.compiled import prefer_compiled
 
 _compiled: ModuleType | None
 try:
@@ -41,9 +40,7 @@ def use_compiled(prefer: bool | None = None) -> ModuleType | None:
     """The compiled module an object built now should call, or None for the Python form:
     `prefer` when given (False: Python; True: compiled where built), else compiled unless
     EQUIMUS_KERNELS=python."""
-    if prefer is None:
-        prefer = os.environ.get(ENV, '').strip().lower() != 'python'
-    return _compiled if prefer else None
+    return _compiled if prefer_compiled(prefer) else None
 
 
 def describe() -> str:

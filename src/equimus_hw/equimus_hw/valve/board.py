@@ -42,6 +42,10 @@ class Board(Protocol):
     @property
     def connected(self) -> bool: ...
 
+    @property
+    def set_encoder(self) -> str:
+        """How its SET frames are encoded: 'compiled', 'python' (protocol.set_encoder), 'none'."""
+
     def start(self) -> None: ...
 
     def send_codes(self, codes: list[int]) -> int | None:
@@ -61,6 +65,7 @@ class SimBoard:
     """The simulated board: accepts every SET at once; see the module docstring."""
 
     needs_keepalive = False
+    set_encoder = 'none'  # no wire
 
     def __init__(self, channels: int, calibration: ValveCalibration) -> None:
         self.port = 'sim'

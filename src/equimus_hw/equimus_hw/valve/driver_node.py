@@ -790,6 +790,7 @@ class ValveDriver(LifecycleNode):
             'board_watchdog_vents': str(st.board_watchdog_vents),
             'board_bad_frame_vents': str(st.board_bad_frame_vents),
             'frames_sent': str(st.frames_sent),
+            'set_encoder': lk.set_encoder,
             'acks': str(st.acks),
             'naks': str(sum(st.naks.values())),
             'nak_reasons': ','.join(f'{k}={v}' for k, v in sorted(st.naks.items())),

@@ -15,7 +15,7 @@ import contextlib
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import serial
 
@@ -101,6 +101,8 @@ class BoardLink:
         self._last_tx = 0.0
         self._lost_reason: str | None = None
         self._decoder = P.FrameDecoder()
+        # Every frame's SET goes through it: compiled where built (protocol.set_encoder).
+        self.encode_set = P.set_encoder()
         self._ack_event = threading.Condition()
         self._last_ack_seq: int | None = None
         self._stop = threading.Event()
@@ -111,6 +113,10 @@ class BoardLink:
     def connected(self) -> bool:
         return self.state == 'connected'
 
+    @property
+    def set_encoder(self) -> str:
+        return P.encoder_form(self.encode_set)
+
     def start(self) -> None:
         self._thread.start()
 
@@ -119,11 +125,11 @@ class BoardLink:
         with self._wlock:
             if self._ser is None or self.state != 'connected':
                 return None
-            return self._write_locked(P.Set(self._next_seq(), tuple(int(c) for c in codes)))
+            return self._write_set_locked(codes)
 
     def rehearse(self, codes: list[int]) -> bytes:
         """The SET frame send_codes would write for these codes (sequence number 0), unwritten."""
-        return P.encode(P.Set(0, tuple(int(c) for c in codes)))
+        return self.encode_set(0, codes)
 
     def vent_and_close(self, timeout_s: float = 1.0) -> bool:
         """Send SET all-zero until the board acknowledges one, for up to timeout_s, then stop
@@ -165,8 +171,11 @@ class BoardLink:
         self._seq = (self._seq + 1) & 0xFF
         return self._seq
 
-    def _write_locked(self, msg) -> int | None:
-        data = P.encode(msg)
+    def _write_set_locked(self, codes: Sequence[int]) -> int | None:
+        """Write one SET frame of these codes under the next seq; the seq, or None when the
+        write failed (the link is then lost)."""
+        seq = self._next_seq()
+        data = self.encode_set(seq, codes)
         ser = self._ser
         assert ser is not None, 'callers hold _wlock and have checked (or just set) the open port'
         try:
@@ -176,12 +185,11 @@ class BoardLink:
             return None
         now = time.monotonic()
         self._last_tx = now
-        if msg.seq in self._pending:  # 256 frames in flight without an answer
+        if seq in self._pending:  # 256 frames in flight without an answer
             self.stats.ack_timeouts += 1
-        if isinstance(msg, P.Set):
-            self._pending[msg.seq] = now
-            self.stats.frames_sent += 1
-        return msg.seq
+        self._pending[seq] = now
+        self.stats.frames_sent += 1
+        return seq
 
     def _close_locked(self, state: str) -> None:
         if self._ser is not None:
@@ -265,7 +273,7 @@ class BoardLink:
             self._last_rx = self._last_tx = time.monotonic()
             self.state = 'connected'
             # Vent first: whatever the owner sends next, the first SET after (re)connecting is 0.
-            self._write_locked(P.Set(self._next_seq(), (0,) * self.channels))
+            self._write_set_locked((0,) * self.channels)
             self.generation += 1
             if self.generation > 1:
                 self.stats.reconnects += 1

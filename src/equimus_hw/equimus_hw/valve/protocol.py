@@ -17,7 +17,16 @@ from __future__ import annotations
 import binascii
 import dataclasses
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from types import ModuleType
+
+from equimus_description.compiled import prefer_compiled
+
+_wire: ModuleType | None
+try:
+    from . import _wire
+except ImportError:  # built without a C compiler, or not built: encode_set's Python form only
+    _wire = None
 
 PROTOCOL_VERSION = 1
 DELIMITER = 0x00
@@ -257,6 +266,27 @@ def encode_payload(msg: Message) -> bytes:
 def encode(msg: Message) -> bytes:
     """Bytes to put on the wire for one message: COBS(frame) + 0x00."""
     return cobs_encode(encode_payload(msg)) + bytes([DELIMITER])
+
+
+def encode_set(seq: int, codes: Sequence[int]) -> bytes:
+    """encode(Set(seq, codes)): the interpreted form of the compiled `_wire.encode_set`, which
+    gives the same bytes and refuses the same input with the same error."""
+    return encode(Set(seq, tuple(codes)))
+
+
+def set_encoder(prefer: bool | None = None) -> Callable[[int, Sequence[int]], bytes]:
+    """The SET encoder a link built now calls on every frame: the compiled one where this
+    build has it, unless `prefer` is False or the process asks for the interpreted form
+    (equimus_description.compiled)."""
+    if _wire is not None and prefer_compiled(prefer):
+        encoder: Callable[[int, Sequence[int]], bytes] = _wire.encode_set
+        return encoder
+    return encode_set
+
+
+def encoder_form(encoder: Callable[[int, Sequence[int]], bytes]) -> str:
+    """'compiled' or 'python': which of set_encoder's two an encoder is."""
+    return 'compiled' if _wire is not None and encoder is _wire.encode_set else 'python'
 
 
 def decode_payload(frame: bytes, accept: frozenset[int] | None = None) -> Message:
