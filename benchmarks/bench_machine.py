@@ -16,6 +16,11 @@ piece of the frame's own pure-Python code (the valve safety filter and the refer
 no ROS), its operations counted by `sys.settrace` in this run, then timed untraced. The share of
 the bare loop the graph reaches (issue 30) depends on how fast a host runs Python against how
 fast it runs MuJoCo's C, and the two differ from host to host.
+
+And what waking costs one call of per-frame code (`first_call`): the valve driver's SET encoding,
+in its interpreted and its compiled form (equimus_hw.valve._wire, what the driver runs), timed
+on its first call after an 8.3 ms sleep and on the call right after it, side by side. The first
+call pays for every piece of memory the code touches; an interpreted call touches many more.
 On a dedicated machine the gaps cost little more than the cache refill; on a shared virtual
 machine the CPU's state may be lost whenever the vCPU leaves it, and the ratios show how much.
 """
@@ -78,6 +83,45 @@ def python_speed(calls: int = 20000) -> float:
     return best / per_call * 1e9
 
 
+def first_call(frames: int) -> dict:
+    """µs (p50) of a SET frame's encoding, per form: back to back, first after an 8.3 ms sleep,
+    and the call right after that first one."""
+    from equimus_hw.valve.protocol import encoder_form, set_encoder
+
+    clock = time.thread_time_ns
+    out = {}
+    for prefer in (False, True):
+        encode = set_encoder(prefer)
+        form = encoder_form(encode)
+        hot, first, second = [], [], []
+        for k in range(frames + 20):
+            codes = (1000 + k % 500, 2000)
+            c0 = clock()
+            encode(k & 0xFF, codes)
+            hot.append(clock() - c0)
+        for k in range(frames + 20):
+            codes = (1000 + k % 500, 2000)
+            time.sleep(PERIOD)
+            c0 = clock()
+            encode(k & 0xFF, codes)
+            c1 = clock()
+            encode(k & 0xFF, codes)
+            c2 = clock()
+            first.append(c1 - c0)
+            second.append(c2 - c1)
+        for name, xs in (
+            ('back_to_back', hot),
+            ('first_after_8ms_sleep', first),
+            ('second', second),
+        ):
+            out[f'set_encode_{form}_us_{name}_p50'] = float(np.median(xs[20:])) / 1e3
+        out[f'set_encode_{form}_first_vs_second'] = (
+            out[f'set_encode_{form}_us_first_after_8ms_sleep_p50']
+            / out[f'set_encode_{form}_us_second_p50']
+        )
+    return out
+
+
 def run(quick: bool = False) -> dict:
     import mujoco
 
@@ -115,6 +159,7 @@ def run(quick: bool = False) -> dict:
     out['python_ns_per_operation'] = python_speed(5000 if quick else 20000)
     # bytecode operations in the time of a physics frame: fewer, the frame's Python weighs more
     out['python_operations_per_physics_frame'] = hot * 1e3 / out['python_ns_per_operation']
+    out.update(first_call(frames))
     return out
 
 

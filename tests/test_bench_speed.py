@@ -87,3 +87,16 @@ def test_the_python_workload_runs_the_same_operations_each_time():
     first, second = opcodes(frame, 100)[0], opcodes(frame, 100)[0]
     assert first == second and first > 150, (first, second)
     assert bench_machine.python_speed(200) > 0
+
+
+def test_first_call_times_both_forms_of_the_set_encoding():
+    """bench_machine's first_call: the interpreted and the compiled encoder, each back to back,
+    first after a sleep and right after that; a build without the compiled one would time the
+    interpreted one twice under one name."""
+    import bench_machine
+
+    r = bench_machine.first_call(5)
+    for form in ('python', 'compiled'):
+        for name in ('back_to_back', 'first_after_8ms_sleep', 'second'):
+            assert r[f'set_encode_{form}_us_{name}_p50'] > 0, r
+    assert len(r) == 8, r
