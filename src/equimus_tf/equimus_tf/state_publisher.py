@@ -139,7 +139,10 @@ class StatePublisher(Node):
         self._tf_writers: dict[tuple[tuple[str, str], ...], TransformsWriter] = {}
         self._rest = rest_positions(leg)
         self._rest_timer = None
-        if not self.get_parameter('use_sim_time').value:
+        # Until the first valid joint state. A flag, not only the timer's destruction: the events
+        # executor may still run a tick it queued before the joint state destroyed the timer.
+        self._resting = not self.get_parameter('use_sim_time').value
+        if self._resting:
             self._publish_rest()
             self._rest_timer = self.create_timer(
                 REST_PERIOD_S,
@@ -160,6 +163,8 @@ class StatePublisher(Node):
 
     def _publish_rest(self) -> None:
         """The leg at its rest pose, stamped now (until the first valid joint state)."""
+        if not self._resting:
+            return
         moving = self.frames.moving(list(self._rest), list(self._rest.values()))
         assert moving is not None  # every joint of the URDF has a rest position
         t_ns = self.get_clock().now().nanoseconds
@@ -178,7 +183,8 @@ class StatePublisher(Node):
         moving = self.frames.moving(names, positions)
         if moving is None:
             return
-        if self._rest_timer is not None:  # a real state from now on
+        self._resting = False  # a real state from now on
+        if self._rest_timer is not None:
             self.destroy_timer(self._rest_timer)
             self._rest_timer = None
         self.joint_gate.ready(t_ns)
