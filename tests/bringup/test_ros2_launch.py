@@ -30,6 +30,7 @@ HOLD_S = 1.0  # s the graph runs on once its topics flow, before the Ctrl-C
 RUN_MAX_S = 60.0  # s at most waiting for its topics to flow (start-up on a loaded machine)
 STOP_TIMEOUT_S = 40.0  # launch: SIGINT, then its own SIGTERM after 5 s and SIGKILL after 10 s
 CHECK_MAX_S = 120.0  # s more with check:=true (the check holds 6 levels of 1.5 s per valve)
+LAUNCH_ABORT_S = 5.0  # s for launch to print its threads' stacks on SIGABRT and end
 
 
 @pytest.fixture(scope='module')
@@ -107,7 +108,8 @@ def _start(
     """`ros2 launch equimus_bringup FILE ARGS` on the watcher's domain, in a session of its own
     (its process group is what a terminal's Ctrl-C reaches)."""
     return subprocess.Popen(
-        [sys.executable, str(tool), 'equimus_bringup', file, *args],
+        # -X faulthandler: launch's own threads' stacks on the SIGABRT of _kill_and_show
+        [sys.executable, '-X', 'faulthandler', str(tool), 'equimus_bringup', file, *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -124,7 +126,15 @@ def _start(
 
 def _kill_and_show(proc: subprocess.Popen[str]) -> None:
     """A test that failed while its launch ran: the launch killed, what it printed shown with
-    the failure (pytest's captured stdout), which the assertion alone would not say."""
+    the failure (pytest's captured stdout), which the assertion alone would not say. Launch
+    itself first gets SIGABRT, on which it prints where each of its threads stands (a launch
+    once printed nothing for 40 s after its Ctrl-C)."""
+    if proc.poll() is None:
+        os.kill(proc.pid, signal.SIGABRT)
+        try:
+            proc.wait(timeout=LAUNCH_ABORT_S)
+        except subprocess.TimeoutExpired:
+            pass
     os.killpg(proc.pid, signal.SIGKILL)
     out, _ = proc.communicate()
     print(f'--- the launch printed (last 6000 characters):\n{(out or "")[-6000:]}')
