@@ -131,11 +131,10 @@ def _kill_and_show(proc: subprocess.Popen[str]) -> None:
     once printed nothing for 40 s after its Ctrl-C)."""
     if proc.poll() is None:
         os.kill(proc.pid, signal.SIGABRT)
-        try:
-            proc.wait(timeout=LAUNCH_ABORT_S)
-        except subprocess.TimeoutExpired:
-            pass
-    os.killpg(proc.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):  # read on below, none of it lost
+            proc.communicate(timeout=LAUNCH_ABORT_S)
+    with contextlib.suppress(ProcessLookupError):  # launch and all of its processes have ended
+        os.killpg(proc.pid, signal.SIGKILL)
     out, _ = proc.communicate()
     print(f'--- the launch printed (last 6000 characters):\n{(out or "")[-6000:]}')
 
@@ -247,6 +246,43 @@ def test_a_transition_pending_when_the_launch_stops_is_abandoned(ros2_launch):
     assert 'LifecycleNode raised InvalidHandle' in out, out[-3000:]  # the race, reproduced
     assert 'ManagedNode returned' in out, out[-3000:]
     assert '/nobody: transition 1 abandoned, the launch is stopping' in out, out[-3000:]
+
+
+_HELD_STOP = """
+import time
+import launch
+from launch.actions import EmitEvent, OpaqueFunction, TimerAction
+from launch.event_handlers import OnShutdown
+from launch.events import Shutdown
+from equimus_bringup import launch_common
+
+launch_common.STOP_STALL_S = 1.0
+
+def held_at_the_stop(event, context):  # launch_ros's ROS adapter joining a thread that hangs
+    time.sleep(3.0)
+
+def managed_node_executes(context):  # the adapter's handler comes first, then the watch
+    context.register_event_handler(OnShutdown(on_shutdown=held_at_the_stop))
+    launch_common._watch_the_stop(context)
+    return []
+
+service = launch.LaunchService()
+service.include_launch_description(launch.LaunchDescription([
+    OpaqueFunction(function=managed_node_executes),
+    TimerAction(period=0.5, actions=[EmitEvent(event=Shutdown(reason='the test stops it'))]),
+]))
+print('launch returned', service.run(), flush=True)
+"""
+
+
+def test_a_launch_held_at_its_stop_prints_where_its_threads_stand(ros2_launch):
+    """A launch whose stop hangs in launch_ros's ROS adapter (the one blocking step of the stop,
+    whose handler exists before any of ours) prints its threads' stacks STOP_STALL_S after the
+    stop, with the frame that holds it; here the hang is 3 s and the report due after 1 s."""
+    run = _with_launch_code(ros2_launch, _HELD_STOP)
+    assert 'launch returned 0' in run.stdout, run.stdout + run.stderr[-3000:]
+    assert 'Timeout (0:00:01)!' in run.stderr, run.stderr[-3000:]
+    assert 'in held_at_the_stop' in run.stderr, run.stderr[-3000:]
 
 
 _GUARD_SETTLE = """

@@ -17,7 +17,6 @@ from equimus_control.controller_node import ControllerNode
 from equimus_description.interface import JOINT_STATES, JOINTS
 from equimus_ros.qos import publisher
 
-
 #: states the controller must have heard before they stop: on a loaded machine 0.8 s of them
 #: (40 sent) once reached it only 10 times, so they are sent until it has heard this many
 HEARD = 21

@@ -14,6 +14,7 @@ With check:=true the rig check (graph.ProcessSpec.gate) runs after the rig emula
 the rest of the graph is started only when it exits 0; otherwise the launch ends with one line.
 """
 
+import faulthandler
 import os
 import threading
 import time
@@ -31,7 +32,7 @@ from launch.actions import (
     TimerAction,
 )
 from launch.conditions import IfCondition
-from launch.event_handlers import OnProcessExit
+from launch.event_handlers import OnProcessExit, OnShutdown
 from launch.events import Shutdown, matches_action
 from launch.logging import get_logger
 from launch.substitutions import LaunchConfiguration, PathJoinSubstitution
@@ -141,6 +142,27 @@ def _stopping(context, wait_s: float = STOP_NOTICE_S) -> bool:
     return bool(context.is_shutdown)
 
 
+#: s after its stop by which a launch has always ended: its nodes have the Ctrl-C, launch sends
+#: SIGTERM 5 s later and SIGKILL 10 s after that. A launch still running then is stuck in its
+#: own code; it prints where each of its threads stands (one launch in a CI run printed nothing
+#: for 40 s after its Ctrl-C, so the next one says where it stood).
+STOP_STALL_S = 20.0
+
+
+def _watch_the_stop(context) -> None:
+    """Once per launch, from its first managed node on: at the stop, arm the stall report.
+
+    Registered after launch_ros's ROS adapter, whose shutdown (joining its executor thread)
+    is the one step of the stop that blocks launch's loop; launch runs the newest handlers
+    first, so this one is armed before that step. faulthandler's timer thread needs no GIL."""
+    if getattr(context.locals, 'equimus_stop_watched', False):
+        return
+    context.extend_globals({'equimus_stop_watched': True})
+    context.register_event_handler(
+        OnShutdown(on_shutdown=lambda event, ctx: faulthandler.dump_traceback_later(STOP_STALL_S))
+    )
+
+
 class ManagedNode(LifecycleNode):
     """launch_ros's LifecycleNode, except that a transition still waiting for the node's
     change_state service when the launch stops is abandoned with one line, and that the valve
@@ -159,6 +181,7 @@ class ManagedNode(LifecycleNode):
 
     def execute(self, context):
         actions = super().execute(context)  # launch_ros's ROS node exists from here on
+        _watch_the_stop(context)
         if self._guard is not None:
             self._guard.node_joined()
         return actions
