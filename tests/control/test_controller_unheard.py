@@ -40,8 +40,16 @@ def _venting_lines(publish_states: bool, silent_publisher: bool) -> tuple[list[s
         ex = SingleThreadedExecutor()
         for n in (controller, probe):
             ex.add_node(n)
-        spin = threading.Thread(target=ex.spin, daemon=True)
-        spin.start()
+        done = threading.Event()
+
+        # The spin ends between callbacks: Executor.shutdown from this thread once destroyed the
+        # executor's guard condition under a callback still running (a thread's InvalidHandle).
+        def spin() -> None:
+            while not done.is_set():
+                ex.spin_once(timeout_sec=0.05)
+
+        spinner = threading.Thread(target=spin, daemon=True)
+        spinner.start()
         t0 = time.monotonic()
         if publish_states and states is not None:
             while controller.states_heard < HEARD and time.monotonic() < t0 + PUBLISH_MAX_S:
@@ -56,8 +64,9 @@ def _venting_lines(publish_states: bool, silent_publisher: bool) -> tuple[list[s
                 time.sleep(0.02)
         else:
             time.sleep(1.5)
+        done.set()
+        spinner.join(timeout=5)
         ex.shutdown()
-        spin.join(timeout=5)
         heard = controller.states_heard
         controller.destroy_node()
         probe.destroy_node()
