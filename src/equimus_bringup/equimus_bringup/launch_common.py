@@ -143,9 +143,10 @@ def _stopping(context, wait_s: float = STOP_NOTICE_S) -> bool:
 
 
 #: s after its stop by which a launch has always ended: its nodes have the Ctrl-C, launch sends
-#: SIGTERM 5 s later and SIGKILL 10 s after that. A launch still running then is stuck in its
-#: own code; it prints where each of its threads stands (one launch in a CI run printed nothing
-#: for 40 s after its Ctrl-C, so the next one says where it stood).
+#: SIGTERM 5 s later and SIGKILL 5 s after that (its default sigterm_timeout and
+#: sigkill_timeout). A launch still running then is stuck in its own code; it prints where each
+#: of its threads stands (one launch in a CI run printed nothing for 40 s after its Ctrl-C, so
+#: the next one says where it stood).
 STOP_STALL_S = 20.0
 
 
@@ -153,7 +154,7 @@ def _watch_the_stop(context) -> None:
     """Once per launch, from its first managed node on: at the stop, arm the stall report.
 
     Registered after launch_ros's ROS adapter, whose shutdown (joining its executor thread)
-    is the one step of the stop that blocks launch's loop; launch runs the newest handlers
+    is the one step of the stop that can hold launch's loop; launch runs the newest handlers
     first, so this one is armed before that step. faulthandler's timer thread needs no GIL."""
     if getattr(context.locals, 'equimus_stop_watched', False):
         return
